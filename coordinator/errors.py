@@ -1,0 +1,49 @@
+"""The one exception root of the coordinator and its subclasses.
+
+Exceptions are for bad input and broken infrastructure. Business outcomes (FENCED,
+ALREADY_CLAIMED, ...) are typed results, never exceptions. The server maps each class below to
+one gRPC status code (coordinator.server.status); etcd and gRPC errors are translated at the
+boundary with ``raise ... from``.
+"""
+
+from __future__ import annotations
+
+
+class CoordinatorError(Exception):
+    """Root of every error the coordinator raises on purpose."""
+
+
+class InvalidArgument(CoordinatorError):
+    """A request field is missing, malformed or out of range. Nothing was written."""
+
+
+class NotFound(CoordinatorError):
+    """The named task (or attempt) does not exist. Nothing was written."""
+
+
+class AlreadyExists(CoordinatorError):
+    """The entity to create exists already. Nothing was written."""
+
+
+class FailedPrecondition(CoordinatorError):
+    """The request is well-formed but the system is not in a state that allows it."""
+
+
+class PermissionDenied(CoordinatorError):
+    """The caller may not act on this entity (e.g. another principal's attempt)."""
+
+
+class Unauthenticated(CoordinatorError):
+    """The caller presented no valid credentials."""
+
+
+class StoreUnavailable(CoordinatorError):
+    """etcd could not be reached or did not answer in time; the call may be retried."""
+
+
+class ConfigError(CoordinatorError):
+    """A setting is invalid; the message names the setting."""
+
+
+class EtcdNotFound(ConfigError):
+    """No etcd binary could be located for the embedded mode."""

@@ -1,0 +1,1 @@
+"""Generated wire contract (do not edit)."""
