@@ -1,0 +1,253 @@
+"""The claim.v1 rules as pure functions: ``decide(what the store read, request) -> verdict``.
+
+The store reads, calls one of these, and turns an accepting verdict into etcd compares and
+puts; when a transaction's compares fail it reads again and calls the same function to name the
+reason. Nothing here does I/O, so every rule is unit-tested without a server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.domain.records import AttemptRecord, ClaimRecord, ResultRecord, TaskRecord
+from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
+from coordinator.errors import InvalidArgument, PermissionDenied
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The credential a claim hands out; every acceptance point compares all of it."""
+
+    task_id: str
+    attempt_id: str
+    claim_generation: int
+    scheduler_epoch: int
+    cancel_generation: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An outcome with its reason and a sentence for people."""
+
+    outcome: Outcome
+    reason: FenceReason = FenceReason.NONE
+    message: str = ""
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the call may go on to write."""
+        return self.outcome in (Outcome.OK, Outcome.CLAIMED, Outcome.COMMITTED)
+
+
+@dataclass(frozen=True)
+class ClaimLimits:
+    """Server-side bounds on a claim; workers cannot change them."""
+
+    min_ttl: int = 2
+    max_ttl: int = 300
+    max_claim_duration: float = 3600.0
+    stall_timeout: float = 600.0
+
+
+@dataclass(frozen=True)
+class FenceView:
+    """What the store read for one acceptance point, at one etcd revision."""
+
+    task: TaskRecord
+    attempt: AttemptRecord
+    claim: ClaimRecord | None
+    epoch: int
+    result: ResultRecord | None = None
+
+
+def clamp_ttl(requested: int, limits: ClaimLimits) -> int:
+    """The TTL actually granted: ``requested`` clamped to ``[min_ttl, max_ttl]``."""
+    return max(limits.min_ttl, min(limits.max_ttl, requested))
+
+
+def decide_claim(
+    task: TaskRecord,
+    *,
+    claim_alive: bool,
+    expected_state_version: int,
+    caller_epoch: int,
+    current_epoch: int,
+    paused: bool,
+) -> Verdict:
+    """Whether a claim of ``task`` may proceed. Claims come only from READY or expired CLAIMED."""
+    if paused:
+        return Verdict(Outcome.CLAIMS_PAUSED, message="new claims are paused by an admin")
+    if caller_epoch != current_epoch:
+        return Verdict(
+            Outcome.FENCED,
+            FenceReason.EPOCH_CHANGED,
+            f"scheduler epoch is {current_epoch}, the claim carried {caller_epoch}",
+        )
+    if expected_state_version and expected_state_version != task.state_version:
+        return Verdict(
+            Outcome.STALE_STATE_VERSION,
+            message=(
+                f"task state_version is {task.state_version}, expected {expected_state_version}"
+            ),
+        )
+    if task.state is TaskState.READY:
+        return Verdict(Outcome.CLAIMED)
+    if task.state is TaskState.CLAIMED:
+        if claim_alive:
+            return Verdict(
+                Outcome.ALREADY_CLAIMED,
+                message=f"attempt {task.attempt_id} holds a live claim on the task",
+            )
+        return Verdict(Outcome.CLAIMED, message="previous claim expired")
+    return Verdict(Outcome.NOT_CLAIMABLE, message=f"task is {task.state.name}")
+
+
+def check_owner(view: FenceView, fence: Fence, principal: str) -> None:
+    """Refuse a credential that is not the caller's, or whose parts do not belong together.
+
+    These are errors, not outcomes: they mean a wrong or forged request, not a lost race.
+    """
+    attempt = view.attempt
+    if attempt.owner_id != principal:
+        raise PermissionDenied(
+            f"attempt {attempt.attempt_id} of task {attempt.task_id} belongs to "
+            f"{attempt.owner_id!r}, not to {principal!r}"
+        )
+    if attempt.claim_generation != fence.claim_generation:
+        raise InvalidArgument(
+            f"claim_generation {fence.claim_generation} does not belong to attempt "
+            f"{attempt.attempt_id} (its generation is {attempt.claim_generation})"
+        )
+
+
+def check_fence(view: FenceView, fence: Fence) -> Verdict:
+    """Whether ``fence`` is the task's current credential; if not, why.
+
+    The order matters only for the reported reason: cancellation and input changes are the
+    most specific, then the epoch, then the generation.
+    """
+    task, attempt = view.task, view.attempt
+    if task.state is TaskState.CANCELLED or task.cancel_generation != fence.cancel_generation:
+        return Verdict(
+            Outcome.CANCELLED,
+            message=f"task cancel_generation is {task.cancel_generation}, "
+            f"the attempt observed {fence.cancel_generation}",
+        )
+    if task.revision != attempt.revision or task.input_digest != attempt.input_digest:
+        return Verdict(
+            Outcome.STALE_INPUT,
+            message=f"task input is at revision {task.revision}, "
+            f"the attempt ran on revision {attempt.revision}",
+        )
+    if fence.scheduler_epoch != view.epoch:
+        return Verdict(
+            Outcome.FENCED,
+            FenceReason.EPOCH_CHANGED,
+            f"scheduler epoch is {view.epoch}, the attempt carried {fence.scheduler_epoch}",
+        )
+    if _holds_claim(view, fence):
+        return Verdict(Outcome.OK)
+    if task.claim_generation > fence.claim_generation:
+        return Verdict(
+            Outcome.FENCED,
+            FenceReason.SUPERSEDED,
+            f"generation {task.claim_generation} superseded generation {fence.claim_generation}",
+        )
+    if attempt.end is AttemptEnd.RELEASED:
+        return Verdict(Outcome.FENCED, FenceReason.RELEASED, "the attempt released the task")
+    if attempt.end is AttemptEnd.COMMITTED:
+        return Verdict(
+            Outcome.FENCED, FenceReason.ALREADY_COMMITTED, "the attempt has committed already"
+        )
+    return Verdict(
+        Outcome.FENCED,
+        FenceReason.LEASE_EXPIRED,
+        f"the lease of generation {fence.claim_generation} expired",
+    )
+
+
+def decide_commit(
+    view: FenceView, fence: Fence, *, input_digest: str, result_digest: str
+) -> Verdict:
+    """Whether a commit may make its result canonical.
+
+    A retry of a commit that already landed (same attempt, same digest) is COMMITTED again, so a
+    worker that lost the response can simply retry.
+    """
+    result = view.result
+    if (
+        result is not None
+        and result.attempt_id == fence.attempt_id
+        and result.result_digest == result_digest
+    ):
+        return Verdict(Outcome.COMMITTED, message="already committed by this attempt")
+    if input_digest != view.task.input_digest:
+        return Verdict(
+            Outcome.STALE_INPUT,
+            message=f"task input digest is {view.task.input_digest}, the commit ran on "
+            f"{input_digest}",
+        )
+    verdict = check_fence(view, fence)
+    if not verdict.accepted:
+        return verdict
+    if result is not None:
+        return Verdict(
+            Outcome.FENCED,
+            FenceReason.ALREADY_COMMITTED,
+            f"revision {view.task.revision} already has canonical result {result.commit_id}",
+        )
+    return Verdict(Outcome.COMMITTED)
+
+
+def decide_renew(
+    claim: ClaimRecord, *, now: float, progress: str
+) -> tuple[Verdict, ClaimRecord | None]:
+    """Bounded renewal: never past the claim deadline, never for a stalled claim.
+
+    Returns the verdict and, when the progress marker moved, the claim record to write back.
+    """
+    if now + claim.ttl > claim.deadline:
+        return (
+            Verdict(
+                Outcome.RENEW_LIMIT,
+                message=f"the claim reaches max_claim_duration at {claim.deadline:.0f}; "
+                "the lease is left to expire",
+            ),
+            None,
+        )
+    if progress != claim.progress:
+        updated = ClaimRecord(
+            attempt_id=claim.attempt_id,
+            owner_id=claim.owner_id,
+            lease_id=claim.lease_id,
+            ttl=claim.ttl,
+            claimed_at=claim.claimed_at,
+            deadline=claim.deadline,
+            stall_timeout=claim.stall_timeout,
+            progress=progress,
+            progress_at=now,
+            generation=claim.generation,
+            mod_revision=claim.mod_revision,
+        )
+        return Verdict(Outcome.OK), updated
+    if claim.stall_timeout > 0 and now - claim.progress_at > claim.stall_timeout:
+        return (
+            Verdict(
+                Outcome.STALLED,
+                message=f"no progress for {now - claim.progress_at:.0f}s "
+                f"(stall_timeout {claim.stall_timeout:.0f}s); the lease is left to expire",
+            ),
+            None,
+        )
+    return Verdict(Outcome.OK), None
+
+
+def _holds_claim(view: FenceView, fence: Fence) -> bool:
+    task, claim = view.task, view.claim
+    return (
+        task.state is TaskState.CLAIMED
+        and task.claim_generation == fence.claim_generation
+        and claim is not None
+        and claim.generation == fence.claim_generation
+        and claim.attempt_id == fence.attempt_id
+    )

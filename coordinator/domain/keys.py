@@ -1,0 +1,101 @@
+"""The etcd key layout under one prefix (see DESIGN.md, Keyspace). Pure string building."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_PRIORITY = 999
+
+
+@dataclass(frozen=True)
+class Keyspace:
+    """Every key the coordinator reads or writes, derived from one prefix."""
+
+    prefix: str = "/coordinator"
+
+    @property
+    def epoch(self) -> str:
+        """Scheduler epoch (decimal integer)."""
+        return f"{self.prefix}/epoch"
+
+    @property
+    def claims_paused(self) -> str:
+        """Exists while new claims are paused."""
+        return f"{self.prefix}/control/claims_paused"
+
+    def task(self, task_id: str) -> str:
+        """The task record."""
+        return f"{self.prefix}/tasks/{task_id}"
+
+    @property
+    def tasks_prefix(self) -> str:
+        """Range of every task record."""
+        return f"{self.prefix}/tasks/"
+
+    def ready(self, queue: str, priority: int, seq: int, task_id: str) -> str:
+        """Ready-index entry. Sorts by queue, then higher priority first, then FIFO."""
+        return f"{self.ready_prefix(queue)}{MAX_PRIORITY - priority:03d}/{seq:020d}/{task_id}"
+
+    def ready_prefix(self, queue: str = "") -> str:
+        """Range of the ready index (of one queue, or of all queues if empty)."""
+        if queue:
+            return f"{self.prefix}/ready/{queue}/"
+        return f"{self.prefix}/ready/"
+
+    def claim(self, task_id: str) -> str:
+        """The live claim: attached to the claim's etcd lease, gone when it expires."""
+        return f"{self.prefix}/claims/{task_id}"
+
+    @property
+    def claims_prefix(self) -> str:
+        """Range of every live claim."""
+        return f"{self.prefix}/claims/"
+
+    def claimed(self, task_id: str) -> str:
+        """Claimed index (no lease): lets the reclaimer find expired claims in O(claimed)."""
+        return f"{self.prefix}/claimed/{task_id}"
+
+    @property
+    def claimed_prefix(self) -> str:
+        """Range of the claimed index."""
+        return f"{self.prefix}/claimed/"
+
+    def attempt(self, task_id: str, attempt_id: str) -> str:
+        """One attempt record."""
+        return f"{self.prefix}/attempts/{task_id}/{attempt_id}"
+
+    def attempts_prefix(self, task_id: str) -> str:
+        """Range of a task's attempts."""
+        return f"{self.prefix}/attempts/{task_id}/"
+
+    def staging(self, task_id: str, attempt_id: str) -> str:
+        """A staged result: any attempt may write its own; never canonical."""
+        return f"{self.prefix}/staging/{task_id}/{attempt_id}"
+
+    @property
+    def staging_prefix(self) -> str:
+        """Range of every staged result."""
+        return f"{self.prefix}/staging/"
+
+    def result(self, task_id: str, revision: int) -> str:
+        """The canonical result of one task revision; created at most once, by commit."""
+        return f"{self.prefix}/results/{task_id}/{revision:010d}"
+
+    def event(self, task_id: str, prev_state_version: int) -> str:
+        """A transition event, keyed by the task's state_version before the transition.
+
+        The txn that writes it compares that state_version, so the key is unique per transition
+        and sorts in transition order.
+        """
+        return f"{self.prefix}/events/{task_id}/{prev_state_version:020d}"
+
+    def events_prefix(self, task_id: str = "") -> str:
+        """Range of the events (of one task, or all)."""
+        if task_id:
+            return f"{self.prefix}/events/{task_id}/"
+        return f"{self.prefix}/events/"
+
+
+def task_id_from_ready_key(key: str) -> str:
+    """The task id at the end of a ready-index key."""
+    return key.rsplit("/", 1)[1]

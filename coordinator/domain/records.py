@@ -1,0 +1,220 @@
+"""Frozen records stored in etcd, and their JSON codec.
+
+Records are JSON (not protobuf) so that `etcdctl get` and `coordinator doctor` show them as they
+are; unknown fields are ignored on read, so a newer writer does not break an older reader.
+Revisions that etcd assigns (state_version, claim_generation of a fresh claim) are not stored in
+the value but attached on decode from the key's metadata: the claim transaction cannot know its
+own revision before it commits.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import types
+from dataclasses import dataclass, field, fields, replace
+from enum import Enum
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from coordinator.domain.states import AttemptEnd, Op, TaskState
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """The task record under {p}/tasks/{task_id}."""
+
+    task_id: str
+    queue: str
+    input_digest: str
+    state: TaskState
+    revision: int = 1
+    priority: int = 0
+    input: bytes = b""
+    # Generation of the latest claim. Stored as 0 by the claim txn itself, and then read as the
+    # task key's mod_revision (which is the claim txn's revision) while the task is CLAIMED.
+    claim_generation: int = 0
+    scheduler_epoch: int = 0
+    attempt: int = 0
+    attempt_id: str = ""
+    owner_id: str = ""
+    lease_id: int = 0
+    cancel_generation: int = 0
+    result_commit_id: str = ""
+    result_digest: str = ""
+    root_task_id: str = ""
+    parent_task_id: str = ""
+    thread_key: str = ""
+    depends_on: tuple[str, ...] = ()
+    requires_review: bool = False
+    non_replayable: bool = False
+    # Position in the ready index while READY (the ready key is derived from it).
+    ready_seq: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    # etcd mod_revision of the task key; never stored, attached on decode.
+    state_version: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True)
+class ClaimRecord:
+    """The live claim under {p}/claims/{task_id}, attached to the claim's lease."""
+
+    attempt_id: str
+    owner_id: str
+    lease_id: int
+    ttl: int
+    claimed_at: float
+    # Renewals are refused once now + ttl would pass this (claimed_at + max_claim_duration).
+    deadline: float
+    stall_timeout: float
+    progress: str = ""
+    progress_at: float = 0.0
+    # etcd create_revision of the claim key == the claim generation; attached on decode.
+    generation: int = field(default=0, compare=False)
+    # etcd mod_revision of the claim key (changes when progress is recorded).
+    mod_revision: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One attempt under {p}/attempts/{task_id}/{attempt_id}."""
+
+    task_id: str
+    attempt_id: str
+    attempt: int
+    owner_id: str
+    revision: int
+    input_digest: str
+    scheduler_epoch: int
+    ttl: int
+    started_at: float
+    # 0 when written by the claim txn: then it is the attempt key's create_revision.
+    claim_generation: int = 0
+    end: AttemptEnd = AttemptEnd.RUNNING
+    ended_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class ResultRecord:
+    """The canonical result of one task revision under {p}/results/{task_id}/{revision}."""
+
+    task_id: str
+    revision: int
+    attempt_id: str
+    claim_generation: int
+    scheduler_epoch: int
+    owner_id: str
+    result_digest: str
+    committed_at: float
+    result: bytes = b""
+    result_ref: str = ""
+
+    @property
+    def commit_id(self) -> str:
+        """The id by which the task record names this commit."""
+        return commit_id(self.attempt_id, self.claim_generation)
+
+
+@dataclass(frozen=True)
+class StagedResult:
+    """A staged result under {p}/staging/{task_id}/{attempt_id}: isolated, never canonical."""
+
+    task_id: str
+    attempt_id: str
+    revision: int
+    claim_generation: int
+    result_digest: str
+    size: int
+    staged_at: float
+    result: bytes = b""
+    result_ref: str = ""
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """One transition under {p}/events/{task_id}/{prev_state_version}."""
+
+    task_id: str
+    op: Op
+    to_state: TaskState
+    at: float
+    from_state: TaskState | None = None
+    by: str = ""
+    attempt_id: str = ""
+    claim_generation: int = 0
+    scheduler_epoch: int = 0
+    detail: str = ""
+
+
+def commit_id(attempt_id: str, generation: int) -> str:
+    """``{attempt_id}@{generation}``: names one canonical commit."""
+    return f"{attempt_id}@{generation}"
+
+
+def encode(record: object) -> bytes:
+    """Serialize a record to compact, key-sorted JSON."""
+    out: dict[str, Any] = {}
+    for f in fields(record):  # type: ignore[arg-type]
+        if not f.compare:  # etcd-assigned metadata, never stored
+            continue
+        out[f.name] = _to_json(getattr(record, f.name))
+    return json.dumps(out, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode(cls: type[T], data: bytes, **metadata: Any) -> T:
+    """Parse a record; ``metadata`` sets the etcd-assigned fields (state_version, ...)."""
+    raw = json.loads(data)
+    hints = get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in raw:
+            kwargs[f.name] = _from_json(hints[f.name], raw[f.name])
+    kwargs.update(metadata)
+    return cls(**kwargs)
+
+
+def with_changes(record: T, **changes: Any) -> T:
+    """A copy of a frozen record with some fields changed."""
+    return replace(record, **changes)  # type: ignore[type-var]
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.name
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _from_json(hint: Any, value: Any) -> Any:
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        if value is None:
+            return None
+        (inner,) = [a for a in get_args(hint) if a is not type(None)]
+        return _from_json(inner, value)
+    if origin is tuple:
+        return tuple(value)
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return hint[value]
+    if hint is bytes:
+        return base64.b64decode(value)
+    return value
+
+
+__all__ = [
+    "AttemptRecord",
+    "ClaimRecord",
+    "EventRecord",
+    "ResultRecord",
+    "StagedResult",
+    "TaskRecord",
+    "commit_id",
+    "decode",
+    "encode",
+    "with_changes",
+]

@@ -1,0 +1,125 @@
+"""States, outcomes, reasons and the table of legal transitions (pure, no I/O).
+
+The integer values equal the wire enums in protos/coordinator/v1/types.proto, so conversion is
+``Enum(proto_value)``; a unit test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+
+
+class TaskState(IntEnum):
+    """Where a task stands (see types.proto for the meaning of each)."""
+
+    WAITING = 1
+    READY = 2
+    CLAIMED = 3
+    REVIEW = 4
+    DONE = 5
+    CANCELLED = 6
+    FAILED = 7
+    NEEDS_APPROVAL = 8
+
+
+class Outcome(IntEnum):
+    """Typed result of a worker-side call; business outcomes are never exceptions."""
+
+    OK = 1
+    CLAIMED = 2
+    COMMITTED = 3
+    FENCED = 4
+    STALE_INPUT = 5
+    CANCELLED = 6
+    ALREADY_CLAIMED = 7
+    STALE_STATE_VERSION = 8
+    NOT_CLAIMABLE = 9
+    CLAIMS_PAUSED = 10
+    NO_READY_TASK = 11
+    STALLED = 12
+    RENEW_LIMIT = 13
+
+
+class FenceReason(IntEnum):
+    """Why a credential is no longer current. 0 means no reason applies."""
+
+    NONE = 0
+    SUPERSEDED = 1
+    LEASE_EXPIRED = 2
+    EPOCH_CHANGED = 3
+    RELEASED = 4
+    ALREADY_COMMITTED = 5
+    TASK_MOVED = 6
+
+
+class AttemptEnd(IntEnum):
+    """How an attempt ended; RUNNING until its claim is closed."""
+
+    RUNNING = 0
+    COMMITTED = 1
+    RELEASED = 2
+    EXPIRED = 3
+    CANCELLED = 4
+    STALE_INPUT = 5
+
+
+class Op(StrEnum):
+    """The operation that caused a transition, recorded in every event."""
+
+    CREATE = "create"
+    CLAIM = "claim"
+    COMMIT = "commit"
+    RELEASE = "release"
+    RECLAIM = "reclaim"
+    CANCEL = "cancel"
+    UPDATE_INPUT = "update_input"
+
+
+# Every legal (from, op) -> to. A transition not listed here is a bug, and the store refuses to
+# write it. ``None`` as "from" means the task did not exist.
+TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
+    (None, Op.CREATE): TaskState.READY,
+    (TaskState.READY, Op.CLAIM): TaskState.CLAIMED,
+    # Only when the claim key is gone (lease expired): checked by the claim decision.
+    (TaskState.CLAIMED, Op.CLAIM): TaskState.CLAIMED,
+    (TaskState.CLAIMED, Op.COMMIT): TaskState.DONE,
+    (TaskState.CLAIMED, Op.RELEASE): TaskState.READY,
+    (TaskState.CLAIMED, Op.RECLAIM): TaskState.READY,
+    (TaskState.WAITING, Op.CANCEL): TaskState.CANCELLED,
+    (TaskState.READY, Op.CANCEL): TaskState.CANCELLED,
+    (TaskState.CLAIMED, Op.CANCEL): TaskState.CANCELLED,
+    (TaskState.REVIEW, Op.CANCEL): TaskState.CANCELLED,
+    (TaskState.NEEDS_APPROVAL, Op.CANCEL): TaskState.CANCELLED,
+    (TaskState.WAITING, Op.UPDATE_INPUT): TaskState.WAITING,
+    (TaskState.READY, Op.UPDATE_INPUT): TaskState.READY,
+    (TaskState.CLAIMED, Op.UPDATE_INPUT): TaskState.READY,
+    (TaskState.NEEDS_APPROVAL, Op.UPDATE_INPUT): TaskState.READY,
+}
+
+# A committed task with requires_review goes to REVIEW instead of DONE.
+REVIEW_ON_COMMIT: tuple[TaskState, Op] = (TaskState.CLAIMED, Op.COMMIT)
+TRANSITIONS_WITH_REVIEW: dict[tuple[TaskState | None, Op], TaskState] = {
+    **TRANSITIONS,
+    REVIEW_ON_COMMIT: TaskState.REVIEW,
+}
+
+TERMINAL_STATES = frozenset({TaskState.DONE, TaskState.CANCELLED, TaskState.FAILED})
+
+
+class IllegalTransition(Exception):
+    """A transition outside the table was attempted: a bug, never a user error."""
+
+
+def next_state(current: TaskState | None, op: Op, *, requires_review: bool = False) -> TaskState:
+    """The state ``op`` leads to from ``current``, or IllegalTransition."""
+    table = TRANSITIONS_WITH_REVIEW if requires_review else TRANSITIONS
+    try:
+        return table[(current, op)]
+    except KeyError:
+        name = current.name if current is not None else "(none)"
+        raise IllegalTransition(f"no transition {name} --{op.value}-->") from None
+
+
+def is_legal(current: TaskState | None, op: Op) -> bool:
+    """Whether ``op`` may be applied to a task in ``current``."""
+    return (current, op) in TRANSITIONS

@@ -1,0 +1,80 @@
+"""Request validation shared by every entry point (pure; raises InvalidArgument)."""
+
+from __future__ import annotations
+
+import re
+
+from coordinator.errors import InvalidArgument
+
+MAX_INPUT_BYTES = 256 * 1024
+MAX_RESULT_BYTES = 512 * 1024
+MAX_REF_CHARS = 2048
+MAX_TEXT_CHARS = 1024
+
+_TASK_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_QUEUE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_ATTEMPT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+def task_id(value: str, field: str = "task_id") -> str:
+    """A task id: 1-128 characters of [A-Za-z0-9._:-]."""
+    if not value:
+        raise InvalidArgument(f"{field} is required")
+    if not _TASK_ID.match(value):
+        raise InvalidArgument(
+            f"{field} must be 1-128 characters of [A-Za-z0-9._:-], got {value[:140]!r}"
+        )
+    return value
+
+
+def queue(value: str) -> str:
+    """A queue name: 1-64 characters of [A-Za-z0-9._-]."""
+    if not _QUEUE.match(value):
+        raise InvalidArgument(
+            f"queue must be 1-64 characters of [A-Za-z0-9._-], got {value[:80]!r}"
+        )
+    return value
+
+
+def attempt_id(value: str) -> str:
+    """An attempt id as issued by a claim."""
+    if not value:
+        raise InvalidArgument("fence.attempt_id is required")
+    if not _ATTEMPT_ID.match(value):
+        raise InvalidArgument(f"fence.attempt_id is malformed: {value[:80]!r}")
+    return value
+
+
+def positive(field: str, value: int) -> int:
+    """A required positive integer (epochs, generations, TTLs)."""
+    if value <= 0:
+        raise InvalidArgument(f"{field} must be > 0, got {value}")
+    return value
+
+
+def non_negative(field: str, value: int) -> int:
+    """An optional non-negative integer (0 = not set)."""
+    if value < 0:
+        raise InvalidArgument(f"{field} must be >= 0, got {value}")
+    return value
+
+
+def priority(value: int) -> int:
+    """A priority in 0-999 (higher runs first)."""
+    if not 0 <= value <= 999:
+        raise InvalidArgument(f"priority must be between 0 and 999, got {value}")
+    return value
+
+
+def max_bytes(field: str, data: bytes, limit: int) -> bytes:
+    """A payload no larger than ``limit`` bytes."""
+    if len(data) > limit:
+        raise InvalidArgument(f"{field} is {len(data)} bytes, the limit is {limit}")
+    return data
+
+
+def text(field: str, value: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """A free-text field no longer than ``limit`` characters."""
+    if len(value) > limit:
+        raise InvalidArgument(f"{field} is {len(value)} characters, the limit is {limit}")
+    return value

@@ -1,0 +1,91 @@
+"""The store: claim.v1 applied to etcd with transactions.
+
+Where to look: the claim txn is in ``claims.py``, the fence compares in ``fence.py``, the
+acceptance points (renew, authorize, stage, commit, release) in ``acceptance.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.clock import Clock, SystemClock
+from coordinator.domain.decisions import ClaimLimits
+from coordinator.domain.keys import Keyspace
+from coordinator.store.acceptance import AcceptancePoints
+from coordinator.store.admin import AdminStore
+from coordinator.store.claims import ClaimStore
+from coordinator.store.context import StoreContext
+from coordinator.store.etcd import EtcdKV
+from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.reclaimer import Reclaimer
+from coordinator.store.tasks import TaskStore
+from coordinator.store.types import (
+    ClaimResult,
+    CommitResult,
+    DrainStatus,
+    RenewResult,
+    StageOutcome,
+    TaskSpec,
+)
+
+
+@dataclass
+class Store:
+    """The store's parts, wired to one etcd keyspace."""
+
+    ctx: StoreContext
+    ready: ReadyIndex
+    tasks: TaskStore
+    claims: ClaimStore
+    acceptance: AcceptancePoints
+    admin: AdminStore
+    reclaimer: Reclaimer
+
+    @classmethod
+    def open(
+        cls,
+        kv: EtcdKV,
+        *,
+        keys: Keyspace | None = None,
+        limits: ClaimLimits | None = None,
+        clock: Clock | None = None,
+        scan_interval: float = 5.0,
+    ) -> Store:
+        """Wire the parts (nothing runs until ``start``)."""
+        ctx = StoreContext(kv, keys or Keyspace(), limits or ClaimLimits(), clock or SystemClock())
+        ready = ReadyIndex(ctx)
+        return cls(
+            ctx=ctx,
+            ready=ready,
+            tasks=TaskStore(ctx, ready),
+            claims=ClaimStore(ctx, ready),
+            acceptance=AcceptancePoints(ctx, ready),
+            admin=AdminStore(ctx),
+            reclaimer=Reclaimer(ctx, ready, scan_interval=scan_interval),
+        )
+
+    def start(self, *, reclaim: bool = True) -> None:
+        """Initialise the keyspace, load the ready index, start the reclaimer."""
+        self.admin.ensure_initialized()
+        self.ready.start()
+        if reclaim:
+            self.reclaimer.start()
+
+    def close(self) -> None:
+        """Stop background work (the etcd connection is the caller's)."""
+        self.reclaimer.close()
+        self.ready.close()
+
+
+__all__ = [
+    "ClaimLimits",
+    "ClaimResult",
+    "CommitResult",
+    "DrainStatus",
+    "EtcdKV",
+    "Keyspace",
+    "RenewResult",
+    "StageOutcome",
+    "Store",
+    "TaskSpec",
+]

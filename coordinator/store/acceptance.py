@@ -1,0 +1,267 @@
+"""The acceptance points of a held claim: Renew, AuthorizeTool, StageResult, Commit, Release.
+
+Each one reads a FenceView, checks the owner and the fence in the domain (which names the
+reason), then writes behind ``fence_compares`` so the check holds at the write's revision too.
+When the compares fail, it reads again and lets the domain say why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from coordinator.domain.decisions import (
+    Fence,
+    FenceView,
+    Verdict,
+    check_fence,
+    check_owner,
+    decide_commit,
+    decide_renew,
+)
+from coordinator.domain.records import (
+    AttemptRecord,
+    ResultRecord,
+    StagedResult,
+    commit_id,
+    decode,
+    encode,
+)
+from coordinator.domain.states import AttemptEnd, FenceReason, Op, Outcome
+from coordinator.errors import NotFound
+from coordinator.store.context import (
+    StoreContext,
+    attempt_from_kv,
+    claim_from_kv,
+    epoch_from_kv,
+    task_from_kv,
+)
+from coordinator.store.etcd import create_revision_is, delete, get, mod_revision_is, put
+from coordinator.store.fence import fence_compares
+from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.transition import transition, transition_ops
+from coordinator.store.types import CommitResult, RenewResult, StageOutcome
+
+# A renew whose txn lost only to a concurrent renew of the same attempt is tried again.
+_RENEW_TRIES = 3
+
+
+class AcceptancePoints:
+    """Everything a claim holder can do with its fence."""
+
+    def __init__(self, ctx: StoreContext, ready: ReadyIndex) -> None:
+        self._ctx = ctx
+        self._ready = ready
+
+    def view(self, fence: Fence) -> FenceView:
+        """Read task, attempt, live claim, epoch and this revision's result at one revision."""
+        keys = self._ctx.keys
+        snap = self._ctx.kv.read(
+            get(keys.task(fence.task_id)),
+            get(keys.attempt(fence.task_id, fence.attempt_id)),
+            get(keys.claim(fence.task_id)),
+            get(keys.epoch),
+        )
+        task_kv, attempt_kv, claim_kv = snap.range_one(0), snap.range_one(1), snap.range_one(2)
+        if task_kv is None:
+            raise NotFound(f"task {fence.task_id!r} does not exist")
+        if attempt_kv is None:
+            raise NotFound(f"attempt {fence.attempt_id!r} of task {fence.task_id!r} does not exist")
+        attempt = attempt_from_kv(attempt_kv)
+        result_kv = self._ctx.kv.get(keys.result(fence.task_id, attempt.revision))
+        return FenceView(
+            task=task_from_kv(task_kv),
+            attempt=attempt,
+            claim=claim_from_kv(claim_kv) if claim_kv is not None else None,
+            epoch=epoch_from_kv(snap.range_one(3)),
+            result=decode(ResultRecord, result_kv.value) if result_kv is not None else None,
+        )
+
+    def renew(self, fence: Fence, *, principal: str, progress: str) -> RenewResult:
+        """Keep the claim's lease alive, within its bounds."""
+        ctx = self._ctx
+        for _ in range(_RENEW_TRIES):
+            view = self.view(fence)
+            check_owner(view, fence, principal)
+            verdict = check_fence(view, fence)
+            if not verdict.accepted or view.claim is None:
+                return RenewResult(verdict)
+            claim = view.claim
+            verdict, updated = decide_renew(claim, now=ctx.clock.now(), progress=progress)
+            if not verdict.accepted:
+                return RenewResult(verdict)
+            compares = fence_compares(ctx.keys, fence)
+            ops = []
+            if updated is not None:
+                compares.append(mod_revision_is(ctx.keys.claim(fence.task_id), claim.mod_revision))
+                ops.append(
+                    put(ctx.keys.claim(fence.task_id), encode(updated), lease=claim.lease_id)
+                )
+            if not ctx.kv.txn(compares, ops).succeeded:
+                continue  # re-read: fenced meanwhile, or a concurrent renew moved the claim key
+            ttl = ctx.kv.keepalive(claim.lease_id)
+            if ttl <= 0:
+                return RenewResult(
+                    Verdict(Outcome.FENCED, FenceReason.LEASE_EXPIRED, "the lease expired")
+                )
+            now = ctx.clock.now()
+            return RenewResult(
+                verdict, ttl=ttl, lease_expires_at=now + ttl, deadline=claim.deadline
+            )
+        return RenewResult(self._diagnose(fence))
+
+    def authorize_tool(self, fence: Fence, *, principal: str, tool: str, action: str) -> Verdict:
+        """A tool acceptance point: OK only if the fence holds at this revision."""
+        del tool, action  # recorded in the server's audit log, not in etcd
+        view = self.view(fence)
+        check_owner(view, fence, principal)
+        verdict = check_fence(view, fence)
+        if not verdict.accepted:
+            return verdict
+        if self._ctx.kv.txn(fence_compares(self._ctx.keys, fence)).succeeded:
+            return verdict
+        return self._diagnose(fence)
+
+    def stage_result(
+        self, fence: Fence, *, principal: str, result_digest: str, result: bytes, result_ref: str
+    ) -> StageOutcome:
+        """Stage into the attempt's own area: allowed even after fencing, never canonical."""
+        view = self.view(fence)
+        check_owner(view, fence, principal)
+        staged = StagedResult(
+            task_id=fence.task_id,
+            attempt_id=fence.attempt_id,
+            revision=view.attempt.revision,
+            claim_generation=fence.claim_generation,
+            result_digest=result_digest,
+            size=len(result),
+            staged_at=self._ctx.clock.now(),
+            result=result,
+            result_ref=result_ref,
+        )
+        self._ctx.kv.txn(
+            (), [put(self._ctx.keys.staging(fence.task_id, fence.attempt_id), encode(staged))]
+        )
+        current = check_fence(view, fence).accepted
+        return StageOutcome(Verdict(Outcome.OK), current=current)
+
+    def commit(
+        self,
+        fence: Fence,
+        *,
+        principal: str,
+        input_digest: str,
+        result_digest: str,
+        result: bytes,
+        result_ref: str,
+    ) -> CommitResult:
+        """Make the result canonical, once per task revision, behind the fence."""
+        ctx, keys = self._ctx, self._ctx.keys
+        view = self.view(fence)
+        check_owner(view, fence, principal)
+        verdict = decide_commit(view, fence, input_digest=input_digest, result_digest=result_digest)
+        if view.result is not None and verdict.outcome is Outcome.COMMITTED:
+            return CommitResult(verdict, view.result.commit_id, view.task.state)
+        if not verdict.accepted:
+            return CommitResult(verdict)
+
+        task, now = view.task, ctx.clock.now()
+        record = ResultRecord(
+            task_id=task.task_id,
+            revision=task.revision,
+            attempt_id=fence.attempt_id,
+            claim_generation=fence.claim_generation,
+            scheduler_epoch=fence.scheduler_epoch,
+            owner_id=principal,
+            result_digest=result_digest,
+            committed_at=now,
+            result=result,
+            result_ref=result_ref,
+        )
+        after = transition(
+            task,
+            Op.COMMIT,
+            now,
+            result_commit_id=commit_id(fence.attempt_id, fence.claim_generation),
+            result_digest=result_digest,
+            lease_id=0,
+        )
+        compares, ops = transition_ops(
+            ctx,
+            task,
+            after,
+            Op.COMMIT,
+            by=principal,
+            attempt_id=fence.attempt_id,
+            generation=fence.claim_generation,
+            epoch=fence.scheduler_epoch,
+        )
+        result_key = keys.result(task.task_id, task.revision)
+        compares += [*fence_compares(keys, fence), create_revision_is(result_key, 0)]
+        ops += [
+            put(result_key, encode(record)),
+            put(
+                keys.attempt(task.task_id, fence.attempt_id),
+                encode(self._closed(view, AttemptEnd.COMMITTED, now)),
+            ),
+            delete(keys.claim(task.task_id)),
+        ]
+        if not ctx.kv.txn(compares, ops).succeeded:
+            view = self.view(fence)
+            verdict = decide_commit(
+                view, fence, input_digest=input_digest, result_digest=result_digest
+            )
+            if view.result is not None and verdict.outcome is Outcome.COMMITTED:
+                return CommitResult(verdict, view.result.commit_id, view.task.state)
+            return CommitResult(verdict if not verdict.accepted else self._diagnose(fence))
+        ctx.kv.revoke(task.lease_id)
+        return CommitResult(Verdict(Outcome.COMMITTED), after.result_commit_id, after.state)
+
+    def release(self, fence: Fence, *, principal: str, reason: str) -> Verdict:
+        """Give the task back: READY again, the attempt recorded as RELEASED."""
+        ctx, keys = self._ctx, self._ctx.keys
+        view = self.view(fence)
+        check_owner(view, fence, principal)
+        verdict = check_fence(view, fence)
+        if not verdict.accepted:
+            return verdict
+        task, now = view.task, ctx.clock.now()
+        after = transition(
+            task, Op.RELEASE, now, claim_generation=fence.claim_generation, lease_id=0
+        )
+        compares, ops = transition_ops(
+            ctx,
+            task,
+            after,
+            Op.RELEASE,
+            by=principal,
+            attempt_id=fence.attempt_id,
+            generation=fence.claim_generation,
+            epoch=fence.scheduler_epoch,
+            detail=reason,
+        )
+        compares += fence_compares(keys, fence)
+        ops += [
+            put(
+                keys.attempt(task.task_id, fence.attempt_id),
+                encode(self._closed(view, AttemptEnd.RELEASED, now)),
+            ),
+            delete(keys.claim(task.task_id)),
+        ]
+        if not ctx.kv.txn(compares, ops).succeeded:
+            return self._diagnose(fence)
+        ctx.kv.revoke(task.lease_id)
+        self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, after.task_id))
+        return verdict
+
+    def _diagnose(self, fence: Fence) -> Verdict:
+        """Why the fence compares failed, from a fresh read."""
+        verdict = check_fence(self.view(fence), fence)
+        if verdict.accepted:  # the compares failed yet everything reads as current: a race
+            return Verdict(
+                Outcome.FENCED, FenceReason.TASK_MOVED, "the task moved on during the call"
+            )
+        return verdict
+
+    @staticmethod
+    def _closed(view: FenceView, end: AttemptEnd, now: float) -> AttemptRecord:
+        return replace(view.attempt, end=end, ended_at=now)

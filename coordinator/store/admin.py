@@ -1,0 +1,76 @@
+"""Safe-rollback controls: the scheduler epoch, pausing claims, and drain status."""
+
+from __future__ import annotations
+
+from coordinator.domain.records import ResultRecord, StagedResult, decode
+from coordinator.errors import FailedPrecondition
+from coordinator.store.context import StoreContext, epoch_from_kv
+from coordinator.store.etcd import create_revision_is, delete, get, get_prefix, mod_revision_is, put
+from coordinator.store.types import DrainStatus
+
+_CAS_TRIES = 8
+
+
+class AdminStore:
+    """GetEpoch, BumpEpoch, PauseClaims, ResumeClaims, DrainStatus."""
+
+    def __init__(self, ctx: StoreContext) -> None:
+        self._ctx = ctx
+
+    def ensure_initialized(self) -> int:
+        """Create the epoch key (epoch 1) if this keyspace is new; returns the epoch."""
+        key = self._ctx.keys.epoch
+        self._ctx.kv.txn([create_revision_is(key, 0)], [put(key, b"1")])
+        return self.epoch()
+
+    def epoch(self) -> int:
+        """The current scheduler epoch."""
+        return epoch_from_kv(self._ctx.kv.get(self._ctx.keys.epoch))
+
+    def bump_epoch(self, expected: int = 0) -> int:
+        """Raise the epoch by one (CAS); with ``expected``, only from that epoch."""
+        key = self._ctx.keys.epoch
+        for _ in range(_CAS_TRIES):
+            kv = self._ctx.kv.get(key)
+            current = epoch_from_kv(kv)
+            if expected and current != expected:
+                raise FailedPrecondition(f"scheduler epoch is {current}, expected {expected}")
+            compare = mod_revision_is(key, kv.mod_revision if kv is not None else 0)
+            if self._ctx.kv.txn([compare], [put(key, str(current + 1).encode())]).succeeded:
+                return current + 1
+        raise FailedPrecondition("the epoch kept changing; bump again")
+
+    def claims_paused(self) -> bool:
+        """Whether new claims are refused."""
+        return self._ctx.kv.get(self._ctx.keys.claims_paused) is not None
+
+    def pause_claims(self, reason: str) -> None:
+        """Refuse new claims until resumed."""
+        self._ctx.kv.txn((), [put(self._ctx.keys.claims_paused, reason.encode())])
+
+    def resume_claims(self) -> None:
+        """Accept new claims again."""
+        self._ctx.kv.txn((), [delete(self._ctx.keys.claims_paused)])
+
+    def drain_status(self) -> DrainStatus:
+        """Live claims and staged-but-uncommitted results, read at one revision."""
+        keys = self._ctx.keys
+        snap = self._ctx.kv.read(
+            get(keys.epoch),
+            get(keys.claims_paused),
+            get_prefix(keys.claims_prefix, count_only=True),
+            get_prefix(keys.staging_prefix),
+            get_prefix(f"{keys.prefix}/results/"),
+        )
+        committed = {
+            (r.task_id, r.revision)
+            for r in (decode(ResultRecord, kv.value) for kv in snap.range_kvs(4))
+        }
+        staged = [decode(StagedResult, kv.value) for kv in snap.range_kvs(3)]
+        return DrainStatus(
+            epoch=epoch_from_kv(snap.range_one(0)),
+            claims_paused=snap.range_one(1) is not None,
+            active_leases=snap.range_count(2),
+            unknown_effects=0,
+            staged_uncommitted=sum((s.task_id, s.revision) not in committed for s in staged),
+        )

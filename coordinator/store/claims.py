@@ -1,0 +1,190 @@
+"""The claim transaction: Claim and ClaimNext.
+
+One etcd txn moves a task from READY (or from CLAIMED whose claim key is gone) to CLAIMED,
+creates the claim key on a fresh lease, writes the attempt and the event, and takes the task
+out of the ready index. Its revision is the claim generation: the fencing token.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from coordinator.domain.decisions import Fence, Verdict, clamp_ttl, decide_claim
+from coordinator.domain.keys import task_id_from_ready_key
+from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode
+from coordinator.domain.states import AttemptEnd, Op, Outcome, TaskState
+from coordinator.errors import NotFound
+from coordinator.store.context import (
+    StoreContext,
+    attempt_from_kv,
+    epoch_from_kv,
+    new_attempt_id,
+    task_from_kv,
+)
+from coordinator.store.etcd import RequestOp, create_revision_is, get, put
+from coordinator.store.fence import epoch_is
+from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.transition import transition, transition_ops
+from coordinator.store.types import ClaimResult
+
+# ClaimNext picks at random among this many ready keys, so that concurrent workers do not all
+# race for the same head-of-queue key.
+HERD_SPREAD = 8
+CLAIM_NEXT_TRIES = 16
+
+
+class ClaimStore:
+    """Claim and ClaimNext."""
+
+    def __init__(self, ctx: StoreContext, ready: ReadyIndex) -> None:
+        self._ctx = ctx
+        self._ready = ready
+
+    def claim(
+        self,
+        task_id: str,
+        *,
+        principal: str,
+        epoch: int,
+        ttl: int,
+        expected_state_version: int = 0,
+    ) -> ClaimResult:
+        """Claim one task for ``principal`` with a lease of ``ttl`` seconds (clamped)."""
+        ctx, keys = self._ctx, self._ctx.keys
+        task, verdict = self._decide(task_id, epoch, expected_state_version)
+        if not verdict.accepted:
+            return ClaimResult(verdict, task=task)
+
+        granted = clamp_ttl(ttl, ctx.limits)
+        lease_id = ctx.kv.grant(granted)
+        now = ctx.clock.now()
+        number = task.attempt + 1
+        attempt_id = new_attempt_id(number)
+        after = transition(
+            task,
+            Op.CLAIM,
+            now,
+            claim_generation=0,  # this txn's revision; see TaskRecord.claim_generation
+            scheduler_epoch=epoch,
+            attempt=number,
+            attempt_id=attempt_id,
+            owner_id=principal,
+            lease_id=lease_id,
+        )
+        claim = ClaimRecord(
+            attempt_id=attempt_id,
+            owner_id=principal,
+            lease_id=lease_id,
+            ttl=granted,
+            claimed_at=now,
+            deadline=now + ctx.limits.max_claim_duration,
+            stall_timeout=ctx.limits.stall_timeout,
+            progress_at=now,
+        )
+        attempt = AttemptRecord(
+            task_id=task_id,
+            attempt_id=attempt_id,
+            attempt=number,
+            owner_id=principal,
+            revision=task.revision,
+            input_digest=task.input_digest,
+            scheduler_epoch=epoch,
+            ttl=granted,
+            started_at=now,
+        )
+        compares, ops = transition_ops(
+            ctx, task, after, Op.CLAIM, by=principal, attempt_id=attempt_id, epoch=epoch
+        )
+        compares += [
+            create_revision_is(keys.claim(task_id), 0),
+            epoch_is(keys, epoch),
+            create_revision_is(keys.claims_paused, 0),
+        ]
+        ops += [
+            put(keys.claim(task_id), encode(claim), lease=lease_id),
+            put(keys.attempt(task_id, attempt_id), encode(attempt)),
+        ]
+        ops += self._expire_previous(task, now)
+        result = ctx.kv.txn(compares, ops)
+        if not result.succeeded:
+            ctx.kv.revoke(lease_id)
+            return ClaimResult(self._lost_race(task_id, epoch, expected_state_version))
+
+        generation = result.revision
+        fence = Fence(task_id, attempt_id, generation, epoch, task.cancel_generation)
+        claimed = replace(after, claim_generation=generation, state_version=generation)
+        return ClaimResult(
+            Verdict(Outcome.CLAIMED, message=verdict.message),
+            fence=fence,
+            task=claimed,
+            attempt=number,
+            ttl=granted,
+            lease_expires_at=now + granted,
+            deadline=claim.deadline,
+        )
+
+    def claim_next(self, queue: str, *, principal: str, epoch: int, ttl: int) -> ClaimResult:
+        """Claim the next ready task of ``queue`` (or NO_READY_TASK)."""
+        for _ in range(CLAIM_NEXT_TRIES):
+            candidates = self._ready.first(queue, HERD_SPREAD)
+            if not candidates:
+                break
+            key = random.choice(candidates)
+            try:
+                result = self.claim(
+                    task_id_from_ready_key(key), principal=principal, epoch=epoch, ttl=ttl
+                )
+            except NotFound:
+                self._ready.discard(key)
+                continue
+            outcome = result.verdict.outcome
+            if outcome in (Outcome.CLAIMED, Outcome.CLAIMS_PAUSED, Outcome.FENCED):
+                return result
+            self._ready.discard(key)  # a stale hint: someone else took it
+        return ClaimResult(
+            Verdict(Outcome.NO_READY_TASK, message=f"queue {queue!r} has no ready task")
+        )
+
+    def _decide(
+        self, task_id: str, epoch: int, expected_state_version: int
+    ) -> tuple[TaskRecord, Verdict]:
+        keys = self._ctx.keys
+        snap = self._ctx.kv.read(
+            get(keys.task(task_id)),
+            get(keys.claim(task_id)),
+            get(keys.epoch),
+            get(keys.claims_paused),
+        )
+        task_kv = snap.range_one(0)
+        if task_kv is None:
+            raise NotFound(f"task {task_id!r} does not exist")
+        task = task_from_kv(task_kv)
+        verdict = decide_claim(
+            task,
+            claim_alive=snap.range_one(1) is not None,
+            expected_state_version=expected_state_version,
+            caller_epoch=epoch,
+            current_epoch=epoch_from_kv(snap.range_one(2)),
+            paused=snap.range_one(3) is not None,
+        )
+        return task, verdict
+
+    def _lost_race(self, task_id: str, epoch: int, expected_state_version: int) -> Verdict:
+        """After a failed claim txn: the deterministic outcome for the loser."""
+        _, verdict = self._decide(task_id, epoch, expected_state_version)
+        if not verdict.accepted:
+            return verdict
+        return Verdict(Outcome.ALREADY_CLAIMED, message="another claim won the race for the task")
+
+    def _expire_previous(self, task: TaskRecord, now: float) -> list[RequestOp]:
+        """Close the attempt whose lease expired, when claiming over it."""
+        if task.state is not TaskState.CLAIMED or not task.attempt_id:
+            return []
+        key = self._ctx.keys.attempt(task.task_id, task.attempt_id)
+        kv = self._ctx.kv.get(key)
+        if kv is None:
+            return []
+        previous = attempt_from_kv(kv)
+        closed = replace(previous, end=AttemptEnd.EXPIRED, ended_at=now)
+        return [put(key, encode(closed))]

@@ -1,0 +1,62 @@
+"""What every store module shares: the etcd adapter, the key layout, the limits and the clock,
+plus decoding of stored records with their etcd-assigned revisions."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, replace
+
+from coordinator.clock import Clock
+from coordinator.domain.decisions import ClaimLimits
+from coordinator.domain.keys import Keyspace
+from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, decode
+from coordinator.domain.states import TaskState
+from coordinator.store.etcd import KV, EtcdKV
+
+
+@dataclass(frozen=True)
+class StoreContext:
+    """The dependencies of every store operation."""
+
+    kv: EtcdKV
+    keys: Keyspace
+    limits: ClaimLimits
+    clock: Clock
+
+
+def task_from_kv(kv: KV) -> TaskRecord:
+    """Decode a task; while CLAIMED its generation is the claim txn's revision (mod_revision)."""
+    task = decode(TaskRecord, kv.value, state_version=kv.mod_revision)
+    if task.state is TaskState.CLAIMED and task.claim_generation == 0:
+        task = replace(task, claim_generation=kv.mod_revision)
+    return task
+
+
+def claim_from_kv(kv: KV) -> ClaimRecord:
+    """Decode a live claim; its generation is the claim key's create_revision."""
+    return decode(
+        ClaimRecord, kv.value, generation=kv.create_revision, mod_revision=kv.mod_revision
+    )
+
+
+def attempt_from_kv(kv: KV) -> AttemptRecord:
+    """Decode an attempt; a running one's generation is its key's create_revision."""
+    attempt = decode(AttemptRecord, kv.value)
+    if attempt.claim_generation == 0:
+        attempt = replace(attempt, claim_generation=kv.create_revision)
+    return attempt
+
+
+def epoch_from_kv(kv: KV | None) -> int:
+    """The scheduler epoch; an uninitialised keyspace is at epoch 1."""
+    return int(kv.value) if kv is not None else 1
+
+
+def new_attempt_id(attempt: int) -> str:
+    """A fresh attempt id: the attempt number plus randomness (never reused)."""
+    return f"a{attempt}-{secrets.token_hex(6)}"
+
+
+def new_task_id() -> str:
+    """A generated task id."""
+    return f"t-{secrets.token_hex(8)}"

@@ -1,0 +1,131 @@
+"""The reclaimer: returns tasks whose claim lease expired to READY.
+
+An expired lease makes etcd delete the claim key; a watch on the claims prefix reacts to that at
+once, and a periodic scan of the claimed index catches whatever a watch gap missed. Each reclaim
+is a CAS (the task is as read and its claim key is still gone), so every replica can run this
+loop at the same time.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Any
+
+import structlog
+from etcd3 import events as etcd_events
+
+from coordinator.domain.records import encode
+from coordinator.domain.states import AttemptEnd, Op, TaskState
+from coordinator.store.context import StoreContext, attempt_from_kv, task_from_kv
+from coordinator.store.etcd import create_revision_is, get, put
+from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.transition import transition, transition_ops
+
+log = structlog.get_logger(__name__)
+
+RECLAIMER = "coordinator:reclaimer"
+
+
+class Reclaimer:
+    """Watch + scan loop that reclaims expired claims."""
+
+    def __init__(self, ctx: StoreContext, ready: ReadyIndex, *, scan_interval: float = 5.0) -> None:
+        self._ctx = ctx
+        self._ready = ready
+        self._scan_interval = scan_interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._watch_id: int | None = None
+
+    def start(self) -> None:
+        """Start the watch and the periodic scan."""
+        _, revision = self._ctx.kv.range_page(self._ctx.keys.epoch, self._ctx.keys.epoch + "\0")
+        self._watch_id = self._ctx.kv.watch_prefix(
+            self._ctx.keys.claims_prefix, self._on_watch, start_revision=revision + 1
+        )
+        self._thread = threading.Thread(target=self._loop, name="reclaimer", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop both."""
+        self._stop.set()
+        if self._watch_id is not None:
+            self._ctx.kv.cancel_watch(self._watch_id)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def scan(self) -> int:
+        """Reclaim every task of the claimed index whose claim key is gone; returns the count."""
+        keys, kv = self._ctx.keys, self._ctx.kv
+        claimed, revision = kv.range_page(
+            keys.claimed_prefix, kv.prefix_end(keys.claimed_prefix), keys_only=True
+        )
+        alive, _ = kv.range_page(
+            keys.claims_prefix, kv.prefix_end(keys.claims_prefix), revision=revision, keys_only=True
+        )
+        alive_ids = {k.key.rsplit("/", 1)[1] for k in alive}
+        count = 0
+        for item in claimed:
+            task_id = item.key.rsplit("/", 1)[1]
+            if task_id not in alive_ids and self.reclaim(task_id):
+                count += 1
+        return count
+
+    def reclaim(self, task_id: str) -> bool:
+        """Move one CLAIMED task whose claim key is gone back to READY. False if nothing to do."""
+        ctx, keys = self._ctx, self._ctx.keys
+        snap = ctx.kv.read(get(keys.task(task_id)), get(keys.claim(task_id)))
+        task_kv = snap.range_one(0)
+        if task_kv is None or snap.range_one(1) is not None:
+            return False
+        task = task_from_kv(task_kv)
+        if task.state is not TaskState.CLAIMED:
+            return False
+        now = ctx.clock.now()
+        after = transition(task, Op.RECLAIM, now, lease_id=0)
+        compares, ops = transition_ops(
+            ctx,
+            task,
+            after,
+            Op.RECLAIM,
+            by=RECLAIMER,
+            attempt_id=task.attempt_id,
+            generation=task.claim_generation,
+            epoch=task.scheduler_epoch,
+            detail="lease expired",
+        )
+        compares.append(create_revision_is(keys.claim(task_id), 0))
+        attempt_kv = ctx.kv.get(keys.attempt(task_id, task.attempt_id))
+        if attempt_kv is not None:
+            closed = replace(attempt_from_kv(attempt_kv), end=AttemptEnd.EXPIRED, ended_at=now)
+            ops.append(put(keys.attempt(task_id, task.attempt_id), encode(closed)))
+        if not ctx.kv.txn(compares, ops).succeeded:
+            return False
+        self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, task_id))
+        log.info(
+            "reclaimed expired claim",
+            task_id=task_id,
+            attempt=task.attempt,
+            generation=task.claim_generation,
+            epoch=task.scheduler_epoch,
+        )
+        return True
+
+    def _on_watch(self, response: Any) -> None:
+        if isinstance(response, Exception):
+            return  # the periodic scan covers the gap
+        for event in response.events:
+            if isinstance(event, etcd_events.DeleteEvent):
+                task_id = event.key.decode().rsplit("/", 1)[1]
+                try:
+                    self.reclaim(task_id)
+                except Exception as exc:
+                    log.warning("reclaim failed", task_id=task_id, error=str(exc))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._scan_interval):
+            try:
+                self.scan()
+            except Exception as exc:
+                log.warning("reclaim scan failed", error=str(exc))

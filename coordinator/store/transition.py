@@ -1,0 +1,89 @@
+"""How one task transition is written: task record, index keys and event in one txn.
+
+A task moves between states only through ``transition()``: it checks the move against the
+domain's table, and ``transition_ops()`` returns the compare and the writes that keep the ready
+index, the claimed index and the event log in step with the record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from coordinator.domain.records import EventRecord, TaskRecord, encode
+from coordinator.domain.states import Op, TaskState, next_state
+from coordinator.store.context import StoreContext
+from coordinator.store.etcd import (
+    Compare,
+    RequestOp,
+    create_revision_is,
+    delete,
+    mod_revision_is,
+    put,
+)
+
+
+def transition(before: TaskRecord, op: Op, now: float, **changes: Any) -> TaskRecord:
+    """``before`` after ``op``: the next state from the domain table, plus ``changes``."""
+    state = next_state(before.state, op, requires_review=before.requires_review)
+    after = replace(before, state=state, updated_at=now, **changes)
+    if state is TaskState.READY and before.state is not TaskState.READY:
+        after = replace(after, ready_seq=ready_seq(now))
+    if state is not TaskState.READY:
+        after = replace(after, ready_seq=0)
+    return after
+
+
+def ready_seq(now: float) -> int:
+    """FIFO position in the ready index (microseconds; ties are broken by task id)."""
+    return int(now * 1_000_000)
+
+
+def transition_ops(
+    ctx: StoreContext,
+    before: TaskRecord | None,
+    after: TaskRecord,
+    op: Op,
+    *,
+    by: str,
+    attempt_id: str = "",
+    generation: int = 0,
+    epoch: int = 0,
+    detail: str = "",
+) -> tuple[list[Compare], list[RequestOp]]:
+    """The compare (the task is as read) and the writes of one transition."""
+    keys = ctx.keys
+    task_key = keys.task(after.task_id)
+    if before is None:
+        compares = [create_revision_is(task_key, 0)]
+    else:
+        compares = [mod_revision_is(task_key, before.state_version)]
+    ops = [put(task_key, encode(after))]
+    was = before.state if before is not None else None
+    if was is TaskState.READY and before is not None:
+        ops.append(
+            delete(keys.ready(before.queue, before.priority, before.ready_seq, before.task_id))
+        )
+    if after.state is TaskState.READY:
+        ops.append(
+            put(keys.ready(after.queue, after.priority, after.ready_seq, after.task_id), b"")
+        )
+    if was is TaskState.CLAIMED and after.state is not TaskState.CLAIMED:
+        ops.append(delete(keys.claimed(after.task_id)))
+    if after.state is TaskState.CLAIMED:
+        ops.append(put(keys.claimed(after.task_id), b""))
+    event = EventRecord(
+        task_id=after.task_id,
+        op=op,
+        from_state=was,
+        to_state=after.state,
+        at=after.updated_at,
+        by=by,
+        attempt_id=attempt_id,
+        claim_generation=generation,
+        scheduler_epoch=epoch,
+        detail=detail,
+    )
+    prev_version = before.state_version if before is not None else 0
+    ops.append(put(keys.event(after.task_id, prev_version), encode(event)))
+    return compares, ops

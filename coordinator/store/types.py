@@ -1,0 +1,83 @@
+"""What the store's operations take and return (frozen, no etcd types)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.domain.decisions import Fence, Verdict
+from coordinator.domain.records import TaskRecord
+from coordinator.domain.states import TaskState
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task to create. Empty task_id means "generate one"."""
+
+    task_id: str = ""
+    queue: str = "default"
+    priority: int = 0
+    input: bytes = b""
+    input_digest: str = ""
+    requires_review: bool = False
+    non_replayable: bool = False
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """Outcome of Claim/ClaimNext; ``fence`` is set only when the outcome is CLAIMED."""
+
+    verdict: Verdict
+    fence: Fence | None = None
+    task: TaskRecord | None = None
+    attempt: int = 0
+    ttl: int = 0
+    lease_expires_at: float = 0.0
+    deadline: float = 0.0
+
+
+@dataclass(frozen=True)
+class RenewResult:
+    """Outcome of Renew; the times are set when the outcome is OK."""
+
+    verdict: Verdict
+    ttl: int = 0
+    lease_expires_at: float = 0.0
+    deadline: float = 0.0
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    """Outcome of StageResult; ``current`` tells whether the attempt still holds the claim."""
+
+    verdict: Verdict
+    current: bool = False
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """Outcome of Commit; ``result_commit_id`` and ``state`` are set when COMMITTED."""
+
+    verdict: Verdict
+    result_commit_id: str = ""
+    state: TaskState | None = None
+
+
+@dataclass(frozen=True)
+class DrainStatus:
+    """What still runs; drained when claims are paused and every count is zero."""
+
+    epoch: int
+    claims_paused: bool
+    active_leases: int
+    unknown_effects: int
+    staged_uncommitted: int
+
+    @property
+    def drained(self) -> bool:
+        """Whether it is safe to switch pools."""
+        return (
+            self.claims_paused
+            and self.active_leases == 0
+            and self.unknown_effects == 0
+            and self.staged_uncommitted == 0
+        )
