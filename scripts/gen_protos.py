@@ -1,7 +1,7 @@
 """Regenerate the Python code for protos/coordinator/v1/*.proto into coordinator/v1/.
 
-Run: python scripts/gen_protos.py            (writes coordinator/v1/)
-     python scripts/gen_protos.py --out DIR  (writes DIR/coordinator/v1/, used by the freshness test)
+Run: python scripts/gen_protos.py           (writes coordinator/v1/)
+     python scripts/gen_protos.py --out DIR (writes DIR/coordinator/v1/; the freshness test)
 
 The versions of grpcio-tools and mypy-protobuf are pinned in pyproject.toml's dev extra, so the
 output is byte-for-byte reproducible.
@@ -10,6 +10,7 @@ output is byte-for-byte reproducible.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -30,6 +31,9 @@ def generate(out: Path) -> None:
     package_dir.mkdir(parents=True, exist_ok=True)
     (package_dir / "__init__.py").write_text('"""Generated wire contract (do not edit)."""\n')
     include = str(Path(protoc.__file__).parent / "_proto")
+    # protoc finds its mypy plugins (protoc-gen-mypy*) on PATH: use this interpreter's.
+    bindir = str(Path(sys.executable).parent)
+    os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     args = [
         "protoc",
         f"-I{PROTO_ROOT}",

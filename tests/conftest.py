@@ -1,0 +1,40 @@
+"""Suite-wide fixtures: one real etcd per session, a fresh key prefix per test."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import etcd3
+import pytest
+
+from coordinator.etcd_process import EtcdProcess, find_etcd_binary
+
+# grpc honours $http_proxy; our etcd is on loopback, so never route through a proxy.
+GRPC_OPTIONS = [("grpc.enable_http_proxy", 0)]
+
+
+@pytest.fixture(scope="session")
+def etcd() -> Iterator[EtcdProcess]:
+    """A single-member etcd on free loopback ports, started once for the whole session."""
+    with EtcdProcess(binary=find_etcd_binary()) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="session")
+def etcd_client(etcd: EtcdProcess) -> Iterator[Any]:
+    """An ``etcd3`` client connected to the session etcd."""
+    client = etcd3.client(etcd.host, etcd.port, timeout=10, grpc_options=GRPC_OPTIONS)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def prefix(request: pytest.FixtureRequest) -> str:
+    """A key prefix no other test uses: ``/t/<test name>-<8 hex>``."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name).strip("_")[:60]
+    return f"/t/{name}-{secrets.token_hex(4)}"
