@@ -56,8 +56,7 @@ class ClaimStore:
         if not verdict.accepted:
             return ClaimResult(verdict, task=task)
 
-        granted = clamp_ttl(ttl, ctx.limits)
-        lease_id = ctx.kv.grant(granted)
+        lease_id, granted = ctx.kv.grant(clamp_ttl(ttl, ctx.limits))
         now = ctx.clock.now()
         number = task.attempt + 1
         attempt_id = new_attempt_id(number)

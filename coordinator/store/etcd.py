@@ -216,14 +216,15 @@ class EtcdKV:
         """The end of the range that covers every key starting with ``prefix``."""
         return str(utils.prefix_range_end(prefix.encode()).decode())
 
-    def grant(self, ttl: int) -> int:
-        """Grant a lease of ``ttl`` seconds and return its id."""
+    def grant(self, ttl: int) -> tuple[int, int]:
+        """Grant a lease of ``ttl`` seconds; returns its id and the TTL etcd actually granted
+        (etcd raises TTLs below its own minimum, about 2 s with default election settings)."""
         request = etcdrpc.LeaseGrantRequest(TTL=ttl, ID=0)
         response = self._call(
             "lease grant",
             lambda: self._client.leasestub.LeaseGrant(request, self._timeout, **self._auth()),
         )
-        return int(response.ID)
+        return int(response.ID), int(response.TTL)
 
     def keepalive(self, lease_id: int) -> int:
         """Refresh a lease to its granted TTL; returns the new TTL, 0 if the lease is gone."""

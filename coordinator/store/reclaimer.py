@@ -8,7 +8,9 @@ loop at the same time.
 
 from __future__ import annotations
 
+import queue
 import threading
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -35,6 +37,9 @@ class Reclaimer:
         self._ready = ready
         self._scan_interval = scan_interval
         self._stop = threading.Event()
+        # Task ids whose claim key was deleted, handed from the watch thread to the loop, so a
+        # slow reclaim never holds up the client's shared watch thread.
+        self._deleted: queue.Queue[str] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._watch_id: int | None = None
 
@@ -50,6 +55,7 @@ class Reclaimer:
     def close(self) -> None:
         """Stop both."""
         self._stop.set()
+        self._deleted.put("")  # wake the loop
         if self._watch_id is not None:
             self._ctx.kv.cancel_watch(self._watch_id)
         if self._thread is not None:
@@ -117,15 +123,20 @@ class Reclaimer:
             return  # the periodic scan covers the gap
         for event in response.events:
             if isinstance(event, etcd_events.DeleteEvent):
-                task_id = event.key.decode().rsplit("/", 1)[1]
-                try:
-                    self.reclaim(task_id)
-                except Exception as exc:
-                    log.warning("reclaim failed", task_id=task_id, error=str(exc))
+                self._deleted.put(event.key.decode().rsplit("/", 1)[1])
 
     def _loop(self) -> None:
-        while not self._stop.wait(self._scan_interval):
+        next_scan = time.monotonic() + self._scan_interval
+        while not self._stop.is_set():
             try:
-                self.scan()
+                task_id = self._deleted.get(timeout=max(0.0, next_scan - time.monotonic()))
+            except queue.Empty:
+                task_id = None
+            try:
+                if task_id:
+                    self.reclaim(task_id)
+                elif task_id is None:
+                    self.scan()
+                    next_scan = time.monotonic() + self._scan_interval
             except Exception as exc:
-                log.warning("reclaim scan failed", error=str(exc))
+                log.warning("reclaim failed", task_id=task_id, error=str(exc))
