@@ -79,7 +79,12 @@ class Keyspace:
 
     def result(self, task_id: str, revision: int) -> str:
         """The canonical result of one task revision; created at most once, by commit."""
-        return f"{self.prefix}/results/{task_id}/{revision:010d}"
+        return f"{self.results_prefix}{task_id}/{revision:010d}"
+
+    @property
+    def results_prefix(self) -> str:
+        """Range of every canonical result."""
+        return f"{self.prefix}/results/"
 
     def event(self, task_id: str, prev_state_version: int) -> str:
         """A transition event, keyed by the task's state_version before the transition.

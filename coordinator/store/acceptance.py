@@ -52,8 +52,9 @@ class AcceptancePoints:
         self._ctx = ctx
         self._ready = ready
 
-    def view(self, fence: Fence) -> FenceView:
-        """Read task, attempt, live claim, epoch and this revision's result at one revision."""
+    def view(self, fence: Fence, *, with_result: bool = False) -> FenceView:
+        """Read task, attempt, live claim and epoch at one revision (and, for commits, the
+        canonical result of the attempt's task revision)."""
         keys = self._ctx.keys
         snap = self._ctx.kv.read(
             get(keys.task(fence.task_id)),
@@ -67,7 +68,9 @@ class AcceptancePoints:
         if attempt_kv is None:
             raise NotFound(f"attempt {fence.attempt_id!r} of task {fence.task_id!r} does not exist")
         attempt = attempt_from_kv(attempt_kv)
-        result_kv = self._ctx.kv.get(keys.result(fence.task_id, attempt.revision))
+        result_kv = None
+        if with_result:
+            result_kv = self._ctx.kv.get(keys.result(fence.task_id, attempt.revision))
         return FenceView(
             task=task_from_kv(task_kv),
             attempt=attempt,
@@ -156,7 +159,7 @@ class AcceptancePoints:
     ) -> CommitResult:
         """Make the result canonical, once per task revision, behind the fence."""
         ctx, keys = self._ctx, self._ctx.keys
-        view = self.view(fence)
+        view = self.view(fence, with_result=True)
         check_owner(view, fence, principal)
         verdict = decide_commit(view, fence, input_digest=input_digest, result_digest=result_digest)
         if view.result is not None and verdict.outcome is Outcome.COMMITTED:
@@ -206,7 +209,7 @@ class AcceptancePoints:
             delete(keys.claim(task.task_id)),
         ]
         if not ctx.kv.txn(compares, ops).succeeded:
-            view = self.view(fence)
+            view = self.view(fence, with_result=True)
             verdict = decide_commit(
                 view, fence, input_digest=input_digest, result_digest=result_digest
             )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.domain.records import ResultRecord, StagedResult, decode
+from coordinator.domain.records import StagedResult, decode
 from coordinator.errors import FailedPrecondition
 from coordinator.store.context import StoreContext, epoch_from_kv
 from coordinator.store.etcd import create_revision_is, delete, get, get_prefix, mod_revision_is, put
@@ -60,11 +60,14 @@ class AdminStore:
             get(keys.claims_paused),
             get_prefix(keys.claims_prefix, count_only=True),
             get_prefix(keys.staging_prefix),
-            get_prefix(f"{keys.prefix}/results/"),
+            get_prefix(keys.results_prefix, keys_only=True),
         )
+        # Result keys end in {task_id}/{revision}: no need to read the (large) values.
         committed = {
-            (r.task_id, r.revision)
-            for r in (decode(ResultRecord, kv.value) for kv in snap.range_kvs(4))
+            (task_id, int(revision))
+            for task_id, revision in (
+                kv.key[len(keys.results_prefix) :].rsplit("/", 1) for kv in snap.range_kvs(4)
+            )
         }
         staged = [decode(StagedResult, kv.value) for kv in snap.range_kvs(3)]
         return DrainStatus(

@@ -109,13 +109,14 @@ def get(key: str) -> RequestOp:
     return etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=key.encode()))
 
 
-def get_prefix(prefix: str, *, count_only: bool = False) -> RequestOp:
-    """Read (or count) every key under ``prefix``."""
+def get_prefix(prefix: str, *, count_only: bool = False, keys_only: bool = False) -> RequestOp:
+    """Read (or count, or list the keys of) every key under ``prefix``."""
     return etcdrpc.RequestOp(
         request_range=etcdrpc.RangeRequest(
             key=prefix.encode(),
             range_end=utils.prefix_range_end(prefix.encode()),
             count_only=count_only,
+            keys_only=keys_only,
         )
     )
 
