@@ -18,6 +18,7 @@ import grpc
 from etcd3 import etcdrpc, utils
 
 from coordinator.errors import StoreUnavailable
+from coordinator.store.watch import PrefixWatch, WatchEvent
 
 Compare = Any  # etcdrpc.Compare (generated, untyped)
 RequestOp = Any  # etcdrpc.RequestOp
@@ -251,21 +252,21 @@ class EtcdKV:
             self._translate("lease revoke", exc)
 
     def watch_prefix(
-        self, prefix: str, callback: Callable[[Any], None], *, start_revision: int
-    ) -> int:
-        """Call ``callback`` with every watch response (or exception) under ``prefix``."""
-        return int(
-            self._call(
-                "watch",
-                lambda: self._client.add_watch_prefix_callback(
-                    prefix, callback, start_revision=start_revision
-                ),
-            )
-        )
-
-    def cancel_watch(self, watch_id: int) -> None:
-        """Stop a watch started by ``watch_prefix``."""
-        self._client.cancel_watch(watch_id)
+        self,
+        prefix: str,
+        *,
+        start_revision: int,
+        on_events: Callable[[list[WatchEvent]], None],
+        on_compacted: Callable[[], None],
+    ) -> PrefixWatch:
+        """Follow every change under ``prefix`` from ``start_revision`` (see store/watch.py)."""
+        return PrefixWatch(
+            self._client,
+            prefix,
+            start_revision=start_revision,
+            on_events=on_events,
+            on_compacted=on_compacted,
+        ).start()
 
     def _auth(self) -> dict[str, Any]:
         return {"credentials": self._client.call_credentials, "metadata": self._client.metadata}

@@ -9,13 +9,13 @@ compares the task record itself, so a stale entry costs one failed attempt, neve
 from __future__ import annotations
 
 import threading
-from typing import Any
+import time
 
 import structlog
-from etcd3 import events as etcd_events
 from sortedcontainers import SortedList
 
 from coordinator.store.context import StoreContext
+from coordinator.store.watch import PrefixWatch, WatchEvent
 
 log = structlog.get_logger(__name__)
 
@@ -30,7 +30,7 @@ class ReadyIndex:
         self._root = ctx.keys.ready_prefix()
         self._lock = threading.Lock()
         self._queues: dict[str, SortedList] = {}
-        self._watch_id: int | None = None
+        self._watch: PrefixWatch | None = None
         self._closed = False
 
     def start(self) -> None:
@@ -40,9 +40,9 @@ class ReadyIndex:
     def close(self) -> None:
         """Stop the watch."""
         self._closed = True
-        if self._watch_id is not None:
-            self._ctx.kv.cancel_watch(self._watch_id)
-            self._watch_id = None
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
 
     def first(self, queue: str, count: int) -> list[str]:
         """Up to ``count`` ready keys of ``queue`` in claim order (full etcd keys)."""
@@ -77,9 +77,6 @@ class ReadyIndex:
 
     def _reload(self) -> None:
         kv = self._ctx.kv
-        if self._watch_id is not None:
-            kv.cancel_watch(self._watch_id)
-            self._watch_id = None
         queues: dict[str, SortedList] = {}
         start, end = self._root, kv.prefix_end(self._root)
         revision = 0
@@ -93,24 +90,27 @@ class ReadyIndex:
             start = page[-1].key + "\0"
         with self._lock:
             self._queues = queues
-        self._watch_id = kv.watch_prefix(self._root, self._on_watch, start_revision=revision + 1)
+        self._watch = kv.watch_prefix(
+            self._root,
+            start_revision=revision + 1,
+            on_events=self._on_events,
+            on_compacted=self._reload_quietly,
+        )
 
-    def _on_watch(self, response: Any) -> None:
-        if isinstance(response, Exception):
-            if self._closed:
-                return
-            log.warning("ready index watch failed; reloading", error=str(response))
-            threading.Thread(target=self._reload_quietly, daemon=True).start()
-            return
-        for event in response.events:
-            key = event.key.decode()
-            if isinstance(event, etcd_events.DeleteEvent):
-                self.discard(key)
+    def _on_events(self, events: list[WatchEvent]) -> None:
+        for event in events:
+            if event.deleted:
+                self.discard(event.key)
             else:
-                self.add(key)
+                self.add(event.key)
 
     def _reload_quietly(self) -> None:
-        try:
-            self._reload()
-        except Exception as exc:
-            log.error("ready index reload failed", error=str(exc))
+        # Runs on the broken watch's own thread, which ends right after this returns; retry
+        # until etcd answers, since a ready index that stopped following would go stale.
+        while not self._closed:
+            try:
+                self._reload()
+                return
+            except Exception as exc:
+                log.error("ready index reload failed; retrying", error=str(exc))
+                time.sleep(1.0)

@@ -12,10 +12,8 @@ import queue
 import threading
 import time
 from dataclasses import replace
-from typing import Any
 
 import structlog
-from etcd3 import events as etcd_events
 
 from coordinator.domain.records import encode
 from coordinator.domain.states import AttemptEnd, Op, TaskState
@@ -23,6 +21,7 @@ from coordinator.store.context import StoreContext, attempt_from_kv, task_from_k
 from coordinator.store.etcd import create_revision_is, get, put
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
+from coordinator.store.watch import PrefixWatch, WatchEvent
 
 log = structlog.get_logger(__name__)
 
@@ -41,13 +40,17 @@ class Reclaimer:
         # slow reclaim never holds up the client's shared watch thread.
         self._deleted: queue.Queue[str] = queue.Queue()
         self._thread: threading.Thread | None = None
-        self._watch_id: int | None = None
+        self._watch: PrefixWatch | None = None
 
     def start(self) -> None:
         """Start the watch and the periodic scan."""
         _, revision = self._ctx.kv.range_page(self._ctx.keys.epoch, self._ctx.keys.epoch + "\0")
-        self._watch_id = self._ctx.kv.watch_prefix(
-            self._ctx.keys.claims_prefix, self._on_watch, start_revision=revision + 1
+        self._watch = self._ctx.kv.watch_prefix(
+            self._ctx.keys.claims_prefix,
+            start_revision=revision + 1,
+            on_events=self._on_events,
+            # Missed deletions are exactly what the periodic scan finds.
+            on_compacted=lambda: None,
         )
         self._thread = threading.Thread(target=self._loop, name="reclaimer", daemon=True)
         self._thread.start()
@@ -56,8 +59,8 @@ class Reclaimer:
         """Stop both."""
         self._stop.set()
         self._deleted.put("")  # wake the loop
-        if self._watch_id is not None:
-            self._ctx.kv.cancel_watch(self._watch_id)
+        if self._watch is not None:
+            self._watch.close()
         if self._thread is not None:
             self._thread.join(timeout=5)
 
@@ -118,12 +121,10 @@ class Reclaimer:
         )
         return True
 
-    def _on_watch(self, response: Any) -> None:
-        if isinstance(response, Exception):
-            return  # the periodic scan covers the gap
-        for event in response.events:
-            if isinstance(event, etcd_events.DeleteEvent):
-                self._deleted.put(event.key.decode().rsplit("/", 1)[1])
+    def _on_events(self, events: list[WatchEvent]) -> None:
+        for event in events:
+            if event.deleted:
+                self._deleted.put(event.key.rsplit("/", 1)[1])
 
     def _loop(self) -> None:
         next_scan = time.monotonic() + self._scan_interval
