@@ -155,6 +155,8 @@ class EtcdKV:
                     secure=creds is not None,
                     creds=creds,
                     time_retry=2.0,
+                    # etcd is reached directly; an $http_proxy meant for the web must not apply.
+                    opts=[("grpc.enable_http_proxy", 0)],
                 )
             )
         try:
