@@ -17,7 +17,7 @@ def digest_of(data: bytes) -> str:
 
 def is_digest(value: str) -> bool:
     """Whether ``value`` is a well-formed digest."""
-    return bool(_DIGEST.match(value))
+    return bool(_DIGEST.fullmatch(value))
 
 
 def check_digest(field: str, value: str, *, data: bytes | None = None) -> str:
@@ -31,6 +31,6 @@ def check_digest(field: str, value: str, *, data: bytes | None = None) -> str:
         raise InvalidArgument(
             f"{field} must be 'sha256:' followed by 64 lowercase hex digits, got {value[:80]!r}"
         )
-    if data is not None and data and digest_of(data) != value:
+    if data is not None and digest_of(data) != value:
         raise InvalidArgument(f"{field} {value} is not the sha256 of the bytes sent")
     return value

@@ -76,7 +76,9 @@ class Op(StrEnum):
 
 
 # Every legal (from, op) -> to. A transition not listed here is a bug, and the store refuses to
-# write it. ``None`` as "from" means the task did not exist.
+# write it. ``None`` as "from" means the task did not exist. WAITING (dependencies) and
+# NEEDS_APPROVAL (uncertain effects of a non-replayable task) are in the wire contract, but no
+# operation leads into them yet, so no entry starts from them.
 TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
     (None, Op.CREATE): TaskState.READY,
     (TaskState.READY, Op.CLAIM): TaskState.CLAIMED,
@@ -85,15 +87,11 @@ TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
     (TaskState.CLAIMED, Op.COMMIT): TaskState.DONE,
     (TaskState.CLAIMED, Op.RELEASE): TaskState.READY,
     (TaskState.CLAIMED, Op.RECLAIM): TaskState.READY,
-    (TaskState.WAITING, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.READY, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.CLAIMED, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.REVIEW, Op.CANCEL): TaskState.CANCELLED,
-    (TaskState.NEEDS_APPROVAL, Op.CANCEL): TaskState.CANCELLED,
-    (TaskState.WAITING, Op.UPDATE_INPUT): TaskState.WAITING,
     (TaskState.READY, Op.UPDATE_INPUT): TaskState.READY,
     (TaskState.CLAIMED, Op.UPDATE_INPUT): TaskState.READY,
-    (TaskState.NEEDS_APPROVAL, Op.UPDATE_INPUT): TaskState.READY,
 }
 
 # A committed task with requires_review goes to REVIEW instead of DONE.
@@ -104,6 +102,11 @@ TRANSITIONS_WITH_REVIEW: dict[tuple[TaskState | None, Op], TaskState] = {
 }
 
 TERMINAL_STATES = frozenset({TaskState.DONE, TaskState.CANCELLED, TaskState.FAILED})
+
+# States in which the task's current revision may still get its canonical commit.
+UNCOMMITTED_STATES = frozenset(
+    {TaskState.WAITING, TaskState.READY, TaskState.CLAIMED, TaskState.NEEDS_APPROVAL}
+)
 
 
 class IllegalTransition(Exception):

@@ -20,7 +20,7 @@ def task_id(value: str, field: str = "task_id") -> str:
     """A task id: 1-128 characters of [A-Za-z0-9._:-]."""
     if not value:
         raise InvalidArgument(f"{field} is required")
-    if not _TASK_ID.match(value):
+    if not _TASK_ID.fullmatch(value):
         raise InvalidArgument(
             f"{field} must be 1-128 characters of [A-Za-z0-9._:-], got {value[:140]!r}"
         )
@@ -29,7 +29,7 @@ def task_id(value: str, field: str = "task_id") -> str:
 
 def queue(value: str) -> str:
     """A queue name: 1-64 characters of [A-Za-z0-9._-]."""
-    if not _QUEUE.match(value):
+    if not _QUEUE.fullmatch(value):
         raise InvalidArgument(
             f"queue must be 1-64 characters of [A-Za-z0-9._-], got {value[:80]!r}"
         )
@@ -40,7 +40,7 @@ def attempt_id(value: str) -> str:
     """An attempt id as issued by a claim."""
     if not value:
         raise InvalidArgument("fence.attempt_id is required")
-    if not _ATTEMPT_ID.match(value):
+    if not _ATTEMPT_ID.fullmatch(value):
         raise InvalidArgument(f"fence.attempt_id is malformed: {value[:80]!r}")
     return value
 

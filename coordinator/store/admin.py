@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from coordinator.domain.records import StagedResult, decode
+from coordinator.domain.states import UNCOMMITTED_STATES
 from coordinator.errors import FailedPrecondition
-from coordinator.store.context import StoreContext, epoch_from_kv
+from coordinator.store.context import StoreContext, epoch_from_kv, task_from_kv
 from coordinator.store.etcd import create_revision_is, delete, get, get_prefix, mod_revision_is, put
 from coordinator.store.types import DrainStatus
 
 _CAS_TRIES = 8
+# etcd allows 128 operations per txn.
+_READ_BATCH = 100
 
 
 class AdminStore:
@@ -53,27 +56,42 @@ class AdminStore:
         self._ctx.kv.txn((), [delete(self._ctx.keys.claims_paused)])
 
     def drain_status(self) -> DrainStatus:
-        """Live claims and staged-but-uncommitted results, read at one revision."""
-        keys = self._ctx.keys
-        snap = self._ctx.kv.read(
+        """Live claims, and staged results that their task revision may still commit."""
+        keys, kv = self._ctx.keys, self._ctx.kv
+        snap = kv.read(
             get(keys.epoch),
             get(keys.claims_paused),
             get_prefix(keys.claims_prefix, count_only=True),
             get_prefix(keys.staging_prefix),
-            get_prefix(keys.results_prefix, keys_only=True),
         )
-        # Result keys end in {task_id}/{revision}: no need to read the (large) values.
-        committed = {
-            (task_id, int(revision))
-            for task_id, revision in (
-                kv.key[len(keys.results_prefix) :].rsplit("/", 1) for kv in snap.range_kvs(4)
-            )
-        }
-        staged = [decode(StagedResult, kv.value) for kv in snap.range_kvs(3)]
+        staged = [decode(StagedResult, item.value) for item in snap.range_kvs(3)]
         return DrainStatus(
             epoch=epoch_from_kv(snap.range_one(0)),
             claims_paused=snap.range_one(1) is not None,
             active_leases=snap.range_count(2),
             unknown_effects=0,
-            staged_uncommitted=sum((s.task_id, s.revision) not in committed for s in staged),
+            staged_uncommitted=self._count_pending(staged, snap.revision),
+        )
+
+    def _count_pending(self, staged: list[StagedResult], revision: int) -> int:
+        """Staged results whose task is still at that revision and not yet committed. A result
+        staged for a revision that was committed, cancelled or superseded by new input can
+        never become canonical, so it does not hold up a drain."""
+        task_ids = sorted({s.task_id for s in staged})
+        tasks = {}
+        for start in range(0, len(task_ids), _READ_BATCH):
+            batch = task_ids[start : start + _READ_BATCH]
+            snap = self._ctx.kv.read(
+                *(get(self._ctx.keys.task(t), revision=revision) for t in batch)
+            )
+            for i, task_id in enumerate(batch):
+                item = snap.range_one(i)
+                if item is not None:
+                    tasks[task_id] = task_from_kv(item)
+        return sum(
+            1
+            for s in staged
+            if (task := tasks.get(s.task_id)) is not None
+            and task.revision == s.revision
+            and task.state in UNCOMMITTED_STATES
         )

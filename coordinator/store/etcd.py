@@ -105,9 +105,11 @@ def delete(key: str) -> RequestOp:
     return etcdrpc.RequestOp(request_delete_range=etcdrpc.DeleteRangeRequest(key=key.encode()))
 
 
-def get(key: str) -> RequestOp:
-    """Read one key (inside a txn, at the txn's revision)."""
-    return etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=key.encode()))
+def get(key: str, *, revision: int = 0) -> RequestOp:
+    """Read one key (inside a txn: at the txn's revision, or at ``revision`` if given)."""
+    return etcdrpc.RequestOp(
+        request_range=etcdrpc.RangeRequest(key=key.encode(), revision=revision)
+    )
 
 
 def get_prefix(prefix: str, *, count_only: bool = False, keys_only: bool = False) -> RequestOp:

@@ -45,12 +45,15 @@ class ReadyIndex:
             self._watch = None
 
     def first(self, queue: str, count: int) -> list[str]:
-        """Up to ``count`` ready keys of ``queue`` in claim order (full etcd keys)."""
+        """Up to ``count`` ready keys of ``queue`` in claim order (full etcd keys), all of the
+        highest priority that has a ready task: spreading claims must never skip a priority."""
         with self._lock:
             keys = self._queues.get(queue)
             if not keys:
                 return []
-            return [self._root + k for k in keys[:count]]
+            head = keys[:count]
+        priority = _priority_part(head[0])
+        return [self._root + k for k in head if _priority_part(k) == priority]
 
     def add(self, key: str) -> None:
         """Record a ready key (from a watch event, or right after our own write)."""
@@ -114,3 +117,8 @@ class ReadyIndex:
             except Exception as exc:
                 log.error("ready index reload failed; retrying", error=str(exc))
                 time.sleep(1.0)
+
+
+def _priority_part(rel: str) -> str:
+    """The priority segment of a ready key relative to the index root ({queue}/{prio}/...)."""
+    return rel.split("/", 2)[1]

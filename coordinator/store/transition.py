@@ -60,14 +60,13 @@ def transition_ops(
         compares = [mod_revision_is(task_key, before.state_version)]
     ops = [put(task_key, encode(after))]
     was = before.state if before is not None else None
-    if was is TaskState.READY and before is not None:
-        ops.append(
-            delete(keys.ready(before.queue, before.priority, before.ready_seq, before.task_id))
-        )
-    if after.state is TaskState.READY:
-        ops.append(
-            put(keys.ready(after.queue, after.priority, after.ready_seq, after.task_id), b"")
-        )
+    # etcd refuses a txn that names one key twice, so an unchanged ready key is left alone.
+    old_ready = _ready_key(ctx, before) if before is not None else None
+    new_ready = _ready_key(ctx, after)
+    if old_ready is not None and old_ready != new_ready:
+        ops.append(delete(old_ready))
+    if new_ready is not None and new_ready != old_ready:
+        ops.append(put(new_ready, b""))
     if was is TaskState.CLAIMED and after.state is not TaskState.CLAIMED:
         ops.append(delete(keys.claimed(after.task_id)))
     if after.state is TaskState.CLAIMED:
@@ -87,3 +86,9 @@ def transition_ops(
     prev_version = before.state_version if before is not None else 0
     ops.append(put(keys.event(after.task_id, prev_version), encode(event)))
     return compares, ops
+
+
+def _ready_key(ctx: StoreContext, task: TaskRecord) -> str | None:
+    if task.state is not TaskState.READY:
+        return None
+    return ctx.keys.ready(task.queue, task.priority, task.ready_seq, task.task_id)

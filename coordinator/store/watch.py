@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
 import structlog
 from etcd3 import etcdrpc, utils
 from etcd3.etcdrpc import kv_pb2
@@ -83,7 +82,10 @@ class PrefixWatch:
                 log.warning("watch history compacted; owner reloads", prefix=self._prefix.decode())
                 self._on_compacted()
                 return
-            except grpc.RpcError as exc:
+            except Exception as exc:
+                # Anything else (a broken stream, or the client refusing a channel while every
+                # endpoint is marked failed) is transient: a watch that stopped for good would
+                # fail silently, so resume from the last revision seen.
                 if self._stop.is_set():
                     return
                 log.warning("watch broken; resuming", prefix=self._prefix.decode(), error=str(exc))

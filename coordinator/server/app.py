@@ -1,0 +1,193 @@
+"""The gRPC server: three servicers, health and reflection; and ``serve`` for the CLI.
+
+``build_server`` is the factory tests use (bind ``:0``, get the port back). ``serve`` is the
+whole life of a replica: connect to etcd, start the store, serve, and on SIGTERM/SIGINT stop
+taking calls, let in-flight ones finish, then close the store.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from contextlib import contextmanager
+from types import FrameType
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from coordinator.config import Config
+from coordinator.errors import ConfigError, CoordinatorError
+from coordinator.logging import configure_logging
+from coordinator.server.admin_service import AdminService
+from coordinator.server.task_service import TaskService
+from coordinator.server.worker_service import WorkerService
+from coordinator.store import EtcdKV, Keyspace, Store
+from coordinator.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    tasks_pb2,
+    tasks_pb2_grpc,
+    worker_pb2,
+    worker_pb2_grpc,
+)
+
+log = structlog.get_logger(__name__)
+
+SERVICE_NAMES = (
+    worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+    tasks_pb2.DESCRIPTOR.services_by_name["TaskService"].full_name,
+    admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+)
+"""Fully qualified names of the coordinator's services (as health and reflection know them)."""
+
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def build_server(
+    store: Store,
+    *,
+    listen: str = "127.0.0.1:0",
+    max_workers: int = 32,
+    health_interval: float = 3.0,
+) -> tuple[grpc.Server, int]:
+    """Build, bind and start a server for ``store``; returns it with its bound port.
+
+    The server is already started (do not call ``start()`` again); ``server.stop(grace)`` ends
+    it and the health checker with it. Health is SERVING only while etcd answers: a checker reads
+    the epoch every ``health_interval`` seconds, so a load balancer stops routing to a replica
+    that cannot reach its store.
+    """
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+        # grpc sets SO_REUSEPORT by default: a second replica on a taken port would then bind
+        # silently and share its calls with whatever already listens there (maybe another
+        # keyspace). Fail loudly instead.
+        options=[("grpc.so_reuseport", 0)],
+    )
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerService(store), server)
+    tasks_pb2_grpc.add_TaskServiceServicer_to_server(TaskService(store), server)
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(store), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError as exc:  # grpc raises a bare RuntimeError when it cannot bind
+        raise ConfigError(f"listen: cannot bind {listen!r}: {exc}") from exc
+    server.start()
+    checker = _HealthChecker(store, health_servicer, server, health_interval)
+    checker.check()  # the first answer already reflects etcd, not an optimistic default
+    threading.Thread(target=checker.run, name="health-checker", daemon=True).start()
+    return server, port
+
+
+class _HealthChecker:
+    """Sets SERVING / NOT_SERVING from whether etcd answers; stops with the server."""
+
+    def __init__(
+        self,
+        store: Store,
+        servicer: health.HealthServicer,
+        server: grpc.Server,
+        interval: float,
+    ) -> None:
+        self._store = store
+        self._servicer = servicer
+        self._server = server
+        self._interval = interval
+        self._serving: bool | None = None
+
+    def check(self) -> None:
+        """Read the epoch once and publish the result for "" and every service."""
+        error = ""
+        try:
+            self._store.admin.epoch()
+            serving = True
+        except CoordinatorError as exc:
+            serving = False
+            error = str(exc)
+        except Exception as exc:  # the checker must outlive any surprise
+            serving = False
+            error = f"{type(exc).__name__}: {exc}"
+        status = _SERVING if serving else _NOT_SERVING
+        for name in ("", *SERVICE_NAMES):
+            self._servicer.set(name, status)
+        if serving != self._serving:  # log transitions, not every tick
+            if serving:
+                log.info("health: SERVING")
+            else:
+                log.warning("health: NOT_SERVING", error=error)
+            self._serving = serving
+
+    def run(self) -> None:
+        """Check every interval until the server terminates."""
+        # wait_for_termination returns True on timeout, False once the server has stopped.
+        while self._server.wait_for_termination(timeout=self._interval):
+            self.check()
+
+
+def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
+    """Run a replica until SIGTERM or SIGINT, then shut down gracefully; returns exit code 0.
+
+    ``ready`` is called with the bound ``host:port`` once the server takes calls (``coordinator
+    up`` prints it). Must run in the main thread, which owns signal handling.
+    """
+    configure_logging(config.log_level)
+    stop = threading.Event()
+    with _store_for(config) as store, _signals_set(stop):
+        server, port = build_server(
+            store,
+            listen=config.listen,
+            max_workers=config.max_workers,
+            health_interval=config.health_interval,
+        )
+        address = f"{config.listen.rpartition(':')[0]}:{port}"
+        log.info("serving", listen=address, etcd=",".join(config.etcd), prefix=config.prefix)
+        if ready is not None:
+            ready(address)
+        # A timed wait keeps the main thread responsive to signals on every platform.
+        while not stop.wait(0.5):
+            pass
+        log.info("shutting down", grace=config.shutdown_grace)
+        server.stop(config.shutdown_grace).wait()
+    log.info("stopped")
+    return 0
+
+
+@contextmanager
+def _store_for(config: Config) -> Iterator[Store]:
+    """Connect to etcd and start the store; close both on the way out."""
+    kv = EtcdKV.connect(list(config.etcd), timeout=config.etcd_timeout)
+    try:
+        store = Store.open(kv, keys=Keyspace(config.prefix), limits=config.limits)
+        store.start()
+        try:
+            yield store
+        finally:
+            store.close()
+    finally:
+        kv.close()
+
+
+@contextmanager
+def _signals_set(stop: threading.Event) -> Iterator[None]:
+    """Route SIGTERM and SIGINT to ``stop`` for the duration; restore the old handlers."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        del frame
+        log.info("signal received", signal=signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

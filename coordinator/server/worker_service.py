@@ -1,0 +1,186 @@
+"""WorkerService: claim, and the acceptance points of a held claim.
+
+Each method validates the whole request, takes the owner from the caller's identity (never from
+a request field), calls one store operation and maps its verdict to the response. The contract
+lives in protos/coordinator/v1/worker.proto; the rules live in the domain and the store.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+
+import grpc
+import structlog
+
+from coordinator.domain.decisions import Fence, Verdict
+from coordinator.domain.validation import non_negative, task_id
+from coordinator.logging import bound
+from coordinator.server import convert, validate
+from coordinator.server.identity import principal_of
+from coordinator.server.status import rpc
+from coordinator.store import ClaimResult, Store
+from coordinator.v1 import worker_pb2, worker_pb2_grpc
+
+log = structlog.get_logger(__name__)
+
+
+class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
+    """The worker-side calls, each a thin translation onto ``store.claims``/``store.acceptance``.
+
+    Method names are the proto's (hence ``noqa: N802``): grpc dispatches by them.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    @rpc
+    def Claim(  # noqa: N802
+        self, request: worker_pb2.ClaimRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.ClaimResponse:
+        """Claim one task by id."""
+        tid = task_id(request.task_id)
+        expected = non_negative("expected_state_version", request.expected_state_version)
+        epoch = validate.epoch("scheduler_epoch", request.scheduler_epoch)
+        ttl = validate.ttl("ttl_seconds", request.ttl_seconds)
+        principal = principal_of(context)
+        with bound(task_id=tid, epoch=epoch, principal=principal):
+            result = self._store.claims.claim(
+                tid, principal=principal, epoch=epoch, ttl=ttl, expected_state_version=expected
+            )
+            _log_claim("claim", result)
+        return convert.claim_response(result)
+
+    @rpc
+    def ClaimNext(  # noqa: N802
+        self, request: worker_pb2.ClaimNextRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.ClaimResponse:
+        """Claim the next ready task of a queue."""
+        queue = validate.queue_or_default(request.queue)
+        epoch = validate.epoch("scheduler_epoch", request.scheduler_epoch)
+        ttl = validate.ttl("ttl_seconds", request.ttl_seconds)
+        principal = principal_of(context)
+        with bound(queue=queue, epoch=epoch, principal=principal):
+            result = self._store.claims.claim_next(queue, principal=principal, epoch=epoch, ttl=ttl)
+            _log_claim("claim_next", result)
+        return convert.claim_response(result)
+
+    @rpc
+    def Renew(  # noqa: N802
+        self, request: worker_pb2.RenewRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.RenewResponse:
+        """Keep the claim's lease alive, within the server's bounds."""
+        fence = validate.fence(request.fence, present=request.HasField("fence"))
+        progress = validate.text("progress", request.progress)
+        principal = principal_of(context)
+        with _bound(fence, principal):
+            result = self._store.acceptance.renew(fence, principal=principal, progress=progress)
+            _log_point("renew", result.verdict, ttl=result.ttl)
+        return convert.renew_response(result)
+
+    @rpc
+    def AuthorizeTool(  # noqa: N802
+        self, request: worker_pb2.AuthorizeToolRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.AuthorizeToolResponse:
+        """Ask, before a side effect, whether the fence still holds."""
+        fence = validate.fence(request.fence, present=request.HasField("fence"))
+        tool = validate.text("tool", request.tool)
+        action = validate.text("action", request.action)
+        principal = principal_of(context)
+        with _bound(fence, principal):
+            verdict = self._store.acceptance.authorize_tool(
+                fence, principal=principal, tool=tool, action=action
+            )
+            # This line is the audit record of the tool call (the store keeps none).
+            _log_point("authorize_tool", verdict, tool=tool, action=action)
+        return convert.authorize_response(verdict)
+
+    @rpc
+    def StageResult(  # noqa: N802
+        self, request: worker_pb2.StageResultRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.StageResultResponse:
+        """Stage a result in the attempt's own area."""
+        fence = validate.fence(request.fence, present=request.HasField("fence"))
+        digest = validate.result_payload(request.result, request.result_digest, request.result_ref)
+        principal = principal_of(context)
+        with _bound(fence, principal):
+            staged = self._store.acceptance.stage_result(
+                fence,
+                principal=principal,
+                result_digest=digest,
+                result=request.result,
+                result_ref=request.result_ref,
+            )
+            _log_point("stage_result", staged.verdict, current=staged.current, digest=digest)
+        return worker_pb2.StageResultResponse(
+            outcome=convert.outcome(staged.verdict.outcome),
+            message=staged.verdict.message,
+            current=staged.current,
+        )
+
+    @rpc
+    def Commit(  # noqa: N802
+        self, request: worker_pb2.CommitRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.CommitResponse:
+        """Make the result canonical, behind the fence."""
+        fence = validate.fence(request.fence, present=request.HasField("fence"))
+        input_digest = validate.digest("input_digest", request.input_digest)
+        digest = validate.result_payload(request.result, request.result_digest, request.result_ref)
+        principal = principal_of(context)
+        with _bound(fence, principal):
+            result = self._store.acceptance.commit(
+                fence,
+                principal=principal,
+                input_digest=input_digest,
+                result_digest=digest,
+                result=request.result,
+                result_ref=request.result_ref,
+            )
+            _log_point("commit", result.verdict, commit_id=result.result_commit_id, digest=digest)
+        return convert.commit_response(result)
+
+    @rpc
+    def Release(  # noqa: N802
+        self, request: worker_pb2.ReleaseRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.ReleaseResponse:
+        """Give the task back."""
+        fence = validate.fence(request.fence, present=request.HasField("fence"))
+        reason = validate.text("reason", request.reason)
+        principal = principal_of(context)
+        with _bound(fence, principal):
+            verdict = self._store.acceptance.release(fence, principal=principal, reason=reason)
+            _log_point("release", verdict, release_reason=reason)
+        return convert.release_response(verdict)
+
+
+def _bound(fence: Fence, principal: str = "") -> AbstractContextManager[None]:
+    """Bind the fence's task_id, attempt, generation and epoch to the call's log lines."""
+    extra = {"principal": principal} if principal else {}
+    return bound(
+        task_id=fence.task_id,
+        attempt=fence.attempt_id,
+        generation=fence.claim_generation,
+        epoch=fence.scheduler_epoch,
+        **extra,
+    )
+
+
+def _log_point(point: str, verdict: Verdict, **extra: object) -> None:
+    """One line per acceptance point: accepted or refused, with outcome and reason."""
+    log.info(
+        point,
+        accepted=verdict.accepted,
+        outcome=verdict.outcome.name,
+        reason=verdict.reason.name,
+        detail=verdict.message or None,
+        **extra,
+    )
+
+
+def _log_claim(point: str, result: ClaimResult) -> None:
+    fence = result.fence
+    if fence is None:
+        _log_point(point, result.verdict)
+        return
+    # The winner's fence exists only now: bind it so the line carries all four fields.
+    with _bound(fence):
+        _log_point(point, result.verdict, ttl=result.ttl)

@@ -1,0 +1,111 @@
+"""Server fixtures: a real store on the session etcd, served over a real gRPC channel.
+
+Each test gets its own key prefix (``prefix``), so its store, server and keyspace are its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from coordinator.domain.digests import digest_of
+from coordinator.etcd_process import EtcdProcess
+from coordinator.server import PRINCIPAL_METADATA_KEY, build_server
+from coordinator.store import EtcdKV, Keyspace, Store
+from coordinator.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    tasks_pb2,
+    tasks_pb2_grpc,
+    types_pb2,
+    worker_pb2,
+    worker_pb2_grpc,
+)
+from tests.conftest import GRPC_OPTIONS
+
+
+@pytest.fixture
+def store(etcd: EtcdProcess, prefix: str) -> Iterator[Store]:
+    """A started store over the session etcd, in this test's own keyspace."""
+    kv = EtcdKV.connect([etcd.endpoint], timeout=5.0)
+    store = Store.open(kv, keys=Keyspace(prefix), scan_interval=1.0)
+    store.start()
+    try:
+        yield store
+    finally:
+        store.close()
+        kv.close()
+
+
+@pytest.fixture
+def server(store: Store) -> Iterator[str]:
+    """A server for ``store`` on a free loopback port; yields its ``host:port``."""
+    srv, port = build_server(store, listen="127.0.0.1:0", max_workers=8, health_interval=0.2)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        srv.stop(grace=None).wait()
+
+
+@pytest.fixture
+def channel(server: str) -> Iterator[grpc.Channel]:
+    """An insecure channel to ``server``."""
+    with grpc.insecure_channel(server, options=GRPC_OPTIONS) as chan:
+        yield chan
+
+
+@pytest.fixture
+def worker(channel: grpc.Channel) -> worker_pb2_grpc.WorkerServiceStub:
+    """WorkerService stub."""
+    return worker_pb2_grpc.WorkerServiceStub(channel)
+
+
+@pytest.fixture
+def tasks(channel: grpc.Channel) -> tasks_pb2_grpc.TaskServiceStub:
+    """TaskService stub."""
+    return tasks_pb2_grpc.TaskServiceStub(channel)
+
+
+@pytest.fixture
+def admin(channel: grpc.Channel) -> admin_pb2_grpc.AdminServiceStub:
+    """AdminService stub."""
+    return admin_pb2_grpc.AdminServiceStub(channel)
+
+
+@pytest.fixture
+def keyspace(etcd_client: Any, prefix: str) -> Callable[[], tuple[int, int]]:
+    """A probe of this test's keyspace: (number of keys, highest mod_revision) under prefix."""
+
+    def probe() -> tuple[int, int]:
+        metas = [meta for _, meta in etcd_client.get_prefix(prefix + "/")]
+        return len(metas), max((m.mod_revision for m in metas), default=0)
+
+    return probe
+
+
+INPUT = b'{"prompt": "summarise the design"}'
+
+
+@pytest.fixture
+def claimed(
+    tasks: tasks_pb2_grpc.TaskServiceStub,
+    worker: worker_pb2_grpc.WorkerServiceStub,
+    admin: admin_pb2_grpc.AdminServiceStub,
+) -> worker_pb2.ClaimResponse:
+    """Task "t-1" created through TaskService and claimed by worker-a (30 s lease).
+
+    The response carries the fence and the input (``input``, ``input_digest``).
+    """
+    tasks.CreateTask(
+        tasks_pb2.CreateTaskRequest(task_id="t-1", input=INPUT, input_digest=digest_of(INPUT))
+    )
+    epoch = admin.GetEpoch(admin_pb2.GetEpochRequest()).epoch
+    claim = worker.Claim(
+        worker_pb2.ClaimRequest(task_id="t-1", scheduler_epoch=epoch, ttl_seconds=30),
+        metadata=((PRINCIPAL_METADATA_KEY, "worker-a"),),
+    )
+    assert claim.outcome == types_pb2.OUTCOME_CLAIMED, claim.message
+    return claim
