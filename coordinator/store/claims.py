@@ -111,6 +111,9 @@ class ClaimStore:
             return ClaimResult(self._lost_race(task_id, epoch, expected_state_version))
 
         generation = result.revision
+        if task.state is TaskState.READY:
+            # Our own replica drops the hint at once; the watch does it for the others.
+            self._ready.discard(keys.ready(task.queue, task.priority, task.ready_seq, task_id))
         fence = Fence(task_id, attempt_id, generation, epoch, task.cancel_generation)
         claimed = replace(after, claim_generation=generation, state_version=generation)
         return ClaimResult(

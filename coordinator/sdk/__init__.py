@@ -1,0 +1,58 @@
+"""The worker SDK: claim a task, keep its lease alive in the background, commit behind its fence.
+
+    from datetime import timedelta
+    from coordinator.sdk import ClaimRefused, WorkerClient
+
+    with WorkerClient("localhost:7070", principal="worker-1") as client:
+        job = client.claim_next("emails", ttl=timedelta(seconds=10))
+        if not isinstance(job, ClaimRefused):
+            with job:                      # keepalive at TTL/3; released on exit if unfinished
+                job.check()                # JobLost if fenced or too close to expiry
+                outcome = job.commit(render(job.input))
+                print(outcome.outcome.name, outcome.reason.name)
+
+Everything importable from here is public; modules starting with ``_`` are not.
+"""
+
+from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
+from coordinator.sdk._rpc import PRINCIPAL_METADATA, RetryPolicy
+from coordinator.sdk.client import WorkerClient
+from coordinator.sdk.job import Job, LostCallback
+from coordinator.sdk.types import (
+    AttemptInfo,
+    ClaimRefused,
+    CommitOutcome,
+    Fence,
+    JobLost,
+    LossSource,
+    LostReason,
+    ReleaseOutcome,
+    StageOutcome,
+    TaskInfo,
+    ToolAuthorization,
+    TransportError,
+)
+
+__all__ = [
+    "PRINCIPAL_METADATA",
+    "AttemptEnd",
+    "AttemptInfo",
+    "ClaimRefused",
+    "CommitOutcome",
+    "Fence",
+    "FenceReason",
+    "Job",
+    "JobLost",
+    "LossSource",
+    "LostCallback",
+    "LostReason",
+    "Outcome",
+    "ReleaseOutcome",
+    "RetryPolicy",
+    "StageOutcome",
+    "TaskInfo",
+    "TaskState",
+    "ToolAuthorization",
+    "TransportError",
+    "WorkerClient",
+]

@@ -1,0 +1,239 @@
+"""WorkerClient: claims tasks and hands back Jobs; also the producer and admin calls it needs.
+
+A client pins the scheduler epoch it first sees (``epoch()`` reads and re-pins it). After an
+admin bumps the epoch, this client's claims are refused FENCED/EPOCH_CHANGED until the caller
+calls ``epoch()`` again: an epoch bump is how an operator retires a pool, so the SDK does not
+paper over it.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Self
+
+import grpc
+
+from coordinator.domain.digests import digest_of
+from coordinator.domain.states import Outcome, TaskState
+from coordinator.errors import AlreadyExists, InvalidArgument
+from coordinator.sdk._rpc import RetryPolicy, Rpc
+from coordinator.sdk.job import Job, LostCallback
+from coordinator.sdk.types import ClaimRefused, TaskInfo, outcome_of
+from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
+
+
+def ttl_seconds(ttl: timedelta) -> int:
+    """A lease TTL in whole seconds, rounded up (the wire carries integers)."""
+    seconds = ttl.total_seconds()
+    if seconds <= 0:
+        raise InvalidArgument(f"ttl must be positive, got {ttl}")
+    return math.ceil(seconds)
+
+
+class WorkerClient:
+    """A connection to a coordinator, acting as one principal.
+
+    Every call has a deadline and is retried on UNAVAILABLE / DEADLINE_EXCEEDED only (see
+    RetryPolicy); other gRPC errors raise the coordinator's exceptions (NotFound, ...).
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        principal: str,
+        channel_options: Sequence[tuple[str, Any]] | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        retry: RetryPolicy | None = None,
+        interceptors: Sequence[grpc.UnaryUnaryClientInterceptor[Any, Any]] = (),
+    ) -> None:
+        self._rpc = Rpc(
+            target,
+            principal=principal,
+            retry=retry or RetryPolicy(),
+            channel_options=channel_options,
+            credentials=credentials,
+            interceptors=interceptors,
+        )
+        self._epoch: int | None = None
+        self._epoch_lock = threading.Lock()
+
+    @property
+    def principal(self) -> str:
+        """The principal every call is made as."""
+        return self._rpc.principal
+
+    # --- epoch ------------------------------------------------------------------------------
+
+    def epoch(self) -> int:
+        """Read the scheduler epoch and pin it for this client's later claims."""
+        response = self._rpc.call(self._rpc.admin.GetEpoch, admin_pb2.GetEpochRequest())
+        with self._epoch_lock:
+            self._epoch = response.epoch
+        return response.epoch
+
+    def _pinned_epoch(self) -> int:
+        with self._epoch_lock:
+            pinned = self._epoch
+        return pinned if pinned is not None else self.epoch()
+
+    # --- claims -----------------------------------------------------------------------------
+
+    def claim(
+        self,
+        task_id: str,
+        *,
+        ttl: timedelta,
+        expected_state_version: int = 0,
+        on_lost: LostCallback | None = None,
+        safety_margin: timedelta | None = None,
+    ) -> Job | ClaimRefused:
+        """Claim one task. A Job (enter it to start the keepalive) or the typed refusal.
+
+        ``expected_state_version`` (non-zero) makes the claim conditional on the task's
+        state_version; ``on_lost`` is called once if the job is lost later.
+        """
+        request = worker_pb2.ClaimRequest(
+            task_id=task_id,
+            expected_state_version=expected_state_version,
+            scheduler_epoch=self._pinned_epoch(),
+            ttl_seconds=ttl_seconds(ttl),
+        )
+        return self._claimed(
+            self._rpc.worker.Claim, request, on_lost=on_lost, safety_margin=safety_margin
+        )
+
+    def claim_next(
+        self,
+        queue: str = "default",
+        *,
+        ttl: timedelta,
+        on_lost: LostCallback | None = None,
+        safety_margin: timedelta | None = None,
+    ) -> Job | ClaimRefused:
+        """Claim the next ready task of ``queue``; NO_READY_TASK comes back as a ClaimRefused."""
+        request = worker_pb2.ClaimNextRequest(
+            queue=queue, scheduler_epoch=self._pinned_epoch(), ttl_seconds=ttl_seconds(ttl)
+        )
+        return self._claimed(
+            self._rpc.worker.ClaimNext, request, on_lost=on_lost, safety_margin=safety_margin
+        )
+
+    def _claimed(
+        self,
+        method: grpc.UnaryUnaryMultiCallable[Any, worker_pb2.ClaimResponse],
+        request: worker_pb2.ClaimRequest | worker_pb2.ClaimNextRequest,
+        *,
+        on_lost: LostCallback | None,
+        safety_margin: timedelta | None,
+    ) -> Job | ClaimRefused:
+        # The lease clock starts before the request leaves, so it can only run early.
+        sent_at = time.monotonic()
+        response = self._rpc.call(method, request)
+        if outcome_of(response.outcome) is not Outcome.CLAIMED:
+            return ClaimRefused.from_proto(response)
+        return Job(
+            self._rpc, response, sent_at=sent_at, on_lost=on_lost, safety_margin=safety_margin
+        )
+
+    # --- tasks ------------------------------------------------------------------------------
+
+    def create_task(
+        self,
+        task_id: str = "",
+        *,
+        input: bytes = b"",
+        queue: str = "default",
+        priority: int = 0,
+        requires_review: bool = False,
+        non_replayable: bool = False,
+    ) -> TaskInfo:
+        """Create a READY task; an empty ``task_id`` lets the server generate one.
+
+        Retried on transport errors only with an explicit id (a retry without one could
+        create a second task). With an id, an existing task of the same queue and input digest
+        is returned instead of AlreadyExists, so a retry whose first try landed is harmless.
+        """
+        digest = digest_of(input)
+        request = tasks_pb2.CreateTaskRequest(
+            task_id=task_id,
+            queue=queue,
+            priority=priority,
+            input=input,
+            input_digest=digest,
+            requires_review=requires_review,
+            non_replayable=non_replayable,
+        )
+        try:
+            response = self._rpc.call(self._rpc.tasks.CreateTask, request, retry=bool(task_id))
+        except AlreadyExists:
+            if not task_id:
+                raise
+            existing = self.get_task(task_id)
+            if existing.input_digest != digest or existing.queue != queue:
+                raise
+            return existing
+        return TaskInfo.from_proto(response.task)
+
+    def get_task(self, task_id: str) -> TaskInfo:
+        """The task and its attempts (oldest first). Raises NotFound for an unknown id."""
+        response = self._rpc.call(
+            self._rpc.tasks.GetTask, tasks_pb2.GetTaskRequest(task_id=task_id)
+        )
+        return TaskInfo.from_proto(response.task, tuple(response.attempts))
+
+    def list_tasks(
+        self, *, queue: str = "", state: TaskState | None = None, page_size: int = 100
+    ) -> list[TaskInfo]:
+        """Every task of ``queue`` (all queues if empty) in ``state`` (any if None), by id."""
+        tasks: list[TaskInfo] = []
+        token = ""
+        while True:
+            request = tasks_pb2.ListTasksRequest(
+                queue=queue,
+                state=types_pb2.TaskState.ValueType(state or 0),
+                page_size=page_size,
+                page_token=token,
+            )
+            response = self._rpc.call(self._rpc.tasks.ListTasks, request)
+            tasks.extend(TaskInfo.from_proto(t) for t in response.tasks)
+            token = response.next_page_token
+            if not token:
+                return tasks
+
+    def cancel_task(self, task_id: str, *, reason: str = "") -> TaskInfo:
+        """Cancel a task: a live claim's next renew, authorize or commit gets CANCELLED."""
+        request = tasks_pb2.CancelTaskRequest(task_id=task_id, reason=reason)
+        return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.CancelTask, request).task)
+
+    # --- admin ------------------------------------------------------------------------------
+
+    def bump_epoch(self, *, expected_epoch: int = 0) -> int:
+        """Raise the scheduler epoch (admin): every live claim of the old epoch is fenced."""
+        request = admin_pb2.BumpEpochRequest(expected_epoch=expected_epoch)
+        return self._rpc.call(self._rpc.admin.BumpEpoch, request).epoch
+
+    # --- lifetime ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the channel. Jobs of this client stop renewing and will be lost."""
+        self._rpc.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"WorkerClient({self._rpc.target!r}, principal={self.principal!r})"

@@ -1,0 +1,382 @@
+"""A held claim: its fence, a background keepalive, and the acceptance points (commit, ...).
+
+The keepalive renews at TTL/3 on its own thread and never blocks the caller: ``progress()``
+only records the latest marker, which the next renewal carries (older markers are dropped).
+A renewal the server refuses (FENCED, CANCELLED, STALLED, RENEW_LIMIT, STALE_INPUT), or a lease
+that runs out by the local monotonic clock while renewals cannot reach the server, marks the job
+lost: flag, event and ``on_lost`` callback, once; the keepalive then stops. The SDK never claims
+again or re-grants anything by itself: a lost job stays lost.
+
+``commit`` always asks the server, even for a job the SDK believes lost: the store is the one
+authority on the fence, and its answer carries the reason.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Self
+
+import structlog
+
+from coordinator.domain.digests import digest_of
+from coordinator.domain.states import FenceReason, Outcome
+from coordinator.errors import CoordinatorError
+from coordinator.sdk._rpc import Rpc
+from coordinator.sdk.types import (
+    CommitOutcome,
+    Fence,
+    JobLost,
+    LossSource,
+    LostReason,
+    ReleaseOutcome,
+    StageOutcome,
+    ToolAuthorization,
+    TransportError,
+    outcome_of,
+    timestamp,
+)
+from coordinator.v1 import worker_pb2
+
+log = structlog.get_logger(__name__)
+
+LostCallback = Callable[[LostReason], None]
+"""Called once, from the thread that noticed, when a job is lost."""
+
+# A renewal gets at least this long even when the local lease clock says time is up: the server
+# may still hold the lease (the local clock starts when the request is sent, so it runs early).
+_MIN_RENEW_TIMEOUT = 0.2
+
+
+# A renewal answered with these found that this attempt's own commit or release landed (its
+# answer may still be on the way): the job ended by the caller's hand, nothing was lost.
+_ENDED_BY_THIS_ATTEMPT = frozenset({FenceReason.ALREADY_COMMITTED, FenceReason.RELEASED})
+
+
+@dataclass
+class _State:
+    """The mutable part of a job, guarded by ``Job._lock``."""
+
+    # When the lease ends by the local monotonic clock: send time of the last accepted call
+    # plus the TTL it restored. Measured from the send, not the answer, so it errs early.
+    expires_at: float
+    lease_expires_at: datetime | None
+    progress: str = ""
+    renewals: int = 0
+    lost: LostReason | None = None
+    # "committed" or "released" once the caller ended the job; later losses are not reported.
+    finished: str = ""
+
+
+class Job:
+    """One claimed task: the credential, the input, the lease clock and the keepalive.
+
+    Use it as a context manager: entering starts the keepalive; leaving stops it and releases
+    the task if the job was neither committed, released nor lost. Built by WorkerClient.
+    """
+
+    def __init__(
+        self,
+        rpc: Rpc,
+        claim: worker_pb2.ClaimResponse,
+        *,
+        sent_at: float,
+        on_lost: LostCallback | None = None,
+        safety_margin: timedelta | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._rpc = rpc
+        self._clock = clock
+        self._on_lost = on_lost
+        self.fence = Fence.from_proto(claim.fence)
+        self.attempt = claim.attempt
+        self.input = claim.input
+        self.input_digest = claim.input_digest
+        self.task_revision = claim.task_revision
+        self.ttl = timedelta(seconds=max(claim.ttl_seconds, 1))
+        self.claim_deadline = timestamp(claim.claim_deadline)
+        self.safety_margin = safety_margin if safety_margin is not None else self.ttl / 4
+        self._state = _State(
+            expires_at=sent_at + self.ttl.total_seconds(),
+            lease_expires_at=timestamp(claim.lease_expires_at),
+        )
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._lost = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- identity and state ---------------------------------------------------------------
+
+    @property
+    def task_id(self) -> str:
+        """The claimed task."""
+        return self.fence.task_id
+
+    @property
+    def generation(self) -> int:
+        """The claim generation (fencing token) of this attempt."""
+        return self.fence.claim_generation
+
+    @property
+    def lease_expires_at(self) -> datetime | None:
+        """The lease end the server last reported (its clock; prefer ``remaining()``)."""
+        with self._lock:
+            return self._state.lease_expires_at
+
+    @property
+    def lost_reason(self) -> LostReason | None:
+        """What lost the job (outcome, fence reason, source), or None while it is held."""
+        with self._lock:
+            return self._state.lost
+
+    @property
+    def committed(self) -> bool:
+        """Whether a commit of this job was answered COMMITTED."""
+        with self._lock:
+            return self._state.finished == "committed"
+
+    @property
+    def renewals(self) -> int:
+        """How many renewals the server accepted."""
+        with self._lock:
+            return self._state.renewals
+
+    def is_lost(self) -> bool:
+        """Whether the job is known to have lost its task. Never blocks."""
+        return self._lost.is_set()
+
+    def wait_lost(self, timeout: timedelta | None = None) -> bool:
+        """Block until the job is lost or ``timeout`` passes; returns ``is_lost()``."""
+        return self._lost.wait(timeout.total_seconds() if timeout is not None else None)
+
+    def remaining(self) -> timedelta:
+        """Time left on the lease by the local monotonic clock (zero once it ran out)."""
+        with self._lock:
+            left = self._state.expires_at - self._clock()
+        return timedelta(seconds=max(left, 0.0))
+
+    def check(self, *, margin: timedelta | None = None) -> None:
+        """Raise JobLost unless the job is held with more than ``margin`` left on the lease.
+
+        Call it before an expensive or irreversible step. ``margin`` defaults to the job's
+        ``safety_margin`` (a quarter of the TTL unless set at claim time).
+        """
+        with self._lock:
+            lost, finished = self._state.lost, self._state.finished
+        if lost is not None:
+            raise JobLost(f"job {self._name} is lost: {lost}", reason=lost)
+        if finished:
+            raise JobLost(f"job {self._name} is {finished}: nothing left to work on")
+        left, need = self.remaining(), margin if margin is not None else self.safety_margin
+        if left < need:
+            raise JobLost(
+                f"job {self._name} has {left.total_seconds():.2f}s left on its lease, "
+                f"less than the {need.total_seconds():.2f}s safety margin"
+            )
+
+    def progress(self, marker: str) -> None:
+        """Record a progress marker; the next renewal sends the latest one. Never blocks."""
+        with self._lock:
+            self._state.progress = marker
+
+    # --- acceptance points ----------------------------------------------------------------
+
+    def commit(
+        self, result: bytes, *, result_ref: str = "", result_digest: str | None = None
+    ) -> CommitOutcome:
+        """Make ``result`` canonical for the task revision, behind this job's fence.
+
+        Always reaches the server, even when the job is believed lost: the answer is the truth.
+        COMMITTED ends the job (keepalive stops); FENCED / STALE_INPUT / CANCELLED mark it lost.
+        ``result_digest`` is computed from ``result`` unless given (for a ``result_ref``).
+        Raises TransportError if the server could not be reached; retrying is safe.
+        """
+        request = worker_pb2.CommitRequest(
+            fence=self.fence.to_proto(),
+            input_digest=self.input_digest,
+            result_digest=result_digest or digest_of(result),
+            result=result,
+            result_ref=result_ref,
+        )
+        outcome = CommitOutcome.from_proto(self._rpc.call(self._rpc.worker.Commit, request))
+        if outcome.committed:
+            self._finish("committed")
+        else:
+            self._lose(outcome.outcome, outcome.reason, outcome.message, LossSource.COMMIT)
+        return outcome
+
+    def stage(
+        self, result: bytes, *, result_ref: str = "", result_digest: str | None = None
+    ) -> StageOutcome:
+        """Stage ``result`` in this attempt's own area (never canonical by itself)."""
+        request = worker_pb2.StageResultRequest(
+            fence=self.fence.to_proto(),
+            result_digest=result_digest or digest_of(result),
+            result=result,
+            result_ref=result_ref,
+        )
+        response = self._rpc.call(self._rpc.worker.StageResult, request)
+        return StageOutcome(outcome_of(response.outcome), response.current, response.message)
+
+    def authorize_tool(self, tool: str, action: str = "") -> ToolAuthorization:
+        """Ask the tool acceptance point before a side effect; falsy means do not run it."""
+        request = worker_pb2.AuthorizeToolRequest(
+            fence=self.fence.to_proto(), tool=tool, action=action
+        )
+        response = self._rpc.call(self._rpc.worker.AuthorizeTool, request)
+        answer = ToolAuthorization(
+            outcome_of(response.outcome), FenceReason(response.reason), response.message
+        )
+        if not answer.allowed:
+            self._lose(answer.outcome, answer.reason, answer.message, LossSource.AUTHORIZE)
+        return answer
+
+    def release(self, reason: str = "") -> ReleaseOutcome:
+        """Give the task back (READY again). Ends the job; FENCED / CANCELLED mark it lost."""
+        request = worker_pb2.ReleaseRequest(fence=self.fence.to_proto(), reason=reason)
+        response = self._rpc.call(self._rpc.worker.Release, request)
+        answer = ReleaseOutcome(
+            outcome_of(response.outcome), FenceReason(response.reason), response.message
+        )
+        if answer.released:
+            self._finish("released")
+        else:
+            self._lose(answer.outcome, answer.reason, answer.message, LossSource.RELEASE)
+        return answer
+
+    # --- keepalive ------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Start the background keepalive (idempotent)."""
+        if self._thread is None and not self._stop.is_set():
+            self._thread = threading.Thread(
+                target=self._keepalive, name=f"keepalive-{self._name}", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop the keepalive without releasing: an uncommitted task is reclaimed on expiry."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            # A renewal in flight ends by its deadline, which never exceeds the RPC timeout.
+            thread.join(self._rpc.policy.timeout.total_seconds())
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            with self._lock:
+                held = self._state.lost is None and not self._state.finished
+            if held:
+                why = "left without commit" if exc is None else f"{type(exc).__name__}: {exc}"
+                try:
+                    self.release(why[:200])
+                except CoordinatorError as error:
+                    # Never mask the caller's exception: the lease expires on its own.
+                    log.warning(
+                        "release failed; the lease will expire", job=self._name, error=str(error)
+                    )
+        finally:
+            self.close()
+
+    def _keepalive(self) -> None:
+        interval = self.ttl.total_seconds() / 3
+        next_at = self._clock() + interval
+        try:
+            while not self._stop.wait(max(next_at - self._clock(), 0.0)):
+                sent = self._clock()
+                # After a transport failure try again sooner: the lease is running out.
+                next_at = sent + (interval if self._renew_once(sent) else interval / 4)
+        except Exception as exc:  # a dead keepalive must never look like a healthy one
+            log.exception("keepalive crashed", job=self._name)
+            self._lose(
+                Outcome.FENCED, FenceReason.NONE, f"keepalive crashed: {exc!r}", LossSource.ERROR
+            )
+
+    def _renew_once(self, sent: float) -> bool:
+        """One renewal; True if accepted. Marks the job lost when the answer says so."""
+        with self._lock:
+            progress = self._state.progress
+        budget = max(self.remaining().total_seconds(), _MIN_RENEW_TIMEOUT)
+        request = worker_pb2.RenewRequest(fence=self.fence.to_proto(), progress=progress)
+        try:
+            # No SDK retries here: this loop is the retry, and each try ends before the lease.
+            response = self._rpc.call(
+                self._rpc.worker.Renew,
+                request,
+                retry=False,
+                timeout=min(self._rpc.policy.timeout.total_seconds(), budget),
+            )
+            outcome = outcome_of(response.outcome)
+        except TransportError as exc:
+            if self.remaining() <= timedelta(0):
+                self._lose(
+                    Outcome.FENCED,
+                    FenceReason.LEASE_EXPIRED,
+                    f"the lease ran out locally while renewals failed ({exc})",
+                    LossSource.LOCAL_EXPIRY,
+                )
+            return False
+        except CoordinatorError as exc:
+            self._lose(
+                Outcome.FENCED, FenceReason.NONE, f"renewal refused: {exc}", LossSource.ERROR
+            )
+            return False
+        reason = FenceReason(response.reason)
+        if outcome is Outcome.FENCED and reason in _ENDED_BY_THIS_ATTEMPT:
+            self._stop.set()  # the commit or release that ended it reports the outcome
+            return False
+        if outcome is not Outcome.OK:
+            self._lose(outcome, reason, response.message, LossSource.RENEW)
+            return False
+        with self._lock:
+            self._state.expires_at = sent + max(response.ttl_seconds, 1)
+            self._state.lease_expires_at = timestamp(response.lease_expires_at)
+            self._state.renewals += 1
+        return True
+
+    # --- ending ---------------------------------------------------------------------------
+
+    def _finish(self, how: str) -> None:
+        with self._lock:
+            if not self._state.finished:
+                self._state.finished = how
+        self._stop.set()
+
+    def _lose(
+        self, outcome: Outcome, reason: FenceReason, message: str, source: LossSource
+    ) -> None:
+        """Mark the job lost (once): flag, event, stop the keepalive, then the callback."""
+        lost = LostReason(outcome, reason, message, source)
+        with self._lock:
+            if self._state.lost is not None or self._state.finished:
+                return
+            self._state.lost = lost
+        self._stop.set()
+        self._lost.set()
+        log.warning("job lost", job=self._name, generation=self.generation, lost=str(lost))
+        if self._on_lost is not None:
+            try:
+                self._on_lost(lost)
+            except Exception:
+                log.exception("on_lost callback raised", job=self._name)
+
+    @property
+    def _name(self) -> str:
+        return f"{self.task_id}#{self.attempt}"
+
+    def __repr__(self) -> str:
+        state = "lost" if self.is_lost() else self._state.finished or "held"
+        return f"Job({self._name}, generation={self.generation}, {state})"

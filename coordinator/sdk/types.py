@@ -1,0 +1,285 @@
+"""The worker SDK's value types: the fence, typed call results, task views and its exceptions.
+
+Every result is a frozen dataclass built from the wire message (``from_proto``); outcomes and
+reasons are the domain IntEnums, whose values equal the wire enums. Business outcomes (FENCED,
+CANCELLED, ...) are results, never exceptions; exceptions mean a broken call or a lost job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Self
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
+from coordinator.errors import CoordinatorError
+from coordinator.v1 import types_pb2, worker_pb2
+
+
+class TransportError(CoordinatorError):
+    """The coordinator did not answer (UNAVAILABLE / DEADLINE_EXCEEDED), even after retries.
+
+    Nothing is known about whether the call took effect; every worker call may be repeated.
+    """
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class LossSource(StrEnum):
+    """Which observation told the SDK that a job was lost."""
+
+    RENEW = "renew"
+    COMMIT = "commit"
+    AUTHORIZE = "authorize"
+    RELEASE = "release"
+    # The lease ran out by the local monotonic clock while renewals could not reach the server.
+    LOCAL_EXPIRY = "local_expiry"
+    # The server refused a renewal with an error (NOT_FOUND, PERMISSION_DENIED, ...).
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class LostReason:
+    """Why a job is lost: the outcome and fence reason that lost it, and who saw it."""
+
+    outcome: Outcome
+    reason: FenceReason
+    message: str
+    source: LossSource
+
+    def __str__(self) -> str:
+        reason = f"/{self.reason.name}" if self.reason is not FenceReason.NONE else ""
+        return f"{self.outcome.name}{reason} ({self.source.value}): {self.message}"
+
+
+class JobLost(CoordinatorError):
+    """The job no longer holds its task (or is about to lose it): stop working on it.
+
+    ``reason`` is None when the job is still held but has less time left than the safety margin.
+    """
+
+    def __init__(self, message: str, *, reason: LostReason | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def outcome_of(value: int) -> Outcome:
+    """The domain Outcome of a wire value; OUTCOME_UNSPECIFIED is a server bug, not a result."""
+    try:
+        return Outcome(value)
+    except ValueError:
+        raise CoordinatorError(f"the server answered with outcome {value}") from None
+
+
+def timestamp(ts: Timestamp) -> datetime | None:
+    """A wire timestamp as an aware UTC datetime; None when unset."""
+    if ts.seconds == 0 and ts.nanos == 0:
+        return None
+    return datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=UTC)
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The credential of one claim; every worker-side call sends it back unchanged."""
+
+    task_id: str
+    attempt_id: str
+    # The fencing token: the etcd revision of the claim transaction, strictly increasing per task.
+    claim_generation: int
+    scheduler_epoch: int
+    cancel_generation: int
+
+    @classmethod
+    def from_proto(cls, msg: types_pb2.Fence) -> Self:
+        """Build from the wire message."""
+        return cls(
+            task_id=msg.task_id,
+            attempt_id=msg.attempt_id,
+            claim_generation=msg.claim_generation,
+            scheduler_epoch=msg.scheduler_epoch,
+            cancel_generation=msg.cancel_generation,
+        )
+
+    def to_proto(self) -> types_pb2.Fence:
+        """The wire message."""
+        return types_pb2.Fence(
+            task_id=self.task_id,
+            attempt_id=self.attempt_id,
+            claim_generation=self.claim_generation,
+            scheduler_epoch=self.scheduler_epoch,
+            cancel_generation=self.cancel_generation,
+        )
+
+
+@dataclass(frozen=True)
+class ClaimRefused:
+    """A claim that did not succeed; the caller got no credential."""
+
+    outcome: Outcome
+    reason: FenceReason
+    message: str
+    # The task's state_version at the refusal (after STALE_STATE_VERSION: the one to expect).
+    state_version: int = 0
+
+    @classmethod
+    def from_proto(cls, msg: worker_pb2.ClaimResponse) -> Self:
+        """Build from a ClaimResponse whose outcome is not CLAIMED."""
+        return cls(outcome_of(msg.outcome), FenceReason(msg.reason), msg.message, msg.state_version)
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """The answer to a commit: COMMITTED, or FENCED / STALE_INPUT / CANCELLED with a reason."""
+
+    outcome: Outcome
+    reason: FenceReason = FenceReason.NONE
+    message: str = ""
+    # "{attempt_id}@{claim_generation}" of the canonical commit, when COMMITTED.
+    result_commit_id: str = ""
+    state: TaskState | None = None
+
+    @property
+    def committed(self) -> bool:
+        """Whether the result is canonical for the task revision."""
+        return self.outcome is Outcome.COMMITTED
+
+    @classmethod
+    def from_proto(cls, msg: worker_pb2.CommitResponse) -> Self:
+        """Build from the wire message."""
+        return cls(
+            outcome=outcome_of(msg.outcome),
+            reason=FenceReason(msg.reason),
+            message=msg.message,
+            result_commit_id=msg.result_commit_id,
+            state=TaskState(msg.state) if msg.state else None,
+        )
+
+
+@dataclass(frozen=True)
+class ToolAuthorization:
+    """The answer of a tool acceptance point; truthy only when the side effect may run."""
+
+    outcome: Outcome
+    reason: FenceReason = FenceReason.NONE
+    message: str = ""
+
+    @property
+    def allowed(self) -> bool:
+        """Whether the fence held: the tool may run its side effect now."""
+        return self.outcome is Outcome.OK
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    """The answer to a stage: always OK; ``current`` says whether the claim was still held."""
+
+    outcome: Outcome
+    current: bool
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ReleaseOutcome:
+    """The answer to a release: OK, or FENCED / CANCELLED when the claim was gone already."""
+
+    outcome: Outcome
+    reason: FenceReason = FenceReason.NONE
+    message: str = ""
+
+    @property
+    def released(self) -> bool:
+        """Whether this call gave the task back."""
+        return self.outcome is Outcome.OK
+
+
+@dataclass(frozen=True)
+class AttemptInfo:
+    """One attempt of a task, as the coordinator recorded it."""
+
+    attempt_id: str
+    attempt: int
+    owner_id: str
+    claim_generation: int
+    scheduler_epoch: int
+    started_at: datetime | None
+    ended_at: datetime | None
+    end: AttemptEnd
+
+    @classmethod
+    def from_proto(cls, msg: types_pb2.Attempt) -> Self:
+        """Build from the wire message."""
+        return cls(
+            attempt_id=msg.attempt_id,
+            attempt=msg.attempt,
+            owner_id=msg.owner_id,
+            claim_generation=msg.claim_generation,
+            scheduler_epoch=msg.scheduler_epoch,
+            started_at=timestamp(msg.started_at),
+            ended_at=timestamp(msg.ended_at),
+            end=AttemptEnd(msg.end),
+        )
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A task as the coordinator stores it (plus its attempts, when read with ``get_task``)."""
+
+    task_id: str
+    queue: str
+    state: TaskState
+    revision: int
+    # The task key's mod_revision: pass it as ``expected_state_version`` to claim conditionally.
+    state_version: int
+    priority: int
+    input: bytes
+    input_digest: str
+    claim_generation: int
+    scheduler_epoch: int
+    attempt: int
+    attempt_id: str
+    owner_id: str
+    cancel_generation: int
+    result_commit_id: str
+    result_digest: str
+    depends_on: tuple[str, ...]
+    requires_review: bool
+    non_replayable: bool
+    created_at: datetime | None
+    updated_at: datetime | None
+    attempts: tuple[AttemptInfo, ...] = ()
+
+    @classmethod
+    def from_proto(cls, msg: types_pb2.Task, attempts: tuple[types_pb2.Attempt, ...] = ()) -> Self:
+        """Build from the wire task and, optionally, its attempts (oldest first)."""
+        return cls(
+            task_id=msg.task_id,
+            queue=msg.queue,
+            state=TaskState(msg.state),
+            revision=msg.revision,
+            state_version=msg.state_version,
+            priority=msg.priority,
+            input=msg.input,
+            input_digest=msg.input_digest,
+            claim_generation=msg.claim_generation,
+            scheduler_epoch=msg.scheduler_epoch,
+            attempt=msg.attempt,
+            attempt_id=msg.attempt_id,
+            owner_id=msg.owner_id,
+            cancel_generation=msg.cancel_generation,
+            result_commit_id=msg.result_commit_id,
+            result_digest=msg.result_digest,
+            depends_on=tuple(msg.depends_on),
+            requires_review=msg.requires_review,
+            non_replayable=msg.non_replayable,
+            created_at=timestamp(msg.created_at),
+            updated_at=timestamp(msg.updated_at),
+            attempts=tuple(AttemptInfo.from_proto(a) for a in attempts),
+        )

@@ -1,0 +1,64 @@
+"""Helpers for the SDK tests: a real coordinator (store + gRPC server) on the session etcd."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from coordinator.domain.decisions import ClaimLimits
+from coordinator.domain.keys import Keyspace
+from coordinator.sdk import RetryPolicy, WorkerClient
+from coordinator.server import build_server
+from coordinator.store import EtcdKV, Store
+from tests.conftest import GRPC_OPTIONS
+
+# Short limits: etcd itself raises TTLs below ~2 s, so a 1 s claim is granted 2 s.
+LIMITS = ClaimLimits(min_ttl=1, max_ttl=30, max_claim_duration=600.0, stall_timeout=300.0)
+QUEUE = "q"
+
+
+@dataclass
+class Served:
+    """A running coordinator: its address, server and store."""
+
+    target: str
+    server: grpc.Server
+    store: Store
+
+    def client(self, principal: str, **kwargs: Any) -> WorkerClient:
+        """A client of this coordinator (no proxy: it is on loopback)."""
+        kwargs.setdefault("retry", RetryPolicy(attempts=3))
+        return WorkerClient(
+            self.target, principal=principal, channel_options=GRPC_OPTIONS, **kwargs
+        )
+
+
+@contextmanager
+def served(endpoint: str, prefix: str, *, listen: str = "127.0.0.1:0") -> Iterator[Served]:
+    """Start a store on ``prefix`` and a server for it; stop both on exit."""
+    kv = EtcdKV.connect([endpoint])
+    store = Store.open(kv, keys=Keyspace(prefix), limits=LIMITS, scan_interval=1.0)
+    store.start()
+    server, port = build_server(store, listen=listen)
+    try:
+        yield Served(f"127.0.0.1:{port}", server, store)
+    finally:
+        server.stop(0)
+        store.close()
+        kv.close()
+
+
+class CallCounter(grpc.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    """Counts the tries of every unary call by method name (each retry is one more)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        name = details.method.rsplit("/", 1)[-1]
+        self.calls[name] = self.calls.get(name, 0) + 1
+        return continuation(details, request)

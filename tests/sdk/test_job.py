@@ -1,0 +1,267 @@
+"""Job: keepalive, loss detection and the acceptance points, through a real server and etcd."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import grpc
+import pytest
+
+from coordinator.domain.digests import digest_of
+from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
+from coordinator.etcd_process import EtcdProcess
+from coordinator.sdk import (
+    PRINCIPAL_METADATA,
+    ClaimRefused,
+    Job,
+    JobLost,
+    LossSource,
+    LostReason,
+    WorkerClient,
+)
+from coordinator.v1 import worker_pb2, worker_pb2_grpc
+from tests.conftest import GRPC_OPTIONS
+from tests.helpers import eventually
+from tests.sdk.support import QUEUE, CallCounter, Served, served
+
+TTL = timedelta(seconds=1)  # etcd grants 2 s
+
+
+@pytest.fixture
+def coordinator(etcd: EtcdProcess, prefix: str) -> Iterator[Served]:
+    """A coordinator on this test's prefix."""
+    with served(etcd.endpoint, prefix) as running:
+        yield running
+
+
+@pytest.fixture
+def calls() -> CallCounter:
+    """Counts the worker's calls as they go on the wire."""
+    return CallCounter()
+
+
+@pytest.fixture
+def worker(coordinator: Served, calls: CallCounter) -> Iterator[WorkerClient]:
+    """The worker under test, with one READY task "t1" in queue "q"."""
+    with coordinator.client("worker-a", interceptors=[calls]) as client:
+        client.create_task("t1", input=b"input", queue=QUEUE)
+        yield client
+
+
+@pytest.fixture
+def other(coordinator: Served) -> Iterator[WorkerClient]:
+    """A second principal: producer, admin or competing worker."""
+    with coordinator.client("worker-b") as client:
+        yield client
+
+
+def claim(client: WorkerClient, **kwargs: Any) -> Job:
+    """Claim t1 and insist that it worked."""
+    job = client.claim("t1", ttl=TTL, **kwargs)
+    assert isinstance(job, Job), job
+    return job
+
+
+def claim_when_free(client: WorkerClient) -> Job:
+    """Claim t1 as soon as its current claim is gone (expired)."""
+
+    def attempt() -> Job | None:
+        job = client.claim("t1", ttl=TTL)
+        return job if isinstance(job, Job) else None
+
+    job = eventually(attempt, timeout=10, message="t1 never became claimable")
+    assert job is not None
+    return job
+
+
+def test_keepalive_holds_a_short_lease_past_three_ttls(
+    worker: WorkerClient, other: WorkerClient
+) -> None:
+    with claim(worker) as job:
+        assert not job.wait_lost(job.ttl * 3.5)
+        assert job.renewals >= 6  # every TTL/3
+        refused = other.claim("t1", ttl=TTL)
+        assert isinstance(refused, ClaimRefused)
+        assert refused.outcome is Outcome.ALREADY_CLAIMED
+        assert job.commit(b"done").committed
+
+
+def test_progress_markers_coalesce_to_the_latest(
+    worker: WorkerClient, etcd_client: Any, prefix: str
+) -> None:
+    with claim(worker) as job:
+        for step in range(5):
+            job.progress(f"step-{step}")
+
+        def stored_progress() -> str:
+            value, _ = etcd_client.get(f"{prefix}/claims/t1")
+            return str(json.loads(value)["progress"])
+
+        eventually(lambda: stored_progress() == "step-4", timeout=5)
+        job.commit(b"done")
+
+
+def test_cancel_makes_the_job_lost_once(
+    worker: WorkerClient, other: WorkerClient, calls: CallCounter
+) -> None:
+    seen: list[LostReason] = []
+    with claim(worker, on_lost=seen.append) as job:
+        other.cancel_task("t1", reason="no longer needed")
+        assert job.wait_lost(timedelta(seconds=5))
+        lost = job.lost_reason
+        assert lost is not None
+        assert (lost.outcome, lost.source) == (Outcome.CANCELLED, LossSource.RENEW)
+        with pytest.raises(JobLost) as raised:
+            job.check()
+        assert raised.value.reason == lost
+        # The commit still reaches the server, which refuses it; no second callback.
+        assert job.commit(b"late").outcome is Outcome.CANCELLED
+        assert calls.calls["Commit"] == 1
+    assert seen == [lost]
+    task = other.get_task("t1")
+    assert task.state is TaskState.CANCELLED  # exit did not try to release a lost job
+    assert task.result_commit_id == ""
+
+
+def test_epoch_bump_fences_the_job(worker: WorkerClient, other: WorkerClient) -> None:
+    seen: list[LostReason] = []
+    with claim(worker, on_lost=seen.append) as job:
+        other.bump_epoch()
+        assert job.wait_lost(timedelta(seconds=5))
+    assert [(r.outcome, r.reason) for r in seen] == [(Outcome.FENCED, FenceReason.EPOCH_CHANGED)]
+    # The client keeps its pinned epoch: its claims are refused until it reads the new one.
+    refused = worker.claim("t1", ttl=TTL)
+    assert isinstance(refused, ClaimRefused)
+    assert refused.reason is FenceReason.EPOCH_CHANGED
+    # A fenced claim's lease is not revoked: the task is claimable again once it expires.
+    worker.epoch()
+    with claim_when_free(worker) as job:
+        assert job.commit(b"done").committed
+
+
+def test_commit_is_canonical_and_stops_the_keepalive(
+    worker: WorkerClient, other: WorkerClient
+) -> None:
+    seen: list[LostReason] = []
+    with claim(worker, on_lost=seen.append) as job:
+        outcome = job.commit(b"result")
+        assert outcome.committed
+        assert outcome.state is TaskState.DONE
+        assert outcome.result_commit_id == f"{job.fence.attempt_id}@{job.generation}"
+        # A repeated commit (a lost response) is COMMITTED again, not a conflict.
+        assert job.commit(b"result").result_commit_id == outcome.result_commit_id
+        renewals = job.renewals
+        assert not job.wait_lost(job.ttl)  # the store answers renewals FENCED now: none sent
+        assert job.renewals == renewals
+    assert seen == []
+    task = other.get_task("t1")
+    assert (task.state, task.result_commit_id) == (TaskState.DONE, outcome.result_commit_id)
+
+
+def test_superseded_commit_is_fenced(worker: WorkerClient, other: WorkerClient) -> None:
+    stale = claim(worker)  # never entered: no keepalive, the lease runs out
+    assert stale.remaining() <= stale.ttl
+    with claim_when_free(other) as fresh:
+        assert fresh.generation > stale.generation
+        assert fresh.commit(b"fresh").committed
+    outcome = stale.commit(b"stale")
+    assert (outcome.outcome, outcome.reason) == (Outcome.FENCED, FenceReason.SUPERSEDED)
+    assert stale.is_lost()
+    assert stale.lost_reason is not None and stale.lost_reason.source is LossSource.COMMIT
+    attempts = other.get_task("t1").attempts
+    assert [a.end for a in attempts] == [AttemptEnd.EXPIRED, AttemptEnd.COMMITTED]
+
+
+def test_remaining_counts_down_and_check_guards_the_margin(worker: WorkerClient) -> None:
+    job = claim(worker)
+    first = job.remaining()
+    assert timedelta(0) < first <= job.ttl
+    eventually(lambda: job.remaining() < first - timedelta(milliseconds=300), timeout=3)
+    job.check(margin=timedelta(0))
+    with pytest.raises(JobLost) as raised:
+        job.check(margin=job.ttl)
+    assert raised.value.reason is None  # not lost: only too little time left
+    eventually(lambda: job.remaining() == timedelta(0), timeout=5)
+    job.release("done with the test")
+
+
+def test_lease_running_out_while_the_server_is_gone_loses_the_job(
+    coordinator: Served, worker: WorkerClient
+) -> None:
+    with claim(worker) as job:
+        coordinator.server.stop(0)
+        assert job.wait_lost(job.ttl * 3)
+        lost = job.lost_reason
+        assert lost is not None
+        assert (lost.outcome, lost.reason) == (Outcome.FENCED, FenceReason.LEASE_EXPIRED)
+        assert lost.source is LossSource.LOCAL_EXPIRY
+        assert job.remaining() == timedelta(0)
+
+
+def test_leaving_the_context_releases_an_unfinished_job(
+    worker: WorkerClient, other: WorkerClient
+) -> None:
+    with pytest.raises(RuntimeError), claim(worker) as job:
+        raise RuntimeError("the work failed")
+    assert not job.is_lost()
+    task = other.get_task("t1")
+    assert task.state is TaskState.READY
+    assert [a.end for a in task.attempts] == [AttemptEnd.RELEASED]
+    with claim(other) as again:
+        assert again.generation > job.generation
+        assert again.release("giving it back").released
+
+
+def test_authorize_and_stage(worker: WorkerClient, other: WorkerClient) -> None:
+    with claim(worker) as job:
+        assert job.authorize_tool("email", "send")
+        staged = job.stage(b"draft")
+        assert (staged.outcome, staged.current) == (Outcome.OK, True)
+        other.cancel_task("t1")
+        answer = job.authorize_tool("email", "send")
+        assert not answer
+        assert answer.outcome is Outcome.CANCELLED
+        assert job.is_lost()
+
+
+def test_claim_refusals_are_typed(worker: WorkerClient) -> None:
+    empty = worker.claim_next("empty-queue", ttl=TTL)
+    assert isinstance(empty, ClaimRefused)
+    assert empty.outcome is Outcome.NO_READY_TASK
+    task = worker.get_task("t1")
+    stale = worker.claim("t1", ttl=TTL, expected_state_version=task.state_version + 100)
+    assert isinstance(stale, ClaimRefused)
+    assert stale.outcome is Outcome.STALE_STATE_VERSION
+    assert stale.state_version == task.state_version
+    with worker.claim_next(QUEUE, ttl=TTL) as job:  # type: ignore[union-attr]
+        assert (job.task_id, job.input) == ("t1", b"input")
+        job.commit(b"done")
+
+
+def test_a_renewal_that_meets_its_own_commit_is_not_a_loss(
+    coordinator: Served, worker: WorkerClient
+) -> None:
+    seen: list[LostReason] = []
+    with claim(worker, on_lost=seen.append) as job:
+        # The same attempt commits over another channel, as if this commit's answer were
+        # still on its way when the next renewal is answered FENCED/ALREADY_COMMITTED.
+        with grpc.insecure_channel(coordinator.target, options=GRPC_OPTIONS) as channel:
+            response = worker_pb2_grpc.WorkerServiceStub(channel).Commit(
+                worker_pb2.CommitRequest(
+                    fence=job.fence.to_proto(),
+                    input_digest=job.input_digest,
+                    result_digest=digest_of(b"done"),
+                    result=b"done",
+                ),
+                metadata=((PRINCIPAL_METADATA, "worker-a"),),
+                timeout=5,
+            )
+        assert response.outcome == Outcome.COMMITTED
+        renewals = job.renewals
+        assert not job.wait_lost(job.ttl)  # the keepalive stopped quietly
+        assert job.renewals == renewals
+        assert job.commit(b"done").committed
+    assert seen == []

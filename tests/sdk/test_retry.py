@@ -1,0 +1,155 @@
+"""Transport retries: UNAVAILABLE / DEADLINE_EXCEEDED are retried (bounded), nothing else is.
+
+Tries are counted by a client interceptor, so every retry the SDK makes is seen.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack
+from datetime import timedelta
+from typing import Any
+
+import grpc
+import pytest
+
+from coordinator.errors import InvalidArgument, NotFound
+from coordinator.etcd_process import EtcdProcess, free_port
+from coordinator.sdk import Job, RetryPolicy, TransportError, WorkerClient
+from tests.conftest import GRPC_OPTIONS
+from tests.sdk.support import QUEUE, CallCounter, served
+
+FAST = RetryPolicy(
+    timeout=timedelta(seconds=2),
+    attempts=20,
+    initial_backoff=timedelta(milliseconds=50),
+    max_backoff=timedelta(milliseconds=300),
+)
+
+
+def client_for(target: str, counter: CallCounter, policy: RetryPolicy = FAST) -> WorkerClient:
+    """A client whose every try passes through ``counter``."""
+    return WorkerClient(
+        target,
+        principal="retrier",
+        channel_options=GRPC_OPTIONS,
+        retry=policy,
+        interceptors=[counter],
+    )
+
+
+@pytest.fixture
+def stack() -> Iterator[ExitStack]:
+    """Servers started in the background are stopped after the test."""
+    with ExitStack() as exits:
+        yield exits
+
+
+def serve_later(stack: ExitStack, etcd: EtcdProcess, prefix: str, port: int) -> threading.Timer:
+    """Start a coordinator on ``port`` half a second from now (stopped with ``stack``)."""
+    listen = f"127.0.0.1:{port}"
+    timer = threading.Timer(
+        0.5, lambda: stack.enter_context(served(etcd.endpoint, prefix, listen=listen))
+    )
+    timer.start()
+    return timer
+
+
+def test_a_call_succeeds_once_the_server_comes_up(
+    etcd: EtcdProcess, prefix: str, stack: ExitStack
+) -> None:
+    port = free_port()
+    counter = CallCounter()
+    with client_for(f"127.0.0.1:{port}", counter) as client:
+        timer = serve_later(stack, etcd, prefix, port)
+        assert client.epoch() == 1
+        timer.join()
+    assert counter.calls["GetEpoch"] > 1
+
+
+def test_a_commit_survives_a_coordinator_restart_on_the_same_port(
+    etcd: EtcdProcess, prefix: str, stack: ExitStack
+) -> None:
+    first = ExitStack()
+    stack.callback(first.close)  # a no-op once closed below
+    running = first.enter_context(served(etcd.endpoint, prefix))
+    port = int(running.target.rsplit(":", 1)[1])
+    counter = CallCounter()
+    with client_for(running.target, counter) as client:
+        client.create_task("t1", input=b"x", queue=QUEUE)
+        job = client.claim("t1", ttl=timedelta(seconds=10))
+        assert isinstance(job, Job)
+        first.close()  # the coordinator goes away...
+        timer = serve_later(stack, etcd, prefix, port)
+        outcome = job.commit(b"result")
+        timer.join()
+    assert outcome.committed
+    assert counter.calls["Commit"] > 1
+
+
+class LoseFirstResponse(CallCounter):
+    """Lets the first try of ``method`` reach the server, then reports UNAVAILABLE instead."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__()
+        self._method = method
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        response = super().intercept_unary_unary(continuation, details, request)
+        if details.method.endswith(self._method) and self.calls[self._method] == 1:
+            response.result()  # the call completed on the server...
+            raise _Unavailable()  # ...but its answer is lost
+        return response
+
+
+class _Unavailable(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "the response was lost"
+
+
+def test_a_commit_whose_response_was_lost_is_retried_into_committed(
+    etcd: EtcdProcess, prefix: str
+) -> None:
+    counter = LoseFirstResponse("Commit")
+    with served(etcd.endpoint, prefix) as running, client_for(running.target, counter) as client:
+        client.create_task("t1", input=b"x", queue=QUEUE)
+        job = client.claim("t1", ttl=timedelta(seconds=10))
+        assert isinstance(job, Job)
+        outcome = job.commit(b"result")
+        assert outcome.committed  # the retry found its own commit: COMMITTED, not FENCED
+        assert client.get_task("t1").result_commit_id == outcome.result_commit_id
+    assert counter.calls["Commit"] == 2
+
+
+def test_errors_that_are_not_transport_errors_are_not_retried(
+    etcd: EtcdProcess, prefix: str
+) -> None:
+    counter = CallCounter()
+    with served(etcd.endpoint, prefix) as running, client_for(running.target, counter) as client:
+        with pytest.raises(NotFound):
+            client.get_task("missing")
+        with pytest.raises(InvalidArgument):
+            client.create_task("not a valid id!", input=b"x")
+    assert counter.calls == {"GetTask": 1, "CreateTask": 1}
+
+
+def test_retries_are_bounded() -> None:
+    counter = CallCounter()
+    policy = RetryPolicy(
+        timeout=timedelta(seconds=1),
+        attempts=3,
+        initial_backoff=timedelta(milliseconds=10),
+        max_backoff=timedelta(milliseconds=50),
+    )
+    with client_for(f"127.0.0.1:{free_port()}", counter, policy) as client:
+        with pytest.raises(TransportError) as raised:
+            client.get_task("t1")
+        assert raised.value.code == "UNAVAILABLE"
+        # Without an id a retried create could create a second task: one try only.
+        with pytest.raises(TransportError):
+            client.create_task(input=b"x")
+    assert counter.calls == {"GetTask": 3, "CreateTask": 1}

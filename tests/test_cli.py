@@ -1,0 +1,238 @@
+"""The command line: help, settings validation, and real `up`/`serve` processes shut down by
+SIGTERM with exit code 0."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from click.testing import CliRunner
+
+from coordinator.cli import main
+from coordinator.config import Config, parse_endpoints
+from coordinator.errors import ConfigError
+from coordinator.etcd_process import EtcdProcess
+from coordinator.v1 import admin_pb2, admin_pb2_grpc
+from tests.conftest import GRPC_OPTIONS
+from tests.helpers import eventually
+
+ROOT = Path(__file__).resolve().parent.parent
+# Run the CLI from this checkout, whichever way the package is installed.
+COMMAND = [sys.executable, "-c", "from coordinator.cli import main; main()"]
+
+
+def test_serve_help_lists_every_setting_and_its_env_var() -> None:
+    result = CliRunner().invoke(main, ["serve", "--help"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    for name in ("etcd", "listen", "prefix", "min-ttl", "max-ttl", "max-claim-duration"):
+        assert f"--{name}" in result.output
+        assert f"COORDINATOR_{name.upper().replace('-', '_')}" in result.output
+    for name in ("stall-timeout", "log-level"):
+        assert f"--{name}" in result.output
+
+
+def test_up_help() -> None:
+    result = CliRunner().invoke(main, ["up", "--help"])
+    assert result.exit_code == 0, result.output
+    assert "--etcd-bin" in result.output and "--data-dir" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "setting"),
+    [
+        (["--etcd", "nohost"], "etcd"),
+        (["--etcd", ""], "etcd"),
+        (["--listen", "127.0.0.1:99999"], "listen"),
+        (["--prefix", "no-leading-slash"], "prefix"),
+        (["--prefix", "/trailing/"], "prefix"),
+        (["--min-ttl", "10", "--max-ttl", "5"], "max_ttl"),
+        (["--max-ttl", "600", "--max-claim-duration", "60"], "max_claim_duration"),
+    ],
+)
+def test_serve_refuses_bad_settings_naming_them(args: list[str], setting: str) -> None:
+    result = CliRunner().invoke(main, ["serve", *args])
+    assert result.exit_code == 2, result.output
+    assert setting in result.output
+
+
+def test_settings_come_from_env_vars() -> None:
+    env = {"COORDINATOR_MAX_TTL": "5", "COORDINATOR_MIN_TTL": "9"}
+    result = CliRunner().invoke(main, ["serve"], env=env)
+    assert result.exit_code == 2
+    assert "max_ttl (5) must be >= min_ttl (9)" in result.output
+
+
+@pytest.mark.parametrize(
+    ("changes", "setting"),
+    [
+        ({"etcd": ()}, "etcd"),
+        ({"min_ttl": 0}, "min_ttl"),
+        ({"stall_timeout": -1.0}, "stall_timeout"),
+        ({"log_level": "loud"}, "log_level"),
+        ({"max_workers": 0}, "max_workers"),
+        ({"shutdown_grace": -1.0}, "shutdown_grace"),
+        ({"health_interval": 0.0}, "health_interval"),
+    ],
+)
+def test_config_errors_name_the_setting(changes: dict[str, object], setting: str) -> None:
+    with pytest.raises(ConfigError, match=setting):
+        Config(**changes)  # type: ignore[arg-type]
+
+
+def test_config_defaults_and_endpoints() -> None:
+    config = Config(etcd=parse_endpoints(" a:1, [::1]:2379 ,"))
+    assert config.etcd == ("a:1", "[::1]:2379")
+    assert config.limits.max_ttl == config.max_ttl
+
+
+class Process:
+    """A CLI subprocess whose stdout lines can be awaited with a deadline."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.log = log
+        self._lines: queue.Queue[str] = queue.Queue()
+        with log.open("wb") as stderr:
+            self.proc = subprocess.Popen(
+                [*COMMAND, *args],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                env={**os.environ, **(env or {})},
+            )
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+
+    def expect(self, pattern: str, timeout: float = 30.0) -> re.Match[str]:
+        """The first stdout line matching ``pattern`` (fails with the stderr log on timeout)."""
+        seen: list[str] = []
+        while True:
+            try:
+                line = self._lines.get(timeout=timeout)
+            except queue.Empty:
+                pytest.fail(f"no line matching {pattern!r}; stdout {seen}; log:\n{self.logs()}")
+            seen.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return match
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM, then the exit code."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+    def logs(self) -> str:
+        """What the process wrote to stderr."""
+        return self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """Last resort after a failed test."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def processes() -> Iterator[list[Process]]:
+    """Processes a test started; killed if the test left them running."""
+    started: list[Process] = []
+    yield started
+    for process in started:
+        process.kill()
+
+
+def _get_epoch(address: str) -> admin_pb2.GetEpochResponse:
+    with grpc.insecure_channel(address, options=GRPC_OPTIONS) as channel:
+        stub = admin_pb2_grpc.AdminServiceStub(channel)
+        return stub.GetEpoch(admin_pb2.GetEpochRequest(), timeout=10, wait_for_ready=True)
+
+
+def _accepts_connections(endpoint: str) -> bool:
+    host, _, port = endpoint.rpartition(":")
+    with socket.socket() as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((host, int(port))) == 0
+
+
+def test_up_serves_and_stops_cleanly_on_sigterm(tmp_path: Path, processes: list[Process]) -> None:
+    up = Process(["up", "--listen", "127.0.0.1:0"], tmp_path / "up.log")
+    processes.append(up)
+
+    address = up.expect(r"listening on (\S+)")[1]
+    etcd_endpoint = up.expect(r"etcd at (\S+)")[1]
+    reply = _get_epoch(address)
+    assert reply.epoch == 1 and not reply.claims_paused
+
+    assert up.terminate() == 0, up.logs()
+    assert not _accepts_connections(etcd_endpoint), "the embedded etcd outlived `up`"
+    events = [r.get("event") for r in _records(up)]
+    assert events.index("shutting down") < events.index("stopped")
+
+
+def test_serve_uses_env_settings_and_exits_zero_on_sigterm(
+    etcd: EtcdProcess, prefix: str, tmp_path: Path, processes: list[Process]
+) -> None:
+    env = {"COORDINATOR_ETCD": etcd.endpoint, "COORDINATOR_PREFIX": prefix}
+    serve = Process(["serve", "--listen", "127.0.0.1:0"], tmp_path / "serve.log", env)
+    processes.append(serve)
+
+    # `serve` prints nothing on stdout; the address is in its JSON "serving" log line.
+    address = _wait_for_log(serve, "serving", "listen")
+    assert _get_epoch(address).epoch == 1
+    assert serve.terminate() == 0, serve.logs()
+    serving = next(r for r in _records(serve) if r.get("event") == "serving")
+    assert serving["prefix"] == prefix and serving["etcd"] == etcd.endpoint
+
+
+def _records(process: Process) -> list[dict[str, Any]]:
+    """The JSON log lines the process wrote to stderr so far."""
+    records = []
+    for line in process.logs().splitlines():
+        with contextlib.suppress(ValueError):
+            records.append(json.loads(line))
+    return records
+
+
+def _wait_for_log(process: Process, event: str, field: str, timeout: float = 30.0) -> str:
+    """``field`` of the first JSON log line whose event is ``event``."""
+
+    def found() -> str | None:
+        hits = [r[field] for r in _records(process) if r.get("event") == event]
+        return str(hits[0]) if hits else None
+
+    return str(eventually(found, timeout=timeout, message=f"no {event!r} log line"))
+
+
+def test_serve_refuses_a_taken_port(etcd: EtcdProcess, prefix: str, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["serve", "--etcd", etcd.endpoint, "--prefix", prefix]
+        result = subprocess.run(
+            [*COMMAND, *args, "--listen", f"127.0.0.1:{port}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 1, result.stderr
+    assert f"listen: cannot bind '127.0.0.1:{port}'" in result.stderr
