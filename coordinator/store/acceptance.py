@@ -102,10 +102,8 @@ class AcceptancePoints:
             if not ctx.kv.txn(compares, ops).succeeded:
                 continue  # re-read: fenced meanwhile, or a concurrent renew moved the claim key
             ttl = ctx.kv.keepalive(claim.lease_id)
-            if ttl <= 0:
-                return RenewResult(
-                    Verdict(Outcome.FENCED, FenceReason.LEASE_EXPIRED, "the lease expired")
-                )
+            if ttl <= 0:  # the lease went away after our txn: ask the keyspace why
+                return RenewResult(self._diagnose(fence))
             now = ctx.clock.now()
             return RenewResult(
                 verdict, ttl=ttl, lease_expires_at=now + ttl, deadline=claim.deadline

@@ -17,7 +17,7 @@ import etcd3
 import grpc
 from etcd3 import etcdrpc, utils
 
-from coordinator.errors import StoreUnavailable
+from coordinator.errors import CoordinatorError, StoreUnavailable
 from coordinator.store.watch import PrefixWatch, WatchEvent
 
 Compare = Any  # etcdrpc.Compare (generated, untyped)
@@ -284,14 +284,19 @@ class EtcdKV:
             raise StoreUnavailable(f"etcd {what} failed: {type(exc).__name__}: {exc}") from exc
 
     def _translate(self, what: str, exc: grpc.RpcError) -> None:
+        code = exc.code()
+        if code not in _TRANSIENT:
+            # etcd refused the request itself (a malformed txn, auth, quota): retrying the same
+            # request cannot help, so it must not look like an outage.
+            raise CoordinatorError(f"etcd refused {what}: {code.name}: {exc.details()}") from exc
         # The client's own handler marks the endpoint failed, so the next call fails over to
         # another member; it then raises its own exception, which we replace with ours.
         with contextlib.suppress(Exception):
             self._client._manage_grpc_errors(exc)
-        code = exc.code()
-        raise StoreUnavailable(
-            f"etcd {what} failed: {code.name if code else '?'}: {exc.details()}"
-        ) from exc
+        raise StoreUnavailable(f"etcd {what} failed: {code.name}: {exc.details()}") from exc
+
+
+_TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 
 def _kv(kv: Any) -> KV:

@@ -1,0 +1,187 @@
+"""coordinator.domain.decisions: decide_commit (once, retry-safe) and decide_renew (bounded)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from coordinator.domain.decisions import FenceView, decide_commit, decide_renew
+from coordinator.domain.records import ClaimRecord
+from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
+from tests.domain.samples import (
+    ATTEMPT,
+    CLAIM,
+    D1,
+    D2,
+    FENCE,
+    HOLDER,
+    R1,
+    R2,
+    TASK,
+    pair,
+    result_of,
+)
+
+DONE = replace(
+    HOLDER,
+    task=replace(TASK, state=TaskState.DONE),
+    attempt=replace(ATTEMPT, end=AttemptEnd.COMMITTED),
+    claim=None,
+    result=result_of("a1", R1),
+)
+
+
+def _commit(
+    view: FenceView, input_digest: str = D1, result_digest: str = R1
+) -> tuple[Outcome, FenceReason]:
+    return pair(decide_commit(view, FENCE, input_digest=input_digest, result_digest=result_digest))
+
+
+COMMITTED = (Outcome.COMMITTED, FenceReason.NONE)
+
+
+def test_the_holder_commits() -> None:
+    assert _commit(HOLDER) == COMMITTED
+
+
+def test_a_retry_of_the_same_attempt_and_digest_is_committed_again() -> None:
+    assert _commit(DONE) == COMMITTED
+    # Even if the world moved on since (epoch bumped): the commit did land.
+    assert _commit(replace(DONE, epoch=2)) == COMMITTED
+
+
+def test_another_digest_from_the_same_attempt_is_already_committed() -> None:
+    assert _commit(DONE, result_digest=R2) == (Outcome.FENCED, FenceReason.ALREADY_COMMITTED)
+
+
+def test_a_result_from_another_attempt_fences_even_a_holding_fence() -> None:
+    view = replace(HOLDER, result=result_of("a0", R1, generation=FENCE.claim_generation - 5))
+    assert _commit(view) == (Outcome.FENCED, FenceReason.ALREADY_COMMITTED)
+
+
+def test_a_different_input_digest_is_stale_input() -> None:
+    assert _commit(HOLDER, input_digest=D2) == (Outcome.STALE_INPUT, FenceReason.NONE)
+    changed = replace(HOLDER, task=replace(TASK, input_digest=D2, revision=2))
+    assert _commit(changed, input_digest=D1) == (Outcome.STALE_INPUT, FenceReason.NONE)
+    assert _commit(changed, input_digest=D2) == (Outcome.STALE_INPUT, FenceReason.NONE)
+
+
+@pytest.mark.parametrize(
+    ("view", "expected"),
+    [
+        (replace(HOLDER, epoch=2), (Outcome.FENCED, FenceReason.EPOCH_CHANGED)),
+        (replace(HOLDER, claim=None), (Outcome.FENCED, FenceReason.LEASE_EXPIRED)),
+        (
+            replace(HOLDER, task=replace(TASK, claim_generation=FENCE.claim_generation + 1)),
+            (Outcome.FENCED, FenceReason.SUPERSEDED),
+        ),
+        (
+            replace(HOLDER, task=replace(TASK, state=TaskState.CANCELLED, cancel_generation=1)),
+            (Outcome.CANCELLED, FenceReason.NONE),
+        ),
+    ],
+    ids=["epoch", "expired", "superseded", "cancelled"],
+)
+def test_a_failing_fence_is_passed_through(
+    view: FenceView, expected: tuple[Outcome, FenceReason]
+) -> None:
+    assert _commit(view) == expected
+
+
+@given(
+    result_attempt=st.sampled_from([None, "a1", "a2"]),
+    result_digest=st.sampled_from([R1, R2]),
+    input_digest=st.sampled_from([D1, D2]),
+    epoch=st.integers(1, 2),
+    holds=st.booleans(),
+)
+def test_committed_only_for_a_retry_or_a_clean_first_commit(
+    result_attempt: str | None, result_digest: str, input_digest: str, epoch: int, holds: bool
+) -> None:
+    result = None if result_attempt is None else result_of(result_attempt, R1)
+    view = replace(HOLDER, epoch=epoch, claim=CLAIM if holds else None, result=result)
+    verdict = decide_commit(view, FENCE, input_digest=input_digest, result_digest=result_digest)
+    retry = result_attempt == FENCE.attempt_id and result_digest == R1
+    first = result is None and input_digest == D1 and epoch == 1 and holds
+    assert (verdict.outcome is Outcome.COMMITTED) == (retry or first)
+
+
+# --- decide_renew ------------------------------------------------------------------------------
+
+RENEWABLE = replace(CLAIM, claimed_at=0.0, deadline=100.0, ttl=10, stall_timeout=20.0)
+
+
+def test_renew_is_ok_up_to_the_deadline_and_not_after() -> None:
+    assert decide_renew(RENEWABLE, now=90.0, progress="moved")[0].outcome is Outcome.OK
+    verdict, update = decide_renew(RENEWABLE, now=90.5, progress="moved")
+    assert (verdict.outcome, update) == (Outcome.RENEW_LIMIT, None)
+
+
+def test_renew_without_progress_stalls_after_stall_timeout() -> None:
+    assert decide_renew(RENEWABLE, now=20.0, progress="")[0].outcome is Outcome.OK
+    verdict, update = decide_renew(RENEWABLE, now=20.5, progress="")
+    assert (verdict.outcome, update) == (Outcome.STALLED, None)
+
+
+def test_new_progress_renews_and_returns_the_record_to_write() -> None:
+    verdict, update = decide_renew(RENEWABLE, now=50.0, progress="step-2")
+    assert verdict.outcome is Outcome.OK
+    assert update == replace(RENEWABLE, progress="step-2", progress_at=50.0)
+    assert update is not None
+    assert (update.generation, update.mod_revision) == (CLAIM.generation, CLAIM.mod_revision)
+
+
+def test_stall_timeout_zero_never_stalls() -> None:
+    claim = replace(RENEWABLE, stall_timeout=0.0)
+    assert decide_renew(claim, now=89.0, progress="")[0].outcome is Outcome.OK
+
+
+@given(
+    ttl=st.integers(1, 300),
+    claimed_at=st.floats(0, 1e6),
+    duration=st.floats(0, 1e4),
+    stall=st.floats(0, 1e3),
+    marker=st.sampled_from(["", "a", "b"]),
+    since_progress=st.floats(0, 2e3),
+    elapsed=st.floats(0, 2e4),
+    progress=st.sampled_from(["", "a", "b"]),
+)
+def test_renew_is_bounded(
+    ttl: int,
+    claimed_at: float,
+    duration: float,
+    stall: float,
+    marker: str,
+    since_progress: float,
+    elapsed: float,
+    progress: str,
+) -> None:
+    now = claimed_at + elapsed
+    claim = ClaimRecord(
+        attempt_id="a1",
+        owner_id="w1",
+        lease_id=7,
+        ttl=ttl,
+        claimed_at=claimed_at,
+        deadline=claimed_at + duration,
+        stall_timeout=stall,
+        progress=marker,
+        progress_at=now - since_progress,
+        generation=100,
+    )
+    verdict, update = decide_renew(claim, now=now, progress=progress)
+    if now + ttl > claim.deadline:
+        assert (verdict.outcome, update) == (Outcome.RENEW_LIMIT, None)
+    elif progress != marker:
+        assert verdict.outcome is Outcome.OK
+        assert update == replace(claim, progress=progress, progress_at=now)
+    elif stall > 0 and now - claim.progress_at > stall:
+        assert (verdict.outcome, update) == (Outcome.STALLED, None)
+    else:
+        assert (verdict.outcome, update) == (Outcome.OK, None)
+    if verdict.outcome is Outcome.OK:
+        assert now + ttl <= claim.deadline
+    assert verdict.reason is FenceReason.NONE

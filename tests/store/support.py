@@ -1,0 +1,121 @@
+"""Helpers for the store tests: task setup, raw etcd reads and waits (via tests.helpers)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.domain.decisions import ClaimLimits, Fence
+from coordinator.domain.digests import digest_of
+from coordinator.domain.records import EventRecord, ResultRecord, decode
+from coordinator.domain.states import Outcome
+from coordinator.store import ClaimResult, CommitResult, Store, TaskSpec
+from tests.helpers import eventually
+
+# Short limits for tests: TTLs in [1, 30] s (etcd itself raises TTLs below ~2 s).
+LIMITS = ClaimLimits(min_ttl=1, max_ttl=30, max_claim_duration=600.0, stall_timeout=300.0)
+# Long enough that no periodic scan runs during a test: reclaims come from the watch or scan().
+NO_SCAN = 3600.0
+
+StoreFactory = Callable[..., Store]
+"""``make_store(*, limits=LIMITS, reclaim=True, scan_interval=NO_SCAN, clock=...)``."""
+
+RESULT = b"the result"
+RESULT_DIGEST = digest_of(RESULT)
+
+
+def create(
+    store: Store,
+    task_id: str,
+    *,
+    priority: int = 0,
+    queue: str = "default",
+    data: bytes | None = None,
+    review: bool = False,
+) -> None:
+    """Create a READY task whose input is ``data`` (default: derived from the id)."""
+    payload = data if data is not None else f"input of {task_id}".encode()
+    spec = TaskSpec(
+        task_id=task_id, queue=queue, priority=priority, input=payload, requires_review=review
+    )
+    store.tasks.create(spec, by="pm")
+
+
+def claim(
+    store: Store, task_id: str, *, principal: str = "w1", ttl: int = 30, epoch: int = 1
+) -> Fence:
+    """Claim ``task_id`` and insist that it worked; returns the fence."""
+    result = store.claims.claim(task_id, principal=principal, epoch=epoch, ttl=ttl)
+    assert result.verdict.outcome is Outcome.CLAIMED, result.verdict
+    assert result.fence is not None
+    return result.fence
+
+
+def claim_result(
+    store: Store, task_id: str, *, principal: str = "w1", ttl: int = 30, epoch: int = 1
+) -> ClaimResult:
+    """Claim ``task_id`` and return whatever came back."""
+    return store.claims.claim(task_id, principal=principal, epoch=epoch, ttl=ttl)
+
+
+def commit(
+    store: Store,
+    fence: Fence,
+    *,
+    principal: str = "w1",
+    result: bytes = RESULT,
+    input_digest: str | None = None,
+) -> CommitResult:
+    """Commit ``result`` for ``fence``, on the input the claim handed out (unless given)."""
+    if input_digest is None:
+        attempt = next(
+            a for a in store.tasks.attempts(fence.task_id) if a.attempt_id == fence.attempt_id
+        )
+        input_digest = attempt.input_digest
+    return store.acceptance.commit(
+        fence,
+        principal=principal,
+        input_digest=input_digest,
+        result_digest=digest_of(result),
+        result=result,
+        result_ref="",
+    )
+
+
+def raw(etcd_client: Any, key: str) -> Any:
+    """The etcd3 metadata of ``key`` (create/mod revision, lease), or None if absent."""
+    _, meta = etcd_client.get(key)
+    return meta
+
+
+def under(etcd_client: Any, prefix: str) -> dict[str, tuple[bytes, int]]:
+    """Every key under ``prefix`` with its value and mod_revision."""
+    return {
+        meta.key.decode(): (value, meta.mod_revision)
+        for value, meta in etcd_client.get_prefix(prefix)
+    }
+
+
+def snapshot(store: Store, etcd_client: Any) -> dict[str, tuple[bytes, int]]:
+    """The whole keyspace of ``store`` (to assert that a refused call wrote nothing)."""
+    return under(etcd_client, store.ctx.keys.prefix + "/")
+
+
+def events(store: Store, etcd_client: Any, task_id: str) -> list[EventRecord]:
+    """The task's transition events, in transition order."""
+    found = under(etcd_client, store.ctx.keys.events_prefix(task_id))
+    return [decode(EventRecord, found[key][0]) for key in sorted(found)]
+
+
+def results(store: Store, etcd_client: Any) -> list[ResultRecord]:
+    """Every canonical result under {prefix}/results/."""
+    found = under(etcd_client, store.ctx.keys.prefix + "/results/")
+    return [decode(ResultRecord, value) for value, _ in found.values()]
+
+
+def wait_claim_gone(store: Store, etcd_client: Any, task_id: str) -> None:
+    """Wait until the claim key's lease expired (etcd deleted the key)."""
+    key = store.ctx.keys.claim(task_id)
+    eventually(
+        lambda: raw(etcd_client, key) is None, timeout=15, message=f"claim key {key} did not expire"
+    )

@@ -1,0 +1,131 @@
+"""Lease expiry reclaims work: the reclaimer (scan and watch), and a direct claim before it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinator.clock import ManualClock
+from coordinator.domain.states import AttemptEnd, Op, Outcome, TaskState
+from coordinator.store import Store
+from coordinator.store.reclaimer import RECLAIMER
+from tests.helpers import eventually
+from tests.store.support import (
+    StoreFactory,
+    claim,
+    commit,
+    create,
+    events,
+    raw,
+    wait_claim_gone,
+)
+
+
+def _assert_reclaimed(store: Store, etcd_client: Any, task_id: str, generation: int) -> None:
+    """READY again, the attempt EXPIRED, one RECLAIM event, and back in the ready index."""
+    task = store.tasks.get(task_id)
+    assert (task.state, task.lease_id, task.claim_generation) == (TaskState.READY, 0, generation)
+    (attempt,) = store.tasks.attempts(task_id)
+    assert attempt.end is AttemptEnd.EXPIRED
+    log = events(store, etcd_client, task_id)
+    assert [e.op for e in log] == [Op.CREATE, Op.CLAIM, Op.RECLAIM]
+    reclaim = log[-1]
+    assert (reclaim.from_state, reclaim.to_state, reclaim.by) == (
+        TaskState.CLAIMED,
+        TaskState.READY,
+        RECLAIMER,
+    )
+    assert (reclaim.attempt_id, reclaim.claim_generation) == (attempt.attempt_id, generation)
+    keys = store.ctx.keys
+    assert raw(etcd_client, keys.claimed(task_id)) is None
+    ready_key = keys.ready(task.queue, task.priority, task.ready_seq, task_id)
+    assert raw(etcd_client, ready_key) is not None
+    # This replica's in-memory ready index follows (the watch may deliver it a moment later).
+    eventually(lambda: store.ready.first(task.queue, 10) == [ready_key], timeout=5)
+
+
+def test_scan_returns_an_expired_task_to_ready(
+    make_store: StoreFactory, etcd_client: Any, clock: ManualClock
+) -> None:
+    store = make_store(reclaim=False)
+    create(store, "t1")
+    fence = claim(store, "t1", ttl=1)
+    assert store.reclaimer.scan() == 0  # the claim is alive
+    wait_claim_gone(store, etcd_client, "t1")
+    assert store.tasks.get("t1").state is TaskState.CLAIMED  # nobody reclaimed yet
+    clock.advance(3)
+    assert store.reclaimer.scan() == 1
+    _assert_reclaimed(store, etcd_client, "t1", fence.claim_generation)
+    (attempt,) = store.tasks.attempts("t1")
+    assert attempt.ended_at == clock.now()
+    assert store.reclaimer.scan() == 0  # idempotent
+    assert len(events(store, etcd_client, "t1")) == 3
+    again = store.claims.claim_next("default", principal="w2", epoch=1, ttl=30)
+    assert again.fence is not None
+    assert again.fence.claim_generation > fence.claim_generation
+
+
+def test_the_watch_reclaims_an_expired_task(store: Store, etcd_client: Any) -> None:
+    create(store, "t1")
+    fence = claim(store, "t1", ttl=1)
+    # No periodic scan runs in this store: only the watch on the claims prefix can do this.
+    eventually(
+        lambda: store.tasks.get("t1").state is TaskState.READY,
+        timeout=15,
+        message="the reclaimer's watch did not return the task to READY",
+    )
+    _assert_reclaimed(store, etcd_client, "t1", fence.claim_generation)
+
+
+def test_reclaimers_of_several_replicas_reclaim_once(
+    make_store: StoreFactory, etcd_client: Any
+) -> None:
+    replicas = [make_store(), make_store(), make_store()]
+    create(replicas[0], "t1")
+    fence = claim(replicas[0], "t1", ttl=1)
+    eventually(lambda: replicas[1].tasks.get("t1").state is TaskState.READY, timeout=15)
+    assert [r.reclaimer.scan() for r in replicas] == [0, 0, 0]
+    _assert_reclaimed(replicas[2], etcd_client, "t1", fence.claim_generation)
+
+
+def test_a_direct_claim_of_an_expired_task_works_before_the_reclaimer(
+    make_store: StoreFactory, etcd_client: Any
+) -> None:
+    store = make_store(reclaim=False)
+    create(store, "t1")
+    old = claim(store, "t1", principal="A", ttl=1)
+    wait_claim_gone(store, etcd_client, "t1")
+    assert store.tasks.get("t1").state is TaskState.CLAIMED
+    new = claim(store, "t1", principal="B")
+    assert new.claim_generation > old.claim_generation
+    first, second = store.tasks.attempts("t1")
+    assert (first.attempt_id, first.end) == (old.attempt_id, AttemptEnd.EXPIRED)
+    assert (second.attempt_id, second.end, second.owner_id) == (
+        new.attempt_id,
+        AttemptEnd.RUNNING,
+        "B",
+    )
+    log = events(store, etcd_client, "t1")
+    assert [(e.op, e.from_state, e.to_state) for e in log] == [
+        (Op.CREATE, None, TaskState.READY),
+        (Op.CLAIM, TaskState.READY, TaskState.CLAIMED),
+        (Op.CLAIM, TaskState.CLAIMED, TaskState.CLAIMED),
+    ]
+    assert store.reclaimer.scan() == 0  # the new claim is alive: nothing to reclaim
+    assert store.reclaimer.reclaim("t1") is False
+    assert commit(store, new, principal="B").verdict.outcome is Outcome.COMMITTED
+
+
+def test_reclaim_leaves_live_and_finished_tasks_alone(
+    make_store: StoreFactory, etcd_client: Any
+) -> None:
+    store = make_store(reclaim=False)
+    create(store, "live")
+    create(store, "done")
+    create(store, "ready")
+    claim(store, "live")
+    assert commit(store, claim(store, "done")).verdict.outcome is Outcome.COMMITTED
+    before = {t: len(events(store, etcd_client, t)) for t in ("live", "done", "ready")}
+    assert [store.reclaimer.reclaim(t) for t in ("live", "done", "ready", "missing")] == [False] * 4
+    assert store.reclaimer.scan() == 0
+    assert {t: len(events(store, etcd_client, t)) for t in before} == before
+    assert store.tasks.get("live").state is TaskState.CLAIMED
