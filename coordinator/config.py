@@ -1,14 +1,19 @@
 """Every setting of a coordinator replica, with defaults, validated in one place.
 
-The CLI (``coordinator serve``, ``coordinator up``) fills a ``Config`` from flags and
-``COORDINATOR_*`` environment variables; an invalid value raises ConfigError naming the setting,
-before anything connects or listens.
+The CLI (``coordinator serve``, ``coordinator up``) fills a ``Config`` from flags,
+``COORDINATOR_*`` environment variables and a TOML config file (``--config``), in that order of
+precedence; an invalid value raises ConfigError naming the setting, before anything connects or
+listens. Config file keys are the field names below (``max_ttl = 60``).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from dataclasses import dataclass
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
 
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.errors import ConfigError
@@ -17,6 +22,7 @@ from coordinator.logging import LEVELS
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_ETCD = ("127.0.0.1:2379",)
 DEFAULT_PREFIX = "/coordinator"
+DEFAULT_METRICS_LISTEN = "127.0.0.1:9090"
 
 _HOST_PORT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]*):(?P<port>[0-9]{1,5})$")
 _PREFIX = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
@@ -50,6 +56,40 @@ class Config:
     """Timeout of each etcd request; a slower etcd makes calls fail with UNAVAILABLE."""
     health_interval: float = 3.0
     """How often the health status is re-checked against etcd."""
+    reclaim_scan_interval: float = 5.0
+    """Period of the reclaimer's full scan of claims (the watch catches most expiries sooner)."""
+    metrics_listen: str = DEFAULT_METRICS_LISTEN
+    """Prometheus metrics listen address (its own port, never the gRPC one)."""
+    health_listen: str | None = None
+    """With TLS: a plaintext port that serves only gRPC health (kubelet probes speak no TLS)."""
+    idempotency_ttl: float = 24 * 3600.0
+    """How long the stored response of a request with an idempotency key is kept (seconds)."""
+    # --- authentication (see coordinator.server.auth) ---------------------------------------
+    token_file: str | None = None
+    """JSON token file: token hashes -> principal, roles; certificate principals -> roles."""
+    token_reload_interval: float = 5.0
+    """How often the token file is checked for changes (it is reloaded without a restart)."""
+    tls_cert: str | None = None
+    """PEM server certificate for the gRPC port (with tls_key); plaintext without it."""
+    tls_key: str | None = None
+    """PEM private key of tls_cert."""
+    tls_client_ca: str | None = None
+    """PEM CA for mutual TLS: clients must present a certificate it signed."""
+    insecure: bool = False
+    """No authentication: callers name their principal and roles in metadata (local use)."""
+    insecure_allow_remote: bool = False
+    """Allow insecure mode on a listen address other than loopback."""
+    # --- the etcd connection -----------------------------------------------------------------
+    etcd_ca_cert: str | None = None
+    """PEM CA that signed etcd's server certificates (enables TLS to etcd)."""
+    etcd_cert: str | None = None
+    """PEM client certificate for etcd (with etcd_key and etcd_ca_cert)."""
+    etcd_key: str | None = None
+    """PEM private key of etcd_cert."""
+    etcd_user: str | None = None
+    """etcd user name (etcd auth; with etcd_password)."""
+    etcd_password: str | None = None
+    """etcd password; pass it by environment variable or file, never on a command line."""
 
     def __post_init__(self) -> None:
         if not self.etcd:
@@ -83,6 +123,72 @@ class Config:
         _positive("health_interval", self.health_interval)
         if self.shutdown_grace < 0:
             raise ConfigError(f"shutdown_grace must be >= 0, got {self.shutdown_grace}")
+        _positive("reclaim_scan_interval", self.reclaim_scan_interval)
+        _positive("idempotency_ttl", self.idempotency_ttl)
+        _positive("token_reload_interval", self.token_reload_interval)
+        check_address("metrics_listen", self.metrics_listen, allow_port_zero=True)
+        if self.health_listen is not None:
+            check_address("health_listen", self.health_listen, allow_port_zero=True)
+            if not self.tls_cert:
+                raise ConfigError(
+                    "health_listen needs tls_cert: without TLS the gRPC port serves health itself"
+                )
+        self._check_auth()
+        self._check_etcd_security()
+
+    def _check_auth(self) -> None:
+        _together("tls_cert", self.tls_cert, "tls_key", self.tls_key)
+        if self.tls_client_ca and not self.tls_cert:
+            raise ConfigError("tls_client_ca (mutual TLS) needs tls_cert and tls_key")
+        if self.insecure:
+            if self.token_file or self.tls_client_ca:
+                raise ConfigError(
+                    "insecure cannot be combined with token_file or tls_client_ca: "
+                    "choose authentication or none"
+                )
+            if not self.insecure_allow_remote and not is_loopback(self.listen):
+                raise ConfigError(
+                    f"insecure: refusing to serve without authentication on {self.listen!r}, "
+                    "which is not a loopback address; configure token_file, or set "
+                    "insecure_allow_remote (--insecure-allow-remote) if something else "
+                    "authenticates callers"
+                )
+        elif self.insecure_allow_remote:
+            raise ConfigError("insecure_allow_remote only applies together with insecure")
+
+    def _check_etcd_security(self) -> None:
+        _together("etcd_cert", self.etcd_cert, "etcd_key", self.etcd_key)
+        if self.etcd_cert and not self.etcd_ca_cert:
+            raise ConfigError("etcd_cert needs etcd_ca_cert (the CA of etcd's server certificate)")
+        _together("etcd_user", self.etcd_user, "etcd_password", self.etcd_password)
+
+    @property
+    def authenticated(self) -> bool:
+        """Whether callers must authenticate (a token file is configured)."""
+        return self.token_file is not None
+
+    def auth_problem(self) -> str | None:
+        """Why this config cannot serve (no authentication chosen), or None if it can.
+
+        Kept out of ``__post_init__`` so that a Config can be built piecemeal (tests, ``up``);
+        ``coordinator serve`` refuses to start with a problem here.
+        """
+        if self.insecure or self.token_file:
+            return None
+        return (
+            "token_file: authentication is required: give a token file (--token-file), "
+            "or pass --insecure for local use on a loopback address"
+        )
+
+    def etcd_security(self) -> dict[str, str | None]:
+        """Keyword arguments of EtcdKV.connect for TLS and etcd auth."""
+        return {
+            "ca_cert": self.etcd_ca_cert,
+            "cert_key": self.etcd_key,
+            "cert_cert": self.etcd_cert,
+            "user": self.etcd_user,
+            "password": self.etcd_password,
+        }
 
     @property
     def limits(self) -> ClaimLimits:
@@ -93,6 +199,10 @@ class Config:
             max_claim_duration=self.max_claim_duration,
             stall_timeout=self.stall_timeout,
         )
+
+
+SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(Config))
+"""Every setting's name (Config's fields): the keys a config file may use."""
 
 
 def parse_endpoints(text: str) -> tuple[str, ...]:
@@ -110,6 +220,44 @@ def check_address(setting: str, value: str, *, allow_port_zero: bool = False) ->
     if not lowest <= port <= 65535:
         raise ConfigError(f"{setting} port must be {lowest}-65535, got {value!r}")
     return value
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """The settings in a TOML config file; ConfigError naming the file or the unknown key.
+
+    Keys are setting names (``max_ttl = 60``, ``etcd = ["a:2379", "b:2379"]``); values are
+    checked later, exactly like flags and environment variables.
+    """
+    try:
+        with Path(path).open("rb") as handle:
+            doc = tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {str(path)!r}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config: {str(path)!r} is not valid TOML: {exc}") from exc
+    for key, value in doc.items():
+        if key not in SETTINGS:
+            raise ConfigError(f"config: unknown setting {key!r} in {str(path)!r}")
+        if isinstance(value, dict):
+            raise ConfigError(f"config: {key} must be a value, not a table")
+    return doc
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a ``host:port`` listen address only accepts connections from this machine."""
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name, "0.0.0.0", "[::]" or "": reachable from elsewhere
+
+
+def _together(a: str, a_value: object, b: str, b_value: object) -> None:
+    if bool(a_value) != bool(b_value):
+        missing, given = (b, a) if a_value else (a, b)
+        raise ConfigError(f"{missing} is required together with {given}")
 
 
 def _positive(setting: str, value: float) -> None:

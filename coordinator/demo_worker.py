@@ -4,13 +4,17 @@ Run by ``coordinator demo`` (and the paused-worker test) as::
 
     python -m coordinator.demo_worker --target ADDR --principal NAME --queue Q [--hold-first S]
 
-Each line on stdout is one JSON object with ``op`` (``started``, ``claim``, ``holding``,
-``commit``, ``abandon``, ``error``, ``stopped``), ``worker``, and for task operations ``task``,
-``attempt``, ``attempt_id``, ``generation``, ``outcome`` and ``reason``. With ``--hold-first``
-the worker announces ``holding`` right after its first claim and then "works" for that long: the
-moment to SIGSTOP it. After SIGCONT it commits regardless of what its keepalive noticed
-meanwhile, so the server (not the SDK) is seen refusing the stale result; ``lost_before_commit``
-tells what the SDK knew. ``WorkerProcess`` runs this module and collects those lines.
+Each line on stdout is one JSON object with ``op`` (``started``, ``claim``, ``effect``,
+``holding``, ``commit``, ``abandon``, ``error``, ``stopped``), ``worker``, and for task operations
+``task``, ``attempt``, ``attempt_id``, ``generation``, ``outcome`` and ``reason``. With
+``--outbox URL`` every job first sends one pretend email through that outbox (``job.effect``,
+node ``notify``, slot ``email``) and reports an ``effect`` line; the payload names the worker,
+so a takeover drafts a different payload for the same slot (PAYLOAD_CONFLICT, then reconcile).
+With ``--hold-first`` the worker announces ``holding`` right after its first claim (and its
+email) and then "works" for that long: the moment to SIGSTOP it. After SIGCONT it commits
+regardless of what its keepalive noticed meanwhile, so the server (not the SDK) is seen
+refusing the stale result; ``lost_before_commit`` tells what the SDK knew. ``WorkerProcess``
+runs this module and collects those lines.
 """
 
 from __future__ import annotations
@@ -31,13 +35,16 @@ import click
 
 from coordinator.errors import CoordinatorError
 from coordinator.logging import configure_logging
-from coordinator.sdk import ClaimRefused, Job, JobLost, Outcome, WorkerClient
+from coordinator.sdk import ClaimRefused, HttpDownstream, Job, JobLost, Outcome, WorkerClient
 
 # Loopback: never route the demo's gRPC through an http_proxy from the environment.
 CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0)]
 
 Record = dict[str, Any]
 """One reported line, parsed."""
+
+EFFECT_NODE, EFFECT_SLOT = "notify", "email"
+"""The one side-effect slot every demo job uses."""
 
 _emit_lock = threading.Lock()
 
@@ -60,10 +67,38 @@ def job_fields(job: Job) -> dict[str, Any]:
     }
 
 
-def run_job(job: Job, worker: str, *, hold: float, work: float) -> None:
-    """Work on one claimed task and commit it; report the claim and the commit."""
+def effect_payload(task_id: str, worker: str) -> bytes:
+    """The email a worker drafts for a task (it names the worker: drafts differ)."""
+    return f"to: team@example.com\nsubject: {task_id} is done\n\ndrafted by {worker}".encode()
+
+
+def send_effect(job: Job, worker: str, outbox: HttpDownstream) -> None:
+    """Send the task's email through the outbox, at most once per task, and report it."""
+    outcome = job.effect(EFFECT_NODE, EFFECT_SLOT, effect_payload(job.task_id, worker), outbox)
+    emit(
+        "effect",
+        worker,
+        **job_fields(job),
+        status=outcome.status.value,
+        effect_id=outcome.effect_id,
+        conflict=outcome.conflict,
+        sent=outcome.sent,
+        recorded=outcome.recorded,
+        external_ref=outcome.external_ref,
+        payload_digest=outcome.payload_digest,
+        outcome=outcome.outcome.name,
+        message=outcome.message,
+    )
+
+
+def run_job(
+    job: Job, worker: str, *, hold: float, work: float, outbox: HttpDownstream | None = None
+) -> None:
+    """Work on one claimed task (its email first, if there is an outbox) and commit it."""
     emit("claim", worker, **job_fields(job), outcome=Outcome.CLAIMED.name, reason="NONE")
     with job:
+        if outbox is not None:
+            send_effect(job, worker, outbox)
         if hold > 0:
             emit("holding", worker, **job_fields(job), pid=os.getpid())
             time.sleep(hold)  # the demo stops the process here, past its TTL
@@ -101,6 +136,7 @@ def work_loop(
     work: float,
     idle_exit: float,
     stop: threading.Event,
+    outbox: HttpDownstream | None = None,
 ) -> None:
     """Claim and run tasks until stopped (or idle for ``idle_exit`` seconds, if set)."""
     held = hold_first <= 0
@@ -120,7 +156,7 @@ def work_loop(
             stop.wait(0.05)
             continue
         try:
-            run_job(claimed, worker, hold=0.0 if held else hold_first, work=work)
+            run_job(claimed, worker, hold=0.0 if held else hold_first, work=work, outbox=outbox)
         except CoordinatorError as exc:
             emit("error", worker, **job_fields(claimed), message=str(exc))
         held = True
@@ -131,7 +167,14 @@ class WorkerProcess:
     """Runs this module as a subprocess and collects the JSON lines it reports."""
 
     def __init__(
-        self, name: str, target: str, *, queue: str, ttl: int, hold_first: float = 0.0
+        self,
+        name: str,
+        target: str,
+        *,
+        queue: str,
+        ttl: int,
+        hold_first: float = 0.0,
+        outbox: str = "",
     ) -> None:
         self.name = name
         self.records: list[Record] = []
@@ -140,6 +183,8 @@ class WorkerProcess:
         args = ["--target", target, "--principal", name, "--queue", queue, "--ttl", str(ttl)]
         if hold_first:
             args += ["--hold-first", str(hold_first)]
+        if outbox:
+            args += ["--outbox", outbox]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "coordinator.demo_worker", *args],
             stdout=subprocess.PIPE,
@@ -214,6 +259,7 @@ class WorkerProcess:
     default=0.0,
     help="Exit after this many seconds without a ready task (0: run until SIGTERM).",
 )
+@click.option("--outbox", default="", help="Send each task's email through this outbox URL.")
 def main(
     target: str,
     principal: str,
@@ -222,6 +268,7 @@ def main(
     hold_first: float,
     work_ms: int,
     idle_exit: float,
+    outbox: str,
 ) -> None:
     """Run one demo worker until SIGTERM."""
     configure_logging("warning")  # stderr: stdout carries only the JSON report lines
@@ -242,6 +289,7 @@ def main(
             work=work_ms / 1000,
             idle_exit=idle_exit,
             stop=stop,
+            outbox=HttpDownstream(outbox, timeout=10.0) if outbox else None,
         )
     emit("stopped", principal)
 

@@ -190,7 +190,7 @@ def test_serve_uses_env_settings_and_exits_zero_on_sigterm(
     etcd: EtcdProcess, prefix: str, tmp_path: Path, processes: list[Process]
 ) -> None:
     env = {"COORDINATOR_ETCD": etcd.endpoint, "COORDINATOR_PREFIX": prefix}
-    serve = Process(["serve", "--listen", "127.0.0.1:0"], tmp_path / "serve.log", env)
+    serve = Process(["serve", "--listen", "127.0.0.1:0", "--insecure"], tmp_path / "serve.log", env)
     processes.append(serve)
 
     # `serve` prints nothing on stdout; the address is in its JSON "serving" log line.
@@ -225,7 +225,7 @@ def test_serve_refuses_a_taken_port(etcd: EtcdProcess, prefix: str, tmp_path: Pa
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        args = ["serve", "--etcd", etcd.endpoint, "--prefix", prefix]
+        args = ["serve", "--etcd", etcd.endpoint, "--prefix", prefix, "--insecure"]
         result = subprocess.run(
             [*COMMAND, *args, "--listen", f"127.0.0.1:{port}"],
             cwd=ROOT,

@@ -40,6 +40,11 @@ def test_demo_holds_every_invariant_and_fences_the_late_commit() -> None:
     assert sorted(report["attempts_per_task"]) == [f"task-{i:03d}" for i in range(12)]
     assert max(report["attempts_per_task"].values()) >= 2  # the frozen worker's task
     assert report["wall_seconds"] < 60
+    # Side effects: one email per task, none sent twice, the frozen worker's reconciled.
+    assert (report["effects"], report["duplicate_effects"]) == (12, 0)
+    assert report["reconciled_effects"] >= 1
+    assert report["reconciled_effect"]["status"] == "reconciled"
+    assert report["invariants"]["no_duplicate_effects"] is True
 
 
 def _history() -> tuple[

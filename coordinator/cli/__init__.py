@@ -5,7 +5,12 @@ from __future__ import annotations
 import click
 
 from coordinator.cli.demo import demo
+from coordinator.cli.doctor import doctor
+from coordinator.cli.drain import drain
+from coordinator.cli.events import events
+from coordinator.cli.rollback import claims, epoch
 from coordinator.cli.serve import serve
+from coordinator.cli.tokens import token
 from coordinator.cli.up import up
 
 
@@ -18,5 +23,11 @@ def main() -> None:
 main.add_command(serve)
 main.add_command(up)
 main.add_command(demo)
+main.add_command(events)
+main.add_command(doctor)
+main.add_command(claims)
+main.add_command(epoch)
+main.add_command(drain)
+main.add_command(token)
 
 __all__ = ["main"]

@@ -1,10 +1,14 @@
 """``coordinator demo``: a worker pool, one worker frozen past its TTL, and the fence that stops it.
 
-Starts etcd, a coordinator server (in this process) and worker processes
-(``python -m coordinator.demo_worker``) on a batch of tasks. The first worker announces that it
-holds a task and is SIGSTOPped right then; once another worker has taken the task over and
-committed it, the frozen one gets SIGCONT, commits its stale result and is refused FENCED. The
-invariants are then checked against what the workers reported and against etcd itself.
+Starts etcd, a coordinator server (in this process), an outbox (``python -m coordinator.outbox``,
+a pretend email service) and worker processes (``python -m coordinator.demo_worker``) on a batch
+of tasks. Every job sends its task's email through the outbox with ``job.effect``. The first
+worker's email is performed but its response is lost (the outbox drops it), so the effect is
+recorded UNKNOWN; the worker then announces that it holds the task and is SIGSTOPped. Another
+worker takes the task over, drafts its own email for the same slot, gets PAYLOAD_CONFLICT,
+reconciles the original by its key instead of sending again, and commits; the frozen one gets
+SIGCONT, commits its stale result and is refused FENCED. The invariants are then checked against
+what the workers reported, against etcd and against the outbox's call counts.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import click
 from rich.console import Console
@@ -25,10 +30,12 @@ from rich.table import Table
 
 from coordinator.demo_worker import CHANNEL_OPTIONS, Record, WorkerProcess
 from coordinator.domain.decisions import ClaimLimits
+from coordinator.domain.effects import EffectRecord, EffectState
 from coordinator.domain.records import ResultRecord, decode
 from coordinator.errors import CoordinatorError
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 from coordinator.logging import configure_logging
+from coordinator.outbox import OutboxProcess
 from coordinator.sdk import TaskState, WorkerClient
 from coordinator.server import build_server
 from coordinator.store import EtcdKV, Keyspace, Store
@@ -54,6 +61,12 @@ class Report:
     late_commit: Record | None
     fenced_commits: list[Record] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # Side effects: recorded effects, calls the outbox performed more than once per key (must be
+    # 0), and effects a later attempt reconciled by key instead of sending again (>= 1).
+    effects: int = 0
+    duplicate_effects: int = 0
+    reconciled_effects: int = 0
+    reconciled_effect: Record | None = None
 
     @property
     def invariants_ok(self) -> bool:
@@ -91,6 +104,8 @@ def run_demo(*, tasks: int, workers: int, ttl: int, etcd_bin: str | None) -> Rep
     with ExitStack() as stack:
         etcd = stack.enter_context(EtcdProcess(binary=find_etcd_binary(etcd_bin)))
         target, kv = stack.enter_context(served(etcd.endpoint, ttl))
+        # The first performed call loses its response: the frozen worker's email.
+        outbox = stack.enter_context(OutboxProcess(drop_next=1))
         producer = stack.enter_context(
             WorkerClient(target, principal="demo-producer", channel_options=CHANNEL_OPTIONS)
         )
@@ -101,13 +116,20 @@ def run_demo(*, tasks: int, workers: int, ttl: int, etcd_bin: str | None) -> Rep
 
         # The paused worker starts alone, so it surely gets a task; its hold outlasts the stop.
         frozen = WorkerProcess(
-            "worker-1", target, queue=QUEUE, ttl=ttl, hold_first=max(1.0, float(ttl))
+            "worker-1",
+            target,
+            queue=QUEUE,
+            ttl=ttl,
+            hold_first=max(1.0, float(ttl)),
+            outbox=outbox.url,
         )
         pool.append(frozen)
         frozen.start(on_holding=lambda _: frozen.signal(signal.SIGSTOP))
         holding = frozen.wait_for("holding", timeout=deadline - time.monotonic())
         for n in range(2, workers + 1):
-            pool.append(WorkerProcess(f"worker-{n}", target, queue=QUEUE, ttl=ttl))
+            pool.append(
+                WorkerProcess(f"worker-{n}", target, queue=QUEUE, ttl=ttl, outbox=outbox.url)
+            )
             pool[-1].start()
         if holding is None:
             problems.append("the first worker never reported holding a task")
@@ -128,7 +150,19 @@ def run_demo(*, tasks: int, workers: int, ttl: int, etcd_bin: str | None) -> Rep
         _stop_all(pool)
         records = [r for w in pool for r in w.records]
         results, attempts = _read_etcd(kv)
-    return verify(ids, records, results, attempts, late, problems, wall=time.monotonic() - started)
+        effects = [decode(EffectRecord, item.value) for item in _range(kv, f"{PREFIX}/effects/")]
+        performed = {k: int(v) for k, v in outbox.counts()["performed"].items()}
+    return verify(
+        ids,
+        records,
+        results,
+        attempts,
+        late,
+        problems,
+        wall=time.monotonic() - started,
+        effects=effects,
+        performed=performed,
+    )
 
 
 def _stop_all(pool: list[WorkerProcess]) -> None:
@@ -173,8 +207,11 @@ def verify(
     problems: list[str],
     *,
     wall: float,
+    effects: list[EffectRecord] | None = None,
+    performed: dict[str, int] | None = None,
 ) -> Report:
-    """Check the invariants against the workers' reports and etcd's records (pure)."""
+    """Check the invariants against the workers' reports, etcd's records and (when given) the
+    effect records and the outbox's performed calls per key (pure)."""
     commits = [r for r in records if r.get("op") == "commit"]
     winners: dict[str, set[str]] = {}
     for c in commits:
@@ -201,6 +238,9 @@ def verify(
         "generations_increasing": all(increasing(v) for v in attempts.values())
         and all(sorted(v) == sorted(attempts.get(t, [])) for t, v in claims.items()),
     }
+    effect_figures: dict[str, Any] = {}
+    if effects is not None:
+        effect_figures = _check_effects(ids, records, effects, performed or {}, invariants)
     if late is not None:
         winner = next(iter(results.get(late["task"], [])), None)
         late = {**late, "superseded_by": winner.claim_generation if winner else None}
@@ -215,7 +255,51 @@ def verify(
         late_commit=late,
         fenced_commits=fenced,
         problems=problems,
+        **effect_figures,
     )
+
+
+def _check_effects(
+    ids: list[str],
+    records: list[Record],
+    effects: list[EffectRecord],
+    performed: dict[str, int],
+    invariants: dict[str, bool],
+) -> dict[str, Any]:
+    """Add the side-effect invariants; returns the effect figures of the report.
+
+    A duplicate is a key the outbox performed more than once. A reconciled effect is a COMMITTED
+    one recorded by another generation than the one that sent it: a later attempt found it
+    performed downstream and did not send again.
+    """
+    duplicates = sum(n - 1 for n in performed.values() if n > 1)
+    reconciled = [
+        e
+        for e in effects
+        if e.state is EffectState.COMMITTED and e.recorded_generation != e.prepared_generation
+    ]
+    by_task: dict[str, list[EffectRecord]] = {}
+    for e in effects:
+        by_task.setdefault(e.task_id, []).append(e)
+    invariants["no_duplicate_effects"] = duplicates == 0
+    invariants["every_effect_committed_once"] = all(
+        len(by_task.get(t, [])) == 1
+        and by_task[t][0].state is EffectState.COMMITTED
+        and performed.get(by_task[t][0].effect_id, 0) == 1
+        for t in ids
+    )
+    invariants["effect_reconciled_not_resent"] = any(
+        performed.get(e.effect_id, 0) == 1 for e in reconciled
+    )
+    line = next(
+        (r for r in records if r.get("op") == "effect" and r.get("status") == "reconciled"), None
+    )
+    return {
+        "effects": len(effects),
+        "duplicate_effects": duplicates,
+        "reconciled_effects": len(reconciled),
+        "reconciled_effect": line,
+    }
 
 
 def render(report: Report, console: Console) -> None:
@@ -235,6 +319,17 @@ def render(report: Report, console: Console) -> None:
             "late commit",
             f"{late['task']} generation {late['generation']} -> {late['outcome']} "
             f"{late['reason']} (canonical: generation {late['superseded_by']})",
+        )
+    figures.add_row("side effects (emails)", str(report.effects))
+    figures.add_row("duplicate effects", str(report.duplicate_effects))
+    figures.add_row("reconciled, not resent", str(report.reconciled_effects))
+    rec = report.reconciled_effect
+    if rec is not None:
+        conflict = "PAYLOAD_CONFLICT, " if rec.get("conflict") else ""
+        figures.add_row(
+            "reconciled effect",
+            f"{rec['task']} generation {rec['generation']}: {conflict}found "
+            f"{rec['external_ref']} by key {rec['effect_id'][:16]}..., sent nothing",
         )
     figures.add_row("wall time", f"{report.wall_seconds:.1f} s")
     console.print(figures)
@@ -280,7 +375,9 @@ def render(report: Report, console: Console) -> None:
 def demo(tasks: int, workers: int, ttl: int, etcd_bin: str | None, as_json: bool) -> None:
     """Freeze a worker past its TTL, let another take over, and watch its late commit be fenced.
 
-    Exits 0 only if every invariant held.
+    Every task sends one email through a local outbox; the frozen worker's response is lost and
+    the takeover reconciles that email instead of sending it again. Exits 0 only if every
+    invariant held (no duplicate effect among them).
     """
     configure_logging("error")  # the server runs in this process; keep stdout for the report
     try:

@@ -1,7 +1,10 @@
 """``coordinator serve``: run one replica against an existing etcd.
 
-Every option can also come from ``COORDINATOR_<NAME>`` (e.g. ``COORDINATOR_ETCD``,
-``COORDINATOR_MAX_TTL``), which is how the Kubernetes chart configures it.
+Every setting is a flag (``--max-ttl``), an environment variable (``COORDINATOR_MAX_TTL``) and a
+key of the TOML config file given by ``--config`` (``max_ttl = 60``), with that precedence:
+flag, then environment, then file, then the default. The Kubernetes chart uses the file (a
+ConfigMap) plus environment variables for secrets. An invalid setting stops the command before
+anything connects, with exit code 2 and a message naming the setting.
 """
 
 from __future__ import annotations
@@ -11,20 +14,45 @@ from typing import Any, TypeVar
 
 import click
 
-from coordinator.config import Config, parse_endpoints
+from coordinator.config import Config, load_config_file, parse_endpoints
 from coordinator.errors import ConfigError, StoreUnavailable
 from coordinator.logging import LEVELS
 from coordinator.server.app import serve as run_server
+from coordinator.server.auth import authenticator_for, tls_for
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _DEFAULTS = Config()
 
 
-def _option(name: str, **kwargs: Any) -> Callable[[F], F]:
-    """A ``--name`` option that also reads ``COORDINATOR_NAME`` and shows both in --help."""
-    envvar = "COORDINATOR_" + name.upper().replace("-", "_")
-    return click.option(f"--{name}", envvar=envvar, show_envvar=True, show_default=True, **kwargs)
+def _option(name: str, *, help: str, **kwargs: Any) -> Callable[[F], F]:
+    """``--name``, also read from ``COORDINATOR_NAME`` and config key ``name``; --help shows all
+    three."""
+    key = name.replace("-", "_")
+    envvar = "COORDINATOR_" + key.upper()
+    kwargs.setdefault("show_default", kwargs.get("default") not in (None, False))
+    return click.option(
+        f"--{name}",
+        key,
+        envvar=envvar,
+        show_envvar=True,
+        help=f"{help} Config key: {key}.",
+        **kwargs,
+    )
+
+
+def _file(name: str, help: str) -> Callable[[F], F]:
+    return _option(name, default=None, metavar="FILE", help=help)
+
+
+def _seconds(name: str, default: float, help: str, *, zero: bool = False) -> Callable[[F], F]:
+    return _option(
+        name,
+        type=click.FloatRange(min=0, min_open=not zero),
+        default=default,
+        metavar="SECONDS",
+        help=help,
+    )
 
 
 def limit_options(func: F) -> F:
@@ -35,25 +63,26 @@ def limit_options(func: F) -> F:
             "min-ttl",
             type=click.IntRange(min=1),
             default=_DEFAULTS.min_ttl,
-            help="Smallest lease TTL granted to a claim (seconds).",
+            metavar="SECONDS",
+            help="Smallest lease TTL granted to a claim.",
         ),
         _option(
             "max-ttl",
             type=click.IntRange(min=1),
             default=_DEFAULTS.max_ttl,
-            help="Largest lease TTL granted to a claim (seconds).",
+            metavar="SECONDS",
+            help="Largest lease TTL granted to a claim.",
         ),
-        _option(
+        _seconds(
             "max-claim-duration",
-            type=click.FloatRange(min=0, min_open=True),
-            default=_DEFAULTS.max_claim_duration,
-            help="No renewal past claim start + this (seconds).",
+            _DEFAULTS.max_claim_duration,
+            "No renewal past claim start + this.",
         ),
-        _option(
+        _seconds(
             "stall-timeout",
-            type=click.FloatRange(min=0),
-            default=_DEFAULTS.stall_timeout,
-            help="Refuse renewal when progress has not moved for this long (seconds; 0: off).",
+            _DEFAULTS.stall_timeout,
+            "Refuse renewal when progress has not moved for this long (0: off).",
+            zero=True,
         ),
         _option(
             "log-level",
@@ -67,10 +96,143 @@ def limit_options(func: F) -> F:
     return func
 
 
+def _server_options(func: F) -> F:
+    """Listen addresses, etcd, keyspace and runtime tuning."""
+    options = [
+        _option(
+            "etcd",
+            default=",".join(_DEFAULTS.etcd),
+            metavar="HOST:PORT[,HOST:PORT...]",
+            help="etcd client endpoints; the client fails over between them (a TOML list in a "
+            "config file).",
+        ),
+        _option("listen", default=_DEFAULTS.listen, metavar="ADDR", help="gRPC listen address."),
+        _option(
+            "metrics-listen",
+            default=_DEFAULTS.metrics_listen,
+            metavar="ADDR",
+            help="Prometheus metrics listen address (its own port).",
+        ),
+        _option(
+            "health-listen",
+            default=None,
+            metavar="ADDR",
+            help="With --tls-cert: a plaintext port serving only gRPC health, for probes that "
+            "speak no TLS (the kubelet's).",
+        ),
+        _option("prefix", default=_DEFAULTS.prefix, help="etcd key prefix of this keyspace."),
+        limit_options,
+        _option(
+            "max-workers",
+            type=click.IntRange(min=1),
+            default=_DEFAULTS.max_workers,
+            metavar="N",
+            help="gRPC handler threads (calls served at once).",
+        ),
+        _seconds(
+            "shutdown-grace",
+            _DEFAULTS.shutdown_grace,
+            "On SIGTERM, in-flight calls get this long to finish.",
+            zero=True,
+        ),
+        _seconds("etcd-timeout", _DEFAULTS.etcd_timeout, "Timeout of each etcd request."),
+        _seconds("health-interval", _DEFAULTS.health_interval, "How often health re-checks etcd."),
+        _seconds(
+            "reclaim-scan-interval",
+            _DEFAULTS.reclaim_scan_interval,
+            "Period of the reclaimer's full scan for expired claims.",
+        ),
+        _seconds(
+            "idempotency-ttl",
+            _DEFAULTS.idempotency_ttl,
+            "How long responses of requests with an idempotency key are kept.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _security_options(func: F) -> F:
+    """Authentication of callers, TLS, and the etcd connection's TLS and credentials."""
+    options = [
+        _file(
+            "token-file",
+            "JSON token file: sha256(token) -> principal, roles; certificate principal -> "
+            "roles. Reloaded when it changes.",
+        ),
+        _seconds(
+            "token-reload-interval",
+            _DEFAULTS.token_reload_interval,
+            "How often the token file is checked for changes.",
+        ),
+        _file("tls-cert", "PEM server certificate of the gRPC port (with --tls-key)."),
+        _file("tls-key", "PEM private key of --tls-cert."),
+        _file(
+            "tls-client-ca",
+            "PEM CA for mutual TLS: clients must present a certificate it signed; the "
+            "principal is the certificate's SAN or CN.",
+        ),
+        _option(
+            "insecure",
+            is_flag=True,
+            default=False,
+            help="No authentication: callers name their own principal and roles. Local use "
+            "only; refused on a non-loopback --listen.",
+        ),
+        _option(
+            "insecure-allow-remote",
+            is_flag=True,
+            default=False,
+            help="With --insecure, allow a non-loopback --listen (something else must "
+            "authenticate callers).",
+        ),
+        _file("etcd-ca-cert", "PEM CA of etcd's server certificates (TLS to etcd)."),
+        _file("etcd-cert", "PEM client certificate for etcd (with --etcd-key)."),
+        _file("etcd-key", "PEM private key of --etcd-cert."),
+        _option("etcd-user", default=None, help="etcd user name (etcd auth)."),
+        _option(
+            "etcd-password",
+            default=None,
+            help="etcd password; set it by environment variable, not on the command line.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _load_config_file(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Eager ``--config``: the file's settings become the defaults the other options fall back
+    to (so a flag or an environment variable still wins)."""
+    del param
+    if not value:
+        return
+    try:
+        settings = load_config_file(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param_hint="'--config'") from exc
+    if isinstance(settings.get("etcd"), list):
+        settings["etcd"] = ",".join(str(e) for e in settings["etcd"])
+    ctx.default_map = {**(ctx.default_map or {}), **settings}
+
+
 def build_config(**settings: Any) -> Config:
     """A Config from CLI settings; an invalid one becomes a usage error naming the setting."""
     try:
         return Config(**settings)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def preflight(config: Config) -> None:
+    """Refuse (usage error, exit 2) a config that cannot serve: no authentication chosen, an
+    unreadable or invalid token file, unreadable TLS files."""
+    try:
+        authenticator_for(config)
+        tls = tls_for(config)
+        if tls is not None:
+            tls.credentials()
     except ConfigError as exc:
         raise click.BadParameter(str(exc)) from exc
 
@@ -84,34 +246,25 @@ def run(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
 
 
 @click.command()
-@_option(
-    "etcd",
-    default=",".join(_DEFAULTS.etcd),
-    metavar="HOST:PORT[,HOST:PORT...]",
-    help="etcd client endpoints; the client fails over between them.",
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False),
+    envvar="COORDINATOR_CONFIG",
+    show_envvar=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_load_config_file,
+    metavar="FILE",
+    help="TOML file of settings (keys as named below); flags and env vars override it.",
 )
-@_option("listen", default=_DEFAULTS.listen, metavar="ADDR", help="gRPC listen address.")
-@_option("prefix", default=_DEFAULTS.prefix, help="etcd key prefix of this keyspace.")
-@limit_options
-def serve(
-    etcd: str,
-    listen: str,
-    prefix: str,
-    min_ttl: int,
-    max_ttl: int,
-    max_claim_duration: float,
-    stall_timeout: float,
-    log_level: str,
-) -> None:
-    """Serve the coordinator's gRPC API over an existing etcd until SIGTERM/SIGINT."""
-    config = build_config(
-        etcd=parse_endpoints(etcd),
-        listen=listen,
-        prefix=prefix,
-        min_ttl=min_ttl,
-        max_ttl=max_ttl,
-        max_claim_duration=max_claim_duration,
-        stall_timeout=stall_timeout,
-        log_level=log_level,
-    )
+@_server_options
+@_security_options
+def serve(**settings: Any) -> None:
+    """Serve the coordinator's gRPC API over an existing etcd until SIGTERM/SIGINT.
+
+    Callers must authenticate (--token-file, optionally with mutual TLS) unless --insecure.
+    """
+    settings["etcd"] = parse_endpoints(settings["etcd"])
+    config = build_config(**settings)
+    preflight(config)
     raise SystemExit(run(config))

@@ -1,7 +1,8 @@
 """``coordinator up``: a local etcd plus one replica in this process, for trying things out.
 
 The etcd runs on free loopback ports (coordinator.etcd_process); Ctrl-C or SIGTERM stops the
-server gracefully first, then etcd, and exits 0.
+server gracefully first, then etcd, and exits 0. The server runs in insecure mode (callers name
+their own principal and roles) and therefore only on a loopback address; it says so.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from coordinator.etcd_process import EtcdProcess, find_etcd_binary
     default=DEFAULT_LISTEN,
     show_default=True,
     metavar="ADDR",
-    help="gRPC listen address (port 0 picks a free one).",
+    help="gRPC listen address, loopback only (port 0 picks a free one).",
 )
 @limit_options
 def up(
@@ -63,6 +64,8 @@ def up(
         "max_claim_duration": max_claim_duration,
         "stall_timeout": stall_timeout,
         "log_level": log_level,
+        # A local playground: no tokens. Config refuses this on a non-loopback address.
+        "insecure": True,
     }
     build_config(**settings)  # refuse bad settings before starting etcd
     with _exit_on_signal():
@@ -77,6 +80,10 @@ def up(
 
             def ready(address: str) -> None:
                 click.echo(f"coordinator: listening on {address}")
+                click.echo(
+                    "coordinator: INSECURE mode: no authentication, callers name their own "
+                    "principal (x-coordinator-principal) and roles; loopback only"
+                )
                 click.echo(f"coordinator: etcd at {etcd.endpoint} (data: {where})")
                 click.echo("coordinator: press Ctrl-C to stop")
 

@@ -100,6 +100,80 @@ class Keyspace:
             return f"{self.prefix}/events/{task_id}/"
         return f"{self.prefix}/events/"
 
+    # --- lifecycle: dependencies, identity indexes, idempotency keys (issue 4) ---------------
+
+    def waiting(self, task_id: str) -> str:
+        """Waiting index (no lease): lets the releaser find WAITING tasks in O(waiting)."""
+        return f"{self.waiting_prefix}{task_id}"
+
+    @property
+    def waiting_prefix(self) -> str:
+        """Range of the waiting index."""
+        return f"{self.prefix}/waiting/"
+
+    def deps(self, task_id: str) -> str:
+        """A task's outgoing edges (JSON list); rewritten only when its edges change, so the
+        cycle check can compare it without aborting on unrelated state changes."""
+        return f"{self.deps_prefix}{task_id}"
+
+    @property
+    def deps_prefix(self) -> str:
+        """Range of every task's outgoing edges."""
+        return f"{self.prefix}/deps/"
+
+    def dependent(self, upstream: str, dependent: str) -> str:
+        """Reverse edge: ``dependent`` depends on ``upstream`` (empty value)."""
+        return f"{self.dependents_prefix(upstream)}{dependent}"
+
+    def dependents_prefix(self, upstream: str = "") -> str:
+        """Range of the reverse edges (of one upstream, or all)."""
+        if upstream:
+            return f"{self.prefix}/dependents/{upstream}/"
+        return f"{self.prefix}/dependents/"
+
+    def by_identity(self, kind: str, value: str, task_id: str) -> str:
+        """Identity index entry (kind: root, parent or thread; value already key-safe)."""
+        return f"{self.identity_prefix(kind, value)}{task_id}"
+
+    def identity_prefix(self, kind: str = "", value: str = "") -> str:
+        """Range of an identity index (of one value of one kind, of one kind, or all)."""
+        if kind and value:
+            return f"{self.prefix}/index/{kind}/{value}/"
+        if kind:
+            return f"{self.prefix}/index/{kind}/"
+        return f"{self.prefix}/index/"
+
+    def idem(self, principal: str, key: str) -> str:
+        """A stored response of a keyed request, scoped to the calling principal."""
+        return f"{self.idem_prefix}{principal}/{key}"
+
+    @property
+    def idem_prefix(self) -> str:
+        """Range of every stored idempotent response."""
+        return f"{self.prefix}/idem/"
+
+    # --- side effects (issue 3, store/effects.py) ---------------------------------------------
+
+    def effect(self, effect_id: str) -> str:
+        """One effect record (effect_id = H(task, revision, node, slot))."""
+        return f"{self.effects_prefix}{effect_id}"
+
+    @property
+    def effects_prefix(self) -> str:
+        """Range of every effect record."""
+        return f"{self.prefix}/effects/"
+
+    def open_effect(self, task_id: str, effect_id: str) -> str:
+        """Present (empty) exactly while the effect is PREPARED or UNKNOWN: written in the txn
+        that changes the effect, so a task's uncertain effects are one short range away."""
+        return f"{self.open_effects_prefix(task_id)}{effect_id}"
+
+    def open_effects_prefix(self, task_id: str = "") -> str:
+        """Range of the uncertain effects (of one task, or all)."""
+        if task_id:
+            return f"{self.prefix}/open-effects/{task_id}/"
+        return f"{self.prefix}/open-effects/"
+
 
 def task_id_from_ready_key(key: str) -> str:
     """The task id at the end of a ready-index key."""

@@ -47,6 +47,9 @@ class TaskRecord:
     parent_task_id: str = ""
     thread_key: str = ""
     depends_on: tuple[str, ...] = ()
+    # "{upstream}@{revision}" of each upstream round whose DONE released this task (set by the
+    # release txn, which compares those upstream records; empty while WAITING).
+    satisfied_by: tuple[str, ...] = ()
     requires_review: bool = False
     non_replayable: bool = False
     # Position in the ready index while READY (the ready key is derived from it).

@@ -38,6 +38,8 @@ class Outcome(IntEnum):
     NO_READY_TASK = 11
     STALLED = 12
     RENEW_LIMIT = 13
+    PAYLOAD_CONFLICT = 14
+    NEEDS_APPROVAL = 15
 
 
 class FenceReason(IntEnum):
@@ -73,12 +75,23 @@ class Op(StrEnum):
     RECLAIM = "reclaim"
     CANCEL = "cancel"
     UPDATE_INPUT = "update_input"
+    # Lifecycle (review and dependencies).
+    ACCEPT = "accept"
+    REJECT = "reject"
+    CREATE_WAITING = "create_waiting"
+    BLOCK = "block"
+    UNBLOCK = "unblock"
+    SET_DEPENDENCIES = "set_dependencies"
+    # Side effects of non-replayable tasks (store/effects.py).
+    HOLD_FOR_APPROVAL = "hold_for_approval"
+    APPROVE_RETRY = "approve_retry"
 
 
 # Every legal (from, op) -> to. A transition not listed here is a bug, and the store refuses to
-# write it. ``None`` as "from" means the task did not exist. WAITING (dependencies) and
-# NEEDS_APPROVAL (uncertain effects of a non-replayable task) are in the wire contract, but no
-# operation leads into them yet, so no entry starts from them.
+# write it. ``None`` as "from" means the task did not exist. WAITING is entered when a task's
+# dependencies are not all DONE (create_waiting, block) and left by unblock (store/releaser.py).
+# NEEDS_APPROVAL is entered when a claim of a non-replayable task finds an effect an earlier
+# attempt left PREPARED or UNKNOWN (hold_for_approval), and left by an admin's approve_retry.
 TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
     (None, Op.CREATE): TaskState.READY,
     (TaskState.READY, Op.CLAIM): TaskState.CLAIMED,
@@ -92,6 +105,24 @@ TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
     (TaskState.REVIEW, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.READY, Op.UPDATE_INPUT): TaskState.READY,
     (TaskState.CLAIMED, Op.UPDATE_INPUT): TaskState.READY,
+    # Review: only a reviewer other than the executor moves a REVIEW task on (store/review.py).
+    (TaskState.REVIEW, Op.ACCEPT): TaskState.DONE,
+    # A rejection opens a new round: revision + 1, READY; the old result stays in history.
+    (TaskState.REVIEW, Op.REJECT): TaskState.READY,
+    # Dependencies (store/dependencies.py, store/releaser.py): "not ready" is not "failed".
+    (None, Op.CREATE_WAITING): TaskState.WAITING,
+    (TaskState.READY, Op.BLOCK): TaskState.WAITING,
+    (TaskState.WAITING, Op.UNBLOCK): TaskState.READY,
+    (TaskState.READY, Op.SET_DEPENDENCIES): TaskState.READY,
+    (TaskState.WAITING, Op.SET_DEPENDENCIES): TaskState.WAITING,
+    (TaskState.WAITING, Op.CANCEL): TaskState.CANCELLED,
+    (TaskState.WAITING, Op.UPDATE_INPUT): TaskState.WAITING,
+    # Non-replayable tasks (store/effects.py): a claim that finds an uncertain effect of an
+    # earlier attempt parks the task (from READY, or from CLAIMED whose lease expired).
+    (TaskState.READY, Op.HOLD_FOR_APPROVAL): TaskState.NEEDS_APPROVAL,
+    (TaskState.CLAIMED, Op.HOLD_FOR_APPROVAL): TaskState.NEEDS_APPROVAL,
+    (TaskState.NEEDS_APPROVAL, Op.APPROVE_RETRY): TaskState.READY,
+    (TaskState.NEEDS_APPROVAL, Op.CANCEL): TaskState.CANCELLED,
 }
 
 # A committed task with requires_review goes to REVIEW instead of DONE.

@@ -14,9 +14,22 @@
 Everything importable from here is public; modules starting with ``_`` are not.
 """
 
+from coordinator.domain.effects import EffectState
 from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
 from coordinator.sdk._rpc import PRINCIPAL_METADATA, RetryPolicy
+from coordinator.sdk.auth import BearerToken, tls_credentials
 from coordinator.sdk.client import WorkerClient
+from coordinator.sdk.effects import (
+    Downstream,
+    DownstreamRefused,
+    DownstreamResult,
+    DownstreamUncertain,
+    EffectInfo,
+    EffectOutcome,
+    EffectStatus,
+    HttpDownstream,
+    LookupUnsupported,
+)
 from coordinator.sdk.job import Job, LostCallback
 from coordinator.sdk.types import (
     AttemptInfo,
@@ -37,12 +50,23 @@ __all__ = [
     "PRINCIPAL_METADATA",
     "AttemptEnd",
     "AttemptInfo",
+    "BearerToken",
     "ClaimRefused",
     "CommitOutcome",
+    "Downstream",
+    "DownstreamRefused",
+    "DownstreamResult",
+    "DownstreamUncertain",
+    "EffectInfo",
+    "EffectOutcome",
+    "EffectState",
+    "EffectStatus",
     "Fence",
     "FenceReason",
+    "HttpDownstream",
     "Job",
     "JobLost",
+    "LookupUnsupported",
     "LossSource",
     "LostCallback",
     "LostReason",
@@ -55,4 +79,5 @@ __all__ = [
     "ToolAuthorization",
     "TransportError",
     "WorkerClient",
+    "tls_credentials",
 ]

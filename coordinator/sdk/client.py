@@ -19,9 +19,12 @@ from typing import Any, Self
 import grpc
 
 from coordinator.domain.digests import digest_of
+from coordinator.domain.effects import EffectState
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.errors import AlreadyExists, InvalidArgument
 from coordinator.sdk._rpc import RetryPolicy, Rpc
+from coordinator.sdk.auth import BearerToken
+from coordinator.sdk.effects import EffectInfo
 from coordinator.sdk.job import Job, LostCallback
 from coordinator.sdk.types import ClaimRefused, TaskInfo, outcome_of
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
@@ -51,7 +54,12 @@ class WorkerClient:
         credentials: grpc.ChannelCredentials | None = None,
         retry: RetryPolicy | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor[Any, Any]] = (),
+        token: str | None = None,
     ) -> None:
+        # ``token``: a bearer token sent on every call (coordinator.sdk.auth); the server then
+        # takes the principal from the token and ignores ``principal``.
+        if token is not None:
+            interceptors = [BearerToken(token), *interceptors]
         self._rpc = Rpc(
             target,
             principal=principal,
@@ -217,6 +225,26 @@ class WorkerClient:
         """Raise the scheduler epoch (admin): every live claim of the old epoch is fenced."""
         request = admin_pb2.BumpEpochRequest(expected_epoch=expected_epoch)
         return self._rpc.call(self._rpc.admin.BumpEpoch, request).epoch
+
+    def approve_retry(
+        self, task_id: str, *, resolution: EffectState, reason: str = ""
+    ) -> tuple[TaskInfo, list[EffectInfo]]:
+        """Let a NEEDS_APPROVAL task run again (admin), deciding what became of its uncertain
+        effects: ABSENT (send again, same key) or COMMITTED (skip them)."""
+        request = admin_pb2.ApproveRetryRequest(
+            task_id=task_id,
+            resolution=types_pb2.EffectState.ValueType(int(resolution)),
+            reason=reason,
+        )
+        response = self._rpc.call(self._rpc.admin.ApproveRetry, request)
+        return TaskInfo.from_proto(response.task), [
+            EffectInfo.from_proto(e) for e in response.effects
+        ]
+
+    def get_effect(self, effect_id: str) -> EffectInfo:
+        """One effect record. Raises NotFound for an unknown id."""
+        request = worker_pb2.GetEffectRequest(effect_id=effect_id)
+        return EffectInfo.from_proto(self._rpc.call(self._rpc.worker.GetEffect, request).effect)
 
     # --- lifetime ---------------------------------------------------------------------------
 

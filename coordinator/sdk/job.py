@@ -27,6 +27,7 @@ from coordinator.domain.digests import digest_of
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
 from coordinator.sdk._rpc import Rpc
+from coordinator.sdk.effects import Downstream, EffectOutcome, run_effect
 from coordinator.sdk.types import (
     CommitOutcome,
     Fence,
@@ -247,6 +248,17 @@ class Job:
         else:
             self._lose(answer.outcome, answer.reason, answer.message, LossSource.RELEASE)
         return answer
+
+    def effect(
+        self, node_id: str, effect_slot: str, payload: bytes, downstream: Downstream
+    ) -> EffectOutcome:
+        """Perform the side effect of one slot at most once across every attempt of the task
+        revision: prepare, then execute / skip / reconcile, then record (sdk/effects.py).
+
+        FENCED / CANCELLED / STALE_INPUT from the coordinator mark the job lost. Raises
+        TransportError if the coordinator could not be reached (the effect stays uncertain).
+        """
+        return run_effect(self, node_id, effect_slot, payload, downstream)
 
     # --- keepalive ------------------------------------------------------------------------
 

@@ -37,6 +37,8 @@ class LossSource(StrEnum):
     COMMIT = "commit"
     AUTHORIZE = "authorize"
     RELEASE = "release"
+    # A PrepareEffect or RecordEffect answered FENCED, CANCELLED or STALE_INPUT.
+    EFFECT = "effect"
     # The lease ran out by the local monotonic clock while renewals could not reach the server.
     LOCAL_EXPIRY = "local_expiry"
     # The server refused a renewal with an error (NOT_FOUND, PERMISSION_DENIED, ...).

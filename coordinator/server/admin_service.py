@@ -1,16 +1,19 @@
 """AdminService: the safe-rollback controls (epoch, pause, drain) over ``store.admin``.
 
-Roles arrive with authentication; until then any caller may use these, and every mutation is
-logged with the caller's principal so a rollback can be traced.
+Who may call which method is the auth interceptor's table (coordinator.server.auth); every
+mutation is logged with the caller's principal so a rollback can be traced.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import grpc
 import structlog
 
-from coordinator.domain.validation import non_negative
-from coordinator.server import convert, validate
+from coordinator.domain.validation import non_negative, task_id
+from coordinator.metrics import fence_coverage
+from coordinator.server import convert, effect_wire, validate
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc
 from coordinator.store import Store
@@ -37,12 +40,17 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     def BumpEpoch(  # noqa: N802
         self, request: admin_pb2.BumpEpochRequest, context: grpc.ServicerContext
     ) -> admin_pb2.BumpEpochResponse:
-        """Raise the epoch by one (optionally only from ``expected_epoch``)."""
+        """Raise the epoch by one (optionally only from ``expected_epoch``); with
+        ``revoke_leases``, also end every claim made before the bump."""
         expected = non_negative("expected_epoch", request.expected_epoch)
         principal = principal_of(context)
-        epoch = self._store.admin.bump_epoch(expected)
-        log.warning("scheduler epoch bumped", epoch=epoch, principal=principal)
-        return admin_pb2.BumpEpochResponse(epoch=epoch)
+        revoked = 0
+        if request.revoke_leases:
+            epoch, revoked = self._store.admin.bump_epoch_revoking(expected)
+        else:
+            epoch = self._store.admin.bump_epoch(expected)
+        log.warning("scheduler epoch bumped", epoch=epoch, principal=principal, revoked=revoked)
+        return admin_pb2.BumpEpochResponse(epoch=epoch, revoked_leases=revoked)
 
     @rpc
     def PauseClaims(  # noqa: N802
@@ -69,5 +77,39 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     def DrainStatus(  # noqa: N802
         self, request: admin_pb2.DrainStatusRequest, context: grpc.ServicerContext
     ) -> admin_pb2.DrainStatusResponse:
-        """What still runs: live leases and staged-but-uncommitted results."""
-        return convert.drain_response(self._store.admin.drain_status())
+        """What still runs: live leases, uncertain effects, staged-but-uncommitted results."""
+        status = self._store.admin.drain_status()
+        status = replace(status, unknown_effects=self._store.effects.count_open())
+        return convert.drain_response(status)
+
+    @rpc
+    def ApproveRetry(  # noqa: N802
+        self, request: admin_pb2.ApproveRetryRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.ApproveRetryResponse:
+        """Resolve a NEEDS_APPROVAL task's uncertain effects and make it claimable again."""
+        tid = task_id(request.task_id)
+        resolution = effect_wire.resolution(request.resolution)
+        reason = validate.text("reason", request.reason)
+        principal = principal_of(context)
+        task, effects = self._store.effects.approve_retry(
+            tid, by=principal, resolution=resolution, reason=reason
+        )
+        log.warning(
+            "retry approved",
+            task_id=tid,
+            principal=principal,
+            resolution=resolution.name,
+            effects=[e.effect_id for e in effects],
+            reason=reason,
+        )
+        return admin_pb2.ApproveRetryResponse(
+            task=convert.task_to_proto(task),
+            effects=[effect_wire.effect_to_proto(e) for e in effects],
+        )
+
+    @rpc
+    def GetStats(  # noqa: N802
+        self, request: admin_pb2.GetStatsRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.GetStatsResponse:
+        """Fence-check coverage per acceptance point (this replica process, since start)."""
+        return effect_wire.stats_response(fence_coverage())

@@ -23,7 +23,17 @@ from coordinator.config import Config
 from coordinator.errors import ConfigError, CoordinatorError
 from coordinator.logging import configure_logging
 from coordinator.server.admin_service import AdminService
+from coordinator.server.auth import (
+    Authenticator,
+    AuthInterceptor,
+    auth_mode,
+    authenticator_for,
+    local_default,
+    tls_for,
+)
+from coordinator.server.idempotency import IdempotencyInterceptor
 from coordinator.server.task_service import TaskService
+from coordinator.server.tls import ServerTLS
 from coordinator.server.worker_service import WorkerService
 from coordinator.store import EtcdKV, Keyspace, Store
 from coordinator.v1 import (
@@ -44,6 +54,9 @@ SERVICE_NAMES = (
 )
 """Fully qualified names of the coordinator's services (as health and reflection know them)."""
 
+LIVENESS_SERVICE = "liveness"
+"""Health service name that answers SERVING as long as the process serves (liveness probes)."""
+
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -54,16 +67,35 @@ def build_server(
     listen: str = "127.0.0.1:0",
     max_workers: int = 32,
     health_interval: float = 3.0,
+    auth: Authenticator | None = None,
+    tls: ServerTLS | None = None,
+    health_listen: str | None = None,
 ) -> tuple[grpc.Server, int]:
     """Build, bind and start a server for ``store``; returns it with its bound port.
+
+    ``auth`` authenticates every call (coordinator.server.auth); without one the server is
+    insecure and refuses a non-loopback ``listen``. ``tls`` serves TLS (mutual with a client CA);
+    ``health_listen`` then adds a plaintext port for kubelet probes, where the authenticator
+    admits health checks only. The "liveness" health service is SERVING while the process
+    serves, whatever etcd does: a liveness probe must not restart every replica for an etcd
+    outage (readiness, on "", takes them out of the Service instead).
 
     The server is already started (do not call ``start()`` again); ``server.stop(grace)`` ends
     it and the health checker with it. Health is SERVING only while etcd answers: a checker reads
     the epoch every ``health_interval`` seconds, so a load balancer stops routing to a replica
     that cannot reach its store.
     """
+    authenticator = auth if auth is not None else local_default(listen)
+    if authenticator.insecure:
+        log.warning(
+            "INSECURE MODE: no authentication; callers name their own principal and roles",
+            listen=listen,
+        )
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+        # The auth interceptor runs first: every later interceptor and servicer sees the caller.
+        # Idempotency keys are scoped to the authenticated principal, so it runs after auth.
+        interceptors=[AuthInterceptor(authenticator), IdempotencyInterceptor(store.idempotency)],
         # grpc sets SO_REUSEPORT by default: a second replica on a taken port would then bind
         # silently and share its calls with whatever already listens there (maybe another
         # keyspace). Fail loudly instead.
@@ -78,10 +110,16 @@ def build_server(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
     try:
-        port = server.add_insecure_port(listen)
+        if tls is not None:
+            port = server.add_secure_port(listen, tls.credentials())
+        else:
+            port = server.add_insecure_port(listen)
+        if health_listen is not None:
+            server.add_insecure_port(health_listen)
     except RuntimeError as exc:  # grpc raises a bare RuntimeError when it cannot bind
         raise ConfigError(f"listen: cannot bind {listen!r}: {exc}") from exc
     server.start()
+    health_servicer.set(LIVENESS_SERVICE, _SERVING)
     checker = _HealthChecker(store, health_servicer, server, health_interval)
     checker.check()  # the first answer already reflects etcd, not an optimistic default
     threading.Thread(target=checker.run, name="health-checker", daemon=True).start()
@@ -140,6 +178,7 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
     up`` prints it). Must run in the main thread, which owns signal handling.
     """
     configure_logging(config.log_level)
+    auth, tls = authenticator_for(config), tls_for(config)  # bad auth files fail before etcd
     stop = threading.Event()
     with _store_for(config) as store, _signals_set(stop):
         server, port = build_server(
@@ -147,9 +186,18 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
             listen=config.listen,
             max_workers=config.max_workers,
             health_interval=config.health_interval,
+            auth=auth,
+            tls=tls,
+            health_listen=config.health_listen,
         )
         address = f"{config.listen.rpartition(':')[0]}:{port}"
-        log.info("serving", listen=address, etcd=",".join(config.etcd), prefix=config.prefix)
+        log.info(
+            "serving",
+            listen=address,
+            etcd=",".join(config.etcd),
+            prefix=config.prefix,
+            auth=auth_mode(config),
+        )
         if ready is not None:
             ready(address)
         # A timed wait keeps the main thread responsive to signals on every platform.
@@ -164,9 +212,15 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
 @contextmanager
 def _store_for(config: Config) -> Iterator[Store]:
     """Connect to etcd and start the store; close both on the way out."""
-    kv = EtcdKV.connect(list(config.etcd), timeout=config.etcd_timeout)
+    kv = EtcdKV.connect(list(config.etcd), timeout=config.etcd_timeout, **config.etcd_security())
     try:
-        store = Store.open(kv, keys=Keyspace(config.prefix), limits=config.limits)
+        store = Store.open(
+            kv,
+            keys=Keyspace(config.prefix),
+            limits=config.limits,
+            scan_interval=config.reclaim_scan_interval,
+            idempotency_ttl=config.idempotency_ttl,
+        )
         store.start()
         try:
             yield store

@@ -95,8 +95,15 @@ def attempt_to_proto(attempt: AttemptRecord) -> types_pb2.Attempt:
     )
 
 
-def task_spec(request: tasks_pb2.CreateTaskRequest, *, queue: str, input_digest: str) -> TaskSpec:
-    """The store's TaskSpec for a validated CreateTaskRequest."""
+def task_spec(
+    request: tasks_pb2.CreateTaskRequest,
+    *,
+    queue: str,
+    input_digest: str,
+    thread_key: str = "",
+    depends_on: tuple[str, ...] = (),
+) -> TaskSpec:
+    """The store's TaskSpec for a validated CreateTaskRequest (thread key normalized)."""
     return TaskSpec(
         task_id=request.task_id,
         queue=queue,
@@ -105,6 +112,10 @@ def task_spec(request: tasks_pb2.CreateTaskRequest, *, queue: str, input_digest:
         input_digest=input_digest,
         requires_review=request.requires_review,
         non_replayable=request.non_replayable,
+        root_task_id=request.root_task_id,
+        parent_task_id=request.parent_task_id,
+        thread_key=thread_key,
+        depends_on=depends_on,
     )
 
 

@@ -1,41 +1,50 @@
-"""Who is calling: the principal that owns the claims it makes.
+"""Who is calling: the authenticated Identity the auth interceptor established for this call.
 
-Authentication arrives later (bearer tokens, mTLS). Until then the principal is taken from the
-``x-coordinator-principal`` metadata key, which any client can set: this is the one place the
-auth interceptor will replace, so every servicer asks ``principal_of`` and nothing else.
+The interceptor (coordinator.server.auth) authenticates every call before its handler runs and
+runs the handler inside a context where ``identity_of`` returns the caller. Servicers ask
+``identity_of`` / ``principal_of`` and nothing else: the owner of a claim is always the
+authenticated principal, never a request field.
 """
 
 from __future__ import annotations
 
-import re
+from contextvars import ContextVar
 
 import grpc
 
-from coordinator.errors import InvalidArgument
+from coordinator.domain.roles import Identity
+from coordinator.errors import Unauthenticated
 
 PRINCIPAL_METADATA_KEY = "x-coordinator-principal"
-"""gRPC metadata key carrying the caller's principal (lower case, as gRPC requires)."""
+"""Insecure mode only: gRPC metadata key naming the caller's principal (lower case for gRPC)."""
+
+ROLES_METADATA_KEY = "x-coordinator-roles"
+"""Insecure mode only: metadata key with the caller's roles as a comma list (default: all)."""
+
+AUTHORIZATION_METADATA_KEY = "authorization"
+"""Bearer tokens arrive as ``authorization: Bearer <token>``."""
 
 ANONYMOUS = "anonymous"
-"""The principal of a caller that names none."""
+"""Insecure mode: the principal of a caller that names none."""
 
-_PRINCIPAL = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
+CURRENT_IDENTITY: ContextVar[Identity | None] = ContextVar("coordinator_identity", default=None)
+"""Set by the auth interceptor around each handler; read through ``identity_of``."""
+
+
+def identity_of(context: grpc.ServicerContext) -> Identity:
+    """The authenticated caller of the current call.
+
+    ``context`` is accepted for the servicers' convenience (and future per-call data); the
+    identity itself lives in a context variable the interceptor set. Without one the call did
+    not pass the interceptor: refuse (fail closed) rather than guess an owner.
+    """
+    del context
+    identity = CURRENT_IDENTITY.get()
+    if identity is None:
+        raise Unauthenticated("no authenticated identity for this call (auth interceptor missing)")
+    return identity
 
 
 def principal_of(context: grpc.ServicerContext) -> str:
-    """The caller's principal; ``anonymous`` when the metadata key is absent.
-
-    A present but malformed value is refused (INVALID_ARGUMENT) rather than mapped to anonymous:
-    silently acting as someone else would hand the caller another principal's claims.
-    """
-    for key, value in context.invocation_metadata() or ():
-        if key != PRINCIPAL_METADATA_KEY:
-            continue
-        text = value.decode(errors="replace") if isinstance(value, bytes) else value
-        if not _PRINCIPAL.fullmatch(text):
-            raise InvalidArgument(
-                f"{PRINCIPAL_METADATA_KEY} must be 1-128 characters of [A-Za-z0-9._:@-], "
-                f"got {text[:140]!r}"
-            )
-        return text
-    return ANONYMOUS
+    """The caller's principal: the owner of every claim it makes."""
+    return identity_of(context).principal

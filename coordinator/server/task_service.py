@@ -1,20 +1,25 @@
-"""TaskService: producers create, inspect, list, cancel and change tasks.
+"""TaskService: producers create, inspect, list, cancel and change tasks; reviewers accept or
+reject them; producers shape the dependency graph; anyone follows the event log.
 
-Thin like the other servicers: validate the whole request, call ``store.tasks``, convert the
-records. The contract is in protos/coordinator/v1/tasks.proto.
+Thin like the other servicers: validate the whole request, call the store (``tasks``,
+``review``, ``dependencies``, ``events``), convert the records. The contract is in
+protos/coordinator/v1/tasks.proto. Roles (who may call what) are the auth interceptor's; the
+business rule that a reviewer is not the executor is the domain's (domain/review.py).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import grpc
 import structlog
 
 from coordinator.domain.validation import non_negative, priority, task_id
 from coordinator.logging import bound
-from coordinator.server import convert, validate
+from coordinator.server import convert, lifecycle_wire, validate
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc
-from coordinator.store import Store
+from coordinator.store import EventFilter, Store
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -30,16 +35,29 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
     def CreateTask(  # noqa: N802
         self, request: tasks_pb2.CreateTaskRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.CreateTaskResponse:
-        """Create a READY task."""
+        """Create a task: READY, or WAITING on its dependencies."""
         validate.optional_task_id(request.task_id)
         queue = validate.queue_or_default(request.queue)
         priority(request.priority)
         digest = validate.input_payload("input", request.input, request.input_digest)
+        lifecycle_wire.optional_id("root_task_id", request.root_task_id)
+        lifecycle_wire.optional_id("parent_task_id", request.parent_task_id)
+        thread = lifecycle_wire.optional_thread(request.thread_key)
+        depends_on = lifecycle_wire.dependencies(request.task_id, request.depends_on)
         principal = principal_of(context)
-        spec = convert.task_spec(request, queue=queue, input_digest=digest)
+        spec = convert.task_spec(
+            request, queue=queue, input_digest=digest, thread_key=thread, depends_on=depends_on
+        )
         task = self._store.tasks.create(spec, by=principal)
         with bound(task_id=task.task_id, principal=principal):
-            log.info("task created", queue=task.queue, input_digest=task.input_digest)
+            log.info(
+                "task created",
+                queue=task.queue,
+                input_digest=task.input_digest,
+                state=task.state.name,
+                root=task.root_task_id,
+                depends_on=list(task.depends_on),
+            )
         return tasks_pb2.CreateTaskResponse(task=convert.task_to_proto(task))
 
     @rpc
@@ -63,6 +81,9 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         tasks, token = self._store.tasks.list(
             queue=validate.queue_filter(request.queue),
             state=validate.state_filter(request.state),
+            root=lifecycle_wire.optional_id("root_task_id", request.root_task_id),
+            parent=lifecycle_wire.optional_id("parent_task_id", request.parent_task_id),
+            thread=lifecycle_wire.optional_thread(request.thread_key),
             page_size=validate.page_size(request.page_size),
             page_token=validate.page_token(request.page_token),
         )
@@ -98,3 +119,67 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         with bound(task_id=tid, principal=principal):
             log.info("task input updated", revision=task.revision, input_digest=digest)
         return tasks_pb2.UpdateInputResponse(task=convert.task_to_proto(task))
+
+    @rpc
+    def Accept(  # noqa: N802
+        self, request: tasks_pb2.AcceptRequest, context: grpc.ServicerContext
+    ) -> tasks_pb2.AcceptResponse:
+        """Accept the committed result of one revision: REVIEW -> DONE."""
+        tid = task_id(request.task_id)
+        revision = lifecycle_wire.revision(request.revision)
+        principal = principal_of(context)
+        task = self._store.review.accept(tid, revision=revision, reviewer=principal)
+        with bound(task_id=tid, principal=principal):
+            log.info("task accepted", revision=revision, state=task.state.name)
+        return tasks_pb2.AcceptResponse(task=convert.task_to_proto(task))
+
+    @rpc
+    def Reject(  # noqa: N802
+        self, request: tasks_pb2.RejectRequest, context: grpc.ServicerContext
+    ) -> tasks_pb2.RejectResponse:
+        """Reject the committed result of one revision: a new round, READY at revision + 1."""
+        tid = task_id(request.task_id)
+        revision = lifecycle_wire.revision(request.revision)
+        reason = lifecycle_wire.reason(request.reason)
+        principal = principal_of(context)
+        task = self._store.review.reject(tid, revision=revision, reviewer=principal, reason=reason)
+        with bound(task_id=tid, principal=principal):
+            log.info("task rejected", revision=revision, new_revision=task.revision, reason=reason)
+        return tasks_pb2.RejectResponse(task=convert.task_to_proto(task))
+
+    @rpc
+    def SetDependencies(  # noqa: N802
+        self, request: tasks_pb2.SetDependenciesRequest, context: grpc.ServicerContext
+    ) -> tasks_pb2.SetDependenciesResponse:
+        """Replace a READY or WAITING task's upstreams (cycle-checked atomically)."""
+        tid = task_id(request.task_id)
+        depends_on = lifecycle_wire.dependencies(tid, request.depends_on)
+        expected = non_negative("expected_state_version", request.expected_state_version)
+        principal = principal_of(context)
+        task = self._store.dependencies.set_dependencies(
+            tid, depends_on, expected_state_version=expected, by=principal
+        )
+        with bound(task_id=tid, principal=principal):
+            log.info("dependencies set", depends_on=list(depends_on), state=task.state.name)
+        return tasks_pb2.SetDependenciesResponse(task=convert.task_to_proto(task))
+
+    @lifecycle_wire.stream_rpc
+    def WatchEvents(  # noqa: N802
+        self, request: tasks_pb2.WatchEventsRequest, context: grpc.ServicerContext
+    ) -> Iterator[tasks_pb2.TaskEvent]:
+        """The event log from a revision, then (with follow) live."""
+        flt = EventFilter(
+            task_id=lifecycle_wire.optional_id("task_id", request.task_id),
+            root_task_id=lifecycle_wire.optional_id("root_task_id", request.root_task_id),
+            queue=validate.queue_filter(request.queue),
+            ops=lifecycle_wire.ops(request.ops),
+        )
+        start = non_negative("from_revision", request.from_revision)
+        events = self._store.events
+        if not request.follow:
+            history, _ = events.history(flt, from_revision=start)
+            for event in history:
+                yield lifecycle_wire.event_to_proto(event)
+            return
+        for event in events.follow(flt, from_revision=start, alive=context.is_active):
+            yield lifecycle_wire.event_to_proto(event)

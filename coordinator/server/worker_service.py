@@ -15,7 +15,7 @@ import structlog
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.validation import non_negative, task_id
 from coordinator.logging import bound
-from coordinator.server import convert, validate
+from coordinator.server import convert, effect_wire, validate
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc
 from coordinator.store import ClaimResult, Store
@@ -150,6 +150,59 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
             verdict = self._store.acceptance.release(fence, principal=principal, reason=reason)
             _log_point("release", verdict, release_reason=reason)
         return convert.release_response(verdict)
+
+    @rpc
+    def PrepareEffect(  # noqa: N802
+        self, request: worker_pb2.PrepareEffectRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.PrepareEffectResponse:
+        """Bind or look up a side-effect slot, behind the fence, and say what to do."""
+        fence = validate.fence(request.fence, present=request.HasField("fence"))
+        node = effect_wire.node_id(request.node_id)
+        slot = effect_wire.effect_slot(request.effect_slot)
+        digest = effect_wire.payload_digest(request.payload_digest)
+        principal = principal_of(context)
+        with _bound(fence, principal):
+            result = self._store.effects.prepare(
+                fence, principal=principal, node_id=node, effect_slot=slot, payload_digest=digest
+            )
+            effect = result.effect
+            _log_point(
+                "prepare_effect",
+                result.verdict,
+                action=result.action.name,
+                effect_id=effect.effect_id if effect else None,
+                effect_state=effect.state.name if effect else None,
+                node_id=node,
+                effect_slot=slot,
+            )
+        return effect_wire.prepare_response(result)
+
+    @rpc
+    def RecordEffect(  # noqa: N802
+        self, request: worker_pb2.RecordEffectRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.RecordEffectResponse:
+        """Record what the downstream did for an effect, behind the fence."""
+        fence = validate.fence(request.fence, present=request.HasField("fence"))
+        eid = effect_wire.effect_id(request.effect_id)
+        state = effect_wire.recorded_state(request.state)
+        ref = effect_wire.external_ref(request.external_ref)
+        etag = effect_wire.etag(request.etag)
+        principal = principal_of(context)
+        with _bound(fence, principal):
+            result = self._store.effects.record(
+                fence, principal=principal, effect_id=eid, state=state, external_ref=ref, etag=etag
+            )
+            _log_point("record_effect", result.verdict, effect_id=eid, effect_state=state.name)
+        return effect_wire.record_response(result)
+
+    @rpc
+    def GetEffect(  # noqa: N802
+        self, request: worker_pb2.GetEffectRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.GetEffectResponse:
+        """One effect record (no fence: reading changes nothing)."""
+        eid = effect_wire.effect_id(request.effect_id)
+        effect = self._store.effects.get(eid)
+        return worker_pb2.GetEffectResponse(effect=effect_wire.effect_to_proto(effect))
 
 
 def _bound(fence: Fence, principal: str = "") -> AbstractContextManager[None]:

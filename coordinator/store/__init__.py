@@ -15,9 +15,16 @@ from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.admin import AdminStore
 from coordinator.store.claims import ClaimStore
 from coordinator.store.context import StoreContext
+from coordinator.store.dependencies import DependencyStore
+from coordinator.store.effects import EffectStore
 from coordinator.store.etcd import EtcdKV
+from coordinator.store.events import EventFilter, EventLog, StoredEvent
+from coordinator.store.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
+from coordinator.store.idempotency import IdempotencyStore
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.reclaimer import Reclaimer
+from coordinator.store.releaser import Releaser
+from coordinator.store.review import ReviewStore
 from coordinator.store.tasks import TaskStore
 from coordinator.store.types import (
     ClaimResult,
@@ -40,6 +47,12 @@ class Store:
     acceptance: AcceptancePoints
     admin: AdminStore
     reclaimer: Reclaimer
+    dependencies: DependencyStore
+    review: ReviewStore
+    releaser: Releaser
+    events: EventLog
+    idempotency: IdempotencyStore
+    effects: EffectStore
 
     @classmethod
     def open(
@@ -50,18 +63,27 @@ class Store:
         limits: ClaimLimits | None = None,
         clock: Clock | None = None,
         scan_interval: float = 5.0,
+        idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL,
     ) -> Store:
         """Wire the parts (nothing runs until ``start``)."""
         ctx = StoreContext(kv, keys or Keyspace(), limits or ClaimLimits(), clock or SystemClock())
         ready = ReadyIndex(ctx)
+        dependencies = DependencyStore(ctx, ready)
+        acceptance = AcceptancePoints(ctx, ready)
         return cls(
             ctx=ctx,
             ready=ready,
-            tasks=TaskStore(ctx, ready),
+            tasks=TaskStore(ctx, ready, dependencies),
             claims=ClaimStore(ctx, ready),
-            acceptance=AcceptancePoints(ctx, ready),
+            acceptance=acceptance,
             admin=AdminStore(ctx),
             reclaimer=Reclaimer(ctx, ready, scan_interval=scan_interval),
+            dependencies=dependencies,
+            review=ReviewStore(ctx, ready),
+            releaser=Releaser(ctx, ready, dependencies, scan_interval=scan_interval),
+            events=EventLog(ctx),
+            idempotency=IdempotencyStore(ctx, ttl=idempotency_ttl),
+            effects=EffectStore(ctx, ready, acceptance),
         )
 
     def start(self, *, reclaim: bool = True) -> None:
@@ -70,10 +92,12 @@ class Store:
         self.ready.start()
         if reclaim:
             self.reclaimer.start()
+            self.releaser.start()
 
     def close(self) -> None:
         """Stop background work (the etcd connection is the caller's)."""
         self.reclaimer.close()
+        self.releaser.close()
         self.ready.close()
 
 
@@ -83,9 +107,11 @@ __all__ = [
     "CommitResult",
     "DrainStatus",
     "EtcdKV",
+    "EventFilter",
     "Keyspace",
     "RenewResult",
     "StageOutcome",
     "Store",
+    "StoredEvent",
     "TaskSpec",
 ]

@@ -28,6 +28,8 @@ from coordinator.domain.records import (
 )
 from coordinator.domain.states import AttemptEnd, FenceReason, Op, Outcome
 from coordinator.errors import NotFound
+from coordinator.metrics import AcceptancePoint
+from coordinator.store import coverage
 from coordinator.store.context import (
     StoreContext,
     attempt_from_kv,
@@ -35,7 +37,14 @@ from coordinator.store.context import (
     epoch_from_kv,
     task_from_kv,
 )
-from coordinator.store.etcd import create_revision_is, delete, get, mod_revision_is, put
+from coordinator.store.etcd import (
+    Compare,
+    create_revision_is,
+    delete,
+    get,
+    mod_revision_is,
+    put,
+)
 from coordinator.store.fence import fence_compares
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
@@ -105,6 +114,7 @@ class AcceptancePoints:
             if ttl <= 0:  # the lease went away after our txn: ask the keyspace why
                 return RenewResult(self._diagnose(fence))
             now = ctx.clock.now()
+            self._observe(AcceptancePoint.RENEW, compares, fence)
             return RenewResult(
                 verdict, ttl=ttl, lease_expires_at=now + ttl, deadline=claim.deadline
             )
@@ -118,7 +128,9 @@ class AcceptancePoints:
         verdict = check_fence(view, fence)
         if not verdict.accepted:
             return verdict
-        if self._ctx.kv.txn(fence_compares(self._ctx.keys, fence)).succeeded:
+        compares = fence_compares(self._ctx.keys, fence)
+        if self._ctx.kv.txn(compares).succeeded:
+            self._observe(AcceptancePoint.AUTHORIZE, compares, fence)
             return verdict
         return self._diagnose(fence)
 
@@ -215,6 +227,7 @@ class AcceptancePoints:
                 return CommitResult(verdict, view.result.commit_id, view.task.state)
             return CommitResult(verdict if not verdict.accepted else self._diagnose(fence))
         ctx.kv.revoke(task.lease_id)
+        self._observe(AcceptancePoint.COMMIT, compares, fence)
         return CommitResult(Verdict(Outcome.COMMITTED), after.result_commit_id, after.state)
 
     def release(self, fence: Fence, *, principal: str, reason: str) -> Verdict:
@@ -251,6 +264,7 @@ class AcceptancePoints:
         if not ctx.kv.txn(compares, ops).succeeded:
             return self._diagnose(fence)
         ctx.kv.revoke(task.lease_id)
+        self._observe(AcceptancePoint.RELEASE, compares, fence)
         self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, after.task_id))
         return verdict
 
@@ -262,6 +276,17 @@ class AcceptancePoints:
                 Outcome.FENCED, FenceReason.TASK_MOVED, "the task moved on during the call"
             )
         return verdict
+
+    def _observe(self, point: AcceptancePoint, compares: list[Compare], fence: Fence) -> None:
+        """Count an accepted operation for fence-check coverage (coordinator.metrics)."""
+        coverage.observe(
+            point,
+            compares,
+            self._ctx.keys,
+            task_id=fence.task_id,
+            epoch=fence.scheduler_epoch,
+            generation=fence.claim_generation,
+        )
 
     @staticmethod
     def _closed(view: FenceView, end: AttemptEnd, now: float) -> AttemptRecord:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from coordinator.domain.records import StagedResult, decode
 from coordinator.domain.states import UNCOMMITTED_STATES
 from coordinator.errors import FailedPrecondition
-from coordinator.store.context import StoreContext, epoch_from_kv, task_from_kv
+from coordinator.store.context import StoreContext, claim_from_kv, epoch_from_kv, task_from_kv
 from coordinator.store.etcd import create_revision_is, delete, get, get_prefix, mod_revision_is, put
 from coordinator.store.types import DrainStatus
 
@@ -32,6 +32,15 @@ class AdminStore:
 
     def bump_epoch(self, expected: int = 0) -> int:
         """Raise the epoch by one (CAS); with ``expected``, only from that epoch."""
+        return self._bump(expected)[0]
+
+    def bump_epoch_revoking(self, expected: int = 0) -> tuple[int, int]:
+        """Bump the epoch, then revoke every claim made before the bump: (epoch, revoked)."""
+        epoch, revision = self._bump(expected)
+        return epoch, self.revoke_leases(before_revision=revision)
+
+    def _bump(self, expected: int) -> tuple[int, int]:
+        """The new epoch and the revision of the txn that wrote it."""
         key = self._ctx.keys.epoch
         for _ in range(_CAS_TRIES):
             kv = self._ctx.kv.get(key)
@@ -39,9 +48,31 @@ class AdminStore:
             if expected and current != expected:
                 raise FailedPrecondition(f"scheduler epoch is {current}, expected {expected}")
             compare = mod_revision_is(key, kv.mod_revision if kv is not None else 0)
-            if self._ctx.kv.txn([compare], [put(key, str(current + 1).encode())]).succeeded:
-                return current + 1
+            result = self._ctx.kv.txn([compare], [put(key, str(current + 1).encode())])
+            if result.succeeded:
+                return current + 1, result.revision
         raise FailedPrecondition("the epoch kept changing; bump again")
+
+    def revoke_leases(self, *, before_revision: int) -> int:
+        """Revoke the lease of every live claim created before ``before_revision``.
+
+        Each claim key goes with its lease, so the reclaimer returns the task to READY exactly
+        as after an expiry (the attempt is recorded as expired). Claims made after the bump
+        carry the new epoch and are left alone. Returns how many leases were revoked.
+        """
+        kv = self._ctx.kv
+        start = self._ctx.keys.claims_prefix
+        end = kv.prefix_end(start)
+        revoked = 0
+        while True:
+            page, _ = kv.range_page(start, end, limit=_READ_BATCH, keys_only=True)
+            for item in page:
+                if item.lease and item.create_revision < before_revision:
+                    kv.revoke(item.lease)
+                    revoked += 1
+            if len(page) < _READ_BATCH:
+                return revoked
+            start = page[-1].key + "\0"
 
     def claims_paused(self) -> bool:
         """Whether new claims are refused."""
@@ -74,24 +105,33 @@ class AdminStore:
         )
 
     def _count_pending(self, staged: list[StagedResult], revision: int) -> int:
-        """Staged results whose task is still at that revision and not yet committed. A result
-        staged for a revision that was committed, cancelled or superseded by new input can
-        never become canonical, so it does not hold up a drain."""
+        """Staged results that can still become canonical: the task is still at that revision,
+        not yet committed, and the staging attempt still holds the task's live claim (only the
+        holder can commit). A result staged for a revision that was committed, cancelled or
+        superseded by new input, or by an attempt whose claim ended (expired, revoked,
+        released), can never become canonical, so it does not hold up a drain."""
         task_ids = sorted({s.task_id for s in staged})
-        tasks = {}
-        for start in range(0, len(task_ids), _READ_BATCH):
-            batch = task_ids[start : start + _READ_BATCH]
+        tasks, holders = {}, {}
+        batch_size = _READ_BATCH // 2  # two reads per task
+        for start in range(0, len(task_ids), batch_size):
+            batch = task_ids[start : start + batch_size]
+            keys = self._ctx.keys
             snap = self._ctx.kv.read(
-                *(get(self._ctx.keys.task(t), revision=revision) for t in batch)
+                *(get(keys.task(t), revision=revision) for t in batch),
+                *(get(keys.claim(t), revision=revision) for t in batch),
             )
             for i, task_id in enumerate(batch):
                 item = snap.range_one(i)
                 if item is not None:
                     tasks[task_id] = task_from_kv(item)
+                claim_kv = snap.range_one(len(batch) + i)
+                if claim_kv is not None:
+                    holders[task_id] = claim_from_kv(claim_kv).attempt_id
         return sum(
             1
             for s in staged
             if (task := tasks.get(s.task_id)) is not None
             and task.revision == s.revision
             and task.state in UNCOMMITTED_STATES
+            and holders.get(s.task_id) == s.attempt_id
         )

@@ -15,6 +15,8 @@ from coordinator.domain.keys import task_id_from_ready_key
 from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode
 from coordinator.domain.states import AttemptEnd, Op, Outcome, TaskState
 from coordinator.errors import NotFound
+from coordinator.metrics import AcceptancePoint
+from coordinator.store import coverage
 from coordinator.store.context import (
     StoreContext,
     attempt_from_kv,
@@ -22,6 +24,7 @@ from coordinator.store.context import (
     new_attempt_id,
     task_from_kv,
 )
+from coordinator.store.effects import hold_for_approval
 from coordinator.store.etcd import RequestOp, create_revision_is, get, put
 from coordinator.store.fence import epoch_is
 from coordinator.store.ready_index import ReadyIndex
@@ -55,6 +58,13 @@ class ClaimStore:
         task, verdict = self._decide(task_id, epoch, expected_state_version)
         if not verdict.accepted:
             return ClaimResult(verdict, task=task)
+        held = hold_for_approval(
+            ctx, task, by=principal, epoch=epoch, close_previous=self._expire_previous
+        )
+        if held is not None:  # non-replayable, and an earlier attempt left an effect uncertain
+            if task.state is TaskState.READY:
+                self._ready.discard(keys.ready(task.queue, task.priority, task.ready_seq, task_id))
+            return ClaimResult(held, task=task)
 
         lease_id, granted = ctx.kv.grant(clamp_ttl(ttl, ctx.limits))
         now = ctx.clock.now()
@@ -111,6 +121,9 @@ class ClaimStore:
             return ClaimResult(self._lost_race(task_id, epoch, expected_state_version))
 
         generation = result.revision
+        coverage.observe(
+            AcceptancePoint.CLAIM, compares, keys, task_id=task_id, epoch=epoch, generation=0
+        )
         if task.state is TaskState.READY:
             # Our own replica drops the hint at once; the watch does it for the others.
             self._ready.discard(keys.ready(task.queue, task.priority, task.ready_seq, task_id))

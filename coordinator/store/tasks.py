@@ -1,4 +1,5 @@
-"""Producer-side task operations: create, read, list, cancel, change input.
+"""Producer-side task operations: create (with lineage and dependencies), read, list (by
+lineage, queue and state), cancel, change input.
 
 Cancel and input change end a live claim in the same txn (claim key deleted, attempt closed),
 so the holder's next acceptance point fails its fence compares and reads CANCELLED or
@@ -11,11 +12,14 @@ import builtins
 from dataclasses import replace
 
 from coordinator.domain.digests import check_digest
+from coordinator.domain.graph import check_dependencies, check_upstreams, satisfied_by, unmet
+from coordinator.domain.lineage import Lineage, decide_lineage, index_value, thread_key
 from coordinator.domain.records import AttemptRecord, TaskRecord, encode
-from coordinator.domain.states import AttemptEnd, Op, TaskState, is_legal
+from coordinator.domain.states import AttemptEnd, Op, TaskState, is_legal, next_state
 from coordinator.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from coordinator.store.context import StoreContext, attempt_from_kv, new_task_id, task_from_kv
-from coordinator.store.etcd import RequestOp, delete, put
+from coordinator.store.dependencies import DependencyStore, edges_detail
+from coordinator.store.etcd import KV, RequestOp, delete, get, mod_revision_is, put
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.transition import ready_seq, transition, transition_ops
 from coordinator.store.types import TaskSpec
@@ -27,36 +31,101 @@ _CAS_TRIES = 8
 class TaskStore:
     """CreateTask, GetTask, ListTasks, CancelTask, UpdateInput."""
 
-    def __init__(self, ctx: StoreContext, ready: ReadyIndex) -> None:
+    def __init__(
+        self, ctx: StoreContext, ready: ReadyIndex, dependencies: DependencyStore | None = None
+    ) -> None:
         self._ctx = ctx
         self._ready = ready
+        self._deps = dependencies or DependencyStore(ctx, ready)
 
     def create(self, spec: TaskSpec, *, by: str) -> TaskRecord:
-        """Create a READY task; AlreadyExists if the id is taken."""
+        """Create a task: READY, or WAITING while any of ``spec.depends_on`` is not DONE.
+
+        AlreadyExists if the id is taken; NotFound for an unknown upstream, root or parent. The
+        txn compares every upstream record as read, so an upstream finishing meanwhile is never
+        missed (its DONE either precedes this read or sees this task's reverse edge).
+        """
         ctx = self._ctx
-        now = ctx.clock.now()
         task_id = spec.task_id or new_task_id()
         digest = check_digest("input_digest", spec.input_digest, data=spec.input)
-        draft = TaskRecord(
-            task_id=task_id,
-            queue=spec.queue,
-            input_digest=digest,
-            state=TaskState.READY,
-            priority=spec.priority,
-            input=spec.input,
-            root_task_id=task_id,
-            thread_key=task_id,
-            requires_review=spec.requires_review,
-            non_replayable=spec.non_replayable,
-            created_at=now,
+        depends_on = check_dependencies(task_id, spec.depends_on)
+        for _ in range(_CAS_TRIES):
+            lineage = self._lineage(task_id, spec)
+            upstreams = self._deps.upstreams(depends_on)
+            check_upstreams(upstreams)
+            waiting_on = unmet(upstreams)
+            op = Op.CREATE_WAITING if waiting_on else Op.CREATE
+            state = next_state(None, op)
+            now = ctx.clock.now()
+            task = TaskRecord(
+                task_id=task_id,
+                queue=spec.queue,
+                input_digest=digest,
+                state=state,
+                priority=spec.priority,
+                input=spec.input,
+                root_task_id=lineage.root_task_id,
+                parent_task_id=lineage.parent_task_id,
+                thread_key=lineage.thread_key,
+                depends_on=depends_on,
+                satisfied_by=() if waiting_on else satisfied_by(upstreams),
+                requires_review=spec.requires_review,
+                non_replayable=spec.non_replayable,
+                created_at=now,
+                updated_at=now,
+                ready_seq=ready_seq(now) if state is TaskState.READY else 0,
+            )
+            detail = edges_detail(depends_on) if depends_on else ""
+            compares, ops = transition_ops(ctx, None, task, op, by=by, detail=detail)
+            compares += [
+                mod_revision_is(ctx.keys.task(u.task_id), u.state_version) for u in upstreams
+            ]
+            ops += self._deps.edge_ops(task_id, (), depends_on)
+            ops += self._identity_ops(task)
+            result = ctx.kv.txn(compares, ops, [get(ctx.keys.task(task_id))])
+            if result.succeeded:
+                if state is TaskState.READY:
+                    self._ready.add(
+                        ctx.keys.ready(task.queue, task.priority, task.ready_seq, task_id)
+                    )
+                return replace(task, state_version=result.revision)
+            if result.range_one(0) is not None:
+                raise AlreadyExists(f"task {task_id!r} already exists")
+        raise FailedPrecondition(
+            f"the upstreams of task {task_id!r} kept changing; create it again"
         )
-        task = replace(draft, updated_at=now, ready_seq=ready_seq(now))
-        compares, ops = transition_ops(ctx, None, task, Op.CREATE, by=by)
-        result = ctx.kv.txn(compares, ops)
-        if not result.succeeded:
-            raise AlreadyExists(f"task {task_id!r} already exists")
-        self._ready.add(ctx.keys.ready(task.queue, task.priority, task.ready_seq, task_id))
-        return replace(task, state_version=result.revision)
+
+    def _lineage(self, task_id: str, spec: TaskSpec) -> Lineage:
+        """Root, parent and thread of a new task, checked against the named records."""
+        named = [t for t in (spec.root_task_id, spec.parent_task_id) if t and t != task_id]
+        records: dict[str, TaskRecord] = {}
+        if named:
+            snap = self._ctx.kv.read(*(get(self._ctx.keys.task(t)) for t in named))
+            for index, name in enumerate(named):
+                kv = snap.range_one(index)
+                if kv is not None:
+                    records[name] = task_from_kv(kv)
+        return decide_lineage(
+            task_id,
+            root_task_id=spec.root_task_id,
+            parent_task_id=spec.parent_task_id,
+            thread=thread_key(spec.thread_key) if spec.thread_key else "",
+            root=records.get(spec.root_task_id),
+            parent=records.get(spec.parent_task_id),
+        )
+
+    def _identity_ops(self, task: TaskRecord) -> builtins.list[RequestOp]:
+        """Index entries for the lineage filters of ListTasks (identity never changes, so they
+        are written once, at creation). No compares are needed for root and parent: tasks are
+        never deleted."""
+        keys = self._ctx.keys
+        ops = [
+            put(keys.by_identity("root", task.root_task_id, task.task_id), b""),
+            put(keys.by_identity("thread", index_value(task.thread_key), task.task_id), b""),
+        ]
+        if task.parent_task_id:
+            ops.append(put(keys.by_identity("parent", task.parent_task_id, task.task_id), b""))
+        return ops
 
     def get(self, task_id: str) -> TaskRecord:
         """The task, or NotFound."""
@@ -76,19 +145,48 @@ class TaskStore:
         *,
         queue: str = "",
         state: TaskState | None = None,
+        root: str = "",
+        parent: str = "",
+        thread: str = "",
         page_size: int = 100,
         page_token: str = "",
     ) -> tuple[list[TaskRecord], str]:
-        """Tasks in id order after ``page_token``, filtered; returns the page and the next token."""
-        kv, prefix = self._ctx.kv, self._ctx.keys.tasks_prefix
+        """Tasks in id order after ``page_token``, filtered; returns the page and the next token.
+
+        A lineage filter (parent, else root, else thread) walks its identity index, so it costs
+        the size of that family, not of the keyspace. Queue and state alone scan the task
+        records: both change with the task (state) or are few (queues), and an index per state
+        would add writes to every transition for a listing that operators page through anyway.
+        """
+        kv, keys = self._ctx.kv, self._ctx.keys
+        thread = thread_key(thread) if thread else ""
+        if parent:
+            prefix = keys.identity_prefix("parent", parent)
+        elif root:
+            prefix = keys.identity_prefix("root", root)
+        elif thread:
+            prefix = keys.identity_prefix("thread", index_value(thread))
+        else:
+            prefix = keys.tasks_prefix
+
+        def wanted(task: TaskRecord) -> bool:
+            return (
+                (not queue or task.queue == queue)
+                and (state is None or task.state is state)
+                and (not root or task.root_task_id == root)
+                and (not parent or task.parent_task_id == parent)
+                and (not thread or task.thread_key == thread)
+            )
+
         start = prefix + page_token + "\0" if page_token else prefix
         end = kv.prefix_end(prefix)
-        found: list[TaskRecord] = []
+        found: builtins.list[TaskRecord] = []
         while len(found) < page_size:
-            page, _ = kv.range_page(start, end, limit=page_size)
-            for item in page:
-                task = task_from_kv(item)
-                if (not queue or task.queue == queue) and (state is None or task.state is state):
+            page, _ = kv.range_page(
+                start, end, limit=page_size, keys_only=prefix != keys.tasks_prefix
+            )
+            for task in self._tasks_of(page, indexed=prefix != keys.tasks_prefix):
+                if wanted(task):
                     found.append(task)
                     if len(found) == page_size:
                         return found, task.task_id
@@ -96,6 +194,19 @@ class TaskStore:
                 return found, ""
             start = page[-1].key + "\0"
         return found, ""
+
+    def _tasks_of(self, page: builtins.list[KV], *, indexed: bool) -> builtins.list[TaskRecord]:
+        """The task records of a page of task keys, or of identity-index keys (read in one
+        consistent batch per 100; an index entry whose task is gone is skipped: doctor's)."""
+        if not indexed:
+            return [task_from_kv(item) for item in page]
+        ids = [item.key.rsplit("/", 1)[1] for item in page]
+        tasks: builtins.list[TaskRecord] = []
+        for start in range(0, len(ids), 100):
+            batch = ids[start : start + 100]
+            snap = self._ctx.kv.read(*(get(self._ctx.keys.task(t)) for t in batch))
+            tasks += [task_from_kv(kv) for i in range(len(batch)) if (kv := snap.range_one(i))]
+        return tasks
 
     def cancel(self, task_id: str, *, by: str, reason: str) -> TaskRecord:
         """Cancel: cancel_generation + 1, CANCELLED, a live claim ended."""

@@ -2,7 +2,7 @@
 
 A task moves between states only through ``transition()``: it checks the move against the
 domain's table, and ``transition_ops()`` returns the compare and the writes that keep the ready
-index, the claimed index and the event log in step with the record.
+index, the claimed index, the waiting index and the event log in step with the record.
 """
 
 from __future__ import annotations
@@ -71,6 +71,11 @@ def transition_ops(
         ops.append(delete(keys.claimed(after.task_id)))
     if after.state is TaskState.CLAIMED:
         ops.append(put(keys.claimed(after.task_id), b""))
+    # The waiting index lets the releaser's scan visit only WAITING tasks.
+    if was is TaskState.WAITING and after.state is not TaskState.WAITING:
+        ops.append(delete(keys.waiting(after.task_id)))
+    if after.state is TaskState.WAITING and was is not TaskState.WAITING:
+        ops.append(put(keys.waiting(after.task_id), b""))
     event = EventRecord(
         task_id=after.task_id,
         op=op,

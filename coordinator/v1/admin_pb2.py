@@ -22,35 +22,48 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from coordinator.v1 import types_pb2 as coordinator_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63oordinator/v1/admin.proto\x12\x0e\x63oordinator.v1\"\x11\n\x0fGetEpochRequest\"8\n\x10GetEpochResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x15\n\rclaims_paused\x18\x02 \x01(\x08\"*\n\x10\x42umpEpochRequest\x12\x16\n\x0e\x65xpected_epoch\x18\x01 \x01(\x03\"\"\n\x11\x42umpEpochResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\"$\n\x12PauseClaimsRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\",\n\x13PauseClaimsResponse\x12\x15\n\rclaims_paused\x18\x01 \x01(\x08\"\x15\n\x13ResumeClaimsRequest\"-\n\x14ResumeClaimsResponse\x12\x15\n\rclaims_paused\x18\x01 \x01(\x08\"\x14\n\x12\x44rainStatusRequest\"\x98\x01\n\x13\x44rainStatusResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x15\n\rclaims_paused\x18\x02 \x01(\x08\x12\x15\n\ractive_leases\x18\x03 \x01(\x03\x12\x17\n\x0funknown_effects\x18\x04 \x01(\x03\x12\x1a\n\x12staged_uncommitted\x18\x05 \x01(\x03\x12\x0f\n\x07\x64rained\x18\x06 \x01(\x08\x32\xba\x03\n\x0c\x41\x64minService\x12M\n\x08GetEpoch\x12\x1f.coordinator.v1.GetEpochRequest\x1a .coordinator.v1.GetEpochResponse\x12P\n\tBumpEpoch\x12 .coordinator.v1.BumpEpochRequest\x1a!.coordinator.v1.BumpEpochResponse\x12V\n\x0bPauseClaims\x12\".coordinator.v1.PauseClaimsRequest\x1a#.coordinator.v1.PauseClaimsResponse\x12Y\n\x0cResumeClaims\x12#.coordinator.v1.ResumeClaimsRequest\x1a$.coordinator.v1.ResumeClaimsResponse\x12V\n\x0b\x44rainStatus\x12\".coordinator.v1.DrainStatusRequest\x1a#.coordinator.v1.DrainStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63oordinator/v1/admin.proto\x12\x0e\x63oordinator.v1\x1a\x1a\x63oordinator/v1/types.proto\"\x11\n\x0fGetEpochRequest\"8\n\x10GetEpochResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x15\n\rclaims_paused\x18\x02 \x01(\x08\"A\n\x10\x42umpEpochRequest\x12\x16\n\x0e\x65xpected_epoch\x18\x01 \x01(\x03\x12\x15\n\rrevoke_leases\x18\x02 \x01(\x08\":\n\x11\x42umpEpochResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x16\n\x0erevoked_leases\x18\x02 \x01(\x03\"$\n\x12PauseClaimsRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\",\n\x13PauseClaimsResponse\x12\x15\n\rclaims_paused\x18\x01 \x01(\x08\"\x15\n\x13ResumeClaimsRequest\"-\n\x14ResumeClaimsResponse\x12\x15\n\rclaims_paused\x18\x01 \x01(\x08\"\x14\n\x12\x44rainStatusRequest\"\x98\x01\n\x13\x44rainStatusResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x15\n\rclaims_paused\x18\x02 \x01(\x08\x12\x15\n\ractive_leases\x18\x03 \x01(\x03\x12\x17\n\x0funknown_effects\x18\x04 \x01(\x03\x12\x1a\n\x12staged_uncommitted\x18\x05 \x01(\x03\x12\x0f\n\x07\x64rained\x18\x06 \x01(\x08\"g\n\x13\x41pproveRetryRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12/\n\nresolution\x18\x02 \x01(\x0e\x32\x1b.coordinator.v1.EffectState\x12\x0e\n\x06reason\x18\x03 \x01(\t\"c\n\x14\x41pproveRetryResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\x12\'\n\x07\x65\x66\x66\x65\x63ts\x18\x02 \x03(\x0b\x32\x16.coordinator.v1.Effect\"\x11\n\x0fGetStatsRequest\"v\n\rFenceCoverage\x12.\n\x05point\x18\x01 \x01(\x0e\x32\x1f.coordinator.v1.AcceptancePoint\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x03\x12\x11\n\tvalidated\x18\x03 \x01(\x03\x12\x10\n\x08\x63overage\x18\x04 \x01(\x01\"I\n\x10GetStatsResponse\x12\x35\n\x0e\x66\x65nce_coverage\x18\x01 \x03(\x0b\x32\x1d.coordinator.v1.FenceCoverage*\x81\x02\n\x0f\x41\x63\x63\x65ptancePoint\x12 \n\x1c\x41\x43\x43\x45PTANCE_POINT_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x41\x43\x43\x45PTANCE_POINT_CLAIM\x10\x01\x12\x1a\n\x16\x41\x43\x43\x45PTANCE_POINT_RENEW\x10\x02\x12\x1e\n\x1a\x41\x43\x43\x45PTANCE_POINT_AUTHORIZE\x10\x03\x12\x1c\n\x18\x41\x43\x43\x45PTANCE_POINT_PREPARE\x10\x04\x12\x1b\n\x17\x41\x43\x43\x45PTANCE_POINT_RECORD\x10\x05\x12\x1b\n\x17\x41\x43\x43\x45PTANCE_POINT_COMMIT\x10\x06\x12\x1c\n\x18\x41\x43\x43\x45PTANCE_POINT_RELEASE\x10\x07\x32\xe4\x04\n\x0c\x41\x64minService\x12M\n\x08GetEpoch\x12\x1f.coordinator.v1.GetEpochRequest\x1a .coordinator.v1.GetEpochResponse\x12P\n\tBumpEpoch\x12 .coordinator.v1.BumpEpochRequest\x1a!.coordinator.v1.BumpEpochResponse\x12V\n\x0bPauseClaims\x12\".coordinator.v1.PauseClaimsRequest\x1a#.coordinator.v1.PauseClaimsResponse\x12Y\n\x0cResumeClaims\x12#.coordinator.v1.ResumeClaimsRequest\x1a$.coordinator.v1.ResumeClaimsResponse\x12V\n\x0b\x44rainStatus\x12\".coordinator.v1.DrainStatusRequest\x1a#.coordinator.v1.DrainStatusResponse\x12Y\n\x0c\x41pproveRetry\x12#.coordinator.v1.ApproveRetryRequest\x1a$.coordinator.v1.ApproveRetryResponse\x12M\n\x08GetStats\x12\x1f.coordinator.v1.GetStatsRequest\x1a .coordinator.v1.GetStatsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'coordinator.v1.admin_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GETEPOCHREQUEST']._serialized_start=46
-  _globals['_GETEPOCHREQUEST']._serialized_end=63
-  _globals['_GETEPOCHRESPONSE']._serialized_start=65
-  _globals['_GETEPOCHRESPONSE']._serialized_end=121
-  _globals['_BUMPEPOCHREQUEST']._serialized_start=123
-  _globals['_BUMPEPOCHREQUEST']._serialized_end=165
-  _globals['_BUMPEPOCHRESPONSE']._serialized_start=167
-  _globals['_BUMPEPOCHRESPONSE']._serialized_end=201
-  _globals['_PAUSECLAIMSREQUEST']._serialized_start=203
-  _globals['_PAUSECLAIMSREQUEST']._serialized_end=239
-  _globals['_PAUSECLAIMSRESPONSE']._serialized_start=241
-  _globals['_PAUSECLAIMSRESPONSE']._serialized_end=285
-  _globals['_RESUMECLAIMSREQUEST']._serialized_start=287
-  _globals['_RESUMECLAIMSREQUEST']._serialized_end=308
-  _globals['_RESUMECLAIMSRESPONSE']._serialized_start=310
-  _globals['_RESUMECLAIMSRESPONSE']._serialized_end=355
-  _globals['_DRAINSTATUSREQUEST']._serialized_start=357
-  _globals['_DRAINSTATUSREQUEST']._serialized_end=377
-  _globals['_DRAINSTATUSRESPONSE']._serialized_start=380
-  _globals['_DRAINSTATUSRESPONSE']._serialized_end=532
-  _globals['_ADMINSERVICE']._serialized_start=535
-  _globals['_ADMINSERVICE']._serialized_end=977
+  _globals['_ACCEPTANCEPOINT']._serialized_start=1030
+  _globals['_ACCEPTANCEPOINT']._serialized_end=1287
+  _globals['_GETEPOCHREQUEST']._serialized_start=74
+  _globals['_GETEPOCHREQUEST']._serialized_end=91
+  _globals['_GETEPOCHRESPONSE']._serialized_start=93
+  _globals['_GETEPOCHRESPONSE']._serialized_end=149
+  _globals['_BUMPEPOCHREQUEST']._serialized_start=151
+  _globals['_BUMPEPOCHREQUEST']._serialized_end=216
+  _globals['_BUMPEPOCHRESPONSE']._serialized_start=218
+  _globals['_BUMPEPOCHRESPONSE']._serialized_end=276
+  _globals['_PAUSECLAIMSREQUEST']._serialized_start=278
+  _globals['_PAUSECLAIMSREQUEST']._serialized_end=314
+  _globals['_PAUSECLAIMSRESPONSE']._serialized_start=316
+  _globals['_PAUSECLAIMSRESPONSE']._serialized_end=360
+  _globals['_RESUMECLAIMSREQUEST']._serialized_start=362
+  _globals['_RESUMECLAIMSREQUEST']._serialized_end=383
+  _globals['_RESUMECLAIMSRESPONSE']._serialized_start=385
+  _globals['_RESUMECLAIMSRESPONSE']._serialized_end=430
+  _globals['_DRAINSTATUSREQUEST']._serialized_start=432
+  _globals['_DRAINSTATUSREQUEST']._serialized_end=452
+  _globals['_DRAINSTATUSRESPONSE']._serialized_start=455
+  _globals['_DRAINSTATUSRESPONSE']._serialized_end=607
+  _globals['_APPROVERETRYREQUEST']._serialized_start=609
+  _globals['_APPROVERETRYREQUEST']._serialized_end=712
+  _globals['_APPROVERETRYRESPONSE']._serialized_start=714
+  _globals['_APPROVERETRYRESPONSE']._serialized_end=813
+  _globals['_GETSTATSREQUEST']._serialized_start=815
+  _globals['_GETSTATSREQUEST']._serialized_end=832
+  _globals['_FENCECOVERAGE']._serialized_start=834
+  _globals['_FENCECOVERAGE']._serialized_end=952
+  _globals['_GETSTATSRESPONSE']._serialized_start=954
+  _globals['_GETSTATSRESPONSE']._serialized_end=1027
+  _globals['_ADMINSERVICE']._serialized_start=1290
+  _globals['_ADMINSERVICE']._serialized_end=1902
 # @@protoc_insertion_point(module_scope)

@@ -6,8 +6,12 @@ BumpEpoch (every claim, renew, authorize and commit carrying the old epoch is re
 DrainStatus until drained, then switch pools.
 """
 
+from collections import abc as _abc
+from coordinator.v1 import types_pb2 as _types_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -18,6 +22,34 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _AcceptancePoint:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AcceptancePointEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AcceptancePoint.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ACCEPTANCE_POINT_UNSPECIFIED: _AcceptancePoint.ValueType  # 0
+    ACCEPTANCE_POINT_CLAIM: _AcceptancePoint.ValueType  # 1
+    ACCEPTANCE_POINT_RENEW: _AcceptancePoint.ValueType  # 2
+    ACCEPTANCE_POINT_AUTHORIZE: _AcceptancePoint.ValueType  # 3
+    ACCEPTANCE_POINT_PREPARE: _AcceptancePoint.ValueType  # 4
+    ACCEPTANCE_POINT_RECORD: _AcceptancePoint.ValueType  # 5
+    ACCEPTANCE_POINT_COMMIT: _AcceptancePoint.ValueType  # 6
+    ACCEPTANCE_POINT_RELEASE: _AcceptancePoint.ValueType  # 7
+
+class AcceptancePoint(_AcceptancePoint, metaclass=_AcceptancePointEnumTypeWrapper):
+    """The places where a worker's credential is checked before anything is accepted."""
+
+ACCEPTANCE_POINT_UNSPECIFIED: AcceptancePoint.ValueType  # 0
+ACCEPTANCE_POINT_CLAIM: AcceptancePoint.ValueType  # 1
+ACCEPTANCE_POINT_RENEW: AcceptancePoint.ValueType  # 2
+ACCEPTANCE_POINT_AUTHORIZE: AcceptancePoint.ValueType  # 3
+ACCEPTANCE_POINT_PREPARE: AcceptancePoint.ValueType  # 4
+ACCEPTANCE_POINT_RECORD: AcceptancePoint.ValueType  # 5
+ACCEPTANCE_POINT_COMMIT: AcceptancePoint.ValueType  # 6
+ACCEPTANCE_POINT_RELEASE: AcceptancePoint.ValueType  # 7
+Global___AcceptancePoint: _TypeAlias = AcceptancePoint  # noqa: Y015
 
 @_typing.final
 class GetEpochRequest(_message.Message):
@@ -61,15 +93,22 @@ class BumpEpochRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     EXPECTED_EPOCH_FIELD_NUMBER: _builtins.int
+    REVOKE_LEASES_FIELD_NUMBER: _builtins.int
     expected_epoch: _builtins.int
+    revoke_leases: _builtins.bool
+    """Also revoke the lease of every claim made before the bump, in the same call: the old
+    pool's tasks go back to READY at once (reclaimed like an expiry) instead of waiting out
+    their TTLs. Their holders were already fenced by the epoch; this only ends the wait.
+    """
     def __init__(
         self,
         *,
         expected_epoch: _builtins.int = ...,
+        revoke_leases: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["expected_epoch", b"expected_epoch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expected_epoch", b"expected_epoch", "revoke_leases", b"revoke_leases"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -80,15 +119,19 @@ class BumpEpochResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     EPOCH_FIELD_NUMBER: _builtins.int
+    REVOKED_LEASES_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
+    revoked_leases: _builtins.int
+    """Leases revoked (with revoke_leases)."""
     def __init__(
         self,
         *,
         epoch: _builtins.int = ...,
+        revoked_leases: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "revoked_leases", b"revoked_leases"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -196,7 +239,7 @@ class DrainStatusResponse(_message.Message):
     active_leases: _builtins.int
     """Live claim keys (each on its own etcd lease)."""
     unknown_effects: _builtins.int
-    """Effects recorded UNKNOWN (always 0 until side-effect slots exist)."""
+    """Effects whose outcome is not known: recorded UNKNOWN, or PREPARED and never recorded."""
     staged_uncommitted: _builtins.int
     """Staged results of attempts whose task has no canonical result for that revision yet."""
     drained: _builtins.bool
@@ -218,3 +261,128 @@ class DrainStatusResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DrainStatusResponse: _TypeAlias = DrainStatusResponse  # noqa: Y015
+
+@_typing.final
+class ApproveRetryRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    RESOLUTION_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    resolution: _types_pb2.EffectState.ValueType
+    """What became of the task's uncertain effects: EFFECT_STATE_ABSENT or EFFECT_STATE_COMMITTED."""
+    reason: _builtins.str
+    """Why (recorded in the event and on every resolved effect)."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        resolution: _types_pb2.EffectState.ValueType = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "resolution", b"resolution", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApproveRetryRequest: _TypeAlias = ApproveRetryRequest  # noqa: Y015
+
+@_typing.final
+class ApproveRetryResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_FIELD_NUMBER: _builtins.int
+    EFFECTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def task(self) -> _types_pb2.Task:
+        """The task, READY again."""
+
+    @_builtins.property
+    def effects(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Effect]:
+        """The effects this approval resolved."""
+
+    def __init__(
+        self,
+        *,
+        task: _types_pb2.Task | None = ...,
+        effects: _abc.Iterable[_types_pb2.Effect] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["effects", b"effects", "task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApproveRetryResponse: _TypeAlias = ApproveRetryResponse  # noqa: Y015
+
+@_typing.final
+class GetStatsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStatsRequest: _TypeAlias = GetStatsRequest  # noqa: Y015
+
+@_typing.final
+class FenceCoverage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POINT_FIELD_NUMBER: _builtins.int
+    ACCEPTED_FIELD_NUMBER: _builtins.int
+    VALIDATED_FIELD_NUMBER: _builtins.int
+    COVERAGE_FIELD_NUMBER: _builtins.int
+    point: Global___AcceptancePoint.ValueType
+    accepted: _builtins.int
+    """Operations this point accepted: answered from a txn whose compares held (a commit retried
+    after it landed is answered from the stored result, without a txn, and not counted again).
+    """
+    validated: _builtins.int
+    """Of those, the ones whose txn compared both the scheduler epoch and the claim generation."""
+    coverage: _builtins.float
+    """validated / accepted (1.0 when nothing was accepted yet). Anything below 1.0 is a bug."""
+    def __init__(
+        self,
+        *,
+        point: Global___AcceptancePoint.ValueType = ...,
+        accepted: _builtins.int = ...,
+        validated: _builtins.int = ...,
+        coverage: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "coverage", b"coverage", "point", b"point", "validated", b"validated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FenceCoverage: _TypeAlias = FenceCoverage  # noqa: Y015
+
+@_typing.final
+class GetStatsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FENCE_COVERAGE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def fence_coverage(self) -> _containers.RepeatedCompositeFieldContainer[Global___FenceCoverage]:
+        """One entry per acceptance point. Counts are per replica process, since it started."""
+
+    def __init__(
+        self,
+        *,
+        fence_coverage: _abc.Iterable[Global___FenceCoverage] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fence_coverage", b"fence_coverage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStatsResponse: _TypeAlias = GetStatsResponse  # noqa: Y015

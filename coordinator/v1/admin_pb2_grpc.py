@@ -59,6 +59,16 @@ class AdminServiceStub:
                 request_serializer=coordinator_dot_v1_dot_admin__pb2.DrainStatusRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_admin__pb2.DrainStatusResponse.FromString,
                 _registered_method=True)
+        self.ApproveRetry = channel.unary_unary(
+                '/coordinator.v1.AdminService/ApproveRetry',
+                request_serializer=coordinator_dot_v1_dot_admin__pb2.ApproveRetryRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_admin__pb2.ApproveRetryResponse.FromString,
+                _registered_method=True)
+        self.GetStats = channel.unary_unary(
+                '/coordinator.v1.AdminService/GetStats',
+                request_serializer=coordinator_dot_v1_dot_admin__pb2.GetStatsRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_admin__pb2.GetStatsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -92,7 +102,28 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DrainStatus(self, request, context):
-        """Counts what still runs: active leases (live claims), staged-but-uncommitted results.
+        """Counts what still runs: active leases (live claims), uncertain effects (PREPARED or
+        UNKNOWN), staged-but-uncommitted results.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApproveRetry(self, request, context):
+        """Lets a NEEDS_APPROVAL task (non-replayable, an earlier attempt left an effect PREPARED or
+        UNKNOWN) be claimed again. The caller decides what became of every uncertain effect
+        (resolution ABSENT: it did not happen, the next attempt sends it with the same key;
+        COMMITTED: it happened, the next attempt skips it); one txn resolves them, moves the task
+        to READY and writes an event naming the approver. FAILED_PRECONDITION unless the task is
+        NEEDS_APPROVAL.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetStats(self, request, context):
+        """Fence-check coverage of this replica process since it started: per acceptance point, the
+        operations accepted and those whose epoch and generation the accepting txn compared.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -125,6 +156,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.DrainStatus,
                     request_deserializer=coordinator_dot_v1_dot_admin__pb2.DrainStatusRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_admin__pb2.DrainStatusResponse.SerializeToString,
+            ),
+            'ApproveRetry': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApproveRetry,
+                    request_deserializer=coordinator_dot_v1_dot_admin__pb2.ApproveRetryRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_admin__pb2.ApproveRetryResponse.SerializeToString,
+            ),
+            'GetStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStats,
+                    request_deserializer=coordinator_dot_v1_dot_admin__pb2.GetStatsRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_admin__pb2.GetStatsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -262,6 +303,60 @@ class AdminService:
             '/coordinator.v1.AdminService/DrainStatus',
             coordinator_dot_v1_dot_admin__pb2.DrainStatusRequest.SerializeToString,
             coordinator_dot_v1_dot_admin__pb2.DrainStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApproveRetry(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.AdminService/ApproveRetry',
+            coordinator_dot_v1_dot_admin__pb2.ApproveRetryRequest.SerializeToString,
+            coordinator_dot_v1_dot_admin__pb2.ApproveRetryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.AdminService/GetStats',
+            coordinator_dot_v1_dot_admin__pb2.GetStatsRequest.SerializeToString,
+            coordinator_dot_v1_dot_admin__pb2.GetStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

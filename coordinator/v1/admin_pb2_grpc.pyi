@@ -43,7 +43,21 @@ class AdminServiceStub:
     """Refuses new claims (CLAIMS_PAUSED) until ResumeClaims. Live claims keep running."""
     ResumeClaims: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ResumeClaimsRequest, _admin_pb2.ResumeClaimsResponse]
     DrainStatus: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DrainStatusRequest, _admin_pb2.DrainStatusResponse]
-    """Counts what still runs: active leases (live claims), staged-but-uncommitted results."""
+    """Counts what still runs: active leases (live claims), uncertain effects (PREPARED or
+    UNKNOWN), staged-but-uncommitted results.
+    """
+    ApproveRetry: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ApproveRetryRequest, _admin_pb2.ApproveRetryResponse]
+    """Lets a NEEDS_APPROVAL task (non-replayable, an earlier attempt left an effect PREPARED or
+    UNKNOWN) be claimed again. The caller decides what became of every uncertain effect
+    (resolution ABSENT: it did not happen, the next attempt sends it with the same key;
+    COMMITTED: it happened, the next attempt skips it); one txn resolves them, moves the task
+    to READY and writes an event naming the approver. FAILED_PRECONDITION unless the task is
+    NEEDS_APPROVAL.
+    """
+    GetStats: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetStatsRequest, _admin_pb2.GetStatsResponse]
+    """Fence-check coverage of this replica process since it started: per acceptance point, the
+    operations accepted and those whose epoch and generation the accepting txn compared.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -57,7 +71,21 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Refuses new claims (CLAIMS_PAUSED) until ResumeClaims. Live claims keep running."""
     ResumeClaims: _aio.UnaryUnaryMultiCallable[_admin_pb2.ResumeClaimsRequest, _admin_pb2.ResumeClaimsResponse]  # type: ignore[assignment]
     DrainStatus: _aio.UnaryUnaryMultiCallable[_admin_pb2.DrainStatusRequest, _admin_pb2.DrainStatusResponse]  # type: ignore[assignment]
-    """Counts what still runs: active leases (live claims), staged-but-uncommitted results."""
+    """Counts what still runs: active leases (live claims), uncertain effects (PREPARED or
+    UNKNOWN), staged-but-uncommitted results.
+    """
+    ApproveRetry: _aio.UnaryUnaryMultiCallable[_admin_pb2.ApproveRetryRequest, _admin_pb2.ApproveRetryResponse]  # type: ignore[assignment]
+    """Lets a NEEDS_APPROVAL task (non-replayable, an earlier attempt left an effect PREPARED or
+    UNKNOWN) be claimed again. The caller decides what became of every uncertain effect
+    (resolution ABSENT: it did not happen, the next attempt sends it with the same key;
+    COMMITTED: it happened, the next attempt skips it); one txn resolves them, moves the task
+    to READY and writes an event naming the approver. FAILED_PRECONDITION unless the task is
+    NEEDS_APPROVAL.
+    """
+    GetStats: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetStatsRequest, _admin_pb2.GetStatsResponse]  # type: ignore[assignment]
+    """Fence-check coverage of this replica process since it started: per acceptance point, the
+    operations accepted and those whose epoch and generation the accepting txn compared.
+    """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -98,6 +126,32 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.DrainStatusRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DrainStatusResponse, _abc.Awaitable[_admin_pb2.DrainStatusResponse]]:
-        """Counts what still runs: active leases (live claims), staged-but-uncommitted results."""
+        """Counts what still runs: active leases (live claims), uncertain effects (PREPARED or
+        UNKNOWN), staged-but-uncommitted results.
+        """
+
+    @_abc_1.abstractmethod
+    def ApproveRetry(
+        self,
+        request: _admin_pb2.ApproveRetryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ApproveRetryResponse, _abc.Awaitable[_admin_pb2.ApproveRetryResponse]]:
+        """Lets a NEEDS_APPROVAL task (non-replayable, an earlier attempt left an effect PREPARED or
+        UNKNOWN) be claimed again. The caller decides what became of every uncertain effect
+        (resolution ABSENT: it did not happen, the next attempt sends it with the same key;
+        COMMITTED: it happened, the next attempt skips it); one txn resolves them, moves the task
+        to READY and writes an event naming the approver. FAILED_PRECONDITION unless the task is
+        NEEDS_APPROVAL.
+        """
+
+    @_abc_1.abstractmethod
+    def GetStats(
+        self,
+        request: _admin_pb2.GetStatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.GetStatsResponse, _abc.Awaitable[_admin_pb2.GetStatsResponse]]:
+        """Fence-check coverage of this replica process since it started: per acceptance point, the
+        operations accepted and those whose epoch and generation the accepting txn compared.
+        """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -59,13 +59,37 @@ class TaskServiceStub:
                 request_serializer=coordinator_dot_v1_dot_tasks__pb2.UpdateInputRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_tasks__pb2.UpdateInputResponse.FromString,
                 _registered_method=True)
+        self.Accept = channel.unary_unary(
+                '/coordinator.v1.TaskService/Accept',
+                request_serializer=coordinator_dot_v1_dot_tasks__pb2.AcceptRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_tasks__pb2.AcceptResponse.FromString,
+                _registered_method=True)
+        self.Reject = channel.unary_unary(
+                '/coordinator.v1.TaskService/Reject',
+                request_serializer=coordinator_dot_v1_dot_tasks__pb2.RejectRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_tasks__pb2.RejectResponse.FromString,
+                _registered_method=True)
+        self.SetDependencies = channel.unary_unary(
+                '/coordinator.v1.TaskService/SetDependencies',
+                request_serializer=coordinator_dot_v1_dot_tasks__pb2.SetDependenciesRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_tasks__pb2.SetDependenciesResponse.FromString,
+                _registered_method=True)
+        self.WatchEvents = channel.unary_stream(
+                '/coordinator.v1.TaskService/WatchEvents',
+                request_serializer=coordinator_dot_v1_dot_tasks__pb2.WatchEventsRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_tasks__pb2.TaskEvent.FromString,
+                _registered_method=True)
 
 
 class TaskServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def CreateTask(self, request, context):
-        """Creates a READY task (ALREADY_EXISTS if the id is taken).
+        """Creates a task: READY, or WAITING while any task of depends_on is not DONE (WAITING is
+        "not ready", never "failed": it is not in the ready index and no claim can take it).
+        ALREADY_EXISTS if the id is taken; NOT_FOUND for an unknown depends_on, root or parent id;
+        FAILED_PRECONDITION for an upstream that can never be DONE (CANCELLED, FAILED) or a parent
+        of another root.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -79,7 +103,7 @@ class TaskServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListTasks(self, request, context):
-        """Lists tasks in id order, filtered by queue and state, paginated.
+        """Lists tasks in id order, filtered by root, parent, thread, queue and state, paginated.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -97,6 +121,48 @@ class TaskServiceServicer:
     def UpdateInput(self, request, context):
         """Replaces the input: new input_digest, revision + 1, READY. A live claim is ended, so its
         commit gets STALE_INPUT. FAILED_PRECONDITION on a DONE or CANCELLED task.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Accept(self, request, context):
+        """Accepts the committed result of `revision` of a task in REVIEW: REVIEW -> DONE, which
+        releases its dependents. Reviewer role; the caller must not be the principal whose attempt
+        committed that revision (PERMISSION_DENIED). FAILED_PRECONDITION when the task is at
+        another revision (the message names both: a review of an older revision never applies to
+        a newer one), is not in REVIEW, or was not created with requires_review. Accepting a
+        revision that is already accepted returns the task unchanged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Reject(self, request, context):
+        """Rejects the committed result of `revision`: a new round opens (revision + 1, READY); the
+        rejected result stays in history under its own revision. Same checks as Accept.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetDependencies(self, request, context):
+        """Replaces a task's upstreams (pm/admin). Only while the task is READY or WAITING; it becomes
+        WAITING while any upstream is not DONE, READY otherwise. The cycle check and the edge write
+        are one transaction that compares every node the check read. INVALID_ARGUMENT for a
+        malformed list (empty or malformed ids, duplicates, the task itself, more than 50);
+        NOT_FOUND for unknown ids; FAILED_PRECONDITION for a cycle (the message names it:
+        "a -> b -> c -> a"), an upstream that can never be DONE, a stale expected_state_version,
+        or a task in another state.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchEvents(self, request, context):
+        """Streams transition events, oldest first, each with its etcd revision: first those written
+        at or after from_revision (0: the whole log), then - with follow - every new one as it is
+        written. Resume a broken stream with from_revision = the last revision received + 1.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -129,6 +195,26 @@ def add_TaskServiceServicer_to_server(servicer, server):
                     servicer.UpdateInput,
                     request_deserializer=coordinator_dot_v1_dot_tasks__pb2.UpdateInputRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_tasks__pb2.UpdateInputResponse.SerializeToString,
+            ),
+            'Accept': grpc.unary_unary_rpc_method_handler(
+                    servicer.Accept,
+                    request_deserializer=coordinator_dot_v1_dot_tasks__pb2.AcceptRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_tasks__pb2.AcceptResponse.SerializeToString,
+            ),
+            'Reject': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reject,
+                    request_deserializer=coordinator_dot_v1_dot_tasks__pb2.RejectRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_tasks__pb2.RejectResponse.SerializeToString,
+            ),
+            'SetDependencies': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetDependencies,
+                    request_deserializer=coordinator_dot_v1_dot_tasks__pb2.SetDependenciesRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_tasks__pb2.SetDependenciesResponse.SerializeToString,
+            ),
+            'WatchEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchEvents,
+                    request_deserializer=coordinator_dot_v1_dot_tasks__pb2.WatchEventsRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_tasks__pb2.TaskEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -266,6 +352,114 @@ class TaskService:
             '/coordinator.v1.TaskService/UpdateInput',
             coordinator_dot_v1_dot_tasks__pb2.UpdateInputRequest.SerializeToString,
             coordinator_dot_v1_dot_tasks__pb2.UpdateInputResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Accept(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.TaskService/Accept',
+            coordinator_dot_v1_dot_tasks__pb2.AcceptRequest.SerializeToString,
+            coordinator_dot_v1_dot_tasks__pb2.AcceptResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reject(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.TaskService/Reject',
+            coordinator_dot_v1_dot_tasks__pb2.RejectRequest.SerializeToString,
+            coordinator_dot_v1_dot_tasks__pb2.RejectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetDependencies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.TaskService/SetDependencies',
+            coordinator_dot_v1_dot_tasks__pb2.SetDependenciesRequest.SerializeToString,
+            coordinator_dot_v1_dot_tasks__pb2.SetDependenciesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/coordinator.v1.TaskService/WatchEvents',
+            coordinator_dot_v1_dot_tasks__pb2.WatchEventsRequest.SerializeToString,
+            coordinator_dot_v1_dot_tasks__pb2.TaskEvent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -101,6 +101,14 @@ class _OutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Outcome.Value
     """Renew: the progress marker has not advanced for stall_timeout; the lease is left to expire."""
     OUTCOME_RENEW_LIMIT: _Outcome.ValueType  # 13
     """Renew: the claim reached max_claim_duration; the lease is left to expire."""
+    OUTCOME_PAYLOAD_CONFLICT: _Outcome.ValueType  # 14
+    """PrepareEffect: the slot is bound to another payload digest (the response carries it, and
+    what to do about the original: reconcile it, or skip because it is committed).
+    """
+    OUTCOME_NEEDS_APPROVAL: _Outcome.ValueType  # 15
+    """Claim: a non-replayable task whose earlier attempt left an effect PREPARED or UNKNOWN; the
+    task moved to NEEDS_APPROVAL and waits for AdminService.ApproveRetry.
+    """
 
 class Outcome(_Outcome, metaclass=_OutcomeEnumTypeWrapper):
     """The typed result of a worker-side call. Business outcomes are results, never errors."""
@@ -134,6 +142,14 @@ OUTCOME_STALLED: Outcome.ValueType  # 12
 """Renew: the progress marker has not advanced for stall_timeout; the lease is left to expire."""
 OUTCOME_RENEW_LIMIT: Outcome.ValueType  # 13
 """Renew: the claim reached max_claim_duration; the lease is left to expire."""
+OUTCOME_PAYLOAD_CONFLICT: Outcome.ValueType  # 14
+"""PrepareEffect: the slot is bound to another payload digest (the response carries it, and
+what to do about the original: reconcile it, or skip because it is committed).
+"""
+OUTCOME_NEEDS_APPROVAL: Outcome.ValueType  # 15
+"""Claim: a non-replayable task whose earlier attempt left an effect PREPARED or UNKNOWN; the
+task moved to NEEDS_APPROVAL and waits for AdminService.ApproveRetry.
+"""
 Global___Outcome: _TypeAlias = Outcome  # noqa: Y015
 
 class _FenceReason:
@@ -203,6 +219,64 @@ ATTEMPT_END_CANCELLED: AttemptEnd.ValueType  # 4
 ATTEMPT_END_STALE_INPUT: AttemptEnd.ValueType  # 5
 """The task's input changed while it ran."""
 Global___AttemptEnd: _TypeAlias = AttemptEnd  # noqa: Y015
+
+class _EffectState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _EffectStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EffectState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EFFECT_STATE_UNSPECIFIED: _EffectState.ValueType  # 0
+    EFFECT_STATE_PREPARED: _EffectState.ValueType  # 1
+    """Bound to a payload digest by its first prepare; the preparing generation may send."""
+    EFFECT_STATE_COMMITTED: _EffectState.ValueType  # 2
+    """The downstream confirmed the call; external_ref names its result. Never sent again."""
+    EFFECT_STATE_UNKNOWN: _EffectState.ValueType  # 3
+    """The call may have happened (a timeout, a lost response): only a lookup can tell."""
+    EFFECT_STATE_ABSENT: _EffectState.ValueType  # 4
+    """Confirmed not to have happened (after reconciliation): the holder may send with the same key."""
+
+class EffectState(_EffectState, metaclass=_EffectStateEnumTypeWrapper):
+    """Where a side effect stands. PREPARED and UNKNOWN are uncertain: the downstream may or may not
+    have performed the call, so nobody may send again before reconciling.
+    """
+
+EFFECT_STATE_UNSPECIFIED: EffectState.ValueType  # 0
+EFFECT_STATE_PREPARED: EffectState.ValueType  # 1
+"""Bound to a payload digest by its first prepare; the preparing generation may send."""
+EFFECT_STATE_COMMITTED: EffectState.ValueType  # 2
+"""The downstream confirmed the call; external_ref names its result. Never sent again."""
+EFFECT_STATE_UNKNOWN: EffectState.ValueType  # 3
+"""The call may have happened (a timeout, a lost response): only a lookup can tell."""
+EFFECT_STATE_ABSENT: EffectState.ValueType  # 4
+"""Confirmed not to have happened (after reconciliation): the holder may send with the same key."""
+Global___EffectState: _TypeAlias = EffectState  # noqa: Y015
+
+class _EffectAction:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _EffectActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EffectAction.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EFFECT_ACTION_UNSPECIFIED: _EffectAction.ValueType  # 0
+    EFFECT_ACTION_EXECUTE: _EffectAction.ValueType  # 1
+    """Send the call now, with effect_id as the idempotency key and the claim generation."""
+    EFFECT_ACTION_SKIP: _EffectAction.ValueType  # 2
+    """Do not send: the effect is COMMITTED (external_ref and etag say what it produced)."""
+    EFFECT_ACTION_RECONCILE: _EffectAction.ValueType  # 3
+    """Do not send: query the downstream by effect_id, then RecordEffect COMMITTED or ABSENT."""
+
+class EffectAction(_EffectAction, metaclass=_EffectActionEnumTypeWrapper):
+    """What PrepareEffect tells the caller to do with the downstream."""
+
+EFFECT_ACTION_UNSPECIFIED: EffectAction.ValueType  # 0
+EFFECT_ACTION_EXECUTE: EffectAction.ValueType  # 1
+"""Send the call now, with effect_id as the idempotency key and the claim generation."""
+EFFECT_ACTION_SKIP: EffectAction.ValueType  # 2
+"""Do not send: the effect is COMMITTED (external_ref and etag say what it produced)."""
+EFFECT_ACTION_RECONCILE: EffectAction.ValueType  # 3
+"""Do not send: query the downstream by effect_id, then RecordEffect COMMITTED or ABSENT."""
+Global___EffectAction: _TypeAlias = EffectAction  # noqa: Y015
 
 @_typing.final
 class Fence(_message.Message):
@@ -381,3 +455,77 @@ class Attempt(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Attempt: _TypeAlias = Attempt  # noqa: Y015
+
+@_typing.final
+class Effect(_message.Message):
+    """One side-effect slot of a task revision: effect_id = H(task_id, revision, node_id, slot)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EFFECT_ID_FIELD_NUMBER: _builtins.int
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    TASK_REVISION_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    EFFECT_SLOT_FIELD_NUMBER: _builtins.int
+    PAYLOAD_DIGEST_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    PREPARED_GENERATION_FIELD_NUMBER: _builtins.int
+    PREPARED_ATTEMPT_ID_FIELD_NUMBER: _builtins.int
+    RECONCILER_GENERATION_FIELD_NUMBER: _builtins.int
+    RECORDED_GENERATION_FIELD_NUMBER: _builtins.int
+    EXTERNAL_REF_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    PREPARED_AT_FIELD_NUMBER: _builtins.int
+    UPDATED_AT_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    effect_id: _builtins.str
+    """"eff-" + 64 hex digits; the idempotency key every generation sends downstream."""
+    task_id: _builtins.str
+    task_revision: _builtins.int
+    node_id: _builtins.str
+    effect_slot: _builtins.str
+    payload_digest: _builtins.str
+    """Bound by the first prepare; a prepare with another digest gets PAYLOAD_CONFLICT."""
+    state: Global___EffectState.ValueType
+    prepared_generation: _builtins.int
+    """The generation (and attempt) that last moved the effect to PREPARED: the one that may send."""
+    prepared_attempt_id: _builtins.str
+    reconciler_generation: _builtins.int
+    """The latest later generation told to RECONCILE it (0 if none)."""
+    recorded_generation: _builtins.int
+    """The generation of the last RecordEffect (0 if never recorded)."""
+    external_ref: _builtins.str
+    etag: _builtins.str
+    detail: _builtins.str
+    """Set by an admin resolution (ApproveRetry): who decided what, and why."""
+    @_builtins.property
+    def prepared_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def updated_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        effect_id: _builtins.str = ...,
+        task_id: _builtins.str = ...,
+        task_revision: _builtins.int = ...,
+        node_id: _builtins.str = ...,
+        effect_slot: _builtins.str = ...,
+        payload_digest: _builtins.str = ...,
+        state: Global___EffectState.ValueType = ...,
+        prepared_generation: _builtins.int = ...,
+        prepared_attempt_id: _builtins.str = ...,
+        reconciler_generation: _builtins.int = ...,
+        recorded_generation: _builtins.int = ...,
+        external_ref: _builtins.str = ...,
+        etag: _builtins.str = ...,
+        prepared_at: _timestamp_pb2.Timestamp | None = ...,
+        updated_at: _timestamp_pb2.Timestamp | None = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["prepared_at", b"prepared_at", "updated_at", b"updated_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "effect_id", b"effect_id", "effect_slot", b"effect_slot", "etag", b"etag", "external_ref", b"external_ref", "node_id", b"node_id", "payload_digest", b"payload_digest", "prepared_at", b"prepared_at", "prepared_attempt_id", b"prepared_attempt_id", "prepared_generation", b"prepared_generation", "reconciler_generation", b"reconciler_generation", "recorded_generation", b"recorded_generation", "state", b"state", "task_id", b"task_id", "task_revision", b"task_revision", "updated_at", b"updated_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Effect: _TypeAlias = Effect  # noqa: Y015

@@ -431,3 +431,179 @@ class ReleaseResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReleaseResponse: _TypeAlias = ReleaseResponse  # noqa: Y015
+
+@_typing.final
+class PrepareEffectRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FENCE_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    EFFECT_SLOT_FIELD_NUMBER: _builtins.int
+    PAYLOAD_DIGEST_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    """The node of the task's plan that owns the slot (1-128 of [A-Za-z0-9._:@/-])."""
+    effect_slot: _builtins.str
+    """The slot within the node (same alphabet); a new slot is a new effect."""
+    payload_digest: _builtins.str
+    """"sha256:" + 64 lowercase hex digits of the payload the caller would send."""
+    @_builtins.property
+    def fence(self) -> _types_pb2.Fence: ...
+    def __init__(
+        self,
+        *,
+        fence: _types_pb2.Fence | None = ...,
+        node_id: _builtins.str = ...,
+        effect_slot: _builtins.str = ...,
+        payload_digest: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fence", b"fence"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["effect_slot", b"effect_slot", "fence", b"fence", "node_id", b"node_id", "payload_digest", b"payload_digest"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareEffectRequest: _TypeAlias = PrepareEffectRequest  # noqa: Y015
+
+@_typing.final
+class PrepareEffectResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    EFFECT_ID_FIELD_NUMBER: _builtins.int
+    EFFECT_FIELD_NUMBER: _builtins.int
+    outcome: _types_pb2.Outcome.ValueType
+    reason: _types_pb2.FenceReason.ValueType
+    message: _builtins.str
+    action: _types_pb2.EffectAction.ValueType
+    """Set when outcome is OK or PAYLOAD_CONFLICT."""
+    effect_id: _builtins.str
+    """The idempotency key to send downstream (set whenever the fence held)."""
+    @_builtins.property
+    def effect(self) -> _types_pb2.Effect:
+        """The effect as stored after the call; on PAYLOAD_CONFLICT it carries the original digest."""
+
+    def __init__(
+        self,
+        *,
+        outcome: _types_pb2.Outcome.ValueType = ...,
+        reason: _types_pb2.FenceReason.ValueType = ...,
+        message: _builtins.str = ...,
+        action: _types_pb2.EffectAction.ValueType = ...,
+        effect_id: _builtins.str = ...,
+        effect: _types_pb2.Effect | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["effect", b"effect"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "effect", b"effect", "effect_id", b"effect_id", "message", b"message", "outcome", b"outcome", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareEffectResponse: _TypeAlias = PrepareEffectResponse  # noqa: Y015
+
+@_typing.final
+class RecordEffectRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FENCE_FIELD_NUMBER: _builtins.int
+    EFFECT_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    EXTERNAL_REF_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    effect_id: _builtins.str
+    state: _types_pb2.EffectState.ValueType
+    """COMMITTED, UNKNOWN or ABSENT."""
+    external_ref: _builtins.str
+    """What the downstream produced (a message id, a URL), when COMMITTED."""
+    etag: _builtins.str
+    """The downstream resource's ETag, where it has one."""
+    @_builtins.property
+    def fence(self) -> _types_pb2.Fence: ...
+    def __init__(
+        self,
+        *,
+        fence: _types_pb2.Fence | None = ...,
+        effect_id: _builtins.str = ...,
+        state: _types_pb2.EffectState.ValueType = ...,
+        external_ref: _builtins.str = ...,
+        etag: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fence", b"fence"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["effect_id", b"effect_id", "etag", b"etag", "external_ref", b"external_ref", "fence", b"fence", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordEffectRequest: _TypeAlias = RecordEffectRequest  # noqa: Y015
+
+@_typing.final
+class RecordEffectResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    EFFECT_FIELD_NUMBER: _builtins.int
+    outcome: _types_pb2.Outcome.ValueType
+    reason: _types_pb2.FenceReason.ValueType
+    message: _builtins.str
+    @_builtins.property
+    def effect(self) -> _types_pb2.Effect:
+        """The effect as stored after the call (set when outcome is OK)."""
+
+    def __init__(
+        self,
+        *,
+        outcome: _types_pb2.Outcome.ValueType = ...,
+        reason: _types_pb2.FenceReason.ValueType = ...,
+        message: _builtins.str = ...,
+        effect: _types_pb2.Effect | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["effect", b"effect"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["effect", b"effect", "message", b"message", "outcome", b"outcome", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordEffectResponse: _TypeAlias = RecordEffectResponse  # noqa: Y015
+
+@_typing.final
+class GetEffectRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EFFECT_ID_FIELD_NUMBER: _builtins.int
+    effect_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        effect_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["effect_id", b"effect_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetEffectRequest: _TypeAlias = GetEffectRequest  # noqa: Y015
+
+@_typing.final
+class GetEffectResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EFFECT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def effect(self) -> _types_pb2.Effect: ...
+    def __init__(
+        self,
+        *,
+        effect: _types_pb2.Effect | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["effect", b"effect"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["effect", b"effect"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetEffectResponse: _TypeAlias = GetEffectResponse  # noqa: Y015

@@ -69,6 +69,21 @@ class WorkerServiceStub:
                 request_serializer=coordinator_dot_v1_dot_worker__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_worker__pb2.ReleaseResponse.FromString,
                 _registered_method=True)
+        self.PrepareEffect = channel.unary_unary(
+                '/coordinator.v1.WorkerService/PrepareEffect',
+                request_serializer=coordinator_dot_v1_dot_worker__pb2.PrepareEffectRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_worker__pb2.PrepareEffectResponse.FromString,
+                _registered_method=True)
+        self.RecordEffect = channel.unary_unary(
+                '/coordinator.v1.WorkerService/RecordEffect',
+                request_serializer=coordinator_dot_v1_dot_worker__pb2.RecordEffectRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_worker__pb2.RecordEffectResponse.FromString,
+                _registered_method=True)
+        self.GetEffect = channel.unary_unary(
+                '/coordinator.v1.WorkerService/GetEffect',
+                request_serializer=coordinator_dot_v1_dot_worker__pb2.GetEffectRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_worker__pb2.GetEffectResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -136,6 +151,44 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PrepareEffect(self, request, context):
+        """Side-effect slots. effect_id = H(task_id, task revision, node_id, effect_slot): no attempt,
+        no payload, so every generation of a task revision sends the same idempotency key.
+
+        Binds (or looks up) the slot's effect and says what to do. An acceptance point: the fence
+        is compared in the txn that writes the effect. The first prepare creates PREPARED with the
+        payload digest and the caller's generation (EXECUTE). Later, with the same digest:
+        COMMITTED -> SKIP (external_ref, etag); PREPARED or UNKNOWN from an earlier generation (or
+        UNKNOWN from this one) -> RECONCILE (look the key up downstream; never send); ABSENT ->
+        EXECUTE (PREPARED again, by this generation); PREPARED by this same generation -> EXECUTE (a
+        retry of this attempt's own prepare). With another digest: PAYLOAD_CONFLICT, with the
+        original effect and the action for it (RECONCILE, SKIP, or UNSPECIFIED when it is ABSENT):
+        the slot stays bound to the original payload; only a new task revision or a new slot
+        creates another effect. Outcomes: OK, PAYLOAD_CONFLICT, FENCED, CANCELLED, STALE_INPUT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordEffect(self, request, context):
+        """Records what happened downstream: COMMITTED (with external_ref / etag), UNKNOWN (a timeout
+        or lost response), ABSENT (reconciliation found nothing). An acceptance point like
+        PrepareEffect; only the generation that prepared the effect, or that was told to
+        RECONCILE it, may record. A repeat of the same record is OK again. COMMITTED is final.
+        Outcomes: OK, FENCED, CANCELLED, STALE_INPUT. NOT_FOUND for an effect never prepared,
+        FAILED_PRECONDITION for a move the effect's state does not allow.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetEffect(self, request, context):
+        """Reads one effect (no fence needed). NOT_FOUND for an unknown effect_id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -173,6 +226,21 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.Release,
                     request_deserializer=coordinator_dot_v1_dot_worker__pb2.ReleaseRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_worker__pb2.ReleaseResponse.SerializeToString,
+            ),
+            'PrepareEffect': grpc.unary_unary_rpc_method_handler(
+                    servicer.PrepareEffect,
+                    request_deserializer=coordinator_dot_v1_dot_worker__pb2.PrepareEffectRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_worker__pb2.PrepareEffectResponse.SerializeToString,
+            ),
+            'RecordEffect': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordEffect,
+                    request_deserializer=coordinator_dot_v1_dot_worker__pb2.RecordEffectRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_worker__pb2.RecordEffectResponse.SerializeToString,
+            ),
+            'GetEffect': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetEffect,
+                    request_deserializer=coordinator_dot_v1_dot_worker__pb2.GetEffectRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_worker__pb2.GetEffectResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -364,6 +432,87 @@ class WorkerService:
             '/coordinator.v1.WorkerService/Release',
             coordinator_dot_v1_dot_worker__pb2.ReleaseRequest.SerializeToString,
             coordinator_dot_v1_dot_worker__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PrepareEffect(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.WorkerService/PrepareEffect',
+            coordinator_dot_v1_dot_worker__pb2.PrepareEffectRequest.SerializeToString,
+            coordinator_dot_v1_dot_worker__pb2.PrepareEffectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordEffect(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.WorkerService/RecordEffect',
+            coordinator_dot_v1_dot_worker__pb2.RecordEffectRequest.SerializeToString,
+            coordinator_dot_v1_dot_worker__pb2.RecordEffectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetEffect(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.WorkerService/GetEffect',
+            coordinator_dot_v1_dot_worker__pb2.GetEffectRequest.SerializeToString,
+            coordinator_dot_v1_dot_worker__pb2.GetEffectResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -77,6 +77,31 @@ class WorkerServiceStub:
     """Gives the task back (READY); the attempt is recorded as RELEASED. Outcomes: OK, FENCED,
     CANCELLED.
     """
+    PrepareEffect: _grpc.UnaryUnaryMultiCallable[_worker_pb2.PrepareEffectRequest, _worker_pb2.PrepareEffectResponse]
+    """Side-effect slots. effect_id = H(task_id, task revision, node_id, effect_slot): no attempt,
+    no payload, so every generation of a task revision sends the same idempotency key.
+
+    Binds (or looks up) the slot's effect and says what to do. An acceptance point: the fence
+    is compared in the txn that writes the effect. The first prepare creates PREPARED with the
+    payload digest and the caller's generation (EXECUTE). Later, with the same digest:
+    COMMITTED -> SKIP (external_ref, etag); PREPARED or UNKNOWN from an earlier generation (or
+    UNKNOWN from this one) -> RECONCILE (look the key up downstream; never send); ABSENT ->
+    EXECUTE (PREPARED again, by this generation); PREPARED by this same generation -> EXECUTE (a
+    retry of this attempt's own prepare). With another digest: PAYLOAD_CONFLICT, with the
+    original effect and the action for it (RECONCILE, SKIP, or UNSPECIFIED when it is ABSENT):
+    the slot stays bound to the original payload; only a new task revision or a new slot
+    creates another effect. Outcomes: OK, PAYLOAD_CONFLICT, FENCED, CANCELLED, STALE_INPUT.
+    """
+    RecordEffect: _grpc.UnaryUnaryMultiCallable[_worker_pb2.RecordEffectRequest, _worker_pb2.RecordEffectResponse]
+    """Records what happened downstream: COMMITTED (with external_ref / etag), UNKNOWN (a timeout
+    or lost response), ABSENT (reconciliation found nothing). An acceptance point like
+    PrepareEffect; only the generation that prepared the effect, or that was told to
+    RECONCILE it, may record. A repeat of the same record is OK again. COMMITTED is final.
+    Outcomes: OK, FENCED, CANCELLED, STALE_INPUT. NOT_FOUND for an effect never prepared,
+    FAILED_PRECONDITION for a move the effect's state does not allow.
+    """
+    GetEffect: _grpc.UnaryUnaryMultiCallable[_worker_pb2.GetEffectRequest, _worker_pb2.GetEffectResponse]
+    """Reads one effect (no fence needed). NOT_FOUND for an unknown effect_id."""
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -115,6 +140,31 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     """Gives the task back (READY); the attempt is recorded as RELEASED. Outcomes: OK, FENCED,
     CANCELLED.
     """
+    PrepareEffect: _aio.UnaryUnaryMultiCallable[_worker_pb2.PrepareEffectRequest, _worker_pb2.PrepareEffectResponse]  # type: ignore[assignment]
+    """Side-effect slots. effect_id = H(task_id, task revision, node_id, effect_slot): no attempt,
+    no payload, so every generation of a task revision sends the same idempotency key.
+
+    Binds (or looks up) the slot's effect and says what to do. An acceptance point: the fence
+    is compared in the txn that writes the effect. The first prepare creates PREPARED with the
+    payload digest and the caller's generation (EXECUTE). Later, with the same digest:
+    COMMITTED -> SKIP (external_ref, etag); PREPARED or UNKNOWN from an earlier generation (or
+    UNKNOWN from this one) -> RECONCILE (look the key up downstream; never send); ABSENT ->
+    EXECUTE (PREPARED again, by this generation); PREPARED by this same generation -> EXECUTE (a
+    retry of this attempt's own prepare). With another digest: PAYLOAD_CONFLICT, with the
+    original effect and the action for it (RECONCILE, SKIP, or UNSPECIFIED when it is ABSENT):
+    the slot stays bound to the original payload; only a new task revision or a new slot
+    creates another effect. Outcomes: OK, PAYLOAD_CONFLICT, FENCED, CANCELLED, STALE_INPUT.
+    """
+    RecordEffect: _aio.UnaryUnaryMultiCallable[_worker_pb2.RecordEffectRequest, _worker_pb2.RecordEffectResponse]  # type: ignore[assignment]
+    """Records what happened downstream: COMMITTED (with external_ref / etag), UNKNOWN (a timeout
+    or lost response), ABSENT (reconciliation found nothing). An acceptance point like
+    PrepareEffect; only the generation that prepared the effect, or that was told to
+    RECONCILE it, may record. A repeat of the same record is OK again. COMMITTED is final.
+    Outcomes: OK, FENCED, CANCELLED, STALE_INPUT. NOT_FOUND for an effect never prepared,
+    FAILED_PRECONDITION for a move the effect's state does not allow.
+    """
+    GetEffect: _aio.UnaryUnaryMultiCallable[_worker_pb2.GetEffectRequest, _worker_pb2.GetEffectResponse]  # type: ignore[assignment]
+    """Reads one effect (no fence needed). NOT_FOUND for an unknown effect_id."""
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -192,5 +242,48 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         """Gives the task back (READY); the attempt is recorded as RELEASED. Outcomes: OK, FENCED,
         CANCELLED.
         """
+
+    @_abc_1.abstractmethod
+    def PrepareEffect(
+        self,
+        request: _worker_pb2.PrepareEffectRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.PrepareEffectResponse, _abc.Awaitable[_worker_pb2.PrepareEffectResponse]]:
+        """Side-effect slots. effect_id = H(task_id, task revision, node_id, effect_slot): no attempt,
+        no payload, so every generation of a task revision sends the same idempotency key.
+
+        Binds (or looks up) the slot's effect and says what to do. An acceptance point: the fence
+        is compared in the txn that writes the effect. The first prepare creates PREPARED with the
+        payload digest and the caller's generation (EXECUTE). Later, with the same digest:
+        COMMITTED -> SKIP (external_ref, etag); PREPARED or UNKNOWN from an earlier generation (or
+        UNKNOWN from this one) -> RECONCILE (look the key up downstream; never send); ABSENT ->
+        EXECUTE (PREPARED again, by this generation); PREPARED by this same generation -> EXECUTE (a
+        retry of this attempt's own prepare). With another digest: PAYLOAD_CONFLICT, with the
+        original effect and the action for it (RECONCILE, SKIP, or UNSPECIFIED when it is ABSENT):
+        the slot stays bound to the original payload; only a new task revision or a new slot
+        creates another effect. Outcomes: OK, PAYLOAD_CONFLICT, FENCED, CANCELLED, STALE_INPUT.
+        """
+
+    @_abc_1.abstractmethod
+    def RecordEffect(
+        self,
+        request: _worker_pb2.RecordEffectRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.RecordEffectResponse, _abc.Awaitable[_worker_pb2.RecordEffectResponse]]:
+        """Records what happened downstream: COMMITTED (with external_ref / etag), UNKNOWN (a timeout
+        or lost response), ABSENT (reconciliation found nothing). An acceptance point like
+        PrepareEffect; only the generation that prepared the effect, or that was told to
+        RECONCILE it, may record. A repeat of the same record is OK again. COMMITTED is final.
+        Outcomes: OK, FENCED, CANCELLED, STALE_INPUT. NOT_FOUND for an effect never prepared,
+        FAILED_PRECONDITION for a move the effect's state does not allow.
+        """
+
+    @_abc_1.abstractmethod
+    def GetEffect(
+        self,
+        request: _worker_pb2.GetEffectRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.GetEffectResponse, _abc.Awaitable[_worker_pb2.GetEffectResponse]]:
+        """Reads one effect (no fence needed). NOT_FOUND for an unknown effect_id."""
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -50,6 +50,9 @@ def test_reflection_lists_and_describes_the_services(channel: grpc.Channel) -> N
         "StageResult",
         "Commit",
         "Release",
+        "PrepareEffect",
+        "RecordEffect",
+        "GetEffect",
     }
     fence = pool.FindMessageTypeByName("coordinator.v1.Fence")
     assert "claim_generation" in fence.fields_by_name

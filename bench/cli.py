@@ -1,0 +1,399 @@
+"""``python -m bench``: start etcd and a coordinator, run every measurement, report.
+
+Phases, in order: throughput (item 1, the four scenarios interleaved), reclaim latency (item 2),
+ClaimNext scale and etcd footprint (item 3), then the coordinator's memory with N held claims
+(item 3) on a freshly started coordinator. Everything is bounded in count and time; ``--budget``
+is a hard wall-time bound after which the remaining phases are skipped and say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import etcd3
+from etcd3 import etcdrpc
+
+from bench.harness import Scenario, say
+from bench.held import run_held
+from bench.procs import GRPC_OPTIONS, CoordinatorProcess, Meter, rss_mib
+from bench.reclaim import run_reclaim
+from bench.report import HEADLINE, markdown, targets
+from bench.scale import queue_of, run_scale
+from bench.scenarios import CoordinatorScenario, LockScenario, RawFloorScenario, ToozScenario
+from bench.seed import TaskSeeder
+from bench.throughput import ThroughputPlan, paired_ratio, run_throughput, summarize
+from coordinator.domain.keys import Keyspace
+from coordinator.etcd_process import EtcdProcess, find_etcd_binary
+from coordinator.store.etcd import EtcdKV
+
+PREFIX = "/coordinator-bench"
+PHASES = ("throughput", "reclaim", "scale", "held")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Default sizes of one kind of run."""
+
+    levels: tuple[int, ...]
+    rounds: int
+    duration: float
+    reclaim_samples: int
+    reclaim_parallel: int
+    scale_sizes: tuple[int, ...]
+    scale_samples: int
+    held_claims: int
+    budget: float
+    # Seconds kept back from the throughput phase for the phases after it.
+    reserve: float
+
+
+FULL = Profile(
+    levels=(1, 8, 32, 64),
+    rounds=3,
+    duration=3.0,
+    reclaim_samples=20,
+    reclaim_parallel=4,
+    scale_sizes=(1_000, 100_000),
+    scale_samples=100,
+    held_claims=10_000,
+    budget=900.0,
+    reserve=180.0,
+)
+SMOKE = Profile(
+    levels=(1, 32),
+    rounds=1,
+    duration=0.5,
+    reclaim_samples=2,
+    reclaim_parallel=2,
+    scale_sizes=(100, 1_000),
+    scale_samples=10,
+    held_claims=100,
+    budget=100.0,
+    reserve=45.0,
+)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; unset sizes come from the profile (full, or --smoke)."""
+    p = argparse.ArgumentParser(
+        prog="python -m bench", description="Coordinator benchmarks, side by side in one run."
+    )
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, one round (CI: seconds)")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
+    p.add_argument("--levels", help="concurrent workers, comma-separated (default 1,8,32,64)")
+    p.add_argument("--rounds", type=int, help="interleaved repetitions of every run")
+    p.add_argument("--duration", type=float, help="seconds per run")
+    p.add_argument("--reclaim-samples", type=int)
+    p.add_argument("--reclaim-parallel", type=int, help="paused worker processes at once")
+    p.add_argument("--scale-sizes", help="ready-task counts, comma-separated (1000,100000)")
+    p.add_argument("--scale-samples", type=int, help="ClaimNext timings per size")
+    p.add_argument("--million", action="store_true", help="add 1,000,000 ready tasks to scale")
+    p.add_argument("--held-claims", type=int, help="claims held for the memory reading")
+    p.add_argument("--only", help=f"comma-separated phases to run ({','.join(PHASES)})")
+    p.add_argument("--budget", type=float, help="hard wall-time bound in seconds")
+    p.add_argument(
+        "--coordinator-log-level",
+        default="info",
+        help="the server's --log-level (default info, as deployed: one line per call)",
+    )
+    p.add_argument("--etcd-bin", help="etcd executable (default: as `coordinator up` finds it)")
+    p.add_argument("--profile", type=Path, metavar="DIR", help="py-spy profile mode (see below)")
+    p.add_argument("--profile-seconds", type=float, default=10.0)
+    p.add_argument("--profile-workers", type=int, default=32)
+    return p.parse_args(argv)
+
+
+def _ints(text: str | None, default: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip()) if text else default
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; exit code 0 when it ran (whatever the figures), 1 when it broke."""
+    ns = parse(argv)
+    if ns.profile is not None:
+        from bench.profile import run_profile
+
+        return run_profile(ns)
+    base = SMOKE if ns.smoke else FULL
+    sizes = _ints(ns.scale_sizes, base.scale_sizes)
+    if ns.million and 1_000_000 not in sizes:
+        sizes = (*sizes, 1_000_000)
+    config = {
+        "profile": "smoke" if ns.smoke else "full",
+        "levels": list(_ints(ns.levels, base.levels)),
+        "rounds": ns.rounds or base.rounds,
+        "duration_s": ns.duration or base.duration,
+        "reclaim_samples": ns.reclaim_samples or base.reclaim_samples,
+        "reclaim_parallel": ns.reclaim_parallel or base.reclaim_parallel,
+        "scale_sizes": list(sizes),
+        "scale_samples": ns.scale_samples or base.scale_samples,
+        "held_claims": ns.held_claims or base.held_claims,
+        "budget_s": ns.budget or base.budget,
+        "phases": ns.only.split(",") if ns.only else list(PHASES),
+        "coordinator_log_level": ns.coordinator_log_level,
+    }
+    unknown = set(config["phases"]) - set(PHASES)
+    if unknown:
+        print(f"unknown phase(s) {sorted(unknown)}; choose from {PHASES}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    doc: dict[str, Any] = {
+        "schema": 1,
+        "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
+        "machine": machine(ns.etcd_bin),
+        "config": config,
+    }
+    with tempfile.TemporaryDirectory(prefix="coordinator-bench-") as tmp:
+        try:
+            run_phases(doc, config, Path(tmp), base.reserve, ns.etcd_bin, started)
+        except BaseException:
+            _log_tail(Path(tmp))
+            raise
+    doc["wall_s"] = round(time.monotonic() - started, 1)
+    headline(doc)
+    doc["targets"] = targets(doc)
+    if ns.json is not None:
+        ns.json.write_text(json.dumps(doc, indent=2) + "\n")
+    sys.stdout.write(markdown(doc))
+    return 0
+
+
+def run_phases(
+    doc: dict[str, Any],
+    config: dict[str, Any],
+    workdir: Path,
+    reserve: float,
+    etcd_bin: str | None,
+    started: float,
+) -> None:
+    """Start etcd and the coordinator and run the chosen phases into ``doc``."""
+    deadline = started + config["budget_s"]
+    phases = config["phases"]
+    skipped_phases: dict[str, str] = {}
+    doc["skipped_phases"] = skipped_phases
+
+    def time_left(phase: str, need: float) -> bool:
+        if time.monotonic() + need <= deadline:
+            return True
+        skipped_phases[phase] = f"the {config['budget_s']:.0f} s budget was used up"
+        return False
+
+    keys = Keyspace(PREFIX)
+    with EtcdProcess(binary=find_etcd_binary(etcd_bin), log_path=workdir / "etcd.log") as etcd:
+        kv = EtcdKV.connect([etcd.endpoint], timeout=60)
+        seeder = TaskSeeder(kv, keys)
+        coordinator = CoordinatorProcess(
+            etcd.endpoint,
+            prefix=PREFIX,
+            log_path=workdir / "coordinator.log",
+            log_level=config["coordinator_log_level"],
+        ).start()
+        try:
+            meter = Meter(coordinator.pid, etcd.pid)
+            doc["coordinator_rss_mib_start"] = round(rss_mib(coordinator.pid), 1)
+            if "throughput" in phases:
+                plan = ThroughputPlan(
+                    levels=tuple(config["levels"]),
+                    rounds=config["rounds"],
+                    duration=config["duration_s"],
+                )
+                throughput(doc, plan, coordinator, etcd, seeder, meter, deadline - reserve)
+                doc["coordinator_rss_mib_after_throughput"] = round(rss_mib(coordinator.pid), 1)
+            if "reclaim" in phases and time_left("reclaim", 20):
+                doc["reclaim"] = run_reclaim(
+                    coordinator.target,
+                    kv,
+                    seeder,
+                    samples=config["reclaim_samples"],
+                    parallel=config["reclaim_parallel"],
+                )
+            if "scale" in phases and time_left("scale", 30):
+                doc["scale"] = run_scale(
+                    coordinator.target,
+                    etcd.host,
+                    etcd.port,
+                    seeder,
+                    kv,
+                    meter,
+                    sizes=config["scale_sizes"],
+                    samples=config["scale_samples"],
+                )
+        finally:
+            coordinator.stop()
+        # Dropped with the coordinator down: one delete of 100k ready keys is one huge watch
+        # message, and the next coordinator should start from an empty ready index anyway.
+        for size in config["scale_sizes"]:
+            seeder.drop(queue_of(size))
+        if "held" in phases and time_left("held", 20):
+            fresh = CoordinatorProcess(
+                etcd.endpoint,
+                prefix=PREFIX,
+                log_path=workdir / "coordinator-held.log",
+                log_level=config["coordinator_log_level"],
+            ).start()
+            try:
+                doc["held"] = run_held(
+                    fresh.target,
+                    seeder,
+                    Meter(fresh.pid, etcd.pid),
+                    count=config["held_claims"],
+                )
+            finally:
+                fresh.stop()
+        kv.close()
+
+
+def throughput(
+    doc: dict[str, Any],
+    plan: ThroughputPlan,
+    coordinator: CoordinatorProcess,
+    etcd: EtcdProcess,
+    seeder: TaskSeeder,
+    meter: Meter,
+    deadline: float,
+) -> None:
+    """Item 1 into ``doc``: rows, ratios per level, skipped scenarios."""
+    scenarios: list[Scenario] = [
+        CoordinatorScenario(coordinator.target, seeder),
+        RawFloorScenario(etcd.host, etcd.port),
+        LockScenario(etcd.host, etcd.port),
+        ToozScenario(etcd.host, etcd.port),
+    ]
+    client = etcd3.client(etcd.host, etcd.port, timeout=60, grpc_options=GRPC_OPTIONS)
+
+    def compact() -> None:
+        revision = client.maintenancestub.Status(etcdrpc.StatusRequest(), 60).header.revision
+        client.compact(revision, physical=True)  # returns once the history is dropped
+
+    try:
+        results = run_throughput(scenarios, plan, meter, compact=compact, deadline=deadline)
+    finally:
+        for scenario in scenarios:
+            scenario.close()
+        client.close()
+    doc["throughput"] = summarize(results)
+    doc["skipped"] = {s.key: s.skip_reason for s in scenarios if s.skip_reason}
+    doc["ratios"] = {
+        f"a/{other}": {
+            str(level): paired_ratio(results, "a", other, level) for level in plan.levels
+        }
+        for other in ("b", "c", "d")
+    }
+
+
+def headline(doc: dict[str, Any]) -> None:
+    """The issue's top-level keys; a null one gets its reason in ``doc["reasons"]``."""
+    reasons: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    ratios = doc.get("ratios", {})
+    skipped = doc.get("skipped", {})
+    skipped_phases = doc.get("skipped_phases", {})
+    for other in ("b", "c", "d"):
+        key = f"ratio_a_{other}_32"
+        value = ratios.get(f"a/{other}", {}).get("32")
+        doc[key] = value
+        if value is None:
+            if "throughput" not in doc["config"]["phases"]:
+                reasons[key] = "the throughput phase was not run (--only)"
+            elif other in skipped:
+                reasons[key] = f"scenario {other} skipped: {skipped[other]}"
+            elif 32 not in doc["config"]["levels"]:
+                reasons[key] = "32 workers is not among --levels"
+            else:
+                reasons[key] = "no complete round at 32 workers (time budget, or errors)"
+    reclaim = doc.get("reclaim")
+    doc["reclaim_p95_s_over_ttl"] = reclaim["ready_s_after_ttl"]["p95"] if reclaim else None
+    scale = doc.get("scale")
+    doc["claimnext_100k_over_1k"] = scale["claim_next_ratio_large_over_small"] if scale else None
+    if scale and (min(scale["sizes"]), max(scale["sizes"])) != (1_000, 100_000):
+        notes["claimnext_100k_over_1k"] = (
+            f"measured at {min(scale['sizes'])} vs {max(scale['sizes'])} ready tasks"
+        )
+    held = doc.get("held")
+    doc["coordinator_rss_mib_10k_claims"] = held["coordinator_rss_mib_held"] if held else None
+    if held and held["claims_held"] != 10_000:
+        notes["coordinator_rss_mib_10k_claims"] = f"measured with {held['claims_held']} claims"
+    for key, phase in (
+        ("reclaim_p95_s_over_ttl", "reclaim"),
+        ("claimnext_100k_over_1k", "scale"),
+        ("coordinator_rss_mib_10k_claims", "held"),
+    ):
+        if doc[key] is None:
+            reasons[key] = skipped_phases.get(phase, f"the {phase} phase was not run (--only)")
+    doc["reasons"] = reasons
+    doc["notes"] = notes
+    assert all(k in doc for k in HEADLINE)
+
+
+def machine(etcd_bin: str | None) -> dict[str, Any]:
+    """What this ran on: cores, CPU model, Python, etcd, the checkout."""
+    info: dict[str, Any] = {
+        "cpus": _cpu_count(),
+        "cpu_model": _cpu_model(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    try:
+        out = subprocess.run(
+            [str(find_etcd_binary(etcd_bin)), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout
+        info["etcd"] = out.splitlines()[0].split()[-1] if out else None
+    except Exception as exc:
+        info["etcd"] = f"unknown ({exc})"
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.strip()
+        info["commit"] = (rev + ("+dirty" if dirty else "")) or None
+    except OSError:
+        info["commit"] = None
+    return info
+
+
+def _cpu_count() -> int | None:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def _log_tail(workdir: Path) -> None:
+    for log in sorted(workdir.glob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()[-15:]
+        say(f"--- last lines of {log.name} ---")
+        for line in lines:
+            say(line)

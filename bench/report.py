@@ -1,0 +1,187 @@
+"""The report: the JSON document (``--json FILE``) and the markdown tables on stdout.
+
+The JSON's top level always has the headline keys (``HEADLINE``); a key whose figure could not
+be measured is null and ``reasons[key]`` says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+HEADLINE = (
+    "ratio_a_b_32",
+    "ratio_a_c_32",
+    "ratio_a_d_32",
+    "reclaim_p95_s_over_ttl",
+    "claimnext_100k_over_1k",
+    "coordinator_rss_mib_10k_claims",
+)
+"""The keys the issue requires at the top level of the JSON."""
+
+# (key, what, target, passes) for item 4 of the issue.
+TARGETS: tuple[tuple[str, str, str, Callable[[float], bool]], ...] = (
+    ("ratio_a_b_32", "a/b at 32 workers (coordinator vs raw floor)", ">= 1.0", lambda v: v >= 1.0),
+    ("ratio_a_c_32", "a/c at 32 workers (vs etcd3 Lock recipe)", ">= 0.8", lambda v: v >= 0.8),
+    ("ratio_a_d_32", "a/d at 32 workers (vs tooz)", ">= 4", lambda v: v >= 4.0),
+    (
+        "reclaim_p95_s_over_ttl",
+        "reclaim: READY again after TTL, p95 (s)",
+        "<= 0.6",
+        lambda v: v <= 0.6,
+    ),
+    ("claimnext_100k_over_1k", "ClaimNext p50 at 100k / at 1k ready", "<= 1.2", lambda v: v <= 1.2),
+    (
+        "coordinator_rss_mib_10k_claims",
+        "coordinator RSS with 10k held claims (MiB)",
+        "< 200",
+        lambda v: v < 200,
+    ),
+)
+
+SCENARIO_NAMES = {
+    "a": "a coordinator",
+    "b": "b raw floor",
+    "c": "c etcd3 Lock",
+    "d": "d tooz",
+}
+
+
+def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where each target of the issue stands in this run."""
+    rows = []
+    for key, what, target, passes in TARGETS:
+        value = doc.get(key)
+        rows.append(
+            {
+                "key": key,
+                "what": what,
+                "target": target,
+                "value": value,
+                "met": passes(value) if isinstance(value, (int, float)) else None,
+            }
+        )
+    return rows
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """Every table of the report, as markdown."""
+    parts = [_throughput_table(doc), _ratio_table(doc)]
+    if doc.get("reclaim"):
+        parts.append(_reclaim_table(doc["reclaim"]))
+    if doc.get("scale"):
+        parts.append(_scale_table(doc["scale"]))
+    if doc.get("held"):
+        parts.append(_held_table(doc["held"]))
+    parts.append(_targets_table(doc))
+    skipped = doc.get("skipped") or {}
+    reasons = doc.get("reasons") or {}
+    notes = [f"- scenario {k} skipped: {v}" for k, v in skipped.items()]
+    for row in doc.get("throughput", []):
+        false_empty = row.get("counters", {}).get("false_no_ready_task", 0)
+        if false_empty:
+            notes.append(
+                f"- a at {row['workers']} workers: ClaimNext answered NO_READY_TASK "
+                f"{false_empty} times while ready tasks remained (the worker asked again)"
+            )
+    notes += [f"- `{k}` is null: {v}" for k, v in reasons.items()]
+    if notes:
+        parts.append("\n".join(notes))
+    return "\n\n".join(parts) + "\n"
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _trio(spread: dict[str, Any]) -> str:
+    return " / ".join(_fmt(spread.get(q)) for q in ("p50", "p95", "p99"))
+
+
+def _throughput_table(doc: dict[str, Any]) -> str:
+    lines = [
+        "| scenario | workers | cycles/s | claim ms p50 / p95 / p99 | commit ms p50 / p95 / p99 "
+        "| CPU ms/cycle client / coordinator / etcd | errors |",
+        "| --- | ---: | ---: | --- | --- | --- | ---: |",
+    ]
+    for row in doc.get("throughput", []):
+        cpu = row["cpu_ms_per_cycle"]
+        lines.append(
+            f"| {SCENARIO_NAMES.get(row['scenario'], row['scenario'])} | {row['workers']} "
+            f"| {_fmt(row['cycles_per_s'], 0)} | {_trio(row['claim_ms'])} "
+            f"| {_trio(row['commit_ms'])} "
+            f"| {_fmt(cpu['client'])} / {_fmt(cpu['coordinator'])} / {_fmt(cpu['etcd'])} "
+            f"| {row['errors']} |"
+        )
+    return "\n".join(lines)
+
+
+def _ratio_table(doc: dict[str, Any]) -> str:
+    ratios = doc.get("ratios", {})
+    lines = ["| workers | a/b | a/c | a/d |", "| ---: | ---: | ---: | ---: |"]
+    for level in doc.get("config", {}).get("levels", []):
+        cells = [_fmt(ratios.get(pair, {}).get(str(level))) for pair in ("a/b", "a/c", "a/d")]
+        lines.append(f"| {level} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _reclaim_table(reclaim: dict[str, Any]) -> str:
+    lines = [
+        f"Reclaim after a SIGSTOPped holder (TTL {_fmt(reclaim['ttl_s'], 0)} s, "
+        f"{reclaim['samples']} samples), seconds after the lease's expiry:",
+        "",
+        "| event | p50 | p95 | max |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for key, label in (
+        ("lease_gone_s_after_ttl", "claim key gone (etcd lease expiry)"),
+        ("ready_s_after_ttl", "task READY again (claimable by ClaimNext)"),
+        ("held_by_another_s_after_ttl", "another worker holds it"),
+    ):
+        s = reclaim[key]
+        lines.append(
+            f"| {label} | {_fmt(s['p50'], 3)} | {_fmt(s['p95'], 3)} | {_fmt(s['max'], 3)} |"
+        )
+    return "\n".join(lines)
+
+
+def _scale_table(scale: dict[str, Any]) -> str:
+    lines = [
+        "| ready tasks | ClaimNext ms p50 / p95 | etcd range limit=1 ms p50 / p95 |",
+        "| ---: | --- | --- |",
+    ]
+    for n in scale["sizes"]:
+        c, r = scale["claim_next_ms"][str(n)], scale["etcd_range_limit1_ms"][str(n)]
+        lines.append(
+            f"| {n} | {_fmt(c['p50'], 3)} / {_fmt(c['p95'], 3)} "
+            f"| {_fmt(r['p50'], 3)} / {_fmt(r['p95'], 3)} |"
+        )
+    lines += [
+        "",
+        f"ClaimNext largest/smallest: x{_fmt(scale['claim_next_ratio_large_over_small'], 3)}; "
+        f"etcd limit=1 range: x{_fmt(scale['etcd_range_ratio_large_over_small'], 2)}. "
+        f"Per 100k tasks: etcd db +{_fmt(scale['etcd_db_mib_per_100k_tasks'], 1)} MiB, "
+        f"etcd RSS +{_fmt(scale['etcd_rss_mib_per_100k_tasks'], 1)} MiB.",
+    ]
+    return "\n".join(lines)
+
+
+def _held_table(held: dict[str, Any]) -> str:
+    return (
+        f"Coordinator memory (fresh process): {_fmt(held['coordinator_rss_mib_fresh'], 1)} MiB "
+        f"at start, {_fmt(held['coordinator_rss_mib_seeded'], 1)} MiB with the tasks ready, "
+        f"{_fmt(held['coordinator_rss_mib_held'], 1)} MiB with {held['claims_held']} claims held "
+        f"(peak {_fmt(held['coordinator_hwm_mib'], 1)} MiB)."
+    )
+
+
+def _targets_table(doc: dict[str, Any]) -> str:
+    lines = ["| target (issue item 4) | wanted | measured | met |", "| --- | --- | ---: | --- |"]
+    for row in doc.get("targets", []):
+        met = {True: "yes", False: "**no**", None: "n/a"}[row["met"]]
+        lines.append(f"| {row['what']} | {row['target']} | {_fmt(row['value'], 3)} | {met} |")
+    return "\n".join(lines)

@@ -1,0 +1,164 @@
+"""``coordinator doctor``: report every disagreement in a keyspace; repair only the unambiguous.
+
+Reads the whole prefix at one etcd revision and runs the pure checks of coordinator.doctor.
+Findings that depend on time (an expired claim not reclaimed, a dependent not released) are
+confirmed by a second snapshot one reclaim window later. ``--repair`` applies each offered
+repair as one CAS txn (skipped if any key it relies on changed) and prints it; it never touches
+an ambiguous finding. Exit code 0: consistent (or everything found was repaired); 1: not.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import click
+
+from coordinator.config import DEFAULT_ETCD, DEFAULT_PREFIX, parse_endpoints
+from coordinator.doctor import LAGGING, Finding, Repair, Snapshot, check, confirm
+from coordinator.domain.keys import Keyspace
+from coordinator.errors import CoordinatorError
+from coordinator.store.etcd import EtcdKV, delete, mod_revision_is, put
+
+_PAGE = 1000
+
+
+def read_snapshot(kv: EtcdKV, keys: Keyspace) -> Snapshot:
+    """Every key under the prefix, paged, all read at the first page's revision."""
+    root = keys.prefix + "/"
+    start, end, revision = root, kv.prefix_end(root), 0
+    found = {}
+    while True:
+        page, revision = kv.range_page(start, end, limit=_PAGE, revision=revision)
+        found.update({item.key: item for item in page})
+        if len(page) < _PAGE:
+            return Snapshot(revision, found)
+        start = page[-1].key + "\0"
+
+
+def diagnose(
+    kv: EtcdKV,
+    keys: Keyspace,
+    *,
+    reclaim_window: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[list[Finding], int]:
+    """The findings (lagging ones confirmed a window later) and the first snapshot's revision."""
+    snap = read_snapshot(kv, keys)
+    findings = check(snap, keys)
+    if reclaim_window > 0 and any(f.problem in LAGGING for f in findings):
+        sleep(reclaim_window)
+        findings = confirm(findings, check(read_snapshot(kv, keys), keys))
+    return findings, snap.revision
+
+
+def apply_repair(kv: EtcdKV, repair: Repair) -> bool:
+    """One repair as one txn; False if a key it relies on changed since the snapshot."""
+    compares = [mod_revision_is(g.key, g.mod_revision) for g in repair.guards]
+    ops = [put(w.key, w.value) if w.value is not None else delete(w.key) for w in repair.writes]
+    return kv.txn(compares, ops).succeeded
+
+
+@click.command()
+@click.option(
+    "--etcd",
+    envvar="COORDINATOR_ETCD",
+    show_envvar=True,
+    default=",".join(DEFAULT_ETCD),
+    show_default=True,
+    metavar="HOST:PORT[,HOST:PORT...]",
+    help="etcd client endpoints.",
+)
+@click.option(
+    "--prefix",
+    envvar="COORDINATOR_PREFIX",
+    show_envvar=True,
+    default=DEFAULT_PREFIX,
+    show_default=True,
+    help="etcd key prefix of the keyspace to check.",
+)
+@click.option("--repair", is_flag=True, help="Apply the unambiguous fixes (each is printed).")
+@click.option(
+    "--reclaim-window",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="An expired claim or a due release counts only if still pending this much later.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
+def doctor(etcd: str, prefix: str, repair: bool, reclaim_window: float, as_json: bool) -> None:
+    """Check a keyspace: task records vs ready index, claim keys, results, events and edges."""
+    keys = Keyspace(prefix)
+    try:
+        kv = EtcdKV.connect(list(parse_endpoints(etcd)))
+    except CoordinatorError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        findings, revision = diagnose(kv, keys, reclaim_window=reclaim_window)
+        repaired = {
+            id(f): apply_repair(kv, f.repair) for f in findings if repair and f.repair is not None
+        }
+    except CoordinatorError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        kv.close()
+    remaining = [f for f in findings if not repaired.get(id(f), False)]
+    if as_json:
+        click.echo(json.dumps(_as_json(prefix, revision, findings, repaired, remaining)))
+    else:
+        _print(prefix, revision, findings, repaired, repair)
+    raise SystemExit(1 if remaining else 0)
+
+
+def _print(
+    prefix: str,
+    revision: int,
+    findings: list[Finding],
+    repaired: dict[int, bool],
+    repairing: bool,
+) -> None:
+    for finding in findings:
+        click.echo(f"{finding.problem.value}: {finding.message}")
+        if finding.repair is None:
+            click.echo("  not repaired: ambiguous, needs a person")
+        elif not repairing:
+            click.echo(f"  repairable (--repair): {finding.repair.action}")
+        elif repaired.get(id(finding)):
+            click.echo(f"  repaired: {finding.repair.action}")
+        else:
+            click.echo(f"  not repaired (changed since the snapshot): {finding.repair.action}")
+    if not findings:
+        click.echo(f"doctor: keyspace {prefix} is consistent at revision {revision}")
+    else:
+        fixable = sum(f.repair is not None for f in findings)
+        click.echo(
+            f"doctor: {len(findings)} disagreement(s) in {prefix} at revision {revision} "
+            f"({fixable} with an unambiguous repair, {sum(repaired.values())} repaired)"
+        )
+
+
+def _as_json(
+    prefix: str,
+    revision: int,
+    findings: list[Finding],
+    repaired: dict[int, bool],
+    remaining: list[Finding],
+) -> dict[str, object]:
+    return {
+        "prefix": prefix,
+        "revision": revision,
+        "consistent": not remaining,
+        "findings": [
+            {
+                "problem": f.problem.value,
+                "task_id": f.task_id,
+                "message": f.message,
+                "keys": list(f.keys),
+                "repair": f.repair.action if f.repair is not None else None,
+                "repaired": repaired.get(id(f), False),
+            }
+            for f in findings
+        ],
+    }

@@ -1,0 +1,164 @@
+"""How the operator verbs (``claims``, ``epoch``, ``drain``) reach a running coordinator.
+
+Options shared by every remote verb: ``--target``, then one way to authenticate: a bearer
+token (``--token`` / ``COORDINATOR_TOKEN``), a client certificate (``--cert``/``--key``), or
+``--insecure`` for a server started with ``--insecure`` (``coordinator up``). TLS is used when
+``--ca`` or ``--cert`` is given. Calls go through the SDK's transport (deadlines, retries on
+UNAVAILABLE only, one exception per gRPC status).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import click
+
+from coordinator.errors import CoordinatorError
+from coordinator.sdk._rpc import RetryPolicy, Rpc
+from coordinator.sdk.auth import BearerToken, tls_credentials
+
+F = TypeVar("F", bound=Callable[..., Any])
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+
+
+def remote_options(func: F) -> F:
+    """Add the connection options; the command receives them as one ``remote`` dict."""
+    options = [
+        click.option(
+            "--target",
+            envvar="COORDINATOR_TARGET",
+            show_envvar=True,
+            default=DEFAULT_TARGET,
+            show_default=True,
+            metavar="HOST:PORT",
+            help="The coordinator to talk to.",
+        ),
+        click.option(
+            "--token",
+            envvar="COORDINATOR_TOKEN",
+            show_envvar=True,
+            default=None,
+            help="Bearer token (prefer the env var: a flag shows in ps).",
+        ),
+        click.option(
+            "--ca",
+            envvar="COORDINATOR_CA",
+            show_envvar=True,
+            default=None,
+            metavar="FILE",
+            help="PEM CA of the server certificate (enables TLS).",
+        ),
+        click.option(
+            "--cert",
+            envvar="COORDINATOR_CLIENT_CERT",
+            show_envvar=True,
+            default=None,
+            metavar="FILE",
+            help="PEM client certificate for mutual TLS (with --key).",
+        ),
+        click.option(
+            "--key",
+            envvar="COORDINATOR_CLIENT_KEY",
+            show_envvar=True,
+            default=None,
+            metavar="FILE",
+            help="PEM private key of --cert.",
+        ),
+        click.option(
+            "--insecure",
+            is_flag=True,
+            envvar="COORDINATOR_INSECURE",
+            show_envvar=True,
+            help="Send no credentials, only --principal (servers started with --insecure).",
+        ),
+        click.option(
+            "--principal",
+            default="operator",
+            show_default=True,
+            help="With --insecure: the principal to act as.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def remote_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """Pop the connection options out of a command's keyword arguments."""
+    names = ("target", "token", "ca", "cert", "key", "insecure", "principal")
+    return {name: settings.pop(name) for name in names}
+
+
+class Remote:
+    """A connection to one coordinator with the chosen credentials."""
+
+    def __init__(self, rpc: Rpc) -> None:
+        self._rpc = rpc
+
+    @property
+    def admin(self) -> Any:
+        """AdminService stub."""
+        return self._rpc.admin
+
+    @property
+    def tasks(self) -> Any:
+        """TaskService stub."""
+        return self._rpc.tasks
+
+    def call(self, method: Callable[..., Resp], request: Any) -> Resp:
+        """One call; any refusal becomes a CLI error (exit 1) with the server's message."""
+        try:
+            return self._rpc.call(method, request)  # type: ignore[arg-type]
+        except CoordinatorError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@contextmanager
+def connect(
+    *,
+    target: str,
+    token: str | None,
+    ca: str | None,
+    cert: str | None,
+    key: str | None,
+    insecure: bool,
+    principal: str,
+    timeout: float = 10.0,
+) -> Iterator[Remote]:
+    """Open a Remote; a usage error (exit 2) if the credentials do not add up."""
+    if insecure and (token or cert):
+        raise click.UsageError("--insecure sends no credentials; drop --token/--cert")
+    if not insecure and not token and not cert:
+        raise click.UsageError(
+            "no credentials: give --token (or COORDINATOR_TOKEN), --cert/--key, or --insecure "
+            "for a server running without authentication"
+        )
+    if (cert is None) != (key is None):
+        raise click.UsageError("--cert and --key go together")
+    credentials = None
+    if ca or cert:
+        try:
+            credentials = tls_credentials(ca=ca, cert=cert, key=key)
+        except OSError as exc:
+            raise click.UsageError(f"cannot read a TLS file: {exc}") from exc
+    try:
+        rpc = Rpc(
+            target,
+            principal=principal,
+            retry=RetryPolicy(timeout=timedelta(seconds=timeout), attempts=3),
+            credentials=credentials,
+            channel_options=[("grpc.enable_http_proxy", 0)],
+            interceptors=[BearerToken(token)] if token else (),
+        )
+    except CoordinatorError as exc:
+        raise click.UsageError(str(exc)) from exc
+    try:
+        yield Remote(rpc)
+    finally:
+        rpc.close()

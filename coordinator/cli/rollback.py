@@ -1,0 +1,80 @@
+"""The safe-rollback verbs over AdminService: ``claims pause|resume`` and ``epoch show|bump``.
+
+The seed's procedure: stop new claims (``claims pause``), raise the scheduler epoch
+(``epoch bump``; every claim, renew, tool authorization and commit carrying the old epoch is
+refused from then on), wait until nothing of the old pool is left (``coordinator drain``), then
+switch pools and ``claims resume``. Each verb needs the admin role (``epoch show``: any role).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from coordinator.cli.remote import connect, remote_options, remote_settings
+from coordinator.v1 import admin_pb2
+
+
+@click.group()
+def claims() -> None:
+    """Pause or resume new claims (live claims keep running)."""
+
+
+@claims.command()
+@click.option("--reason", default="paused by an operator", show_default=True)
+@remote_options
+def pause(reason: str, **settings: Any) -> None:
+    """Refuse new claims (CLAIMS_PAUSED) until ``claims resume``."""
+    with connect(**remote_settings(settings)) as remote:
+        remote.call(remote.admin.PauseClaims, admin_pb2.PauseClaimsRequest(reason=reason))
+    click.echo(f"claims paused ({reason})")
+
+
+@claims.command()
+@remote_options
+def resume(**settings: Any) -> None:
+    """Accept new claims again."""
+    with connect(**remote_settings(settings)) as remote:
+        remote.call(remote.admin.ResumeClaims, admin_pb2.ResumeClaimsRequest())
+    click.echo("claims resumed")
+
+
+@click.group()
+def epoch() -> None:
+    """Show or raise the scheduler epoch."""
+
+
+@epoch.command()
+@remote_options
+def show(**settings: Any) -> None:
+    """Print the current scheduler epoch and whether claims are paused."""
+    with connect(**remote_settings(settings)) as remote:
+        reply = remote.call(remote.admin.GetEpoch, admin_pb2.GetEpochRequest())
+    click.echo(f"epoch {reply.epoch}")
+    click.echo(f"claims {'paused' if reply.claims_paused else 'accepted'}")
+
+
+@epoch.command()
+@click.option(
+    "--expected",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Only bump from this epoch (refused if someone bumped meanwhile).",
+)
+@click.option(
+    "--revoke-leases",
+    is_flag=True,
+    help="Also revoke every claim made before the bump: its task goes back to READY now "
+    "instead of when its lease would expire.",
+)
+@remote_options
+def bump(expected: int | None, revoke_leases: bool, **settings: Any) -> None:
+    """Raise the scheduler epoch by one: every call carrying the old epoch is refused."""
+    request = admin_pb2.BumpEpochRequest(expected_epoch=expected or 0, revoke_leases=revoke_leases)
+    with connect(**remote_settings(settings)) as remote:
+        reply = remote.call(remote.admin.BumpEpoch, request)
+    line = f"epoch bumped to {reply.epoch}"
+    if revoke_leases:
+        line += f"; revoked {reply.revoked_leases} lease(s)"
+    click.echo(line)

@@ -1,0 +1,697 @@
+"""``coordinator doctor``'s checks: every disagreement between task records, indexes, claim
+keys, results, events and dependency edges in one snapshot of the keyspace (pure, no I/O).
+
+The task record is the one place a task's current state is read from. Primary evidence written
+by the same transactions - the live claim key, the canonical result, the event log - must agree
+with it; derived keys (ready, claimed and waiting indexes, reverse edges, identity indexes) must
+follow from it. A disagreement in derived keys of a task whose primary evidence agrees has one
+unambiguous fix, offered as a ``Repair`` (one CAS txn, guarded by every key it relies on). A
+conflict between primary sources (a live claim key on a task that is not CLAIMED, a missing
+result, a broken event chain, edges that disagree) is reported and never repaired: guessing
+which side is right is what the seed forbids ("preserve the conflict").
+
+Two findings depend on time rather than on one snapshot: a CLAIMED task whose claim key is gone
+(the reclaimer's job) and a WAITING task whose upstreams are all DONE (the releaser's job). They
+are ``lagging`` findings: the runner reports them only if they persist, unchanged, across a
+second snapshot taken a reclaim window later (``confirm``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TypeVar
+
+from coordinator.domain.keys import Keyspace
+from coordinator.domain.lineage import index_value
+from coordinator.domain.records import (
+    AttemptRecord,
+    ClaimRecord,
+    EventRecord,
+    ResultRecord,
+    TaskRecord,
+    decode,
+)
+from coordinator.domain.states import AttemptEnd, Op, TaskState
+from coordinator.store.dependencies import edges_of
+from coordinator.store.etcd import KV
+
+T = TypeVar("T")
+
+
+class Problem(StrEnum):
+    """Kinds of disagreement (the value is what the report prints)."""
+
+    UNDECODABLE = "undecodable-record"
+    TASK_IN_TWO_PLACES = "task-in-two-places"
+    READY_KEY_MISSING = "ready-key-missing"
+    READY_KEY_ORPHAN = "ready-key-orphan"
+    CLAIMED_INDEX_MISSING = "claimed-index-missing"
+    CLAIMED_INDEX_ORPHAN = "claimed-index-orphan"
+    WAITING_INDEX_MISSING = "waiting-index-missing"
+    WAITING_INDEX_ORPHAN = "waiting-index-orphan"
+    CLAIM_KEY_MISMATCH = "claim-key-mismatch"
+    CLAIM_EXPIRED_UNRECLAIMED = "claim-expired-unreclaimed"
+    ATTEMPT_MISMATCH = "attempt-mismatch"
+    RESULT_MISSING = "result-missing"
+    RESULT_UNEXPECTED = "result-unexpected"
+    RESULT_MISMATCH = "result-mismatch"
+    EVENT_CHAIN_BROKEN = "event-chain-broken"
+    ORPHAN_RECORDS = "records-of-missing-task"
+    DEPENDENCY_DANGLING = "dependency-dangling"
+    EDGES_MISMATCH = "edges-mismatch"
+    REVERSE_EDGE_MISSING = "reverse-edge-missing"
+    REVERSE_EDGE_ORPHAN = "reverse-edge-orphan"
+    RELEASE_OVERDUE = "release-overdue"
+    IDENTITY_INDEX_MISSING = "identity-index-missing"
+    IDENTITY_INDEX_ORPHAN = "identity-index-orphan"
+
+
+LAGGING = frozenset({Problem.CLAIM_EXPIRED_UNRECLAIMED, Problem.RELEASE_OVERDUE})
+"""Findings that only count when they persist across the reclaim window."""
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A repair's precondition: ``key``'s mod_revision is exactly this (0: the key is absent)."""
+
+    key: str
+    mod_revision: int
+
+
+@dataclass(frozen=True)
+class Write:
+    """A repair's write: put ``value`` (None: delete the key)."""
+
+    key: str
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class Repair:
+    """One unambiguous fix, applied as one txn: all guards hold, then all writes."""
+
+    action: str
+    guards: tuple[Guard, ...]
+    writes: tuple[Write, ...]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One disagreement."""
+
+    problem: Problem
+    task_id: str
+    message: str
+    keys: tuple[str, ...] = ()
+    repair: Repair | None = None
+    # For lagging findings: the task's state_version, to tell "still stuck" from "moved on".
+    state_version: int = 0
+
+
+@dataclass
+class Snapshot:
+    """Every key under a prefix, read at one revision."""
+
+    revision: int
+    kvs: Mapping[str, KV]
+
+
+@dataclass
+class _Parsed:
+    """The snapshot sorted by section, task ids extracted."""
+
+    tasks: dict[str, tuple[KV, TaskRecord]] = field(default_factory=dict)
+    ready: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
+    claims: dict[str, KV] = field(default_factory=dict)
+    claimed: dict[str, KV] = field(default_factory=dict)
+    waiting: dict[str, KV] = field(default_factory=dict)
+    attempts: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
+    results: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
+    events: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
+    deps: dict[str, KV] = field(default_factory=dict)
+    # upstream -> dependent -> reverse-edge key
+    dependents: dict[str, dict[str, KV]] = field(default_factory=lambda: defaultdict(dict))
+    identity: dict[str, KV] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+
+def check(snap: Snapshot, keys: Keyspace) -> list[Finding]:
+    """Every disagreement in ``snap``, grouped by task in id order."""
+    parsed = _parse(snap, keys)
+    findings = list(parsed.findings)
+    for task_id in sorted(parsed.tasks):
+        findings += _check_task(parsed, keys, task_id)
+    findings += _check_orphans(parsed, keys)
+    return findings
+
+
+def confirm(first: Iterable[Finding], later: Iterable[Finding]) -> list[Finding]:
+    """``first`` without the lagging findings that did not persist, unchanged, into ``later``
+    (a snapshot taken a reclaim window after)."""
+    persisting = {(f.problem, f.task_id, f.state_version) for f in later if f.problem in LAGGING}
+    return [
+        f
+        for f in first
+        if f.problem not in LAGGING or (f.problem, f.task_id, f.state_version) in persisting
+    ]
+
+
+def _parse(snap: Snapshot, keys: Keyspace) -> _Parsed:
+    parsed = _Parsed()
+    root = keys.prefix + "/"
+    for key, kv in sorted(snap.kvs.items()):
+        if not key.startswith(root):
+            continue
+        section, _, rest = key[len(root) :].partition("/")
+        parts = rest.split("/")
+        if section == "tasks":
+            task = _decode(parsed, TaskRecord, kv, rest, state_version=kv.mod_revision)
+            if task is not None:
+                parsed.tasks[rest] = (kv, task)
+        elif section == "ready":
+            parsed.ready[parts[-1]].append(kv)
+        elif section in ("claims", "claimed", "waiting", "deps"):
+            getattr(parsed, section)[rest] = kv
+        elif section in ("attempts", "results", "events"):
+            getattr(parsed, section)[parts[0]].append(kv)
+        elif section == "dependents" and len(parts) == 2:
+            parsed.dependents[parts[0]][parts[1]] = kv
+        elif section == "index":
+            parsed.identity[key] = kv
+    return parsed
+
+
+def _decode(parsed: _Parsed, cls: type[T], kv: KV, task_id: str, **meta: int) -> T | None:
+    try:
+        return decode(cls, kv.value, **meta)
+    except Exception as exc:
+        parsed.findings.append(
+            Finding(
+                Problem.UNDECODABLE,
+                task_id,
+                f"{kv.key} does not decode as {cls.__name__}: {type(exc).__name__}: {exc}",
+                (kv.key,),
+            )
+        )
+        return None
+
+
+def _check_task(parsed: _Parsed, keys: Keyspace, task_id: str) -> list[Finding]:
+    kv, task = parsed.tasks[task_id]
+    out: list[Finding] = []
+    conflict = _check_primary(parsed, keys, task, kv, out)
+    # Derived keys are repaired only when the primary evidence agrees with the record.
+    fixable = not conflict
+    _check_ready(parsed, keys, task, kv, out, fixable)
+    _check_index(
+        out,
+        task,
+        kv,
+        fixable,
+        TaskState.CLAIMED,
+        parsed.claimed.get(task_id),
+        keys.claimed(task_id),
+        Problem.CLAIMED_INDEX_MISSING,
+        Problem.CLAIMED_INDEX_ORPHAN,
+        "claimed index",
+    )
+    _check_index(
+        out,
+        task,
+        kv,
+        fixable,
+        TaskState.WAITING,
+        parsed.waiting.get(task_id),
+        keys.waiting(task_id),
+        Problem.WAITING_INDEX_MISSING,
+        Problem.WAITING_INDEX_ORPHAN,
+        "waiting index",
+    )
+    _check_results(parsed, keys, task, out)
+    _check_edges(parsed, keys, task, kv, out)
+    _check_identity(parsed, keys, task, kv, out)
+    return out
+
+
+def _check_primary(
+    parsed: _Parsed, keys: Keyspace, task: TaskRecord, kv: KV, out: list[Finding]
+) -> bool:
+    """Claim key, attempts and event chain against the record; True on a primary conflict."""
+    tid, conflict = task.task_id, False
+    claim_kv = parsed.claims.get(tid)
+    if claim_kv is not None and task.state is not TaskState.CLAIMED:
+        out.append(
+            Finding(
+                Problem.TASK_IN_TWO_PLACES,
+                tid,
+                f"task {tid} is {task.state.name} but a live claim key holds it "
+                f"(lease {claim_kv.lease}); which one is true is not guessed",
+                (kv.key, claim_kv.key),
+            )
+        )
+        conflict = True
+    elif claim_kv is not None:
+        claim = _decode(parsed, ClaimRecord, claim_kv, tid)
+        if claim is not None and (
+            claim.attempt_id != task.attempt_id or claim_kv.create_revision != kv.mod_revision
+        ):
+            out.append(
+                Finding(
+                    Problem.CLAIM_KEY_MISMATCH,
+                    tid,
+                    f"claim key of {tid} is attempt {claim.attempt_id} at generation "
+                    f"{claim_kv.create_revision}; the record names attempt {task.attempt_id} at "
+                    f"state_version {kv.mod_revision}",
+                    (kv.key, claim_kv.key),
+                )
+            )
+            conflict = True
+    elif task.state is TaskState.CLAIMED:
+        out.append(
+            Finding(
+                Problem.CLAIM_EXPIRED_UNRECLAIMED,
+                tid,
+                f"task {tid} is CLAIMED by attempt {task.attempt_id} but its claim key is gone and "
+                "no reclaimer moved it back to READY (is any replica running?)",
+                (kv.key,),
+                state_version=kv.mod_revision,
+            )
+        )
+    for attempt_kv in parsed.attempts.get(tid, []):
+        attempt = _decode(parsed, AttemptRecord, attempt_kv, tid)
+        if attempt is None or attempt.end is not AttemptEnd.RUNNING:
+            continue
+        if task.state is not TaskState.CLAIMED or attempt.attempt_id != task.attempt_id:
+            out.append(
+                Finding(
+                    Problem.ATTEMPT_MISMATCH,
+                    tid,
+                    f"attempt {attempt.attempt_id} of {tid} is still RUNNING but the task is "
+                    f"{task.state.name} (current attempt {task.attempt_id or 'none'})",
+                    (attempt_kv.key,),
+                )
+            )
+    if not _check_events(parsed, task, kv, out):
+        conflict = True
+    return conflict
+
+
+def _check_events(parsed: _Parsed, task: TaskRecord, kv: KV, out: list[Finding]) -> bool:
+    """One event per transition, chained by state_version, ending in the record's state."""
+    tid, chain = task.task_id, sorted(parsed.events.get(task.task_id, []), key=lambda e: e.key)
+    events = [(e, _decode(parsed, EventRecord, e, tid)) for e in chain]
+    problems: list[str] = []
+    if not events:
+        problems.append("it has no events")
+    else:
+        first_kv, first = events[0]
+        if first is not None and (
+            first.op not in (Op.CREATE, Op.CREATE_WAITING) or first.from_state is not None
+        ):
+            problems.append(f"its first event is {first.op.value}, not a creation")
+        if int(first_kv.key.rsplit("/", 1)[1]) != 0:
+            problems.append("its first event is not keyed 0")
+        for (a_kv, a), (b_kv, b) in itertools.pairwise(events):
+            if int(b_kv.key.rsplit("/", 1)[1]) != a_kv.create_revision:
+                problems.append(
+                    f"an event is missing between revision {a_kv.create_revision} and "
+                    f"{b_kv.create_revision}"
+                )
+            elif a is not None and b is not None and b.from_state is not a.to_state:
+                problems.append(
+                    f"event at {b_kv.create_revision} starts from "
+                    f"{b.from_state.name if b.from_state else 'nothing'}, the one before ended "
+                    f"in {a.to_state.name}"
+                )
+        last_kv, last = events[-1]
+        if last_kv.create_revision != kv.mod_revision:
+            problems.append(
+                f"its last event is at revision {last_kv.create_revision}, the record was "
+                f"written at {kv.mod_revision} (a transition without its event)"
+            )
+        elif last is not None and last.to_state is not task.state:
+            problems.append(f"its last event ends in {last.to_state.name}")
+    if problems:
+        out.append(
+            Finding(
+                Problem.EVENT_CHAIN_BROKEN,
+                tid,
+                f"event log of {tid} ({task.state.name}) disagrees: " + "; ".join(problems),
+                (kv.key,),
+            )
+        )
+        return False
+    return True
+
+
+def _check_ready(
+    parsed: _Parsed, keys: Keyspace, task: TaskRecord, kv: KV, out: list[Finding], fixable: bool
+) -> None:
+    tid = task.task_id
+    expected = (
+        keys.ready(task.queue, task.priority, task.ready_seq, tid)
+        if task.state is TaskState.READY
+        else None
+    )
+    present = {r.key: r for r in parsed.ready.get(tid, [])}
+    if expected is not None and expected not in present:
+        out.append(
+            Finding(
+                Problem.READY_KEY_MISSING,
+                tid,
+                f"task {tid} is READY but missing from the ready index: no worker can ClaimNext it",
+                (kv.key, expected),
+                _repair(
+                    fixable,
+                    f"add ready key {expected}",
+                    [Guard(kv.key, kv.mod_revision), Guard(expected, 0)],
+                    [Write(expected, b"")],
+                ),
+            )
+        )
+    for key, ready_kv in present.items():
+        if key == expected:
+            continue
+        where = (
+            f"{task.state.name} but also listed in the ready index (in two places)"
+            if task.state is not TaskState.READY
+            else "READY but listed under a stale ready key"
+        )
+        out.append(
+            Finding(
+                Problem.READY_KEY_ORPHAN,
+                tid,
+                f"task {tid} is {where}: {key}",
+                (kv.key, key),
+                _repair(
+                    fixable,
+                    f"delete ready key {key}",
+                    [Guard(kv.key, kv.mod_revision), Guard(key, ready_kv.mod_revision)],
+                    [Write(key, None)],
+                ),
+            )
+        )
+
+
+def _check_index(
+    out: list[Finding],
+    task: TaskRecord,
+    kv: KV,
+    fixable: bool,
+    state: TaskState,
+    present: KV | None,
+    key: str,
+    missing: Problem,
+    orphan: Problem,
+    name: str,
+) -> None:
+    """A per-task index key that exists exactly while the task is in ``state``."""
+    tid = task.task_id
+    if task.state is state and present is None:
+        out.append(
+            Finding(
+                missing,
+                tid,
+                f"task {tid} is {state.name} but has no {name} key {key}",
+                (kv.key, key),
+                _repair(
+                    fixable,
+                    f"add {name} key {key}",
+                    [Guard(kv.key, kv.mod_revision), Guard(key, 0)],
+                    [Write(key, b"")],
+                ),
+            )
+        )
+    elif task.state is not state and present is not None:
+        out.append(
+            Finding(
+                orphan,
+                tid,
+                f"task {tid} is {task.state.name} but has a {name} key {key}",
+                (kv.key, key),
+                _repair(
+                    fixable,
+                    f"delete {name} key {key}",
+                    [Guard(kv.key, kv.mod_revision), Guard(key, present.mod_revision)],
+                    [Write(key, None)],
+                ),
+            )
+        )
+
+
+def _check_results(parsed: _Parsed, keys: Keyspace, task: TaskRecord, out: list[Finding]) -> None:
+    tid = task.task_id
+    current: ResultRecord | None = None
+    for result_kv in parsed.results.get(tid, []):
+        revision = int(result_kv.key.rsplit("/", 1)[1])
+        if revision > task.revision:
+            out.append(
+                Finding(
+                    Problem.RESULT_UNEXPECTED,
+                    tid,
+                    f"{tid} has a canonical result for revision {revision}, beyond its revision "
+                    f"{task.revision}",
+                    (result_kv.key,),
+                )
+            )
+        elif revision == task.revision:
+            current = _decode(parsed, ResultRecord, result_kv, tid)
+    committed = task.state in (TaskState.DONE, TaskState.REVIEW)
+    if committed and current is None:
+        out.append(
+            Finding(
+                Problem.RESULT_MISSING,
+                tid,
+                f"task {tid} is {task.state.name} but revision {task.revision} has no canonical "
+                "result",
+                (keys.task(tid), keys.result(tid, task.revision)),
+            )
+        )
+    elif committed and current is not None and current.commit_id != task.result_commit_id:
+        out.append(
+            Finding(
+                Problem.RESULT_MISMATCH,
+                tid,
+                f"task {tid} names commit {task.result_commit_id!r}, its canonical result is "
+                f"{current.commit_id!r}",
+                (keys.task(tid), keys.result(tid, task.revision)),
+            )
+        )
+    elif current is not None and task.state not in (
+        TaskState.DONE,
+        TaskState.REVIEW,
+        TaskState.CANCELLED,
+        TaskState.FAILED,
+    ):
+        out.append(
+            Finding(
+                Problem.RESULT_UNEXPECTED,
+                tid,
+                f"task {tid} is {task.state.name} yet revision {task.revision} already has a "
+                f"canonical result ({current.commit_id})",
+                (keys.result(tid, task.revision),),
+            )
+        )
+
+
+def _check_edges(
+    parsed: _Parsed, keys: Keyspace, task: TaskRecord, kv: KV, out: list[Finding]
+) -> None:
+    tid = task.task_id
+    deps_kv = parsed.deps.get(tid)
+    stored = edges_of(deps_kv.value) if deps_kv is not None else ()
+    if stored != task.depends_on:
+        out.append(
+            Finding(
+                Problem.EDGES_MISMATCH,
+                tid,
+                f"task {tid} lists depends_on {list(task.depends_on)} but its edge key holds "
+                f"{list(stored)}",
+                (kv.key, keys.deps(tid)),
+            )
+        )
+        return  # which edge list is true is not guessed: no reverse-edge repair either
+    for upstream in task.depends_on:
+        if upstream not in parsed.tasks:
+            out.append(
+                Finding(
+                    Problem.DEPENDENCY_DANGLING,
+                    tid,
+                    f"task {tid} depends on {upstream}, which does not exist",
+                    (kv.key, keys.task(upstream)),
+                )
+            )
+        reverse = keys.dependent(upstream, tid)
+        if tid not in parsed.dependents.get(upstream, {}):
+            out.append(
+                Finding(
+                    Problem.REVERSE_EDGE_MISSING,
+                    tid,
+                    f"edge {tid} -> {upstream} has no reverse edge: the releaser would not see "
+                    f"{upstream} finish",
+                    (kv.key, reverse),
+                    Repair(
+                        f"add reverse edge {reverse}",
+                        (Guard(kv.key, kv.mod_revision), Guard(reverse, 0)),
+                        (Write(reverse, b""),),
+                    ),
+                )
+            )
+    if task.state is TaskState.WAITING and all(
+        u in parsed.tasks and parsed.tasks[u][1].state is TaskState.DONE for u in task.depends_on
+    ):
+        out.append(
+            Finding(
+                Problem.RELEASE_OVERDUE,
+                tid,
+                f"task {tid} is WAITING but every upstream is DONE and no releaser moved it to "
+                "READY (is any replica running?)",
+                (kv.key,),
+                state_version=kv.mod_revision,
+            )
+        )
+
+
+def _check_identity(
+    parsed: _Parsed, keys: Keyspace, task: TaskRecord, kv: KV, out: list[Finding]
+) -> None:
+    tid = task.task_id
+    for key in _identity_keys(keys, task):
+        if key not in parsed.identity:
+            out.append(
+                Finding(
+                    Problem.IDENTITY_INDEX_MISSING,
+                    tid,
+                    f"task {tid} is missing from the lineage index {key}: ListTasks by lineage "
+                    "would not show it",
+                    (kv.key, key),
+                    Repair(
+                        f"add identity index key {key}",
+                        (Guard(kv.key, kv.mod_revision), Guard(key, 0)),
+                        (Write(key, b""),),
+                    ),
+                )
+            )
+
+
+def _identity_keys(keys: Keyspace, task: TaskRecord) -> list[str]:
+    found = [
+        keys.by_identity("root", task.root_task_id or task.task_id, task.task_id),
+        keys.by_identity(
+            "thread", index_value(task.thread_key or task.task_id.lower()), task.task_id
+        ),
+    ]
+    if task.parent_task_id:
+        found.append(keys.by_identity("parent", task.parent_task_id, task.task_id))
+    return found
+
+
+def _check_orphans(parsed: _Parsed, keys: Keyspace) -> list[Finding]:
+    """Keys that name a task or an edge that does not exist (derived ones are deleted)."""
+    out: list[Finding] = []
+    tasks = parsed.tasks
+    for tid, ready in parsed.ready.items():
+        if tid not in tasks:
+            for r in ready:
+                out.append(_orphan(Problem.READY_KEY_ORPHAN, tid, r, keys.task(tid), "ready key"))
+    for section, problem in (
+        ("claimed", Problem.CLAIMED_INDEX_ORPHAN),
+        ("waiting", Problem.WAITING_INDEX_ORPHAN),
+    ):
+        for tid, index_kv in getattr(parsed, section).items():
+            if tid not in tasks:
+                out.append(_orphan(problem, tid, index_kv, keys.task(tid), f"{section} key"))
+    for tid, claim_kv in parsed.claims.items():
+        if tid not in tasks:
+            out.append(
+                Finding(
+                    Problem.TASK_IN_TWO_PLACES,
+                    tid,
+                    f"a live claim key holds {tid}, which has no task record",
+                    (claim_kv.key,),
+                )
+            )
+    for section in ("attempts", "results", "events"):
+        for tid, kvs in getattr(parsed, section).items():
+            if tid not in tasks:
+                out.append(
+                    Finding(
+                        Problem.ORPHAN_RECORDS,
+                        tid,
+                        f"{len(kvs)} {section} record(s) of {tid}, which has no task record",
+                        tuple(k.key for k in kvs),
+                    )
+                )
+    for upstream, dependents in parsed.dependents.items():
+        for dependent, edge_kv in dependents.items():
+            guards: tuple[Guard, ...]
+            if dependent in tasks:
+                dep_kv, dep = tasks[dependent]
+                if upstream in dep.depends_on:
+                    continue
+                deps_key = keys.deps(dependent)
+                stored = parsed.deps.get(dependent)
+                if stored is not None and upstream in edges_of(stored.value):
+                    continue  # EDGES_MISMATCH already reported: not guessed
+                guards = (
+                    Guard(dep_kv.key, dep_kv.mod_revision),
+                    Guard(deps_key, stored.mod_revision if stored else 0),
+                    Guard(edge_kv.key, edge_kv.mod_revision),
+                )
+            else:
+                guards = (Guard(keys.task(dependent), 0), Guard(edge_kv.key, edge_kv.mod_revision))
+            out.append(
+                Finding(
+                    Problem.REVERSE_EDGE_ORPHAN,
+                    dependent,
+                    f"reverse edge {dependent} -> {upstream} has no forward edge",
+                    (edge_kv.key,),
+                    Repair(
+                        f"delete reverse edge {edge_kv.key}", guards, (Write(edge_kv.key, None),)
+                    ),
+                )
+            )
+    expected = {k for _, t in tasks.values() for k in _identity_keys(keys, t)}
+    for key, index_kv in parsed.identity.items():
+        if key not in expected:
+            tid = key.rsplit("/", 1)[1]
+            guard = tasks[tid][0] if tid in tasks else None
+            out.append(
+                Finding(
+                    Problem.IDENTITY_INDEX_ORPHAN,
+                    tid,
+                    f"lineage index key {key} does not match task {tid}",
+                    (key,),
+                    Repair(
+                        f"delete identity index key {key}",
+                        (
+                            Guard(keys.task(tid), guard.mod_revision if guard else 0),
+                            Guard(key, index_kv.mod_revision),
+                        ),
+                        (Write(key, None),),
+                    ),
+                )
+            )
+    return out
+
+
+def _orphan(problem: Problem, tid: str, kv: KV, task_key: str, what: str) -> Finding:
+    return Finding(
+        problem,
+        tid,
+        f"{what} {kv.key} names task {tid}, which does not exist",
+        (kv.key,),
+        Repair(
+            f"delete {what} {kv.key}",
+            (Guard(task_key, 0), Guard(kv.key, kv.mod_revision)),
+            (Write(kv.key, None),),
+        ),
+    )
+
+
+def _repair(fixable: bool, action: str, guards: list[Guard], writes: list[Write]) -> Repair | None:
+    return Repair(action, tuple(guards), tuple(writes)) if fixable else None

@@ -1,0 +1,408 @@
+"""Side effects from a job: one call runs prepare -> execute / skip / reconcile -> record.
+
+    from coordinator.sdk import HttpDownstream
+
+    outbox = HttpDownstream("http://127.0.0.1:8025")
+    outcome = job.effect("notify", "welcome-email", payload, outbox)
+    if outcome.status is EffectStatus.UNCERTAIN:
+        ...  # nobody knows whether it happened: stop, a retry reconciles or a human approves
+
+The effect id the coordinator returns is the idempotency key, for this attempt and every later
+one: an adapter sends it with the claim generation and never invents a new key to resend. A
+call whose answer is lost (a timeout, a dropped connection) is recorded UNKNOWN; a later
+attempt is told to RECONCILE it - look the key up downstream - and records COMMITTED or ABSENT
+from what it finds, without sending. Only ABSENT (confirmed not to have happened) lets the
+holder send again, with the same key.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import weakref
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote, urlsplit
+
+from coordinator.domain.digests import digest_of
+from coordinator.domain.effects import EffectAction, EffectState
+from coordinator.domain.states import FenceReason, Outcome
+from coordinator.errors import CoordinatorError
+from coordinator.sdk.types import LossSource, outcome_of
+from coordinator.v1 import types_pb2, worker_pb2
+
+if TYPE_CHECKING:
+    from coordinator.sdk.job import Job
+
+KEY_HEADER = "Idempotency-Key"
+GENERATION_HEADER = "X-Fencing-Generation"
+
+
+# --- the downstream adapter interface ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DownstreamResult:
+    """What the downstream produced: a reference to it (message id, URL) and its ETag."""
+
+    external_ref: str
+    etag: str = ""
+
+
+class DownstreamUncertain(CoordinatorError):
+    """The call may or may not have been performed (timeout, lost response, 5xx)."""
+
+
+class DownstreamRefused(CoordinatorError):
+    """The downstream answered that it did not perform the call (a definite 4xx)."""
+
+
+class LookupUnsupported(CoordinatorError):
+    """The downstream cannot tell whether a key was performed (no idempotent results)."""
+
+
+class Downstream(Protocol):
+    """A side-effect target. Implementations send exactly the key they are given."""
+
+    def execute(self, idempotency_key: str, generation: int, payload: bytes) -> DownstreamResult:
+        """Perform the call once for ``idempotency_key``; ``generation`` is the fencing token.
+
+        Raises DownstreamUncertain if the outcome is unknown, DownstreamRefused if the
+        downstream definitely did not perform it.
+        """
+        ...
+
+    def lookup(self, idempotency_key: str, generation: int) -> DownstreamResult | None:
+        """The result of the call of ``idempotency_key`` if performed, None if not.
+
+        ``generation`` lets a fencing downstream refuse later sends of older generations.
+        Raises LookupUnsupported if it cannot tell, DownstreamUncertain if it did not answer.
+        """
+        ...
+
+
+class HttpDownstream:
+    """The HTTP adapter for an outbox-style service (coordinator.outbox): ``POST /send`` with
+    ``Idempotency-Key`` and ``X-Fencing-Generation``, ``GET /lookup/<key>``."""
+
+    def __init__(self, base_url: str, *, timeout: float = 5.0) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"base_url must be http://host:port, got {base_url!r}")
+        self._host, self._port = parts.hostname, parts.port or 80
+        self.timeout = timeout
+
+    def execute(self, idempotency_key: str, generation: int, payload: bytes) -> DownstreamResult:
+        """``POST /send``; 2xx is a result, 4xx a refusal, anything else is uncertain."""
+        headers = {KEY_HEADER: idempotency_key, GENERATION_HEADER: str(generation)}
+        status, body, etag = self._request(
+            "POST", "/send", payload, headers, sent_is_uncertain=True
+        )
+        if 200 <= status < 300:
+            return DownstreamResult(str(body.get("message_id", "")), etag)
+        if 400 <= status < 500:
+            raise DownstreamRefused(f"downstream refused the call: {status} {body}")
+        raise DownstreamUncertain(f"downstream answered {status} {body}")
+
+    def lookup(self, idempotency_key: str, generation: int) -> DownstreamResult | None:
+        """``GET /lookup/<key>``: 200 performed, 404 not performed, 501 cannot tell."""
+        path = "/lookup/" + quote(idempotency_key, safe="")
+        headers = {GENERATION_HEADER: str(generation)}
+        status, body, etag = self._request("GET", path, None, headers, sent_is_uncertain=True)
+        if status == 200:
+            return DownstreamResult(str(body.get("message_id", "")), etag)
+        if status == 404:
+            return None
+        if status == 501:
+            raise LookupUnsupported(f"the downstream keeps no idempotent results: {body}")
+        raise DownstreamUncertain(f"lookup answered {status} {body}")
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        *,
+        sent_is_uncertain: bool,
+    ) -> tuple[int, dict[str, object], str]:
+        conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+        try:
+            try:
+                conn.connect()
+            except OSError as exc:  # never reached the downstream: nothing was performed
+                raise DownstreamRefused(f"cannot connect to the downstream: {exc}") from exc
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+            except (OSError, http.client.HTTPException) as exc:  # timeouts are OSErrors
+                raise DownstreamUncertain(f"the response was lost: {exc!r}") from exc
+            try:
+                parsed = json.loads(data) if data else {}
+            except ValueError:
+                parsed = {"raw": data[:200].decode(errors="replace")}
+            return response.status, parsed, (response.getheader("ETag") or "").strip('"')
+        finally:
+            conn.close()
+
+
+# --- what the coordinator stores -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EffectInfo:
+    """One effect as the coordinator recorded it."""
+
+    effect_id: str
+    task_id: str
+    task_revision: int
+    node_id: str
+    effect_slot: str
+    payload_digest: str
+    state: EffectState
+    prepared_generation: int
+    prepared_attempt_id: str
+    reconciler_generation: int
+    recorded_generation: int
+    external_ref: str
+    etag: str
+    detail: str
+
+    @classmethod
+    def from_proto(cls, msg: types_pb2.Effect) -> EffectInfo:
+        """Build from the wire message."""
+        return cls(
+            effect_id=msg.effect_id,
+            task_id=msg.task_id,
+            task_revision=msg.task_revision,
+            node_id=msg.node_id,
+            effect_slot=msg.effect_slot,
+            payload_digest=msg.payload_digest,
+            state=EffectState(msg.state),
+            prepared_generation=msg.prepared_generation,
+            prepared_attempt_id=msg.prepared_attempt_id,
+            reconciler_generation=msg.reconciler_generation,
+            recorded_generation=msg.recorded_generation,
+            external_ref=msg.external_ref,
+            etag=msg.etag,
+            detail=msg.detail,
+        )
+
+
+# --- the outcome ------------------------------------------------------------------------------
+
+
+class EffectStatus(StrEnum):
+    """How one ``job.effect`` call ended."""
+
+    # Sent now and confirmed; recorded COMMITTED.
+    EXECUTED = "executed"
+    # Already COMMITTED (by this or an earlier attempt): not sent.
+    SKIPPED = "skipped"
+    # An earlier attempt's call was found performed downstream: recorded COMMITTED, not sent.
+    RECONCILED = "reconciled"
+    # Nobody knows whether the call happened: recorded UNKNOWN. Never retry blindly.
+    UNCERTAIN = "uncertain"
+    # The downstream definitely did not perform it (refused): recorded ABSENT.
+    NOT_PERFORMED = "not_performed"
+    # The slot is bound to another payload whose call did not happen: nothing sent. Send the
+    # original payload, or use a new slot.
+    CONFLICT = "conflict"
+    # The job lost its fence (FENCED, CANCELLED, STALE_INPUT): nothing sent by this call.
+    FENCED = "fenced"
+
+
+@dataclass(frozen=True)
+class EffectOutcome:
+    """The result of ``job.effect``: what happened, under which key, and what it produced."""
+
+    status: EffectStatus
+    effect_id: str = ""
+    external_ref: str = ""
+    etag: str = ""
+    # The digest the slot is bound to (on a conflict: the original payload's, not ours).
+    payload_digest: str = ""
+    # The slot held another payload (PAYLOAD_CONFLICT); the original effect stands.
+    conflict: bool = False
+    # Whether this call sent anything downstream.
+    sent: bool = False
+    # Whether the coordinator accepted the record of what happened (False after losing the fence
+    # mid-way: the effect stays uncertain and the next attempt reconciles it).
+    recorded: bool = True
+    outcome: Outcome = Outcome.OK
+    reason: FenceReason = FenceReason.NONE
+    message: str = ""
+
+    @property
+    def done(self) -> bool:
+        """Whether the effect is known to have happened exactly once."""
+        return self.status in (EffectStatus.EXECUTED, EffectStatus.SKIPPED, EffectStatus.RECONCILED)
+
+
+# --- the protocol -----------------------------------------------------------------------------
+
+# Keys this process sent per job: the SDK never sends a key twice within one attempt, even if
+# the coordinator answers EXECUTE again (a retried prepare whose first answer was lost).
+_sent: weakref.WeakKeyDictionary[Job, set[str]] = weakref.WeakKeyDictionary()
+_sent_lock = threading.Lock()
+
+# A prepare after ABSENT says EXECUTE; more rounds than this mean something is wrong.
+_ROUNDS = 3
+
+
+@dataclass
+class _Slot:
+    """One ``job.effect`` call in progress."""
+
+    job: Job
+    node_id: str
+    effect_slot: str
+    downstream: Downstream
+    effect_id: str = ""
+    bound_digest: str = ""
+    conflict: bool = False
+    sent: bool = False
+
+    def outcome(self, status: EffectStatus, **fields: Any) -> EffectOutcome:
+        return EffectOutcome(
+            status,
+            effect_id=self.effect_id,
+            payload_digest=self.bound_digest,
+            conflict=self.conflict,
+            sent=self.sent,
+            **fields,
+        )
+
+
+def run_effect(
+    job: Job, node_id: str, effect_slot: str, payload: bytes, downstream: Downstream
+) -> EffectOutcome:
+    """Run the whole protocol for one slot (see the module doc); at most one send."""
+    slot = _Slot(job, node_id, effect_slot, downstream)
+    digest = digest_of(payload)
+    for _ in range(_ROUNDS):
+        prepared = _prepare(slot, digest)
+        outcome = outcome_of(prepared.outcome)
+        if outcome not in (Outcome.OK, Outcome.PAYLOAD_CONFLICT):
+            return _fenced(slot, outcome, FenceReason(prepared.reason), prepared.message)
+        slot.effect_id = prepared.effect_id
+        slot.bound_digest = prepared.effect.payload_digest
+        slot.conflict = outcome is Outcome.PAYLOAD_CONFLICT
+        action = EffectAction(prepared.action)
+        if action is EffectAction.SKIP:
+            effect = prepared.effect
+            return slot.outcome(
+                EffectStatus.SKIPPED,
+                external_ref=effect.external_ref,
+                etag=effect.etag,
+                message=prepared.message,
+            )
+        if action is EffectAction.NONE:  # conflict with an original confirmed ABSENT
+            return slot.outcome(EffectStatus.CONFLICT, message=prepared.message)
+        if action is EffectAction.RECONCILE or _was_sent(job, slot.effect_id):
+            found = _reconcile(slot)
+            if found is not None:
+                return found
+            if slot.conflict:  # the original never happened, and ours is not the slot's payload
+                return slot.outcome(EffectStatus.CONFLICT, message=prepared.message)
+            continue  # ABSENT: prepare again, which says EXECUTE with the same key
+        return _execute(slot, payload)
+    raise CoordinatorError(
+        f"effect {node_id}/{effect_slot}: still not executable after {_ROUNDS} prepares"
+    )
+
+
+def _execute(slot: _Slot, payload: bytes) -> EffectOutcome:
+    """Send once with the effect id as the key, then record what came of it."""
+    job, key = slot.job, slot.effect_id
+    with _sent_lock:
+        _sent.setdefault(job, set()).add(key)
+    slot.sent = True
+    try:
+        result = slot.downstream.execute(key, job.generation, payload)
+    except DownstreamUncertain as exc:
+        return _recorded(slot, EffectState.UNKNOWN, EffectStatus.UNCERTAIN, message=str(exc))
+    except DownstreamRefused as exc:
+        return _recorded(slot, EffectState.ABSENT, EffectStatus.NOT_PERFORMED, message=str(exc))
+    return _recorded(slot, EffectState.COMMITTED, EffectStatus.EXECUTED, result=result)
+
+
+def _reconcile(slot: _Slot) -> EffectOutcome | None:
+    """Ask the downstream about the key instead of sending; None when it was ABSENT."""
+    job, key = slot.job, slot.effect_id
+    try:
+        found = slot.downstream.lookup(key, job.generation)
+    except (LookupUnsupported, DownstreamUncertain) as exc:
+        return _recorded(slot, EffectState.UNKNOWN, EffectStatus.UNCERTAIN, message=str(exc))
+    if found is not None:
+        return _recorded(slot, EffectState.COMMITTED, EffectStatus.RECONCILED, result=found)
+    response = _record(slot, EffectState.ABSENT)
+    if outcome_of(response.outcome) is not Outcome.OK:
+        return _fenced(
+            slot, outcome_of(response.outcome), FenceReason(response.reason), response.message
+        )
+    return None
+
+
+def _recorded(
+    slot: _Slot,
+    state: EffectState,
+    status: EffectStatus,
+    *,
+    result: DownstreamResult | None = None,
+    message: str = "",
+) -> EffectOutcome:
+    """Record ``state`` and describe the call as ``status`` (``recorded`` False if fenced)."""
+    response = _record(slot, state, result)
+    outcome = outcome_of(response.outcome)
+    if outcome is not Outcome.OK:
+        slot.job._lose(outcome, FenceReason(response.reason), response.message, LossSource.EFFECT)
+    return slot.outcome(
+        status,
+        external_ref=result.external_ref if result else "",
+        etag=result.etag if result else "",
+        recorded=outcome is Outcome.OK,
+        outcome=outcome,
+        reason=FenceReason(response.reason),
+        message=message or response.message,
+    )
+
+
+def _fenced(slot: _Slot, outcome: Outcome, reason: FenceReason, message: str) -> EffectOutcome:
+    slot.job._lose(outcome, reason, message, LossSource.EFFECT)
+    return slot.outcome(
+        EffectStatus.FENCED, recorded=False, outcome=outcome, reason=reason, message=message
+    )
+
+
+def _prepare(slot: _Slot, digest: str) -> worker_pb2.PrepareEffectResponse:
+    job = slot.job
+    request = worker_pb2.PrepareEffectRequest(
+        fence=job.fence.to_proto(),
+        node_id=slot.node_id,
+        effect_slot=slot.effect_slot,
+        payload_digest=digest,
+    )
+    return job._rpc.call(job._rpc.worker.PrepareEffect, request)
+
+
+def _record(
+    slot: _Slot, state: EffectState, result: DownstreamResult | None = None
+) -> worker_pb2.RecordEffectResponse:
+    job = slot.job
+    request = worker_pb2.RecordEffectRequest(
+        fence=job.fence.to_proto(),
+        effect_id=slot.effect_id,
+        state=types_pb2.EffectState.ValueType(int(state)),
+        external_ref=result.external_ref if result else "",
+        etag=result.etag if result else "",
+    )
+    return job._rpc.call(job._rpc.worker.RecordEffect, request)
+
+
+def _was_sent(job: Job, key: str) -> bool:
+    with _sent_lock:
+        return key in _sent.get(job, ())

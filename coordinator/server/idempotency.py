@@ -1,0 +1,164 @@
+"""Idempotency keys for every mutating RPC, as one server interceptor.
+
+A caller sends ``idempotency-key: <key>`` in the metadata of any mutating call. The interceptor
+digests the method and the request (deterministic protobuf bytes), reserves
+``{p}/idem/{principal}/{key}`` and runs the handler; a retry of the same request gets the stored
+response bytes without running the handler again; the key reused for another request is
+ALREADY_EXISTS; a duplicate that arrives while the first still runs waits briefly, then gets
+ABORTED. Business outcomes (FENCED, ALREADY_CLAIMED, ...) are responses and are stored like any
+response; errors are not stored: the key is freed so a corrected retry can run.
+
+Which methods mutate is decided here, once: every unary method of the coordinator's services
+is mutating unless ``READ_ONLY`` lists it, so an RPC added later gets keys without an edit.
+Calls without the metadata key pass straight through. The interceptor must run after the auth
+interceptor (it keys by the authenticated principal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import grpc
+import structlog
+
+from coordinator.domain.idempotency import (
+    IDEMPOTENCY_METADATA_KEY,
+    idempotency_key,
+    request_digest,
+)
+from coordinator.errors import CoordinatorError
+from coordinator.server.identity import principal_of
+from coordinator.server.status import status_code_of
+from coordinator.store.idempotency import IdempotencyStore, RequestInFlight, Reservation
+
+log = structlog.get_logger(__name__)
+
+SERVICES = (
+    "/coordinator.v1.WorkerService/",
+    "/coordinator.v1.TaskService/",
+    "/coordinator.v1.AdminService/",
+)
+"""Method-path prefixes whose unary methods take idempotency keys."""
+
+READ_ONLY = frozenset(
+    {
+        "/coordinator.v1.TaskService/GetTask",
+        "/coordinator.v1.TaskService/ListTasks",
+        "/coordinator.v1.TaskService/WatchEvents",
+        "/coordinator.v1.AdminService/GetEpoch",
+        "/coordinator.v1.AdminService/DrainStatus",
+        "/coordinator.v1.AdminService/GetStats",
+        "/coordinator.v1.WorkerService/GetEffect",
+    }
+)
+"""The methods that change nothing: a key sent with them is ignored."""
+
+
+def is_mutating(method: str) -> bool:
+    """Whether ``method`` (a full gRPC path) takes idempotency keys."""
+    return method.startswith(SERVICES) and method not in READ_ONLY
+
+
+class IdempotencyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Replays stored responses of keyed mutating calls (see the module docstring)."""
+
+    def __init__(self, store: IdempotencyStore) -> None:
+        self._store = store
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """Wrap unary mutating handlers of calls that carry a key; others pass through."""
+        handler = continuation(details)
+        method = details.method
+        if handler is None or handler.unary_unary is None or not is_mutating(method):
+            return handler
+        raw_key = _metadata_value(details.invocation_metadata, IDEMPOTENCY_METADATA_KEY)
+        if raw_key is None:
+            return handler
+        return grpc.unary_unary_rpc_method_handler(
+            self._keyed(method, raw_key, handler),
+            request_deserializer=handler.request_deserializer,
+            # The behaviour below returns serialized bytes: a replay has no message object.
+            response_serializer=_as_bytes,
+        )
+
+    def _keyed(
+        self, method: str, raw_key: str, handler: grpc.RpcMethodHandler[Any, Any]
+    ) -> Callable[[Any, grpc.ServicerContext], bytes]:
+        store = self._store
+        run = handler.unary_unary
+        assert run is not None  # intercept_service wraps unary-unary handlers only
+        serialize = handler.response_serializer or (lambda m: m.SerializeToString())
+
+        def behavior(request: Any, context: grpc.ServicerContext) -> bytes:
+            try:
+                key = idempotency_key(raw_key)
+                principal = principal_of(context)
+                digest = request_digest(method, request.SerializeToString(deterministic=True))
+                reserved = store.reserve(principal, key, method=method, digest=digest)
+            except RequestInFlight as exc:
+                _abort(context, method, grpc.StatusCode.ABORTED, str(exc))
+            except CoordinatorError as exc:
+                _abort(context, method, status_code_of(exc), str(exc))
+            if isinstance(reserved, bytes):
+                log.info("idempotent replay", rpc=method, key=key, principal=principal)
+                return reserved
+            return self._run(reserved, run, serialize, request, context)
+
+        return behavior
+
+    def _run(
+        self,
+        reserved: Reservation,
+        run: Callable[[Any, grpc.ServicerContext], Any],
+        serialize: Callable[[Any], bytes],
+        request: Any,
+        context: grpc.ServicerContext,
+    ) -> bytes:
+        try:
+            response = serialize(run(request, context))
+        except BaseException:
+            # An error (context.abort raises) is not a response: free the key for a retry.
+            self._forget(reserved)
+            raise
+        try:
+            if not self._store.complete(reserved, response):
+                log.warning(
+                    "idempotency reservation lost before its response was stored", key=reserved.key
+                )
+        except CoordinatorError as exc:
+            # The call itself succeeded; failing it now would invite a second execution.
+            log.warning("idempotent response not stored", key=reserved.key, error=str(exc))
+        return response
+
+    def _forget(self, reserved: Reservation) -> None:
+        try:
+            self._store.abandon(reserved)
+        except CoordinatorError as exc:  # the short pending lease frees it anyway
+            log.warning("idempotency reservation not freed", key=reserved.key, error=str(exc))
+
+
+def _as_bytes(data: bytes) -> bytes:
+    return data
+
+
+def _metadata_value(metadata: Any, name: str) -> str | None:
+    for key, value in metadata or ():
+        if key == name:
+            return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    return None
+
+
+def _abort(
+    context: grpc.ServicerContext, method: str, code: grpc.StatusCode, message: str
+) -> NoReturn:
+    # A reused or in-flight key is the caller's business (info); a store failure is ours.
+    ours = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL)
+    level = log.warning if ours else log.info
+    level("keyed rpc refused", rpc=method, code=code.name, error=message)
+    context.abort(code, message)
+    raise AssertionError("context.abort returned")  # grpc's abort always raises

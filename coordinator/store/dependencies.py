@@ -1,0 +1,213 @@
+"""Dependency edges: reading upstreams, the atomic cycle check, and SetDependencies.
+
+A task's edges live in two places written by the same txns: its record's ``depends_on`` (what
+readers see) and ``{p}/deps/{task}`` (a small key rewritten only when the edges change), plus one
+reverse edge ``{p}/dependents/{upstream}/{task}`` per edge for the releaser. The cycle check reads
+the ``deps`` keys reachable from the new edges and the txn that writes the edges compares every
+one of them (or, past a budget, the whole ``deps`` range), so a concurrent edge change anywhere
+in the part it read aborts the write, which then re-reads and re-checks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from etcd3 import etcdrpc, utils
+
+from coordinator.domain.graph import (
+    check_upstreams,
+    find_cycle,
+    format_cycle,
+    satisfied_by,
+    unmet,
+)
+from coordinator.domain.records import TaskRecord
+from coordinator.domain.states import Op, TaskState
+from coordinator.errors import FailedPrecondition, NotFound
+from coordinator.store.context import StoreContext, task_from_kv
+from coordinator.store.etcd import Compare, RequestOp, delete, get, mod_revision_is, put
+from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.transition import transition, transition_ops
+
+# Reads per txn (etcd refuses more than 128 operations in one).
+_BATCH = 100
+# Past this many nodes the cycle check compares the whole deps range instead of each key.
+_PER_NODE_COMPARES = 60
+# The cycle check refuses to walk a graph larger than this.
+MAX_GRAPH_NODES = 10_000
+_CAS_TRIES = 8
+
+
+@dataclass
+class Subgraph:
+    """The edges reachable from some tasks, as read, with what the write must compare."""
+
+    edges: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # mod_revision of each node's deps key when read (0: it had none).
+    versions: dict[str, int] = field(default_factory=dict)
+    first_read: int = 0
+
+
+def edges_value(depends_on: Sequence[str]) -> bytes:
+    """The stored form of a task's outgoing edges."""
+    return json.dumps(list(depends_on), separators=(",", ":")).encode()
+
+
+def edges_of(value: bytes) -> tuple[str, ...]:
+    """Outgoing edges from their stored form."""
+    return tuple(json.loads(value))
+
+
+def edges_detail(depends_on: Sequence[str]) -> str:
+    """The event detail of an edge change."""
+    return "depends_on: " + (", ".join(depends_on) if depends_on else "(none)")
+
+
+class DependencyStore:
+    """Upstream reads, the cycle check, and SetDependencies."""
+
+    def __init__(self, ctx: StoreContext, ready: ReadyIndex) -> None:
+        self._ctx = ctx
+        self._ready = ready
+
+    def upstreams(self, depends_on: Sequence[str]) -> list[TaskRecord]:
+        """The records of ``depends_on`` in order; NotFound naming every unknown id."""
+        found: dict[str, TaskRecord] = {}
+        for start in range(0, len(depends_on), _BATCH):
+            batch = depends_on[start : start + _BATCH]
+            snap = self._ctx.kv.read(*(get(self._ctx.keys.task(t)) for t in batch))
+            for index, task_id in enumerate(batch):
+                kv = snap.range_one(index)
+                if kv is not None:
+                    found[task_id] = task_from_kv(kv)
+        missing = [t for t in depends_on if t not in found]
+        if missing:
+            raise NotFound(f"depends_on names tasks that do not exist: {', '.join(missing)}")
+        return [found[t] for t in depends_on]
+
+    def reachable(self, task_id: str, depends_on: Sequence[str]) -> Subgraph:
+        """Every edge reachable from ``depends_on`` (stopping early at ``task_id``: a cycle)."""
+        graph = Subgraph()
+        frontier = list(dict.fromkeys(depends_on))
+        while frontier:
+            if len(graph.edges) + len(frontier) > MAX_GRAPH_NODES:
+                raise FailedPrecondition(
+                    f"the dependency graph reachable from {', '.join(depends_on)} has more than "
+                    f"{MAX_GRAPH_NODES} tasks; the cycle check refuses to walk it"
+                )
+            batch, frontier = frontier[:_BATCH], frontier[_BATCH:]
+            snap = self._ctx.kv.read(*(get(self._ctx.keys.deps(t)) for t in batch))
+            graph.first_read = graph.first_read or snap.revision
+            for index, node in enumerate(batch):
+                kv = snap.range_one(index)
+                graph.edges[node] = edges_of(kv.value) if kv is not None else ()
+                graph.versions[node] = kv.mod_revision if kv is not None else 0
+                for nxt in graph.edges[node]:
+                    if nxt == task_id:
+                        return graph  # the cycle is already visible
+                    if nxt not in graph.edges and nxt not in frontier and nxt not in batch:
+                        frontier.append(nxt)
+        return graph
+
+    def check_acyclic(self, task_id: str, depends_on: Sequence[str]) -> list[Compare]:
+        """Refuse edges that would close a cycle (naming it); else the compares that keep the
+        answer true until the write lands."""
+        graph = self.reachable(task_id, depends_on)
+        cycle = find_cycle(task_id, depends_on, graph.edges)
+        if cycle is not None:
+            raise FailedPrecondition(f"dependency cycle refused: {format_cycle(cycle)}")
+        keys = self._ctx.keys
+        if len(graph.versions) <= _PER_NODE_COMPARES:
+            return [mod_revision_is(keys.deps(n), v) for n, v in graph.versions.items()]
+        return [_range_unchanged_since(keys.deps_prefix, graph.first_read)]
+
+    def edge_ops(self, task_id: str, old: Sequence[str], new: Sequence[str]) -> list[RequestOp]:
+        """Write the task's deps key and its reverse edges (old -> new)."""
+        keys = self._ctx.keys
+        ops: list[RequestOp] = []
+        if tuple(old) == tuple(new):
+            return ops
+        ops.append(put(keys.deps(task_id), edges_value(new)) if new else delete(keys.deps(task_id)))
+        ops += [delete(keys.dependent(u, task_id)) for u in old if u not in new]
+        ops += [put(keys.dependent(u, task_id), b"") for u in new if u not in old]
+        return ops
+
+    def set_dependencies(
+        self,
+        task_id: str,
+        depends_on: Sequence[str],
+        *,
+        expected_state_version: int,
+        by: str,
+    ) -> TaskRecord:
+        """Replace the task's upstreams. READY or WAITING only; the state follows the new edges
+        (WAITING while any upstream is not DONE, else READY)."""
+        ctx = self._ctx
+        for _ in range(_CAS_TRIES):
+            task = self._get(task_id)
+            if expected_state_version and expected_state_version != task.state_version:
+                raise FailedPrecondition(
+                    f"task {task_id!r} is at state_version {task.state_version}, expected "
+                    f"{expected_state_version}"
+                )
+            if task.state not in (TaskState.READY, TaskState.WAITING):
+                raise FailedPrecondition(
+                    f"task {task_id!r} is {task.state.name}; its dependencies can change only "
+                    "while it is READY or WAITING (nobody executes it yet)"
+                )
+            upstreams = self.upstreams(depends_on)
+            check_upstreams(upstreams)
+            guards = self.check_acyclic(task_id, depends_on)
+            if tuple(depends_on) == task.depends_on:
+                return task
+            waiting_on = unmet(upstreams)
+            if task.state is TaskState.READY:
+                op = Op.BLOCK if waiting_on else Op.SET_DEPENDENCIES
+            else:
+                op = Op.SET_DEPENDENCIES if waiting_on else Op.UNBLOCK
+            after = transition(
+                task,
+                op,
+                ctx.clock.now(),
+                depends_on=tuple(depends_on),
+                satisfied_by=() if waiting_on else satisfied_by(upstreams),
+            )
+            compares, ops = transition_ops(
+                ctx, task, after, op, by=by, detail=edges_detail(depends_on)
+            )
+            compares += guards
+            compares += [
+                mod_revision_is(ctx.keys.task(u.task_id), u.state_version) for u in upstreams
+            ]
+            ops += self.edge_ops(task_id, task.depends_on, depends_on)
+            if ctx.kv.txn(compares, ops).succeeded:
+                if after.state is TaskState.READY:
+                    self._ready.add(
+                        ctx.keys.ready(after.queue, after.priority, after.ready_seq, task_id)
+                    )
+                return self._get(task_id)
+        raise FailedPrecondition(
+            f"the dependency graph around task {task_id!r} kept changing; set its dependencies "
+            "again"
+        )
+
+    def _get(self, task_id: str) -> TaskRecord:
+        kv = self._ctx.kv.get(self._ctx.keys.task(task_id))
+        if kv is None:
+            raise NotFound(f"task {task_id!r} does not exist")
+        return task_from_kv(kv)
+
+
+def _range_unchanged_since(prefix: str, revision: int) -> Compare:
+    """No key under ``prefix`` was written after ``revision`` (etcd compares every key in the
+    range; an empty range passes). Deletions are not seen, but removing an edge never closes a
+    cycle."""
+    return etcdrpc.Compare(
+        key=prefix.encode(),
+        range_end=utils.prefix_range_end(prefix.encode()),
+        result=etcdrpc.Compare.LESS,
+        target=etcdrpc.Compare.MOD,
+        mod_revision=revision + 1,
+    )

@@ -1,0 +1,110 @@
+"""The benchmark's pure helpers: percentiles, paired ratios, targets, profile folding."""
+
+from __future__ import annotations
+
+from bench.harness import RunResult
+from bench.procs import CpuSnapshot, cpu_seconds, rss_mib
+from bench.profile import summarize_folded
+from bench.report import targets
+from bench.stats import percentile, ratio, spread_ms
+from bench.throughput import paired_ratio, summarize
+
+
+def _run(scenario: str, level: int, rnd: int, cycles: int, elapsed: float = 1.0) -> RunResult:
+    return RunResult(
+        scenario=scenario,
+        level=level,
+        round=rnd,
+        cycles=cycles,
+        elapsed=elapsed,
+        cpu=CpuSnapshot(0.5, 0.25, 1.0),
+        claim=[0.001] * cycles,
+        commit=[0.002] * cycles,
+    )
+
+
+def test_percentile_interpolates_between_ranks() -> None:
+    values = [4.0, 1.0, 3.0, 2.0, 5.0]
+    assert percentile(values, 50) == 3.0
+    assert percentile(values, 0) == 1.0
+    assert percentile(values, 100) == 5.0
+    assert percentile(values, 95) == 4.8
+    assert percentile([7.0], 99) == 7.0
+    assert percentile([], 50) is None
+
+
+def test_spread_and_ratio_handle_empty_and_zero() -> None:
+    assert spread_ms([0.001, 0.003]) == {"p50": 2.0, "p95": 2.9, "p99": 2.98}
+    assert spread_ms([]) == {"p50": None, "p95": None, "p99": None}
+    assert ratio(1.0, 0.0) is None
+    assert ratio(None, 2.0) is None
+    assert ratio(3.0, 2.0) == 1.5
+
+
+def test_ratios_pair_runs_of_the_same_round() -> None:
+    results = [
+        _run("a", 32, 0, 100),
+        _run("b", 32, 0, 400),  # round 0: 0.25
+        _run("a", 32, 1, 300),
+        _run("b", 32, 1, 300),  # round 1: 1.0
+        _run("a", 32, 2, 100),
+        _run("b", 32, 2, 200),  # round 2: 0.5
+        _run("a", 8, 0, 999),
+        _run("c", 32, 0, 100),  # another pair: ignored
+    ]
+    assert paired_ratio(results, "a", "b", 32) == 0.5
+    assert paired_ratio(results, "a", "d", 32) is None
+    assert paired_ratio(results, "a", "b", 8) is None
+
+
+def test_summary_medians_rates_and_divides_cpu_by_cycles() -> None:
+    rows = summarize([_run("a", 1, 0, 100), _run("a", 1, 1, 300), _run("a", 1, 2, 200)])
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["cycles_per_s"] == 200.0
+    assert row["cycles"] == 600
+    # 3 runs x (0.5 s client, 0.25 s coordinator, 1.0 s etcd) over 600 cycles.
+    assert row["cpu_ms_per_cycle"] == {"client": 2.5, "coordinator": 1.25, "etcd": 5.0}
+    assert row["claim_ms"]["p50"] == 1.0
+
+
+def test_targets_say_met_unmet_or_unknown() -> None:
+    doc = {
+        "ratio_a_b_32": 1.2,
+        "ratio_a_c_32": 0.5,
+        "ratio_a_d_32": None,
+        "reclaim_p95_s_over_ttl": 0.6,
+        "claimnext_100k_over_1k": 1.3,
+        "coordinator_rss_mib_10k_claims": 199.9,
+    }
+    met = {row["key"]: row["met"] for row in targets(doc)}
+    assert met == {
+        "ratio_a_b_32": True,
+        "ratio_a_c_32": False,
+        "ratio_a_d_32": None,
+        "reclaim_p95_s_over_ttl": True,
+        "claimnext_100k_over_1k": False,
+        "coordinator_rss_mib_10k_claims": True,
+    }
+
+
+def test_folded_stacks_rank_inclusive_and_self() -> None:
+    folded = "\n".join(
+        [
+            "main (app.py:1);handle (srv.py:10);decode (rec.py:5) 6",
+            "main (app.py:1);handle (srv.py:12);txn (etcd.py:3) 3",
+            "main (app.py:1) 1",
+        ]
+    )
+    text = summarize_folded("x", folded)
+    assert "## x: 10 samples" in text
+    assert "| 100.0 | `app.py:main` |" in text
+    assert "| 90.0 | `srv.py:handle` |" in text  # lines 10 and 12 merge into one function
+    assert "| 60.0 | `rec.py:decode` |" in text
+
+
+def test_proc_readings_of_this_process() -> None:
+    import os
+
+    assert cpu_seconds(os.getpid()) > 0
+    assert 1 < rss_mib(os.getpid()) < 100_000

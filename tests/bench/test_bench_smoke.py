@@ -1,0 +1,88 @@
+"""A smoke run of ``python -m bench`` so the benchmark never rots.
+
+It runs the whole benchmark at tiny sizes (own etcd, own coordinator, every phase) and checks
+the JSON it writes: the keys the issue requires and sane types. No timing is asserted: these
+figures come from a loaded CI machine and mean nothing; only that every part ran.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.report import HEADLINE
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    """The JSON and the stdout of one smoke run."""
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--json", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, f"bench failed:\n{proc.stderr[-4000:]}"
+    return json.loads(out.read_text()), proc.stdout
+
+
+@pytest.mark.slow
+def test_every_headline_key_is_a_number_or_null_with_a_reason(
+    smoke: tuple[dict[str, Any], str],
+) -> None:
+    doc, _ = smoke
+    for key in HEADLINE:
+        assert key in doc, key
+        value = doc[key]
+        if value is None:
+            assert doc["reasons"].get(key), f"{key} is null without a reason"
+        else:
+            assert isinstance(value, float), (key, value)
+    # Only tooz may be missing (an optional package); everything else must have run.
+    for key in HEADLINE:
+        if key != "ratio_a_d_32":
+            assert doc[key] is not None, (key, doc["reasons"].get(key))
+    if doc["ratio_a_d_32"] is None:
+        assert "d" in doc["skipped"]
+
+
+@pytest.mark.slow
+def test_every_scenario_ran_every_level_without_errors(smoke: tuple[dict[str, Any], str]) -> None:
+    doc, _ = smoke
+    scenarios = {"a", "b", "c", "d"} - set(doc["skipped"])
+    expected = {(s, n) for s in scenarios for n in doc["config"]["levels"]}
+    rows = {(row["scenario"], row["workers"]): row for row in doc["throughput"]}
+    assert set(rows) == expected
+    for row in rows.values():
+        assert row["cycles"] > 0, row
+        assert row["errors"] == 0, row
+        assert isinstance(row["cycles_per_s"], float)
+        for process in ("client", "coordinator", "etcd"):
+            assert isinstance(row["cpu_ms_per_cycle"][process], float)
+        for spread in (row["claim_ms"], row["commit_ms"]):
+            assert set(spread) == {"p50", "p95", "p99"}
+            assert all(isinstance(v, float) for v in spread.values())
+
+
+@pytest.mark.slow
+def test_the_other_phases_report_their_figures(smoke: tuple[dict[str, Any], str]) -> None:
+    doc, stdout = smoke
+    config = doc["config"]
+    assert doc["reclaim"]["samples"] + len(doc["reclaim"]["discarded"]) == config["reclaim_samples"]
+    assert doc["reclaim"]["samples"] >= 1
+    assert doc["scale"]["sizes"] == config["scale_sizes"]
+    assert doc["held"]["claims_held"] == config["held_claims"]
+    assert [row["key"] for row in doc["targets"]] == list(HEADLINE)
+    assert doc["skipped_phases"] == {}
+    assert "| scenario | workers | cycles/s |" in stdout
+    assert "| target (issue item 4) |" in stdout

@@ -1,0 +1,1 @@
+"""Side-effect slots: domain, store, RPCs, SDK, the outbox downstream, coverage."""

@@ -1,0 +1,262 @@
+"""Dependencies: WAITING is "not ready", never "failed"; only DONE of the current round releases;
+cycles are refused atomically; the releaser is fast and safe on every replica."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from coordinator.domain.states import Op, Outcome, TaskState
+from coordinator.errors import FailedPrecondition, NotFound
+from coordinator.store import Store
+from tests.helpers import eventually
+from tests.lifecycle.conftest import StoreFactory
+from tests.lifecycle.support import claim, create, events, finish, snapshot
+
+
+def _state(store: Store, task_id: str) -> TaskState:
+    return store.tasks.get(task_id).state
+
+
+def test_dependents_never_start_before_their_precondition(store: Store, etcd_client: Any) -> None:
+    create(store, "dev", review=True)
+    waiting = create(store, "qa", depends_on=("dev",), queue="qa")
+    assert waiting.state is TaskState.WAITING
+    assert etcd_client.get(store.ctx.keys.waiting("qa"))[1] is not None
+    assert list(etcd_client.get_prefix(store.ctx.keys.ready_prefix("qa"))) == []
+    refused = store.claims.claim("qa", principal="w2", epoch=1, ttl=30).verdict.outcome
+    assert refused is Outcome.NOT_CLAIMABLE
+    assert store.claims.claim_next("qa", principal="w2", epoch=1, ttl=30).verdict.outcome is (
+        Outcome.NO_READY_TASK
+    )
+    finish(store, "dev", "w1")  # a report: REVIEW, not DONE
+    assert store.releaser.scan() == 0
+    assert _state(store, "qa") is TaskState.WAITING
+    store.review.accept("dev", revision=1, reviewer="pm")
+    eventually(lambda: _state(store, "qa") is TaskState.READY, timeout=5)
+    assert store.claims.claim("qa", principal="w2", epoch=1, ttl=30).verdict.outcome is (
+        Outcome.CLAIMED
+    )
+    # Waiting was never a failure: no attempt ran while it waited.
+    assert [e.op for e in events(store, etcd_client, "qa")] == [
+        Op.CREATE_WAITING,
+        Op.UNBLOCK,
+        Op.CLAIM,
+    ]
+
+
+def test_a_dependent_is_ready_within_a_second_of_its_last_upstream_becoming_done(
+    store: Store,
+) -> None:
+    latencies = []
+    for n in range(10):
+        create(store, f"a{n}")
+        create(store, f"b{n}")
+        create(store, f"c{n}", depends_on=(f"a{n}", f"b{n}"))
+        finish(store, f"a{n}")
+        assert store.releaser.release(f"c{n}") is False  # b is not DONE yet
+        assert _state(store, f"c{n}") is TaskState.WAITING
+        finish(store, f"b{n}")
+        done = time.monotonic()
+        eventually(lambda n=n: _state(store, f"c{n}") is TaskState.READY, 2, 0.005)
+        latencies.append(time.monotonic() - done)
+    print(
+        f"release latency: median {statistics.median(latencies) * 1000:.1f} ms, "
+        f"max {max(latencies) * 1000:.1f} ms over {len(latencies)}"
+    )
+    assert max(latencies) < 1.0
+
+
+def test_a_dependent_is_released_only_by_the_current_round_of_its_upstream(
+    store: Store, etcd_client: Any
+) -> None:
+    create(store, "dev", review=True)
+    create(store, "qa", depends_on=("dev",))
+    finish(store, "dev", "w1")
+    store.review.reject("dev", revision=1, reviewer="pm", reason="CSV export breaks on UTF-8")
+    finish(store, "dev", "w1")  # round 2 reported, not accepted
+    assert store.releaser.scan() == 0
+    assert _state(store, "qa") is TaskState.WAITING
+    store.review.accept("dev", revision=2, reviewer="pm")
+    eventually(lambda: _state(store, "qa") is TaskState.READY, timeout=5)
+    qa = store.tasks.get("qa")
+    assert qa.satisfied_by == ("dev@2",)
+    assert events(store, etcd_client, "qa")[-1].detail == "released by dev@2"
+
+
+def test_a_release_computed_from_an_old_round_is_aborted(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create(store, "dev", review=True)
+    create(store, "qa", depends_on=("dev",))
+    finish(store, "dev")
+    # What a slow releaser saw: round 1 as if it were DONE. The round moved on since.
+    stale = replace(store.tasks.get("dev"), state=TaskState.DONE)
+    store.review.reject("dev", revision=1, reviewer="pm", reason="redo")
+    monkeypatch.setattr(store.releaser._deps, "upstreams", lambda ids: [stale])
+    assert store.releaser.release("qa") is False
+    assert _state(store, "qa") is TaskState.WAITING
+
+
+def test_a_cycle_is_refused_with_an_error_naming_it(store: Store, etcd_client: Any) -> None:
+    create(store, "a")
+    create(store, "b", depends_on=("a",))
+    create(store, "c", depends_on=("b",))
+    before = snapshot(store, etcd_client)
+    with pytest.raises(FailedPrecondition) as refused:
+        store.dependencies.set_dependencies("a", ("c",), expected_state_version=0, by="pm")
+    assert str(refused.value) == "dependency cycle refused: a -> c -> b -> a"
+    assert snapshot(store, etcd_client) == before
+
+
+def _race(one: Store, two: Store, first: tuple[str, str], second: tuple[str, str]) -> list[str]:
+    """Two replicas add one edge each at the same moment; what each one answered."""
+    barrier = threading.Barrier(2)
+    outcomes = ["", ""]
+
+    def link(index: int, store: Store, task: str, upstream: str) -> None:
+        barrier.wait()
+        try:
+            store.dependencies.set_dependencies(
+                task, (upstream,), expected_state_version=0, by="pm"
+            )
+            outcomes[index] = "linked"
+        except FailedPrecondition as exc:
+            outcomes[index] = str(exc)
+
+    threads = [
+        threading.Thread(target=link, args=(0, one, *first)),
+        threading.Thread(target=link, args=(1, two, *second)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+@pytest.mark.parametrize("budget", [60, 0], ids=["compare-each-node", "compare-the-edge-range"])
+def test_concurrent_edge_changes_never_close_a_cycle(
+    budget: int, make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Past its budget of per-node compares the check compares the whole edge range instead.
+    monkeypatch.setattr("coordinator.store.dependencies._PER_NODE_COMPARES", budget)
+    one, two = make_store(), make_store()  # two replicas
+    for task in ("x", "z"):
+        create(one, task)
+    create(one, "q", depends_on=("z",))
+    create(one, "p", depends_on=("x",))
+    # x -> q and z -> p are each harmless alone; together they close x -> q -> z -> p -> x.
+    # Neither writer touches the other's upstream record: only the compares on the edges the
+    # cycle check read can tell them apart.
+    for _ in range(15):
+        outcomes = _race(one, two, ("x", "q"), ("z", "p"))
+        assert sorted(outcomes)[1] == "linked", outcomes
+        assert sorted(outcomes)[0] in (
+            "dependency cycle refused: x -> q -> z -> p -> x",
+            "dependency cycle refused: z -> p -> x -> q -> z",
+        ), outcomes
+        assert sorted(one.tasks.get(t).depends_on for t in ("x", "z")) in (
+            [(), ("p",)],
+            [(), ("q",)],
+        )
+        for task in ("x", "z"):
+            one.dependencies.set_dependencies(task, (), expected_state_version=0, by="pm")
+
+
+def test_unknown_dependency_ids_are_refused_not_found(store: Store, etcd_client: Any) -> None:
+    create(store, "a")
+    before = snapshot(store, etcd_client)
+    with pytest.raises(NotFound, match="do not exist: ghost, phantom"):
+        create(store, "b", depends_on=("a", "ghost", "phantom"))
+    with pytest.raises(NotFound, match="do not exist: ghost"):
+        store.dependencies.set_dependencies("a", ("ghost",), expected_state_version=0, by="pm")
+    assert snapshot(store, etcd_client) == before
+
+
+def test_an_upstream_that_can_never_be_done_is_refused(store: Store) -> None:
+    create(store, "a")
+    store.tasks.cancel("a", by="pm", reason="dropped")
+    with pytest.raises(FailedPrecondition, match=r"never be DONE: a \(CANCELLED\)"):
+        create(store, "b", depends_on=("a",))
+
+
+def test_releasing_is_safe_on_every_replica_at_once(
+    make_store: StoreFactory, etcd_client: Any
+) -> None:
+    replicas = [make_store() for _ in range(3)]
+    store = replicas[0]
+    create(store, "up")
+    for n in range(20):
+        create(store, f"d{n}", depends_on=("up",))
+    finish(store, "up")
+    for n in range(20):
+        eventually(lambda n=n: _state(store, f"d{n}") is TaskState.READY, timeout=5)
+    for replica in replicas:  # and every replica's scan finds nothing left to do
+        assert replica.releaser.scan() == 0
+    for n in range(20):
+        ops = [e.op for e in events(store, etcd_client, f"d{n}")]
+        assert ops == [Op.CREATE_WAITING, Op.UNBLOCK]
+
+
+def test_the_periodic_scan_releases_what_no_watch_saw(store: Store) -> None:
+    store.releaser.close()  # no watch: as if every replica was down when "up" finished
+    create(store, "up")
+    create(store, "down", depends_on=("up",))
+    finish(store, "up")
+    assert _state(store, "down") is TaskState.WAITING
+    assert store.releaser.scan() == 1
+    assert _state(store, "down") is TaskState.READY
+
+
+def test_set_dependencies_moves_a_task_between_ready_and_waiting(
+    store: Store, etcd_client: Any
+) -> None:
+    create(store, "up")
+    task = create(store, "t")
+    blocked = store.dependencies.set_dependencies(
+        "t", ("up",), expected_state_version=task.state_version, by="pm"
+    )
+    assert blocked.state is TaskState.WAITING
+    assert store.ready.size("default") == 1  # only "up" is ready now
+    with pytest.raises(FailedPrecondition, match="expected"):
+        store.dependencies.set_dependencies(
+            "t", (), expected_state_version=task.state_version, by="pm"
+        )
+    freed = store.dependencies.set_dependencies("t", (), expected_state_version=0, by="pm")
+    assert (freed.state, freed.depends_on) == (TaskState.READY, ())
+    assert [e.op for e in events(store, etcd_client, "t")] == [Op.CREATE, Op.BLOCK, Op.UNBLOCK]
+    assert list(etcd_client.get_prefix(store.ctx.keys.dependents_prefix("up"))) == []
+
+
+def test_executor_cannot_change_the_graph_of_the_task_it_holds(
+    store: Store, etcd_client: Any
+) -> None:
+    create(store, "up")
+    create(store, "t")
+    claim(store, "t", "w1")
+    before = snapshot(store, etcd_client)
+    for caller in ("w1", "pm"):
+        with pytest.raises(FailedPrecondition, match="CLAIMED; its dependencies can change only"):
+            store.dependencies.set_dependencies("t", ("up",), expected_state_version=0, by=caller)
+    assert snapshot(store, etcd_client) == before
+
+
+def test_a_dependent_created_as_its_upstream_finishes_is_not_left_waiting(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.releaser.close()  # only the create txn itself can get this right
+    create(store, "up")
+    stale = store.tasks.get("up")  # READY, as a slow create read it ...
+    finish(store, "up")  # ... just before it became DONE
+    real = store.tasks._deps.upstreams
+    reads = iter([[stale]])
+    monkeypatch.setattr(store.tasks._deps, "upstreams", lambda ids: next(reads, None) or real(ids))
+    # The create txn compares the upstream as read: it fails, reads again, and sees DONE.
+    assert create(store, "down", depends_on=("up",)).state is TaskState.READY
+    assert store.tasks.get("down").satisfied_by == ("up@1",)

@@ -1,0 +1,272 @@
+"""``coordinator doctor``: each inconsistency is made by writing raw keys; doctor must name it,
+exit 1, and ``--repair`` must fix exactly the unambiguous ones (each printed)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from coordinator.cli import main
+from coordinator.cli.doctor import apply_repair, diagnose
+from coordinator.doctor import Guard, Problem, Repair, Write
+from coordinator.domain.records import ResultRecord, TaskRecord, decode, encode
+from coordinator.domain.states import TaskState
+from coordinator.etcd_process import EtcdProcess
+from coordinator.store import Store
+from tests.helpers import eventually
+from tests.lifecycle.conftest import StoreFactory
+from tests.lifecycle.support import claim, create, finish
+
+
+class Doctor:
+    """Runs ``coordinator doctor`` on this test's keyspace."""
+
+    def __init__(self, etcd: EtcdProcess, store: Store) -> None:
+        self.etcd = etcd
+        self.store = store
+
+    def run(self, *args: str, window: str = "0") -> Result:
+        argv = ["doctor", "--etcd", self.etcd.endpoint, "--prefix", self.store.ctx.keys.prefix]
+        return CliRunner().invoke(main, [*argv, "--reclaim-window", window, *args])
+
+    def problems(self, *args: str, window: str = "0") -> list[tuple[str, str, bool]]:
+        result = self.run("--json", *args, window=window)
+        report = json.loads(result.output)
+        assert result.exit_code == (0 if report["consistent"] else 1), result.output
+        return [(f["problem"], f["task_id"], f["repair"] is not None) for f in report["findings"]]
+
+
+@pytest.fixture
+def doctor(etcd: EtcdProcess, store: Store) -> Doctor:
+    store.reclaimer.close()  # the faults below must stay put until doctor looks
+    store.releaser.close()
+    return Doctor(etcd, store)
+
+
+def _record(etcd_client: Any, store: Store, task_id: str) -> TaskRecord:
+    return decode(TaskRecord, etcd_client.get(store.ctx.keys.task(task_id))[0])
+
+
+def test_a_consistent_keyspace_exits_zero(doctor: Doctor, store: Store) -> None:
+    create(store, "root", review=True)
+    create(store, "child", root="root", parent="root", depends_on=("root",))
+    finish(store, "root")
+    store.review.reject("root", revision=1, reviewer="pm", reason="again")
+    claim(store, "root", "w2")
+    result = doctor.run()
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"doctor: keyspace {store.ctx.keys.prefix} is consistent")
+
+
+def test_a_ready_task_missing_from_the_ready_index(
+    doctor: Doctor, store: Store, etcd_client: Any
+) -> None:
+    task = create(store, "t")
+    key = store.ctx.keys.ready(task.queue, task.priority, task.ready_seq, "t")
+    etcd_client.delete(key)
+    assert doctor.problems() == [(Problem.READY_KEY_MISSING.value, "t", True)]
+    result = doctor.run("--repair")
+    assert result.exit_code == 0, result.output
+    assert f"  repaired: add ready key {key}" in result.output
+    assert etcd_client.get(key)[1] is not None
+    assert doctor.problems() == []
+
+
+def test_a_task_in_two_places_ready_key_of_a_claimed_task(
+    doctor: Doctor, store: Store, etcd_client: Any
+) -> None:
+    create(store, "t")
+    claim(store, "t")
+    stale = store.ctx.keys.ready("default", 0, 7, "t")
+    etcd_client.put(stale, b"")
+    result = doctor.run()
+    assert result.exit_code == 1
+    assert "CLAIMED but also listed in the ready index (in two places)" in result.output
+    assert doctor.run("--repair").exit_code == 0
+    assert etcd_client.get(stale)[1] is None
+
+
+def test_a_task_in_two_places_live_claim_on_a_ready_record_is_not_guessed(
+    doctor: Doctor, store: Store, etcd_client: Any
+) -> None:
+    create(store, "t")
+    claim(store, "t")
+    record = _record(etcd_client, store, "t")
+    etcd_client.put(store.ctx.keys.task("t"), encode(replace(record, state=TaskState.READY)))
+    found = doctor.problems()
+    assert (Problem.TASK_IN_TWO_PLACES.value, "t", False) in found
+    assert (Problem.EVENT_CHAIN_BROKEN.value, "t", False) in found
+    # Its derived keys are not "fixed" either: which side is true is for a person to decide.
+    assert all(not repairable for _, _, repairable in found)
+    result = doctor.run("--repair")
+    assert result.exit_code == 1
+    assert "  repaired: " not in result.output
+    assert sorted(doctor.problems()) == sorted(found)
+
+
+def test_a_claimed_task_whose_claim_key_is_gone_beyond_the_reclaim_window(
+    doctor: Doctor, store: Store, etcd_client: Any
+) -> None:
+    create(store, "t")
+    claim(store, "t")
+    etcd_client.revoke_lease(etcd_client.get(store.ctx.keys.claim("t"))[1].lease_id)
+    assert doctor.problems(window="0.3") == [(Problem.CLAIM_EXPIRED_UNRECLAIMED.value, "t", False)]
+
+
+def test_an_expired_claim_reclaimed_within_the_window_is_not_reported(
+    doctor: Doctor, store: Store, make_store: StoreFactory, etcd_client: Any
+) -> None:
+    create(store, "t")
+    claim(store, "t")
+    reclaimer = make_store(scan_interval=1.0)  # a replica that does its job
+    reclaimer.reclaimer.close()  # ... but only when the test says so
+    etcd_client.revoke_lease(etcd_client.get(store.ctx.keys.claim("t"))[1].lease_id)
+    findings, _ = diagnose(
+        reclaimer.ctx.kv,
+        store.ctx.keys,
+        reclaim_window=0.1,
+        sleep=lambda _: reclaimer.reclaimer.scan(),  # the reclaim happens within the window
+    )
+    assert findings == []
+    assert store.tasks.get("t").state is TaskState.READY
+
+
+def test_a_done_task_without_its_result(doctor: Doctor, store: Store, etcd_client: Any) -> None:
+    create(store, "t")
+    finish(store, "t")
+    etcd_client.delete(store.ctx.keys.result("t", 1))
+    assert doctor.problems("--repair") == [(Problem.RESULT_MISSING.value, "t", False)]
+
+
+def test_a_result_without_done_or_review(doctor: Doctor, store: Store, etcd_client: Any) -> None:
+    create(store, "t")
+    forged = ResultRecord("t", 1, "a1-x", 5, 1, "w1", "sha256:" + "0" * 64, 1.0)
+    etcd_client.put(store.ctx.keys.result("t", 1), encode(forged))
+    assert doctor.problems() == [(Problem.RESULT_UNEXPECTED.value, "t", False)]
+
+
+def test_a_broken_event_chain(doctor: Doctor, store: Store, etcd_client: Any) -> None:
+    create(store, "t")
+    claim(store, "t")
+    chain = etcd_client.get_prefix(store.ctx.keys.events_prefix("t"))
+    etcd_client.delete(sorted(m.key.decode() for _, m in chain)[-1])  # the claim's event
+    result = doctor.run()
+    assert result.exit_code == 1
+    assert "event-chain-broken: event log of t (CLAIMED) disagrees" in result.output
+    assert "a transition without its event" in result.output
+
+
+def test_dangling_and_inconsistent_dependency_edges(
+    doctor: Doctor, store: Store, etcd_client: Any
+) -> None:
+    keys = store.ctx.keys
+    create(store, "up")
+    create(store, "down", depends_on=("up",))
+    create(store, "other")
+    etcd_client.delete(keys.dependent("up", "down"))  # reverse edge missing
+    etcd_client.put(keys.dependent("other", "down"), b"")  # reverse edge without forward edge
+    record = _record(etcd_client, store, "up")
+    for _, meta in etcd_client.get_prefix(keys.events_prefix("up")):
+        etcd_client.delete(meta.key)
+    etcd_client.delete(keys.task("up"))  # down now depends on a task that does not exist
+    etcd_client.delete(keys.ready(record.queue, record.priority, record.ready_seq, "up"))
+    for kind, value in (("root", "up"), ("thread", "up")):
+        etcd_client.delete(keys.by_identity(kind, value, "up"))
+    assert sorted(doctor.problems()) == [
+        (Problem.DEPENDENCY_DANGLING.value, "down", False),
+        (Problem.REVERSE_EDGE_MISSING.value, "down", True),
+        (Problem.REVERSE_EDGE_ORPHAN.value, "down", True),
+    ]
+    result = doctor.run("--repair")
+    assert result.exit_code == 1  # the dangling edge stays: only a person can say what to do
+    assert result.output.count("  repaired: ") == 2
+    assert doctor.problems() == [(Problem.DEPENDENCY_DANGLING.value, "down", False)]
+
+
+@pytest.mark.parametrize("state", [TaskState.CLAIMED, TaskState.WAITING], ids=lambda s: s.name)
+def test_state_indexes_missing_and_orphaned(
+    state: TaskState, doctor: Doctor, store: Store, etcd_client: Any
+) -> None:
+    keys = store.ctx.keys
+    create(store, "up")
+    create(store, "ready")
+    if state is TaskState.CLAIMED:
+        create(store, "t")
+        claim(store, "t")
+        index, orphan_for, problem = keys.claimed, "ready", "claimed-index"
+    else:
+        create(store, "t", depends_on=("up",))
+        index, orphan_for, problem = keys.waiting, "ready", "waiting-index"
+    etcd_client.delete(index("t"))
+    etcd_client.put(index(orphan_for), b"")
+    etcd_client.put(index("ghost"), b"")
+    assert sorted(doctor.problems()) == [
+        (f"{problem}-missing", "t", True),
+        (f"{problem}-orphan", "ghost", True),
+        (f"{problem}-orphan", orphan_for, True),
+    ]
+    assert doctor.run("--repair").exit_code == 0
+    assert doctor.problems() == []
+
+
+def test_lineage_index_missing_and_orphaned(doctor: Doctor, store: Store, etcd_client: Any) -> None:
+    keys = store.ctx.keys
+    create(store, "root")
+    create(store, "child", root="root", parent="root")
+    etcd_client.delete(keys.by_identity("parent", "root", "child"))
+    etcd_client.put(keys.by_identity("thread", "elsewhere", "child"), b"")
+    assert sorted(doctor.problems()) == [
+        (Problem.IDENTITY_INDEX_MISSING.value, "child", True),
+        (Problem.IDENTITY_INDEX_ORPHAN.value, "child", True),
+    ]
+    assert doctor.run("--repair").exit_code == 0
+    assert [t.task_id for t in store.tasks.list(parent="root")[0]] == ["child"]
+
+
+def test_repair_fixes_only_the_unambiguous_and_prints_each(
+    doctor: Doctor, store: Store, etcd_client: Any
+) -> None:
+    keys = store.ctx.keys
+    ready = create(store, "a")
+    create(store, "b")
+    finish(store, "b")
+    etcd_client.delete(keys.ready(ready.queue, ready.priority, ready.ready_seq, "a"))  # fixable
+    etcd_client.put(keys.ready("default", 0, 1, "ghost"), b"")  # fixable
+    etcd_client.delete(keys.result("b", 1))  # ambiguous
+    result = doctor.run("--repair")
+    assert result.exit_code == 1
+    assert result.output.count("  repaired: ") == 2
+    assert "result-missing: task b is DONE but revision 1 has no canonical result" in result.output
+    assert "  not repaired: ambiguous, needs a person" in result.output
+    assert doctor.problems() == [(Problem.RESULT_MISSING.value, "b", False)]
+
+
+def test_a_repair_is_skipped_when_its_keys_changed_since_the_snapshot(
+    store: Store, etcd_client: Any
+) -> None:
+    key = store.ctx.keys.ready("default", 0, 1, "ghost")
+    etcd_client.put(key, b"")
+    revision = etcd_client.get(key)[1].mod_revision
+    etcd_client.put(key, b"")  # changed after "the snapshot"
+    repair = Repair("delete", (Guard(key, revision),), (Write(key, None),))
+    assert apply_repair(store.ctx.kv, repair) is False
+    assert etcd_client.get(key)[1] is not None
+
+
+def test_doctor_exits_one_and_names_the_problem_in_text(
+    doctor: Doctor, store: Store, etcd_client: Any
+) -> None:
+    task = create(store, "t")
+    etcd_client.delete(store.ctx.keys.ready(task.queue, task.priority, task.ready_seq, "t"))
+    result = doctor.run()
+    assert result.exit_code == 1
+    assert result.output.splitlines()[0] == (
+        "ready-key-missing: task t is READY but missing from the ready index: no worker can "
+        "ClaimNext it"
+    )
+    assert "1 disagreement(s)" in result.output
+    eventually(lambda: store.tasks.get("t").state is TaskState.READY)
