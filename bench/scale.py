@@ -5,7 +5,8 @@ READY tasks (as CreateTask writes them); etcd's db size and RSS are read before 
 the coordinator is left to go idle (it loads the new ready keys through its watch). Then, in
 alternation so drift hits both alike, one worker times ``claim_next`` on each queue (through
 gRPC, as a worker sees it; each claimed task is committed off the clock), and the naive "first
-ready key" read, a ``limit=1`` range over the queue's ready prefix, is timed beside it.
+ready key" read, a ``limit=1`` range over the queue's ready prefix, is timed beside it. The
+caller drops the seeded queues once the coordinator is stopped (see ``bench.cli``).
 """
 
 from __future__ import annotations

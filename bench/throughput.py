@@ -3,7 +3,8 @@
 Order: for each round, for each level, every scenario once, in an order rotated per round and
 level, so that drift (page cache, etcd's growing history, thermal) hits every scenario alike.
 Before each run the coordinator and etcd are left to go idle, so one run's leftovers (the
-reclaimer draining its watch, etcd applying revokes) do not land in the next one's window.
+reclaimer draining its watch, etcd applying revokes) do not land in the next one's window; after
+each run etcd's history is compacted (off the clock), else every run pays for all earlier ones.
 """
 
 from __future__ import annotations

@@ -207,30 +207,10 @@ def _check_task(parsed: _Parsed, keys: Keyspace, task_id: str) -> list[Finding]:
     # Derived keys are repaired only when the primary evidence agrees with the record.
     fixable = not conflict
     _check_ready(parsed, keys, task, kv, out, fixable)
-    _check_index(
-        out,
-        task,
-        kv,
-        fixable,
-        TaskState.CLAIMED,
-        parsed.claimed.get(task_id),
-        keys.claimed(task_id),
-        Problem.CLAIMED_INDEX_MISSING,
-        Problem.CLAIMED_INDEX_ORPHAN,
-        "claimed index",
-    )
-    _check_index(
-        out,
-        task,
-        kv,
-        fixable,
-        TaskState.WAITING,
-        parsed.waiting.get(task_id),
-        keys.waiting(task_id),
-        Problem.WAITING_INDEX_MISSING,
-        Problem.WAITING_INDEX_ORPHAN,
-        "waiting index",
-    )
+    for state, name, missing, orphan in _STATE_INDEXES:
+        present = getattr(parsed, name).get(task_id)
+        key = getattr(keys, name)(task_id)
+        _check_index(out, task, kv, fixable, state, present, key, (missing, orphan))
     _check_results(parsed, keys, task, out)
     _check_edges(parsed, keys, task, kv, out)
     _check_identity(parsed, keys, task, kv, out)
@@ -397,6 +377,13 @@ def _check_ready(
         )
 
 
+# The per-task index keys that exist exactly while a task is in one state.
+_STATE_INDEXES = (
+    (TaskState.CLAIMED, "claimed", Problem.CLAIMED_INDEX_MISSING, Problem.CLAIMED_INDEX_ORPHAN),
+    (TaskState.WAITING, "waiting", Problem.WAITING_INDEX_MISSING, Problem.WAITING_INDEX_ORPHAN),
+)
+
+
 def _check_index(
     out: list[Finding],
     task: TaskRecord,
@@ -405,12 +392,11 @@ def _check_index(
     state: TaskState,
     present: KV | None,
     key: str,
-    missing: Problem,
-    orphan: Problem,
-    name: str,
+    problems: tuple[Problem, Problem],
 ) -> None:
     """A per-task index key that exists exactly while the task is in ``state``."""
-    tid = task.task_id
+    tid, (missing, orphan) = task.task_id, problems
+    name = f"{state.name.lower()} index"
     if task.state is state and present is None:
         out.append(
             Finding(

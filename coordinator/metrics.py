@@ -9,6 +9,20 @@ accepted and, of those, the ones whose accepting etcd txn compared both the sche
 the claim generation. The second number is derived from the compares actually sent to etcd
 (``coordinator.store.coverage``), not counted beside the first, so a point that skips its fence
 shows up as coverage below 1.0. A fenced count of zero is not health if the checks never ran.
+
+The seed's other figures (README "Metrics" lists each with the question it answers):
+
+* claim contention rate: ``coordinator_claims_total{outcome="ALREADY_CLAIMED"}`` over all of
+  ``coordinator_claims_total`` (one count per claim txn tried, so ClaimNext's retries on a stale
+  hint count too: each is a race lost);
+* renew failure rate: ``coordinator_renewals_total`` with ``outcome!="OK"`` over all of it;
+* fenced commits by reason, attempts per task (observed when the count is final: at the canonical
+  commit and at cancel), wasted compute seconds of fenced attempts, READY -> canonical commit
+  latency, reclaim latency; these are counted by the store where the thing happens;
+* the keyspace gauges (active leases, UNKNOWN/PREPARED effect backlog) are read from etcd on
+  scrape (coordinator.server.metrics_http), so they are the same on every replica: aggregate
+  them with ``max``, not ``sum``;
+* RPC latency and errors per method (coordinator.server.rpc_metrics).
 """
 
 from __future__ import annotations
@@ -16,7 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from coordinator.domain.states import FenceReason, Outcome
 
 
 class AcceptancePoint(IntEnum):
@@ -51,6 +67,86 @@ FENCE_VALIDATED = Counter(
     ["point"],
     registry=REGISTRY,
 )
+
+
+CLAIMS = Counter(
+    "coordinator_claims",
+    "Claim txns tried, by outcome; contention rate = ALREADY_CLAIMED / all.",
+    ["outcome"],
+    registry=REGISTRY,
+)
+RENEWALS = Counter(
+    "coordinator_renewals",
+    "Renew calls answered, by outcome; renew failure rate = not OK / all.",
+    ["outcome"],
+    registry=REGISTRY,
+)
+FENCED_COMMITS = Counter(
+    "coordinator_fenced_commits",
+    "Commits refused FENCED, by the fence reason.",
+    ["reason"],
+    registry=REGISTRY,
+)
+WASTED_COMPUTE = Counter(
+    "coordinator_wasted_compute_seconds",
+    "Seconds from an attempt's start to its expiry or its fenced commit (work thrown away).",
+    registry=REGISTRY,
+)
+ATTEMPTS_PER_TASK = Histogram(
+    "coordinator_attempts_per_task",
+    "Attempts a task took, observed when final: at the canonical commit and at cancel.",
+    buckets=(0, 1, 2, 3, 4, 5, 8, 13, 21),
+    registry=REGISTRY,
+)
+READY_TO_COMMIT = Histogram(
+    "coordinator_ready_to_commit_seconds",
+    "Seconds from a task revision becoming READY to its canonical commit (retries included).",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+    registry=REGISTRY,
+)
+RECLAIM_LATENCY = Histogram(
+    "coordinator_reclaim_latency_seconds",
+    "Seconds from this replica seeing etcd delete an expired claim key to the task being "
+    "READY again (etcd's own expiry detection comes before and is not included).",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=REGISTRY,
+)
+
+
+def count_claim(outcome: Outcome) -> None:
+    """Count one claim txn tried (or refused before it) with its outcome."""
+    CLAIMS.labels(outcome=outcome.name).inc()
+
+
+def count_renewal(outcome: Outcome) -> None:
+    """Count one answered Renew."""
+    RENEWALS.labels(outcome=outcome.name).inc()
+
+
+def count_fenced_commit(reason: FenceReason, *, wasted_seconds: float) -> None:
+    """Count a commit refused FENCED and the compute its attempt threw away."""
+    FENCED_COMMITS.labels(reason=reason.name).inc()
+    count_wasted(wasted_seconds)
+
+
+def count_wasted(seconds: float) -> None:
+    """Add compute thrown away by a fenced or expired attempt (never negative: clocks step)."""
+    WASTED_COMPUTE.inc(max(0.0, seconds))
+
+
+def observe_attempts(attempts: int) -> None:
+    """A task's attempt count is final (committed or cancelled)."""
+    ATTEMPTS_PER_TASK.observe(attempts)
+
+
+def observe_ready_to_commit(seconds: float) -> None:
+    """A canonical commit, ``seconds`` after its task revision became READY."""
+    READY_TO_COMMIT.observe(max(0.0, seconds))
+
+
+def observe_reclaim(seconds: float) -> None:
+    """A reclaim txn succeeded ``seconds`` after the claim key's deletion was seen."""
+    RECLAIM_LATENCY.observe(max(0.0, seconds))
 
 
 @dataclass(frozen=True)

@@ -45,11 +45,21 @@ from coordinator.etcd_process import EtcdProcess, find_etcd_binary
     metavar="ADDR",
     help="gRPC listen address, loopback only (port 0 picks a free one).",
 )
+@click.option(
+    "--metrics-listen",
+    envvar="COORDINATOR_METRICS_LISTEN",
+    show_envvar=True,
+    default="127.0.0.1:0",
+    show_default=True,
+    metavar="ADDR",
+    help="Prometheus /metrics listen address (port 0, the default, picks a free one).",
+)
 @limit_options
 def up(
     etcd_bin: str | None,
     data_dir: Path | None,
     listen: str,
+    metrics_listen: str,
     min_ttl: int,
     max_ttl: int,
     max_claim_duration: float,
@@ -59,6 +69,7 @@ def up(
     """Start a local etcd and a coordinator server in this process; Ctrl-C stops both."""
     settings = {
         "listen": listen,
+        "metrics_listen": metrics_listen,
         "min_ttl": min_ttl,
         "max_ttl": max_ttl,
         "max_claim_duration": max_claim_duration,

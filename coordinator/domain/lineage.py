@@ -89,7 +89,7 @@ def decide_lineage(
 
     ``thread`` is already canonical (or empty). ``root`` and ``parent`` are the records of the
     named tasks (None when absent or not named). A task naming neither is a root (its own root,
-    thread = its canonical id unless given). A child names both; its parent must exist and
+    thread = its id lowercased unless given). A child names both; its parent must exist and
     belong to the named root; its thread defaults to the parent's.
     """
     if not root_task_id and not parent_task_id:

@@ -10,6 +10,7 @@ own revision before it commits.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import types
 from dataclasses import dataclass, field, fields, replace
@@ -54,6 +55,9 @@ class TaskRecord:
     non_replayable: bool = False
     # Position in the ready index while READY (the ready key is derived from it).
     ready_seq: int = 0
+    # When this revision of the task became READY (kept across reclaim, release and approval,
+    # so READY -> canonical commit counts every attempt); 0 if it never was.
+    ready_at: float = 0.0
     created_at: float = 0.0
     updated_at: float = 0.0
     # etcd mod_revision of the task key; never stored, attached on decode.
@@ -169,13 +173,20 @@ def encode(record: object) -> bytes:
 def decode(cls: type[T], data: bytes, **metadata: Any) -> T:
     """Parse a record; ``metadata`` sets the etcd-assigned fields (state_version, ...)."""
     raw = json.loads(data)
-    hints = get_type_hints(cls)
     kwargs: dict[str, Any] = {}
-    for f in fields(cls):  # type: ignore[arg-type]
-        if f.name in raw:
-            kwargs[f.name] = _from_json(hints[f.name], raw[f.name])
+    for name, hint in _field_hints(cls):  # type: ignore[arg-type]
+        if name in raw:
+            kwargs[name] = _from_json(hint, raw[name])
     kwargs.update(metadata)
     return cls(**kwargs)
+
+
+@functools.cache
+def _field_hints(cls: type) -> tuple[tuple[str, Any], ...]:
+    """Each field's resolved type hint. Cached: resolving hints costs more than the JSON parse,
+    and decode runs several times per claim and commit (the profile showed ~30% of CPU)."""
+    hints = get_type_hints(cls)
+    return tuple((f.name, hints[f.name]) for f in fields(cls))
 
 
 def with_changes(record: T, **changes: Any) -> T:

@@ -32,6 +32,8 @@ from coordinator.server.auth import (
     tls_for,
 )
 from coordinator.server.idempotency import IdempotencyInterceptor
+from coordinator.server.metrics_http import start_metrics
+from coordinator.server.rpc_metrics import RpcMetricsInterceptor
 from coordinator.server.task_service import TaskService
 from coordinator.server.tls import ServerTLS
 from coordinator.server.worker_service import WorkerService
@@ -95,7 +97,11 @@ def build_server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         # The auth interceptor runs first: every later interceptor and servicer sees the caller.
         # Idempotency keys are scoped to the authenticated principal, so it runs after auth.
-        interceptors=[AuthInterceptor(authenticator), IdempotencyInterceptor(store.idempotency)],
+        interceptors=[
+            AuthInterceptor(authenticator),
+            RpcMetricsInterceptor(),  # after auth: only real, authenticated methods get labels
+            IdempotencyInterceptor(store.idempotency),
+        ],
         # grpc sets SO_REUSEPORT by default: a second replica on a taken port would then bind
         # silently and share its calls with whatever already listens there (maybe another
         # keyspace). Fail loudly instead.
@@ -190,10 +196,16 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
             tls=tls,
             health_listen=config.health_listen,
         )
+        try:  # after the gRPC bind, so a taken gRPC port is the error reported first
+            metrics = start_metrics(store, config.metrics_listen)
+        except ConfigError:
+            server.stop(0)
+            raise
         address = f"{config.listen.rpartition(':')[0]}:{port}"
         log.info(
             "serving",
             listen=address,
+            metrics=f"{config.metrics_listen.rpartition(':')[0]}:{metrics.port}",
             etcd=",".join(config.etcd),
             prefix=config.prefix,
             auth=auth_mode(config),
@@ -205,6 +217,7 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
             pass
         log.info("shutting down", grace=config.shutdown_grace)
         server.stop(config.shutdown_grace).wait()
+        metrics.close()
     log.info("stopped")
     return 0
 

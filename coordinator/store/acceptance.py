@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from coordinator import metrics
 from coordinator.domain.decisions import (
     Fence,
     FenceView,
@@ -90,6 +91,11 @@ class AcceptancePoints:
 
     def renew(self, fence: Fence, *, principal: str, progress: str) -> RenewResult:
         """Keep the claim's lease alive, within its bounds."""
+        result = self._renew(fence, principal=principal, progress=progress)
+        metrics.count_renewal(result.verdict.outcome)  # failure rate: not OK / all
+        return result
+
+    def _renew(self, fence: Fence, *, principal: str, progress: str) -> RenewResult:
         ctx = self._ctx
         for _ in range(_RENEW_TRIES):
             view = self.view(fence)
@@ -175,7 +181,7 @@ class AcceptancePoints:
         if view.result is not None and verdict.outcome is Outcome.COMMITTED:
             return CommitResult(verdict, view.result.commit_id, view.task.state)
         if not verdict.accepted:
-            return CommitResult(verdict)
+            return self._refused(view, verdict)
 
         task, now = view.task, ctx.clock.now()
         record = ResultRecord(
@@ -225,9 +231,12 @@ class AcceptancePoints:
             )
             if view.result is not None and verdict.outcome is Outcome.COMMITTED:
                 return CommitResult(verdict, view.result.commit_id, view.task.state)
-            return CommitResult(verdict if not verdict.accepted else self._diagnose(fence))
+            return self._refused(view, verdict if not verdict.accepted else self._diagnose(fence))
         ctx.kv.revoke(task.lease_id)
         self._observe(AcceptancePoint.COMMIT, compares, fence)
+        metrics.observe_attempts(task.attempt)
+        if task.ready_at:
+            metrics.observe_ready_to_commit(now - task.ready_at)
         return CommitResult(Verdict(Outcome.COMMITTED), after.result_commit_id, after.state)
 
     def release(self, fence: Fence, *, principal: str, reason: str) -> Verdict:
@@ -276,6 +285,18 @@ class AcceptancePoints:
                 Outcome.FENCED, FenceReason.TASK_MOVED, "the task moved on during the call"
             )
         return verdict
+
+    def _refused(self, view: FenceView, verdict: Verdict) -> CommitResult:
+        """A refused commit; a FENCED one is counted with the compute its attempt threw away
+        (from its start, or from its expiry when the reclaimer already counted up to there)."""
+        if verdict.outcome is Outcome.FENCED:
+            attempt = view.attempt
+            expired = attempt.end is AttemptEnd.EXPIRED and attempt.ended_at > 0
+            since = attempt.ended_at if expired else attempt.started_at
+            metrics.count_fenced_commit(
+                verdict.reason, wasted_seconds=self._ctx.clock.now() - since
+            )
+        return CommitResult(verdict)
 
     def _observe(self, point: AcceptancePoint, compares: list[Compare], fence: Fence) -> None:
         """Count an accepted operation for fence-check coverage (coordinator.metrics)."""

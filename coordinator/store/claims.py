@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+from coordinator import metrics
 from coordinator.domain.decisions import Fence, Verdict, clamp_ttl, decide_claim
 from coordinator.domain.keys import task_id_from_ready_key
 from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode
@@ -54,6 +55,19 @@ class ClaimStore:
         expected_state_version: int = 0,
     ) -> ClaimResult:
         """Claim one task for ``principal`` with a lease of ``ttl`` seconds (clamped)."""
+        result = self._claim(
+            task_id,
+            principal=principal,
+            epoch=epoch,
+            ttl=ttl,
+            expected_state_version=expected_state_version,
+        )
+        metrics.count_claim(result.verdict.outcome)  # contention: ALREADY_CLAIMED / all
+        return result
+
+    def _claim(
+        self, task_id: str, *, principal: str, epoch: int, ttl: int, expected_state_version: int
+    ) -> ClaimResult:
         ctx, keys = self._ctx, self._ctx.keys
         task, verdict = self._decide(task_id, epoch, expected_state_version)
         if not verdict.accepted:
@@ -157,6 +171,7 @@ class ClaimStore:
             if outcome in (Outcome.CLAIMED, Outcome.CLAIMS_PAUSED, Outcome.FENCED):
                 return result
             self._ready.discard(key)  # a stale hint: someone else took it
+        metrics.count_claim(Outcome.NO_READY_TASK)
         return ClaimResult(
             Verdict(Outcome.NO_READY_TASK, message=f"queue {queue!r} has no ready task")
         )

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import structlog
 
+from coordinator import metrics
 from coordinator.domain.records import encode
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.store.context import StoreContext, attempt_from_kv, task_from_kv
@@ -26,6 +27,10 @@ from coordinator.store.watch import PrefixWatch, WatchEvent
 log = structlog.get_logger(__name__)
 
 RECLAIMER = "coordinator:reclaimer"
+
+# Queued by the watch when etcd compacted the history it needed (never a task id: ids are
+# validated and cannot hold NUL).
+_RESUME = "\0resume"
 
 
 class Reclaimer:
@@ -41,19 +46,29 @@ class Reclaimer:
         self._deleted: queue.Queue[str] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._watch: PrefixWatch | None = None
+        # task id -> monotonic time this replica saw etcd delete its claim key (reclaim latency
+        # is measured from there: the deletion is etcd's expiry, as close as we can see it).
+        self._deleted_at: dict[str, float] = {}
 
-    def start(self) -> None:
-        """Start the watch and the periodic scan."""
-        _, revision = self._ctx.kv.range_page(self._ctx.keys.epoch, self._ctx.keys.epoch + "\0")
-        self._watch = self._ctx.kv.watch_prefix(
-            self._ctx.keys.claims_prefix,
-            start_revision=revision + 1,
-            on_events=self._on_events,
-            # Missed deletions are exactly what the periodic scan finds.
-            on_compacted=lambda: None,
-        )
+    def start(self, *, from_revision: int = 0) -> None:
+        """Start the watch (from ``from_revision``; 0: from now) and the periodic scan."""
+        self._follow(from_revision)
         self._thread = threading.Thread(target=self._loop, name="reclaimer", daemon=True)
         self._thread.start()
+
+    def _follow(self, from_revision: int = 0) -> None:
+        """Watch claim deletions from ``from_revision`` (0: from a fresh read's revision)."""
+        if not from_revision:
+            _, revision = self._ctx.kv.range_page(self._ctx.keys.epoch, self._ctx.keys.epoch + "\0")
+            from_revision = revision + 1
+        self._watch = self._ctx.kv.watch_prefix(
+            self._ctx.keys.claims_prefix,
+            start_revision=from_revision,
+            on_events=self._on_events,
+            # etcd compacted the history this watch needed, and the watch ends: the loop scans
+            # (missed deletions are exactly what a scan finds) and follows again from now.
+            on_compacted=lambda: self._deleted.put(_RESUME),
+        )
 
     def close(self) -> None:
         """Stop both."""
@@ -84,6 +99,7 @@ class Reclaimer:
     def reclaim(self, task_id: str) -> bool:
         """Move one CLAIMED task whose claim key is gone back to READY. False if nothing to do."""
         ctx, keys = self._ctx, self._ctx.keys
+        deleted_at = self._deleted_at.pop(task_id, None)
         snap = ctx.kv.read(get(keys.task(task_id)), get(keys.claim(task_id)))
         task_kv = snap.range_one(0)
         if task_kv is None or snap.range_one(1) is not None:
@@ -106,11 +122,16 @@ class Reclaimer:
         )
         compares.append(create_revision_is(keys.claim(task_id), 0))
         attempt_kv = ctx.kv.get(keys.attempt(task_id, task.attempt_id))
+        closed = None
         if attempt_kv is not None:
             closed = replace(attempt_from_kv(attempt_kv), end=AttemptEnd.EXPIRED, ended_at=now)
             ops.append(put(keys.attempt(task_id, task.attempt_id), encode(closed)))
         if not ctx.kv.txn(compares, ops).succeeded:
             return False
+        if deleted_at is not None:  # seen by the watch (a scan cannot tell when it expired)
+            pass
+        if closed is not None:
+            metrics.count_wasted(closed.ended_at - closed.started_at)
         self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, task_id))
         log.info(
             "reclaimed expired claim",
@@ -121,10 +142,22 @@ class Reclaimer:
         )
         return True
 
+    def _resume(self) -> None:
+        """Follow again from now, then scan; retried (after a pause) until etcd answers."""
+        try:
+            self._follow()
+        except Exception:
+            if not self._stop.wait(1.0):
+                self._deleted.put(_RESUME)
+            raise
+        self.scan()
+
     def _on_events(self, events: list[WatchEvent]) -> None:
         for event in events:
             if event.deleted:
-                self._deleted.put(event.key.rsplit("/", 1)[1])
+                task_id = event.key.rsplit("/", 1)[1]
+                self._deleted_at.setdefault(task_id, time.monotonic())
+                self._deleted.put(task_id)
 
     def _loop(self) -> None:
         next_scan = time.monotonic() + self._scan_interval
@@ -134,7 +167,10 @@ class Reclaimer:
             except queue.Empty:
                 task_id = None
             try:
-                if task_id:
+                if task_id == _RESUME:
+                    log.warning("claims watch history compacted; rescanning and following anew")
+                    self._resume()
+                elif task_id:
                     self.reclaim(task_id)
                 elif task_id is None:
                     self.scan()

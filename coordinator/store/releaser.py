@@ -30,6 +30,9 @@ log = structlog.get_logger(__name__)
 
 RELEASER = "coordinator:releaser"
 
+# Queued by the watch when etcd compacted its history: scan, then follow again from now.
+_RESUME = "\0resume"
+
 # A release whose CAS lost (the dependent was edited meanwhile) reads again this often.
 _TRIES = 3
 
@@ -55,19 +58,37 @@ class Releaser:
         self._thread: threading.Thread | None = None
         self._watch: PrefixWatch | None = None
 
-    def start(self) -> None:
-        """Start the watch and the periodic scan."""
-        _, revision = self._ctx.kv.range_page(self._ctx.keys.epoch, self._ctx.keys.epoch + "\0")
-        self._watch = self._ctx.kv.watch_prefix(
-            self._ctx.keys.events_prefix(),
-            start_revision=revision + 1,
-            on_events=self._on_events,
-            # Missed DONE events are exactly what the periodic scan finds.
-            on_compacted=lambda: None,
-        )
+    def start(self, *, from_revision: int = 0) -> None:
+        """Start the watch (from ``from_revision``; 0: from now) and the periodic scan."""
+        self._follow(from_revision)
         self._thread = threading.Thread(target=self._loop, name="releaser", daemon=True)
         self._thread.start()
         self._done.put("")  # a first scan right away: releases missed while no replica ran
+
+    def _follow(self, from_revision: int = 0) -> None:
+        """Watch the event log from ``from_revision`` (0: from a fresh read's revision)."""
+        if not from_revision:
+            _, revision = self._ctx.kv.range_page(self._ctx.keys.epoch, self._ctx.keys.epoch + "\0")
+            from_revision = revision + 1
+        self._watch = self._ctx.kv.watch_prefix(
+            self._ctx.keys.events_prefix(),
+            start_revision=from_revision,
+            on_events=self._on_events,
+            # etcd compacted the history this watch needed, and the watch ends: the loop scans
+            # (missed DONE events are exactly what a scan of the waiting index finds) and
+            # follows again from now, so later releases stay within a second.
+            on_compacted=lambda: self._done.put(_RESUME),
+        )
+
+    def _resume(self) -> None:
+        """Follow again from now, then scan; retried (after a pause) until etcd answers."""
+        try:
+            self._follow()
+        except Exception:
+            if not self._stop.wait(1.0):
+                self._done.put(_RESUME)
+            raise
+        self.scan()
 
     def close(self) -> None:
         """Stop both."""
@@ -152,7 +173,10 @@ class Releaser:
             if self._stop.is_set():
                 return
             try:
-                if upstream:
+                if upstream == _RESUME:
+                    log.warning("event watch history compacted; rescanning and following anew")
+                    self._resume()
+                elif upstream:
                     self.release_dependents(upstream)
                 else:
                     self.scan()

@@ -29,9 +29,15 @@ def transition(before: TaskRecord, op: Op, now: float, **changes: Any) -> TaskRe
     after = replace(before, state=state, updated_at=now, **changes)
     if state is TaskState.READY and before.state is not TaskState.READY:
         after = replace(after, ready_seq=ready_seq(now))
+        if before.state not in _RETRIES or after.revision != before.revision or not after.ready_at:
+            after = replace(after, ready_at=now)
     if state is not TaskState.READY:
         after = replace(after, ready_seq=0)
     return after
+
+
+# Back to READY for another attempt at the same revision: READY -> commit keeps counting.
+_RETRIES = frozenset({TaskState.CLAIMED, TaskState.NEEDS_APPROVAL})
 
 
 def ready_seq(now: float) -> int:

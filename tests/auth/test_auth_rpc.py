@@ -12,6 +12,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator.domain.digests import digest_of
+from coordinator.errors import PermissionDenied, Unauthenticated
+from coordinator.sdk import ClaimRefused, RetryPolicy, WorkerClient
 from coordinator.server.tokens import token_hash
 from coordinator.v1 import (
     admin_pb2,
@@ -23,6 +25,7 @@ from coordinator.v1 import (
     worker_pb2_grpc,
 )
 from tests.auth.conftest import TokenRing, status_of
+from tests.conftest import GRPC_OPTIONS
 
 INPUT = b"input"
 RESULT = b"result"
@@ -314,3 +317,27 @@ def test_health_needs_no_token(channel: grpc.Channel) -> None:
     health = health_pb2_grpc.HealthStub(channel)
     reply = health.Check(health_pb2.HealthCheckRequest(service=""))
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_the_sdk_sends_its_token(secured: str, ring: TokenRing) -> None:
+    def client(token: str | None, principal: str = "ignored") -> WorkerClient:
+        return WorkerClient(
+            secured,
+            principal=principal,
+            token=token,
+            channel_options=GRPC_OPTIONS,
+            retry=RetryPolicy(attempts=1),
+        )
+
+    with client(ring.tokens["pm-1"]) as producer:
+        producer.create_task("t-1", input=INPUT)
+    with client(ring.tokens["worker-a"], principal="worker-b") as worker:
+        job = worker.claim("t-1", ttl=timedelta(seconds=30))
+        assert not isinstance(job, ClaimRefused)
+        with job:
+            assert job.commit(RESULT).outcome.name == "COMMITTED"
+        assert worker.get_task("t-1").owner_id == "worker-a"  # the token's, not the argument
+        with pytest.raises(PermissionDenied):
+            worker.create_task("t-2", input=INPUT)
+    with client(None) as anonymous, pytest.raises(Unauthenticated):
+        anonymous.epoch()

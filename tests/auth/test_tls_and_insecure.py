@@ -4,6 +4,7 @@ metadata roles, and the identity reaching streaming handlers."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from coordinator.errors import ConfigError
+from coordinator.errors import ConfigError, Unauthenticated
+from coordinator.etcd_process import free_port
 from coordinator.server import build_server
 from coordinator.server.auth import AuthInterceptor, InsecureAuth, TokenAuth
 from coordinator.server.identity import identity_of
@@ -202,8 +204,6 @@ def _stream_principal(request: bytes, context: grpc.ServicerContext) -> Iterator
 
 
 def test_the_identity_reaches_unary_and_streaming_handlers(ring: TokenRing) -> None:
-    from concurrent import futures
-
     handler = grpc.method_handlers_generic_handler(
         "coordinator.v1.TaskService",
         {
@@ -236,8 +236,6 @@ def test_the_identity_reaches_unary_and_streaming_handlers(ring: TokenRing) -> N
 
 
 def test_without_the_interceptor_a_servicer_finds_no_identity() -> None:
-    from coordinator.errors import Unauthenticated
-
     with pytest.raises(Unauthenticated):
         identity_of(None)  # type: ignore[arg-type]
     assert InsecureAuth().insecure is True
@@ -246,8 +244,6 @@ def test_without_the_interceptor_a_servicer_finds_no_identity() -> None:
 def test_the_plaintext_health_port_of_a_tls_server_serves_health_only(
     store: Store, ring: TokenRing, pki: Pki
 ) -> None:
-    from coordinator.etcd_process import free_port
-
     health_port = free_port()
     auth = TokenAuth(TokenFile(ring.path, reload_interval=0.0), require_tls=True)
     tls = ServerTLS(cert=str(pki.server.cert), key=str(pki.server.key))

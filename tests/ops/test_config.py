@@ -218,7 +218,11 @@ def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "config: cannot read" in result.output
 
 
-def test_up_is_insecure_and_therefore_loopback_only() -> None:
+def test_up_is_insecure_and_therefore_loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_etcd(**kwargs: Any) -> None:
+        raise AssertionError("up must refuse before starting etcd")
+
+    monkeypatch.setattr(importlib.import_module("coordinator.cli.up"), "EtcdProcess", no_etcd)
     result = CliRunner().invoke(main, ["up", "--listen", "0.0.0.0:0"])
     assert result.exit_code == 2, result.output
     assert "insecure: refusing" in result.output

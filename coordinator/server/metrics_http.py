@@ -1,0 +1,127 @@
+"""The Prometheus endpoint: ``GET /metrics`` over HTTP on its own port (``metrics_listen``).
+
+It serves ``coordinator.metrics.REGISTRY`` (the process's counters and histograms) plus two
+gauges read from etcd, ``coordinator_active_leases`` (live claim keys) and
+``coordinator_unknown_effects`` (effects PREPARED or UNKNOWN: the backlog to reconcile).
+
+Those two are computed on scrape by a custom collector, with a short cache, rather than by a
+periodic loop: a scrape costs one count-only etcd read (two ranges, no values), nothing runs when
+nobody scrapes, and the figure is never older than the cache. They describe the keyspace, not
+the replica, so every replica reports the same value: aggregate them with ``max``. When etcd
+does not answer, the gauges are left out of that scrape (an absent series, not a stale one) and
+``coordinator_keyspace_read_errors_total`` counts the failure.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from coordinator.errors import ConfigError
+from coordinator.metrics import REGISTRY
+from coordinator.store import Store
+from coordinator.store.etcd import get_prefix
+
+log = structlog.get_logger(__name__)
+
+CACHE_SECONDS = 2.0
+"""How long one etcd read answers scrapes (scrapes are usually 15-30 s apart)."""
+
+KEYSPACE_READ_ERRORS = Counter(
+    "coordinator_keyspace_read_errors",
+    "Scrapes whose etcd read for the keyspace gauges failed (the gauges were left out).",
+    registry=REGISTRY,
+)
+
+
+class KeyspaceCollector(Collector):
+    """Active leases and the UNKNOWN/PREPARED effect backlog, read from etcd on scrape."""
+
+    def __init__(self, store: Store, *, cache_seconds: float = CACHE_SECONDS) -> None:
+        self._store = store
+        self._cache_seconds = cache_seconds
+        self._lock = threading.Lock()
+        self._cached: tuple[float, int, int] | None = None  # (monotonic time, leases, effects)
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        """Yield both gauges (from the cache when it is fresh)."""
+        counts = self._counts()
+        if counts is None:
+            return
+        leases, effects = counts
+        yield GaugeMetricFamily(
+            "coordinator_active_leases", "Live claim keys (claims whose lease holds).", leases
+        )
+        yield GaugeMetricFamily(
+            "coordinator_unknown_effects",
+            "Effects PREPARED or UNKNOWN: sent or maybe sent, outcome not yet known.",
+            effects,
+        )
+
+    def _counts(self) -> tuple[int, int] | None:
+        with self._lock:  # concurrent scrapes share one read
+            now = time.monotonic()
+            if self._cached is not None and now - self._cached[0] < self._cache_seconds:
+                return self._cached[1], self._cached[2]
+            keys = self._store.ctx.keys
+            try:
+                snap = self._store.ctx.kv.read(
+                    get_prefix(keys.claims_prefix, count_only=True),
+                    get_prefix(keys.open_effects_prefix(), count_only=True),
+                )
+            except Exception as exc:  # a scrape must answer even when etcd does not
+                KEYSPACE_READ_ERRORS.inc()
+                log.warning("metrics: keyspace read failed", error=str(exc))
+                return None
+            self._cached = (now, snap.range_count(0), snap.range_count(1))
+            return self._cached[1], self._cached[2]
+
+
+class _Forward(Collector):
+    """Every metric of another registry (the process-wide one) in this one."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[object]:  # type: ignore[override]
+        """Yield the other registry's metrics."""
+        return iter(self._registry.collect())
+
+
+@dataclass
+class MetricsEndpoint:
+    """A running ``/metrics`` HTTP server; ``close()`` stops it."""
+
+    port: int
+    _server: WSGIServer
+    _thread: threading.Thread
+
+    def close(self) -> None:
+        """Stop serving and free the port."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def start_metrics(store: Store, listen: str) -> MetricsEndpoint:
+    """Serve the metrics of this process and ``store``'s keyspace on ``listen`` (port 0: free).
+
+    ConfigError naming ``metrics_listen`` if the address cannot be bound.
+    """
+    host, _, port = listen.rpartition(":")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Forward(REGISTRY))
+    registry.register(KeyspaceCollector(store))
+    try:
+        server, thread = start_http_server(int(port), addr=host.strip("[]"), registry=registry)
+    except OSError as exc:
+        raise ConfigError(f"metrics_listen: cannot bind {listen!r}: {exc}") from exc
+    return MetricsEndpoint(server.server_port, server, thread)

@@ -1,0 +1,114 @@
+"""RPC latency and error counts per method, as one server interceptor.
+
+Registered right after the auth interceptor (coordinator.server.app): auth refuses unknown
+methods, so the ``method`` label only ever holds the services' real method paths (a bounded
+label set whatever callers send), and the calls counted are the authenticated ones, idempotent
+replays and refusals included. Authentication refusals themselves are logged by auth.
+
+A call's status is read off its context once the handler is done: ``context.abort`` (the
+``@rpc`` error table) sets the code before it raises, an uncaught exception is ``UNKNOWN``.
+Business outcomes (FENCED, ALREADY_CLAIMED, ...) are OK responses, never errors: they are
+counted by the store's own metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import grpc
+from prometheus_client import Counter, Histogram
+
+from coordinator.metrics import REGISTRY
+
+RPC_DURATION = Histogram(
+    "coordinator_rpc_duration_seconds",
+    "Seconds a unary RPC took in the server (after authentication), by method.",
+    ["method"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=REGISTRY,
+)
+RPC_ERRORS = Counter(
+    "coordinator_rpc_errors",
+    "RPCs that ended with a non-OK gRPC status, by method and status code.",
+    ["method", "code"],
+    registry=REGISTRY,
+)
+
+if TYPE_CHECKING:  # generic only in the typing stubs
+    Handler: TypeAlias = grpc.RpcMethodHandler[Any, Any]
+
+
+class RpcMetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Times unary calls and counts non-OK statuses of every call."""
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        """Wrap unary-unary and unary-stream handlers; others pass through."""
+        handler = continuation(details)
+        if handler is None:
+            return None
+        method = details.method
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                _timed(method, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                _streamed(method, handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+
+def _timed(
+    method: str, run: Callable[[Any, grpc.ServicerContext], Any]
+) -> Callable[[Any, grpc.ServicerContext], Any]:
+    def behavior(request: Any, context: grpc.ServicerContext) -> Any:
+        start = time.perf_counter()
+        try:
+            response = run(request, context)
+        except BaseException:
+            _count_error(method, context, failed=True)
+            raise
+        finally:
+            RPC_DURATION.labels(method=method).observe(time.perf_counter() - start)
+        _count_error(method, context, failed=False)
+        return response
+
+    return behavior
+
+
+def _streamed(
+    method: str, run: Callable[[Any, grpc.ServicerContext], Iterator[Any]]
+) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
+    # A stream's lifetime is not a latency (WatchEvents follows for as long as the caller
+    # likes), so streams count errors only.
+    def behavior(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        try:
+            yield from run(request, context)
+        except GeneratorExit:  # the caller went away: not an error of ours
+            raise
+        except BaseException:
+            _count_error(method, context, failed=True)
+            raise
+        _count_error(method, context, failed=False)
+
+    return behavior
+
+
+def _count_error(method: str, context: grpc.ServicerContext, *, failed: bool) -> None:
+    # grpc sets the code on abort; the typing stubs lack ServicerContext.code().
+    code = context.code()  # type: ignore[attr-defined]
+    if code is None or code == grpc.StatusCode.OK:
+        if not failed:
+            return
+        code = grpc.StatusCode.UNKNOWN  # what grpc answers for an uncaught exception
+    RPC_ERRORS.labels(method=method, code=code.name).inc()
