@@ -9,6 +9,7 @@ interpreter, so a profile or an RSS reading never mixes in the benchmark's own t
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -104,6 +105,11 @@ class Meter:
 
 def serve_supports(flag: str) -> bool:
     """Whether this checkout's ``coordinator serve`` accepts ``flag`` (its --help lists it)."""
+    return flag in _serve_help()
+
+
+@functools.cache
+def _serve_help() -> str:
     out = subprocess.run(
         [sys.executable, "-c", _SERVE, "serve", "--help"],
         capture_output=True,
@@ -111,7 +117,7 @@ def serve_supports(flag: str) -> bool:
         timeout=60,
         check=False,
     )
-    return flag in out.stdout
+    return out.stdout
 
 
 class CoordinatorProcess:
@@ -144,6 +150,8 @@ class CoordinatorProcess:
         ]
         if serve_supports("--insecure"):
             self._args.append("--insecure")
+        if serve_supports("--metrics-listen"):  # a free port: never collide on the default
+            self._args.append("--metrics-listen=127.0.0.1:0")
         self._log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
 

@@ -190,6 +190,7 @@ def test_serve_uses_env_settings_and_exits_zero_on_sigterm(
     etcd: EtcdProcess, prefix: str, tmp_path: Path, processes: list[Process]
 ) -> None:
     env = {"COORDINATOR_ETCD": etcd.endpoint, "COORDINATOR_PREFIX": prefix}
+    env["COORDINATOR_METRICS_LISTEN"] = "127.0.0.1:0"  # not the default 9090: runs may overlap
     serve = Process(["serve", "--listen", "127.0.0.1:0", "--insecure"], tmp_path / "serve.log", env)
     processes.append(serve)
 

@@ -129,7 +129,7 @@ class Reclaimer:
         if not ctx.kv.txn(compares, ops).succeeded:
             return False
         if deleted_at is not None:  # seen by the watch (a scan cannot tell when it expired)
-            pass
+            metrics.observe_reclaim(time.monotonic() - deleted_at)
         if closed is not None:
             metrics.count_wasted(closed.ended_at - closed.started_at)
         self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, task_id))
