@@ -10,8 +10,10 @@ from coordinator.cli.drain import drain
 from coordinator.cli.events import events
 from coordinator.cli.rollback import claims, epoch
 from coordinator.cli.serve import serve
+from coordinator.cli.shadow import shadow
 from coordinator.cli.tokens import token
 from coordinator.cli.up import up
+from coordinator.cli.versions import versions
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -29,5 +31,7 @@ main.add_command(claims)
 main.add_command(epoch)
 main.add_command(drain)
 main.add_command(token)
+main.add_command(versions)
+main.add_command(shadow)
 
 __all__ = ["main"]

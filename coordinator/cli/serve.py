@@ -19,6 +19,7 @@ from coordinator.errors import ConfigError, StoreUnavailable
 from coordinator.logging import LEVELS
 from coordinator.server.app import serve as run_server
 from coordinator.server.auth import authenticator_for, tls_for
+from coordinator.server.version_gate import VersionRefused
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -241,6 +242,9 @@ def run(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
     """Serve until signalled; store and config errors become a clean CLI failure."""
     try:
         return run_server(config, ready=ready)
+    except VersionRefused as exc:  # too old for the keyspace: exit 2, like a bad setting
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(2) from exc
     except (ConfigError, StoreUnavailable) as exc:
         raise click.ClickException(str(exc)) from exc
 

@@ -19,6 +19,11 @@ class Keyspace:
         return f"{self.prefix}/epoch"
 
     @property
+    def versions(self) -> str:
+        """The version gate's record (JSON: schema and minimum coordinator/SDK versions)."""
+        return f"{self.prefix}/meta/versions"
+
+    @property
     def claims_paused(self) -> str:
         """Exists while new claims are paused."""
         return f"{self.prefix}/control/claims_paused"

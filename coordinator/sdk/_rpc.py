@@ -29,6 +29,7 @@ from tenacity import (
     wait_random,
 )
 
+from coordinator import __version__
 from coordinator.errors import (
     AlreadyExists,
     CoordinatorError,
@@ -43,6 +44,9 @@ from coordinator.v1 import admin_pb2_grpc, tasks_pb2_grpc, worker_pb2_grpc
 
 PRINCIPAL_METADATA = "x-coordinator-principal"
 """The gRPC metadata key that names the calling principal."""
+
+SDK_VERSION_METADATA = "x-coordinator-sdk-version"
+"""The gRPC metadata key that names this SDK's version (the server's version gate reads it)."""
 
 TRANSPORT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 """The only status codes the SDK retries: the call may not have reached the coordinator."""
@@ -128,7 +132,7 @@ class Rpc:
         self.worker = worker_pb2_grpc.WorkerServiceStub(channel)
         self.tasks = tasks_pb2_grpc.TaskServiceStub(channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(channel)
-        self._metadata = ((PRINCIPAL_METADATA, principal),)
+        self._metadata = ((PRINCIPAL_METADATA, principal), (SDK_VERSION_METADATA, __version__))
 
     def call(
         self,

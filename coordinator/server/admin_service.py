@@ -11,12 +11,14 @@ from dataclasses import replace
 import grpc
 import structlog
 
+import coordinator
 from coordinator.domain.validation import non_negative, task_id
 from coordinator.metrics import fence_coverage
-from coordinator.server import convert, effect_wire, validate
+from coordinator.server import convert, effect_wire, validate, version_gate
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc
 from coordinator.store import Store
+from coordinator.store.versions import VersionStore
 from coordinator.v1 import admin_pb2, admin_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -113,3 +115,39 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.GetStatsResponse:
         """Fence-check coverage per acceptance point (this replica process, since start)."""
         return effect_wire.stats_response(fence_coverage())
+
+    @rpc
+    def GetVersions(  # noqa: N802
+        self, request: admin_pb2.GetVersionsRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.GetVersionsResponse:
+        """The version gate's record, and the answering replica's own version."""
+        return admin_pb2.GetVersionsResponse(
+            versions=version_gate.record_to_proto(VersionStore(self._store.ctx).read()),
+            coordinator_version=coordinator.__version__,
+        )
+
+    @rpc
+    def SetMinimumVersions(  # noqa: N802
+        self, request: admin_pb2.SetMinimumVersionsRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.SetMinimumVersionsResponse:
+        """Raise the minimums and bump the epoch in one txn."""
+        principal = principal_of(context)
+        done = VersionStore(self._store.ctx).set_minimums(
+            min_coordinator_version=request.min_coordinator_version.strip(),
+            min_sdk_version=request.min_sdk_version.strip(),
+            require_sdk_version=request.require_sdk_version
+            if request.HasField("require_sdk_version")
+            else None,
+            allow_lower=request.allow_lower,
+        )
+        log.warning(
+            "minimum versions set; scheduler epoch bumped",
+            principal=principal,
+            epoch=done.epoch,
+            min_coordinator_version=done.record.min_coordinator_version,
+            min_sdk_version=done.record.min_sdk_version,
+            require_sdk_version=done.record.require_sdk_version,
+        )
+        return admin_pb2.SetMinimumVersionsResponse(
+            versions=version_gate.record_to_proto(done.record), epoch=done.epoch
+        )

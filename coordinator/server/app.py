@@ -36,8 +36,10 @@ from coordinator.server.metrics_http import start_metrics
 from coordinator.server.rpc_metrics import RpcMetricsInterceptor
 from coordinator.server.task_service import TaskService
 from coordinator.server.tls import ServerTLS
+from coordinator.server.version_gate import VersionGateInterceptor, refuse_old_coordinator
 from coordinator.server.worker_service import WorkerService
 from coordinator.store import EtcdKV, Keyspace, Store
+from coordinator.store.versions import VersionStore
 from coordinator.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -99,6 +101,7 @@ def build_server(
         # Idempotency keys are scoped to the authenticated principal, so it runs after auth.
         interceptors=[
             AuthInterceptor(authenticator),
+            VersionGateInterceptor(VersionStore(store.ctx).read),  # minimum SDK, cached read
             RpcMetricsInterceptor(),  # after auth: only real, authenticated methods get labels
             IdempotencyInterceptor(store.idempotency),
         ],
@@ -234,6 +237,7 @@ def _store_for(config: Config) -> Iterator[Store]:
             scan_interval=config.reclaim_scan_interval,
             idempotency_ttl=config.idempotency_ttl,
         )
+        refuse_old_coordinator(VersionStore(store.ctx))  # before anything runs or writes
         store.start()
         try:
             yield store

@@ -82,6 +82,9 @@ ROLE_TABLE: Mapping[str, frozenset[Role]] = {
     _ADMIN + "PauseClaims": frozenset({_A}),
     _ADMIN + "ResumeClaims": frozenset({_A}),
     _ADMIN + "ApproveRetry": frozenset({_A}),
+    # The version gate: everyone may read the record; raising a minimum is admin-only.
+    _ADMIN + "GetVersions": _ANY,
+    _ADMIN + "SetMinimumVersions": frozenset({_A}),
 }
 """gRPC method path -> the roles that may call it. Anything absent is refused."""
 

@@ -49,6 +49,7 @@ READ_ONLY = frozenset(
         "/coordinator.v1.AdminService/GetEpoch",
         "/coordinator.v1.AdminService/DrainStatus",
         "/coordinator.v1.AdminService/GetStats",
+        "/coordinator.v1.AdminService/GetVersions",
         "/coordinator.v1.WorkerService/GetEffect",
     }
 )

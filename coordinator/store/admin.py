@@ -8,6 +8,7 @@ from coordinator.errors import FailedPrecondition
 from coordinator.store.context import StoreContext, claim_from_kv, epoch_from_kv, task_from_kv
 from coordinator.store.etcd import create_revision_is, delete, get, get_prefix, mod_revision_is, put
 from coordinator.store.types import DrainStatus
+from coordinator.store.versions import VersionStore
 
 _CAS_TRIES = 8
 # etcd allows 128 operations per txn.
@@ -24,6 +25,7 @@ class AdminStore:
         """Create the epoch key (epoch 1) if this keyspace is new; returns the epoch."""
         key = self._ctx.keys.epoch
         self._ctx.kv.txn([create_revision_is(key, 0)], [put(key, b"1")])
+        VersionStore(self._ctx).ensure()
         return self.epoch()
 
     def epoch(self) -> int:

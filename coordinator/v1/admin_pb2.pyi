@@ -386,3 +386,127 @@ class GetStatsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetStatsResponse: _TypeAlias = GetStatsResponse  # noqa: Y015
+
+@_typing.final
+class GetVersionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetVersionsRequest: _TypeAlias = GetVersionsRequest  # noqa: Y015
+
+@_typing.final
+class VersionRecord(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
+    MIN_COORDINATOR_VERSION_FIELD_NUMBER: _builtins.int
+    MIN_SDK_VERSION_FIELD_NUMBER: _builtins.int
+    REQUIRE_SDK_VERSION_FIELD_NUMBER: _builtins.int
+    schema_version: _builtins.int
+    min_coordinator_version: _builtins.str
+    min_sdk_version: _builtins.str
+    require_sdk_version: _builtins.bool
+    """Calls that name no SDK version (raw gRPC clients) are refused too."""
+    def __init__(
+        self,
+        *,
+        schema_version: _builtins.int = ...,
+        min_coordinator_version: _builtins.str = ...,
+        min_sdk_version: _builtins.str = ...,
+        require_sdk_version: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["min_coordinator_version", b"min_coordinator_version", "min_sdk_version", b"min_sdk_version", "require_sdk_version", b"require_sdk_version", "schema_version", b"schema_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VersionRecord: _TypeAlias = VersionRecord  # noqa: Y015
+
+@_typing.final
+class GetVersionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSIONS_FIELD_NUMBER: _builtins.int
+    COORDINATOR_VERSION_FIELD_NUMBER: _builtins.int
+    coordinator_version: _builtins.str
+    """The version of the replica that answered."""
+    @_builtins.property
+    def versions(self) -> Global___VersionRecord: ...
+    def __init__(
+        self,
+        *,
+        versions: Global___VersionRecord | None = ...,
+        coordinator_version: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["versions", b"versions"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_version", b"coordinator_version", "versions", b"versions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetVersionsResponse: _TypeAlias = GetVersionsResponse  # noqa: Y015
+
+@_typing.final
+class SetMinimumVersionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MIN_COORDINATOR_VERSION_FIELD_NUMBER: _builtins.int
+    MIN_SDK_VERSION_FIELD_NUMBER: _builtins.int
+    REQUIRE_SDK_VERSION_FIELD_NUMBER: _builtins.int
+    ALLOW_LOWER_FIELD_NUMBER: _builtins.int
+    min_coordinator_version: _builtins.str
+    """PEP 440 versions, e.g. "1.2.0"; empty leaves that minimum unchanged."""
+    min_sdk_version: _builtins.str
+    require_sdk_version: _builtins.bool
+    """Unset: unchanged."""
+    allow_lower: _builtins.bool
+    def __init__(
+        self,
+        *,
+        min_coordinator_version: _builtins.str = ...,
+        min_sdk_version: _builtins.str = ...,
+        require_sdk_version: _builtins.bool | None = ...,
+        allow_lower: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_require_sdk_version", b"_require_sdk_version", "require_sdk_version", b"require_sdk_version"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_require_sdk_version", b"_require_sdk_version", "allow_lower", b"allow_lower", "min_coordinator_version", b"min_coordinator_version", "min_sdk_version", b"min_sdk_version", "require_sdk_version", b"require_sdk_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__require_sdk_version: _TypeAlias = _typing.Literal["require_sdk_version"]  # noqa: Y015
+    _WhichOneofArgType__require_sdk_version: _TypeAlias = _typing.Literal["_require_sdk_version", b"_require_sdk_version"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__require_sdk_version) -> _WhichOneofReturnType__require_sdk_version | None: ...
+
+Global___SetMinimumVersionsRequest: _TypeAlias = SetMinimumVersionsRequest  # noqa: Y015
+
+@_typing.final
+class SetMinimumVersionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSIONS_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    epoch: _builtins.int
+    """The scheduler epoch the same txn bumped to."""
+    @_builtins.property
+    def versions(self) -> Global___VersionRecord: ...
+    def __init__(
+        self,
+        *,
+        versions: Global___VersionRecord | None = ...,
+        epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["versions", b"versions"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "versions", b"versions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetMinimumVersionsResponse: _TypeAlias = SetMinimumVersionsResponse  # noqa: Y015

@@ -69,6 +69,16 @@ class AdminServiceStub:
                 request_serializer=coordinator_dot_v1_dot_admin__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_admin__pb2.GetStatsResponse.FromString,
                 _registered_method=True)
+        self.GetVersions = channel.unary_unary(
+                '/coordinator.v1.AdminService/GetVersions',
+                request_serializer=coordinator_dot_v1_dot_admin__pb2.GetVersionsRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_admin__pb2.GetVersionsResponse.FromString,
+                _registered_method=True)
+        self.SetMinimumVersions = channel.unary_unary(
+                '/coordinator.v1.AdminService/SetMinimumVersions',
+                request_serializer=coordinator_dot_v1_dot_admin__pb2.SetMinimumVersionsRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_admin__pb2.SetMinimumVersionsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -129,6 +139,23 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetVersions(self, request, context):
+        """The version gate's record: keyspace schema version, minimum coordinator and SDK versions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetMinimumVersions(self, request, context):
+        """Raises the minimum coordinator and/or SDK version (empty: unchanged) AND bumps the
+        scheduler epoch, in one txn: claims made before carry the old epoch, so an old binary's
+        renew and commit are refused and it never comes back into the pool. A minimum below the
+        current one is FAILED_PRECONDITION unless allow_lower.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -166,6 +193,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=coordinator_dot_v1_dot_admin__pb2.GetStatsRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_admin__pb2.GetStatsResponse.SerializeToString,
+            ),
+            'GetVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetVersions,
+                    request_deserializer=coordinator_dot_v1_dot_admin__pb2.GetVersionsRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_admin__pb2.GetVersionsResponse.SerializeToString,
+            ),
+            'SetMinimumVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetMinimumVersions,
+                    request_deserializer=coordinator_dot_v1_dot_admin__pb2.SetMinimumVersionsRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_admin__pb2.SetMinimumVersionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -357,6 +394,60 @@ class AdminService:
             '/coordinator.v1.AdminService/GetStats',
             coordinator_dot_v1_dot_admin__pb2.GetStatsRequest.SerializeToString,
             coordinator_dot_v1_dot_admin__pb2.GetStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.AdminService/GetVersions',
+            coordinator_dot_v1_dot_admin__pb2.GetVersionsRequest.SerializeToString,
+            coordinator_dot_v1_dot_admin__pb2.GetVersionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetMinimumVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.AdminService/SetMinimumVersions',
+            coordinator_dot_v1_dot_admin__pb2.SetMinimumVersionsRequest.SerializeToString,
+            coordinator_dot_v1_dot_admin__pb2.SetMinimumVersionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -58,6 +58,14 @@ class AdminServiceStub:
     """Fence-check coverage of this replica process since it started: per acceptance point, the
     operations accepted and those whose epoch and generation the accepting txn compared.
     """
+    GetVersions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetVersionsRequest, _admin_pb2.GetVersionsResponse]
+    """The version gate's record: keyspace schema version, minimum coordinator and SDK versions."""
+    SetMinimumVersions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SetMinimumVersionsRequest, _admin_pb2.SetMinimumVersionsResponse]
+    """Raises the minimum coordinator and/or SDK version (empty: unchanged) AND bumps the
+    scheduler epoch, in one txn: claims made before carry the old epoch, so an old binary's
+    renew and commit are refused and it never comes back into the pool. A minimum below the
+    current one is FAILED_PRECONDITION unless allow_lower.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -85,6 +93,14 @@ class AdminServiceAsyncStub(AdminServiceStub):
     GetStats: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetStatsRequest, _admin_pb2.GetStatsResponse]  # type: ignore[assignment]
     """Fence-check coverage of this replica process since it started: per acceptance point, the
     operations accepted and those whose epoch and generation the accepting txn compared.
+    """
+    GetVersions: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetVersionsRequest, _admin_pb2.GetVersionsResponse]  # type: ignore[assignment]
+    """The version gate's record: keyspace schema version, minimum coordinator and SDK versions."""
+    SetMinimumVersions: _aio.UnaryUnaryMultiCallable[_admin_pb2.SetMinimumVersionsRequest, _admin_pb2.SetMinimumVersionsResponse]  # type: ignore[assignment]
+    """Raises the minimum coordinator and/or SDK version (empty: unchanged) AND bumps the
+    scheduler epoch, in one txn: claims made before carry the old epoch, so an old binary's
+    renew and commit are refused and it never comes back into the pool. A minimum below the
+    current one is FAILED_PRECONDITION unless allow_lower.
     """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -152,6 +168,26 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_admin_pb2.GetStatsResponse, _abc.Awaitable[_admin_pb2.GetStatsResponse]]:
         """Fence-check coverage of this replica process since it started: per acceptance point, the
         operations accepted and those whose epoch and generation the accepting txn compared.
+        """
+
+    @_abc_1.abstractmethod
+    def GetVersions(
+        self,
+        request: _admin_pb2.GetVersionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.GetVersionsResponse, _abc.Awaitable[_admin_pb2.GetVersionsResponse]]:
+        """The version gate's record: keyspace schema version, minimum coordinator and SDK versions."""
+
+    @_abc_1.abstractmethod
+    def SetMinimumVersions(
+        self,
+        request: _admin_pb2.SetMinimumVersionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.SetMinimumVersionsResponse, _abc.Awaitable[_admin_pb2.SetMinimumVersionsResponse]]:
+        """Raises the minimum coordinator and/or SDK version (empty: unchanged) AND bumps the
+        scheduler epoch, in one txn: claims made before carry the old epoch, so an old binary's
+        renew and commit are refused and it never comes back into the pool. A minimum below the
+        current one is FAILED_PRECONDITION unless allow_lower.
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

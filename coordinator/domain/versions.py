@@ -1,0 +1,103 @@
+"""The version gate's rules (pure): the keyspace's version record and who it admits.
+
+The record lives at ``{prefix}/meta/versions``. A coordinator refuses to start against a
+keyspace whose schema is newer than it knows or whose minimum coordinator version it is below;
+a running replica below the minimum refuses calls; an SDK below the minimum is refused
+FAILED_PRECONDITION. Versions compare as PEP 440 versions (``packaging.version.Version``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from packaging.version import InvalidVersion, Version
+
+from coordinator.errors import InvalidArgument
+
+SCHEMA_VERSION = 1
+"""The keyspace schema this code reads and writes (claim.v1's layout)."""
+
+NO_MINIMUM = "0"
+"""The minimum of a new keyspace: every version is admitted until an admin raises it."""
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """The keyspace's schema version and the oldest coordinator and SDK it admits.
+
+    ``require_sdk_version``: refuse calls that name no SDK version at all (raw gRPC clients).
+    Off by default, so grpcurl and hand-written clients keep working.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    min_coordinator_version: str = NO_MINIMUM
+    min_sdk_version: str = NO_MINIMUM
+    require_sdk_version: bool = False
+
+    def encode(self) -> bytes:
+        """The stored JSON."""
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> VersionRecord:
+        """Parse the stored JSON; unknown fields (a newer schema's) are ignored."""
+        data = json.loads(raw)
+        return cls(
+            schema_version=int(data.get("schema_version", SCHEMA_VERSION)),
+            min_coordinator_version=str(data.get("min_coordinator_version", NO_MINIMUM)),
+            min_sdk_version=str(data.get("min_sdk_version", NO_MINIMUM)),
+            require_sdk_version=bool(data.get("require_sdk_version", False)),
+        )
+
+
+def parse_version(field: str, value: str) -> Version:
+    """``value`` as a version; InvalidArgument naming ``field`` if it is not one."""
+    try:
+        return Version(value)
+    except InvalidVersion as exc:
+        raise InvalidArgument(f"{field}: {value!r} is not a version (e.g. 1.2.0)") from exc
+
+
+def is_below(version: str, minimum: str) -> bool:
+    """Whether ``version`` is older than ``minimum`` (an unparseable version counts as older)."""
+    try:
+        return Version(version) < Version(minimum)
+    except InvalidVersion:
+        return True
+
+
+def coordinator_refusal(
+    record: VersionRecord, own_version: str, own_schema: int = SCHEMA_VERSION
+) -> str | None:
+    """Why a coordinator of ``own_version`` (knowing ``own_schema``) must not serve this
+    keyspace, or None if it may."""
+    if own_schema < record.schema_version:
+        return (
+            f"this coordinator knows keyspace schema {own_schema}, but the keyspace is at "
+            f"schema {record.schema_version}; upgrade the coordinator"
+        )
+    if is_below(own_version, record.min_coordinator_version):
+        return (
+            f"coordinator version {own_version} is below the keyspace's minimum coordinator "
+            f"version {record.min_coordinator_version}; upgrade the coordinator"
+        )
+    return None
+
+
+def sdk_refusal(record: VersionRecord, sdk_version: str | None) -> str | None:
+    """Why a call from an SDK of ``sdk_version`` (None: the call named none) is refused, or
+    None if it is admitted."""
+    if sdk_version is None:
+        if record.require_sdk_version:
+            return (
+                "this keyspace requires clients to send their SDK version "
+                f"(x-coordinator-sdk-version); minimum SDK version is {record.min_sdk_version}"
+            )
+        return None
+    if is_below(sdk_version, record.min_sdk_version):
+        return (
+            f"SDK version {sdk_version} is below the minimum SDK version "
+            f"{record.min_sdk_version}; upgrade the coordinator SDK"
+        )
+    return None

@@ -1,0 +1,131 @@
+"""The version gate on the wire and at start.
+
+* ``refuse_old_coordinator``: ``coordinator serve`` calls it before the store starts; a binary
+  below the keyspace's minimum coordinator version, or knowing an older schema, stops there
+  (``VersionRefused``; the CLI exits 2 with the message).
+* ``VersionGateInterceptor``: every call's SDK version (metadata ``x-coordinator-sdk-version``,
+  sent by coordinator.sdk) is checked against the keyspace's minimum; an older SDK is refused
+  FAILED_PRECONDITION naming the minimum. A call without the header (a raw gRPC client) is
+  admitted unless the record sets ``require_sdk_version``. AdminService is exempt from the SDK
+  check, so an operator can always read and correct the record. A running replica that an
+  admin raised the minimum past refuses every call but health. The record is read through a
+  short cache, not per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import structlog
+
+import coordinator
+from coordinator.domain.versions import (
+    SCHEMA_VERSION,
+    VersionRecord,
+    coordinator_refusal,
+    sdk_refusal,
+)
+from coordinator.errors import ConfigError
+from coordinator.server.auth import OPEN_SERVICES, Handler
+from coordinator.store.versions import CachedVersions, VersionStore
+from coordinator.v1 import admin_pb2
+
+log = structlog.get_logger(__name__)
+
+SDK_VERSION_METADATA_KEY = "x-coordinator-sdk-version"
+"""The gRPC metadata key in which the SDK names its version."""
+
+_ADMIN_SERVICE = "/coordinator.v1.AdminService/"
+
+
+class VersionRefused(ConfigError):
+    """This binary is too old (or knows too old a schema) for the keyspace."""
+
+
+def refuse_old_coordinator(
+    versions: VersionStore,
+    own_version: str = coordinator.__version__,
+    own_schema: int = SCHEMA_VERSION,
+) -> None:
+    """Raise VersionRefused if this coordinator must not serve the keyspace."""
+    reason = coordinator_refusal(versions.read(), own_version, own_schema)
+    if reason is not None:
+        raise VersionRefused(f"refusing to start: {reason}")
+
+
+class VersionGateInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Refuses calls from SDKs below the minimum, and all calls if this replica is outdated."""
+
+    def __init__(
+        self,
+        read: Callable[[], VersionRecord],
+        *,
+        cache_ttl: float = 2.0,
+        own_version: str = coordinator.__version__,
+        own_schema: int = SCHEMA_VERSION,
+    ) -> None:
+        self._versions = CachedVersions(read, ttl=cache_ttl)
+        self._own_version = own_version
+        self._own_schema = own_schema
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        """The method's handler, or one that refuses the call FAILED_PRECONDITION."""
+        handler = continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(OPEN_SERVICES):
+            return handler
+        try:
+            record = self._versions.get()
+        except Exception as exc:  # etcd down and nothing cached: the call fails on its own
+            log.warning("version gate: cannot read the version record", error=str(exc))
+            return handler
+        reason = coordinator_refusal(record, self._own_version, self._own_schema)
+        if reason is None and not method.startswith(_ADMIN_SERVICE):
+            reason = sdk_refusal(record, _sdk_version(handler_call_details))
+        if reason is None:
+            return handler
+        log.info("rpc refused by the version gate", rpc=method, error=reason)
+        return _refusing(handler, reason)
+
+
+def _sdk_version(details: grpc.HandlerCallDetails) -> str | None:
+    for key, value in details.invocation_metadata or ():
+        if key == SDK_VERSION_METADATA_KEY:
+            return value.decode() if isinstance(value, bytes) else value
+    return None
+
+
+def _refusing(handler: Handler, message: str) -> Handler:
+    """A handler of the same shape as ``handler`` that aborts FAILED_PRECONDITION."""
+
+    def abort(request: Any, context: grpc.ServicerContext) -> Any:
+        del request
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, message)
+
+    options: dict[str, Any] = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(abort, **options)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(abort, **options)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(abort, **options)
+    return grpc.unary_unary_rpc_method_handler(abort, **options)
+
+
+def record_to_proto(record: VersionRecord) -> admin_pb2.VersionRecord:
+    """The wire form of the version record."""
+    return admin_pb2.VersionRecord(
+        schema_version=record.schema_version,
+        min_coordinator_version=record.min_coordinator_version,
+        min_sdk_version=record.min_sdk_version,
+        require_sdk_version=record.require_sdk_version,
+    )

@@ -1,0 +1,236 @@
+"""The version gate: an old coordinator refused at start, an old SDK refused per call, and
+raising a minimum bumping the epoch in the same txn."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+import coordinator
+from coordinator.domain.versions import SCHEMA_VERSION, VersionRecord
+from coordinator.errors import FailedPrecondition
+from coordinator.etcd_process import EtcdProcess
+from coordinator.server.auth import ROLE_TABLE
+from coordinator.server.identity import PRINCIPAL_METADATA_KEY
+from coordinator.server.version_gate import SDK_VERSION_METADATA_KEY, VersionGateInterceptor
+from coordinator.store import Keyspace
+from coordinator.store.versions import VersionStore
+from coordinator.v1 import admin_pb2, admin_pb2_grpc, tasks_pb2, tasks_pb2_grpc
+from tests.conftest import GRPC_OPTIONS
+from tests.helpers import eventually
+from tests.sdk.support import Served, served
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMAND = [sys.executable, "-c", "from coordinator.cli import main; main()"]
+OWN = coordinator.__version__
+
+
+def _serve(etcd: EtcdProcess, prefix: str) -> subprocess.CompletedProcess[str]:
+    args = ["serve", "--etcd", etcd.endpoint, "--prefix", prefix, "--insecure"]
+    return subprocess.run(
+        [*COMMAND, *args, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_an_old_coordinator_refuses_to_start(
+    etcd: EtcdProcess, etcd_client: Any, prefix: str
+) -> None:
+    record = VersionRecord(min_coordinator_version="99.0.0")
+    etcd_client.put(Keyspace(prefix).versions, record.encode())
+    result = _serve(etcd, prefix)
+    assert result.returncode == 2, result.stderr
+    assert (
+        f"coordinator version {OWN} is below the keyspace's minimum coordinator version 99.0.0"
+        in result.stderr
+    )
+    # It stopped before the store started: the keyspace holds nothing but the record.
+    keys = [meta.key.decode() for _, meta in etcd_client.get_prefix(prefix + "/")]
+    assert keys == [Keyspace(prefix).versions]
+
+
+def test_a_coordinator_knowing_an_older_schema_refuses_to_start(
+    etcd: EtcdProcess, etcd_client: Any, prefix: str
+) -> None:
+    etcd_client.put(
+        Keyspace(prefix).versions, VersionRecord(schema_version=SCHEMA_VERSION + 1).encode()
+    )
+    result = _serve(etcd, prefix)
+    assert result.returncode == 2, result.stderr
+    assert (
+        f"knows keyspace schema {SCHEMA_VERSION}, but the keyspace is at schema "
+        f"{SCHEMA_VERSION + 1}" in result.stderr
+    )
+
+
+@pytest.fixture
+def coord(etcd: EtcdProcess, prefix: str) -> Iterator[Served]:
+    with served(etcd.endpoint, prefix) as s:
+        yield s
+
+
+def _list(target: str, *metadata: tuple[str, str]) -> tasks_pb2.ListTasksResponse:
+    with grpc.insecure_channel(target, options=GRPC_OPTIONS) as channel:
+        stub = tasks_pb2_grpc.TaskServiceStub(channel)
+        reply: tasks_pb2.ListTasksResponse = stub.ListTasks(
+            tasks_pb2.ListTasksRequest(), metadata=((PRINCIPAL_METADATA_KEY, "w1"), *metadata)
+        )
+        return reply
+
+
+def test_the_store_writes_the_record_once(coord: Served, etcd_client: Any, prefix: str) -> None:
+    value, _ = etcd_client.get(Keyspace(prefix).versions)
+    assert VersionRecord.decode(value) == VersionRecord()
+    VersionStore(coord.store.ctx).set_minimums(min_sdk_version="2.0")
+    coord.store.admin.ensure_initialized()  # a restart does not reset the minimums
+    assert VersionStore(coord.store.ctx).read().min_sdk_version == "2.0"
+
+
+def test_an_old_sdk_is_refused_naming_the_minimum(
+    coord: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    VersionStore(coord.store.ctx).set_minimums(min_sdk_version="9.0.0")
+    with pytest.raises(grpc.RpcError) as raised:
+        _list(coord.target, (SDK_VERSION_METADATA_KEY, "8.9.9"))
+    assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert raised.value.details() == (
+        "SDK version 8.9.9 is below the minimum SDK version 9.0.0; upgrade the coordinator SDK"
+    )
+    # At the minimum, or without the header (a raw client, not required): admitted.
+    assert list(_list(coord.target, (SDK_VERSION_METADATA_KEY, "9.0.0")).tasks) == []
+    assert list(_list(coord.target).tasks) == []
+    # The SDK itself sends its version: this one (OWN) is below 9.0.0 ...
+    with coord.client("w1") as client, pytest.raises(FailedPrecondition, match=r"9\.0\.0"):
+        client.list_tasks()
+    # ... and a newer SDK build is admitted.
+    monkeypatch.setattr("coordinator.sdk._rpc.__version__", "9.1")
+    with coord.client("w1") as client:
+        assert client.list_tasks() == []
+
+
+def test_require_sdk_version_refuses_raw_clients(coord: Served) -> None:
+    VersionStore(coord.store.ctx).set_minimums(require_sdk_version=True)
+    with pytest.raises(grpc.RpcError) as raised:
+        _list(coord.target)
+    assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "x-coordinator-sdk-version" in str(raised.value.details())
+    assert list(_list(coord.target, (SDK_VERSION_METADATA_KEY, OWN)).tasks) == []
+
+
+def test_admin_calls_pass_the_sdk_check(coord: Served) -> None:
+    VersionStore(coord.store.ctx).set_minimums(min_sdk_version="9.0.0", require_sdk_version=True)
+    with grpc.insecure_channel(coord.target, options=GRPC_OPTIONS) as channel:
+        reply = admin_pb2_grpc.AdminServiceStub(channel).GetVersions(
+            admin_pb2.GetVersionsRequest(),
+            metadata=((PRINCIPAL_METADATA_KEY, "ops"), (SDK_VERSION_METADATA_KEY, "0.0.1")),
+        )
+    assert reply.versions.min_sdk_version == "9.0.0"
+    assert reply.coordinator_version == OWN
+
+
+def test_a_running_replica_below_a_raised_minimum_refuses_calls(coord: Served) -> None:
+    assert list(_list(coord.target).tasks) == []  # fills the gate's cache
+    VersionStore(coord.store.ctx).set_minimums(min_coordinator_version="99.0")
+
+    def refused() -> str | None:
+        try:
+            _list(coord.target)
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.FAILED_PRECONDITION
+            return str(exc.details())
+        return None
+
+    details = eventually(refused, timeout=10.0)
+    assert f"coordinator version {OWN} is below" in details
+
+
+def test_the_gate_reads_the_record_through_a_cache() -> None:
+    reads: list[int] = []
+
+    def read() -> VersionRecord:
+        reads.append(1)
+        return VersionRecord()
+
+    gate = VersionGateInterceptor(read, cache_ttl=60.0)
+    handler = grpc.unary_unary_rpc_method_handler(lambda request, context: request)
+
+    class Details:
+        method = "/coordinator.v1.TaskService/ListTasks"
+        invocation_metadata = ((SDK_VERSION_METADATA_KEY, OWN),)
+
+    for _ in range(50):
+        assert gate.intercept_service(lambda d: handler, Details()) is handler  # type: ignore[arg-type]
+    assert len(reads) == 1
+
+
+def _admin(target: str, method: str, request: Any) -> Any:
+    with grpc.insecure_channel(target, options=GRPC_OPTIONS) as channel:
+        stub = admin_pb2_grpc.AdminServiceStub(channel)
+        return getattr(stub, method)(request, metadata=((PRINCIPAL_METADATA_KEY, "ops"),))
+
+
+def test_raising_a_minimum_bumps_the_epoch_in_the_same_txn(
+    coord: Served, etcd_client: Any, prefix: str
+) -> None:
+    keys = Keyspace(prefix)
+    before = coord.store.admin.epoch()
+    reply = _admin(
+        coord.target,
+        "SetMinimumVersions",
+        admin_pb2.SetMinimumVersionsRequest(min_coordinator_version="0.1.0", min_sdk_version="0.1"),
+    )
+    assert reply.epoch == before + 1
+    assert coord.store.admin.epoch() == before + 1
+    assert reply.versions.min_coordinator_version == "0.1.0"
+    assert reply.versions.min_sdk_version == "0.1"
+    _, versions_meta = etcd_client.get(keys.versions)
+    _, epoch_meta = etcd_client.get(keys.epoch)
+    assert versions_meta.mod_revision == epoch_meta.mod_revision  # one txn wrote both
+
+
+def test_lowering_or_a_bad_version_is_refused_and_writes_nothing(
+    coord: Served, etcd_client: Any, prefix: str
+) -> None:
+    VersionStore(coord.store.ctx).set_minimums(min_sdk_version="2.0")
+    _, epoch_meta = etcd_client.get(Keyspace(prefix).epoch)
+    with pytest.raises(grpc.RpcError) as lowered:
+        _admin(
+            coord.target,
+            "SetMinimumVersions",
+            admin_pb2.SetMinimumVersionsRequest(min_sdk_version="1.9"),
+        )
+    assert lowered.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "min_sdk_version: 1.9 is below the current minimum 2.0" in str(lowered.value.details())
+    with pytest.raises(grpc.RpcError) as bad:
+        _admin(
+            coord.target,
+            "SetMinimumVersions",
+            admin_pb2.SetMinimumVersionsRequest(min_coordinator_version="soon"),
+        )
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "min_coordinator_version" in str(bad.value.details())
+    _, after = etcd_client.get(Keyspace(prefix).epoch)
+    assert after.mod_revision == epoch_meta.mod_revision
+    assert VersionStore(coord.store.ctx).read().min_sdk_version == "2.0"
+    # Deliberately lowering works.
+    reply = _admin(
+        coord.target,
+        "SetMinimumVersions",
+        admin_pb2.SetMinimumVersionsRequest(min_sdk_version="1.9", allow_lower=True),
+    )
+    assert reply.versions.min_sdk_version == "1.9"
+
+
+def test_only_admins_may_raise_a_minimum() -> None:
+    admin_only = ROLE_TABLE["/coordinator.v1.AdminService/SetMinimumVersions"]
+    assert {role.value for role in admin_only} == {"admin"}

@@ -1,0 +1,38 @@
+"""``coordinator versions show|set-minimum`` against a running coordinator."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner, Result
+
+from coordinator.cli import main
+from coordinator.etcd_process import EtcdProcess
+from coordinator.store.versions import VersionStore
+from tests.sdk.support import served
+
+
+def _cli(target: str, *args: str) -> Result:
+    env = {"COORDINATOR_TARGET": target}
+    return CliRunner().invoke(main, [*args, "--insecure"], env=env, terminal_width=200)
+
+
+def _said(result: Result) -> list[str]:
+    return [line for line in result.output.splitlines() if not line.startswith("20")]
+
+
+def test_versions_show_and_set_minimum(etcd: EtcdProcess, prefix: str) -> None:
+    with served(etcd.endpoint, prefix) as coord:
+        epoch = coord.store.admin.epoch()
+        raised = _cli(coord.target, "versions", "set-minimum", "--sdk", "0.1.0")
+        assert raised.exit_code == 0, raised.output
+        assert _said(raised)[-1] == f"epoch bumped to {epoch + 1}"
+        assert VersionStore(coord.store.ctx).read().min_sdk_version == "0.1.0"
+        shown = _cli(coord.target, "versions", "show")
+        assert shown.exit_code == 0, shown.output
+        assert "min_sdk_version 0.1.0" in _said(shown)
+        assert "min_coordinator_version 0" in _said(shown)
+        lowered = _cli(coord.target, "versions", "set-minimum", "--sdk", "0.0.9")
+        assert lowered.exit_code != 0
+        assert "below the current minimum 0.1.0" in lowered.output
+        assert coord.store.admin.epoch() == epoch + 1
+        nothing = _cli(coord.target, "versions", "set-minimum")
+        assert nothing.exit_code == 2
