@@ -1,0 +1,65 @@
+"""``python -m chaos run --scenario NAME|all [--duration S] [--seed N] [--report FILE]``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from chaos.faults import FAULTS
+from chaos.report import as_json, table
+from chaos.runner import Result, run_naive, run_scenario
+
+
+@click.group()
+def main() -> None:
+    """Chaos scenarios against a local coordinator, checked against claim.v1's rules."""
+
+
+@main.command()
+@click.option("--scenario", required=True, type=click.Choice([*FAULTS, "all"]))
+@click.option("--duration", type=click.FloatRange(min=1), default=10.0, show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--report", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option(
+    "--target",
+    default="",
+    metavar="ADDR",
+    help="A deployed coordinator (plaintext gRPC): client-side scenarios only, on a queue of "
+    "their own.",
+)
+@click.option("--token", default="", envvar="CHAOS_TOKEN", help="Bearer token for --target.")
+def run(
+    scenario: str, duration: float, seed: int, report: Path | None, target: str, token: str
+) -> None:
+    """Run one scenario (or all); exit 1 on any violation by the coordinator.
+
+    worker-pause also runs against the naive baseline (chaos/naive.py), side by side: that
+    row must FAIL (the checker catches the late overwrite); exit 1 if it does not."""
+    names = list(FAULTS) if scenario == "all" else [scenario]
+    results: list[Result] = []
+    for name in names:
+        results.append(run_scenario(name, duration=duration, seed=seed, target=target, token=token))
+        if name == "worker-pause":
+            results.append(run_naive())
+        click.echo(table(results[-1:]), err=True)
+    click.echo(table(results))
+    if report is not None:
+        report.write_text(as_json(results))
+    raise SystemExit(exit_code(results))
+
+
+def exit_code(results: list[Result]) -> int:
+    """1 if the coordinator broke a rule, or the checker missed the naive baseline's."""
+    for r in results:
+        if r.verdict is None:
+            continue
+        if r.implementation == "naive" and r.verdict.ok:
+            return 1
+        if r.implementation != "naive" and not r.verdict.ok:
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    main()

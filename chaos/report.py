@@ -1,0 +1,68 @@
+"""The report: one table row per scenario and implementation, then every violation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from chaos.runner import Result
+
+HEADER = (
+    "scenario",
+    "impl",
+    "verdict",
+    "ops",
+    "commits",
+    "fenced",
+    "reconciled",
+    "info",
+    "pending",
+    "fence checks",
+    "violations",
+)
+
+
+def row(r: Result) -> tuple[str, ...]:
+    """One result as table cells."""
+    if r.verdict is None:
+        return (r.scenario, r.implementation, "SKIPPED", "", "", "", "", "", "", "", r.skipped)
+    v = r.verdict
+    gaps = any(x.rule == "fence-coverage" for x in v.violations)
+    fenced = " ".join(f"{k}={n}" for k, n in sorted(v.fenced.items())) or "0"
+    return (
+        r.scenario,
+        r.implementation,
+        "PASS" if v.ok else "FAIL",
+        str(v.operations),
+        str(v.commits),
+        fenced,
+        str(v.reconciled),
+        str(v.indefinite),
+        str(r.unsettled),
+        "-" if r.implementation == "naive" else str(v.fence_checks) + ("" if gaps else " (100%)"),
+        str(len(v.violations)),
+    )
+
+
+def table(results: Sequence[Result]) -> str:
+    """The results as an aligned text table, followed by each violation."""
+    rows = [HEADER, *(row(r) for r in results)]
+    widths = [max(len(cells[i]) for cells in rows) for i in range(len(HEADER))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) for cells in rows]
+    for r in results:
+        for v in r.verdict.violations if r.verdict else ():
+            lines.append(f"VIOLATION [{r.scenario}/{r.implementation}] {v}")
+    return "\n".join(lines)
+
+
+def as_json(results: Sequence[Result]) -> str:
+    """The results as JSON (for --report)."""
+    out: list[dict[str, Any]] = []
+    for r in results:
+        item = asdict(r)
+        if r.verdict is not None:
+            item["verdict"]["ok"] = r.verdict.ok
+        out.append(item)
+    return json.dumps(out, indent=2, default=str)

@@ -1,0 +1,176 @@
+"""Run one scenario: start the harness, drive traffic, inject and heal one fault, then check.
+
+Traffic: a producer creates a task every ``PRODUCE_EVERY`` seconds for the duration, while
+``WORKERS`` chaos workers claim, send one effect each and commit. The fault is injected at a
+seeded moment in the first half of the run and healed before the end; the run then waits until
+every task is DONE or CANCELLED (or a deadline passes) and hands the evidence to the checker.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from chaos.checker import Evidence, Verdict, check
+from chaos.faults import FAULTS, Fault
+from chaos.harness import Harness
+from chaos.history import load
+
+WORKERS = 4
+PRODUCE_EVERY = 0.1
+SETTLE_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Result:
+    """One scenario's outcome: a verdict, or the reason it was skipped."""
+
+    scenario: str
+    implementation: str
+    verdict: Verdict | None
+    skipped: str = ""
+    unsettled: int = 0
+    seconds: float = 0.0
+
+
+def produce(h: Harness, until: float, created: set[str]) -> None:
+    """Create tasks until ``until`` (monotonic); their ids go into ``created``."""
+    with h.client("producer") as producer:
+        n = 0
+        while time.monotonic() < until:
+            task_id = f"{h.queue}-t{n:04d}"
+            try:
+                producer.create_task(task_id, input=task_id.encode(), queue=h.queue)
+                created.add(task_id)
+            except Exception:
+                pass  # not created (etcd or replica down): the checker does not expect it
+            n += 1
+            time.sleep(PRODUCE_EVERY)
+
+
+def settle(h: Harness, timeout: float) -> int:
+    """Wait until no task is pending; returns how many still are after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            pending = h.unsettled()
+        except Exception:
+            pending = -1
+        if pending == 0 or time.monotonic() > deadline:
+            return pending
+        time.sleep(0.25)
+
+
+def run_fault(fault: Fault, h: Harness, delay: float, errors: list[BaseException]) -> None:
+    """Inject after ``delay`` seconds, then heal (always)."""
+    time.sleep(delay)
+    try:
+        fault.inject(h)
+    except BaseException as exc:
+        errors.append(exc)
+    finally:
+        fault.heal(h)
+
+
+def run_scenario(
+    name: str,
+    *,
+    duration: float,
+    seed: int,
+    root: Path | None = None,
+    target: str = "",
+    token: str = "",
+) -> Result:
+    """Run the scenario ``name`` against the coordinator (a deployed one at ``target``) and
+    check it."""
+    fault = FAULTS[name]()
+    reason = fault.available()
+    if target and fault.server_side:
+        reason = "server-side fault: no process signals on a deployed coordinator (--target)"
+    if reason:
+        return Result(name, "coordinator", None, skipped=reason)
+    root = root or Path(tempfile.mkdtemp(prefix=f"chaos-{name}-"))
+    rng = random.Random(seed)
+    started = time.monotonic()
+    h = Harness(root, proxied=fault.proxied, remote=target, token=token)
+    try:
+        h.start()
+        created: set[str] = set()
+        for i in range(WORKERS):
+            flags = fault.worker_flags if i == 0 else ()
+            h.start_worker(f"w{i}", *flags, *fault.all_worker_flags)
+        producer = threading.Thread(
+            target=produce, args=(h, time.monotonic() + duration, created), daemon=True
+        )
+        producer.start()
+        errors: list[BaseException] = []
+        run_fault(fault, h, rng.uniform(0.2, 0.4) * duration, errors)
+        producer.join()
+        if errors:
+            raise errors[0]
+        pending = settle(h, SETTLE_TIMEOUT)
+        h.stop_workers()
+        evidence = Evidence(
+            ops=load(h.histories),
+            final=h.final_tasks(),
+            expected_tasks=frozenset(created),
+            performed=h.performed(),
+            coverage=h.coverage(),
+        )
+        verdict = check(evidence)
+    finally:
+        h.close()
+    return Result(
+        name, "coordinator", verdict, unsettled=pending, seconds=time.monotonic() - started
+    )
+
+
+def run_naive(*, root: Path | None = None) -> Result:
+    """The pause scenario against the naive baseline (chaos/naive.py): A claims and is frozen
+    between its expiresAt check and its write; B takes over after the lease and commits; A wakes
+    and writes. The checker must report it."""
+    import subprocess
+    import sys
+
+    from chaos import naive
+    from chaos.cluster import EtcdCluster
+    from chaos.faults import PAST_TTL, wait_until
+    from chaos.harness import REPO, stopped
+
+    root = root or Path(tempfile.mkdtemp(prefix="chaos-naive-"))
+    started = time.monotonic()
+    cluster = EtcdCluster(root)
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def worker(name: str, *flags: str) -> subprocess.Popen[bytes]:
+        args = ["--etcd", cluster.endpoints[0], "--name", name, "--task", "t1"]
+        args += ["--history", str(root / f"{name}.jsonl"), *flags]
+        procs.append(subprocess.Popen([sys.executable, "-m", "chaos.naive", *args], cwd=REPO))
+        return procs[-1]
+
+    try:
+        cluster.start()
+        client = cluster.client(cluster.members[0])
+        naive.create(client, "t1")
+        late = worker("a", "--pause")
+        wait_until(lambda: stopped(late.pid), 30, "the naive worker to pause")
+        time.sleep(PAST_TTL)
+        worker("b").wait(timeout=30)
+        late.send_signal(signal.SIGCONT)
+        late.wait(timeout=30)
+        final = {"t1": naive.final(client, "t1")}
+        client.close()
+        ops = load(sorted(root.glob("*.jsonl")))
+        verdict = check(Evidence(ops=ops, final=final, expected_tasks=frozenset({"t1"})))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        cluster.stop()
+    return Result("worker-pause", "naive", verdict, seconds=time.monotonic() - started)

@@ -1,0 +1,164 @@
+"""A chaos worker process: claims, sends one effect, commits, and records every operation.
+
+    python -m chaos.worker --target ADDR --name W --history FILE [--outbox URL] [--pause-first]
+                           [--kill-after-effect] [--retry-commits]
+
+Each claim, effect and commit is recorded twice in the JSONL history (chaos/history.py): at
+invocation and at completion; a call that raised a transport error is recorded ``info``.
+``--pause-first`` stops this process (SIGSTOP to itself) while it holds its first claim, right
+after its downstream call: the PauseWorker fault resumes it past its TTL, and it then commits
+anyway, so the store (not the SDK) must refuse the late result. ``--kill-after-effect`` SIGKILLs
+itself right after its first downstream call (the response never reaches the coordinator).
+``--retry-commits`` sends every commit twice (a duplicated / retried request).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from datetime import timedelta
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from chaos.history import Recorder
+from coordinator.errors import CoordinatorError
+from coordinator.logging import configure_logging
+from coordinator.sdk import ClaimRefused, FenceReason, HttpDownstream, Job, Outcome, WorkerClient
+
+CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0)]
+EFFECT_NODE, EFFECT_SLOT = "notify", "email"
+
+
+def _job_fields(job: Job) -> dict[str, object]:
+    return {
+        "task": job.task_id,
+        "attempt": job.attempt,
+        "attempt_id": job.fence.attempt_id,
+        "generation": job.generation,
+        "revision": job.task_revision,
+    }
+
+
+class ChaosWorker:
+    """The claim -> effect -> commit loop of one worker, recording as it goes."""
+
+    def __init__(self, client: WorkerClient, rec: Recorder, **options: object) -> None:
+        self.client, self.rec = client, rec
+        self.queue = str(options["queue"])
+        self.ttl = timedelta(seconds=int(str(options["ttl"])))
+        self.outbox = (
+            HttpDownstream(str(options["outbox"]), timeout=5.0) if options["outbox"] else None
+        )
+        self.pause_first = bool(options["pause_first"])
+        self.kill_after_effect = bool(options["kill_after_effect"])
+        self.retry_commits = bool(options["retry_commits"])
+        self.work = int(str(options["work_ms"])) / 1000
+        self.jobs = 0
+
+    def claim(self) -> Job | None:
+        """One ClaimNext, recorded; a job or None (nothing ready, refused, or unknown)."""
+        op = self.rec.invoke("claim", task="")
+        try:
+            got = self.client.claim_next(self.queue, ttl=self.ttl)
+        except CoordinatorError as exc:
+            self.rec.complete(op, "info", message=str(exc)[:200])
+            return None
+        if isinstance(got, ClaimRefused):
+            self.rec.complete(op, "fail", outcome=got.outcome.name, reason=got.reason.name)
+            if got.reason is FenceReason.EPOCH_CHANGED:
+                self.client.epoch()  # an operator bumped the epoch: join the new one
+            return None
+        self.rec.complete(op, "ok", outcome=Outcome.CLAIMED.name, **_job_fields(got))
+        return got
+
+    def effect(self, job: Job) -> None:
+        """The task's one email, through the outbox, recorded."""
+        assert self.outbox is not None
+        op = self.rec.invoke("effect", **_job_fields(job))
+        payload = f"task {job.task_id} is done".encode()  # the same draft from every attempt
+        try:
+            got = job.effect(EFFECT_NODE, EFFECT_SLOT, payload, self.outbox)
+        except CoordinatorError as exc:
+            self.rec.complete(op, "info", message=str(exc)[:200])
+            return
+        kind = "info" if got.status.name == "UNCERTAIN" else "ok"
+        self.rec.complete(
+            op, kind, outcome=got.status.name, reason=got.reason.name, effect_key=got.effect_id
+        )
+
+    def commit(self, job: Job) -> None:
+        """Commit (twice with ``--retry-commits``), recorded; transport errors are ``info``."""
+        result = f"{job.task_id} attempt {job.fence.attempt_id}".encode()
+        for _ in range(2 if self.retry_commits else 1):
+            op = self.rec.invoke("commit", **_job_fields(job))
+            try:
+                got = job.commit(result)
+            except CoordinatorError as exc:
+                self.rec.complete(op, "info", message=str(exc)[:200])
+                continue
+            self.rec.complete(op, "ok", outcome=got.outcome.name, reason=got.reason.name)
+
+    def run_one(self, job: Job) -> None:
+        """Work one claimed task to its commit (the faults this worker was told to act out)."""
+        first = self.jobs == 0
+        self.jobs += 1
+        with job:
+            if self.outbox is not None:
+                self.effect(job)
+            if first and self.kill_after_effect:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if first and self.pause_first:
+                os.kill(os.getpid(), signal.SIGSTOP)  # resumed by the PauseWorker fault
+            elif self.work:
+                threading.Event().wait(self.work)  # "work": commits stay in flight meanwhile
+            self.commit(job)
+
+    def loop(self, stop: threading.Event) -> None:
+        """Claim and work until stopped."""
+        while not stop.is_set():
+            job = self.claim()
+            if job is None:
+                stop.wait(0.05)
+                continue
+            try:
+                self.run_one(job)
+            except CoordinatorError:
+                stop.wait(0.05)  # recorded already where it matters; the lease expires
+
+
+@click.command()
+@click.option("--target", required=True)
+@click.option("--name", required=True)
+@click.option("--history", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--queue", default="chaos", show_default=True)
+@click.option("--ttl", type=click.IntRange(1, 60), default=2, show_default=True)
+@click.option("--outbox", default="")
+@click.option("--token", default="", help="Bearer token (a deployed coordinator).")
+@click.option("--pause-first", is_flag=True)
+@click.option("--kill-after-effect", is_flag=True)
+@click.option("--retry-commits", is_flag=True)
+@click.option("--work-ms", type=click.IntRange(0), default=30, show_default=True)
+def main(target: str, name: str, history: Path, token: str, **options: object) -> None:
+    """Run one chaos worker until SIGTERM."""
+    configure_logging("error")
+    stop = threading.Event()
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+    rec = Recorder(history, name)
+    try:
+        with WorkerClient(
+            target, principal=name, channel_options=CHANNEL_OPTIONS, token=token or None
+        ) as client:
+            ChaosWorker(client, rec, **options).loop(stop)
+    finally:
+        rec.close()
+
+
+if __name__ == "__main__":
+    main()

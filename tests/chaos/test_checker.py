@@ -1,0 +1,175 @@
+"""The checker must fail: handmade histories, each with one broken rule, and a clean one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chaos.checker import Coverage, Evidence, FinalTask, Verdict, check
+from chaos.history import Op, Recorder, load
+from chaos.report import table
+from chaos.runner import Result
+
+
+def op(
+    op_id: str,
+    kind: str,
+    start: float,
+    end: float | None,
+    outcome: str,
+    *,
+    gen: int,
+    attempt: str,
+    task: str = "t1",
+    reason: str = "",
+) -> Op:
+    return Op(
+        id=op_id,
+        worker=attempt.split("-", maxsplit=1)[0],
+        op=kind,
+        task=task,
+        start=start,
+        end=end,
+        outcome=outcome,
+        reason=reason,
+        attempt_id=attempt,
+        generation=gen,
+    )
+
+
+def rules(verdict: Verdict) -> list[tuple[str, str]]:
+    return [(v.rule, v.task) for v in verdict.violations]
+
+
+DONE_BY_B = {"t1": FinalTask("t1", "DONE", result_commit_id="b-1@20")}
+
+# A pauses with g=10, B claims (g=20) after A's lease expired and commits; A wakes and commits.
+CLEAN = [
+    op("1", "claim", 0.0, 0.1, "CLAIMED", gen=10, attempt="a-1"),
+    op("2", "claim", 5.0, 5.1, "CLAIMED", gen=20, attempt="b-1"),
+    op("3", "commit", 6.0, 6.1, "COMMITTED", gen=20, attempt="b-1"),
+    op("4", "commit", 9.0, 9.1, "FENCED", gen=10, attempt="a-1", reason="SUPERSEDED"),
+]
+
+
+def test_a_clean_history_passes_and_is_counted() -> None:
+    verdict = check(Evidence(CLEAN, DONE_BY_B, frozenset({"t1"}), {"k": 1}))
+    assert verdict.violations == ()
+    assert (verdict.operations, verdict.commits, dict(verdict.fenced)) == (4, 1, {"SUPERSEDED": 1})
+
+
+def test_an_unfenced_late_write_is_reported_as_late_write_and_double_commit() -> None:
+    late = [*CLEAN[:3], op("4", "commit", 9.0, 9.1, "COMMITTED", gen=10, attempt="a-1")]
+    verdict = check(Evidence(late, DONE_BY_B, frozenset({"t1"})))
+    assert rules(verdict) == [
+        ("double-commit", "t1"),
+        ("late-write-not-fenced", "t1"),
+        ("acknowledged-commit-lost", "t1"),
+    ]
+    assert "a:commit#4(t1 g=10 -> COMMITTED)" in verdict.violations[1].ops
+
+
+def test_a_late_write_that_wins_the_final_state_is_still_reported() -> None:
+    # The naive baseline's failure: the stale owner overwrites the rescuer's result.
+    late = [*CLEAN[:3], op("4", "commit", 9.0, 9.1, "COMMITTED", gen=10, attempt="a-1")]
+    final = {"t1": FinalTask("t1", "DONE", result_commit_id="a-1@10")}
+    verdict = check(Evidence(late, final, frozenset({"t1"})))
+    assert [r for r, _ in rules(verdict)] == [
+        "double-commit",
+        "late-write-not-fenced",
+        "acknowledged-commit-lost",  # B's acknowledged commit was overwritten
+    ]
+
+
+def test_a_superseded_commit_before_the_rival_commits_is_still_late() -> None:
+    history = [
+        op("1", "claim", 0.0, 0.1, "CLAIMED", gen=10, attempt="a-1"),
+        op("2", "claim", 5.0, 5.1, "CLAIMED", gen=20, attempt="b-1"),
+        op("3", "commit", 6.0, 6.1, "COMMITTED", gen=10, attempt="a-1"),
+    ]
+    final = {"t1": FinalTask("t1", "DONE", result_commit_id="a-1@10")}
+    assert rules(check(Evidence(history, final))) == [("late-write-not-fenced", "t1")]
+
+
+def test_overlapping_operations_are_not_blamed() -> None:
+    # B's claim had not completed when A's commit started: either order is possible.
+    history = [
+        op("1", "claim", 0.0, 0.1, "CLAIMED", gen=10, attempt="a-1"),
+        op("2", "claim", 5.0, 6.5, "CLAIMED", gen=20, attempt="b-1"),
+        op("3", "commit", 6.0, 6.1, "COMMITTED", gen=10, attempt="a-1"),
+    ]
+    final = {"t1": FinalTask("t1", "DONE", result_commit_id="a-1@10")}
+    assert check(Evidence(history, final)).violations == ()
+
+
+def test_a_non_increasing_generation_is_reported() -> None:
+    history = [
+        op("1", "claim", 0.0, 0.1, "CLAIMED", gen=20, attempt="a-1"),
+        op("2", "claim", 5.0, 5.1, "CLAIMED", gen=20, attempt="b-1"),
+    ]
+    final = {"t1": FinalTask("t1", "CLAIMED")}
+    assert rules(check(Evidence(history, final))) == [("generation-not-increasing", "t1")]
+
+
+def test_a_duplicate_effect_is_reported_with_its_key() -> None:
+    verdict = check(Evidence(CLEAN, DONE_BY_B, frozenset({"t1"}), {"k1": 1, "k2": 2}))
+    assert rules(verdict) == [("duplicate-effect", "k2")]
+    assert "performed 2 times" in str(verdict.violations[0])
+
+
+def test_a_lost_task_is_reported() -> None:
+    final = {**DONE_BY_B, "t2": FinalTask("t2", "FAILED")}
+    verdict = check(Evidence(CLEAN, final, frozenset({"t1", "t2", "t3"})))
+    assert rules(verdict) == [("lost-task", "t2"), ("lost-task", "t3")]
+
+
+def test_an_acknowledged_commit_missing_after_restarts_is_reported() -> None:
+    final = {"t1": FinalTask("t1", "READY")}
+    assert rules(check(Evidence(CLEAN, final))) == [("acknowledged-commit-lost", "t1")]
+
+
+def test_fence_coverage_below_100_percent_is_reported() -> None:
+    coverage = [Coverage("r1", "COMMIT", 5, 5), Coverage("r2", "RENEW", 7, 6)]
+    verdict = check(Evidence(CLEAN, DONE_BY_B, coverage=coverage))
+    assert rules(verdict) == [("fence-coverage", "")]
+    assert verdict.violations[0].ops == ("r2:RENEW",)
+
+
+def test_indefinite_commits_are_settled_from_etcd() -> None:
+    # B's commit lost its response but landed; A's indefinite commit did not land.
+    history = [
+        *CLEAN[:2],
+        op("3", "commit", 6.0, None, "info", gen=20, attempt="b-1"),
+        op("4", "commit", 9.0, 9.1, "info", gen=10, attempt="a-1"),
+    ]
+    verdict = check(Evidence(history, DONE_BY_B, frozenset({"t1"})))
+    assert (verdict.violations, verdict.commits, verdict.indefinite) == ((), 1, 2)
+
+
+def test_the_recorder_pairs_invocations_with_completions(tmp_path: Path) -> None:
+    path = tmp_path / "w.jsonl"
+    rec = Recorder(path, "w")
+    first = rec.invoke("claim", task="t1")
+    rec.complete(first, "ok", outcome="CLAIMED", generation=7, attempt_id="x")
+    second = rec.invoke("commit", task="t1", generation=7, attempt_id="x")
+    third = rec.invoke("commit", task="t1", generation=7, attempt_id="x")
+    rec.complete(third, "info", outcome="UNAVAILABLE")
+    rec.close()
+    with path.open("a") as f:
+        f.write('{"torn')
+    ops = {o.id: o for o in load([path])}
+    assert (ops[first].outcome, ops[first].generation) == ("CLAIMED", 7)
+    assert (ops[second].outcome, ops[second].end) == ("info", None)
+    assert ops[third].outcome == "info" and ops[third].end is not None
+
+
+def test_the_report_names_each_violation_and_lines_up() -> None:
+    verdict = check(Evidence(CLEAN, DONE_BY_B, frozenset({"t1"}), {"k2": 2}))
+    skipped = Result("clock-skew", "coordinator", None, skipped="no faketime")
+    text = table([Result("worker-pause", "coordinator", verdict), skipped])
+    lines = text.splitlines()
+    assert {line.index("coordinator") for line in lines[1:3]} == {lines[0].index("impl")}
+    assert "FAIL" in lines[1] and "SKIPPED" in lines[2] and "no faketime" in lines[2]
+    assert lines[3] == (
+        "VIOLATION [worker-pause/coordinator] duplicate-effect on k2: "
+        "performed 2 times at the downstream []"
+    )
