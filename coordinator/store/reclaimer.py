@@ -8,8 +8,6 @@ loop at the same time.
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from dataclasses import replace
 
@@ -22,62 +20,25 @@ from coordinator.store.context import StoreContext, attempt_from_kv, task_from_k
 from coordinator.store.etcd import create_revision_is, get, put
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
-from coordinator.store.watch import PrefixWatch, WatchEvent
+from coordinator.store.watch import WatchEvent
+from coordinator.store.watch_loop import WatchScanLoop
 
 log = structlog.get_logger(__name__)
 
 RECLAIMER = "coordinator:reclaimer"
 
-# Queued by the watch when etcd compacted the history it needed (never a task id: ids are
-# validated and cannot hold NUL).
-_RESUME = "\0resume"
 
-
-class Reclaimer:
+class Reclaimer(WatchScanLoop):
     """Watch + scan loop that reclaims expired claims."""
 
+    name = "reclaimer"
+
     def __init__(self, ctx: StoreContext, ready: ReadyIndex, *, scan_interval: float = 5.0) -> None:
-        self._ctx = ctx
+        super().__init__(ctx, prefix=ctx.keys.claims_prefix, scan_interval=scan_interval)
         self._ready = ready
-        self._scan_interval = scan_interval
-        self._stop = threading.Event()
-        # Task ids whose claim key was deleted, handed from the watch thread to the loop, so a
-        # slow reclaim never holds up the client's shared watch thread.
-        self._deleted: queue.Queue[str] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._watch: PrefixWatch | None = None
         # task id -> monotonic time this replica saw etcd delete its claim key (reclaim latency
         # is measured from there: the deletion is etcd's expiry, as close as we can see it).
         self._deleted_at: dict[str, float] = {}
-
-    def start(self, *, from_revision: int = 0) -> None:
-        """Start the watch (from ``from_revision``; 0: from now) and the periodic scan."""
-        self._follow(from_revision)
-        self._thread = threading.Thread(target=self._loop, name="reclaimer", daemon=True)
-        self._thread.start()
-
-    def _follow(self, from_revision: int = 0) -> None:
-        """Watch claim deletions from ``from_revision`` (0: from a fresh read's revision)."""
-        if not from_revision:
-            _, revision = self._ctx.kv.range_page(self._ctx.keys.epoch, self._ctx.keys.epoch + "\0")
-            from_revision = revision + 1
-        self._watch = self._ctx.kv.watch_prefix(
-            self._ctx.keys.claims_prefix,
-            start_revision=from_revision,
-            on_events=self._on_events,
-            # etcd compacted the history this watch needed, and the watch ends: the loop scans
-            # (missed deletions are exactly what a scan finds) and follows again from now.
-            on_compacted=lambda: self._deleted.put(_RESUME),
-        )
-
-    def close(self) -> None:
-        """Stop both."""
-        self._stop.set()
-        self._deleted.put("")  # wake the loop
-        if self._watch is not None:
-            self._watch.close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
     def scan(self) -> int:
         """Reclaim every task of the claimed index whose claim key is gone; returns the count."""
@@ -142,38 +103,14 @@ class Reclaimer:
         )
         return True
 
-    def _resume(self) -> None:
-        """Follow again from now, then scan; retried (after a pause) until etcd answers."""
-        try:
-            self._follow()
-        except Exception:
-            if not self._stop.wait(1.0):
-                self._deleted.put(_RESUME)
-            raise
-        self.scan()
+    def handle(self, item: str) -> None:
+        """A claim key was deleted: reclaim its task if the claim expired."""
+        self.reclaim(item)
 
-    def _on_events(self, events: list[WatchEvent]) -> None:
-        for event in events:
-            if event.deleted:
-                task_id = event.key.rsplit("/", 1)[1]
-                self._deleted_at.setdefault(task_id, time.monotonic())
-                self._deleted.put(task_id)
-
-    def _loop(self) -> None:
-        next_scan = time.monotonic() + self._scan_interval
-        while not self._stop.is_set():
-            try:
-                task_id = self._deleted.get(timeout=max(0.0, next_scan - time.monotonic()))
-            except queue.Empty:
-                task_id = None
-            try:
-                if task_id == _RESUME:
-                    log.warning("claims watch history compacted; rescanning and following anew")
-                    self._resume()
-                elif task_id:
-                    self.reclaim(task_id)
-                elif task_id is None:
-                    self.scan()
-                    next_scan = time.monotonic() + self._scan_interval
-            except Exception as exc:
-                log.warning("reclaim failed", task_id=task_id, error=str(exc))
+    def items_from(self, events: list[WatchEvent]) -> list[str]:
+        """Task ids whose claim key was deleted (expiry, but also commit, release, cancel)."""
+        deleted = [e.key.rsplit("/", 1)[1] for e in events if e.deleted]
+        now = time.monotonic()
+        for task_id in deleted:
+            self._deleted_at.setdefault(task_id, now)
+        return deleted

@@ -9,10 +9,6 @@ round) aborts it, and every replica can run this loop at the same time.
 
 from __future__ import annotations
 
-import queue
-import threading
-import time
-
 import structlog
 
 from coordinator.domain.graph import satisfied_by, unmet
@@ -24,21 +20,21 @@ from coordinator.store.dependencies import DependencyStore
 from coordinator.store.etcd import mod_revision_is
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
-from coordinator.store.watch import PrefixWatch, WatchEvent
+from coordinator.store.watch import WatchEvent
+from coordinator.store.watch_loop import WatchScanLoop
 
 log = structlog.get_logger(__name__)
 
 RELEASER = "coordinator:releaser"
 
-# Queued by the watch when etcd compacted its history: scan, then follow again from now.
-_RESUME = "\0resume"
-
 # A release whose CAS lost (the dependent was edited meanwhile) reads again this often.
 _TRIES = 3
 
 
-class Releaser:
+class Releaser(WatchScanLoop):
     """Watch + scan loop that releases dependents whose upstreams are all DONE."""
+
+    name = "releaser"
 
     def __init__(
         self,
@@ -48,56 +44,12 @@ class Releaser:
         *,
         scan_interval: float = 5.0,
     ) -> None:
-        self._ctx = ctx
+        # A first scan right away: releases missed while no replica ran.
+        super().__init__(
+            ctx, prefix=ctx.keys.events_prefix(), scan_interval=scan_interval, scan_first=True
+        )
         self._ready = ready
         self._deps = dependencies
-        self._scan_interval = scan_interval
-        self._stop = threading.Event()
-        # Upstreams that just became DONE, handed from the watch thread to the loop.
-        self._done: queue.Queue[str] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._watch: PrefixWatch | None = None
-
-    def start(self, *, from_revision: int = 0) -> None:
-        """Start the watch (from ``from_revision``; 0: from now) and the periodic scan."""
-        self._follow(from_revision)
-        self._thread = threading.Thread(target=self._loop, name="releaser", daemon=True)
-        self._thread.start()
-        self._done.put("")  # a first scan right away: releases missed while no replica ran
-
-    def _follow(self, from_revision: int = 0) -> None:
-        """Watch the event log from ``from_revision`` (0: from a fresh read's revision)."""
-        if not from_revision:
-            _, revision = self._ctx.kv.range_page(self._ctx.keys.epoch, self._ctx.keys.epoch + "\0")
-            from_revision = revision + 1
-        self._watch = self._ctx.kv.watch_prefix(
-            self._ctx.keys.events_prefix(),
-            start_revision=from_revision,
-            on_events=self._on_events,
-            # etcd compacted the history this watch needed, and the watch ends: the loop scans
-            # (missed DONE events are exactly what a scan of the waiting index finds) and
-            # follows again from now, so later releases stay within a second.
-            on_compacted=lambda: self._done.put(_RESUME),
-        )
-
-    def _resume(self) -> None:
-        """Follow again from now, then scan; retried (after a pause) until etcd answers."""
-        try:
-            self._follow()
-        except Exception:
-            if not self._stop.wait(1.0):
-                self._done.put(_RESUME)
-            raise
-        self.scan()
-
-    def close(self) -> None:
-        """Stop both."""
-        self._stop.set()
-        self._done.put("")
-        if self._watch is not None:
-            self._watch.close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
     def scan(self) -> int:
         """Try to release every task of the waiting index; returns how many were released."""
@@ -152,7 +104,13 @@ class Releaser:
         log.info("released dependent", task_id=task_id, satisfied_by=list(rounds))
         return True
 
-    def _on_events(self, events: list[WatchEvent]) -> None:
+    def handle(self, item: str) -> None:
+        """An upstream became DONE: try to release its dependents."""
+        self.release_dependents(item)
+
+    def items_from(self, events: list[WatchEvent]) -> list[str]:
+        """Tasks whose transition event says they became DONE."""
+        done = []
         for event in events:
             if event.deleted:
                 continue
@@ -161,25 +119,5 @@ class Releaser:
             except Exception:  # a malformed event is doctor's business, not the watch's
                 continue
             if record.to_state is TaskState.DONE:
-                self._done.put(record.task_id)
-
-    def _loop(self) -> None:
-        next_scan = time.monotonic() + self._scan_interval
-        while not self._stop.is_set():
-            try:
-                upstream = self._done.get(timeout=max(0.0, next_scan - time.monotonic()))
-            except queue.Empty:
-                upstream = None
-            if self._stop.is_set():
-                return
-            try:
-                if upstream == _RESUME:
-                    log.warning("event watch history compacted; rescanning and following anew")
-                    self._resume()
-                elif upstream:
-                    self.release_dependents(upstream)
-                else:
-                    self.scan()
-                    next_scan = time.monotonic() + self._scan_interval
-            except Exception as exc:
-                log.warning("release failed", upstream=upstream, error=str(exc))
+                done.append(record.task_id)
+        return done
