@@ -1,30 +1,14 @@
-"""``coordinator doctor``'s checks: every disagreement between task records, indexes, claim
-keys, results, events and dependency edges in one snapshot of the keyspace (pure, no I/O).
-
-The task record is the one place a task's current state is read from. Primary evidence written
-by the same transactions - the live claim key, the canonical result, the event log - must agree
-with it; derived keys (ready, claimed and waiting indexes, reverse edges, identity indexes) must
-follow from it. A disagreement in derived keys of a task whose primary evidence agrees has one
-unambiguous fix, offered as a ``Repair`` (one CAS txn, guarded by every key it relies on). A
-conflict between primary sources (a live claim key on a task that is not CLAIMED, a missing
-result, a broken event chain, edges that disagree) is reported and never repaired: guessing
-which side is right is what the seed forbids ("preserve the conflict").
-
-Two findings depend on time rather than on one snapshot: a CLAIMED task whose claim key is gone
-(the reclaimer's job) and a WAITING task whose upstreams are all DONE (the releaser's job). They
-are ``lagging`` findings: the runner reports them only if they persist, unchanged, across a
-second snapshot taken a reclaim window later (``confirm``).
-"""
+"""The checks themselves: one pure pass over a snapshot (see the package docstring)."""
 
 from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TypeVar
 
+from coordinator.doctor.findings import LAGGING, Finding, Guard, Problem, Repair, Snapshot, Write
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.lineage import index_value
 from coordinator.domain.records import (
@@ -40,84 +24,6 @@ from coordinator.store.dependencies import edges_of
 from coordinator.store.etcd import KV
 
 T = TypeVar("T")
-
-
-class Problem(StrEnum):
-    """Kinds of disagreement (the value is what the report prints)."""
-
-    UNDECODABLE = "undecodable-record"
-    TASK_IN_TWO_PLACES = "task-in-two-places"
-    READY_KEY_MISSING = "ready-key-missing"
-    READY_KEY_ORPHAN = "ready-key-orphan"
-    CLAIMED_INDEX_MISSING = "claimed-index-missing"
-    CLAIMED_INDEX_ORPHAN = "claimed-index-orphan"
-    WAITING_INDEX_MISSING = "waiting-index-missing"
-    WAITING_INDEX_ORPHAN = "waiting-index-orphan"
-    CLAIM_KEY_MISMATCH = "claim-key-mismatch"
-    CLAIM_EXPIRED_UNRECLAIMED = "claim-expired-unreclaimed"
-    ATTEMPT_MISMATCH = "attempt-mismatch"
-    RESULT_MISSING = "result-missing"
-    RESULT_UNEXPECTED = "result-unexpected"
-    RESULT_MISMATCH = "result-mismatch"
-    EVENT_CHAIN_BROKEN = "event-chain-broken"
-    ORPHAN_RECORDS = "records-of-missing-task"
-    DEPENDENCY_DANGLING = "dependency-dangling"
-    EDGES_MISMATCH = "edges-mismatch"
-    REVERSE_EDGE_MISSING = "reverse-edge-missing"
-    REVERSE_EDGE_ORPHAN = "reverse-edge-orphan"
-    RELEASE_OVERDUE = "release-overdue"
-    IDENTITY_INDEX_MISSING = "identity-index-missing"
-    IDENTITY_INDEX_ORPHAN = "identity-index-orphan"
-
-
-LAGGING = frozenset({Problem.CLAIM_EXPIRED_UNRECLAIMED, Problem.RELEASE_OVERDUE})
-"""Findings that only count when they persist across the reclaim window."""
-
-
-@dataclass(frozen=True)
-class Guard:
-    """A repair's precondition: ``key``'s mod_revision is exactly this (0: the key is absent)."""
-
-    key: str
-    mod_revision: int
-
-
-@dataclass(frozen=True)
-class Write:
-    """A repair's write: put ``value`` (None: delete the key)."""
-
-    key: str
-    value: bytes | None
-
-
-@dataclass(frozen=True)
-class Repair:
-    """One unambiguous fix, applied as one txn: all guards hold, then all writes."""
-
-    action: str
-    guards: tuple[Guard, ...]
-    writes: tuple[Write, ...]
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One disagreement."""
-
-    problem: Problem
-    task_id: str
-    message: str
-    keys: tuple[str, ...] = ()
-    repair: Repair | None = None
-    # For lagging findings: the task's state_version, to tell "still stuck" from "moved on".
-    state_version: int = 0
-
-
-@dataclass
-class Snapshot:
-    """Every key under a prefix, read at one revision."""
-
-    revision: int
-    kvs: Mapping[str, KV]
 
 
 @dataclass

@@ -1,0 +1,32 @@
+"""``coordinator doctor``'s checks: every disagreement between task records, indexes, claim
+keys, results, events and dependency edges in one snapshot of the keyspace (pure, no I/O).
+
+The task record is the one place a task's current state is read from. Primary evidence written
+by the same transactions - the live claim key, the canonical result, the event log - must agree
+with it; derived keys (ready, claimed and waiting indexes, reverse edges, identity indexes) must
+follow from it. A disagreement in derived keys of a task whose primary evidence agrees has one
+unambiguous fix, offered as a ``Repair`` (one CAS txn, guarded by every key it relies on). A
+conflict between primary sources (a live claim key on a task that is not CLAIMED, a missing
+result, a broken event chain, edges that disagree) is reported and never repaired: guessing
+which side is right is what the seed forbids ("preserve the conflict").
+
+Two findings depend on time rather than on one snapshot: a CLAIMED task whose claim key is gone
+(the reclaimer's job) and a WAITING task whose upstreams are all DONE (the releaser's job). They
+are ``lagging`` findings: the runner reports them only if they persist, unchanged, across a
+second snapshot taken a reclaim window later (``confirm``).
+"""
+
+from coordinator.doctor.checks import check, confirm
+from coordinator.doctor.findings import LAGGING, Finding, Guard, Problem, Repair, Snapshot, Write
+
+__all__ = [
+    "LAGGING",
+    "Finding",
+    "Guard",
+    "Problem",
+    "Repair",
+    "Snapshot",
+    "Write",
+    "check",
+    "confirm",
+]

@@ -1,0 +1,87 @@
+"""What doctor reports: the kinds of problem, a finding, and the guarded repair it may offer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from coordinator.store.etcd import KV
+
+
+class Problem(StrEnum):
+    """Kinds of disagreement (the value is what the report prints)."""
+
+    UNDECODABLE = "undecodable-record"
+    TASK_IN_TWO_PLACES = "task-in-two-places"
+    READY_KEY_MISSING = "ready-key-missing"
+    READY_KEY_ORPHAN = "ready-key-orphan"
+    CLAIMED_INDEX_MISSING = "claimed-index-missing"
+    CLAIMED_INDEX_ORPHAN = "claimed-index-orphan"
+    WAITING_INDEX_MISSING = "waiting-index-missing"
+    WAITING_INDEX_ORPHAN = "waiting-index-orphan"
+    CLAIM_KEY_MISMATCH = "claim-key-mismatch"
+    CLAIM_EXPIRED_UNRECLAIMED = "claim-expired-unreclaimed"
+    ATTEMPT_MISMATCH = "attempt-mismatch"
+    RESULT_MISSING = "result-missing"
+    RESULT_UNEXPECTED = "result-unexpected"
+    RESULT_MISMATCH = "result-mismatch"
+    EVENT_CHAIN_BROKEN = "event-chain-broken"
+    ORPHAN_RECORDS = "records-of-missing-task"
+    DEPENDENCY_DANGLING = "dependency-dangling"
+    EDGES_MISMATCH = "edges-mismatch"
+    REVERSE_EDGE_MISSING = "reverse-edge-missing"
+    REVERSE_EDGE_ORPHAN = "reverse-edge-orphan"
+    RELEASE_OVERDUE = "release-overdue"
+    IDENTITY_INDEX_MISSING = "identity-index-missing"
+    IDENTITY_INDEX_ORPHAN = "identity-index-orphan"
+
+
+LAGGING = frozenset({Problem.CLAIM_EXPIRED_UNRECLAIMED, Problem.RELEASE_OVERDUE})
+"""Findings that only count when they persist across the reclaim window."""
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A repair's precondition: ``key``'s mod_revision is exactly this (0: the key is absent)."""
+
+    key: str
+    mod_revision: int
+
+
+@dataclass(frozen=True)
+class Write:
+    """A repair's write: put ``value`` (None: delete the key)."""
+
+    key: str
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class Repair:
+    """One unambiguous fix, applied as one txn: all guards hold, then all writes."""
+
+    action: str
+    guards: tuple[Guard, ...]
+    writes: tuple[Write, ...]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One disagreement."""
+
+    problem: Problem
+    task_id: str
+    message: str
+    keys: tuple[str, ...] = ()
+    repair: Repair | None = None
+    # For lagging findings: the task's state_version, to tell "still stuck" from "moved on".
+    state_version: int = 0
+
+
+@dataclass
+class Snapshot:
+    """Every key under a prefix, read at one revision."""
+
+    revision: int
+    kvs: Mapping[str, KV]
