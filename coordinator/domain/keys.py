@@ -86,6 +86,10 @@ class Keyspace:
         """The canonical result of one task revision; created at most once, by commit."""
         return f"{self.results_prefix}{task_id}/{revision:010d}"
 
+    def results_of(self, task_id: str) -> str:
+        """Range of one task's canonical results (one per revision)."""
+        return f"{self.results_prefix}{task_id}/"
+
     @property
     def results_prefix(self) -> str:
         """Range of every canonical result."""

@@ -43,6 +43,7 @@ from coordinator.store.etcd import (
     create_revision_is,
     delete,
     get,
+    get_prefix,
     mod_revision_is,
     put,
 )
@@ -66,12 +67,17 @@ class AcceptancePoints:
         """Read task, attempt, live claim and epoch at one revision (and, for commits, the
         canonical result of the attempt's task revision)."""
         keys = self._ctx.keys
-        snap = self._ctx.kv.read(
+        reads = [
             get(keys.task(fence.task_id)),
             get(keys.attempt(fence.task_id, fence.attempt_id)),
             get(keys.claim(fence.task_id)),
             get(keys.epoch),
-        )
+        ]
+        if with_result:
+            # Which revisions have a result, in the same snapshot: the (large) value is fetched
+            # only in the rare case that this attempt's revision has one (a retried commit).
+            reads.append(get_prefix(keys.results_of(fence.task_id), keys_only=True))
+        snap = self._ctx.kv.read(*reads)
         task_kv, attempt_kv, claim_kv = snap.range_one(0), snap.range_one(1), snap.range_one(2)
         if task_kv is None:
             raise NotFound(f"task {fence.task_id!r} does not exist")
@@ -80,7 +86,9 @@ class AcceptancePoints:
         attempt = attempt_from_kv(attempt_kv)
         result_kv = None
         if with_result:
-            result_kv = self._ctx.kv.get(keys.result(fence.task_id, attempt.revision))
+            result_key = keys.result(fence.task_id, attempt.revision)
+            if any(kv.key == result_key for kv in snap.range_kvs(4)):
+                result_kv = self._ctx.kv.read(get(result_key, revision=snap.revision)).range_one(0)
         return FenceView(
             task=task_from_kv(task_kv),
             attempt=attempt,
