@@ -126,13 +126,13 @@ class AcceptancePoints:
                 continue  # re-read: fenced meanwhile, or a concurrent renew moved the claim key
             ttl = ctx.kv.keepalive(claim.lease_id)
             if ttl <= 0:  # the lease went away after our txn: ask the keyspace why
-                return RenewResult(self._diagnose(fence))
+                return RenewResult(self.diagnose(fence))
             now = ctx.clock.now()
             self._observe(AcceptancePoint.RENEW, compares, fence)
             return RenewResult(
                 verdict, ttl=ttl, lease_expires_at=now + ttl, deadline=claim.deadline
             )
-        return RenewResult(self._diagnose(fence))
+        return RenewResult(self.diagnose(fence))
 
     def authorize_tool(self, fence: Fence, *, principal: str, tool: str, action: str) -> Verdict:
         """A tool acceptance point: OK only if the fence holds at this revision."""
@@ -146,7 +146,7 @@ class AcceptancePoints:
         if self._ctx.kv.txn(compares).succeeded:
             self._observe(AcceptancePoint.AUTHORIZE, compares, fence)
             return verdict
-        return self._diagnose(fence)
+        return self.diagnose(fence)
 
     def stage_result(
         self, fence: Fence, *, principal: str, result_digest: str, result: bytes, result_ref: str
@@ -239,7 +239,7 @@ class AcceptancePoints:
             )
             if view.result is not None and verdict.outcome is Outcome.COMMITTED:
                 return CommitResult(verdict, view.result.commit_id, view.task.state)
-            return self._refused(view, verdict if not verdict.accepted else self._diagnose(fence))
+            return self._refused(view, verdict if not verdict.accepted else self.diagnose(fence))
         ctx.kv.revoke(task.lease_id)
         self._observe(AcceptancePoint.COMMIT, compares, fence)
         metrics.observe_attempts(task.attempt)
@@ -279,13 +279,13 @@ class AcceptancePoints:
             delete(keys.claim(task.task_id)),
         ]
         if not ctx.kv.txn(compares, ops).succeeded:
-            return self._diagnose(fence)
+            return self.diagnose(fence)
         ctx.kv.revoke(task.lease_id)
         self._observe(AcceptancePoint.RELEASE, compares, fence)
         self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, after.task_id))
         return verdict
 
-    def _diagnose(self, fence: Fence) -> Verdict:
+    def diagnose(self, fence: Fence) -> Verdict:
         """Why the fence compares failed, from a fresh read."""
         verdict = check_fence(self.view(fence), fence)
         if verdict.accepted:  # the compares failed yet everything reads as current: a race

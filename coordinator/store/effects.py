@@ -32,7 +32,7 @@ from coordinator.domain.effects import (
     resolve,
 )
 from coordinator.domain.records import TaskRecord, decode, encode
-from coordinator.domain.states import FenceReason, Op, Outcome, TaskState
+from coordinator.domain.states import Op, TaskState
 from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
@@ -218,7 +218,7 @@ class EffectStore:
                 if decision.write is not None:
                     effect = _at(effect, result.revision)
                 return PrepareResult(decision.verdict, decision.action, effect)
-        return PrepareResult(self._diagnose(fence))
+        return PrepareResult(self._points.diagnose(fence))
 
     def record(
         self,
@@ -270,7 +270,7 @@ class EffectStore:
             if result.succeeded:
                 self._observe(AcceptancePoint.RECORD, compares, fence)
                 return RecordResult(verdict, _at(after, result.revision) if after else existing)
-        return RecordResult(self._diagnose(fence))
+        return RecordResult(self._points.diagnose(fence))
 
     def approve_retry(
         self, task_id: str, *, by: str, resolution: EffectState, reason: str
@@ -326,14 +326,6 @@ class EffectStore:
             epoch=fence.scheduler_epoch,
             generation=fence.claim_generation,
         )
-
-    def _diagnose(self, fence: Fence) -> Verdict:
-        verdict = check_fence(self._points.view(fence), fence)
-        if verdict.accepted:  # the effect kept changing under us, or the task moved meanwhile
-            return Verdict(
-                Outcome.FENCED, FenceReason.TASK_MOVED, "the task moved on during the call"
-            )
-        return verdict
 
 
 def _at(effect: EffectRecord, revision: int) -> EffectRecord:
