@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import click
 
+from coordinator.cli.serve import etcd_security_options
 from coordinator.config import DEFAULT_ETCD, DEFAULT_PREFIX, parse_endpoints
 from coordinator.doctor import LAGGING, Finding, Repair, Snapshot, check, confirm
 from coordinator.domain.keys import Keyspace
@@ -88,11 +89,31 @@ def apply_repair(kv: EtcdKV, repair: Repair) -> bool:
     help="An expired claim or a due release counts only if still pending this much later.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
-def doctor(etcd: str, prefix: str, repair: bool, reclaim_window: float, as_json: bool) -> None:
+@etcd_security_options
+def doctor(
+    etcd: str,
+    prefix: str,
+    repair: bool,
+    reclaim_window: float,
+    as_json: bool,
+    etcd_ca_cert: str | None,
+    etcd_cert: str | None,
+    etcd_key: str | None,
+    etcd_user: str | None,
+    etcd_password: str | None,
+) -> None:
     """Check a keyspace: task records vs ready index, claim keys, results, events and edges."""
     keys = Keyspace(prefix)
     try:
-        kv = EtcdKV.connect(list(parse_endpoints(etcd)))
+        kv = EtcdKV.connect(
+            list(parse_endpoints(etcd)),
+            ca_cert=etcd_ca_cert,
+            cert_cert=etcd_cert,
+            cert_key=etcd_key,
+            user=etcd_user,
+            password=etcd_password,
+        )
+        kv.get(keys.prefix + "/")  # a refused credential fails here, not in the middle
     except CoordinatorError as exc:
         raise click.ClickException(str(exc)) from exc
     try:

@@ -188,6 +188,16 @@ def _security_options(func: F) -> F:
             help="With --insecure, allow a non-loopback --listen (something else must "
             "authenticate callers).",
         ),
+    ]
+    func = etcd_security_options(func)  # listed after these in --help
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def etcd_security_options(func: F) -> F:
+    """TLS and credentials of the etcd connection, shared by ``serve`` and ``doctor``."""
+    options = [
         _file("etcd-ca-cert", "PEM CA of etcd's server certificates (TLS to etcd)."),
         _file("etcd-cert", "PEM client certificate for etcd (with --etcd-key)."),
         _file("etcd-key", "PEM private key of --etcd-cert."),

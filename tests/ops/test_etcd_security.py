@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 from etcd3 import etcdrpc
 
+from coordinator.cli import main as cli
 from coordinator.config import Config
 from coordinator.errors import CoordinatorError
 from coordinator.etcd_process import find_etcd_binary, free_port
@@ -135,3 +137,36 @@ def test_etcd_refuses_a_connection_missing_a_credential(
             kv.get("/secure/epoch")
         finally:
             kv.close()
+
+
+def _doctor(etcd: SecureEtcd, *flags: str) -> Result:
+    return CliRunner().invoke(
+        cli, ["doctor", "--etcd", etcd.endpoint, "--prefix", "/doctored", *flags]
+    )
+
+
+def test_doctor_reads_a_keyspace_over_tls_with_etcd_credentials(
+    secure_etcd: SecureEtcd,
+) -> None:
+    result = _doctor(
+        secure_etcd,
+        f"--etcd-ca-cert={secure_etcd.ca}",
+        f"--etcd-cert={secure_etcd.client.cert}",
+        f"--etcd-key={secure_etcd.client.key}",
+        "--etcd-user=root",
+        f"--etcd-password={PASSWORD}",
+    )
+    assert result.exit_code == 0, result.output
+    assert "doctor: keyspace /doctored is consistent at revision" in result.output
+
+
+def test_doctor_without_the_etcd_password_fails_with_a_message(secure_etcd: SecureEtcd) -> None:
+    result = _doctor(
+        secure_etcd,
+        f"--etcd-ca-cert={secure_etcd.ca}",
+        f"--etcd-cert={secure_etcd.client.cert}",
+        f"--etcd-key={secure_etcd.client.key}",
+    )
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: ")
+    assert "consistent" not in result.output
