@@ -198,7 +198,7 @@ def run_phases(
             log_level=config["coordinator_log_level"],
         ).start()
         try:
-            meter = Meter(coordinator.pid, etcd.pid)
+            meter = Meter(coordinator.pid, etcd.pid, etcd.client_url)
             doc["coordinator_rss_mib_start"] = round(rss_mib(coordinator.pid), 1)
             if "throughput" in phases:
                 plan = ThroughputPlan(

@@ -93,6 +93,8 @@ class RunResult:
     first_error: str = ""
     exhausted: bool = False
     extra: dict[str, int] = field(default_factory=dict)
+    # gRPC calls etcd answered during the window (every client's), None if not read.
+    etcd_calls: float | None = None
 
     @property
     def rate(self) -> float:
@@ -141,6 +143,7 @@ def run_workers(
     ]
     for thread in threads:
         thread.start()
+    calls_before = meter.etcd_calls()
     before = meter.snapshot()
     started = time.monotonic()
     deadline[0] = started + duration
@@ -152,6 +155,7 @@ def run_workers(
         hung += thread.is_alive()
     elapsed = time.monotonic() - started
     cpu = meter.snapshot() - before
+    calls_after = meter.etcd_calls()
     result = RunResult(
         scenario=scenario,
         level=spec.level,
@@ -164,6 +168,11 @@ def run_workers(
         errors=sum(log.errors for log in logs) + hung,
         first_error=next((log.first_error for log in logs if log.first_error), ""),
         exhausted=any(log.exhausted for log in logs),
+        etcd_calls=(
+            calls_after - calls_before
+            if calls_after is not None and calls_before is not None
+            else None
+        ),
     )
     if hung:
         result.first_error = result.first_error or f"{hung} worker(s) still running after 30 s"

@@ -11,10 +11,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -67,6 +70,16 @@ def wait_quiet(pids: list[int], *, limit: float, interval: float = 0.1) -> float
     return time.monotonic() - started
 
 
+_HANDLED = re.compile(r"^grpc_server_handled_total\{[^}]*\} (\S+)$", re.MULTILINE)
+
+
+def etcd_calls(url: str) -> float:
+    """Every gRPC call etcd has answered (unary and streams, any method and code) so far."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(float(count) for count in _HANDLED.findall(text))
+
+
 @dataclass(frozen=True)
 class CpuSnapshot:
     """CPU seconds of each measured process at one instant."""
@@ -84,11 +97,17 @@ class CpuSnapshot:
 
 
 class Meter:
-    """Reads the CPU of the client (this process), the coordinator and etcd."""
+    """Reads the CPU of the client (this process), the coordinator and etcd, and (given etcd's
+    client URL) how many gRPC calls etcd has answered."""
 
-    def __init__(self, coordinator_pid: int, etcd_pid: int) -> None:
+    def __init__(self, coordinator_pid: int, etcd_pid: int, etcd_url: str | None = None) -> None:
         self.coordinator_pid = coordinator_pid
         self.etcd_pid = etcd_pid
+        self.etcd_url = etcd_url
+
+    def etcd_calls(self) -> float | None:
+        """gRPC calls etcd has answered so far, from its ``/metrics`` (None without a URL)."""
+        return etcd_calls(self.etcd_url) if self.etcd_url else None
 
     def snapshot(self) -> CpuSnapshot:
         """CPU so far of the three processes."""
@@ -124,7 +143,9 @@ class CoordinatorProcess:
     """``coordinator serve`` in a child process, on a free loopback port.
 
     In insecure mode the caller's principal is the ``x-coordinator-principal`` metadata; when
-    this checkout's ``serve`` has an ``--insecure`` flag it is passed (loopback only).
+    this checkout's ``serve`` has an ``--insecure`` flag it is passed (loopback only). ``cwd``
+    runs the server from another checkout: ``python -c`` puts the working directory first on
+    ``sys.path``, so that checkout's ``coordinator`` package is the one served (bench.compare).
     """
 
     def __init__(
@@ -135,6 +156,8 @@ class CoordinatorProcess:
         log_path: Path,
         log_level: str = "info",
         max_ttl: int = 600,
+        cwd: Path | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.port = free_port()
         self.target = f"127.0.0.1:{self.port}"
@@ -152,6 +175,8 @@ class CoordinatorProcess:
             self._args.append("--insecure")
         if serve_supports("--metrics-listen"):  # a free port: never collide on the default
             self._args.append("--metrics-listen=127.0.0.1:0")
+        self._args += extra_args
+        self._cwd = cwd
         self._log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -172,6 +197,7 @@ class CoordinatorProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
+                cwd=self._cwd,
                 start_new_session=True,
             )
         self._wait_serving(timeout)

@@ -54,7 +54,7 @@ def run_profile(ns: argparse.Namespace) -> int:
             log_path=Path(tmp) / "coordinator.log",
             log_level=ns.coordinator_log_level,
         ) as coordinator:
-            meter = Meter(coordinator.pid, etcd.pid)
+            meter = Meter(coordinator.pid, etcd.pid, etcd.client_url)
             scenario = CoordinatorScenario(coordinator.target, seeder)
             scenario.setup(workers)
             spec = RunSpec("profile", workers, 0, expected_cycles=int(1500 * seconds) + 100)
@@ -74,7 +74,8 @@ def run_profile(ns: argparse.Namespace) -> int:
     header = (
         f"scenario a, {workers} workers, {result.elapsed:.1f} s: {result.rate:.1f} cycles/s, "
         f"CPU ms/cycle client {result.cpu.client * 1000 / n:.2f}, coordinator "
-        f"{result.cpu.coordinator * 1000 / n:.2f}, etcd {result.cpu.etcd * 1000 / n:.2f}"
+        f"{result.cpu.coordinator * 1000 / n:.2f}, etcd {result.cpu.etcd * 1000 / n:.2f}; "
+        f"etcd calls/cycle {(result.etcd_calls or 0) / n:.2f}"
     )
     parts = [f"# Profile\n\n{header}\n"]
     for name in ("coordinator", "client"):

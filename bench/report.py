@@ -105,8 +105,8 @@ def _trio(spread: dict[str, Any]) -> str:
 def _throughput_table(doc: dict[str, Any]) -> str:
     lines = [
         "| scenario | workers | cycles/s | claim ms p50 / p95 / p99 | commit ms p50 / p95 / p99 "
-        "| CPU ms/cycle client / coordinator / etcd | errors |",
-        "| --- | ---: | ---: | --- | --- | --- | ---: |",
+        "| CPU ms/cycle client / coordinator / etcd | etcd calls/cycle | errors |",
+        "| --- | ---: | ---: | --- | --- | --- | ---: | ---: |",
     ]
     for row in doc.get("throughput", []):
         cpu = row["cpu_ms_per_cycle"]
@@ -115,7 +115,7 @@ def _throughput_table(doc: dict[str, Any]) -> str:
             f"| {_fmt(row['cycles_per_s'], 0)} | {_trio(row['claim_ms'])} "
             f"| {_trio(row['commit_ms'])} "
             f"| {_fmt(cpu['client'])} / {_fmt(cpu['coordinator'])} / {_fmt(cpu['etcd'])} "
-            f"| {row['errors']} |"
+            f"| {_fmt(row.get('etcd_calls_per_cycle'))} | {row['errors']} |"
         )
     return "\n".join(lines)
 

@@ -122,6 +122,7 @@ def summarize(results: Sequence[RunResult]) -> list[dict[str, Any]]:
                     "coordinator": _per_cycle(cpu.coordinator, cycles),
                     "etcd": _per_cycle(cpu.etcd, cycles),
                 },
+                "etcd_calls_per_cycle": _calls_per_cycle(runs),
                 "errors": sum(r.errors for r in runs),
                 "first_error": next((r.first_error for r in runs if r.first_error), ""),
                 "ran_out_of_tasks": sum(r.exhausted for r in runs),
@@ -151,6 +152,16 @@ def _sum_counters(runs: Sequence[RunResult]) -> dict[str, int]:
         for key, value in r.extra.items():
             total[key] = total.get(key, 0) + value
     return total
+
+
+def _calls_per_cycle(runs: Sequence[RunResult]) -> float | None:
+    """etcd round trips per cycle (every gRPC call etcd answered in the windows, background
+    loops included), or None if a run did not read them."""
+    counted = [r.etcd_calls for r in runs]
+    cycles = sum(r.cycles for r in runs)
+    if not cycles or any(c is None for c in counted):
+        return None
+    return round(sum(c for c in counted if c is not None) / cycles, 2)
 
 
 def _per_cycle(seconds: float, cycles: int) -> float | None:

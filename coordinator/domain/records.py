@@ -13,6 +13,7 @@ import base64
 import functools
 import json
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
@@ -117,6 +118,8 @@ class ResultRecord:
     committed_at: float
     result: bytes = b""
     result_ref: str = ""
+    # What the commit cites as evidence: managed job ids and their log refs (sdk/managed.py).
+    evidence: tuple[str, ...] = ()
 
     @property
     def commit_id(self) -> str:
@@ -153,6 +156,9 @@ class EventRecord:
     claim_generation: int = 0
     scheduler_epoch: int = 0
     detail: str = ""
+    # The x-request-id of the call that made the transition ("" for background loops and for
+    # events written before request ids existed): settles a lost response from etcd's history.
+    request_id: str = ""
 
 
 def commit_id(attempt_id: str, generation: int) -> str:
@@ -163,10 +169,9 @@ def commit_id(attempt_id: str, generation: int) -> str:
 def encode(record: object) -> bytes:
     """Serialize a record to compact, key-sorted JSON."""
     out: dict[str, Any] = {}
-    for f in fields(record):  # type: ignore[arg-type]
-        if not f.compare:  # etcd-assigned metadata, never stored
-            continue
-        out[f.name] = _to_json(getattr(record, f.name))
+    for name in _stored_fields(type(record)):  # type: ignore[arg-type]
+        value = getattr(record, name)
+        out[name] = value if type(value) in _PLAIN else _to_json(value)
     return json.dumps(out, separators=(",", ":"), sort_keys=True).encode()
 
 
@@ -174,19 +179,31 @@ def decode(cls: type[T], data: bytes, **metadata: Any) -> T:
     """Parse a record; ``metadata`` sets the etcd-assigned fields (state_version, ...)."""
     raw = json.loads(data)
     kwargs: dict[str, Any] = {}
-    for name, hint in _field_hints(cls):  # type: ignore[arg-type]
+    for name, convert in _field_converters(cls):  # type: ignore[arg-type]
         if name in raw:
-            kwargs[name] = _from_json(hint, raw[name])
+            value = raw[name]
+            kwargs[name] = value if convert is None else convert(value)
     kwargs.update(metadata)
     return cls(**kwargs)
 
 
+# Values JSON holds as they are (exact types: an Enum or IntEnum member goes through _to_json).
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 @functools.cache
-def _field_hints(cls: type) -> tuple[tuple[str, Any], ...]:
-    """Each field's resolved type hint. Cached: resolving hints costs more than the JSON parse,
-    and decode runs several times per claim and commit (the profile showed ~30% of CPU)."""
+def _stored_fields(cls: type) -> tuple[str, ...]:
+    """The fields a record stores: etcd-assigned metadata (``compare=False``) never is."""
+    return tuple(f.name for f in fields(cls) if f.compare)
+
+
+@functools.cache
+def _field_converters(cls: type) -> tuple[tuple[str, Callable[[Any], Any] | None], ...]:
+    """Each field's JSON -> value conversion (None: the parsed value as is), built once from its
+    resolved type hint: resolving hints per call cost more than the JSON parse, and decode runs
+    several times per claim and commit."""
     hints = get_type_hints(cls)
-    return tuple((f.name, hints[f.name]) for f in fields(cls))
+    return tuple((f.name, _converter(hints[f.name])) for f in fields(cls))
 
 
 def with_changes(record: T, **changes: Any) -> T:
@@ -204,20 +221,22 @@ def _to_json(value: Any) -> Any:
     return value
 
 
-def _from_json(hint: Any, value: Any) -> Any:
+def _converter(hint: Any) -> Callable[[Any], Any] | None:
     origin = get_origin(hint)
     if origin in (Union, types.UnionType):
-        if value is None:
-            return None
         (inner,) = [a for a in get_args(hint) if a is not type(None)]
-        return _from_json(inner, value)
+        convert = _converter(inner)
+        if convert is None:
+            return None
+        return lambda value: None if value is None else convert(value)
     if origin is tuple:
-        return tuple(value)
+        return tuple
     if isinstance(hint, type) and issubclass(hint, Enum):
-        return hint[value]
+        enum: type[Enum] = hint
+        return lambda value: enum[value]
     if hint is bytes:
-        return base64.b64decode(value)
-    return value
+        return base64.b64decode
+    return None
 
 
 __all__ = [

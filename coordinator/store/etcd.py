@@ -262,14 +262,17 @@ class EtcdKV:
         start_revision: int,
         on_events: Callable[[list[WatchEvent]], None],
         on_compacted: Callable[[], None],
+        deletes_only: bool = False,
     ) -> PrefixWatch:
-        """Follow every change under ``prefix`` from ``start_revision`` (see store/watch.py)."""
+        """Follow every change (or, with ``deletes_only``, every deletion) under ``prefix`` from
+        ``start_revision`` (see store/watch.py)."""
         return PrefixWatch(
             self._client,
             prefix,
             start_revision=start_revision,
             on_events=on_events,
             on_compacted=on_compacted,
+            deletes_only=deletes_only,
         ).start()
 
     def _auth(self) -> dict[str, Any]:

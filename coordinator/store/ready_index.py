@@ -8,8 +8,11 @@ compares the task record itself, so a stale entry costs one failed attempt, neve
 
 from __future__ import annotations
 
+import random
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 
 import structlog
 from sortedcontainers import SortedList
@@ -30,6 +33,9 @@ class ReadyIndex:
         self._root = ctx.keys.ready_prefix()
         self._lock = threading.Lock()
         self._queues: dict[str, SortedList] = {}
+        # Keys (relative) that a ClaimNext of this replica is trying right now: another
+        # ClaimNext here picks a different one instead of losing the same race (see take()).
+        self._taken: Counter[str] = Counter()
         self._watch: PrefixWatch | None = None
         self._closed = False
 
@@ -54,6 +60,36 @@ class ReadyIndex:
             head = keys[:count]
         priority = _priority_part(head[0])
         return [self._root + k for k in head if _priority_part(k) == priority]
+
+    def take(
+        self, queue: str, spread: int, *, choose: Callable[[list[str]], str] = random.choice
+    ) -> str | None:
+        """Pick one of the first ``spread`` ready keys of ``queue`` at random and mark it taken
+        until ``untake``: concurrent ClaimNext calls of this replica then pick different keys
+        instead of racing each other for one (a lost race costs a lease grant, a failed txn, a
+        revoke and a re-read). Like ``first``, it never leaves the highest ready priority: when
+        every key of that priority is taken, it picks among the taken ones (a race, as without
+        the marks). ``choose`` picks among the candidates. None when the queue has no ready key.
+        """
+        with self._lock:
+            keys = self._queues.get(queue)
+            if not keys:
+                return None
+            priority = _priority_part(keys[0])
+            window = keys[: spread + len(self._taken)]
+            head: list[str] = [k for k in window if _priority_part(k) == priority]
+            free = [k for k in head if k not in self._taken][:spread]
+            rel = choose(free or head[:spread])
+            self._taken[rel] += 1
+        return self._root + rel
+
+    def untake(self, key: str) -> None:
+        """End the mark ``take`` put on ``key`` (whatever became of the claim)."""
+        rel = key[len(self._root) :]
+        with self._lock:
+            self._taken[rel] -= 1
+            if self._taken[rel] <= 0:
+                del self._taken[rel]
 
     def add(self, key: str) -> None:
         """Record a ready key (from a watch event, or right after our own write)."""

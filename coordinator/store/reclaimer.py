@@ -8,6 +8,7 @@ loop at the same time.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import replace
 
@@ -27,11 +28,16 @@ log = structlog.get_logger(__name__)
 
 RECLAIMER = "coordinator:reclaimer"
 
+# Two reads per task in one txn (etcd's default limit is 128 operations per txn).
+_TASKS_PER_READ = 64
+
 
 class Reclaimer(WatchScanLoop):
     """Watch + scan loop that reclaims expired claims."""
 
     name = "reclaimer"
+    # Only deletions of claim keys matter; the puts of every claim and renew stay in etcd.
+    deletes_only = True
 
     def __init__(self, ctx: StoreContext, ready: ReadyIndex, *, scan_interval: float = 5.0) -> None:
         super().__init__(ctx, prefix=ctx.keys.claims_prefix, scan_interval=scan_interval)
@@ -106,6 +112,32 @@ class Reclaimer(WatchScanLoop):
     def handle(self, item: str) -> None:
         """A claim key was deleted: reclaim its task if the claim expired."""
         self.reclaim(item)
+
+    def handle_many(self, items: list[str]) -> None:
+        """Claim keys were deleted: read all their tasks in one round trip, then reclaim those
+        still CLAIMED without a claim key (most deletions are commits and releases, whose task
+        has already moved on: nothing to do, and no read each)."""
+        ctx, keys = self._ctx, self._ctx.keys
+        for start in range(0, len(items), _TASKS_PER_READ):
+            chunk = items[start : start + _TASKS_PER_READ]
+            snap = ctx.kv.read(
+                *(
+                    op
+                    for task_id in chunk
+                    for op in (get(keys.task(task_id)), get(keys.claim(task_id)))
+                )
+            )
+            for i, task_id in enumerate(chunk):
+                task_kv = snap.range_one(2 * i)
+                expired = (
+                    task_kv is not None
+                    and snap.range_one(2 * i + 1) is None
+                    and task_from_kv(task_kv).state is TaskState.CLAIMED
+                )
+                if expired:
+                    self._run(task_id, functools.partial(self.reclaim, task_id))
+                else:
+                    self._deleted_at.pop(task_id, None)
 
     def items_from(self, events: list[WatchEvent]) -> list[str]:
         """Task ids whose claim key was deleted (expiry, but also commit, release, cancel)."""

@@ -49,8 +49,11 @@ class PrefixWatch:
         start_revision: int,
         on_events: Callable[[list[WatchEvent]], None],
         on_compacted: Callable[[], None],
+        deletes_only: bool = False,
     ) -> None:
+        # ``deletes_only``: etcd filters out puts (NOPUT) before they cross the wire.
         self._client = client
+        self._filters = [etcdrpc.WatchCreateRequest.NOPUT] if deletes_only else []
         self._prefix = prefix.encode()
         self._next_revision = start_revision
         self._on_events = on_events
@@ -99,6 +102,7 @@ class PrefixWatch:
                     key=self._prefix,
                     range_end=utils.prefix_range_end(self._prefix),
                     start_revision=self._next_revision,
+                    filters=self._filters,
                 )
             )
         )

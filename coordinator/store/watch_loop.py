@@ -9,9 +9,11 @@ Every unit of work is an idempotent CAS, so every replica can run the same loop 
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 import structlog
 
@@ -25,12 +27,18 @@ log = structlog.get_logger(__name__)
 _RESUME = "\0resume"
 _SCAN_NOW = ""
 
+# Queued items handed to ``handle_many`` at once: under load the watch queues one item per
+# commit, and a batch lets a subclass read them all in one etcd round trip.
+BATCH = 64
+
 
 class WatchScanLoop:
     """Subclasses say what to watch (``prefix``), what a watch batch means (``items_from``),
     what to do per item (``handle``) and how to find everything at once (``scan``)."""
 
     name = "watch-scan"
+    # Whether the watch needs deletions only (etcd then drops puts before sending them).
+    deletes_only = False
 
     def __init__(
         self, ctx: StoreContext, *, prefix: str, scan_interval: float, scan_first: bool = False
@@ -70,6 +78,12 @@ class WatchScanLoop:
         """Do the work one queued item stands for."""
         raise NotImplementedError
 
+    def handle_many(self, items: list[str]) -> None:
+        """Do the work of several queued items (distinct, in queue order); one by one unless a
+        subclass batches its reads."""
+        for item in items:
+            self._run(item, functools.partial(self.handle, item))
+
     def items_from(self, events: list[WatchEvent]) -> list[str]:
         """The items a batch of watch events asks for (runs on the watch thread: keep it cheap)."""
         raise NotImplementedError
@@ -84,6 +98,7 @@ class WatchScanLoop:
             start_revision=from_revision,
             on_events=self._on_events,
             on_compacted=lambda: self._items.put(_RESUME),
+            deletes_only=self.deletes_only,
         )
 
     def _resume(self) -> None:
@@ -109,16 +124,38 @@ class WatchScanLoop:
                 item = _SCAN_NOW
             if self._stop.is_set():
                 return
+            items, controls = self._drain(item)
+            if items:
+                self._run(f"{len(items)} items", functools.partial(self.handle_many, items))
+            if _RESUME in controls:
+                log.warning(
+                    "watch history compacted; rescanning and following anew", loop=self.name
+                )
+                self._run(_RESUME, self._resume)
+            if _SCAN_NOW in controls:
+                self._run(_SCAN_NOW, self.scan)
+                next_scan = time.monotonic() + self._scan_interval
+
+    def _drain(self, first: str) -> tuple[list[str], set[str]]:
+        """``first`` and whatever else is queued right now: up to BATCH distinct items in queue
+        order, and the control items (resume, scan) met on the way."""
+        items: list[str] = []
+        controls: set[str] = set()
+        item = first
+        while True:
+            if item in (_RESUME, _SCAN_NOW):
+                controls.add(item)
+            elif item not in items:
+                items.append(item)
+            if len(items) >= BATCH:
+                return items, controls
             try:
-                if item == _RESUME:
-                    log.warning(
-                        "watch history compacted; rescanning and following anew", loop=self.name
-                    )
-                    self._resume()
-                elif item:
-                    self.handle(item)
-                else:
-                    self.scan()
-                    next_scan = time.monotonic() + self._scan_interval
-            except Exception as exc:
-                log.warning("background work failed", loop=self.name, item=item, error=str(exc))
+                item = self._items.get_nowait()
+            except queue.Empty:
+                return items, controls
+
+    def _run(self, item: str, work: Callable[[], object]) -> None:
+        try:
+            work()
+        except Exception as exc:
+            log.warning("background work failed", loop=self.name, item=item, error=str(exc))

@@ -69,6 +69,9 @@ def test_every_scenario_ran_every_level_without_errors(smoke: tuple[dict[str, An
         assert isinstance(row["cycles_per_s"], float)
         for process in ("client", "coordinator", "etcd"):
             assert isinstance(row["cpu_ms_per_cycle"][process], float)
+        # Read off etcd's own /metrics: every cycle of every scenario costs etcd round trips.
+        assert isinstance(row["etcd_calls_per_cycle"], float)
+        assert row["etcd_calls_per_cycle"] > 0, row
         for spread in (row["claim_ms"], row["commit_ms"]):
             assert set(spread) == {"p50", "p95", "p99"}
             assert all(isinstance(v, float) for v in spread.values())
