@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv etcd lint test demo protos helm chart
+.PHONY: venv etcd chaos-tools lint test demo protos helm chart
 
 venv: $(STAMP)
 
@@ -20,12 +20,16 @@ $(STAMP): pyproject.toml
 etcd: venv
 	bash scripts/install-etcd.sh $(VENV)
 
+# Optional: libfaketime and iproute2 for the clock-skew and partition chaos faults.
+chaos-tools:
+	bash scripts/install-chaos-tools.sh
+
 lint: venv
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
 	$(BIN)/mypy
 
-test: venv etcd lint chart
+test: venv etcd chaos-tools lint chart
 	$(BIN)/pytest -q
 
 demo: venv etcd

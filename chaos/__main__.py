@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from chaos.faults import FAULTS
+from chaos.harness import TlsFiles
 from chaos.report import as_json, table
 from chaos.runner import Result, run_naive, run_scenario
 
@@ -25,21 +26,49 @@ def main() -> None:
     "--target",
     default="",
     metavar="ADDR",
-    help="A deployed coordinator (plaintext gRPC): client-side scenarios only, on a queue of "
-    "their own.",
+    help="A deployed coordinator: client-side scenarios only, on a queue of their own "
+    "(plaintext gRPC unless --ca).",
 )
 @click.option("--token", default="", envvar="CHAOS_TOKEN", help="Bearer token for --target.")
+@click.option(
+    "--ca",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="TLS to --target: the PEM CA that signed its certificate.",
+)
+@click.option(
+    "--cert",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Mutual TLS: a PEM client certificate (with --key and --ca).",
+)
+@click.option("--key", type=click.Path(exists=True, dir_okay=False), default=None)
 def run(
-    scenario: str, duration: float, seed: int, report: Path | None, target: str, token: str
+    scenario: str,
+    duration: float,
+    seed: int,
+    report: Path | None,
+    target: str,
+    token: str,
+    ca: str | None,
+    cert: str | None,
+    key: str | None,
 ) -> None:
     """Run one scenario (or all); exit 1 on any violation by the coordinator.
 
     worker-pause also runs against the naive baseline (chaos/naive.py), side by side: that
     row must FAIL (the checker catches the late overwrite); exit 1 if it does not."""
+    if (cert is None) != (key is None) or (cert is not None and ca is None):
+        raise click.UsageError("--cert and --key go together, and need --ca")
+    if ca is not None and not target:
+        raise click.UsageError("--ca is for --target (the local harness is plaintext)")
+    tls = TlsFiles(ca, cert or "", key or "") if ca is not None else None
     names = list(FAULTS) if scenario == "all" else [scenario]
     results: list[Result] = []
     for name in names:
-        results.append(run_scenario(name, duration=duration, seed=seed, target=target, token=token))
+        results.append(
+            run_scenario(name, duration=duration, seed=seed, target=target, token=token, tls=tls)
+        )
         if name == "worker-pause":
             results.append(run_naive())
         click.echo(table(results[-1:]), err=True)

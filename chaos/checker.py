@@ -1,8 +1,18 @@
 """The checker: a recorded history plus the final state, against the rules of claim.v1.
 
-Pure: it reads plain data (operations, the final tasks, the downstream's per-key counts, the
-replicas' fence coverage) and returns violations, each naming the task and the operations that
-broke the rule. Indefinite operations (``info``) are first settled from the final state.
+Pure: it reads plain data (operations, the final tasks, etcd's event history, the downstream's
+per-key counts, the replicas' fence coverage) and returns violations, each naming the task and
+the operations that broke the rule.
+
+Indefinite operations (``info``: a timeout, a lost response, a killed worker) are settled from
+etcd's own history when the run has it: every call carries a request id, which the transition
+txn stores in its event, so an operation took effect exactly when its request id is in the log.
+The final state stays as a cross-check (and is the only evidence against a deployed coordinator,
+where the runner cannot watch etcd). Per task, the operations matched to a write are then
+checked for linearizability: etcd's log, in revision order, must be a sequence the model allows,
+and that order must respect real time (an operation that completed before another started has
+the lower revision). Only operations without a write (refusals, and indefinite ones without a
+history) are placed by the real-time model instead.
 """
 
 from __future__ import annotations
@@ -11,21 +21,37 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from chaos.history import INFO, Op
-from chaos.model import COMMITTED, TaskModel, allows, step
+from chaos.history import INFO, Op, Write
+from chaos.linearizability import (
+    SETTLED_BY_HISTORY,
+    history_agreement,
+    log_replay,
+    real_time_order,
+    settle_from_history,
+)
+from chaos.model import (
+    CLAIMED,
+    COMMITTED,
+    TaskModel,
+    allows,
+    step,
+)
+from chaos.violation import SETTLED, FinalTask, Violation, commit_id
+
+__all__ = [  # FinalTask and Violation live in chaos/violation.py; the checker re-exports them
+    "Coverage",
+    "Evidence",
+    "FinalTask",
+    "Verdict",
+    "Violation",
+    "check",
+    "log_replay",
+    "real_time_order",
+    "settle",
+]
 
 LIVE_STATES = frozenset({"DONE", "CANCELLED", "READY", "CLAIMED"})
 """Final states of a task that is not lost (CLAIMED: held, or claimable again once expired)."""
-
-
-@dataclass(frozen=True)
-class FinalTask:
-    """A task as etcd holds it after the run."""
-
-    task_id: str
-    state: str
-    revision: int = 0
-    result_commit_id: str = ""  # "{attempt_id}@{generation}" of the canonical commit
 
 
 @dataclass(frozen=True)
@@ -39,19 +65,6 @@ class Coverage:
 
 
 @dataclass(frozen=True)
-class Violation:
-    """A broken rule, the task it concerns, and the operations involved."""
-
-    rule: str
-    task: str
-    ops: tuple[str, ...]
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.rule} on {self.task or '-'}: {self.detail} [{', '.join(self.ops)}]"
-
-
-@dataclass(frozen=True)
 class Evidence:
     """Everything the checker reads."""
 
@@ -60,6 +73,8 @@ class Evidence:
     expected_tasks: frozenset[str] = frozenset()
     performed: Mapping[str, int] = field(default_factory=dict)  # downstream key -> times
     coverage: Sequence[Coverage] = ()
+    # etcd's event log of the run (chaos/etcd_history.py); None where it cannot be read.
+    writes: Sequence[Write] | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +88,7 @@ class Verdict:
     indefinite: int
     violations: tuple[Violation, ...]
     fence_checks: int = 0  # accepted operations the replicas' GetStats counted (all validated)
+    settled_by_history: int = 0  # indefinite operations settled from etcd's event log
 
     @property
     def ok(self) -> bool:
@@ -80,20 +96,15 @@ class Verdict:
         return not self.violations
 
 
-def commit_id(op: Op) -> str:
-    """The ``attempt_id@generation`` a commit by ``op``'s attempt would leave behind."""
-    return f"{op.attempt_id}@{op.generation}"
-
-
 def settle(ops: Iterable[Op], final: Mapping[str, FinalTask]) -> list[Op]:
-    """Indefinite commits settled from etcd: COMMITTED if theirs is the canonical result, else
-    ``LOST`` (it did not take effect). Other indefinite operations stay ``info``."""
+    """Indefinite commits settled from the final state: COMMITTED if theirs is the canonical
+    result, else ``LOST`` (it did not take effect). Other indefinite operations stay ``info``."""
     settled = []
     for op in ops:
         if op.indefinite and op.op == "commit":
             task = final.get(op.task)
             landed = task is not None and task.result_commit_id == commit_id(op)
-            settled.append(replace(op, outcome=COMMITTED if landed else "LOST", reason="settled"))
+            settled.append(replace(op, outcome=COMMITTED if landed else "LOST", reason=SETTLED))
         else:
             settled.append(op)
     return settled
@@ -101,16 +112,29 @@ def settle(ops: Iterable[Op], final: Mapping[str, FinalTask]) -> list[Op]:
 
 def check(evidence: Evidence) -> Verdict:
     """Every rule over the evidence."""
-    ops = settle(evidence.ops, evidence.final)
+    if evidence.writes is None:
+        ops = settle(evidence.ops, evidence.final)
+    else:
+        ops = settle_from_history(evidence.ops, evidence.writes)
     by_task: dict[str, list[Op]] = defaultdict(list)
     for op in ops:
         if op.task:  # a claim that got no task names none
             by_task[op.task].append(op)
+    writes_of: dict[str, list[Write]] = defaultdict(list)
+    for write in evidence.writes or ():
+        writes_of[write.task].append(write)
     violations: list[Violation] = []
-    for task, task_ops in sorted(by_task.items()):
+    for task in sorted(set(by_task) | set(writes_of)):
+        task_ops, final = by_task.get(task, []), evidence.final.get(task)
         violations += double_commits(task, task_ops)
         violations += model_order(task, task_ops)
-        violations += lost_commits(task, task_ops, evidence.final.get(task))
+        violations += lost_commits(task, task_ops, final)
+        violations += stale_results(task, task_ops, final)
+        if evidence.writes is not None:
+            task_writes = sorted(writes_of.get(task, []), key=lambda w: w.revision)
+            violations += history_agreement(task, task_ops, task_writes, final)
+            violations += log_replay(task, task_writes)
+            violations += real_time_order(task, task_ops)
     violations += duplicate_effects(evidence.performed)
     violations += lost_tasks(evidence.expected_tasks | set(by_task), evidence.final)
     violations += coverage_gaps(evidence.coverage)
@@ -129,6 +153,7 @@ def check(evidence: Evidence) -> Verdict:
         indefinite=sum(o.outcome == INFO for o in evidence.ops),
         violations=tuple(violations),
         fence_checks=sum(c.accepted for c in evidence.coverage),
+        settled_by_history=sum(o.reason == SETTLED_BY_HISTORY for o in ops),
     )
 
 
@@ -178,7 +203,11 @@ def model_order(task: str, ops: Sequence[Op]) -> list[Violation]:
 def lost_commits(task: str, ops: Sequence[Op], final: FinalTask | None) -> list[Violation]:
     """Every acknowledged commit is the canonical result etcd holds at the end."""
     acked = [
-        o for o in ops if o.op == "commit" and o.outcome == COMMITTED and o.reason != "settled"
+        o
+        for o in ops
+        if o.op == "commit"
+        and o.outcome == COMMITTED
+        and o.reason not in (SETTLED, SETTLED_BY_HISTORY)
     ]
     return [
         Violation(
@@ -189,6 +218,26 @@ def lost_commits(task: str, ops: Sequence[Op], final: FinalTask | None) -> list[
         )
         for op in acked
         if final is None or final.result_commit_id != commit_id(op)
+    ]
+
+
+def stale_results(task: str, ops: Sequence[Op], final: FinalTask | None) -> list[Violation]:
+    """The canonical result of a task is for its final input: the attempt that committed it
+    claimed the task at the final revision (an input change ends older rounds' claims)."""
+    if final is None or not final.result_commit_id or not final.revision:
+        return []
+    attempt = final.result_commit_id.rsplit("@", 1)[0]
+    claims = [o for o in ops if o.op == "claim" and o.outcome == CLAIMED]
+    return [
+        Violation(
+            "stale-result",
+            task,
+            (op.label(),),
+            f"the canonical result is by an attempt that ran on revision {op.revision}, "
+            f"the task's input is at revision {final.revision}",
+        )
+        for op in claims
+        if op.attempt_id == attempt and op.revision and op.revision != final.revision
     ]
 
 

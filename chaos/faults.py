@@ -8,15 +8,17 @@ every worker. ``inject`` returns once the fault is in place; ``heal`` undoes it.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from chaos import clock_skew, netns
 from chaos.cluster import Member
 from chaos.harness import TTL, Harness, stopped
-from coordinator.errors import FailedPrecondition
-from coordinator.sdk import TaskState
+from chaos.history import read_lines
+from coordinator.errors import CoordinatorError, FailedPrecondition
+from coordinator.sdk import TaskInfo, TaskState, WorkerClient
 
 PAST_TTL = 2 * TTL + 1.5
 """How long a pause lasts: past the lease TTL and the reclaimer's scan."""
@@ -39,6 +41,8 @@ class Fault:
     server_side = False  # needs the coordinator's or etcd's processes (not with --target)
     worker_flags: tuple[str, ...] = ()
     all_worker_flags: tuple[str, ...] = ()
+    skews: tuple[str, ...] = ()  # libfaketime offsets for replicas and workers (clock skew)
+    partition = False  # w0 runs in a network namespace of its own (chaos/netns.py)
 
     def available(self) -> str:
         """Empty when this machine can run the fault; else the reason it cannot."""
@@ -166,25 +170,64 @@ class BumpEpoch(Fault):
             admin.bump_epoch()
 
 
-class CancelRacingCommit(Fault):
-    """Held tasks cancelled while their holders are about to commit (a few, within a TTL)."""
+class _RacingCommit(Fault):
+    """An operator call on a few held tasks while their holders are about to commit (within a
+    TTL), each recorded in the operator's history so the checker orders it with the commits."""
 
-    name = "cancel-race"
     WANTED = 3
+    op = ""
 
     def __init__(self) -> None:
-        self.cancelled: list[str] = []
+        self.done: list[str] = []
+
+    def call(self, client: WorkerClient, task: TaskInfo) -> TaskInfo:
+        """The racing call on one held task."""
+        raise NotImplementedError
 
     def inject(self, h: Harness) -> None:
         deadline = time.monotonic() + TTL
-        with h.client("operator") as admin:
-            while len(self.cancelled) < self.WANTED and time.monotonic() < deadline:
-                for task in admin.list_tasks(queue=h.queue, state=TaskState.CLAIMED):
-                    # It may have committed since the listing: refused, as it should be.
-                    with contextlib.suppress(FailedPrecondition):
-                        admin.cancel_task(task.task_id, reason="chaos")
-                        self.cancelled.append(task.task_id)
+        rec = h.recorder(f"operator-{self.name}")
+        with h.client("operator") as operator:
+            while len(self.done) < self.WANTED and time.monotonic() < deadline:
+                for task in operator.list_tasks(queue=h.queue, state=TaskState.CLAIMED):
+                    if task.task_id in self.done:
+                        continue
+                    op = rec.invoke(self.op, task=task.task_id, revision=task.revision)
+                    try:
+                        with rec.bound(op):
+                            got = self.call(operator, task)
+                    except FailedPrecondition as exc:
+                        # It may have committed since the listing: refused, as it should be.
+                        rec.complete(op, "fail", outcome="REFUSED", message=str(exc)[:200])
+                        continue
+                    except CoordinatorError as exc:
+                        rec.complete(op, "info", message=str(exc)[:200])
+                        continue
+                    rec.complete(op, "ok", outcome="OK", revision=got.revision)
+                    self.done.append(task.task_id)
                 time.sleep(0.01)
+
+
+class CancelRacingCommit(_RacingCommit):
+    """Held tasks cancelled while their holders are about to commit (a few, within a TTL)."""
+
+    name = "cancel-race"
+    op = "cancel"
+
+    def call(self, client: WorkerClient, task: TaskInfo) -> TaskInfo:
+        return client.cancel_task(task.task_id, reason="chaos")
+
+
+class InputChangeRacingCommit(_RacingCommit):
+    """Held tasks given a new input while their holders are about to commit: each holder's
+    commit must be STALE_INPUT (or FENCED), and the task's canonical result must come from an
+    attempt that ran on the new input."""
+
+    name = "input-change-race"
+    op = "update_input"
+
+    def call(self, client: WorkerClient, task: TaskInfo) -> TaskInfo:
+        return client.update_input(task.task_id, input=f"{task.task_id} v2".encode())
 
 
 class DuplicateRequests(Fault):
@@ -229,17 +272,57 @@ class EtcdDrop(Fault):
 
 
 class ClockSkew(Fault):
-    """Workers and coordinators with a clock minutes off (libfaketime): must change nothing."""
+    """Replicas and workers with wall clocks 5 minutes off, half ahead and half behind
+    (libfaketime; never etcd): must change nothing. The harness starts them skewed
+    (chaos/clock_skew.py); the scenario adds no other fault, so every commit must land."""
 
     name = "clock-skew"
+    skews = ("+5m", "-5m")
 
     def available(self) -> str:
-        if not shutil.which("faketime"):
-            return "faketime (libfaketime) is not installed (apt-get install faketime)"
-        # Tried: with libfaketime 0.9.10 preloaded, Python's timed waits (threading.Event.wait)
-        # hang, and with FAKETIME_DONT_FAKE_MONOTONIC=1 time.sleep raises EINVAL; the SDK's
-        # keepalive and gRPC both rely on them, so a skewed run would test libfaketime.
-        return "libfaketime breaks Python's timed waits here (Event.wait hangs, sleep EINVAL)"
+        return clock_skew.unavailable()
+
+
+class PartitionWorker(Fault):
+    """A worker cut off from the coordinator while it works on a claim (its network namespace's
+    link taken down past the TTL, then restored): another worker takes the task over, and the
+    cut-off worker's commit, sent once the link is back, is refused."""
+
+    name = "worker-partition"
+    partition = True
+    worker_flags = ("--hold-first",)
+
+    def __init__(self) -> None:
+        self.cut = False
+
+    def available(self) -> str:
+        return netns.unavailable()
+
+    def inject(self, h: Harness) -> None:
+        assert h.netns is not None
+        w0 = h.root / "w0.jsonl"
+        wait_until(lambda: _recorded(w0, "CLAIMED"), 30, "w0 to hold a claim")
+        h.netns.cut()
+        self.cut = True
+        time.sleep(PAST_TTL)  # its lease expires; another worker takes the task over
+
+    def heal(self, h: Harness) -> None:
+        if h.netns is None or not self.cut:
+            return
+        h.netns.restore()
+        h.workers["w0"].send_signal(signal.SIGUSR1)  # now commit the held job
+        wait_until(lambda: _recorded(h.root / "w0.jsonl", "commit"), 60, "w0's late commit")
+
+
+def _recorded(history: Path, what: str) -> bool:
+    """Whether ``history`` holds a completed claim (``CLAIMED``) or a completed commit."""
+    if not history.exists():
+        return False
+    lines = list(read_lines([history]))
+    if what == "CLAIMED":
+        return any(line.get("outcome") == "CLAIMED" for line in lines)
+    commits = {line["id"] for line in lines if line.get("op") == "commit"}
+    return any(line["type"] != "invoke" and line["id"] in commits for line in lines)
 
 
 FAULTS: dict[str, Callable[[], Fault]] = {
@@ -252,10 +335,12 @@ FAULTS: dict[str, Callable[[], Fault]] = {
         RestartEtcdMember,
         BumpEpoch,
         CancelRacingCommit,
+        InputChangeRacingCommit,
         DuplicateRequests,
         EtcdDelay,
         EtcdDrop,
         ClockSkew,
+        PartitionWorker,
     )
 }
 """Every scenario, by name: one fault each."""

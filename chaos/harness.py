@@ -10,18 +10,23 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from chaos import clock_skew
 from chaos.checker import Coverage, FinalTask
 from chaos.cluster import EtcdCluster
+from chaos.etcd_history import collect, from_watch_events
+from chaos.history import Recorder, Write
+from chaos.netns import Netns
 from chaos.proxy import TcpProxy
 from coordinator.etcd_process import _free_ports
 from coordinator.outbox import OutboxProcess
-from coordinator.sdk import PRINCIPAL_METADATA, TaskState, WorkerClient
-from coordinator.v1 import admin_pb2, admin_pb2_grpc
+from coordinator.sdk import PRINCIPAL_METADATA, TaskState, WorkerClient, tls_credentials
+from coordinator.v1 import admin_pb2, admin_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 
 CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0)]
 PREFIX = "/chaos"
@@ -54,14 +59,61 @@ def stopped(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
 
 
-def fence_coverage(name: str, target: str, token: str = "") -> list[Coverage]:
-    """A coordinator's fence-check counters (AdminService.GetStats), over plaintext gRPC."""
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for a TLS connection to a deployed coordinator: the CA that signed its
+    certificate, and (mutual TLS) a client certificate and key."""
+
+    ca: str
+    cert: str = ""
+    key: str = ""
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """Channel credentials from the files."""
+        return tls_credentials(ca=self.ca, cert=self.cert or None, key=self.key or None)
+
+    def flags(self) -> list[str]:
+        """The same files as chaos worker options."""
+        flags = ["--ca", self.ca]
+        if self.cert:
+            flags += ["--cert", self.cert, "--key", self.key]
+        return flags
+
+
+def _channel(target: str, tls: TlsFiles | None) -> grpc.Channel:
+    if tls is not None:
+        return grpc.secure_channel(target, tls.credentials(), options=CHANNEL_OPTIONS)
+    return grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+
+
+def _checker(token: str) -> tuple[tuple[str, str | bytes], ...]:
+    """Call metadata of the checker (its bearer token, if any)."""
     metadata: tuple[tuple[str, str | bytes], ...] = ((PRINCIPAL_METADATA, "checker"),)
     if token:
         metadata += (("authorization", f"Bearer {token}"),)
-    with grpc.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+    return metadata
+
+
+def watched_events(
+    target: str, queue: str, token: str = "", tls: TlsFiles | None = None
+) -> list[Write]:
+    """Every transition event of ``queue`` so far, through TaskService.WatchEvents."""
+    request = tasks_pb2.WatchEventsRequest(queue=queue, from_revision=0, follow=False)
+    with _channel(target, tls) as channel:
+        stream = tasks_pb2_grpc.TaskServiceStub(channel).WatchEvents(
+            request, metadata=_checker(token), timeout=60
+        )
+        return from_watch_events(stream)
+
+
+def fence_coverage(
+    name: str, target: str, token: str = "", tls: TlsFiles | None = None
+) -> list[Coverage]:
+    """A coordinator's fence-check counters (AdminService.GetStats), over gRPC (TLS with
+    ``tls``)."""
+    with _channel(target, tls) as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)
-        stats = stub.GetStats(admin_pb2.GetStatsRequest(), metadata=metadata, timeout=5)
+        stats = stub.GetStats(admin_pb2.GetStatsRequest(), metadata=_checker(token), timeout=5)
     return [
         Coverage(name, admin_pb2.AcceptancePoint.Name(c.point), c.accepted, c.validated)
         for c in stats.fence_coverage
@@ -75,6 +127,7 @@ class Replica:
         self.name = name
         self.port, self.metrics_port = _free_ports("127.0.0.1", 2)
         self._etcd, self._log = etcd, root / f"{name}.log"
+        self.env: dict[str, str] = {}  # additions to the environment (clock skew)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -93,7 +146,10 @@ class Replica:
         code = "from coordinator.cli import main; main()"
         with self._log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", code, *args], stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, "-c", code, *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env} if self.env else None,
             )
 
     def coverage(self) -> list[Coverage]:
@@ -112,8 +168,18 @@ class Harness:
         proxied: bool = False,
         remote: str = "",
         token: str = "",
+        skews: tuple[str, ...] = (),
+        partitioned: bool = False,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.root = root
+        self.tls = tls  # TLS to a deployed coordinator (``remote``)
+        # ``partitioned``: worker w0 runs in a network namespace of its own (chaos/netns.py)
+        # and reaches the replicas and the outbox through proxies on its veth's host address.
+        self.netns: Netns | None = Netns() if partitioned else None
+        self._gates: list[TcpProxy] = []
+        # ``skews``: libfaketime offsets ("+5m", ...) for replicas and workers, round robin.
+        self.skews = skews
         # ``remote``: an already deployed coordinator (staging): nothing server-side is started,
         # and the run uses a queue of its own so it never touches anyone else's tasks.
         self.remote, self.token = remote, token
@@ -123,9 +189,12 @@ class Harness:
         self.proxies = [TcpProxy(e) for e in self.cluster.endpoints] if proxied else []
         etcd = [p.endpoint for p in self.proxies] or self.cluster.endpoints
         self.replicas = [] if remote else [Replica(f"r{i}", etcd, root) for i in range(replicas)]
+        for i, replica in enumerate(self.replicas):
+            replica.env = self._skewed(i)
         self.outbox: OutboxProcess | None = None
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.histories: list[Path] = []
+        self._recorders: list[Recorder] = []
 
     @property
     def target(self) -> str:
@@ -141,6 +210,10 @@ class Harness:
         for replica in self.replicas:
             replica.start()
         self.outbox = OutboxProcess()
+        if self.netns is not None:
+            self.netns.create()
+            ups = [r.target for r in self.replicas] + [self.outbox.url.removeprefix("http://")]
+            self._gates = [TcpProxy(up.split("/")[0], host=self.netns.host_ip) for up in ups]
         with self.client("producer") as client:
             deadline = time.monotonic() + 30
             while True:
@@ -155,27 +228,54 @@ class Harness:
     def client(self, name: str) -> WorkerClient:
         """A client of the replicas, acting as ``name``."""
         return WorkerClient(
-            self.target, principal=name, channel_options=CHANNEL_OPTIONS, token=self.token or None
+            self.target,
+            principal=name,
+            channel_options=CHANNEL_OPTIONS,
+            token=self.token or None,
+            credentials=self.tls.credentials() if self.tls else None,
         )
 
-    def start_worker(self, name: str, *flags: str) -> subprocess.Popen[bytes]:
-        """A chaos worker process recording into ``{root}/{name}.jsonl``."""
+    def _skewed(self, i: int) -> dict[str, str]:
+        return clock_skew.environment(self.skews[i % len(self.skews)]) if self.skews else {}
+
+    def start_worker(
+        self, name: str, *flags: str, isolated: bool = False
+    ) -> subprocess.Popen[bytes]:
+        """A chaos worker process recording into ``{root}/{name}.jsonl`` (``isolated``: inside
+        the run's network namespace, through its gates)."""
         history = self.root / f"{name}.jsonl"
         self.histories.append(history)
-        args = ["--target", self.target, "--name", name, "--history", str(history)]
+        target, outbox = self.target, self.outbox.url if self.outbox is not None else ""
+        if isolated:
+            assert self.netns is not None and self._gates, "start() a partitioned harness first"
+            *replicas, mailbox = self._gates
+            target = "ipv4:" + ",".join(g.endpoint for g in replicas)
+            outbox = f"http://{mailbox.endpoint}"
+        args = ["--target", target, "--name", name, "--history", str(history)]
         args += ["--queue", self.queue, "--ttl", str(TTL)]
         if self.token:
             args += ["--token", self.token]
-        if self.outbox is not None:
-            args += ["--outbox", self.outbox.url]
+        if self.tls is not None:
+            args += self.tls.flags()
+        if outbox:
+            args += ["--outbox", outbox]
+        argv = [sys.executable, "-m", "chaos.worker", *args, *flags]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "chaos.worker", *args, *flags],
+            self.netns.command(argv) if isolated and self.netns else argv,
             cwd=REPO,
             stdout=subprocess.DEVNULL,
             stderr=(self.root / f"{name}.err").open("ab"),
+            env={**os.environ, **env} if (env := self._skewed(len(self.workers))) else None,
         )
         self.workers[name] = proc
         return proc
+
+    def recorder(self, name: str) -> Recorder:
+        """A history of this process's own calls (an operator's), read with the workers'."""
+        path = self.root / f"{name}.jsonl"
+        self.histories.append(path)
+        self._recorders.append(Recorder(path, name))
+        return self._recorders[-1]
 
     def stop_workers(self) -> None:
         """Stop every worker (SIGCONT first: a frozen one ignores SIGTERM)."""
@@ -190,6 +290,17 @@ class Harness:
                 for t in client.list_tasks(queue=self.queue)
             }
 
+    def etcd_history(self) -> list[Write]:
+        """etcd's own event log of the run, watched from revision 1 (chaos/etcd_history.py);
+        of a deployed coordinator, its events of the run's queue through WatchEvents."""
+        if self.remote:
+            return watched_events(self.remote, self.queue, self.token, self.tls)
+        client = self.cluster.client()
+        try:
+            return collect(client, PREFIX)
+        finally:
+            client.close()
+
     def unsettled(self) -> int:
         """Tasks neither DONE nor CANCELLED."""
         done = {TaskState.DONE.name, TaskState.CANCELLED.name}
@@ -198,7 +309,7 @@ class Harness:
     def coverage(self) -> list[Coverage]:
         """Fence coverage of every running replica (of the deployed one, with ``remote``)."""
         if self.remote:
-            return fence_coverage("remote", self.remote, self.token)
+            return fence_coverage("remote", self.remote, self.token, self.tls)
         return [c for r in self.replicas if r.proc and r.proc.poll() is None for c in r.coverage()]
 
     def performed(self) -> dict[str, int]:
@@ -208,12 +319,19 @@ class Harness:
         return {k: int(v) for k, v in self.outbox.counts()["performed"].items()}
 
     def close(self) -> None:
-        """Stop everything this harness started, by PID."""
-        self.stop_workers()
-        for replica in self.replicas:
-            _stop(replica.proc)
-        if self.outbox is not None:
-            self.outbox.stop()
-        self.cluster.stop()
-        for proxy in self.proxies:
-            proxy.close()
+        """Stop everything this harness started, by PID; the network namespace goes last,
+        whatever failed before it."""
+        try:
+            self.stop_workers()
+            for recorder in self._recorders:
+                recorder.close()
+            for replica in self.replicas:
+                _stop(replica.proc)
+            if self.outbox is not None:
+                self.outbox.stop()
+            self.cluster.stop()
+            for proxy in self.proxies + self._gates:
+                proxy.close()
+        finally:
+            if self.netns is not None:
+                self.netns.delete()

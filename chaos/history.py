@@ -12,9 +12,12 @@ import json
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
+
+from coordinator import request_ids
 
 INFO = "info"
 """The outcome of an operation whose effect is unknown."""
@@ -37,17 +40,39 @@ class Op:
     generation: int = 0
     revision: int = 0
     effect_key: str = ""
+    request_id: str = ""  # the x-request-id the call carried (coordinator.request_ids)
+    applied_at: int = 0  # the etcd revision of the write it made, once matched in etcd's history
 
     @property
     def indefinite(self) -> bool:
         """Whether the outcome is unknown (Jepsen ``:info``)."""
         return self.outcome == INFO
 
+    @property
+    def lasted(self) -> float:
+        """When it ended, or +inf if it never did (killed: it may take effect at any time)."""
+        return self.end if self.end is not None else float("inf")
+
     def label(self) -> str:
         """A short name for reports: ``worker:op#id(task g=generation -> outcome)``."""
         return (
             f"{self.worker}:{self.op}#{self.id}({self.task} g={self.generation} -> {self.outcome})"
         )
+
+
+@dataclass(frozen=True)
+class Write:
+    """One transition as etcd's own history holds it (an event key's put, read by a watch
+    from the first revision): the truth against which indefinite operations are settled."""
+
+    task: str
+    revision: int  # the etcd revision of the transition txn
+    op: str  # the transition's Op value: create, claim, commit, reclaim, update_input, ...
+    to_state: str
+    request_id: str = ""
+    attempt_id: str = ""
+    generation: int = 0  # a claim's generation is its own revision
+    at: float = 0.0  # the writing replica's wall clock (EventRecord.at)
 
 
 class Recorder:
@@ -58,21 +83,35 @@ class Recorder:
         self._worker = worker
         self._lock = threading.Lock()
         self._seq = 0
+        self._request_ids: dict[str, str] = {}
 
     def invoke(self, op: str, **fields: Any) -> str:
-        """Record an invocation; returns its id for ``complete``."""
+        """Record an invocation with a fresh request id; returns its id for ``complete``.
+
+        Make the call inside ``bound(op_id)`` so that it carries that request id."""
+        request_id = request_ids.new()
         with self._lock:
             self._seq += 1
             op_id = f"{self._worker}-{self._seq}"
-        self._write({"type": "invoke", "id": op_id, "op": op, **fields})
+            self._request_ids[op_id] = request_id
+        self._write({"type": "invoke", "id": op_id, "op": op, "request_id": request_id, **fields})
         return op_id
+
+    def bound(self, op_id: str) -> AbstractContextManager[str]:
+        """The context in which the call of ``op_id`` is made (its request id bound)."""
+        with self._lock:
+            request_id = self._request_ids.pop(op_id)
+        return request_ids.bound(request_id)
 
     def complete(self, op_id: str, kind: str, **fields: Any) -> None:
         """Record a completion: ``kind`` is ok, fail or info."""
         self._write({"type": kind, "id": op_id, **fields})
 
     def _write(self, record: dict[str, Any]) -> None:
-        line = json.dumps({"time": time.time(), "worker": self._worker, **record})
+        # "time" is CLOCK_MONOTONIC: one clock for every process of the host, and one that
+        # the clock-skew fault leaves alone (the checker compares it across workers).
+        now = {"time": time.monotonic(), "wall": time.time()}
+        line = json.dumps({**now, "worker": self._worker, **record})
         with self._lock:
             self._file.write(line + "\n")
             self._file.flush()
@@ -82,7 +121,16 @@ class Recorder:
         self._file.close()
 
 
-_FIELDS = ("task", "attempt", "attempt_id", "generation", "revision", "effect_key", "reason")
+_FIELDS = (
+    "task",
+    "attempt",
+    "attempt_id",
+    "generation",
+    "revision",
+    "effect_key",
+    "reason",
+    "request_id",
+)
 
 
 def pair(lines: Iterable[dict[str, Any]]) -> list[Op]:

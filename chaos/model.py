@@ -1,4 +1,7 @@
-"""A pure model of one task under the claim.v1 contract: ``step(state, op) -> (state, allowed)``.
+"""Pure models of one task under the claim.v1 contract.
+
+``step(state, op) -> (state, allowed)`` replays the clients' operations in real-time order;
+``apply(state, write) -> (state, problem)`` replays etcd's own event log in revision order.
 
 The model knows only what the history proves happened before an operation started: the claims
 and commits that had already completed. ``allowed`` is the set of outcomes the coordinator may
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from chaos.history import Op
+from chaos.history import Op, Write
 
 COMMITTED, FENCED, CLAIMED = "COMMITTED", "FENCED", "CLAIMED"
 REFUSED = frozenset({FENCED, "CANCELLED", "STALE_INPUT", "LOST"})
@@ -26,6 +29,8 @@ class TaskModel:
     generation: int = 0
     committed_by: str = ""  # attempt id of the canonical commit
     committed_revision: int = -1
+    revision: int = 0  # the newest input revision an input change is known to have made
+    cancelled: bool = False
 
 
 def allows(allowed: frozenset[str], outcome: str) -> bool:
@@ -41,6 +46,12 @@ def step(state: TaskModel, op: Op) -> tuple[TaskModel, frozenset[str]]:
         fresh = op.generation > state.generation and op.revision != state.committed_revision
         after = replace(state, generation=max(op.generation, state.generation))
         return after, frozenset({CLAIMED}) if fresh else frozenset()
+    if op.op == "update_input":
+        if op.outcome != "OK":
+            return state, ANY
+        return replace(state, revision=max(state.revision, op.revision)), ANY
+    if op.op == "cancel":
+        return (replace(state, cancelled=True) if op.outcome == "OK" else state), ANY
     if op.op == "commit":
         if state.committed_by:
             # Only a retry of the canonical attempt may hear COMMITTED again.
@@ -48,9 +59,48 @@ def step(state: TaskModel, op: Op) -> tuple[TaskModel, frozenset[str]]:
             return state, ANY if same else REFUSED
         if op.generation < state.generation:
             return state, REFUSED  # superseded by a claim that completed before this commit
+        if op.revision < state.revision or state.cancelled:
+            return state, REFUSED  # the input changed, or the task was cancelled, before it
         if op.outcome == COMMITTED:
             return replace(
                 state, committed_by=op.attempt_id, committed_revision=op.revision
             ), frozenset({COMMITTED})
         return state, ANY
     return state, ANY
+
+
+@dataclass(frozen=True)
+class LogModel:
+    """What etcd's event log says about a task so far: the live claim and the round's commit."""
+
+    generation: int = 0
+    holder: str = ""  # attempt id of the live claim ("" when none)
+    committed: bool = False  # the current round (input revision) has its canonical commit
+
+
+NEW_ROUND = frozenset({"update_input", "reject"})
+"""Transitions that open a new round (revision + 1): a new canonical commit is due."""
+
+
+def apply(state: LogModel, write: Write) -> tuple[LogModel, str]:
+    """The state after ``write``, and what is wrong with it ("" when the model allows it)."""
+    if write.op == "claim":
+        problem = ""
+        if write.generation <= state.generation:
+            problem = f"claim generation {write.generation} after generation {state.generation}"
+        return replace(state, generation=write.generation, holder=write.attempt_id), problem
+    if write.op == "commit":
+        problem = ""
+        if write.attempt_id != state.holder:
+            problem = (
+                f"commit by attempt {write.attempt_id} while the live claim is "
+                f"{state.holder or 'none'}"
+            )
+        elif state.committed:
+            problem = "a second canonical commit of the round"
+        return replace(state, holder="", committed=True), problem
+    if write.op in NEW_ROUND:
+        return replace(state, holder="", committed=False), ""
+    if write.to_state != "CLAIMED":
+        return replace(state, holder=""), ""
+    return state, ""

@@ -18,22 +18,24 @@ from coordinator.etcd_process import free_port
 class TcpProxy:
     """Forwards ``127.0.0.1:port`` to ``upstream`` (``host:port``) on daemon threads."""
 
-    def __init__(self, upstream: str) -> None:
-        host, port = upstream.rsplit(":", 1)
-        self._upstream = (host, int(port))
-        self.port = free_port()
+    def __init__(self, upstream: str, *, host: str = "127.0.0.1") -> None:
+        # ``host``: where to listen (a veth address, for a worker in a network namespace).
+        up_host, port = upstream.rsplit(":", 1)
+        self._upstream = (up_host, int(port))
+        self.host = host
+        self.port = free_port(host)
         self.delay = 0.0
         self._dropping = False
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
-        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._listener = socket.create_server((host, self.port))
         self._closed = False
         threading.Thread(target=self._accept, name=f"proxy-{self.port}", daemon=True).start()
 
     @property
     def endpoint(self) -> str:
         """Where clients connect."""
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def drop(self) -> None:
         """Cut every connection and refuse new ones (a partition, seen from the client)."""

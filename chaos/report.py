@@ -39,7 +39,7 @@ def row(r: Result) -> tuple[str, ...]:
         str(v.commits),
         fenced,
         str(v.reconciled),
-        str(v.indefinite),
+        str(v.indefinite) + (f" ({v.settled_by_history} by log)" if v.settled_by_history else ""),
         str(r.unsettled),
         "-" if r.implementation == "naive" else str(v.fence_checks) + ("" if gaps else " (100%)"),
         str(len(v.violations)),

@@ -13,13 +13,14 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from chaos.checker import Evidence, Verdict, check
 from chaos.faults import FAULTS, Fault
-from chaos.harness import Harness
-from chaos.history import load
+from chaos.harness import Harness, TlsFiles
+from chaos.history import Write, load
 
 WORKERS = 4
 PRODUCE_EVERY = 0.1
@@ -36,6 +37,9 @@ class Result:
     skipped: str = ""
     unsettled: int = 0
     seconds: float = 0.0
+    # How far the replicas' event timestamps lay outside the run's real wall-clock window
+    # (seconds): about 300 under the clock-skew fault, about 0 otherwise.
+    clock_offset: float = 0.0
 
 
 def produce(h: Harness, until: float, created: set[str]) -> None:
@@ -85,6 +89,7 @@ def run_scenario(
     root: Path | None = None,
     target: str = "",
     token: str = "",
+    tls: TlsFiles | None = None,
 ) -> Result:
     """Run the scenario ``name`` against the coordinator (a deployed one at ``target``) and
     check it."""
@@ -92,18 +97,30 @@ def run_scenario(
     reason = fault.available()
     if target and fault.server_side:
         reason = "server-side fault: no process signals on a deployed coordinator (--target)"
+    if target and fault.partition:
+        reason = "the partition is made on this machine's local harness only (not --target)"
     if reason:
         return Result(name, "coordinator", None, skipped=reason)
     root = root or Path(tempfile.mkdtemp(prefix=f"chaos-{name}-"))
     rng = random.Random(seed)
-    started = time.monotonic()
-    h = Harness(root, proxied=fault.proxied, remote=target, token=token)
+    started, wall = time.monotonic(), time.time()
+    h = Harness(
+        root,
+        proxied=fault.proxied,
+        remote=target,
+        token=token,
+        skews=fault.skews,
+        partitioned=fault.partition,
+        tls=tls,
+    )
     try:
         h.start()
         created: set[str] = set()
         for i in range(WORKERS):
             flags = fault.worker_flags if i == 0 else ()
-            h.start_worker(f"w{i}", *flags, *fault.all_worker_flags)
+            h.start_worker(
+                f"w{i}", *flags, *fault.all_worker_flags, isolated=fault.partition and i == 0
+            )
         producer = threading.Thread(
             target=produce, args=(h, time.monotonic() + duration, created), daemon=True
         )
@@ -121,13 +138,24 @@ def run_scenario(
             expected_tasks=frozenset(created),
             performed=h.performed(),
             coverage=h.coverage(),
+            writes=h.etcd_history(),
         )
         verdict = check(evidence)
     finally:
         h.close()
     return Result(
-        name, "coordinator", verdict, unsettled=pending, seconds=time.monotonic() - started
+        name,
+        "coordinator",
+        verdict,
+        unsettled=pending,
+        seconds=time.monotonic() - started,
+        clock_offset=offset(evidence.writes or (), wall, time.time()),
     )
+
+
+def offset(writes: Iterable[Write], start: float, end: float) -> float:
+    """How far the writes' timestamps lie outside the real window ``[start, end]``."""
+    return max((max(w.at - end, start - w.at, 0.0) for w in writes), default=0.0)
 
 
 def run_naive(*, root: Path | None = None) -> Result:

@@ -9,7 +9,9 @@ invocation and at completion; a call that raised a transport error is recorded `
 after its downstream call: the PauseWorker fault resumes it past its TTL, and it then commits
 anyway, so the store (not the SDK) must refuse the late result. ``--kill-after-effect`` SIGKILLs
 itself right after its first downstream call (the response never reaches the coordinator).
-``--retry-commits`` sends every commit twice (a duplicated / retried request).
+``--retry-commits`` sends every commit twice (a duplicated / retried request). ``--hold-first``
+works on its first job until SIGUSR1 (at most ``HOLD_LIMIT`` seconds): the partition fault cuts
+it off meanwhile and signals it once the link is back, so its commit comes after the partition.
 """
 
 from __future__ import annotations
@@ -26,10 +28,19 @@ import click
 from chaos.history import Recorder
 from coordinator.errors import CoordinatorError
 from coordinator.logging import configure_logging
-from coordinator.sdk import ClaimRefused, FenceReason, HttpDownstream, Job, Outcome, WorkerClient
+from coordinator.sdk import (
+    ClaimRefused,
+    FenceReason,
+    HttpDownstream,
+    Job,
+    Outcome,
+    WorkerClient,
+    tls_credentials,
+)
 
 CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0)]
 EFFECT_NODE, EFFECT_SLOT = "notify", "email"
+HOLD_LIMIT = 120.0
 
 
 def _job_fields(job: Job) -> dict[str, object]:
@@ -56,13 +67,16 @@ class ChaosWorker:
         self.kill_after_effect = bool(options["kill_after_effect"])
         self.retry_commits = bool(options["retry_commits"])
         self.work = int(str(options["work_ms"])) / 1000
+        self.hold_first = bool(options["hold_first"])
+        self.released = threading.Event()  # set by SIGUSR1: the held first job may commit
         self.jobs = 0
 
     def claim(self) -> Job | None:
         """One ClaimNext, recorded; a job or None (nothing ready, refused, or unknown)."""
         op = self.rec.invoke("claim", task="")
         try:
-            got = self.client.claim_next(self.queue, ttl=self.ttl)
+            with self.rec.bound(op):
+                got = self.client.claim_next(self.queue, ttl=self.ttl)
         except CoordinatorError as exc:
             self.rec.complete(op, "info", message=str(exc)[:200])
             return None
@@ -80,7 +94,8 @@ class ChaosWorker:
         op = self.rec.invoke("effect", **_job_fields(job))
         payload = f"task {job.task_id} is done".encode()  # the same draft from every attempt
         try:
-            got = job.effect(EFFECT_NODE, EFFECT_SLOT, payload, self.outbox)
+            with self.rec.bound(op):
+                got = job.effect(EFFECT_NODE, EFFECT_SLOT, payload, self.outbox)
         except CoordinatorError as exc:
             self.rec.complete(op, "info", message=str(exc)[:200])
             return
@@ -95,7 +110,8 @@ class ChaosWorker:
         for _ in range(2 if self.retry_commits else 1):
             op = self.rec.invoke("commit", **_job_fields(job))
             try:
-                got = job.commit(result)
+                with self.rec.bound(op):
+                    got = job.commit(result)
             except CoordinatorError as exc:
                 self.rec.complete(op, "info", message=str(exc)[:200])
                 continue
@@ -112,6 +128,8 @@ class ChaosWorker:
                 os.kill(os.getpid(), signal.SIGKILL)
             if first and self.pause_first:
                 os.kill(os.getpid(), signal.SIGSTOP)  # resumed by the PauseWorker fault
+            elif first and self.hold_first:
+                self.released.wait(HOLD_LIMIT)  # long work: cut off meanwhile
             elif self.work:
                 threading.Event().wait(self.work)  # "work": commits stay in flight meanwhile
             self.commit(job)
@@ -137,11 +155,24 @@ class ChaosWorker:
 @click.option("--ttl", type=click.IntRange(1, 60), default=2, show_default=True)
 @click.option("--outbox", default="")
 @click.option("--token", default="", help="Bearer token (a deployed coordinator).")
+@click.option("--ca", default="", help="PEM CA of a deployed coordinator's TLS certificate.")
+@click.option("--cert", default="", help="PEM client certificate (mutual TLS, with --key).")
+@click.option("--key", default="", help="PEM key of --cert.")
 @click.option("--pause-first", is_flag=True)
 @click.option("--kill-after-effect", is_flag=True)
 @click.option("--retry-commits", is_flag=True)
 @click.option("--work-ms", type=click.IntRange(0), default=30, show_default=True)
-def main(target: str, name: str, history: Path, token: str, **options: object) -> None:
+@click.option("--hold-first", is_flag=True, help="Work on the first job until SIGUSR1.")
+def main(
+    target: str,
+    name: str,
+    history: Path,
+    token: str,
+    ca: str,
+    cert: str,
+    key: str,
+    **options: object,
+) -> None:
     """Run one chaos worker until SIGTERM."""
     configure_logging("error")
     stop = threading.Event()
@@ -152,10 +183,17 @@ def main(target: str, name: str, history: Path, token: str, **options: object) -
     signal.signal(signal.SIGTERM, on_term)
     rec = Recorder(history, name)
     try:
+        credentials = tls_credentials(ca=ca, cert=cert or None, key=key or None) if ca else None
         with WorkerClient(
-            target, principal=name, channel_options=CHANNEL_OPTIONS, token=token or None
+            target,
+            principal=name,
+            channel_options=CHANNEL_OPTIONS,
+            token=token or None,
+            credentials=credentials,
         ) as client:
-            ChaosWorker(client, rec, **options).loop(stop)
+            worker = ChaosWorker(client, rec, **options)
+            signal.signal(signal.SIGUSR1, lambda signum, frame: worker.released.set())
+            worker.loop(stop)
     finally:
         rec.close()
 

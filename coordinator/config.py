@@ -46,6 +46,10 @@ class Config:
     """A claim cannot be renewed past claim start + this."""
     stall_timeout: float = ClaimLimits.stall_timeout
     """Renewal is refused when the progress marker has not moved for this long (0: never)."""
+    reconcile_timeout: float = ClaimLimits.reconcile_timeout
+    """An UNKNOWN effect's owned reconciliation escalates to NEEDS_APPROVAL after this long."""
+    reconcile_handoffs: int = ClaimLimits.reconcile_handoffs
+    """Claims that may take over a task whose holder left an open reconciliation (0: none)."""
     log_level: str = "info"
     """One of debug, info, warning, error, critical."""
     max_workers: int = 32
@@ -114,6 +118,9 @@ class Config:
             )
         if self.stall_timeout < 0:
             raise ConfigError(f"stall_timeout must be >= 0 (0 disables), got {self.stall_timeout}")
+        _positive("reconcile_timeout", self.reconcile_timeout)
+        if self.reconcile_handoffs < 0:
+            raise ConfigError(f"reconcile_handoffs must be >= 0, got {self.reconcile_handoffs}")
         if self.log_level not in LEVELS:
             raise ConfigError(
                 f"log_level must be one of {', '.join(LEVELS)}, got {self.log_level!r}"
@@ -198,6 +205,8 @@ class Config:
             max_ttl=self.max_ttl,
             max_claim_duration=self.max_claim_duration,
             stall_timeout=self.stall_timeout,
+            reconcile_timeout=self.reconcile_timeout,
+            reconcile_handoffs=self.reconcile_handoffs,
         )
 
 

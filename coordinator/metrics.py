@@ -45,6 +45,7 @@ class AcceptancePoint(IntEnum):
     RECORD = 5
     COMMIT = 6
     RELEASE = 7
+    START_JOB = 8
 
     @property
     def label(self) -> str:
@@ -111,6 +112,19 @@ RECLAIM_LATENCY = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
     registry=REGISTRY,
 )
+
+RECONCILE_ESCALATIONS = Counter(
+    "coordinator_effect_reconcile_escalations",
+    "UNKNOWN effects whose owned reconciliation reached its deadline unresolved and moved the "
+    "task to NEEDS_APPROVAL, by where it was noticed (sweeper, claim).",
+    ["via"],
+    registry=REGISTRY,
+)
+
+
+def count_reconcile_escalations(via: str, effects: int) -> None:
+    """Count effects escalated to NEEDS_APPROVAL at their reconcile deadline."""
+    RECONCILE_ESCALATIONS.labels(via=via).inc(effects)
 
 
 def count_claim(outcome: Outcome) -> None:

@@ -7,7 +7,9 @@ import click
 from coordinator.cli.demo import demo
 from coordinator.cli.doctor import doctor
 from coordinator.cli.drain import drain
+from coordinator.cli.effects import effects
 from coordinator.cli.events import events
+from coordinator.cli.jobs import jobs
 from coordinator.cli.rollback import claims, epoch
 from coordinator.cli.serve import serve
 from coordinator.cli.shadow import shadow
@@ -33,5 +35,7 @@ main.add_command(drain)
 main.add_command(token)
 main.add_command(versions)
 main.add_command(shadow)
+main.add_command(effects)
+main.add_command(jobs)
 
 __all__ = ["main"]

@@ -111,6 +111,11 @@ class Remote:
         """TaskService stub."""
         return self._rpc.tasks
 
+    @property
+    def worker(self) -> Any:
+        """WorkerService stub."""
+        return self._rpc.worker
+
     def call(self, method: Callable[..., Resp], request: Any) -> Resp:
         """One call; any refusal becomes a CLI error (exit 1) with the server's message."""
         try:

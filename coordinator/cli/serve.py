@@ -148,6 +148,18 @@ def _server_options(func: F) -> F:
             _DEFAULTS.idempotency_ttl,
             "How long responses of requests with an idempotency key are kept.",
         ),
+        _seconds(
+            "reconcile-timeout",
+            _DEFAULTS.reconcile_timeout,
+            "An UNKNOWN effect's owned reconciliation escalates to NEEDS_APPROVAL after this.",
+        ),
+        _option(
+            "reconcile-handoffs",
+            type=click.IntRange(min=0),
+            default=_DEFAULTS.reconcile_handoffs,
+            metavar="N",
+            help="Claims that may take over a task whose holder left an open reconciliation.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)

@@ -47,6 +47,10 @@ class ClaimLimits:
     max_ttl: int = 300
     max_claim_duration: float = 3600.0
     stall_timeout: float = 600.0
+    # Owned reconciliation of UNKNOWN effects (domain/reconcile.py): how long the owner has
+    # before the task escalates to NEEDS_APPROVAL, and how many later claims may take it over.
+    reconcile_timeout: float = 600.0
+    reconcile_handoffs: int = 1
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,20 @@ class EffectRecord:
     updated_at: float = 0.0
     # An admin resolution: who decided what, and why.
     detail: str = ""
+    # Owned reconciliation (domain/reconcile.py), opened when the effect became UNKNOWN: the
+    # owner (principal and attempt), whether RecordEffect named it, the task's attempt number
+    # then (later claims are takeovers), when it opened, its deadline and the escalation.
+    reconcile_owner: str = ""
+    reconcile_owner_attempt_id: str = ""
+    reconcile_named: bool = False
+    reconcile_opened_attempt: int = 0
+    reconcile_opened_at: float = 0.0
+    reconcile_deadline: float = 0.0
+    reconcile_escalation: str = ""
+    # True from the opening until resolved (COMMITTED / ABSENT) or escalated; the index key
+    # {p}/reconcile/{task}/{effect} exists exactly while it is true.
+    reconcile_open: bool = False
+    reconcile_escalated_at: float = 0.0
     # etcd mod_revision of the effect key; never stored, attached on decode.
     mod_revision: int = field(default=0, compare=False)
 
@@ -232,6 +246,7 @@ def decide_record(
         recorded_generation=generation,
         recorded_by=principal,
         updated_at=now,
+        reconcile_open=existing.reconcile_open and state is EffectState.UNKNOWN,
     )
 
 
@@ -267,6 +282,7 @@ def resolve(
         recorded_by=by,
         detail=note,
         updated_at=now,
+        reconcile_open=False,
     )
 
 

@@ -183,6 +183,40 @@ class Keyspace:
             return f"{self.prefix}/open-effects/{task_id}/"
         return f"{self.prefix}/open-effects/"
 
+    def reconcile(self, task_id: str, effect_id: str) -> str:
+        """An open reconciliation of an UNKNOWN effect (value: its owner and deadline): written
+        in the txn that records UNKNOWN, deleted in the one that resolves or escalates it."""
+        return f"{self.reconcile_prefix(task_id)}{effect_id}"
+
+    def reconcile_prefix(self, task_id: str = "") -> str:
+        """Range of the open reconciliations (of one task, or all: the sweeper's scan)."""
+        if task_id:
+            return f"{self.prefix}/reconcile/{task_id}/"
+        return f"{self.prefix}/reconcile/"
+
+    # --- managed jobs (issue 8, store/jobs.py) ------------------------------------------------
+
+    def job(self, task_id: str, job_id: str) -> str:
+        """One managed job record (authoritative)."""
+        return f"{self.jobs_prefix(task_id)}{job_id}"
+
+    def jobs_prefix(self, task_id: str = "") -> str:
+        """Range of the job records (of one task, or all)."""
+        if task_id:
+            return f"{self.prefix}/jobs/{task_id}/"
+        return f"{self.prefix}/jobs/"
+
+    def worker_job(self, worker_id: str, job_id: str) -> str:
+        """Per-worker job index (value: the task id), written with the record: a restarted
+        worker finds its jobs in one short range."""
+        return f"{self.worker_jobs_prefix(worker_id)}{job_id}"
+
+    def worker_jobs_prefix(self, worker_id: str = "") -> str:
+        """Range of the per-worker job index (of one worker, or all)."""
+        if worker_id:
+            return f"{self.prefix}/jobs-by-worker/{worker_id}/"
+        return f"{self.prefix}/jobs-by-worker/"
+
 
 def task_id_from_ready_key(key: str) -> str:
     """The task id at the end of a ready-index key."""

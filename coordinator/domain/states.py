@@ -40,6 +40,7 @@ class Outcome(IntEnum):
     RENEW_LIMIT = 13
     PAYLOAD_CONFLICT = 14
     NEEDS_APPROVAL = 15
+    RECONCILING = 16
 
 
 class FenceReason(IntEnum):
@@ -85,6 +86,8 @@ class Op(StrEnum):
     # Side effects of non-replayable tasks (store/effects.py).
     HOLD_FOR_APPROVAL = "hold_for_approval"
     APPROVE_RETRY = "approve_retry"
+    # Owned reconciliation of an UNKNOWN effect past its deadline (store/reconcile.py).
+    ESCALATE_RECONCILE = "escalate_reconcile"
 
 
 # Every legal (from, op) -> to. A transition not listed here is a bug, and the store refuses to
@@ -123,6 +126,10 @@ TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
     (TaskState.CLAIMED, Op.HOLD_FOR_APPROVAL): TaskState.NEEDS_APPROVAL,
     (TaskState.NEEDS_APPROVAL, Op.APPROVE_RETRY): TaskState.READY,
     (TaskState.NEEDS_APPROVAL, Op.CANCEL): TaskState.CANCELLED,
+    # Owned reconciliation (store/reconcile.py): an UNKNOWN effect still unresolved at its
+    # deadline parks the task for a human (from READY, or from CLAIMED whose claim ended).
+    (TaskState.READY, Op.ESCALATE_RECONCILE): TaskState.NEEDS_APPROVAL,
+    (TaskState.CLAIMED, Op.ESCALATE_RECONCILE): TaskState.NEEDS_APPROVAL,
 }
 
 # A committed task with requires_review goes to REVIEW instead of DONE.

@@ -15,6 +15,7 @@ Everything importable from here is public; modules starting with ``_`` are not.
 """
 
 from coordinator.domain.effects import EffectState
+from coordinator.domain.jobs import JobRecord, JobState, RediscoverAction
 from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
 from coordinator.sdk._rpc import PRINCIPAL_METADATA, RetryPolicy
 from coordinator.sdk.auth import BearerToken, tls_credentials
@@ -31,6 +32,8 @@ from coordinator.sdk.effects import (
     LookupUnsupported,
 )
 from coordinator.sdk.job import Job, LostCallback
+from coordinator.sdk.managed import JobResult, ManagedProcess
+from coordinator.sdk.rediscover import ListedJob, Rediscovered
 from coordinator.sdk.types import (
     AttemptInfo,
     ClaimRefused,
@@ -66,11 +69,18 @@ __all__ = [
     "HttpDownstream",
     "Job",
     "JobLost",
+    "JobRecord",
+    "JobResult",
+    "JobState",
+    "ListedJob",
     "LookupUnsupported",
     "LossSource",
     "LostCallback",
     "LostReason",
+    "ManagedProcess",
     "Outcome",
+    "RediscoverAction",
+    "Rediscovered",
     "ReleaseOutcome",
     "RetryPolicy",
     "StageOutcome",

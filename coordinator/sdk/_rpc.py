@@ -29,7 +29,7 @@ from tenacity import (
     wait_random,
 )
 
-from coordinator import __version__
+from coordinator import __version__, request_ids
 from coordinator.errors import (
     AlreadyExists,
     CoordinatorError,
@@ -157,10 +157,15 @@ class Rpc:
             + wait_random(0, initial),
             reraise=True,
         )
+        # One request id per logical call, the same on every retry (coordinator.request_ids).
+        metadata = (
+            *self._metadata,
+            (request_ids.METADATA_KEY, request_ids.current() or request_ids.new()),
+        )
         try:
             for attempt in retrying:
                 with attempt:
-                    return method(request, timeout=deadline, metadata=self._metadata)
+                    return method(request, timeout=deadline, metadata=metadata)
         except grpc.RpcError as exc:
             raise translate(exc) from exc
         raise AssertionError("unreachable: tenacity either returns or re-raises")

@@ -20,12 +20,15 @@ import grpc
 
 from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectState
+from coordinator.domain.jobs import JobRecord
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.errors import AlreadyExists, InvalidArgument
 from coordinator.sdk._rpc import RetryPolicy, Rpc
 from coordinator.sdk.auth import BearerToken
 from coordinator.sdk.effects import EffectInfo
 from coordinator.sdk.job import Job, LostCallback
+from coordinator.sdk.managed import DEFAULT_GRACE
+from coordinator.sdk.rediscover import ListedJob, Rediscovered, list_jobs, rediscover, resume_job
 from coordinator.sdk.types import ClaimRefused, TaskInfo, outcome_of
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
 
@@ -219,6 +222,17 @@ class WorkerClient:
         request = tasks_pb2.CancelTaskRequest(task_id=task_id, reason=reason)
         return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.CancelTask, request).task)
 
+    def update_input(self, task_id: str, *, input: bytes, expected_revision: int = 0) -> TaskInfo:
+        """Replace a task's input (producer): revision + 1, READY; a live claim's commit then
+        gets STALE_INPUT. ``expected_revision`` (non-zero) makes it conditional."""
+        request = tasks_pb2.UpdateInputRequest(
+            task_id=task_id,
+            input=input,
+            input_digest=digest_of(input),
+            expected_revision=expected_revision,
+        )
+        return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.UpdateInput, request).task)
+
     # --- admin ------------------------------------------------------------------------------
 
     def bump_epoch(self, *, expected_epoch: int = 0) -> int:
@@ -241,10 +255,54 @@ class WorkerClient:
             EffectInfo.from_proto(e) for e in response.effects
         ]
 
+    # --- managed jobs (sdk/managed.py) -------------------------------------------------------
+
+    def list_jobs(self, worker_id: str = "") -> list[ListedJob]:
+        """A worker's managed job records (this principal's when empty), each with whether its
+        attempt still holds the claim."""
+        return list_jobs(self._rpc, worker_id)
+
+    def rediscover(
+        self, worker_id: str = "", *, grace: timedelta = DEFAULT_GRACE
+    ) -> list[Rediscovered]:
+        """After a restart: re-attach this worker's running jobs of current attempts, kill those
+        of superseded attempts (pid and start time checked), record the ones that ended."""
+        return rediscover(self._rpc, worker_id, grace=grace)
+
+    def resume(
+        self, record: JobRecord, *, ttl: timedelta, on_lost: LostCallback | None = None
+    ) -> Job:
+        """A Job for the still-current attempt of a re-attached job (``rediscover``), to renew
+        its claim and commit after a restart; ``bind`` it to the job's handle."""
+        return resume_job(
+            self._rpc, record, self.get_task(record.task_id), ttl=ttl, on_lost=on_lost
+        )
+
     def get_effect(self, effect_id: str) -> EffectInfo:
         """One effect record. Raises NotFound for an unknown id."""
         request = worker_pb2.GetEffectRequest(effect_id=effect_id)
         return EffectInfo.from_proto(self._rpc.call(self._rpc.worker.GetEffect, request).effect)
+
+    def resolve_effect(
+        self,
+        effect_id: str,
+        resolution: EffectState,
+        *,
+        external_ref: str = "",
+        etag: str = "",
+        reason: str = "",
+    ) -> EffectInfo:
+        """As the owner of the effect's open reconciliation (or an admin), say what the
+        downstream did (COMMITTED or ABSENT) while no claim is alive; see ResolveEffect."""
+        request = worker_pb2.ResolveEffectRequest(
+            effect_id=effect_id,
+            resolution=types_pb2.EffectState.ValueType(int(resolution)),
+            external_ref=external_ref,
+            etag=etag,
+            reason=reason,
+        )
+        response = self._rpc.call(self._rpc.worker.ResolveEffect, request)
+        return EffectInfo.from_proto(response.effect)
 
     # --- lifetime ---------------------------------------------------------------------------
 

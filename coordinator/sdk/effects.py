@@ -22,6 +22,7 @@ import json
 import threading
 import weakref
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlsplit
@@ -30,7 +31,7 @@ from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectAction, EffectState
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
-from coordinator.sdk.types import LossSource, outcome_of
+from coordinator.sdk.types import LossSource, outcome_of, timestamp
 from coordinator.v1 import types_pb2, worker_pb2
 
 if TYPE_CHECKING:
@@ -170,6 +171,13 @@ class EffectInfo:
     external_ref: str
     etag: str
     detail: str
+    # Owned reconciliation, opened when the effect became UNKNOWN (see types.proto).
+    reconcile_owner: str = ""
+    reconcile_open: bool = False
+    reconcile_named: bool = False
+    reconcile_opened_at: datetime | None = None
+    reconcile_deadline: datetime | None = None
+    reconcile_escalated_at: datetime | None = None
 
     @classmethod
     def from_proto(cls, msg: types_pb2.Effect) -> EffectInfo:
@@ -189,6 +197,12 @@ class EffectInfo:
             external_ref=msg.external_ref,
             etag=msg.etag,
             detail=msg.detail,
+            reconcile_owner=msg.reconcile_owner,
+            reconcile_open=msg.reconcile_open,
+            reconcile_named=msg.reconcile_named,
+            reconcile_opened_at=timestamp(msg.reconcile_opened_at),
+            reconcile_deadline=timestamp(msg.reconcile_deadline),
+            reconcile_escalated_at=timestamp(msg.reconcile_escalated_at),
         )
 
 

@@ -13,9 +13,10 @@ authority on the fence, and its answer carries the reason.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -28,6 +29,7 @@ from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
 from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.effects import Downstream, EffectOutcome, run_effect
+from coordinator.sdk.managed import DEFAULT_GRACE, ManagedProcess, run_managed
 from coordinator.sdk.types import (
     CommitOutcome,
     Fence,
@@ -187,13 +189,20 @@ class Job:
     # --- acceptance points ----------------------------------------------------------------
 
     def commit(
-        self, result: bytes, *, result_ref: str = "", result_digest: str | None = None
+        self,
+        result: bytes,
+        *,
+        result_ref: str = "",
+        result_digest: str | None = None,
+        evidence: Sequence[str] = (),
     ) -> CommitOutcome:
         """Make ``result`` canonical for the task revision, behind this job's fence.
 
         Always reaches the server, even when the job is believed lost: the answer is the truth.
         COMMITTED ends the job (keepalive stops); FENCED / STALE_INPUT / CANCELLED mark it lost.
         ``result_digest`` is computed from ``result`` unless given (for a ``result_ref``).
+        ``evidence`` (managed job ids and log refs, e.g. ``ManagedProcess.evidence``) is kept
+        in the canonical result record.
         Raises TransportError if the server could not be reached; retrying is safe.
         """
         request = worker_pb2.CommitRequest(
@@ -202,6 +211,7 @@ class Job:
             result_digest=result_digest or digest_of(result),
             result=result,
             result_ref=result_ref,
+            evidence=list(evidence),
         )
         outcome = CommitOutcome.from_proto(self._rpc.call(self._rpc.worker.Commit, request))
         if outcome.committed:
@@ -259,6 +269,24 @@ class Job:
         TransportError if the coordinator could not be reached (the effect stays uncertain).
         """
         return run_effect(self, node_id, effect_slot, payload, downstream)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        grace: timedelta = DEFAULT_GRACE,
+        log_dir: str | os.PathLike[str] | None = None,
+    ) -> ManagedProcess:
+        """Run ``argv`` as a managed job bound to this attempt (sdk/managed.py).
+
+        The command starts only after StartJob accepted it behind this job's fence; its whole
+        process group is terminated (SIGTERM, SIGKILL after ``grace``) when this job is lost or
+        ends; its output goes to the returned handle's ``log_ref``. The keepalive must run
+        (``with job:``) for a loss to be noticed. Raises JobLost if StartJob was refused.
+        """
+        return run_managed(self, argv, cwd=cwd, env=env, grace=grace, log_dir=log_dir)
 
     # --- keepalive ------------------------------------------------------------------------
 

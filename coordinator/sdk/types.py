@@ -43,6 +43,8 @@ class LossSource(StrEnum):
     LOCAL_EXPIRY = "local_expiry"
     # The server refused a renewal with an error (NOT_FOUND, PERMISSION_DENIED, ...).
     ERROR = "error"
+    # A StartJob (managed job, sdk/managed.py) answered FENCED, CANCELLED or STALE_INPUT.
+    JOB = "job"
 
 
 @dataclass(frozen=True)

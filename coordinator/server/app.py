@@ -33,6 +33,7 @@ from coordinator.server.auth import (
 )
 from coordinator.server.idempotency import IdempotencyInterceptor
 from coordinator.server.metrics_http import start_metrics
+from coordinator.server.request_ids import RequestIdInterceptor
 from coordinator.server.rpc_metrics import RpcMetricsInterceptor
 from coordinator.server.task_service import TaskService
 from coordinator.server.tls import ServerTLS
@@ -104,6 +105,7 @@ def build_server(
             VersionGateInterceptor(VersionStore(store.ctx).read),  # minimum SDK, cached read
             RpcMetricsInterceptor(),  # after auth: only real, authenticated methods get labels
             IdempotencyInterceptor(store.idempotency),
+            RequestIdInterceptor(),  # innermost: the handler's thread, for the event it writes
         ],
         # grpc sets SO_REUSEPORT by default: a second replica on a taken port would then bind
         # silently and share its calls with whatever already listens there (maybe another

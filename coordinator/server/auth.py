@@ -62,6 +62,14 @@ ROLE_TABLE: Mapping[str, frozenset[Role]] = {
     _WORKER + "PrepareEffect": frozenset({_W}),
     _WORKER + "RecordEffect": frozenset({_W}),
     _WORKER + "GetEffect": frozenset({_W}),
+    # The owner of an open reconciliation (a worker) or an admin resolves an uncertain effect
+    # without a claim; the store checks which one the caller is.
+    _WORKER + "ResolveEffect": frozenset({_W, _A}),
+    # Managed jobs: a worker records and lists its own (the store checks the owner); an admin
+    # may list any worker's jobs.
+    _WORKER + "StartJob": frozenset({_W}),
+    _WORKER + "FinishJob": frozenset({_W}),
+    _WORKER + "ListJobs": frozenset({_W, _A}),
     # Producers and reviewers (pm) shape the work; admins may too.
     _TASKS + "CreateTask": frozenset({_P, _A}),
     _TASKS + "UpdateInput": frozenset({_P, _A}),

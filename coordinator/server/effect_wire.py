@@ -8,7 +8,7 @@ value (the domain's integers equal the wire's).
 from __future__ import annotations
 
 from coordinator.domain import effects as domain
-from coordinator.domain import validation
+from coordinator.domain import reconcile, validation
 from coordinator.domain.effects import EffectAction, EffectRecord, EffectState
 from coordinator.errors import InvalidArgument
 from coordinator.metrics import PointCoverage
@@ -71,6 +71,11 @@ def etag(value: str) -> str:
     return validation.text("etag", value, domain.MAX_ETAG_CHARS)
 
 
+def reconcile_principal(value: str, state: EffectState) -> str:
+    """RecordEffect's named reconcile owner (only with UNKNOWN; empty: the caller)."""
+    return reconcile.check_principal("reconcile_principal", value, state)
+
+
 def _effect_state(field: str, value: int) -> EffectState:
     if value == 0:
         raise InvalidArgument(f"{field} is required")
@@ -102,6 +107,14 @@ def effect_to_proto(effect: EffectRecord) -> types_pb2.Effect:
         prepared_at=convert.timestamp(effect.prepared_at),
         updated_at=convert.timestamp(effect.updated_at),
         detail=effect.detail,
+        reconcile_owner=effect.reconcile_owner,
+        reconcile_owner_attempt_id=effect.reconcile_owner_attempt_id,
+        reconcile_opened_at=convert.timestamp(effect.reconcile_opened_at),
+        reconcile_deadline=convert.timestamp(effect.reconcile_deadline),
+        reconcile_escalation=effect.reconcile_escalation,
+        reconcile_open=effect.reconcile_open,
+        reconcile_escalated_at=convert.timestamp(effect.reconcile_escalated_at),
+        reconcile_named=effect.reconcile_named,
     )
 
 

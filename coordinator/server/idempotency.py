@@ -51,6 +51,7 @@ READ_ONLY = frozenset(
         "/coordinator.v1.AdminService/GetStats",
         "/coordinator.v1.AdminService/GetVersions",
         "/coordinator.v1.WorkerService/GetEffect",
+        "/coordinator.v1.WorkerService/ListJobs",
     }
 )
 """The methods that change nothing: a key sent with them is ignored."""

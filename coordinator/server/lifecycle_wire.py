@@ -92,6 +92,7 @@ def event_to_proto(event: StoredEvent) -> tasks_pb2.TaskEvent:
         at=timestamp(record.at),
         detail=record.detail,
         prev_state_version=event.prev_state_version,
+        request_id=record.request_id,
     )
 
 

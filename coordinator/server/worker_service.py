@@ -13,10 +13,12 @@ import grpc
 import structlog
 
 from coordinator.domain.decisions import Fence, Verdict
+from coordinator.domain.roles import Role
 from coordinator.domain.validation import non_negative, task_id
+from coordinator.errors import PermissionDenied
 from coordinator.logging import bound
-from coordinator.server import convert, effect_wire, validate
-from coordinator.server.identity import principal_of
+from coordinator.server import convert, effect_wire, job_wire, validate
+from coordinator.server.identity import identity_of, principal_of
 from coordinator.server.status import rpc
 from coordinator.store import ClaimResult, Store
 from coordinator.v1 import worker_pb2, worker_pb2_grpc
@@ -125,6 +127,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         fence = validate.fence(request.fence, present=request.HasField("fence"))
         input_digest = validate.digest("input_digest", request.input_digest)
         digest = validate.result_payload(request.result, request.result_digest, request.result_ref)
+        evidence = job_wire.evidence(list(request.evidence))
         principal = principal_of(context)
         with _bound(fence, principal):
             result = self._store.acceptance.commit(
@@ -134,6 +137,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 result_digest=digest,
                 result=request.result,
                 result_ref=request.result_ref,
+                evidence=evidence,
             )
             _log_point("commit", result.verdict, commit_id=result.result_commit_id, digest=digest)
         return convert.commit_response(result)
@@ -187,10 +191,17 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         state = effect_wire.recorded_state(request.state)
         ref = effect_wire.external_ref(request.external_ref)
         etag = effect_wire.etag(request.etag)
+        owner = effect_wire.reconcile_principal(request.reconcile_principal, state)
         principal = principal_of(context)
         with _bound(fence, principal):
             result = self._store.effects.record(
-                fence, principal=principal, effect_id=eid, state=state, external_ref=ref, etag=etag
+                fence,
+                principal=principal,
+                effect_id=eid,
+                state=state,
+                external_ref=ref,
+                etag=etag,
+                reconcile_principal=owner,
             )
             _log_point("record_effect", result.verdict, effect_id=eid, effect_state=state.name)
         return effect_wire.record_response(result)
@@ -203,6 +214,82 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         eid = effect_wire.effect_id(request.effect_id)
         effect = self._store.effects.get(eid)
         return worker_pb2.GetEffectResponse(effect=effect_wire.effect_to_proto(effect))
+
+    @rpc
+    def ResolveEffect(  # noqa: N802
+        self, request: worker_pb2.ResolveEffectRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.ResolveEffectResponse:
+        """The reconcile owner or an admin resolves an uncertain effect without a claim."""
+        eid = effect_wire.effect_id(request.effect_id)
+        resolution = effect_wire.resolution(request.resolution)
+        ref = effect_wire.external_ref(request.external_ref)
+        etag = effect_wire.etag(request.etag)
+        reason = validate.text("reason", request.reason)
+        caller = identity_of(context)
+        effect = self._store.reconcile.resolve(
+            eid,
+            caller=caller.principal,
+            is_admin=Role.ADMIN in caller.roles,
+            resolution=resolution,
+            external_ref=ref,
+            etag=etag,
+            reason=reason,
+        )
+        return worker_pb2.ResolveEffectResponse(effect=effect_wire.effect_to_proto(effect))
+
+    @rpc
+    def StartJob(  # noqa: N802
+        self, request: worker_pb2.StartJobRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.StartJobResponse:
+        """Record a managed job of the caller's attempt, behind the fence."""
+        fence = validate.fence(request.fence, present=request.HasField("fence"))
+        spec = job_wire.start_spec(request)
+        principal = principal_of(context)
+        with _bound(fence, principal):
+            result = self._store.jobs.start(fence, principal=principal, spec=spec)
+            _log_point("start_job", result.verdict, job_id=spec.job_id, pid=spec.pid)
+        return job_wire.start_response(result)
+
+    @rpc
+    def FinishJob(  # noqa: N802
+        self, request: worker_pb2.FinishJobRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.FinishJobResponse:
+        """Record how a job ended (no fence: it is evidence), once."""
+        tid, jid = job_wire.task_and_job(request.task_id, request.job_id)
+        state = job_wire.finish_state(request.state)
+        detail = job_wire.detail(request.detail)
+        principal = principal_of(context)
+        with bound(task_id=tid, principal=principal):
+            result = self._store.jobs.finish(
+                tid,
+                jid,
+                principal=principal,
+                state=state,
+                exit_code=request.exit_code,
+                detail=detail,
+            )
+            log.info(
+                "finish_job",
+                job_id=jid,
+                job_state=result.job.state.name,
+                exit_code=result.job.exit_code,
+                recorded=result.recorded,
+            )
+        return job_wire.finish_response(result)
+
+    @rpc
+    def ListJobs(  # noqa: N802
+        self, request: worker_pb2.ListJobsRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.ListJobsResponse:
+        """A worker's jobs, each with whether its attempt still holds the claim."""
+        wanted = job_wire.worker_id(request.worker_id)
+        identity = identity_of(context)
+        worker = wanted or identity.principal
+        if worker != identity.principal and not identity.may(frozenset({Role.ADMIN})):
+            raise PermissionDenied(
+                f"{identity.principal!r} may list only its own jobs, not those of {worker!r}"
+            )
+        return job_wire.list_response(self._store.jobs.list_jobs(worker))
 
 
 def _bound(fence: Fence, principal: str = "") -> AbstractContextManager[None]:

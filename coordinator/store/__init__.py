@@ -21,8 +21,10 @@ from coordinator.store.etcd import EtcdKV
 from coordinator.store.events import EventFilter, EventLog, StoredEvent
 from coordinator.store.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
 from coordinator.store.idempotency import IdempotencyStore
+from coordinator.store.jobs import JobStore
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.reclaimer import Reclaimer
+from coordinator.store.reconcile import ReconcileStore, ReconcileSweeper
 from coordinator.store.releaser import Releaser
 from coordinator.store.review import ReviewStore
 from coordinator.store.tasks import TaskStore
@@ -53,6 +55,9 @@ class Store:
     events: EventLog
     idempotency: IdempotencyStore
     effects: EffectStore
+    reconcile: ReconcileStore
+    sweeper: ReconcileSweeper
+    jobs: JobStore
 
     @classmethod
     def open(
@@ -70,6 +75,7 @@ class Store:
         ready = ReadyIndex(ctx)
         dependencies = DependencyStore(ctx, ready)
         acceptance = AcceptancePoints(ctx, ready)
+        reconcile = ReconcileStore(ctx, ready)
         return cls(
             ctx=ctx,
             ready=ready,
@@ -84,6 +90,9 @@ class Store:
             events=EventLog(ctx),
             idempotency=IdempotencyStore(ctx, ttl=idempotency_ttl),
             effects=EffectStore(ctx, ready, acceptance),
+            reconcile=reconcile,
+            sweeper=ReconcileSweeper(reconcile, interval=scan_interval),
+            jobs=JobStore(ctx, acceptance),
         )
 
     def start(self, *, reclaim: bool = True) -> None:
@@ -93,11 +102,13 @@ class Store:
         if reclaim:
             self.reclaimer.start()
             self.releaser.start()
+            self.sweeper.start()
 
     def close(self) -> None:
         """Stop background work (the etcd connection is the caller's)."""
         self.reclaimer.close()
         self.releaser.close()
+        self.sweeper.close()
         self.ready.close()
 
 

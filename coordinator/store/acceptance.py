@@ -180,8 +180,11 @@ class AcceptancePoints:
         result_digest: str,
         result: bytes,
         result_ref: str,
+        evidence: tuple[str, ...] = (),
     ) -> CommitResult:
-        """Make the result canonical, once per task revision, behind the fence."""
+        """Make the result canonical, once per task revision, behind the fence.
+
+        ``evidence`` (managed job ids, log refs) is kept in the canonical result record."""
         ctx, keys = self._ctx, self._ctx.keys
         view = self.view(fence, with_result=True)
         check_owner(view, fence, principal)
@@ -203,6 +206,7 @@ class AcceptancePoints:
             committed_at=now,
             result=result,
             result_ref=result_ref,
+            evidence=evidence,
         )
         after = transition(
             task,

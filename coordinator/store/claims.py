@@ -26,9 +26,10 @@ from coordinator.store.context import (
     task_from_kv,
 )
 from coordinator.store.effects import hold_for_approval
-from coordinator.store.etcd import RequestOp, create_revision_is, get, put
+from coordinator.store.etcd import KV, RequestOp, create_revision_is, get, get_prefix, put
 from coordinator.store.fence import epoch_is
 from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.reconcile import ReconcileStore
 from coordinator.store.transition import transition, transition_ops
 from coordinator.store.types import ClaimResult
 
@@ -44,6 +45,7 @@ class ClaimStore:
     def __init__(self, ctx: StoreContext, ready: ReadyIndex) -> None:
         self._ctx = ctx
         self._ready = ready
+        self._reconcile = ReconcileStore(ctx, ready)
 
     def claim(
         self,
@@ -69,9 +71,13 @@ class ClaimStore:
         self, task_id: str, *, principal: str, epoch: int, ttl: int, expected_state_version: int
     ) -> ClaimResult:
         ctx, keys = self._ctx, self._ctx.keys
-        task, verdict = self._decide(task_id, epoch, expected_state_version)
+        task, verdict, reconciling = self._decide(task_id, epoch, expected_state_version)
         if not verdict.accepted:
             return ClaimResult(verdict, task=task)
+        # An UNKNOWN effect's open reconciliation: wait for its owner, or escalate at the deadline.
+        gated = self._reconcile.claim_gate(task, reconciling, by=principal, epoch=epoch)
+        if gated is not None:
+            return ClaimResult(gated, task=task)
         held = hold_for_approval(
             ctx, task, by=principal, epoch=epoch, close_previous=self._expire_previous
         )
@@ -156,10 +162,9 @@ class ClaimStore:
     def claim_next(self, queue: str, *, principal: str, epoch: int, ttl: int) -> ClaimResult:
         """Claim the next ready task of ``queue`` (or NO_READY_TASK)."""
         for _ in range(CLAIM_NEXT_TRIES):
-            candidates = self._ready.first(queue, HERD_SPREAD)
-            if not candidates:
+            key = self._ready.take(queue, HERD_SPREAD, choose=random.choice)
+            if key is None:
                 break
-            key = random.choice(candidates)
             try:
                 result = self.claim(
                     task_id_from_ready_key(key), principal=principal, epoch=epoch, ttl=ttl
@@ -167,6 +172,8 @@ class ClaimStore:
             except NotFound:
                 self._ready.discard(key)
                 continue
+            finally:
+                self._ready.untake(key)
             outcome = result.verdict.outcome
             if outcome in (Outcome.CLAIMED, Outcome.CLAIMS_PAUSED, Outcome.FENCED):
                 return result
@@ -178,13 +185,16 @@ class ClaimStore:
 
     def _decide(
         self, task_id: str, epoch: int, expected_state_version: int
-    ) -> tuple[TaskRecord, Verdict]:
+    ) -> tuple[TaskRecord, Verdict, list[KV]]:
+        """The task, the claim decision, and the task's open reconciliations (in the same
+        read: no extra round trip; almost always an empty range)."""
         keys = self._ctx.keys
         snap = self._ctx.kv.read(
             get(keys.task(task_id)),
             get(keys.claim(task_id)),
             get(keys.epoch),
             get(keys.claims_paused),
+            get_prefix(keys.reconcile_prefix(task_id)),
         )
         task_kv = snap.range_one(0)
         if task_kv is None:
@@ -198,11 +208,11 @@ class ClaimStore:
             current_epoch=epoch_from_kv(snap.range_one(2)),
             paused=snap.range_one(3) is not None,
         )
-        return task, verdict
+        return task, verdict, snap.range_kvs(4)
 
     def _lost_race(self, task_id: str, epoch: int, expected_state_version: int) -> Verdict:
         """After a failed claim txn: the deterministic outcome for the loser."""
-        _, verdict = self._decide(task_id, epoch, expected_state_version)
+        _, verdict, _ = self._decide(task_id, epoch, expected_state_version)
         if not verdict.accepted:
             return verdict
         return Verdict(Outcome.ALREADY_CLAIMED, message="another claim won the race for the task")

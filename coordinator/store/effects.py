@@ -11,7 +11,9 @@ Uncertain effects (PREPARED or UNKNOWN) are indexed per task under
 ``{p}/open-effects/{task}/{effect_id}``, written in the txn that changes the effect. Effect ids
 are hashes, so the effect keys themselves cannot be ranged by task; the index makes both the
 claim-time check of a non-replayable task and DrainStatus's count a short range over exactly
-the uncertain effects, instead of a scan of every effect ever recorded.
+the uncertain effects, instead of a scan of every effect ever recorded. Likewise an UNKNOWN
+effect's open reconciliation is indexed under ``{p}/reconcile/{task}/{effect_id}`` (see
+store/reconcile.py), kept in step by ``effect_write_ops`` from the record's reconcile_open flag.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from coordinator.domain.effects import (
     effect_id,
     resolve,
 )
+from coordinator.domain.reconcile import Reconciliation, check_named_owner, open_on_unknown
 from coordinator.domain.records import TaskRecord, decode, encode
 from coordinator.domain.states import Op, TaskState
 from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -94,6 +97,13 @@ def effect_write_ops(
         ops.append(put(index, b""))
     elif was_open and not after.uncertain:
         ops.append(delete(index))
+    # The reconcile index follows the record's reconcile_open flag (domain/reconcile.py).
+    reconciling = before is not None and before.reconcile_open
+    if after.reconcile_open and not reconciling:
+        value = encode(Reconciliation.of(after))
+        ops.append(put(keys.reconcile(after.task_id, after.effect_id), value))
+    elif reconciling and not after.reconcile_open:
+        ops.append(delete(keys.reconcile(after.task_id, after.effect_id)))
     return ops
 
 
@@ -229,8 +239,13 @@ class EffectStore:
         state: EffectState,
         external_ref: str,
         etag: str,
+        reconcile_principal: str = "",
     ) -> RecordResult:
-        """Record what the downstream did (COMMITTED / UNKNOWN / ABSENT), behind the fence."""
+        """Record what the downstream did (COMMITTED / UNKNOWN / ABSENT), behind the fence.
+
+        PREPARED -> UNKNOWN opens an owned reconciliation in the same txn (domain/reconcile.py),
+        owned by ``reconcile_principal`` or, when empty, by the caller.
+        """
         ctx = self._ctx
         for _ in range(_TRIES):
             view = self._points.view(fence)
@@ -252,6 +267,7 @@ class EffectStore:
                     f"effect {effect_id} belongs to revision {existing.task_revision} of the "
                     f"task, the attempt runs revision {view.attempt.revision}"
                 )
+            check_named_owner(existing, reconcile_principal)
             after = decide_record(
                 existing,
                 state=state,
@@ -261,6 +277,17 @@ class EffectStore:
                 principal=principal,
                 now=ctx.clock.now(),
             )
+            if after is not None:
+                after = open_on_unknown(
+                    existing,
+                    after,
+                    holder=principal,
+                    attempt_id=fence.attempt_id,
+                    attempt=view.attempt.attempt,
+                    named_owner=reconcile_principal,
+                    now=after.updated_at,
+                    timeout=ctx.limits.reconcile_timeout,
+                )
             compares = [
                 *fence_compares(ctx.keys, fence),
                 effect_unchanged(ctx, effect_id, existing),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from coordinator import request_ids
 from coordinator.domain.records import EventRecord, TaskRecord, encode
 from coordinator.domain.states import Op, TaskState, next_state
 from coordinator.store.context import StoreContext
@@ -93,6 +94,7 @@ def transition_ops(
         claim_generation=generation,
         scheduler_epoch=epoch,
         detail=detail,
+        request_id=request_ids.current(),
     )
     prev_version = before.state_version if before is not None else 0
     ops.append(put(keys.event(after.task_id, prev_version), encode(event)))

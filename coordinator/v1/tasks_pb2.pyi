@@ -509,6 +509,7 @@ class TaskEvent(_message.Message):
     AT_FIELD_NUMBER: _builtins.int
     DETAIL_FIELD_NUMBER: _builtins.int
     PREV_STATE_VERSION_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     """The etcd revision of the transition (resume with from_revision = revision + 1)."""
     task_id: _builtins.str
@@ -525,6 +526,11 @@ class TaskEvent(_message.Message):
     detail: _builtins.str
     prev_state_version: _builtins.int
     """The task's state_version before the transition (0 for the creation)."""
+    request_id: _builtins.str
+    """The x-request-id metadata of the call that made the transition ("" for background loops
+    and calls without one): a caller whose response was lost finds out here whether its call
+    took effect.
+    """
     @_builtins.property
     def at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -542,10 +548,11 @@ class TaskEvent(_message.Message):
         at: _timestamp_pb2.Timestamp | None = ...,
         detail: _builtins.str = ...,
         prev_state_version: _builtins.int = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "attempt_id", b"attempt_id", "by", b"by", "claim_generation", b"claim_generation", "detail", b"detail", "from_state", b"from_state", "op", b"op", "prev_state_version", b"prev_state_version", "revision", b"revision", "scheduler_epoch", b"scheduler_epoch", "task_id", b"task_id", "to_state", b"to_state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "attempt_id", b"attempt_id", "by", b"by", "claim_generation", b"claim_generation", "detail", b"detail", "from_state", b"from_state", "op", b"op", "prev_state_version", b"prev_state_version", "request_id", b"request_id", "revision", b"revision", "scheduler_epoch", b"scheduler_epoch", "task_id", b"task_id", "to_state", b"to_state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

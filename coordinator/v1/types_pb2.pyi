@@ -44,7 +44,9 @@ class _TaskStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TaskState.V
     TASK_STATE_CANCELLED: _TaskState.ValueType  # 6
     TASK_STATE_FAILED: _TaskState.ValueType  # 7
     TASK_STATE_NEEDS_APPROVAL: _TaskState.ValueType  # 8
-    """A non-replayable task whose earlier attempt left an uncertain effect: a human decides."""
+    """A non-replayable task whose earlier attempt left an uncertain effect, or a task whose
+    UNKNOWN effect was not reconciled by its deadline: a human decides (ApproveRetry).
+    """
 
 class TaskState(_TaskState, metaclass=_TaskStateEnumTypeWrapper):
     """Where a task stands. Only enumerated transitions are legal, each writes one event."""
@@ -63,7 +65,9 @@ TASK_STATE_DONE: TaskState.ValueType  # 5
 TASK_STATE_CANCELLED: TaskState.ValueType  # 6
 TASK_STATE_FAILED: TaskState.ValueType  # 7
 TASK_STATE_NEEDS_APPROVAL: TaskState.ValueType  # 8
-"""A non-replayable task whose earlier attempt left an uncertain effect: a human decides."""
+"""A non-replayable task whose earlier attempt left an uncertain effect, or a task whose
+UNKNOWN effect was not reconciled by its deadline: a human decides (ApproveRetry).
+"""
 Global___TaskState: _TypeAlias = TaskState  # noqa: Y015
 
 class _Outcome:
@@ -107,7 +111,14 @@ class _OutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Outcome.Value
     """
     OUTCOME_NEEDS_APPROVAL: _Outcome.ValueType  # 15
     """Claim: a non-replayable task whose earlier attempt left an effect PREPARED or UNKNOWN; the
-    task moved to NEEDS_APPROVAL and waits for AdminService.ApproveRetry.
+    task moved to NEEDS_APPROVAL and waits for AdminService.ApproveRetry. Also: an UNKNOWN
+    effect's reconciliation passed its deadline, and this claim escalated the task.
+    """
+    OUTCOME_RECONCILING: _Outcome.ValueType  # 16
+    """Claim: an effect of the task is UNKNOWN and its reconciliation is open (owned by another
+    principal, or the one takeover it allows was used): the task is not handed out until the
+    owner or an admin resolves it (ResolveEffect) or it escalates to NEEDS_APPROVAL at its
+    deadline. ClaimNext skips such a task. No credential, nothing written.
     """
 
 class Outcome(_Outcome, metaclass=_OutcomeEnumTypeWrapper):
@@ -148,7 +159,14 @@ what to do about the original: reconcile it, or skip because it is committed).
 """
 OUTCOME_NEEDS_APPROVAL: Outcome.ValueType  # 15
 """Claim: a non-replayable task whose earlier attempt left an effect PREPARED or UNKNOWN; the
-task moved to NEEDS_APPROVAL and waits for AdminService.ApproveRetry.
+task moved to NEEDS_APPROVAL and waits for AdminService.ApproveRetry. Also: an UNKNOWN
+effect's reconciliation passed its deadline, and this claim escalated the task.
+"""
+OUTCOME_RECONCILING: Outcome.ValueType  # 16
+"""Claim: an effect of the task is UNKNOWN and its reconciliation is open (owned by another
+principal, or the one takeover it allows was used): the task is not handed out until the
+owner or an admin resolves it (ResolveEffect) or it escalates to NEEDS_APPROVAL at its
+deadline. ClaimNext skips such a task. No credential, nothing written.
 """
 Global___Outcome: _TypeAlias = Outcome  # noqa: Y015
 
@@ -478,6 +496,14 @@ class Effect(_message.Message):
     PREPARED_AT_FIELD_NUMBER: _builtins.int
     UPDATED_AT_FIELD_NUMBER: _builtins.int
     DETAIL_FIELD_NUMBER: _builtins.int
+    RECONCILE_OWNER_FIELD_NUMBER: _builtins.int
+    RECONCILE_OWNER_ATTEMPT_ID_FIELD_NUMBER: _builtins.int
+    RECONCILE_OPENED_AT_FIELD_NUMBER: _builtins.int
+    RECONCILE_DEADLINE_FIELD_NUMBER: _builtins.int
+    RECONCILE_ESCALATION_FIELD_NUMBER: _builtins.int
+    RECONCILE_OPEN_FIELD_NUMBER: _builtins.int
+    RECONCILE_ESCALATED_AT_FIELD_NUMBER: _builtins.int
+    RECONCILE_NAMED_FIELD_NUMBER: _builtins.int
     effect_id: _builtins.str
     """"eff-" + 64 hex digits; the idempotency key every generation sends downstream."""
     task_id: _builtins.str
@@ -498,10 +524,28 @@ class Effect(_message.Message):
     etag: _builtins.str
     detail: _builtins.str
     """Set by an admin resolution (ApproveRetry): who decided what, and why."""
+    reconcile_owner: _builtins.str
+    """Owned reconciliation, opened when the effect became UNKNOWN (in the same txn): who owns it
+    (the holder's principal, or the principal RecordEffect named), when it opened, its deadline
+    (opened_at + the server's reconcile_timeout) and what happens then (escalation, always
+    "NEEDS_APPROVAL"). reconcile_open is true until it is resolved (COMMITTED / ABSENT recorded
+    or ResolveEffect) or escalated (reconcile_escalated_at set). Empty for effects never UNKNOWN.
+    """
+    reconcile_owner_attempt_id: _builtins.str
+    reconcile_escalation: _builtins.str
+    reconcile_open: _builtins.bool
+    reconcile_named: _builtins.bool
+    """Whether the owner was named in RecordEffect (then no takeover may reconcile it)."""
     @_builtins.property
     def prepared_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def updated_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def reconcile_opened_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def reconcile_deadline(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def reconcile_escalated_at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
@@ -521,10 +565,18 @@ class Effect(_message.Message):
         prepared_at: _timestamp_pb2.Timestamp | None = ...,
         updated_at: _timestamp_pb2.Timestamp | None = ...,
         detail: _builtins.str = ...,
+        reconcile_owner: _builtins.str = ...,
+        reconcile_owner_attempt_id: _builtins.str = ...,
+        reconcile_opened_at: _timestamp_pb2.Timestamp | None = ...,
+        reconcile_deadline: _timestamp_pb2.Timestamp | None = ...,
+        reconcile_escalation: _builtins.str = ...,
+        reconcile_open: _builtins.bool = ...,
+        reconcile_escalated_at: _timestamp_pb2.Timestamp | None = ...,
+        reconcile_named: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["prepared_at", b"prepared_at", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["prepared_at", b"prepared_at", "reconcile_deadline", b"reconcile_deadline", "reconcile_escalated_at", b"reconcile_escalated_at", "reconcile_opened_at", b"reconcile_opened_at", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "effect_id", b"effect_id", "effect_slot", b"effect_slot", "etag", b"etag", "external_ref", b"external_ref", "node_id", b"node_id", "payload_digest", b"payload_digest", "prepared_at", b"prepared_at", "prepared_attempt_id", b"prepared_attempt_id", "prepared_generation", b"prepared_generation", "reconciler_generation", b"reconciler_generation", "recorded_generation", b"recorded_generation", "state", b"state", "task_id", b"task_id", "task_revision", b"task_revision", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "effect_id", b"effect_id", "effect_slot", b"effect_slot", "etag", b"etag", "external_ref", b"external_ref", "node_id", b"node_id", "payload_digest", b"payload_digest", "prepared_at", b"prepared_at", "prepared_attempt_id", b"prepared_attempt_id", "prepared_generation", b"prepared_generation", "reconcile_deadline", b"reconcile_deadline", "reconcile_escalated_at", b"reconcile_escalated_at", "reconcile_escalation", b"reconcile_escalation", "reconcile_named", b"reconcile_named", "reconcile_open", b"reconcile_open", "reconcile_opened_at", b"reconcile_opened_at", "reconcile_owner", b"reconcile_owner", "reconcile_owner_attempt_id", b"reconcile_owner_attempt_id", "reconciler_generation", b"reconciler_generation", "recorded_generation", b"recorded_generation", "state", b"state", "task_id", b"task_id", "task_revision", b"task_revision", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

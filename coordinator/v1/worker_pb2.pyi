@@ -15,10 +15,13 @@ gRPC errors mean bad input (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION,
 PERMISSION_DENIED) or an unavailable store (UNAVAILABLE), and write nothing.
 """
 
+from collections import abc as _abc
 from coordinator.v1 import types_pb2 as _types_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -29,6 +32,36 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _JobState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _JobStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    JOB_STATE_UNSPECIFIED: _JobState.ValueType  # 0
+    JOB_STATE_RUNNING: _JobState.ValueType  # 1
+    JOB_STATE_EXITED: _JobState.ValueType  # 2
+    """The command ended by itself; exit_code is its status (negative: killed by that signal)."""
+    JOB_STATE_KILLED: _JobState.ValueType  # 3
+    """Its process group was terminated (SIGTERM, then SIGKILL): the claim was lost, or on request."""
+    JOB_STATE_LOST: _JobState.ValueType  # 4
+    """The process is gone and nobody saw how it ended."""
+
+class JobState(_JobState, metaclass=_JobStateEnumTypeWrapper):
+    """Where a managed job stands. RUNNING ends once, as EXITED, KILLED or LOST; a terminal record
+    never changes.
+    """
+
+JOB_STATE_UNSPECIFIED: JobState.ValueType  # 0
+JOB_STATE_RUNNING: JobState.ValueType  # 1
+JOB_STATE_EXITED: JobState.ValueType  # 2
+"""The command ended by itself; exit_code is its status (negative: killed by that signal)."""
+JOB_STATE_KILLED: JobState.ValueType  # 3
+"""Its process group was terminated (SIGTERM, then SIGKILL): the claim was lost, or on request."""
+JOB_STATE_LOST: JobState.ValueType  # 4
+"""The process is gone and nobody saw how it ended."""
+Global___JobState: _TypeAlias = JobState  # noqa: Y015
 
 @_typing.final
 class ClaimRequest(_message.Message):
@@ -328,6 +361,7 @@ class CommitRequest(_message.Message):
     RESULT_DIGEST_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
     RESULT_REF_FIELD_NUMBER: _builtins.int
+    EVIDENCE_FIELD_NUMBER: _builtins.int
     input_digest: _builtins.str
     """The input digest the worker executed on; a mismatch yields STALE_INPUT."""
     result_digest: _builtins.str
@@ -335,6 +369,12 @@ class CommitRequest(_message.Message):
     result_ref: _builtins.str
     @_builtins.property
     def fence(self) -> _types_pb2.Fence: ...
+    @_builtins.property
+    def evidence(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the result rests on: managed job ids and log refs (at most 64, each 1-2048
+        characters), kept in the canonical result record.
+        """
+
     def __init__(
         self,
         *,
@@ -343,10 +383,11 @@ class CommitRequest(_message.Message):
         result_digest: _builtins.str = ...,
         result: _builtins.bytes = ...,
         result_ref: _builtins.str = ...,
+        evidence: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["fence", b"fence"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fence", b"fence", "input_digest", b"input_digest", "result", b"result", "result_digest", b"result_digest", "result_ref", b"result_ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evidence", b"evidence", "fence", b"fence", "input_digest", b"input_digest", "result", b"result", "result_digest", b"result_digest", "result_ref", b"result_ref"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -512,6 +553,7 @@ class RecordEffectRequest(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     EXTERNAL_REF_FIELD_NUMBER: _builtins.int
     ETAG_FIELD_NUMBER: _builtins.int
+    RECONCILE_PRINCIPAL_FIELD_NUMBER: _builtins.int
     effect_id: _builtins.str
     state: _types_pb2.EffectState.ValueType
     """COMMITTED, UNKNOWN or ABSENT."""
@@ -519,6 +561,10 @@ class RecordEffectRequest(_message.Message):
     """What the downstream produced (a message id, a URL), when COMMITTED."""
     etag: _builtins.str
     """The downstream resource's ETag, where it has one."""
+    reconcile_principal: _builtins.str
+    """With state UNKNOWN: the principal that owns the reconciliation this opens (empty: the
+    caller). A named owner reconciles with ResolveEffect; no takeover is handed the task.
+    """
     @_builtins.property
     def fence(self) -> _types_pb2.Fence: ...
     def __init__(
@@ -529,10 +575,11 @@ class RecordEffectRequest(_message.Message):
         state: _types_pb2.EffectState.ValueType = ...,
         external_ref: _builtins.str = ...,
         etag: _builtins.str = ...,
+        reconcile_principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["fence", b"fence"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["effect_id", b"effect_id", "etag", b"etag", "external_ref", b"external_ref", "fence", b"fence", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["effect_id", b"effect_id", "etag", b"etag", "external_ref", b"external_ref", "fence", b"fence", "reconcile_principal", b"reconcile_principal", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -607,3 +654,335 @@ class GetEffectResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetEffectResponse: _TypeAlias = GetEffectResponse  # noqa: Y015
+
+@_typing.final
+class ResolveEffectRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EFFECT_ID_FIELD_NUMBER: _builtins.int
+    RESOLUTION_FIELD_NUMBER: _builtins.int
+    EXTERNAL_REF_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    effect_id: _builtins.str
+    resolution: _types_pb2.EffectState.ValueType
+    """EFFECT_STATE_COMMITTED (it happened) or EFFECT_STATE_ABSENT (it did not: send again)."""
+    external_ref: _builtins.str
+    """What the downstream produced, when COMMITTED."""
+    etag: _builtins.str
+    reason: _builtins.str
+    """Why (kept on the effect)."""
+    def __init__(
+        self,
+        *,
+        effect_id: _builtins.str = ...,
+        resolution: _types_pb2.EffectState.ValueType = ...,
+        external_ref: _builtins.str = ...,
+        etag: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["effect_id", b"effect_id", "etag", b"etag", "external_ref", b"external_ref", "reason", b"reason", "resolution", b"resolution"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolveEffectRequest: _TypeAlias = ResolveEffectRequest  # noqa: Y015
+
+@_typing.final
+class ResolveEffectResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EFFECT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def effect(self) -> _types_pb2.Effect:
+        """The effect as stored after the call."""
+
+    def __init__(
+        self,
+        *,
+        effect: _types_pb2.Effect | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["effect", b"effect"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["effect", b"effect"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolveEffectResponse: _TypeAlias = ResolveEffectResponse  # noqa: Y015
+
+@_typing.final
+class Job(_message.Message):
+    """One managed job record."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    ATTEMPT_ID_FIELD_NUMBER: _builtins.int
+    CLAIM_GENERATION_FIELD_NUMBER: _builtins.int
+    SCHEDULER_EPOCH_FIELD_NUMBER: _builtins.int
+    CANCEL_GENERATION_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    PID_FIELD_NUMBER: _builtins.int
+    START_TICKS_FIELD_NUMBER: _builtins.int
+    ARGV_FIELD_NUMBER: _builtins.int
+    LOG_REF_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    EXIT_CODE_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    ENDED_AT_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    task_id: _builtins.str
+    attempt_id: _builtins.str
+    claim_generation: _builtins.int
+    scheduler_epoch: _builtins.int
+    cancel_generation: _builtins.int
+    worker_id: _builtins.str
+    """The principal that started it."""
+    host: _builtins.str
+    pid: _builtins.int
+    """Process group leader (its pid is the group id)."""
+    start_ticks: _builtins.int
+    """Field 22 of /proc/<pid>/stat: with pid, it names one process, never a reused pid."""
+    log_ref: _builtins.str
+    state: Global___JobState.ValueType
+    exit_code: _builtins.int
+    detail: _builtins.str
+    @_builtins.property
+    def argv(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def started_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def ended_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        task_id: _builtins.str = ...,
+        attempt_id: _builtins.str = ...,
+        claim_generation: _builtins.int = ...,
+        scheduler_epoch: _builtins.int = ...,
+        cancel_generation: _builtins.int = ...,
+        worker_id: _builtins.str = ...,
+        host: _builtins.str = ...,
+        pid: _builtins.int = ...,
+        start_ticks: _builtins.int = ...,
+        argv: _abc.Iterable[_builtins.str] | None = ...,
+        log_ref: _builtins.str = ...,
+        state: Global___JobState.ValueType = ...,
+        exit_code: _builtins.int = ...,
+        detail: _builtins.str = ...,
+        started_at: _timestamp_pb2.Timestamp | None = ...,
+        ended_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ended_at", b"ended_at", "started_at", b"started_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["argv", b"argv", "attempt_id", b"attempt_id", "cancel_generation", b"cancel_generation", "claim_generation", b"claim_generation", "detail", b"detail", "ended_at", b"ended_at", "exit_code", b"exit_code", "host", b"host", "job_id", b"job_id", "log_ref", b"log_ref", "pid", b"pid", "scheduler_epoch", b"scheduler_epoch", "start_ticks", b"start_ticks", "started_at", b"started_at", "state", b"state", "task_id", b"task_id", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class StartJobRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FENCE_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    PID_FIELD_NUMBER: _builtins.int
+    START_TICKS_FIELD_NUMBER: _builtins.int
+    ARGV_FIELD_NUMBER: _builtins.int
+    LOG_REF_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    """Chosen by the SDK: 1-64 of [A-Za-z0-9._-], unique."""
+    host: _builtins.str
+    pid: _builtins.int
+    start_ticks: _builtins.int
+    log_ref: _builtins.str
+    @_builtins.property
+    def fence(self) -> _types_pb2.Fence: ...
+    @_builtins.property
+    def argv(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        fence: _types_pb2.Fence | None = ...,
+        job_id: _builtins.str = ...,
+        host: _builtins.str = ...,
+        pid: _builtins.int = ...,
+        start_ticks: _builtins.int = ...,
+        argv: _abc.Iterable[_builtins.str] | None = ...,
+        log_ref: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fence", b"fence"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["argv", b"argv", "fence", b"fence", "host", b"host", "job_id", b"job_id", "log_ref", b"log_ref", "pid", b"pid", "start_ticks", b"start_ticks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartJobRequest: _TypeAlias = StartJobRequest  # noqa: Y015
+
+@_typing.final
+class StartJobResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    outcome: _types_pb2.Outcome.ValueType
+    reason: _types_pb2.FenceReason.ValueType
+    message: _builtins.str
+    @_builtins.property
+    def job(self) -> Global___Job:
+        """The record as written (set when outcome is OK)."""
+
+    def __init__(
+        self,
+        *,
+        outcome: _types_pb2.Outcome.ValueType = ...,
+        reason: _types_pb2.FenceReason.ValueType = ...,
+        message: _builtins.str = ...,
+        job: Global___Job | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "message", b"message", "outcome", b"outcome", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartJobResponse: _TypeAlias = StartJobResponse  # noqa: Y015
+
+@_typing.final
+class FinishJobRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    EXIT_CODE_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    job_id: _builtins.str
+    state: Global___JobState.ValueType
+    """EXITED, KILLED or LOST."""
+    exit_code: _builtins.int
+    detail: _builtins.str
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+        state: Global___JobState.ValueType = ...,
+        exit_code: _builtins.int = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "exit_code", b"exit_code", "job_id", b"job_id", "state", b"state", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FinishJobRequest: _TypeAlias = FinishJobRequest  # noqa: Y015
+
+@_typing.final
+class FinishJobResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    RECORDED_FIELD_NUMBER: _builtins.int
+    outcome: _types_pb2.Outcome.ValueType
+    recorded: _builtins.bool
+    """False when the record was already terminal and was left as it is."""
+    @_builtins.property
+    def job(self) -> Global___Job:
+        """The record as stored after the call."""
+
+    def __init__(
+        self,
+        *,
+        outcome: _types_pb2.Outcome.ValueType = ...,
+        job: Global___Job | None = ...,
+        recorded: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "outcome", b"outcome", "recorded", b"recorded"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FinishJobResponse: _TypeAlias = FinishJobResponse  # noqa: Y015
+
+@_typing.final
+class ListJobsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    """Empty: the caller's own jobs."""
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListJobsRequest: _TypeAlias = ListJobsRequest  # noqa: Y015
+
+@_typing.final
+class JobStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    CURRENT_FIELD_NUMBER: _builtins.int
+    current: _builtins.bool
+    """The job's attempt still holds the claim: the claim key exists with create_revision equal to
+    the job's generation, the task key is unchanged since that claim, and the epoch is the
+    job's.
+    """
+    @_builtins.property
+    def job(self) -> Global___Job: ...
+    def __init__(
+        self,
+        *,
+        job: Global___Job | None = ...,
+        current: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current", b"current", "job", b"job"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobStatus: _TypeAlias = JobStatus  # noqa: Y015
+
+@_typing.final
+class ListJobsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOBS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobStatus]:
+        """By job_id."""
+
+    def __init__(
+        self,
+        *,
+        jobs: _abc.Iterable[Global___JobStatus] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListJobsResponse: _TypeAlias = ListJobsResponse  # noqa: Y015

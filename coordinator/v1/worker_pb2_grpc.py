@@ -84,6 +84,26 @@ class WorkerServiceStub:
                 request_serializer=coordinator_dot_v1_dot_worker__pb2.GetEffectRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_worker__pb2.GetEffectResponse.FromString,
                 _registered_method=True)
+        self.ResolveEffect = channel.unary_unary(
+                '/coordinator.v1.WorkerService/ResolveEffect',
+                request_serializer=coordinator_dot_v1_dot_worker__pb2.ResolveEffectRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_worker__pb2.ResolveEffectResponse.FromString,
+                _registered_method=True)
+        self.StartJob = channel.unary_unary(
+                '/coordinator.v1.WorkerService/StartJob',
+                request_serializer=coordinator_dot_v1_dot_worker__pb2.StartJobRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_worker__pb2.StartJobResponse.FromString,
+                _registered_method=True)
+        self.FinishJob = channel.unary_unary(
+                '/coordinator.v1.WorkerService/FinishJob',
+                request_serializer=coordinator_dot_v1_dot_worker__pb2.FinishJobRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_worker__pb2.FinishJobResponse.FromString,
+                _registered_method=True)
+        self.ListJobs = channel.unary_unary(
+                '/coordinator.v1.WorkerService/ListJobs',
+                request_serializer=coordinator_dot_v1_dot_worker__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_worker__pb2.ListJobsResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -175,6 +195,9 @@ class WorkerServiceServicer:
         or lost response), ABSENT (reconciliation found nothing). An acceptance point like
         PrepareEffect; only the generation that prepared the effect, or that was told to
         RECONCILE it, may record. A repeat of the same record is OK again. COMMITTED is final.
+        PREPARED -> UNKNOWN opens an owned reconciliation in the same txn (owner: the caller, or
+        reconcile_principal; deadline: now + the server's reconcile_timeout; see Effect.reconcile_*
+        and Outcome RECONCILING); COMMITTED or ABSENT closes it.
         Outcomes: OK, FENCED, CANCELLED, STALE_INPUT. NOT_FOUND for an effect never prepared,
         FAILED_PRECONDITION for a move the effect's state does not allow.
         """
@@ -184,6 +207,53 @@ class WorkerServiceServicer:
 
     def GetEffect(self, request, context):
         """Reads one effect (no fence needed). NOT_FOUND for an unknown effect_id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResolveEffect(self, request, context):
+        """Resolves an uncertain effect without a claim: the owner of its open reconciliation (the
+        principal that recorded it UNKNOWN, or the one it named) or an admin says what the
+        downstream did (COMMITTED or ABSENT), closing the reconciliation; the task becomes
+        claimable again. An admin may also resolve any uncertain effect (PREPARED or UNKNOWN) of a
+        task in any state, e.g. a cancelled one, so DrainStatus stops counting it. Refused
+        FAILED_PRECONDITION while the task has a live claim (its holder reconciles with
+        RecordEffect, behind the fence) or when the effect is not uncertain; PERMISSION_DENIED for
+        anyone else; NOT_FOUND for an unknown effect.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartJob(self, request, context):
+        """Managed jobs: external commands bound to the attempt (coordinator/sdk/managed.py). The job
+        record under {prefix}/jobs/{task_id}/{job_id} is authoritative.
+
+        Records a job the caller is about to run for its attempt. An acceptance point: the fence is
+        compared in the txn that creates the record, so a superseded, expired, cancelled or
+        re-epoched attempt gets FENCED / CANCELLED / STALE_INPUT and nothing is written (the SDK
+        then never lets the command run). The worker is the caller. A retry of the same start is OK
+        again; another start under an existing job_id is ALREADY_EXISTS. Outcomes: OK, FENCED,
+        CANCELLED, STALE_INPUT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FinishJob(self, request, context):
+        """Records how a job ended (EXITED with its status, KILLED, LOST). No fence: the end of a job
+        is evidence, recorded even after its claim was lost, but only by the worker that started it
+        (PERMISSION_DENIED otherwise). A terminal record never changes: a later report is answered
+        with the record as it is and recorded = false. NOT_FOUND for an unknown job. Outcome: OK.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListJobs(self, request, context):
+        """Lists one worker's jobs (the caller's own when worker_id is empty; another worker's only
+        for an admin), each with whether its attempt still holds the claim, compared server-side.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -241,6 +311,26 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.GetEffect,
                     request_deserializer=coordinator_dot_v1_dot_worker__pb2.GetEffectRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_worker__pb2.GetEffectResponse.SerializeToString,
+            ),
+            'ResolveEffect': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveEffect,
+                    request_deserializer=coordinator_dot_v1_dot_worker__pb2.ResolveEffectRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_worker__pb2.ResolveEffectResponse.SerializeToString,
+            ),
+            'StartJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartJob,
+                    request_deserializer=coordinator_dot_v1_dot_worker__pb2.StartJobRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_worker__pb2.StartJobResponse.SerializeToString,
+            ),
+            'FinishJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.FinishJob,
+                    request_deserializer=coordinator_dot_v1_dot_worker__pb2.FinishJobRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_worker__pb2.FinishJobResponse.SerializeToString,
+            ),
+            'ListJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobs,
+                    request_deserializer=coordinator_dot_v1_dot_worker__pb2.ListJobsRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_worker__pb2.ListJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -513,6 +603,114 @@ class WorkerService:
             '/coordinator.v1.WorkerService/GetEffect',
             coordinator_dot_v1_dot_worker__pb2.GetEffectRequest.SerializeToString,
             coordinator_dot_v1_dot_worker__pb2.GetEffectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveEffect(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.WorkerService/ResolveEffect',
+            coordinator_dot_v1_dot_worker__pb2.ResolveEffectRequest.SerializeToString,
+            coordinator_dot_v1_dot_worker__pb2.ResolveEffectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.WorkerService/StartJob',
+            coordinator_dot_v1_dot_worker__pb2.StartJobRequest.SerializeToString,
+            coordinator_dot_v1_dot_worker__pb2.StartJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FinishJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.WorkerService/FinishJob',
+            coordinator_dot_v1_dot_worker__pb2.FinishJobRequest.SerializeToString,
+            coordinator_dot_v1_dot_worker__pb2.FinishJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.WorkerService/ListJobs',
+            coordinator_dot_v1_dot_worker__pb2.ListJobsRequest.SerializeToString,
+            coordinator_dot_v1_dot_worker__pb2.ListJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

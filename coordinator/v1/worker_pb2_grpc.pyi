@@ -97,11 +97,45 @@ class WorkerServiceStub:
     or lost response), ABSENT (reconciliation found nothing). An acceptance point like
     PrepareEffect; only the generation that prepared the effect, or that was told to
     RECONCILE it, may record. A repeat of the same record is OK again. COMMITTED is final.
+    PREPARED -> UNKNOWN opens an owned reconciliation in the same txn (owner: the caller, or
+    reconcile_principal; deadline: now + the server's reconcile_timeout; see Effect.reconcile_*
+    and Outcome RECONCILING); COMMITTED or ABSENT closes it.
     Outcomes: OK, FENCED, CANCELLED, STALE_INPUT. NOT_FOUND for an effect never prepared,
     FAILED_PRECONDITION for a move the effect's state does not allow.
     """
     GetEffect: _grpc.UnaryUnaryMultiCallable[_worker_pb2.GetEffectRequest, _worker_pb2.GetEffectResponse]
     """Reads one effect (no fence needed). NOT_FOUND for an unknown effect_id."""
+    ResolveEffect: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ResolveEffectRequest, _worker_pb2.ResolveEffectResponse]
+    """Resolves an uncertain effect without a claim: the owner of its open reconciliation (the
+    principal that recorded it UNKNOWN, or the one it named) or an admin says what the
+    downstream did (COMMITTED or ABSENT), closing the reconciliation; the task becomes
+    claimable again. An admin may also resolve any uncertain effect (PREPARED or UNKNOWN) of a
+    task in any state, e.g. a cancelled one, so DrainStatus stops counting it. Refused
+    FAILED_PRECONDITION while the task has a live claim (its holder reconciles with
+    RecordEffect, behind the fence) or when the effect is not uncertain; PERMISSION_DENIED for
+    anyone else; NOT_FOUND for an unknown effect.
+    """
+    StartJob: _grpc.UnaryUnaryMultiCallable[_worker_pb2.StartJobRequest, _worker_pb2.StartJobResponse]
+    """Managed jobs: external commands bound to the attempt (coordinator/sdk/managed.py). The job
+    record under {prefix}/jobs/{task_id}/{job_id} is authoritative.
+
+    Records a job the caller is about to run for its attempt. An acceptance point: the fence is
+    compared in the txn that creates the record, so a superseded, expired, cancelled or
+    re-epoched attempt gets FENCED / CANCELLED / STALE_INPUT and nothing is written (the SDK
+    then never lets the command run). The worker is the caller. A retry of the same start is OK
+    again; another start under an existing job_id is ALREADY_EXISTS. Outcomes: OK, FENCED,
+    CANCELLED, STALE_INPUT.
+    """
+    FinishJob: _grpc.UnaryUnaryMultiCallable[_worker_pb2.FinishJobRequest, _worker_pb2.FinishJobResponse]
+    """Records how a job ended (EXITED with its status, KILLED, LOST). No fence: the end of a job
+    is evidence, recorded even after its claim was lost, but only by the worker that started it
+    (PERMISSION_DENIED otherwise). A terminal record never changes: a later report is answered
+    with the record as it is and recorded = false. NOT_FOUND for an unknown job. Outcome: OK.
+    """
+    ListJobs: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ListJobsRequest, _worker_pb2.ListJobsResponse]
+    """Lists one worker's jobs (the caller's own when worker_id is empty; another worker's only
+    for an admin), each with whether its attempt still holds the claim, compared server-side.
+    """
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -160,11 +194,45 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     or lost response), ABSENT (reconciliation found nothing). An acceptance point like
     PrepareEffect; only the generation that prepared the effect, or that was told to
     RECONCILE it, may record. A repeat of the same record is OK again. COMMITTED is final.
+    PREPARED -> UNKNOWN opens an owned reconciliation in the same txn (owner: the caller, or
+    reconcile_principal; deadline: now + the server's reconcile_timeout; see Effect.reconcile_*
+    and Outcome RECONCILING); COMMITTED or ABSENT closes it.
     Outcomes: OK, FENCED, CANCELLED, STALE_INPUT. NOT_FOUND for an effect never prepared,
     FAILED_PRECONDITION for a move the effect's state does not allow.
     """
     GetEffect: _aio.UnaryUnaryMultiCallable[_worker_pb2.GetEffectRequest, _worker_pb2.GetEffectResponse]  # type: ignore[assignment]
     """Reads one effect (no fence needed). NOT_FOUND for an unknown effect_id."""
+    ResolveEffect: _aio.UnaryUnaryMultiCallable[_worker_pb2.ResolveEffectRequest, _worker_pb2.ResolveEffectResponse]  # type: ignore[assignment]
+    """Resolves an uncertain effect without a claim: the owner of its open reconciliation (the
+    principal that recorded it UNKNOWN, or the one it named) or an admin says what the
+    downstream did (COMMITTED or ABSENT), closing the reconciliation; the task becomes
+    claimable again. An admin may also resolve any uncertain effect (PREPARED or UNKNOWN) of a
+    task in any state, e.g. a cancelled one, so DrainStatus stops counting it. Refused
+    FAILED_PRECONDITION while the task has a live claim (its holder reconciles with
+    RecordEffect, behind the fence) or when the effect is not uncertain; PERMISSION_DENIED for
+    anyone else; NOT_FOUND for an unknown effect.
+    """
+    StartJob: _aio.UnaryUnaryMultiCallable[_worker_pb2.StartJobRequest, _worker_pb2.StartJobResponse]  # type: ignore[assignment]
+    """Managed jobs: external commands bound to the attempt (coordinator/sdk/managed.py). The job
+    record under {prefix}/jobs/{task_id}/{job_id} is authoritative.
+
+    Records a job the caller is about to run for its attempt. An acceptance point: the fence is
+    compared in the txn that creates the record, so a superseded, expired, cancelled or
+    re-epoched attempt gets FENCED / CANCELLED / STALE_INPUT and nothing is written (the SDK
+    then never lets the command run). The worker is the caller. A retry of the same start is OK
+    again; another start under an existing job_id is ALREADY_EXISTS. Outcomes: OK, FENCED,
+    CANCELLED, STALE_INPUT.
+    """
+    FinishJob: _aio.UnaryUnaryMultiCallable[_worker_pb2.FinishJobRequest, _worker_pb2.FinishJobResponse]  # type: ignore[assignment]
+    """Records how a job ended (EXITED with its status, KILLED, LOST). No fence: the end of a job
+    is evidence, recorded even after its claim was lost, but only by the worker that started it
+    (PERMISSION_DENIED otherwise). A terminal record never changes: a later report is answered
+    with the record as it is and recorded = false. NOT_FOUND for an unknown job. Outcome: OK.
+    """
+    ListJobs: _aio.UnaryUnaryMultiCallable[_worker_pb2.ListJobsRequest, _worker_pb2.ListJobsResponse]  # type: ignore[assignment]
+    """Lists one worker's jobs (the caller's own when worker_id is empty; another worker's only
+    for an admin), each with whether its attempt still holds the claim, compared server-side.
+    """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -274,6 +342,9 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         or lost response), ABSENT (reconciliation found nothing). An acceptance point like
         PrepareEffect; only the generation that prepared the effect, or that was told to
         RECONCILE it, may record. A repeat of the same record is OK again. COMMITTED is final.
+        PREPARED -> UNKNOWN opens an owned reconciliation in the same txn (owner: the caller, or
+        reconcile_principal; deadline: now + the server's reconcile_timeout; see Effect.reconcile_*
+        and Outcome RECONCILING); COMMITTED or ABSENT closes it.
         Outcomes: OK, FENCED, CANCELLED, STALE_INPUT. NOT_FOUND for an effect never prepared,
         FAILED_PRECONDITION for a move the effect's state does not allow.
         """
@@ -285,5 +356,60 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_worker_pb2.GetEffectResponse, _abc.Awaitable[_worker_pb2.GetEffectResponse]]:
         """Reads one effect (no fence needed). NOT_FOUND for an unknown effect_id."""
+
+    @_abc_1.abstractmethod
+    def ResolveEffect(
+        self,
+        request: _worker_pb2.ResolveEffectRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.ResolveEffectResponse, _abc.Awaitable[_worker_pb2.ResolveEffectResponse]]:
+        """Resolves an uncertain effect without a claim: the owner of its open reconciliation (the
+        principal that recorded it UNKNOWN, or the one it named) or an admin says what the
+        downstream did (COMMITTED or ABSENT), closing the reconciliation; the task becomes
+        claimable again. An admin may also resolve any uncertain effect (PREPARED or UNKNOWN) of a
+        task in any state, e.g. a cancelled one, so DrainStatus stops counting it. Refused
+        FAILED_PRECONDITION while the task has a live claim (its holder reconciles with
+        RecordEffect, behind the fence) or when the effect is not uncertain; PERMISSION_DENIED for
+        anyone else; NOT_FOUND for an unknown effect.
+        """
+
+    @_abc_1.abstractmethod
+    def StartJob(
+        self,
+        request: _worker_pb2.StartJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.StartJobResponse, _abc.Awaitable[_worker_pb2.StartJobResponse]]:
+        """Managed jobs: external commands bound to the attempt (coordinator/sdk/managed.py). The job
+        record under {prefix}/jobs/{task_id}/{job_id} is authoritative.
+
+        Records a job the caller is about to run for its attempt. An acceptance point: the fence is
+        compared in the txn that creates the record, so a superseded, expired, cancelled or
+        re-epoched attempt gets FENCED / CANCELLED / STALE_INPUT and nothing is written (the SDK
+        then never lets the command run). The worker is the caller. A retry of the same start is OK
+        again; another start under an existing job_id is ALREADY_EXISTS. Outcomes: OK, FENCED,
+        CANCELLED, STALE_INPUT.
+        """
+
+    @_abc_1.abstractmethod
+    def FinishJob(
+        self,
+        request: _worker_pb2.FinishJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.FinishJobResponse, _abc.Awaitable[_worker_pb2.FinishJobResponse]]:
+        """Records how a job ended (EXITED with its status, KILLED, LOST). No fence: the end of a job
+        is evidence, recorded even after its claim was lost, but only by the worker that started it
+        (PERMISSION_DENIED otherwise). A terminal record never changes: a later report is answered
+        with the record as it is and recorded = false. NOT_FOUND for an unknown job. Outcome: OK.
+        """
+
+    @_abc_1.abstractmethod
+    def ListJobs(
+        self,
+        request: _worker_pb2.ListJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.ListJobsResponse, _abc.Awaitable[_worker_pb2.ListJobsResponse]]:
+        """Lists one worker's jobs (the caller's own when worker_id is empty; another worker's only
+        for an admin), each with whether its attempt still holds the claim, compared server-side.
+        """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -38,6 +38,21 @@ def test_the_coordinator_passes_each_scenario(name: str, tmp_path: Path) -> None
         assert result.verdict.fenced.get("SUPERSEDED", 0) >= 1, table([result])
     if name == "cancel-race":  # holders of cancelled tasks heard CANCELLED at commit
         assert result.verdict.fenced.get("CANCELLED", 0) >= 1, table([result])
+    if name == "input-change-race":  # holders of changed tasks were refused at commit
+        refused = result.verdict.fenced.get("STALE_INPUT", 0) + result.verdict.fenced.get(
+            "SUPERSEDED", 0
+        )
+        assert refused >= 1, table([result])
+    if name == "worker-partition":  # the cut-off worker's commit after the heal was refused
+        late = sum(result.verdict.fenced.get(r, 0) for r in ("SUPERSEDED", "LEASE_EXPIRED"))
+        assert late >= 1, table([result])
+    # Every indefinite write was settled from etcd's own history (effects are not writes).
+    assert result.verdict.settled_by_history <= result.verdict.indefinite
+    if name == "clock-skew":  # the replicas really ran 5 minutes off, and nothing changed
+        assert result.clock_offset > 200, result.clock_offset
+        assert dict(result.verdict.fenced) == {}, table([result])
+    else:
+        assert result.clock_offset < 60, result.clock_offset
 
 
 def test_the_checker_catches_the_naive_baseline_on_the_pause_scenario(tmp_path: Path) -> None:

@@ -99,6 +99,7 @@ def test_every_acceptance_point_validates_every_accepted_operation(
         AcceptancePoint.RECORD: (1, 1, 1.0),
         AcceptancePoint.COMMIT: (1, 1, 1.0),
         AcceptancePoint.RELEASE: (1, 1, 1.0),
+        AcceptancePoint.START_JOB: (0, 0, 1.0),  # managed jobs: tests/jobs/test_rpc.py
     }
     exposition = generate_latest(fresh_counters).decode()
     assert 'coordinator_fence_validated_total{point="prepare"} 1.0' in exposition

@@ -175,7 +175,7 @@ def test_the_attempts_cover_every_operation_of_this_issue_and_the_core() -> None
     assert len(ILLEGAL) + len(LEGAL) == len(STATES) * len(ATTEMPTS)
 
 
-_EFFECT_OPS = {"hold_for_approval", "approve_retry"}
+_EFFECT_OPS = {"hold_for_approval", "approve_retry", "escalate_reconcile"}  # tests/reconcile
 
 
 @pytest.mark.parametrize(("state", "op"), ILLEGAL, ids=lambda v: getattr(v, "name", str(v)))

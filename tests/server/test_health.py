@@ -53,6 +53,10 @@ def test_reflection_lists_and_describes_the_services(channel: grpc.Channel) -> N
         "PrepareEffect",
         "RecordEffect",
         "GetEffect",
+        "ResolveEffect",
+        "StartJob",
+        "FinishJob",
+        "ListJobs",
     }
     fence = pool.FindMessageTypeByName("coordinator.v1.Fence")
     assert "claim_generation" in fence.fields_by_name

@@ -1,0 +1,140 @@
+"""Settling from etcd's own history, and per-task linearizability over it.
+
+Every call carries a request id, and the transition txn stores it in the task's event, so an
+operation took effect exactly when its request id is in etcd's log (``settle_from_history``).
+Then, per task: what clients heard agrees with the log and the log with the final state
+(``history_agreement``); the log in revision order is a sequence the model allows
+(``log_replay``); and that order respects real time (``real_time_order``). Operations that wrote
+nothing (refusals) are placed by the real-time model in chaos/checker.py instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from chaos.history import Op, Write
+from chaos.model import CLAIMED, COMMITTED, NEW_ROUND, REFUSED, LogModel, apply
+from chaos.violation import SETTLED, FinalTask, Violation
+
+SETTLED_BY_HISTORY = "settled-by-history"
+"""Reason of indefinite operations the checker settled from etcd's log."""
+
+WRITES = frozenset({"claim", "commit", "update_input", "cancel"})
+"""Operations that make a transition when they take effect (so leave a write in the log)."""
+
+
+def settle_from_history(ops: Iterable[Op], writes: Sequence[Write]) -> list[Op]:
+    """Each operation matched to the write its request id made (``applied_at``); indefinite
+    ones settled by it: took effect (CLAIMED with the claim's task and generation, COMMITTED,
+    OK) when the log holds their request id, ``LOST`` when it does not."""
+    # Keyed by the kind of write too: a call is matched only to a transition of its own kind
+    # (a claim that put a task on hold for approval wrote no claim).
+    by_request = {(w.request_id, w.op): w for w in writes if w.request_id}
+    settled = []
+    for recorded in ops:
+        write = by_request.get((recorded.request_id, recorded.op)) if recorded.request_id else None
+        op = recorded if write is None else replace(recorded, applied_at=write.revision)
+        if not (op.indefinite and op.op in WRITES):
+            settled.append(op)
+        elif write is None:
+            settled.append(replace(op, outcome="LOST", reason=SETTLED_BY_HISTORY))
+        elif op.op == "claim":
+            settled.append(
+                replace(
+                    op,
+                    outcome=CLAIMED,
+                    reason=SETTLED_BY_HISTORY,
+                    task=write.task,
+                    attempt_id=write.attempt_id,
+                    generation=write.generation,
+                )
+            )
+        else:
+            outcome = COMMITTED if op.op == "commit" else "OK"
+            settled.append(replace(op, outcome=outcome, reason=SETTLED_BY_HISTORY))
+    return settled
+
+
+def history_agreement(
+    task: str, ops: Sequence[Op], writes: Sequence[Write], final: FinalTask | None
+) -> list[Violation]:
+    """What clients heard agrees with etcd's log, and the log with the final state: a refused
+    call wrote nothing; an acknowledged claim or commit is in the log; the log's canonical
+    commit is the one etcd holds at the end."""
+    violations = []
+    commits_by = {w.attempt_id for w in writes if w.op == "commit"}
+    for op in ops:
+        if op.reason in (SETTLED, SETTLED_BY_HISTORY):
+            continue
+        refused = op.outcome in REFUSED or (op.op == "claim" and op.outcome != CLAIMED)
+        if op.op in WRITES and refused and op.applied_at and not op.indefinite:
+            violations.append(
+                Violation(
+                    "refused-call-took-effect",
+                    task,
+                    (op.label(),),
+                    f"answered {op.outcome}, but its request wrote revision {op.applied_at}",
+                )
+            )
+        missing = ""
+        if op.op == "claim" and op.outcome == CLAIMED and op.applied_at != op.generation:
+            missing = f"its claim is not in etcd's log at revision {op.generation}"
+        if op.op == "commit" and op.outcome == COMMITTED and op.attempt_id not in commits_by:
+            missing = "no commit by its attempt is in etcd's log"
+        if missing:
+            violations.append(
+                Violation("acknowledged-call-not-in-log", task, (op.label(),), missing)
+            )
+    # The log's canonical commit of the final round is the one etcd holds at the end.
+    round_commit: Write | None = None
+    for write in writes:
+        if write.op == "commit":
+            round_commit = write
+        elif write.op in NEW_ROUND:
+            round_commit = None
+    logged = f"{round_commit.attempt_id}@{round_commit.generation}" if round_commit else ""
+    if final is not None and writes and final.result_commit_id != logged:
+        violations.append(
+            Violation(
+                "log-disagrees-with-final-state",
+                task,
+                (),
+                f"the log's canonical commit is {logged or 'none'}, "
+                f"etcd holds {final.result_commit_id or 'none'}",
+            )
+        )
+    return violations
+
+
+def log_replay(task: str, writes: Sequence[Write]) -> list[Violation]:
+    """etcd's event log of the task, in revision order, is a sequence the model allows."""
+    state, violations = LogModel(), []
+    for write in writes:
+        state, problem = apply(state, write)
+        if problem:
+            label = f"{write.op}@{write.revision}({write.attempt_id or '-'})"
+            violations.append(Violation("log-not-linearizable", task, (label,), problem))
+    return violations
+
+
+def real_time_order(task: str, ops: Sequence[Op]) -> list[Violation]:
+    """The log's order respects real time: an operation that completed before another was
+    invoked took effect at a lower revision (each op is placed at the revision it wrote)."""
+    placed = sorted((o for o in ops if o.applied_at), key=lambda o: o.applied_at)
+    violations = []
+    earliest_end: Op | None = None  # among the ops placed after the current one
+    for op in reversed(placed):
+        if earliest_end is not None and earliest_end.lasted < op.start:
+            violations.append(
+                Violation(
+                    "real-time-order",
+                    task,
+                    (op.label(), earliest_end.label()),
+                    f"revision {earliest_end.applied_at} completed before revision "
+                    f"{op.applied_at} was invoked",
+                )
+            )
+        if earliest_end is None or op.lasted < earliest_end.lasted:
+            earliest_end = op
+    return violations

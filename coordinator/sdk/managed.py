@@ -1,0 +1,435 @@
+"""Managed jobs: external commands bound to the attempt that started them.
+
+``job.run(argv)`` starts a command as a managed job:
+
+1. a small leader process (``_jobwrap.py``) starts in its own session, so the job is one process
+   group; its output goes to a log file (the job's ``log_ref``), and it waits at a gate;
+2. StartJob records the job (pid, process start time, argv, log) behind the claim's fence; only
+   if that is accepted is the gate opened and the command run. A FENCED start writes nothing,
+   the leader exits without running anything, the Job is marked lost and JobLost is raised;
+3. a watcher thread follows the process and the claim: when the Job is lost (fenced, expired,
+   cancelled, stalled) or ends (commit, release), or on ``kill()``, the WHOLE group gets SIGTERM,
+   then SIGKILL after the grace period, so no command outlives its authority;
+4. the end is recorded with FinishJob: EXITED with the command's status, or KILLED.
+
+After a worker restart, ``rediscover`` (sdk/rediscover.py) finds the jobs again from their
+records.
+
+Commands run with plain ``subprocess`` are none of this: no record, no kill on claim loss, not
+recoverable after a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import structlog
+
+from coordinator.domain.jobs import (
+    JobRecord,
+    JobState,
+    check_argv,
+)
+from coordinator.domain.states import FenceReason, Outcome
+from coordinator.errors import CoordinatorError
+from coordinator.sdk import _proc
+from coordinator.sdk._rpc import Rpc
+from coordinator.sdk.types import (
+    JobLost,
+    LossSource,
+    LostReason,
+    outcome_of,
+    timestamp,
+)
+from coordinator.v1 import worker_pb2
+
+if TYPE_CHECKING:
+    from coordinator.sdk.job import Job
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_GRACE = timedelta(seconds=10)
+"""Time between SIGTERM and SIGKILL of a job's process group."""
+
+MARKER_ENV = "COORDINATOR_JOB_ID"
+"""Set to the job id in the environment of every process of a managed job."""
+
+LOG_DIR_ENV = "COORDINATOR_JOB_LOG_DIR"
+"""Where job logs go by default (else ``$TMPDIR/coordinator-jobs``)."""
+
+_WRAPPER = str(Path(__file__).with_name("_jobwrap.py"))
+_POLL = 0.05
+
+
+def default_log_dir() -> Path:
+    """``$COORDINATOR_JOB_LOG_DIR``, else ``<tmp>/coordinator-jobs``."""
+    configured = os.environ.get(LOG_DIR_ENV)
+    return Path(configured) if configured else Path(tempfile.gettempdir()) / "coordinator-jobs"
+
+
+def exit_ref(log_ref: str) -> str:
+    """Where the job's leader writes the command's exit status (next to the log)."""
+    return f"{log_ref}.exit"
+
+
+def read_exit_code(log_ref: str) -> int | None:
+    """The exit status a job left behind, or None if it did not (yet) end by itself."""
+    try:
+        return int(Path(exit_ref(log_ref)).read_text(encoding="ascii"))
+    except (OSError, ValueError):
+        return None
+
+
+def job_from_proto(msg: worker_pb2.Job) -> JobRecord:
+    """A wire job as the domain record (times as float seconds)."""
+    started, ended = timestamp(msg.started_at), timestamp(msg.ended_at)
+    return JobRecord(
+        job_id=msg.job_id,
+        task_id=msg.task_id,
+        attempt_id=msg.attempt_id,
+        claim_generation=msg.claim_generation,
+        scheduler_epoch=msg.scheduler_epoch,
+        cancel_generation=msg.cancel_generation,
+        worker_id=msg.worker_id,
+        host=msg.host,
+        pid=msg.pid,
+        start_ticks=msg.start_ticks,
+        argv=tuple(msg.argv),
+        log_ref=msg.log_ref,
+        state=JobState(msg.state),
+        exit_code=msg.exit_code,
+        detail=msg.detail,
+        started_at=started.timestamp() if started else 0.0,
+        ended_at=ended.timestamp() if ended else 0.0,
+    )
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """How a managed job ended, and the record FinishJob left (None if it was unreachable)."""
+
+    state: JobState
+    exit_code: int
+    detail: str
+    record: JobRecord | None
+    # Whether this FinishJob wrote the end (False: the record was already terminal, or the
+    # coordinator could not be reached; ``record`` tells which).
+    recorded: bool
+
+
+class ManagedProcess:
+    """A running managed job: wait for it, kill it, cite it as evidence.
+
+    Built by ``Job.run`` (the SDK spawned it and watches its Job) or by ``rediscover`` (a
+    re-attached job; ``bind`` a Job to have it killed when that Job is lost).
+    """
+
+    def __init__(
+        self,
+        rpc: Rpc,
+        record: JobRecord,
+        *,
+        grace: timedelta,
+        popen: subprocess.Popen[bytes] | None = None,
+        job: Job | None = None,
+    ) -> None:
+        self._rpc = rpc
+        self.record = record
+        self.grace = grace
+        self._popen = popen
+        self._job = job
+        self._kill_reason: str | None = None
+        self._wake = threading.Event()
+        self._done = threading.Event()
+        self._result: JobResult | None = None
+        self._thread = threading.Thread(
+            target=self._watch, name=f"managed-{record.job_id}", daemon=True
+        )
+
+    @property
+    def job_id(self) -> str:
+        """The job's id (also in its processes' environment as COORDINATOR_JOB_ID)."""
+        return self.record.job_id
+
+    @property
+    def pid(self) -> int:
+        """The process group leader's pid (= the group id)."""
+        return self.record.pid
+
+    @property
+    def log_ref(self) -> str:
+        """The log file with the job's output."""
+        return self.record.log_ref
+
+    @property
+    def evidence(self) -> tuple[str, str]:
+        """What a commit cites for this job: its id and its log."""
+        return (self.record.job_id, self.record.log_ref)
+
+    @property
+    def result(self) -> JobResult | None:
+        """How the job ended, once it has (None while it runs)."""
+        return self._result
+
+    def alive(self) -> bool:
+        """Whether the job's leader process is still running."""
+        return _proc.is_running(self.record.pid, self.record.start_ticks)
+
+    def bind(self, job: Job) -> None:
+        """Kill this (re-attached) job when ``job`` is lost or ends."""
+        self._job = job
+
+    def wait(self, timeout: timedelta | None = None) -> JobResult | None:
+        """Block until the job ended and its end was recorded; None on timeout."""
+        self._done.wait(timeout.total_seconds() if timeout is not None else None)
+        return self._result
+
+    def kill(self, reason: str = "killed by the caller") -> JobResult:
+        """Terminate the job's group (SIGTERM, SIGKILL after the grace) and record KILLED."""
+        if self._kill_reason is None:
+            self._kill_reason = reason
+        self._wake.set()
+        self._done.wait()
+        assert self._result is not None
+        return self._result
+
+    def _start(self) -> ManagedProcess:
+        self._thread.start()
+        return self
+
+    # --- the watcher ----------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        try:
+            self._result = self._run_to_end()
+        except Exception as exc:  # the handle must still answer wait() and kill()
+            log.exception("managed job watcher failed", job_id=self.job_id)
+            self._result = JobResult(JobState.LOST, 0, f"watcher failed: {exc!r}", None, False)
+        finally:
+            self._done.set()
+
+    def _run_to_end(self) -> JobResult:
+        try:
+            reason = self._until_end()
+            if reason is None:
+                state, code, detail = self._ended()
+            else:
+                state, code, detail = self._terminate(reason)
+        except Exception as exc:  # never leave a job running because the watcher broke
+            log.exception("managed job watcher failed; killing the job", job_id=self.job_id)
+            state, code, detail = self._terminate(f"watcher failed: {exc!r}")
+        return finish(self._rpc, self.record, state, code, detail)
+
+    def _until_end(self) -> str | None:
+        """Wait until the leader exits (None) or the job must be killed (the reason)."""
+        while True:
+            if self._leader_exited():
+                return None
+            if self._kill_reason is not None:
+                return self._kill_reason
+            job = self._job
+            if job is not None:
+                try:
+                    job.check(margin=timedelta(0))
+                except JobLost as exc:
+                    return f"claim lost: {exc}"
+            self._wake.wait(_POLL)
+
+    def _leader_exited(self) -> bool:
+        if self._popen is None:
+            return not self.alive()
+        # Peek without reaping: while the leader is an unreaped child, its pid (the group id)
+        # cannot be reused, so signalling the group stays safe.
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        return os.waitid(os.P_PID, self._popen.pid, flags) is not None
+
+    def _ended(self) -> tuple[JobState, int, str]:
+        """The leader exited by itself: stop stragglers of its group, read its status."""
+        leftovers = _proc.group_members(self.pid)
+        if leftovers:
+            self._stop_group()
+        code = read_exit_code(self.log_ref)
+        if self._popen is not None:
+            returncode = self._popen.wait()
+            status = code if code is not None else returncode
+            return JobState.EXITED, status, _straggler_note(leftovers)
+        if code is not None:
+            return JobState.EXITED, code, _straggler_note(leftovers)
+        return JobState.LOST, 0, "the process ended unobserved and left no exit status"
+
+    def _terminate(self, reason: str) -> tuple[JobState, int, str]:
+        gone = self._stop_group()
+        code = self._popen.wait() if self._popen is not None else 0
+        if not gone:
+            reason += " (some processes did not die after SIGKILL)"
+        return JobState.KILLED, code, reason
+
+    def _stop_group(self) -> bool:
+        grace = self.grace.total_seconds()
+        if self._popen is not None:
+            return _proc.terminate_group(self.pid, grace)
+        return kill_unowned(self.record, self.grace)
+
+    def __repr__(self) -> str:
+        state = self._result.state.name if self._result else "RUNNING"
+        return f"ManagedProcess({self.job_id}, pid={self.pid}, {state})"
+
+
+def _straggler_note(leftovers: list[int]) -> str:
+    if not leftovers:
+        return ""
+    return f"{len(leftovers)} process(es) of the group outlived the command and were stopped"
+
+
+def kill_unowned(record: JobRecord, grace: timedelta) -> bool:
+    """Terminate the group of a job this process did not spawn, if it is still that job's.
+
+    The group is signalled only while its leader has the record's pid AND start time, or while
+    a member carries the job's id in its environment (the leader may have died first): a pid
+    reused by another process is never signalled.
+    """
+    marker = f"{MARKER_ENV}={record.job_id}".encode()
+
+    def still_ours() -> bool:
+        if _proc.is_running(record.pid, record.start_ticks):
+            return True
+        return any(_proc.has_marker(pid, marker) for pid in _proc.group_members(record.pid))
+
+    return _proc.terminate_group(record.pid, grace.total_seconds(), still_ours=still_ours)
+
+
+def finish(rpc: Rpc, record: JobRecord, state: JobState, code: int, detail: str) -> JobResult:
+    """Record the end with FinishJob; a failure to reach the coordinator is logged, not raised
+    (``rediscover`` after a restart records it then)."""
+    request = worker_pb2.FinishJobRequest(
+        task_id=record.task_id,
+        job_id=record.job_id,
+        state=worker_pb2.JobState.ValueType(int(state)),
+        exit_code=code,
+        detail=detail[:1000],
+    )
+    try:
+        response = rpc.call(rpc.worker.FinishJob, request)
+    except CoordinatorError as exc:
+        log.warning("FinishJob failed", job_id=record.job_id, state=state.name, error=str(exc))
+        return JobResult(state, code, detail, None, recorded=False)
+    return JobResult(state, code, detail, job_from_proto(response.job), response.recorded)
+
+
+def new_job_id() -> str:
+    """A fresh job id."""
+    return f"j-{secrets.token_hex(8)}"
+
+
+def run_managed(
+    job: Job,
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    grace: timedelta = DEFAULT_GRACE,
+    log_dir: str | os.PathLike[str] | None = None,
+) -> ManagedProcess:
+    """Start ``argv`` as a managed job of ``job`` (see the module doc). Raises JobLost if the
+    job is lost already or StartJob is refused (the command then never ran)."""
+    command = check_argv(list(argv))
+    job.check(margin=timedelta(0))
+    rpc = job._rpc
+    job_id = new_job_id()
+    log_path = Path(log_dir or default_log_dir()).resolve() / job.task_id / f"{job_id}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_ref = str(log_path)
+    environment = {**(os.environ if env is None else env), MARKER_ENV: job_id}
+    gate_r, gate_w = os.pipe()
+    try:
+        with open(log_path, "ab") as log_file:
+            popen = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    _WRAPPER,
+                    str(gate_r),
+                    exit_ref(log_ref),
+                    "--",
+                    *command,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=environment,
+                start_new_session=True,
+                pass_fds=(gate_r,),
+            )
+    except BaseException:
+        os.close(gate_w)
+        raise
+    finally:
+        os.close(gate_r)
+    try:
+        response = _start_job(job, job_id, popen.pid, command, log_ref)
+    except BaseException:
+        os.close(gate_w)  # the leader reads EOF and exits: the command never runs
+        popen.wait()
+        raise
+    outcome = outcome_of(response.outcome)
+    if outcome is not Outcome.OK:
+        os.close(gate_w)
+        popen.wait()
+        _close_refused(rpc, job.task_id, job_id, response.message)
+        reason = FenceReason(response.reason)
+        lost = LostReason(outcome, reason, response.message, LossSource.JOB)
+        job._lose(outcome, reason, response.message, LossSource.JOB)
+        raise JobLost(
+            f"job {job_id} of task {job.task_id} not started: StartJob answered "
+            f"{outcome.name}/{reason.name}: {response.message}",
+            reason=lost,
+        )
+    os.write(gate_w, b"g")
+    os.close(gate_w)
+    record = job_from_proto(response.job)
+    return ManagedProcess(rpc, record, grace=grace, popen=popen, job=job)._start()
+
+
+def _close_refused(rpc: Rpc, task_id: str, job_id: str, message: str) -> None:
+    """A refused start wrote nothing, unless an earlier try of the same start landed before
+    the claim was lost (a retry after a lost answer): then close that record, best effort."""
+    request = worker_pb2.FinishJobRequest(
+        task_id=task_id,
+        job_id=job_id,
+        state=worker_pb2.JOB_STATE_KILLED,
+        detail=f"never started: StartJob was refused ({message})"[:1000],
+    )
+    with contextlib.suppress(CoordinatorError):  # NotFound: the usual case, nothing written
+        rpc.call(rpc.worker.FinishJob, request, retry=False)
+
+
+def _start_job(
+    job: Job, job_id: str, pid: int, argv: tuple[str, ...], log_ref: str
+) -> worker_pb2.StartJobResponse:
+    ticks = _proc.start_ticks(pid)
+    if ticks is None:
+        raise CoordinatorError(f"the leader of job {job_id} (pid {pid}) vanished before StartJob")
+    request = worker_pb2.StartJobRequest(
+        fence=job.fence.to_proto(),
+        job_id=job_id,
+        host=socket.gethostname(),
+        pid=pid,
+        start_ticks=ticks,
+        argv=list(argv),
+        log_ref=log_ref,
+    )
+    return job._rpc.call(job._rpc.worker.StartJob, request)

@@ -1,0 +1,147 @@
+"""After a worker restart: find the worker's managed jobs again and act on each record.
+
+``rediscover`` lists the worker's job records (ListJobs: each with whether its attempt still
+holds the claim, compared by the server) and applies coordinator.domain.jobs.decide_rediscover
+with what this host can see in /proc:
+
+* a running job of a still-current attempt is re-attached: a ManagedProcess handle that can
+  wait for and kill it (``resume_job`` rebuilds the attempt's Job from the record's fence, and
+  ``handle.bind(job)`` kills the job when that Job is lost or ends);
+* a running job of a superseded attempt is killed - its whole group, and only while a process
+  with the recorded pid AND start time (or the job's id in its environment) exists: a reused
+  pid is never signalled - and recorded KILLED;
+* a job whose process ended while nobody watched is recorded EXITED with the status its leader
+  left next to the log, or LOST if there is none;
+* terminal records are reported as they are; running records of another host are left alone.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+import structlog
+
+from coordinator.domain.jobs import JobRecord, JobState, RediscoverAction, decide_rediscover
+from coordinator.sdk import _proc
+from coordinator.sdk._rpc import Rpc
+from coordinator.sdk.job import Job, LostCallback
+from coordinator.sdk.managed import (
+    DEFAULT_GRACE,
+    ManagedProcess,
+    finish,
+    job_from_proto,
+    kill_unowned,
+    read_exit_code,
+)
+from coordinator.sdk.types import Fence, JobLost, TaskInfo
+from coordinator.v1 import worker_pb2
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ListedJob:
+    """A job record and whether its attempt still holds the claim (compared by the server)."""
+
+    job: JobRecord
+    current: bool
+
+
+@dataclass(frozen=True)
+class Rediscovered:
+    """What ``rediscover`` did with one job: the record after it, and for a re-attached job
+    the handle to wait for or kill it."""
+
+    job: JobRecord
+    action: RediscoverAction
+    current: bool
+    process: ManagedProcess | None = None
+
+
+def resume_job(
+    rpc: Rpc,
+    record: JobRecord,
+    task: TaskInfo,
+    *,
+    ttl: timedelta,
+    on_lost: LostCallback | None = None,
+) -> Job:
+    """A Job for the attempt of a re-attached job (its fence is in the record), so a restarted
+    worker can renew the claim and commit. Raises JobLost if the task moved to another attempt.
+
+    The lease's remaining time is unknown after a restart: the local lease clock starts now, and
+    the first renewal (at TTL/3) asks the server, which fences the Job if the lease ran out.
+    """
+    if task.attempt_id != record.attempt_id or task.claim_generation != record.claim_generation:
+        raise JobLost(
+            f"task {record.task_id} is at attempt {task.attempt_id} (generation "
+            f"{task.claim_generation}), not the job's {record.attempt_id} "
+            f"(generation {record.claim_generation})"
+        )
+    fence = Fence(
+        task_id=record.task_id,
+        attempt_id=record.attempt_id,
+        claim_generation=record.claim_generation,
+        scheduler_epoch=record.scheduler_epoch,
+        cancel_generation=record.cancel_generation,
+    )
+    claim = worker_pb2.ClaimResponse(
+        fence=fence.to_proto(),
+        attempt=task.attempt,
+        ttl_seconds=max(1, math.ceil(ttl.total_seconds())),
+        input_digest=task.input_digest,
+        input=task.input,
+        task_revision=task.revision,
+    )
+    return Job(rpc, claim, sent_at=time.monotonic(), on_lost=on_lost)
+
+
+def list_jobs(rpc: Rpc, worker_id: str = "") -> list[ListedJob]:
+    """A worker's job records (the caller's own when ``worker_id`` is empty)."""
+    response = rpc.call(rpc.worker.ListJobs, worker_pb2.ListJobsRequest(worker_id=worker_id))
+    return [ListedJob(job_from_proto(s.job), s.current) for s in response.jobs]
+
+
+def rediscover(
+    rpc: Rpc, worker_id: str = "", *, grace: timedelta = DEFAULT_GRACE, host: str | None = None
+) -> list[Rediscovered]:
+    """Act on every job record of a (restarted) worker; see the module doc."""
+    here = host if host is not None else socket.gethostname()
+    found: list[Rediscovered] = []
+    for listed in list_jobs(rpc, worker_id):
+        record, current = listed.job, listed.current
+        local = record.host == here
+        matches = local and _proc.is_running(record.pid, record.start_ticks)
+        code = read_exit_code(record.log_ref) if local and not record.terminal else None
+        action = decide_rediscover(
+            record, current=current, on_this_host=local, process_matches=matches, exit_code=code
+        )
+        after, process = record, None
+        if action is RediscoverAction.REATTACH:
+            process = ManagedProcess(rpc, record, grace=grace)._start()
+        elif action is RediscoverAction.KILL:
+            gone = kill_unowned(record, grace)
+            detail = f"its attempt (generation {record.claim_generation}) no longer holds the claim"
+            result = finish(rpc, record, JobState.KILLED, 0, detail + ("" if gone else "; stuck"))
+            after = result.record or record
+        elif action is RediscoverAction.RECORD_EXIT:
+            assert code is not None
+            result = finish(rpc, record, JobState.EXITED, code, "ended while its worker was down")
+            after = result.record or record
+        elif action is RediscoverAction.MARK_LOST:
+            detail = "its process is gone (pid absent or started at another time)"
+            after = finish(rpc, record, JobState.LOST, 0, detail).record or record
+        log.info(
+            "rediscovered job",
+            job_id=record.job_id,
+            task_id=record.task_id,
+            action=action.value,
+            current=current,
+            state=after.state.name,
+        )
+        found.append(Rediscovered(after, action, current, process))
+    return found

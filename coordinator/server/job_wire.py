@@ -1,0 +1,114 @@
+"""Request checks and proto conversion of the managed-job RPCs (pure and mechanical, no rules).
+
+Like coordinator.server.validate and .convert, for StartJob, FinishJob and ListJobs: messages
+name the field as the .proto spells it; JobState converts by value (the domain's integers equal
+the wire's).
+"""
+
+from __future__ import annotations
+
+from coordinator.domain import jobs as domain
+from coordinator.domain import validation
+from coordinator.domain.jobs import JobRecord, JobState
+from coordinator.domain.roles import check_principal
+from coordinator.domain.states import Outcome
+from coordinator.errors import InvalidArgument
+from coordinator.server import convert, validate
+from coordinator.store.jobs import FinishJobResult, JobSpec, JobStatus, StartJobResult
+from coordinator.v1 import worker_pb2
+
+# --- requests --------------------------------------------------------------------------------
+
+
+def start_spec(request: worker_pb2.StartJobRequest) -> JobSpec:
+    """The job StartJob records (the fence is checked separately)."""
+    return JobSpec(
+        job_id=domain.check_job_id(request.job_id),
+        host=domain.check_host(request.host),
+        pid=validate.required_positive("pid", request.pid),
+        start_ticks=validate.required_positive("start_ticks", request.start_ticks),
+        argv=domain.check_argv(list(request.argv)),
+        log_ref=domain.check_log_ref(request.log_ref),
+    )
+
+
+def finish_state(value: int) -> JobState:
+    """FinishJob's state: EXITED, KILLED or LOST."""
+    return domain.check_finish_state(value)
+
+
+def detail(value: str) -> str:
+    """A free-text note on how the job ended."""
+    return validation.text("detail", value)
+
+
+def worker_id(value: str) -> str:
+    """A worker to list jobs of (a principal name); empty means the caller."""
+    return check_principal("worker_id", value) if value else ""
+
+
+def evidence(values: list[str]) -> tuple[str, ...]:
+    """A commit's evidence references."""
+    return domain.check_evidence(values)
+
+
+def task_and_job(task_id: str, job_id: str) -> tuple[str, str]:
+    """The job a FinishJob names."""
+    if not task_id:
+        raise InvalidArgument("task_id is required")
+    return validation.task_id(task_id), domain.check_job_id(job_id)
+
+
+# --- responses -------------------------------------------------------------------------------
+
+
+def job_to_proto(job: JobRecord) -> worker_pb2.Job:
+    """A job record on the wire."""
+    return worker_pb2.Job(
+        job_id=job.job_id,
+        task_id=job.task_id,
+        attempt_id=job.attempt_id,
+        claim_generation=job.claim_generation,
+        scheduler_epoch=job.scheduler_epoch,
+        cancel_generation=job.cancel_generation,
+        worker_id=job.worker_id,
+        host=job.host,
+        pid=job.pid,
+        start_ticks=job.start_ticks,
+        argv=list(job.argv),
+        log_ref=job.log_ref,
+        state=worker_pb2.JobState.ValueType(int(job.state)),
+        exit_code=job.exit_code,
+        detail=job.detail,
+        started_at=convert.timestamp(job.started_at),
+        ended_at=convert.timestamp(job.ended_at),
+    )
+
+
+def start_response(result: StartJobResult) -> worker_pb2.StartJobResponse:
+    """StartJobResponse; the record when it was written."""
+    verdict = result.verdict
+    response = worker_pb2.StartJobResponse(
+        outcome=convert.outcome(verdict.outcome),
+        reason=convert.reason(verdict.reason),
+        message=verdict.message,
+    )
+    if result.job is not None:
+        response.job.CopyFrom(job_to_proto(result.job))
+    return response
+
+
+def finish_response(result: FinishJobResult) -> worker_pb2.FinishJobResponse:
+    """FinishJobResponse: always OK, with the record as stored."""
+    return worker_pb2.FinishJobResponse(
+        outcome=convert.outcome(Outcome.OK),
+        job=job_to_proto(result.job),
+        recorded=result.recorded,
+    )
+
+
+def list_response(jobs: list[JobStatus]) -> worker_pb2.ListJobsResponse:
+    """ListJobsResponse."""
+    return worker_pb2.ListJobsResponse(
+        jobs=[worker_pb2.JobStatus(job=job_to_proto(s.job), current=s.current) for s in jobs]
+    )

@@ -1,0 +1,65 @@
+"""etcd's own history, read by a watch from revision 1: every event with its request id."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import etcd3
+import pytest
+
+from chaos.etcd_history import collect
+from coordinator import request_ids
+from coordinator.etcd_process import EtcdProcess
+from coordinator.sdk import Job
+from tests.conftest import GRPC_OPTIONS
+from tests.sdk.support import QUEUE, served
+
+PREFIX = "/h"
+
+
+@pytest.fixture
+def own_etcd() -> Iterator[tuple[EtcdProcess, Any]]:
+    """An etcd of this test's own: other tests compact the session etcd's history."""
+    with EtcdProcess() as proc:
+        client = etcd3.client(proc.host, proc.port, timeout=10, grpc_options=GRPC_OPTIONS)
+        try:
+            yield proc, client
+        finally:
+            client.close()
+
+
+def test_the_watch_from_revision_one_returns_every_transition_with_its_request_id(
+    own_etcd: tuple[EtcdProcess, Any],
+) -> None:
+    proc, client = own_etcd
+    with served(proc.endpoint, PREFIX) as running, running.client("w1") as worker:
+        with request_ids.bound("create-1"):
+            worker.create_task("t1", input=b"x", queue=QUEUE)
+        with request_ids.bound("claim-1"):
+            job = worker.claim("t1", ttl=timedelta(seconds=5))
+        assert isinstance(job, Job)
+        with request_ids.bound("commit-1"):
+            job.commit(b"r")
+        writes = collect(client, PREFIX, timeout=10)
+    assert [(w.task, w.op, w.to_state, w.request_id) for w in writes] == [
+        ("t1", "create", "READY", "create-1"),
+        ("t1", "claim", "CLAIMED", "claim-1"),
+        ("t1", "commit", "DONE", "commit-1"),
+    ]
+    claim, commit = writes[1], writes[2]
+    assert claim.generation == claim.revision == job.generation  # g = the claim txn's revision
+    assert (commit.attempt_id, commit.generation) == (job.fence.attempt_id, job.generation)
+    assert writes[0].revision < claim.revision < commit.revision
+
+
+def test_a_compacted_history_is_refused(own_etcd: tuple[EtcdProcess, Any]) -> None:
+    proc, client = own_etcd
+    with served(proc.endpoint, PREFIX) as running, running.client("w1") as worker:
+        worker.create_task("t1", input=b"x", queue=QUEUE)
+        worker.create_task("t2", input=b"y", queue=QUEUE)
+    revision = client.get_response("/").header.revision
+    client.compact(revision)
+    with pytest.raises(RuntimeError, match="compacted"):
+        collect(client, PREFIX, timeout=10)
