@@ -37,6 +37,8 @@ from coordinator.store.types import ClaimResult
 # race for the same head-of-queue key.
 HERD_SPREAD = 8
 CLAIM_NEXT_TRIES = 16
+# A claim txn that lost to a change other than a claim (a reclaim) reads and tries again.
+_RACE_TRIES = 3
 
 
 class ClaimStore:
@@ -57,19 +59,29 @@ class ClaimStore:
         expected_state_version: int = 0,
     ) -> ClaimResult:
         """Claim one task for ``principal`` with a lease of ``ttl`` seconds (clamped)."""
-        result = self._claim(
-            task_id,
-            principal=principal,
-            epoch=epoch,
-            ttl=ttl,
-            expected_state_version=expected_state_version,
-        )
+        result: ClaimResult | None = None
+        for _ in range(_RACE_TRIES):
+            result = self._claim(
+                task_id,
+                principal=principal,
+                epoch=epoch,
+                ttl=ttl,
+                expected_state_version=expected_state_version,
+            )
+            if result is not None:
+                break
+        if result is None:  # lost every try to changes that were not claims
+            result = ClaimResult(
+                Verdict(Outcome.ALREADY_CLAIMED, message="the task kept changing; claim again")
+            )
         metrics.count_claim(result.verdict.outcome)  # contention: ALREADY_CLAIMED / all
         return result
 
     def _claim(
         self, task_id: str, *, principal: str, epoch: int, ttl: int, expected_state_version: int
-    ) -> ClaimResult:
+    ) -> ClaimResult | None:
+        """One read-decide-txn round; None when the txn lost to a change that left the task
+        claimable (a reclaim, an input change): worth another round."""
         ctx, keys = self._ctx, self._ctx.keys
         task, verdict, reconciling = self._decide(task_id, epoch, expected_state_version)
         if not verdict.accepted:
@@ -138,7 +150,8 @@ class ClaimStore:
         result = ctx.kv.txn(compares, ops)
         if not result.succeeded:
             ctx.kv.revoke(lease_id)
-            return ClaimResult(self._lost_race(task_id, epoch, expected_state_version))
+            lost = self._lost_race(task_id, epoch, expected_state_version)
+            return None if lost is None else ClaimResult(lost)
 
         generation = result.revision
         coverage.observe(
@@ -210,12 +223,12 @@ class ClaimStore:
         )
         return task, verdict, snap.range_kvs(4)
 
-    def _lost_race(self, task_id: str, epoch: int, expected_state_version: int) -> Verdict:
-        """After a failed claim txn: the deterministic outcome for the loser."""
+    def _lost_race(self, task_id: str, epoch: int, expected_state_version: int) -> Verdict | None:
+        """After a failed claim txn: the deterministic outcome for the loser (ALREADY_CLAIMED
+        when another claim won: its key is alive), or None when what changed the task was not
+        a claim (the reclaimer moved it to READY meanwhile, say) and it is still claimable."""
         _, verdict, _ = self._decide(task_id, epoch, expected_state_version)
-        if not verdict.accepted:
-            return verdict
-        return Verdict(Outcome.ALREADY_CLAIMED, message="another claim won the race for the task")
+        return None if verdict.accepted else verdict
 
     def _expire_previous(self, task: TaskRecord, now: float) -> list[RequestOp]:
         """Close the attempt whose lease expired, when claiming over it."""

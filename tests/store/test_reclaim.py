@@ -129,3 +129,33 @@ def test_reclaim_leaves_live_and_finished_tasks_alone(
     assert store.reclaimer.scan() == 0
     assert {t: len(events(store, etcd_client, t)) for t in before} == before
     assert store.tasks.get("live").state is TaskState.CLAIMED
+
+
+def test_a_claim_that_loses_its_txn_to_a_reclaim_claims_again(
+    make_store: StoreFactory, etcd_client: Any, monkeypatch: Any
+) -> None:
+    """A direct claim decides on an expired claim, then the reclaimer's CAS lands before the
+    claim txn: nobody holds the task, so the claim reads again and wins (not ALREADY_CLAIMED)."""
+    store = make_store(reclaim=False)
+    create(store, "t1")
+    first = claim(store, "t1", ttl=1)
+    wait_claim_gone(store, etcd_client, "t1")
+    kv, grant = store.ctx.kv, store.ctx.kv.grant
+    raced: list[bool] = []
+
+    def grant_after_a_reclaim(ttl: int) -> tuple[int, int]:
+        if not raced:  # between the claim's decision and its txn, once
+            raced.append(store.reclaimer.reclaim("t1"))
+        return grant(ttl)
+
+    monkeypatch.setattr(kv, "grant", grant_after_a_reclaim)
+    result = store.claims.claim("t1", principal="w2", epoch=1, ttl=30)
+    assert raced == [True]
+    assert result.verdict.outcome is Outcome.CLAIMED, result.verdict
+    assert result.fence is not None and result.fence.claim_generation > first.claim_generation
+    assert [e.op for e in events(store, etcd_client, "t1")] == [
+        Op.CREATE,
+        Op.CLAIM,
+        Op.RECLAIM,
+        Op.CLAIM,
+    ]
