@@ -84,15 +84,27 @@ def format_cycle(path: Sequence[str]) -> str:
     return " -> ".join(path)
 
 
+_NEVER_DONE = (TaskState.CANCELLED, TaskState.FAILED)
+
+
+def never_done(upstreams: Sequence[TaskRecord]) -> list[TaskRecord]:
+    """The upstreams that can never become DONE (CANCELLED or FAILED are final)."""
+    return [u for u in upstreams if u.state in _NEVER_DONE]
+
+
+def describe_never_done(dead: Sequence[TaskRecord]) -> str:
+    """``a (CANCELLED), b (FAILED)``: names the upstreams a dependent can never get past."""
+    return ", ".join(f"{u.task_id} ({u.state.name})" for u in dead)
+
+
 def check_upstreams(upstreams: Sequence[TaskRecord]) -> None:
     """Refuse an edge to an upstream that can never become DONE (CANCELLED or FAILED): the
     dependent would wait forever."""
-    dead = [u for u in upstreams if u.state in (TaskState.CANCELLED, TaskState.FAILED)]
+    dead = never_done(upstreams)
     if dead:
-        named = ", ".join(f"{u.task_id} ({u.state.name})" for u in dead)
         raise FailedPrecondition(
-            f"depends_on names tasks that will never be DONE: {named}; a dependent would wait "
-            "forever"
+            f"depends_on names tasks that will never be DONE: {describe_never_done(dead)}; a "
+            "dependent would wait forever"
         )
 
 

@@ -1,23 +1,30 @@
-"""The releaser: moves a WAITING task to READY once every upstream is DONE.
+"""The releaser: moves a WAITING task to READY once every upstream is DONE, and cancels it
+once an upstream can never be DONE.
 
 A watch on the event log sees each transition to DONE at once and releases that task's
 dependents (found through the reverse-edge index, never by scanning tasks); a periodic scan of
 the waiting index catches whatever a watch gap missed. Each release is a CAS that compares the
 dependent and every upstream record as read, so an upstream that moved on meanwhile (a new
 round) aborts it, and every replica can run this loop at the same time.
+
+An upstream that ends CANCELLED or FAILED would never release its dependents, so they are
+cancelled too, by the same kind of CAS, with an event naming the upstream; their own
+cancellation events carry it further down the graph. A dependent never waits forever.
 """
 
 from __future__ import annotations
 
+import functools
+
 import structlog
 
-from coordinator.domain.graph import satisfied_by, unmet
-from coordinator.domain.records import EventRecord, decode
+from coordinator.domain.graph import describe_never_done, never_done, satisfied_by, unmet
+from coordinator.domain.records import EventRecord, TaskRecord, decode
 from coordinator.domain.states import Op, TaskState
 from coordinator.errors import NotFound
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.dependencies import DependencyStore
-from coordinator.store.etcd import mod_revision_is
+from coordinator.store.etcd import get_prefix, mod_revision_is
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
 from coordinator.store.watch import WatchEvent
@@ -27,12 +34,19 @@ log = structlog.get_logger(__name__)
 
 RELEASER = "coordinator:releaser"
 
+# Upstreams whose dependents are counted in one txn (etcd allows 128 operations per txn).
+_UPSTREAMS_PER_READ = 64
+
+# The upstream states after which a dependent is released (DONE) or cancelled (the others).
+_SETTLES_DEPENDENTS = frozenset({TaskState.DONE, TaskState.CANCELLED, TaskState.FAILED})
+
 # A release whose CAS lost (the dependent was edited meanwhile) reads again this often.
 _TRIES = 3
 
 
 class Releaser(WatchScanLoop):
-    """Watch + scan loop that releases dependents whose upstreams are all DONE."""
+    """Watch + scan loop that releases dependents whose upstreams are all DONE (and cancels
+    those with an upstream that never will be)."""
 
     name = "releaser"
 
@@ -89,6 +103,9 @@ class Releaser(WatchScanLoop):
         except NotFound as exc:  # a dangling edge: never guess; doctor reports it
             log.warning("dependent has a missing upstream", task_id=task_id, error=str(exc))
             return False
+        dead = never_done(upstreams)
+        if dead:
+            return self._try_cancel(task, upstreams, dead)
         if unmet(upstreams):
             return False
         rounds = satisfied_by(upstreams)
@@ -104,12 +121,42 @@ class Releaser(WatchScanLoop):
         log.info("released dependent", task_id=task_id, satisfied_by=list(rounds))
         return True
 
+    def _try_cancel(
+        self, task: TaskRecord, upstreams: list[TaskRecord], dead: list[TaskRecord]
+    ) -> bool | None:
+        """Cancel a WAITING dependent of an upstream that will never be DONE. False: released
+        nothing (cancelled); None: the CAS lost, read again."""
+        ctx = self._ctx
+        after = transition(
+            task, Op.CANCEL, ctx.clock.now(), cancel_generation=task.cancel_generation + 1
+        )
+        detail = f"upstream will never be DONE: {describe_never_done(dead)}"
+        compares, ops = transition_ops(ctx, task, after, Op.CANCEL, by=RELEASER, detail=detail)
+        compares += [mod_revision_is(ctx.keys.task(u.task_id), u.state_version) for u in upstreams]
+        if not ctx.kv.txn(compares, ops).succeeded:
+            return None
+        log.info("cancelled dependent", task_id=task.task_id, reason=detail)
+        return False
+
     def handle(self, item: str) -> None:
-        """An upstream became DONE: try to release its dependents."""
+        """An upstream became DONE, CANCELLED or FAILED: settle its dependents."""
         self.release_dependents(item)
 
+    def handle_many(self, items: list[str]) -> None:
+        """Several upstreams' items at once: one round trip finds which of them have dependents
+        at all (most tasks have none: no read each); ``handle`` then does the work for those."""
+        keys = self._ctx.keys
+        for start in range(0, len(items), _UPSTREAMS_PER_READ):
+            chunk = items[start : start + _UPSTREAMS_PER_READ]
+            snap = self._ctx.kv.read(
+                *(get_prefix(keys.dependents_prefix(u), count_only=True) for u in chunk)
+            )
+            for i, upstream in enumerate(chunk):
+                if snap.range_count(i):
+                    self._run(upstream, functools.partial(self.handle, upstream))
+
     def items_from(self, events: list[WatchEvent]) -> list[str]:
-        """Tasks whose transition event says they became DONE."""
+        """Tasks whose transition event says they became DONE, CANCELLED or FAILED."""
         done = []
         for event in events:
             if event.deleted:
@@ -118,6 +165,6 @@ class Releaser(WatchScanLoop):
                 record = decode(EventRecord, event.value)
             except Exception:  # a malformed event is doctor's business, not the watch's
                 continue
-            if record.to_state is TaskState.DONE:
+            if record.to_state in _SETTLES_DEPENDENTS:
                 done.append(record.task_id)
         return done
