@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
 
 import grpc
 import structlog
@@ -31,6 +31,7 @@ from coordinator.domain.roles import (
     parse_roles,
 )
 from coordinator.errors import ConfigError, InvalidArgument, Unauthenticated
+from coordinator.server.handlers import Handler
 from coordinator.server.identity import (
     ANONYMOUS,
     AUTHORIZATION_METADATA_KEY,
@@ -104,10 +105,6 @@ OPEN_SERVICES = (
 """Method-path prefixes served without authentication."""
 
 Metadata = Sequence[tuple[str, str | bytes]]
-if TYPE_CHECKING:  # generic in the stubs only
-    Handler = grpc.RpcMethodHandler[Any, Any]
-else:
-    Handler = grpc.RpcMethodHandler
 PeerProperties = Mapping[str, Iterable[bytes]]
 
 

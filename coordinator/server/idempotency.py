@@ -28,6 +28,7 @@ from coordinator.domain.idempotency import (
     request_digest,
 )
 from coordinator.errors import CoordinatorError
+from coordinator.server.handlers import metadata_value, unary_handler
 from coordinator.server.identity import principal_of
 from coordinator.server.status import status_code_of
 from coordinator.store.idempotency import IdempotencyStore, RequestInFlight, Reservation
@@ -78,14 +79,12 @@ class IdempotencyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         method = details.method
         if handler is None or handler.unary_unary is None or not is_mutating(method):
             return handler
-        raw_key = _metadata_value(details.invocation_metadata, IDEMPOTENCY_METADATA_KEY)
+        raw_key = metadata_value(details.invocation_metadata, IDEMPOTENCY_METADATA_KEY)
         if raw_key is None:
             return handler
-        return grpc.unary_unary_rpc_method_handler(
-            self._keyed(method, raw_key, handler),
-            request_deserializer=handler.request_deserializer,
-            # The behaviour below returns serialized bytes: a replay has no message object.
-            response_serializer=_as_bytes,
+        # The behaviour below returns serialized bytes: a replay has no message object.
+        return unary_handler(
+            handler, self._keyed(method, raw_key, handler), response_serializer=_as_bytes
         )
 
     def _keyed(
@@ -146,13 +145,6 @@ class IdempotencyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
 def _as_bytes(data: bytes) -> bytes:
     return data
-
-
-def _metadata_value(metadata: Any, name: str) -> str | None:
-    for key, value in metadata or ():
-        if key == name:
-            return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-    return None
 
 
 def _abort(

@@ -9,14 +9,12 @@ chaos checker, never a reason to refuse a call.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any
 
 import grpc
 
 from coordinator import request_ids
-
-if TYPE_CHECKING:  # generic only in the typing stubs
-    Handler: TypeAlias = grpc.RpcMethodHandler[Any, Any]
+from coordinator.server.handlers import Handler, metadata_value, unary_handler
 
 
 class RequestIdInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
@@ -31,8 +29,8 @@ class RequestIdInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         handler = continuation(details)
         if handler is None or handler.unary_unary is None:
             return handler
-        request_id = _request_id(details.invocation_metadata)
-        if not request_id:
+        request_id = metadata_value(details.invocation_metadata, request_ids.METADATA_KEY) or ""
+        if not request_ids.is_valid(request_id):
             return handler
         run = handler.unary_unary
 
@@ -40,16 +38,4 @@ class RequestIdInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             with request_ids.bound(request_id):
                 return run(request, context)
 
-        return grpc.unary_unary_rpc_method_handler(
-            behavior,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-
-
-def _request_id(metadata: Any) -> str:
-    for key, value in metadata or ():
-        if key == request_ids.METADATA_KEY:
-            text = value if isinstance(value, str) else ""
-            return text if request_ids.is_valid(text) else ""
-    return ""
+        return unary_handler(handler, behavior)

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any
 
 import grpc
 from prometheus_client import Counter, Histogram
 
 from coordinator.metrics import REGISTRY
+from coordinator.server.handlers import Handler, unary_handler
 
 RPC_DURATION = Histogram(
     "coordinator_rpc_duration_seconds",
@@ -35,9 +36,6 @@ RPC_ERRORS = Counter(
     ["method", "code"],
     registry=REGISTRY,
 )
-
-if TYPE_CHECKING:  # generic only in the typing stubs
-    Handler: TypeAlias = grpc.RpcMethodHandler[Any, Any]
 
 
 class RpcMetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
@@ -54,11 +52,7 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             return None
         method = details.method
         if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                _timed(method, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
+            return unary_handler(handler, _timed(method, handler.unary_unary))
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
                 _streamed(method, handler.unary_stream),

@@ -28,7 +28,8 @@ from coordinator.domain.versions import (
     sdk_refusal,
 )
 from coordinator.errors import ConfigError
-from coordinator.server.auth import OPEN_SERVICES, Handler
+from coordinator.server.auth import OPEN_SERVICES
+from coordinator.server.handlers import Handler, metadata_value
 from coordinator.store.versions import CachedVersions, VersionStore
 from coordinator.v1 import admin_pb2
 
@@ -87,18 +88,12 @@ class VersionGateInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             return handler
         reason = coordinator_refusal(record, self._own_version, self._own_schema)
         if reason is None and not method.startswith(_ADMIN_SERVICE):
-            reason = sdk_refusal(record, _sdk_version(handler_call_details))
+            metadata = handler_call_details.invocation_metadata
+            reason = sdk_refusal(record, metadata_value(metadata, SDK_VERSION_METADATA_KEY))
         if reason is None:
             return handler
         log.info("rpc refused by the version gate", rpc=method, error=reason)
         return _refusing(handler, reason)
-
-
-def _sdk_version(details: grpc.HandlerCallDetails) -> str | None:
-    for key, value in details.invocation_metadata or ():
-        if key == SDK_VERSION_METADATA_KEY:
-            return value.decode() if isinstance(value, bytes) else value
-    return None
 
 
 def _refusing(handler: Handler, message: str) -> Handler:
