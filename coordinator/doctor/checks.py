@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import itertools
-from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 from coordinator.doctor.findings import LAGGING, Finding, Guard, Problem, Repair, Snapshot, Write
+from coordinator.doctor.orphans import check_orphans
+from coordinator.doctor.parsed import Parsed, decode_or_report, identity_keys, parse
 from coordinator.domain.keys import Keyspace
-from coordinator.domain.lineage import index_value
 from coordinator.domain.records import (
     AttemptRecord,
     ClaimRecord,
     EventRecord,
     ResultRecord,
     TaskRecord,
-    decode,
 )
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.store.dependencies import edges_of
@@ -26,32 +24,13 @@ from coordinator.store.etcd import KV
 T = TypeVar("T")
 
 
-@dataclass
-class _Parsed:
-    """The snapshot sorted by section, task ids extracted."""
-
-    tasks: dict[str, tuple[KV, TaskRecord]] = field(default_factory=dict)
-    ready: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
-    claims: dict[str, KV] = field(default_factory=dict)
-    claimed: dict[str, KV] = field(default_factory=dict)
-    waiting: dict[str, KV] = field(default_factory=dict)
-    attempts: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
-    results: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
-    events: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
-    deps: dict[str, KV] = field(default_factory=dict)
-    # upstream -> dependent -> reverse-edge key
-    dependents: dict[str, dict[str, KV]] = field(default_factory=lambda: defaultdict(dict))
-    identity: dict[str, KV] = field(default_factory=dict)
-    findings: list[Finding] = field(default_factory=list)
-
-
 def check(snap: Snapshot, keys: Keyspace) -> list[Finding]:
     """Every disagreement in ``snap``, grouped by task in id order."""
-    parsed = _parse(snap, keys)
+    parsed = parse(snap, keys)
     findings = list(parsed.findings)
     for task_id in sorted(parsed.tasks):
         findings += _check_task(parsed, keys, task_id)
-    findings += _check_orphans(parsed, keys)
+    findings += check_orphans(parsed, keys)
     return findings
 
 
@@ -66,47 +45,7 @@ def confirm(first: Iterable[Finding], later: Iterable[Finding]) -> list[Finding]
     ]
 
 
-def _parse(snap: Snapshot, keys: Keyspace) -> _Parsed:
-    parsed = _Parsed()
-    root = keys.prefix + "/"
-    for key, kv in sorted(snap.kvs.items()):
-        if not key.startswith(root):
-            continue
-        section, _, rest = key[len(root) :].partition("/")
-        parts = rest.split("/")
-        if section == "tasks":
-            task = _decode(parsed, TaskRecord, kv, rest, state_version=kv.mod_revision)
-            if task is not None:
-                parsed.tasks[rest] = (kv, task)
-        elif section == "ready":
-            parsed.ready[parts[-1]].append(kv)
-        elif section in ("claims", "claimed", "waiting", "deps"):
-            getattr(parsed, section)[rest] = kv
-        elif section in ("attempts", "results", "events"):
-            getattr(parsed, section)[parts[0]].append(kv)
-        elif section == "dependents" and len(parts) == 2:
-            parsed.dependents[parts[0]][parts[1]] = kv
-        elif section == "index":
-            parsed.identity[key] = kv
-    return parsed
-
-
-def _decode(parsed: _Parsed, cls: type[T], kv: KV, task_id: str, **meta: int) -> T | None:
-    try:
-        return decode(cls, kv.value, **meta)
-    except Exception as exc:
-        parsed.findings.append(
-            Finding(
-                Problem.UNDECODABLE,
-                task_id,
-                f"{kv.key} does not decode as {cls.__name__}: {type(exc).__name__}: {exc}",
-                (kv.key,),
-            )
-        )
-        return None
-
-
-def _check_task(parsed: _Parsed, keys: Keyspace, task_id: str) -> list[Finding]:
+def _check_task(parsed: Parsed, keys: Keyspace, task_id: str) -> list[Finding]:
     kv, task = parsed.tasks[task_id]
     out: list[Finding] = []
     conflict = _check_primary(parsed, keys, task, kv, out)
@@ -124,7 +63,7 @@ def _check_task(parsed: _Parsed, keys: Keyspace, task_id: str) -> list[Finding]:
 
 
 def _check_primary(
-    parsed: _Parsed, keys: Keyspace, task: TaskRecord, kv: KV, out: list[Finding]
+    parsed: Parsed, keys: Keyspace, task: TaskRecord, kv: KV, out: list[Finding]
 ) -> bool:
     """Claim key, attempts and event chain against the record; True on a primary conflict."""
     tid, conflict = task.task_id, False
@@ -141,7 +80,7 @@ def _check_primary(
         )
         conflict = True
     elif claim_kv is not None:
-        claim = _decode(parsed, ClaimRecord, claim_kv, tid)
+        claim = decode_or_report(parsed, ClaimRecord, claim_kv, tid)
         if claim is not None and (
             claim.attempt_id != task.attempt_id or claim_kv.create_revision != kv.mod_revision
         ):
@@ -168,7 +107,7 @@ def _check_primary(
             )
         )
     for attempt_kv in parsed.attempts.get(tid, []):
-        attempt = _decode(parsed, AttemptRecord, attempt_kv, tid)
+        attempt = decode_or_report(parsed, AttemptRecord, attempt_kv, tid)
         if attempt is None or attempt.end is not AttemptEnd.RUNNING:
             continue
         if task.state is not TaskState.CLAIMED or attempt.attempt_id != task.attempt_id:
@@ -186,10 +125,10 @@ def _check_primary(
     return conflict
 
 
-def _check_events(parsed: _Parsed, task: TaskRecord, kv: KV, out: list[Finding]) -> bool:
+def _check_events(parsed: Parsed, task: TaskRecord, kv: KV, out: list[Finding]) -> bool:
     """One event per transition, chained by state_version, ending in the record's state."""
     tid, chain = task.task_id, sorted(parsed.events.get(task.task_id, []), key=lambda e: e.key)
-    events = [(e, _decode(parsed, EventRecord, e, tid)) for e in chain]
+    events = [(e, decode_or_report(parsed, EventRecord, e, tid)) for e in chain]
     problems: list[str] = []
     if not events:
         problems.append("it has no events")
@@ -235,7 +174,7 @@ def _check_events(parsed: _Parsed, task: TaskRecord, kv: KV, out: list[Finding])
 
 
 def _check_ready(
-    parsed: _Parsed, keys: Keyspace, task: TaskRecord, kv: KV, out: list[Finding], fixable: bool
+    parsed: Parsed, keys: Keyspace, task: TaskRecord, kv: KV, out: list[Finding], fixable: bool
 ) -> None:
     tid = task.task_id
     expected = (
@@ -335,7 +274,7 @@ def _check_index(
         )
 
 
-def _check_results(parsed: _Parsed, keys: Keyspace, task: TaskRecord, out: list[Finding]) -> None:
+def _check_results(parsed: Parsed, keys: Keyspace, task: TaskRecord, out: list[Finding]) -> None:
     tid = task.task_id
     current: ResultRecord | None = None
     for result_kv in parsed.results.get(tid, []):
@@ -351,7 +290,7 @@ def _check_results(parsed: _Parsed, keys: Keyspace, task: TaskRecord, out: list[
                 )
             )
         elif revision == task.revision:
-            current = _decode(parsed, ResultRecord, result_kv, tid)
+            current = decode_or_report(parsed, ResultRecord, result_kv, tid)
     committed = task.state in (TaskState.DONE, TaskState.REVIEW)
     if committed and current is None:
         out.append(
@@ -391,7 +330,7 @@ def _check_results(parsed: _Parsed, keys: Keyspace, task: TaskRecord, out: list[
 
 
 def _check_edges(
-    parsed: _Parsed, keys: Keyspace, task: TaskRecord, kv: KV, out: list[Finding]
+    parsed: Parsed, keys: Keyspace, task: TaskRecord, kv: KV, out: list[Finding]
 ) -> None:
     tid = task.task_id
     deps_kv = parsed.deps.get(tid)
@@ -449,10 +388,10 @@ def _check_edges(
 
 
 def _check_identity(
-    parsed: _Parsed, keys: Keyspace, task: TaskRecord, kv: KV, out: list[Finding]
+    parsed: Parsed, keys: Keyspace, task: TaskRecord, kv: KV, out: list[Finding]
 ) -> None:
     tid = task.task_id
-    for key in _identity_keys(keys, task):
+    for key in identity_keys(keys, task):
         if key not in parsed.identity:
             out.append(
                 Finding(
@@ -468,121 +407,6 @@ def _check_identity(
                     ),
                 )
             )
-
-
-def _identity_keys(keys: Keyspace, task: TaskRecord) -> list[str]:
-    found = [
-        keys.by_identity("root", task.root_task_id or task.task_id, task.task_id),
-        keys.by_identity(
-            "thread", index_value(task.thread_key or task.task_id.lower()), task.task_id
-        ),
-    ]
-    if task.parent_task_id:
-        found.append(keys.by_identity("parent", task.parent_task_id, task.task_id))
-    return found
-
-
-def _check_orphans(parsed: _Parsed, keys: Keyspace) -> list[Finding]:
-    """Keys that name a task or an edge that does not exist (derived ones are deleted)."""
-    out: list[Finding] = []
-    tasks = parsed.tasks
-    for tid, ready in parsed.ready.items():
-        if tid not in tasks:
-            for r in ready:
-                out.append(_orphan(Problem.READY_KEY_ORPHAN, tid, r, keys.task(tid), "ready key"))
-    for section, problem in (
-        ("claimed", Problem.CLAIMED_INDEX_ORPHAN),
-        ("waiting", Problem.WAITING_INDEX_ORPHAN),
-    ):
-        for tid, index_kv in getattr(parsed, section).items():
-            if tid not in tasks:
-                out.append(_orphan(problem, tid, index_kv, keys.task(tid), f"{section} key"))
-    for tid, claim_kv in parsed.claims.items():
-        if tid not in tasks:
-            out.append(
-                Finding(
-                    Problem.TASK_IN_TWO_PLACES,
-                    tid,
-                    f"a live claim key holds {tid}, which has no task record",
-                    (claim_kv.key,),
-                )
-            )
-    for section in ("attempts", "results", "events"):
-        for tid, kvs in getattr(parsed, section).items():
-            if tid not in tasks:
-                out.append(
-                    Finding(
-                        Problem.ORPHAN_RECORDS,
-                        tid,
-                        f"{len(kvs)} {section} record(s) of {tid}, which has no task record",
-                        tuple(k.key for k in kvs),
-                    )
-                )
-    for upstream, dependents in parsed.dependents.items():
-        for dependent, edge_kv in dependents.items():
-            guards: tuple[Guard, ...]
-            if dependent in tasks:
-                dep_kv, dep = tasks[dependent]
-                if upstream in dep.depends_on:
-                    continue
-                deps_key = keys.deps(dependent)
-                stored = parsed.deps.get(dependent)
-                if stored is not None and upstream in edges_of(stored.value):
-                    continue  # EDGES_MISMATCH already reported: not guessed
-                guards = (
-                    Guard(dep_kv.key, dep_kv.mod_revision),
-                    Guard(deps_key, stored.mod_revision if stored else 0),
-                    Guard(edge_kv.key, edge_kv.mod_revision),
-                )
-            else:
-                guards = (Guard(keys.task(dependent), 0), Guard(edge_kv.key, edge_kv.mod_revision))
-            out.append(
-                Finding(
-                    Problem.REVERSE_EDGE_ORPHAN,
-                    dependent,
-                    f"reverse edge {dependent} -> {upstream} has no forward edge",
-                    (edge_kv.key,),
-                    Repair(
-                        f"delete reverse edge {edge_kv.key}", guards, (Write(edge_kv.key, None),)
-                    ),
-                )
-            )
-    expected = {k for _, t in tasks.values() for k in _identity_keys(keys, t)}
-    for key, index_kv in parsed.identity.items():
-        if key not in expected:
-            tid = key.rsplit("/", 1)[1]
-            guard = tasks[tid][0] if tid in tasks else None
-            out.append(
-                Finding(
-                    Problem.IDENTITY_INDEX_ORPHAN,
-                    tid,
-                    f"lineage index key {key} does not match task {tid}",
-                    (key,),
-                    Repair(
-                        f"delete identity index key {key}",
-                        (
-                            Guard(keys.task(tid), guard.mod_revision if guard else 0),
-                            Guard(key, index_kv.mod_revision),
-                        ),
-                        (Write(key, None),),
-                    ),
-                )
-            )
-    return out
-
-
-def _orphan(problem: Problem, tid: str, kv: KV, task_key: str, what: str) -> Finding:
-    return Finding(
-        problem,
-        tid,
-        f"{what} {kv.key} names task {tid}, which does not exist",
-        (kv.key,),
-        Repair(
-            f"delete {what} {kv.key}",
-            (Guard(task_key, 0), Guard(kv.key, kv.mod_revision)),
-            (Write(kv.key, None),),
-        ),
-    )
 
 
 def _repair(fixable: bool, action: str, guards: list[Guard], writes: list[Write]) -> Repair | None:

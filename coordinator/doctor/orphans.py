@@ -1,0 +1,113 @@
+"""Keys that name a task or an edge that does not exist (derived ones are repaired by
+deleting them)."""
+
+from __future__ import annotations
+
+from coordinator.doctor.findings import Finding, Guard, Problem, Repair, Write
+from coordinator.doctor.parsed import Parsed, identity_keys
+from coordinator.domain.keys import Keyspace
+from coordinator.store.dependencies import edges_of
+from coordinator.store.etcd import KV
+
+
+def check_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:
+    """Keys that name a task or an edge that does not exist (derived ones are deleted)."""
+    out: list[Finding] = []
+    tasks = parsed.tasks
+    for tid, ready in parsed.ready.items():
+        if tid not in tasks:
+            for r in ready:
+                out.append(_orphan(Problem.READY_KEY_ORPHAN, tid, r, keys.task(tid), "ready key"))
+    for section, problem in (
+        ("claimed", Problem.CLAIMED_INDEX_ORPHAN),
+        ("waiting", Problem.WAITING_INDEX_ORPHAN),
+    ):
+        for tid, index_kv in getattr(parsed, section).items():
+            if tid not in tasks:
+                out.append(_orphan(problem, tid, index_kv, keys.task(tid), f"{section} key"))
+    for tid, claim_kv in parsed.claims.items():
+        if tid not in tasks:
+            out.append(
+                Finding(
+                    Problem.TASK_IN_TWO_PLACES,
+                    tid,
+                    f"a live claim key holds {tid}, which has no task record",
+                    (claim_kv.key,),
+                )
+            )
+    for section in ("attempts", "results", "events"):
+        for tid, kvs in getattr(parsed, section).items():
+            if tid not in tasks:
+                out.append(
+                    Finding(
+                        Problem.ORPHAN_RECORDS,
+                        tid,
+                        f"{len(kvs)} {section} record(s) of {tid}, which has no task record",
+                        tuple(k.key for k in kvs),
+                    )
+                )
+    for upstream, dependents in parsed.dependents.items():
+        for dependent, edge_kv in dependents.items():
+            guards: tuple[Guard, ...]
+            if dependent in tasks:
+                dep_kv, dep = tasks[dependent]
+                if upstream in dep.depends_on:
+                    continue
+                deps_key = keys.deps(dependent)
+                stored = parsed.deps.get(dependent)
+                if stored is not None and upstream in edges_of(stored.value):
+                    continue  # EDGES_MISMATCH already reported: not guessed
+                guards = (
+                    Guard(dep_kv.key, dep_kv.mod_revision),
+                    Guard(deps_key, stored.mod_revision if stored else 0),
+                    Guard(edge_kv.key, edge_kv.mod_revision),
+                )
+            else:
+                guards = (Guard(keys.task(dependent), 0), Guard(edge_kv.key, edge_kv.mod_revision))
+            out.append(
+                Finding(
+                    Problem.REVERSE_EDGE_ORPHAN,
+                    dependent,
+                    f"reverse edge {dependent} -> {upstream} has no forward edge",
+                    (edge_kv.key,),
+                    Repair(
+                        f"delete reverse edge {edge_kv.key}", guards, (Write(edge_kv.key, None),)
+                    ),
+                )
+            )
+    expected = {k for _, t in tasks.values() for k in identity_keys(keys, t)}
+    for key, index_kv in parsed.identity.items():
+        if key not in expected:
+            tid = key.rsplit("/", 1)[1]
+            guard = tasks[tid][0] if tid in tasks else None
+            out.append(
+                Finding(
+                    Problem.IDENTITY_INDEX_ORPHAN,
+                    tid,
+                    f"lineage index key {key} does not match task {tid}",
+                    (key,),
+                    Repair(
+                        f"delete identity index key {key}",
+                        (
+                            Guard(keys.task(tid), guard.mod_revision if guard else 0),
+                            Guard(key, index_kv.mod_revision),
+                        ),
+                        (Write(key, None),),
+                    ),
+                )
+            )
+    return out
+
+
+def _orphan(problem: Problem, tid: str, kv: KV, task_key: str, what: str) -> Finding:
+    return Finding(
+        problem,
+        tid,
+        f"{what} {kv.key} names task {tid}, which does not exist",
+        (kv.key,),
+        Repair(
+            f"delete {what} {kv.key}",
+            (Guard(task_key, 0), Guard(kv.key, kv.mod_revision)),
+            (Write(kv.key, None),),
+        ),
+    )

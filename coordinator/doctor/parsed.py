@@ -1,0 +1,90 @@
+"""The snapshot sorted by section (task ids extracted, records decoded), shared by the
+per-task checks and the orphan checks."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from coordinator.doctor.findings import Finding, Problem, Snapshot
+from coordinator.domain.keys import Keyspace
+from coordinator.domain.lineage import index_value
+from coordinator.domain.records import TaskRecord, decode
+from coordinator.store.etcd import KV
+
+T = TypeVar("T")
+
+
+@dataclass
+class Parsed:
+    """The snapshot sorted by section, task ids extracted."""
+
+    tasks: dict[str, tuple[KV, TaskRecord]] = field(default_factory=dict)
+    ready: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
+    claims: dict[str, KV] = field(default_factory=dict)
+    claimed: dict[str, KV] = field(default_factory=dict)
+    waiting: dict[str, KV] = field(default_factory=dict)
+    attempts: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
+    results: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
+    events: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
+    deps: dict[str, KV] = field(default_factory=dict)
+    # upstream -> dependent -> reverse-edge key
+    dependents: dict[str, dict[str, KV]] = field(default_factory=lambda: defaultdict(dict))
+    identity: dict[str, KV] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+
+def parse(snap: Snapshot, keys: Keyspace) -> Parsed:
+    """Sort every key of the keyspace into its section; undecodable task records are findings."""
+    parsed = Parsed()
+    root = keys.prefix + "/"
+    for key, kv in sorted(snap.kvs.items()):
+        if not key.startswith(root):
+            continue
+        section, _, rest = key[len(root) :].partition("/")
+        parts = rest.split("/")
+        if section == "tasks":
+            task = decode_or_report(parsed, TaskRecord, kv, rest, state_version=kv.mod_revision)
+            if task is not None:
+                parsed.tasks[rest] = (kv, task)
+        elif section == "ready":
+            parsed.ready[parts[-1]].append(kv)
+        elif section in ("claims", "claimed", "waiting", "deps"):
+            getattr(parsed, section)[rest] = kv
+        elif section in ("attempts", "results", "events"):
+            getattr(parsed, section)[parts[0]].append(kv)
+        elif section == "dependents" and len(parts) == 2:
+            parsed.dependents[parts[0]][parts[1]] = kv
+        elif section == "index":
+            parsed.identity[key] = kv
+    return parsed
+
+
+def decode_or_report(parsed: Parsed, cls: type[T], kv: KV, task_id: str, **meta: int) -> T | None:
+    """``kv`` decoded as ``cls``, or None with an UNDECODABLE finding added to ``parsed``."""
+    try:
+        return decode(cls, kv.value, **meta)
+    except Exception as exc:
+        parsed.findings.append(
+            Finding(
+                Problem.UNDECODABLE,
+                task_id,
+                f"{kv.key} does not decode as {cls.__name__}: {type(exc).__name__}: {exc}",
+                (kv.key,),
+            )
+        )
+        return None
+
+
+def identity_keys(keys: Keyspace, task: TaskRecord) -> list[str]:
+    """The lineage index keys ``task`` must have (root, thread, and parent if it has one)."""
+    found = [
+        keys.by_identity("root", task.root_task_id or task.task_id, task.task_id),
+        keys.by_identity(
+            "thread", index_value(task.thread_key or task.task_id.lower()), task.task_id
+        ),
+    ]
+    if task.parent_task_id:
+        found.append(keys.by_identity("parent", task.parent_task_id, task.task_id))
+    return found
