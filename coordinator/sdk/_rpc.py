@@ -30,6 +30,7 @@ from tenacity import (
 )
 
 from coordinator import __version__, request_ids
+from coordinator.domain.idempotency import IDEMPOTENCY_METADATA_KEY
 from coordinator.errors import (
     AlreadyExists,
     CoordinatorError,
@@ -141,8 +142,10 @@ class Rpc:
         *,
         retry: bool = True,
         timeout: float | None = None,
+        idempotency_key: str = "",
     ) -> Resp:
-        """Call ``method`` with the deadline, the principal and (if ``retry``) the retries.
+        """Call ``method`` with the deadline, the principal and (if ``retry``) the retries;
+        an ``idempotency_key`` goes with every try, so the server replays a landed one.
 
         Raises TransportError after the last failed try, the mapped exception otherwise.
         """
@@ -158,10 +161,12 @@ class Rpc:
             reraise=True,
         )
         # One request id per logical call, the same on every retry (coordinator.request_ids).
-        metadata = (
+        metadata: tuple[tuple[str, str], ...] = (
             *self._metadata,
             (request_ids.METADATA_KEY, request_ids.current() or request_ids.new()),
         )
+        if idempotency_key:
+            metadata += ((IDEMPOTENCY_METADATA_KEY, idempotency_key),)
         try:
             for attempt in retrying:
                 with attempt:

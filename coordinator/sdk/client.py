@@ -163,12 +163,15 @@ class WorkerClient:
         priority: int = 0,
         requires_review: bool = False,
         non_replayable: bool = False,
+        idempotency_key: str = "",
     ) -> TaskInfo:
         """Create a READY task; an empty ``task_id`` lets the server generate one.
 
-        Retried on transport errors only with an explicit id (a retry without one could
-        create a second task). With an id, an existing task of the same queue and input digest
-        is returned instead of AlreadyExists, so a retry whose first try landed is harmless.
+        Retried on transport errors only with an explicit id or an ``idempotency_key`` (a
+        retry with neither could create a second task; with a key the server answers a retry
+        whose first try landed with that try's response, generated id included). With an id,
+        an existing task of the same queue and input digest is returned instead of
+        AlreadyExists, so a retry whose first try landed is harmless.
         """
         digest = digest_of(input)
         request = tasks_pb2.CreateTaskRequest(
@@ -181,7 +184,12 @@ class WorkerClient:
             non_replayable=non_replayable,
         )
         try:
-            response = self._rpc.call(self._rpc.tasks.CreateTask, request, retry=bool(task_id))
+            response = self._rpc.call(
+                self._rpc.tasks.CreateTask,
+                request,
+                retry=bool(task_id or idempotency_key),
+                idempotency_key=idempotency_key,
+            )
         except AlreadyExists:
             if not task_id:
                 raise

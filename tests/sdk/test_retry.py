@@ -153,3 +153,56 @@ def test_retries_are_bounded() -> None:
         with pytest.raises(TransportError):
             client.create_task(input=b"x")
     assert counter.calls == {"GetTask": 3, "CreateTask": 1}
+
+
+class _LostResponse(grpc.RpcError):
+    """What a client sees when the server's answer never arrives."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "the response was lost on the way back"
+
+
+class LoseFirstCreateResponse(grpc.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    """Lets the first CreateTask reach the server and finish there, then loses its answer."""
+
+    def __init__(self) -> None:
+        self.tries = 0
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        outcome = continuation(details, request)
+        if details.method.endswith("/CreateTask"):
+            self.tries += 1
+            if self.tries == 1:
+                outcome.result()  # it landed: the task exists now
+                raise _LostResponse()
+        return outcome
+
+
+@pytest.mark.parametrize("key", ["create-once-1", ""])
+def test_a_generated_id_create_is_retried_only_with_an_idempotency_key(
+    etcd: EtcdProcess, prefix: str, key: str
+) -> None:
+    lose = LoseFirstCreateResponse()
+    with (
+        served(etcd.endpoint, prefix) as running,
+        WorkerClient(
+            running.target,
+            principal="producer",
+            channel_options=GRPC_OPTIONS,
+            retry=FAST,
+            interceptors=[lose],
+        ) as client,
+    ):
+        if key:
+            created = client.create_task(input=b"x", queue=QUEUE, idempotency_key=key)
+            # The retry got the landed try's answer: its generated id, and no second task.
+            assert lose.tries == 2
+            assert [t.task_id for t in client.list_tasks(queue=QUEUE)] == [created.task_id]
+        else:
+            with pytest.raises(TransportError):
+                client.create_task(input=b"x", queue=QUEUE)
+            assert lose.tries == 1  # no retry without an id or a key: it could duplicate
+            assert len(client.list_tasks(queue=QUEUE)) == 1
