@@ -9,6 +9,7 @@ from typing import TypeVar
 from coordinator.doctor.findings import LAGGING, Finding, Guard, Problem, Repair, Snapshot, Write
 from coordinator.doctor.orphans import check_orphans
 from coordinator.doctor.parsed import Parsed, decode_or_report, identity_keys, parse
+from coordinator.domain.graph import describe_never_done, never_done
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import (
     AttemptRecord,
@@ -372,7 +373,21 @@ def _check_edges(
                     ),
                 )
             )
-    if task.state is TaskState.WAITING and all(
+    upstreams = [parsed.tasks[u][1] for u in task.depends_on if u in parsed.tasks]
+    dead = never_done(upstreams)
+    if task.state is TaskState.WAITING and dead:
+        out.append(
+            Finding(
+                Problem.CANCEL_OVERDUE,
+                tid,
+                f"task {tid} is WAITING on an upstream that will never be DONE "
+                f"({describe_never_done(dead)}) and no releaser cancelled it (is any replica "
+                "running?)",
+                (kv.key,),
+                state_version=kv.mod_revision,
+            )
+        )
+    elif task.state is TaskState.WAITING and all(
         u in parsed.tasks and parsed.tasks[u][1].state is TaskState.DONE for u in task.depends_on
     ):
         out.append(

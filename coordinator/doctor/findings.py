@@ -33,11 +33,14 @@ class Problem(StrEnum):
     REVERSE_EDGE_MISSING = "reverse-edge-missing"
     REVERSE_EDGE_ORPHAN = "reverse-edge-orphan"
     RELEASE_OVERDUE = "release-overdue"
+    CANCEL_OVERDUE = "cancel-overdue"
     IDENTITY_INDEX_MISSING = "identity-index-missing"
     IDENTITY_INDEX_ORPHAN = "identity-index-orphan"
 
 
-LAGGING = frozenset({Problem.CLAIM_EXPIRED_UNRECLAIMED, Problem.RELEASE_OVERDUE})
+LAGGING = frozenset(
+    {Problem.CLAIM_EXPIRED_UNRECLAIMED, Problem.RELEASE_OVERDUE, Problem.CANCEL_OVERDUE}
+)
 """Findings that only count when they persist across the reclaim window."""
 
 
