@@ -10,9 +10,10 @@ conflict between primary sources (a live claim key on a task that is not CLAIMED
 result, a broken event chain, edges that disagree) is reported and never repaired: guessing
 which side is right is what the seed forbids ("preserve the conflict").
 
-Two findings depend on time rather than on one snapshot: a CLAIMED task whose claim key is gone
-(the reclaimer's job) and a WAITING task whose upstreams are all DONE (the releaser's job). They
-are ``lagging`` findings: the runner reports them only if they persist, unchanged, across a
+Three findings depend on time rather than on one snapshot: a CLAIMED task whose claim key is
+gone (the reclaimer's job), a WAITING task whose upstreams are all DONE and one with an upstream
+that will never be DONE (the releaser's job: release it, or cancel it). They are ``lagging``
+findings: the runner reports them only if they persist, unchanged, across a
 second snapshot taken a reclaim window later (``confirm``).
 """
 
