@@ -8,11 +8,12 @@ Indefinite operations (``info``: a timeout, a lost response, a killed worker) ar
 etcd's own history when the run has it: every call carries a request id, which the transition
 txn stores in its event, so an operation took effect exactly when its request id is in the log.
 The final state stays as a cross-check (and is the only evidence against a deployed coordinator,
-where the runner cannot watch etcd). Per task, the operations matched to a write are then
-checked for linearizability: etcd's log, in revision order, must be a sequence the model allows,
-and that order must respect real time (an operation that completed before another started has
-the lower revision). Only operations without a write (refusals, and indefinite ones without a
-history) are placed by the real-time model instead.
+where the runner cannot watch etcd). Indefinite effect calls are settled the same way from the
+effect keys' history: each effect write stores the request id of its call. Per task, the
+operations matched to a transition are then checked for linearizability: etcd's log, in revision
+order, must be a sequence the model allows, and that order must respect real time (an operation
+that completed before another started has the lower revision). Only operations without a write
+(refusals, and indefinite ones without a history) are placed by the real-time model instead.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from chaos.history import INFO, Op, Write
+from chaos.history import INFO, EffectWrite, Op, Write
 from chaos.linearizability import (
     SETTLED_BY_HISTORY,
     history_agreement,
     log_replay,
     real_time_order,
+    settle_effects,
     settle_from_history,
 )
 from chaos.model import (
@@ -75,6 +77,8 @@ class Evidence:
     coverage: Sequence[Coverage] = ()
     # etcd's event log of the run (chaos/etcd_history.py); None where it cannot be read.
     writes: Sequence[Write] | None = None
+    # etcd's history of the effect keys (chaos/etcd_history.py); None where it cannot be read.
+    effect_writes: Sequence[EffectWrite] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ class Verdict:
     indefinite: int
     violations: tuple[Violation, ...]
     fence_checks: int = 0  # accepted operations the replicas' GetStats counted (all validated)
-    settled_by_history: int = 0  # indefinite operations settled from etcd's event log
+    settled_by_history: int = 0  # indefinite operations settled from etcd's own history
 
     @property
     def ok(self) -> bool:
@@ -116,6 +120,8 @@ def check(evidence: Evidence) -> Verdict:
         ops = settle(evidence.ops, evidence.final)
     else:
         ops = settle_from_history(evidence.ops, evidence.writes)
+    if evidence.effect_writes is not None:
+        ops = settle_effects(ops, evidence.effect_writes)
     by_task: dict[str, list[Op]] = defaultdict(list)
     for op in ops:
         if op.task:  # a claim that got no task names none

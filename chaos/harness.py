@@ -19,8 +19,8 @@ import grpc
 from chaos import clock_skew
 from chaos.checker import Coverage, FinalTask
 from chaos.cluster import EtcdCluster
-from chaos.etcd_history import collect, from_watch_events
-from chaos.history import Recorder, Write
+from chaos.etcd_history import collect, collect_effects, from_watch_events
+from chaos.history import EffectWrite, Recorder, Write
 from chaos.netns import Netns
 from chaos.proxy import TcpProxy
 from coordinator.etcd_process import _free_ports
@@ -298,6 +298,17 @@ class Harness:
         client = self.cluster.client()
         try:
             return collect(client, PREFIX)
+        finally:
+            client.close()
+
+    def effect_history(self) -> list[EffectWrite] | None:
+        """etcd's history of the effect keys, watched from revision 1 (chaos/etcd_history.py);
+        None against a deployed coordinator (no RPC serves it)."""
+        if self.remote:
+            return None
+        client = self.cluster.client()
+        try:
+            return collect_effects(client, PREFIX)
         finally:
             client.close()
 

@@ -75,6 +75,18 @@ class Write:
     at: float = 0.0  # the writing replica's wall clock (EventRecord.at)
 
 
+@dataclass(frozen=True)
+class EffectWrite:
+    """One put of an effect key as etcd's own history holds it (read by a watch on
+    ``{p}/effects/`` from the first revision): a prepare, record, resolve or approval."""
+
+    effect_id: str
+    task: str
+    revision: int  # the etcd revision of the txn that wrote it
+    state: str  # the EffectState name it left: PREPARED, COMMITTED, UNKNOWN, ABSENT
+    request_id: str = ""  # EffectRecord.request_id: the call that wrote it ("" background)
+
+
 class Recorder:
     """Appends invocation/completion lines to a JSONL file, flushed line by line."""
 

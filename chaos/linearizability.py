@@ -1,7 +1,8 @@
 """Settling from etcd's own history, and per-task linearizability over it.
 
 Every call carries a request id, and the transition txn stores it in the task's event, so an
-operation took effect exactly when its request id is in etcd's log (``settle_from_history``).
+operation took effect exactly when its request id is in etcd's log (``settle_from_history``);
+likewise every effect write stores it in the effect record (``settle_effects``).
 Then, per task: what clients heard agrees with the log and the log with the final state
 (``history_agreement``); the log in revision order is a sequence the model allows
 (``log_replay``); and that order respects real time (``real_time_order``). Operations that wrote
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from chaos.history import Op, Write
+from chaos.history import EffectWrite, Op, Write
 from chaos.model import CLAIMED, COMMITTED, NEW_ROUND, REFUSED, LogModel, apply
 from chaos.violation import SETTLED, FinalTask, Violation
 
@@ -53,6 +54,43 @@ def settle_from_history(ops: Iterable[Op], writes: Sequence[Write]) -> list[Op]:
         else:
             outcome = COMMITTED if op.op == "commit" else "OK"
             settled.append(replace(op, outcome=outcome, reason=SETTLED_BY_HISTORY))
+    return settled
+
+
+EFFECT = "effect"
+"""The chaos worker's effect call: prepare -> send / reconcile -> record (one request id)."""
+
+
+def settle_effects(ops: Iterable[Op], writes: Sequence[EffectWrite]) -> list[Op]:
+    """Indefinite effect calls settled from the effect keys' history: every prepare, record,
+    resolve and approval stores the request id of its call in the effect record, so a call took
+    effect exactly when a write of its effect key carries its request id. Settled to the state
+    its last such write left (PREPARED, COMMITTED, UNKNOWN, ABSENT), or ``LOST`` (it wrote
+    nothing). An effect call spans several writes, so it is not placed in real-time order."""
+    mine: dict[str, list[EffectWrite]] = {}
+    for write in sorted(writes, key=lambda w: w.revision):
+        if write.request_id:
+            mine.setdefault(write.request_id, []).append(write)
+    settled = []
+    for op in ops:
+        if not (op.indefinite and op.op == EFFECT and op.request_id):
+            settled.append(op)
+            continue
+        # Of that effect key (recorded at invocation); an older history names only the task.
+        found = [
+            w
+            for w in mine.get(op.request_id, ())
+            if (w.effect_id == op.effect_key if op.effect_key else w.task == op.task)
+        ]
+        if not found:
+            settled.append(replace(op, outcome="LOST", reason=SETTLED_BY_HISTORY))
+        else:
+            last = found[-1]
+            settled.append(
+                replace(
+                    op, outcome=last.state, reason=SETTLED_BY_HISTORY, effect_key=last.effect_id
+                )
+            )
     return settled
 
 

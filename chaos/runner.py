@@ -139,6 +139,7 @@ def run_scenario(
             performed=h.performed(),
             coverage=h.coverage(),
             writes=h.etcd_history(),
+            effect_writes=h.effect_history(),
         )
         verdict = check(evidence)
     finally:

@@ -26,6 +26,7 @@ from types import FrameType
 import click
 
 from chaos.history import Recorder
+from coordinator.domain.effects import effect_id
 from coordinator.errors import CoordinatorError
 from coordinator.logging import configure_logging
 from coordinator.sdk import (
@@ -91,7 +92,9 @@ class ChaosWorker:
     def effect(self, job: Job) -> None:
         """The task's one email, through the outbox, recorded."""
         assert self.outbox is not None
-        op = self.rec.invoke("effect", **_job_fields(job))
+        # Its effect key, known before the call: an indefinite call is settled by it.
+        key = effect_id(job.task_id, job.task_revision, EFFECT_NODE, EFFECT_SLOT)
+        op = self.rec.invoke("effect", effect_key=key, **_job_fields(job))
         payload = f"task {job.task_id} is done".encode()  # the same draft from every attempt
         try:
             with self.rec.bound(op):

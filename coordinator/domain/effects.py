@@ -100,6 +100,10 @@ class EffectRecord:
     # {p}/reconcile/{task}/{effect} exists exactly while it is true.
     reconcile_open: bool = False
     reconcile_escalated_at: float = 0.0
+    # The request id (coordinator/request_ids.py) of the call whose txn last wrote the record;
+    # "" for a background write (the sweeper) and for records written before it existed. The
+    # chaos checker settles an indefinite effect call by finding it in the key's history.
+    request_id: str = ""
     # etcd mod_revision of the effect key; never stored, attached on decode.
     mod_revision: int = field(default=0, compare=False)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from coordinator import request_ids
 from coordinator.domain.decisions import Fence, Verdict, check_fence, check_owner
 from coordinator.domain.effects import (
     EffectAction,
@@ -90,7 +91,7 @@ def effect_write_ops(
 ) -> list[RequestOp]:
     """Write ``after`` and keep the open-effects index in step with its state."""
     keys = ctx.keys
-    ops = [put(keys.effect(after.effect_id), encode(after))]
+    ops = [put(keys.effect(after.effect_id), encode(stamped(after)))]
     index = keys.open_effect(after.task_id, after.effect_id)
     was_open = before is not None and before.uncertain
     if after.uncertain and not was_open:
@@ -105,6 +106,12 @@ def effect_write_ops(
     elif reconciling and not after.reconcile_open:
         ops.append(delete(keys.reconcile(after.task_id, after.effect_id)))
     return ops
+
+
+def stamped(effect: EffectRecord) -> EffectRecord:
+    """``effect`` carrying the request id of the call writing it ("" from a background loop),
+    the way store/transition.py puts it in the task's event."""
+    return replace(effect, request_id=request_ids.current())
 
 
 def effect_unchanged(ctx: StoreContext, effect_id: str, before: EffectRecord | None) -> Compare:
@@ -356,5 +363,5 @@ class EffectStore:
 
 
 def _at(effect: EffectRecord, revision: int) -> EffectRecord:
-    """``effect`` as written at ``revision`` (its key's new mod_revision)."""
-    return replace(effect, mod_revision=revision)
+    """``effect`` as written at ``revision`` (its key's new mod_revision and request id)."""
+    return replace(stamped(effect), mod_revision=revision)

@@ -38,7 +38,12 @@ from coordinator.domain.records import TaskRecord, decode, encode
 from coordinator.domain.states import AttemptEnd, Op, Outcome, TaskState
 from coordinator.errors import FailedPrecondition, NotFound
 from coordinator.store.context import StoreContext, attempt_from_kv, task_from_kv
-from coordinator.store.effects import effect_from_kv, effect_unchanged, effect_write_ops
+from coordinator.store.effects import (
+    effect_from_kv,
+    effect_unchanged,
+    effect_write_ops,
+    stamped,
+)
 from coordinator.store.etcd import (
     KV,
     Compare,
@@ -276,7 +281,7 @@ class ReconcileStore:
                     resolution=resolution.name,
                     by=caller,
                 )
-                return replace(after, mod_revision=result.revision)
+                return replace(stamped(after), mod_revision=result.revision)
         raise FailedPrecondition(f"effect {effect_id} or its task kept changing; resolve again")
 
 

@@ -9,10 +9,11 @@ from typing import Any
 import etcd3
 import pytest
 
-from chaos.etcd_history import collect
+from chaos.etcd_history import collect, collect_effects
 from coordinator import request_ids
+from coordinator.domain.effects import effect_id
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import Job
+from coordinator.sdk import DownstreamResult, Job
 from tests.conftest import GRPC_OPTIONS
 from tests.sdk.support import QUEUE, served
 
@@ -52,6 +53,39 @@ def test_the_watch_from_revision_one_returns_every_transition_with_its_request_i
     assert claim.generation == claim.revision == job.generation  # g = the claim txn's revision
     assert (commit.attempt_id, commit.generation) == (job.fence.attempt_id, job.generation)
     assert writes[0].revision < claim.revision < commit.revision
+
+
+class _Outbox:
+    """A downstream that performs every call (in memory)."""
+
+    def execute(self, idempotency_key: str, generation: int, payload: bytes) -> DownstreamResult:
+        return DownstreamResult(f"msg-{idempotency_key[-6:]}")
+
+    def lookup(self, idempotency_key: str, generation: int) -> DownstreamResult | None:
+        return None
+
+
+def test_the_effect_watch_returns_every_effect_write_with_its_request_id(
+    own_etcd: tuple[EtcdProcess, Any],
+) -> None:
+    proc, client = own_etcd
+    with served(proc.endpoint, PREFIX) as running, running.client("w1") as worker:
+        worker.create_task("t1", input=b"x", queue=QUEUE)
+        worker.create_task("t2", input=b"y", queue=QUEUE)
+        jobs = [worker.claim(t, ttl=timedelta(seconds=5)) for t in ("t1", "t2")]
+        for n, job in enumerate(jobs, 1):
+            assert isinstance(job, Job)
+            with request_ids.bound(f"effect-{n}"):
+                assert job.effect("notify", "email", b"hi", _Outbox()).done
+        writes = collect_effects(client, PREFIX, timeout=10)
+    assert [(w.task, w.state, w.request_id) for w in writes] == [
+        ("t1", "PREPARED", "effect-1"),
+        ("t1", "COMMITTED", "effect-1"),
+        ("t2", "PREPARED", "effect-2"),
+        ("t2", "COMMITTED", "effect-2"),
+    ]
+    assert {w.effect_id for w in writes[:2]} == {effect_id("t1", 1, "notify", "email")}
+    assert [w.revision for w in writes] == sorted({w.revision for w in writes})
 
 
 def test_a_compacted_history_is_refused(own_etcd: tuple[EtcdProcess, Any]) -> None:

@@ -10,8 +10,17 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
+from coordinator import request_ids
 from coordinator.domain.digests import digest_of
-from coordinator.domain.effects import MAX_ETAG_CHARS, MAX_REF_CHARS, effect_id
+from coordinator.domain.effects import (
+    MAX_ETAG_CHARS,
+    MAX_REF_CHARS,
+    EffectRecord,
+    EffectState,
+    effect_id,
+)
+from coordinator.domain.keys import Keyspace
+from coordinator.domain.records import decode, encode
 from coordinator.v1 import admin_pb2, admin_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
 
 Claim = worker_pb2.ClaimResponse
@@ -93,6 +102,36 @@ def test_prepare_record_get_and_stats_over_the_wire(
     assert by_point[admin_pb2.ACCEPTANCE_POINT_PREPARE].accepted >= 2
     assert by_point[admin_pb2.ACCEPTANCE_POINT_RECORD].accepted >= 1
     assert all(s.coverage == 1.0 and s.validated == s.accepted for s in stats)
+
+
+def test_each_effect_write_carries_the_request_id_of_its_call(
+    claimed: Claim, worker: worker_pb2_grpc.WorkerServiceStub, etcd_client: Any, prefix: str
+) -> None:
+    def stored() -> EffectRecord:
+        value, _ = etcd_client.get(Keyspace(prefix).effect(effect_id("t-1", 1, "notify", "email")))
+        return decode(EffectRecord, value)
+
+    prepared = worker.PrepareEffect(
+        prepare_request(claimed), metadata=(*WORKER_A, (request_ids.METADATA_KEY, "prepare-9"))
+    )
+    assert prepared.action == types_pb2.EFFECT_ACTION_EXECUTE
+    assert (stored().state, stored().request_id) == (EffectState.PREPARED, "prepare-9")
+    record = worker_pb2.RecordEffectRequest(
+        fence=claimed.fence,
+        effect_id=prepared.effect_id,
+        state=types_pb2.EFFECT_STATE_COMMITTED,
+        external_ref="msg-1",
+    )
+    rid = (request_ids.METADATA_KEY, "record-9")
+    assert worker.RecordEffect(record, metadata=(*WORKER_A, rid)).outcome == types_pb2.OUTCOME_OK
+    assert (stored().state, stored().request_id) == (EffectState.COMMITTED, "record-9")
+    # A repeat writes nothing: the record still names the call that wrote it.
+    again = (request_ids.METADATA_KEY, "record-10")
+    assert worker.RecordEffect(record, metadata=(*WORKER_A, again)).outcome == types_pb2.OUTCOME_OK
+    assert stored().request_id == "record-9"
+    # Records written before the field existed still decode.
+    old = encode(stored()).replace(b',"request_id":"record-9"', b"")
+    assert b"request_id" not in old and decode(EffectRecord, old).request_id == ""
 
 
 _PREPARE_CASES: list[tuple[str, dict[str, Any], grpc.StatusCode, str]] = [

@@ -12,9 +12,10 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
+from coordinator import request_ids
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.digests import digest_of
-from coordinator.domain.effects import MAX_REF_CHARS, effect_id
+from coordinator.domain.effects import MAX_REF_CHARS, EffectRecord, effect_id
 from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.states import Op, TaskState
 from coordinator.etcd_process import EtcdProcess
@@ -172,7 +173,10 @@ def test_polling_workers_get_nothing_until_the_deadline_escalates_the_task(
 
 
 def test_the_owner_resolves_over_the_wire(
-    worker: worker_pb2_grpc.WorkerServiceStub, tasks: tasks_pb2_grpc.TaskServiceStub
+    worker: worker_pb2_grpc.WorkerServiceStub,
+    tasks: tasks_pb2_grpc.TaskServiceStub,
+    etcd_client: Any,
+    prefix: str,
 ) -> None:
     claimed = claim(worker, tasks)
     eid = prepare(worker, claimed)
@@ -189,13 +193,16 @@ def test_the_owner_resolves_over_the_wire(
             external_ref="msg-1",
             reason="found it",
         ),
-        metadata=A,
+        metadata=(*A, (request_ids.METADATA_KEY, "resolve-1")),
     ).effect
     assert (resolved.state, resolved.external_ref, resolved.reconcile_open) == (
         types_pb2.EFFECT_STATE_COMMITTED,
         "msg-1",
         False,
     )
+    # The resolution carries the request id of its call (the chaos checker settles by it).
+    value, _ = etcd_client.get(Keyspace(prefix).effect(eid))
+    assert decode(EffectRecord, value).request_id == "resolve-1"
     taken = worker.ClaimNext(
         worker_pb2.ClaimNextRequest(queue="default", scheduler_epoch=1, ttl_seconds=30),
         metadata=B,
