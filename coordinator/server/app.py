@@ -98,12 +98,13 @@ def build_server(
         )
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        # The auth interceptor runs first: every later interceptor and servicer sees the caller.
-        # Idempotency keys are scoped to the authenticated principal, so it runs after auth.
+        # Metrics run outermost, so auth and version-gate refusals are counted too. Then auth:
+        # every later interceptor and servicer sees the caller. Idempotency keys are scoped to
+        # the authenticated principal, so they come after auth.
         interceptors=[
+            RpcMetricsInterceptor(),  # real methods only get labels: unknown ones pass by
             AuthInterceptor(authenticator),
             VersionGateInterceptor(VersionStore(store.ctx).read),  # minimum SDK, cached read
-            RpcMetricsInterceptor(),  # after auth: only real, authenticated methods get labels
             IdempotencyInterceptor(store.idempotency),
             RequestIdInterceptor(),  # innermost: the handler's thread, for the event it writes
         ],

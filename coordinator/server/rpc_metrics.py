@@ -1,9 +1,10 @@
 """RPC latency and error counts per method, as one server interceptor.
 
-Registered right after the auth interceptor (coordinator.server.app): auth refuses unknown
-methods, so the ``method`` label only ever holds the services' real method paths (a bounded
-label set whatever callers send), and the calls counted are the authenticated ones, idempotent
-replays and refusals included. Authentication refusals themselves are logged by auth.
+Registered outermost (coordinator.server.app), so every call to a real method is counted:
+authentication and permission refusals (UNAUTHENTICATED, PERMISSION_DENIED) and version-gate
+refusals (FAILED_PRECONDITION) included, as well as idempotent replays. gRPC finds no handler
+for an unknown method, and this interceptor then has nothing to wrap, so the ``method`` label
+only ever holds the services' real method paths (a bounded label set whatever callers send).
 
 A call's status is read off its context once the handler is done: ``context.abort`` (the
 ``@rpc`` error table) sets the code before it raises, an uncaught exception is ``UNKNOWN``.

@@ -42,6 +42,8 @@ WORKER_A = (("x-coordinator-principal", "worker-a"),)
 WORKER_B = (("x-coordinator-principal", "worker-b"),)
 TASKS = "/coordinator.v1.TaskService/"
 WORKER = "/coordinator.v1.WorkerService/"
+ADMIN = "/coordinator.v1.AdminService/"
+AS_WORKER_ONLY = (("x-coordinator-principal", "worker-a"), ("x-coordinator-roles", "worker"))
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -150,6 +152,11 @@ def test_a_fenced_scenario_moves_every_seed_metric(served: Served) -> None:
     assert delta("coordinator_rpc_errors_total", method=TASKS + "GetTask", code="NOT_FOUND") == 1
     assert delta("coordinator_rpc_duration_seconds_count", method=WORKER + "Claim") == 3
     assert delta("coordinator_rpc_errors_total", method=WORKER + "Commit", code="NOT_FOUND") == 0
+    # An authorization refusal is an error of the method it refused.
+    assert (
+        delta("coordinator_rpc_errors_total", method=ADMIN + "BumpEpoch", code="PERMISSION_DENIED")
+        == 1
+    )
     # Fence-check coverage stays 100% at every point that accepted something.
     for point in ("claim", "renew", "prepare", "record", "commit"):
         accepted = delta("coordinator_fence_accepted_total", point=point)
@@ -233,6 +240,9 @@ def _paused_worker_scenario(served: Served) -> tuple[float, float, float]:
         with pytest.raises(grpc.RpcError) as missing:
             tasks.GetTask(tasks_pb2.GetTaskRequest(task_id="no-such-task"))
         assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(grpc.RpcError) as refused:  # a worker may not bump the epoch
+            admin.BumpEpoch(admin_pb2.BumpEpochRequest(), metadata=AS_WORKER_ONLY)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
     return time.monotonic() - started, ready_to_commit, a_wasted
 
 
