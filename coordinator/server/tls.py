@@ -1,18 +1,28 @@
 """TLS for the gRPC port: a server certificate, and optionally mutual TLS with a client CA.
 
 With ``client_ca`` every client must present a certificate signed by that CA (the handshake
-fails otherwise); the auth interceptor then takes the principal from the certificate. Files are
-read once at start: a rotated certificate takes effect on the next rollout of the pods.
+fails otherwise); the auth interceptor then takes the principal from the certificate.
+
+Rotation without a restart: gRPC asks for the certificate configuration at every new
+connection's handshake, and the files are read again when their (inode, size, mtime) changed -
+cert-manager or a Kubernetes Secret update swaps them under a running pod. A half-written or
+unreadable set keeps the last good one (and says so in the log); connections already open keep
+the certificate they were made with.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
+import structlog
 
 from coordinator.errors import ConfigError
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -29,16 +39,51 @@ class ServerTLS:
         return self.client_ca is not None
 
     def credentials(self) -> grpc.ServerCredentials:
-        """Server credentials; ConfigError naming the setting if a file cannot be read."""
+        """Server credentials that follow the files; ConfigError naming the setting if a file
+        cannot be read now."""
+        paths = [p for p in (self.key, self.cert, self.client_ca) if p]
+        last = {"seen": _fingerprint(paths)}
+        first = self._configuration()
+
+        def fetch() -> Any:
+            seen = _fingerprint(paths)
+            if seen == last["seen"]:
+                return None  # unchanged: gRPC keeps the current configuration
+            try:
+                configuration = self._configuration()
+            except ConfigError as exc:  # mid-rotation: try again at the next handshake
+                log.warning("TLS files changed but cannot be used yet", error=str(exc))
+                return None
+            last["seen"] = seen
+            log.info("TLS certificate reloaded", cert=self.cert)
+            return configuration
+
+        return grpc.dynamic_ssl_server_credentials(
+            first, fetch, require_client_authentication=self.mutual
+        )
+
+    def _configuration(self) -> Any:
+        """The files as one gRPC certificate configuration; ConfigError naming the setting."""
         key = _read("tls_key", self.key)
         cert = _read("tls_cert", self.cert)
         ca = _read("tls_client_ca", self.client_ca) if self.client_ca else None
         try:
-            return grpc.ssl_server_credentials(
-                [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
-            )
+            return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
         except (RuntimeError, ValueError) as exc:
             raise ConfigError(f"tls_cert/tls_key: unusable TLS files: {exc}") from exc
+
+
+def _fingerprint(paths: list[str]) -> tuple[tuple[int, int, int], ...]:
+    """(inode, size, mtime) of each file; a missing one counts as changed-and-unreadable."""
+    found = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            found.append((0, 0, 0))
+            continue
+        found.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(found)
 
 
 def _read(setting: str, path: str) -> bytes:

@@ -3,6 +3,7 @@ metadata roles, and the identity reaching streaming handlers."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass
@@ -142,6 +143,46 @@ def test_tls_without_client_ca_takes_tokens_and_no_client_certificate(
             assert health.Check(health_pb2.HealthCheckRequest()).status == (
                 health_pb2.HealthCheckResponse.SERVING
             )
+    finally:
+        server.stop(None).wait()
+
+
+def _health(target: str, ca: Path) -> grpc.StatusCode:
+    """The health check's status over a new TLS connection that trusts ``ca``."""
+    credentials = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes())
+    with grpc.secure_channel(target, credentials, options=TLS_OPTIONS) as channel:
+        try:
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        except grpc.RpcError as exc:
+            code: grpc.StatusCode = exc.code()
+            return code
+    return grpc.StatusCode.OK
+
+
+def test_a_rotated_server_certificate_is_served_without_a_restart(
+    store: Store, ring: TokenRing, pki: Pki, tmp_path: Path
+) -> None:
+    live = tmp_path / "live"
+    live.mkdir()
+    cert, key = live / "tls.crt", live / "tls.key"
+    cert.write_bytes(pki.server.cert.read_bytes())
+    key.write_bytes(pki.server.key.read_bytes())
+    server, target = _serve(store, ring, ServerTLS(cert=str(cert), key=str(key)))
+    try:
+        assert _health(target, pki.ca.pem.cert) == grpc.StatusCode.OK
+        # A new CA issues a new certificate; it replaces the files the way a Secret update does.
+        (tmp_path / "next").mkdir()
+        next_ca = CertificateAuthority(tmp_path / "next", name="next-ca")
+        rotated = next_ca.issue("server", common_name="localhost", dns=("localhost",), server=True)
+        (torn := live / "half.key").write_text("-----BEGIN half written")
+        os.replace(torn, key)  # mid-rotation: unusable, the last good set stays in service
+        assert _health(target, pki.ca.pem.cert) == grpc.StatusCode.OK
+        for source, target_path in ((rotated.cert, cert), (rotated.key, key)):
+            staged = live / (target_path.name + ".new")
+            staged.write_bytes(source.read_bytes())
+            os.replace(staged, target_path)
+        assert _health(target, next_ca.pem.cert) == grpc.StatusCode.OK
+        assert _health(target, pki.ca.pem.cert) == grpc.StatusCode.UNAVAILABLE
     finally:
         server.stop(None).wait()
 
