@@ -4,7 +4,8 @@ keys, results, events and dependency edges in one snapshot of the keyspace (pure
 The task record is the one place a task's current state is read from. Primary evidence written
 by the same transactions - the live claim key, the canonical result, the event log - must agree
 with it; derived keys (ready, claimed and waiting indexes, reverse edges, identity indexes) must
-follow from it. A disagreement in derived keys of a task whose primary evidence agrees has one
+follow from it; likewise an effect record is primary for its open-effects and reconcile index
+keys. A disagreement in derived keys of a task whose primary evidence agrees has one
 unambiguous fix, offered as a ``Repair`` (one CAS txn, guarded by every key it relies on). A
 conflict between primary sources (a live claim key on a task that is not CLAIMED, a missing
 result, a broken event chain, edges that disagree) is reported and never repaired: guessing

@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Iterable
 from typing import TypeVar
 
+from coordinator.doctor.effects import check_effects
 from coordinator.doctor.findings import LAGGING, Finding, Guard, Problem, Repair, Snapshot, Write
 from coordinator.doctor.orphans import check_orphans
 from coordinator.doctor.parsed import Parsed, decode_or_report, identity_keys, parse
@@ -32,6 +33,7 @@ def check(snap: Snapshot, keys: Keyspace) -> list[Finding]:
     for task_id in sorted(parsed.tasks):
         findings += _check_task(parsed, keys, task_id)
     findings += check_orphans(parsed, keys)
+    findings += check_effects(parsed, keys)
     return findings
 
 

@@ -36,6 +36,10 @@ class Problem(StrEnum):
     CANCEL_OVERDUE = "cancel-overdue"
     IDENTITY_INDEX_MISSING = "identity-index-missing"
     IDENTITY_INDEX_ORPHAN = "identity-index-orphan"
+    OPEN_EFFECT_INDEX_MISSING = "open-effect-index-missing"
+    OPEN_EFFECT_INDEX_ORPHAN = "open-effect-index-orphan"
+    RECONCILE_INDEX_MISSING = "reconcile-index-missing"
+    RECONCILE_INDEX_ORPHAN = "reconcile-index-orphan"
 
 
 LAGGING = frozenset(

@@ -32,6 +32,10 @@ class Parsed:
     # upstream -> dependent -> reverse-edge key
     dependents: dict[str, dict[str, KV]] = field(default_factory=lambda: defaultdict(dict))
     identity: dict[str, KV] = field(default_factory=dict)
+    effects: dict[str, KV] = field(default_factory=dict)  # by effect id
+    # (task id, effect id) -> key of the open-effects and the reconcile indexes
+    open_effects: dict[tuple[str, str], KV] = field(default_factory=dict)
+    reconcile: dict[tuple[str, str], KV] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
 
 
@@ -58,6 +62,11 @@ def parse(snap: Snapshot, keys: Keyspace) -> Parsed:
             parsed.dependents[parts[0]][parts[1]] = kv
         elif section == "index":
             parsed.identity[key] = kv
+        elif section == "effects":
+            parsed.effects[rest] = kv
+        elif section in ("open-effects", "reconcile") and len(parts) == 2:
+            index = parsed.open_effects if section == "open-effects" else parsed.reconcile
+            index[(parts[0], parts[1])] = kv
     return parsed
 
 

@@ -13,8 +13,10 @@ from click.testing import CliRunner, Result
 from coordinator.cli import main
 from coordinator.cli.doctor import apply_repair, diagnose
 from coordinator.doctor import Guard, Problem, Repair, Write
+from coordinator.domain.digests import digest_of
+from coordinator.domain.effects import EffectState
 from coordinator.domain.records import ResultRecord, TaskRecord, decode, encode
-from coordinator.domain.states import TaskState
+from coordinator.domain.states import Outcome, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import Store
 from tests.helpers import eventually
@@ -282,3 +284,38 @@ def test_a_waiting_task_of_a_cancelled_upstream_left_beyond_the_window(
     assert "upstream that will never be DONE (up (CANCELLED))" in doctor.run().output
     store.releaser.scan()  # a replica comes back and does its job
     assert doctor.problems() == []
+
+
+def test_effect_indexes_missing_and_orphaned_are_repaired_from_the_effect_record(
+    doctor: Doctor, store: Store, etcd_client: Any
+) -> None:
+    keys = store.ctx.keys
+    create(store, "t")
+    fence = claim(store, "t")
+    prepared = store.effects.prepare(
+        fence, principal="w1", node_id="n", effect_slot="mail", payload_digest=digest_of(b"x")
+    )
+    assert prepared.effect is not None
+    eid = prepared.effect.effect_id
+    recorded = store.effects.record(
+        fence, principal="w1", effect_id=eid, state=EffectState.UNKNOWN, external_ref="", etag=""
+    )
+    assert recorded.verdict.outcome is Outcome.OK
+    reconcile_value = etcd_client.get(keys.reconcile("t", eid))[0]
+    assert reconcile_value is not None and doctor.problems() == []
+    etcd_client.delete(keys.open_effect("t", eid))
+    etcd_client.delete(keys.reconcile("t", eid))
+    etcd_client.put(keys.open_effect("t", "eff-gone"), b"")  # names no effect
+    etcd_client.put(keys.reconcile("t", "eff-gone"), reconcile_value)
+    assert sorted(doctor.problems()) == [
+        (Problem.OPEN_EFFECT_INDEX_MISSING.value, "t", True),
+        (Problem.OPEN_EFFECT_INDEX_ORPHAN.value, "t", True),
+        (Problem.RECONCILE_INDEX_MISSING.value, "t", True),
+        (Problem.RECONCILE_INDEX_ORPHAN.value, "t", True),
+    ]
+    result = doctor.run("--repair")
+    assert result.exit_code == 0, result.output
+    assert result.output.count("  repaired: ") == 4
+    assert doctor.problems() == []
+    assert etcd_client.get(keys.reconcile("t", eid))[0] == reconcile_value
+    assert etcd_client.get(keys.open_effect("t", "eff-gone"))[0] is None
