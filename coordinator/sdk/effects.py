@@ -275,6 +275,7 @@ class _Slot:
     node_id: str
     effect_slot: str
     downstream: Downstream
+    reconcile_principal: str = ""  # who owns the reconciliation if the send ends UNKNOWN
     effect_id: str = ""
     bound_digest: str = ""
     conflict: bool = False
@@ -292,10 +293,16 @@ class _Slot:
 
 
 def run_effect(
-    job: Job, node_id: str, effect_slot: str, payload: bytes, downstream: Downstream
+    job: Job,
+    node_id: str,
+    effect_slot: str,
+    payload: bytes,
+    downstream: Downstream,
+    *,
+    reconcile_principal: str = "",
 ) -> EffectOutcome:
     """Run the whole protocol for one slot (see the module doc); at most one send."""
-    slot = _Slot(job, node_id, effect_slot, downstream)
+    slot = _Slot(job, node_id, effect_slot, downstream, reconcile_principal)
     digest = digest_of(payload)
     for _ in range(_ROUNDS):
         prepared = _prepare(slot, digest)
@@ -413,6 +420,7 @@ def _record(
         state=types_pb2.EffectState.ValueType(int(state)),
         external_ref=result.external_ref if result else "",
         etag=result.etag if result else "",
+        reconcile_principal=slot.reconcile_principal if state is EffectState.UNKNOWN else "",
     )
     return job._rpc.call(job._rpc.worker.RecordEffect, request)
 

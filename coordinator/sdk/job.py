@@ -260,15 +260,31 @@ class Job:
         return answer
 
     def effect(
-        self, node_id: str, effect_slot: str, payload: bytes, downstream: Downstream
+        self,
+        node_id: str,
+        effect_slot: str,
+        payload: bytes,
+        downstream: Downstream,
+        *,
+        reconcile_principal: str = "",
     ) -> EffectOutcome:
         """Perform the side effect of one slot at most once across every attempt of the task
         revision: prepare, then execute / skip / reconcile, then record (sdk/effects.py).
 
+        If the send's outcome is unknown, the reconciliation it opens is owned by this job's
+        worker, or by ``reconcile_principal`` (an operator, a reconciler service) if given: then
+        no later claim may take it over, only that principal or an admin resolves it.
         FENCED / CANCELLED / STALE_INPUT from the coordinator mark the job lost. Raises
         TransportError if the coordinator could not be reached (the effect stays uncertain).
         """
-        return run_effect(self, node_id, effect_slot, payload, downstream)
+        return run_effect(
+            self,
+            node_id,
+            effect_slot,
+            payload,
+            downstream,
+            reconcile_principal=reconcile_principal,
+        )
 
     def run(
         self,

@@ -83,3 +83,23 @@ def test_uncertain_then_one_takeover_then_reconciling_until_the_owner_resolves(
             assert (skipped.status, skipped.external_ref) == (EffectStatus.SKIPPED, "msg-1")
             assert job_c.commit(b"done").committed
     assert down.sends == 1
+
+
+def test_a_named_reconcile_principal_owns_it_and_no_claim_takes_it_over(
+    etcd: EtcdProcess, prefix: str
+) -> None:
+    down = LostAnswers()
+    with served(etcd.endpoint, prefix) as coord:
+        coord.store.tasks.create(TaskSpec(task_id="t1", queue="q", input=b"in"), by="pm")
+        with coord.client("A") as a, coord.client("B") as b:
+            job_a = a.claim("t1", ttl=TTL)
+            assert isinstance(job_a, Job)
+            lost = job_a.effect("notify", "email", b"hello", down, reconcile_principal="mail-ops")
+            assert lost.status is EffectStatus.UNCERTAIN
+            info = a.get_effect(lost.effect_id)
+            assert (info.reconcile_owner, info.reconcile_open) == ("mail-ops", True)
+            job_a.release()
+            refused = b.claim("t1", ttl=TTL)  # a named owner allows no takeover
+            assert isinstance(refused, ClaimRefused)
+            assert refused.outcome is Outcome.RECONCILING and "'mail-ops'" in refused.message
+            assert down.sends == 1
