@@ -14,23 +14,22 @@ from coordinator import metrics
 from coordinator.domain.decisions import Fence, Verdict, clamp_ttl, decide_claim
 from coordinator.domain.keys import task_id_from_ready_key
 from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode
-from coordinator.domain.states import AttemptEnd, Op, Outcome, TaskState
+from coordinator.domain.states import Op, Outcome, TaskState
 from coordinator.errors import NotFound
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.context import (
     StoreContext,
-    attempt_from_kv,
     epoch_from_kv,
     new_attempt_id,
     task_from_kv,
 )
 from coordinator.store.effects import hold_for_approval
-from coordinator.store.etcd import KV, RequestOp, create_revision_is, get, get_prefix, put
+from coordinator.store.etcd import KV, create_revision_is, get, get_prefix, put
 from coordinator.store.fence import epoch_is
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.reconcile import ReconcileStore
-from coordinator.store.transition import transition, transition_ops
+from coordinator.store.transition import close_expired_attempt, transition, transition_ops
 from coordinator.store.types import ClaimResult
 
 # ClaimNext picks at random among this many ready keys, so that concurrent workers do not all
@@ -90,9 +89,7 @@ class ClaimStore:
         gated = self._reconcile.claim_gate(task, reconciling, by=principal, epoch=epoch)
         if gated is not None:
             return ClaimResult(gated, task=task)
-        held = hold_for_approval(
-            ctx, task, by=principal, epoch=epoch, close_previous=self._expire_previous
-        )
+        held = hold_for_approval(ctx, task, by=principal, epoch=epoch)
         if held is not None:  # non-replayable, and an earlier attempt left an effect uncertain
             if task.state is TaskState.READY:
                 self._ready.discard(keys.ready(task.queue, task.priority, task.ready_seq, task_id))
@@ -146,7 +143,7 @@ class ClaimStore:
             put(keys.claim(task_id), encode(claim), lease=lease_id),
             put(keys.attempt(task_id, attempt_id), encode(attempt)),
         ]
-        ops += self._expire_previous(task, now)
+        ops += close_expired_attempt(ctx, task, now)
         result = ctx.kv.txn(compares, ops)
         if not result.succeeded:
             ctx.kv.revoke(lease_id)
@@ -229,15 +226,3 @@ class ClaimStore:
         a claim (the reclaimer moved it to READY meanwhile, say) and it is still claimable."""
         _, verdict, _ = self._decide(task_id, epoch, expected_state_version)
         return None if verdict.accepted else verdict
-
-    def _expire_previous(self, task: TaskRecord, now: float) -> list[RequestOp]:
-        """Close the attempt whose lease expired, when claiming over it."""
-        if task.state is not TaskState.CLAIMED or not task.attempt_id:
-            return []
-        key = self._ctx.keys.attempt(task.task_id, task.attempt_id)
-        kv = self._ctx.kv.get(key)
-        if kv is None:
-            return []
-        previous = attempt_from_kv(kv)
-        closed = replace(previous, end=AttemptEnd.EXPIRED, ended_at=now)
-        return [put(key, encode(closed))]

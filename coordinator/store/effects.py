@@ -18,7 +18,6 @@ store/reconcile.py), kept in step by ``effect_write_ops`` from the record's reco
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from coordinator import request_ids
@@ -55,7 +54,7 @@ from coordinator.store.etcd import (
 )
 from coordinator.store.fence import fence_compares
 from coordinator.store.ready_index import ReadyIndex
-from coordinator.store.transition import transition, transition_ops
+from coordinator.store.transition import close_expired_attempt, transition, transition_ops
 
 # A prepare or record whose txn lost only to a concurrent change of the same effect retries.
 _TRIES = 3
@@ -144,7 +143,6 @@ def hold_for_approval(
     *,
     by: str,
     epoch: int,
-    close_previous: Callable[[TaskRecord, float], list[RequestOp]],
 ) -> Verdict | None:
     """Park a non-replayable task instead of claiming it, if an earlier attempt left an effect
     uncertain: NEEDS_APPROVAL (written: the task leaves the ready index), else None.
@@ -172,7 +170,7 @@ def hold_for_approval(
         detail=verdict.message,
     )
     compares.append(create_revision_is(ctx.keys.claim(task.task_id), 0))
-    ops += close_previous(task, now)
+    ops += close_expired_attempt(ctx, task, now)
     if not ctx.kv.txn(compares, ops).succeeded:
         return None
     return verdict

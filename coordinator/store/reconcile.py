@@ -34,10 +34,10 @@ from coordinator.domain.reconcile import (
     escalation_detail,
     resolve_owned,
 )
-from coordinator.domain.records import TaskRecord, decode, encode
-from coordinator.domain.states import AttemptEnd, Op, Outcome, TaskState
+from coordinator.domain.records import TaskRecord, decode
+from coordinator.domain.states import Op, Outcome, TaskState
 from coordinator.errors import FailedPrecondition, NotFound
-from coordinator.store.context import StoreContext, attempt_from_kv, task_from_kv
+from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.effects import (
     effect_from_kv,
     effect_unchanged,
@@ -56,7 +56,7 @@ from coordinator.store.etcd import (
     put,
 )
 from coordinator.store.ready_index import ReadyIndex
-from coordinator.store.transition import transition, transition_ops
+from coordinator.store.transition import close_expired_attempt, transition, transition_ops
 
 log = structlog.get_logger(__name__)
 
@@ -186,7 +186,7 @@ class ReconcileStore:
                 detail=escalation_detail(current),
             )
             compares += [*more, create_revision_is(keys.claim(task.task_id), 0)]
-            ops += writes + self._end_attempt(task, now)
+            ops += writes + close_expired_attempt(ctx, task, now)
         else:
             compares.append(mod_revision_is(keys.task(task.task_id), task.state_version))
         if not ctx.kv.txn(compares, ops).succeeded:
@@ -206,17 +206,6 @@ class ReconcileStore:
             by=by,
         )
         return True
-
-    def _end_attempt(self, task: TaskRecord, now: float) -> list[RequestOp]:
-        """Close the attempt whose claim ended (CLAIMED, claim key gone) as EXPIRED."""
-        if task.state is not TaskState.CLAIMED or not task.attempt_id:
-            return []
-        key = self._ctx.keys.attempt(task.task_id, task.attempt_id)
-        kv = self._ctx.kv.get(key)
-        if kv is None:
-            return []
-        closed = replace(attempt_from_kv(kv), end=AttemptEnd.EXPIRED, ended_at=now)
-        return [put(key, encode(closed))]
 
     # --- ResolveEffect -----------------------------------------------------------------------
 

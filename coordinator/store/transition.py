@@ -12,8 +12,8 @@ from typing import Any
 
 from coordinator import request_ids
 from coordinator.domain.records import EventRecord, TaskRecord, encode
-from coordinator.domain.states import Op, TaskState, next_state
-from coordinator.store.context import StoreContext
+from coordinator.domain.states import AttemptEnd, Op, TaskState, next_state
+from coordinator.store.context import StoreContext, attempt_from_kv
 from coordinator.store.etcd import (
     Compare,
     RequestOp,
@@ -105,3 +105,16 @@ def _ready_key(ctx: StoreContext, task: TaskRecord) -> str | None:
     if task.state is not TaskState.READY:
         return None
     return ctx.keys.ready(task.queue, task.priority, task.ready_seq, task.task_id)
+
+
+def close_expired_attempt(ctx: StoreContext, task: TaskRecord, now: float) -> list[RequestOp]:
+    """The op closing the attempt of a CLAIMED task whose claim key is gone (EXPIRED), for a
+    transition that takes the task over (a claim, a hold for approval, an escalation)."""
+    if task.state is not TaskState.CLAIMED or not task.attempt_id:
+        return []
+    key = ctx.keys.attempt(task.task_id, task.attempt_id)
+    kv = ctx.kv.get(key)
+    if kv is None:
+        return []
+    closed = replace(attempt_from_kv(kv), end=AttemptEnd.EXPIRED, ended_at=now)
+    return [put(key, encode(closed))]
