@@ -12,7 +12,6 @@ import contextlib
 import functools
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from typing import Self
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from coordinator.etcd_process import free_port
+from coordinator.etcd_process import free_port, terminate_group
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -222,15 +221,8 @@ class CoordinatorProcess:
 
     def stop(self) -> None:
         """SIGTERM (graceful), then SIGKILL after 10 s."""
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-                return
+        if self._proc is not None:
+            terminate_group(self._proc, 10.0)
 
     def __enter__(self) -> Self:
         return self.start()

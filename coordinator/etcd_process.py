@@ -93,13 +93,14 @@ def _log_tail(path: Path, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """SIGTERM the process group, then SIGKILL it if it has not exited within ``timeout``."""
+def terminate_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM the process group of ``proc`` (a process started in its own session, as etcd
+    is here), then SIGKILL it if it has not exited within ``timeout``."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         if proc.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):
-            # etcd leads its own session, so its pgid is its pid; this also reaches any child.
+            # The leader of its own session: its pgid is its pid; this also reaches any child.
             os.killpg(proc.pid, sig)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=timeout)
@@ -108,7 +109,7 @@ def _terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
 
 def _reap(proc: subprocess.Popen[bytes], scratch: Path | None) -> None:
     """Last-resort cleanup run by weakref.finalize (also at interpreter exit)."""
-    _terminate(proc, 5.0)
+    terminate_group(proc, 5.0)
     if scratch is not None:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -289,7 +290,7 @@ class EtcdProcess:
             self._finalizer.detach()
             self._finalizer = None
         if self._proc is not None:
-            _terminate(self._proc, timeout)
+            terminate_group(self._proc, timeout)
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
