@@ -39,7 +39,6 @@ from coordinator.store.context import (
     task_from_kv,
 )
 from coordinator.store.etcd import (
-    Compare,
     create_revision_is,
     delete,
     get,
@@ -128,7 +127,7 @@ class AcceptancePoints:
             if ttl <= 0:  # the lease went away after our txn: ask the keyspace why
                 return RenewResult(self.diagnose(fence))
             now = ctx.clock.now()
-            self._observe(AcceptancePoint.RENEW, compares, fence)
+            coverage.observe_fence(AcceptancePoint.RENEW, compares, self._ctx.keys, fence)
             return RenewResult(
                 verdict, ttl=ttl, lease_expires_at=now + ttl, deadline=claim.deadline
             )
@@ -144,7 +143,7 @@ class AcceptancePoints:
             return verdict
         compares = fence_compares(self._ctx.keys, fence)
         if self._ctx.kv.txn(compares).succeeded:
-            self._observe(AcceptancePoint.AUTHORIZE, compares, fence)
+            coverage.observe_fence(AcceptancePoint.AUTHORIZE, compares, self._ctx.keys, fence)
             return verdict
         return self.diagnose(fence)
 
@@ -245,7 +244,7 @@ class AcceptancePoints:
                 return CommitResult(verdict, view.result.commit_id, view.task.state)
             return self._refused(view, verdict if not verdict.accepted else self.diagnose(fence))
         ctx.kv.revoke(task.lease_id)
-        self._observe(AcceptancePoint.COMMIT, compares, fence)
+        coverage.observe_fence(AcceptancePoint.COMMIT, compares, self._ctx.keys, fence)
         metrics.observe_attempts(task.attempt)
         if task.ready_at:
             metrics.observe_ready_to_commit(now - task.ready_at)
@@ -285,7 +284,7 @@ class AcceptancePoints:
         if not ctx.kv.txn(compares, ops).succeeded:
             return self.diagnose(fence)
         ctx.kv.revoke(task.lease_id)
-        self._observe(AcceptancePoint.RELEASE, compares, fence)
+        coverage.observe_fence(AcceptancePoint.RELEASE, compares, self._ctx.keys, fence)
         self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, after.task_id))
         return verdict
 
@@ -309,17 +308,6 @@ class AcceptancePoints:
                 verdict.reason, wasted_seconds=self._ctx.clock.now() - since
             )
         return CommitResult(verdict)
-
-    def _observe(self, point: AcceptancePoint, compares: list[Compare], fence: Fence) -> None:
-        """Count an accepted operation for fence-check coverage (coordinator.metrics)."""
-        coverage.observe(
-            point,
-            compares,
-            self._ctx.keys,
-            task_id=fence.task_id,
-            epoch=fence.scheduler_epoch,
-            generation=fence.claim_generation,
-        )
 
     @staticmethod
     def _closed(view: FenceView, end: AttemptEnd, now: float) -> AttemptRecord:

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 
 from etcd3 import etcdrpc
 
+from coordinator.domain.decisions import Fence
 from coordinator.domain.keys import Keyspace
 from coordinator.metrics import AcceptancePoint, count_acceptance
 from coordinator.store.etcd import Compare
@@ -41,6 +42,20 @@ def observe(
         validated=fence_validated(
             list(compares), keys, task_id=task_id, epoch=epoch, generation=generation
         ),
+    )
+
+
+def observe_fence(
+    point: AcceptancePoint, compares: Iterable[Compare], keys: Keyspace, fence: Fence
+) -> None:
+    """``observe`` for an acceptance point of a held claim: the fence names what to look for."""
+    observe(
+        point,
+        compares,
+        keys,
+        task_id=fence.task_id,
+        epoch=fence.scheduler_epoch,
+        generation=fence.claim_generation,
     )
 
 

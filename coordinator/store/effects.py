@@ -228,7 +228,7 @@ class EffectStore:
             ops = effect_write_ops(ctx, existing, decision.write) if decision.write else []
             result = ctx.kv.txn(compares, ops)
             if result.succeeded:
-                self._observe(AcceptancePoint.PREPARE, compares, fence)
+                coverage.observe_fence(AcceptancePoint.PREPARE, compares, self._ctx.keys, fence)
                 effect = decision.write or decision.effect
                 if decision.write is not None:
                     effect = _at(effect, result.revision)
@@ -300,7 +300,7 @@ class EffectStore:
             ops = effect_write_ops(ctx, existing, after) if after is not None else []
             result = ctx.kv.txn(compares, ops)
             if result.succeeded:
-                self._observe(AcceptancePoint.RECORD, compares, fence)
+                coverage.observe_fence(AcceptancePoint.RECORD, compares, self._ctx.keys, fence)
                 return RecordResult(verdict, _at(after, result.revision) if after else existing)
         return RecordResult(self._points.diagnose(fence))
 
@@ -348,16 +348,6 @@ class EffectStore:
         eid = effect_id(request.task_id, request.revision, request.node_id, request.effect_slot)
         kv = self._ctx.kv.get(self._ctx.keys.effect(eid))
         return effect_from_kv(kv) if kv is not None else None
-
-    def _observe(self, point: AcceptancePoint, compares: list[Compare], fence: Fence) -> None:
-        coverage.observe(
-            point,
-            compares,
-            self._ctx.keys,
-            task_id=fence.task_id,
-            epoch=fence.scheduler_epoch,
-            generation=fence.claim_generation,
-        )
 
 
 def _at(effect: EffectRecord, revision: int) -> EffectRecord:

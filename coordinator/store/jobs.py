@@ -28,7 +28,7 @@ from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.context import StoreContext, epoch_from_kv
-from coordinator.store.etcd import KV, Compare, create_revision_is, get, mod_revision_is, put
+from coordinator.store.etcd import KV, create_revision_is, get, mod_revision_is, put
 from coordinator.store.fence import fence_compares
 
 # A finish whose CAS lost to another finish of the same job reads again (and then finds it
@@ -119,7 +119,7 @@ class JobStore:
         ops = [put(key, encode(record)), put(index, fence.task_id.encode())]
         txn = ctx.kv.txn(compares, ops, failure=[get(key), get(index)])
         if txn.succeeded:
-            self._observe(compares, fence)
+            coverage.observe_fence(AcceptancePoint.START_JOB, compares, keys, fence)
             return StartJobResult(verdict, replace(record, mod_revision=txn.revision))
         existing_kv, index_kv = txn.range_one(0), txn.range_one(1)
         if existing_kv is not None:
@@ -197,17 +197,6 @@ class JobStore:
                 claim_kv, task_kv = snap.range_one(2 + 3 * n), snap.range_one(3 + 3 * n)
                 found.append(JobStatus(job, _current(job, claim_kv, task_kv, epoch)))
         return found
-
-    def _observe(self, compares: list[Compare], fence: Fence) -> None:
-        """Count an accepted start for fence-check coverage (coordinator.metrics)."""
-        coverage.observe(
-            AcceptancePoint.START_JOB,
-            compares,
-            self._ctx.keys,
-            task_id=fence.task_id,
-            epoch=fence.scheduler_epoch,
-            generation=fence.claim_generation,
-        )
 
 
 def _current(job: JobRecord, claim: KV | None, task: KV | None, epoch: int) -> bool:
