@@ -87,6 +87,15 @@ class JobRecord:
         return self.state in TERMINAL_JOB_STATES
 
 
+@dataclass(frozen=True)
+class JobStatus:
+    """A job record and whether its attempt still holds the claim (ListJobs compares the
+    job's fence with the claim key, the task key and the epoch, server-side)."""
+
+    job: JobRecord
+    current: bool
+
+
 def can_change(before: JobState, after: JobState) -> bool:
     """Whether a record in ``before`` may be rewritten to ``after``."""
     return after in JOB_TRANSITIONS[before]

@@ -25,7 +25,13 @@ from datetime import timedelta
 
 import structlog
 
-from coordinator.domain.jobs import JobRecord, JobState, RediscoverAction, decide_rediscover
+from coordinator.domain.jobs import (
+    JobRecord,
+    JobState,
+    JobStatus,
+    RediscoverAction,
+    decide_rediscover,
+)
 from coordinator.sdk import _proc
 from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.job import Job, LostCallback
@@ -43,12 +49,8 @@ from coordinator.v1 import worker_pb2
 log = structlog.get_logger(__name__)
 
 
-@dataclass(frozen=True)
-class ListedJob:
-    """A job record and whether its attempt still holds the claim (compared by the server)."""
-
-    job: JobRecord
-    current: bool
+ListedJob = JobStatus
+"""A job record and whether its attempt still holds the claim (compared by the server)."""
 
 
 @dataclass(frozen=True)

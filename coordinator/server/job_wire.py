@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from coordinator.domain import jobs as domain
 from coordinator.domain import validation
-from coordinator.domain.jobs import JobRecord, JobState
+from coordinator.domain.jobs import JobRecord, JobState, JobStatus
 from coordinator.domain.roles import check_principal
 from coordinator.domain.states import Outcome
 from coordinator.errors import InvalidArgument
 from coordinator.server import convert, validate
-from coordinator.store.jobs import FinishJobResult, JobSpec, JobStatus, StartJobResult
+from coordinator.store.jobs import FinishJobResult, JobSpec, StartJobResult
 from coordinator.v1 import worker_pb2
 
 # --- requests --------------------------------------------------------------------------------

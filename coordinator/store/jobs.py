@@ -20,7 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from coordinator.domain.decisions import Fence, Verdict, check_fence, check_owner
-from coordinator.domain.jobs import FinishVerdict, JobRecord, JobState, decide_finish, same_start
+from coordinator.domain.jobs import (
+    FinishVerdict,
+    JobRecord,
+    JobState,
+    JobStatus,
+    decide_finish,
+    same_start,
+)
 from coordinator.domain.records import decode, encode
 from coordinator.domain.states import Outcome
 from coordinator.errors import AlreadyExists, NotFound, PermissionDenied, StoreUnavailable
@@ -64,14 +71,6 @@ class FinishJobResult:
 
     job: JobRecord
     recorded: bool
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    """A job record and whether its attempt still holds the claim."""
-
-    job: JobRecord
-    current: bool
 
 
 def job_from_kv(kv: KV) -> JobRecord:
