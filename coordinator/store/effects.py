@@ -54,7 +54,11 @@ from coordinator.store.etcd import (
 )
 from coordinator.store.fence import fence_compares
 from coordinator.store.ready_index import ReadyIndex
-from coordinator.store.transition import close_expired_attempt, transition, transition_ops
+from coordinator.store.transition import (
+    claimless_move,
+    transition,
+    transition_ops,
+)
 
 # A prepare or record whose txn lost only to a concurrent change of the same effect retries.
 _TRIES = 3
@@ -156,22 +160,10 @@ def hold_for_approval(
     verdict = decide_hold(task, open_effects(ctx, task.task_id))
     if verdict is None:
         return None
-    now = ctx.clock.now()
-    after = transition(task, Op.HOLD_FOR_APPROVAL, now, lease_id=0)
-    compares, ops = transition_ops(
-        ctx,
-        task,
-        after,
-        Op.HOLD_FOR_APPROVAL,
-        by=by,
-        attempt_id=task.attempt_id,
-        generation=task.claim_generation,
-        epoch=epoch,
-        detail=verdict.message,
+    move = claimless_move(
+        ctx, task, Op.HOLD_FOR_APPROVAL, ctx.clock.now(), by=by, epoch=epoch, detail=verdict.message
     )
-    compares.append(create_revision_is(ctx.keys.claim(task.task_id), 0))
-    ops += close_expired_attempt(ctx, task, now)
-    if not ctx.kv.txn(compares, ops).succeeded:
+    if not ctx.kv.txn(move.compares, move.ops).succeeded:
         return None
     return verdict
 

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import replace
 
 import structlog
 
 from coordinator import metrics
-from coordinator.domain.records import encode
-from coordinator.domain.states import AttemptEnd, Op, TaskState
-from coordinator.store.context import StoreContext, attempt_from_kv, task_from_kv
-from coordinator.store.etcd import create_revision_is, get, put
+from coordinator.domain.states import Op, TaskState
+from coordinator.store.context import StoreContext, task_from_kv
+from coordinator.store.etcd import get
 from coordinator.store.ready_index import ReadyIndex
-from coordinator.store.transition import transition, transition_ops
+from coordinator.store.transition import claimless_move
 from coordinator.store.watch import WatchEvent
 from coordinator.store.watch_loop import WatchScanLoop
 
@@ -74,27 +72,18 @@ class Reclaimer(WatchScanLoop):
         task = task_from_kv(task_kv)
         if task.state is not TaskState.CLAIMED:
             return False
-        now = ctx.clock.now()
-        after = transition(task, Op.RECLAIM, now, lease_id=0)
-        compares, ops = transition_ops(
+        move = claimless_move(
             ctx,
             task,
-            after,
             Op.RECLAIM,
+            ctx.clock.now(),
             by=RECLAIMER,
-            attempt_id=task.attempt_id,
-            generation=task.claim_generation,
             epoch=task.scheduler_epoch,
             detail="lease expired",
         )
-        compares.append(create_revision_is(keys.claim(task_id), 0))
-        attempt_kv = ctx.kv.get(keys.attempt(task_id, task.attempt_id))
-        closed = None
-        if attempt_kv is not None:
-            closed = replace(attempt_from_kv(attempt_kv), end=AttemptEnd.EXPIRED, ended_at=now)
-            ops.append(put(keys.attempt(task_id, task.attempt_id), encode(closed)))
-        if not ctx.kv.txn(compares, ops).succeeded:
+        if not ctx.kv.txn(move.compares, move.ops).succeeded:
             return False
+        after, closed = move.after, move.closed
         if deleted_at is not None:  # seen by the watch (a scan cannot tell when it expired)
             metrics.observe_reclaim(time.monotonic() - deleted_at)
         if closed is not None:

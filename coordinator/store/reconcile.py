@@ -56,7 +56,9 @@ from coordinator.store.etcd import (
     put,
 )
 from coordinator.store.ready_index import ReadyIndex
-from coordinator.store.transition import close_expired_attempt, transition, transition_ops
+from coordinator.store.transition import (
+    claimless_move,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -173,20 +175,17 @@ class ReconcileStore:
         current = [e for e in still_open if e.task_revision == task.revision]
         moves = bool(current) and task.state in _MOVABLE
         if moves:
-            after = transition(task, Op.ESCALATE_RECONCILE, now, lease_id=0)
-            more, writes = transition_ops(
+            move = claimless_move(
                 ctx,
                 task,
-                after,
                 Op.ESCALATE_RECONCILE,
+                now,
                 by=by,
-                attempt_id=task.attempt_id,
-                generation=task.claim_generation,
                 epoch=epoch,
                 detail=escalation_detail(current),
             )
-            compares += [*more, create_revision_is(keys.claim(task.task_id), 0)]
-            ops += writes + close_expired_attempt(ctx, task, now)
+            compares += move.compares
+            ops += move.ops
         else:
             compares.append(mod_revision_is(keys.task(task.task_id), task.state_version))
         if not ctx.kv.txn(compares, ops).succeeded:

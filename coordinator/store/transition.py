@@ -7,11 +7,11 @@ index, the claimed index, the waiting index and the event log in step with the r
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from coordinator import request_ids
-from coordinator.domain.records import EventRecord, TaskRecord, encode
+from coordinator.domain.records import AttemptRecord, EventRecord, TaskRecord, encode
 from coordinator.domain.states import AttemptEnd, Op, TaskState, next_state
 from coordinator.store.context import StoreContext, attempt_from_kv
 from coordinator.store.etcd import (
@@ -107,14 +107,57 @@ def _ready_key(ctx: StoreContext, task: TaskRecord) -> str | None:
     return ctx.keys.ready(task.queue, task.priority, task.ready_seq, task.task_id)
 
 
+@dataclass(frozen=True)
+class ClaimlessMove:
+    """A transition of a task nobody holds (READY, or CLAIMED with its claim key gone): the
+    record after it, the txn's compares and ops, and the attempt it closes as EXPIRED."""
+
+    after: TaskRecord
+    compares: list[Compare]
+    ops: list[RequestOp]
+    closed: AttemptRecord | None
+
+
+def claimless_move(
+    ctx: StoreContext, task: TaskRecord, op: Op, now: float, *, by: str, epoch: int, detail: str
+) -> ClaimlessMove:
+    """``op`` on a task nobody holds (the reclaim, a hold for approval, a reconcile escalation):
+    the transition, a compare that no claim key exists (a new claim in between aborts it), and
+    the close of the attempt whose claim ended."""
+    after = transition(task, op, now, lease_id=0)
+    compares, ops = transition_ops(
+        ctx,
+        task,
+        after,
+        op,
+        by=by,
+        attempt_id=task.attempt_id,
+        generation=task.claim_generation,
+        epoch=epoch,
+        detail=detail,
+    )
+    compares.append(create_revision_is(ctx.keys.claim(task.task_id), 0))
+    closed = expired_attempt(ctx, task, now)
+    if closed is not None:
+        ops.append(put(ctx.keys.attempt(task.task_id, task.attempt_id), encode(closed)))
+    return ClaimlessMove(after, compares, ops, closed)
+
+
 def close_expired_attempt(ctx: StoreContext, task: TaskRecord, now: float) -> list[RequestOp]:
     """The op closing the attempt of a CLAIMED task whose claim key is gone (EXPIRED), for a
-    transition that takes the task over (a claim, a hold for approval, an escalation)."""
+    claim that takes the task over."""
+    closed = expired_attempt(ctx, task, now)
+    if closed is None:
+        return []
+    return [put(ctx.keys.attempt(task.task_id, task.attempt_id), encode(closed))]
+
+
+def expired_attempt(ctx: StoreContext, task: TaskRecord, now: float) -> AttemptRecord | None:
+    """The attempt of a CLAIMED task whose claim key is gone, closed as EXPIRED (None if the
+    task is not CLAIMED or the attempt record is missing)."""
     if task.state is not TaskState.CLAIMED or not task.attempt_id:
-        return []
-    key = ctx.keys.attempt(task.task_id, task.attempt_id)
-    kv = ctx.kv.get(key)
+        return None
+    kv = ctx.kv.get(ctx.keys.attempt(task.task_id, task.attempt_id))
     if kv is None:
-        return []
-    closed = replace(attempt_from_kv(kv), end=AttemptEnd.EXPIRED, ended_at=now)
-    return [put(key, encode(closed))]
+        return None
+    return replace(attempt_from_kv(kv), end=AttemptEnd.EXPIRED, ended_at=now)
