@@ -18,6 +18,7 @@ import grpc
 from etcd3 import etcdrpc, utils
 
 from coordinator.errors import CoordinatorError, StoreUnavailable
+from coordinator.store.group_commit import GroupCommit
 from coordinator.store.watch import PrefixWatch, WatchEvent
 
 Compare = Any  # etcdrpc.Compare (generated, untyped)
@@ -130,6 +131,8 @@ class EtcdKV:
     def __init__(self, client: Any, *, timeout: float = 5.0) -> None:
         self._client = client
         self._timeout = timeout
+        # Concurrent txns of this process share round trips (store/group_commit.py).
+        self._batcher = GroupCommit(self._send_txn)
 
     @classmethod
     def connect(
@@ -185,11 +188,12 @@ class EtcdKV:
         request = etcdrpc.TxnRequest(
             compare=list(compare), success=list(success), failure=list(failure)
         )
-        response = self._call(
+        outcome = self._batcher.txn(request)
+        return TxnResult(outcome.succeeded, outcome.revision, outcome.responses)
+
+    def _send_txn(self, request: Any) -> Any:
+        return self._call(
             "txn", lambda: self._client.kvstub.Txn(request, self._timeout, **self._auth())
-        )
-        return TxnResult(
-            bool(response.succeeded), int(response.header.revision), list(response.responses)
         )
 
     def read(self, *ops: RequestOp) -> TxnResult:

@@ -1,0 +1,285 @@
+"""Group commit: the concurrent transactions of one replica share one etcd round trip.
+
+Under load, many handler threads each send a small txn (a claim, a commit, a fenced read).
+etcd (>= 3.3) accepts a txn whose success branch holds other txns, applies it as one raft entry
+at one revision, and evaluates the compares of every nested txn against the state *before* any
+of them applies. So a batch behaves exactly as if its txns ran alone one after another, as long
+as no txn in it writes a key that another one compares, reads or writes: the batcher admits a
+txn into a batch only then, and the rest wait for the next round. Every txn of a batch therefore
+sees the state it would have seen alone, and the revision it reports (the batch's) is the
+revision of the state it saw: the claim generation stays the revision of the claim's own write.
+
+Leader/follower, no timer: a thread that finds fewer than ``max_in_flight`` batches on the wire
+sends a batch itself (at low load: its own txn, alone, with no hand-off); the others wait on
+their own event and are answered by the leader that carried their txn. A batch etcd refuses
+(an operator's lower ``--max-txn-ops``, a request too large) is retried one txn at a time, so a
+refusal reaches only the txn that caused it.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left, insort
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from etcd3 import etcdrpc
+
+from coordinator.errors import CoordinatorError, StoreUnavailable
+
+TxnRequest = Any  # etcdrpc.TxnRequest (generated, untyped)
+TxnResponse = Any  # etcdrpc.TxnResponse
+
+MAX_TXN_OPS = 128
+"""etcd's default ``--max-txn-ops``: the operations of one branch, where a nested txn's branches
+get what its parent's branch leaves (``checkTxnRequest``)."""
+MAX_BATCH = 32
+"""Txns per batch; with an inner txn of at most MAX_TXN_OPS - MAX_BATCH operations."""
+MAX_BATCH_BYTES = 1 << 20
+"""Below etcd's default ``--max-request-bytes`` (1.5 MiB)."""
+
+_INFINITY = b"\xff" * 64  # above every key the coordinator writes; stands for range_end "\0"
+
+
+@dataclass(frozen=True)
+class TxnOutcome:
+    """One txn's answer out of a batch."""
+
+    succeeded: bool
+    revision: int
+    responses: list[Any]
+
+
+@dataclass
+class _Pending:
+    """One caller's txn waiting for a batch."""
+
+    request: TxnRequest
+    footprint: _Footprint
+    done: threading.Event = field(default_factory=threading.Event)
+    lead: bool = False
+    outcome: TxnOutcome | None = None
+    error: CoordinatorError | None = None
+
+    @property
+    def answered(self) -> bool:
+        return self.outcome is not None or self.error is not None
+
+    def answer(self, outcome: TxnOutcome | None, error: CoordinatorError | None) -> None:
+        self.outcome, self.error = outcome, error
+        self.done.set()
+
+
+@dataclass(frozen=True)
+class _Footprint:
+    """The keys a txn may read (compares and ranges) and write, as ``[start, end)`` intervals;
+    ``alone`` when it must not share a batch (it is large, or nests txns itself)."""
+
+    reads: tuple[tuple[bytes, bytes], ...]
+    writes: tuple[tuple[bytes, bytes], ...]
+    size: int
+    nbytes: int
+    alone: bool
+
+
+class _Batch:
+    """The txns chosen for one round trip and the keys they touch."""
+
+    def __init__(self) -> None:
+        self.items: list[_Pending] = []
+        self._read_points: list[bytes] = []  # sorted
+        self._write_points: list[bytes] = []  # sorted
+        self._read_ranges: list[tuple[bytes, bytes]] = []
+        self._write_ranges: list[tuple[bytes, bytes]] = []
+        self._largest = 0
+        self._bytes = 0
+
+    def admit(self, item: _Pending) -> bool:
+        """Add ``item`` if it conflicts with nothing already in the batch and fits."""
+        fp = item.footprint
+        if fp.alone:
+            if self.items:
+                return False
+            self.items.append(item)
+            return True
+        if self.items and (
+            self.items[0].footprint.alone
+            or len(self.items) + 1 + max(self._largest, fp.size) > MAX_TXN_OPS
+            or self._bytes + fp.nbytes > MAX_BATCH_BYTES
+        ):
+            return False
+        for start, end in fp.reads:
+            if _hits(self._write_points, start, end) or _crosses(self._write_ranges, start, end):
+                return False
+        for start, end in fp.writes:
+            if (
+                _hits(self._write_points, start, end)
+                or _hits(self._read_points, start, end)
+                or _crosses(self._write_ranges, start, end)
+                or _crosses(self._read_ranges, start, end)
+            ):
+                return False
+        self._add(fp.reads, self._read_points, self._read_ranges)
+        self._add(fp.writes, self._write_points, self._write_ranges)
+        self._largest = max(self._largest, fp.size)
+        self._bytes += fp.nbytes
+        self.items.append(item)
+        return True
+
+    @staticmethod
+    def _add(
+        spans: tuple[tuple[bytes, bytes], ...],
+        points: list[bytes],
+        ranges: list[tuple[bytes, bytes]],
+    ) -> None:
+        for start, end in spans:
+            if end == start + b"\0":
+                insort(points, start)
+            else:
+                ranges.append((start, end))
+
+
+class GroupCommit:
+    """Send txns for many threads, several per etcd round trip (see the module docstring)."""
+
+    def __init__(
+        self, send: Callable[[TxnRequest], TxnResponse], *, max_in_flight: int = 2
+    ) -> None:
+        self._send = send
+        self._max_in_flight = max_in_flight
+        self._lock = threading.Lock()
+        self._queue: list[_Pending] = []
+        self._in_flight = 0
+
+    def txn(self, request: TxnRequest) -> TxnOutcome:
+        """Run ``request`` (a TxnRequest) in some batch; its own outcome, or its error."""
+        item = _Pending(request, footprint(request))
+        with self._lock:
+            self._queue.append(item)
+            if self._in_flight < self._max_in_flight:
+                self._in_flight += 1
+                item.lead = True
+        if not item.lead:
+            item.done.wait()
+            # Woken either with its answer, or to lead (a leader handed over, see _lead).
+        if item.lead:
+            self._lead(item)
+        if item.error is not None:
+            raise item.error
+        assert item.outcome is not None
+        return item.outcome
+
+    def _lead(self, mine: _Pending) -> None:
+        """Send batches until ``mine`` is answered, then hand the lead to a waiting txn."""
+        try:
+            while True:
+                with self._lock:
+                    batch = self._take()
+                if batch.items:
+                    self._run(batch)
+                if mine.answered:
+                    break
+        finally:
+            with self._lock:
+                if self._queue:
+                    heir = self._queue[0]
+                    heir.lead = True
+                    heir.done.set()
+                else:
+                    self._in_flight -= 1
+
+    def _take(self) -> _Batch:
+        """The oldest txns that can share a batch (called with the lock held)."""
+        batch = _Batch()
+        kept: list[_Pending] = []
+        for item in self._queue:
+            if len(batch.items) >= MAX_BATCH or not batch.admit(item):
+                kept.append(item)
+        self._queue = kept
+        return batch
+
+    def _run(self, batch: _Batch) -> None:
+        try:
+            self._send_batch(batch.items)
+        except BaseException as exc:  # a bug or an interrupt: nobody may wait forever
+            for item in batch.items:
+                if not item.answered:
+                    item.answer(None, CoordinatorError(f"etcd txn not sent: {exc!r}"))
+            raise
+
+    def _send_batch(self, items: list[_Pending]) -> None:
+        if len(items) == 1:
+            self._run_alone(items[0])
+            return
+        request = etcdrpc.TxnRequest(
+            success=[etcdrpc.RequestOp(request_txn=item.request) for item in items]
+        )
+        try:
+            response = self._send(request)
+        except StoreUnavailable as exc:  # indefinite for every txn in it, as each alone would be
+            for item in items:
+                item.answer(None, exc)
+            return
+        except CoordinatorError:  # etcd refused the batch itself: let each txn speak for itself
+            for item in items:
+                self._run_alone(item)
+            return
+        revision = int(response.header.revision)
+        for item, op in zip(items, response.responses, strict=True):
+            inner = op.response_txn
+            item.answer(TxnOutcome(bool(inner.succeeded), revision, list(inner.responses)), None)
+
+    def _run_alone(self, item: _Pending) -> None:
+        try:
+            response = self._send(item.request)
+        except CoordinatorError as exc:
+            item.answer(None, exc)
+            return
+        item.answer(
+            TxnOutcome(
+                bool(response.succeeded), int(response.header.revision), list(response.responses)
+            ),
+            None,
+        )
+
+
+def footprint(request: TxnRequest) -> _Footprint:
+    """The keys ``request`` compares, reads and writes."""
+    reads: list[tuple[bytes, bytes]] = [_span(c.key, c.range_end) for c in request.compare]
+    writes: list[tuple[bytes, bytes]] = []
+    alone = False
+    for op in (*request.success, *request.failure):
+        kind = op.WhichOneof("request")
+        if kind == "request_put":
+            writes.append(_span(op.request_put.key, b""))
+        elif kind == "request_delete_range":
+            writes.append(_span(op.request_delete_range.key, op.request_delete_range.range_end))
+        elif kind == "request_range":
+            reads.append(_span(op.request_range.key, op.request_range.range_end))
+        else:  # a nested txn of its own
+            alone = True
+    size = max(len(request.compare), len(request.success), len(request.failure))
+    nbytes = request.ByteSize()
+    alone = alone or size > MAX_TXN_OPS - MAX_BATCH or nbytes > MAX_BATCH_BYTES // 2
+    return _Footprint(tuple(reads), tuple(writes), size, nbytes, alone)
+
+
+def _span(key: bytes, range_end: bytes) -> tuple[bytes, bytes]:
+    """etcd's key/range_end pair as a half-open interval."""
+    if not range_end:
+        return key, key + b"\0"
+    if range_end == b"\0":
+        return key, _INFINITY
+    return key, range_end
+
+
+def _hits(points: list[bytes], start: bytes, end: bytes) -> bool:
+    """Whether a sorted list of keys has one in ``[start, end)``."""
+    i = bisect_left(points, start)
+    return i < len(points) and points[i] < end
+
+
+def _crosses(ranges: list[tuple[bytes, bytes]], start: bytes, end: bytes) -> bool:
+    """Whether ``[start, end)`` overlaps any of ``ranges``."""
+    return any(start < r_end and r_start < end for r_start, r_end in ranges)

@@ -1,0 +1,229 @@
+"""Group commit: concurrent txns share etcd round trips, and a batch behaves exactly as its txns
+would one after another (store/group_commit.py)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from etcd3 import etcdrpc
+
+from coordinator.errors import CoordinatorError
+from coordinator.etcd_process import EtcdProcess
+from coordinator.store import EtcdKV
+from coordinator.store.etcd import create_revision_is, delete, get, get_prefix, put
+from coordinator.store.group_commit import GroupCommit, TxnOutcome, footprint
+from tests.helpers import eventually
+
+
+class _Wire:
+    """The batcher's send, counted, with the first round trip held until released."""
+
+    def __init__(self, kv: EtcdKV) -> None:
+        self._kv = kv
+        self.sent: list[int] = []  # txns per round trip (1: sent alone, not nested)
+        self.hold = threading.Event()
+        self.holding = threading.Event()
+
+    def send(self, request: Any) -> Any:
+        nested = [op for op in request.success if op.WhichOneof("request") == "request_txn"]
+        self.sent.append(len(nested) if nested and not request.compare else 1)
+        if len(self.sent) == 1:
+            self.holding.set()
+            self.hold.wait(10)
+        return self._kv._send_txn(request)
+
+
+@pytest.fixture
+def kv(etcd: EtcdProcess) -> Iterator[EtcdKV]:
+    client = EtcdKV.connect([etcd.endpoint])
+    yield client
+    client.close()
+
+
+def _request(compare: list[Any] = (), success: list[Any] = ()) -> Any:  # type: ignore[assignment]
+    return etcdrpc.TxnRequest(compare=list(compare), success=list(success))
+
+
+def _queued(batcher: GroupCommit, count: int) -> Callable[[], bool]:
+    return lambda: len(batcher._queue) == count
+
+
+def _submit(
+    batcher: GroupCommit, request: Any, into: dict[str, TxnOutcome | Exception], name: str
+) -> threading.Thread:
+    def run() -> None:
+        try:
+            into[name] = batcher.txn(request)
+        except Exception as exc:  # the test inspects it
+            into[name] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_concurrent_txns_share_one_round_trip_and_one_revision(kv: EtcdKV, prefix: str) -> None:
+    wire = _Wire(kv)
+    batcher = GroupCommit(wire.send, max_in_flight=1)
+    answers: dict[str, TxnOutcome | Exception] = {}
+    first = _submit(batcher, _request(success=[put(f"{prefix}/first", b"0")]), answers, "first")
+    assert wire.holding.wait(5)
+    threads = [
+        _submit(
+            batcher,
+            _request([create_revision_is(f"{prefix}/k{i}", 0)], [put(f"{prefix}/k{i}", b"v")]),
+            answers,
+            f"k{i}",
+        )
+        for i in range(20)
+    ]
+    eventually(_queued(batcher, 20), timeout=5)
+    wire.hold.set()
+    for thread in [first, *threads]:
+        thread.join(10)
+
+    assert wire.sent == [1, 20]  # the first alone, then all twenty in one nested txn
+    outcomes = [answers[f"k{i}"] for i in range(20)]
+    assert all(isinstance(o, TxnOutcome) and o.succeeded for o in outcomes)
+    revisions = {o.revision for o in outcomes if isinstance(o, TxnOutcome)}
+    assert len(revisions) == 1
+    (revision,) = revisions
+    assert [kv.get(f"{prefix}/k{i}").mod_revision for i in range(20)] == [revision] * 20  # type: ignore[union-attr]
+
+
+def test_a_txn_that_compares_a_key_written_earlier_in_the_round_waits_for_the_next(
+    kv: EtcdKV, prefix: str
+) -> None:
+    """etcd evaluates every nested compare before any nested write applies: were B batched
+    after A, B would see the key absent and succeed, which no serial order allows."""
+    wire = _Wire(kv)
+    batcher = GroupCommit(wire.send, max_in_flight=1)
+    answers: dict[str, TxnOutcome | Exception] = {}
+    blocker = _submit(batcher, _request(success=[put(f"{prefix}/x", b"0")]), answers, "x")
+    assert wire.holding.wait(5)
+    key = f"{prefix}/k"
+    a = _submit(batcher, _request(success=[put(key, b"a")]), answers, "a")
+    eventually(_queued(batcher, 1), timeout=5)
+    b = _submit(
+        batcher,
+        _request([create_revision_is(key, 0)], [put(f"{prefix}/b", b"b")]),
+        answers,
+        "b",
+    )
+    eventually(_queued(batcher, 2), timeout=5)
+    wire.hold.set()
+    for thread in (blocker, a, b):
+        thread.join(10)
+
+    assert wire.sent == [1, 1, 1]
+    a_out, b_out = answers["a"], answers["b"]
+    assert isinstance(a_out, TxnOutcome) and a_out.succeeded
+    assert isinstance(b_out, TxnOutcome) and not b_out.succeeded
+    assert b_out.revision == a_out.revision  # B read the state A left
+    assert kv.get(f"{prefix}/b") is None
+
+
+def test_a_batch_etcd_refuses_is_retried_txn_by_txn(kv: EtcdKV, prefix: str) -> None:
+    wire = _Wire(kv)
+    batcher = GroupCommit(wire.send, max_in_flight=1)
+    answers: dict[str, TxnOutcome | Exception] = {}
+    blocker = _submit(batcher, _request(success=[put(f"{prefix}/x", b"0")]), answers, "x")
+    assert wire.holding.wait(5)
+    good = _submit(batcher, _request(success=[put(f"{prefix}/good", b"1")]), answers, "good")
+    eventually(_queued(batcher, 1), timeout=5)
+    bad_key = f"{prefix}/bad"  # etcd refuses two puts of one key in one txn
+    bad = _submit(
+        batcher, _request(success=[put(bad_key, b"1"), put(bad_key, b"2")]), answers, "bad"
+    )
+    eventually(_queued(batcher, 2), timeout=5)
+    wire.hold.set()
+    for thread in (blocker, good, bad):
+        thread.join(10)
+
+    assert wire.sent == [1, 2, 1, 1]  # the pair refused, then each alone
+    assert isinstance(answers["good"], TxnOutcome) and answers["good"].succeeded
+    assert isinstance(answers["bad"], CoordinatorError)
+    assert "etcd refused txn: INVALID_ARGUMENT" in str(answers["bad"])
+    assert kv.get(f"{prefix}/good") is not None and kv.get(bad_key) is None
+
+
+def test_the_adapter_batches_by_default(kv: EtcdKV, prefix: str) -> None:
+    """EtcdKV.txn goes through the batcher: many threads, fewer round trips than txns."""
+    calls: list[int] = []
+    send = kv._send_txn
+
+    def counted(request: Any) -> Any:
+        calls.append(1)
+        return send(request)
+
+    kv._batcher._send = counted  # type: ignore[method-assign]
+    barrier = threading.Barrier(16)
+
+    def work(i: int) -> None:
+        barrier.wait()
+        for j in range(20):
+            kv.txn([create_revision_is(f"{prefix}/{i}/{j}", 0)], [put(f"{prefix}/{i}/{j}", b"v")])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert kv.read(get_prefix(f"{prefix}/", count_only=True)).range_count(0) == 320
+    assert len(calls) < 320
+
+
+# --- the admission rule, without etcd ---------------------------------------------------------
+
+
+def _admits(first: Any, second: Any) -> bool:
+    from coordinator.store.group_commit import _Batch, _Pending
+
+    batch = _Batch()
+    assert batch.admit(_Pending(first, footprint(first)))
+    return batch.admit(_Pending(second, footprint(second)))
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "shared"),
+    [
+        # disjoint keys share a round
+        (_request(success=[put("/a", b"")]), _request(success=[put("/b", b"")]), True),
+        (_request([create_revision_is("/a", 0)]), _request([create_revision_is("/a", 0)]), True),
+        (_request(success=[get("/a")]), _request(success=[get("/a")]), True),
+        # a write and anything else on the same key do not
+        (_request(success=[put("/a", b"")]), _request(success=[put("/a", b"")]), False),
+        (_request(success=[put("/a", b"")]), _request([create_revision_is("/a", 0)]), False),
+        (_request([create_revision_is("/a", 0)]), _request(success=[put("/a", b"")]), False),
+        (_request(success=[put("/a", b"")]), _request(success=[get("/a")]), False),
+        (_request(success=[get("/a")]), _request(success=[delete("/a")]), False),
+        # ranges: a prefix read against a write inside it, a prefix delete against a read
+        (_request(success=[put("/p/x", b"")]), _request(success=[get_prefix("/p/")]), False),
+        (_request(success=[get_prefix("/p/")]), _request(success=[put("/p/x", b"")]), False),
+        (_request(success=[get_prefix("/p/")]), _request(success=[put("/q/x", b"")]), True),
+        (
+            _request(success=[get("/p/x")]),
+            _request(
+                success=[
+                    etcdrpc.RequestOp(
+                        request_delete_range=etcdrpc.DeleteRangeRequest(
+                            key=b"/p/", range_end=b"/p0"
+                        )
+                    )
+                ]
+            ),
+            False,
+        ),
+        # a txn of its own that nests txns never shares
+        (
+            _request(success=[put("/a", b"")]),
+            _request(success=[etcdrpc.RequestOp(request_txn=_request(success=[put("/b", b"")]))]),
+            False,
+        ),
+    ],
+)
+def test_admission(first: Any, second: Any, shared: bool) -> None:
+    assert _admits(first, second) is shared
