@@ -20,6 +20,7 @@ from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import Op, TaskState
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd import EtcdKV, RequestOp
+from coordinator.store.leases import ClaimLeases
 from coordinator.store.transition import ready_seq, transition_ops
 
 # Three writes per task; etcd allows 128 operations per txn by default.
@@ -44,7 +45,7 @@ class TaskSeeder:
     def __init__(self, kv: EtcdKV, keys: Keyspace) -> None:
         self._kv = kv
         self.keys = keys
-        self._ctx = StoreContext(kv, keys, ClaimLimits(), SystemClock())
+        self._ctx = StoreContext(kv, keys, ClaimLimits(), SystemClock(), ClaimLeases(kv))
         self._digest = digest_of(TASK_INPUT)
 
     def seed(self, queue: str, count: int) -> None:

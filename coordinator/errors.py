@@ -41,6 +41,10 @@ class StoreUnavailable(CoordinatorError):
     """etcd could not be reached or did not answer in time; the call may be retried."""
 
 
+class LeaseGone(CoordinatorError):
+    """etcd no longer has the lease a write was to be attached to. Nothing was written."""
+
+
 class ConfigError(CoordinatorError):
     """A setting is invalid; the message names the setting."""
 

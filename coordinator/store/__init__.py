@@ -19,9 +19,11 @@ from coordinator.store.dependencies import DependencyStore
 from coordinator.store.effects import EffectStore
 from coordinator.store.etcd import EtcdKV
 from coordinator.store.events import EventFilter, EventLog, StoredEvent
+from coordinator.store.held import HeldClaims
 from coordinator.store.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
 from coordinator.store.idempotency import IdempotencyStore
 from coordinator.store.jobs import JobStore
+from coordinator.store.leases import ClaimLeases
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.reclaimer import Reclaimer
 from coordinator.store.reconcile import ReconcileStore, ReconcileSweeper
@@ -71,16 +73,19 @@ class Store:
         idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL,
     ) -> Store:
         """Wire the parts (nothing runs until ``start``)."""
-        ctx = StoreContext(kv, keys or Keyspace(), limits or ClaimLimits(), clock or SystemClock())
+        ctx = StoreContext(
+            kv, keys or Keyspace(), limits or ClaimLimits(), clock or SystemClock(), ClaimLeases(kv)
+        )
         ready = ReadyIndex(ctx)
         dependencies = DependencyStore(ctx, ready)
-        acceptance = AcceptancePoints(ctx, ready)
+        held = HeldClaims()
+        acceptance = AcceptancePoints(ctx, ready, held)
         reconcile = ReconcileStore(ctx, ready)
         return cls(
             ctx=ctx,
             ready=ready,
             tasks=TaskStore(ctx, ready, dependencies),
-            claims=ClaimStore(ctx, ready),
+            claims=ClaimStore(ctx, ready, held),
             acceptance=acceptance,
             admin=AdminStore(ctx),
             reclaimer=Reclaimer(ctx, ready, scan_interval=scan_interval),

@@ -7,7 +7,7 @@ When the compares fail, it reads again and lets the domain say why.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from coordinator import metrics
 from coordinator.domain.decisions import (
@@ -39,6 +39,7 @@ from coordinator.store.context import (
     task_from_kv,
 )
 from coordinator.store.etcd import (
+    Compare,
     create_revision_is,
     delete,
     get,
@@ -47,9 +48,22 @@ from coordinator.store.etcd import (
     put,
 )
 from coordinator.store.fence import fence_compares
+from coordinator.store.held import HeldClaims
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
 from coordinator.store.types import CommitResult, RenewResult, StageOutcome
+
+
+@dataclass(frozen=True)
+class _CommitWrite:
+    """What a Commit call asks to make canonical."""
+
+    principal: str
+    result_digest: str
+    result: bytes
+    result_ref: str
+    evidence: tuple[str, ...]
+
 
 # A renew whose txn lost only to a concurrent renew of the same attempt is tried again.
 _RENEW_TRIES = 3
@@ -58,9 +72,10 @@ _RENEW_TRIES = 3
 class AcceptancePoints:
     """Everything a claim holder can do with its fence."""
 
-    def __init__(self, ctx: StoreContext, ready: ReadyIndex) -> None:
+    def __init__(self, ctx: StoreContext, ready: ReadyIndex, held: HeldClaims) -> None:
         self._ctx = ctx
         self._ready = ready
+        self._held = held
 
     def view(self, fence: Fence, *, with_result: bool = False) -> FenceView:
         """Read task, attempt, live claim and epoch at one revision (and, for commits, the
@@ -125,7 +140,14 @@ class AcceptancePoints:
                 continue  # re-read: fenced meanwhile, or a concurrent renew moved the claim key
             ttl = ctx.kv.keepalive(claim.lease_id)
             if ttl <= 0:  # the lease went away after our txn: ask the keyspace why
+                ctx.leases.forget(claim.lease_id)
                 return RenewResult(self.diagnose(fence))
+            # A commit or release landing between our txn and the keepalive deletes the claim
+            # key but no longer revokes the lease (it waits for the next claim, leases.py), so
+            # a live lease proves nothing: the claim key must still be the one of this fence.
+            if not ctx.kv.txn(fence_compares(ctx.keys, fence)).succeeded:
+                return RenewResult(self.diagnose(fence))
+            ctx.leases.renewed(claim.lease_id, ttl)
             now = ctx.clock.now()
             coverage.observe_fence(AcceptancePoint.RENEW, compares, self._ctx.keys, fence)
             return RenewResult(
@@ -184,7 +206,19 @@ class AcceptancePoints:
         """Make the result canonical, once per task revision, behind the fence.
 
         ``evidence`` (managed job ids, log refs) is kept in the canonical result record."""
-        ctx, keys = self._ctx, self._ctx.keys
+        write = _CommitWrite(principal, result_digest, result, result_ref, evidence)
+        held = self._held.take(fence)
+        if held is not None:  # claimed through this replica: decide on what the claim wrote
+            check_owner(held, fence, principal)
+            if decide_commit(
+                held, fence, input_digest=input_digest, result_digest=result_digest
+            ).accepted:
+                pinned = mod_revision_is(
+                    self._ctx.keys.attempt(fence.task_id, fence.attempt_id), fence.claim_generation
+                )
+                done = self._write_commit(held, fence, write, pinned)
+                if done is not None:
+                    return done
         view = self.view(fence, with_result=True)
         check_owner(view, fence, principal)
         verdict = decide_commit(view, fence, input_digest=input_digest, result_digest=result_digest)
@@ -192,7 +226,21 @@ class AcceptancePoints:
             return CommitResult(verdict, view.result.commit_id, view.task.state)
         if not verdict.accepted:
             return self._refused(view, verdict)
+        done = self._write_commit(view, fence, write)
+        if done is not None:
+            return done
+        view = self.view(fence, with_result=True)
+        verdict = decide_commit(view, fence, input_digest=input_digest, result_digest=result_digest)
+        if view.result is not None and verdict.outcome is Outcome.COMMITTED:
+            return CommitResult(verdict, view.result.commit_id, view.task.state)
+        return self._refused(view, verdict if not verdict.accepted else self.diagnose(fence))
 
+    def _write_commit(
+        self, view: FenceView, fence: Fence, write: _CommitWrite, *pinned: Compare
+    ) -> CommitResult | None:
+        """The commit txn on ``view``: its result, or None when a compare failed (nothing
+        written)."""
+        ctx, keys = self._ctx, self._ctx.keys
         task, now = view.task, ctx.clock.now()
         record = ResultRecord(
             task_id=task.task_id,
@@ -200,19 +248,19 @@ class AcceptancePoints:
             attempt_id=fence.attempt_id,
             claim_generation=fence.claim_generation,
             scheduler_epoch=fence.scheduler_epoch,
-            owner_id=principal,
-            result_digest=result_digest,
+            owner_id=write.principal,
+            result_digest=write.result_digest,
             committed_at=now,
-            result=result,
-            result_ref=result_ref,
-            evidence=evidence,
+            result=write.result,
+            result_ref=write.result_ref,
+            evidence=write.evidence,
         )
         after = transition(
             task,
             Op.COMMIT,
             now,
             result_commit_id=commit_id(fence.attempt_id, fence.claim_generation),
-            result_digest=result_digest,
+            result_digest=write.result_digest,
             lease_id=0,
         )
         compares, ops = transition_ops(
@@ -220,13 +268,13 @@ class AcceptancePoints:
             task,
             after,
             Op.COMMIT,
-            by=principal,
+            by=write.principal,
             attempt_id=fence.attempt_id,
             generation=fence.claim_generation,
             epoch=fence.scheduler_epoch,
         )
         result_key = keys.result(task.task_id, task.revision)
-        compares += [*fence_compares(keys, fence), create_revision_is(result_key, 0)]
+        compares += [*fence_compares(keys, fence), create_revision_is(result_key, 0), *pinned]
         ops += [
             put(result_key, encode(record)),
             put(
@@ -236,14 +284,8 @@ class AcceptancePoints:
             delete(keys.claim(task.task_id)),
         ]
         if not ctx.kv.txn(compares, ops).succeeded:
-            view = self.view(fence, with_result=True)
-            verdict = decide_commit(
-                view, fence, input_digest=input_digest, result_digest=result_digest
-            )
-            if view.result is not None and verdict.outcome is Outcome.COMMITTED:
-                return CommitResult(verdict, view.result.commit_id, view.task.state)
-            return self._refused(view, verdict if not verdict.accepted else self.diagnose(fence))
-        ctx.kv.revoke(task.lease_id)
+            return None
+        ctx.leases.release(task.lease_id)  # our txn deleted its only key
         coverage.observe_fence(AcceptancePoint.COMMIT, compares, self._ctx.keys, fence)
         metrics.observe_attempts(task.attempt)
         if task.ready_at:
@@ -253,6 +295,7 @@ class AcceptancePoints:
     def release(self, fence: Fence, *, principal: str, reason: str) -> Verdict:
         """Give the task back: READY again, the attempt recorded as RELEASED."""
         ctx, keys = self._ctx, self._ctx.keys
+        self._held.take(fence)  # a released claim never commits
         view = self.view(fence)
         check_owner(view, fence, principal)
         verdict = check_fence(view, fence)
@@ -283,7 +326,7 @@ class AcceptancePoints:
         ]
         if not ctx.kv.txn(compares, ops).succeeded:
             return self.diagnose(fence)
-        ctx.kv.revoke(task.lease_id)
+        ctx.leases.release(task.lease_id)  # our txn deleted its only key
         coverage.observe_fence(AcceptancePoint.RELEASE, compares, self._ctx.keys, fence)
         self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, after.task_id))
         return verdict

@@ -70,7 +70,7 @@ class AdminStore:
             page, _ = kv.range_page(start, end, limit=_READ_BATCH, keys_only=True)
             for item in page:
                 if item.lease and item.create_revision < before_revision:
-                    kv.revoke(item.lease)
+                    self._ctx.leases.revoke(item.lease)
                     revoked += 1
             if len(page) < _READ_BATCH:
                 return revoked

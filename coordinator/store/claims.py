@@ -11,11 +11,11 @@ import random
 from dataclasses import replace
 
 from coordinator import metrics
-from coordinator.domain.decisions import Fence, Verdict, clamp_ttl, decide_claim
+from coordinator.domain.decisions import Fence, FenceView, Verdict, clamp_ttl, decide_claim
 from coordinator.domain.keys import task_id_from_ready_key
 from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode
 from coordinator.domain.states import Op, Outcome, TaskState
-from coordinator.errors import NotFound
+from coordinator.errors import LeaseGone, NotFound
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.context import (
@@ -27,6 +27,7 @@ from coordinator.store.context import (
 from coordinator.store.effects import hold_for_approval
 from coordinator.store.etcd import KV, create_revision_is, get, get_prefix, put
 from coordinator.store.fence import epoch_is
+from coordinator.store.held import HeldClaims
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.reconcile import ReconcileStore
 from coordinator.store.transition import close_expired_attempt, transition, transition_ops
@@ -43,9 +44,10 @@ _RACE_TRIES = 3
 class ClaimStore:
     """Claim and ClaimNext."""
 
-    def __init__(self, ctx: StoreContext, ready: ReadyIndex) -> None:
+    def __init__(self, ctx: StoreContext, ready: ReadyIndex, held: HeldClaims) -> None:
         self._ctx = ctx
         self._ready = ready
+        self._held = held
         self._reconcile = ReconcileStore(ctx, ready)
 
     def claim(
@@ -95,7 +97,8 @@ class ClaimStore:
                 self._ready.discard(keys.ready(task.queue, task.priority, task.ready_seq, task_id))
             return ClaimResult(held, task=task)
 
-        lease_id, granted = ctx.kv.grant(clamp_ttl(ttl, ctx.limits))
+        lease = ctx.leases.acquire(clamp_ttl(ttl, ctx.limits))
+        lease_id, granted = lease.lease_id, lease.ttl
         now = ctx.clock.now()
         number = task.attempt + 1
         attempt_id = new_attempt_id(number)
@@ -144,9 +147,13 @@ class ClaimStore:
             put(keys.attempt(task_id, attempt_id), encode(attempt)),
         ]
         ops += close_expired_attempt(ctx, task, now)
-        result = ctx.kv.txn(compares, ops)
+        try:
+            result = ctx.kv.txn(compares, ops)
+        except LeaseGone:  # a reused lease expired meanwhile: nothing written, take a fresh one
+            ctx.leases.forget(lease_id)
+            return None
         if not result.succeeded:
-            ctx.kv.revoke(lease_id)
+            ctx.leases.release(lease_id)  # nothing was attached to it
             lost = self._lost_race(task_id, epoch, expected_state_version)
             return None if lost is None else ClaimResult(lost)
 
@@ -159,13 +166,22 @@ class ClaimStore:
             self._ready.discard(keys.ready(task.queue, task.priority, task.ready_seq, task_id))
         fence = Fence(task_id, attempt_id, generation, epoch, task.cancel_generation)
         claimed = replace(after, claim_generation=generation, state_version=generation)
+        self._held.remember(
+            fence,
+            FenceView(
+                task=claimed,
+                attempt=replace(attempt, claim_generation=generation),
+                claim=replace(claim, generation=generation, mod_revision=generation),
+                epoch=epoch,
+            ),
+        )
         return ClaimResult(
             Verdict(Outcome.CLAIMED, message=verdict.message),
             fence=fence,
             task=claimed,
             attempt=number,
             ttl=granted,
-            lease_expires_at=now + granted,
+            lease_expires_at=now + lease.remaining,
             deadline=claim.deadline,
         )
 

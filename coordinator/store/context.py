@@ -12,6 +12,7 @@ from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, decode
 from coordinator.domain.states import TaskState
 from coordinator.store.etcd import KV, EtcdKV
+from coordinator.store.leases import ClaimLeases
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class StoreContext:
     keys: Keyspace
     limits: ClaimLimits
     clock: Clock
+    leases: ClaimLeases
 
 
 def task_from_kv(kv: KV) -> TaskRecord:

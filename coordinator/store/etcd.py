@@ -17,7 +17,7 @@ import etcd3
 import grpc
 from etcd3 import etcdrpc, utils
 
-from coordinator.errors import CoordinatorError, StoreUnavailable
+from coordinator.errors import CoordinatorError, LeaseGone, StoreUnavailable
 from coordinator.store.group_commit import GroupCommit
 from coordinator.store.watch import PrefixWatch, WatchEvent
 
@@ -292,6 +292,8 @@ class EtcdKV:
 
     def _translate(self, what: str, exc: grpc.RpcError) -> None:
         code = exc.code()
+        if code is grpc.StatusCode.NOT_FOUND and "lease not found" in (exc.details() or ""):
+            raise LeaseGone(f"etcd refused {what}: {exc.details()}") from exc
         if code not in _TRANSIENT:
             # etcd refused the request itself (a malformed txn, auth, quota): retrying the same
             # request cannot help, so it must not look like an outage.

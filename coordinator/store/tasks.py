@@ -287,7 +287,7 @@ class TaskStore:
         if not ctx.kv.txn(compares, ops).succeeded:
             return False
         if claimed:
-            ctx.kv.revoke(task.lease_id)
+            ctx.leases.revoke(task.lease_id)
         if after.state is TaskState.READY:
             self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, after.task_id))
         return True

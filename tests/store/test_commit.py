@@ -69,7 +69,9 @@ def test_commit_makes_the_result_canonical_and_ends_the_claim(
     keys = store.ctx.keys
     assert raw(etcd_client, keys.claim("t1")) is None
     assert raw(etcd_client, keys.claimed("t1")) is None
-    assert etcd_client.get_lease_info(lease_id).TTL == -1  # revoked
+    # The lease holds no key and waits in this replica's pool for the next claim (leases.py).
+    assert list(etcd_client.get_lease_info(lease_id).keys) == []
+    assert store.ctx.leases.acquire(30).lease_id == lease_id
     assert _attempt_end(store, fence) is AttemptEnd.COMMITTED
 
 
@@ -258,7 +260,8 @@ def test_release_returns_the_task_and_fences_the_released_credential(
     task = store.tasks.get("t1")
     assert (task.state, task.claim_generation) == (TaskState.READY, fence.claim_generation)
     assert raw(etcd_client, store.ctx.keys.claim("t1")) is None
-    assert etcd_client.get_lease_info(lease_id).TTL == -1
+    assert list(etcd_client.get_lease_info(lease_id).keys) == []
+    assert store.ctx.leases.acquire(30).lease_id == lease_id  # pooled, not revoked
     assert _attempt_end(store, fence) is AttemptEnd.RELEASED
     expected = (Outcome.FENCED, FenceReason.RELEASED)
     acceptance = store.acceptance
