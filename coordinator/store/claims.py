@@ -149,8 +149,8 @@ class ClaimStore:
         ops += close_expired_attempt(ctx, task, now)
         try:
             result = ctx.kv.txn(compares, ops)
-        except LeaseGone:  # a reused lease expired meanwhile: nothing written, take a fresh one
-            ctx.leases.forget(lease_id)
+        except LeaseGone:  # a reused lease is gone: nothing was written; try with a fresh grant
+            ctx.leases.lost(lease_id)
             return None
         if not result.succeeded:
             ctx.leases.release(lease_id)  # nothing was attached to it

@@ -15,8 +15,8 @@ its next claim of the same TTL instead of revoking it:
 - a pooled lease that is not young enough, or one the pool has no room for, is left to expire
   (it holds no key) or revoked as before.
 
-A lease etcd no longer has (the process was paused while it sat in the pool) makes the claim
-txn fail with LeaseGone; the claim forgets it and takes a fresh one.
+A lease etcd no longer has makes the claim txn fail with LeaseGone; the claim then empties the
+pool and takes a fresh grant.
 """
 
 from __future__ import annotations
@@ -96,9 +96,20 @@ class ClaimLeases:
         self._kv.revoke(lease_id)
 
     def forget(self, lease_id: int) -> None:
-        """Never reuse ``lease_id`` (etcd no longer has it)."""
+        """Never reuse ``lease_id`` (it is gone, or going)."""
         with self._lock:
             self._known.pop(lease_id, None)
+
+    def lost(self, lease_id: int) -> None:
+        """etcd refused ``lease_id`` from the pool: whatever lost it (a restore from backup, a
+        revoke by another replica's epoch bump) may have taken the others too, so the pool is
+        emptied rather than tried lease by lease."""
+        with self._lock:
+            self._known.pop(lease_id, None)
+            for pool in self._pool.values():
+                for pooled in pool:
+                    self._known.pop(pooled, None)
+                pool.clear()
 
     def pooled(self) -> int:
         """How many empty leases wait for a claim."""

@@ -147,6 +147,19 @@ def test_a_pooled_lease_etcd_lost_is_replaced_and_the_claim_succeeds(
     assert store.ctx.kv.keepalive(claim_kv.lease_id) == 30
 
 
+def test_one_lost_pooled_lease_empties_the_pool(kv: EtcdKV) -> None:
+    """Whatever took one (a restore from backup) may have taken all: three claim tries must
+    not each burn a dead lease."""
+    leases = ClaimLeases(kv, monotonic=_Clock())
+    held = [leases.acquire(30) for _ in range(4)]
+    for lease in held:
+        leases.release(lease.lease_id)
+    assert leases.pooled() == 4
+    leases.lost(held[-1].lease_id)
+    assert leases.pooled() == 0
+    assert leases.acquire(30).lease_id not in {lease.lease_id for lease in held}
+
+
 def test_a_cancelled_claims_lease_is_revoked_and_never_reused(store: Store) -> None:
     create(store, "t1")
     claim(store, "t1")
