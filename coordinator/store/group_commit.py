@@ -144,8 +144,10 @@ class GroupCommit:
     """Send txns for many threads, several per etcd round trip (see the module docstring)."""
 
     def __init__(
-        self, send: Callable[[TxnRequest], TxnResponse], *, max_in_flight: int = 2
+        self, send: Callable[[TxnRequest], TxnResponse], *, max_in_flight: int = 4
     ) -> None:
+        # More than one batch on the wire: a slow txn (a large range read) must not hold up
+        # every claim; 2, 4 and 8 measured alike at 32 workers.
         self._send = send
         self._max_in_flight = max_in_flight
         self._lock = threading.Lock()
