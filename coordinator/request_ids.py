@@ -14,8 +14,8 @@ carry "".
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -30,8 +30,10 @@ _current: ContextVar[str] = ContextVar("coordinator_request_id", default="")
 
 
 def new() -> str:
-    """A fresh request id (32 hex characters)."""
-    return uuid.uuid4().hex
+    """A fresh request id (32 hex characters: 128 random bits)."""
+    # Not uuid4().hex: as random (all 128 bits, no version digit) without building a UUID, at
+    # a fifth of the CPU; the SDK makes one per call.
+    return os.urandom(16).hex()
 
 
 def current() -> str:

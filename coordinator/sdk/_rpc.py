@@ -150,16 +150,6 @@ class Rpc:
         Raises TransportError after the last failed try, the mapped exception otherwise.
         """
         deadline = timeout if timeout is not None else self.policy.timeout.total_seconds()
-        initial = self.policy.initial_backoff.total_seconds()
-        retrying = Retrying(
-            retry=retry_if_exception(is_transport),
-            stop=stop_after_attempt(self.policy.attempts if retry else 1),
-            # initial, 2x, 4x ... up to max_backoff, plus up to one initial of jitter so that
-            # a pool of workers cut off together does not come back in lockstep.
-            wait=wait_exponential(multiplier=initial, max=self.policy.max_backoff.total_seconds())
-            + wait_random(0, initial),
-            reraise=True,
-        )
         # One request id per logical call, the same on every retry (coordinator.request_ids).
         metadata: tuple[tuple[str, str], ...] = (
             *self._metadata,
@@ -167,10 +157,47 @@ class Rpc:
         )
         if idempotency_key:
             metadata += ((IDEMPOTENCY_METADATA_KEY, idempotency_key),)
+        # The first try runs outside tenacity, whose setup and bookkeeping (a Future and a
+        # Condition per try) cost more CPU than the rest of the call's Python side, and most
+        # calls succeed on it. A transport failure that may be retried goes on to _retry,
+        # which counts this try as the first of the policy's attempts.
+        try:
+            return method(request, timeout=deadline, metadata=metadata)
+        except grpc.RpcError as exc:
+            if not (retry and self.policy.attempts > 1 and is_transport(exc)):
+                raise translate(exc) from exc
+            first = exc
+        return self._retry(method, request, first, timeout=deadline, metadata=metadata)
+
+    def _retry(
+        self,
+        method: grpc.UnaryUnaryMultiCallable[Req, Resp],
+        request: Req,
+        first: grpc.RpcError,
+        *,
+        timeout: float,
+        metadata: tuple[tuple[str, str], ...],
+    ) -> Resp:
+        """The tries after a ``first`` transport failure, with backoff, up to the policy's
+        attempts (``first`` counts as the first: it is re-raised as tenacity's first try)."""
+        initial = self.policy.initial_backoff.total_seconds()
+        retrying = Retrying(
+            retry=retry_if_exception(is_transport),
+            stop=stop_after_attempt(self.policy.attempts),
+            # initial, 2x, 4x ... up to max_backoff, plus up to one initial of jitter so that
+            # a pool of workers cut off together does not come back in lockstep.
+            wait=wait_exponential(multiplier=initial, max=self.policy.max_backoff.total_seconds())
+            + wait_random(0, initial),
+            reraise=True,
+        )
+        replay: grpc.RpcError | None = first
         try:
             for attempt in retrying:
                 with attempt:
-                    return method(request, timeout=deadline, metadata=metadata)
+                    if replay is not None:
+                        failed, replay = replay, None
+                        raise failed
+                    return method(request, timeout=timeout, metadata=metadata)
         except grpc.RpcError as exc:
             raise translate(exc) from exc
         raise AssertionError("unreachable: tenacity either returns or re-raises")

@@ -27,6 +27,7 @@ import structlog
 from coordinator.domain.digests import digest_of
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
+from coordinator.sdk._flag import Flag
 from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.effects import Downstream, EffectOutcome, run_effect
 from coordinator.sdk.managed import DEFAULT_GRACE, ManagedProcess, run_managed
@@ -41,7 +42,7 @@ from coordinator.sdk.types import (
     ToolAuthorization,
     TransportError,
     outcome_of,
-    timestamp,
+    utc,
 )
 from coordinator.v1 import worker_pb2
 
@@ -67,7 +68,8 @@ class _State:
     # When the lease ends by the local monotonic clock: send time of the last accepted call
     # plus the TTL it restored. Measured from the send, not the answer, so it errs early.
     expires_at: float
-    lease_expires_at: datetime | None
+    # The server's lease end as wire (seconds, nanos): a datetime only when someone reads it.
+    lease_expires_at: tuple[int, int]
     progress: str = ""
     renewals: int = 0
     lost: LostReason | None = None
@@ -101,15 +103,17 @@ class Job:
         self.input_digest = claim.input_digest
         self.task_revision = claim.task_revision
         self.ttl = timedelta(seconds=max(claim.ttl_seconds, 1))
-        self.claim_deadline = timestamp(claim.claim_deadline)
+        # Wire (seconds, nanos), as the lease end below: most jobs never read either.
+        deadline, lease = claim.claim_deadline, claim.lease_expires_at
+        self._claim_deadline = (deadline.seconds, deadline.nanos)
         self.safety_margin = safety_margin if safety_margin is not None else self.ttl / 4
         self._state = _State(
             expires_at=sent_at + self.ttl.total_seconds(),
-            lease_expires_at=timestamp(claim.lease_expires_at),
+            lease_expires_at=(lease.seconds, lease.nanos),
         )
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._lost = threading.Event()
+        self._stop = Flag()
+        self._lost = Flag()
         self._thread: threading.Thread | None = None
 
     # --- identity and state ---------------------------------------------------------------
@@ -125,10 +129,17 @@ class Job:
         return self.fence.claim_generation
 
     @property
+    def claim_deadline(self) -> datetime | None:
+        """When the server stops accepting renewals (its clock: claim start + its longest
+        claim duration); None if it did not say."""
+        return utc(*self._claim_deadline)
+
+    @property
     def lease_expires_at(self) -> datetime | None:
         """The lease end the server last reported (its clock; prefer ``remaining()``)."""
         with self._lock:
-            return self._state.lease_expires_at
+            seconds, nanos = self._state.lease_expires_at
+        return utc(seconds, nanos)
 
     @property
     def lost_reason(self) -> LostReason | None:
@@ -399,7 +410,8 @@ class Job:
             return False
         with self._lock:
             self._state.expires_at = sent + max(response.ttl_seconds, 1)
-            self._state.lease_expires_at = timestamp(response.lease_expires_at)
+            lease = response.lease_expires_at
+            self._state.lease_expires_at = (lease.seconds, lease.nanos)
             self._state.renewals += 1
         return True
 

@@ -82,9 +82,14 @@ def outcome_of(value: int) -> Outcome:
 
 def timestamp(ts: Timestamp) -> datetime | None:
     """A wire timestamp as an aware UTC datetime; None when unset."""
-    if ts.seconds == 0 and ts.nanos == 0:
+    return utc(ts.seconds, ts.nanos)
+
+
+def utc(seconds: int, nanos: int) -> datetime | None:
+    """The fields of a wire timestamp as an aware UTC datetime; None when both are zero."""
+    if seconds == 0 and nanos == 0:
         return None
-    return datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=UTC)
+    return datetime.fromtimestamp(seconds + nanos / 1e9, tz=UTC)
 
 
 @dataclass(frozen=True)

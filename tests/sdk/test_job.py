@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 import grpc
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.domain.digests import digest_of
 from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
@@ -159,6 +160,34 @@ def test_commit_is_canonical_and_stops_the_keepalive(
     assert seen == []
     task = other.get_task("t1")
     assert (task.state, task.result_commit_id) == (TaskState.DONE, outcome.result_commit_id)
+
+
+def test_the_lease_end_moves_with_renewals_and_the_claim_deadline_stays(
+    worker: WorkerClient,
+) -> None:
+    with claim(worker) as job:
+        lease, deadline = job.lease_expires_at, job.claim_deadline
+        assert lease is not None and deadline is not None and lease.tzinfo is UTC
+        # LIMITS: a 2 s lease, a claim deadline 600 s after the claim.
+        assert timedelta(seconds=590) < deadline - lease < timedelta(seconds=600)
+        eventually(lambda: job.renewals >= 1, timeout=5)
+        renewed = job.lease_expires_at
+        assert renewed is not None and renewed > lease
+        assert job.claim_deadline == deadline
+        assert job.commit(b"done").committed
+
+
+def test_wire_times_read_as_utc_datetimes() -> None:
+    ends = worker_pb2.ClaimResponse(
+        ttl_seconds=30,
+        lease_expires_at=Timestamp(seconds=1_700_000_000, nanos=250_000_000),
+        claim_deadline=Timestamp(seconds=1_700_003_600),
+    )
+    job = Job(cast(Any, None), ends, sent_at=0.0)  # no call is made
+    assert job.lease_expires_at == datetime(2023, 11, 14, 22, 13, 20, 250_000, tzinfo=UTC)
+    assert job.claim_deadline == datetime(2023, 11, 14, 23, 13, 20, tzinfo=UTC)
+    unset = Job(cast(Any, None), worker_pb2.ClaimResponse(ttl_seconds=30), sent_at=0.0)
+    assert (unset.lease_expires_at, unset.claim_deadline) == (None, None)
 
 
 def test_superseded_commit_is_fenced(worker: WorkerClient, other: WorkerClient) -> None:
