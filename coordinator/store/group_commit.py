@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left, insort
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from etcd3 import etcdrpc
@@ -51,16 +51,25 @@ class TxnOutcome:
     responses: list[Any]
 
 
-@dataclass
 class _Pending:
-    """One caller's txn waiting for a batch."""
+    """One caller's txn waiting for a batch.
 
-    request: TxnRequest
-    footprint: _Footprint
-    done: threading.Event = field(default_factory=threading.Event)
-    lead: bool = False
-    outcome: TxnOutcome | None = None
-    error: CoordinatorError | None = None
+    A waiting caller blocks on ``gate`` (a lock taken at creation, cheaper than an Event), which
+    is released exactly once: when a leader answers the txn, or when a leader hands it the lead.
+    A queued txn with ``lead`` set belongs to a thread that leads: only that thread takes it
+    into a batch, so a txn is never both answered by one leader and made the heir of another.
+    """
+
+    __slots__ = ("error", "footprint", "gate", "lead", "outcome", "request")
+
+    def __init__(self, request: TxnRequest) -> None:
+        self.request = request
+        self.footprint = footprint(request)
+        self.gate = threading.Lock()
+        self.gate.acquire()
+        self.lead = False
+        self.outcome: TxnOutcome | None = None
+        self.error: CoordinatorError | None = None
 
     @property
     def answered(self) -> bool:
@@ -68,7 +77,8 @@ class _Pending:
 
     def answer(self, outcome: TxnOutcome | None, error: CoordinatorError | None) -> None:
         self.outcome, self.error = outcome, error
-        self.done.set()
+        if not self.lead:  # a leader's own txn: its thread is not waiting
+            self.gate.release()
 
 
 @dataclass(frozen=True)
@@ -156,15 +166,14 @@ class GroupCommit:
 
     def txn(self, request: TxnRequest) -> TxnOutcome:
         """Run ``request`` (a TxnRequest) in some batch; its own outcome, or its error."""
-        item = _Pending(request, footprint(request))
+        item = _Pending(request)
         with self._lock:
             self._queue.append(item)
             if self._in_flight < self._max_in_flight:
                 self._in_flight += 1
                 item.lead = True
         if not item.lead:
-            item.done.wait()
-            # Woken either with its answer, or to lead (a leader handed over, see _lead).
+            item.gate.acquire()  # answered, or handed the lead (see _lead)
         if item.lead:
             self._lead(item)
         if item.error is not None:
@@ -173,30 +182,34 @@ class GroupCommit:
         return item.outcome
 
     def _lead(self, mine: _Pending) -> None:
-        """Send batches until ``mine`` is answered, then hand the lead to a waiting txn."""
+        """Send batches until ``mine`` is answered, then pass this slot to the oldest txn that
+        waits (not to one whose thread leads already: that would leak the slot), or free it.
+        ``mine`` is only ever taken by this thread, so each round sends something."""
         try:
-            while True:
+            while not mine.answered:
                 with self._lock:
-                    batch = self._take()
-                if batch.items:
-                    self._run(batch)
-                if mine.answered:
-                    break
+                    batch = self._take(mine)
+                self._run(batch)
         finally:
             with self._lock:
-                if self._queue:
-                    heir = self._queue[0]
-                    heir.lead = True
-                    heir.done.set()
-                else:
+                heir = next((item for item in self._queue if not item.lead), None)
+                if heir is None:
                     self._in_flight -= 1
+                else:
+                    heir.lead = True
+                    heir.gate.release()
 
-    def _take(self) -> _Batch:
-        """The oldest txns that can share a batch (called with the lock held)."""
+    def _take(self, mine: _Pending) -> _Batch:
+        """The oldest txns that can share a batch with ``mine`` or before it, other leaders'
+        own txns left to them (called with the lock held)."""
         batch = _Batch()
         kept: list[_Pending] = []
         for item in self._queue:
-            if len(batch.items) >= MAX_BATCH or not batch.admit(item):
+            if (
+                (item.lead and item is not mine)
+                or len(batch.items) >= MAX_BATCH
+                or not batch.admit(item)
+            ):
                 kept.append(item)
         self._queue = kept
         return batch
