@@ -154,10 +154,11 @@ class GroupCommit:
     """Send txns for many threads, several per etcd round trip (see the module docstring)."""
 
     def __init__(
-        self, send: Callable[[TxnRequest], TxnResponse], *, max_in_flight: int = 4
+        self, send: Callable[[TxnRequest], TxnResponse], *, max_in_flight: int = 2
     ) -> None:
-        # More than one batch on the wire: a slow txn (a large range read) must not hold up
-        # every claim; 2, 4 and 8 measured alike at 32 workers.
+        # Two batches on the wire, so one slow txn (a large range read) does not hold up every
+        # claim; at 32 workers 1, 2 and 4 measured alike (bench.compare, 3 rounds), with fewer
+        # and larger batches the fewer the slots.
         self._send = send
         self._max_in_flight = max_in_flight
         self._lock = threading.Lock()
