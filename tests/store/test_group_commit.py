@@ -65,12 +65,21 @@ def _submit(
     return thread
 
 
-def test_concurrent_txns_share_one_round_trip_and_one_revision(kv: EtcdKV, prefix: str) -> None:
+def _blocked(
+    kv: EtcdKV, prefix: str
+) -> tuple[_Wire, GroupCommit, dict[str, TxnOutcome | Exception], threading.Thread]:
+    """A one-slot batcher whose first round trip (a blocker txn) is held until ``wire.hold``
+    is set, so that the txns submitted meanwhile queue up."""
     wire = _Wire(kv)
     batcher = GroupCommit(wire.send, max_in_flight=1)
     answers: dict[str, TxnOutcome | Exception] = {}
-    first = _submit(batcher, _request(success=[put(f"{prefix}/first", b"0")]), answers, "first")
+    blocker = _submit(batcher, _request(success=[put(f"{prefix}/x", b"0")]), answers, "x")
     assert wire.holding.wait(5)
+    return wire, batcher, answers, blocker
+
+
+def test_concurrent_txns_share_one_round_trip_and_one_revision(kv: EtcdKV, prefix: str) -> None:
+    wire, batcher, answers, first = _blocked(kv, prefix)
     threads = [
         _submit(
             batcher,
@@ -99,11 +108,7 @@ def test_a_txn_that_compares_a_key_written_earlier_in_the_round_waits_for_the_ne
 ) -> None:
     """etcd evaluates every nested compare before any nested write applies: were B batched
     after A, B would see the key absent and succeed, which no serial order allows."""
-    wire = _Wire(kv)
-    batcher = GroupCommit(wire.send, max_in_flight=1)
-    answers: dict[str, TxnOutcome | Exception] = {}
-    blocker = _submit(batcher, _request(success=[put(f"{prefix}/x", b"0")]), answers, "x")
-    assert wire.holding.wait(5)
+    wire, batcher, answers, blocker = _blocked(kv, prefix)
     key = f"{prefix}/k"
     a = _submit(batcher, _request(success=[put(key, b"a")]), answers, "a")
     eventually(_queued(batcher, 1), timeout=5)
@@ -127,11 +132,7 @@ def test_a_txn_that_compares_a_key_written_earlier_in_the_round_waits_for_the_ne
 
 
 def test_a_batch_etcd_refuses_is_retried_txn_by_txn(kv: EtcdKV, prefix: str) -> None:
-    wire = _Wire(kv)
-    batcher = GroupCommit(wire.send, max_in_flight=1)
-    answers: dict[str, TxnOutcome | Exception] = {}
-    blocker = _submit(batcher, _request(success=[put(f"{prefix}/x", b"0")]), answers, "x")
-    assert wire.holding.wait(5)
+    wire, batcher, answers, blocker = _blocked(kv, prefix)
     good = _submit(batcher, _request(success=[put(f"{prefix}/good", b"1")]), answers, "good")
     eventually(_queued(batcher, 1), timeout=5)
     bad_key = f"{prefix}/bad"  # etcd refuses two puts of one key in one txn
