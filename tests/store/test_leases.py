@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain.states import Outcome
+from coordinator.domain.states import FenceReason, Outcome
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import EtcdKV, Store
 from coordinator.store.leases import ClaimLeases
-from tests.store.support import claim, claim_result, commit, create, raw
+from tests.store.support import claim, claim_result, commit, create, raw, wait_claim_gone
 
 
 class _Clock:
@@ -170,3 +170,29 @@ def test_a_cancelled_claims_lease_is_revoked_and_never_reused(store: Store) -> N
     create(store, "t2")
     claim(store, "t2")
     assert store.tasks.get("t2").lease_id != lease_id
+
+
+def test_a_claim_on_a_reused_lease_still_expires_and_its_late_commit_is_fenced(
+    store: Store, etcd_client: Any
+) -> None:
+    """The paused-worker story on a reused lease: nobody renews, the lease runs out (sooner
+    than a fresh one would: what remained of it), the task is claimable again, another worker
+    takes it, and the first worker's late commit is refused."""
+    create(store, "t1")
+    assert commit(store, claim(store, "t1", ttl=3)).verdict.outcome is Outcome.COMMITTED
+    pooled = store.ctx.leases.pooled()
+    create(store, "t2")
+    late = claim_result(store, "t2", ttl=3)
+    assert late.fence is not None and late.lease_expires_at is not None
+    assert store.ctx.leases.pooled() == pooled - 1  # the claim took the pooled lease
+    assert late.lease_expires_at - store.ctx.clock.now() <= 3
+
+    wait_claim_gone(store, etcd_client, "t2")
+    taken = claim(store, "t2", principal="w2")
+    assert taken.claim_generation > late.fence.claim_generation
+    refused = commit(store, late.fence)
+    assert (refused.verdict.outcome, refused.verdict.reason) == (
+        Outcome.FENCED,
+        FenceReason.SUPERSEDED,
+    )
+    assert commit(store, taken, principal="w2").verdict.outcome is Outcome.COMMITTED
