@@ -222,18 +222,20 @@ class AcceptancePoints:
         view = self.view(fence, with_result=True)
         check_owner(view, fence, principal)
         verdict = decide_commit(view, fence, input_digest=input_digest, result_digest=result_digest)
+        if verdict.accepted and view.result is None:
+            done = self._write_commit(view, fence, write)
+            if done is not None:
+                return done
+            # A compare failed: read again and let what happened meanwhile decide.
+            view = self.view(fence, with_result=True)
+            verdict = decide_commit(
+                view, fence, input_digest=input_digest, result_digest=result_digest
+            )
+            if verdict.accepted and view.result is None:
+                verdict = self.diagnose(fence)
         if view.result is not None and verdict.outcome is Outcome.COMMITTED:
-            return CommitResult(verdict, view.result.commit_id, view.task.state)
-        if not verdict.accepted:
-            return self._refused(view, verdict)
-        done = self._write_commit(view, fence, write)
-        if done is not None:
-            return done
-        view = self.view(fence, with_result=True)
-        verdict = decide_commit(view, fence, input_digest=input_digest, result_digest=result_digest)
-        if view.result is not None and verdict.outcome is Outcome.COMMITTED:
-            return CommitResult(verdict, view.result.commit_id, view.task.state)
-        return self._refused(view, verdict if not verdict.accepted else self.diagnose(fence))
+            return CommitResult(verdict, view.result.commit_id, view.task.state)  # a retry
+        return self._refused(view, verdict)
 
     def _write_commit(
         self, view: FenceView, fence: Fence, write: _CommitWrite, *pinned: Compare
