@@ -11,9 +11,9 @@ revision of the state it saw: the claim generation stays the revision of the cla
 
 Leader/follower, no timer: a thread that finds fewer than ``max_in_flight`` batches on the wire
 sends a batch itself (at low load: its own txn, alone, with no hand-off); the others wait on
-their own event and are answered by the leader that carried their txn. A batch etcd refuses
-(an operator's lower ``--max-txn-ops``, a request too large) is retried one txn at a time, so a
-refusal reaches only the txn that caused it.
+their own gate and are answered by the leader that carried their txn, or handed a freed slot.
+A batch etcd refuses (an operator's lower ``--max-txn-ops``, a request too large) is retried one
+txn at a time, so a refusal reaches only the txn that caused it.
 """
 
 from __future__ import annotations
