@@ -1,7 +1,8 @@
 """``coordinator events``: print the transition log, one line per event; ``--follow`` live.
 
 Each line starts with the event's etcd revision. A followed stream that breaks (the server
-restarts, the network drops) is resumed from the last revision printed + 1, so no event is
+restarts, the network drops, or the server ended it for reading too slowly) is resumed after the
+position of the last event printed (several events can share a revision), so no event is
 printed twice or skipped. Ctrl-C ends it (exit 0).
 """
 
@@ -20,6 +21,13 @@ from coordinator.sdk._rpc import PRINCIPAL_METADATA, translate
 from coordinator.v1 import tasks_pb2, types_pb2
 
 _RESUME_DELAY = 1.0
+# Statuses after which a followed stream resumes: the server or the network went away, or the
+# server ended a stream that read too slowly (it resumes after the last event printed).
+_RESUMABLE = (
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+)
 
 
 def format_event(event: tasks_pb2.TaskEvent) -> str:
@@ -54,7 +62,29 @@ def event_json(event: tasks_pb2.TaskEvent) -> dict[str, Any]:
         "scheduler_epoch": event.scheduler_epoch,
         "at": event.at.ToNanoseconds() / 1e9,
         "detail": event.detail,
+        "position": {
+            "revision": event.position.revision,
+            "task_id": event.position.task_id,
+            "prev_state_version": event.position.prev_state_version,
+        },
     }
+
+
+def _position(position: tasks_pb2.EventPosition) -> str:
+    return f"{position.revision}/{position.task_id}/{position.prev_state_version}"
+
+
+def _parse_position(text: str) -> tasks_pb2.EventPosition:
+    revision, _, rest = text.partition("/")
+    task_id, _, version = rest.rpartition("/")
+    try:
+        return tasks_pb2.EventPosition(
+            revision=int(revision), task_id=task_id, prev_state_version=int(version)
+        )
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not REV/TASK/VERSION (e.g. 1042/report-7/1040)", param_hint="--after"
+        ) from None
 
 
 def _state(value: int) -> str:
@@ -76,6 +106,13 @@ def _state(value: int) -> str:
     metavar="N",
     help="Start at etcd revision N (0: the whole log).",
 )
+@click.option(
+    "--after",
+    default="",
+    metavar="REV/TASK/VERSION",
+    help="Start after this event position (the 'position' of --json output, as "
+    "revision/task_id/prev_state_version): how a script resumes without gaps or repeats.",
+)
 @click.option("--follow", is_flag=True, help="Keep printing new events as they happen.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @remote_options
@@ -85,6 +122,7 @@ def events(
     queue: str,
     ops: tuple[str, ...],
     from_revision: int,
+    after: str,
     follow: bool,
     as_json: bool,
     **settings: Any,
@@ -100,7 +138,8 @@ def events(
         from_revision=from_revision,
         follow=follow,
     )
-    last = from_revision - 1
+    if after:
+        request.after.CopyFrom(_parse_position(after))
     try:
         while True:
             with connect(**remote) as conn:
@@ -109,17 +148,19 @@ def events(
                         click.echo(
                             json.dumps(event_json(event)) if as_json else format_event(event)
                         )
-                        last = event.revision
+                        request.ClearField("from_revision")
+                        request.after.CopyFrom(event.position)
                     return
                 except grpc.RpcError as exc:
-                    resumable = exc.code() in (
-                        grpc.StatusCode.UNAVAILABLE,
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                    )
-                    if not (follow and resumable):
+                    if not (follow and exc.code() in _RESUMABLE):
                         raise click.ClickException(str(translate(exc))) from exc
-            click.echo(f"# stream broke; resuming from revision {last + 1}", err=True)
-            request.from_revision = last + 1
+                    cause = exc.details() or exc.code().name
+            where = (
+                f"after {_position(request.after)}"
+                if request.HasField("after")
+                else f"from revision {request.from_revision}"
+            )
+            click.echo(f"# stream broke ({cause}); resuming {where}", err=True)
             time.sleep(_RESUME_DELAY)
     except KeyboardInterrupt:
         return

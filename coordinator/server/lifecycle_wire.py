@@ -5,17 +5,19 @@ naming the field, never does I/O."""
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 import grpc
 import structlog
 
-from coordinator.domain import validation
+from coordinator.domain import positions, validation
 from coordinator.domain.graph import check_dependencies
 from coordinator.domain.lineage import thread_key
+from coordinator.domain.positions import EventPosition
 from coordinator.domain.states import Op
-from coordinator.errors import CoordinatorError, InvalidArgument
+from coordinator.errors import CoordinatorError, InvalidArgument, StreamBehind
 from coordinator.server.convert import task_state, timestamp
 from coordinator.server.status import status_code_of
 from coordinator.store import StoredEvent
@@ -76,10 +78,64 @@ def ops(values: Iterable[str]) -> frozenset[Op]:
     return frozenset(found)
 
 
+RESUME_AFTER_METADATA = "coordinator-resume-after-bin"
+"""Trailing metadata of a follow stream ended for reading too slowly: the EventPosition (binary)
+to resume after."""
+
+# How long a follower found behind may stay stuck in a send before its call is cancelled (a
+# client that stopped reading would otherwise hold its handler thread for ever).
+STUCK_SEND_GRACE = 10.0
+
+
+def resume_point(request: tasks_pb2.WatchEventsRequest) -> EventPosition:
+    """Where a WatchEvents request starts: after its ``after`` position, or at the start of
+    its ``from_revision``."""
+    after = None
+    if request.HasField("after"):
+        after = EventPosition(
+            request.after.revision,
+            validation.task_id(request.after.task_id, "after.task_id")
+            if request.after.task_id
+            else "",
+            request.after.prev_state_version,
+        )
+    return positions.resume_point(from_revision=request.from_revision, after=after)
+
+
+def position_to_proto(position: EventPosition) -> tasks_pb2.EventPosition:
+    """An event position on the wire."""
+    return tasks_pb2.EventPosition(
+        revision=position.revision,
+        task_id=position.task_id,
+        prev_state_version=position.prev_state_version,
+    )
+
+
+def cut_when_stuck(context: grpc.ServicerContext) -> Callable[[], None]:
+    """``on_behind`` for a follow stream: cancel the call if its thread is still stuck sending
+    (to a client that stopped reading) ``STUCK_SEND_GRACE`` seconds later. A reader that is
+    merely slow gets there first and ends with RESOURCE_EXHAUSTED and its resume position."""
+
+    def on_behind() -> None:
+        timer = threading.Timer(STUCK_SEND_GRACE, context.cancel)
+        timer.daemon = True
+        timer.start()
+
+    return on_behind
+
+
+def behind(context: grpc.ServicerContext, exc: StreamBehind) -> None:
+    """Hand a follower that fell behind the position to resume after (trailing metadata)."""
+    context.set_trailing_metadata(
+        ((RESUME_AFTER_METADATA, position_to_proto(exc.position).SerializeToString()),)
+    )
+
+
 def event_to_proto(event: StoredEvent) -> tasks_pb2.TaskEvent:
     """One stored transition on the wire."""
     record = event.record
     return tasks_pb2.TaskEvent(
+        position=position_to_proto(event.position),
         revision=event.revision,
         task_id=record.task_id,
         op=record.op.value,

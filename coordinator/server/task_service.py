@@ -15,6 +15,7 @@ import grpc
 import structlog
 
 from coordinator.domain.validation import non_negative, priority, task_id
+from coordinator.errors import StreamBehind
 from coordinator.logging import bound
 from coordinator.server import convert, lifecycle_wire, validate
 from coordinator.server.identity import principal_of
@@ -174,12 +175,21 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
             queue=validate.queue_filter(request.queue),
             ops=lifecycle_wire.ops(request.ops),
         )
-        start = non_negative("from_revision", request.from_revision)
+        after = lifecycle_wire.resume_point(request)
         events = self._store.events
         if not request.follow:
-            history, _ = events.history(flt, from_revision=start)
-            for event in history:
+            for event in events.history(flt, after=after):
                 yield lifecycle_wire.event_to_proto(event)
             return
-        for event in events.follow(flt, from_revision=start, alive=context.is_active):
-            yield lifecycle_wire.event_to_proto(event)
+        followed = events.follow(
+            flt,
+            after=after,
+            alive=context.is_active,
+            on_behind=lifecycle_wire.cut_when_stuck(context),
+        )
+        try:
+            for event in followed:
+                yield lifecycle_wire.event_to_proto(event)
+        except StreamBehind as exc:
+            lifecycle_wire.behind(context, exc)
+            raise

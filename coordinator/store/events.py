@@ -1,26 +1,48 @@
-"""The event log: every transition's event, read back and followed live.
+"""The event log: every transition's event, read back and followed live, in position order.
 
 Events are written by the transition txn itself under ``{p}/events/{task}/{prev_state_version}``
-and never rewritten or deleted, so the log can be replayed from any revision by a plain range
-read (compaction does not touch live keys), and followed with a watch from the revision of
-that read. Each event carries its etcd revision: resume with ``from_revision = revision + 1``.
+and never rewritten. Several events can share one etcd revision (group commit nests txns; the
+releaser moves several tasks at once), so readers order and resume by ``EventPosition``
+(domain/positions.py: revision, then task id, then state_version), never by revision alone.
+
+Memory per reader is bounded whatever the log's length:
+
+- ``history`` selects the next ``_SELECT`` positions in passes over the keys (a bounded heap,
+  pages of ``_PAGE``), so a log of any length is streamed, never listed whole.
+- ``follow`` replays through an etcd watch from the reader's revision (etcd streams it in order,
+  with whole revisions per response), into a bounded inbox: a full inbox holds the watch back
+  (and so etcd); one that stays full for ``patience`` seconds ends the stream with
+  ``StreamBehind`` carrying the position to resume after. A watch whose history etcd compacted
+  falls back to ``history`` passes and then watches on from their horizon.
 """
 
 from __future__ import annotations
 
-import queue
+import heapq
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+from coordinator.domain.positions import EventPosition
 from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.states import Op
+from coordinator.errors import StreamBehind
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd import KV
-from coordinator.store.watch import PrefixWatch, WatchEvent
+from coordinator.store.watch import WatchEvent
 
 _PAGE = 1000
+# Events one history pass selects (held as raw key-values: ~1 KB each, so ~5 MB a reader).
+_SELECT = 5000
 _IDENTITY_CACHE = 100_000
+WHOLE_LOG = EventPosition.start_of(1)
+"""Before the first event: reading after it reads the whole log."""
+# Events a follower may have waiting before the watch is held back, and how long it may stay
+# that far behind before its stream is ended.
+INBOX_EVENTS = 10_000
+PATIENCE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -32,6 +54,11 @@ class StoredEvent:
     revision: int
     # The task's state_version before the transition (the event key's last segment).
     prev_state_version: int
+
+    @property
+    def position(self) -> EventPosition:
+        """The one place of this event in the log."""
+        return EventPosition(self.revision, self.record.task_id, self.prev_state_version)
 
 
 @dataclass(frozen=True)
@@ -53,87 +80,141 @@ def event_from_kv(kv: KV) -> StoredEvent:
     return StoredEvent(record, kv.create_revision, int(kv.key.rsplit("/", 1)[1]))
 
 
+def position_of_key(key: str, revision: int) -> EventPosition:
+    """The position of the event stored at ``key`` by the txn of ``revision``."""
+    head, version = key.rsplit("/", 1)
+    return EventPosition(revision, head.rsplit("/", 1)[1], int(version))
+
+
 class EventLog:
     """Reads and follows the event log, filtered."""
 
-    def __init__(self, ctx: StoreContext) -> None:
+    def __init__(
+        self,
+        ctx: StoreContext,
+        *,
+        inbox_events: int = INBOX_EVENTS,
+        patience: float = PATIENCE_SECONDS,
+    ) -> None:
         self._ctx = ctx
+        self._inbox_events = inbox_events
+        self._patience = patience
         # task_id -> (root_task_id, queue): both are fixed at creation, so safe to cache.
         self._identity: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
 
-    def history(self, flt: EventFilter, *, from_revision: int = 0) -> tuple[list[StoredEvent], int]:
-        """Every matching event written at or after ``from_revision``, in revision order, and
-        the revision the log was read at."""
-        kv = self._ctx.kv
-        prefix = self._ctx.keys.events_prefix(flt.task_id)
-        start, end, read_at = prefix, kv.prefix_end(prefix), 0
-        found: list[StoredEvent] = []
-        while True:
-            page, read_at = kv.range_page(start, end, limit=_PAGE, revision=read_at)
-            for item in page:
-                if item.create_revision >= from_revision:
-                    event = event_from_kv(item)
-                    if self.matches(flt, event):
-                        found.append(event)
-            if len(page) < _PAGE:
-                break
-            start = page[-1].key + "\0"
-        found.sort(key=lambda e: e.revision)
-        return found, read_at
+    def history(
+        self, flt: EventFilter, *, after: EventPosition = WHOLE_LOG
+    ) -> Iterator[StoredEvent]:
+        """Every matching event after ``after``, in position order, up to the revision the
+        log was first read at; streamed in passes of bounded size."""
+        for events, _ in self._passes(flt, after):
+            yield from events
 
     def follow(
         self,
         flt: EventFilter,
         *,
-        from_revision: int = 0,
+        after: EventPosition = WHOLE_LOG,
         alive: Callable[[], bool],
+        on_behind: Callable[[], None] = lambda: None,
         poll: float = 0.5,
     ) -> Iterator[StoredEvent]:
-        """The history from ``from_revision``, then every new matching event as it is written,
-        until ``alive()`` turns false (checked at least every ``poll`` seconds). A watch that
-        loses its history to a compaction is replaced by a fresh read, so nothing is skipped."""
-        last = from_revision - 1
+        """Every matching event after ``after``, then each new one as it is written, until
+        ``alive()`` turns false (checked at least every ``poll`` seconds). Raises
+        ``StreamBehind`` when the reader fell too far behind (``on_behind`` is called the
+        moment that is decided, on the watch's thread: the reader may be stuck sending)."""
+        cursor = after
         while alive():
-            events, read_at = self.history(flt, from_revision=last + 1)
-            for event in events:
-                yield event
-                last = max(last, event.revision)
-            last = max(last, read_at)
-            inbox: queue.Queue[list[WatchEvent] | None] = queue.Queue()
-            watch = self._watch(flt, last + 1, inbox)
+            inbox = _Inbox(self._inbox_events, self._patience, on_behind)
+            watch = self._ctx.kv.watch_prefix(
+                self._ctx.keys.events_prefix(flt.task_id),
+                start_revision=cursor.revision,
+                on_events=inbox.put,
+                on_compacted=inbox.compacted,
+            )
             try:
                 while alive():
                     try:
                         batch = inbox.get(timeout=poll)
-                    except queue.Empty:
-                        continue
-                    if batch is None:
-                        break  # compacted: re-read from the last revision delivered
-                    for raw in batch:
-                        if raw.deleted or raw.mod_revision <= last:
+                    except _Behind:
+                        raise StreamBehind(cursor, self._inbox_events) from None
+                    if isinstance(batch, _Compacted):
+                        break
+                    for raw in sorted(batch, key=_watch_position):
+                        position = _watch_position(raw)
+                        if raw.deleted or position <= cursor:
                             continue
-                        decoded = self._decode(raw)
-                        last = raw.mod_revision
-                        if decoded is not None and self.matches(flt, decoded):
-                            yield decoded
+                        cursor = position
+                        event = self._decode(raw)
+                        if event is not None and self.matches(flt, event):
+                            yield event
+                else:
+                    return
             finally:
+                inbox.close()
                 watch.close()
+            # etcd compacted the revisions the watch needed: read them from the keys instead.
+            for events, horizon in self._passes(flt, cursor):
+                for event in events:
+                    cursor = max(cursor, event.position)
+                    yield event
+                cursor = max(cursor, EventPosition.end_of(horizon))
 
     def matches(self, flt: EventFilter, event: StoredEvent) -> bool:
         """Whether ``event`` passes ``flt`` (root and queue are looked up once per task)."""
-        record = event.record
-        if flt.task_id and record.task_id != flt.task_id:
+        if flt.ops and event.record.op not in flt.ops:
             return False
-        if flt.ops and record.op not in flt.ops:
+        return self._task_matches(flt, event.record.task_id)
+
+    def _task_matches(self, flt: EventFilter, task_id: str) -> bool:
+        if flt.task_id and task_id != flt.task_id:
             return False
         if flt.root_task_id or flt.queue:
-            root, queue_name = self._identity_of(record.task_id)
+            root, queue_name = self._identity_of(task_id)
             if flt.root_task_id and root != flt.root_task_id:
                 return False
             if flt.queue and queue_name != flt.queue:
                 return False
         return True
+
+    def _passes(
+        self, flt: EventFilter, after: EventPosition
+    ) -> Iterator[tuple[list[StoredEvent], int]]:
+        """Passes over the log, each the next ``_SELECT`` events after the last (decoded and
+        filtered), with the horizon: the revision of the first read, above which no pass looks
+        (events come later than the reader asked; a follower watches on from there)."""
+        horizon = [0]
+        cursor = after
+        while True:
+            chosen = heapq.nsmallest(
+                _SELECT, self._candidates(flt, cursor, horizon), key=lambda pair: pair[0]
+            )
+            decoded = (self._decode_kv(kv) for _, kv in chosen)
+            yield [e for e in decoded if e is not None and self.matches(flt, e)], horizon[0]
+            if len(chosen) < _SELECT:
+                return
+            cursor = chosen[-1][0]
+
+    def _candidates(
+        self, flt: EventFilter, cursor: EventPosition, horizon: list[int]
+    ) -> Iterator[tuple[EventPosition, KV]]:
+        """Every event key after ``cursor`` and at or below the horizon (fixed by the first
+        page read, when ``horizon[0]`` is 0) whose task passes the filter, page by page."""
+        kv = self._ctx.kv
+        prefix = self._ctx.keys.events_prefix(flt.task_id)
+        start, end = prefix, kv.prefix_end(prefix)
+        while True:
+            page, read_at = kv.range_page(start, end, limit=_PAGE)
+            horizon[0] = horizon[0] or read_at
+            for item in page:
+                position = position_of_key(item.key, item.create_revision)
+                in_pass = cursor < position and position.revision <= horizon[0]
+                if in_pass and self._task_matches(flt, position.task_id):
+                    yield position, item
+            if len(page) < _PAGE:
+                return
+            start = page[-1].key + "\0"
 
     def _identity_of(self, task_id: str) -> tuple[str, str]:
         with self._lock:
@@ -151,21 +232,99 @@ class EventLog:
             self._identity[task_id] = identity
         return identity
 
-    def _watch(
-        self, flt: EventFilter, start: int, inbox: queue.Queue[list[WatchEvent] | None]
-    ) -> PrefixWatch:
-        return self._ctx.kv.watch_prefix(
-            self._ctx.keys.events_prefix(flt.task_id),
-            start_revision=start,
-            on_events=inbox.put,
-            on_compacted=lambda: inbox.put(None),
-        )
-
     @staticmethod
-    def _decode(raw: WatchEvent) -> StoredEvent | None:
-        # Event keys are written once, so the watch's mod_revision is their create_revision.
-        kv = KV(raw.key, raw.value, raw.mod_revision, raw.mod_revision, 0)
+    def _decode_kv(kv: KV) -> StoredEvent | None:
         try:
             return event_from_kv(kv)
         except Exception:  # a malformed event is doctor's to report; the stream goes on
             return None
+
+    @classmethod
+    def _decode(cls, raw: WatchEvent) -> StoredEvent | None:
+        # Event keys are written once, so the watch's mod_revision is their create_revision.
+        return cls._decode_kv(KV(raw.key, raw.value, raw.mod_revision, raw.mod_revision, 0))
+
+
+def _watch_position(raw: WatchEvent) -> EventPosition:
+    return position_of_key(raw.key, raw.mod_revision)
+
+
+class _Behind(Exception):
+    """The follower's inbox stayed full for its whole patience."""
+
+
+class _Compacted:
+    """Marks the end of a watch whose history etcd compacted."""
+
+
+_COMPACTED = _Compacted()
+_Batch = list[WatchEvent]
+
+
+class _Inbox:
+    """Watch batches waiting for a follower's thread, bounded by events.
+
+    A full inbox makes the watch's thread wait (so the watch stops reading and etcd holds the
+    rest back): a reader that is slow but moving loses nothing. One that stays full for
+    ``patience`` seconds is behind for good: the inbox drops the watch's batches from then on,
+    and the reader gets ``StreamBehind`` when it next asks.
+    """
+
+    def __init__(self, capacity: int, patience: float, on_behind: Callable[[], None]) -> None:
+        self._capacity = capacity
+        self._patience = patience
+        self._on_behind = on_behind
+        self._cond = threading.Condition()
+        self._batches: deque[_Batch | _Compacted] = deque()
+        self._count = 0
+        self._behind = False
+        self._told = False
+        self._closed = False
+
+    def put(self, batch: _Batch) -> None:
+        """Add a watch batch (on the watch's thread); waits while the inbox is full."""
+        deadline = time.monotonic() + self._patience
+        with self._cond:
+            while self._count >= self._capacity and not (self._closed or self._behind):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._behind = True
+                    self._cond.notify_all()
+                    break
+                self._cond.wait(remaining)
+            newly_behind = self._behind and not self._told
+            self._told = self._told or self._behind
+            if not (self._closed or self._behind):
+                self._batches.append(batch)
+                self._count += len(batch)
+                self._cond.notify_all()
+        if newly_behind:
+            self._on_behind()
+
+    def compacted(self) -> None:
+        """The watch ended: etcd compacted the history it needed."""
+        with self._cond:
+            self._batches.append(_COMPACTED)
+            self._cond.notify_all()
+
+    def get(self, timeout: float) -> _Batch | _Compacted:
+        """The oldest batch ([] after ``timeout`` with none); raises _Behind once the reader
+        has fallen behind for good."""
+        with self._cond:
+            if not self._batches and not self._behind:
+                self._cond.wait(timeout)
+            if self._behind:
+                raise _Behind
+            if not self._batches:
+                return []
+            batch = self._batches.popleft()
+            if not isinstance(batch, _Compacted):
+                self._count -= len(batch)
+                self._cond.notify_all()
+            return batch
+
+    def close(self) -> None:
+        """Release a watch thread waiting in ``put``."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()

@@ -461,17 +461,26 @@ class WatchEventsRequest(_message.Message):
     OPS_FIELD_NUMBER: _builtins.int
     FROM_REVISION_FIELD_NUMBER: _builtins.int
     FOLLOW_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     """Filters; empty fields match every event."""
     root_task_id: _builtins.str
     queue: _builtins.str
     from_revision: _builtins.int
-    """Events written at or after this etcd revision; 0: from the beginning."""
+    """Events written at or after this etcd revision, from the start of it; 0: from the
+    beginning. Kept for compatibility: resume with after instead.
+    """
     follow: _builtins.bool
     """Keep the stream open and send new events as they are written."""
     @_builtins.property
     def ops(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Operation names as recorded ("claim", "commit", "accept", ...)."""
+
+    @_builtins.property
+    def after(self) -> Global___EventPosition:
+        """Events strictly after this position (the position of the last event received). Not
+        together with from_revision.
+        """
 
     def __init__(
         self,
@@ -482,14 +491,47 @@ class WatchEventsRequest(_message.Message):
         ops: _abc.Iterable[_builtins.str] | None = ...,
         from_revision: _builtins.int = ...,
         follow: _builtins.bool = ...,
+        after: Global___EventPosition | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["after", b"after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["follow", b"follow", "from_revision", b"from_revision", "ops", b"ops", "queue", b"queue", "root_task_id", b"root_task_id", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "follow", b"follow", "from_revision", b"from_revision", "ops", b"ops", "queue", b"queue", "root_task_id", b"root_task_id", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WatchEventsRequest: _TypeAlias = WatchEventsRequest  # noqa: Y015
+
+@_typing.final
+class EventPosition(_message.Message):
+    """Where one event sits in the log; identifies exactly one event. Several events share a
+    revision when the server batches transactions or one transaction moves several tasks.
+    Ordered by revision, then task_id, then prev_state_version.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REVISION_FIELD_NUMBER: _builtins.int
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    PREV_STATE_VERSION_FIELD_NUMBER: _builtins.int
+    revision: _builtins.int
+    """The etcd revision of the transaction that wrote the event."""
+    task_id: _builtins.str
+    prev_state_version: _builtins.int
+    """The task's state_version before the transition (the event key's last segment)."""
+    def __init__(
+        self,
+        *,
+        revision: _builtins.int = ...,
+        task_id: _builtins.str = ...,
+        prev_state_version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prev_state_version", b"prev_state_version", "revision", b"revision", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EventPosition: _TypeAlias = EventPosition  # noqa: Y015
 
 @_typing.final
 class TaskEvent(_message.Message):
@@ -510,8 +552,9 @@ class TaskEvent(_message.Message):
     DETAIL_FIELD_NUMBER: _builtins.int
     PREV_STATE_VERSION_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
-    """The etcd revision of the transition (resume with from_revision = revision + 1)."""
+    """The etcd revision of the transition (shared by every event of one transaction)."""
     task_id: _builtins.str
     op: _builtins.str
     """The operation ("create", "claim", "commit", "accept", "reject", "unblock", ...)."""
@@ -533,6 +576,10 @@ class TaskEvent(_message.Message):
     """
     @_builtins.property
     def at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def position(self) -> Global___EventPosition:
+        """This event's place in the log: resume a broken stream with after = position."""
+
     def __init__(
         self,
         *,
@@ -549,10 +596,11 @@ class TaskEvent(_message.Message):
         detail: _builtins.str = ...,
         prev_state_version: _builtins.int = ...,
         request_id: _builtins.str = ...,
+        position: Global___EventPosition | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "position", b"position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "attempt_id", b"attempt_id", "by", b"by", "claim_generation", b"claim_generation", "detail", b"detail", "from_state", b"from_state", "op", b"op", "prev_state_version", b"prev_state_version", "request_id", b"request_id", "revision", b"revision", "scheduler_epoch", b"scheduler_epoch", "task_id", b"task_id", "to_state", b"to_state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "attempt_id", b"attempt_id", "by", b"by", "claim_generation", b"claim_generation", "detail", b"detail", "from_state", b"from_state", "op", b"op", "position", b"position", "prev_state_version", b"prev_state_version", "request_id", b"request_id", "revision", b"revision", "scheduler_epoch", b"scheduler_epoch", "task_id", b"task_id", "to_state", b"to_state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -160,9 +160,15 @@ class TaskServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchEvents(self, request, context):
-        """Streams transition events, oldest first, each with its etcd revision: first those written
-        at or after from_revision (0: the whole log), then - with follow - every new one as it is
-        written. Resume a broken stream with from_revision = the last revision received + 1.
+        """Streams transition events in position order (revision, then task_id, then
+        prev_state_version): first those after the requested point (after, or the start of
+        from_revision; neither: the whole log), then - with follow - every new one as it is written.
+        Several events can share one etcd revision, so resume a broken stream with after = the
+        position of the last event received: nothing is lost and nothing repeats.
+        from_revision = revision + 1 would skip the rest of that revision.
+        A follower that reads too slowly (its server-side buffer stays full) is ended with
+        RESOURCE_EXHAUSTED; the trailing metadata "coordinator-resume-after-bin" holds the
+        EventPosition to resume after.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -82,9 +82,15 @@ class TaskServiceStub:
     or a task in another state.
     """
     WatchEvents: _grpc.UnaryStreamMultiCallable[_tasks_pb2.WatchEventsRequest, _tasks_pb2.TaskEvent]
-    """Streams transition events, oldest first, each with its etcd revision: first those written
-    at or after from_revision (0: the whole log), then - with follow - every new one as it is
-    written. Resume a broken stream with from_revision = the last revision received + 1.
+    """Streams transition events in position order (revision, then task_id, then
+    prev_state_version): first those after the requested point (after, or the start of
+    from_revision; neither: the whole log), then - with follow - every new one as it is written.
+    Several events can share one etcd revision, so resume a broken stream with after = the
+    position of the last event received: nothing is lost and nothing repeats.
+    from_revision = revision + 1 would skip the rest of that revision.
+    A follower that reads too slowly (its server-side buffer stays full) is ended with
+    RESOURCE_EXHAUSTED; the trailing metadata "coordinator-resume-after-bin" holds the
+    EventPosition to resume after.
     """
 
 @_typing.type_check_only
@@ -132,9 +138,15 @@ class TaskServiceAsyncStub(TaskServiceStub):
     or a task in another state.
     """
     WatchEvents: _aio.UnaryStreamMultiCallable[_tasks_pb2.WatchEventsRequest, _tasks_pb2.TaskEvent]  # type: ignore[assignment]
-    """Streams transition events, oldest first, each with its etcd revision: first those written
-    at or after from_revision (0: the whole log), then - with follow - every new one as it is
-    written. Resume a broken stream with from_revision = the last revision received + 1.
+    """Streams transition events in position order (revision, then task_id, then
+    prev_state_version): first those after the requested point (after, or the start of
+    from_revision; neither: the whole log), then - with follow - every new one as it is written.
+    Several events can share one etcd revision, so resume a broken stream with after = the
+    position of the last event received: nothing is lost and nothing repeats.
+    from_revision = revision + 1 would skip the rest of that revision.
+    A follower that reads too slowly (its server-side buffer stays full) is ended with
+    RESOURCE_EXHAUSTED; the trailing metadata "coordinator-resume-after-bin" holds the
+    EventPosition to resume after.
     """
 
 class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -233,9 +245,15 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _tasks_pb2.WatchEventsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_tasks_pb2.TaskEvent], _abc.AsyncIterator[_tasks_pb2.TaskEvent]]:
-        """Streams transition events, oldest first, each with its etcd revision: first those written
-        at or after from_revision (0: the whole log), then - with follow - every new one as it is
-        written. Resume a broken stream with from_revision = the last revision received + 1.
+        """Streams transition events in position order (revision, then task_id, then
+        prev_state_version): first those after the requested point (after, or the start of
+        from_revision; neither: the whole log), then - with follow - every new one as it is written.
+        Several events can share one etcd revision, so resume a broken stream with after = the
+        position of the last event received: nothing is lost and nothing repeats.
+        from_revision = revision + 1 would skip the rest of that revision.
+        A follower that reads too slowly (its server-side buffer stays full) is ended with
+        RESOURCE_EXHAUSTED; the trailing metadata "coordinator-resume-after-bin" holds the
+        EventPosition to resume after.
         """
 
 def add_TaskServiceServicer_to_server(servicer: TaskServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

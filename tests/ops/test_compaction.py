@@ -4,6 +4,7 @@ no expired claim is lost and later expiries are still seen at once."""
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -12,7 +13,7 @@ import etcd3
 import pytest
 
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
-from coordinator.store import EtcdKV, Keyspace, Store, TaskSpec
+from coordinator.store import EtcdKV, EventFilter, Keyspace, Store, StoredEvent, TaskSpec
 from coordinator.store.watch import WatchEvent
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
@@ -106,4 +107,39 @@ def test_the_releaser_survives_a_compacted_watch_revision(
         # Only a watch that follows again can release this one: the scan runs hourly.
         eventually(lambda: store.tasks.get("down2").state.name == READY, timeout=10)
     finally:
+        store.close()
+
+
+def test_a_follower_from_compacted_history_reads_it_from_the_keys_then_follows_live(
+    compacting: tuple[EtcdKV, Any],
+) -> None:
+    kv, client = compacting
+    store = Store.open(kv, keys=Keyspace("/e"), scan_interval=3600.0)
+    store.start(reclaim=False)
+    received: queue.Queue[StoredEvent] = queue.Queue()
+    stop = threading.Event()
+    try:
+        for name in ("a", "b", "c"):
+            create(store, name)
+        commit(store, claim(store, "a", ttl=60))
+        _compact_now(kv, client)  # a watch from revision 1 can no longer replay them
+
+        def pump() -> None:
+            for event in store.events.follow(EventFilter(), alive=lambda: not stop.is_set()):
+                received.put(event)
+
+        threading.Thread(target=pump, daemon=True).start()
+        old = [received.get(timeout=10) for _ in range(5)]
+        assert [(e.record.task_id, e.record.op.value) for e in old] == [
+            ("a", "create"),
+            ("b", "create"),
+            ("c", "create"),
+            ("a", "claim"),
+            ("a", "commit"),
+        ]
+        create(store, "d")
+        assert received.get(timeout=10).record.task_id == "d"
+        assert received.empty()
+    finally:
+        stop.set()
         store.close()

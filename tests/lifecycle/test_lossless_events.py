@@ -1,0 +1,234 @@
+"""WatchEvents loses nothing: several events share one etcd revision (group commit nests
+concurrent transition txns into one), and readers order and resume by event position, never by
+revision alone. A slow follower is ended with the position to resume after, and its memory on
+the server stays bounded."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+import pytest
+
+import coordinator.store.events as events_module
+from coordinator.errors import StreamBehind
+from coordinator.server import lifecycle_wire
+from coordinator.store import EventFilter, Store
+from coordinator.store.events import EventLog
+from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
+from tests.lifecycle.support import create, who
+
+READ = who("viewer")
+WRITERS = 16
+
+
+def _create_concurrently(store: Store, names: list[str]) -> None:
+    """Create ``names`` from WRITERS threads at once, so group commit shares revisions."""
+    start = threading.Barrier(WRITERS)
+
+    def write(chunk: list[str]) -> None:
+        start.wait()
+        for name in chunk:
+            create(store, name, queue="burst")
+
+    with ThreadPoolExecutor(WRITERS) as pool:
+        list(pool.map(write, [names[i::WRITERS] for i in range(WRITERS)]))
+
+
+def _key(event: tasks_pb2.TaskEvent) -> tuple[int, str, int]:
+    p = event.position
+    return (p.revision, p.task_id, p.prev_state_version)
+
+
+def _stream(tasks: tasks_pb2_grpc.TaskServiceStub, **fields: Any) -> list[tasks_pb2.TaskEvent]:
+    return list(tasks.WatchEvents(tasks_pb2.WatchEventsRequest(**fields), metadata=READ))
+
+
+def _shared_revisions(events: list[tasks_pb2.TaskEvent]) -> list[int]:
+    counts = Counter(e.revision for e in events)
+    return sorted(rev for rev, n in counts.items() if n > 1)
+
+
+def _follow(
+    tasks: tasks_pb2_grpc.TaskServiceStub, **fields: Any
+) -> tuple[Any, queue.Queue[tasks_pb2.TaskEvent | grpc.RpcError]]:
+    call = tasks.WatchEvents(tasks_pb2.WatchEventsRequest(follow=True, **fields), metadata=READ)
+    received: queue.Queue[tasks_pb2.TaskEvent | grpc.RpcError] = queue.Queue()
+
+    def pump() -> None:
+        try:
+            for event in call:
+                received.put(event)
+        except grpc.RpcError as exc:
+            received.put(exc)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return call, received
+
+
+def _take(received: queue.Queue[Any], count: int) -> list[tasks_pb2.TaskEvent]:
+    return [received.get(timeout=20) for _ in range(count)]
+
+
+def test_a_follower_receives_every_event_of_shared_revisions_exactly_once_in_order(
+    store: Store, tasks: tasks_pb2_grpc.TaskServiceStub
+) -> None:
+    create(store, "marker", queue="burst")
+    call, received = _follow(tasks, queue="burst")
+    try:
+        assert _take(received, 1)[0].task_id == "marker"
+        names = [f"t{i:03}" for i in range(400)]
+        _create_concurrently(store, names)
+        live = _take(received, 400)
+    finally:
+        call.cancel()
+    assert sorted(e.task_id for e in live) == names  # every create, none twice
+    assert [_key(e) for e in live] == sorted(_key(e) for e in live)  # in position order
+    assert _shared_revisions(live), "group commit shared no revision: the test proves nothing"
+    history = _stream(tasks, queue="burst")[1:]
+    assert [_key(e) for e in live] == [_key(e) for e in history]
+
+
+def test_resuming_after_the_first_event_of_a_shared_revision_loses_and_repeats_nothing(
+    store: Store, tasks: tasks_pb2_grpc.TaskServiceStub
+) -> None:
+    _create_concurrently(store, [f"t{i:03}" for i in range(160)])
+    everything = _stream(tasks, queue="burst")
+    shared = _shared_revisions(everything)
+    assert shared, "group commit shared no revision: the test proves nothing"
+    cut = next(i for i, e in enumerate(everything) if e.revision == shared[0])
+    # History: resume after the first event of that revision.
+    rest = _stream(tasks, queue="burst", after=everything[cut].position)
+    assert [_key(e) for e in rest] == [_key(e) for e in everything[cut + 1 :]]
+    # Follow: a stream broken there and resumed after it.
+    call, received = _follow(tasks, queue="burst", after=everything[cut].position)
+    try:
+        resumed = _take(received, len(everything) - cut - 1)
+    finally:
+        call.cancel()
+    assert [_key(e) for e in resumed] == [_key(e) for e in everything[cut + 1 :]]
+    # The compatibility rule: from_revision replays the whole revision.
+    from_rev = _stream(tasks, queue="burst", from_revision=shared[0])
+    assert [_key(e) for e in from_rev] == [_key(e) for e in everything[cut:]]
+
+
+def test_history_in_passes_smaller_than_the_log_is_the_whole_log_in_order(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _create_concurrently(store, [f"t{i:03}" for i in range(64)])
+    whole = [e.position for e in store.events.history(EventFilter(queue="burst"))]
+    monkeypatch.setattr(events_module, "_SELECT", 3)
+    passes = [e.position for e in store.events.history(EventFilter(queue="burst"))]
+    assert passes == whole == sorted(whole)
+    assert len(whole) == 64
+
+
+def test_a_follower_that_falls_behind_is_ended_with_the_position_to_resume_after(
+    store: Store,
+) -> None:
+    slow = EventLog(store.ctx, inbox_events=5, patience=0.2)
+    behind = threading.Event()
+    create(store, "first", queue="burst")
+    stream = slow.follow(EventFilter(queue="burst"), alive=lambda: True, on_behind=behind.set)
+    got = [next(stream).position]
+    _create_concurrently(store, [f"t{i:03}" for i in range(48)])
+    assert behind.wait(10), "a reader that stopped reading was never found behind"
+    with pytest.raises(StreamBehind) as raised:
+        got.extend(event.position for event in stream)
+    assert raised.value.position == got[-1]
+    rest = [e.position for e in store.events.history(EventFilter(queue="burst"), after=got[-1])]
+    whole = [e.position for e in store.events.history(EventFilter(queue="burst"))]
+    assert got + rest == whole
+    assert len(whole) == 49
+
+
+def _stall_after_first_send(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[threading.Event, threading.Event]:
+    """Make the server's WatchEvents thread stall before its second event, as it does when a
+    client stops reading (its send blocks); returns (behind: the server found the stream
+    behind, release: let the thread go on)."""
+    behind, release = threading.Event(), threading.Event()
+    real = lifecycle_wire.event_to_proto
+    real_cut = lifecycle_wire.cut_when_stuck
+    sent = [0]
+
+    def cut_when_stuck(context: grpc.ServicerContext) -> Any:
+        cut = real_cut(context)
+
+        def on_behind() -> None:
+            behind.set()
+            cut()
+
+        return on_behind
+
+    def slow(event: Any) -> tasks_pb2.TaskEvent:
+        sent[0] += 1
+        if sent[0] == 2:
+            release.wait(30)
+        return real(event)
+
+    monkeypatch.setattr(lifecycle_wire, "event_to_proto", slow)
+    monkeypatch.setattr(lifecycle_wire, "cut_when_stuck", cut_when_stuck)
+    return behind, release
+
+
+def test_a_grpc_follower_that_falls_behind_gets_resource_exhausted_and_its_resume_position(
+    store: Store, tasks: tasks_pb2_grpc.TaskServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.events = EventLog(store.ctx, inbox_events=5, patience=0.2)
+    create(store, "first", queue="burst")
+    behind, release = _stall_after_first_send(monkeypatch)
+    call, received = _follow(tasks, queue="burst")
+    got = _take(received, 1)
+    _create_concurrently(store, [f"t{i:03}" for i in range(48)])
+    assert behind.wait(10), "the stalled stream was never found behind"
+    release.set()
+    while not isinstance(item := received.get(timeout=20), grpc.RpcError):
+        got.append(item)
+    assert item.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "fell 5 events behind" in item.details()
+    trailing = dict(item.trailing_metadata())
+    resume = tasks_pb2.EventPosition.FromString(trailing[lifecycle_wire.RESUME_AFTER_METADATA])
+    assert _key_of(resume) == _key(got[-1])
+    rest = _stream(tasks, queue="burst", after=resume)
+    assert len(got) + len(rest) == 49
+    assert [_key(e) for e in got + rest] == sorted(_key(e) for e in got + rest)
+    call.cancel()
+
+
+def test_a_grpc_follower_stuck_in_a_send_is_cut_off_after_the_grace(
+    store: Store, tasks: tasks_pb2_grpc.TaskServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lifecycle_wire, "STUCK_SEND_GRACE", 0.5)
+    store.events = EventLog(store.ctx, inbox_events=5, patience=0.2)
+    create(store, "first", queue="burst")
+    behind, release = _stall_after_first_send(monkeypatch)
+    _, received = _follow(tasks, queue="burst")
+    try:
+        _take(received, 1)
+        _create_concurrently(store, [f"t{i:03}" for i in range(48)])
+        assert behind.wait(10), "the stalled stream was never found behind"
+        ended = received.get(timeout=20)
+        assert isinstance(ended, grpc.RpcError)
+        assert ended.code() is grpc.StatusCode.CANCELLED
+    finally:
+        release.set()
+
+
+def _key_of(position: tasks_pb2.EventPosition) -> tuple[int, str, int]:
+    return (position.revision, position.task_id, position.prev_state_version)
+
+
+def test_the_after_position_must_name_an_event(tasks: tasks_pb2_grpc.TaskServiceStub) -> None:
+    with pytest.raises(grpc.RpcError) as raised:
+        _stream(tasks, after=tasks_pb2.EventPosition(revision=3))
+    assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "after must be the position of an event" in raised.value.details()
+    with pytest.raises(grpc.RpcError) as raised:
+        _stream(tasks, from_revision=2, after=tasks_pb2.EventPosition(revision=3, task_id="t"))
+    assert "either from_revision or after" in raised.value.details()
