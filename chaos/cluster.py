@@ -88,6 +88,8 @@ class EtcdCluster:
             f"--initial-cluster={self._initial}",
             f"--initial-cluster-state={'existing' if existing else 'new'}",
             "--initial-cluster-token=chaos",
+            # Off, unlike an embedded or deployed etcd: the history checker reads every
+            # revision of the run (chaos/etcd_history.py).
             "--auto-compaction-retention=0",
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD_")}

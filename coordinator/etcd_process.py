@@ -19,6 +19,7 @@ import tempfile
 import time
 import urllib.request
 import weakref
+from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -114,6 +115,14 @@ def _reap(proc: subprocess.Popen[bytes], scratch: Path | None) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+DEFAULT_COMPACTION_RETENTION = timedelta(hours=1)
+"""History an embedded etcd keeps: it compacts revisions older than this, periodically.
+
+Without compaction etcd keeps every revision: a ``coordinator up --data-dir`` kept for weeks
+grows until it hits the backend quota and refuses every write. An hour is far more than a watch
+needs to resume (and a compacted watch recovers by rescanning; see the store's watch)."""
+
+
 class _PortInUseError(CoordinatorError):
     """etcd could not bind a port picked moments ago; picking new ones fixes it."""
 
@@ -123,7 +132,8 @@ class EtcdProcess:
 
     With no ``data_dir`` the data lives in a temporary directory that ``stop()`` removes; a given
     ``data_dir`` is kept, so a later ``start()`` reopens the same store (the ports are kept too).
-    Auto-compaction is off and the backend quota is etcd's default.
+    etcd compacts history older than ``compaction_retention`` periodically; None turns
+    compaction off (for tests that read old revisions). The backend quota is etcd's default.
     """
 
     def __init__(
@@ -135,7 +145,17 @@ class EtcdProcess:
         host: str = "127.0.0.1",
         name: str = "coordinator",
         start_timeout: float = 30.0,
+        compaction_retention: timedelta | None = DEFAULT_COMPACTION_RETENTION,
     ) -> None:
+        """Pick the ports; nothing runs before ``start()``. ValueError on a retention that is
+        not a whole number of seconds >= 1 (etcd's periodic mode takes no less)."""
+        if compaction_retention is not None and (
+            compaction_retention < timedelta(seconds=1) or compaction_retention.microseconds
+        ):
+            raise ValueError(
+                f"compaction_retention must be whole seconds >= 1, got {compaction_retention}"
+            )
+        self._compaction = compaction_retention
         self._binary = Path(binary) if binary is not None else find_etcd_binary()
         self._host = host
         self._name = name
@@ -214,10 +234,17 @@ class EtcdProcess:
             f"--initial-advertise-peer-urls={peer_url}",
             f"--initial-cluster={self._name}={peer_url}",
             "--initial-cluster-state=new",
-            "--auto-compaction-retention=0",
+            *self._compaction_args(),
             "--logger=zap",
             "--log-outputs=stderr",
         ]
+
+    def _compaction_args(self) -> list[str]:
+        if self._compaction is None:
+            return ["--auto-compaction-retention=0"]
+        seconds = int(self._compaction.total_seconds())
+        # A Go duration: etcd 3.4 and 3.5 read a bare number as hours, "3600s" as seconds.
+        return ["--auto-compaction-mode=periodic", f"--auto-compaction-retention={seconds}s"]
 
     def start(self) -> Self:
         """Start etcd and wait until /health says true; raise CoordinatorError with its log tail."""

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -63,3 +65,31 @@ def bound(**fields: Any) -> Iterator[None]:
     """Bind ``fields`` to every log line of the current call (thread- and context-local)."""
     with structlog.contextvars.bound_contextvars(**fields):
         yield
+
+
+class Throttle:
+    """Admits at most one log line per ``interval`` seconds and counts the lines it held back.
+
+    For lines any caller can cause at will (a flood of malformed requests): the first one is
+    logged, later ones within the interval are only counted, and the next admitted line carries
+    the count, so nothing disappears without a trace and the log stays bounded.
+    """
+
+    def __init__(self, interval: float, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+        """``monotonic`` is the clock (injected by tests)."""
+        self._interval = interval
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._last: float | None = None
+        self._held_back = 0
+
+    def admit(self) -> int | None:
+        """None if this line is to be dropped; else how many were dropped since the last one."""
+        with self._lock:
+            now = self._monotonic()
+            if self._last is not None and now - self._last < self._interval:
+                self._held_back += 1
+                return None
+            self._last = now
+            held_back, self._held_back = self._held_back, 0
+            return held_back

@@ -18,8 +18,10 @@ GRPC_OPTIONS = [("grpc.enable_http_proxy", 0)]
 
 @pytest.fixture(scope="session")
 def etcd() -> Iterator[EtcdProcess]:
-    """A single-member etcd on free loopback ports, started once for the whole session."""
-    with EtcdProcess(binary=find_etcd_binary()) as proc:
+    """A single-member etcd on free loopback ports, started once for the whole session.
+
+    Compaction off: tests read old revisions (watch resumption, event history)."""
+    with EtcdProcess(binary=find_etcd_binary(), compaction_retention=None) as proc:
         yield proc
 
 

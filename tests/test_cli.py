@@ -171,6 +171,19 @@ def _accepts_connections(endpoint: str) -> bool:
         return sock.connect_ex((host, int(port))) == 0
 
 
+def _child_commands(pid: int) -> list[list[str]]:
+    """The command lines of ``pid``'s child processes (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if parent == pid:
+                found.append((stat.parent / "cmdline").read_bytes().decode().split("\0")[:-1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return found
+
+
 def test_up_serves_and_stops_cleanly_on_sigterm(tmp_path: Path, processes: list[Process]) -> None:
     up = Process(["up", "--listen", "127.0.0.1:0"], tmp_path / "up.log")
     processes.append(up)
@@ -179,6 +192,14 @@ def test_up_serves_and_stops_cleanly_on_sigterm(tmp_path: Path, processes: list[
     etcd_endpoint = up.expect(r"etcd at (\S+)")[1]
     reply = _get_epoch(address)
     assert reply.epoch == 1 and not reply.claims_paused
+    (etcd_args,) = [
+        args
+        for args in _child_commands(up.proc.pid)
+        if f"--listen-client-urls=http://{etcd_endpoint}" in args
+    ]
+    # A kept --data-dir must not grow forever: the embedded etcd compacts old history.
+    assert "--auto-compaction-mode=periodic" in etcd_args
+    assert "--auto-compaction-retention=3600s" in etcd_args
 
     assert up.terminate() == 0, up.logs()
     assert not _accepts_connections(etcd_endpoint), "the embedded etcd outlived `up`"

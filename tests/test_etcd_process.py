@@ -5,14 +5,23 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import etcd3
+import grpc
 import pytest
 
 from coordinator.errors import CoordinatorError, EtcdNotFound
-from coordinator.etcd_process import ENV_ETCD_BIN, EtcdProcess, find_etcd_binary, free_port
+from coordinator.etcd_process import (
+    DEFAULT_COMPACTION_RETENTION,
+    ENV_ETCD_BIN,
+    EtcdProcess,
+    find_etcd_binary,
+    free_port,
+)
+from tests.helpers import eventually
 
 
 def _executable(path: Path, body: str = "exit 0") -> Path:
@@ -159,3 +168,46 @@ def test_session_fixtures(etcd: EtcdProcess, etcd_client: Any, prefix: str) -> N
     etcd_client.put(f"{prefix}/k", "v")
     assert etcd_client.get(f"{prefix}/k")[0] == b"v"
     assert etcd.running
+
+
+def _cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+
+def test_an_embedded_etcd_compacts_its_history_periodically() -> None:
+    with EtcdProcess(compaction_retention=timedelta(seconds=1)) as proc:
+        args = _cmdline(proc.pid)
+        assert "--auto-compaction-mode=periodic" in args
+        assert "--auto-compaction-retention=1s" in args
+        client = _client(proc)
+        try:
+            client.put("/compact/k", "v1")
+            first = client.get("/compact/k")[1].mod_revision
+            client.put("/compact/k", "v2")
+
+            def compacted() -> bool:
+                try:
+                    client.get_response("/compact/k", revision=first)
+                except grpc.RpcError as exc:
+                    assert exc.code() == grpc.StatusCode.OUT_OF_RANGE, exc
+                    assert "required revision has been compacted" in (exc.details() or "")
+                    return True
+                return False
+
+            eventually(compacted, timeout=20, message="etcd never compacted the old revision")
+            assert client.get("/compact/k")[0] == b"v2"
+        finally:
+            client.close()
+
+
+def test_the_default_retention_is_an_hour_and_none_turns_compaction_off(etcd: EtcdProcess) -> None:
+    assert timedelta(hours=1) == DEFAULT_COMPACTION_RETENTION
+    session = _cmdline(etcd.pid)  # the session fixture asks for no compaction
+    assert "--auto-compaction-retention=0" in session
+    assert not [a for a in session if a.startswith("--auto-compaction-mode")]
+
+
+@pytest.mark.parametrize("retention", [timedelta(0), timedelta(milliseconds=1500)])
+def test_a_retention_etcd_cannot_take_is_refused(retention: timedelta) -> None:
+    with pytest.raises(ValueError, match="whole seconds >= 1"):
+        EtcdProcess(compaction_retention=retention)

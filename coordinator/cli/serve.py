@@ -184,7 +184,7 @@ def _security_options(func: F) -> F:
         _file(
             "tls-client-ca",
             "PEM CA for mutual TLS: clients must present a certificate it signed; the "
-            "principal is the certificate's SAN or CN.",
+            "principal is the certificate's URI or DNS SAN (its CN only without any SAN).",
         ),
         _option(
             "insecure",

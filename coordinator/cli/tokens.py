@@ -116,7 +116,8 @@ def revoke(principal: str, path: Path) -> None:
 @_ROLES
 @_FILE
 def cert(principal: str, roles: tuple[str, ...], path: Path) -> None:
-    """Grant roles to the client-certificate principal PRINCIPAL (its SAN or CN)."""
+    """Grant roles to the client-certificate principal PRINCIPAL (its URI or DNS SAN; its CN
+    only if it has no SAN)."""
     doc = _load(path)
     doc["certificates"][principal] = {"roles": sorted(set(roles))}
     write_token_file(path, doc)

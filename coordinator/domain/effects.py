@@ -26,6 +26,7 @@ from enum import IntEnum
 from coordinator.domain.decisions import Verdict
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import Outcome
+from coordinator.domain.validation import no_dot_segments
 from coordinator.errors import FailedPrecondition, InvalidArgument
 
 
@@ -305,14 +306,15 @@ def check_effect_id(value: str, field_name: str = "effect_id") -> str:
 
 
 def check_name(field_name: str, value: str) -> str:
-    """A node id or effect slot: 1-128 characters of [A-Za-z0-9._:@/-]."""
+    """A node id or effect slot: 1-128 characters of [A-Za-z0-9._:@/-], no ``.`` or ``..``
+    part."""
     if not value:
         raise InvalidArgument(f"{field_name} is required")
     if not _NAME.fullmatch(value):
         raise InvalidArgument(
             f"{field_name} must be 1-128 characters of [A-Za-z0-9._:@/-], got {value[:140]!r}"
         )
-    return value
+    return no_dot_segments(field_name, value)
 
 
 # --- helpers ---------------------------------------------------------------------------------

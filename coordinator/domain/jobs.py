@@ -184,14 +184,15 @@ def decide_rediscover(
 
 
 def check_job_id(value: str, field_name: str = "job_id") -> str:
-    """A job id: 1-64 characters of [A-Za-z0-9._-] (chosen by the SDK, unique per job)."""
+    """A job id: 1-64 characters of [A-Za-z0-9._-], not ``.`` or ``..`` (chosen by the SDK,
+    unique per job)."""
     if not value:
         raise InvalidArgument(f"{field_name} is required")
     if not _JOB_ID.fullmatch(value):
         raise InvalidArgument(
             f"{field_name} must be 1-64 characters of [A-Za-z0-9._-], got {value[:80]!r}"
         )
-    return value
+    return validation.no_dot_segments(field_name, value)
 
 
 def check_argv(argv: list[str] | tuple[str, ...]) -> tuple[str, ...]:

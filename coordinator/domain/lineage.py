@@ -14,7 +14,8 @@ Thread keys are normalized so that a lineage suffix is never mistaken for a seco
    segments (the dash is optional: ``/retry1``), repeatedly;
 4. strip leading and trailing ``/``.
 
-What remains must be 1-128 characters of ``[a-z0-9._:@/-]``.
+What remains must be 1-128 characters of ``[a-z0-9._:@/-]``, none of its ``/`` parts ``.`` or
+``..``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from coordinator.domain.records import TaskRecord
+from coordinator.domain.validation import no_dot_segments
 from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
 
 MAX_THREAD_KEY_CHARS = 128
@@ -59,7 +61,7 @@ def thread_key(value: str, field: str = "thread_key") -> str:
             f"{field} must normalize to 1-{MAX_THREAD_KEY_CHARS} characters of [a-z0-9._:@/-], "
             f"got {key[:140]!r}"
         )
-    return key
+    return no_dot_segments(field, key)
 
 
 def index_value(key: str) -> str:

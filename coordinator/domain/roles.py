@@ -13,10 +13,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from coordinator.domain.validation import no_dot_segments
 from coordinator.errors import InvalidArgument
 
 PRINCIPAL_PATTERN = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
-"""What a principal may look like: 1-128 characters of ``[A-Za-z0-9._:@-]``."""
+"""What a principal may look like: 1-128 characters of ``[A-Za-z0-9._:@-]`` (and neither
+``.`` nor ``..``: check_principal refuses those)."""
 
 
 class Role(enum.StrEnum):
@@ -49,7 +51,8 @@ def check_principal(setting: str, text: str) -> str:
         raise InvalidArgument(
             f"{setting} must be 1-128 characters of [A-Za-z0-9._:@-], got {text[:140]!r}"
         )
-    return text
+    # A principal is a key segment too (per-worker job index, idempotency keys).
+    return no_dot_segments(setting, text)
 
 
 def parse_roles(setting: str, names: Iterable[str]) -> frozenset[Role]:

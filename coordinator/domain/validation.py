@@ -14,26 +14,42 @@ MAX_TEXT_CHARS = 1024
 _TASK_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _QUEUE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _ATTEMPT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_DOT_SEGMENTS = frozenset({".", ".."})
+
+
+def no_dot_segments(field: str, value: str) -> str:
+    """``value`` unless it, or any of its ``/``-separated parts, is ``.`` or ``..``.
+
+    Ids become etcd key segments and, in the SDK and in tools, file paths and URLs, where
+    ``.`` and ``..`` name the same place or the parent: a task ``..`` would put a managed job's
+    log outside its directory, and ``a/../b`` would alias ``b``.
+    """
+    if any(part in _DOT_SEGMENTS for part in value.split("/")):
+        raise InvalidArgument(
+            f"{field} must not be '.' or '..' (nor have one as a '/'-separated part), "
+            f"got {value[:80]!r}"
+        )
+    return value
 
 
 def task_id(value: str, field: str = "task_id") -> str:
-    """A task id: 1-128 characters of [A-Za-z0-9._:-]."""
+    """A task id: 1-128 characters of [A-Za-z0-9._:-], not ``.`` or ``..``."""
     if not value:
         raise InvalidArgument(f"{field} is required")
     if not _TASK_ID.fullmatch(value):
         raise InvalidArgument(
             f"{field} must be 1-128 characters of [A-Za-z0-9._:-], got {value[:140]!r}"
         )
-    return value
+    return no_dot_segments(field, value)
 
 
 def queue(value: str) -> str:
-    """A queue name: 1-64 characters of [A-Za-z0-9._-]."""
+    """A queue name: 1-64 characters of [A-Za-z0-9._-], not ``.`` or ``..``."""
     if not _QUEUE.fullmatch(value):
         raise InvalidArgument(
             f"queue must be 1-64 characters of [A-Za-z0-9._-], got {value[:80]!r}"
         )
-    return value
+    return no_dot_segments("queue", value)
 
 
 def attempt_id(value: str) -> str:

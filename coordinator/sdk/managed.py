@@ -79,6 +79,23 @@ def default_log_dir() -> Path:
     return Path(configured) if configured else Path(tempfile.gettempdir()) / "coordinator-jobs"
 
 
+def job_log_path(log_dir: str | os.PathLike[str], task_id: str, job_id: str) -> Path:
+    """``<log_dir>/<task_id>/<job_id>.log`` resolved, and refused if that is not inside log_dir.
+
+    The task id comes from the server and the directory may hold links: whatever they are
+    (``..``, an absolute name, a symlink planted in the directory), a job must not write its log
+    and exit file anywhere else. Raises CoordinatorError naming the path and the directory.
+    """
+    base = Path(log_dir).resolve()
+    path = (base / task_id / f"{job_id}.log").resolve()
+    if path.parent == base or not path.is_relative_to(base):
+        raise CoordinatorError(
+            f"job {job_id} of task {task_id!r}: its log path {str(path)!r} is not inside the "
+            f"log directory {str(base)!r}; refusing to write there"
+        )
+    return path
+
+
 def exit_ref(log_ref: str) -> str:
     """Where the job's leader writes the command's exit status (next to the log)."""
     return f"{log_ref}.exit"
@@ -348,7 +365,7 @@ def run_managed(
     job.check(margin=timedelta(0))
     rpc = job._rpc
     job_id = new_job_id()
-    log_path = Path(log_dir or default_log_dir()).resolve() / job.task_id / f"{job_id}.log"
+    log_path = job_log_path(log_dir or default_log_dir(), job.task_id, job_id)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_ref = str(log_path)
     environment = {**(os.environ if env is None else env), MARKER_ENV: job_id}

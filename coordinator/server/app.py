@@ -37,6 +37,7 @@ from coordinator.server.request_ids import RequestIdInterceptor
 from coordinator.server.rpc_metrics import RpcMetricsInterceptor
 from coordinator.server.task_service import TaskService
 from coordinator.server.tls import ServerTLS
+from coordinator.server.undecodable import UndecodableInterceptor
 from coordinator.server.version_gate import VersionGateInterceptor, refuse_old_coordinator
 from coordinator.server.worker_service import WorkerService
 from coordinator.store import EtcdKV, Keyspace, Store
@@ -98,11 +99,13 @@ def build_server(
         )
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        # Metrics run outermost, so auth and version-gate refusals are counted too. Then auth:
-        # every later interceptor and servicer sees the caller. Idempotency keys are scoped to
-        # the authenticated principal, so they come after auth.
+        # Metrics run outermost, so auth and version-gate refusals are counted too. An
+        # undecodable body is refused next, before auth: it costs no token lookup and logs no
+        # traceback. Then auth: every later interceptor and servicer sees the caller.
+        # Idempotency keys are scoped to the authenticated principal, so they come after auth.
         interceptors=[
             RpcMetricsInterceptor(),  # real methods only get labels: unknown ones pass by
+            UndecodableInterceptor(),
             AuthInterceptor(authenticator),
             VersionGateInterceptor(VersionStore(store.ctx).read),  # minimum SDK, cached read
             IdempotencyInterceptor(store.idempotency),

@@ -14,7 +14,7 @@ Health checking and reflection stay open: load balancers and grpcurl must not ne
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn, Protocol
 
@@ -39,7 +39,7 @@ from coordinator.server.identity import (
     PRINCIPAL_METADATA_KEY,
     ROLES_METADATA_KEY,
 )
-from coordinator.server.tls import ServerTLS
+from coordinator.server.tls import PeerProperties, ServerTLS, certificate_names, over_tls
 from coordinator.server.tokens import TokenFile, token_hash
 
 log = structlog.get_logger(__name__)
@@ -105,7 +105,6 @@ OPEN_SERVICES = (
 """Method-path prefixes served without authentication."""
 
 Metadata = Sequence[tuple[str, str | bytes]]
-PeerProperties = Mapping[str, Iterable[bytes]]
 
 
 class Authenticator(Protocol):
@@ -150,8 +149,9 @@ class TokenAuth:
     """Bearer tokens from a token file, and (with mutual TLS) client-certificate principals.
 
     A bearer token, when sent, decides (and must be valid). Without one, a verified client
-    certificate names the principal: its subject alternative names, then its common name, the
-    first that the token file's ``certificates`` section lists; its roles come from there.
+    certificate names the principal: of its URI and DNS subject alternative names (its common
+    name only if it has no SAN; ``tls.certificate_names``), the first that the token file's
+    ``certificates`` section lists; its roles come from there.
     """
 
     insecure = False
@@ -173,13 +173,13 @@ class TokenAuth:
 
     def authenticate(self, metadata: Metadata, peer: PeerProperties) -> Identity:
         """The token's or the certificate's identity; Unauthenticated otherwise."""
-        if self._require_tls and not _over_tls(peer):
+        if self._require_tls and not over_tls(peer):
             raise Unauthenticated("this port serves health checks only; call the TLS port")
         authorization = _metadata_dict(metadata).get(AUTHORIZATION_METADATA_KEY)
         if authorization is not None:
             return self._by_token(authorization)
         if self._client_certificates:
-            names = _certificate_names(peer)
+            names = certificate_names(peer)
             if names:
                 return self._by_certificate(names)
         raise Unauthenticated(
@@ -214,26 +214,6 @@ def _metadata_dict(metadata: Metadata) -> dict[str, str]:
         text = value.decode(errors="replace") if isinstance(value, bytes) else value
         values.setdefault(key, text)
     return values
-
-
-def _over_tls(peer: PeerProperties) -> bool:
-    return b"ssl" in set(peer.get("transport_security_type", ()))
-
-
-def _certificate_names(peer: PeerProperties) -> list[str]:
-    """The verified client certificate's SANs, then its CN (well-formed principals only)."""
-    if not _over_tls(peer):
-        return []
-    names: list[str] = []
-    for key in ("x509_subject_alternative_name", "x509_common_name"):
-        for raw in peer.get(key, ()):
-            name = raw.decode(errors="replace")
-            if name not in names:
-                try:
-                    names.append(check_principal(key, name))
-                except InvalidArgument:
-                    continue
-    return names
 
 
 class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
@@ -298,7 +278,7 @@ def _refuse(
     message: str,
     **extra: str,
 ) -> NoReturn:
-    log.info("rpc refused", rpc=method, code=code.name, error=message, **extra)
+    log.info("rpc refused", rpc=method, code=code.name, error=message, peer=context.peer(), **extra)
     context.abort(code, message)
 
 

@@ -1,7 +1,9 @@
 """TLS for the gRPC port: a server certificate, and optionally mutual TLS with a client CA.
 
 With ``client_ca`` every client must present a certificate signed by that CA (the handshake
-fails otherwise); the auth interceptor then takes the principal from the certificate.
+fails otherwise); the auth interceptor then takes the principal from the certificate, by
+``certificate_names``: its URI and DNS subject alternative names, and its common name only when
+it has no SAN at all (RFC 6125: a certificate with SANs is not identified by its CN).
 
 Rotation without a restart: gRPC asks for the certificate configuration at every new
 connection's handshake, and the files are read again when their (inode, size, mtime) changed -
@@ -13,6 +15,7 @@ the certificate they were made with.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +23,17 @@ from typing import Any
 import grpc
 import structlog
 
-from coordinator.errors import ConfigError
+from coordinator.domain.roles import check_principal
+from coordinator.errors import ConfigError, InvalidArgument, Unauthenticated
 
 log = structlog.get_logger(__name__)
+
+PeerProperties = Mapping[str, Iterable[bytes]]
+"""A call's TLS peer properties as gRPC's ``auth_context()`` gives them."""
+
+# gRPC's auth-context keys for the verified client certificate: SANs by type, all SANs, the CN.
+_URI_SANS, _DNS_SANS = "peer_uri", "peer_dns"
+_ANY_SAN, _COMMON_NAME = "x509_subject_alternative_name", "x509_common_name"
 
 
 @dataclass(frozen=True)
@@ -94,3 +105,46 @@ def _read(setting: str, path: str) -> bytes:
     if b"-----BEGIN " not in data:
         raise ConfigError(f"{setting}: {path!r} is not a PEM file")
     return data
+
+
+def over_tls(peer: PeerProperties) -> bool:
+    """Whether the call arrived over TLS."""
+    return b"ssl" in set(peer.get("transport_security_type", ()))
+
+
+def certificate_names(peer: PeerProperties) -> list[str]:
+    """The principals the verified client certificate may stand for, in order of preference.
+
+    Its URI SANs, then its DNS SANs; its CN only when it has no SAN of any type. An empty list
+    without a certificate. Unauthenticated if it has SANs and none is a well-formed principal
+    (its CN is then not a fallback: whoever controls a CN-only name must not borrow it).
+    """
+    if not over_tls(peer):
+        return []
+    sans = _texts(peer, _URI_SANS) + _texts(peer, _DNS_SANS)
+    if _texts(peer, _ANY_SAN):
+        names = _principals(sans)
+        if not names:
+            raise Unauthenticated(
+                f"the client certificate's subject alternative names {sans[:4]!r} hold no URI or "
+                "DNS name usable as a principal (1-128 of [A-Za-z0-9._:@-]); its common name "
+                "is not used when it has SANs"
+            )
+        return names
+    return _principals(_texts(peer, _COMMON_NAME))
+
+
+def _texts(peer: PeerProperties, key: str) -> list[str]:
+    return [raw.decode(errors="replace") for raw in peer.get(key, ())]
+
+
+def _principals(names: list[str]) -> list[str]:
+    found: list[str] = []
+    for name in names:
+        try:
+            principal = check_principal("certificate name", name)
+        except InvalidArgument:
+            continue  # e.g. a SPIFFE URI: '/' never appears in a principal (a key segment)
+        if principal not in found:
+            found.append(principal)
+    return found

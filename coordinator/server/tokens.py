@@ -18,17 +18,25 @@ no implicit typing (YAML reads ``no`` as false, ``0x1F`` as a number), and the f
 written by ``coordinator token new``, not by hand. Only hashes are stored, so the file (a
 Kubernetes Secret) grants nothing by itself if it leaks.
 
-Reload: ``TokenFile.table()`` re-reads the file when its (mtime, inode, size) changed, checking
-at most once per ``reload_interval``. Kubernetes updates a mounted Secret by swapping a symlink,
-which changes the inode; ``stat`` follows the link. A file that fails to parse on reload leaves
-the previous table in force and logs an error: a typo must not lock every worker out.
+Reload: ``TokenFile.table()`` re-reads the file when its (mtime, inode, size, mode) changed,
+checking at most once per ``reload_interval``. Kubernetes updates a mounted Secret by swapping a
+symlink, which changes the inode; ``stat`` follows the link. A file that fails to parse on reload
+leaves the previous table in force and logs an error: a typo must not lock every worker out.
+
+Permissions: a file that group or others may write is refused (whoever can write it can grant
+themselves any role). Read access is no concern, the file holds hashes only: a Kubernetes Secret
+volume's files are symlinks to mode 0644 files by default, and load. The mode is checked on the
+opened file, so a swap between the check and the read cannot slip a different file in.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -169,9 +177,36 @@ def _timestamp(where: str, value: Any) -> datetime:
     return parsed.astimezone(UTC)
 
 
-def _signature(path: Path) -> tuple[int, int, int]:
-    st = path.stat()
-    return st.st_mtime_ns, st.st_ino, st.st_size
+Signature = tuple[int, int, int, int]
+
+
+def _signature(st: os.stat_result) -> Signature:
+    # The mode is part of it: a chmod alone (which leaves mtime alone) must be noticed too.
+    return st.st_mtime_ns, st.st_ino, st.st_size, st.st_mode
+
+
+def _check_mode(path: Path, st: os.stat_result) -> None:
+    """ConfigError if group or others may write the file (what the path resolves to)."""
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        mode = stat.S_IMODE(st.st_mode)
+        raise ConfigError(
+            f"token_file {str(path)!r} has mode {mode:04o}: group or others may write it and so "
+            f"grant themselves any role; refused. Fix: chmod 600 {path}"
+        )
+
+
+def _load(path: Path) -> tuple[Signature, TokenTable]:
+    """Read, check and parse ``path``; OSError if unreadable, ConfigError if refused."""
+    with path.open("rb") as file:
+        st = os.fstat(file.fileno())
+        _check_mode(path, st)
+        data = file.read()
+    source = f"token_file {str(path)!r}"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8: {exc}") from exc
+    return _signature(st), parse_token_file(text, source=source)
 
 
 class TokenFile:
@@ -190,16 +225,10 @@ class TokenFile:
         self._monotonic = monotonic
         self._lock = threading.Lock()
         try:
-            self._signature = _signature(self.path)
-            self._table = self._read()
+            self._signature, self._table = _load(self.path)
         except OSError as exc:
             raise ConfigError(f"token_file: cannot read {str(self.path)!r}: {exc}") from exc
         self._checked_at = monotonic()
-
-    def _read(self) -> TokenTable:
-        return parse_token_file(
-            self.path.read_text(encoding="utf-8"), source=f"token_file {str(self.path)!r}"
-        )
 
     def table(self) -> TokenTable:
         """The current table (re-read first if the interval passed and the file changed)."""
@@ -218,10 +247,9 @@ class TokenFile:
 
     def _reload_if_changed(self) -> bool:
         try:
-            signature = _signature(self.path)
-            if signature == self._signature:
+            if _signature(self.path.stat()) == self._signature:
                 return False
-            table = self._read()
+            signature, table = _load(self.path)
         except (OSError, ConfigError) as exc:
             log.error("token file not reloaded; the previous one stays in force", error=str(exc))
             return False
@@ -237,9 +265,23 @@ class TokenFile:
 
 
 def write_token_file(path: Path, table_doc: dict[str, Any]) -> None:
-    """Write a token file document atomically (readers never see half a file)."""
+    """Write a token file document atomically (readers never see half a file), mode 0600.
+
+    The temporary file has an unpredictable name in the same directory and is created
+    exclusively without following links (``mkstemp``: O_EXCL, O_NOFOLLOW, mode 0600), so a link
+    planted in the directory is never written through; ``os.replace`` then swaps the name itself,
+    a link at ``path`` included, never what such a link points to.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(table_doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.chmod(0o600)
-    os.replace(tmp, path)
+    data = (json.dumps(table_doc, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

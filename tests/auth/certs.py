@@ -1,6 +1,6 @@
 """Test certificates made on the spot with ``cryptography``: a CA, a server certificate for
-localhost/127.0.0.1, and client certificates with a chosen CN and SANs. No network, no files
-checked in."""
+localhost/127.0.0.1, and client certificates with a chosen CN and SANs (URI, DNS, IP). No
+network, no files checked in."""
 
 from __future__ import annotations
 
@@ -84,6 +84,7 @@ class CertificateAuthority:
         common_name: str,
         dns: tuple[str, ...] = (),
         ips: tuple[str, ...] = (),
+        uris: tuple[str, ...] = (),
         server: bool = False,
     ) -> Pem:
         """A leaf certificate signed by this CA."""
@@ -107,6 +108,8 @@ class CertificateAuthority:
         )
         names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
         names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+        # URIs last: the server must prefer them by type, not by their place in the list.
+        names += [x509.UniformResourceIdentifier(u) for u in uris]
         if names:
             builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
         return _write(self.directory, name, builder.sign(self._key, hashes.SHA256()), key)

@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from structlog.testing import capture_logs
 
 from coordinator.errors import ConfigError, Unauthenticated
 from coordinator.etcd_process import free_port
@@ -125,6 +126,68 @@ def test_a_bearer_token_wins_over_the_certificate(mtls: str, pki: Pki, ring: Tok
             lambda: tasks.GetTask(tasks_pb2.GetTaskRequest(task_id="t-1"), metadata=bogus)
         )
         assert code == grpc.StatusCode.UNAUTHENTICATED
+
+
+def _create_as(target: str, pki: Pki, client: Pem) -> grpc.RpcError | None:
+    """CreateTask over mutual TLS as ``client`` (pm or admin may): None if accepted."""
+    with _channel(target, pki, client) as channel:
+        tasks = tasks_pb2_grpc.TaskServiceStub(channel)
+        try:
+            tasks.CreateTask(tasks_pb2.CreateTaskRequest(), timeout=10)
+        except grpc.RpcError as exc:
+            return exc
+    return None
+
+
+def test_a_certificate_with_a_san_is_never_identified_by_its_cn(mtls: str, pki: Pki) -> None:
+    # CN "cn-worker" is granted pm; the SAN is granted nothing and is the principal all the same.
+    client = pki.ca.issue("san-and-cn", common_name="cn-worker", dns=("ungranted.pool",))
+    refused = _create_as(mtls, pki, client)
+    assert refused is not None and refused.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "'ungranted.pool' (roles: none)" in (refused.details() or "")
+
+
+def test_a_uri_san_comes_before_a_dns_san(mtls: str, pki: Pki, ring: TokenRing) -> None:
+    ring.certificates["urn:worker:u7"] = ["pm"]  # worker-x.pool stays worker-only
+    ring.write()
+    client = pki.ca.issue(
+        "uri-and-dns", common_name="x", uris=("urn:worker:u7",), dns=("worker-x.pool",)
+    )
+    assert _create_as(mtls, pki, client) is None
+    del ring.certificates["urn:worker:u7"]
+    ring.write()
+    refused = _create_as(mtls, pki, client)  # the DNS SAN (worker) answers now
+    assert refused is not None and refused.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "'worker-x.pool' (roles: worker)" in (refused.details() or "")
+
+
+@pytest.mark.parametrize(
+    ("uris", "ips"),
+    [(("spiffe://cluster.local/ns/a/sa/w",), ()), ((), ("127.0.0.1",))],
+    ids=["spiffe-uri-only", "ip-only"],
+)
+def test_sans_without_a_usable_name_are_refused_and_the_cn_is_no_fallback(
+    mtls: str, pki: Pki, uris: tuple[str, ...], ips: tuple[str, ...]
+) -> None:
+    client = pki.ca.issue("unusable", common_name="cn-worker", uris=uris, ips=ips)
+    refused = _create_as(mtls, pki, client)
+    assert refused is not None and refused.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert "hold no URI or DNS name usable as a principal" in (refused.details() or "")
+
+
+def test_refusals_are_logged_with_the_peer_address(mtls: str, pki: Pki) -> None:
+    with capture_logs() as logs:
+        denied = _create_as(mtls, pki, pki.stranger)
+        with _channel(mtls, pki, pki.stranger) as channel:
+            admin = admin_pb2_grpc.AdminServiceStub(channel)
+            bogus = (("authorization", "Bearer nope"),)
+            code = status_of(lambda: admin.GetEpoch(admin_pb2.GetEpochRequest(), metadata=bogus))
+    assert denied is not None and denied.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert code == grpc.StatusCode.UNAUTHENTICATED
+    refusals = [e for e in logs if e["event"] == "rpc refused"]
+    assert [e["code"] for e in refusals] == ["PERMISSION_DENIED", "UNAUTHENTICATED"]
+    for event in refusals:
+        assert event["peer"].startswith("ipv4:127.0.0.1:"), event
 
 
 def test_tls_without_client_ca_takes_tokens_and_no_client_certificate(

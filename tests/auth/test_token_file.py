@@ -4,16 +4,21 @@ interval, and the ``coordinator token`` verbs that write it."""
 from __future__ import annotations
 
 import json
+import os
+import stat
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from structlog.testing import capture_logs
 
 from coordinator.cli import main
 from coordinator.domain.roles import ALL_ROLES, Identity, Role, parse_roles
 from coordinator.errors import ConfigError, InvalidArgument, Unauthenticated
 from coordinator.server.auth import TokenAuth
-from coordinator.server.tokens import TokenFile, parse_token_file, token_hash
+from coordinator.server.tokens import TokenFile, parse_token_file, token_hash, write_token_file
 
 HASH = token_hash("s3cret")
 
@@ -168,3 +173,122 @@ def test_token_verbs_issue_revoke_and_grant_certificates(tmp_path: Path) -> None
         main, ["token", "new", "--principal", "has space", "--role", "pm", "--file", str(path)]
     )
     assert bad.exit_code == 2 and "--principal" in bad.output
+
+
+def _table_doc(principal: str = "a") -> dict[str, Any]:
+    return {"tokens": {HASH: {"principal": principal, "roles": ["pm"]}}, "certificates": {}}
+
+
+def test_the_file_is_written_0600_through_a_fresh_exclusive_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "tokens.json"
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    # Links planted at a predictable temp name (this process's pid), and at the very name the
+    # writer picks (as if guessed): the exclusive create fails on a link and takes the next name
+    # instead of writing through it.
+    (tmp_path / f".tokens.json.{os.getpid()}.tmp").symlink_to(victim)
+    (tmp_path / ".tokens.json.planted.tmp").symlink_to(victim)
+    names = iter(["planted", "fresh"])
+    monkeypatch.setattr(tempfile, "_get_candidate_names", lambda: names)
+
+    write_token_file(path, _table_doc())
+
+    assert victim.read_text() == "untouched"
+    assert not path.is_symlink()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert TokenFile(path).table().tokens[HASH].principal == "a"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f".tokens.json.{os.getpid()}.tmp",
+        ".tokens.json.planted.tmp",
+        "tokens.json",
+        "victim",
+    ]  # no temp file left behind
+
+
+def test_a_link_at_the_file_name_is_replaced_not_written_through(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    path = tmp_path / "tokens.json"
+    path.symlink_to(victim)
+    write_token_file(path, _table_doc())
+    assert victim.read_text() == "untouched"
+    assert not path.is_symlink()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o620, 0o602, 0o660])
+def test_a_group_or_world_writable_file_is_refused_naming_mode_and_fix(
+    tmp_path: Path, mode: int
+) -> None:
+    path = tmp_path / "tokens.json"
+    write_token_file(path, _table_doc())
+    path.chmod(mode)
+    with pytest.raises(ConfigError) as info:
+        TokenFile(path)
+    message = str(info.value)
+    assert message.startswith(f"token_file {str(path)!r} has mode {mode:04o}")
+    assert f"Fix: chmod 600 {path}" in message
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o644, 0o400, 0o444])
+def test_readable_but_not_writable_by_others_loads(tmp_path: Path, mode: int) -> None:
+    path = tmp_path / "tokens.json"
+    write_token_file(path, _table_doc())
+    path.chmod(mode)
+    assert TokenFile(path).table().tokens[HASH].principal == "a"
+
+
+def _secret_volume(tmp_path: Path, mode: int) -> Path:
+    """A Kubernetes Secret volume's layout: tokens.json -> ..data/tokens.json, ..data -> a
+    timestamped directory holding the real file."""
+    mount = tmp_path / "mount"
+    real = mount / "..2026_01_01_00_00_00.1"
+    real.mkdir(parents=True)
+    write_token_file(real / "tokens.json", _table_doc())
+    (real / "tokens.json").chmod(mode)
+    (mount / "..data").symlink_to(real.name, target_is_directory=True)
+    (mount / "tokens.json").symlink_to("..data/tokens.json")
+    return mount / "tokens.json"
+
+
+def test_a_secret_volume_file_loads_by_the_mode_of_its_target(tmp_path: Path) -> None:
+    path = _secret_volume(tmp_path, 0o644)
+    assert stat.S_IMODE(path.lstat().st_mode) == 0o777  # the link itself: never the point
+    assert TokenFile(path).table().tokens[HASH].principal == "a"
+
+
+def test_a_secret_volume_file_with_a_writable_target_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="has mode 0666"):
+        TokenFile(_secret_volume(tmp_path, 0o666))
+
+
+def test_a_file_made_writable_while_serving_keeps_the_previous_tokens(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    write_token_file(path, _table_doc("a"))
+    tokens = TokenFile(path, reload_interval=0.0)
+    auth = TokenAuth(tokens)
+    bearer = [("authorization", "Bearer s3cret")]
+
+    path.chmod(0o666)  # a chmod alone changes no mtime: the reload must still notice it
+    with capture_logs() as logs:
+        assert tokens.reload() is False
+    assert auth.authenticate(bearer, {}).principal == "a"
+    errors = [e for e in logs if e["log_level"] == "error"]
+    assert len(errors) == 1
+    assert "has mode 0666" in errors[0]["error"] and "chmod 600" in errors[0]["error"]
+
+    write_token_file(path, _table_doc("b"))  # fixed (0600) and changed: it takes effect
+    assert tokens.reload() is True
+    assert auth.authenticate(bearer, {}).principal == "b"
+
+
+def test_serve_refuses_a_writable_token_file_as_an_invalid_setting(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    write_token_file(path, _table_doc())
+    path.chmod(0o666)
+    result = CliRunner().invoke(main, ["serve", "--token-file", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "has mode 0666" in result.output
+    assert "chmod 600" in result.output

@@ -23,7 +23,7 @@ PREFIX = "/h"
 @pytest.fixture
 def own_etcd() -> Iterator[tuple[EtcdProcess, Any]]:
     """An etcd of this test's own: other tests compact the session etcd's history."""
-    with EtcdProcess() as proc:
+    with EtcdProcess(compaction_retention=None) as proc:  # the checker reads every revision
         client = etcd3.client(proc.host, proc.port, timeout=10, grpc_options=GRPC_OPTIONS)
         try:
             yield proc, client

@@ -7,6 +7,10 @@ from collections.abc import Callable
 import pytest
 
 from coordinator.domain import validation as v
+from coordinator.domain.effects import check_name
+from coordinator.domain.jobs import check_job_id
+from coordinator.domain.lineage import thread_key
+from coordinator.domain.roles import check_principal
 from coordinator.errors import InvalidArgument
 
 
@@ -56,3 +60,39 @@ def test_size_limits() -> None:
 def test_a_trailing_newline_is_refused(check: Callable[[str], str]) -> None:
     with pytest.raises(InvalidArgument):
         check("a\n")
+
+
+# Every id that becomes a key segment or a path part: (the field its message names, check).
+_ID_CHECKS: list[tuple[str, Callable[[str], str]]] = [
+    ("task_id", v.task_id),
+    ("queue", v.queue),
+    ("node_id", lambda s: check_name("node_id", s)),
+    ("thread_key", thread_key),
+    ("job_id", check_job_id),
+    ("principal", lambda s: check_principal("principal", s)),
+]
+_ID_NAMES = [field for field, _ in _ID_CHECKS]
+
+
+@pytest.mark.parametrize(("field", "check"), _ID_CHECKS, ids=_ID_NAMES)
+@pytest.mark.parametrize("dots", [".", ".."])
+def test_dot_and_dotdot_ids_are_refused_naming_the_field(
+    field: str, check: Callable[[str], str], dots: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=f"^{field} must not be '.' or '..'"):
+        check(dots)
+
+
+@pytest.mark.parametrize(("field", "check"), _ID_CHECKS, ids=_ID_NAMES)
+@pytest.mark.parametrize("dotted", ["...", ".a", "a.", "a..b", "v1.2"])
+def test_dots_inside_an_id_are_fine(field: str, check: Callable[[str], str], dotted: str) -> None:
+    del field
+    assert check(dotted) == dotted
+
+
+@pytest.mark.parametrize("value", ["a/../b", "../a", "a/.", "./a"])
+def test_dot_parts_of_slashed_names_are_refused(value: str) -> None:
+    with pytest.raises(InvalidArgument, match="node_id must not be"):
+        check_name("node_id", value)
+    with pytest.raises(InvalidArgument, match="thread_key must not be"):
+        thread_key(value)

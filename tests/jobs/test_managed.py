@@ -15,6 +15,7 @@ import pytest
 
 from coordinator.domain.jobs import JobRecord, JobState
 from coordinator.domain.records import ResultRecord, decode
+from coordinator.errors import CoordinatorError
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import FenceReason, Job, JobLost, LossSource, Outcome, WorkerClient
 from coordinator.sdk._proc import group_members, is_running, signal_group, start_ticks
@@ -195,3 +196,20 @@ def test_a_fenced_start_never_runs_the_command_and_writes_nothing(
     assert not marker.exists()  # the leader exited at the gate: the command never ran
     assert list(etcd_client.get_prefix(f"{prefix}/jobs/")) == []
     assert list(etcd_client.get_prefix(f"{prefix}/jobs-by-worker/")) == []
+
+
+def test_a_task_directory_linked_out_of_the_log_dir_is_refused_before_anything_runs(
+    client: WorkerClient, tmp_path: Path, etcd_client: Any, prefix: str
+) -> None:
+    logs, elsewhere = tmp_path / "logs", tmp_path / "elsewhere"
+    logs.mkdir()
+    elsewhere.mkdir()
+    (logs / "t1").symlink_to(elsewhere, target_is_directory=True)
+    job = claim(client, ttl=30)
+    marker = tmp_path / "ran"
+    with pytest.raises(CoordinatorError, match="is not inside the log directory"):
+        job.run(["touch", str(marker)], log_dir=logs)
+    assert list(elsewhere.iterdir()) == []
+    assert not marker.exists()
+    assert list(etcd_client.get_prefix(f"{prefix}/jobs/")) == []
+    assert not job.is_lost()  # a local refusal: the claim itself is fine
