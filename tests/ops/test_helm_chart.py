@@ -22,12 +22,19 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 from cryptography import x509
 
+from coordinator.cli import main as cli
 from coordinator.cli.etcd_auth import etcd_auth as etcd_auth_command
 from coordinator.cli.serve import serve
 from coordinator.config import SETTINGS, Config
+from coordinator.errors import CoordinatorError
 from coordinator.server.app import LIVENESS_SERVICE
+from coordinator.store import Keyspace, Store
+from coordinator.store.etcd import put
+from tests.auth.certs import Pem
+from tests.ops.tls_etcd import Certificates, tls_etcd
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "coordinator"
@@ -523,3 +530,72 @@ def test_metrics_bind_as_the_values_say() -> None:
     assert endpoint["scheme"] == "https"
     assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": "coordinator-tls", "key": "ca.crt"}
     assert endpoint["tlsConfig"]["serverName"] == f"rel-coordinator.{NAMESPACE}.svc"
+
+
+def test_the_charts_generated_certificates_and_passwords_close_a_real_etcd(
+    tmp_path: Path,
+) -> None:
+    """The bundled etcd's own TLS flags and the Secrets the chart generates, on a local etcd:
+    nothing gets in without the client certificate and a password, the auth Job's command
+    turns auth on, and the coordinator's user then runs a claim in its prefix only."""
+    manifests = render(None, "etcd.mode=bundled")
+    files: dict[str, Path] = {}
+    for secret in (m for m in manifests if m["kind"] == "Secret"):
+        for key, value in secret["data"].items():
+            path = tmp_path / f"{secret['metadata']['name']}-{key}"
+            path.write_bytes(base64.b64decode(value))
+            files[f"{secret['metadata']['name']}/{key}"] = path
+    server, client, auth = (
+        "rel-coordinator-etcd-server-tls",
+        "rel-coordinator-etcd-client-tls",
+        "rel-coordinator-etcd-auth",
+    )
+    (_, etcd_container), *_ = _containers(_one(manifests, "StatefulSet"))
+    tls_flags = [  # the chart's TLS flags, with the files mounted here instead
+        re.sub(r"/etc/etcd/tls/(.+)$", lambda m: str(files[f"{server}/{m[1]}"]), a)
+        for a in etcd_container["args"]
+        if re.match(r"--(peer-)?(cert-file|key-file|trusted-ca-file|client-cert-auth)=", a)
+    ]
+    assert len(tls_flags) == 8
+    certs = Certificates(
+        ca=files[f"{server}/ca.crt"],
+        server=Pem(files[f"{server}/tls.crt"], files[f"{server}/tls.key"]),
+        client=Pem(files[f"{client}/tls.crt"], files[f"{client}/tls.key"]),
+    )
+    (_, job), *_ = _containers(_one(manifests, "Job"))
+    prefix = next(a.split("=", 1)[1] for a in job["args"] if a.startswith("--prefix="))
+    user, password, root = (
+        files[f"{auth}/{key}"].read_text() for key in ("username", "password", "root-password")
+    )
+    with tls_etcd(tmp_path, certs, tls_flags) as etcd:
+        result = CliRunner().invoke(
+            cli,
+            [
+                "etcd-auth",
+                f"--etcd={etcd.endpoint}",
+                f"--prefix={prefix}",
+                f"--etcd-ca-cert={certs.ca}",
+                f"--etcd-cert={certs.client.cert}",
+                f"--etcd-key={certs.client.key}",
+            ],
+            env={
+                "COORDINATOR_ETCD_USER": user,
+                "COORDINATOR_ETCD_PASSWORD": password,
+                "COORDINATOR_ETCD_ROOT_PASSWORD": root,
+            },
+        )
+        assert result.exit_code == 0, result.output
+        anonymous = etcd.connect()  # the client certificate alone
+        try:
+            with pytest.raises(CoordinatorError):
+                anonymous.get(f"{prefix}/epoch")
+        finally:
+            anonymous.close()
+        kv = etcd.connect(user=user, password=password)
+        try:
+            store = Store.open(kv, keys=Keyspace(prefix))
+            assert store.admin.bump_epoch() == 2
+            with pytest.raises(CoordinatorError, match="PERMISSION_DENIED"):
+                kv.txn([], [put("/elsewhere", b"x")])
+        finally:
+            kv.close()

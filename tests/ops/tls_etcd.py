@@ -35,15 +35,42 @@ class SecureEtcd:
         return EtcdKV.connect([self.endpoint], timeout=3.0, **settings)
 
 
+@dataclass(frozen=True)
+class Certificates:
+    """The PEM files of a TLS etcd: its CA, its own certificate, and a client certificate."""
+
+    ca: Path
+    server: Pem
+    client: Pem
+
+    @classmethod
+    def make(cls, directory: Path) -> Certificates:
+        """A fresh CA in ``directory``, a server certificate for loopback, a client one."""
+        ca = CertificateAuthority(directory)
+        server = ca.issue(
+            "etcd", common_name="etcd", dns=("localhost",), ips=("127.0.0.1",), server=True
+        )
+        # etcd takes a client certificate's CN as its user when no password is given: not a
+        # user here.
+        return cls(ca.pem.cert, server, ca.issue("client", common_name="nobody"))
+
+    def etcd_flags(self) -> list[str]:
+        """Client TLS with client-certificate auth."""
+        return [
+            f"--cert-file={self.server.cert}",
+            f"--key-file={self.server.key}",
+            f"--trusted-ca-file={self.ca}",
+            "--client-cert-auth",
+        ]
+
+
 @contextmanager
-def tls_etcd(directory: Path) -> Iterator[SecureEtcd]:
-    """Start a TLS etcd with its data and certificates in ``directory``; stop it afterwards."""
-    ca = CertificateAuthority(directory)
-    server = ca.issue(
-        "etcd", common_name="etcd", dns=("localhost",), ips=("127.0.0.1",), server=True
-    )
-    # etcd takes a client certificate's CN as its user when no password is given: not a user here.
-    client = ca.issue("client", common_name="nobody")
+def tls_etcd(
+    directory: Path, certs: Certificates | None = None, flags: list[str] | None = None
+) -> Iterator[SecureEtcd]:
+    """Start a TLS etcd with its data in ``directory``; stop it afterwards. ``certs`` defaults
+    to fresh ones, ``flags`` (its TLS flags) to ``certs.etcd_flags()``."""
+    certs = certs or Certificates.make(directory)
     client_port, peer_port = free_port(), free_port()
     url, peer = f"https://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
     with (directory / "etcd.log").open("wb") as log:
@@ -57,15 +84,12 @@ def tls_etcd(directory: Path) -> Iterator[SecureEtcd]:
                 f"--listen-peer-urls={peer}",
                 f"--initial-advertise-peer-urls={peer}",
                 f"--initial-cluster=secure={peer}",
-                f"--cert-file={server.cert}",
-                f"--key-file={server.key}",
-                f"--trusted-ca-file={ca.pem.cert}",
-                "--client-cert-auth",
+                *(flags if flags is not None else certs.etcd_flags()),
             ],
             stdout=log,
             stderr=log,
         )
-    etcd = SecureEtcd(f"127.0.0.1:{client_port}", ca.pem.cert, client)
+    etcd = SecureEtcd(f"127.0.0.1:{client_port}", certs.ca, certs.client)
     try:
         eventually(lambda: _answers(etcd), timeout=30, message="TLS etcd never answered")
         yield etcd
