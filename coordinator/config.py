@@ -64,6 +64,12 @@ class Config:
     """Period of the reclaimer's full scan of claims (the watch catches most expiries sooner)."""
     metrics_listen: str = DEFAULT_METRICS_LISTEN
     """Prometheus metrics listen address (its own port, never the gRPC one)."""
+    metrics_tls: bool = False
+    """Serve the metrics port over TLS with tls_cert/tls_key (scrapers need no certificate)."""
+    metrics_read_timeout: float = 10.0
+    """A metrics connection must send its request (and finish TLS) within this many seconds."""
+    metrics_max_connections: int = 64
+    """Open metrics connections at once; past it the oldest one still silent is closed."""
     health_listen: str | None = None
     """With TLS: a plaintext port that serves only gRPC health (kubelet probes speak no TLS)."""
     idempotency_ttl: float = 24 * 3600.0
@@ -134,6 +140,12 @@ class Config:
         _positive("idempotency_ttl", self.idempotency_ttl)
         _positive("token_reload_interval", self.token_reload_interval)
         check_address("metrics_listen", self.metrics_listen, allow_port_zero=True)
+        _positive("metrics_read_timeout", self.metrics_read_timeout)
+        _positive("metrics_max_connections", self.metrics_max_connections)
+        if self.metrics_tls and not self.tls_cert:
+            raise ConfigError(
+                "metrics_tls needs tls_cert and tls_key (it serves their certificate)"
+            )
         if self.health_listen is not None:
             check_address("health_listen", self.health_listen, allow_port_zero=True)
             if not self.tls_cert:

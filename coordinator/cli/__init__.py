@@ -8,6 +8,7 @@ from coordinator.cli.demo import demo
 from coordinator.cli.doctor import doctor
 from coordinator.cli.drain import drain
 from coordinator.cli.effects import effects
+from coordinator.cli.etcd_auth import etcd_auth
 from coordinator.cli.events import events
 from coordinator.cli.jobs import jobs
 from coordinator.cli.rollback import claims, epoch
@@ -37,5 +38,6 @@ main.add_command(versions)
 main.add_command(shadow)
 main.add_command(effects)
 main.add_command(jobs)
+main.add_command(etcd_auth)
 
 __all__ = ["main"]

@@ -115,6 +115,24 @@ def _server_options(func: F) -> F:
             help="Prometheus metrics listen address (its own port).",
         ),
         _option(
+            "metrics-tls",
+            is_flag=True,
+            default=False,
+            help="Serve the metrics port over TLS with --tls-cert/--tls-key.",
+        ),
+        _seconds(
+            "metrics-read-timeout",
+            _DEFAULTS.metrics_read_timeout,
+            "A metrics connection must send its request within this, or it is closed.",
+        ),
+        _option(
+            "metrics-max-connections",
+            type=click.IntRange(min=1),
+            default=_DEFAULTS.metrics_max_connections,
+            metavar="N",
+            help="Open metrics connections at once (the oldest silent one is closed past it).",
+        ),
+        _option(
             "health-listen",
             default=None,
             metavar="ADDR",

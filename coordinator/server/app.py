@@ -31,6 +31,7 @@ from coordinator.server.auth import (
     local_default,
     tls_for,
 )
+from coordinator.server.bounded_http import HttpLimits
 from coordinator.server.idempotency import IdempotencyInterceptor
 from coordinator.server.metrics_http import start_metrics
 from coordinator.server.request_ids import RequestIdInterceptor
@@ -206,7 +207,15 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
             health_listen=config.health_listen,
         )
         try:  # after the gRPC bind, so a taken gRPC port is the error reported first
-            metrics = start_metrics(store, config.metrics_listen)
+            metrics = start_metrics(
+                store,
+                config.metrics_listen,
+                limits=HttpLimits(
+                    read_timeout=config.metrics_read_timeout,
+                    max_connections=config.metrics_max_connections,
+                ),
+                tls=tls if config.metrics_tls else None,
+            )
         except ConfigError:
             server.stop(0)
             raise

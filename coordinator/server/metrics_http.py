@@ -10,23 +10,29 @@ nobody scrapes, and the figure is never older than the cache. They describe the 
 the replica, so every replica reports the same value: aggregate them with ``max``. When etcd
 does not answer, the gauges are left out of that scrape (an absent series, not a stale one) and
 ``coordinator_keyspace_read_errors_total`` counts the failure.
+
+The HTTP server is coordinator.server.bounded_http: a fixed number of threads whatever the
+clients do, a deadline per connection and a cap on open connections (prometheus_client's own
+server spends a thread per connection and waits on it forever). With ``metrics_tls`` it serves
+the gRPC port's certificate.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from wsgiref.simple_server import WSGIServer
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import CollectorRegistry, Counter, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from coordinator.errors import ConfigError
 from coordinator.metrics import REGISTRY
+from coordinator.server.bounded_http import BoundedHttpServer, HttpLimits
+from coordinator.server.tls import ServerTLS
 from coordinator.store import Store
 from coordinator.store.etcd import get_prefix
 
@@ -96,32 +102,31 @@ class _Forward(Collector):
         return iter(self._registry.collect())
 
 
-@dataclass
-class MetricsEndpoint:
-    """A running ``/metrics`` HTTP server; ``close()`` stops it."""
-
-    port: int
-    _server: WSGIServer
-    _thread: threading.Thread
-
-    def close(self) -> None:
-        """Stop serving and free the port."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+DEFAULT_LIMITS = HttpLimits()
 
 
-def start_metrics(store: Store, listen: str) -> MetricsEndpoint:
-    """Serve the metrics of this process and ``store``'s keyspace on ``listen`` (port 0: free).
+def start_metrics(
+    store: Store,
+    listen: str,
+    *,
+    limits: HttpLimits = DEFAULT_LIMITS,
+    tls: ServerTLS | None = None,
+) -> BoundedHttpServer:
+    """Serve the metrics of this process and ``store``'s keyspace on ``listen`` (port 0: free),
+    within ``limits`` (see coordinator.server.bounded_http), over TLS with ``tls``'s
+    certificate when given. ``close()`` the result to stop it.
 
     ConfigError naming ``metrics_listen`` if the address cannot be bound.
     """
-    host, _, port = listen.rpartition(":")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Forward(REGISTRY))
     registry.register(KeyspaceCollector(store))
+    contexts = tls.ssl_contexts() if tls is not None else None  # bad files fail before binding
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        server, thread = start_http_server(int(port), addr=host.strip("[]"), registry=registry)
+        sock = socket.create_server((host, int(port)), family=family)
     except OSError as exc:
         raise ConfigError(f"metrics_listen: cannot bind {listen!r}: {exc}") from exc
-    return MetricsEndpoint(server.server_port, server, thread)
+    return BoundedHttpServer(make_wsgi_app(registry), sock, limits, tls=contexts)

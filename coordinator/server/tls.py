@@ -15,7 +15,8 @@ the certificate they were made with.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+import ssl
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,36 @@ class ServerTLS:
         return grpc.dynamic_ssl_server_credentials(
             first, fetch, require_client_authentication=self.mutual
         )
+
+    def ssl_contexts(self) -> Callable[[], ssl.SSLContext]:
+        """The server side of TLS for an HTTP port (metrics): call it at each new connection
+        for a context that follows the files like ``credentials()`` does. Clients are not asked
+        for a certificate. ConfigError naming the setting if the files cannot be used now."""
+        paths = [self.key, self.cert]
+        current = (_fingerprint(paths), self._ssl_context())
+
+        def context() -> ssl.SSLContext:
+            nonlocal current
+            seen = _fingerprint(paths)
+            if seen != current[0]:
+                try:
+                    current = (seen, self._ssl_context())
+                    log.info("TLS certificate reloaded", cert=self.cert, port="metrics")
+                except ConfigError as exc:  # mid-rotation: the last good one, try again later
+                    log.warning("TLS files changed but cannot be used yet", error=str(exc))
+            return current[1]
+
+        return context
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        _read("tls_cert", self.cert)  # the same messages as for gRPC
+        _read("tls_key", self.key)
+        try:
+            context.load_cert_chain(self.cert, self.key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"tls_cert/tls_key: unusable TLS files: {exc}") from exc
+        return context
 
     def _configuration(self) -> Any:
         """The files as one gRPC certificate configuration; ConfigError naming the setting."""

@@ -140,6 +140,9 @@ def test_help_documents_every_setting_with_its_env_var_and_config_key() -> None:
         (["--etcd-cert", "c.pem"], "etcd_key"),
         (["--etcd-cert", "c.pem", "--etcd-key", "k.pem"], "etcd_ca_cert"),
         (["--etcd-user", "root"], "etcd_password"),
+        (["--metrics-tls"], "metrics_tls needs tls_cert"),
+        (["--metrics-read-timeout", "0"], "metrics-read-timeout"),
+        (["--metrics-max-connections", "0"], "metrics-max-connections"),
     ],
 )
 def test_each_invalid_setting_fails_with_exit_2_naming_it(

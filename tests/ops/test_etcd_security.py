@@ -7,9 +7,7 @@ client-certificate auth on loopback, then etcd auth enabled through its Auth API
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,21 +17,10 @@ from etcd3 import etcdrpc
 from coordinator.cli import main as cli
 from coordinator.config import Config
 from coordinator.errors import CoordinatorError
-from coordinator.etcd_process import find_etcd_binary, free_port
 from coordinator.store import EtcdKV, Keyspace, Store
-from tests.auth.certs import CertificateAuthority, Pem
-from tests.helpers import eventually
+from tests.ops.tls_etcd import SecureEtcd, tls_etcd
 
 PASSWORD = "s3cret-pw"
-
-
-@dataclass
-class SecureEtcd:
-    """A TLS etcd with auth enabled: its endpoint, CA, a client certificate, a root password."""
-
-    endpoint: str
-    ca: Path
-    client: Pem
 
 
 def _connect(etcd: SecureEtcd, **overrides: str | None) -> EtcdKV:
@@ -51,56 +38,18 @@ def _connect(etcd: SecureEtcd, **overrides: str | None) -> EtcdKV:
 
 @pytest.fixture
 def secure_etcd(tmp_path: Path) -> Iterator[SecureEtcd]:
-    ca = CertificateAuthority(tmp_path)
-    server = ca.issue(
-        "etcd", common_name="etcd", dns=("localhost",), ips=("127.0.0.1",), server=True
-    )
-    # etcd takes a client certificate's CN as its user when no password is given: not a user here.
-    client = ca.issue("client", common_name="nobody")
-    client_port, peer_port = free_port(), free_port()
-    url, peer = f"https://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
-    with (tmp_path / "etcd.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                str(find_etcd_binary()),
-                "--name=secure",
-                f"--data-dir={tmp_path / 'data'}",
-                f"--listen-client-urls={url}",
-                f"--advertise-client-urls={url}",
-                f"--listen-peer-urls={peer}",
-                f"--initial-advertise-peer-urls={peer}",
-                f"--initial-cluster=secure={peer}",
-                f"--cert-file={server.cert}",
-                f"--key-file={server.key}",
-                f"--trusted-ca-file={ca.pem.cert}",
-                "--client-cert-auth",
-            ],
-            stdout=log,
-            stderr=log,
-        )
-    etcd = SecureEtcd(f"127.0.0.1:{client_port}", ca.pem.cert, client)
-    try:
+    with tls_etcd(tmp_path) as etcd:
         # Until auth is on, the client certificate alone gets in; turn etcd auth on with it.
-        kv = eventually(lambda: _ready(etcd), timeout=30, message="TLS etcd never answered")
-        auth = etcdrpc.AuthStub(kv._client.channel)
-        auth.UserAdd(etcdrpc.AuthUserAddRequest(name="root", password=PASSWORD), 5)
-        auth.RoleAdd(etcdrpc.AuthRoleAddRequest(name="root"), 5)
-        auth.UserGrantRole(etcdrpc.AuthUserGrantRoleRequest(user="root", role="root"), 5)
-        auth.AuthEnable(etcdrpc.AuthEnableRequest(), 5)
-        kv.close()
+        kv = etcd.connect()
+        try:
+            auth = etcdrpc.AuthStub(kv._client.channel)
+            auth.UserAdd(etcdrpc.AuthUserAddRequest(name="root", password=PASSWORD), 5)
+            auth.RoleAdd(etcdrpc.AuthRoleAddRequest(name="root"), 5)
+            auth.UserGrantRole(etcdrpc.AuthUserGrantRoleRequest(user="root", role="root"), 5)
+            auth.AuthEnable(etcdrpc.AuthEnableRequest(), 5)
+        finally:
+            kv.close()
         yield etcd
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
-
-
-def _ready(etcd: SecureEtcd) -> EtcdKV | None:
-    try:
-        kv = _connect(etcd, user=None, password=None)
-        kv.get("/probe")
-    except CoordinatorError:
-        return None
-    return kv
 
 
 def test_a_store_opens_over_tls_with_a_client_certificate_and_a_password(

@@ -8,6 +8,7 @@ Skipped when helm is missing (scripts/install-helm.sh installs it into .tools/bi
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -21,15 +22,33 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
+from cryptography import x509
 
+from coordinator.cli import main as cli
+from coordinator.cli.etcd_auth import etcd_auth as etcd_auth_command
 from coordinator.cli.serve import serve
 from coordinator.config import SETTINGS, Config
+from coordinator.errors import CoordinatorError
 from coordinator.server.app import LIVENESS_SERVICE
+from coordinator.store import Keyspace, Store
+from coordinator.store.etcd import put
+from tests.auth.certs import Pem
+from tests.ops.tls_etcd import Certificates, tls_etcd
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "coordinator"
 VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 NAMESPACE = "agents"
+WORKLOADS = frozenset({"Deployment", "StatefulSet", "Job", "CronJob"})
+# The only Secrets the chart renders: the bundled etcd's generated certificates and passwords.
+GENERATED_SECRETS = frozenset(
+    {
+        "rel-coordinator-etcd-server-tls",
+        "rel-coordinator-etcd-client-tls",
+        "rel-coordinator-etcd-auth",
+    }
+)
 
 
 def _helm() -> str | None:
@@ -88,7 +107,7 @@ def _port(address: str) -> int:
 
 
 def _containers(manifest: Manifest) -> Iterator[tuple[Manifest, Manifest]]:
-    """(pod spec, container) of a workload (Deployment, StatefulSet or CronJob)."""
+    """(pod spec, container) of a workload (Deployment, StatefulSet, Job or CronJob)."""
     spec = manifest["spec"]
     if manifest["kind"] == "CronJob":
         spec = spec["jobTemplate"]["spec"]
@@ -165,7 +184,7 @@ def test_graceful_termination_outlasts_the_servers_drain(values: Path) -> None:
 
 @pytest.mark.parametrize("values", VALUES, ids=lambda p: p.stem)
 def test_every_workload_runs_hardened(values: Path) -> None:
-    workloads = [m for m in render(values) if m["kind"] in {"Deployment", "StatefulSet", "CronJob"}]
+    workloads = [m for m in render(values) if m["kind"] in WORKLOADS]
     assert workloads
     for manifest in workloads:
         for pod, container in _containers(manifest):
@@ -181,7 +200,11 @@ def test_every_workload_runs_hardened(values: Path) -> None:
 def test_no_secret_is_rendered_in_plain_text(values: Path) -> None:
     manifests = render(values)
     text = yaml.safe_dump_all(manifests)
-    assert not [m for m in manifests if m["kind"] == "Secret"], "the chart must only reference"
+    # The chart only references the operator's Secrets; it renders only what it generates
+    # itself, base64 in `data` (a Secret's data is never in plain text in the manifest).
+    for secret in (m for m in manifests if m["kind"] == "Secret"):
+        assert secret["metadata"]["name"] in GENERATED_SECRETS, secret["metadata"]["name"]
+        assert set(secret) == {"apiVersion", "kind", "type", "metadata", "data"}
     assert "-----BEGIN" not in text
     # A sha256 is only allowed as the config checksum that rolls the pods.
     hashes = set(re.findall(r"\b[0-9a-f]{64}\b", text))
@@ -192,7 +215,7 @@ def test_no_secret_is_rendered_in_plain_text(values: Path) -> None:
     }
     assert hashes <= checksums, "a token hash in a manifest"
     for manifest in manifests:
-        if manifest["kind"] not in {"Deployment", "StatefulSet", "CronJob"}:
+        if manifest["kind"] not in WORKLOADS:
             continue
         for _, container in _containers(manifest):
             for env in container.get("env", []):
@@ -221,21 +244,21 @@ def test_bundled_etcd_members_are_addressed_by_their_pod_dns_names() -> None:
     (_, etcd), *_ = _containers(sts)
     args = dict(a.removeprefix("--").split("=", 1) for a in etcd["args"])
     assert args["initial-cluster"] == ",".join(
-        f"{name}-{i}=http://{m}:2380" for i, m in enumerate(members)
+        f"{name}-{i}=https://{m}:2380" for i, m in enumerate(members)
     )
     assert args["advertise-client-urls"] == (
-        f"http://$(POD_NAME).{headless['metadata']['name']}.{NAMESPACE}.svc.cluster.local:2379"
+        f"https://$(POD_NAME).{headless['metadata']['name']}.{NAMESPACE}.svc.cluster.local:2379"
     )
     assert args["auto-compaction-retention"] not in {"", "0"}
     assert args["auto-compaction-mode"] in {"periodic", "revision"}
     assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
-    assert {m["mountPath"] for m in etcd["volumeMounts"]} == {"/var/lib/etcd"}
+    assert {m["mountPath"] for m in etcd["volumeMounts"]} == {"/var/lib/etcd", "/etc/etcd/tls"}
     assert args["data-dir"].startswith("/var/lib/etcd/")
 
     defrag = _one(manifests, "CronJob")
     (_, job), *_ = _containers(defrag)
     assert job["command"] == ["etcdctl"] and "defrag" in job["args"]
-    assert f"--endpoints={','.join(f'{m}:2379' for m in members)}" in job["args"]
+    assert f"--endpoints={','.join(f'https://{m}:2379' for m in members)}" in job["args"]
     assert defrag["spec"]["concurrencyPolicy"] == "Forbid"
 
 
@@ -309,9 +332,270 @@ DASHBOARD_METRICS = (
         ("terminationGracePeriodSeconds=15", "must exceed preStopSleepSeconds"),
         ("auth.tls.enabled=true", "auth.tls.secretName"),
         ("etcd.external.endpoints=null", "etcd.external.endpoints"),
+        ("etcd.mode=bundled,etcd.bundled.tls.enabled=false", "needs etcd.bundled.tls.enabled"),
+        ("etcd.mode=bundled,etcd.bundled.tls.source=secret", "etcd.bundled.tls.existingSecrets"),
+        ("etcd.bundled.auth.user=root", "etcd/bundled/auth/user"),
+        ("metrics.tls=true", "metrics.tls serves the gRPC certificate"),
+        ("metrics.maxConnections=0", "metrics/maxConnections"),
     ],
 )
 def test_invalid_values_are_refused(setting: str, message: str) -> None:
     result = _run("template", "rel", str(CHART), "--set", setting)
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
+
+
+def _mounted_secret(pod: Manifest, container: Manifest, path: str) -> str:
+    """The Secret whose volume ``container`` mounts at the directory of ``path``."""
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    return secrets[mounts[str(Path(path).parent)]]
+
+
+def _secret_refs(container: Manifest) -> dict[str, tuple[str, str]]:
+    """Environment variable -> (Secret, key) of every secretKeyRef."""
+    return {
+        e["name"]: (e["valueFrom"]["secretKeyRef"]["name"], e["valueFrom"]["secretKeyRef"]["key"])
+        for e in container.get("env", [])
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
+
+
+def _certificate(secret: Manifest, key: str) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(base64.b64decode(secret["data"][key]))
+
+
+def _admits(policy: Manifest, port: int, labels: dict[str, str]) -> bool:
+    """Whether ``policy`` lets a pod with ``labels`` (same namespace) reach ``port``."""
+    for rule in policy["spec"]["ingress"]:
+        if port not in [p["port"] for p in rule["ports"]]:
+            continue
+        assert rule.get("from"), f"port {port} is open to every pod"
+        for peer in rule["from"]:
+            assert set(peer) == {"podSelector"}, f"port {port} admits more than pods: {peer}"
+            if peer["podSelector"]["matchLabels"].items() <= labels.items():
+                return True
+    return False
+
+
+def test_bundled_etcd_serves_only_tls_with_client_certificates_by_default() -> None:
+    manifests = render(None, "etcd.mode=bundled")
+    sts = _one(manifests, "StatefulSet")
+    (etcd_pod, etcd), *_ = _containers(sts)
+    args = dict(a.removeprefix("--").split("=", 1) for a in etcd["args"])
+    # TLS for clients and peers, and both must show a certificate of the CA.
+    assert args["listen-client-urls"] == "https://0.0.0.0:2379"
+    assert args["listen-peer-urls"] == "https://0.0.0.0:2380"
+    assert args["client-cert-auth"] == args["peer-client-cert-auth"] == "true"
+    server_secret = _mounted_secret(etcd_pod, etcd, args["cert-file"])
+    assert server_secret == "rel-coordinator-etcd-server-tls"
+    for flag in ("key-file", "trusted-ca-file", "peer-cert-file", "peer-trusted-ca-file"):
+        assert _mounted_secret(etcd_pod, etcd, args[flag]) == server_secret, flag
+
+    # The generated certificates: one CA; the members' names; a client cert of that CA.
+    server = _one(manifests, "Secret", server_secret)
+    client = _one(manifests, "Secret", "rel-coordinator-etcd-client-tls")
+    ca = _certificate(server, "ca.crt")
+    assert _certificate(client, "ca.crt") == ca
+    member, client_cert = _certificate(server, "tls.crt"), _certificate(client, "tls.crt")
+    member.verify_directly_issued_by(ca)
+    client_cert.verify_directly_issued_by(ca)
+    names = member.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    hosts = [e.removesuffix(":2379") for e in _config(manifests)["etcd"]]
+    assert set(hosts) <= set(names.get_values_for_type(x509.DNSName))
+
+
+def test_bundled_etcd_auth_is_on_by_default_for_a_coordinator_user() -> None:
+    manifests = render(None, "etcd.mode=bundled")
+    client = _one(manifests, "Secret", "rel-coordinator-etcd-client-tls")
+    # The coordinator: TLS with the client certificate, and its own etcd user's password.
+    config = _config(manifests)
+    deployment = _one(manifests, "Deployment")
+    (pod, container), *_ = _containers(deployment)
+    for setting in ("etcd_ca_cert", "etcd_cert", "etcd_key"):
+        assert _mounted_secret(pod, container, config[setting]) == client["metadata"]["name"]
+    auth_secret = _one(manifests, "Secret", "rel-coordinator-etcd-auth")
+    assert base64.b64decode(auth_secret["data"]["username"]) == b"coordinator"
+    assert len(base64.b64decode(auth_secret["data"]["root-password"])) == 32
+    assert _secret_refs(container) == {
+        "COORDINATOR_ETCD_USER": ("rel-coordinator-etcd-auth", "username"),
+        "COORDINATOR_ETCD_PASSWORD": ("rel-coordinator-etcd-auth", "password"),
+    }
+
+    # The Job that turns etcd auth on, for that user, on the coordinator's prefix only.
+    job = _one(manifests, "Job")
+    (job_pod, job_container), *_ = _containers(job)
+    assert job_container["command"] == ["coordinator"]
+    job_args = job_container["args"]
+    assert job_args[0] == "etcd-auth"
+    assert f"--prefix={config['prefix']}" in job_args
+    assert f"--etcd={','.join(config['etcd'])}" in job_args
+    for flag in ("--etcd-ca-cert", "--etcd-cert", "--etcd-key"):
+        (path,) = [a.split("=", 1)[1] for a in job_args if a.startswith(flag + "=")]
+        assert _mounted_secret(job_pod, job_container, path) == client["metadata"]["name"]
+    assert _secret_refs(job_container) == {
+        "COORDINATOR_ETCD_USER": ("rel-coordinator-etcd-auth", "username"),
+        "COORDINATOR_ETCD_PASSWORD": ("rel-coordinator-etcd-auth", "password"),
+        "COORDINATOR_ETCD_ROOT_PASSWORD": ("rel-coordinator-etcd-auth", "root-password"),
+    }
+    flags = {opt for param in etcd_auth_command.params for opt in param.opts}
+    assert {a.split("=")[0] for a in job_args[1:]} <= flags
+    assert {e["name"] for e in job_container["env"]} <= {
+        env for param in etcd_auth_command.params for env in [getattr(param, "envvar", None)]
+    }
+
+
+def test_bundled_etcd_admits_only_the_coordinator_and_its_etcd_jobs_by_default() -> None:
+    manifests = render(None, "etcd.mode=bundled")
+    sts = _one(manifests, "StatefulSet")
+    deployment = _one(manifests, "Deployment")
+    job = _one(manifests, "Job")
+    # Only the coordinator and the etcd jobs reach the client port; only members the peers'.
+    policy = _one(manifests, "NetworkPolicy", "rel-coordinator-etcd")
+    etcd_labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= etcd_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    defrag = _one(manifests, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]
+    clients = [
+        deployment["spec"]["template"]["metadata"]["labels"],
+        job["spec"]["template"]["metadata"]["labels"],
+        defrag["metadata"]["labels"],
+    ]
+    for labels in clients:
+        assert _admits(policy, 2379, labels), labels
+        assert not _admits(policy, 2380, labels), labels
+    assert _admits(policy, 2380, etcd_labels)
+    stranger = {"app.kubernetes.io/instance": "rel", "app.kubernetes.io/name": "coordinator"}
+    assert not _admits(policy, 2379, stranger)
+    assert not _admits(policy, 2379, {**stranger, "app.kubernetes.io/component": "worker"})
+
+
+def test_bundled_etcd_takes_cert_manager_or_existing_certificates() -> None:
+    manifests = render(CHART / "ci" / "bundled-etcd-cert-manager-values.yaml")
+    assert not [m for m in manifests if m["kind"] == "Secret"]
+    certificates = {m["spec"]["secretName"]: m for m in manifests if m["kind"] == "Certificate"}
+    assert set(certificates) == {
+        "rel-coordinator-etcd-server-tls",
+        "rel-coordinator-etcd-client-tls",
+    }
+    server = certificates["rel-coordinator-etcd-server-tls"]["spec"]
+    hosts = [e.removesuffix(":2379") for e in _config(manifests)["etcd"]]
+    assert set(hosts) <= set(server["dnsNames"])
+    assert set(server["usages"]) == {"server auth", "client auth"}
+    for certificate in certificates.values():
+        assert certificate["spec"]["issuerRef"]["name"] == "platform-ca"
+    (_, container), *_ = _containers(_one(manifests, "Deployment"))
+    assert set(_secret_refs(container).values()) == {
+        ("coordinator-etcd-credentials", "username"),
+        ("coordinator-etcd-credentials", "password"),
+    }
+
+    manifests = render(
+        None,
+        "etcd.mode=bundled",
+        "etcd.bundled.tls.source=secret",
+        "etcd.bundled.tls.existingSecrets.server=my-etcd-server",
+        "etcd.bundled.tls.existingSecrets.client=my-etcd-client",
+    )
+    assert {m["metadata"]["name"] for m in manifests if m["kind"] == "Secret"} == {
+        "rel-coordinator-etcd-auth"
+    }
+    (etcd_pod, etcd), *_ = _containers(_one(manifests, "StatefulSet"))
+    assert _mounted_secret(etcd_pod, etcd, "/etc/etcd/tls/tls.crt") == "my-etcd-server"
+    (pod, container), *_ = _containers(_one(manifests, "Deployment"))
+    assert _mounted_secret(pod, container, _config(manifests)["etcd_cert"]) == "my-etcd-client"
+
+
+def test_bundled_etcd_policy_can_be_turned_off_and_external_etcd_is_untouched() -> None:
+    manifests = render(None, "etcd.mode=bundled", "etcd.bundled.networkPolicy.enabled=false")
+    assert not [m for m in manifests if m["kind"] == "NetworkPolicy"]
+    external = render(None)
+    assert not [m for m in external if m["kind"] in {"Secret", "Job", "NetworkPolicy"}]
+    assert not {"etcd_ca_cert", "etcd_cert", "etcd_key"} & set(_config(external))
+
+
+def test_metrics_bind_as_the_values_say() -> None:
+    config = _config(render(None))
+    assert config["metrics_listen"] == "0.0.0.0:9090"  # the pod IP must be scrapable
+    assert config["metrics_read_timeout"] == 10
+    assert config["metrics_max_connections"] == 64
+    assert "metrics_tls" not in config
+    config = _config(render(None, "metrics.listenAddress=::", "service.metricsPort=9100"))
+    assert config["metrics_listen"] == "[::]:9100"
+    Config(metrics_listen=config["metrics_listen"])  # serve accepts it
+
+    manifests = render(CHART / "ci" / "tls-values.yaml")
+    assert _config(manifests)["metrics_tls"] is True
+    endpoint = _one(manifests, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": "coordinator-tls", "key": "ca.crt"}
+    assert endpoint["tlsConfig"]["serverName"] == f"rel-coordinator.{NAMESPACE}.svc"
+
+
+def test_the_charts_generated_certificates_and_passwords_close_a_real_etcd(
+    tmp_path: Path,
+) -> None:
+    """The bundled etcd's own TLS flags and the Secrets the chart generates, on a local etcd:
+    nothing gets in without the client certificate and a password, the auth Job's command
+    turns auth on, and the coordinator's user then runs a claim in its prefix only."""
+    manifests = render(None, "etcd.mode=bundled")
+    files: dict[str, Path] = {}
+    for secret in (m for m in manifests if m["kind"] == "Secret"):
+        for key, value in secret["data"].items():
+            path = tmp_path / f"{secret['metadata']['name']}-{key}"
+            path.write_bytes(base64.b64decode(value))
+            files[f"{secret['metadata']['name']}/{key}"] = path
+    server, client, auth = (
+        "rel-coordinator-etcd-server-tls",
+        "rel-coordinator-etcd-client-tls",
+        "rel-coordinator-etcd-auth",
+    )
+    (_, etcd_container), *_ = _containers(_one(manifests, "StatefulSet"))
+    tls_flags = [  # the chart's TLS flags, with the files mounted here instead
+        re.sub(r"/etc/etcd/tls/(.+)$", lambda m: str(files[f"{server}/{m[1]}"]), a)
+        for a in etcd_container["args"]
+        if re.match(r"--(peer-)?(cert-file|key-file|trusted-ca-file|client-cert-auth)=", a)
+    ]
+    assert len(tls_flags) == 8
+    certs = Certificates(
+        ca=files[f"{server}/ca.crt"],
+        server=Pem(files[f"{server}/tls.crt"], files[f"{server}/tls.key"]),
+        client=Pem(files[f"{client}/tls.crt"], files[f"{client}/tls.key"]),
+    )
+    (_, job), *_ = _containers(_one(manifests, "Job"))
+    prefix = next(a.split("=", 1)[1] for a in job["args"] if a.startswith("--prefix="))
+    user, password, root = (
+        files[f"{auth}/{key}"].read_text() for key in ("username", "password", "root-password")
+    )
+    with tls_etcd(tmp_path, certs, tls_flags) as etcd:
+        result = CliRunner().invoke(
+            cli,
+            [
+                "etcd-auth",
+                f"--etcd={etcd.endpoint}",
+                f"--prefix={prefix}",
+                f"--etcd-ca-cert={certs.ca}",
+                f"--etcd-cert={certs.client.cert}",
+                f"--etcd-key={certs.client.key}",
+            ],
+            env={
+                "COORDINATOR_ETCD_USER": user,
+                "COORDINATOR_ETCD_PASSWORD": password,
+                "COORDINATOR_ETCD_ROOT_PASSWORD": root,
+            },
+        )
+        assert result.exit_code == 0, result.output
+        anonymous = etcd.connect()  # the client certificate alone
+        try:
+            with pytest.raises(CoordinatorError):
+                anonymous.get(f"{prefix}/epoch")
+        finally:
+            anonymous.close()
+        kv = etcd.connect(user=user, password=password)
+        try:
+            store = Store.open(kv, keys=Keyspace(prefix))
+            assert store.admin.bump_epoch() == 2
+            with pytest.raises(CoordinatorError, match="PERMISSION_DENIED"):
+                kv.txn([], [put("/elsewhere", b"x")])
+        finally:
+            kv.close()

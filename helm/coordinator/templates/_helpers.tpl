@@ -112,4 +112,98 @@ app.kubernetes.io/component: etcd
 {{- if and (eq .Values.etcd.mode "external") .Values.etcd.external.auth.enabled (not .Values.etcd.external.auth.secretName) -}}
 {{- fail "etcd.external.auth.secretName: name the Secret with etcd's user name and password" -}}
 {{- end -}}
+{{- if eq .Values.etcd.mode "bundled" -}}
+{{- $bundled := .Values.etcd.bundled -}}
+{{- if and $bundled.auth.enabled (not $bundled.tls.enabled) -}}
+{{- fail "etcd.bundled.auth.enabled needs etcd.bundled.tls.enabled: the passwords would cross the network in clear" -}}
+{{- end -}}
+{{- if and $bundled.tls.enabled (eq $bundled.tls.source "secret") (not (and $bundled.tls.existingSecrets.server $bundled.tls.existingSecrets.client)) -}}
+{{- fail "etcd.bundled.tls.existingSecrets: with source=secret name both the server and the client Secret (ca.crt, tls.crt, tls.key each)" -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.metrics.tls (not .Values.auth.tls.enabled) -}}
+{{- fail "metrics.tls serves the gRPC certificate: it needs auth.tls.enabled" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Bundled etcd security: the Secrets that hold its certificates and passwords. */}}
+{{- define "coordinator.etcd.serverTlsSecret" -}}
+{{- $tls := .Values.etcd.bundled.tls -}}
+{{- if eq $tls.source "secret" -}}{{ $tls.existingSecrets.server }}{{- else -}}{{ include "coordinator.etcd.fullname" . }}-server-tls{{- end -}}
+{{- end -}}
+
+{{- define "coordinator.etcd.clientTlsSecret" -}}
+{{- $tls := .Values.etcd.bundled.tls -}}
+{{- if eq $tls.source "secret" -}}{{ $tls.existingSecrets.client }}{{- else -}}{{ include "coordinator.etcd.fullname" . }}-client-tls{{- end -}}
+{{- end -}}
+
+{{- define "coordinator.etcd.authSecret" -}}
+{{- default (printf "%s-auth" (include "coordinator.etcd.fullname" .)) .Values.etcd.bundled.auth.existingSecret -}}
+{{- end -}}
+
+{{- define "coordinator.etcd.scheme" -}}
+{{- if .Values.etcd.bundled.tls.enabled -}}https{{- else -}}http{{- end -}}
+{{- end -}}
+
+{{/* Names in the bundled members' certificate: every member, by wildcard too, and loopback. */}}
+{{- define "coordinator.etcd.dnsNames" -}}
+{{- $headless := include "coordinator.etcd.headless" . -}}
+{{- range $i := until (int .Values.etcd.bundled.replicas) }}
+- {{ include "coordinator.etcd.memberHost" (list $ $i) }}
+{{- end }}
+- "*.{{ $headless }}.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}"
+- "*.{{ $headless }}.{{ .Release.Namespace }}.svc"
+- "*.{{ $headless }}"
+- localhost
+{{- end -}}
+
+{{/* The CN of the client certificate: deliberately no etcd user (etcd would log a
+     password-less client in as the user its CN names). */}}
+{{- define "coordinator.etcd.clientCN" -}}
+{{ include "coordinator.etcd.fullname" . }}-client
+{{- end -}}
+
+{{/* How the coordinator (and its etcd jobs) reach etcd securely, whatever the mode:
+     tls: {secretName, caKey, certKey, keyKey, clientCert} or empty; auth: {secretName, userKey,
+     passwordKey} or empty. */}}
+{{- define "coordinator.etcdClientTls" -}}
+{{- if eq .Values.etcd.mode "bundled" -}}
+{{- if .Values.etcd.bundled.tls.enabled -}}
+secretName: {{ include "coordinator.etcd.clientTlsSecret" . }}
+caKey: ca.crt
+certKey: tls.crt
+keyKey: tls.key
+clientCert: true
+{{- end -}}
+{{- else if .Values.etcd.external.tls.enabled -}}
+{{- with .Values.etcd.external.tls }}
+secretName: {{ .secretName }}
+caKey: {{ .caKey }}
+certKey: {{ .certKey }}
+keyKey: {{ .keyKey }}
+clientCert: {{ .clientCert }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "coordinator.etcdClientAuth" -}}
+{{- if eq .Values.etcd.mode "bundled" -}}
+{{- if .Values.etcd.bundled.auth.enabled -}}
+secretName: {{ include "coordinator.etcd.authSecret" . }}
+userKey: username
+passwordKey: password
+{{- end -}}
+{{- else if .Values.etcd.external.auth.enabled -}}
+{{- with .Values.etcd.external.auth }}
+secretName: {{ .secretName }}
+userKey: {{ .userKey }}
+passwordKey: {{ .passwordKey }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The metrics listen address: metrics.listenAddress (bracketed if IPv6) and the port. */}}
+{{- define "coordinator.metricsListen" -}}
+{{- $host := .Values.metrics.listenAddress -}}
+{{- if contains ":" $host -}}[{{ $host }}]{{- else -}}{{ $host }}{{- end -}}:{{ .Values.service.metricsPort }}
 {{- end -}}
