@@ -214,7 +214,9 @@ class Job:
         ``result_digest`` is computed from ``result`` unless given (for a ``result_ref``).
         ``evidence`` (managed job ids and log refs, e.g. ``ManagedProcess.evidence``) is kept
         in the canonical result record.
-        Raises TransportError if the server could not be reached; retrying is safe.
+        Transport failures are retried until the retry budget or the lease runs out. Then
+        OutcomeUnknown means a try may have landed: call ``commit`` again with the same result
+        to learn it (COMMITTED if it landed); TransportError means none reached the server.
         """
         request = worker_pb2.CommitRequest(
             fence=self.fence.to_proto(),
@@ -224,7 +226,8 @@ class Job:
             result_ref=result_ref,
             evidence=list(evidence),
         )
-        outcome = CommitOutcome.from_proto(self._rpc.call(self._rpc.worker.Commit, request))
+        response = self._rpc.call(self._rpc.worker.Commit, request, lease_left=self.remaining())
+        outcome = CommitOutcome.from_proto(response)
         if outcome.committed:
             self._finish("committed")
         else:
@@ -241,7 +244,9 @@ class Job:
             result=result,
             result_ref=result_ref,
         )
-        response = self._rpc.call(self._rpc.worker.StageResult, request)
+        response = self._rpc.call(
+            self._rpc.worker.StageResult, request, lease_left=self.remaining()
+        )
         return StageOutcome(outcome_of(response.outcome), response.current, response.message)
 
     def authorize_tool(self, tool: str, action: str = "") -> ToolAuthorization:
@@ -249,7 +254,9 @@ class Job:
         request = worker_pb2.AuthorizeToolRequest(
             fence=self.fence.to_proto(), tool=tool, action=action
         )
-        response = self._rpc.call(self._rpc.worker.AuthorizeTool, request)
+        response = self._rpc.call(
+            self._rpc.worker.AuthorizeTool, request, lease_left=self.remaining()
+        )
         answer = ToolAuthorization(
             outcome_of(response.outcome), FenceReason(response.reason), response.message
         )
@@ -260,7 +267,7 @@ class Job:
     def release(self, reason: str = "") -> ReleaseOutcome:
         """Give the task back (READY again). Ends the job; FENCED / CANCELLED mark it lost."""
         request = worker_pb2.ReleaseRequest(fence=self.fence.to_proto(), reason=reason)
-        response = self._rpc.call(self._rpc.worker.Release, request)
+        response = self._rpc.call(self._rpc.worker.Release, request, lease_left=self.remaining())
         answer = ReleaseOutcome(
             outcome_of(response.outcome), FenceReason(response.reason), response.message
         )
@@ -286,7 +293,8 @@ class Job:
         worker, or by ``reconcile_principal`` (an operator, a reconciler service) if given: then
         no later claim may take it over, only that principal or an admin resolves it.
         FENCED / CANCELLED / STALE_INPUT from the coordinator mark the job lost. Raises
-        TransportError if the coordinator could not be reached (the effect stays uncertain).
+        TransportError / OutcomeUnknown if the coordinator could not be reached within the
+        retry budget or the lease (the effect stays uncertain; repeating the call is safe).
         """
         return run_effect(
             self,

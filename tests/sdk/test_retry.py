@@ -149,6 +149,9 @@ def test_retries_are_bounded() -> None:
         with pytest.raises(TransportError) as raised:
             client.get_task("t1")
         assert raised.value.code == "UNAVAILABLE"
+        # No coordinator ever took a try: gRPC says so, and the error is not OutcomeUnknown.
+        assert type(raised.value) is TransportError
+        assert str(raised.value).endswith("no try reached a coordinator")
         # Without an id a retried create could create a second task: one try only.
         with pytest.raises(TransportError):
             client.create_task(input=b"x")
