@@ -47,6 +47,7 @@ from coordinator.errors import (
     Unauthenticated,
 )
 from coordinator.sdk import _budget
+from coordinator.sdk._target import LB_OPTION, channel_target
 from coordinator.sdk.types import OutcomeUnknown, TransportError
 from coordinator.v1 import admin_pb2_grpc, tasks_pb2_grpc, worker_pb2_grpc
 
@@ -84,6 +85,7 @@ _DEFAULT_CHANNEL_OPTIONS: dict[str, Any] = {
     "grpc.initial_reconnect_backoff_ms": 100,
     "grpc.min_reconnect_backoff_ms": 100,
     "grpc.max_reconnect_backoff_ms": 1000,
+    LB_OPTION[0]: LB_OPTION[1],
 }
 
 Req = TypeVar("Req")
@@ -165,11 +167,11 @@ class _OutOfTime(stop_base):
 
 
 class Rpc:
-    """A channel to one coordinator target with its stubs, metadata and retry policy."""
+    """A channel to the coordinator's replicas with its stubs, metadata and retry policy."""
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         *,
         principal: str,
         retry: RetryPolicy,
@@ -180,6 +182,7 @@ class Rpc:
     ) -> None:
         if not principal:
             raise InvalidArgument("principal must not be empty")
+        target = channel_target(target)
         options = {**_DEFAULT_CHANNEL_OPTIONS, **dict(channel_options or ())}
         if credentials is not None:
             self._channel = grpc.secure_channel(target, credentials, options=list(options.items()))

@@ -53,6 +53,10 @@ _CREATE_HINT = (
 class WorkerClient:
     """A connection to a coordinator, acting as one principal.
 
+    ``target`` is one ``host:port``, several replicas (a list, or comma-separated ``ip:port``s),
+    or a gRPC URI such as ``dns:///coordinator.example:7070`` (every address the name resolves
+    to); the client sticks to one replica and moves to another when it fails (sdk/_target.py).
+
     Every call has a deadline and is retried on UNAVAILABLE / DEADLINE_EXCEEDED only, for up to
     ``RetryPolicy.budget`` (15 s by default) and, behind a claim's fence, no longer than the lease
     lasts; other gRPC errors raise the coordinator's exceptions (NotFound, ...). A call given
@@ -62,7 +66,7 @@ class WorkerClient:
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         *,
         principal: str,
         channel_options: Sequence[tuple[str, Any]] | None = None,

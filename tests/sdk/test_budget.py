@@ -1,11 +1,16 @@
-"""The pure rules of a call's retry window (sdk/_budget.py)."""
+"""The pure rules of a call's retry window (sdk/_budget.py) and of its target (sdk/_target.py)."""
 
 from __future__ import annotations
 
+import re
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from coordinator.errors import InvalidArgument
 from coordinator.sdk._budget import MIN_TRY_TIMEOUT, out_of_time, retry_deadline, try_timeout
+from coordinator.sdk._target import channel_target
 
 seconds = st.floats(min_value=0, max_value=1e6, allow_nan=False)
 
@@ -39,3 +44,39 @@ def test_a_retry_gets_what_is_left_of_the_window_within_bounds() -> None:
     assert try_timeout(0.0, 3.0, 10.0) == 3.0  # what is left before the deadline
     assert try_timeout(0.0, 0.05, 10.0) == MIN_TRY_TIMEOUT  # never too short to answer
     assert try_timeout(0.0, 0.05, 0.1) == 0.1  # nor longer than the per-try timeout
+
+
+@pytest.mark.parametrize(
+    ("given_target", "target"),
+    [
+        ("localhost:7070", "localhost:7070"),
+        ("dns:///coordinator.example:7070", "dns:///coordinator.example:7070"),
+        ("ipv4:10.0.0.1:7070,10.0.0.2:7070", "ipv4:10.0.0.1:7070,10.0.0.2:7070"),
+        ("10.0.0.1:7070, 10.0.0.2:7071", "ipv4:10.0.0.1:7070,10.0.0.2:7071"),
+        (["10.0.0.1:7070", "10.0.0.2:7070"], "ipv4:10.0.0.1:7070,10.0.0.2:7070"),
+        (["[::1]:7070", "[::2]:7070"], "ipv6:[::1]:7070,[::2]:7070"),
+        (["coordinator:7070"], "coordinator:7070"),
+    ],
+)
+def test_replica_lists_become_one_grpc_target(given_target: str | list[str], target: str) -> None:
+    assert channel_target(given_target) == target
+
+
+@pytest.mark.parametrize(
+    ("given_target", "message"),
+    [
+        ("host1:7070,host2:7070", "'host1:7070': several coordinator addresses must each be"),
+        ("10.0.0.1:7070,[::1]:7070", "replica addresses mix IPv4 and IPv6"),
+        ("10.0.0.1:7070,10.0.0.2", "'10.0.0.2': several coordinator addresses"),
+        ("::1:7070,::2:7070", "'::1:7070': several coordinator addresses"),
+        ([], "no coordinator address given"),
+        (" , ", "no coordinator address given"),
+    ],
+)
+def test_a_replica_list_grpc_cannot_resolve_is_refused_with_the_way_out(
+    given_target: str | list[str], message: str
+) -> None:
+    with pytest.raises(InvalidArgument, match="^" + re.escape(message)) as raised:
+        channel_target(given_target)
+    if "several" in message:
+        assert "dns:///" in str(raised.value)
