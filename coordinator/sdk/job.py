@@ -56,9 +56,13 @@ LostCallback = Callable[[LostReason], None]
 _MIN_RENEW_TIMEOUT = 0.2
 
 
-# A renewal answered with these found that this attempt's own commit or release landed (its
-# answer may still be on the way): the job ended by the caller's hand, nothing was lost.
-_ENDED_BY_THIS_ATTEMPT = frozenset({FenceReason.ALREADY_COMMITTED, FenceReason.RELEASED})
+# A renewal or release answered FENCED with these found that this attempt's own commit or
+# release landed (its answer may still be on the way, or lost: OutcomeUnknown): the job ended
+# by the caller's hand, nothing was lost.
+_ENDED_BY_THIS_ATTEMPT = {
+    FenceReason.ALREADY_COMMITTED: "committed",
+    FenceReason.RELEASED: "released",
+}
 
 
 @dataclass
@@ -149,7 +153,8 @@ class Job:
 
     @property
     def committed(self) -> bool:
-        """Whether a commit of this job was answered COMMITTED."""
+        """Whether this job's commit is known to have landed: answered COMMITTED, or found by a
+        later renewal or release (after an OutcomeUnknown commit)."""
         with self._lock:
             return self._state.finished == "committed"
 
@@ -265,7 +270,9 @@ class Job:
         return answer
 
     def release(self, reason: str = "") -> ReleaseOutcome:
-        """Give the task back (READY again). Ends the job; FENCED / CANCELLED mark it lost."""
+        """Give the task back (READY again). Ends the job; FENCED / CANCELLED mark it lost,
+        except FENCED / ALREADY_COMMITTED or RELEASED: this attempt's own commit or release had
+        landed (``committed`` then says so), e.g. one whose answer was lost (OutcomeUnknown)."""
         request = worker_pb2.ReleaseRequest(fence=self.fence.to_proto(), reason=reason)
         response = self._rpc.call(self._rpc.worker.Release, request, lease_left=self.remaining())
         answer = ReleaseOutcome(
@@ -273,7 +280,7 @@ class Job:
         )
         if answer.released:
             self._finish("released")
-        else:
+        elif not self._ended_by_this_attempt(answer.outcome, answer.reason):
             self._lose(answer.outcome, answer.reason, answer.message, LossSource.RELEASE)
         return answer
 
@@ -410,8 +417,7 @@ class Job:
             )
             return False
         reason = FenceReason(response.reason)
-        if outcome is Outcome.FENCED and reason in _ENDED_BY_THIS_ATTEMPT:
-            self._stop.set()  # the commit or release that ended it reports the outcome
+        if self._ended_by_this_attempt(outcome, reason):
             return False
         if outcome is not Outcome.OK:
             self._lose(outcome, reason, response.message, LossSource.RENEW)
@@ -424,6 +430,15 @@ class Job:
         return True
 
     # --- ending ---------------------------------------------------------------------------
+
+    def _ended_by_this_attempt(self, outcome: Outcome, reason: FenceReason) -> bool:
+        """Finish the job (True) if a FENCED answer says this attempt's own commit or release
+        landed; its own answer may never arrive."""
+        how = _ENDED_BY_THIS_ATTEMPT.get(reason) if outcome is Outcome.FENCED else None
+        if how is None:
+            return False
+        self._finish(how)
+        return True
 
     def _finish(self, how: str) -> None:
         with self._lock:
