@@ -67,7 +67,7 @@ _NEVER_SENT = ("failed to connect to all addresses", "connections to all backend
 
 ATTEMPT_HINT = "retry the same call on the same attempt to learn it"
 """What OutcomeUnknown tells the caller of a call behind a claim's fence."""
-REPEAT_HINT = "repeat the same call (same task id or idempotency key) to learn it"
+REPEAT_HINT = "repeat the same call to learn it (a create: with the same task id or key)"
 """What OutcomeUnknown tells the caller of any other call."""
 
 _ERRORS: dict[grpc.StatusCode, type[CoordinatorError]] = {
@@ -99,7 +99,7 @@ class RetryPolicy:
     ``budget`` bounds how long one call keeps retrying, from its first try; a call behind a
     claim's fence stops sooner if the lease ends sooner. The default, 15 s, outlasts what a
     coordinator is unreachable for in the ordinary faults: a replica restart (about 1.7 s
-    measured), the server's 2 s back-off after an etcd error, and an etcd leader election
+    in a soak), the server's 2 s back-off after an etcd error, and an etcd leader election
     (1 s election timeout by default, a few seconds in the worst case), together with margin;
     a longer outage is reported (OutcomeUnknown / TransportError) rather than waited out.
     """
@@ -140,19 +140,22 @@ def never_sent(exc: grpc.RpcError) -> bool:
 
 
 def translate(
-    exc: grpc.RpcError, *, maybe_sent: bool = True, hint: str = REPEAT_HINT
+    exc: grpc.RpcError, *, maybe_sent: bool | None = None, hint: str = REPEAT_HINT
 ) -> CoordinatorError:
     """The coordinator exception for a gRPC error. A transport code becomes OutcomeUnknown
     (with ``hint``, what to repeat) if a try of the call ``maybe_sent`` its request to a
-    coordinator, TransportError if none did."""
+    coordinator, a TransportError saying so if none did, a bare TransportError if the caller
+    does not know (a broken stream)."""
     code = exc.code()
     name = code.name if code is not None else "UNKNOWN"
     message = f"{name}: {exc.details()}"
-    if code in TRANSPORT_CODES:
-        if maybe_sent:
-            return OutcomeUnknown(f"{message}; outcome unknown, not failed; {hint}", code=name)
-        return TransportError(f"{message}; no try reached a coordinator", code=name)
-    return _ERRORS.get(code, CoordinatorError)(message)
+    if code not in TRANSPORT_CODES:
+        return _ERRORS.get(code, CoordinatorError)(message)
+    if maybe_sent is None:
+        return TransportError(message, code=name)
+    if maybe_sent:
+        return OutcomeUnknown(f"{message}; outcome unknown, not failed; {hint}", code=name)
+    return TransportError(f"{message}; no try reached a coordinator", code=name)
 
 
 class _OutOfTime(stop_base):
