@@ -1,8 +1,10 @@
 """The SDK's transport: one channel, the three service stubs, deadlines, retries, error mapping.
 
 Every call carries the caller's principal in metadata and a deadline. Transport failures
-(UNAVAILABLE, DEADLINE_EXCEEDED) are retried with exponential backoff and a bounded number of
-attempts; every other status is final and becomes one of the coordinator's exceptions.
+(UNAVAILABLE, DEADLINE_EXCEEDED) are retried with exponential backoff for as long as the call's
+time allows (sdk/_budget.py: the retry budget, and the lease for a call behind a claim's fence);
+every other status is final and becomes one of the coordinator's exceptions. A call given up
+after a try that may have reached a coordinator raises OutcomeUnknown, saying what to repeat.
 
 Why retrying is safe: every worker call is idempotent per attempt. A renew only keeps the same
 lease alive; a repeated commit of the same attempt and digest answers COMMITTED again (the
@@ -15,19 +17,23 @@ reclaimed. Task creation is retried only with an explicit task id (see WorkerCli
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
 import grpc
 from tenacity import (
+    RetryCallState,
     Retrying,
     retry_if_exception,
     stop_after_attempt,
+    stop_never,
     wait_exponential,
     wait_random,
 )
+from tenacity.stop import stop_base
 
 from coordinator import __version__, request_ids
 from coordinator.domain.idempotency import IDEMPOTENCY_METADATA_KEY
@@ -40,7 +46,9 @@ from coordinator.errors import (
     PermissionDenied,
     Unauthenticated,
 )
-from coordinator.sdk.types import TransportError
+from coordinator.sdk import _budget
+from coordinator.sdk._target import LB_OPTION, channel_target
+from coordinator.sdk.types import OutcomeUnknown, TransportError
 from coordinator.v1 import admin_pb2_grpc, tasks_pb2_grpc, worker_pb2_grpc
 
 PRINCIPAL_METADATA = "x-coordinator-principal"
@@ -51,6 +59,16 @@ SDK_VERSION_METADATA = "x-coordinator-sdk-version"
 
 TRANSPORT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 """The only status codes the SDK retries: the call may not have reached the coordinator."""
+
+# How gRPC's load balancers fail a call they could not give any connection (pick_first,
+# round_robin): no stream was opened, so the request never left. Any other transport failure
+# (a connection reset mid-call, a deadline) may have reached a coordinator.
+_NEVER_SENT = ("failed to connect to all addresses", "connections to all backends failing")
+
+ATTEMPT_HINT = "retry the same call on the same attempt to learn it"
+"""What OutcomeUnknown tells the caller of a call behind a claim's fence."""
+REPEAT_HINT = "repeat the same call to learn it (a create: with the same task id or key)"
+"""What OutcomeUnknown tells the caller of any other call."""
 
 _ERRORS: dict[grpc.StatusCode, type[CoordinatorError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
@@ -67,6 +85,7 @@ _DEFAULT_CHANNEL_OPTIONS: dict[str, Any] = {
     "grpc.initial_reconnect_backoff_ms": 100,
     "grpc.min_reconnect_backoff_ms": 100,
     "grpc.max_reconnect_backoff_ms": 1000,
+    LB_OPTION[0]: LB_OPTION[1],
 }
 
 Req = TypeVar("Req")
@@ -75,20 +94,38 @@ Resp = TypeVar("Resp")
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Deadlines and transport retries of every SDK call."""
+    """Deadlines and transport retries of every SDK call.
+
+    ``budget`` bounds how long one call keeps retrying, from its first try; a call behind a
+    claim's fence stops sooner if the lease ends sooner. The default, 15 s, outlasts what a
+    coordinator is unreachable for in the ordinary faults: a replica restart (about 1.7 s
+    in a soak), the server's 2 s back-off after an etcd error, and an etcd leader election
+    (1 s election timeout by default, a few seconds in the worst case), together with margin;
+    a longer outage is reported (OutcomeUnknown / TransportError) rather than waited out.
+    """
 
     # Deadline of one try of one call.
     timeout: timedelta = timedelta(seconds=10)
-    # Tries per call, the first included (1: no retries).
-    attempts: int = 5
+    # How long one call keeps retrying transport failures, its first try included.
+    budget: timedelta = timedelta(seconds=15)
+    # At most this many tries per call, the first included (1: no retries; None: the budget
+    # alone bounds them).
+    attempts: int | None = None
     initial_backoff: timedelta = timedelta(milliseconds=100)
     max_backoff: timedelta = timedelta(seconds=2)
 
     def __post_init__(self) -> None:
-        if self.attempts < 1:
+        if self.attempts is not None and self.attempts < 1:
             raise InvalidArgument(f"RetryPolicy.attempts must be >= 1, got {self.attempts}")
         if self.timeout <= timedelta(0):
             raise InvalidArgument(f"RetryPolicy.timeout must be positive, got {self.timeout}")
+        if self.budget < timedelta(0):
+            raise InvalidArgument(f"RetryPolicy.budget must not be negative, got {self.budget}")
+
+    @property
+    def retries(self) -> bool:
+        """Whether a transport failure is tried again at all."""
+        return self.attempts != 1 and self.budget > timedelta(0)
 
 
 def is_transport(exc: BaseException) -> bool:
@@ -96,31 +133,59 @@ def is_transport(exc: BaseException) -> bool:
     return isinstance(exc, grpc.RpcError) and exc.code() in TRANSPORT_CODES
 
 
-def translate(exc: grpc.RpcError) -> CoordinatorError:
-    """The coordinator exception for a gRPC error (transport codes become TransportError)."""
+def never_sent(exc: grpc.RpcError) -> bool:
+    """Whether ``exc`` failed before any connection took the request (it cannot have landed)."""
+    details = exc.details() or ""
+    return exc.code() is grpc.StatusCode.UNAVAILABLE and details.startswith(_NEVER_SENT)
+
+
+def translate(
+    exc: grpc.RpcError, *, maybe_sent: bool | None = None, hint: str = REPEAT_HINT
+) -> CoordinatorError:
+    """The coordinator exception for a gRPC error. A transport code becomes OutcomeUnknown
+    (with ``hint``, what to repeat) if a try of the call ``maybe_sent`` its request to a
+    coordinator, a TransportError saying so if none did, a bare TransportError if the caller
+    does not know (a broken stream)."""
     code = exc.code()
     name = code.name if code is not None else "UNKNOWN"
     message = f"{name}: {exc.details()}"
-    if code in TRANSPORT_CODES:
+    if code not in TRANSPORT_CODES:
+        return _ERRORS.get(code, CoordinatorError)(message)
+    if maybe_sent is None:
         return TransportError(message, code=name)
-    return _ERRORS.get(code, CoordinatorError)(message)
+    if maybe_sent:
+        return OutcomeUnknown(f"{message}; outcome unknown, not failed; {hint}", code=name)
+    return TransportError(f"{message}; no try reached a coordinator", code=name)
+
+
+class _OutOfTime(stop_base):
+    """tenacity's stop: the next try would start after the call's deadline."""
+
+    def __init__(self, deadline: float, clock: Callable[[], float]) -> None:
+        self._deadline = deadline
+        self._clock = clock
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return _budget.out_of_time(self._clock(), retry_state.upcoming_sleep, self._deadline)
 
 
 class Rpc:
-    """A channel to one coordinator target with its stubs, metadata and retry policy."""
+    """A channel to the coordinator's replicas with its stubs, metadata and retry policy."""
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         *,
         principal: str,
         retry: RetryPolicy,
         channel_options: Sequence[tuple[str, Any]] | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor[Any, Any]] = (),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not principal:
             raise InvalidArgument("principal must not be empty")
+        target = channel_target(target)
         options = {**_DEFAULT_CHANNEL_OPTIONS, **dict(channel_options or ())}
         if credentials is not None:
             self._channel = grpc.secure_channel(target, credentials, options=list(options.items()))
@@ -130,6 +195,7 @@ class Rpc:
         self.target = target
         self.principal = principal
         self.policy = retry
+        self._clock = clock
         self.worker = worker_pb2_grpc.WorkerServiceStub(channel)
         self.tasks = tasks_pb2_grpc.TaskServiceStub(channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(channel)
@@ -143,13 +209,22 @@ class Rpc:
         retry: bool = True,
         timeout: float | None = None,
         idempotency_key: str = "",
+        lease_left: timedelta | None = None,
+        hint: str = "",
     ) -> Resp:
         """Call ``method`` with the deadline, the principal and (if ``retry``) the retries;
         an ``idempotency_key`` goes with every try, so the server replays a landed one.
 
-        Raises TransportError after the last failed try, the mapped exception otherwise.
+        ``lease_left``: the call is made behind a claim's fence with this much lease left, and
+        stops retrying when it runs out, before the budget if sooner. ``hint`` replaces what an
+        OutcomeUnknown tells the caller to repeat.
+
+        Raises OutcomeUnknown when a failed try may have reached a coordinator, TransportError
+        when none did, the mapped exception for any other status.
         """
-        deadline = timeout if timeout is not None else self.policy.timeout.total_seconds()
+        start = self._clock()
+        per_try = timeout if timeout is not None else self.policy.timeout.total_seconds()
+        hint = hint or (REPEAT_HINT if lease_left is None else ATTEMPT_HINT)
         # One request id per logical call, the same on every retry (coordinator.request_ids).
         metadata: tuple[tuple[str, str], ...] = (
             *self._metadata,
@@ -162,12 +237,16 @@ class Rpc:
         # calls succeed on it. A transport failure that may be retried goes on to _retry,
         # which counts this try as the first of the policy's attempts.
         try:
-            return method(request, timeout=deadline, metadata=metadata)
+            return method(request, timeout=per_try, metadata=metadata)
         except grpc.RpcError as exc:
-            if not (retry and self.policy.attempts > 1 and is_transport(exc)):
-                raise translate(exc) from exc
+            if not (retry and self.policy.retries and is_transport(exc)):
+                raise translate(exc, maybe_sent=not never_sent(exc), hint=hint) from exc
             first = exc
-        return self._retry(method, request, first, timeout=deadline, metadata=metadata)
+        left = lease_left.total_seconds() if lease_left is not None else None
+        deadline = _budget.retry_deadline(start, self.policy.budget.total_seconds(), left)
+        return self._retry(
+            method, request, first, per_try=per_try, deadline=deadline, metadata=metadata, hint=hint
+        )
 
     def _retry(
         self,
@@ -175,15 +254,20 @@ class Rpc:
         request: Req,
         first: grpc.RpcError,
         *,
-        timeout: float,
+        per_try: float,
+        deadline: float,
         metadata: tuple[tuple[str, str], ...],
+        hint: str,
     ) -> Resp:
-        """The tries after a ``first`` transport failure, with backoff, up to the policy's
-        attempts (``first`` counts as the first: it is re-raised as tenacity's first try)."""
+        """The tries after a ``first`` transport failure, with backoff, until the next one would
+        start after ``deadline`` or the policy's attempts are spent (``first`` counts as the
+        first try: it is re-raised as tenacity's first)."""
         initial = self.policy.initial_backoff.total_seconds()
+        attempts = self.policy.attempts
         retrying = Retrying(
             retry=retry_if_exception(is_transport),
-            stop=stop_after_attempt(self.policy.attempts),
+            stop=(stop_after_attempt(attempts) if attempts else stop_never)
+            | _OutOfTime(deadline, self._clock),
             # initial, 2x, 4x ... up to max_backoff, plus up to one initial of jitter so that
             # a pool of workers cut off together does not come back in lockstep.
             wait=wait_exponential(multiplier=initial, max=self.policy.max_backoff.total_seconds())
@@ -191,15 +275,22 @@ class Rpc:
             reraise=True,
         )
         replay: grpc.RpcError | None = first
+        # Once any try may have reached a coordinator, the call's outcome is unknown for good.
+        maybe_sent = not never_sent(first)
         try:
             for attempt in retrying:
                 with attempt:
                     if replay is not None:
                         failed, replay = replay, None
                         raise failed
-                    return method(request, timeout=timeout, metadata=metadata)
+                    timeout = _budget.try_timeout(self._clock(), deadline, per_try)
+                    try:
+                        return method(request, timeout=timeout, metadata=metadata)
+                    except grpc.RpcError as exc:
+                        maybe_sent = maybe_sent or not never_sent(exc)
+                        raise
         except grpc.RpcError as exc:
-            raise translate(exc) from exc
+            raise translate(exc, maybe_sent=maybe_sent, hint=hint) from exc
         raise AssertionError("unreachable: tenacity either returns or re-raises")
 
     def close(self) -> None:

@@ -41,16 +41,32 @@ def ttl_seconds(ttl: timedelta) -> int:
     return math.ceil(seconds)
 
 
+_CLAIM_HINT = (
+    "a claim that landed holds the task until its lease expires; claim it again after that"
+)
+_CREATE_HINT = (
+    "a task may have been created: look for it with list_tasks (a task id or an "
+    "idempotency_key makes a create safe to repeat)"
+)
+
+
 class WorkerClient:
     """A connection to a coordinator, acting as one principal.
 
-    Every call has a deadline and is retried on UNAVAILABLE / DEADLINE_EXCEEDED only (see
-    RetryPolicy); other gRPC errors raise the coordinator's exceptions (NotFound, ...).
+    ``target`` is one ``host:port``, several replicas (a list, or comma-separated ``ip:port``s),
+    or a gRPC URI such as ``dns:///coordinator.example:7070`` (every address the name resolves
+    to); the client sticks to one replica and moves to another when it fails (sdk/_target.py).
+
+    Every call has a deadline and is retried on UNAVAILABLE / DEADLINE_EXCEEDED only, for up to
+    ``RetryPolicy.budget`` (15 s by default) and, behind a claim's fence, no longer than the lease
+    lasts; other gRPC errors raise the coordinator's exceptions (NotFound, ...). A call given
+    up after a try that may have landed raises OutcomeUnknown (a TransportError) saying what to
+    repeat to learn its outcome.
     """
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         *,
         principal: str,
         channel_options: Sequence[tuple[str, Any]] | None = None,
@@ -145,7 +161,7 @@ class WorkerClient:
     ) -> Job | ClaimRefused:
         # The lease clock starts before the request leaves, so it can only run early.
         sent_at = time.monotonic()
-        response = self._rpc.call(method, request)
+        response = self._rpc.call(method, request, hint=_CLAIM_HINT)
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
             return ClaimRefused.from_proto(response)
         return Job(
@@ -189,6 +205,7 @@ class WorkerClient:
                 request,
                 retry=bool(task_id or idempotency_key),
                 idempotency_key=idempotency_key,
+                hint="" if task_id or idempotency_key else _CREATE_HINT,
             )
         except AlreadyExists:
             if not task_id:

@@ -407,7 +407,7 @@ def _prepare(slot: _Slot, digest: str) -> worker_pb2.PrepareEffectResponse:
         effect_slot=slot.effect_slot,
         payload_digest=digest,
     )
-    return job._rpc.call(job._rpc.worker.PrepareEffect, request)
+    return job._rpc.call(job._rpc.worker.PrepareEffect, request, lease_left=job.remaining())
 
 
 def _record(
@@ -422,7 +422,7 @@ def _record(
         etag=result.etag if result else "",
         reconcile_principal=slot.reconcile_principal if state is EffectState.UNKNOWN else "",
     )
-    return job._rpc.call(job._rpc.worker.RecordEffect, request)
+    return job._rpc.call(job._rpc.worker.RecordEffect, request, lease_left=job.remaining())
 
 
 def _was_sent(job: Job, key: str) -> bool:

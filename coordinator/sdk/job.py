@@ -56,9 +56,13 @@ LostCallback = Callable[[LostReason], None]
 _MIN_RENEW_TIMEOUT = 0.2
 
 
-# A renewal answered with these found that this attempt's own commit or release landed (its
-# answer may still be on the way): the job ended by the caller's hand, nothing was lost.
-_ENDED_BY_THIS_ATTEMPT = frozenset({FenceReason.ALREADY_COMMITTED, FenceReason.RELEASED})
+# A renewal or release answered FENCED with these found that this attempt's own commit or
+# release landed (its answer may still be on the way, or lost: OutcomeUnknown): the job ended
+# by the caller's hand, nothing was lost.
+_ENDED_BY_THIS_ATTEMPT = {
+    FenceReason.ALREADY_COMMITTED: "committed",
+    FenceReason.RELEASED: "released",
+}
 
 
 @dataclass
@@ -149,7 +153,8 @@ class Job:
 
     @property
     def committed(self) -> bool:
-        """Whether a commit of this job was answered COMMITTED."""
+        """Whether this job's commit is known to have landed: answered COMMITTED, or found by a
+        later renewal or release (after an OutcomeUnknown commit)."""
         with self._lock:
             return self._state.finished == "committed"
 
@@ -214,7 +219,9 @@ class Job:
         ``result_digest`` is computed from ``result`` unless given (for a ``result_ref``).
         ``evidence`` (managed job ids and log refs, e.g. ``ManagedProcess.evidence``) is kept
         in the canonical result record.
-        Raises TransportError if the server could not be reached; retrying is safe.
+        Transport failures are retried until the retry budget or the lease runs out. Then
+        OutcomeUnknown means a try may have landed: call ``commit`` again with the same result
+        to learn it (COMMITTED if it landed); TransportError means none reached the server.
         """
         request = worker_pb2.CommitRequest(
             fence=self.fence.to_proto(),
@@ -224,7 +231,8 @@ class Job:
             result_ref=result_ref,
             evidence=list(evidence),
         )
-        outcome = CommitOutcome.from_proto(self._rpc.call(self._rpc.worker.Commit, request))
+        response = self._rpc.call(self._rpc.worker.Commit, request, lease_left=self.remaining())
+        outcome = CommitOutcome.from_proto(response)
         if outcome.committed:
             self._finish("committed")
         else:
@@ -241,7 +249,9 @@ class Job:
             result=result,
             result_ref=result_ref,
         )
-        response = self._rpc.call(self._rpc.worker.StageResult, request)
+        response = self._rpc.call(
+            self._rpc.worker.StageResult, request, lease_left=self.remaining()
+        )
         return StageOutcome(outcome_of(response.outcome), response.current, response.message)
 
     def authorize_tool(self, tool: str, action: str = "") -> ToolAuthorization:
@@ -249,7 +259,9 @@ class Job:
         request = worker_pb2.AuthorizeToolRequest(
             fence=self.fence.to_proto(), tool=tool, action=action
         )
-        response = self._rpc.call(self._rpc.worker.AuthorizeTool, request)
+        response = self._rpc.call(
+            self._rpc.worker.AuthorizeTool, request, lease_left=self.remaining()
+        )
         answer = ToolAuthorization(
             outcome_of(response.outcome), FenceReason(response.reason), response.message
         )
@@ -258,15 +270,17 @@ class Job:
         return answer
 
     def release(self, reason: str = "") -> ReleaseOutcome:
-        """Give the task back (READY again). Ends the job; FENCED / CANCELLED mark it lost."""
+        """Give the task back (READY again). Ends the job; FENCED / CANCELLED mark it lost,
+        except FENCED / ALREADY_COMMITTED or RELEASED: this attempt's own commit or release had
+        landed (``committed`` then says so), e.g. one whose answer was lost (OutcomeUnknown)."""
         request = worker_pb2.ReleaseRequest(fence=self.fence.to_proto(), reason=reason)
-        response = self._rpc.call(self._rpc.worker.Release, request)
+        response = self._rpc.call(self._rpc.worker.Release, request, lease_left=self.remaining())
         answer = ReleaseOutcome(
             outcome_of(response.outcome), FenceReason(response.reason), response.message
         )
         if answer.released:
             self._finish("released")
-        else:
+        elif not self._ended_by_this_attempt(answer.outcome, answer.reason):
             self._lose(answer.outcome, answer.reason, answer.message, LossSource.RELEASE)
         return answer
 
@@ -286,7 +300,8 @@ class Job:
         worker, or by ``reconcile_principal`` (an operator, a reconciler service) if given: then
         no later claim may take it over, only that principal or an admin resolves it.
         FENCED / CANCELLED / STALE_INPUT from the coordinator mark the job lost. Raises
-        TransportError if the coordinator could not be reached (the effect stays uncertain).
+        TransportError / OutcomeUnknown if the coordinator could not be reached within the
+        retry budget or the lease (the effect stays uncertain; repeating the call is safe).
         """
         return run_effect(
             self,
@@ -402,8 +417,7 @@ class Job:
             )
             return False
         reason = FenceReason(response.reason)
-        if outcome is Outcome.FENCED and reason in _ENDED_BY_THIS_ATTEMPT:
-            self._stop.set()  # the commit or release that ended it reports the outcome
+        if self._ended_by_this_attempt(outcome, reason):
             return False
         if outcome is not Outcome.OK:
             self._lose(outcome, reason, response.message, LossSource.RENEW)
@@ -416,6 +430,15 @@ class Job:
         return True
 
     # --- ending ---------------------------------------------------------------------------
+
+    def _ended_by_this_attempt(self, outcome: Outcome, reason: FenceReason) -> bool:
+        """Finish the job (True) if a FENCED answer says this attempt's own commit or release
+        landed; its own answer may never arrive."""
+        how = _ENDED_BY_THIS_ATTEMPT.get(reason) if outcome is Outcome.FENCED else None
+        if how is None:
+            return False
+        self._finish(how)
+        return True
 
     def _finish(self, how: str) -> None:
         with self._lock:

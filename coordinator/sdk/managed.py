@@ -449,4 +449,4 @@ def _start_job(
         argv=list(argv),
         log_ref=log_ref,
     )
-    return job._rpc.call(job._rpc.worker.StartJob, request)
+    return job._rpc.call(job._rpc.worker.StartJob, request, lease_left=job.remaining())

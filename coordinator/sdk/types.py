@@ -20,14 +20,25 @@ from coordinator.v1 import types_pb2, worker_pb2
 
 
 class TransportError(CoordinatorError):
-    """The coordinator did not answer (UNAVAILABLE / DEADLINE_EXCEEDED), even after retries.
+    """The coordinator did not answer (UNAVAILABLE / DEADLINE_EXCEEDED) within the retry budget.
 
-    Nothing is known about whether the call took effect; every worker call may be repeated.
+    Raised as itself only when no try of the call reached a coordinator (every one failed to
+    connect): nothing happened. When a try may have reached one, OutcomeUnknown is raised.
     """
 
     def __init__(self, message: str, *, code: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class OutcomeUnknown(TransportError):
+    """The SDK gave up on a call that may have reached the coordinator and taken effect.
+
+    Not a failure: a commit that landed while its answer was lost is canonical. Every worker
+    call is idempotent per attempt, so repeating the same call (same job, same result; same
+    task id or idempotency key for a create) answers what really happened: a repeated commit
+    answers COMMITTED if the first one landed. The message says what to repeat.
+    """
 
 
 class LossSource(StrEnum):

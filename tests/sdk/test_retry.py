@@ -16,7 +16,14 @@ import pytest
 
 from coordinator.errors import InvalidArgument, NotFound
 from coordinator.etcd_process import EtcdProcess, free_port
-from coordinator.sdk import Job, RetryPolicy, TransportError, WorkerClient
+from coordinator.sdk import (
+    Job,
+    OutcomeUnknown,
+    RetryPolicy,
+    TaskState,
+    TransportError,
+    WorkerClient,
+)
 from tests.conftest import GRPC_OPTIONS
 from tests.sdk.support import QUEUE, CallCounter, served
 
@@ -125,6 +132,33 @@ def test_a_commit_whose_response_was_lost_is_retried_into_committed(
     assert counter.calls["Commit"] == 2
 
 
+def test_a_job_left_on_an_unknown_commit_learns_from_its_release_that_it_landed(
+    etcd: EtcdProcess, prefix: str
+) -> None:
+    counter = LoseFirstResponse("Commit")
+    once = RetryPolicy(attempts=1)  # the lost answer is the last word: OutcomeUnknown
+    with (
+        served(etcd.endpoint, prefix) as running,
+        client_for(running.target, counter, once) as client,
+    ):
+        client.create_task("t1", input=b"x", queue=QUEUE)
+        job = client.claim("t1", ttl=timedelta(seconds=10))
+        assert isinstance(job, Job)
+        with pytest.raises(OutcomeUnknown, match="outcome unknown, not failed"), job:
+            job.commit(b"result")
+        # Leaving the block released; the answer told the job its own commit had landed.
+        assert job.committed and not job.is_lost(), job.lost_reason
+        assert client.get_task("t1").state is TaskState.DONE
+    assert counter.calls == {
+        "CreateTask": 1,
+        "GetEpoch": 1,
+        "Claim": 1,
+        "Commit": 1,
+        "Release": 1,
+        "GetTask": 1,
+    }
+
+
 def test_errors_that_are_not_transport_errors_are_not_retried(
     etcd: EtcdProcess, prefix: str
 ) -> None:
@@ -149,6 +183,9 @@ def test_retries_are_bounded() -> None:
         with pytest.raises(TransportError) as raised:
             client.get_task("t1")
         assert raised.value.code == "UNAVAILABLE"
+        # No coordinator ever took a try: gRPC says so, and the error is not OutcomeUnknown.
+        assert type(raised.value) is TransportError
+        assert str(raised.value).endswith("no try reached a coordinator")
         # Without an id a retried create could create a second task: one try only.
         with pytest.raises(TransportError):
             client.create_task(input=b"x")

@@ -1,7 +1,9 @@
-"""Rpc.call without a server: tries, backoff and error mapping against a scripted method.
+"""Rpc.call without a server: tries, backoff, the retry window and error mapping against a
+scripted method.
 
 The first try of a call runs outside the retry machinery; these tests pin down that it still
-counts as the first of the policy's attempts, for the number of tries and for the backoff.
+counts as the first of the policy's attempts, for the number of tries and for the backoff, and
+that the retry window (budget, lease) is measured from it, on an injected clock.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import tenacity
 from coordinator import __version__, request_ids
 from coordinator.domain.idempotency import IDEMPOTENCY_METADATA_KEY
 from coordinator.errors import NotFound, PermissionDenied
-from coordinator.sdk import PRINCIPAL_METADATA, RetryPolicy, TransportError
-from coordinator.sdk._rpc import SDK_VERSION_METADATA, Rpc
+from coordinator.sdk import PRINCIPAL_METADATA, Job, OutcomeUnknown, RetryPolicy, TransportError
+from coordinator.sdk._budget import MIN_TRY_TIMEOUT
+from coordinator.sdk._rpc import ATTEMPT_HINT, REPEAT_HINT, SDK_VERSION_METADATA, Rpc
+from coordinator.v1 import types_pb2, worker_pb2
 
 POLICY = RetryPolicy(
     timeout=timedelta(seconds=3),
@@ -29,29 +33,55 @@ POLICY = RetryPolicy(
 )
 
 
+# How gRPC fails a call it had no connection for (the request never left).
+NOT_SENT = "failed to connect to all addresses; last error: Connection refused"
+
+
 class _Failed(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode) -> None:
+    def __init__(self, code: grpc.StatusCode, details: str = "scripted") -> None:
         super().__init__()
         self._code = code
+        self._details = details
 
     def code(self) -> grpc.StatusCode:
         return self._code
 
     def details(self) -> str:
-        return "scripted"
+        return self._details
+
+
+class Clock:
+    """A monotonic clock that only the retries' backoff sleeps move."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
 
 
 class Scripted:
-    """A unary method that raises the scripted codes in turn, then answers "ok"."""
+    """A unary method that raises the scripted codes (or errors) in turn, then answers "ok";
+    with a ``clock``, it also records when each try started."""
 
-    def __init__(self, *codes: grpc.StatusCode) -> None:
+    def __init__(self, *codes: grpc.StatusCode | _Failed, clock: Clock | None = None) -> None:
         self._codes = list(codes)
+        self._clock = clock
         self.tries: list[tuple[float, tuple[tuple[str, str], ...]]] = []
+        self.started: list[float] = []
 
     def __call__(self, request: Any, *, timeout: float, metadata: Any) -> str:
         self.tries.append((timeout, metadata))
+        if self._clock is not None:
+            self.started.append(self._clock())
         if self._codes:
-            raise _Failed(self._codes.pop(0))
+            code = self._codes.pop(0)
+            raise code if isinstance(code, _Failed) else _Failed(code)
         return "ok"
 
 
@@ -136,3 +166,135 @@ def test_a_retry_answered_with_another_error_is_final(rpc: Rpc, sleeps: list[flo
     with pytest.raises(PermissionDenied, match="PERMISSION_DENIED: scripted"):
         rpc.call(method, None)
     assert (len(method.tries), len(sleeps)) == (2, 1)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """A fake clock the retries' backoff sleeps advance instead of sleeping."""
+    fake = Clock()
+    monkeypatch.setattr(tenacity.nap, "time", SimpleNamespace(sleep=fake.sleep))
+    return fake
+
+
+def windowed(clock: Clock, **policy: Any) -> Rpc:
+    """An Rpc on ``clock`` with fast backoff and no cap on the number of tries."""
+    policy.setdefault("initial_backoff", timedelta(milliseconds=100))
+    policy.setdefault("max_backoff", timedelta(milliseconds=250))
+    return Rpc("127.0.0.1:1", principal="w1", retry=RetryPolicy(**policy), clock=clock)
+
+
+def test_the_budget_not_a_count_bounds_the_retries(clock: Clock) -> None:
+    rpc = windowed(clock, budget=timedelta(seconds=3))
+    method = Scripted(*[UNAVAILABLE] * 100, clock=clock)
+    try:
+        with pytest.raises(OutcomeUnknown) as raised:
+            rpc.call(method, None)
+    finally:
+        rpc.close()
+    # Tries go on for the whole budget (the old count of 5 ended after about a second)...
+    assert len(method.tries) > 10
+    assert method.started[-1] < 3.0
+    # ...and stop without sleeping past it: the next try would have started at 3 s or later.
+    assert clock.now == method.started[-1]
+    # Not sooner either: the next backoff is at most max_backoff plus one initial of jitter.
+    assert clock.now >= 3.0 - 0.25 - 0.1
+    assert str(raised.value).endswith(f"outcome unknown, not failed; {REPEAT_HINT}")
+    assert raised.value.code == "UNAVAILABLE"
+
+
+def test_a_call_behind_a_fence_stops_when_the_lease_ends(clock: Clock) -> None:
+    rpc = windowed(clock, budget=timedelta(seconds=15))
+    method = Scripted(*[grpc.StatusCode.DEADLINE_EXCEEDED] * 100, clock=clock)
+    try:
+        with pytest.raises(OutcomeUnknown) as raised:
+            rpc.call(method, None, lease_left=timedelta(seconds=1))
+    finally:
+        rpc.close()
+    assert len(method.tries) > 2
+    assert method.started[-1] < 1.0
+    assert "outcome unknown, not failed; retry the same call on the same attempt" in str(
+        raised.value
+    )
+    assert str(raised.value).endswith(ATTEMPT_HINT)
+
+
+def test_a_retry_gets_at_most_what_is_left_of_the_window(clock: Clock) -> None:
+    rpc = windowed(clock, timeout=timedelta(seconds=3), budget=timedelta(seconds=1))
+    method = Scripted(*[UNAVAILABLE] * 100, clock=clock)
+    try:
+        with pytest.raises(OutcomeUnknown):
+            rpc.call(method, None)
+    finally:
+        rpc.close()
+    timeouts = [timeout for timeout, _ in method.tries]
+    assert timeouts[0] == 3.0  # the first try is the policy's, as before any failure
+    for (timeout, _), started in zip(method.tries[1:], method.started[1:], strict=True):
+        assert timeout == max(1.0 - started, MIN_TRY_TIMEOUT)
+
+
+def test_a_call_no_try_of_which_left_is_a_plain_transport_error(clock: Clock) -> None:
+    rpc = windowed(clock, budget=timedelta(seconds=1))
+    never = Scripted(*[_Failed(UNAVAILABLE, NOT_SENT)] * 100, clock=clock)
+    once = Scripted(UNAVAILABLE, *[_Failed(UNAVAILABLE, NOT_SENT)] * 100, clock=clock)
+    try:
+        with pytest.raises(TransportError) as nothing_sent:
+            rpc.call(never, None)
+        # One try that may have landed makes the whole call's outcome unknown.
+        with pytest.raises(OutcomeUnknown):
+            rpc.call(once, None)
+        with pytest.raises(TransportError) as refused_once:
+            rpc.call(Scripted(_Failed(UNAVAILABLE, NOT_SENT)), None, retry=False)
+    finally:
+        rpc.close()
+    assert type(nothing_sent.value) is TransportError
+    assert str(nothing_sent.value).endswith("no try reached a coordinator")
+    assert len(never.tries) > 2
+    assert type(refused_once.value) is TransportError
+
+
+def test_an_unknown_outcome_without_retries_says_so_too(rpc: Rpc, sleeps: list[float]) -> None:
+    method = Scripted(UNAVAILABLE)
+    with pytest.raises(OutcomeUnknown, match="outcome unknown, not failed; claim again"):
+        rpc.call(method, None, retry=False, hint="claim again")
+    assert (len(method.tries), sleeps) == (1, [])
+
+
+def _job(rpc: Rpc, clock: Clock, ttl: int) -> Job:
+    claim = worker_pb2.ClaimResponse(
+        outcome=types_pb2.OUTCOME_CLAIMED,
+        fence=types_pb2.Fence(task_id="t1", attempt_id="a1", claim_generation=7),
+        attempt=1,
+        ttl_seconds=ttl,
+    )
+    return Job(rpc, claim, sent_at=clock.now, clock=clock)
+
+
+def test_a_jobs_commit_retries_no_longer_than_its_lease_lasts(clock: Clock) -> None:
+    rpc = windowed(clock, budget=timedelta(seconds=60))
+    commit = Scripted(*[UNAVAILABLE] * 1000, clock=clock)
+    job = _job(rpc, clock, ttl=10)
+    clock.now = 8.5  # 1.5 s of the lease left by the job's own clock
+    rpc.worker = SimpleNamespace(Commit=commit)  # type: ignore[assignment]
+    try:
+        with pytest.raises(OutcomeUnknown, match=ATTEMPT_HINT):
+            job.commit(b"result")
+    finally:
+        rpc.close()
+    assert len(commit.tries) > 2
+    assert 8.5 <= commit.started[-1] < 10.0
+    assert not job.committed and job.lost_reason is None
+
+
+def test_a_jobs_commit_still_tries_once_after_its_lease_ran_out(clock: Clock) -> None:
+    rpc = windowed(clock, budget=timedelta(seconds=60))
+    commit = Scripted(UNAVAILABLE, clock=clock)
+    job = _job(rpc, clock, ttl=10)
+    clock.now = 12.0
+    rpc.worker = SimpleNamespace(Commit=commit)  # type: ignore[assignment]
+    try:
+        with pytest.raises(OutcomeUnknown):
+            job.commit(b"result")
+    finally:
+        rpc.close()
+    # The server is the authority on the fence: it is asked, but not retried past the lease.
+    assert commit.started == [12.0]

@@ -1,0 +1,34 @@
+"""How long one SDK call keeps retrying: plain functions over seconds, no gRPC.
+
+A call retries until the earlier of two ends, measured from its first try:
+
+- the retry budget (``RetryPolicy.budget``), long enough to ride out a coordinator replica's
+  restart or an etcd leader change;
+- for a call made behind a claim's fence (commit, release, stage, authorize, effects, managed
+  jobs), the lease time the job has left (``Job.remaining()``): past the lease's end the claim
+  cannot be held any more, so a retry could only learn what a later call learns as well.
+"""
+
+from __future__ import annotations
+
+MIN_TRY_TIMEOUT = 0.2
+"""Seconds a retry gets at least, even close to the deadline: a shorter try cannot answer."""
+
+
+def retry_deadline(start: float, budget: float, lease_left: float | None) -> float:
+    """When a call that began at ``start`` stops retrying: ``budget`` seconds later, or as soon
+    as the lease ends (``lease_left`` seconds later) for a call behind a claim's fence."""
+    window = budget if lease_left is None else min(budget, lease_left)
+    return start + max(window, 0.0)
+
+
+def out_of_time(now: float, upcoming_sleep: float, deadline: float) -> bool:
+    """Whether the next try, after ``upcoming_sleep`` of backoff, would start at or after
+    ``deadline`` (then the call gives up now instead of sleeping in vain)."""
+    return now + upcoming_sleep >= deadline
+
+
+def try_timeout(now: float, deadline: float, per_try: float) -> float:
+    """The gRPC deadline of a retry: the policy's ``per_try`` timeout, cut to what is left
+    before ``deadline`` but never below MIN_TRY_TIMEOUT."""
+    return min(per_try, max(deadline - now, MIN_TRY_TIMEOUT))

@@ -1,0 +1,82 @@
+"""The pure rules of a call's retry window (sdk/_budget.py) and of its target (sdk/_target.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from coordinator.errors import InvalidArgument
+from coordinator.sdk._budget import MIN_TRY_TIMEOUT, out_of_time, retry_deadline, try_timeout
+from coordinator.sdk._target import channel_target
+
+seconds = st.floats(min_value=0, max_value=1e6, allow_nan=False)
+
+
+@given(start=seconds, budget=seconds, lease_left=st.floats(-1e6, 1e6, allow_nan=False))
+def test_a_call_behind_a_fence_retries_until_the_budget_or_the_lease_ends(
+    start: float, budget: float, lease_left: float
+) -> None:
+    assert retry_deadline(start, budget, lease_left) == start + max(min(budget, lease_left), 0)
+
+
+@given(start=seconds, budget=seconds)
+def test_any_other_call_retries_for_the_whole_budget(start: float, budget: float) -> None:
+    assert retry_deadline(start, budget, None) == start + budget
+
+
+def test_the_lease_cuts_the_budget_and_an_ended_lease_leaves_no_retry() -> None:
+    assert retry_deadline(100.0, 15.0, 4.0) == 104.0
+    assert retry_deadline(100.0, 15.0, 40.0) == 115.0
+    assert retry_deadline(100.0, 15.0, -3.0) == 100.0
+
+
+def test_a_try_that_would_start_at_the_deadline_is_not_made() -> None:
+    assert not out_of_time(10.0, 0.4, 10.5)
+    assert out_of_time(10.0, 0.5, 10.5)
+    assert out_of_time(11.0, 0.0, 10.5)
+
+
+def test_a_retry_gets_what_is_left_of_the_window_within_bounds() -> None:
+    assert try_timeout(0.0, 100.0, 10.0) == 10.0  # the policy's per-try timeout
+    assert try_timeout(0.0, 3.0, 10.0) == 3.0  # what is left before the deadline
+    assert try_timeout(0.0, 0.05, 10.0) == MIN_TRY_TIMEOUT  # never too short to answer
+    assert try_timeout(0.0, 0.05, 0.1) == 0.1  # nor longer than the per-try timeout
+
+
+@pytest.mark.parametrize(
+    ("given_target", "target"),
+    [
+        ("localhost:7070", "localhost:7070"),
+        ("dns:///coordinator.example:7070", "dns:///coordinator.example:7070"),
+        ("ipv4:10.0.0.1:7070,10.0.0.2:7070", "ipv4:10.0.0.1:7070,10.0.0.2:7070"),
+        ("10.0.0.1:7070, 10.0.0.2:7071", "ipv4:10.0.0.1:7070,10.0.0.2:7071"),
+        (["10.0.0.1:7070", "10.0.0.2:7070"], "ipv4:10.0.0.1:7070,10.0.0.2:7070"),
+        (["[::1]:7070", "[::2]:7070"], "ipv6:[::1]:7070,[::2]:7070"),
+        (["coordinator:7070"], "coordinator:7070"),
+    ],
+)
+def test_replica_lists_become_one_grpc_target(given_target: str | list[str], target: str) -> None:
+    assert channel_target(given_target) == target
+
+
+@pytest.mark.parametrize(
+    ("given_target", "message"),
+    [
+        ("host1:7070,host2:7070", "'host1:7070': several coordinator addresses must each be"),
+        ("10.0.0.1:7070,[::1]:7070", "replica addresses mix IPv4 and IPv6"),
+        ("10.0.0.1:7070,10.0.0.2", "'10.0.0.2': several coordinator addresses"),
+        ("::1:7070,::2:7070", "'::1:7070': several coordinator addresses"),
+        ([], "no coordinator address given"),
+        (" , ", "no coordinator address given"),
+    ],
+)
+def test_a_replica_list_grpc_cannot_resolve_is_refused_with_the_way_out(
+    given_target: str | list[str], message: str
+) -> None:
+    with pytest.raises(InvalidArgument, match="^" + re.escape(message)) as raised:
+        channel_target(given_target)
+    if "several" in message:
+        assert "dns:///" in str(raised.value)

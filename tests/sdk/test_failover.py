@@ -1,0 +1,138 @@
+"""A worker's calls across coordinator replicas that crash and restart: real ``coordinator
+serve`` processes on fixed loopback ports, SIGKILLed and started again, over the session etcd.
+
+The SDK retries a transport failure for its whole retry budget (not a count of tries), no
+longer than a job's lease, moves to another replica when it was given several, and says
+OutcomeUnknown when it gives up on a call that may have landed.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from coordinator.etcd_process import EtcdProcess
+from coordinator.sdk import Job, OutcomeUnknown, RetryPolicy, WorkerClient
+from tests.conftest import GRPC_OPTIONS
+from tests.helpers import eventually
+from tests.sdk.replicas import Replica, replicas
+from tests.sdk.support import QUEUE, CallCounter
+
+# The default budget (15 s) with a backoff short enough to reach many tries quickly.
+QUICK = RetryPolicy(initial_backoff=timedelta(milliseconds=50), max_backoff=timedelta(seconds=0.5))
+# Tries the SDK made before it had a budget: a call then gave up after these.
+OLD_TRIES = 5
+
+
+def client_for(target: str, policy: RetryPolicy, *interceptors: Any) -> WorkerClient:
+    """A worker client whose every try passes through ``interceptors``."""
+    return WorkerClient(
+        target,
+        principal="worker-1",
+        channel_options=GRPC_OPTIONS,
+        retry=policy,
+        interceptors=list(interceptors),
+    )
+
+
+def claimed(client: WorkerClient, task_id: str) -> Job:
+    """A new task, claimed with a lease that outlasts every outage here."""
+    client.create_task(task_id, input=b"x", queue=QUEUE)
+    job = client.claim(task_id, ttl=timedelta(seconds=30))
+    assert isinstance(job, Job), job
+    return job
+
+
+def test_a_commit_rides_out_a_replica_restart_within_the_budget(
+    etcd: EtcdProcess, prefix: str, tmp_path: Path
+) -> None:
+    counter = CallCounter()
+    with (
+        replicas(etcd, prefix, tmp_path, 1) as (replica,),
+        client_for(replica.target, QUICK, counter) as client,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        job = claimed(client, "t1")
+        replica.kill()
+        committing = pool.submit(job.commit, b"result")
+        # Still trying after more tries than the SDK used to make in all...
+        eventually(lambda: counter.calls.get("Commit", 0) > OLD_TRIES + 1, timeout=15)
+        assert not committing.done()
+        replica.start()  # ...and the same port answers again within the budget.
+        outcome = committing.result(timeout=60)
+        assert outcome.committed, outcome
+        assert client.get_task("t1").result_commit_id == outcome.result_commit_id
+
+
+class _Lost(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "the replica died before it answered"
+
+
+class CrashAfterCommit(CallCounter):
+    """Lets the first Commit land on the replica, then kills the replica before the answer
+    arrives: the worker sees UNAVAILABLE for a commit that is canonical."""
+
+    def __init__(self, replica: Replica) -> None:
+        super().__init__()
+        self._replica = replica
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        response = super().intercept_unary_unary(continuation, details, request)
+        if details.method.endswith("/Commit") and self.calls["Commit"] == 1:
+            response.result()  # landed
+            self._replica.kill()
+            raise _Lost()
+        return response
+
+
+def test_a_commit_given_up_is_outcome_unknown_and_its_retry_answers_committed(
+    etcd: EtcdProcess, prefix: str, tmp_path: Path
+) -> None:
+    short = RetryPolicy(
+        budget=timedelta(seconds=1),
+        initial_backoff=timedelta(milliseconds=50),
+        max_backoff=timedelta(milliseconds=200),
+    )
+    with replicas(etcd, prefix, tmp_path, 1) as (replica,):
+        crash = CrashAfterCommit(replica)
+        with client_for(replica.target, short, crash) as client:
+            job = claimed(client, "t1")
+            with pytest.raises(OutcomeUnknown) as raised:
+                job.commit(b"result")
+            assert crash.calls["Commit"] > 2  # it retried the dead replica for the budget
+            assert str(raised.value).endswith(
+                "outcome unknown, not failed; retry the same call on the same attempt to learn it"
+            )
+            assert not job.committed and job.lost_reason is None
+            replica.start()
+            outcome = job.commit(b"result")  # the same call on the same attempt
+            assert outcome.committed, outcome  # the truth: the first try had landed
+            assert job.committed
+            assert client.get_task("t1").result_commit_id == outcome.result_commit_id
+
+
+def test_calls_move_to_the_replica_that_is_up(
+    etcd: EtcdProcess, prefix: str, tmp_path: Path
+) -> None:
+    policy = RetryPolicy(budget=timedelta(seconds=5), max_backoff=timedelta(milliseconds=500))
+    with (
+        replicas(etcd, prefix, tmp_path, 2) as (a, b),
+        client_for(f"{a.target},{b.target}", policy) as client,
+    ):
+        client.epoch()
+        a.kill()
+        job = claimed(client, "t1")  # reaches b
+        a.start()
+        b.kill()
+        outcome = job.commit(b"result")  # reaches a, which did not grant the claim
+        assert outcome.committed, outcome
+        assert client.get_task("t1").result_commit_id == outcome.result_commit_id
