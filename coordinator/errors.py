@@ -37,6 +37,11 @@ class Unauthenticated(CoordinatorError):
     """The caller presented no valid credentials."""
 
 
+class ResourceExhausted(CoordinatorError):
+    """A bounded resource of the server is full (e.g. open streams); retry later or raise the
+    setting the message names. Nothing was written."""
+
+
 class StoreUnavailable(CoordinatorError):
     """etcd could not be reached or did not answer in time; the call may be retried."""
 

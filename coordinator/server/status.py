@@ -28,6 +28,7 @@ STATUS_CODES: dict[type[errors.CoordinatorError], grpc.StatusCode] = {
     errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.StoreUnavailable: grpc.StatusCode.UNAVAILABLE,
     # A server misconfiguration is not the caller's fault and retrying will not help.
     errors.ConfigError: grpc.StatusCode.INTERNAL,

@@ -19,6 +19,7 @@ from coordinator.logging import bound
 from coordinator.server import convert, lifecycle_wire, validate
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc
+from coordinator.server.stream_interceptor import stream_alive
 from coordinator.store import EventFilter, Store
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 
@@ -181,5 +182,5 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
             for event in history:
                 yield lifecycle_wire.event_to_proto(event)
             return
-        for event in events.follow(flt, from_revision=start, alive=context.is_active):
+        for event in events.follow(flt, from_revision=start, alive=stream_alive(context)):
             yield lifecycle_wire.event_to_proto(event)
