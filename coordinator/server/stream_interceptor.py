@@ -86,7 +86,6 @@ class StreamLimitInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             return self._streams.open(principal, context, recheck)
         except CoordinatorError as exc:
             context.abort(status_code_of(exc), str(exc))
-            raise  # abort raises; this keeps the type checker sure no guard is missing
 
     def _rechecker(self, method: str, identity: Identity, context: grpc.ServicerContext) -> Recheck:
         # Metadata and peer are fixed for the life of a call; the token file is not.

@@ -199,6 +199,7 @@ class OpenStreams:
                 metrics.STREAMS_OPEN.inc()
                 return guard
         metrics.count_stream_refused(decision.value)
+        log.info("stream refused", principal=principal, reason=decision.value)
         raise ResourceExhausted(refusal_message(decision, self.limits, principal))
 
     def close(self, guard: StreamGuard) -> None:
