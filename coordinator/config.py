@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.domain.decisions import ClaimLimits
+from coordinator.domain.stream_limits import StreamLimits
 from coordinator.errors import ConfigError
 from coordinator.logging import LEVELS
 
@@ -53,7 +54,13 @@ class Config:
     log_level: str = "info"
     """One of debug, info, warning, error, critical."""
     max_workers: int = 32
-    """gRPC handler threads (concurrent calls served)."""
+    """gRPC handler threads kept for unary calls (streams have max_streams more of their own)."""
+    max_streams: int = 32
+    """Long-lived calls (WatchEvents and other streams) open at once; each holds a thread."""
+    max_streams_per_principal: int = 8
+    """Long-lived calls one principal may hold open at once."""
+    max_stream_age: float = 600.0
+    """Seconds after which a stream is ended UNAVAILABLE; its caller resumes where it was."""
     shutdown_grace: float = 10.0
     """On SIGTERM, in-flight calls get this long to finish before they are cancelled."""
     etcd_timeout: float = 5.0
@@ -132,6 +139,9 @@ class Config:
                 f"log_level must be one of {', '.join(LEVELS)}, got {self.log_level!r}"
             )
         _positive("max_workers", self.max_workers)
+        _positive("max_streams", self.max_streams)
+        _positive("max_streams_per_principal", self.max_streams_per_principal)
+        _positive("max_stream_age", self.max_stream_age)
         _positive("etcd_timeout", self.etcd_timeout)
         _positive("health_interval", self.health_interval)
         if self.shutdown_grace < 0:
@@ -219,6 +229,17 @@ class Config:
             stall_timeout=self.stall_timeout,
             reconcile_timeout=self.reconcile_timeout,
             reconcile_handoffs=self.reconcile_handoffs,
+        )
+
+    @property
+    def stream_limits(self) -> StreamLimits:
+        """The bounds of long-lived calls (coordinator.server.streams)."""
+        return StreamLimits(
+            max_streams=self.max_streams,
+            max_per_principal=self.max_streams_per_principal,
+            max_age=self.max_stream_age,
+            # Credentials are checked at least as often as the token file may change.
+            sweep_interval=min(1.0, self.token_reload_interval),
         )
 
 

@@ -43,7 +43,8 @@ class Unauthenticated(CoordinatorError):
 
 
 class ResourceExhausted(CoordinatorError):
-    """A bound was reached (open streams, buffered events, waiters). Nothing was written."""
+    """A bounded resource of the server is full (e.g. open streams); retry later or raise the
+    setting the message names. Nothing was written."""
 
 
 class StreamBehind(ResourceExhausted):

@@ -22,7 +22,9 @@ The seed's other figures (README "Metrics" lists each with the question it answe
 * the keyspace gauges (active leases, UNKNOWN/PREPARED effect backlog) are read from etcd on
   scrape (coordinator.server.metrics_http), so they are the same on every replica: aggregate
   them with ``max``, not ``sum``;
-* RPC latency and errors per method (coordinator.server.rpc_metrics).
+* RPC latency and errors per method (coordinator.server.rpc_metrics);
+* long-lived calls (coordinator.server.streams): open now, refused by which bound, and ended by
+  the server for which reason (no per-principal labels: principals are unbounded).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from coordinator.domain.states import FenceReason, Outcome
 
@@ -120,6 +122,36 @@ RECONCILE_ESCALATIONS = Counter(
     ["via"],
     registry=REGISTRY,
 )
+
+STREAMS_OPEN = Gauge(
+    "coordinator_streams_open",
+    "Long-lived calls (streams, long polls) open on this replica now, each holding a thread.",
+    registry=REGISTRY,
+)
+STREAMS_REFUSED = Counter(
+    "coordinator_streams_refused",
+    "Long-lived calls refused RESOURCE_EXHAUSTED, by the bound that refused them "
+    "(server_full: max_streams; principal_full: max_streams_per_principal).",
+    ["reason"],
+    registry=REGISTRY,
+)
+STREAMS_ENDED = Counter(
+    "coordinator_streams_ended",
+    "Long-lived calls the server ended, by reason (max_age, unauthenticated, "
+    "permission_denied; cancelled: the handler did not end in time and the call was cancelled).",
+    ["reason"],
+    registry=REGISTRY,
+)
+
+
+def count_stream_refused(reason: str) -> None:
+    """Count one long-lived call refused by a bound."""
+    STREAMS_REFUSED.labels(reason=reason).inc()
+
+
+def count_stream_ended(reason: str) -> None:
+    """Count one long-lived call ended by the server."""
+    STREAMS_ENDED.labels(reason=reason).inc()
 
 
 def count_reconcile_escalations(via: str, effects: int) -> None:

@@ -83,6 +83,9 @@ def test_settings_come_from_env_vars() -> None:
         ({"stall_timeout": -1.0}, "stall_timeout"),
         ({"log_level": "loud"}, "log_level"),
         ({"max_workers": 0}, "max_workers"),
+        ({"max_streams": 0}, "max_streams"),
+        ({"max_streams_per_principal": 0}, "max_streams_per_principal"),
+        ({"max_stream_age": 0.0}, "max_stream_age"),
         ({"shutdown_grace": -1.0}, "shutdown_grace"),
         ({"health_interval": 0.0}, "health_interval"),
     ],
@@ -90,6 +93,16 @@ def test_settings_come_from_env_vars() -> None:
 def test_config_errors_name_the_setting(changes: dict[str, object], setting: str) -> None:
     with pytest.raises(ConfigError, match=setting):
         Config(**changes)  # type: ignore[arg-type]
+
+
+def test_stream_limits_come_from_their_settings() -> None:
+    config = Config(
+        max_streams=5, max_streams_per_principal=2, max_stream_age=30.0, token_reload_interval=0.3
+    )
+    limits = config.stream_limits
+    assert (limits.max_streams, limits.max_per_principal, limits.max_age) == (5, 2, 30.0)
+    assert limits.sweep_interval == 0.3  # credentials re-checked at every token-file reload
+    assert Config(token_reload_interval=5.0).stream_limits.sweep_interval == 1.0
 
 
 def test_config_defaults_and_endpoints() -> None:

@@ -146,7 +146,27 @@ def _server_options(func: F) -> F:
             type=click.IntRange(min=1),
             default=_DEFAULTS.max_workers,
             metavar="N",
-            help="gRPC handler threads (calls served at once).",
+            help="gRPC handler threads kept for unary calls (streams get --max-streams more).",
+        ),
+        _option(
+            "max-streams",
+            type=click.IntRange(min=1),
+            default=_DEFAULTS.max_streams,
+            metavar="N",
+            help="Long-lived calls (WatchEvents and other streams) open at once; past it, "
+            "RESOURCE_EXHAUSTED.",
+        ),
+        _option(
+            "max-streams-per-principal",
+            type=click.IntRange(min=1),
+            default=_DEFAULTS.max_streams_per_principal,
+            metavar="N",
+            help="Long-lived calls one principal may hold open; past it, RESOURCE_EXHAUSTED.",
+        ),
+        _seconds(
+            "max-stream-age",
+            _DEFAULTS.max_stream_age,
+            "A stream older than this is ended UNAVAILABLE; its caller resumes where it was.",
         ),
         _seconds(
             "shutdown-grace",

@@ -20,6 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from coordinator.config import Config
+from coordinator.domain.stream_limits import StreamLimits
 from coordinator.errors import ConfigError, CoordinatorError
 from coordinator.logging import configure_logging
 from coordinator.server.admin_service import AdminService
@@ -36,6 +37,8 @@ from coordinator.server.idempotency import IdempotencyInterceptor
 from coordinator.server.metrics_http import start_metrics
 from coordinator.server.request_ids import RequestIdInterceptor
 from coordinator.server.rpc_metrics import RpcMetricsInterceptor
+from coordinator.server.stream_interceptor import StreamLimitInterceptor
+from coordinator.server.streams import OpenStreams
 from coordinator.server.task_service import TaskService
 from coordinator.server.tls import ServerTLS
 from coordinator.server.undecodable import UndecodableInterceptor
@@ -73,6 +76,7 @@ def build_server(
     *,
     listen: str = "127.0.0.1:0",
     max_workers: int = 32,
+    streams: StreamLimits | None = None,
     health_interval: float = 3.0,
     auth: Authenticator | None = None,
     tls: ServerTLS | None = None,
@@ -80,6 +84,8 @@ def build_server(
 ) -> tuple[grpc.Server, int]:
     """Build, bind and start a server for ``store``; returns it with its bound port.
 
+    ``max_workers`` threads are kept for unary calls; long-lived calls (streams) get
+    ``streams.max_streams`` more and are bounded by ``streams`` (coordinator.server.streams).
     ``auth`` authenticates every call (coordinator.server.auth); without one the server is
     insecure and refuses a non-loopback ``listen``. ``tls`` serves TLS (mutual with a client CA);
     ``health_listen`` then adds a plaintext port for kubelet probes, where the authenticator
@@ -98,20 +104,31 @@ def build_server(
             "INSECURE MODE: no authentication; callers name their own principal and roles",
             listen=listen,
         )
+    limits = streams if streams is not None else StreamLimits()
+    open_streams = OpenStreams(limits)
+    auth_interceptor = AuthInterceptor(authenticator)
+    # Streams never hold more than max_streams threads (OpenStreams), so max_workers are always
+    # left for unary calls. grpc refuses a call past the total RESOURCE_EXHAUSTED rather than
+    # queueing it in the pool, where it would wait unseen past its deadline.
+    threads = max_workers + limits.max_streams
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+        futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rpc"),
         # Metrics run outermost, so auth and version-gate refusals are counted too. An
         # undecodable body is refused next, before auth: it costs no token lookup and logs no
-        # traceback. Then auth: every later interceptor and servicer sees the caller.
-        # Idempotency keys are scoped to the authenticated principal, so they come after auth.
+        # traceback. Then auth: every later interceptor and servicer sees the caller. The
+        # stream bounds count per principal, so they come right after auth (and before
+        # anything reads etcd). Idempotency keys are scoped to the authenticated principal, so
+        # they come after auth.
         interceptors=[
             RpcMetricsInterceptor(),  # real methods only get labels: unknown ones pass by
             UndecodableInterceptor(),
-            AuthInterceptor(authenticator),
+            auth_interceptor,
+            StreamLimitInterceptor(open_streams, auth_interceptor.check),
             VersionGateInterceptor(VersionStore(store.ctx).read),  # minimum SDK, cached read
             IdempotencyInterceptor(store.idempotency),
             RequestIdInterceptor(),  # innermost: the handler's thread, for the event it writes
         ],
+        maximum_concurrent_rpcs=threads,
         # grpc sets SO_REUSEPORT by default: a second replica on a taken port would then bind
         # silently and share its calls with whatever already listens there (maybe another
         # keyspace). Fail loudly instead.
@@ -139,6 +156,9 @@ def build_server(
     checker = _HealthChecker(store, health_servicer, server, health_interval)
     checker.check()  # the first answer already reflects etcd, not an optimistic default
     threading.Thread(target=checker.run, name="health-checker", daemon=True).start()
+    threading.Thread(
+        target=open_streams.run, args=(server,), name="stream-sweep", daemon=True
+    ).start()
     return server, port
 
 
@@ -201,6 +221,7 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
             store,
             listen=config.listen,
             max_workers=config.max_workers,
+            streams=config.stream_limits,
             health_interval=config.health_interval,
             auth=auth,
             tls=tls,

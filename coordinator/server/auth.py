@@ -30,7 +30,7 @@ from coordinator.domain.roles import (
     format_roles,
     parse_roles,
 )
-from coordinator.errors import ConfigError, InvalidArgument, Unauthenticated
+from coordinator.errors import ConfigError, InvalidArgument, PermissionDenied, Unauthenticated
 from coordinator.server.handlers import Handler
 from coordinator.server.identity import (
     ANONYMOUS,
@@ -39,6 +39,7 @@ from coordinator.server.identity import (
     PRINCIPAL_METADATA_KEY,
     ROLES_METADATA_KEY,
 )
+from coordinator.server.status import status_code_of
 from coordinator.server.tls import PeerProperties, ServerTLS, certificate_names, over_tls
 from coordinator.server.tokens import TokenFile, token_hash
 
@@ -234,51 +235,48 @@ class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             return handler
         return _wrap(handler, lambda context: self._admit(method, context))
 
-    def _admit(self, method: str, context: grpc.ServicerContext) -> Identity:
-        """The caller's identity if it may call ``method``; aborts the call otherwise."""
-        try:
-            identity = self._auth.authenticate(
-                tuple(context.invocation_metadata() or ()), _peer(context)
-            )
-        except Unauthenticated as exc:
-            _refuse(context, method, grpc.StatusCode.UNAUTHENTICATED, str(exc))
-        except InvalidArgument as exc:
-            _refuse(context, method, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    def check(self, method: str, metadata: Metadata, peer: PeerProperties) -> Identity:
+        """The caller's identity if it may call ``method``; Unauthenticated, InvalidArgument or
+        PermissionDenied otherwise. Long-lived calls run it again while they last, so credentials
+        revoked or expired meanwhile end them (coordinator.server.streams)."""
+        identity = self._auth.authenticate(metadata, peer)
         allowed = ROLE_TABLE.get(method)
         if allowed is None:
-            _refuse(
-                context,
-                method,
-                grpc.StatusCode.PERMISSION_DENIED,
-                f"{method} has no entry in the role table; refused",
-                principal=identity.principal,
+            raise PermissionDenied(
+                f"{method} has no entry in the role table; refused (principal "
+                f"{identity.principal!r})"
             )
         if not identity.may(allowed):
             held = format_roles(identity.roles) or "none"
-            _refuse(
-                context,
-                method,
-                grpc.StatusCode.PERMISSION_DENIED,
+            raise PermissionDenied(
                 f"principal {identity.principal!r} (roles: {held}) may not call {method}; "
-                f"allowed roles: {format_roles(allowed)}",
-                principal=identity.principal,
+                f"allowed roles: {format_roles(allowed)}"
             )
         return identity
 
+    def _admit(self, method: str, context: grpc.ServicerContext) -> Identity:
+        """The caller's identity if it may call ``method``; aborts the call otherwise."""
+        try:
+            return self.check(method, call_metadata(context), peer_properties(context))
+        except (Unauthenticated, InvalidArgument, PermissionDenied) as exc:
+            _refuse(context, method, status_code_of(exc), str(exc))
 
-def _peer(context: grpc.ServicerContext) -> PeerProperties:
+
+def call_metadata(context: grpc.ServicerContext) -> Metadata:
+    """The call's invocation metadata (what ``AuthInterceptor.check`` reads)."""
+    return tuple(context.invocation_metadata() or ())
+
+
+def peer_properties(context: grpc.ServicerContext) -> PeerProperties:
+    """The call's TLS peer properties (what ``AuthInterceptor.check`` reads)."""
     properties: Any = context.auth_context() or {}
     return {key: list(values) for key, values in properties.items()}
 
 
 def _refuse(
-    context: grpc.ServicerContext,
-    method: str,
-    code: grpc.StatusCode,
-    message: str,
-    **extra: str,
+    context: grpc.ServicerContext, method: str, code: grpc.StatusCode, message: str
 ) -> NoReturn:
-    log.info("rpc refused", rpc=method, code=code.name, error=message, peer=context.peer(), **extra)
+    log.info("rpc refused", rpc=method, code=code.name, error=message, peer=context.peer())
     context.abort(code, message)
 
 

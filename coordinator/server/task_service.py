@@ -20,6 +20,7 @@ from coordinator.logging import bound
 from coordinator.server import convert, lifecycle_wire, validate
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc
+from coordinator.server.stream_interceptor import stream_alive
 from coordinator.store import EventFilter, Store
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 
@@ -184,7 +185,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         followed = events.follow(
             flt,
             after=after,
-            alive=context.is_active,
+            alive=stream_alive(context),
             on_behind=lifecycle_wire.cut_when_stuck(context),
         )
         try:

@@ -56,6 +56,8 @@ PRECEDENCE = [
     ),
     ("log_level", "error", "warning", '"debug"', ("error", "warning", "debug")),
     ("token_reload_interval", "3", "2", "1.5", (3.0, 2.0, 1.5)),
+    ("max_streams_per_principal", "3", "2", "1", (3, 2, 1)),
+    ("max_stream_age", "90", "60", "30.5", (90.0, 60.0, 30.5)),
     ("etcd_user", "flag-user", "env-user", '"file-user"', ("flag-user", "env-user", "file-user")),
     (
         "metrics_listen",
@@ -130,6 +132,9 @@ def test_help_documents_every_setting_with_its_env_var_and_config_key() -> None:
         (["--stall-timeout", "-1"], "stall-timeout"),
         (["--log-level", "loud"], "log-level"),
         (["--max-workers", "0"], "max-workers"),
+        (["--max-streams", "0"], "max-streams"),
+        (["--max-streams-per-principal", "0"], "max-streams-per-principal"),
+        (["--max-stream-age", "0"], "max-stream-age"),
         (["--shutdown-grace", "-1"], "shutdown-grace"),
         (["--etcd-timeout", "0"], "etcd-timeout"),
         (["--health-interval", "0"], "health-interval"),

@@ -1,0 +1,154 @@
+"""The interceptor that admits long-lived calls within their bounds, and what handlers ask.
+
+Registered right after authentication (coordinator.server.app), so the caller's principal is
+known; the open services (health, reflection) reach it unauthenticated and share one count
+(``streams.UNAUTHENTICATED_CALLERS``). Unary calls pass untouched.
+
+A long-lived handler asks ``stream_alive(context)`` instead of ``context.is_active`` between
+events; when it returns, the interceptor ends the call with the guard's status (max age,
+revoked credentials) if the server decided to end it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from typing import Any
+
+import grpc
+
+from coordinator.domain.roles import Identity
+from coordinator.domain.stream_limits import UNAUTHENTICATED_CALLERS
+from coordinator.errors import CoordinatorError, Unauthenticated
+from coordinator.server.auth import Metadata, call_metadata, peer_properties
+from coordinator.server.handlers import Handler
+from coordinator.server.identity import CURRENT_IDENTITY
+from coordinator.server.status import status_code_of
+from coordinator.server.streams import (
+    LONG_POLLS,
+    OpenStreams,
+    Recheck,
+    StreamGuard,
+    is_long_lived,
+)
+from coordinator.server.tls import PeerProperties
+
+CURRENT_STREAM: ContextVar[StreamGuard | None] = ContextVar("coordinator_stream", default=None)
+"""Set by the interceptor for the handler of a long-lived call; read through ``stream_alive``."""
+
+Check = Callable[[str, Metadata, PeerProperties], Identity]
+"""``AuthInterceptor.check``: a call's credentials and role, checked again."""
+
+
+def stream_alive(context: grpc.ServicerContext) -> Callable[[], bool]:
+    """What a long-lived handler polls to know whether to go on (``StreamGuard.alive``);
+    ``context.is_active`` for a call the interceptor did not admit (a server built without it)."""
+    guard = CURRENT_STREAM.get()
+    return context.is_active if guard is None else guard.alive
+
+
+class StreamLimitInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Admits each long-lived call into ``streams`` (or refuses it RESOURCE_EXHAUSTED), keeps
+    its guard current for its handler, and frees its slot when it ends."""
+
+    def __init__(
+        self,
+        streams: OpenStreams,
+        check: Check,
+        *,
+        long_polls: frozenset[str] = LONG_POLLS,
+    ) -> None:
+        self._streams = streams
+        self._check = check
+        self._long_polls = long_polls
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        """Wrap the handler of a long-lived method; others pass through."""
+        handler = continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None:
+            return None
+        if not is_long_lived(method, handler, long_polls=self._long_polls):
+            return handler
+        return _wrap(handler, lambda context: self._admit(method, context), self._streams)
+
+    def _admit(self, method: str, context: grpc.ServicerContext) -> StreamGuard:
+        identity = CURRENT_IDENTITY.get()
+        if identity is None:  # an open service: no credentials to count or check again
+            principal, recheck = UNAUTHENTICATED_CALLERS, None
+        else:
+            principal = identity.principal
+            recheck = self._rechecker(method, identity, context)
+        try:
+            return self._streams.open(principal, context, recheck)
+        except CoordinatorError as exc:
+            context.abort(status_code_of(exc), str(exc))
+
+    def _rechecker(self, method: str, identity: Identity, context: grpc.ServicerContext) -> Recheck:
+        # Metadata and peer are fixed for the life of a call; the token file is not.
+        metadata, peer = call_metadata(context), peer_properties(context)
+
+        def recheck() -> None:
+            now = self._check(method, metadata, peer)
+            if now.principal != identity.principal:
+                raise Unauthenticated(
+                    f"the stream's credentials now name principal {now.principal!r}, not "
+                    f"{identity.principal!r}; open a new stream"
+                )
+
+        return recheck
+
+
+def _wrap(
+    handler: Handler,
+    admit: Callable[[grpc.ServicerContext], StreamGuard],
+    streams: OpenStreams,
+) -> Handler:
+    """The same handler, admitted first, ended with its guard's status, its slot freed after."""
+
+    def end(guard: StreamGuard, context: grpc.ServicerContext) -> None:
+        ending = guard.ending
+        if ending is not None and context.is_active():
+            context.abort(ending.code, ending.message)
+
+    def streamed(behavior: Callable[[Any, grpc.ServicerContext], Iterator[Any]]) -> Any:
+        def run(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            guard = admit(context)
+            try:
+                CURRENT_STREAM.set(guard)  # the call's own context: nothing to reset
+                yield from behavior(request, context)
+                end(guard, context)
+            finally:
+                streams.close(guard)
+
+        return run
+
+    def answered(behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Any:
+        def run(request: Any, context: grpc.ServicerContext) -> Any:
+            guard = admit(context)
+            try:
+                CURRENT_STREAM.set(guard)
+                response = behavior(request, context)
+                end(guard, context)
+                return response
+            finally:
+                streams.close(guard)
+
+        return run
+
+    options = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(answered(handler.unary_unary), **options)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(answered(handler.stream_unary), **options)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(streamed(handler.unary_stream), **options)
+    assert handler.stream_stream is not None  # one of the four is always set
+    return grpc.stream_stream_rpc_method_handler(streamed(handler.stream_stream), **options)

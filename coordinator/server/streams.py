@@ -1,0 +1,239 @@
+"""Long-lived calls (server streams, and later long polls) and the bounds that keep them from
+taking the threads unary calls need.
+
+Every call of the sync gRPC server holds a handler thread for as long as it runs. A unary call
+holds one for milliseconds; a followed ``WatchEvents`` stream for as long as its caller likes.
+Without a bound, 32 open streams took all 32 threads and every other call - health and Renew
+included - waited past its deadline. So long-lived calls are counted apart (``OpenStreams``):
+
+* at most ``max_streams`` are open on the replica, and at most ``max_per_principal`` of one
+  principal; a call past either bound is refused RESOURCE_EXHAUSTED, naming the setting;
+* each ends after ``max_age`` seconds with UNAVAILABLE (what gRPC clients and ``coordinator events
+  --follow`` retry), and its caller resumes from the last event it received. This bounds how
+  long one thread is held and makes every caller come back through authentication;
+* its credentials are checked again every ``sweep_interval`` (at most the token file's reload
+  interval), so a revoked or expired token ends it UNAUTHENTICATED.
+
+The server's thread pool is then ``max_workers + max_streams`` threads with grpc's own
+``maximum_concurrent_rpcs`` at the same total (coordinator.server.app): since streams never hold
+more than ``max_streams`` of them, ``max_workers`` are always left for unary calls, and a call
+past the total is refused RESOURCE_EXHAUSTED by grpc instead of queueing unseen.
+
+A handler ends its stream by seeing ``StreamGuard.alive()`` turn false (WatchEvents passes it to
+``events.follow``). A handler that does not look - blocked sending to a caller that stopped
+reading, or a stream that never asks (reflection, health Watch) - is cancelled by the sweep
+``stuck_grace`` seconds after its end was decided.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+import grpc
+import structlog
+
+from coordinator import metrics
+from coordinator.domain.stream_limits import (
+    Admission,
+    StreamLimits,
+    admission,
+    refusal_message,
+)
+from coordinator.errors import PermissionDenied, ResourceExhausted, Unauthenticated
+from coordinator.server.handlers import Handler
+
+log = structlog.get_logger(__name__)
+
+LONG_POLLS: frozenset[str] = frozenset()
+"""Unary methods that may wait long for an answer (a long-poll ClaimNext, when it comes).
+
+Streaming methods need no entry: every one is long-lived (``is_long_lived``), so a new stream
+is bounded from its first line of code."""
+
+
+def is_long_lived(
+    method: str, handler: Handler, *, long_polls: frozenset[str] = LONG_POLLS
+) -> bool:
+    """Whether a call of ``method`` may hold its thread for long: any stream, or a long poll."""
+    return bool(handler.request_streaming or handler.response_streaming) or method in long_polls
+
+
+class EndReason(Enum):
+    """Why the server ends a long-lived call before its handler finished."""
+
+    MAX_AGE = "max_age"
+    UNAUTHENTICATED = "unauthenticated"
+    PERMISSION_DENIED = "permission_denied"
+
+
+@dataclass(frozen=True)
+class Ending:
+    """The status a long-lived call is ended with, and why."""
+
+    reason: EndReason
+    code: grpc.StatusCode
+    message: str
+
+
+Recheck = Callable[[], None]
+"""Authenticates a call's credentials again; raises Unauthenticated or PermissionDenied."""
+
+
+class StreamGuard:
+    """One open long-lived call: its owner, its deadline, and whether it must end."""
+
+    def __init__(
+        self,
+        *,
+        principal: str,
+        context: grpc.ServicerContext,
+        recheck: Recheck | None,
+        limits: StreamLimits,
+        monotonic: Callable[[], float],
+    ) -> None:
+        self.principal = principal
+        self._context = context
+        self._recheck = recheck
+        self._max_age = limits.max_age
+        self._stuck_grace = limits.stuck_grace
+        self._monotonic = monotonic
+        self._deadline = monotonic() + limits.max_age
+        self._lock = threading.Lock()
+        self._ending: Ending | None = None
+        self._ended_at = 0.0
+        self._cancelled = False
+
+    def alive(self) -> bool:
+        """Whether the handler should go on: the caller is there, the call is younger than its
+        maximum age, and its credentials held at the last check."""
+        if self._monotonic() >= self._deadline:
+            self._end_at_max_age()
+        return self.ending is None and self._context.is_active()
+
+    @property
+    def ending(self) -> Ending | None:
+        """The status to end the call with, once the server decided to end it."""
+        with self._lock:
+            return self._ending
+
+    def check(self) -> None:
+        """The sweep's look at this call: its age, its credentials, and whether it is stuck."""
+        now = self._monotonic()
+        if now >= self._deadline:
+            self._end_at_max_age()
+        elif self._recheck is not None:
+            try:
+                self._recheck()
+            except Unauthenticated as exc:
+                self._end(EndReason.UNAUTHENTICATED, grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            except PermissionDenied as exc:
+                self._end(EndReason.PERMISSION_DENIED, grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        self._cancel_if_stuck(now)
+
+    def _end_at_max_age(self) -> None:
+        self._end(
+            EndReason.MAX_AGE,
+            grpc.StatusCode.UNAVAILABLE,
+            f"stream reached its maximum age ({self._max_age:g} s, max_stream_age); resume "
+            "from your last position",
+        )
+
+    def _end(self, reason: EndReason, code: grpc.StatusCode, message: str) -> None:
+        with self._lock:
+            if self._ending is not None:
+                return  # the first reason stands
+            self._ending = Ending(reason, code, message)
+            self._ended_at = self._monotonic()
+        metrics.count_stream_ended(reason.value)
+        log.info("stream ended by the server", principal=self.principal, reason=reason.value)
+
+    def _cancel_if_stuck(self, now: float) -> None:
+        with self._lock:
+            stuck = (
+                self._ending is not None
+                and not self._cancelled
+                and now - self._ended_at >= self._stuck_grace
+            )
+            self._cancelled = self._cancelled or stuck
+        if stuck:
+            # The handler cannot look (blocked in a send the caller does not read, or a stream
+            # that never asks): cancelling the call is the only way to get its thread back.
+            log.warning("stream did not end in time; cancelled", principal=self.principal)
+            metrics.count_stream_ended("cancelled")
+            self._context.cancel()  # type: ignore[no-untyped-call]  # untyped in the stubs
+
+
+class OpenStreams:
+    """The replica's open long-lived calls, counted in total and per principal."""
+
+    def __init__(
+        self, limits: StreamLimits, *, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.limits = limits
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._open: set[StreamGuard] = set()
+        self._per_principal: dict[str, int] = {}
+
+    def open(
+        self, principal: str, context: grpc.ServicerContext, recheck: Recheck | None
+    ) -> StreamGuard:
+        """Count one more call of ``principal``; ResourceExhausted naming the bound if full."""
+        with self._lock:
+            held = self._per_principal.get(principal, 0)
+            decision = admission(self.limits, open_total=len(self._open), open_of_principal=held)
+            if decision is Admission.ADMITTED:
+                guard = StreamGuard(
+                    principal=principal,
+                    context=context,
+                    recheck=recheck,
+                    limits=self.limits,
+                    monotonic=self._monotonic,
+                )
+                self._open.add(guard)
+                self._per_principal[principal] = held + 1
+                metrics.STREAMS_OPEN.inc()
+                return guard
+        metrics.count_stream_refused(decision.value)
+        log.info("stream refused", principal=principal, reason=decision.value)
+        raise ResourceExhausted(refusal_message(decision, self.limits, principal))
+
+    def close(self, guard: StreamGuard) -> None:
+        """The call ended (however): its slot is free again."""
+        with self._lock:
+            if guard not in self._open:
+                return
+            self._open.remove(guard)
+            left = self._per_principal[guard.principal] - 1
+            if left:
+                self._per_principal[guard.principal] = left
+            else:
+                del self._per_principal[guard.principal]  # no entry kept per past principal
+            metrics.STREAMS_OPEN.dec()
+
+    def count(self, principal: str | None = None) -> int:
+        """Calls open now: all of them, or ``principal``'s."""
+        with self._lock:
+            if principal is None:
+                return len(self._open)
+            return self._per_principal.get(principal, 0)
+
+    def sweep(self) -> None:
+        """Check every open call once (age, credentials, stuck)."""
+        with self._lock:
+            guards = list(self._open)
+        for guard in guards:
+            try:
+                guard.check()
+            except Exception:  # one call's surprise must not stop the checks of the others
+                log.exception("stream check failed", principal=guard.principal)
+
+    def run(self, server: grpc.Server) -> None:
+        """Sweep every ``sweep_interval`` until ``server`` terminates (a daemon thread's body)."""
+        # wait_for_termination returns True on timeout, False once the server has stopped.
+        while server.wait_for_termination(timeout=self.limits.sweep_interval):
+            self.sweep()

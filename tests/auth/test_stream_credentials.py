@@ -1,0 +1,95 @@
+"""A stream's credentials are checked for its whole life: a token revoked (the file rewritten)
+or expired while its stream is open ends that stream UNAUTHENTICATED, and only that one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import grpc
+import pytest
+
+from coordinator.domain.stream_limits import StreamLimits
+from coordinator.server import build_server
+from coordinator.server.auth import TokenAuth
+from coordinator.server.tokens import TokenFile, token_hash
+from coordinator.store import Store
+from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
+from tests.auth.conftest import TokenRing
+from tests.conftest import GRPC_OPTIONS
+from tests.helpers import eventually
+from tests.lifecycle.support import create
+
+RELOAD = 0.2
+FOLLOW = tasks_pb2.WatchEventsRequest(follow=True)
+
+
+@pytest.fixture
+def tasks(store: Store, ring: TokenRing) -> Iterator[tasks_pb2_grpc.TaskServiceStub]:
+    """TaskService of a server that reloads the token file every RELOAD seconds, as deployed
+    (the sweep then re-checks every stream at that interval)."""
+    auth = TokenAuth(TokenFile(ring.path, reload_interval=RELOAD))
+    server, port = build_server(
+        store,
+        listen="127.0.0.1:0",
+        max_workers=8,
+        streams=StreamLimits(sweep_interval=RELOAD),
+        auth=auth,
+    )
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS)
+    try:
+        yield tasks_pb2_grpc.TaskServiceStub(channel)
+    finally:
+        channel.close()
+        server.stop(grace=None).wait()
+
+
+def _ended(call: Iterator[tasks_pb2.TaskEvent]) -> grpc.RpcError:
+    """The error that ends ``call`` (which has no more events to deliver)."""
+    with pytest.raises(grpc.RpcError) as info:
+        next(call)
+    return info.value
+
+
+def test_a_revoked_tokens_stream_ends_unauthenticated(
+    store: Store, ring: TokenRing, tasks: tasks_pb2_grpc.TaskServiceStub
+) -> None:
+    create(store, "t-1")
+    # A deadline far past the reload interval: a stream that is not ended fails DEADLINE_EXCEEDED.
+    revoked = tasks.WatchEvents(FOLLOW, metadata=ring.metadata("worker-a"), timeout=30)
+    kept = tasks.WatchEvents(FOLLOW, metadata=ring.metadata("worker-b"), timeout=30)
+    assert next(revoked).task_id == next(kept).task_id == "t-1"
+
+    ring.revoke("worker-a")
+    error = _ended(revoked)
+    assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert error.details() == "unknown or revoked bearer token"
+
+    create(store, "t-2")
+    assert next(kept).task_id == "t-2"  # the other holder's stream goes on
+    kept.cancel()
+
+
+def test_an_expired_tokens_stream_ends_unauthenticated(
+    store: Store, ring: TokenRing, tasks: tasks_pb2_grpc.TaskServiceStub
+) -> None:
+    expires = datetime.now(UTC) + timedelta(seconds=2)
+    entry = {"principal": "brief", "roles": ["pm"], "expires_at": expires.isoformat()}
+    ring.write(tokens={token_hash("brief-token"): entry})
+    create(store, "t-1")
+    brief = (("authorization", "Bearer brief-token"),)
+
+    # The server takes the new token at its next reload.
+    def accepted() -> bool:
+        try:
+            tasks.GetTask(tasks_pb2.GetTaskRequest(task_id="t-1"), metadata=brief)
+        except grpc.RpcError:
+            return False
+        return True
+
+    eventually(accepted, message="the new token was not taken")
+    call = tasks.WatchEvents(FOLLOW, metadata=brief, timeout=30)
+    assert next(call).task_id == "t-1"
+    error = _ended(call)
+    assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert error.details() == f"bearer token expired at {expires.isoformat()}"
