@@ -5,6 +5,12 @@ in python3-etcd3 0.13's watch.py) when its stream breaks, and then never tells i
 A watch that silently stops would leave the ready index stale forever, so this one owns its
 stream: it resumes from the last revision it saw after a transport error, and reports a
 compaction (history it can no longer replay) to its owner, who reloads.
+
+Several keys often change in one revision (group commit nests a replica's concurrent txns into
+one). Resuming from ``last revision + 1`` is still exact because etcd never splits a revision
+across watch responses (its "atomic" watch guarantee; fragmenting is not requested here), so
+every response ends on a whole revision. Owners get each response's events together and must
+handle all of them (tests/store/test_shared_revisions.py holds each owner to that).
 """
 
 from __future__ import annotations

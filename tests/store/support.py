@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +11,8 @@ from coordinator.domain.digests import digest_of
 from coordinator.domain.records import EventRecord, ResultRecord, decode
 from coordinator.domain.states import Outcome
 from coordinator.store import ClaimResult, CommitResult, Store, TaskSpec
+from coordinator.store.etcd import put
+from coordinator.store.group_commit import GroupCommit
 from tests.helpers import eventually
 
 # Short limits for tests: TTLs in [1, 30] s (etcd itself raises TTLs below ~2 s).
@@ -119,3 +122,38 @@ def wait_claim_gone(store: Store, etcd_client: Any, task_id: str) -> None:
     eventually(
         lambda: raw(etcd_client, key) is None, timeout=15, message=f"claim key {key} did not expire"
     )
+
+
+def in_one_revision(store: Store, actions: list[Callable[[], object]]) -> None:
+    """Run ``actions`` (each a single-txn store call) so that their txns share one etcd
+    revision, as group commit makes concurrent calls of one replica do under load: the store's
+    batcher is swapped for one whose first round trip (a blocker) is held while they queue."""
+    kv = store.ctx.kv
+    held, holding = threading.Event(), threading.Event()
+    rounds = [0]
+
+    def send(request: Any) -> Any:
+        rounds[0] += 1
+        if rounds[0] == 1:
+            holding.set()
+            held.wait(10)
+        return kv._send_txn(request)
+
+    original = kv._batcher
+    kv._batcher = batcher = GroupCommit(send, max_in_flight=1)
+    try:
+        blocker = threading.Thread(
+            target=lambda: kv.txn([], [put(store.ctx.keys.prefix + "/test-blocker", b"")])
+        )
+        blocker.start()
+        assert holding.wait(5)
+        workers = [threading.Thread(target=action) for action in actions]
+        for worker in workers:
+            worker.start()
+        eventually(lambda: len(batcher._queue) == len(actions), timeout=10)
+        held.set()
+        for thread in [blocker, *workers]:
+            thread.join(10)
+        assert rounds[0] == 2, f"the actions took {rounds[0] - 1} round trips, not one"
+    finally:
+        kv._batcher = original
