@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self
@@ -29,7 +29,7 @@ from coordinator.sdk.effects import EffectInfo
 from coordinator.sdk.job import Job, LostCallback
 from coordinator.sdk.managed import DEFAULT_GRACE
 from coordinator.sdk.rediscover import ListedJob, Rediscovered, list_jobs, rediscover, resume_job
-from coordinator.sdk.types import ClaimRefused, TaskInfo, outcome_of
+from coordinator.sdk.types import AttemptInfo, ClaimRefused, TaskInfo, outcome_of
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
 
 
@@ -217,11 +217,25 @@ class WorkerClient:
         return TaskInfo.from_proto(response.task)
 
     def get_task(self, task_id: str) -> TaskInfo:
-        """The task and its attempts (oldest first). Raises NotFound for an unknown id."""
+        """The task and its latest attempts, oldest first (at most 20: ``task.attempt`` counts
+        them all, ``attempts()`` reads every one). Raises NotFound for an unknown id."""
         response = self._rpc.call(
             self._rpc.tasks.GetTask, tasks_pb2.GetTaskRequest(task_id=task_id)
         )
         return TaskInfo.from_proto(response.task, tuple(response.attempts))
+
+    def attempts(self, task_id: str, *, page_size: int = 100) -> Iterator[AttemptInfo]:
+        """Every attempt of the task, oldest first, read a page at a time as you iterate."""
+        token = ""
+        while True:
+            request = tasks_pb2.ListAttemptsRequest(
+                task_id=task_id, page_size=page_size, page_token=token
+            )
+            response = self._rpc.call(self._rpc.tasks.ListAttempts, request)
+            yield from (AttemptInfo.from_proto(a) for a in response.attempts)
+            token = response.next_page_token
+            if not token:
+                return
 
     def list_tasks(
         self, *, queue: str = "", state: TaskState | None = None, page_size: int = 100

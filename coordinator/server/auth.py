@@ -81,6 +81,7 @@ ROLE_TABLE: Mapping[str, frozenset[Role]] = {
     _TASKS + "SetDependencies": frozenset({_P, _A}),
     # Reads are open to every role: the same records GetTask returns, nothing more.
     _TASKS + "GetTask": _ANY,
+    _TASKS + "ListAttempts": _ANY,
     _TASKS + "ListTasks": _ANY,
     _TASKS + "WatchEvents": _ANY,
     # Workers pin the epoch they claim under, so every role reads it.

@@ -24,6 +24,10 @@ from coordinator.server.stream_interceptor import stream_alive
 from coordinator.store import EventFilter, Store
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 
+GET_TASK_ATTEMPTS = 20
+"""Attempts GetTask returns at most (the latest): it must answer within gRPC's message limit
+whatever a task's history (12,000 attempts did not)."""
+
 log = structlog.get_logger(__name__)
 
 
@@ -66,13 +70,31 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
     def GetTask(  # noqa: N802
         self, request: tasks_pb2.GetTaskRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.GetTaskResponse:
-        """The task and every attempt of it."""
+        """The task and its latest attempts (bounded: ListAttempts pages through all)."""
         tid = task_id(request.task_id)
         task = self._store.tasks.get(tid)
-        attempts = self._store.tasks.attempts(tid)
+        first = max(1, task.attempt - GET_TASK_ATTEMPTS + 1)
+        attempts = self._store.tasks.attempts(tid, first=first, count=GET_TASK_ATTEMPTS)
         return tasks_pb2.GetTaskResponse(
             task=convert.task_to_proto(task),
             attempts=[convert.attempt_to_proto(a) for a in attempts],
+            attempt_count=task.attempt,
+        )
+
+    @rpc
+    def ListAttempts(  # noqa: N802
+        self, request: tasks_pb2.ListAttemptsRequest, context: grpc.ServicerContext
+    ) -> tasks_pb2.ListAttemptsResponse:
+        """One page of a task's attempts, oldest first."""
+        tid = task_id(request.task_id)
+        task = self._store.tasks.get(tid)
+        size = validate.page_size(request.page_size)
+        first = validate.attempt_page_token(request.page_token)
+        attempts = self._store.tasks.attempts(tid, first=first, count=size)
+        following = first + size
+        return tasks_pb2.ListAttemptsResponse(
+            attempts=[convert.attempt_to_proto(a) for a in attempts],
+            next_page_token=str(following) if following <= task.attempt else "",
         )
 
     @rpc

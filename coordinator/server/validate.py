@@ -142,6 +142,17 @@ def page_token(value: str) -> str:
     return validation.task_id(value, "page_token") if value else ""
 
 
+def attempt_page_token(value: str) -> int:
+    """A ListAttempts page token (the attempt number the page starts at); empty: the first."""
+    if not value:
+        return 1
+    if not value.isdigit() or len(value) > 9 or int(value) < 1:
+        raise InvalidArgument(
+            f"page_token {value[:40]!r} is not one ListAttempts returned (an attempt number)"
+        )
+    return int(value)
+
+
 def text(field: str, value: str) -> str:
     """A free-text field (reason, tool, action, progress) of bounded length."""
     return validation.text(field, value)

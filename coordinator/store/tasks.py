@@ -20,13 +20,17 @@ from coordinator.domain.states import AttemptEnd, Op, TaskState, is_legal, next_
 from coordinator.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from coordinator.store.context import StoreContext, attempt_from_kv, new_task_id, task_from_kv
 from coordinator.store.dependencies import DependencyStore, edges_detail
-from coordinator.store.etcd import KV, RequestOp, delete, get, mod_revision_is, put
+from coordinator.store.etcd import KV, RequestOp, delete, get, get_prefix, mod_revision_is, put
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.transition import ready_seq, transition, transition_ops
 from coordinator.store.types import TaskSpec
 
 # Producer writes race only with claims and other producers; they retry their CAS this often.
 _CAS_TRIES = 8
+ATTEMPTS_PAGE = 100
+"""Attempts read at once unless asked otherwise."""
+# Range reads in one read txn (etcd refuses a txn of more than 128 operations by default).
+_READS_PER_TXN = 100
 
 
 class TaskStore:
@@ -136,11 +140,25 @@ class TaskStore:
             raise NotFound(f"task {task_id!r} does not exist")
         return task_from_kv(kv)
 
-    def attempts(self, task_id: str) -> list[AttemptRecord]:
-        """Every attempt of the task, oldest first."""
-        prefix = self._ctx.keys.attempts_prefix(task_id)
-        kvs, _ = self._ctx.kv.range_page(prefix, self._ctx.kv.prefix_end(prefix))
-        return sorted((attempt_from_kv(kv) for kv in kvs), key=lambda a: a.attempt)
+    def attempts(
+        self, task_id: str, *, first: int = 1, count: int = ATTEMPTS_PAGE
+    ) -> list[AttemptRecord]:
+        """The task's attempts numbered ``first`` to ``first + count - 1``, oldest first.
+
+        A task's history has no bound (every claim adds an attempt), so it is read a page at a
+        time: attempt ids start with their number (``a{n}-``), so each number is one small
+        prefix range, and a page is one read per ``_READS_PER_TXN`` numbers.
+        """
+        ctx = self._ctx
+        prefix = ctx.keys.attempts_prefix(task_id)
+        found: builtins.list[AttemptRecord] = []
+        end = first + count
+        for start in range(first, end, _READS_PER_TXN):
+            numbers = range(start, min(end, start + _READS_PER_TXN))
+            snap = ctx.kv.read(*(get_prefix(f"{prefix}a{n}-") for n in numbers))
+            for index in range(len(numbers)):
+                found.extend(attempt_from_kv(kv) for kv in snap.range_kvs(index))
+        return found
 
     def list(
         self,

@@ -136,25 +136,82 @@ class GetTaskResponse(_message.Message):
 
     TASK_FIELD_NUMBER: _builtins.int
     ATTEMPTS_FIELD_NUMBER: _builtins.int
+    ATTEMPT_COUNT_FIELD_NUMBER: _builtins.int
+    attempt_count: _builtins.int
+    """How many attempts the task has had (ListAttempts returns every one)."""
     @_builtins.property
     def task(self) -> _types_pb2.Task: ...
     @_builtins.property
     def attempts(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Attempt]:
-        """Every attempt, oldest first."""
+        """The latest attempts (at most 20), oldest first; all of them when attempt_count <= 20."""
 
     def __init__(
         self,
         *,
         task: _types_pb2.Task | None = ...,
         attempts: _abc.Iterable[_types_pb2.Attempt] | None = ...,
+        attempt_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "attempts", b"attempts", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetTaskResponse: _TypeAlias = GetTaskResponse  # noqa: Y015
+
+@_typing.final
+class ListAttemptsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    page_size: _builtins.int
+    """1-1000; 0 means 100."""
+    page_token: _builtins.str
+    """Empty for the first page, else next_page_token of the previous one."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAttemptsRequest: _TypeAlias = ListAttemptsRequest  # noqa: Y015
+
+@_typing.final
+class ListAttemptsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty after the last page."""
+    @_builtins.property
+    def attempts(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Attempt]:
+        """Oldest first."""
+
+    def __init__(
+        self,
+        *,
+        attempts: _abc.Iterable[_types_pb2.Attempt] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAttemptsResponse: _TypeAlias = ListAttemptsResponse  # noqa: Y015
 
 @_typing.final
 class ListTasksRequest(_message.Message):

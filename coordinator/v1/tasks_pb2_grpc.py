@@ -44,6 +44,11 @@ class TaskServiceStub:
                 request_serializer=coordinator_dot_v1_dot_tasks__pb2.GetTaskRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_tasks__pb2.GetTaskResponse.FromString,
                 _registered_method=True)
+        self.ListAttempts = channel.unary_unary(
+                '/coordinator.v1.TaskService/ListAttempts',
+                request_serializer=coordinator_dot_v1_dot_tasks__pb2.ListAttemptsRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_tasks__pb2.ListAttemptsResponse.FromString,
+                _registered_method=True)
         self.ListTasks = channel.unary_unary(
                 '/coordinator.v1.TaskService/ListTasks',
                 request_serializer=coordinator_dot_v1_dot_tasks__pb2.ListTasksRequest.SerializeToString,
@@ -96,7 +101,15 @@ class TaskServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetTask(self, request, context):
-        """NOT_FOUND for an unknown id.
+        """NOT_FOUND for an unknown id. Bounded whatever the task's history: the latest attempts only
+        (ListAttempts pages through all of them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAttempts(self, request, context):
+        """A task's attempts, oldest first, a page at a time. NOT_FOUND for an unknown id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -186,6 +199,11 @@ def add_TaskServiceServicer_to_server(servicer, server):
                     servicer.GetTask,
                     request_deserializer=coordinator_dot_v1_dot_tasks__pb2.GetTaskRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_tasks__pb2.GetTaskResponse.SerializeToString,
+            ),
+            'ListAttempts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAttempts,
+                    request_deserializer=coordinator_dot_v1_dot_tasks__pb2.ListAttemptsRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_tasks__pb2.ListAttemptsResponse.SerializeToString,
             ),
             'ListTasks': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTasks,
@@ -277,6 +295,33 @@ class TaskService:
             '/coordinator.v1.TaskService/GetTask',
             coordinator_dot_v1_dot_tasks__pb2.GetTaskRequest.SerializeToString,
             coordinator_dot_v1_dot_tasks__pb2.GetTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAttempts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.TaskService/ListAttempts',
+            coordinator_dot_v1_dot_tasks__pb2.ListAttemptsRequest.SerializeToString,
+            coordinator_dot_v1_dot_tasks__pb2.ListAttemptsResponse.FromString,
             options,
             channel_credentials,
             insecure,

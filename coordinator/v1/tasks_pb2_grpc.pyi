@@ -48,7 +48,11 @@ class TaskServiceStub:
     of another root.
     """
     GetTask: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.GetTaskRequest, _tasks_pb2.GetTaskResponse]
-    """NOT_FOUND for an unknown id."""
+    """NOT_FOUND for an unknown id. Bounded whatever the task's history: the latest attempts only
+    (ListAttempts pages through all of them).
+    """
+    ListAttempts: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.ListAttemptsRequest, _tasks_pb2.ListAttemptsResponse]
+    """A task's attempts, oldest first, a page at a time. NOT_FOUND for an unknown id."""
     ListTasks: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.ListTasksRequest, _tasks_pb2.ListTasksResponse]
     """Lists tasks in id order, filtered by root, parent, thread, queue and state, paginated."""
     CancelTask: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.CancelTaskRequest, _tasks_pb2.CancelTaskResponse]
@@ -104,7 +108,11 @@ class TaskServiceAsyncStub(TaskServiceStub):
     of another root.
     """
     GetTask: _aio.UnaryUnaryMultiCallable[_tasks_pb2.GetTaskRequest, _tasks_pb2.GetTaskResponse]  # type: ignore[assignment]
-    """NOT_FOUND for an unknown id."""
+    """NOT_FOUND for an unknown id. Bounded whatever the task's history: the latest attempts only
+    (ListAttempts pages through all of them).
+    """
+    ListAttempts: _aio.UnaryUnaryMultiCallable[_tasks_pb2.ListAttemptsRequest, _tasks_pb2.ListAttemptsResponse]  # type: ignore[assignment]
+    """A task's attempts, oldest first, a page at a time. NOT_FOUND for an unknown id."""
     ListTasks: _aio.UnaryUnaryMultiCallable[_tasks_pb2.ListTasksRequest, _tasks_pb2.ListTasksResponse]  # type: ignore[assignment]
     """Lists tasks in id order, filtered by root, parent, thread, queue and state, paginated."""
     CancelTask: _aio.UnaryUnaryMultiCallable[_tasks_pb2.CancelTaskRequest, _tasks_pb2.CancelTaskResponse]  # type: ignore[assignment]
@@ -169,7 +177,17 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _tasks_pb2.GetTaskRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_tasks_pb2.GetTaskResponse, _abc.Awaitable[_tasks_pb2.GetTaskResponse]]:
-        """NOT_FOUND for an unknown id."""
+        """NOT_FOUND for an unknown id. Bounded whatever the task's history: the latest attempts only
+        (ListAttempts pages through all of them).
+        """
+
+    @_abc_1.abstractmethod
+    def ListAttempts(
+        self,
+        request: _tasks_pb2.ListAttemptsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tasks_pb2.ListAttemptsResponse, _abc.Awaitable[_tasks_pb2.ListAttemptsResponse]]:
+        """A task's attempts, oldest first, a page at a time. NOT_FOUND for an unknown id."""
 
     @_abc_1.abstractmethod
     def ListTasks(
