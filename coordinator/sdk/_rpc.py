@@ -1,7 +1,8 @@
 """The SDK's transport: one channel, the three service stubs, deadlines, retries, error mapping.
 
 Every call carries the caller's principal in metadata and a deadline. Transport failures
-(UNAVAILABLE, DEADLINE_EXCEEDED) are retried with exponential backoff for as long as the call's
+(UNAVAILABLE, DEADLINE_EXCEEDED) and refusals at a replica's concurrency bound
+(RESOURCE_EXHAUSTED) are retried with exponential backoff for as long as the call's
 time allows (sdk/_budget.py: the retry budget, and the lease for a call behind a claim's fence);
 every other status is final and becomes one of the coordinator's exceptions. A call given up
 after a try that may have reached a coordinator raises OutcomeUnknown, saying what to repeat.
@@ -57,8 +58,16 @@ PRINCIPAL_METADATA = "x-coordinator-principal"
 SDK_VERSION_METADATA = "x-coordinator-sdk-version"
 """The gRPC metadata key that names this SDK's version (the server's version gate reads it)."""
 
-TRANSPORT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-"""The only status codes the SDK retries: the call may not have reached the coordinator."""
+TRANSPORT_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
+)
+"""The only status codes the SDK retries: the call may not have reached the coordinator, or a
+replica at its concurrency bound refused it before running it (RESOURCE_EXHAUSTED: a burst past
+the bound is retried, never taken for a lost claim)."""
 
 # How gRPC's load balancers fail a call they could not give any connection (pick_first,
 # round_robin): no stream was opened, so the request never left. Any other transport failure
@@ -134,8 +143,11 @@ def is_transport(exc: BaseException) -> bool:
 
 
 def never_sent(exc: grpc.RpcError) -> bool:
-    """Whether ``exc`` failed before any connection took the request (it cannot have landed)."""
+    """Whether ``exc`` failed before any connection took the request, or a replica refused to
+    run it (RESOURCE_EXHAUSTED is answered before the handler runs): it cannot have landed."""
     details = exc.details() or ""
+    if exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return True
     return exc.code() is grpc.StatusCode.UNAVAILABLE and details.startswith(_NEVER_SENT)
 
 

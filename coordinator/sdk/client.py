@@ -57,7 +57,8 @@ class WorkerClient:
     or a gRPC URI such as ``dns:///coordinator.example:7070`` (every address the name resolves
     to); the client sticks to one replica and moves to another when it fails (sdk/_target.py).
 
-    Every call has a deadline and is retried on UNAVAILABLE / DEADLINE_EXCEEDED only, for up to
+    Every call has a deadline and is retried on UNAVAILABLE / DEADLINE_EXCEEDED (and on
+    RESOURCE_EXHAUSTED: a replica at its concurrency bound ran nothing) only, for up to
     ``RetryPolicy.budget`` (15 s by default) and, behind a claim's fence, no longer than the lease
     lasts; other gRPC errors raise the coordinator's exceptions (NotFound, ...). A call given
     up after a try that may have landed raises OutcomeUnknown (a TransportError) saying what to

@@ -20,10 +20,12 @@ from coordinator.v1 import types_pb2, worker_pb2
 
 
 class TransportError(CoordinatorError):
-    """The coordinator did not answer (UNAVAILABLE / DEADLINE_EXCEEDED) within the retry budget.
+    """The coordinator did not answer (UNAVAILABLE / DEADLINE_EXCEEDED), or refused to run the
+    call at its concurrency bound (RESOURCE_EXHAUSTED), for the whole retry budget.
 
     Raised as itself only when no try of the call reached a coordinator (every one failed to
-    connect): nothing happened. When a try may have reached one, OutcomeUnknown is raised.
+    connect or was refused unrun): nothing happened. When a try may have reached one,
+    OutcomeUnknown is raised.
     """
 
     def __init__(self, message: str, *, code: str) -> None:

@@ -298,3 +298,23 @@ def test_a_jobs_commit_still_tries_once_after_its_lease_ran_out(clock: Clock) ->
         rpc.close()
     # The server is the authority on the fence: it is asked, but not retried past the lease.
     assert commit.started == [12.0]
+
+
+def test_a_replica_at_its_concurrency_bound_is_retried_and_never_an_unknown_outcome(
+    clock: Clock,
+) -> None:
+    rpc = windowed(clock, budget=timedelta(seconds=1))
+    exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
+    burst = Scripted(exhausted, exhausted, clock=clock)
+    always = Scripted(*[exhausted] * 100, clock=clock)
+    try:
+        assert rpc.call(burst, None) == "ok"
+        with pytest.raises(TransportError) as refused:
+            rpc.call(always, None)
+    finally:
+        rpc.close()
+    assert len(burst.tries) == 3
+    assert len(always.tries) > 2
+    # The replica ran none of the tries, so the outcome is known: nothing happened.
+    assert type(refused.value) is TransportError
+    assert str(refused.value).endswith("no try reached a coordinator")
