@@ -7,8 +7,11 @@ releaser moves several tasks at once), so readers order and resume by ``EventPos
 
 Memory per reader is bounded whatever the log's length:
 
-- ``history`` selects the next ``_SELECT`` positions in passes over the keys (a bounded heap,
-  pages of ``_PAGE``), so a log of any length is streamed, never listed whole.
+- ``history`` selects the next ``_SELECT`` positions in passes over the keys (keys only, pages
+  of ``_PAGE``, a bounded heap), then reads those events' values ``_LOAD`` at a time, so a log
+  of any length is streamed, never listed whole. A pass costs a keys-only scan of the range
+  read (one task's events with a task filter, else the whole log: ``from_revision`` near now
+  is cheaper through ``follow``, which replays from etcd's watch history).
 - ``follow`` replays through an etcd watch from the reader's revision (etcd streams it in order,
   with whole revisions per response), into a bounded inbox: a full inbox holds the watch back
   (and so etcd); one that stays full for ``patience`` seconds ends the stream with
@@ -30,12 +33,14 @@ from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.states import Op
 from coordinator.errors import StreamBehind
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd import KV
+from coordinator.store.etcd import KV, get
 from coordinator.store.watch import WatchEvent
 
 _PAGE = 1000
-# Events one history pass selects (held as raw key-values: ~1 KB each, so ~5 MB a reader).
-_SELECT = 5000
+# Event positions one history pass selects (~150 bytes each: ~3 MB a reader), and event values
+# read per round trip (etcd refuses more than 128 operations in one txn by default).
+_SELECT = 20_000
+_LOAD = 100
 _IDENTITY_CACHE = 100_000
 WHOLE_LOG = EventPosition.start_of(1)
 """Before the first event: reading after it reads the whole log."""
@@ -190,28 +195,37 @@ class EventLog:
             chosen = heapq.nsmallest(
                 _SELECT, self._candidates(flt, cursor, horizon), key=lambda pair: pair[0]
             )
-            decoded = (self._decode_kv(kv) for _, kv in chosen)
-            yield [e for e in decoded if e is not None and self.matches(flt, e)], horizon[0]
+            for start in range(0, len(chosen), _LOAD):
+                loaded = self._load([key for _, key in chosen[start : start + _LOAD]])
+                yield [e for e in loaded if self.matches(flt, e)], horizon[0]
             if len(chosen) < _SELECT:
+                yield [], horizon[0]
                 return
             cursor = chosen[-1][0]
 
+    def _load(self, keys: list[str]) -> list[StoredEvent]:
+        """The events stored at ``keys``, in that order (one read; a key pruned meanwhile and a
+        malformed event are left out)."""
+        snap = self._ctx.kv.read(*(get(key) for key in keys))
+        found = (self._decode_kv(kv) for kv in (snap.range_one(i) for i in range(len(keys))) if kv)
+        return [event for event in found if event is not None]
+
     def _candidates(
         self, flt: EventFilter, cursor: EventPosition, horizon: list[int]
-    ) -> Iterator[tuple[EventPosition, KV]]:
+    ) -> Iterator[tuple[EventPosition, str]]:
         """Every event key after ``cursor`` and at or below the horizon (fixed by the first
         page read, when ``horizon[0]`` is 0) whose task passes the filter, page by page."""
         kv = self._ctx.kv
         prefix = self._ctx.keys.events_prefix(flt.task_id)
         start, end = prefix, kv.prefix_end(prefix)
         while True:
-            page, read_at = kv.range_page(start, end, limit=_PAGE)
+            page, read_at = kv.range_page(start, end, limit=_PAGE, keys_only=True)
             horizon[0] = horizon[0] or read_at
             for item in page:
                 position = position_of_key(item.key, item.create_revision)
                 in_pass = cursor < position and position.revision <= horizon[0]
                 if in_pass and self._task_matches(flt, position.task_id):
-                    yield position, item
+                    yield position, item.key
             if len(page) < _PAGE:
                 return
             start = page[-1].key + "\0"

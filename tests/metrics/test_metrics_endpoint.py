@@ -144,10 +144,13 @@ def test_a_fenced_scenario_moves_every_seed_metric(served: Served) -> None:
     # READY -> canonical commit: one observation, covering the expired attempt (> 1 s TTL).
     assert delta("coordinator_ready_to_commit_seconds_count") == 1
     # (kept across the reclaim: measured from the creation, not from the reclaim)
-    slack = 0.05  # the server's wall clock against this process's monotonic one
-    assert ready_to_commit - slack <= delta("coordinator_ready_to_commit_seconds_sum") <= elapsed
+    # The server's wall clock against this process's monotonic one, both ways: under load the
+    # two drifted 11 ms apart over this scenario.
+    slack = 0.05
+    ready_sum = delta("coordinator_ready_to_commit_seconds_sum")
+    assert ready_to_commit - slack <= ready_sum <= elapsed + slack
     # Wasted compute: A's attempt, start -> expiry (>= its 1 s lease) plus expiry -> late commit.
-    assert a_wasted - slack <= delta("coordinator_wasted_compute_seconds_total") <= elapsed
+    assert a_wasted - slack <= delta("coordinator_wasted_compute_seconds_total") <= elapsed + slack
     # RPC metrics: the unknown task is a NOT_FOUND error; three Claim calls were timed.
     assert delta("coordinator_rpc_errors_total", method=TASKS + "GetTask", code="NOT_FOUND") == 1
     assert delta("coordinator_rpc_duration_seconds_count", method=WORKER + "Claim") == 3
