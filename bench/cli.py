@@ -2,7 +2,8 @@
 
 Phases, in order: throughput (item 1, the four scenarios interleaved), reclaim latency (item 2),
 ClaimNext scale and etcd footprint (item 3), then the coordinator's memory with N held claims
-(item 3) on a freshly started coordinator. Everything is bounded in count and time; ``--budget``
+(item 3) and with misbehaving event readers (bench/events.py), each on a freshly started
+coordinator. Everything is bounded in count and time; ``--budget``
 is a hard wall-time bound after which the remaining phases are skipped and say so.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 import etcd3
 from etcd3 import etcdrpc
 
+from bench.events import run_events
 from bench.harness import Scenario, say
 from bench.held import run_held
 from bench.procs import GRPC_OPTIONS, CoordinatorProcess, Meter, rss_mib
@@ -36,7 +38,8 @@ from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 from coordinator.store.etcd import EtcdKV
 
 PREFIX = "/coordinator-bench"
-PHASES = ("throughput", "reclaim", "scale", "held")
+EVENT_HISTORY_CALLERS = 16
+PHASES = ("throughput", "reclaim", "scale", "held", "events")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class Profile:
     scale_sizes: tuple[int, ...]
     scale_samples: int
     held_claims: int
+    events: int
     budget: float
     # Seconds kept back from the throughput phase for the phases after it.
     reserve: float
@@ -65,6 +69,7 @@ FULL = Profile(
     scale_sizes=(1_000, 100_000),
     scale_samples=100,
     held_claims=10_000,
+    events=100_000,
     budget=900.0,
     reserve=180.0,
 )
@@ -77,6 +82,7 @@ SMOKE = Profile(
     scale_sizes=(100, 1_000),
     scale_samples=10,
     held_claims=100,
+    events=1_000,
     budget=100.0,
     reserve=45.0,
 )
@@ -98,6 +104,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scale-samples", type=int, help="ClaimNext timings per size")
     p.add_argument("--million", action="store_true", help="add 1,000,000 ready tasks to scale")
     p.add_argument("--held-claims", type=int, help="claims held for the memory reading")
+    p.add_argument("--events", type=int, help="events in the log for the events phase")
     p.add_argument("--only", help=f"comma-separated phases to run ({','.join(PHASES)})")
     p.add_argument("--budget", type=float, help="hard wall-time bound in seconds")
     p.add_argument(
@@ -137,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         "scale_sizes": list(sizes),
         "scale_samples": ns.scale_samples or base.scale_samples,
         "held_claims": ns.held_claims or base.held_claims,
+        "events": ns.events or base.events,
         "budget_s": ns.budget or base.budget,
         "phases": ns.only.split(",") if ns.only else list(PHASES),
         "coordinator_log_level": ns.coordinator_log_level,
@@ -249,7 +257,32 @@ def run_phases(
                 )
             finally:
                 fresh.stop()
+        if "events" in phases and time_left("events", 30):
+            doc["events"] = events_phase(etcd, kv, keys, workdir, config)
         kv.close()
+
+
+def events_phase(
+    etcd: EtcdProcess, kv: EtcdKV, keys: Keyspace, workdir: Path, config: dict[str, Any]
+) -> dict[str, Any]:
+    """The event readers' memory, on a freshly started coordinator (bench/events.py)."""
+    fresh = CoordinatorProcess(
+        etcd.endpoint,
+        prefix=PREFIX,
+        log_path=workdir / "coordinator-events.log",
+        log_level=config["coordinator_log_level"],
+    ).start()
+    try:
+        return run_events(
+            fresh.target,
+            kv,
+            keys,
+            Meter(fresh.pid, etcd.pid),
+            count=config["events"],
+            callers=EVENT_HISTORY_CALLERS,
+        )
+    finally:
+        fresh.stop()
 
 
 def throughput(

@@ -89,3 +89,14 @@ def test_the_other_phases_report_their_figures(smoke: tuple[dict[str, Any], str]
     assert doc["skipped_phases"] == {}
     assert "| scenario | workers | cycles/s |" in stdout
     assert "| target (issue item 4) |" in stdout
+
+
+@pytest.mark.slow
+def test_the_events_phase_streamed_the_whole_history_to_every_caller(
+    smoke: tuple[dict[str, Any], str],
+) -> None:
+    doc, _ = smoke
+    events = doc["events"]
+    assert events["history_events_each"] == [events["events"]]
+    assert isinstance(events["rss_growth_mib_nonreading_follower"], float)
+    assert isinstance(events["rss_growth_mib_history_callers"], float)
