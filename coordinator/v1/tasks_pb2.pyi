@@ -45,9 +45,9 @@ class CreateTaskRequest(_message.Message):
     THREAD_KEY_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
-    """1-128 characters of [A-Za-z0-9._:-]; generated when empty."""
+    """1-128 characters of [A-Za-z0-9._:-], not "." or ".."; generated when empty."""
     queue: _builtins.str
-    """1-64 characters of [A-Za-z0-9._-]; "default" when empty."""
+    """1-64 characters of [A-Za-z0-9._-], not "." or ".."; "default" when empty."""
     priority: _builtins.int
     """0-999, higher runs first. Default 0."""
     input: _builtins.bytes

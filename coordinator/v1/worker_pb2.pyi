@@ -482,7 +482,9 @@ class PrepareEffectRequest(_message.Message):
     EFFECT_SLOT_FIELD_NUMBER: _builtins.int
     PAYLOAD_DIGEST_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
-    """The node of the task's plan that owns the slot (1-128 of [A-Za-z0-9._:@/-])."""
+    """The node of the task's plan that owns the slot (1-128 of [A-Za-z0-9._:@/-]; no "." or ".."
+    between slashes).
+    """
     effect_slot: _builtins.str
     """The slot within the node (same alphabet); a new slot is a new effect."""
     payload_digest: _builtins.str
