@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 from collections.abc import Iterator
@@ -10,10 +11,18 @@ from typing import Any
 import etcd3
 import pytest
 
+from coordinator.cli.local_up import STATE_DIR_ENV
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 
 # grpc honours $http_proxy; our etcd is on loopback, so never route through a proxy.
 GRPC_OPTIONS = [("grpc.enable_http_proxy", 0)]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _local_up_state(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Keep ``coordinator up``'s state file (cli/local_up.py) out of the real home, for this
+    process and every CLI it starts."""
+    os.environ[STATE_DIR_ENV] = str(tmp_path_factory.mktemp("local-up"))
 
 
 @pytest.fixture(scope="session")

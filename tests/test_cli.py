@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from coordinator.cli import main
+from coordinator.cli.local_up import state_file
 from coordinator.config import Config, parse_endpoints
 from coordinator.errors import ConfigError
 from coordinator.etcd_process import EtcdProcess
@@ -214,7 +215,19 @@ def test_up_serves_and_stops_cleanly_on_sigterm(tmp_path: Path, processes: list[
     assert "--auto-compaction-mode=periodic" in etcd_args
     assert "--auto-compaction-retention=3600s" in etcd_args
 
+    # A second terminal finds it: the remote verbs and doctor take no address or credentials.
+    assert (
+        f"export COORDINATOR_TARGET={address} COORDINATOR_INSECURE=1" in up.expect(r"export .*")[0]
+    )
+    shown = CliRunner().invoke(main, ["epoch", "show"], catch_exceptions=False)
+    assert shown.exit_code == 0, shown.output
+    assert "epoch 1" in shown.output
+    checked = CliRunner().invoke(main, ["doctor", "--json"], catch_exceptions=False)
+    assert checked.exit_code == 0, checked.output
+    assert state_file().exists()
+
     assert up.terminate() == 0, up.logs()
+    assert not state_file().exists(), "`up` left its state file behind"
     assert not _accepts_connections(etcd_endpoint), "the embedded etcd outlived `up`"
     events = [r.get("event") for r in _records(up)]
     assert events.index("shutting down") < events.index("stopped")

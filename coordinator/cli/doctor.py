@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import click
 
+from coordinator.cli.local_up import discover
 from coordinator.cli.serve import etcd_security_options
 from coordinator.config import DEFAULT_ETCD, DEFAULT_PREFIX, parse_endpoints
 from coordinator.doctor import LAGGING, Finding, Repair, Snapshot, check, confirm
@@ -66,10 +67,10 @@ def apply_repair(kv: EtcdKV, repair: Repair) -> bool:
     "--etcd",
     envvar="COORDINATOR_ETCD",
     show_envvar=True,
-    default=",".join(DEFAULT_ETCD),
-    show_default=True,
+    default=None,
     metavar="HOST:PORT[,HOST:PORT...]",
-    help="etcd client endpoints.",
+    help="etcd client endpoints [default: the running `coordinator up`'s etcd, else "
+    f"{','.join(DEFAULT_ETCD)}].",
 )
 @click.option(
     "--prefix",
@@ -91,7 +92,7 @@ def apply_repair(kv: EtcdKV, repair: Repair) -> bool:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
 @etcd_security_options
 def doctor(
-    etcd: str,
+    etcd: str | None,
     prefix: str,
     repair: bool,
     reclaim_window: float,
@@ -104,6 +105,9 @@ def doctor(
 ) -> None:
     """Check a keyspace: task records vs ready index, claim keys, results, events and edges."""
     keys = Keyspace(prefix)
+    if etcd is None:
+        local = discover()
+        etcd = local.etcd if local is not None else ",".join(DEFAULT_ETCD)
     try:
         kv = EtcdKV.connect(
             list(parse_endpoints(etcd)),

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
+from coordinator.cli.local_up import discover
 from coordinator.errors import CoordinatorError
 from coordinator.sdk._rpc import RetryPolicy, Rpc
 from coordinator.sdk.auth import BearerToken, tls_credentials
@@ -34,10 +35,10 @@ def remote_options(func: F) -> F:
             "--target",
             envvar="COORDINATOR_TARGET",
             show_envvar=True,
-            default=DEFAULT_TARGET,
-            show_default=True,
+            default=None,
             metavar="HOST:PORT",
-            help="The coordinator to talk to.",
+            help=f"The coordinator to talk to [default: the running `coordinator up`, with "
+            f"--insecure; else {DEFAULT_TARGET}].",
         ),
         click.option(
             "--token",
@@ -90,9 +91,17 @@ def remote_options(func: F) -> F:
 
 
 def remote_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """Pop the connection options out of a command's keyword arguments."""
+    """Pop the connection options out of a command's keyword arguments. Without a target, the
+    running ``coordinator up`` (cli/local_up.py) is the target, insecure like it, unless
+    credentials were given."""
     names = ("target", "token", "ca", "cert", "key", "insecure", "principal")
-    return {name: settings.pop(name) for name in names}
+    remote = {name: settings.pop(name) for name in names}
+    if remote["target"] is None:
+        local = discover()
+        remote["target"] = local.target if local is not None else DEFAULT_TARGET
+        credentials = remote["token"] or remote["cert"]
+        remote["insecure"] = remote["insecure"] or (local is not None and not credentials)
+    return remote
 
 
 class Remote:

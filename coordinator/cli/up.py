@@ -7,6 +7,7 @@ their own principal and roles) and therefore only on a loopback address; it says
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from types import FrameType
 
 import click
 
+from coordinator.cli.local_up import LocalUp, publish, withdraw
 from coordinator.cli.serve import build_config, limit_options, run
 from coordinator.config import DEFAULT_LISTEN
 from coordinator.errors import CoordinatorError
@@ -90,15 +92,26 @@ def up(
             where = str(etcd.data_dir) if data_dir is not None else "temporary"
 
             def ready(address: str) -> None:
+                local = LocalUp(target=address, etcd=etcd.endpoint, pid=os.getpid())
+                published = publish(local)
+                (etcd.data_dir / "env").write_text(local.exports() + "\n")
                 click.echo(f"coordinator: listening on {address}")
                 click.echo(
                     "coordinator: INSECURE mode: no authentication, callers name their own "
                     "principal (x-coordinator-principal) and roles; loopback only"
                 )
                 click.echo(f"coordinator: etcd at {etcd.endpoint} (data: {where})")
+                click.echo(
+                    "coordinator: the CLI verbs and `coordinator doctor` find this server by "
+                    f"themselves ({published}); other programs, in another terminal:"
+                )
+                click.echo(f"  {local.exports()}")
                 click.echo("coordinator: press Ctrl-C to stop")
 
-            code = run(config, ready=ready)
+            try:
+                code = run(config, ready=ready)
+            finally:
+                withdraw(os.getpid())
     raise SystemExit(code)
 
 
