@@ -122,6 +122,14 @@ def check_owner(view: FenceView, fence: Fence, principal: str) -> None:
             f"claim_generation {fence.claim_generation} does not belong to attempt "
             f"{attempt.attempt_id} (its generation is {attempt.claim_generation})"
         )
+    # A cancel generation only grows, and a claim hands out the current one: one above the
+    # task's was never handed out (answering CANCELLED would send the caller looking for a
+    # cancellation that never happened).
+    if fence.cancel_generation > view.task.cancel_generation:
+        raise InvalidArgument(
+            f"cancel_generation {fence.cancel_generation} was never handed out: the task's is "
+            f"{view.task.cancel_generation}; send the fence the claim returned"
+        )
 
 
 def check_fence(view: FenceView, fence: Fence) -> Verdict:

@@ -121,6 +121,10 @@ def test_check_owner() -> None:
         check_owner(HOLDER, FENCE, "w2")
     with pytest.raises(InvalidArgument, match="does not belong"):
         check_owner(HOLDER, replace(FENCE, claim_generation=GEN + 1), "w1")
+    with pytest.raises(InvalidArgument, match="cancel_generation 1 was never handed out"):
+        check_owner(HOLDER, replace(FENCE, cancel_generation=1), "w1")
+    # A real cancellation after the claim is an outcome, not an error (check_fence says it).
+    check_owner(replace(HOLDER, task=replace(TASK, cancel_generation=1)), FENCE, "w1")
 
 
 # --- check_fence -------------------------------------------------------------------------------

@@ -80,6 +80,8 @@ _BAD_FENCES: list[tuple[str, dict[str, Any] | None, grpc.StatusCode, str]] = [
     ("missing-epoch", {"scheduler_epoch": 0}, INVALID, "fence.scheduler_epoch"),
     ("neg-epoch", {"scheduler_epoch": -1}, INVALID, "fence.scheduler_epoch"),
     ("neg-cancel", {"cancel_generation": -1}, INVALID, "fence.cancel_generation"),
+    # Never handed out (the task was never cancelled): a forged fence, not a cancellation.
+    ("forged-cancel", {"cancel_generation": 7}, INVALID, "cancel_generation 7 was never handed"),
     ("no-fence", None, INVALID, "fence is required"),
 ]
 FENCED_ARGS = ("changes", "fields", "code", "named")
