@@ -111,8 +111,12 @@ class Job:
         deadline, lease = claim.claim_deadline, claim.lease_expires_at
         self._claim_deadline = (deadline.seconds, deadline.nanos)
         self.safety_margin = safety_margin if safety_margin is not None else self.ttl / 4
+        # A reused lease has less left than the TTL: the server says how much, clock-free.
+        left = (
+            claim.lease_remaining.ToNanoseconds() / 1e9 if claim.HasField("lease_remaining") else 0
+        )
         self._state = _State(
-            expires_at=sent_at + self.ttl.total_seconds(),
+            expires_at=sent_at + (left or self.ttl.total_seconds()),
             lease_expires_at=(lease.seconds, lease.nanos),
         )
         self._lock = threading.Lock()

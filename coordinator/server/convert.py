@@ -135,6 +135,7 @@ def claim_response(result: ClaimResult) -> worker_pb2.ClaimResponse:
     response.attempt = result.attempt
     response.ttl_seconds = result.ttl
     _set_time(response.lease_expires_at, result.lease_expires_at)
+    response.lease_remaining.FromNanoseconds(round(result.lease_remaining * 1e9))
     _set_time(response.claim_deadline, result.deadline)
     response.input_digest = task.input_digest
     response.input = task.input

@@ -183,6 +183,7 @@ class ClaimStore:
             ttl=granted,
             lease_expires_at=now + lease.remaining,
             deadline=claim.deadline,
+            lease_remaining=lease.remaining,
         )
 
     def claim_next(self, queue: str, *, principal: str, epoch: int, ttl: int) -> ClaimResult:

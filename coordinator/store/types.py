@@ -39,6 +39,8 @@ class ClaimResult:
     ttl: int = 0
     lease_expires_at: float = 0.0
     deadline: float = 0.0
+    # Seconds the lease had left when the claim was decided (a reused lease has less than ttl).
+    lease_remaining: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ PERMISSION_DENIED) or an unavailable store (UNAVAILABLE), and write nothing.
 from collections import abc as _abc
 from coordinator.v1 import types_pb2 as _types_pb2
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -135,13 +136,17 @@ class ClaimResponse(_message.Message):
     INPUT_FIELD_NUMBER: _builtins.int
     TASK_REVISION_FIELD_NUMBER: _builtins.int
     STATE_VERSION_FIELD_NUMBER: _builtins.int
+    LEASE_REMAINING_FIELD_NUMBER: _builtins.int
     outcome: _types_pb2.Outcome.ValueType
     reason: _types_pb2.FenceReason.ValueType
     message: _builtins.str
     """A sentence for people; never parse it."""
     attempt: _builtins.int
     ttl_seconds: _builtins.int
-    """The TTL actually granted after clamping."""
+    """The TTL granted after clamping: what each renewal restores. The first lease may have less
+    left (the server reuses a young lease of the same TTL): schedule from lease_remaining (or
+    lease_expires_at), never from this.
+    """
     input_digest: _builtins.str
     input: _builtins.bytes
     task_revision: _builtins.int
@@ -152,10 +157,18 @@ class ClaimResponse(_message.Message):
         """Set only when outcome is CLAIMED."""
 
     @_builtins.property
-    def lease_expires_at(self) -> _timestamp_pb2.Timestamp: ...
+    def lease_expires_at(self) -> _timestamp_pb2.Timestamp:
+        """When the lease ends, by the server's clock."""
+
     @_builtins.property
     def claim_deadline(self) -> _timestamp_pb2.Timestamp:
         """Renewals stop being accepted at this time (claim start + max_claim_duration)."""
+
+    @_builtins.property
+    def lease_remaining(self) -> _duration_pb2.Duration:
+        """How long the lease has left as this answer is sent: lease_expires_at without comparing
+        clocks (what the SDK schedules its keepalive and retries from).
+        """
 
     def __init__(
         self,
@@ -172,10 +185,11 @@ class ClaimResponse(_message.Message):
         input: _builtins.bytes = ...,
         task_revision: _builtins.int = ...,
         state_version: _builtins.int = ...,
+        lease_remaining: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["claim_deadline", b"claim_deadline", "fence", b"fence", "lease_expires_at", b"lease_expires_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["claim_deadline", b"claim_deadline", "fence", b"fence", "lease_expires_at", b"lease_expires_at", "lease_remaining", b"lease_remaining"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "claim_deadline", b"claim_deadline", "fence", b"fence", "input", b"input", "input_digest", b"input_digest", "lease_expires_at", b"lease_expires_at", "message", b"message", "outcome", b"outcome", "reason", b"reason", "state_version", b"state_version", "task_revision", b"task_revision", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "claim_deadline", b"claim_deadline", "fence", b"fence", "input", b"input", "input_digest", b"input_digest", "lease_expires_at", b"lease_expires_at", "lease_remaining", b"lease_remaining", "message", b"message", "outcome", b"outcome", "reason", b"reason", "state_version", b"state_version", "task_revision", b"task_revision", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

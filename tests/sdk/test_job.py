@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.domain.digests import digest_of
@@ -188,6 +189,21 @@ def test_wire_times_read_as_utc_datetimes() -> None:
     assert job.claim_deadline == datetime(2023, 11, 14, 23, 13, 20, tzinfo=UTC)
     unset = Job(cast(Any, None), worker_pb2.ClaimResponse(ttl_seconds=30), sent_at=0.0)
     assert (unset.lease_expires_at, unset.claim_deadline) == (None, None)
+
+
+def test_a_reused_lease_counts_down_from_what_the_server_says_is_left() -> None:
+    # A claim on a young reused lease: TTL 30 s granted, 21 s left (never the 30 s).
+    reused = worker_pb2.ClaimResponse(ttl_seconds=30, lease_remaining=Duration(seconds=21))
+    job = Job(cast(Any, None), reused, sent_at=100.0, clock=lambda: 100.0)
+    assert job.remaining() == timedelta(seconds=21)
+    # An older server sends no lease_remaining: the TTL, as before.
+    old = Job(
+        cast(Any, None),
+        worker_pb2.ClaimResponse(ttl_seconds=30),
+        sent_at=100.0,
+        clock=lambda: 100.0,
+    )
+    assert old.remaining() == timedelta(seconds=30)
 
 
 def test_superseded_commit_is_fenced(worker: WorkerClient, other: WorkerClient) -> None:

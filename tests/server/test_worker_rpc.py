@@ -54,6 +54,7 @@ def test_claim_renew_authorize_stage_commit(
     assert fence.claim_generation == claim.state_version > created.state_version
     assert claim.input == INPUT and claim.input_digest == digest_of(INPUT)
     assert claim.ttl_seconds == 30 and claim.attempt == 1
+    assert claim.lease_remaining.ToSeconds() == 30  # a fresh lease: all of it
     assert claim.lease_expires_at.seconds > 0 and claim.claim_deadline.seconds > 0
 
     renew = worker.Renew(worker_pb2.RenewRequest(fence=fence, progress="step-1"), metadata=WORKER_A)
