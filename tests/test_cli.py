@@ -20,12 +20,13 @@ from typing import Any
 import grpc
 import pytest
 from click.testing import CliRunner
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator.cli import main
 from coordinator.cli.local_up import state_file
 from coordinator.config import Config, parse_endpoints
 from coordinator.errors import ConfigError
-from coordinator.etcd_process import EtcdProcess
+from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 from coordinator.v1 import admin_pb2, admin_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
@@ -282,5 +283,59 @@ def test_serve_refuses_a_taken_port(etcd: EtcdProcess, prefix: str, tmp_path: Pa
             timeout=60,
             check=False,
         )
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 2, result.stderr  # an invalid setting, like any other
     assert f"listen: cannot bind '127.0.0.1:{port}'" in result.stderr
+    assert "is another process listening there?" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def _health(address: str, service: str) -> int:
+    with grpc.insecure_channel(address, options=GRPC_OPTIONS) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        request = health_pb2.HealthCheckRequest(service=service)
+        return int(stub.Check(request, timeout=5, wait_for_ready=True).status)
+
+
+def test_serve_waits_for_etcd_not_ready_then_serves_once_it_answers(
+    prefix: str, tmp_path: Path, processes: list[Process]
+) -> None:
+    later = EtcdProcess(binary=find_etcd_binary())  # ports chosen, nothing running yet
+    (port,) = _free_ports(1)
+    args = ["serve", "--etcd", later.endpoint, "--prefix", prefix, "--insecure"]
+    env = {"COORDINATOR_METRICS_LISTEN": "127.0.0.1:0"}
+    serve = Process([*args, "--listen", f"127.0.0.1:{port}"], tmp_path / "serve.log", env)
+    processes.append(serve)
+    address = f"127.0.0.1:{port}"
+    serving, not_serving = health_pb2.HealthCheckResponse.SERVING, 2
+    assert _health(address, "liveness") == serving  # alive: no restart while etcd is away
+    assert _health(address, "") == not_serving  # not ready: no calls routed here
+    eventually(lambda: "etcd not reachable; waiting" in serve.logs(), timeout=10)
+    assert serve.proc.poll() is None
+    with later:
+        eventually(lambda: _health(address, "") == serving, timeout=30)
+        assert _get_epoch(address).epoch == 1
+        assert serve.terminate() == 0, serve.logs()
+
+
+def test_serve_stops_cleanly_while_waiting_for_etcd(
+    prefix: str, tmp_path: Path, processes: list[Process]
+) -> None:
+    (port,) = _free_ports(1)
+    args = ["serve", "--etcd", f"127.0.0.1:{port}", "--prefix", prefix, "--insecure"]
+    env = {"COORDINATOR_METRICS_LISTEN": "127.0.0.1:0"}
+    serve = Process([*args, "--listen", "127.0.0.1:0"], tmp_path / "serve.log", env)
+    processes.append(serve)
+    eventually(lambda: "etcd not reachable; waiting" in serve.logs(), timeout=10)
+    assert serve.terminate() == 0, serve.logs()
+    assert "Traceback" not in serve.logs()
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()

@@ -302,10 +302,10 @@ def run(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
     """Serve until signalled; store and config errors become a clean CLI failure."""
     try:
         return run_server(config, ready=ready)
-    except VersionRefused as exc:  # too old for the keyspace: exit 2, like a bad setting
+    except (VersionRefused, ConfigError) as exc:  # a bad setting (or too old): exit 2
         click.echo(f"Error: {exc}", err=True)
         raise SystemExit(2) from exc
-    except (ConfigError, StoreUnavailable) as exc:
+    except StoreUnavailable as exc:
         raise click.ClickException(str(exc)) from exc
 
 

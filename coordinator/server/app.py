@@ -37,6 +37,7 @@ from coordinator.server.idempotency import IdempotencyInterceptor
 from coordinator.server.metrics_http import start_metrics
 from coordinator.server.request_ids import RequestIdInterceptor
 from coordinator.server.rpc_metrics import RpcMetricsInterceptor
+from coordinator.server.startup import bind_error, wait_for_store
 from coordinator.server.stream_interceptor import StreamLimitInterceptor
 from coordinator.server.streams import OpenStreams
 from coordinator.server.task_service import TaskService
@@ -150,7 +151,7 @@ def build_server(
         if health_listen is not None:
             server.add_insecure_port(health_listen)
     except RuntimeError as exc:  # grpc raises a bare RuntimeError when it cannot bind
-        raise ConfigError(f"listen: cannot bind {listen!r}: {exc}") from exc
+        raise ConfigError(bind_error(listen, exc)) from exc
     server.start()
     health_servicer.set(LIVENESS_SERVICE, _SERVING)
     checker = _HealthChecker(store, health_servicer, server, health_interval)
@@ -216,7 +217,10 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
     configure_logging(config.log_level)
     auth, tls = authenticator_for(config), tls_for(config)  # bad auth files fail before etcd
     stop = threading.Event()
-    with _store_for(config) as store, _signals_set(stop):
+    with _signals_set(stop), _store_for(config, stop, tls) as store:
+        if store is None:  # told to stop while waiting for etcd
+            log.info("stopped")
+            return 0
         server, port = build_server(
             store,
             listen=config.listen,
@@ -262,8 +266,34 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
 
 
 @contextmanager
-def _store_for(config: Config) -> Iterator[Store]:
-    """Connect to etcd and start the store; close both on the way out."""
+def _store_for(
+    config: Config, stop: threading.Event, tls: ServerTLS | None
+) -> Iterator[Store | None]:
+    """Connect to etcd and start the store, waiting for etcd to answer (startup.py); close
+    both on the way out. None if told to stop while waiting."""
+    opened = wait_for_store(
+        lambda: _open_store(config),
+        stop=stop,
+        listen=config.listen,
+        tls=tls,
+        health_listen=config.health_listen,
+        liveness=LIVENESS_SERVICE,
+        readiness=("", *SERVICE_NAMES),
+    )
+    if opened is None:
+        yield None
+        return
+    kv, store = opened
+    try:
+        yield store
+    finally:
+        store.close()
+        kv.close()
+
+
+def _open_store(config: Config) -> tuple[EtcdKV, Store]:
+    """A connection and a started store; StoreUnavailable (nothing left open) while etcd does
+    not answer."""
     kv = EtcdKV.connect(list(config.etcd), timeout=config.etcd_timeout, **config.etcd_security())
     try:
         store = Store.open(
@@ -275,12 +305,10 @@ def _store_for(config: Config) -> Iterator[Store]:
         )
         refuse_old_coordinator(VersionStore(store.ctx))  # before anything runs or writes
         store.start()
-        try:
-            yield store
-        finally:
-            store.close()
-    finally:
+    except BaseException:
         kv.close()
+        raise
+    return kv, store
 
 
 @contextmanager

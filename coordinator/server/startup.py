@@ -1,0 +1,105 @@
+"""Waiting for etcd at start.
+
+On a first install etcd often starts alongside the coordinator. A replica that exited when etcd
+did not answer yet would be restarted with a growing back-off (CrashLoopBackOff) and look broken.
+Instead it serves health while it waits: liveness SERVING (the process is fine), readiness ("",
+every service) NOT_SERVING (no Service routes calls to it), and retries, logging the cause every
+few seconds, until etcd answers or it is told to stop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from typing import TypeVar
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from coordinator.errors import ConfigError, StoreUnavailable
+from coordinator.server.tls import ServerTLS
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+RETRY_SECONDS = 1.0
+"""How often a waiting replica tries etcd again."""
+LOG_SECONDS = 5.0
+"""How often it says it is still waiting (and why)."""
+
+
+def wait_for_store(
+    open_store: Callable[[], T],
+    *,
+    stop: threading.Event,
+    listen: str,
+    tls: ServerTLS | None,
+    health_listen: str | None,
+    liveness: str,
+    readiness: tuple[str, ...],
+) -> T | None:
+    """``open_store()`` once etcd answers (StoreUnavailable means "not yet"); None if ``stop``
+    is set first. Meanwhile a health-only server answers on the replica's ports."""
+    try:
+        return open_store()
+    except StoreUnavailable as exc:
+        first_error = str(exc)
+    server = _health_only(listen, tls, health_listen, liveness, readiness)
+    log.warning("etcd not reachable; waiting (readiness NOT_SERVING)", error=first_error)
+    try:
+        last_log = time.monotonic()
+        while not stop.wait(RETRY_SECONDS):
+            try:
+                store = open_store()
+            except StoreUnavailable as exc:
+                if time.monotonic() - last_log >= LOG_SECONDS:
+                    log.warning("etcd still not reachable; waiting", error=str(exc))
+                    last_log = time.monotonic()
+                continue
+            log.info("etcd reachable; starting")
+            return store
+        return None
+    finally:
+        server.stop(None).wait()
+
+
+def _health_only(
+    listen: str,
+    tls: ServerTLS | None,
+    health_listen: str | None,
+    liveness: str,
+    readiness: tuple[str, ...],
+) -> grpc.Server:
+    """A server of the health service alone on the replica's ports."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="health-wait"),
+        options=[("grpc.so_reuseport", 0)],
+    )
+    servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    servicer.set(liveness, health_pb2.HealthCheckResponse.SERVING)
+    for name in readiness:
+        servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    try:
+        if tls is not None:
+            server.add_secure_port(listen, tls.credentials())
+        else:
+            server.add_insecure_port(listen)
+        if health_listen is not None:
+            server.add_insecure_port(health_listen)
+    except RuntimeError as exc:  # grpc raises a bare RuntimeError when it cannot bind
+        raise ConfigError(bind_error(listen, exc)) from exc
+    server.start()
+    return server
+
+
+def bind_error(listen: str, exc: RuntimeError) -> str:
+    """What to say when gRPC cannot bind ``listen`` (it raises a bare RuntimeError)."""
+    return (
+        f"listen: cannot bind {listen!r} ({exc}): is another process listening there? Stop it "
+        "or choose another address (--listen / COORDINATOR_LISTEN; port 0 picks a free one)"
+    )
