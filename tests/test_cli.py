@@ -52,6 +52,14 @@ def test_up_help() -> None:
     assert "--etcd-bin" in result.output and "--data-dir" in result.output
 
 
+def test_up_on_a_remote_address_points_to_serve_with_tokens() -> None:
+    result = CliRunner().invoke(main, ["up", "--listen", "0.0.0.0:7070"])
+    assert result.exit_code == 2, result.output
+    assert "'0.0.0.0:7070' is not a loopback address" in result.output
+    assert "`coordinator serve` with --token-file" in result.output
+    assert "--insecure-allow-remote" not in result.output  # up has no such flag
+
+
 @pytest.mark.parametrize(
     ("args", "setting"),
     [

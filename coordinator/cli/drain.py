@@ -21,6 +21,9 @@ from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2
 
 _LISTED = 20  # claimed tasks named on timeout; the counts say how many there are in all
 
+RESUME_HINT = "claims stay paused: `coordinator claims resume` lets workers claim again"
+"""What drain says last whenever it leaves claims paused (it never resumes them itself)."""
+
 
 def render(status: admin_pb2.DrainStatusResponse, elapsed: float, timeout: float) -> Table:
     """The progress table: what still runs, and how long we have waited."""
@@ -59,14 +62,22 @@ def _counts(status: admin_pb2.DrainStatusResponse) -> list[tuple[str, int]]:
     metavar="SECONDS",
     help="How often to poll DrainStatus.",
 )
-@click.option("--reason", default="drain", show_default=True, help="Recorded with the pause.")
+@click.option(
+    "--reason",
+    default="drain",
+    show_default=True,
+    help="Recorded with the pause (claims already paused keep the operator's reason).",
+)
 @remote_options
 def drain(timeout: float, interval: float, reason: str, **settings: Any) -> None:
     """Pause claims, then wait until active leases, UNKNOWN effects and staged-but-uncommitted
     results are all zero (exit 0), or until --timeout (exit 1)."""
     console = Console()
     with connect(**remote_settings(settings)) as remote:
-        remote.call(remote.admin.PauseClaims, admin_pb2.PauseClaimsRequest(reason=reason))
+        if remote.call(remote.admin.GetEpoch, admin_pb2.GetEpochRequest()).claims_paused:
+            console.print("claims were already paused: their pause and its reason are kept")
+        else:
+            remote.call(remote.admin.PauseClaims, admin_pb2.PauseClaimsRequest(reason=reason))
         started = time.monotonic()
         status = remote.call(remote.admin.DrainStatus, admin_pb2.DrainStatusRequest())
         with Live(render(status, 0.0, timeout), console=console, refresh_per_second=4) as live:
@@ -81,6 +92,7 @@ def drain(timeout: float, interval: float, reason: str, **settings: Any) -> None
             console.line()  # rich leaves the last frame unterminated off a terminal
         if status.drained:
             console.print(f"drained at epoch {status.epoch}: safe to switch pools")
+            console.print(RESUME_HINT)
             return
         left = ", ".join(f"{label} {count}" for label, count in _counts(status) if count)
         if not status.claims_paused:
@@ -88,6 +100,8 @@ def drain(timeout: float, interval: float, reason: str, **settings: Any) -> None
         console.print(f"[red]not drained after {timeout:.0f}s[/red]: {left}")
         for line in _claimed(remote):
             console.print(f"  {line}")
+        if status.claims_paused:
+            console.print(RESUME_HINT)
     raise SystemExit(1)
 
 

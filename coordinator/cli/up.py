@@ -18,7 +18,7 @@ import click
 
 from coordinator.cli.local_up import LocalUp, publish, withdraw
 from coordinator.cli.serve import build_config, limit_options, run
-from coordinator.config import DEFAULT_LISTEN
+from coordinator.config import DEFAULT_LISTEN, is_loopback
 from coordinator.errors import CoordinatorError
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 
@@ -69,6 +69,13 @@ def up(
     log_level: str,
 ) -> None:
     """Start a local etcd and a coordinator server in this process; Ctrl-C stops both."""
+    if not is_loopback(listen):
+        raise click.BadParameter(
+            f"{listen!r} is not a loopback address: `coordinator up` is a local playground "
+            "without authentication. To serve other machines, run `coordinator serve` with "
+            "--token-file (see `coordinator token new`) over your etcd.",
+            param_hint="--listen",
+        )
     settings = {
         "listen": listen,
         "metrics_listen": metrics_listen,

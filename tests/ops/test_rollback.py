@@ -10,6 +10,7 @@ import grpc
 from click.testing import CliRunner, Result
 
 from coordinator.cli import main
+from coordinator.cli.drain import RESUME_HINT
 from coordinator.domain.digests import digest_of
 from coordinator.store import Store
 from coordinator.v1 import (
@@ -180,3 +181,17 @@ def test_revoke_leases_spares_claims_made_after_the_bump(store: Store) -> None:
     assert store.admin.revoke_leases(before_revision=bumped_at) == 1
     assert store.admin.drain_status().active_leases == 1
     assert store.admin.revoke_leases(before_revision=bumped_at) == 0
+
+
+def test_drain_pauses_or_keeps_the_operators_pause_and_says_how_to_resume(
+    secured: str, ring: TokenRing
+) -> None:
+    admin_token = ring.tokens["admin-1"]
+    first = _cli(secured, admin_token, "drain", "--timeout", "5", "--interval", "0.1")
+    assert first.exit_code == 0, first.output
+    assert "already paused" not in first.output  # drain paused them itself
+    assert first.output.rstrip().endswith(RESUME_HINT)
+    again = _cli(secured, admin_token, "drain", "--timeout", "5", "--interval", "0.1")
+    assert again.exit_code == 0, again.output
+    assert "claims were already paused: their pause and its reason are kept" in again.output
+    assert again.output.rstrip().endswith(RESUME_HINT)
