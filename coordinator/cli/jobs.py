@@ -51,6 +51,13 @@ def jobs(worker_id: str, as_json: bool, **settings: Any) -> None:
     with connect(**remote_settings(settings)) as conn:
         request = worker_pb2.ListJobsRequest(worker_id=worker_id)
         response = conn.call(conn.worker.ListJobs, request)
+    if not response.jobs:
+        whose = f"worker {worker_id!r}" if worker_id else "the calling principal"
+        click.echo(
+            f"no managed jobs for {whose}"
+            + ("" if worker_id else " (--worker PRINCIPAL lists a worker's jobs)"),
+            err=True,
+        )
     for status in response.jobs:
         job = job_from_proto(status.job)
         click.echo(

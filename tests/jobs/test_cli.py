@@ -42,4 +42,8 @@ def test_jobs_lists_the_records_of_a_worker(etcd: EtcdProcess, prefix: str, tmp_
         )
         # The caller's own jobs by default: the operator has none.
         empty = CliRunner().invoke(main, base)
-        assert (empty.exit_code, empty.output) == (0, "")
+        assert (empty.exit_code, empty.stdout) == (0, "")
+        assert empty.stderr == (
+            "no managed jobs for the calling principal (--worker PRINCIPAL lists a worker's "
+            "jobs)\n"
+        )
