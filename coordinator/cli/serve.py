@@ -275,7 +275,24 @@ def _load_config_file(ctx: click.Context, param: click.Parameter, value: str | N
         raise click.BadParameter(str(exc), ctx=ctx, param_hint="'--config'") from exc
     if isinstance(settings.get("etcd"), list):
         settings["etcd"] = ",".join(str(e) for e in settings["etcd"])
+    _check_types(ctx, value, settings)
     ctx.default_map = {**(ctx.default_map or {}), **settings}
+
+
+def _check_types(ctx: click.Context, path: str, settings: dict[str, Any]) -> None:
+    """Convert each file value as its option would, now: a bad one is blamed on the file and
+    its key, not on the flag and environment variable it would otherwise surface through."""
+    options = {p.name: p for p in ctx.command.params if p.name}
+    for key, raw in settings.items():
+        option = options.get(key)
+        if option is None:
+            continue
+        try:
+            option.type_cast_value(ctx, raw)
+        except click.BadParameter as exc:
+            raise click.BadParameter(
+                f"{key} = {raw!r} in {path}: {exc.message}", ctx=ctx, param_hint="'--config'"
+            ) from exc
 
 
 def build_config(**settings: Any) -> Config:

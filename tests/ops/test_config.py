@@ -109,6 +109,17 @@ def test_the_config_file_may_come_from_the_environment(
     )
 
 
+def test_a_bad_value_in_the_config_file_is_blamed_on_the_file_and_its_key(
+    tmp_path: Path, captured: list[Config]
+) -> None:
+    config_file = _file(tmp_path, 'insecure = true\nmax_ttl = "abc"\n')
+    result = _serve(["--config", config_file])
+    assert result.exit_code == 2
+    assert f"max_ttl = 'abc' in {config_file}: 'abc' is not a valid integer" in result.output
+    assert "COORDINATOR_MAX_TTL" not in result.output and "--max-ttl" not in result.output
+    assert captured == []
+
+
 def test_help_documents_every_setting_with_its_env_var_and_config_key() -> None:
     result = CliRunner().invoke(main, ["serve", "--help"], terminal_width=400)
     assert result.exit_code == 0
@@ -233,4 +244,4 @@ def test_up_is_insecure_and_therefore_loopback_only(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(importlib.import_module("coordinator.cli.up"), "EtcdProcess", no_etcd)
     result = CliRunner().invoke(main, ["up", "--listen", "0.0.0.0:0"])
     assert result.exit_code == 2, result.output
-    assert "insecure: refusing" in result.output
+    assert "'0.0.0.0:0' is not a loopback address" in result.output
