@@ -219,7 +219,7 @@ def test_an_invalid_token_file_or_tls_file_fails_at_start(
     [
         ("max_tll = 5", "unknown setting 'max_tll'"),
         ("max_ttl = ", "not valid TOML"),
-        ('max_ttl = "lots"', "--max-ttl"),
+        ('max_ttl = "lots"', "max_ttl = 'lots' in "),
         ("[etcd]\nendpoints = []", "etcd must be a value"),
     ],
 )
