@@ -6,7 +6,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv etcd chaos-tools lint test demo protos helm chart
+.PHONY: venv etcd chaos-tools lint test test-fast demo protos helm chart
+
+# The suite in phases (each with a header): pure rules, then everything against a real etcd and
+# gRPC, then the chaos runs with real processes and signals.
+UNIT := tests/domain tests/test_protos_fresh.py tests/test_logging.py
+CHAOS := tests/chaos tests/chaos_lite
 
 venv: $(STAMP)
 
@@ -25,12 +30,23 @@ chaos-tools:
 	bash scripts/install-chaos-tools.sh
 
 lint: venv
+	@echo "== lint (ruff) =="
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
+	@echo "== types (mypy --strict) =="
 	$(BIN)/mypy
 
 test: venv etcd chaos-tools lint chart
-	$(BIN)/pytest -q
+	@echo "== unit (pure domain rules) =="
+	$(BIN)/pytest -q $(UNIT)
+	@echo "== integration (real etcd, real gRPC) =="
+	$(BIN)/pytest -q $(addprefix --ignore=,$(UNIT) $(CHAOS))
+	@echo "== chaos (real processes, signals) =="
+	$(BIN)/pytest -q $(CHAOS)
+
+# Everything but the slow marks (real-process tests that pause workers past their TTL).
+test-fast: venv etcd lint
+	$(BIN)/pytest -q -m "not slow"
 
 demo: venv etcd
 	$(BIN)/coordinator demo
@@ -46,6 +62,7 @@ helm:
 # Lint and render the chart for every values file CI cares about (tests/ops/test_helm_chart.py
 # then checks the rendered manifests).
 chart: helm
+	@echo "== chart (helm lint + template) =="
 	for values in helm/coordinator/ci/*-values.yaml; do \
 		.tools/bin/helm lint --strict helm/coordinator -f $$values && \
 		.tools/bin/helm template ci helm/coordinator -f $$values >/dev/null || exit 1; \
