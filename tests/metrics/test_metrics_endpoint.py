@@ -261,5 +261,5 @@ def test_serve_refuses_a_taken_metrics_port_naming_the_setting(
         result = subprocess.run(
             [*COMMAND, *args], capture_output=True, text=True, timeout=60, check=False
         )
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 2, result.stderr
     assert f"metrics_listen: cannot bind '127.0.0.1:{port}'" in result.stderr
