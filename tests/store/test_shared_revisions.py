@@ -71,7 +71,12 @@ def test_the_releaser_releases_every_dependent_of_upstreams_done_in_one_revision
         committer.tasks.create(TaskSpec(task_id=down, depends_on=(up,)), by="pm")
         fences.append(claim(committer, up))
     releaser = make_store()  # watch-driven releaser, scan off
-    in_one_revision(committer, [functools.partial(commit, committer, f) for f in fences])
+    # Each action is the commit txn alone (the input digest read beforehand).
+    digests = {up: committer.tasks.get(up).input_digest for up in ups}
+    actions = [
+        functools.partial(commit, committer, f, input_digest=digests[f.task_id]) for f in fences
+    ]
+    in_one_revision(committer, actions)
     assert _states(committer, ups) == [TaskState.DONE] * N
     assert len(_event_revisions(committer, ups, "commit")) == 1
     eventually(lambda: _states(releaser, downs) == [TaskState.READY] * N, timeout=10)
