@@ -178,13 +178,47 @@ def check_fence(view: FenceView, fence: Fence) -> Verdict:
     )
 
 
+@dataclass(frozen=True)
+class CommitWrite:
+    """Write the result now: the fence holds and the task revision has no canonical result."""
+
+    @property
+    def verdict(self) -> Verdict:
+        """What the caller is told once the write landed."""
+        return Verdict(Outcome.COMMITTED)
+
+
+@dataclass(frozen=True)
+class CommitReplay:
+    """This attempt already wrote this result (a retry after a lost answer): answer COMMITTED
+    again with the canonical result, and write nothing."""
+
+    result: ResultRecord
+
+    @property
+    def verdict(self) -> Verdict:
+        """What the caller is told."""
+        return Verdict(Outcome.COMMITTED, message="already committed by this attempt")
+
+
+@dataclass(frozen=True)
+class CommitRefuse:
+    """No write: the fence failed, the input moved, or another result is canonical."""
+
+    verdict: Verdict
+
+
+CommitDecision = CommitWrite | CommitReplay | CommitRefuse
+"""One case per thing a commit can do, so no caller re-derives which one it was."""
+
+
 def decide_commit(
     view: FenceView, fence: Fence, *, input_digest: str, result_digest: str
-) -> Verdict:
-    """Whether a commit may make its result canonical.
+) -> CommitDecision:
+    """Whether a commit writes its result, replays one it already wrote, or is refused.
 
-    A retry of a commit that already landed (same attempt, same digest) is COMMITTED again, so a
-    worker that lost the response can simply retry.
+    A retry of a commit that already landed (same attempt, same digest) is a replay, so a worker
+    that lost the response can simply retry.
     """
     result = view.result
     if (
@@ -192,23 +226,27 @@ def decide_commit(
         and result.attempt_id == fence.attempt_id
         and result.result_digest == result_digest
     ):
-        return Verdict(Outcome.COMMITTED, message="already committed by this attempt")
+        return CommitReplay(result)
     if input_digest != view.task.input_digest:
-        return Verdict(
-            Outcome.STALE_INPUT,
-            message=f"task input digest is {view.task.input_digest}, the commit ran on "
-            f"{input_digest}",
+        return CommitRefuse(
+            Verdict(
+                Outcome.STALE_INPUT,
+                message=f"task input digest is {view.task.input_digest}, the commit ran on "
+                f"{input_digest}",
+            )
         )
     verdict = check_fence(view, fence)
     if not verdict.accepted:
-        return verdict
+        return CommitRefuse(verdict)
     if result is not None:
-        return Verdict(
-            Outcome.FENCED,
-            FenceReason.ALREADY_COMMITTED,
-            f"revision {view.task.revision} already has canonical result {result.commit_id}",
+        return CommitRefuse(
+            Verdict(
+                Outcome.FENCED,
+                FenceReason.ALREADY_COMMITTED,
+                f"revision {view.task.revision} already has canonical result {result.commit_id}",
+            )
         )
-    return Verdict(Outcome.COMMITTED)
+    return CommitWrite()
 
 
 def decide_renew(

@@ -19,23 +19,19 @@ from __future__ import annotations
 
 import http.client
 import json
-import threading
-import weakref
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
 from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectAction, EffectState
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
+from coordinator.sdk.attempt import HeldAttempt
 from coordinator.sdk.types import LossSource, outcome_of, timestamp
 from coordinator.v1 import types_pb2, worker_pb2
-
-if TYPE_CHECKING:
-    from coordinator.sdk.job import Job
 
 KEY_HEADER = "Idempotency-Key"
 GENERATION_HEADER = "X-Fencing-Generation"
@@ -258,11 +254,6 @@ class EffectOutcome:
 
 # --- the protocol -----------------------------------------------------------------------------
 
-# Keys this process sent per job: the SDK never sends a key twice within one attempt, even if
-# the coordinator answers EXECUTE again (a retried prepare whose first answer was lost).
-_sent: weakref.WeakKeyDictionary[Job, set[str]] = weakref.WeakKeyDictionary()
-_sent_lock = threading.Lock()
-
 # A prepare after ABSENT says EXECUTE; more rounds than this mean something is wrong.
 _ROUNDS = 3
 
@@ -271,7 +262,7 @@ _ROUNDS = 3
 class _Slot:
     """One ``job.effect`` call in progress."""
 
-    job: Job
+    attempt: HeldAttempt
     node_id: str
     effect_slot: str
     downstream: Downstream
@@ -280,6 +271,11 @@ class _Slot:
     bound_digest: str = ""
     conflict: bool = False
     sent: bool = False
+
+    @property
+    def generation(self) -> int:
+        """The fencing token the downstream is given with the key."""
+        return self.attempt.fence.claim_generation
 
     def outcome(self, status: EffectStatus, **fields: Any) -> EffectOutcome:
         return EffectOutcome(
@@ -293,7 +289,7 @@ class _Slot:
 
 
 def run_effect(
-    job: Job,
+    attempt: HeldAttempt,
     node_id: str,
     effect_slot: str,
     payload: bytes,
@@ -302,7 +298,7 @@ def run_effect(
     reconcile_principal: str = "",
 ) -> EffectOutcome:
     """Run the whole protocol for one slot (see the module doc); at most one send."""
-    slot = _Slot(job, node_id, effect_slot, downstream, reconcile_principal)
+    slot = _Slot(attempt, node_id, effect_slot, downstream, reconcile_principal)
     digest = digest_of(payload)
     for _ in range(_ROUNDS):
         prepared = _prepare(slot, digest)
@@ -323,7 +319,8 @@ def run_effect(
             )
         if action is EffectAction.NONE:  # conflict with an original confirmed ABSENT
             return slot.outcome(EffectStatus.CONFLICT, message=prepared.message)
-        if action is EffectAction.RECONCILE or _was_sent(job, slot.effect_id):
+        # A key this attempt sent before is looked up, never sent again (SentKeys).
+        if action is EffectAction.RECONCILE or not attempt.sent_keys.first_send(slot.effect_id):
             found = _reconcile(slot)
             if found is not None:
                 return found
@@ -338,12 +335,9 @@ def run_effect(
 
 def _execute(slot: _Slot, payload: bytes) -> EffectOutcome:
     """Send once with the effect id as the key, then record what came of it."""
-    job, key = slot.job, slot.effect_id
-    with _sent_lock:
-        _sent.setdefault(job, set()).add(key)
     slot.sent = True
     try:
-        result = slot.downstream.execute(key, job.generation, payload)
+        result = slot.downstream.execute(slot.effect_id, slot.generation, payload)
     except DownstreamUncertain as exc:
         return _recorded(slot, EffectState.UNKNOWN, EffectStatus.UNCERTAIN, message=str(exc))
     except DownstreamRefused as exc:
@@ -353,9 +347,8 @@ def _execute(slot: _Slot, payload: bytes) -> EffectOutcome:
 
 def _reconcile(slot: _Slot) -> EffectOutcome | None:
     """Ask the downstream about the key instead of sending; None when it was ABSENT."""
-    job, key = slot.job, slot.effect_id
     try:
-        found = slot.downstream.lookup(key, job.generation)
+        found = slot.downstream.lookup(slot.effect_id, slot.generation)
     except (LookupUnsupported, DownstreamUncertain) as exc:
         return _recorded(slot, EffectState.UNKNOWN, EffectStatus.UNCERTAIN, message=str(exc))
     if found is not None:
@@ -380,7 +373,9 @@ def _recorded(
     response = _record(slot, state, result)
     outcome = outcome_of(response.outcome)
     if outcome is not Outcome.OK:
-        slot.job._lose(outcome, FenceReason(response.reason), response.message, LossSource.EFFECT)
+        slot.attempt.mark_lost(
+            outcome, FenceReason(response.reason), response.message, LossSource.EFFECT
+        )
     return slot.outcome(
         status,
         external_ref=result.external_ref if result else "",
@@ -393,38 +388,31 @@ def _recorded(
 
 
 def _fenced(slot: _Slot, outcome: Outcome, reason: FenceReason, message: str) -> EffectOutcome:
-    slot.job._lose(outcome, reason, message, LossSource.EFFECT)
+    slot.attempt.mark_lost(outcome, reason, message, LossSource.EFFECT)
     return slot.outcome(
         EffectStatus.FENCED, recorded=False, outcome=outcome, reason=reason, message=message
     )
 
 
 def _prepare(slot: _Slot, digest: str) -> worker_pb2.PrepareEffectResponse:
-    job = slot.job
     request = worker_pb2.PrepareEffectRequest(
-        fence=job.fence.to_proto(),
+        fence=slot.attempt.fence.to_proto(),
         node_id=slot.node_id,
         effect_slot=slot.effect_slot,
         payload_digest=digest,
     )
-    return job._rpc.call(job._rpc.worker.PrepareEffect, request, lease_left=job.remaining())
+    return slot.attempt.call(lambda worker: worker.PrepareEffect, request)
 
 
 def _record(
     slot: _Slot, state: EffectState, result: DownstreamResult | None = None
 ) -> worker_pb2.RecordEffectResponse:
-    job = slot.job
     request = worker_pb2.RecordEffectRequest(
-        fence=job.fence.to_proto(),
+        fence=slot.attempt.fence.to_proto(),
         effect_id=slot.effect_id,
         state=types_pb2.EffectState.ValueType(int(state)),
         external_ref=result.external_ref if result else "",
         etag=result.etag if result else "",
         reconcile_principal=slot.reconcile_principal if state is EffectState.UNKNOWN else "",
     )
-    return job._rpc.call(job._rpc.worker.RecordEffect, request, lease_left=job.remaining())
-
-
-def _was_sent(job: Job, key: str) -> bool:
-    with _sent_lock:
-        return key in _sent.get(job, ())
+    return slot.attempt.call(lambda worker: worker.RecordEffect, request)

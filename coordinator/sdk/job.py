@@ -28,7 +28,8 @@ from coordinator.domain.digests import digest_of
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
 from coordinator.sdk._flag import Flag
-from coordinator.sdk._rpc import Rpc
+from coordinator.sdk._rpc import Req, Resp, Rpc
+from coordinator.sdk.attempt import SentKeys, WorkerMethod
 from coordinator.sdk.effects import Downstream, EffectOutcome, run_effect
 from coordinator.sdk.managed import DEFAULT_GRACE, ManagedProcess, run_managed
 from coordinator.sdk.types import (
@@ -123,6 +124,7 @@ class Job:
         self._stop = Flag()
         self._lost = Flag()
         self._thread: threading.Thread | None = None
+        self._sent_keys = SentKeys()
 
     # --- identity and state ---------------------------------------------------------------
 
@@ -168,6 +170,11 @@ class Job:
         with self._lock:
             return self._state.renewals
 
+    @property
+    def sent_keys(self) -> SentKeys:
+        """The effect keys this attempt sent downstream (sdk/effects.py)."""
+        return self._sent_keys
+
     def is_lost(self) -> bool:
         """Whether the job is known to have lost its task. Never blocks."""
         return self._lost.is_set()
@@ -208,6 +215,12 @@ class Job:
 
     # --- acceptance points ----------------------------------------------------------------
 
+    def call(self, method: WorkerMethod[Req, Resp], request: Req) -> Resp:
+        """Call the WorkerService method ``method`` picks (``lambda worker: worker.Commit``)
+        with ``request``, which carries this job's fence: transport failures are retried until
+        the retry budget or the lease by the local clock runs out."""
+        return self._rpc.call(method(self._rpc.worker), request, lease_left=self.remaining())
+
     def commit(
         self,
         result: bytes,
@@ -235,12 +248,12 @@ class Job:
             result_ref=result_ref,
             evidence=list(evidence),
         )
-        response = self._rpc.call(self._rpc.worker.Commit, request, lease_left=self.remaining())
+        response = self.call(lambda worker: worker.Commit, request)
         outcome = CommitOutcome.from_proto(response)
         if outcome.committed:
             self._finish("committed")
         else:
-            self._lose(outcome.outcome, outcome.reason, outcome.message, LossSource.COMMIT)
+            self.mark_lost(outcome.outcome, outcome.reason, outcome.message, LossSource.COMMIT)
         return outcome
 
     def stage(
@@ -253,9 +266,7 @@ class Job:
             result=result,
             result_ref=result_ref,
         )
-        response = self._rpc.call(
-            self._rpc.worker.StageResult, request, lease_left=self.remaining()
-        )
+        response = self.call(lambda worker: worker.StageResult, request)
         return StageOutcome(outcome_of(response.outcome), response.current, response.message)
 
     def authorize_tool(self, tool: str, action: str = "") -> ToolAuthorization:
@@ -263,14 +274,12 @@ class Job:
         request = worker_pb2.AuthorizeToolRequest(
             fence=self.fence.to_proto(), tool=tool, action=action
         )
-        response = self._rpc.call(
-            self._rpc.worker.AuthorizeTool, request, lease_left=self.remaining()
-        )
+        response = self.call(lambda worker: worker.AuthorizeTool, request)
         answer = ToolAuthorization(
             outcome_of(response.outcome), FenceReason(response.reason), response.message
         )
         if not answer.allowed:
-            self._lose(answer.outcome, answer.reason, answer.message, LossSource.AUTHORIZE)
+            self.mark_lost(answer.outcome, answer.reason, answer.message, LossSource.AUTHORIZE)
         return answer
 
     def release(self, reason: str = "") -> ReleaseOutcome:
@@ -278,14 +287,14 @@ class Job:
         except FENCED / ALREADY_COMMITTED or RELEASED: this attempt's own commit or release had
         landed (``committed`` then says so), e.g. one whose answer was lost (OutcomeUnknown)."""
         request = worker_pb2.ReleaseRequest(fence=self.fence.to_proto(), reason=reason)
-        response = self._rpc.call(self._rpc.worker.Release, request, lease_left=self.remaining())
+        response = self.call(lambda worker: worker.Release, request)
         answer = ReleaseOutcome(
             outcome_of(response.outcome), FenceReason(response.reason), response.message
         )
         if answer.released:
             self._finish("released")
         elif not self._ended_by_this_attempt(answer.outcome, answer.reason):
-            self._lose(answer.outcome, answer.reason, answer.message, LossSource.RELEASE)
+            self.mark_lost(answer.outcome, answer.reason, answer.message, LossSource.RELEASE)
         return answer
 
     def effect(
@@ -332,7 +341,7 @@ class Job:
         ends; its output goes to the returned handle's ``log_ref``. The keepalive must run
         (``with job:``) for a loss to be noticed. Raises JobLost if StartJob was refused.
         """
-        return run_managed(self, argv, cwd=cwd, env=env, grace=grace, log_dir=log_dir)
+        return run_managed(self, self._rpc, argv, cwd=cwd, env=env, grace=grace, log_dir=log_dir)
 
     # --- keepalive ------------------------------------------------------------------------
 
@@ -387,7 +396,7 @@ class Job:
                 next_at = sent + (interval if self._renew_once(sent) else interval / 4)
         except Exception as exc:  # a dead keepalive must never look like a healthy one
             log.exception("keepalive crashed", job=self._name)
-            self._lose(
+            self.mark_lost(
                 Outcome.FENCED, FenceReason.NONE, f"keepalive crashed: {exc!r}", LossSource.ERROR
             )
 
@@ -408,7 +417,7 @@ class Job:
             outcome = outcome_of(response.outcome)
         except TransportError as exc:
             if self.remaining() <= timedelta(0):
-                self._lose(
+                self.mark_lost(
                     Outcome.FENCED,
                     FenceReason.LEASE_EXPIRED,
                     f"the lease ran out locally while renewals failed ({exc})",
@@ -416,7 +425,7 @@ class Job:
                 )
             return False
         except CoordinatorError as exc:
-            self._lose(
+            self.mark_lost(
                 Outcome.FENCED, FenceReason.NONE, f"renewal refused: {exc}", LossSource.ERROR
             )
             return False
@@ -424,7 +433,7 @@ class Job:
         if self._ended_by_this_attempt(outcome, reason):
             return False
         if outcome is not Outcome.OK:
-            self._lose(outcome, reason, response.message, LossSource.RENEW)
+            self.mark_lost(outcome, reason, response.message, LossSource.RENEW)
             return False
         with self._lock:
             self._state.expires_at = sent + max(response.ttl_seconds, 1)
@@ -450,10 +459,12 @@ class Job:
                 self._state.finished = how
         self._stop.set()
 
-    def _lose(
+    def mark_lost(
         self, outcome: Outcome, reason: FenceReason, message: str, source: LossSource
     ) -> None:
-        """Mark the job lost (once): flag, event, stop the keepalive, then the callback."""
+        """Mark the job lost because the coordinator refused it (``source`` says which call):
+        flag, event, stop the keepalive, then the callback; once, and not after the job was
+        committed or released. The SDK's effect and managed-job helpers call it too."""
         lost = LostReason(outcome, reason, message, source)
         with self._lock:
             if self._state.lost is not None or self._state.finished:

@@ -33,7 +33,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import structlog
 
@@ -46,6 +45,7 @@ from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
 from coordinator.sdk import _proc
 from coordinator.sdk._rpc import Rpc
+from coordinator.sdk.attempt import HeldAttempt
 from coordinator.sdk.types import (
     JobLost,
     LossSource,
@@ -54,9 +54,6 @@ from coordinator.sdk.types import (
     timestamp,
 )
 from coordinator.v1 import worker_pb2
-
-if TYPE_CHECKING:
-    from coordinator.sdk.job import Job
 
 log = structlog.get_logger(__name__)
 
@@ -160,7 +157,7 @@ class ManagedProcess:
         *,
         grace: timedelta,
         popen: subprocess.Popen[bytes] | None = None,
-        job: Job | None = None,
+        job: HeldAttempt | None = None,
     ) -> None:
         self._rpc = rpc
         self.record = record
@@ -204,7 +201,7 @@ class ManagedProcess:
         """Whether the job's leader process is still running."""
         return _proc.is_running(self.record.pid, self.record.start_ticks)
 
-    def bind(self, job: Job) -> None:
+    def bind(self, job: HeldAttempt) -> None:
         """Kill this (re-attached) job when ``job`` is lost or ends."""
         self._job = job
 
@@ -351,7 +348,8 @@ def new_job_id() -> str:
 
 
 def run_managed(
-    job: Job,
+    job: HeldAttempt,
+    rpc: Rpc,
     argv: Sequence[str],
     *,
     cwd: str | os.PathLike[str] | None = None,
@@ -359,13 +357,14 @@ def run_managed(
     grace: timedelta = DEFAULT_GRACE,
     log_dir: str | os.PathLike[str] | None = None,
 ) -> ManagedProcess:
-    """Start ``argv`` as a managed job of ``job`` (see the module doc). Raises JobLost if the
-    job is lost already or StartJob is refused (the command then never ran)."""
+    """Start ``argv`` as a managed job of ``job`` (see the module doc); ``rpc`` records its end
+    (FinishJob carries no fence). Raises JobLost if the job is lost already or StartJob is
+    refused (the command then never ran)."""
     command = check_argv(list(argv))
     job.check(margin=timedelta(0))
-    rpc = job._rpc
+    task_id = job.fence.task_id
     job_id = new_job_id()
-    log_path = job_log_path(log_dir or default_log_dir(), job.task_id, job_id)
+    log_path = job_log_path(log_dir or default_log_dir(), task_id, job_id)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_ref = str(log_path)
     environment = {**(os.environ if env is None else env), MARKER_ENV: job_id}
@@ -406,12 +405,12 @@ def run_managed(
     if outcome is not Outcome.OK:
         os.close(gate_w)
         popen.wait()
-        _close_refused(rpc, job.task_id, job_id, response.message)
+        _close_refused(rpc, task_id, job_id, response.message)
         reason = FenceReason(response.reason)
         lost = LostReason(outcome, reason, response.message, LossSource.JOB)
-        job._lose(outcome, reason, response.message, LossSource.JOB)
+        job.mark_lost(outcome, reason, response.message, LossSource.JOB)
         raise JobLost(
-            f"job {job_id} of task {job.task_id} not started: StartJob answered "
+            f"job {job_id} of task {task_id} not started: StartJob answered "
             f"{outcome.name}/{reason.name}: {response.message}",
             reason=lost,
         )
@@ -435,7 +434,7 @@ def _close_refused(rpc: Rpc, task_id: str, job_id: str, message: str) -> None:
 
 
 def _start_job(
-    job: Job, job_id: str, pid: int, argv: tuple[str, ...], log_ref: str
+    job: HeldAttempt, job_id: str, pid: int, argv: tuple[str, ...], log_ref: str
 ) -> worker_pb2.StartJobResponse:
     ticks = _proc.start_ticks(pid)
     if ticks is None:
@@ -449,4 +448,4 @@ def _start_job(
         argv=list(argv),
         log_ref=log_ref,
     )
-    return job._rpc.call(job._rpc.worker.StartJob, request, lease_left=job.remaining())
+    return job.call(lambda worker: worker.StartJob, request)

@@ -1,7 +1,8 @@
 """The store: claim.v1 applied to etcd with transactions.
 
-Where to look: the claim txn is in ``claims.py``, the fence compares in ``fence.py``, the
-acceptance points (renew, authorize, stage, commit, release) in ``acceptance.py``.
+Where to look: the claim txn is in ``claims.py`` (the gates before it in ``claim_gates.py``),
+the fence compares in ``fence.py``, the acceptance points (renew, authorize, stage, commit,
+release) in ``acceptance.py``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.keys import Keyspace
 from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.admin import AdminStore
+from coordinator.store.claim_gates import ApprovalGate, ReconcileGate
 from coordinator.store.claims import ClaimStore
 from coordinator.store.context import StoreContext
 from coordinator.store.dependencies import DependencyStore
@@ -81,11 +83,13 @@ class Store:
         held = HeldClaims()
         acceptance = AcceptancePoints(ctx, ready, held)
         reconcile = ReconcileStore(ctx, ready)
+        # In this order: an open reconciliation decides before a hold for approval.
+        gates = (ReconcileGate(reconcile), ApprovalGate(ctx, ready))
         return cls(
             ctx=ctx,
             ready=ready,
             tasks=TaskStore(ctx, ready, dependencies),
-            claims=ClaimStore(ctx, ready, held),
+            claims=ClaimStore(ctx, ready, held, gates),
             acceptance=acceptance,
             admin=AdminStore(ctx),
             reclaimer=Reclaimer(ctx, ready, scan_interval=scan_interval),

@@ -7,10 +7,13 @@ When the compares fail, it reads again and lets the domain say why.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from coordinator import metrics
 from coordinator.domain.decisions import (
+    CommitRefuse,
+    CommitReplay,
     Fence,
     FenceView,
     Verdict,
@@ -64,6 +67,22 @@ class _CommitWrite:
     result_ref: str
     evidence: tuple[str, ...]
 
+
+@dataclass(frozen=True)
+class _CommitBasis:
+    """A view a commit decides on. ``remembered``: what this replica's claim txn wrote, not
+    read (its txn adds the ``pinned`` compares); ``last``: read after a lost txn, it only
+    names the outcome."""
+
+    view: FenceView
+    pinned: tuple[Compare, ...] = ()
+    remembered: bool = False
+    last: bool = False
+
+
+# Every acceptance point's answer when its compares failed yet the fresh read finds the fence
+# current: something changed and changed back between the two.
+_MOVED = Verdict(Outcome.FENCED, FenceReason.TASK_MOVED, "the task moved on during the call")
 
 # A renew whose txn lost only to a concurrent renew of the same attempt is tried again.
 _RENEW_TRIES = 3
@@ -207,35 +226,37 @@ class AcceptancePoints:
 
         ``evidence`` (managed job ids, log refs) is kept in the canonical result record."""
         write = _CommitWrite(principal, result_digest, result, result_ref, evidence)
-        held = self._held.take(fence)
-        if held is not None:  # claimed through this replica: decide on what the claim wrote
-            check_owner(held, fence, principal)
-            if decide_commit(
-                held, fence, input_digest=input_digest, result_digest=result_digest
-            ).accepted:
-                pinned = mod_revision_is(
-                    self._ctx.keys.attempt(fence.task_id, fence.attempt_id), fence.claim_generation
-                )
-                done = self._write_commit(held, fence, write, pinned)
-                if done is not None:
-                    return done
-        view = self.view(fence, with_result=True)
-        check_owner(view, fence, principal)
-        verdict = decide_commit(view, fence, input_digest=input_digest, result_digest=result_digest)
-        if verdict.accepted and view.result is None:
-            done = self._write_commit(view, fence, write)
-            if done is not None:
-                return done
-            # A compare failed: read again and let what happened meanwhile decide.
-            view = self.view(fence, with_result=True)
-            verdict = decide_commit(
+        for basis in self._commit_bases(fence):
+            view = basis.view
+            check_owner(view, fence, principal)
+            decision = decide_commit(
                 view, fence, input_digest=input_digest, result_digest=result_digest
             )
-            if verdict.accepted and view.result is None:
-                verdict = self.diagnose(fence)
-        if view.result is not None and verdict.outcome is Outcome.COMMITTED:
-            return CommitResult(verdict, view.result.commit_id, view.task.state)  # a retry
-        return self._refused(view, verdict)
+            if isinstance(decision, CommitReplay):  # a retry of a commit that landed
+                return CommitResult(decision.verdict, decision.result.commit_id, view.task.state)
+            if isinstance(decision, CommitRefuse):
+                if basis.remembered:  # it may be out of date: only a read may refuse
+                    continue
+                return self._refused(view, decision.verdict)
+            if basis.last:
+                break
+            done = self._write_commit(view, fence, write, *basis.pinned)
+            if done is not None:
+                return done
+        # Our txn lost, yet the read after it would write again: a race, not a rule.
+        return self._refused(view, _MOVED)
+
+    def _commit_bases(self, fence: Fence) -> Iterator[_CommitBasis]:
+        """What a commit decides on, each only if the one before did not answer: the view
+        this replica's claim txn wrote (no read; its txn pins the attempt key too), a read,
+        and after that read's txn failed, one more read to say why."""
+        held = self._held.take(fence)
+        if held is not None:
+            attempt_key = self._ctx.keys.attempt(fence.task_id, fence.attempt_id)
+            pinned = (mod_revision_is(attempt_key, fence.claim_generation),)
+            yield _CommitBasis(held, pinned=pinned, remembered=True)
+        yield _CommitBasis(self.view(fence, with_result=True))
+        yield _CommitBasis(self.view(fence, with_result=True), last=True)
 
     def _write_commit(
         self, view: FenceView, fence: Fence, write: _CommitWrite, *pinned: Compare
@@ -336,11 +357,8 @@ class AcceptancePoints:
     def diagnose(self, fence: Fence) -> Verdict:
         """Why the fence compares failed, from a fresh read."""
         verdict = check_fence(self.view(fence), fence)
-        if verdict.accepted:  # the compares failed yet everything reads as current: a race
-            return Verdict(
-                Outcome.FENCED, FenceReason.TASK_MOVED, "the task moved on during the call"
-            )
-        return verdict
+        # The compares failed yet everything reads as current: a race.
+        return _MOVED if verdict.accepted else verdict
 
     def _refused(self, view: FenceView, verdict: Verdict) -> CommitResult:
         """A refused commit; a FENCED one is counted with the compute its attempt threw away

@@ -3,34 +3,48 @@
 One etcd txn moves a task from READY (or from CLAIMED whose claim key is gone) to CLAIMED,
 creates the claim key on a fresh lease, writes the attempt and the event, and takes the task
 out of the ready index. Its revision is the claim generation: the fencing token.
+
+A claim's I/O, in order: one read (``_read``: the decision and all a gate or a takeover
+needs), the gates it was given (store/claim_gates.py), a lease, the txn that ``claim_write``
+builds without I/O, then remembering what the txn wrote (store/held.py).
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from coordinator import metrics
 from coordinator.domain.decisions import Fence, FenceView, Verdict, clamp_ttl, decide_claim
 from coordinator.domain.keys import task_id_from_ready_key
 from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode
-from coordinator.domain.states import Op, Outcome, TaskState
+from coordinator.domain.states import AttemptEnd, Op, Outcome, TaskState
 from coordinator.errors import LeaseGone, NotFound
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
+from coordinator.store.claim_gates import ClaimGate, ClaimRead
 from coordinator.store.context import (
     StoreContext,
+    attempt_from_kv,
     epoch_from_kv,
     new_attempt_id,
     task_from_kv,
 )
-from coordinator.store.effects import hold_for_approval
-from coordinator.store.etcd import KV, create_revision_is, get, get_prefix, put
+from coordinator.store.etcd import (
+    Compare,
+    RequestOp,
+    create_revision_is,
+    get,
+    get_newest,
+    get_prefix,
+    put,
+)
 from coordinator.store.fence import epoch_is
 from coordinator.store.held import HeldClaims
+from coordinator.store.leases import ClaimLease
 from coordinator.store.ready_index import ReadyIndex
-from coordinator.store.reconcile import ReconcileStore
-from coordinator.store.transition import close_expired_attempt, transition, transition_ops
+from coordinator.store.transition import transition, transition_ops
 from coordinator.store.types import ClaimResult
 
 # ClaimNext picks at random among this many ready keys, so that concurrent workers do not all
@@ -41,14 +55,97 @@ CLAIM_NEXT_TRIES = 16
 _RACE_TRIES = 3
 
 
+@dataclass(frozen=True)
+class ClaimWrite:
+    """The claim txn built on one read: the records it writes, its compares and its ops."""
+
+    after: TaskRecord
+    claim: ClaimRecord
+    attempt: AttemptRecord
+    compares: list[Compare]
+    ops: list[RequestOp]
+
+
+def claim_write(
+    ctx: StoreContext,
+    read: ClaimRead,
+    *,
+    principal: str,
+    epoch: int,
+    lease: ClaimLease,
+    attempt_id: str,
+    now: float,
+) -> ClaimWrite:
+    """The claim txn of ``principal`` on ``read``: the task to CLAIMED, the claim key on the
+    lease, the new attempt, and for a takeover the old attempt closed as EXPIRED. Only builds:
+    reads and writes nothing (``ctx`` gives the key layout and the limits)."""
+    keys, limits, task = ctx.keys, ctx.limits, read.task
+    number = task.attempt + 1
+    after = transition(
+        task,
+        Op.CLAIM,
+        now,
+        claim_generation=0,  # this txn's revision; see TaskRecord.claim_generation
+        scheduler_epoch=epoch,
+        attempt=number,
+        attempt_id=attempt_id,
+        owner_id=principal,
+        lease_id=lease.lease_id,
+    )
+    claim = ClaimRecord(
+        attempt_id=attempt_id,
+        owner_id=principal,
+        lease_id=lease.lease_id,
+        ttl=lease.ttl,
+        claimed_at=now,
+        deadline=now + limits.max_claim_duration,
+        stall_timeout=limits.stall_timeout,
+        progress_at=now,
+    )
+    attempt = AttemptRecord(
+        task_id=task.task_id,
+        attempt_id=attempt_id,
+        attempt=number,
+        owner_id=principal,
+        revision=task.revision,
+        input_digest=task.input_digest,
+        scheduler_epoch=epoch,
+        ttl=lease.ttl,
+        started_at=now,
+    )
+    compares, ops = transition_ops(
+        ctx, task, after, Op.CLAIM, by=principal, attempt_id=attempt_id, epoch=epoch
+    )
+    compares += [
+        create_revision_is(keys.claim(task.task_id), 0),
+        epoch_is(keys, epoch),
+        create_revision_is(keys.claims_paused, 0),
+    ]
+    ops += [
+        put(keys.claim(task.task_id), encode(claim), lease=lease.lease_id),
+        put(keys.attempt(task.task_id, attempt_id), encode(attempt)),
+    ]
+    # The task's compare holds the attempt too: whatever ends an attempt writes the task.
+    if task.state is TaskState.CLAIMED and read.attempt is not None:
+        expired = replace(read.attempt, end=AttemptEnd.EXPIRED, ended_at=now)
+        ops.append(put(keys.attempt(task.task_id, expired.attempt_id), encode(expired)))
+    return ClaimWrite(after, claim, attempt, compares, ops)
+
+
 class ClaimStore:
     """Claim and ClaimNext."""
 
-    def __init__(self, ctx: StoreContext, ready: ReadyIndex, held: HeldClaims) -> None:
+    def __init__(
+        self,
+        ctx: StoreContext,
+        ready: ReadyIndex,
+        held: HeldClaims,
+        gates: Sequence[ClaimGate],
+    ) -> None:
         self._ctx = ctx
         self._ready = ready
         self._held = held
-        self._reconcile = ReconcileStore(ctx, ready)
+        self._gates = tuple(gates)
 
     def claim(
         self,
@@ -81,108 +178,81 @@ class ClaimStore:
     def _claim(
         self, task_id: str, *, principal: str, epoch: int, ttl: int, expected_state_version: int
     ) -> ClaimResult | None:
-        """One read-decide-txn round; None when the txn lost to a change that left the task
-        claimable (a reclaim, an input change): worth another round."""
-        ctx, keys = self._ctx, self._ctx.keys
-        task, verdict, reconciling = self._decide(task_id, epoch, expected_state_version)
-        if not verdict.accepted:
-            return ClaimResult(verdict, task=task)
-        # An UNKNOWN effect's open reconciliation: wait for its owner, or escalate at the deadline.
-        gated = self._reconcile.claim_gate(task, reconciling, by=principal, epoch=epoch)
-        if gated is not None:
-            return ClaimResult(gated, task=task)
-        held = hold_for_approval(ctx, task, by=principal, epoch=epoch)
-        if held is not None:  # non-replayable, and an earlier attempt left an effect uncertain
-            if task.state is TaskState.READY:
-                self._ready.discard(keys.ready(task.queue, task.priority, task.ready_seq, task_id))
-            return ClaimResult(held, task=task)
-
+        """One round: read and decide, the gates, a lease, the txn, remembering what it wrote.
+        None when the txn lost to a change that left the task claimable (a reclaim, an input
+        change): worth another round."""
+        ctx = self._ctx
+        read = self._read(task_id, epoch, expected_state_version)
+        if not read.verdict.accepted:
+            return ClaimResult(read.verdict, task=read.task)
+        for gate in self._gates:
+            answer = gate.check(read, by=principal, epoch=epoch)
+            if answer is not None:
+                return ClaimResult(answer, task=read.task)
         lease = ctx.leases.acquire(clamp_ttl(ttl, ctx.limits))
-        lease_id, granted = lease.lease_id, lease.ttl
         now = ctx.clock.now()
-        number = task.attempt + 1
-        attempt_id = new_attempt_id(number)
-        after = transition(
-            task,
-            Op.CLAIM,
-            now,
-            claim_generation=0,  # this txn's revision; see TaskRecord.claim_generation
-            scheduler_epoch=epoch,
-            attempt=number,
-            attempt_id=attempt_id,
-            owner_id=principal,
-            lease_id=lease_id,
+        write = claim_write(
+            ctx,
+            read,
+            principal=principal,
+            epoch=epoch,
+            lease=lease,
+            attempt_id=new_attempt_id(read.task.attempt + 1),
+            now=now,
         )
-        claim = ClaimRecord(
-            attempt_id=attempt_id,
-            owner_id=principal,
-            lease_id=lease_id,
-            ttl=granted,
-            claimed_at=now,
-            deadline=now + ctx.limits.max_claim_duration,
-            stall_timeout=ctx.limits.stall_timeout,
-            progress_at=now,
-        )
-        attempt = AttemptRecord(
-            task_id=task_id,
-            attempt_id=attempt_id,
-            attempt=number,
-            owner_id=principal,
-            revision=task.revision,
-            input_digest=task.input_digest,
-            scheduler_epoch=epoch,
-            ttl=granted,
-            started_at=now,
-        )
-        compares, ops = transition_ops(
-            ctx, task, after, Op.CLAIM, by=principal, attempt_id=attempt_id, epoch=epoch
-        )
-        compares += [
-            create_revision_is(keys.claim(task_id), 0),
-            epoch_is(keys, epoch),
-            create_revision_is(keys.claims_paused, 0),
-        ]
-        ops += [
-            put(keys.claim(task_id), encode(claim), lease=lease_id),
-            put(keys.attempt(task_id, attempt_id), encode(attempt)),
-        ]
-        ops += close_expired_attempt(ctx, task, now)
         try:
-            result = ctx.kv.txn(compares, ops)
+            result = ctx.kv.txn(write.compares, write.ops)
         except LeaseGone:  # a reused lease is gone: nothing was written; try with a fresh grant
-            ctx.leases.lost(lease_id)
+            ctx.leases.lost(lease.lease_id)
             return None
         if not result.succeeded:
-            ctx.leases.release(lease_id)  # nothing was attached to it
+            ctx.leases.release(lease.lease_id)  # nothing was attached to it
             lost = self._lost_race(task_id, epoch, expected_state_version)
             return None if lost is None else ClaimResult(lost)
+        return self._granted(read, write, result.revision, lease, now)
 
-        generation = result.revision
+    def _granted(
+        self, read: ClaimRead, write: ClaimWrite, generation: int, lease: ClaimLease, now: float
+    ) -> ClaimResult:
+        """The claim txn landed at revision ``generation``: drop the ready hint, remember what
+        the txn wrote (so the holder's commit through this replica skips its read), answer."""
+        keys, task, attempt = self._ctx.keys, read.task, write.attempt
         coverage.observe(
-            AcceptancePoint.CLAIM, compares, keys, task_id=task_id, epoch=epoch, generation=0
+            AcceptancePoint.CLAIM,
+            write.compares,
+            keys,
+            task_id=task.task_id,
+            epoch=attempt.scheduler_epoch,
+            generation=0,
         )
         if task.state is TaskState.READY:
             # Our own replica drops the hint at once; the watch does it for the others.
-            self._ready.discard(keys.ready(task.queue, task.priority, task.ready_seq, task_id))
-        fence = Fence(task_id, attempt_id, generation, epoch, task.cancel_generation)
-        claimed = replace(after, claim_generation=generation, state_version=generation)
+            self._ready.discard(keys.ready(task.queue, task.priority, task.ready_seq, task.task_id))
+        fence = Fence(
+            task.task_id,
+            attempt.attempt_id,
+            generation,
+            attempt.scheduler_epoch,
+            task.cancel_generation,
+        )
+        claimed = replace(write.after, claim_generation=generation, state_version=generation)
         self._held.remember(
             fence,
             FenceView(
                 task=claimed,
                 attempt=replace(attempt, claim_generation=generation),
-                claim=replace(claim, generation=generation, mod_revision=generation),
-                epoch=epoch,
+                claim=replace(write.claim, generation=generation, mod_revision=generation),
+                epoch=attempt.scheduler_epoch,
             ),
         )
         return ClaimResult(
-            Verdict(Outcome.CLAIMED, message=verdict.message),
+            Verdict(Outcome.CLAIMED, message=read.verdict.message),
             fence=fence,
             task=claimed,
-            attempt=number,
-            ttl=granted,
+            attempt=attempt.attempt,
+            ttl=lease.ttl,
             lease_expires_at=now + lease.remaining,
-            deadline=claim.deadline,
+            deadline=write.claim.deadline,
             lease_remaining=lease.remaining,
         )
 
@@ -210,11 +280,10 @@ class ClaimStore:
             Verdict(Outcome.NO_READY_TASK, message=f"queue {queue!r} has no ready task")
         )
 
-    def _decide(
-        self, task_id: str, epoch: int, expected_state_version: int
-    ) -> tuple[TaskRecord, Verdict, list[KV]]:
-        """The task, the claim decision, and the task's open reconciliations (in the same
-        read: no extra round trip; almost always an empty range)."""
+    def _read(self, task_id: str, epoch: int, expected_state_version: int) -> ClaimRead:
+        """One read: the task, the claim decision, and what the gates and a takeover need -
+        the task's open reconciliations and its newest attempt record (almost always an empty
+        range and one small record: no extra round trip)."""
         keys = self._ctx.keys
         snap = self._ctx.kv.read(
             get(keys.task(task_id)),
@@ -222,6 +291,7 @@ class ClaimStore:
             get(keys.epoch),
             get(keys.claims_paused),
             get_prefix(keys.reconcile_prefix(task_id)),
+            get_newest(keys.attempts_prefix(task_id)),
         )
         task_kv = snap.range_one(0)
         if task_kv is None:
@@ -235,11 +305,15 @@ class ClaimStore:
             current_epoch=epoch_from_kv(snap.range_one(2)),
             paused=snap.range_one(3) is not None,
         )
-        return task, verdict, snap.range_kvs(4)
+        # Attempts are created by claims only, so the newest is the one the task names.
+        newest = snap.range_one(5)
+        named = task.attempt_id and keys.attempt(task_id, task.attempt_id)
+        attempt = attempt_from_kv(newest) if newest is not None and newest.key == named else None
+        return ClaimRead(task, verdict, tuple(snap.range_kvs(4)), attempt)
 
     def _lost_race(self, task_id: str, epoch: int, expected_state_version: int) -> Verdict | None:
         """After a failed claim txn: the deterministic outcome for the loser (ALREADY_CLAIMED
         when another claim won: its key is alive), or None when what changed the task was not
         a claim (the reclaimer moved it to READY meanwhile, say) and it is still claimable."""
-        _, verdict, _ = self._decide(task_id, epoch, expected_state_version)
+        verdict = self._read(task_id, epoch, expected_state_version).verdict
         return None if verdict.accepted else verdict

@@ -125,6 +125,20 @@ def get_prefix(prefix: str, *, count_only: bool = False, keys_only: bool = False
     )
 
 
+def get_newest(prefix: str) -> RequestOp:
+    """Read the key under ``prefix`` created last (etcd sorts by create revision, then
+    limits: one key comes back, however many there are)."""
+    return etcdrpc.RequestOp(
+        request_range=etcdrpc.RangeRequest(
+            key=prefix.encode(),
+            range_end=utils.prefix_range_end(prefix.encode()),
+            limit=1,
+            sort_order=etcdrpc.RangeRequest.DESCEND,
+            sort_target=etcdrpc.RangeRequest.CREATE,
+        )
+    )
+
+
 class EtcdKV:
     """The coordinator's view of etcd: txns, ranges, leases and watches."""
 

@@ -6,8 +6,9 @@ claim txn wrote: the commit decides on those records and its txn additionally co
 and attempt keys' mod_revision with the claim generation (the claim txn's revision). The write
 therefore lands only if those records are still exactly what was remembered; if anything moved
 (a renewal elsewhere cannot move them, a cancel, an input change or a takeover does), the txn
-fails and the commit takes the ordinary path: read, decide, write, diagnose. A remembered view
-can only save a read, never make a stale decision stick.
+fails and the commit takes the ordinary path: read, decide, write (and, if that txn fails, read
+once more to name why). A remembered view can only save a read, never make a stale decision
+stick: a refusal decided on it is not final either, a read decides it again.
 """
 
 from __future__ import annotations

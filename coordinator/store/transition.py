@@ -143,15 +143,6 @@ def claimless_move(
     return ClaimlessMove(after, compares, ops, closed)
 
 
-def close_expired_attempt(ctx: StoreContext, task: TaskRecord, now: float) -> list[RequestOp]:
-    """The op closing the attempt of a CLAIMED task whose claim key is gone (EXPIRED), for a
-    claim that takes the task over."""
-    closed = expired_attempt(ctx, task, now)
-    if closed is None:
-        return []
-    return [put(ctx.keys.attempt(task.task_id, task.attempt_id), encode(closed))]
-
-
 def expired_attempt(ctx: StoreContext, task: TaskRecord, now: float) -> AttemptRecord | None:
     """The attempt of a CLAIMED task whose claim key is gone, closed as EXPIRED (None if the
     task is not CLAIMED or the attempt record is missing)."""

@@ -1,4 +1,5 @@
-"""coordinator.domain.decisions: decide_commit (once, retry-safe) and decide_renew (bounded)."""
+"""coordinator.domain.decisions: decide_commit (write, replay or refuse: once, retry-safe) and
+decide_renew (bounded)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.domain.decisions import FenceView, decide_commit, decide_renew
+from coordinator.domain.decisions import (
+    CommitDecision,
+    CommitRefuse,
+    CommitReplay,
+    CommitWrite,
+    FenceView,
+    check_fence,
+    decide_commit,
+    decide_renew,
+)
 from coordinator.domain.records import ClaimRecord
 from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
 from tests.domain.samples import (
@@ -17,6 +27,7 @@ from tests.domain.samples import (
     D1,
     D2,
     FENCE,
+    GEN,
     HOLDER,
     R1,
     R2,
@@ -34,39 +45,47 @@ DONE = replace(
 )
 
 
-def _commit(
+def _commit(view: FenceView, input_digest: str = D1, result_digest: str = R1) -> CommitDecision:
+    return decide_commit(view, FENCE, input_digest=input_digest, result_digest=result_digest)
+
+
+def _refusal(
     view: FenceView, input_digest: str = D1, result_digest: str = R1
 ) -> tuple[Outcome, FenceReason]:
-    return pair(decide_commit(view, FENCE, input_digest=input_digest, result_digest=result_digest))
+    decision = _commit(view, input_digest, result_digest)
+    assert isinstance(decision, CommitRefuse), decision
+    assert not decision.verdict.accepted
+    return pair(decision.verdict)
 
 
-COMMITTED = (Outcome.COMMITTED, FenceReason.NONE)
+def test_the_holder_writes() -> None:
+    assert _commit(HOLDER) == CommitWrite()
+    assert pair(CommitWrite().verdict) == (Outcome.COMMITTED, FenceReason.NONE)
 
 
-def test_the_holder_commits() -> None:
-    assert _commit(HOLDER) == COMMITTED
-
-
-def test_a_retry_of_the_same_attempt_and_digest_is_committed_again() -> None:
-    assert _commit(DONE) == COMMITTED
+def test_a_retry_of_the_same_attempt_and_digest_replays_the_landed_result() -> None:
+    assert _commit(DONE) == CommitReplay(result_of("a1", R1))
     # Even if the world moved on since (epoch bumped): the commit did land.
-    assert _commit(replace(DONE, epoch=2)) == COMMITTED
+    assert _commit(replace(DONE, epoch=2)) == CommitReplay(result_of("a1", R1))
+    replay = CommitReplay(result_of("a1", R1)).verdict
+    assert pair(replay) == (Outcome.COMMITTED, FenceReason.NONE)
+    assert replay.message == "already committed by this attempt"
 
 
 def test_another_digest_from_the_same_attempt_is_already_committed() -> None:
-    assert _commit(DONE, result_digest=R2) == (Outcome.FENCED, FenceReason.ALREADY_COMMITTED)
+    assert _refusal(DONE, result_digest=R2) == (Outcome.FENCED, FenceReason.ALREADY_COMMITTED)
 
 
 def test_a_result_from_another_attempt_fences_even_a_holding_fence() -> None:
     view = replace(HOLDER, result=result_of("a0", R1, generation=FENCE.claim_generation - 5))
-    assert _commit(view) == (Outcome.FENCED, FenceReason.ALREADY_COMMITTED)
+    assert _refusal(view) == (Outcome.FENCED, FenceReason.ALREADY_COMMITTED)
 
 
 def test_a_different_input_digest_is_stale_input() -> None:
-    assert _commit(HOLDER, input_digest=D2) == (Outcome.STALE_INPUT, FenceReason.NONE)
+    assert _refusal(HOLDER, input_digest=D2) == (Outcome.STALE_INPUT, FenceReason.NONE)
     changed = replace(HOLDER, task=replace(TASK, input_digest=D2, revision=2))
-    assert _commit(changed, input_digest=D1) == (Outcome.STALE_INPUT, FenceReason.NONE)
-    assert _commit(changed, input_digest=D2) == (Outcome.STALE_INPUT, FenceReason.NONE)
+    assert _refusal(changed, input_digest=D1) == (Outcome.STALE_INPUT, FenceReason.NONE)
+    assert _refusal(changed, input_digest=D2) == (Outcome.STALE_INPUT, FenceReason.NONE)
 
 
 @pytest.mark.parametrize(
@@ -88,25 +107,54 @@ def test_a_different_input_digest_is_stale_input() -> None:
 def test_a_failing_fence_is_passed_through(
     view: FenceView, expected: tuple[Outcome, FenceReason]
 ) -> None:
-    assert _commit(view) == expected
+    assert _refusal(view) == expected
+    assert _commit(view) == CommitRefuse(check_fence(view, FENCE))
 
 
 @given(
     result_attempt=st.sampled_from([None, "a1", "a2"]),
     result_digest=st.sampled_from([R1, R2]),
     input_digest=st.sampled_from([D1, D2]),
+    task_digest=st.sampled_from([D1, D2]),
     epoch=st.integers(1, 2),
     holds=st.booleans(),
+    generation=st.sampled_from([GEN, GEN + 1]),
+    cancelled=st.booleans(),
 )
-def test_committed_only_for_a_retry_or_a_clean_first_commit(
-    result_attempt: str | None, result_digest: str, input_digest: str, epoch: int, holds: bool
+def test_each_case_has_exactly_one_decision(
+    result_attempt: str | None,
+    result_digest: str,
+    input_digest: str,
+    task_digest: str,
+    epoch: int,
+    holds: bool,
+    generation: int,
+    cancelled: bool,
 ) -> None:
+    """Replay only for this attempt's own landed digest, Write only for a clean first commit
+    under a holding fence, Refuse (never an accepting verdict) for everything else."""
     result = None if result_attempt is None else result_of(result_attempt, R1)
-    view = replace(HOLDER, epoch=epoch, claim=CLAIM if holds else None, result=result)
-    verdict = decide_commit(view, FENCE, input_digest=input_digest, result_digest=result_digest)
+    task = replace(
+        TASK,
+        input_digest=task_digest,
+        claim_generation=generation,
+        state=TaskState.CANCELLED if cancelled else TaskState.CLAIMED,
+        cancel_generation=1 if cancelled else 0,
+    )
+    view = replace(HOLDER, task=task, epoch=epoch, claim=CLAIM if holds else None, result=result)
+    decision = decide_commit(view, FENCE, input_digest=input_digest, result_digest=result_digest)
     retry = result_attempt == FENCE.attempt_id and result_digest == R1
-    first = result is None and input_digest == D1 and epoch == 1 and holds
-    assert (verdict.outcome is Outcome.COMMITTED) == (retry or first)
+    fence_holds = epoch == 1 and holds and generation == GEN and not cancelled
+    clean = input_digest == task_digest == D1
+    first = result is None and clean and fence_holds
+    if retry:
+        assert decision == CommitReplay(result_of("a1", R1))
+    elif first:
+        assert decision == CommitWrite()
+    else:
+        assert isinstance(decision, CommitRefuse)
+        assert not decision.verdict.accepted
+        assert decision.verdict.outcome is not Outcome.COMMITTED
 
 
 # --- decide_renew ------------------------------------------------------------------------------

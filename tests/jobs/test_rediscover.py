@@ -190,7 +190,7 @@ def test_rediscover_never_kills_a_reused_pid_and_records_what_it_can_know(
                 argv=["sleep", "300"],
                 log_ref=str(log),
             )
-            assert job._rpc.call(job._rpc.worker.StartJob, request).outcome == 1
+            assert job.call(lambda worker: worker.StartJob, request).outcome == 1
         job.release("superseded on purpose")  # the attempt is no longer current
 
         found = {r.job.job_id: r for r in w1.rediscover(grace=GRACE)}

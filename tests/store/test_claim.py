@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 
 from coordinator.clock import ManualClock
-from coordinator.domain.decisions import ClaimLimits
-from coordinator.domain.states import Outcome, TaskState
+from coordinator.domain.decisions import ClaimLimits, Verdict
+from coordinator.domain.states import AttemptEnd, Outcome, TaskState
 from coordinator.errors import NotFound
 from coordinator.store import ClaimResult, Store
-from coordinator.store.claims import HERD_SPREAD
+from coordinator.store.claim_gates import ClaimRead
+from coordinator.store.claims import HERD_SPREAD, ClaimStore
+from coordinator.store.held import HeldClaims
 from tests.store.support import (
     StoreFactory,
     claim,
@@ -243,3 +245,63 @@ def test_claim_next_never_picks_a_lower_priority_while_a_higher_is_ready(
     result = store.claims.claim_next("q", principal="w1", epoch=1, ttl=30)
     assert result.fence is not None
     assert result.fence.task_id == "urgent"
+
+
+def test_a_takeover_claim_reads_once_and_closes_the_expired_attempt_in_its_txn(
+    make_store: StoreFactory, etcd_client: Any, monkeypatch: pytest.MonkeyPatch, clock: ManualClock
+) -> None:
+    """The attempt a takeover closes as EXPIRED is read in the decision's read: one read, one
+    lease grant and the claim txn are all the etcd round trips of the claim."""
+    store = make_store(reclaim=False)  # nobody moves the task to READY: the claim takes it over
+    create(store, "t1")
+    old = claim(store, "t1", principal="A", ttl=1)
+    wait_claim_gone(store, etcd_client, "t1")
+    kv, trips = store.ctx.kv, []
+    txn, grant = kv.txn, kv.grant
+
+    def counted_txn(compares: Any, success: Any = (), failure: Any = ()) -> Any:
+        trips.append("txn" if compares else "read")  # a read is a compare-less txn
+        return txn(compares, success, failure)
+
+    def counted_grant(ttl: int) -> Any:
+        trips.append("grant")
+        return grant(ttl)
+
+    monkeypatch.setattr(kv, "txn", counted_txn)
+    monkeypatch.setattr(kv, "grant", counted_grant)
+    clock.advance(5.0)
+    new = claim(store, "t1", principal="B")
+    assert trips == ["read", "grant", "txn"]
+    monkeypatch.undo()
+    ended = {a.attempt_id: (a.end, a.ended_at) for a in store.tasks.attempts("t1")}
+    assert ended == {
+        old.attempt_id: (AttemptEnd.EXPIRED, clock.now()),
+        new.attempt_id: (AttemptEnd.RUNNING, 0.0),
+    }
+    assert new.claim_generation > old.claim_generation
+
+
+def test_a_gate_stops_a_claim_with_its_answer_and_nothing_is_written(
+    store: Store, etcd_client: Any
+) -> None:
+    """Gates are given to the ClaimStore; each sees the claim's read and may answer for it."""
+    create(store, "t1")
+    seen: list[tuple[str, Outcome, str, int]] = []
+
+    class Closed:
+        def check(self, read: ClaimRead, *, by: str, epoch: int) -> Verdict | None:
+            seen.append((read.task.task_id, read.verdict.outcome, by, epoch))
+            return Verdict(Outcome.NEEDS_APPROVAL, message="closed by the test")
+
+    class Open:
+        def check(self, read: ClaimRead, *, by: str, epoch: int) -> Verdict | None:
+            return None
+
+    gated = ClaimStore(store.ctx, store.ready, HeldClaims(), (Open(), Closed()))
+    before = snapshot(store, etcd_client)
+    result = gated.claim("t1", principal="w1", epoch=1, ttl=30)
+    assert result.verdict == Verdict(Outcome.NEEDS_APPROVAL, message="closed by the test")
+    assert result.fence is None
+    assert seen == [("t1", Outcome.CLAIMED, "w1", 1)]
+    assert snapshot(store, etcd_client) == before
+    assert claim(store, "t1").task_id == "t1"  # the store's own gates let it through

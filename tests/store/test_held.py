@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from coordinator.domain.decisions import Fence
-from coordinator.domain.states import AttemptEnd, Outcome, TaskState
+from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
 from coordinator.store import CommitResult, Store
 from tests.store.support import RESULT, RESULT_DIGEST, StoreFactory, claim, create
 
@@ -90,6 +90,41 @@ def test_a_remembered_view_the_task_moved_past_is_not_used(
     assert outcome.verdict.outcome is Outcome.CANCELLED
     assert len(reads) >= 1
     assert store.tasks.get("t1").state is TaskState.CANCELLED
+
+
+def test_a_commit_whose_txns_lose_a_race_reads_once_after_each_and_names_it(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch, etcd_client: Any
+) -> None:
+    """Both commit txns (the remembered view's and the read's) fail on an epoch flip that is
+    undone at once, so every read finds the fence current: the read after the second failed
+    txn names the race (TASK_MOVED) without a third read, and nothing is written."""
+    store = make_store(reclaim=False)
+    create(store, "t1")
+    fence = claim(store, "t1")
+    (attempt,) = store.tasks.attempts("t1")
+    epoch_key, txn = store.ctx.keys.epoch, store.ctx.kv.txn
+    writes: list[Any] = []
+
+    def flipped(compares: Any, success: Any = (), failure: Any = ()) -> Any:
+        if not compares:  # a read
+            return txn(compares, success, failure)
+        writes.append(compares)
+        etcd_client.put(epoch_key, b"2")
+        try:
+            return txn(compares, success, failure)
+        finally:
+            etcd_client.put(epoch_key, b"1")
+
+    monkeypatch.setattr(store.ctx.kv, "txn", flipped)
+    reads = _reads(store, monkeypatch)
+    outcome = _commit(store, fence, attempt.input_digest)
+    assert (outcome.verdict.outcome, outcome.verdict.reason) == (
+        Outcome.FENCED,
+        FenceReason.TASK_MOVED,
+    )
+    assert (len(writes), len(reads)) == (2, 2)
+    assert store.tasks.get("t1").state is TaskState.CLAIMED
+    assert store.acceptance.view(fence, with_result=True).result is None
 
 
 def test_a_retried_commit_after_a_lost_response_is_committed_again(store: Store) -> None:
