@@ -16,7 +16,7 @@ from pathlib import Path
 from chaos import clock_skew, netns
 from chaos.cluster import Member
 from chaos.harness import TTL, Harness, stopped
-from chaos.history import read_lines
+from chaos.history import End, OpKind, Outcome, load
 from coordinator.errors import CoordinatorError, FailedPrecondition
 from coordinator.sdk import TaskInfo, TaskState, WorkerClient
 
@@ -161,13 +161,33 @@ class RestartEtcdMember(Fault):
 
 
 class BumpEpoch(Fault):
-    """The scheduler epoch bumped while commits are in flight: old claims are fenced."""
+    """The scheduler epoch bumped while a commit is due: old claims are fenced.
+
+    w0 holds its first claim (``--hold-first``) until the bump has completed, then commits: that
+    commit carries the old epoch and must be refused EPOCH_CHANGED (the checker's
+    ``old_epoch_commits`` reads the bump from the operator's history, and so judges every other
+    old-epoch commit that happened to be in flight too)."""
 
     name = "epoch-bump"
+    worker_flags = ("--hold-first",)
+
+    def __init__(self) -> None:
+        self.bumped = False
 
     def inject(self, h: Harness) -> None:
+        wait_until(lambda: _claimed(h.root / "w0.jsonl"), 30, "w0 to hold a claim")
+        rec = h.recorder("operator-epoch-bump")
         with h.client("operator") as admin:
-            admin.bump_epoch()
+            op = rec.invoke(OpKind.BUMP_EPOCH, task="")
+            with rec.bound(op):
+                epoch = admin.bump_epoch()
+            rec.complete(op, End.OK, Outcome.OK, epoch=epoch)
+        self.bumped = True
+
+    def heal(self, h: Harness) -> None:
+        h.workers["w0"].send_signal(signal.SIGUSR1)  # now commit the held, old-epoch job
+        if self.bumped:
+            wait_until(lambda: _committed(h.root / "w0.jsonl"), 30, "w0's late commit")
 
 
 class _RacingCommit(Fault):
@@ -175,7 +195,7 @@ class _RacingCommit(Fault):
     TTL), each recorded in the operator's history so the checker orders it with the commits."""
 
     WANTED = 3
-    op = ""
+    op: OpKind
 
     def __init__(self) -> None:
         self.done: list[str] = []
@@ -198,12 +218,12 @@ class _RacingCommit(Fault):
                             got = self.call(operator, task)
                     except FailedPrecondition as exc:
                         # It may have committed since the listing: refused, as it should be.
-                        rec.complete(op, "fail", outcome="REFUSED", message=str(exc)[:200])
+                        rec.complete(op, End.FAIL, Outcome.REFUSED, message=str(exc)[:200])
                         continue
                     except CoordinatorError as exc:
-                        rec.complete(op, "info", message=str(exc)[:200])
+                        rec.complete(op, End.INFO, message=str(exc)[:200])
                         continue
-                    rec.complete(op, "ok", outcome="OK", revision=got.revision)
+                    rec.complete(op, End.OK, Outcome.OK, revision=got.revision)
                     self.done.append(task.task_id)
                 time.sleep(0.01)
 
@@ -212,7 +232,7 @@ class CancelRacingCommit(_RacingCommit):
     """Held tasks cancelled while their holders are about to commit (a few, within a TTL)."""
 
     name = "cancel-race"
-    op = "cancel"
+    op = OpKind.CANCEL
 
     def call(self, client: WorkerClient, task: TaskInfo) -> TaskInfo:
         return client.cancel_task(task.task_id, reason="chaos")
@@ -224,7 +244,7 @@ class InputChangeRacingCommit(_RacingCommit):
     attempt that ran on the new input."""
 
     name = "input-change-race"
-    op = "update_input"
+    op = OpKind.UPDATE_INPUT
 
     def call(self, client: WorkerClient, task: TaskInfo) -> TaskInfo:
         return client.update_input(task.task_id, input=f"{task.task_id} v2".encode())
@@ -301,7 +321,7 @@ class PartitionWorker(Fault):
     def inject(self, h: Harness) -> None:
         assert h.netns is not None
         w0 = h.root / "w0.jsonl"
-        wait_until(lambda: _recorded(w0, "CLAIMED"), 30, "w0 to hold a claim")
+        wait_until(lambda: _claimed(w0), 30, "w0 to hold a claim")
         h.netns.cut()
         self.cut = True
         time.sleep(PAST_TTL)  # its lease expires; another worker takes the task over
@@ -311,18 +331,19 @@ class PartitionWorker(Fault):
             return
         h.netns.restore()
         h.workers["w0"].send_signal(signal.SIGUSR1)  # now commit the held job
-        wait_until(lambda: _recorded(h.root / "w0.jsonl", "commit"), 60, "w0's late commit")
+        wait_until(lambda: _committed(h.root / "w0.jsonl"), 60, "w0's late commit")
 
 
-def _recorded(history: Path, what: str) -> bool:
-    """Whether ``history`` holds a completed claim (``CLAIMED``) or a completed commit."""
-    if not history.exists():
-        return False
-    lines = list(read_lines([history]))
-    if what == "CLAIMED":
-        return any(line.get("outcome") == "CLAIMED" for line in lines)
-    commits = {line["id"] for line in lines if line.get("op") == "commit"}
-    return any(line["type"] != "invoke" and line["id"] in commits for line in lines)
+def _claimed(history: Path) -> bool:
+    """Whether ``history`` holds a claim answered CLAIMED."""
+    return history.exists() and any(o.outcome is Outcome.CLAIMED for o in load([history]))
+
+
+def _committed(history: Path) -> bool:
+    """Whether ``history`` holds a commit that completed (whatever it heard)."""
+    return history.exists() and any(
+        o.op is OpKind.COMMIT and o.end is not None for o in load([history])
+    )
 
 
 FAULTS: dict[str, Callable[[], Fault]] = {

@@ -20,6 +20,7 @@ from chaos import clock_skew
 from chaos.checker import Coverage, FinalTask
 from chaos.cluster import EtcdCluster
 from chaos.etcd_history import collect, collect_effects, from_watch_events
+from chaos.health import etcd_problems, replica_problems
 from chaos.history import EffectWrite, Recorder, Write
 from chaos.netns import Netns
 from chaos.proxy import TcpProxy
@@ -286,7 +287,7 @@ class Harness:
         """Every task of the queue as etcd holds it now."""
         with self.client("checker") as client:
             return {
-                t.task_id: FinalTask(t.task_id, t.state.name, t.revision, t.result_commit_id)
+                t.task_id: FinalTask(t.task_id, t.state, t.revision, t.result_commit_id)
                 for t in client.list_tasks(queue=self.queue)
             }
 
@@ -312,9 +313,18 @@ class Harness:
         finally:
             client.close()
 
+    def health_problems(self) -> list[str]:
+        """What is wrong with the cluster now (chaos/health.py); empty when it is healthy."""
+        if self.remote:
+            return replica_problems("remote", self.remote, lambda t: _channel(t, self.tls))
+        problems = etcd_problems(self.cluster)
+        for replica in self.replicas:
+            problems += replica_problems(replica.name, replica.target, lambda t: _channel(t, None))
+        return problems
+
     def unsettled(self) -> int:
         """Tasks neither DONE nor CANCELLED."""
-        done = {TaskState.DONE.name, TaskState.CANCELLED.name}
+        done = {TaskState.DONE, TaskState.CANCELLED}
         return sum(t.state not in done for t in self.final_tasks().values())
 
     def coverage(self) -> list[Coverage]:

@@ -26,8 +26,10 @@ HEADER = (
 
 def row(r: Result) -> tuple[str, ...]:
     """One result as table cells."""
+    if r.unhealthy:
+        return (r.scenario, r.implementation, "UNHEALTHY", *[""] * 7, r.unhealthy)
     if r.verdict is None:
-        return (r.scenario, r.implementation, "SKIPPED", "", "", "", "", "", "", "", r.skipped)
+        return (r.scenario, r.implementation, "SKIPPED", *[""] * 7, r.skipped)
     v = r.verdict
     gaps = any(x.rule == "fence-coverage" for x in v.violations)
     fenced = " ".join(f"{k}={n}" for k, n in sorted(v.fenced.items())) or "0"

@@ -20,11 +20,16 @@ from pathlib import Path
 from chaos.checker import Evidence, Verdict, check
 from chaos.faults import FAULTS, Fault
 from chaos.harness import Harness, TlsFiles
+from chaos.health import ClusterUnhealthy, require_healthy
 from chaos.history import Write, load
 
 WORKERS = 4
 PRODUCE_EVERY = 0.1
 SETTLE_TIMEOUT = 60.0
+HEALTHY_BEFORE = 10.0
+"""Seconds the cluster gets to be healthy before a fault (it has just started)."""
+RECOVERY_TIMEOUT = 30.0
+"""Seconds the cluster gets to be healthy again after a heal (an etcd member rejoining)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,7 @@ class Result:
     implementation: str
     verdict: Verdict | None
     skipped: str = ""
+    unhealthy: str = ""  # the cluster was unhealthy before the fault or after its heal
     unsettled: int = 0
     seconds: float = 0.0
     # How far the replicas' event timestamps lay outside the run's real wall-clock window
@@ -71,14 +77,17 @@ def settle(h: Harness, timeout: float) -> int:
 
 
 def run_fault(fault: Fault, h: Harness, delay: float, errors: list[BaseException]) -> None:
-    """Inject after ``delay`` seconds, then heal (always)."""
+    """Inject after ``delay`` seconds, then heal (always); the cluster must be healthy before
+    the injection and again after the heal (ClusterUnhealthy otherwise: chaos/health.py)."""
     time.sleep(delay)
+    require_healthy(h.health_problems, timeout=HEALTHY_BEFORE, when=f"before {fault.name}")
     try:
         fault.inject(h)
     except BaseException as exc:
         errors.append(exc)
     finally:
         fault.heal(h)
+    require_healthy(h.health_problems, timeout=RECOVERY_TIMEOUT, when=f"after healing {fault.name}")
 
 
 def run_scenario(
@@ -126,8 +135,14 @@ def run_scenario(
         )
         producer.start()
         errors: list[BaseException] = []
-        run_fault(fault, h, rng.uniform(0.2, 0.4) * duration, errors)
+        unhealthy = ""
+        try:
+            run_fault(fault, h, rng.uniform(0.2, 0.4) * duration, errors)
+        except ClusterUnhealthy as exc:
+            unhealthy = str(exc)  # no verdict: the history would blame the coordinator for it
         producer.join()
+        if unhealthy:
+            return Result(name, "coordinator", None, unhealthy=unhealthy, seconds=elapsed(started))
         if errors:
             raise errors[0]
         pending = settle(h, SETTLE_TIMEOUT)
@@ -149,9 +164,14 @@ def run_scenario(
         "coordinator",
         verdict,
         unsettled=pending,
-        seconds=time.monotonic() - started,
+        seconds=elapsed(started),
         clock_offset=offset(evidence.writes or (), wall, time.time()),
     )
+
+
+def elapsed(since: float) -> float:
+    """Seconds since ``since`` (monotonic)."""
+    return time.monotonic() - since
 
 
 def offset(writes: Iterable[Write], start: float, end: float) -> float:
@@ -192,7 +212,8 @@ def run_naive(*, root: Path | None = None) -> Result:
         worker("b").wait(timeout=30)
         late.send_signal(signal.SIGCONT)
         late.wait(timeout=30)
-        final = {"t1": naive.final(client, "t1")}
+        found = naive.final(client, "t1")
+        final = {"t1": found} if found is not None else {}
         client.close()
         ops = load(sorted(root.glob("*.jsonl")))
         verdict = check(Evidence(ops=ops, final=final, expected_tasks=frozenset({"t1"})))

@@ -29,6 +29,7 @@ def test_the_coordinator_passes_each_scenario(name: str, tmp_path: Path) -> None
     if reason:
         pytest.skip(reason)
     result = run_scenario(name, duration=SHORT, seed=7, root=tmp_path)
+    assert result.unhealthy == ""  # healthy before the fault, and again after its heal
     assert result.verdict is not None
     assert result.verdict.violations == (), table([result])
     assert result.unsettled == 0, table([result])
@@ -36,6 +37,8 @@ def test_the_coordinator_passes_each_scenario(name: str, tmp_path: Path) -> None
     assert result.verdict.fence_checks > 0  # GetStats was read from the replicas
     if name == "worker-pause":  # the paused worker's late commit was refused
         assert result.verdict.fenced.get("SUPERSEDED", 0) >= 1, table([result])
+    if name == "epoch-bump":  # the commit held across the bump carried the old epoch
+        assert result.verdict.fenced.get("EPOCH_CHANGED", 0) >= 1, table([result])
     if name == "cancel-race":  # holders of cancelled tasks heard CANCELLED at commit
         assert result.verdict.fenced.get("CANCELLED", 0) >= 1, table([result])
     if name == "input-change-race":  # holders of changed tasks were refused at commit
