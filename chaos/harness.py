@@ -24,8 +24,8 @@ from chaos.health import etcd_problems, replica_problems
 from chaos.history import EffectWrite, Recorder, Write
 from chaos.netns import Netns
 from chaos.proxy import TcpProxy
+from coordinator.demo.outbox import OutboxProcess
 from coordinator.etcd_process import _free_ports
-from coordinator.outbox import OutboxProcess
 from coordinator.sdk import PRINCIPAL_METADATA, TaskState, WorkerClient, tls_credentials
 from coordinator.v1 import admin_pb2, admin_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 
