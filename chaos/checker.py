@@ -22,6 +22,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from chaos.follow_check import follower_agreement
 from chaos.history import INFO, EffectWrite, Op, OpKind, Outcome, Write
 from chaos.linearizability import (
     SETTLED_BY_HISTORY,
@@ -75,6 +76,9 @@ class Evidence:
     writes: Sequence[Write] | None = None
     # etcd's history of the effect keys (chaos/etcd_history.py); None where it cannot be read.
     effect_writes: Sequence[EffectWrite] | None = None
+    # What the run's WatchEvents follower received, in arrival order (chaos/follower.py);
+    # None where no follower ran. Compared with ``writes``.
+    followed: Sequence[Write] | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,7 @@ class Verdict:
     violations: tuple[Violation, ...]
     fence_checks: int = 0  # accepted operations the replicas' GetStats counted (all validated)
     settled_by_history: int = 0  # indefinite operations settled from etcd's own history
+    followed: int = 0  # events the WatchEvents follower received
 
     @property
     def ok(self) -> bool:
@@ -138,6 +143,8 @@ def check(evidence: Evidence) -> Verdict:
             violations += history_agreement(task, task_ops, task_writes, final)
             violations += log_replay(task, task_writes)
             violations += real_time_order(task, task_ops)
+    if evidence.followed is not None and evidence.writes is not None:
+        violations += follower_agreement(evidence.followed, evidence.writes)
     violations += old_epoch_commits(ops)
     violations += duplicate_effects(evidence.performed)
     violations += lost_tasks(evidence.expected_tasks | set(by_task), evidence.final)
@@ -158,6 +165,7 @@ def check(evidence: Evidence) -> Verdict:
         violations=tuple(violations),
         fence_checks=sum(c.accepted for c in evidence.coverage),
         settled_by_history=sum(o.reason == SETTLED_BY_HISTORY for o in ops),
+        followed=len(evidence.followed or ()),
     )
 
 

@@ -20,6 +20,7 @@ from chaos import clock_skew
 from chaos.checker import Coverage, FinalTask
 from chaos.cluster import EtcdCluster
 from chaos.etcd_history import collect, collect_effects, from_watch_events
+from chaos.follower import Follower
 from chaos.health import etcd_problems, replica_problems
 from chaos.history import EffectWrite, Recorder, Write
 from chaos.netns import Netns
@@ -87,9 +88,10 @@ def _channel(target: str, tls: TlsFiles | None) -> grpc.Channel:
     return grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
 
 
-def _checker(token: str) -> tuple[tuple[str, str | bytes], ...]:
-    """Call metadata of the checker (its bearer token, if any)."""
-    metadata: tuple[tuple[str, str | bytes], ...] = ((PRINCIPAL_METADATA, "checker"),)
+def _checker(token: str, principal: str = "checker") -> tuple[tuple[str, str | bytes], ...]:
+    """Call metadata of the checker, or another of the harness's own callers (its bearer
+    token, if any)."""
+    metadata: tuple[tuple[str, str | bytes], ...] = ((PRINCIPAL_METADATA, principal),)
     if token:
         metadata += (("authorization", f"Bearer {token}"),)
     return metadata
@@ -270,6 +272,12 @@ class Harness:
         )
         self.workers[name] = proc
         return proc
+
+    def follower(self, principal: str = "follower") -> Follower:
+        """A WatchEvents follower of the run's queue (chaos/follower.py), not yet started."""
+        return Follower(
+            lambda: _channel(self.target, self.tls), self.queue, _checker(self.token, principal)
+        )
 
     def recorder(self, name: str) -> Recorder:
         """A history of this process's own calls (an operator's), read with the workers'."""

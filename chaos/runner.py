@@ -13,12 +13,13 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from chaos.checker import Evidence, Verdict, check
 from chaos.faults import FAULTS, Fault
+from chaos.follower import Follower
 from chaos.harness import Harness, TlsFiles
 from chaos.health import ClusterUnhealthy, require_healthy
 from chaos.history import Write, load
@@ -30,6 +31,8 @@ HEALTHY_BEFORE = 10.0
 """Seconds the cluster gets to be healthy before a fault (it has just started)."""
 RECOVERY_TIMEOUT = 30.0
 """Seconds the cluster gets to be healthy again after a heal (an etcd member rejoining)."""
+FOLLOW_CATCH_UP = 30.0
+"""Seconds the WatchEvents follower gets, once the run settled, to reach etcd's last event."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class Result:
     # How far the replicas' event timestamps lay outside the run's real wall-clock window
     # (seconds): about 300 under the clock-skew fault, about 0 otherwise.
     clock_offset: float = 0.0
+    # How often the WatchEvents follower's stream broke (and resumed), by status code.
+    follow_breaks: Mapping[str, int] = field(default_factory=dict)
 
 
 def produce(h: Harness, until: float, created: set[str]) -> None:
@@ -122,8 +127,10 @@ def run_scenario(
         partitioned=fault.partition,
         tls=tls,
     )
+    follower: Follower | None = None
     try:
         h.start()
+        follower = h.follower().start()  # through the whole run, fault included
         created: set[str] = set()
         for i in range(WORKERS):
             flags = fault.worker_flags if i == 0 else ()
@@ -147,17 +154,24 @@ def run_scenario(
             raise errors[0]
         pending = settle(h, SETTLE_TIMEOUT)
         h.stop_workers()
+        writes = h.etcd_history()
+        if writes:
+            follower.wait_for(max(w.position for w in writes), FOLLOW_CATCH_UP)
+        follower.stop()
         evidence = Evidence(
             ops=load(h.histories),
             final=h.final_tasks(),
             expected_tasks=frozenset(created),
             performed=h.performed(),
             coverage=h.coverage(),
-            writes=h.etcd_history(),
+            writes=writes,
             effect_writes=h.effect_history(),
+            followed=follower.received,
         )
         verdict = check(evidence)
     finally:
+        if follower is not None:
+            follower.stop()
         h.close()
     return Result(
         name,
@@ -166,6 +180,7 @@ def run_scenario(
         unsettled=pending,
         seconds=elapsed(started),
         clock_offset=offset(evidence.writes or (), wall, time.time()),
+        follow_breaks=follower.breaks,
     )
 
 

@@ -40,6 +40,11 @@ class Rule(StrEnum):
     LOG_DISAGREES_WITH_FINAL_STATE = "log-disagrees-with-final-state"
     LOG_NOT_LINEARIZABLE = "log-not-linearizable"
     REAL_TIME_ORDER = "real-time-order"
+    # What a WatchEvents follower received, against etcd's history (chaos/follow_check.py).
+    FOLLOWER_GAP = "follower-gap"
+    FOLLOWER_DUPLICATE = "follower-duplicate"
+    FOLLOWER_OUT_OF_ORDER = "follower-out-of-order"
+    FOLLOWER_UNKNOWN_EVENT = "follower-unknown-event"
     # The downstream's counts and the replicas' counters.
     DUPLICATE_EFFECT = "duplicate-effect"
     FENCE_COVERAGE = "fence-coverage"
