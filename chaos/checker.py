@@ -22,6 +22,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+import grpc
+
 from chaos.follow_check import follower_agreement
 from chaos.history import INFO, EffectWrite, Op, OpKind, Outcome, Write
 from chaos.linearizability import (
@@ -94,6 +96,7 @@ class Verdict:
     fence_checks: int = 0  # accepted operations the replicas' GetStats counted (all validated)
     settled_by_history: int = 0  # indefinite operations settled from etcd's own history
     followed: int = 0  # events the WatchEvents follower received
+    streams_refused: int = 0  # flood streams refused RESOURCE_EXHAUSTED (the abuse scenario)
 
     @property
     def ok(self) -> bool:
@@ -146,6 +149,7 @@ def check(evidence: Evidence) -> Verdict:
     if evidence.followed is not None and evidence.writes is not None:
         violations += follower_agreement(evidence.followed, evidence.writes)
     violations += old_epoch_commits(ops)
+    violations += stream_refusals(ops)
     violations += duplicate_effects(evidence.performed)
     violations += lost_tasks(evidence.expected_tasks | set(by_task), evidence.final)
     violations += coverage_gaps(evidence.coverage)
@@ -166,6 +170,7 @@ def check(evidence: Evidence) -> Verdict:
         fence_checks=sum(c.accepted for c in evidence.coverage),
         settled_by_history=sum(o.reason == SETTLED_BY_HISTORY for o in ops),
         followed=len(evidence.followed or ()),
+        streams_refused=sum(_refused_at_the_caps(o) for o in ops),
     )
 
 
@@ -253,6 +258,29 @@ def old_epoch_commits(ops: Sequence[Op]) -> list[Violation]:
                 )
             )
     return violations
+
+
+def _refused_at_the_caps(op: Op) -> bool:
+    return (
+        op.op is OpKind.WATCH
+        and op.outcome is Outcome.REFUSED
+        and op.reason == grpc.StatusCode.RESOURCE_EXHAUSTED.name
+    )
+
+
+def stream_refusals(ops: Sequence[Op]) -> list[Violation]:
+    """A stream past the caps is refused RESOURCE_EXHAUSTED (and only so): any other refusal
+    of a flood stream means the caps leaked into another failure (a timeout, an error)."""
+    return [
+        Violation(
+            Rule.STREAM_REFUSED_WRONGLY,
+            "",
+            (op.label(),),
+            f"refused {op.reason or '?'}, not RESOURCE_EXHAUSTED",
+        )
+        for op in ops
+        if op.op is OpKind.WATCH and op.outcome is Outcome.REFUSED and not _refused_at_the_caps(op)
+    ]
 
 
 def lost_commits(task: str, ops: Sequence[Op], final: FinalTask | None) -> list[Violation]:

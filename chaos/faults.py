@@ -13,8 +13,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
+
 from chaos import clock_skew, netns
 from chaos.cluster import Member
+from chaos.flood import NonReader, StreamFlood
 from chaos.harness import TTL, Harness, stopped
 from chaos.history import End, OpKind, Outcome, load
 from coordinator.errors import CoordinatorError, FailedPrecondition
@@ -43,6 +46,8 @@ class Fault:
     all_worker_flags: tuple[str, ...] = ()
     skews: tuple[str, ...] = ()  # libfaketime offsets for replicas and workers (clock skew)
     partition = False  # w0 runs in a network namespace of its own (chaos/netns.py)
+    replica_flags: tuple[str, ...] = ()  # more `coordinator serve` options for the replicas
+    local_only = ""  # why it must not run against a deployed coordinator ("" : it may)
 
     def available(self) -> str:
         """Empty when this machine can run the fault; else the reason it cannot."""
@@ -334,6 +339,49 @@ class PartitionWorker(Fault):
         wait_until(lambda: _committed(h.root / "w0.jsonl"), 60, "w0's late commit")
 
 
+class AbuseStreams(Fault):
+    """During the normal workload, a flood of WatchEvents follow streams - one principal asking
+    for more than its cap, two others filling the replica's - each reopened as soon as it ends,
+    plus a consumer that never reads its stream. The replicas run with small stream bounds
+    (``replica_flags``) and a short maximum age, so the caps are contended all through the flood
+    and the run's follower (chaos/follower.py) must resume past refusals. Expected: nothing else
+    changes (every task done once, no violation, the follower sees the whole log) and every
+    refusal is RESOURCE_EXHAUSTED (the checker's ``stream_refusals``)."""
+
+    name = "abuse"
+    MAX_STREAMS, PER_PRINCIPAL = 8, 3
+    replica_flags = (
+        *("--max-streams", str(MAX_STREAMS)),
+        *("--max-streams-per-principal", str(PER_PRINCIPAL)),
+        *("--max-stream-age", "1.5"),
+    )
+    local_only = "it floods the stream slots, sized to the local replicas' bounds"
+    # One principal over its cap; two more that, with the follower and the non-reader, fill
+    # the replica's slots, so both caps refuse.
+    FLOOD = {"flood-0": PER_PRINCIPAL + 2, "flood-1": PER_PRINCIPAL, "flood-2": PER_PRINCIPAL}
+    FLOOD_SECONDS = 3.0
+
+    def __init__(self) -> None:
+        self.flood: StreamFlood | None = None
+        self.non_reader: NonReader | None = None
+        self.channels: list[grpc.Channel] = []
+
+    def inject(self, h: Harness) -> None:
+        self.channels = [h.channel(), h.channel()]
+        self.non_reader = NonReader(self.channels[0], h.queue, h.metadata("non-reader"))
+        rec = h.recorder("operator-abuse")
+        self.flood = StreamFlood(self.channels[1], h.queue, self.FLOOD, h.metadata, rec).start()
+        time.sleep(self.FLOOD_SECONDS)  # the workers claim and commit meanwhile
+
+    def heal(self, h: Harness) -> None:
+        if self.flood is not None:
+            self.flood.stop()
+        if self.non_reader is not None:
+            self.non_reader.close()
+        for channel in self.channels:
+            channel.close()
+
+
 def _claimed(history: Path) -> bool:
     """Whether ``history`` holds a claim answered CLAIMED."""
     return history.exists() and any(o.outcome is Outcome.CLAIMED for o in load([history]))
@@ -362,6 +410,7 @@ FAULTS: dict[str, Callable[[], Fault]] = {
         EtcdDrop,
         ClockSkew,
         PartitionWorker,
+        AbuseStreams,
     )
 }
 """Every scenario, by name: one fault each."""

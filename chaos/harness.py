@@ -126,8 +126,9 @@ def fence_coverage(
 class Replica:
     """One ``coordinator serve`` process on a fixed port (a restart reuses it)."""
 
-    def __init__(self, name: str, etcd: list[str], root: Path) -> None:
+    def __init__(self, name: str, etcd: list[str], root: Path, flags: tuple[str, ...] = ()) -> None:
         self.name = name
+        self._flags = flags  # more serve options (a scenario's stream bounds)
         self.port, self.metrics_port = _free_ports("127.0.0.1", 2)
         self._etcd, self._log = etcd, root / f"{name}.log"
         self.env: dict[str, str] = {}  # additions to the environment (clock skew)
@@ -145,6 +146,7 @@ class Replica:
             *("--metrics-listen", f"127.0.0.1:{self.metrics_port}", "--prefix", PREFIX),
             *("--insecure", "--min-ttl", "1", "--reclaim-scan-interval", "1"),
             *("--log-level", "warning", "--shutdown-grace", "1"),
+            *self._flags,
         ]
         code = "from coordinator.cli import main; main()"
         with self._log.open("ab") as log:
@@ -174,6 +176,7 @@ class Harness:
         skews: tuple[str, ...] = (),
         partitioned: bool = False,
         tls: TlsFiles | None = None,
+        replica_flags: tuple[str, ...] = (),
     ) -> None:
         self.root = root
         self.tls = tls  # TLS to a deployed coordinator (``remote``)
@@ -191,7 +194,9 @@ class Harness:
         # With ``proxied``, replicas reach every etcd member through a TcpProxy (delay, drop).
         self.proxies = [TcpProxy(e) for e in self.cluster.endpoints] if proxied else []
         etcd = [p.endpoint for p in self.proxies] or self.cluster.endpoints
-        self.replicas = [] if remote else [Replica(f"r{i}", etcd, root) for i in range(replicas)]
+        self.replicas = (
+            [] if remote else [Replica(f"r{i}", etcd, root, replica_flags) for i in range(replicas)]
+        )
         for i, replica in enumerate(self.replicas):
             replica.env = self._skewed(i)
         self.outbox: OutboxProcess | None = None
@@ -273,11 +278,17 @@ class Harness:
         self.workers[name] = proc
         return proc
 
+    def channel(self) -> grpc.Channel:
+        """A new gRPC channel to the replicas (for the harness's own raw calls)."""
+        return _channel(self.target, self.tls)
+
+    def metadata(self, principal: str) -> tuple[tuple[str, str | bytes], ...]:
+        """Call metadata naming ``principal`` (with the run's bearer token, if any)."""
+        return _checker(self.token, principal)
+
     def follower(self, principal: str = "follower") -> Follower:
         """A WatchEvents follower of the run's queue (chaos/follower.py), not yet started."""
-        return Follower(
-            lambda: _channel(self.target, self.tls), self.queue, _checker(self.token, principal)
-        )
+        return Follower(self.channel, self.queue, self.metadata(principal))
 
     def recorder(self, name: str) -> Recorder:
         """A history of this process's own calls (an operator's), read with the workers'."""

@@ -42,6 +42,7 @@ class OpKind(StrEnum):
     CANCEL = "cancel"  # an operator's CancelTask
     UPDATE_INPUT = "update_input"  # an operator's UpdateInput
     BUMP_EPOCH = "bump_epoch"  # an operator's BumpEpoch (names no task)
+    WATCH = "watch"  # a WatchEvents follow stream opened by the abuse scenario's flood
 
 
 class Outcome(StrEnum):
@@ -83,7 +84,8 @@ class Outcome(StrEnum):
     # The checker's own.
     INFO = "info"  # not known whether it took effect
     LOST = "LOST"  # settled: an indefinite call that did not take effect
-    REFUSED = "REFUSED"  # an operator's call refused FAILED_PRECONDITION
+    REFUSED = "REFUSED"  # refused with an error status (an operator's call, a flood stream)
+    ABANDONED = "ABANDONED"  # the caller gave up on it first (a flood stream, at the heal)
 
 
 INFO = Outcome.INFO

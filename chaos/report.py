@@ -21,6 +21,7 @@ HEADER = (
     "pending",
     "fence checks",
     "followed",
+    "streams refused",
     "violations",
 )
 
@@ -28,9 +29,9 @@ HEADER = (
 def row(r: Result) -> tuple[str, ...]:
     """One result as table cells."""
     if r.unhealthy:
-        return (r.scenario, r.implementation, "UNHEALTHY", *[""] * 8, r.unhealthy)
+        return (r.scenario, r.implementation, "UNHEALTHY", *[""] * 9, r.unhealthy)
     if r.verdict is None:
-        return (r.scenario, r.implementation, "SKIPPED", *[""] * 8, r.skipped)
+        return (r.scenario, r.implementation, "SKIPPED", *[""] * 9, r.skipped)
     v = r.verdict
     gaps = any(x.rule == "fence-coverage" for x in v.violations)
     fenced = " ".join(f"{k}={n}" for k, n in sorted(v.fenced.items())) or "0"
@@ -46,6 +47,7 @@ def row(r: Result) -> tuple[str, ...]:
         str(r.unsettled),
         "-" if r.implementation == "naive" else str(v.fence_checks) + ("" if gaps else " (100%)"),
         followed(r),
+        str(v.streams_refused),
         str(len(v.violations)),
     )
 

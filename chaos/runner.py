@@ -113,6 +113,8 @@ def run_scenario(
         reason = "server-side fault: no process signals on a deployed coordinator (--target)"
     if target and fault.partition:
         reason = "the partition is made on this machine's local harness only (not --target)"
+    if target and fault.local_only:
+        reason = f"local harness only (not --target): {fault.local_only}"
     if reason:
         return Result(name, "coordinator", None, skipped=reason)
     root = root or Path(tempfile.mkdtemp(prefix=f"chaos-{name}-"))
@@ -126,6 +128,7 @@ def run_scenario(
         skews=fault.skews,
         partitioned=fault.partition,
         tls=tls,
+        replica_flags=fault.replica_flags,
     )
     follower: Follower | None = None
     try:

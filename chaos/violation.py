@@ -45,6 +45,8 @@ class Rule(StrEnum):
     FOLLOWER_DUPLICATE = "follower-duplicate"
     FOLLOWER_OUT_OF_ORDER = "follower-out-of-order"
     FOLLOWER_UNKNOWN_EVENT = "follower-unknown-event"
+    # A stream refused otherwise than RESOURCE_EXHAUSTED (the abuse scenario's flood).
+    STREAM_REFUSED_WRONGLY = "stream-refused-wrongly"
     # The downstream's counts and the replicas' counters.
     DUPLICATE_EFFECT = "duplicate-effect"
     FENCE_COVERAGE = "fence-coverage"

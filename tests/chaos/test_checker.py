@@ -238,3 +238,22 @@ def test_commits_the_bump_does_not_order_are_not_judged_by_it() -> None:
     first = op("2", "commit", 0.5, 0.6, "COMMITTED", gen=10, attempt="a-1")
     retry = op("3", "commit", 2.0, 2.1, "COMMITTED", gen=10, attempt="a-1")
     assert check(Evidence([A_CLAIMED, first, BUMP, retry], A_DONE)).violations == ()
+
+
+def watch(op_id: str, outcome: str, reason: str = "") -> Op:
+    return Op(op_id, "flood-0", OpKind.WATCH, "", 1.0, 1.1, Outcome(outcome), reason=reason)
+
+
+def test_a_flood_stream_refused_otherwise_than_resource_exhausted_is_reported() -> None:
+    flood = [
+        watch("f-1", "OK"),
+        watch("f-2", "REFUSED", "RESOURCE_EXHAUSTED"),
+        watch("f-3", "ABANDONED"),  # the flood itself stopped waiting
+    ]
+    verdict = check(Evidence([*CLEAN, *flood], DONE_BY_B, frozenset({"t1"})))
+    assert (verdict.violations, verdict.streams_refused) == ((), 1)
+    timed_out = [*flood, watch("f-4", "REFUSED", "DEADLINE_EXCEEDED")]
+    verdict = check(Evidence([*CLEAN, *timed_out], DONE_BY_B, frozenset({"t1"})))
+    assert rules(verdict) == [("stream-refused-wrongly", "")]
+    assert verdict.violations[0].detail == "refused DEADLINE_EXCEEDED, not RESOURCE_EXHAUSTED"
+    assert verdict.streams_refused == 1
