@@ -79,8 +79,11 @@ def run(
 
 
 def exit_code(results: list[Result]) -> int:
-    """1 if the coordinator broke a rule, or the checker missed the naive baseline's."""
+    """1 if the coordinator broke a rule, the cluster was unhealthy around a fault, or the
+    checker missed the naive baseline's."""
     for r in results:
+        if r.unhealthy:
+            return 1
         if r.verdict is None:
             continue
         if r.implementation == "naive" and r.verdict.ok:

@@ -22,7 +22,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from chaos.history import INFO, EffectWrite, Op, Write
+import grpc
+
+from chaos.follow_check import follower_agreement
+from chaos.history import INFO, EffectWrite, Op, OpKind, Outcome, Write
 from chaos.linearizability import (
     SETTLED_BY_HISTORY,
     history_agreement,
@@ -31,19 +34,15 @@ from chaos.linearizability import (
     settle_effects,
     settle_from_history,
 )
-from chaos.model import (
-    CLAIMED,
-    COMMITTED,
-    TaskModel,
-    allows,
-    step,
-)
-from chaos.violation import SETTLED, FinalTask, Violation, commit_id
+from chaos.model import CLAIMED, COMMITTED, FENCED, TaskModel, allows, step
+from chaos.violation import SETTLED, FinalTask, Rule, Violation, commit_id
+from coordinator.domain.states import FenceReason, TaskState
 
 __all__ = [  # FinalTask and Violation live in chaos/violation.py; the checker re-exports them
     "Coverage",
     "Evidence",
     "FinalTask",
+    "Rule",
     "Verdict",
     "Violation",
     "check",
@@ -52,7 +51,7 @@ __all__ = [  # FinalTask and Violation live in chaos/violation.py; the checker r
     "settle",
 ]
 
-LIVE_STATES = frozenset({"DONE", "CANCELLED", "READY", "CLAIMED"})
+LIVE_STATES = frozenset({TaskState.DONE, TaskState.CANCELLED, TaskState.READY, TaskState.CLAIMED})
 """Final states of a task that is not lost (CLAIMED: held, or claimable again once expired)."""
 
 
@@ -79,6 +78,9 @@ class Evidence:
     writes: Sequence[Write] | None = None
     # etcd's history of the effect keys (chaos/etcd_history.py); None where it cannot be read.
     effect_writes: Sequence[EffectWrite] | None = None
+    # What the run's WatchEvents follower received, in arrival order (chaos/follower.py);
+    # None where no follower ran. Compared with ``writes``.
+    followed: Sequence[Write] | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,8 @@ class Verdict:
     violations: tuple[Violation, ...]
     fence_checks: int = 0  # accepted operations the replicas' GetStats counted (all validated)
     settled_by_history: int = 0  # indefinite operations settled from etcd's own history
+    followed: int = 0  # events the WatchEvents follower received
+    streams_refused: int = 0  # flood streams refused RESOURCE_EXHAUSTED (the abuse scenario)
 
     @property
     def ok(self) -> bool:
@@ -105,10 +109,11 @@ def settle(ops: Iterable[Op], final: Mapping[str, FinalTask]) -> list[Op]:
     result, else ``LOST`` (it did not take effect). Other indefinite operations stay ``info``."""
     settled = []
     for op in ops:
-        if op.indefinite and op.op == "commit":
+        if op.indefinite and op.op is OpKind.COMMIT:
             task = final.get(op.task)
             landed = task is not None and task.result_commit_id == commit_id(op)
-            settled.append(replace(op, outcome=COMMITTED if landed else "LOST", reason=SETTLED))
+            outcome = COMMITTED if landed else Outcome.LOST
+            settled.append(replace(op, outcome=outcome, reason=SETTLED))
         else:
             settled.append(op)
     return settled
@@ -137,29 +142,35 @@ def check(evidence: Evidence) -> Verdict:
         violations += lost_commits(task, task_ops, final)
         violations += stale_results(task, task_ops, final)
         if evidence.writes is not None:
-            task_writes = sorted(writes_of.get(task, []), key=lambda w: w.revision)
+            task_writes = sorted(writes_of.get(task, []), key=lambda w: w.position)
             violations += history_agreement(task, task_ops, task_writes, final)
             violations += log_replay(task, task_writes)
             violations += real_time_order(task, task_ops)
+    if evidence.followed is not None and evidence.writes is not None:
+        violations += follower_agreement(evidence.followed, evidence.writes)
+    violations += old_epoch_commits(ops)
+    violations += stream_refusals(ops)
     violations += duplicate_effects(evidence.performed)
     violations += lost_tasks(evidence.expected_tasks | set(by_task), evidence.final)
     violations += coverage_gaps(evidence.coverage)
-    commits = [o for o in ops if o.op == "commit"]
+    commits = [o for o in ops if o.op is OpKind.COMMIT]
     # Refused commits by reason (FENCED's reason; CANCELLED and STALE_INPUT by outcome).
     fenced = Counter(
-        (o.reason or "?") if o.outcome == "FENCED" else o.outcome
+        (o.reason or "?") if o.outcome is FENCED else o.outcome.value
         for o in commits
-        if o.outcome in ("FENCED", "CANCELLED", "STALE_INPUT")
+        if o.outcome in (FENCED, Outcome.CANCELLED, Outcome.STALE_INPUT)
     )
     return Verdict(
         operations=len(ops),
-        commits=sum(o.outcome == COMMITTED for o in commits),
+        commits=sum(o.outcome is COMMITTED for o in commits),
         fenced=dict(fenced),
-        reconciled=sum(o.op == "effect" and o.outcome == "RECONCILED" for o in ops),
-        indefinite=sum(o.outcome == INFO for o in evidence.ops),
+        reconciled=sum(o.op is OpKind.EFFECT and o.outcome is Outcome.RECONCILED for o in ops),
+        indefinite=sum(o.outcome is INFO for o in evidence.ops),
         violations=tuple(violations),
         fence_checks=sum(c.accepted for c in evidence.coverage),
         settled_by_history=sum(o.reason == SETTLED_BY_HISTORY for o in ops),
+        followed=len(evidence.followed or ()),
+        streams_refused=sum(_refused_at_the_caps(o) for o in ops),
     )
 
 
@@ -167,11 +178,11 @@ def double_commits(task: str, ops: Sequence[Op]) -> list[Violation]:
     """At most one attempt's commit is canonical per task revision."""
     winners: dict[int, dict[str, Op]] = defaultdict(dict)
     for op in ops:
-        if op.op == "commit" and op.outcome == COMMITTED:
+        if op.op is OpKind.COMMIT and op.outcome is COMMITTED:
             winners[op.revision].setdefault(op.attempt_id, op)
     return [
         Violation(
-            "double-commit",
+            Rule.DOUBLE_COMMIT,
             task,
             tuple(o.label() for o in won.values()),
             f"{len(won)} attempts committed revision {revision}",
@@ -196,7 +207,11 @@ def model_order(task: str, ops: Sequence[Op]) -> list[Violation]:
         if kind == 0:
             state = after
         elif not allows(allowed, op.outcome):
-            rule = "late-write-not-fenced" if op.op == "commit" else "generation-not-increasing"
+            rule = (
+                Rule.LATE_WRITE_NOT_FENCED
+                if op.op is OpKind.COMMIT
+                else Rule.GENERATION_NOT_INCREASING
+            )
             detail = (
                 f"{op.outcome} but the model allows {sorted(allowed) or 'nothing'} "
                 f"(newest completed claim g={state.generation}, committed by "
@@ -206,18 +221,80 @@ def model_order(task: str, ops: Sequence[Op]) -> list[Violation]:
     return violations
 
 
+def old_epoch_commits(ops: Sequence[Op]) -> list[Violation]:
+    """A commit invoked after an epoch bump completed, by an attempt whose claim completed before
+    the bump began, carries the old epoch: it must be refused, and when FENCED then with
+    EPOCH_CHANGED (only CANCELLED and STALE_INPUT come before the epoch in the coordinator's
+    order of reasons). A retry by an attempt that committed before it may hear COMMITTED."""
+    bumps = [o for o in ops if o.op is OpKind.BUMP_EPOCH and o.outcome is Outcome.OK]
+    if not bumps:
+        return []
+    claimed = {
+        o.attempt_id: o.lasted
+        for o in ops
+        if o.op is OpKind.CLAIM and o.outcome is CLAIMED and o.attempt_id
+    }
+    committed: dict[str, float] = {}  # attempt -> when its first acknowledged commit ended
+    for o in ops:
+        if o.op is OpKind.COMMIT and o.outcome is COMMITTED:
+            committed[o.attempt_id] = min(committed.get(o.attempt_id, o.lasted), o.lasted)
+    violations = []
+    for op in ops:
+        if op.op is not OpKind.COMMIT or op.outcome is INFO or op.attempt_id not in claimed:
+            continue
+        old = any(claimed[op.attempt_id] < b.start and b.lasted < op.start for b in bumps)
+        if not old or committed.get(op.attempt_id, op.start) < op.start:
+            continue
+        heard = f"{op.outcome}" + (f" ({op.reason})" if op.reason else "")
+        if op.outcome is COMMITTED or (
+            op.outcome is FENCED and op.reason != FenceReason.EPOCH_CHANGED.name
+        ):
+            violations.append(
+                Violation(
+                    Rule.OLD_EPOCH_NOT_FENCED,
+                    op.task,
+                    (op.label(),),
+                    f"a commit of the epoch before a bump answered {heard}, not EPOCH_CHANGED",
+                )
+            )
+    return violations
+
+
+def _refused_at_the_caps(op: Op) -> bool:
+    return (
+        op.op is OpKind.WATCH
+        and op.outcome is Outcome.REFUSED
+        and op.reason == grpc.StatusCode.RESOURCE_EXHAUSTED.name
+    )
+
+
+def stream_refusals(ops: Sequence[Op]) -> list[Violation]:
+    """A stream past the caps is refused RESOURCE_EXHAUSTED (and only so): any other refusal
+    of a flood stream means the caps leaked into another failure (a timeout, an error)."""
+    return [
+        Violation(
+            Rule.STREAM_REFUSED_WRONGLY,
+            "",
+            (op.label(),),
+            f"refused {op.reason or '?'}, not RESOURCE_EXHAUSTED",
+        )
+        for op in ops
+        if op.op is OpKind.WATCH and op.outcome is Outcome.REFUSED and not _refused_at_the_caps(op)
+    ]
+
+
 def lost_commits(task: str, ops: Sequence[Op], final: FinalTask | None) -> list[Violation]:
     """Every acknowledged commit is the canonical result etcd holds at the end."""
     acked = [
         o
         for o in ops
-        if o.op == "commit"
-        and o.outcome == COMMITTED
+        if o.op is OpKind.COMMIT
+        and o.outcome is COMMITTED
         and o.reason not in (SETTLED, SETTLED_BY_HISTORY)
     ]
     return [
         Violation(
-            "acknowledged-commit-lost",
+            Rule.ACKNOWLEDGED_COMMIT_LOST,
             task,
             (op.label(),),
             f"etcd holds {final.result_commit_id if final else 'no task'!r}, not {commit_id(op)!r}",
@@ -233,10 +310,10 @@ def stale_results(task: str, ops: Sequence[Op], final: FinalTask | None) -> list
     if final is None or not final.result_commit_id or not final.revision:
         return []
     attempt = final.result_commit_id.rsplit("@", 1)[0]
-    claims = [o for o in ops if o.op == "claim" and o.outcome == CLAIMED]
+    claims = [o for o in ops if o.op is OpKind.CLAIM and o.outcome is CLAIMED]
     return [
         Violation(
-            "stale-result",
+            Rule.STALE_RESULT,
             task,
             (op.label(),),
             f"the canonical result is by an attempt that ran on revision {op.revision}, "
@@ -250,7 +327,7 @@ def stale_results(task: str, ops: Sequence[Op], final: FinalTask | None) -> list
 def duplicate_effects(performed: Mapping[str, int]) -> list[Violation]:
     """No effect performed twice at the downstream."""
     return [
-        Violation("duplicate-effect", key, (), f"performed {n} times at the downstream")
+        Violation(Rule.DUPLICATE_EFFECT, key, (), f"performed {n} times at the downstream")
         for key, n in sorted(performed.items())
         if n > 1
     ]
@@ -262,8 +339,8 @@ def lost_tasks(task_ids: Iterable[str], final: Mapping[str, FinalTask]) -> list[
     for task_id in sorted(task_ids):
         got = final.get(task_id)
         if got is None or got.state not in LIVE_STATES:
-            state = got.state if got else "missing"
-            violations.append(Violation("lost-task", task_id, (), f"final state {state}"))
+            state = got.state.name if got else "missing"
+            violations.append(Violation(Rule.LOST_TASK, task_id, (), f"final state {state}"))
     return violations
 
 
@@ -271,7 +348,7 @@ def coverage_gaps(coverage: Iterable[Coverage]) -> list[Violation]:
     """Fence-check coverage is 100% at every acceptance point of every replica."""
     return [
         Violation(
-            "fence-coverage",
+            Rule.FENCE_COVERAGE,
             "",
             (f"{c.replica}:{c.point}",),
             f"{c.validated}/{c.accepted} accepted operations validated the fence",

@@ -23,9 +23,10 @@ from typing import Any, TypeVar
 from chaos.history import EffectWrite, Write
 from coordinator.domain.effects import EffectRecord
 from coordinator.domain.records import EventRecord, decode
-from coordinator.domain.states import Op
+from coordinator.domain.states import Op, TaskState
+from coordinator.store.events import position_of_key
 from coordinator.store.watch import PrefixWatch, WatchEvent
-from coordinator.v1 import tasks_pb2, types_pb2
+from coordinator.v1 import tasks_pb2
 
 T = TypeVar("T")
 
@@ -39,20 +40,23 @@ def parse(key: str, value: bytes, revision: int) -> Write:
     return Write(
         task=record.task_id,
         revision=revision,
-        op=record.op.value,
-        to_state=record.to_state.name,
+        op=record.op,
+        to_state=record.to_state,
         request_id=record.request_id,
         attempt_id=record.attempt_id,
         generation=generation,
         at=record.at,
+        prev_state_version=position_of_key(key, revision).prev_state_version,
     )
 
 
 def collect(client: Any, prefix: str, *, timeout: float = 30.0) -> list[Write]:
-    """Every event put under ``{prefix}/events/`` since revision 1, in revision order."""
-    return _replay(
+    """Every event put under ``{prefix}/events/`` since revision 1, in log order (revision,
+    then task, then prev_state_version: coordinator/domain/positions.py)."""
+    writes = _replay(
         client, f"{prefix}/events/", lambda e: parse(e.key, e.value, e.mod_revision), timeout
     )
+    return sorted(writes, key=lambda w: w.position)
 
 
 def parse_effect(value: bytes, revision: int) -> EffectWrite:
@@ -62,7 +66,7 @@ def parse_effect(value: bytes, revision: int) -> EffectWrite:
         effect_id=record.effect_id,
         task=record.task_id,
         revision=revision,
-        state=record.state.name,
+        state=record.state,
         request_id=record.request_id,
     )
 
@@ -121,19 +125,23 @@ def _replay(
         return [item for _, item in sorted(found, key=lambda pair: pair[0])]
 
 
+def from_watch_event(e: tasks_pb2.TaskEvent) -> Write:
+    """One event WatchEvents streamed, as a Write."""
+    op = Op(e.op)
+    return Write(
+        task=e.task_id,
+        revision=e.revision,
+        op=op,
+        to_state=TaskState(e.to_state),
+        request_id=e.request_id,
+        attempt_id=e.attempt_id,
+        generation=e.claim_generation or (e.revision if op is Op.CLAIM else 0),
+        at=e.at.ToNanoseconds() / 1e9,
+        prev_state_version=e.prev_state_version,
+    )
+
+
 def from_watch_events(events: Iterable[tasks_pb2.TaskEvent]) -> list[Write]:
-    """The events WatchEvents streamed, as Writes in revision order."""
-    writes = [
-        Write(
-            task=e.task_id,
-            revision=e.revision,
-            op=e.op,
-            to_state=types_pb2.TaskState.Name(e.to_state).removeprefix("TASK_STATE_"),
-            request_id=e.request_id,
-            attempt_id=e.attempt_id,
-            generation=e.claim_generation or (e.revision if e.op == Op.CLAIM.value else 0),
-            at=e.at.ToNanoseconds() / 1e9,
-        )
-        for e in events
-    ]
-    return sorted(writes, key=lambda w: w.revision)
+    """The events WatchEvents streamed, as Writes in log order (revision, then task, then
+    prev_state_version: several events share a revision)."""
+    return sorted((from_watch_event(e) for e in events), key=lambda w: w.position)

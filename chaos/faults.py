@@ -13,10 +13,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
+
 from chaos import clock_skew, netns
 from chaos.cluster import Member
+from chaos.flood import NonReader, StreamFlood
 from chaos.harness import TTL, Harness, stopped
-from chaos.history import read_lines
+from chaos.history import End, OpKind, Outcome, load
 from coordinator.errors import CoordinatorError, FailedPrecondition
 from coordinator.sdk import TaskInfo, TaskState, WorkerClient
 
@@ -43,6 +46,8 @@ class Fault:
     all_worker_flags: tuple[str, ...] = ()
     skews: tuple[str, ...] = ()  # libfaketime offsets for replicas and workers (clock skew)
     partition = False  # w0 runs in a network namespace of its own (chaos/netns.py)
+    replica_flags: tuple[str, ...] = ()  # more `coordinator serve` options for the replicas
+    local_only = ""  # why it must not run against a deployed coordinator ("" : it may)
 
     def available(self) -> str:
         """Empty when this machine can run the fault; else the reason it cannot."""
@@ -161,13 +166,33 @@ class RestartEtcdMember(Fault):
 
 
 class BumpEpoch(Fault):
-    """The scheduler epoch bumped while commits are in flight: old claims are fenced."""
+    """The scheduler epoch bumped while a commit is due: old claims are fenced.
+
+    w0 holds its first claim (``--hold-first``) until the bump has completed, then commits: that
+    commit carries the old epoch and must be refused EPOCH_CHANGED (the checker's
+    ``old_epoch_commits`` reads the bump from the operator's history, and so judges every other
+    old-epoch commit that happened to be in flight too)."""
 
     name = "epoch-bump"
+    worker_flags = ("--hold-first",)
+
+    def __init__(self) -> None:
+        self.bumped = False
 
     def inject(self, h: Harness) -> None:
+        wait_until(lambda: _claimed(h.root / "w0.jsonl"), 30, "w0 to hold a claim")
+        rec = h.recorder("operator-epoch-bump")
         with h.client("operator") as admin:
-            admin.bump_epoch()
+            op = rec.invoke(OpKind.BUMP_EPOCH, task="")
+            with rec.bound(op):
+                epoch = admin.bump_epoch()
+            rec.complete(op, End.OK, Outcome.OK, epoch=epoch)
+        self.bumped = True
+
+    def heal(self, h: Harness) -> None:
+        h.workers["w0"].send_signal(signal.SIGUSR1)  # now commit the held, old-epoch job
+        if self.bumped:
+            wait_until(lambda: _committed(h.root / "w0.jsonl"), 30, "w0's late commit")
 
 
 class _RacingCommit(Fault):
@@ -175,7 +200,7 @@ class _RacingCommit(Fault):
     TTL), each recorded in the operator's history so the checker orders it with the commits."""
 
     WANTED = 3
-    op = ""
+    op: OpKind
 
     def __init__(self) -> None:
         self.done: list[str] = []
@@ -198,12 +223,12 @@ class _RacingCommit(Fault):
                             got = self.call(operator, task)
                     except FailedPrecondition as exc:
                         # It may have committed since the listing: refused, as it should be.
-                        rec.complete(op, "fail", outcome="REFUSED", message=str(exc)[:200])
+                        rec.complete(op, End.FAIL, Outcome.REFUSED, message=str(exc)[:200])
                         continue
                     except CoordinatorError as exc:
-                        rec.complete(op, "info", message=str(exc)[:200])
+                        rec.complete(op, End.INFO, message=str(exc)[:200])
                         continue
-                    rec.complete(op, "ok", outcome="OK", revision=got.revision)
+                    rec.complete(op, End.OK, Outcome.OK, revision=got.revision)
                     self.done.append(task.task_id)
                 time.sleep(0.01)
 
@@ -212,7 +237,7 @@ class CancelRacingCommit(_RacingCommit):
     """Held tasks cancelled while their holders are about to commit (a few, within a TTL)."""
 
     name = "cancel-race"
-    op = "cancel"
+    op = OpKind.CANCEL
 
     def call(self, client: WorkerClient, task: TaskInfo) -> TaskInfo:
         return client.cancel_task(task.task_id, reason="chaos")
@@ -224,7 +249,7 @@ class InputChangeRacingCommit(_RacingCommit):
     attempt that ran on the new input."""
 
     name = "input-change-race"
-    op = "update_input"
+    op = OpKind.UPDATE_INPUT
 
     def call(self, client: WorkerClient, task: TaskInfo) -> TaskInfo:
         return client.update_input(task.task_id, input=f"{task.task_id} v2".encode())
@@ -301,7 +326,7 @@ class PartitionWorker(Fault):
     def inject(self, h: Harness) -> None:
         assert h.netns is not None
         w0 = h.root / "w0.jsonl"
-        wait_until(lambda: _recorded(w0, "CLAIMED"), 30, "w0 to hold a claim")
+        wait_until(lambda: _claimed(w0), 30, "w0 to hold a claim")
         h.netns.cut()
         self.cut = True
         time.sleep(PAST_TTL)  # its lease expires; another worker takes the task over
@@ -311,18 +336,62 @@ class PartitionWorker(Fault):
             return
         h.netns.restore()
         h.workers["w0"].send_signal(signal.SIGUSR1)  # now commit the held job
-        wait_until(lambda: _recorded(h.root / "w0.jsonl", "commit"), 60, "w0's late commit")
+        wait_until(lambda: _committed(h.root / "w0.jsonl"), 60, "w0's late commit")
 
 
-def _recorded(history: Path, what: str) -> bool:
-    """Whether ``history`` holds a completed claim (``CLAIMED``) or a completed commit."""
-    if not history.exists():
-        return False
-    lines = list(read_lines([history]))
-    if what == "CLAIMED":
-        return any(line.get("outcome") == "CLAIMED" for line in lines)
-    commits = {line["id"] for line in lines if line.get("op") == "commit"}
-    return any(line["type"] != "invoke" and line["id"] in commits for line in lines)
+class AbuseStreams(Fault):
+    """During the normal workload, a flood of WatchEvents follow streams - one principal asking
+    for more than its cap, two others filling the replica's - each reopened as soon as it ends,
+    plus a consumer that never reads its stream. The replicas run with small stream bounds
+    (``replica_flags``) and a short maximum age, so the caps are contended all through the flood
+    and the run's follower (chaos/follower.py) must resume past refusals. Expected: nothing else
+    changes (every task done once, no violation, the follower sees the whole log) and every
+    refusal is RESOURCE_EXHAUSTED (the checker's ``stream_refusals``)."""
+
+    name = "abuse"
+    MAX_STREAMS, PER_PRINCIPAL = 8, 3
+    replica_flags = (
+        *("--max-streams", str(MAX_STREAMS)),
+        *("--max-streams-per-principal", str(PER_PRINCIPAL)),
+        *("--max-stream-age", "1.5"),
+    )
+    local_only = "it floods the stream slots, sized to the local replicas' bounds"
+    # One principal over its cap; two more that, with the follower and the non-reader, fill
+    # the replica's slots, so both caps refuse.
+    FLOOD = {"flood-0": PER_PRINCIPAL + 2, "flood-1": PER_PRINCIPAL, "flood-2": PER_PRINCIPAL}
+    FLOOD_SECONDS = 3.0
+
+    def __init__(self) -> None:
+        self.flood: StreamFlood | None = None
+        self.non_reader: NonReader | None = None
+        self.channels: list[grpc.Channel] = []
+
+    def inject(self, h: Harness) -> None:
+        self.channels = [h.channel(), h.channel()]
+        self.non_reader = NonReader(self.channels[0], h.queue, h.metadata("non-reader"))
+        rec = h.recorder("operator-abuse")
+        self.flood = StreamFlood(self.channels[1], h.queue, self.FLOOD, h.metadata, rec).start()
+        time.sleep(self.FLOOD_SECONDS)  # the workers claim and commit meanwhile
+
+    def heal(self, h: Harness) -> None:
+        if self.flood is not None:
+            self.flood.stop()
+        if self.non_reader is not None:
+            self.non_reader.close()
+        for channel in self.channels:
+            channel.close()
+
+
+def _claimed(history: Path) -> bool:
+    """Whether ``history`` holds a claim answered CLAIMED."""
+    return history.exists() and any(o.outcome is Outcome.CLAIMED for o in load([history]))
+
+
+def _committed(history: Path) -> bool:
+    """Whether ``history`` holds a commit that completed (whatever it heard)."""
+    return history.exists() and any(
+        o.op is OpKind.COMMIT and o.end is not None for o in load([history])
+    )
 
 
 FAULTS: dict[str, Callable[[], Fault]] = {
@@ -341,6 +410,7 @@ FAULTS: dict[str, Callable[[], Fault]] = {
         EtcdDrop,
         ClockSkew,
         PartitionWorker,
+        AbuseStreams,
     )
 }
 """Every scenario, by name: one fault each."""

@@ -20,11 +20,13 @@ from chaos import clock_skew
 from chaos.checker import Coverage, FinalTask
 from chaos.cluster import EtcdCluster
 from chaos.etcd_history import collect, collect_effects, from_watch_events
+from chaos.follower import Follower
+from chaos.health import etcd_problems, replica_problems
 from chaos.history import EffectWrite, Recorder, Write
 from chaos.netns import Netns
 from chaos.proxy import TcpProxy
+from coordinator.demo.outbox import OutboxProcess
 from coordinator.etcd_process import _free_ports
-from coordinator.outbox import OutboxProcess
 from coordinator.sdk import PRINCIPAL_METADATA, TaskState, WorkerClient, tls_credentials
 from coordinator.v1 import admin_pb2, admin_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 
@@ -86,9 +88,10 @@ def _channel(target: str, tls: TlsFiles | None) -> grpc.Channel:
     return grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
 
 
-def _checker(token: str) -> tuple[tuple[str, str | bytes], ...]:
-    """Call metadata of the checker (its bearer token, if any)."""
-    metadata: tuple[tuple[str, str | bytes], ...] = ((PRINCIPAL_METADATA, "checker"),)
+def _checker(token: str, principal: str = "checker") -> tuple[tuple[str, str | bytes], ...]:
+    """Call metadata of the checker, or another of the harness's own callers (its bearer
+    token, if any)."""
+    metadata: tuple[tuple[str, str | bytes], ...] = ((PRINCIPAL_METADATA, principal),)
     if token:
         metadata += (("authorization", f"Bearer {token}"),)
     return metadata
@@ -123,8 +126,9 @@ def fence_coverage(
 class Replica:
     """One ``coordinator serve`` process on a fixed port (a restart reuses it)."""
 
-    def __init__(self, name: str, etcd: list[str], root: Path) -> None:
+    def __init__(self, name: str, etcd: list[str], root: Path, flags: tuple[str, ...] = ()) -> None:
         self.name = name
+        self._flags = flags  # more serve options (a scenario's stream bounds)
         self.port, self.metrics_port = _free_ports("127.0.0.1", 2)
         self._etcd, self._log = etcd, root / f"{name}.log"
         self.env: dict[str, str] = {}  # additions to the environment (clock skew)
@@ -142,6 +146,7 @@ class Replica:
             *("--metrics-listen", f"127.0.0.1:{self.metrics_port}", "--prefix", PREFIX),
             *("--insecure", "--min-ttl", "1", "--reclaim-scan-interval", "1"),
             *("--log-level", "warning", "--shutdown-grace", "1"),
+            *self._flags,
         ]
         code = "from coordinator.cli import main; main()"
         with self._log.open("ab") as log:
@@ -171,6 +176,7 @@ class Harness:
         skews: tuple[str, ...] = (),
         partitioned: bool = False,
         tls: TlsFiles | None = None,
+        replica_flags: tuple[str, ...] = (),
     ) -> None:
         self.root = root
         self.tls = tls  # TLS to a deployed coordinator (``remote``)
@@ -188,7 +194,9 @@ class Harness:
         # With ``proxied``, replicas reach every etcd member through a TcpProxy (delay, drop).
         self.proxies = [TcpProxy(e) for e in self.cluster.endpoints] if proxied else []
         etcd = [p.endpoint for p in self.proxies] or self.cluster.endpoints
-        self.replicas = [] if remote else [Replica(f"r{i}", etcd, root) for i in range(replicas)]
+        self.replicas = (
+            [] if remote else [Replica(f"r{i}", etcd, root, replica_flags) for i in range(replicas)]
+        )
         for i, replica in enumerate(self.replicas):
             replica.env = self._skewed(i)
         self.outbox: OutboxProcess | None = None
@@ -270,6 +278,18 @@ class Harness:
         self.workers[name] = proc
         return proc
 
+    def channel(self) -> grpc.Channel:
+        """A new gRPC channel to the replicas (for the harness's own raw calls)."""
+        return _channel(self.target, self.tls)
+
+    def metadata(self, principal: str) -> tuple[tuple[str, str | bytes], ...]:
+        """Call metadata naming ``principal`` (with the run's bearer token, if any)."""
+        return _checker(self.token, principal)
+
+    def follower(self, principal: str = "follower") -> Follower:
+        """A WatchEvents follower of the run's queue (chaos/follower.py), not yet started."""
+        return Follower(self.channel, self.queue, self.metadata(principal))
+
     def recorder(self, name: str) -> Recorder:
         """A history of this process's own calls (an operator's), read with the workers'."""
         path = self.root / f"{name}.jsonl"
@@ -286,7 +306,7 @@ class Harness:
         """Every task of the queue as etcd holds it now."""
         with self.client("checker") as client:
             return {
-                t.task_id: FinalTask(t.task_id, t.state.name, t.revision, t.result_commit_id)
+                t.task_id: FinalTask(t.task_id, t.state, t.revision, t.result_commit_id)
                 for t in client.list_tasks(queue=self.queue)
             }
 
@@ -312,9 +332,18 @@ class Harness:
         finally:
             client.close()
 
+    def health_problems(self) -> list[str]:
+        """What is wrong with the cluster now (chaos/health.py); empty when it is healthy."""
+        if self.remote:
+            return replica_problems("remote", self.remote, lambda t: _channel(t, self.tls))
+        problems = etcd_problems(self.cluster)
+        for replica in self.replicas:
+            problems += replica_problems(replica.name, replica.target, lambda t: _channel(t, None))
+        return problems
+
     def unsettled(self) -> int:
         """Tasks neither DONE nor CANCELLED."""
-        done = {TaskState.DONE.name, TaskState.CANCELLED.name}
+        done = {TaskState.DONE, TaskState.CANCELLED}
         return sum(t.state not in done for t in self.final_tasks().values())
 
     def coverage(self) -> list[Coverage]:

@@ -14,13 +14,85 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, TextIO
 
 from coordinator import request_ids
+from coordinator.domain.effects import EffectState
+from coordinator.domain.positions import EventPosition
+from coordinator.domain.states import Op as Transition
+from coordinator.domain.states import TaskState
 
-INFO = "info"
+
+class End(StrEnum):
+    """How a recorded call ended (the ``type`` of its completion line)."""
+
+    OK = "ok"  # answered; the outcome says what
+    FAIL = "fail"  # refused before doing anything (a claim that got no task, a refused cancel)
+    INFO = "info"  # indefinite: a timeout or a lost response (Jepsen ``:info``)
+
+
+class OpKind(StrEnum):
+    """What a recorded call was."""
+
+    CLAIM = "claim"  # ClaimNext (or Claim, in the naive baseline)
+    EFFECT = "effect"  # the chaos worker's effect: prepare -> send / reconcile -> record
+    COMMIT = "commit"
+    CANCEL = "cancel"  # an operator's CancelTask
+    UPDATE_INPUT = "update_input"  # an operator's UpdateInput
+    BUMP_EPOCH = "bump_epoch"  # an operator's BumpEpoch (names no task)
+    WATCH = "watch"  # a WatchEvents follow stream opened by the abuse scenario's flood
+
+
+class Outcome(StrEnum):
+    """What a recorded call heard, or what the checker settled it to.
+
+    The values are the names the history files hold: the coordinator's answers
+    (``coordinator.domain.states.Outcome``), an effect call's status (``EffectStatus``), the
+    effect state an indefinite effect call is settled to (``EffectState``), and the checker's
+    own. An unknown name in a history file is an error, not a new outcome."""
+
+    # The coordinator's answers.
+    OK = "OK"
+    CLAIMED = "CLAIMED"
+    COMMITTED = "COMMITTED"
+    FENCED = "FENCED"
+    STALE_INPUT = "STALE_INPUT"
+    CANCELLED = "CANCELLED"
+    ALREADY_CLAIMED = "ALREADY_CLAIMED"
+    STALE_STATE_VERSION = "STALE_STATE_VERSION"
+    NOT_CLAIMABLE = "NOT_CLAIMABLE"
+    CLAIMS_PAUSED = "CLAIMS_PAUSED"
+    NO_READY_TASK = "NO_READY_TASK"
+    STALLED = "STALLED"
+    RENEW_LIMIT = "RENEW_LIMIT"
+    PAYLOAD_CONFLICT = "PAYLOAD_CONFLICT"
+    NEEDS_APPROVAL = "NEEDS_APPROVAL"
+    RECONCILING = "RECONCILING"
+    # How an effect call ended (EffectStatus).
+    EXECUTED = "EXECUTED"
+    SKIPPED = "SKIPPED"
+    RECONCILED = "RECONCILED"
+    UNCERTAIN = "UNCERTAIN"
+    NOT_PERFORMED = "NOT_PERFORMED"
+    CONFLICT = "CONFLICT"
+    # The effect state an indefinite effect call left (EffectState; COMMITTED is above).
+    PREPARED = "PREPARED"
+    UNKNOWN = "UNKNOWN"
+    ABSENT = "ABSENT"
+    # The checker's own.
+    INFO = "info"  # not known whether it took effect
+    LOST = "LOST"  # settled: an indefinite call that did not take effect
+    REFUSED = "REFUSED"  # refused with an error status (an operator's call, a flood stream)
+    ABANDONED = "ABANDONED"  # the caller gave up on it first (a flood stream, at the heal)
+
+
+INFO = Outcome.INFO
 """The outcome of an operation whose effect is unknown."""
+
+INVOKE = "invoke"
+"""The ``type`` of an invocation line (every other line is a completion: ``End``)."""
 
 
 @dataclass(frozen=True)
@@ -29,11 +101,11 @@ class Op:
 
     id: str
     worker: str
-    op: str  # claim | effect | commit
+    op: OpKind
     task: str
     start: float
     end: float | None
-    outcome: str  # COMMITTED, FENCED, CLAIMED, EXECUTED, ... or INFO
+    outcome: Outcome
     reason: str = ""
     attempt: int = 0
     attempt_id: str = ""
@@ -67,12 +139,19 @@ class Write:
 
     task: str
     revision: int  # the etcd revision of the transition txn
-    op: str  # the transition's Op value: create, claim, commit, reclaim, update_input, ...
-    to_state: str
+    op: Transition
+    to_state: TaskState
     request_id: str = ""
     attempt_id: str = ""
     generation: int = 0  # a claim's generation is its own revision
     at: float = 0.0  # the writing replica's wall clock (EventRecord.at)
+    prev_state_version: int = 0  # the task's state_version before it (the event key's end)
+
+    @property
+    def position(self) -> EventPosition:
+        """Its place in the log: several events share a revision (group commit, the releaser),
+        so the revision alone does not order them."""
+        return EventPosition(self.revision, self.task, self.prev_state_version)
 
 
 @dataclass(frozen=True)
@@ -83,7 +162,7 @@ class EffectWrite:
     effect_id: str
     task: str
     revision: int  # the etcd revision of the txn that wrote it
-    state: str  # the EffectState name it left: PREPARED, COMMITTED, UNKNOWN, ABSENT
+    state: EffectState  # the state it left
     request_id: str = ""  # EffectRecord.request_id: the call that wrote it ("" background)
 
 
@@ -97,7 +176,7 @@ class Recorder:
         self._seq = 0
         self._request_ids: dict[str, str] = {}
 
-    def invoke(self, op: str, **fields: Any) -> str:
+    def invoke(self, op: OpKind, **fields: Any) -> str:
         """Record an invocation with a fresh request id; returns its id for ``complete``.
 
         Make the call inside ``bound(op_id)`` so that it carries that request id."""
@@ -106,7 +185,8 @@ class Recorder:
             self._seq += 1
             op_id = f"{self._worker}-{self._seq}"
             self._request_ids[op_id] = request_id
-        self._write({"type": "invoke", "id": op_id, "op": op, "request_id": request_id, **fields})
+        invocation = {"type": INVOKE, "id": op_id, "op": op.value, "request_id": request_id}
+        self._write({**invocation, **fields})
         return op_id
 
     def bound(self, op_id: str) -> AbstractContextManager[str]:
@@ -115,9 +195,10 @@ class Recorder:
             request_id = self._request_ids.pop(op_id)
         return request_ids.bound(request_id)
 
-    def complete(self, op_id: str, kind: str, **fields: Any) -> None:
-        """Record a completion: ``kind`` is ok, fail or info."""
-        self._write({"type": kind, "id": op_id, **fields})
+    def complete(self, op_id: str, end: End, outcome: Outcome | None = None, **fields: Any) -> None:
+        """Record a completion (``outcome`` None: none was heard, as with ``End.INFO``)."""
+        heard = {} if outcome is None else {"outcome": outcome.value}
+        self._write({"type": end.value, "id": op_id, **heard, **fields})
 
     def _write(self, record: dict[str, Any]) -> None:
         # "time" is CLOCK_MONOTONIC: one clock for every process of the host, and one that
@@ -150,18 +231,19 @@ def pair(lines: Iterable[dict[str, Any]]) -> list[Op]:
     invoked: dict[str, dict[str, Any]] = {}
     done: dict[str, dict[str, Any]] = {}
     for line in lines:
-        (invoked if line.get("type") == "invoke" else done)[str(line["id"])] = line
+        (invoked if line.get("type") == INVOKE else done)[str(line["id"])] = line
     ops = []
     for op_id, inv in invoked.items():
         end = done.get(op_id)
         merged = {**inv, **(end or {})}
-        outcome = str(merged.get("outcome", INFO)) if end and end["type"] != INFO else INFO
+        definite = end is not None and End(end["type"]) is not End.INFO
+        outcome = Outcome(merged.get("outcome", INFO)) if definite else INFO
         fields = {k: merged[k] for k in _FIELDS if k in merged}
         ops.append(
             Op(
                 id=op_id,
                 worker=str(inv["worker"]),
-                op=str(inv["op"]),
+                op=OpKind(inv["op"]),
                 start=float(inv["time"]),
                 end=float(end["time"]) if end else None,
                 outcome=outcome,

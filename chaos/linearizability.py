@@ -14,15 +14,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from chaos.history import EffectWrite, Op, Write
+from chaos.history import EffectWrite, Op, OpKind, Outcome, Write
 from chaos.model import CLAIMED, COMMITTED, NEW_ROUND, REFUSED, LogModel, apply
-from chaos.violation import SETTLED, FinalTask, Violation
+from chaos.violation import SETTLED, FinalTask, Rule, Violation
+from coordinator.domain.states import Op as Transition
 
 SETTLED_BY_HISTORY = "settled-by-history"
 """Reason of indefinite operations the checker settled from etcd's log."""
 
-WRITES = frozenset({"claim", "commit", "update_input", "cancel"})
-"""Operations that make a transition when they take effect (so leave a write in the log)."""
+WRITES = {
+    OpKind.CLAIM: Transition.CLAIM,
+    OpKind.COMMIT: Transition.COMMIT,
+    OpKind.UPDATE_INPUT: Transition.UPDATE_INPUT,
+    OpKind.CANCEL: Transition.CANCEL,
+}
+"""Operations that make a transition when they take effect (so leave a write in the log), and
+the transition each makes."""
 
 
 def settle_from_history(ops: Iterable[Op], writes: Sequence[Write]) -> list[Op]:
@@ -34,13 +41,16 @@ def settle_from_history(ops: Iterable[Op], writes: Sequence[Write]) -> list[Op]:
     by_request = {(w.request_id, w.op): w for w in writes if w.request_id}
     settled = []
     for recorded in ops:
-        write = by_request.get((recorded.request_id, recorded.op)) if recorded.request_id else None
+        made = WRITES.get(recorded.op)
+        write = None
+        if made is not None and recorded.request_id:
+            write = by_request.get((recorded.request_id, made))
         op = recorded if write is None else replace(recorded, applied_at=write.revision)
         if not (op.indefinite and op.op in WRITES):
             settled.append(op)
         elif write is None:
-            settled.append(replace(op, outcome="LOST", reason=SETTLED_BY_HISTORY))
-        elif op.op == "claim":
+            settled.append(replace(op, outcome=Outcome.LOST, reason=SETTLED_BY_HISTORY))
+        elif op.op is OpKind.CLAIM:
             settled.append(
                 replace(
                     op,
@@ -52,13 +62,9 @@ def settle_from_history(ops: Iterable[Op], writes: Sequence[Write]) -> list[Op]:
                 )
             )
         else:
-            outcome = COMMITTED if op.op == "commit" else "OK"
+            outcome = COMMITTED if op.op is OpKind.COMMIT else Outcome.OK
             settled.append(replace(op, outcome=outcome, reason=SETTLED_BY_HISTORY))
     return settled
-
-
-EFFECT = "effect"
-"""The chaos worker's effect call: prepare -> send / reconcile -> record (one request id)."""
 
 
 def settle_effects(ops: Iterable[Op], writes: Sequence[EffectWrite]) -> list[Op]:
@@ -73,7 +79,7 @@ def settle_effects(ops: Iterable[Op], writes: Sequence[EffectWrite]) -> list[Op]
             mine.setdefault(write.request_id, []).append(write)
     settled = []
     for op in ops:
-        if not (op.indefinite and op.op == EFFECT and op.request_id):
+        if not (op.indefinite and op.op is OpKind.EFFECT and op.request_id):
             settled.append(op)
             continue
         # Of that effect key (recorded at invocation); an older history names only the task.
@@ -83,12 +89,15 @@ def settle_effects(ops: Iterable[Op], writes: Sequence[EffectWrite]) -> list[Op]
             if (w.effect_id == op.effect_key if op.effect_key else w.task == op.task)
         ]
         if not found:
-            settled.append(replace(op, outcome="LOST", reason=SETTLED_BY_HISTORY))
+            settled.append(replace(op, outcome=Outcome.LOST, reason=SETTLED_BY_HISTORY))
         else:
             last = found[-1]
             settled.append(
                 replace(
-                    op, outcome=last.state, reason=SETTLED_BY_HISTORY, effect_key=last.effect_id
+                    op,
+                    outcome=Outcome(last.state.name),
+                    reason=SETTLED_BY_HISTORY,
+                    effect_key=last.effect_id,
                 )
             )
     return settled
@@ -101,33 +110,33 @@ def history_agreement(
     call wrote nothing; an acknowledged claim or commit is in the log; the log's canonical
     commit is the one etcd holds at the end."""
     violations = []
-    commits_by = {w.attempt_id for w in writes if w.op == "commit"}
+    commits_by = {w.attempt_id for w in writes if w.op is Transition.COMMIT}
     for op in ops:
         if op.reason in (SETTLED, SETTLED_BY_HISTORY):
             continue
-        refused = op.outcome in REFUSED or (op.op == "claim" and op.outcome != CLAIMED)
+        refused = op.outcome in REFUSED or (op.op is OpKind.CLAIM and op.outcome is not CLAIMED)
         if op.op in WRITES and refused and op.applied_at and not op.indefinite:
             violations.append(
                 Violation(
-                    "refused-call-took-effect",
+                    Rule.REFUSED_CALL_TOOK_EFFECT,
                     task,
                     (op.label(),),
                     f"answered {op.outcome}, but its request wrote revision {op.applied_at}",
                 )
             )
         missing = ""
-        if op.op == "claim" and op.outcome == CLAIMED and op.applied_at != op.generation:
+        if op.op is OpKind.CLAIM and op.outcome is CLAIMED and op.applied_at != op.generation:
             missing = f"its claim is not in etcd's log at revision {op.generation}"
-        if op.op == "commit" and op.outcome == COMMITTED and op.attempt_id not in commits_by:
+        if op.op is OpKind.COMMIT and op.outcome is COMMITTED and op.attempt_id not in commits_by:
             missing = "no commit by its attempt is in etcd's log"
         if missing:
             violations.append(
-                Violation("acknowledged-call-not-in-log", task, (op.label(),), missing)
+                Violation(Rule.ACKNOWLEDGED_CALL_NOT_IN_LOG, task, (op.label(),), missing)
             )
     # The log's canonical commit of the final round is the one etcd holds at the end.
     round_commit: Write | None = None
     for write in writes:
-        if write.op == "commit":
+        if write.op is Transition.COMMIT:
             round_commit = write
         elif write.op in NEW_ROUND:
             round_commit = None
@@ -135,7 +144,7 @@ def history_agreement(
     if final is not None and writes and final.result_commit_id != logged:
         violations.append(
             Violation(
-                "log-disagrees-with-final-state",
+                Rule.LOG_DISAGREES_WITH_FINAL_STATE,
                 task,
                 (),
                 f"the log's canonical commit is {logged or 'none'}, "
@@ -152,7 +161,7 @@ def log_replay(task: str, writes: Sequence[Write]) -> list[Violation]:
         state, problem = apply(state, write)
         if problem:
             label = f"{write.op}@{write.revision}({write.attempt_id or '-'})"
-            violations.append(Violation("log-not-linearizable", task, (label,), problem))
+            violations.append(Violation(Rule.LOG_NOT_LINEARIZABLE, task, (label,), problem))
     return violations
 
 
@@ -166,7 +175,7 @@ def real_time_order(task: str, ops: Sequence[Op]) -> list[Violation]:
         if earliest_end is not None and earliest_end.lasted < op.start:
             violations.append(
                 Violation(
-                    "real-time-order",
+                    Rule.REAL_TIME_ORDER,
                     task,
                     (op.label(), earliest_end.label()),
                     f"revision {earliest_end.applied_at} completed before revision "

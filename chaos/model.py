@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from chaos.history import Op, Write
+from chaos.history import Op, OpKind, Outcome, Write
+from coordinator.domain.states import Op as Transition
+from coordinator.domain.states import TaskState
 
-COMMITTED, FENCED, CLAIMED = "COMMITTED", "FENCED", "CLAIMED"
-REFUSED = frozenset({FENCED, "CANCELLED", "STALE_INPUT", "LOST"})
+COMMITTED, FENCED, CLAIMED = Outcome.COMMITTED, Outcome.FENCED, Outcome.CLAIMED
+REFUSED = frozenset({FENCED, Outcome.CANCELLED, Outcome.STALE_INPUT, Outcome.LOST})
 """Outcomes that leave nothing canonical behind (LOST: an indefinite commit that did not land)."""
-ANY = frozenset({"*"})
-"""Marker: the model does not constrain this operation."""
+ANY: frozenset[Outcome] = frozenset(Outcome)
+"""The model does not constrain this operation: every outcome is allowed."""
 
 
 @dataclass(frozen=True)
@@ -33,26 +35,26 @@ class TaskModel:
     cancelled: bool = False
 
 
-def allows(allowed: frozenset[str], outcome: str) -> bool:
+def allows(allowed: frozenset[Outcome], outcome: Outcome) -> bool:
     """Whether ``outcome`` is one the model allows."""
-    return allowed is ANY or outcome in allowed
+    return outcome in allowed
 
 
-def step(state: TaskModel, op: Op) -> tuple[TaskModel, frozenset[str]]:
+def step(state: TaskModel, op: Op) -> tuple[TaskModel, frozenset[Outcome]]:
     """The outcomes ``op`` may have given ``state``, and the state after ``op`` completed."""
-    if op.op == "claim":
-        if op.outcome != CLAIMED:
+    if op.op is OpKind.CLAIM:
+        if op.outcome is not CLAIMED:
             return state, ANY
         fresh = op.generation > state.generation and op.revision != state.committed_revision
         after = replace(state, generation=max(op.generation, state.generation))
         return after, frozenset({CLAIMED}) if fresh else frozenset()
-    if op.op == "update_input":
-        if op.outcome != "OK":
+    if op.op is OpKind.UPDATE_INPUT:
+        if op.outcome is not Outcome.OK:
             return state, ANY
         return replace(state, revision=max(state.revision, op.revision)), ANY
-    if op.op == "cancel":
-        return (replace(state, cancelled=True) if op.outcome == "OK" else state), ANY
-    if op.op == "commit":
+    if op.op is OpKind.CANCEL:
+        return (replace(state, cancelled=True) if op.outcome is Outcome.OK else state), ANY
+    if op.op is OpKind.COMMIT:
         if state.committed_by:
             # Only a retry of the canonical attempt may hear COMMITTED again.
             same = op.attempt_id == state.committed_by
@@ -61,7 +63,7 @@ def step(state: TaskModel, op: Op) -> tuple[TaskModel, frozenset[str]]:
             return state, REFUSED  # superseded by a claim that completed before this commit
         if op.revision < state.revision or state.cancelled:
             return state, REFUSED  # the input changed, or the task was cancelled, before it
-        if op.outcome == COMMITTED:
+        if op.outcome is COMMITTED:
             return replace(
                 state, committed_by=op.attempt_id, committed_revision=op.revision
             ), frozenset({COMMITTED})
@@ -78,18 +80,18 @@ class LogModel:
     committed: bool = False  # the current round (input revision) has its canonical commit
 
 
-NEW_ROUND = frozenset({"update_input", "reject"})
+NEW_ROUND = frozenset({Transition.UPDATE_INPUT, Transition.REJECT})
 """Transitions that open a new round (revision + 1): a new canonical commit is due."""
 
 
 def apply(state: LogModel, write: Write) -> tuple[LogModel, str]:
     """The state after ``write``, and what is wrong with it ("" when the model allows it)."""
-    if write.op == "claim":
+    if write.op is Transition.CLAIM:
         problem = ""
         if write.generation <= state.generation:
             problem = f"claim generation {write.generation} after generation {state.generation}"
         return replace(state, generation=write.generation, holder=write.attempt_id), problem
-    if write.op == "commit":
+    if write.op is Transition.COMMIT:
         problem = ""
         if write.attempt_id != state.holder:
             problem = (
@@ -101,6 +103,6 @@ def apply(state: LogModel, write: Write) -> tuple[LogModel, str]:
         return replace(state, holder="", committed=True), problem
     if write.op in NEW_ROUND:
         return replace(state, holder="", committed=False), ""
-    if write.to_state != "CLAIMED":
+    if write.to_state is not TaskState.CLAIMED:
         return replace(state, holder=""), ""
     return state, ""

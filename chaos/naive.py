@@ -22,7 +22,8 @@ import etcd3
 
 from chaos.checker import FinalTask
 from chaos.cluster import GRPC_OPTIONS
-from chaos.history import Recorder
+from chaos.history import End, OpKind, Outcome, Recorder
+from coordinator.domain.states import TaskState
 
 PREFIX = "/naive"
 TTL = 2
@@ -34,15 +35,17 @@ def _keys(task: str) -> tuple[str, str, str]:
 
 def create(client: Any, task: str) -> None:
     """A READY task."""
-    client.put(_keys(task)[1], "READY")
+    client.put(_keys(task)[1], TaskState.READY.name)
 
 
-def final(client: Any, task: str) -> FinalTask:
-    """The task as etcd holds it."""
+def final(client: Any, task: str) -> FinalTask | None:
+    """The task as etcd holds it (None: it is not there)."""
     _, state_key, result_key = _keys(task)
     state, _ = client.get(state_key)
     result, _ = client.get(result_key)
-    return FinalTask(task, (state or b"missing").decode(), 0, (result or b"").decode())
+    if state is None:
+        return None
+    return FinalTask(task, TaskState[state.decode()], 0, (result or b"").decode())
 
 
 def claim(client: Any, name: str, task: str) -> tuple[int, float] | None:
@@ -69,25 +72,25 @@ def claim(client: Any, name: str, task: str) -> tuple[int, float] | None:
 def run(client: Any, rec: Recorder, name: str, task: str, pause: bool) -> None:
     """Claim the task (retrying), check expiresAt, (pause,) then write the result unfenced."""
     while True:
-        op = rec.invoke("claim", task=task)
+        op = rec.invoke(OpKind.CLAIM, task=task)
         got = claim(client, name, task)
         if got is not None:
             break
-        rec.complete(op, "fail", outcome="ALREADY_CLAIMED")
+        rec.complete(op, End.FAIL, Outcome.ALREADY_CLAIMED)
         time.sleep(0.1)
     generation, expires_at = got
     attempt_id = f"{name}-{generation}"
     fields = {"task": task, "attempt_id": attempt_id, "generation": generation}
-    rec.complete(op, "ok", outcome="CLAIMED", **fields)
+    rec.complete(op, End.OK, Outcome.CLAIMED, **fields)
     if time.time() >= expires_at:  # the naive guard: my own clock says I still own it
         return
     if pause:
         os.kill(os.getpid(), signal.SIGSTOP)  # the pause lands between the check and the write
-    commit = rec.invoke("commit", **fields)
+    commit = rec.invoke(OpKind.COMMIT, **fields)
     _, state_key, result_key = _keys(task)
     client.put(result_key, f"{attempt_id}@{generation}")
-    client.put(state_key, "DONE")
-    rec.complete(commit, "ok", outcome="COMMITTED")
+    client.put(state_key, TaskState.DONE.name)
+    rec.complete(commit, End.OK, Outcome.COMMITTED)
 
 
 @click.command()

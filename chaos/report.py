@@ -20,14 +20,18 @@ HEADER = (
     "info",
     "pending",
     "fence checks",
+    "followed",
+    "streams refused",
     "violations",
 )
 
 
 def row(r: Result) -> tuple[str, ...]:
     """One result as table cells."""
+    if r.unhealthy:
+        return (r.scenario, r.implementation, "UNHEALTHY", *[""] * 9, r.unhealthy)
     if r.verdict is None:
-        return (r.scenario, r.implementation, "SKIPPED", "", "", "", "", "", "", "", r.skipped)
+        return (r.scenario, r.implementation, "SKIPPED", *[""] * 9, r.skipped)
     v = r.verdict
     gaps = any(x.rule == "fence-coverage" for x in v.violations)
     fenced = " ".join(f"{k}={n}" for k, n in sorted(v.fenced.items())) or "0"
@@ -42,8 +46,18 @@ def row(r: Result) -> tuple[str, ...]:
         str(v.indefinite) + (f" ({v.settled_by_history} by log)" if v.settled_by_history else ""),
         str(r.unsettled),
         "-" if r.implementation == "naive" else str(v.fence_checks) + ("" if gaps else " (100%)"),
+        followed(r),
+        str(v.streams_refused),
         str(len(v.violations)),
     )
+
+
+def followed(r: Result) -> str:
+    """Events the WatchEvents follower received, and its stream's breaks by status."""
+    if r.implementation == "naive" or r.verdict is None:
+        return "-"
+    breaks = " ".join(f"{code}={n}" for code, n in sorted(r.follow_breaks.items()))
+    return str(r.verdict.followed) + (f" (breaks: {breaks})" if breaks else "")
 
 
 def table(results: Sequence[Result]) -> str:

@@ -13,18 +13,26 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from chaos.checker import Evidence, Verdict, check
 from chaos.faults import FAULTS, Fault
+from chaos.follower import Follower
 from chaos.harness import Harness, TlsFiles
+from chaos.health import ClusterUnhealthy, require_healthy
 from chaos.history import Write, load
 
 WORKERS = 4
 PRODUCE_EVERY = 0.1
 SETTLE_TIMEOUT = 60.0
+HEALTHY_BEFORE = 10.0
+"""Seconds the cluster gets to be healthy before a fault (it has just started)."""
+RECOVERY_TIMEOUT = 30.0
+"""Seconds the cluster gets to be healthy again after a heal (an etcd member rejoining)."""
+FOLLOW_CATCH_UP = 30.0
+"""Seconds the WatchEvents follower gets, once the run settled, to reach etcd's last event."""
 
 
 @dataclass(frozen=True)
@@ -35,11 +43,14 @@ class Result:
     implementation: str
     verdict: Verdict | None
     skipped: str = ""
+    unhealthy: str = ""  # the cluster was unhealthy before the fault or after its heal
     unsettled: int = 0
     seconds: float = 0.0
     # How far the replicas' event timestamps lay outside the run's real wall-clock window
     # (seconds): about 300 under the clock-skew fault, about 0 otherwise.
     clock_offset: float = 0.0
+    # How often the WatchEvents follower's stream broke (and resumed), by status code.
+    follow_breaks: Mapping[str, int] = field(default_factory=dict)
 
 
 def produce(h: Harness, until: float, created: set[str]) -> None:
@@ -71,14 +82,17 @@ def settle(h: Harness, timeout: float) -> int:
 
 
 def run_fault(fault: Fault, h: Harness, delay: float, errors: list[BaseException]) -> None:
-    """Inject after ``delay`` seconds, then heal (always)."""
+    """Inject after ``delay`` seconds, then heal (always); the cluster must be healthy before
+    the injection and again after the heal (ClusterUnhealthy otherwise: chaos/health.py)."""
     time.sleep(delay)
+    require_healthy(h.health_problems, timeout=HEALTHY_BEFORE, when=f"before {fault.name}")
     try:
         fault.inject(h)
     except BaseException as exc:
         errors.append(exc)
     finally:
         fault.heal(h)
+    require_healthy(h.health_problems, timeout=RECOVERY_TIMEOUT, when=f"after healing {fault.name}")
 
 
 def run_scenario(
@@ -99,6 +113,8 @@ def run_scenario(
         reason = "server-side fault: no process signals on a deployed coordinator (--target)"
     if target and fault.partition:
         reason = "the partition is made on this machine's local harness only (not --target)"
+    if target and fault.local_only:
+        reason = f"local harness only (not --target): {fault.local_only}"
     if reason:
         return Result(name, "coordinator", None, skipped=reason)
     root = root or Path(tempfile.mkdtemp(prefix=f"chaos-{name}-"))
@@ -112,9 +128,12 @@ def run_scenario(
         skews=fault.skews,
         partitioned=fault.partition,
         tls=tls,
+        replica_flags=fault.replica_flags,
     )
+    follower: Follower | None = None
     try:
         h.start()
+        follower = h.follower().start()  # through the whole run, fault included
         created: set[str] = set()
         for i in range(WORKERS):
             flags = fault.worker_flags if i == 0 else ()
@@ -126,32 +145,51 @@ def run_scenario(
         )
         producer.start()
         errors: list[BaseException] = []
-        run_fault(fault, h, rng.uniform(0.2, 0.4) * duration, errors)
+        unhealthy = ""
+        try:
+            run_fault(fault, h, rng.uniform(0.2, 0.4) * duration, errors)
+        except ClusterUnhealthy as exc:
+            unhealthy = str(exc)  # no verdict: the history would blame the coordinator for it
         producer.join()
+        if unhealthy:
+            return Result(name, "coordinator", None, unhealthy=unhealthy, seconds=elapsed(started))
         if errors:
             raise errors[0]
         pending = settle(h, SETTLE_TIMEOUT)
         h.stop_workers()
+        writes = h.etcd_history()
+        if writes:
+            follower.wait_for(max(w.position for w in writes), FOLLOW_CATCH_UP)
+        follower.stop()
         evidence = Evidence(
             ops=load(h.histories),
             final=h.final_tasks(),
             expected_tasks=frozenset(created),
             performed=h.performed(),
             coverage=h.coverage(),
-            writes=h.etcd_history(),
+            writes=writes,
             effect_writes=h.effect_history(),
+            followed=follower.received,
         )
         verdict = check(evidence)
     finally:
+        if follower is not None:
+            follower.stop()
         h.close()
     return Result(
         name,
         "coordinator",
         verdict,
         unsettled=pending,
-        seconds=time.monotonic() - started,
+        seconds=elapsed(started),
         clock_offset=offset(evidence.writes or (), wall, time.time()),
+        follow_breaks=follower.breaks,
     )
+
+
+def elapsed(since: float) -> float:
+    """Seconds since ``since`` (monotonic)."""
+    return time.monotonic() - since
 
 
 def offset(writes: Iterable[Write], start: float, end: float) -> float:
@@ -192,7 +230,8 @@ def run_naive(*, root: Path | None = None) -> Result:
         worker("b").wait(timeout=30)
         late.send_signal(signal.SIGCONT)
         late.wait(timeout=30)
-        final = {"t1": naive.final(client, "t1")}
+        found = naive.final(client, "t1")
+        final = {"t1": found} if found is not None else {}
         client.close()
         ops = load(sorted(root.glob("*.jsonl")))
         verdict = check(Evidence(ops=ops, final=final, expected_tasks=frozenset({"t1"})))

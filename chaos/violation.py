@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from chaos.history import Op
+from coordinator.domain.states import TaskState
 
 SETTLED = "settled"
 """Reason of indefinite commits the checker settled from the final state (no log)."""
@@ -15,16 +17,46 @@ class FinalTask:
     """A task as etcd holds it after the run."""
 
     task_id: str
-    state: str
+    state: TaskState
     revision: int = 0
     result_commit_id: str = ""  # "{attempt_id}@{generation}" of the canonical commit
+
+
+class Rule(StrEnum):
+    """The rules the checker reports broken."""
+
+    # What clients heard, in real-time order (chaos/model.py ``step``).
+    DOUBLE_COMMIT = "double-commit"
+    LATE_WRITE_NOT_FENCED = "late-write-not-fenced"
+    GENERATION_NOT_INCREASING = "generation-not-increasing"
+    OLD_EPOCH_NOT_FENCED = "old-epoch-not-fenced"
+    # Against etcd's final state.
+    ACKNOWLEDGED_COMMIT_LOST = "acknowledged-commit-lost"
+    STALE_RESULT = "stale-result"
+    LOST_TASK = "lost-task"
+    # Against etcd's own history (chaos/linearizability.py).
+    REFUSED_CALL_TOOK_EFFECT = "refused-call-took-effect"
+    ACKNOWLEDGED_CALL_NOT_IN_LOG = "acknowledged-call-not-in-log"
+    LOG_DISAGREES_WITH_FINAL_STATE = "log-disagrees-with-final-state"
+    LOG_NOT_LINEARIZABLE = "log-not-linearizable"
+    REAL_TIME_ORDER = "real-time-order"
+    # What a WatchEvents follower received, against etcd's history (chaos/follow_check.py).
+    FOLLOWER_GAP = "follower-gap"
+    FOLLOWER_DUPLICATE = "follower-duplicate"
+    FOLLOWER_OUT_OF_ORDER = "follower-out-of-order"
+    FOLLOWER_UNKNOWN_EVENT = "follower-unknown-event"
+    # A stream refused otherwise than RESOURCE_EXHAUSTED (the abuse scenario's flood).
+    STREAM_REFUSED_WRONGLY = "stream-refused-wrongly"
+    # The downstream's counts and the replicas' counters.
+    DUPLICATE_EFFECT = "duplicate-effect"
+    FENCE_COVERAGE = "fence-coverage"
 
 
 @dataclass(frozen=True)
 class Violation:
     """A broken rule, the task it concerns, and the operations involved."""
 
-    rule: str
+    rule: Rule
     task: str
     ops: tuple[str, ...]
     detail: str

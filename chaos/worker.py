@@ -25,16 +25,16 @@ from types import FrameType
 
 import click
 
-from chaos.history import Recorder
+from chaos.history import End, OpKind, Outcome, Recorder
 from coordinator.domain.effects import effect_id
 from coordinator.errors import CoordinatorError
 from coordinator.logging import configure_logging
 from coordinator.sdk import (
     ClaimRefused,
+    EffectStatus,
     FenceReason,
     HttpDownstream,
     Job,
-    Outcome,
     WorkerClient,
     tls_credentials,
 )
@@ -74,19 +74,19 @@ class ChaosWorker:
 
     def claim(self) -> Job | None:
         """One ClaimNext, recorded; a job or None (nothing ready, refused, or unknown)."""
-        op = self.rec.invoke("claim", task="")
+        op = self.rec.invoke(OpKind.CLAIM, task="")
         try:
             with self.rec.bound(op):
                 got = self.client.claim_next(self.queue, ttl=self.ttl)
         except CoordinatorError as exc:
-            self.rec.complete(op, "info", message=str(exc)[:200])
+            self.rec.complete(op, End.INFO, message=str(exc)[:200])
             return None
         if isinstance(got, ClaimRefused):
-            self.rec.complete(op, "fail", outcome=got.outcome.name, reason=got.reason.name)
+            self.rec.complete(op, End.FAIL, Outcome[got.outcome.name], reason=got.reason.name)
             if got.reason is FenceReason.EPOCH_CHANGED:
                 self.client.epoch()  # an operator bumped the epoch: join the new one
             return None
-        self.rec.complete(op, "ok", outcome=Outcome.CLAIMED.name, **_job_fields(got))
+        self.rec.complete(op, End.OK, Outcome.CLAIMED, **_job_fields(got))
         return got
 
     def effect(self, job: Job) -> None:
@@ -94,31 +94,31 @@ class ChaosWorker:
         assert self.outbox is not None
         # Its effect key, known before the call: an indefinite call is settled by it.
         key = effect_id(job.task_id, job.task_revision, EFFECT_NODE, EFFECT_SLOT)
-        op = self.rec.invoke("effect", effect_key=key, **_job_fields(job))
+        op = self.rec.invoke(OpKind.EFFECT, effect_key=key, **_job_fields(job))
         payload = f"task {job.task_id} is done".encode()  # the same draft from every attempt
         try:
             with self.rec.bound(op):
                 got = job.effect(EFFECT_NODE, EFFECT_SLOT, payload, self.outbox)
         except CoordinatorError as exc:
-            self.rec.complete(op, "info", message=str(exc)[:200])
+            self.rec.complete(op, End.INFO, message=str(exc)[:200])
             return
-        kind = "info" if got.status.name == "UNCERTAIN" else "ok"
+        end = End.INFO if got.status is EffectStatus.UNCERTAIN else End.OK
         self.rec.complete(
-            op, kind, outcome=got.status.name, reason=got.reason.name, effect_key=got.effect_id
+            op, end, Outcome[got.status.name], reason=got.reason.name, effect_key=got.effect_id
         )
 
     def commit(self, job: Job) -> None:
         """Commit (twice with ``--retry-commits``), recorded; transport errors are ``info``."""
         result = f"{job.task_id} attempt {job.fence.attempt_id}".encode()
         for _ in range(2 if self.retry_commits else 1):
-            op = self.rec.invoke("commit", **_job_fields(job))
+            op = self.rec.invoke(OpKind.COMMIT, **_job_fields(job))
             try:
                 with self.rec.bound(op):
                     got = job.commit(result)
             except CoordinatorError as exc:
-                self.rec.complete(op, "info", message=str(exc)[:200])
+                self.rec.complete(op, End.INFO, message=str(exc)[:200])
                 continue
-            self.rec.complete(op, "ok", outcome=got.outcome.name, reason=got.reason.name)
+            self.rec.complete(op, End.OK, Outcome[got.outcome.name], reason=got.reason.name)
 
     def run_one(self, job: Job) -> None:
         """Work one claimed task to its commit (the faults this worker was told to act out)."""

@@ -1,9 +1,10 @@
 """``coordinator demo``: a worker pool, one worker frozen past its TTL, and the fence that stops it.
 
-Starts etcd, a coordinator server (in this process), an outbox (``python -m coordinator.outbox``,
-a pretend email service) and worker processes (``python -m coordinator.demo_worker``) on a batch
-of tasks. Every job sends its task's email through the outbox with ``job.effect``. The first
-worker's email is performed but its response is lost (the outbox drops it), so the effect is
+Starts etcd, a coordinator server (in this process), an outbox
+(``python -m coordinator.demo.outbox``, a pretend email service) and worker processes
+(``python -m coordinator.demo.worker``; both in ``coordinator/demo/``) on a batch of tasks.
+Every job sends its task's email through the outbox with ``job.effect``. The first worker's
+email is performed but its response is lost (the outbox drops it), so the effect is
 recorded UNKNOWN; the worker then announces that it holds the task and is SIGSTOPped. Another
 worker takes the task over, drafts its own email for the same slot, gets PAYLOAD_CONFLICT,
 reconciles the original by its key instead of sending again, and commits; the frozen one gets
@@ -28,14 +29,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from coordinator.demo_worker import CHANNEL_OPTIONS, Record, WorkerProcess
+from coordinator.demo.outbox import OutboxProcess
+from coordinator.demo.worker import CHANNEL_OPTIONS, Record, WorkerProcess
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.effects import EffectRecord, EffectState
 from coordinator.domain.records import ResultRecord, decode
 from coordinator.errors import CoordinatorError
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 from coordinator.logging import configure_logging
-from coordinator.outbox import OutboxProcess
 from coordinator.sdk import TaskState, WorkerClient
 from coordinator.server import build_server
 from coordinator.store import EtcdKV, Keyspace, Store

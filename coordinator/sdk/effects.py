@@ -81,7 +81,7 @@ class Downstream(Protocol):
 
 
 class HttpDownstream:
-    """The HTTP adapter for an outbox-style service (coordinator.outbox): ``POST /send`` with
+    """The HTTP adapter for an outbox-style service (coordinator.demo.outbox): ``POST /send`` with
     ``Idempotency-Key`` and ``X-Fencing-Generation``, ``GET /lookup/<key>``."""
 
     def __init__(self, base_url: str, *, timeout: float = 5.0) -> None:

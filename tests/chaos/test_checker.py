@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from chaos.checker import Coverage, Evidence, FinalTask, Verdict, check
-from chaos.history import Op, Recorder, load
+from chaos.history import End, Op, OpKind, Outcome, Recorder, load
 from chaos.report import table
 from chaos.runner import Result
+from coordinator.domain.effects import EffectState
+from coordinator.domain.states import Outcome as CoordinatorOutcome
+from coordinator.domain.states import TaskState
+from coordinator.sdk import EffectStatus
 
 
 def op(
@@ -25,11 +31,11 @@ def op(
     return Op(
         id=op_id,
         worker=attempt.split("-", maxsplit=1)[0],
-        op=kind,
+        op=OpKind(kind),
         task=task,
         start=start,
         end=end,
-        outcome=outcome,
+        outcome=Outcome(outcome),
         reason=reason,
         attempt_id=attempt,
         generation=gen,
@@ -40,7 +46,7 @@ def rules(verdict: Verdict) -> list[tuple[str, str]]:
     return [(v.rule, v.task) for v in verdict.violations]
 
 
-DONE_BY_B = {"t1": FinalTask("t1", "DONE", result_commit_id="b-1@20")}
+DONE_BY_B = {"t1": FinalTask("t1", TaskState.DONE, result_commit_id="b-1@20")}
 
 # A pauses with g=10, B claims (g=20) after A's lease expired and commits; A wakes and commits.
 CLEAN = [
@@ -71,7 +77,7 @@ def test_an_unfenced_late_write_is_reported_as_late_write_and_double_commit() ->
 def test_a_late_write_that_wins_the_final_state_is_still_reported() -> None:
     # The naive baseline's failure: the stale owner overwrites the rescuer's result.
     late = [*CLEAN[:3], op("4", "commit", 9.0, 9.1, "COMMITTED", gen=10, attempt="a-1")]
-    final = {"t1": FinalTask("t1", "DONE", result_commit_id="a-1@10")}
+    final = {"t1": FinalTask("t1", TaskState.DONE, result_commit_id="a-1@10")}
     verdict = check(Evidence(late, final, frozenset({"t1"})))
     assert [r for r, _ in rules(verdict)] == [
         "double-commit",
@@ -86,7 +92,7 @@ def test_a_superseded_commit_before_the_rival_commits_is_still_late() -> None:
         op("2", "claim", 5.0, 5.1, "CLAIMED", gen=20, attempt="b-1"),
         op("3", "commit", 6.0, 6.1, "COMMITTED", gen=10, attempt="a-1"),
     ]
-    final = {"t1": FinalTask("t1", "DONE", result_commit_id="a-1@10")}
+    final = {"t1": FinalTask("t1", TaskState.DONE, result_commit_id="a-1@10")}
     assert rules(check(Evidence(history, final))) == [("late-write-not-fenced", "t1")]
 
 
@@ -97,7 +103,7 @@ def test_overlapping_operations_are_not_blamed() -> None:
         op("2", "claim", 5.0, 6.5, "CLAIMED", gen=20, attempt="b-1"),
         op("3", "commit", 6.0, 6.1, "COMMITTED", gen=10, attempt="a-1"),
     ]
-    final = {"t1": FinalTask("t1", "DONE", result_commit_id="a-1@10")}
+    final = {"t1": FinalTask("t1", TaskState.DONE, result_commit_id="a-1@10")}
     assert check(Evidence(history, final)).violations == ()
 
 
@@ -106,7 +112,7 @@ def test_a_non_increasing_generation_is_reported() -> None:
         op("1", "claim", 0.0, 0.1, "CLAIMED", gen=20, attempt="a-1"),
         op("2", "claim", 5.0, 5.1, "CLAIMED", gen=20, attempt="b-1"),
     ]
-    final = {"t1": FinalTask("t1", "CLAIMED")}
+    final = {"t1": FinalTask("t1", TaskState.CLAIMED)}
     assert rules(check(Evidence(history, final))) == [("generation-not-increasing", "t1")]
 
 
@@ -117,13 +123,13 @@ def test_a_duplicate_effect_is_reported_with_its_key() -> None:
 
 
 def test_a_lost_task_is_reported() -> None:
-    final = {**DONE_BY_B, "t2": FinalTask("t2", "FAILED")}
+    final = {**DONE_BY_B, "t2": FinalTask("t2", TaskState.FAILED)}
     verdict = check(Evidence(CLEAN, final, frozenset({"t1", "t2", "t3"})))
     assert rules(verdict) == [("lost-task", "t2"), ("lost-task", "t3")]
 
 
 def test_an_acknowledged_commit_missing_after_restarts_is_reported() -> None:
-    final = {"t1": FinalTask("t1", "READY")}
+    final = {"t1": FinalTask("t1", TaskState.READY)}
     assert rules(check(Evidence(CLEAN, final))) == [("acknowledged-commit-lost", "t1")]
 
 
@@ -148,18 +154,42 @@ def test_indefinite_commits_are_settled_from_etcd() -> None:
 def test_the_recorder_pairs_invocations_with_completions(tmp_path: Path) -> None:
     path = tmp_path / "w.jsonl"
     rec = Recorder(path, "w")
-    first = rec.invoke("claim", task="t1")
-    rec.complete(first, "ok", outcome="CLAIMED", generation=7, attempt_id="x")
-    second = rec.invoke("commit", task="t1", generation=7, attempt_id="x")
-    third = rec.invoke("commit", task="t1", generation=7, attempt_id="x")
-    rec.complete(third, "info", outcome="UNAVAILABLE")
+    first = rec.invoke(OpKind.CLAIM, task="t1")
+    rec.complete(first, End.OK, Outcome.CLAIMED, generation=7, attempt_id="x")
+    second = rec.invoke(OpKind.COMMIT, task="t1", generation=7, attempt_id="x")
+    third = rec.invoke(OpKind.COMMIT, task="t1", generation=7, attempt_id="x")
+    rec.complete(third, End.INFO, message="UNAVAILABLE")
     rec.close()
     with path.open("a") as f:
         f.write('{"torn')
     ops = {o.id: o for o in load([path])}
-    assert (ops[first].outcome, ops[first].generation) == ("CLAIMED", 7)
-    assert (ops[second].outcome, ops[second].end) == ("info", None)
-    assert ops[third].outcome == "info" and ops[third].end is not None
+    assert (ops[first].op, ops[first].outcome, ops[first].generation) == (
+        OpKind.CLAIM,
+        Outcome.CLAIMED,
+        7,
+    )
+    assert (ops[second].outcome, ops[second].end) == (Outcome.INFO, None)
+    assert ops[third].outcome is Outcome.INFO and ops[third].end is not None
+
+
+def test_an_unknown_op_or_outcome_in_a_history_file_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "w.jsonl"
+    path.write_text(
+        '{"type": "invoke", "id": "w-1", "op": "commit", "worker": "w", "time": 1}\n'
+        '{"type": "ok", "id": "w-1", "outcome": "COMMITED", "worker": "w", "time": 2}\n'
+    )
+    with pytest.raises(ValueError, match="COMMITED"):
+        load([path])
+    path.write_text('{"type": "invoke", "id": "w-1", "op": "comit", "worker": "w", "time": 1}\n')
+    with pytest.raises(ValueError, match="comit"):
+        load([path])
+
+
+def test_every_answer_the_coordinator_can_give_is_an_outcome() -> None:
+    # The worker records coordinator outcomes, effect statuses and effect states by name.
+    names = [o.name for o in CoordinatorOutcome] + [s.name for s in EffectStatus]
+    names += [s.name for s in EffectState]
+    assert [n for n in names if n not in Outcome.__members__] == []
 
 
 def test_the_report_names_each_violation_and_lines_up() -> None:
@@ -173,3 +203,57 @@ def test_the_report_names_each_violation_and_lines_up() -> None:
         "VIOLATION [worker-pause/coordinator] duplicate-effect on k2: "
         "performed 2 times at the downstream []"
     )
+
+
+# An epoch bump (an operator's, naming no task) between A's claim and A's commit.
+BUMP = op("op-1", "bump_epoch", 1.0, 1.1, "OK", gen=0, attempt="", task="")
+A_CLAIMED = op("1", "claim", 0.0, 0.1, "CLAIMED", gen=10, attempt="a-1")
+A_DONE = {"t1": FinalTask("t1", TaskState.DONE, result_commit_id="a-1@10")}
+A_READY = {"t1": FinalTask("t1", TaskState.READY)}
+
+
+def test_an_old_epoch_commit_after_a_bump_must_be_refused_epoch_changed() -> None:
+    accepted = op("2", "commit", 2.0, 2.1, "COMMITTED", gen=10, attempt="a-1")
+    verdict = check(Evidence([A_CLAIMED, BUMP, accepted], A_DONE))
+    assert rules(verdict) == [("old-epoch-not-fenced", "t1")]
+    assert "answered COMMITTED" in verdict.violations[0].detail
+    other = op("2", "commit", 2.0, 2.1, "FENCED", gen=10, attempt="a-1", reason="SUPERSEDED")
+    verdict = check(Evidence([A_CLAIMED, BUMP, other], A_READY))
+    assert rules(verdict) == [("old-epoch-not-fenced", "t1")]
+    assert "FENCED (SUPERSEDED)" in verdict.violations[0].detail
+    right = op("2", "commit", 2.0, 2.1, "FENCED", gen=10, attempt="a-1", reason="EPOCH_CHANGED")
+    verdict = check(Evidence([A_CLAIMED, BUMP, right], A_READY))
+    assert verdict.violations == () and dict(verdict.fenced) == {"EPOCH_CHANGED": 1}
+
+
+def test_commits_the_bump_does_not_order_are_not_judged_by_it() -> None:
+    # Invoked while the bump was in flight: it may have landed first.
+    overlapping = op("2", "commit", 1.05, 1.2, "COMMITTED", gen=10, attempt="a-1")
+    assert check(Evidence([A_CLAIMED, BUMP, overlapping], A_DONE)).violations == ()
+    # Claimed while the bump was in flight: the claim may carry the new epoch.
+    late_claim = op("1", "claim", 0.9, 1.05, "CLAIMED", gen=10, attempt="a-1")
+    commit = op("2", "commit", 2.0, 2.1, "COMMITTED", gen=10, attempt="a-1")
+    assert check(Evidence([late_claim, BUMP, commit], A_DONE)).violations == ()
+    # A retry of a commit that landed before the bump hears COMMITTED again.
+    first = op("2", "commit", 0.5, 0.6, "COMMITTED", gen=10, attempt="a-1")
+    retry = op("3", "commit", 2.0, 2.1, "COMMITTED", gen=10, attempt="a-1")
+    assert check(Evidence([A_CLAIMED, first, BUMP, retry], A_DONE)).violations == ()
+
+
+def watch(op_id: str, outcome: str, reason: str = "") -> Op:
+    return Op(op_id, "flood-0", OpKind.WATCH, "", 1.0, 1.1, Outcome(outcome), reason=reason)
+
+
+def test_a_flood_stream_refused_otherwise_than_resource_exhausted_is_reported() -> None:
+    flood = [
+        watch("f-1", "OK"),
+        watch("f-2", "REFUSED", "RESOURCE_EXHAUSTED"),
+        watch("f-3", "ABANDONED"),  # the flood itself stopped waiting
+    ]
+    verdict = check(Evidence([*CLEAN, *flood], DONE_BY_B, frozenset({"t1"})))
+    assert (verdict.violations, verdict.streams_refused) == ((), 1)
+    timed_out = [*flood, watch("f-4", "REFUSED", "DEADLINE_EXCEEDED")]
+    verdict = check(Evidence([*CLEAN, *timed_out], DONE_BY_B, frozenset({"t1"})))
+    assert rules(verdict) == [("stream-refused-wrongly", "")]
+    assert verdict.violations[0].detail == "refused DEADLINE_EXCEEDED, not RESOURCE_EXHAUSTED"
+    assert verdict.streams_refused == 1

@@ -9,13 +9,14 @@ its key carries its request id.
 from __future__ import annotations
 
 from chaos.checker import Evidence, FinalTask, Verdict, check
-from chaos.history import INFO, EffectWrite, Op
+from chaos.history import INFO, EffectWrite, Op, OpKind, Outcome
 from chaos.linearizability import SETTLED_BY_HISTORY, settle_effects
-from coordinator.domain.effects import effect_id
+from coordinator.domain.effects import EffectState, effect_id
+from coordinator.domain.states import TaskState
 
 KEY = effect_id("t1", 1, "notify", "email")
 OTHER = effect_id("t2", 1, "notify", "email")
-DONE = {"t1": FinalTask("t1", "DONE", revision=1, result_commit_id="a-1@10")}
+DONE = {"t1": FinalTask("t1", TaskState.DONE, revision=1, result_commit_id="a-1@10")}
 
 
 def op(
@@ -32,11 +33,11 @@ def op(
     return Op(
         id=op_id,
         worker="w0",
-        op=kind,
+        op=OpKind(kind),
         task=task,
         start=start,
         end=end,
-        outcome=outcome,
+        outcome=Outcome(outcome),
         attempt_id="a-1",
         generation=10,
         revision=1,
@@ -46,7 +47,9 @@ def op(
 
 
 def ew(revision: int, state: str, rid: str, key: str = KEY, task: str = "t1") -> EffectWrite:
-    return EffectWrite(effect_id=key, task=task, revision=revision, state=state, request_id=rid)
+    return EffectWrite(
+        effect_id=key, task=task, revision=revision, state=EffectState[state], request_id=rid
+    )
 
 
 CLAIM = op("1", "claim", 0.0, 0.1, "CLAIMED", rid="ca")

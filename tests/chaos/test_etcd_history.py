@@ -11,7 +11,8 @@ import pytest
 
 from chaos.etcd_history import collect, collect_effects
 from coordinator import request_ids
-from coordinator.domain.effects import effect_id
+from coordinator.domain.effects import EffectState, effect_id
+from coordinator.domain.states import Op, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import DownstreamResult, Job
 from tests.conftest import GRPC_OPTIONS
@@ -45,9 +46,9 @@ def test_the_watch_from_revision_one_returns_every_transition_with_its_request_i
             job.commit(b"r")
         writes = collect(client, PREFIX, timeout=10)
     assert [(w.task, w.op, w.to_state, w.request_id) for w in writes] == [
-        ("t1", "create", "READY", "create-1"),
-        ("t1", "claim", "CLAIMED", "claim-1"),
-        ("t1", "commit", "DONE", "commit-1"),
+        ("t1", Op.CREATE, TaskState.READY, "create-1"),
+        ("t1", Op.CLAIM, TaskState.CLAIMED, "claim-1"),
+        ("t1", Op.COMMIT, TaskState.DONE, "commit-1"),
     ]
     claim, commit = writes[1], writes[2]
     assert claim.generation == claim.revision == job.generation  # g = the claim txn's revision
@@ -79,10 +80,10 @@ def test_the_effect_watch_returns_every_effect_write_with_its_request_id(
                 assert job.effect("notify", "email", b"hi", _Outbox()).done
         writes = collect_effects(client, PREFIX, timeout=10)
     assert [(w.task, w.state, w.request_id) for w in writes] == [
-        ("t1", "PREPARED", "effect-1"),
-        ("t1", "COMMITTED", "effect-1"),
-        ("t2", "PREPARED", "effect-2"),
-        ("t2", "COMMITTED", "effect-2"),
+        ("t1", EffectState.PREPARED, "effect-1"),
+        ("t1", EffectState.COMMITTED, "effect-1"),
+        ("t2", EffectState.PREPARED, "effect-2"),
+        ("t2", EffectState.COMMITTED, "effect-2"),
     ]
     assert {w.effect_id for w in writes[:2]} == {effect_id("t1", 1, "notify", "email")}
     assert [w.revision for w in writes] == sorted({w.revision for w in writes})

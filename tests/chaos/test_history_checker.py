@@ -7,7 +7,9 @@ holds it. An indefinite operation took effect exactly when its request id is in 
 from __future__ import annotations
 
 from chaos.checker import Evidence, FinalTask, Verdict, check, log_replay
-from chaos.history import Op, Write
+from chaos.history import Op, OpKind, Outcome, Write
+from coordinator.domain.states import Op as Transition
+from coordinator.domain.states import TaskState
 
 
 def op(
@@ -27,11 +29,11 @@ def op(
     return Op(
         id=op_id,
         worker=(attempt or op_id).split("-", maxsplit=1)[0],
-        op=kind,
+        op=OpKind(kind),
         task=task,
         start=start,
         end=end,
-        outcome=outcome,
+        outcome=Outcome(outcome),
         reason=reason,
         attempt_id=attempt,
         generation=gen,
@@ -43,9 +45,8 @@ def op(
 def w(
     revision: int, kind: str, to: str, *, attempt: str = "", gen: int = 0, rid: str = ""
 ) -> Write:
-    return Write(
-        "t1", revision, kind, to, rid, attempt, gen or (revision if kind == "claim" else 0)
-    )
+    generation = gen or (revision if kind == "claim" else 0)
+    return Write("t1", revision, Transition(kind), TaskState[to], rid, attempt, generation)
 
 
 def rules(verdict: Verdict) -> list[tuple[str, str]]:
@@ -63,8 +64,8 @@ LOG = [
     w(15, "reclaim", "READY", attempt="a-1"),
     w(20, "claim", "CLAIMED", attempt="b-1", rid="cb"),
 ]
-DONE_BY_B = {"t1": FinalTask("t1", "DONE", revision=1, result_commit_id="b-1@20")}
-READY = {"t1": FinalTask("t1", "READY", revision=1)}
+DONE_BY_B = {"t1": FinalTask("t1", TaskState.DONE, revision=1, result_commit_id="b-1@20")}
+READY = {"t1": FinalTask("t1", TaskState.READY, revision=1)}
 
 
 def test_an_info_commit_that_took_effect_is_settled_committed_from_the_log() -> None:
@@ -107,7 +108,7 @@ def test_a_refused_call_that_wrote_and_an_acknowledged_one_that_did_not_are_repo
         op("4", "commit", 7.0, 7.1, "COMMITTED", gen=20, attempt="b-1", rid="mb"),
     ]
     log = [*LOG, w(30, "commit", "DONE", attempt="a-1", gen=10, rid="ma")]
-    final = {"t1": FinalTask("t1", "DONE", revision=1, result_commit_id="a-1@10")}
+    final = {"t1": FinalTask("t1", TaskState.DONE, revision=1, result_commit_id="a-1@10")}
     got = rules(check(Evidence(history, final, frozenset({"t1"}), writes=log)))
     assert ("refused-call-took-effect", "t1") in got
     assert ("acknowledged-call-not-in-log", "t1") in got
@@ -120,7 +121,7 @@ def test_a_history_that_breaks_real_time_order_is_reported() -> None:
         op("1", "claim", 1.0, 1.1, "CLAIMED", gen=10, attempt="a-1", rid="ca"),
         op("2", "claim", 0.0, 0.1, "CLAIMED", gen=20, attempt="b-1", rid="cb"),
     ]
-    final = {"t1": FinalTask("t1", "CLAIMED", revision=1)}
+    final = {"t1": FinalTask("t1", TaskState.CLAIMED, revision=1)}
     verdict = check(Evidence(history, final, frozenset({"t1"}), writes=LOG))
     assert rules(verdict) == [("generation-not-increasing", "t1"), ("real-time-order", "t1")]
     assert verdict.violations[1].ops == (
@@ -154,9 +155,9 @@ def test_a_commit_on_the_old_input_after_an_input_change_must_be_refused() -> No
         op("op-1", "update_input", 2.0, 2.1, "OK", revision=2, rid="u1"),
         op("3", "commit", 3.0, 3.1, "COMMITTED", gen=10, attempt="a-1", rid="ma"),
     ]
-    final = {"t1": FinalTask("t1", "DONE", revision=2, result_commit_id="a-1@10")}
+    final = {"t1": FinalTask("t1", TaskState.DONE, revision=2, result_commit_id="a-1@10")}
     got = rules(check(Evidence(history, final, frozenset({"t1"}))))
     assert got == [("late-write-not-fenced", "t1"), ("stale-result", "t1")]
     refused = [*history[:2], op("3", "commit", 3.0, 3.1, "STALE_INPUT", gen=10, attempt="a-1")]
-    verdict = check(Evidence(refused, {"t1": FinalTask("t1", "READY", revision=2)}))
+    verdict = check(Evidence(refused, {"t1": FinalTask("t1", TaskState.READY, revision=2)}))
     assert verdict.violations == () and dict(verdict.fenced) == {"STALE_INPUT": 1}

@@ -32,3 +32,9 @@ def test_server_side_faults_are_skipped_with_a_reason_against_a_deployed_coordin
     result = run_scenario("replica-kill", duration=1, seed=1, target="127.0.0.1:1")
     assert result.verdict is None
     assert "server-side fault" in result.skipped
+
+
+def test_the_stream_flood_is_not_run_against_a_deployed_coordinator() -> None:
+    result = run_scenario("abuse", duration=1, seed=1, target="127.0.0.1:1")
+    assert result.verdict is None
+    assert result.skipped.startswith("local harness only (not --target): it floods")

@@ -29,13 +29,20 @@ def test_the_coordinator_passes_each_scenario(name: str, tmp_path: Path) -> None
     if reason:
         pytest.skip(reason)
     result = run_scenario(name, duration=SHORT, seed=7, root=tmp_path)
+    assert result.unhealthy == ""  # healthy before the fault, and again after its heal
     assert result.verdict is not None
     assert result.verdict.violations == (), table([result])
     assert result.unsettled == 0, table([result])
     assert result.verdict.commits > 0
     assert result.verdict.fence_checks > 0  # GetStats was read from the replicas
+    # The WatchEvents follower saw the whole log, however its stream broke (no follower-* rule).
+    assert result.verdict.followed > 0
     if name == "worker-pause":  # the paused worker's late commit was refused
         assert result.verdict.fenced.get("SUPERSEDED", 0) >= 1, table([result])
+    if name == "epoch-bump":  # the commit held across the bump carried the old epoch
+        assert result.verdict.fenced.get("EPOCH_CHANGED", 0) >= 1, table([result])
+    if name == "abuse":  # the flood met both caps, and was told so RESOURCE_EXHAUSTED
+        assert result.verdict.streams_refused >= 1, table([result])
     if name == "cancel-race":  # holders of cancelled tasks heard CANCELLED at commit
         assert result.verdict.fenced.get("CANCELLED", 0) >= 1, table([result])
     if name == "input-change-race":  # holders of changed tasks were refused at commit

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.demo_worker import WorkerProcess
+from coordinator.demo.worker import WorkerProcess
 from coordinator.domain.records import ResultRecord, decode
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import Job, TaskState, WorkerClient

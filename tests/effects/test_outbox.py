@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from coordinator.outbox import OutboxProcess
+from coordinator.demo.outbox import OutboxProcess
 from coordinator.sdk import (
     DownstreamRefused,
     DownstreamResult,

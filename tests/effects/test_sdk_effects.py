@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from coordinator.demo.outbox import OutboxProcess
 from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import effect_id
 from coordinator.domain.states import Op
 from coordinator.etcd_process import EtcdProcess
-from coordinator.outbox import OutboxProcess
 from coordinator.sdk import (
     ClaimRefused,
     DownstreamResult,

@@ -1,7 +1,7 @@
 """The seed's negative test, with real processes.
 
-Worker A (a real ``coordinator.demo_worker`` process) claims the task and sends payload X
-through the outbox (a real ``coordinator.outbox`` process). The outbox performs the call and
+Worker A (a real ``coordinator.demo.worker`` process) claims the task and sends payload X
+through the outbox (a real ``coordinator.demo.outbox`` process). The outbox performs the call and
 never answers (the response is lost), and A is SIGKILLed right then: it never records anything,
 the effect stays PREPARED. Worker B takes the task over and drafts payload Y for the same slot.
 B must get PAYLOAD_CONFLICT with X's digest, reconcile X by its key, and the outbox must have
@@ -17,11 +17,11 @@ from datetime import timedelta
 import grpc
 import pytest
 
-from coordinator.demo_worker import EFFECT_NODE, EFFECT_SLOT, WorkerProcess, effect_payload
+from coordinator.demo.outbox import OutboxProcess
+from coordinator.demo.worker import EFFECT_NODE, EFFECT_SLOT, WorkerProcess, effect_payload
 from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import effect_id
 from coordinator.etcd_process import EtcdProcess
-from coordinator.outbox import OutboxProcess
 from coordinator.sdk import EffectState, EffectStatus, HttpDownstream, Job, TaskState
 from coordinator.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 from tests.conftest import GRPC_OPTIONS

@@ -140,13 +140,14 @@ def test_a_done_task_cannot_be_cancelled(store: Store) -> None:
 
 
 def _cancel_and_commit_at_once(
-    store: Store, fence: Fence
+    store: Store, fence: Fence, *, cancel_head_start: float = 0.0
 ) -> tuple[CommitResult, TaskRecord | FailedPrecondition]:
     barrier = threading.Barrier(2)
     input_digest = store.tasks.get(fence.task_id).input_digest
 
     def do_commit() -> CommitResult:
         barrier.wait()
+        threading.Event().wait(cancel_head_start)
         return commit(store, fence, input_digest=input_digest)
 
     def do_cancel() -> TaskRecord | FailedPrecondition:
@@ -161,12 +162,20 @@ def _cancel_and_commit_at_once(
         return committed.result(timeout=30), cancelled.result(timeout=30)
 
 
+# How long the commit waits after the barrier: from none (the commit usually wins: the cancel
+# reads the task before its txn) to past a cancel's round trip (the cancel wins), with the
+# near-ties (about 1-2 ms here) in between, so both orders occur across the rounds.
+HEAD_STARTS = (0.0, 0.0005, 0.001, 0.0015, 0.002, 0.003, 0.01, 0.02)
+
+
 def test_cancel_racing_commit_has_exactly_one_winner(store: Store, etcd_client: Any) -> None:
     tally: Counter[str] = Counter()
     for n in range(40):
         task_id = f"t{n}"
         create(store, task_id)
-        committed, cancelled = _cancel_and_commit_at_once(store, claim(store, task_id))
+        committed, cancelled = _cancel_and_commit_at_once(
+            store, claim(store, task_id), cancel_head_start=HEAD_STARTS[n % len(HEAD_STARTS)]
+        )
         task = store.tasks.get(task_id)
         result_key = raw(etcd_client, store.ctx.keys.result(task_id, 1))
         if committed.verdict.outcome is Outcome.COMMITTED:
@@ -180,6 +189,7 @@ def test_cancel_racing_commit_has_exactly_one_winner(store: Store, etcd_client: 
             assert (task.state, result_key) == (TaskState.CANCELLED, None), n
             tally["cancelled"] += 1
     assert sum(tally.values()) == 40, tally
+    assert tally["committed"] > 0 and tally["cancelled"] > 0, tally  # both orders were raced
 
 
 def test_update_input_makes_the_running_attempt_stale(store: Store, etcd_client: Any) -> None:

@@ -2,7 +2,7 @@
 
 Run by ``coordinator demo`` (and the paused-worker test) as::
 
-    python -m coordinator.demo_worker --target ADDR --principal NAME --queue Q [--hold-first S]
+    python -m coordinator.demo.worker --target ADDR --principal NAME --queue Q [--hold-first S]
 
 Each line on stdout is one JSON object with ``op`` (``started``, ``claim``, ``effect``,
 ``holding``, ``commit``, ``abandon``, ``error``, ``stopped``), ``worker``, and for task operations
@@ -186,7 +186,7 @@ class WorkerProcess:
         if outbox:
             args += ["--outbox", outbox]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "coordinator.demo_worker", *args],
+            [sys.executable, "-m", "coordinator.demo.worker", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,

@@ -1,6 +1,6 @@
 """A real downstream for tests and the demo: an HTTP "outbox" that pretends to send emails.
 
-Run it as its own process (``python -m coordinator.outbox --port 0`` prints its URL on the
+Run it as its own process (``python -m coordinator.demo.outbox --port 0`` prints its URL on the
 first line of stdout), or through ``OutboxProcess``. Endpoints:
 
 * ``POST /send`` - body: the payload; headers ``Idempotency-Key`` and ``X-Fencing-Generation``.
@@ -258,10 +258,10 @@ def make_server(host: str = "127.0.0.1", port: int = 0, *, idempotent: bool = Tr
 
 
 class OutboxProcess:
-    """``python -m coordinator.outbox`` as a child process, with its admin calls."""
+    """``python -m coordinator.demo.outbox`` as a child process, with its admin calls."""
 
     def __init__(self, *, idempotent: bool = True, drop_next: int = 0) -> None:
-        args = [sys.executable, "-m", "coordinator.outbox", "--port", "0"]
+        args = [sys.executable, "-m", "coordinator.demo.outbox", "--port", "0"]
         if not idempotent:
             args.append("--no-idempotency")
         if drop_next:
