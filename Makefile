@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The runtime alone (what `make demo` needs): no linters, type checkers or test tools.
+RUNTIME_STAMP := $(VENV)/.installed-runtime
 
 .PHONY: venv etcd chaos-tools lint test test-fast demo protos helm chart
 
@@ -15,14 +17,19 @@ CHAOS := tests/chaos tests/chaos_lite
 
 venv: $(STAMP)
 
+$(RUNTIME_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -e .
+	touch $@
+
 # Re-install whenever pyproject.toml changes; the stamp records the last successful install.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install -e '.[dev]'
-	touch $@
+	touch $@ $(RUNTIME_STAMP)
 
-etcd: venv
+etcd: $(RUNTIME_STAMP)
 	bash scripts/install-etcd.sh $(VENV)
 
 # Optional: libfaketime and iproute2 for the clock-skew and partition chaos faults.
@@ -48,7 +55,7 @@ test: venv etcd chaos-tools lint chart
 test-fast: venv etcd lint
 	$(BIN)/pytest -q -m "not slow"
 
-demo: venv etcd
+demo: $(RUNTIME_STAMP) etcd
 	$(BIN)/coordinator demo
 
 # protoc looks up its mypy plugins (protoc-gen-mypy*) on PATH.

