@@ -29,7 +29,7 @@ from coordinator.sdk.effects import EffectInfo
 from coordinator.sdk.job import Job, LostCallback
 from coordinator.sdk.managed import DEFAULT_GRACE
 from coordinator.sdk.rediscover import ListedJob, Rediscovered, list_jobs, rediscover, resume_job
-from coordinator.sdk.types import AttemptInfo, ClaimRefused, TaskInfo, outcome_of
+from coordinator.sdk.types import AttemptInfo, ClaimRefused, ResultInfo, TaskInfo, outcome_of
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
 
 
@@ -224,6 +224,13 @@ class WorkerClient:
             self._rpc.tasks.GetTask, tasks_pb2.GetTaskRequest(task_id=task_id)
         )
         return TaskInfo.from_proto(response.task, tuple(response.attempts))
+
+    def get_result(self, task_id: str, revision: int = 0) -> ResultInfo:
+        """The canonical result of a task revision (0: its current revision), with the attempt
+        and fence that committed it: what a reviewer accepts (pm/admin). Raises NotFound for an
+        unknown task or a revision without a committed result."""
+        request = tasks_pb2.GetResultRequest(task_id=task_id, revision=revision)
+        return ResultInfo.from_proto(self._rpc.call(self._rpc.tasks.GetResult, request).result)
 
     def attempts(self, task_id: str, *, page_size: int = 100) -> Iterator[AttemptInfo]:
         """Every attempt of the task, oldest first, read a page at a time as you iterate."""
