@@ -1,4 +1,4 @@
-"""How the operator verbs (``claims``, ``epoch``, ``drain``) reach a running coordinator.
+"""How the remote verbs (``claims``, ``epoch``, ``drain``, ``tasks``, ...) reach a coordinator.
 
 Options shared by every remote verb: ``--target``, then one way to authenticate: a bearer
 token (``--token`` / ``COORDINATOR_TOKEN``), a client certificate (``--cert``/``--key``), or
@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from coordinator.cli.local_up import discover
-from coordinator.errors import CoordinatorError
+from coordinator.errors import CoordinatorError, NotFound
 from coordinator.sdk._rpc import RetryPolicy, Rpc
 from coordinator.sdk.auth import BearerToken, tls_credentials
 
@@ -125,10 +125,24 @@ class Remote:
         """WorkerService stub."""
         return self._rpc.worker
 
-    def call(self, method: Callable[..., Resp], request: Any) -> Resp:
-        """One call; any refusal becomes a CLI error (exit 1) with the server's message."""
+    def call(self, method: Callable[..., Resp], request: Any, *, idempotency_key: str = "") -> Resp:
+        """One call; any refusal becomes a CLI error (exit 1) with the server's message. An
+        ``idempotency_key`` goes with every try, so a retried change applies once."""
+        try:
+            return self._rpc.call(
+                method,  # type: ignore[arg-type]
+                request,
+                idempotency_key=idempotency_key,
+            )
+        except CoordinatorError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    def call_or_none(self, method: Callable[..., Resp], request: Any) -> Resp | None:
+        """Like ``call``, but None when the server answers NOT_FOUND."""
         try:
             return self._rpc.call(method, request)  # type: ignore[arg-type]
+        except NotFound:
+            return None
         except CoordinatorError as exc:
             raise click.ClickException(str(exc)) from exc
 

@@ -9,7 +9,15 @@ from __future__ import annotations
 from enum import IntEnum, StrEnum
 
 
-class TaskState(IntEnum):
+class _Named(IntEnum):
+    """An IntEnum whose ``str()`` is its name (``READY``, not ``2``): what people read in logs,
+    messages and printed SDK values; comparisons and the wire still use the integer."""
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TaskState(_Named):
     """Where a task stands (see types.proto for the meaning of each)."""
 
     WAITING = 1
@@ -22,7 +30,7 @@ class TaskState(IntEnum):
     NEEDS_APPROVAL = 8
 
 
-class Outcome(IntEnum):
+class Outcome(_Named):
     """Typed result of a worker-side call; business outcomes are never exceptions."""
 
     OK = 1
@@ -43,7 +51,7 @@ class Outcome(IntEnum):
     RECONCILING = 16
 
 
-class FenceReason(IntEnum):
+class FenceReason(_Named):
     """Why a credential is no longer current. 0 means no reason applies."""
 
     NONE = 0
@@ -55,7 +63,7 @@ class FenceReason(IntEnum):
     TASK_MOVED = 6
 
 
-class AttemptEnd(IntEnum):
+class AttemptEnd(_Named):
     """How an attempt ended; RUNNING until its claim is closed."""
 
     RUNNING = 0

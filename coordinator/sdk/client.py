@@ -1,9 +1,10 @@
 """WorkerClient: claims tasks and hands back Jobs; also the producer and admin calls it needs.
 
-A client pins the scheduler epoch it first sees (``epoch()`` reads and re-pins it). After an
-admin bumps the epoch, this client's claims are refused FENCED/EPOCH_CHANGED until the caller
-calls ``epoch()`` again: an epoch bump is how an operator retires a pool, so the SDK does not
-paper over it.
+A client pins the scheduler epoch it first sees (``epoch()`` reads and re-pins it). A new epoch
+is the operator's decision and a worker must follow it, so a claim refused FENCED/EPOCH_CHANGED
+re-reads the epoch and, if it moved on, is sent once more under the new one: the caller does
+nothing. What the bump retires is every claim already held: a Job keeps the epoch it was
+claimed under, and its renew, authorize and commit stay FENCED/EPOCH_CHANGED.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from coordinator.sdk.effects import EffectInfo
 from coordinator.sdk.job import Job, LostCallback
 from coordinator.sdk.managed import DEFAULT_GRACE
 from coordinator.sdk.rediscover import ListedJob, Rediscovered, list_jobs, rediscover, resume_job
-from coordinator.sdk.types import AttemptInfo, ClaimRefused, TaskInfo, outcome_of
+from coordinator.sdk.types import AttemptInfo, ClaimRefused, ResultInfo, TaskInfo, outcome_of
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
 
 
@@ -48,6 +49,14 @@ _CREATE_HINT = (
     "a task may have been created: look for it with list_tasks (a task id or an "
     "idempotency_key makes a create safe to repeat)"
 )
+
+
+def _epoch_moved(response: worker_pb2.ClaimResponse) -> bool:
+    """Whether a claim was refused only because the scheduler epoch moved on."""
+    return (
+        response.outcome == types_pb2.OUTCOME_FENCED
+        and response.reason == types_pb2.FENCE_REASON_EPOCH_CHANGED
+    )
 
 
 class WorkerClient:
@@ -99,7 +108,8 @@ class WorkerClient:
     # --- epoch ------------------------------------------------------------------------------
 
     def epoch(self) -> int:
-        """Read the scheduler epoch and pin it for this client's later claims."""
+        """Read the scheduler epoch and pin it for this client's later claims (a claim refused
+        FENCED/EPOCH_CHANGED does this by itself)."""
         response = self._rpc.call(self._rpc.admin.GetEpoch, admin_pb2.GetEpochRequest())
         with self._epoch_lock:
             self._epoch = response.epoch
@@ -124,7 +134,8 @@ class WorkerClient:
         """Claim one task. A Job (enter it to start the keepalive) or the typed refusal.
 
         ``expected_state_version`` (non-zero) makes the claim conditional on the task's
-        state_version; ``on_lost`` is called once if the job is lost later.
+        state_version; ``on_lost`` is called once if the job is lost later. Refused because the
+        epoch moved on (FENCED/EPOCH_CHANGED), it re-pins the new epoch and claims once more.
         """
         request = worker_pb2.ClaimRequest(
             task_id=task_id,
@@ -144,7 +155,8 @@ class WorkerClient:
         on_lost: LostCallback | None = None,
         safety_margin: timedelta | None = None,
     ) -> Job | ClaimRefused:
-        """Claim the next ready task of ``queue``; NO_READY_TASK comes back as a ClaimRefused."""
+        """Claim the next ready task of ``queue``; NO_READY_TASK comes back as a ClaimRefused.
+        Like ``claim``, it follows a new epoch by itself."""
         request = worker_pb2.ClaimNextRequest(
             queue=queue, scheduler_epoch=self._pinned_epoch(), ttl_seconds=ttl_seconds(ttl)
         )
@@ -163,11 +175,26 @@ class WorkerClient:
         # The lease clock starts before the request leaves, so it can only run early.
         sent_at = time.monotonic()
         response = self._rpc.call(method, request, hint=_CLAIM_HINT)
+        if _epoch_moved(response) and self._repin(request):
+            # Once only: a second refusal means the epoch moved again meanwhile, and the next
+            # claim will follow that one.
+            sent_at = time.monotonic()
+            response = self._rpc.call(method, request, hint=_CLAIM_HINT)
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
             return ClaimRefused.from_proto(response)
         return Job(
             self._rpc, response, sent_at=sent_at, on_lost=on_lost, safety_margin=safety_margin
         )
+
+    def _repin(self, request: worker_pb2.ClaimRequest | worker_pb2.ClaimNextRequest) -> bool:
+        """Pin the current epoch; whether it differs from the one ``request`` carried (the
+        request then carries the new one). No held claim is touched: a Job keeps its fence."""
+        sent = request.scheduler_epoch
+        current = self.epoch()
+        if current == sent:
+            return False
+        request.scheduler_epoch = current
+        return True
 
     # --- tasks ------------------------------------------------------------------------------
 
@@ -224,6 +251,13 @@ class WorkerClient:
             self._rpc.tasks.GetTask, tasks_pb2.GetTaskRequest(task_id=task_id)
         )
         return TaskInfo.from_proto(response.task, tuple(response.attempts))
+
+    def get_result(self, task_id: str, revision: int = 0) -> ResultInfo:
+        """The canonical result of a task revision (0: its current revision), with the attempt
+        and fence that committed it: what a reviewer accepts (pm/admin). Raises NotFound for an
+        unknown task or a revision without a committed result."""
+        request = tasks_pb2.GetResultRequest(task_id=task_id, revision=revision)
+        return ResultInfo.from_proto(self._rpc.call(self._rpc.tasks.GetResult, request).result)
 
     def attempts(self, task_id: str, *, page_size: int = 100) -> Iterator[AttemptInfo]:
         """Every attempt of the task, oldest first, read a page at a time as you iterate."""

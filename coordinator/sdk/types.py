@@ -16,7 +16,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
 from coordinator.errors import CoordinatorError
-from coordinator.v1 import types_pb2, worker_pb2
+from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
 
 
 class TransportError(CoordinatorError):
@@ -277,6 +277,10 @@ class TaskInfo:
     created_at: datetime | None
     updated_at: datetime | None
     attempts: tuple[AttemptInfo, ...] = ()
+    # Lineage: the tree the task belongs to and its canonical thread.
+    root_task_id: str = ""
+    parent_task_id: str = ""
+    thread_key: str = ""
 
     @classmethod
     def from_proto(cls, msg: types_pb2.Task, attempts: tuple[types_pb2.Attempt, ...] = ()) -> Self:
@@ -304,4 +308,48 @@ class TaskInfo:
             created_at=timestamp(msg.created_at),
             updated_at=timestamp(msg.updated_at),
             attempts=tuple(AttemptInfo.from_proto(a) for a in attempts),
+            root_task_id=msg.root_task_id,
+            parent_task_id=msg.parent_task_id,
+            thread_key=msg.thread_key,
+        )
+
+
+@dataclass(frozen=True)
+class ResultInfo:
+    """The canonical result of one task revision, as its commit wrote it (``get_result``)."""
+
+    task_id: str
+    revision: int
+    # The payload: inline bytes, a reference to where the worker stored it, or both.
+    result: bytes
+    result_ref: str
+    result_digest: str
+    # The attempt that committed it, and its fence.
+    attempt_id: str
+    claim_generation: int
+    scheduler_epoch: int
+    # "{attempt_id}@{claim_generation}": the task's result_commit_id while this is its revision.
+    commit_id: str
+    # The principal whose attempt committed it.
+    owner_id: str
+    committed_at: datetime | None
+    # What the commit cited: managed job ids and their log refs.
+    evidence: tuple[str, ...]
+
+    @classmethod
+    def from_proto(cls, msg: tasks_pb2.TaskResult) -> Self:
+        """Build from the wire message."""
+        return cls(
+            task_id=msg.task_id,
+            revision=msg.revision,
+            result=msg.result,
+            result_ref=msg.result_ref,
+            result_digest=msg.result_digest,
+            attempt_id=msg.attempt_id,
+            claim_generation=msg.claim_generation,
+            scheduler_epoch=msg.scheduler_epoch,
+            commit_id=msg.commit_id,
+            owner_id=msg.owner_id,
+            committed_at=timestamp(msg.committed_at),
+            evidence=tuple(msg.evidence),
         )

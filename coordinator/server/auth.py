@@ -79,6 +79,9 @@ ROLE_TABLE: Mapping[str, frozenset[Role]] = {
     _TASKS + "Accept": frozenset({_P, _A}),
     _TASKS + "Reject": frozenset({_P, _A}),
     _TASKS + "SetDependencies": frozenset({_P, _A}),
+    # A committed result is the work product: its producers and reviewers (pm) read it, and
+    # admins; a worker has no need to read another attempt's work.
+    _TASKS + "GetResult": frozenset({_P, _A}),
     # Reads are open to every role: the same records GetTask returns, nothing more.
     _TASKS + "GetTask": _ANY,
     _TASKS + "ListAttempts": _ANY,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.domain.decisions import Fence, Verdict
-from coordinator.domain.records import AttemptRecord, TaskRecord
+from coordinator.domain.records import AttemptRecord, ResultRecord, TaskRecord
 from coordinator.domain.states import FenceReason, Outcome, TaskState
 from coordinator.store.types import ClaimResult, CommitResult, DrainStatus, RenewResult, TaskSpec
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
@@ -92,6 +92,24 @@ def attempt_to_proto(attempt: AttemptRecord) -> types_pb2.Attempt:
         started_at=timestamp(attempt.started_at),
         ended_at=timestamp(attempt.ended_at),
         end=types_pb2.AttemptEnd.ValueType(int(attempt.end)),
+    )
+
+
+def result_to_proto(result: ResultRecord) -> tasks_pb2.TaskResult:
+    """A canonical result on the wire, with the fence of the attempt that committed it."""
+    return tasks_pb2.TaskResult(
+        task_id=result.task_id,
+        revision=result.revision,
+        result=result.result,
+        result_ref=result.result_ref,
+        result_digest=result.result_digest,
+        attempt_id=result.attempt_id,
+        claim_generation=result.claim_generation,
+        scheduler_epoch=result.scheduler_epoch,
+        commit_id=result.commit_id,
+        owner_id=result.owner_id,
+        committed_at=timestamp(result.committed_at),
+        evidence=list(result.evidence),
     )
 
 

@@ -45,6 +45,7 @@ SERVICES = (
 READ_ONLY = frozenset(
     {
         "/coordinator.v1.TaskService/GetTask",
+        "/coordinator.v1.TaskService/GetResult",
         "/coordinator.v1.TaskService/ListAttempts",
         "/coordinator.v1.TaskService/ListTasks",
         "/coordinator.v1.TaskService/WatchEvents",

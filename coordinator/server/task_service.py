@@ -2,7 +2,7 @@
 reject them; producers shape the dependency graph; anyone follows the event log.
 
 Thin like the other servicers: validate the whole request, call the store (``tasks``,
-``review``, ``dependencies``, ``events``), convert the records. The contract is in
+``results``, ``review``, ``dependencies``, ``events``), convert the records. The contract is in
 protos/coordinator/v1/tasks.proto. Roles (who may call what) are the auth interceptor's; the
 business rule that a reviewer is not the executor is the domain's (domain/review.py).
 """
@@ -114,6 +114,16 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         return tasks_pb2.ListTasksResponse(
             tasks=[convert.task_to_proto(t) for t in tasks], next_page_token=token
         )
+
+    @rpc
+    def GetResult(  # noqa: N802
+        self, request: tasks_pb2.GetResultRequest, context: grpc.ServicerContext
+    ) -> tasks_pb2.GetResultResponse:
+        """The canonical result of one revision (0: the current one)."""
+        tid = task_id(request.task_id)
+        revision = non_negative("revision", request.revision)
+        result = self._store.results.get(tid, revision)
+        return tasks_pb2.GetResultResponse(result=convert.result_to_proto(result))
 
     @rpc
     def CancelTask(  # noqa: N802

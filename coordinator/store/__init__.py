@@ -30,6 +30,7 @@ from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.reclaimer import Reclaimer
 from coordinator.store.reconcile import ReconcileStore, ReconcileSweeper
 from coordinator.store.releaser import Releaser
+from coordinator.store.results import ResultStore
 from coordinator.store.review import ReviewStore
 from coordinator.store.tasks import TaskStore
 from coordinator.store.types import (
@@ -49,6 +50,7 @@ class Store:
     ctx: StoreContext
     ready: ReadyIndex
     tasks: TaskStore
+    results: ResultStore
     claims: ClaimStore
     acceptance: AcceptancePoints
     admin: AdminStore
@@ -89,6 +91,7 @@ class Store:
             ctx=ctx,
             ready=ready,
             tasks=TaskStore(ctx, ready, dependencies),
+            results=ResultStore(ctx),
             claims=ClaimStore(ctx, ready, held, gates),
             acceptance=acceptance,
             admin=AdminStore(ctx),

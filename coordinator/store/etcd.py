@@ -113,14 +113,25 @@ def get(key: str, *, revision: int = 0) -> RequestOp:
     )
 
 
-def get_prefix(prefix: str, *, count_only: bool = False, keys_only: bool = False) -> RequestOp:
-    """Read (or count, or list the keys of) every key under ``prefix``."""
+def get_prefix(
+    prefix: str,
+    *,
+    count_only: bool = False,
+    keys_only: bool = False,
+    limit: int = 0,
+    last_first: bool = False,
+) -> RequestOp:
+    """Read (or count, or list the keys of) every key under ``prefix`` (at most ``limit``;
+    0: all), in key order or, ``last_first``, from the last key down."""
     return etcdrpc.RequestOp(
         request_range=etcdrpc.RangeRequest(
             key=prefix.encode(),
             range_end=utils.prefix_range_end(prefix.encode()),
             count_only=count_only,
             keys_only=keys_only,
+            limit=limit,
+            sort_order=etcdrpc.RangeRequest.DESCEND if last_first else etcdrpc.RangeRequest.NONE,
+            sort_target=etcdrpc.RangeRequest.KEY,
         )
     )
 

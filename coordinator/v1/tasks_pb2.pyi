@@ -277,6 +277,114 @@ class ListTasksResponse(_message.Message):
 Global___ListTasksResponse: _TypeAlias = ListTasksResponse  # noqa: Y015
 
 @_typing.final
+class GetResultRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    revision: _builtins.int
+    """The task revision whose result to read; 0: the task's current revision."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        revision: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["revision", b"revision", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetResultRequest: _TypeAlias = GetResultRequest  # noqa: Y015
+
+@_typing.final
+class GetResultResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def result(self) -> Global___TaskResult: ...
+    def __init__(
+        self,
+        *,
+        result: Global___TaskResult | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetResultResponse: _TypeAlias = GetResultResponse  # noqa: Y015
+
+@_typing.final
+class TaskResult(_message.Message):
+    """The canonical result of one task revision: created at most once, by the commit that won."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    RESULT_REF_FIELD_NUMBER: _builtins.int
+    RESULT_DIGEST_FIELD_NUMBER: _builtins.int
+    ATTEMPT_ID_FIELD_NUMBER: _builtins.int
+    CLAIM_GENERATION_FIELD_NUMBER: _builtins.int
+    SCHEDULER_EPOCH_FIELD_NUMBER: _builtins.int
+    COMMIT_ID_FIELD_NUMBER: _builtins.int
+    OWNER_ID_FIELD_NUMBER: _builtins.int
+    COMMITTED_AT_FIELD_NUMBER: _builtins.int
+    EVIDENCE_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    revision: _builtins.int
+    result: _builtins.bytes
+    """The payload as committed: inline bytes, a reference to where the worker stored it, or both
+    (an empty result has neither).
+    """
+    result_ref: _builtins.str
+    result_digest: _builtins.str
+    """"sha256:" + hex, of the inline bytes or (with only a reference) as the worker declared it."""
+    attempt_id: _builtins.str
+    """The attempt that committed it and its fence: claim generation and scheduler epoch."""
+    claim_generation: _builtins.int
+    scheduler_epoch: _builtins.int
+    commit_id: _builtins.str
+    """"{attempt_id}@{claim_generation}": the task's result_commit_id while this is its revision."""
+    owner_id: _builtins.str
+    """The principal whose attempt committed it (a reviewer must be another one)."""
+    @_builtins.property
+    def committed_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def evidence(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the commit cited as evidence: managed job ids and their log refs."""
+
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        revision: _builtins.int = ...,
+        result: _builtins.bytes = ...,
+        result_ref: _builtins.str = ...,
+        result_digest: _builtins.str = ...,
+        attempt_id: _builtins.str = ...,
+        claim_generation: _builtins.int = ...,
+        scheduler_epoch: _builtins.int = ...,
+        commit_id: _builtins.str = ...,
+        owner_id: _builtins.str = ...,
+        committed_at: _timestamp_pb2.Timestamp | None = ...,
+        evidence: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["committed_at", b"committed_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "claim_generation", b"claim_generation", "commit_id", b"commit_id", "committed_at", b"committed_at", "evidence", b"evidence", "owner_id", b"owner_id", "result", b"result", "result_digest", b"result_digest", "result_ref", b"result_ref", "revision", b"revision", "scheduler_epoch", b"scheduler_epoch", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskResult: _TypeAlias = TaskResult  # noqa: Y015
+
+@_typing.final
 class CancelTaskRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -54,6 +54,11 @@ class TaskServiceStub:
                 request_serializer=coordinator_dot_v1_dot_tasks__pb2.ListTasksRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_tasks__pb2.ListTasksResponse.FromString,
                 _registered_method=True)
+        self.GetResult = channel.unary_unary(
+                '/coordinator.v1.TaskService/GetResult',
+                request_serializer=coordinator_dot_v1_dot_tasks__pb2.GetResultRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_tasks__pb2.GetResultResponse.FromString,
+                _registered_method=True)
         self.CancelTask = channel.unary_unary(
                 '/coordinator.v1.TaskService/CancelTask',
                 request_serializer=coordinator_dot_v1_dot_tasks__pb2.CancelTaskRequest.SerializeToString,
@@ -117,6 +122,16 @@ class TaskServiceServicer:
 
     def ListTasks(self, request, context):
         """Lists tasks in id order, filtered by root, parent, thread, queue and state, paginated.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetResult(self, request, context):
+        """The canonical result of one revision of a task, as its commit wrote it: what a reviewer
+        accepts or rejects (pm/admin). revision 0 means the task's current revision. NOT_FOUND for
+        an unknown task, or when that revision has no committed result (the message names the
+        revisions that have one).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -209,6 +224,11 @@ def add_TaskServiceServicer_to_server(servicer, server):
                     servicer.ListTasks,
                     request_deserializer=coordinator_dot_v1_dot_tasks__pb2.ListTasksRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_tasks__pb2.ListTasksResponse.SerializeToString,
+            ),
+            'GetResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetResult,
+                    request_deserializer=coordinator_dot_v1_dot_tasks__pb2.GetResultRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_tasks__pb2.GetResultResponse.SerializeToString,
             ),
             'CancelTask': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelTask,
@@ -349,6 +369,33 @@ class TaskService:
             '/coordinator.v1.TaskService/ListTasks',
             coordinator_dot_v1_dot_tasks__pb2.ListTasksRequest.SerializeToString,
             coordinator_dot_v1_dot_tasks__pb2.ListTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.TaskService/GetResult',
+            coordinator_dot_v1_dot_tasks__pb2.GetResultRequest.SerializeToString,
+            coordinator_dot_v1_dot_tasks__pb2.GetResultResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -55,6 +55,12 @@ class TaskServiceStub:
     """A task's attempts, oldest first, a page at a time. NOT_FOUND for an unknown id."""
     ListTasks: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.ListTasksRequest, _tasks_pb2.ListTasksResponse]
     """Lists tasks in id order, filtered by root, parent, thread, queue and state, paginated."""
+    GetResult: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.GetResultRequest, _tasks_pb2.GetResultResponse]
+    """The canonical result of one revision of a task, as its commit wrote it: what a reviewer
+    accepts or rejects (pm/admin). revision 0 means the task's current revision. NOT_FOUND for
+    an unknown task, or when that revision has no committed result (the message names the
+    revisions that have one).
+    """
     CancelTask: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.CancelTaskRequest, _tasks_pb2.CancelTaskResponse]
     """Bumps cancel_generation and moves the task to CANCELLED in one transaction; a live claim
     is ended, so the holder's next renew, authorize or commit gets CANCELLED.
@@ -115,6 +121,12 @@ class TaskServiceAsyncStub(TaskServiceStub):
     """A task's attempts, oldest first, a page at a time. NOT_FOUND for an unknown id."""
     ListTasks: _aio.UnaryUnaryMultiCallable[_tasks_pb2.ListTasksRequest, _tasks_pb2.ListTasksResponse]  # type: ignore[assignment]
     """Lists tasks in id order, filtered by root, parent, thread, queue and state, paginated."""
+    GetResult: _aio.UnaryUnaryMultiCallable[_tasks_pb2.GetResultRequest, _tasks_pb2.GetResultResponse]  # type: ignore[assignment]
+    """The canonical result of one revision of a task, as its commit wrote it: what a reviewer
+    accepts or rejects (pm/admin). revision 0 means the task's current revision. NOT_FOUND for
+    an unknown task, or when that revision has no committed result (the message names the
+    revisions that have one).
+    """
     CancelTask: _aio.UnaryUnaryMultiCallable[_tasks_pb2.CancelTaskRequest, _tasks_pb2.CancelTaskResponse]  # type: ignore[assignment]
     """Bumps cancel_generation and moves the task to CANCELLED in one transaction; a live claim
     is ended, so the holder's next renew, authorize or commit gets CANCELLED.
@@ -196,6 +208,18 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_tasks_pb2.ListTasksResponse, _abc.Awaitable[_tasks_pb2.ListTasksResponse]]:
         """Lists tasks in id order, filtered by root, parent, thread, queue and state, paginated."""
+
+    @_abc_1.abstractmethod
+    def GetResult(
+        self,
+        request: _tasks_pb2.GetResultRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tasks_pb2.GetResultResponse, _abc.Awaitable[_tasks_pb2.GetResultResponse]]:
+        """The canonical result of one revision of a task, as its commit wrote it: what a reviewer
+        accepts or rejects (pm/admin). revision 0 means the task's current revision. NOT_FOUND for
+        an unknown task, or when that revision has no committed result (the message names the
+        revisions that have one).
+        """
 
     @_abc_1.abstractmethod
     def CancelTask(

@@ -56,6 +56,16 @@ def test_spot_check_the_wire_values() -> None:
     assert Outcome(types_pb2.OUTCOME_RENEW_LIMIT) is Outcome.RENEW_LIMIT
 
 
+@pytest.mark.parametrize(("enum", "proto", "prefix", "zero"), WIRE)
+def test_enums_print_their_names_and_still_compare_as_integers(
+    enum: type[IntEnum], proto: object, prefix: str, zero: str | None
+) -> None:
+    for member in enum:
+        assert (str(member), f"{member}", "%s" % member) == (member.name,) * 3  # noqa: UP031
+        assert member == member.value
+    assert repr(TaskState.READY) == "<TaskState.READY: 2>"
+
+
 def test_op_values_are_lowercase_names() -> None:
     assert {op.value for op in Op} == {op.name.lower() for op in Op}
 

@@ -1,0 +1,188 @@
+"""How ``coordinator tasks`` shows tasks, attempts and results: rich tables for people, JSON for
+scripts. Pure formatting over the SDK's value types; no calls.
+
+Tables are plain aligned columns, each printed whole (a terminal wraps a long line; nothing is
+cut short to fit), without trailing blanks or styles, so the output is stable for grep and
+diff. Payloads (input, result) are shown as text only when they are printable UTF-8; JSON
+carries them as UTF-8 text or base64, saying which in ``<field>_encoding``.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from coordinator.sdk import AttemptInfo, ResultInfo, TaskInfo
+
+_PREVIEW_CHARS = 80  # of an input shown in `tasks get`
+_UNBOUNDED_WIDTH = 100_000  # no column is folded or cut
+
+
+def printable_text(data: bytes) -> str | None:
+    """``data`` as text if it is UTF-8 of printable characters (and line breaks, tabs)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if all(ch.isprintable() or ch in "\n\r\t" for ch in text):
+        return text
+    return None
+
+
+def to_json(value: Any) -> Any:
+    """A JSON-ready copy of an SDK value: enums by name, times in ISO 8601, bytes as payloads."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, Any] = {}
+        for field in dataclasses.fields(value):
+            item = getattr(value, field.name)
+            if isinstance(item, bytes):
+                out.update(payload_json(field.name, item))
+            else:
+                out[field.name] = to_json(item)
+        return out
+    if isinstance(value, Enum):
+        return value.name
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, tuple | list):
+        return [to_json(v) for v in value]
+    return value
+
+
+def payload_json(name: str, data: bytes) -> dict[str, str]:
+    """``{name: text, name_encoding: "utf-8"}``, or base64 when the bytes are not UTF-8."""
+    try:
+        return {name: data.decode("utf-8"), f"{name}_encoding": "utf-8"}
+    except UnicodeDecodeError:
+        return {name: base64.b64encode(data).decode(), f"{name}_encoding": "base64"}
+
+
+def echo_json(value: Any) -> None:
+    """One JSON document on one line."""
+    click.echo(json.dumps(to_json(value), sort_keys=False))
+
+
+def print_table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    *,
+    show_header: bool = True,
+    err: bool = False,
+) -> None:
+    """Columns without borders (one per header); ``err``: to stderr."""
+    table = Table(box=None, pad_edge=False, show_header=show_header)
+    for header in headers:
+        table.add_column(header, no_wrap=True)
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))  # cells are data, never markup
+    # Never at the terminal's width: rich would cut ids and digests short to fit.
+    console = Console(width=_UNBOUNDED_WIDTH, no_color=True, highlight=False, force_terminal=False)
+    with console.capture() as captured:
+        console.print(table)
+    for line in captured.get().splitlines():
+        click.echo(line.rstrip(), err=err)
+
+
+def print_fields(fields: Iterable[tuple[str, str]], *, err: bool = False) -> None:
+    """A key/value listing."""
+    print_table(("", ""), fields, show_header=False, err=err)
+
+
+def when(at: datetime | None) -> str:
+    """A time to the second, or '-' for never."""
+    return at.isoformat(timespec="seconds") if at else "-"
+
+
+TASK_HEADERS = ("TASK", "QUEUE", "STATE", "REV", "PRIO", "ATTEMPTS", "OWNER", "UPDATED")
+
+
+def task_row(task: TaskInfo) -> tuple[str, ...]:
+    """One line of ``tasks list``."""
+    return (
+        task.task_id,
+        task.queue,
+        task.state.name,
+        str(task.revision),
+        str(task.priority),
+        str(task.attempt),
+        task.owner_id or "-",
+        when(task.updated_at),
+    )
+
+
+def task_fields(task: TaskInfo) -> list[tuple[str, str]]:
+    """The key/value lines of ``tasks get``."""
+    text = printable_text(task.input)
+    if text is None:
+        shown = f"<{len(task.input)} bytes, not printable>"
+    elif len(text) > _PREVIEW_CHARS:
+        shown = repr(text[:_PREVIEW_CHARS]) + f"... ({len(task.input)} bytes)"
+    else:
+        shown = repr(text)
+    return [
+        ("task", task.task_id),
+        ("queue", task.queue),
+        ("state", task.state.name),
+        ("revision", str(task.revision)),
+        ("priority", str(task.priority)),
+        ("state_version", str(task.state_version)),
+        ("input", shown),
+        ("input_digest", task.input_digest),
+        ("depends_on", ", ".join(task.depends_on) or "-"),
+        ("requires_review", _yes(task.requires_review)),
+        ("non_replayable", _yes(task.non_replayable)),
+        ("root / parent", f"{task.root_task_id or '-'} / {task.parent_task_id or '-'}"),
+        ("thread", task.thread_key or "-"),
+        ("attempt", f"{task.attempt} {task.attempt_id}".rstrip()),
+        ("owner", task.owner_id or "-"),
+        ("generation / epoch", f"{task.claim_generation} / {task.scheduler_epoch}"),
+        ("cancel_generation", str(task.cancel_generation)),
+        ("result", f"{task.result_commit_id} {task.result_digest}" if task.result_digest else "-"),
+        ("created / updated", f"{when(task.created_at)} / {when(task.updated_at)}"),
+    ]
+
+
+ATTEMPT_HEADERS = ("#", "ATTEMPT", "OWNER", "GEN", "EPOCH", "STARTED", "ENDED", "END")
+
+
+def attempt_row(attempt: AttemptInfo) -> tuple[str, ...]:
+    """One line of the attempts of ``tasks get``."""
+    return (
+        str(attempt.attempt),
+        attempt.attempt_id,
+        attempt.owner_id,
+        str(attempt.claim_generation),
+        str(attempt.scheduler_epoch),
+        when(attempt.started_at),
+        when(attempt.ended_at),
+        attempt.end.name,
+    )
+
+
+def result_fields(result: ResultInfo) -> list[tuple[str, str]]:
+    """The key/value lines that ``tasks result`` prints about the payload."""
+    return [
+        ("task", f"{result.task_id} revision {result.revision}"),
+        ("commit", result.commit_id),
+        ("attempt", f"{result.attempt_id} by {result.owner_id}"),
+        ("generation / epoch", f"{result.claim_generation} / {result.scheduler_epoch}"),
+        ("committed", when(result.committed_at)),
+        ("digest", result.result_digest),
+        ("size", f"{len(result.result)} bytes"),
+        ("ref", result.result_ref or "-"),
+        ("evidence", ", ".join(result.evidence) or "-"),
+    ]
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"

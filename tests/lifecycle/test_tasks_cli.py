@@ -1,0 +1,412 @@
+"""``coordinator tasks``: the pm's verbs against a real server and etcd, with exact outputs and
+exit codes (0 done, 1 refused by the server, 2 bad options, nothing sent)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from structlog.testing import capture_logs
+
+from coordinator.cli import main
+from coordinator.domain.digests import digest_of
+from coordinator.domain.states import TaskState
+from coordinator.domain.validation import MAX_INPUT_BYTES
+from coordinator.store import Store
+from tests.lifecycle.support import RESULT, claim, create, finish, snapshot
+
+Cli = Callable[..., Result]
+# The module, not the ``tasks`` command that coordinator.cli exports under the same name.
+tasks_cli = importlib.import_module("coordinator.cli.tasks")
+
+
+@pytest.fixture
+def cli(server: str) -> Cli:
+    """Run ``coordinator tasks ARGS`` against the test's server (insecure: every role)."""
+
+    def run(*args: str, input: bytes | str | None = None) -> Result:
+        with capture_logs():  # the in-process server's log lines stay out of the output
+            return CliRunner().invoke(
+                main, ["tasks", *args, "--target", server, "--insecure"], input=input
+            )
+
+    return run
+
+
+def _when(seconds: float) -> str:
+    """A stored time as the tables print it."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
+
+
+# --- create ------------------------------------------------------------------------------------
+
+
+def test_create_prints_the_id_and_stores_every_option(store: Store, cli: Cli) -> None:
+    create(store, "up")
+    done = cli(
+        "create",
+        "--id",
+        "report-1",
+        "--queue",
+        "reports",
+        "--priority",
+        "7",
+        "--input",
+        "write the report",
+        "--depends-on",
+        "up",
+        "--requires-review",
+        "--non-replayable",
+    )
+    assert (done.exit_code, done.stdout, done.stderr) == (0, "report-1\n", "")
+    task = store.tasks.get("report-1")
+    assert (task.queue, task.priority, task.input, task.state) == (
+        "reports",
+        7,
+        b"write the report",
+        TaskState.WAITING,
+    )
+    assert (task.depends_on, task.requires_review, task.non_replayable) == (("up",), True, True)
+
+
+def test_create_reads_the_input_from_stdin_or_a_file(
+    store: Store, cli: Cli, tmp_path: Path
+) -> None:
+    piped = cli("create", "--input-file", "-", input=b"\x00binary\xff")
+    assert piped.exit_code == 0, piped.output
+    generated = piped.stdout.strip()
+    assert store.tasks.get(generated).input == b"\x00binary\xff"
+    spec = tmp_path / "spec.md"
+    spec.write_bytes(b"# the spec\n")
+    from_file = cli("create", "--id", "t-file", "--input-file", str(spec), "--json")
+    assert from_file.exit_code == 0, from_file.output
+    shown = json.loads(from_file.stdout)
+    assert (shown["task_id"], shown["state"], shown["input"], shown["input_encoding"]) == (
+        "t-file",
+        "READY",
+        "# the spec\n",
+        "utf-8",
+    )
+    assert shown["input_digest"] == digest_of(b"# the spec\n")
+
+
+def test_the_same_idempotency_key_creates_one_task(store: Store, cli: Cli) -> None:
+    first = cli("create", "--input", "once", "--idempotency-key", "batch-7:item-1")
+    again = cli("create", "--input", "once", "--idempotency-key", "batch-7:item-1")
+    assert first.exit_code == again.exit_code == 0
+    assert first.stdout == again.stdout
+    tasks, _ = store.tasks.list(page_size=100)
+    assert [t.task_id for t in tasks] == [first.stdout.strip()]
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["create", "--priority", "1000"], "Invalid value for '--priority'"),
+        (["create", "--id", "a b"], "Invalid value for '--id': task_id must be 1-128"),
+        (["create", "--depends-on", ".."], "Invalid value for '--depends-on'"),
+        (["create", "--queue", "a/b"], "Invalid value for '--queue'"),
+        (["create", "--idempotency-key", "a b"], "Invalid value for '--idempotency-key'"),
+        (["create", "--input", "x", "--input-file", "-"], "give --input or --input-file"),
+        (["create", "--input-file", "/nonexistent/spec"], "Invalid value for '--input-file'"),
+        (["list", "--limit", "0"], "Invalid value for '--limit'"),
+        (["list", "--state", "DONEISH"], "Invalid value for '--state'"),
+        (["get", "a b"], "Invalid value for 'TASK'"),
+        (["cancel", ""], "Invalid value for 'TASK': task_id is required"),
+        (["result", "t", "--revision", "-1"], "Invalid value for '--revision'"),
+        (["result", "t", "--json", "--out", "-"], "--json carries the payload itself"),
+        (["accept", "t"], "Missing option '--revision'"),
+        (["reject", "t", "--revision", "1"], "Missing option '--reason'"),
+        (["reject", "t", "--revision", "1", "--reason", " "], "Invalid value for '--reason'"),
+        (["deps", "t", "--set", "a", "--clear"], "--set and --clear exclude each other"),
+        (["deps", "t", "--expected-state-version", "3"], "goes with --set or --clear"),
+    ],
+)
+def test_bad_options_exit_2_naming_the_option_and_change_nothing(
+    store: Store, cli: Cli, etcd_client: Any, args: list[str], named: str
+) -> None:
+    create(store, "t")
+    before = snapshot(store, etcd_client)
+    refused = cli(*args)
+    assert refused.exit_code == 2, refused.output
+    assert named in refused.stderr
+    assert refused.stdout == ""
+    assert snapshot(store, etcd_client) == before
+
+
+def test_an_input_over_the_limit_is_refused_before_sending(
+    store: Store, cli: Cli, etcd_client: Any
+) -> None:
+    before = snapshot(store, etcd_client)
+    refused = cli("create", "--input-file", "-", input=b"x" * (MAX_INPUT_BYTES + 1))
+    assert refused.exit_code == 2
+    assert (
+        f"Invalid value for --input-file: the input is over the server's limit of "
+        f"{MAX_INPUT_BYTES} bytes"
+    ) in refused.stderr
+    assert snapshot(store, etcd_client) == before
+
+
+# --- list --------------------------------------------------------------------------------------
+
+
+def _row(store: Store, task_id: str) -> list[str]:
+    task = store.tasks.get(task_id)
+    return [
+        task.task_id,
+        task.queue,
+        task.state.name,
+        str(task.revision),
+        str(task.priority),
+        str(task.attempt),
+        task.owner_id or "-",
+        _when(task.updated_at),
+    ]
+
+
+def test_list_filters_and_pages_up_to_the_limit(
+    store: Store, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(5):
+        create(store, f"a{n}", queue="q1")
+    create(store, "b0", queue="q2", depends_on=("a0",))
+    claim(store, "a1", "w1")
+    monkeypatch.setattr(tasks_cli, "LIST_PAGE", 2)  # five tasks take three pages
+
+    listed = cli("list", "--queue", "q1")
+    assert (listed.exit_code, listed.stderr) == (0, "")
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == [
+        "TASK",
+        "QUEUE",
+        "STATE",
+        "REV",
+        "PRIO",
+        "ATTEMPTS",
+        "OWNER",
+        "UPDATED",
+    ]
+    assert [line.split() for line in lines[1:]] == [_row(store, f"a{n}") for n in range(5)]
+    assert lines[2].split()[2:7] == ["CLAIMED", "1", "0", "1", "w1"]
+
+    # Exactly --limit tasks match: no note. One more than --limit: the note says so.
+    assert cli("list", "--queue", "q1", "--limit", "5").stderr == ""
+    cut = cli("list", "--limit", "5")
+    assert [line.split()[0] for line in cut.stdout.splitlines()[1:]] == [f"a{n}" for n in range(5)]
+    assert cut.stderr == "more tasks than --limit 5: raise it or filter by --queue/--state\n"
+
+    waiting = cli("list", "--state", "waiting", "--json")
+    assert waiting.exit_code == 0
+    (line,) = waiting.stdout.splitlines()
+    shown = json.loads(line)
+    assert (shown["task_id"], shown["state"], shown["depends_on"]) == ("b0", "WAITING", ["a0"])
+    assert "input" not in shown
+    none = cli("list", "--queue", "empty")
+    assert (none.exit_code, none.stdout, none.stderr) == (0, "", "no tasks\n")
+
+
+# --- get ---------------------------------------------------------------------------------------
+
+
+def _cycle(store: Store, task_id: str, times: int) -> None:
+    """``times`` claims, each released: that many attempts."""
+    for _ in range(times):
+        fence = claim(store, task_id, "w1")
+        store.acceptance.release(fence, principal="w1", reason="again")
+
+
+def test_get_shows_the_task_and_its_latest_attempts(
+    store: Store, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create(store, "t")
+    _cycle(store, "t", 22)
+    task = store.tasks.get("t")
+    shown = cli("get", "t")
+    assert (shown.exit_code, shown.stderr) == (0, "")
+    head, attempts = shown.stdout.split("\n\n")
+    fields = dict(line.split(None, 1) for line in head.splitlines() if " / " not in line)
+    assert fields["task"] == "t"
+    assert fields["state"] == "READY"
+    assert fields["input"] == "'input of t'"
+    assert fields["attempt"] == f"22 {task.attempt_id}"
+    lines = attempts.splitlines()
+    assert lines[0] == "attempts: 22 (the latest 20; --attempts lists every one)"
+    assert lines[1].split() == ["#", "ATTEMPT", "OWNER", "GEN", "EPOCH", "STARTED", "ENDED", "END"]
+    assert [line.split()[0] for line in lines[2:]] == [str(n) for n in range(3, 23)]
+    assert all(line.split()[-1] == "RELEASED" for line in lines[2:])
+
+    monkeypatch.setattr(tasks_cli, "ATTEMPTS_PAGE", 5)  # 22 attempts: five pages
+    every = cli("get", "t", "--attempts").stdout.split("\n\n")[1].splitlines()
+    assert every[0] == "attempts: 22"
+    numbers = [line.split()[0] for line in every[1:] if line.split()[0] != "#"]
+    assert numbers == [str(n) for n in range(1, 23)]
+
+    as_json = json.loads(cli("get", "t", "--json").stdout)
+    assert (as_json["task"]["task_id"], as_json["task"]["state"]) == ("t", "READY")
+    assert as_json["attempt_count"] == 22
+    assert [a["attempt"] for a in as_json["attempts"]] == list(range(3, 23))
+    all_json = json.loads(cli("get", "t", "--json", "--attempts").stdout)
+    assert [a["attempt"] for a in all_json["attempts"]] == list(range(1, 23))
+    assert {a["end"] for a in all_json["attempts"]} == {"RELEASED"}
+
+
+def test_get_of_an_unknown_task_exits_1_with_the_servers_message(cli: Cli) -> None:
+    missing = cli("get", "nope")
+    assert (missing.exit_code, missing.stdout) == (1, "")
+    assert missing.stderr == "Error: NOT_FOUND: task 'nope' does not exist\n"
+
+
+# --- result ------------------------------------------------------------------------------------
+
+
+def test_result_prints_the_payload_and_what_committed_it(
+    store: Store, cli: Cli, tmp_path: Path
+) -> None:
+    create(store, "t", review=True)
+    fence = claim(store, "t", "w1")
+    store.acceptance.commit(
+        fence,
+        principal="w1",
+        input_digest=store.tasks.get("t").input_digest,
+        result_digest=digest_of(RESULT),
+        result=RESULT,
+        result_ref="",
+        evidence=("job-1",),
+    )
+    shown = cli("result", "t")
+    assert (shown.exit_code, shown.stdout) == (0, "the report")
+    committed = store.tasks.get("t").updated_at
+    assert shown.stderr.splitlines() == [
+        "task                t revision 1",
+        f"commit              {fence.attempt_id}@{fence.claim_generation}",
+        f"attempt             {fence.attempt_id} by w1",
+        f"generation / epoch  {fence.claim_generation} / 1",
+        f"committed           {_when(committed)}",
+        f"digest              {digest_of(RESULT)}",
+        "size                10 bytes",
+        "ref                 -",
+        "evidence            job-1",
+    ]
+    out = tmp_path / "result.txt"
+    written = cli("result", "t", "--revision", "1", "--out", str(out))
+    assert (written.exit_code, written.stdout) == (0, "")
+    assert written.stderr.endswith(f"wrote 10 bytes to {out}\n")
+    assert out.read_bytes() == RESULT
+    as_json = json.loads(cli("result", "t", "--json").stdout)
+    assert as_json == {
+        "task_id": "t",
+        "revision": 1,
+        "result": "the report",
+        "result_encoding": "utf-8",
+        "result_ref": "",
+        "result_digest": digest_of(RESULT),
+        "attempt_id": fence.attempt_id,
+        "claim_generation": fence.claim_generation,
+        "scheduler_epoch": 1,
+        "commit_id": f"{fence.attempt_id}@{fence.claim_generation}",
+        "owner_id": "w1",
+        "committed_at": as_json["committed_at"],
+        "evidence": ["job-1"],
+    }
+
+
+def test_a_binary_result_needs_out(store: Store, cli: Cli, tmp_path: Path) -> None:
+    create(store, "t")
+    fence = claim(store, "t", "w1")
+    payload = b"\x89PNG\x00\xff"
+    store.acceptance.commit(
+        fence,
+        principal="w1",
+        input_digest=store.tasks.get("t").input_digest,
+        result_digest=digest_of(payload),
+        result=payload,
+        result_ref="",
+    )
+    refused = cli("result", "t")
+    assert (refused.exit_code, refused.stdout) == (2, "")
+    assert (
+        "the result of t revision 1 is 6 bytes of binary data: write it to a file with --out FILE"
+    ) in refused.stderr
+    out = tmp_path / "r.png"
+    assert cli("result", "t", "--out", str(out)).exit_code == 0
+    assert out.read_bytes() == payload
+    as_json = json.loads(cli("result", "t", "--json").stdout)
+    assert (as_json["result"], as_json["result_encoding"]) == ("iVBORwD/", "base64")
+
+
+def test_a_revision_without_a_result_exits_1_naming_the_ones_with_one(
+    store: Store, cli: Cli
+) -> None:
+    create(store, "t", review=True)
+    finish(store, "t", "w1")
+    store.review.reject("t", revision=1, reviewer="pm", reason="no tests")
+    missing = cli("result", "t")
+    assert (missing.exit_code, missing.stdout) == (1, "")
+    assert missing.stderr == (
+        "Error: NOT_FOUND: task 't' has no committed result for revision 2 "
+        "(revisions with one, latest first: 1)\n"
+    )
+    assert cli("result", "t", "--revision", "1").stdout == "the report"
+
+
+# --- cancel / accept / reject / deps ------------------------------------------------------------
+
+
+def test_review_and_cancel_print_the_new_state(store: Store, cli: Cli) -> None:
+    create(store, "t", review=True)
+    finish(store, "t", "w1")
+    rejected = cli("reject", "t", "--revision", "1", "--reason", "no tests")
+    assert (rejected.exit_code, rejected.stdout) == (
+        0,
+        "t READY at revision 2: rejected revision 1\n",
+    )
+    finish(store, "t", "w2")
+    stale = cli("accept", "t", "--revision", "1")
+    assert (stale.exit_code, stale.stdout) == (1, "")
+    assert "the task is at revision 2" in stale.stderr
+    accepted = cli("accept", "t", "--revision", "2", "--json")
+    assert accepted.exit_code == 0
+    assert (json.loads(accepted.stdout)["state"], store.tasks.get("t").state) == (
+        "DONE",
+        TaskState.DONE,
+    )
+    create(store, "u")
+    cancelled = cli("cancel", "u", "--reason", "not needed")
+    assert (cancelled.exit_code, cancelled.stdout) == (0, "u CANCELLED (cancel_generation 1)\n")
+    assert store.tasks.get("u").state is TaskState.CANCELLED
+    again = cli("cancel", "t")
+    assert (again.exit_code, again.stderr) == (
+        1,
+        "Error: FAILED_PRECONDITION: task 't' is DONE; it cannot be cancelled\n",
+    )
+
+
+def test_deps_shows_and_sets_upstreams(store: Store, cli: Cli) -> None:
+    create(store, "a")
+    create(store, "b")
+    finish(store, "b", "w1")
+    create(store, "t", depends_on=("a", "b"))
+    shown = cli("deps", "t")
+    assert (shown.exit_code, shown.stdout) == (
+        0,
+        "t WAITING\nUPSTREAM  STATE\na         READY\nb         DONE\n",
+    )
+    version = store.tasks.get("t").state_version
+    stale = cli("deps", "t", "--set", "b", "--expected-state-version", str(version + 1))
+    assert stale.exit_code == 1
+    assert store.tasks.get("t").depends_on == ("a", "b")
+    moved = cli("deps", "t", "--set", "b", "--expected-state-version", str(version))
+    assert (moved.exit_code, moved.stdout) == (0, "t READY\nUPSTREAM  STATE\nb         DONE\n")
+    cleared = cli("deps", "t", "--clear", "--json")
+    assert json.loads(cleared.stdout) == {"task_id": "t", "state": "READY", "depends_on": []}
+    assert cli("deps", "t").stdout == "t READY\nno upstreams\n"
+    assert cli("deps", "a", "--set", "t").stdout == "a WAITING\nUPSTREAM  STATE\nt         READY\n"
+    looped = cli("deps", "t", "--set", "a")
+    assert looped.exit_code == 1
+    assert looped.stderr == "Error: FAILED_PRECONDITION: dependency cycle refused: t -> a -> t\n"
