@@ -1,5 +1,5 @@
 """The role table is complete (fail closed only ever refuses what nobody decided about), the
-README shows the same table, and a method missing from it is refused."""
+security doc (docs/security.md) shows the same table, and a method missing from it is refused."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from coordinator.server.auth import ROLE_TABLE
 from coordinator.v1 import admin_pb2, admin_pb2_grpc, tasks_pb2, types_pb2, worker_pb2
 from tests.auth.conftest import TokenRing, status_of
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+SECURITY_DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 _PROTO_MODULES = (worker_pb2, tasks_pb2, admin_pb2, types_pb2)
 
 
@@ -38,9 +38,9 @@ def test_every_method_of_every_service_is_in_the_table() -> None:
     assert all(ROLE_TABLE[m] for m in methods), "a method that no role may call"
 
 
-def test_the_readme_shows_the_same_table() -> None:
-    text = README.read_text(encoding="utf-8")
-    section = text.split("### Who may call what", 1)[1].split("\n#", 1)[0]
+def test_the_security_doc_shows_the_same_table() -> None:
+    text = SECURITY_DOC.read_text(encoding="utf-8")
+    section = text.split("## Who may call what", 1)[1].split("\n#", 1)[0]
     rows = re.findall(r"^\| `(\w+)\.(\w+)` \|(.*)\|\s*$", section, flags=re.MULTILINE)
     documented = {
         f"/coordinator.v1.{service}/{method}": frozenset(
