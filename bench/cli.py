@@ -39,6 +39,7 @@ from coordinator.store.etcd import EtcdKV
 
 PREFIX = "/coordinator-bench"
 EVENT_HISTORY_CALLERS = 16
+EVENTS_PREFIX = "/coordinator-bench-events"
 PHASES = ("throughput", "reclaim", "scale", "held", "events")
 
 
@@ -258,17 +259,19 @@ def run_phases(
             finally:
                 fresh.stop()
         if "events" in phases and time_left("events", 30):
-            doc["events"] = events_phase(etcd, kv, keys, workdir, config)
+            doc["events"] = events_phase(etcd, kv, workdir, config)
         kv.close()
 
 
 def events_phase(
-    etcd: EtcdProcess, kv: EtcdKV, keys: Keyspace, workdir: Path, config: dict[str, Any]
+    etcd: EtcdProcess, kv: EtcdKV, workdir: Path, config: dict[str, Any]
 ) -> dict[str, Any]:
-    """The event readers' memory, on a freshly started coordinator (bench/events.py)."""
+    """The event readers' memory, on a freshly started coordinator over a keyspace of its own
+    (so the log holds exactly the phase's events, not the other phases'; bench/events.py)."""
+    keys = Keyspace(EVENTS_PREFIX)
     fresh = CoordinatorProcess(
         etcd.endpoint,
-        prefix=PREFIX,
+        prefix=EVENTS_PREFIX,
         log_path=workdir / "coordinator-events.log",
         log_level=config["coordinator_log_level"],
     ).start()

@@ -17,7 +17,14 @@ import grpc
 import pytest
 
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import Job, OutcomeUnknown, RetryPolicy, WorkerClient
+from coordinator.sdk import (
+    CommitOutcome,
+    Job,
+    OutcomeUnknown,
+    RetryPolicy,
+    TransportError,
+    WorkerClient,
+)
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
 from tests.sdk.replicas import Replica, replicas
@@ -114,7 +121,17 @@ def test_a_commit_given_up_is_outcome_unknown_and_its_retry_answers_committed(
             )
             assert not job.committed and job.lost_reason is None
             replica.start()
-            outcome = job.commit(b"result")  # the same call on the same attempt
+
+            def commit_again() -> CommitOutcome | None:
+                # The same call on the same attempt, repeated until a try reaches the replica
+                # (with a 1 s budget, one call may end inside the channel's reconnect back-off:
+                # a plain TransportError, "no try reached a coordinator").
+                try:
+                    return job.commit(b"result")
+                except TransportError:
+                    return None
+
+            outcome = eventually(commit_again, timeout=15, message="the replica never answered")
             assert outcome.committed, outcome  # the truth: the first try had landed
             assert job.committed
             assert client.get_task("t1").result_commit_id == outcome.result_commit_id
