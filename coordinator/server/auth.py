@@ -31,7 +31,7 @@ from coordinator.domain.roles import (
     parse_roles,
 )
 from coordinator.errors import ConfigError, InvalidArgument, PermissionDenied, Unauthenticated
-from coordinator.server.handlers import Handler
+from coordinator.server.handlers import Handler, rebuilt, streams_responses
 from coordinator.server.identity import (
     ANONYMOUS,
     AUTHORIZATION_METADATA_KEY,
@@ -290,10 +290,6 @@ def _wrap(handler: Handler, admit: Callable[[grpc.ServicerContext], Identity]) -
     grpc's sync server runs the behaviour (and, for a streaming response, every ``next``) in
     the handler thread, so the identity is set in a copied context around exactly that code.
     """
-    options = {
-        "request_deserializer": handler.request_deserializer,
-        "response_serializer": handler.response_serializer,
-    }
 
     def admitted(context: grpc.ServicerContext) -> contextvars.Context:
         identity = admit(context)
@@ -319,20 +315,12 @@ def _wrap(handler: Handler, admit: Callable[[grpc.ServicerContext], Identity]) -
 
         return run
 
-    if handler.unary_unary is not None:
-        behavior, factory = unary_response(handler.unary_unary), grpc.unary_unary_rpc_method_handler
-    elif handler.unary_stream is not None:
-        behavior = stream_response(handler.unary_stream)
-        factory = grpc.unary_stream_rpc_method_handler
-    elif handler.stream_unary is not None:
-        behavior = unary_response(handler.stream_unary)
-        factory = grpc.stream_unary_rpc_method_handler
-    elif handler.stream_stream is not None:
-        behavior = stream_response(handler.stream_stream)
-        factory = grpc.stream_stream_rpc_method_handler
-    else:
-        return handler
-    return factory(behavior, **options)
+    return rebuilt(
+        handler,
+        lambda kind, behavior: (
+            stream_response(behavior) if streams_responses(kind) else unary_response(behavior)
+        ),
+    )
 
 
 def authenticator_for(config: Config) -> Authenticator:

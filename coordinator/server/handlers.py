@@ -1,5 +1,5 @@
-"""What the server interceptors share: the handler type, a unary handler rebuilt around a new
-behavior, and reading one metadata value of a call."""
+"""What the server interceptors share: the handler type, a handler rebuilt around a new
+behavior (whichever of gRPC's four kinds it is), and reading one metadata value of a call."""
 
 from __future__ import annotations
 
@@ -26,6 +26,43 @@ def unary_handler(
         request_deserializer=handler.request_deserializer,
         response_serializer=response_serializer or handler.response_serializer,
     )
+
+
+# gRPC's four kinds of method, as (the handler's attribute, its factory); "stream_" first means
+# the requests stream, "_stream" last the responses.
+_KINDS: tuple[tuple[str, Callable[..., Handler]], ...] = (
+    ("unary_unary", grpc.unary_unary_rpc_method_handler),
+    ("unary_stream", grpc.unary_stream_rpc_method_handler),
+    ("stream_unary", grpc.stream_unary_rpc_method_handler),
+    ("stream_stream", grpc.stream_stream_rpc_method_handler),
+)
+
+Wrap = Callable[[str, Behavior], Behavior]
+"""Given a method's kind ("unary_stream", ...) and its behavior, the behavior to run instead."""
+
+
+def rebuilt(handler: Handler, wrap: Wrap, *, request_deserializer: Any = None) -> Handler:
+    """``handler`` of the same kind and serializers (or ``request_deserializer``), running
+    ``wrap(kind, behavior)`` instead of its behavior."""
+    for kind, factory in _KINDS:
+        behavior = getattr(handler, kind)
+        if behavior is not None:
+            return factory(
+                wrap(kind, behavior),
+                request_deserializer=request_deserializer or handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+    return handler
+
+
+def streams_responses(kind: str) -> bool:
+    """Whether a method of ``kind`` answers with a stream."""
+    return kind.endswith("_stream")
+
+
+def streams_requests(kind: str) -> bool:
+    """Whether a method of ``kind`` takes a stream of requests."""
+    return kind.startswith("stream_")
 
 
 def metadata_value(metadata: Any, name: str) -> str | None:

@@ -21,7 +21,7 @@ from coordinator.domain.roles import Identity
 from coordinator.domain.stream_limits import UNAUTHENTICATED_CALLERS
 from coordinator.errors import CoordinatorError, Unauthenticated
 from coordinator.server.auth import Metadata, call_metadata, peer_properties
-from coordinator.server.handlers import Handler
+from coordinator.server.handlers import Handler, rebuilt, streams_responses
 from coordinator.server.identity import CURRENT_IDENTITY
 from coordinator.server.status import status_code_of
 from coordinator.server.streams import (
@@ -140,15 +140,9 @@ def _wrap(
 
         return run
 
-    options = {
-        "request_deserializer": handler.request_deserializer,
-        "response_serializer": handler.response_serializer,
-    }
-    if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(answered(handler.unary_unary), **options)
-    if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(answered(handler.stream_unary), **options)
-    if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(streamed(handler.unary_stream), **options)
-    assert handler.stream_stream is not None  # one of the four is always set
-    return grpc.stream_stream_rpc_method_handler(streamed(handler.stream_stream), **options)
+    return rebuilt(
+        handler,
+        lambda kind, behavior: (
+            streamed(behavior) if streams_responses(kind) else answered(behavior)
+        ),
+    )

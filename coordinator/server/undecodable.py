@@ -26,7 +26,7 @@ from google.protobuf import descriptor_pool
 from google.protobuf.message import DecodeError
 
 from coordinator.logging import Throttle
-from coordinator.server.handlers import Behavior, Handler
+from coordinator.server.handlers import Behavior, Handler, rebuilt, streams_requests
 
 log = structlog.get_logger(__name__)
 
@@ -115,21 +115,13 @@ def _rebuilt(handler: Handler, deserializer: Callable[[bytes], Any], refuse: Ref
 
         return run
 
-    options = {
-        "request_deserializer": deserializer,
-        "response_serializer": handler.response_serializer,
-    }
-    if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(unary_request(handler.unary_unary), **options)
-    if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(unary_request(handler.unary_stream), **options)
-    if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(stream_request(handler.stream_unary), **options)
-    if handler.stream_stream is not None:
-        return grpc.stream_stream_rpc_method_handler(
-            stream_request(handler.stream_stream), **options
-        )
-    return handler
+    return rebuilt(
+        handler,
+        lambda kind, behavior: (
+            stream_request(behavior) if streams_requests(kind) else unary_request(behavior)
+        ),
+        request_deserializer=deserializer,
+    )
 
 
 def _checked(

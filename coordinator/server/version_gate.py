@@ -29,7 +29,7 @@ from coordinator.domain.versions import (
 )
 from coordinator.errors import ConfigError
 from coordinator.server.auth import OPEN_SERVICES
-from coordinator.server.handlers import Handler, metadata_value
+from coordinator.server.handlers import Handler, metadata_value, rebuilt
 from coordinator.store.versions import CachedVersions, VersionStore
 from coordinator.v1 import admin_pb2
 
@@ -103,17 +103,7 @@ def _refusing(handler: Handler, message: str) -> Handler:
         del request
         context.abort(grpc.StatusCode.FAILED_PRECONDITION, message)
 
-    options: dict[str, Any] = {
-        "request_deserializer": handler.request_deserializer,
-        "response_serializer": handler.response_serializer,
-    }
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(abort, **options)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(abort, **options)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(abort, **options)
-    return grpc.unary_unary_rpc_method_handler(abort, **options)
+    return rebuilt(handler, lambda kind, behavior: abort)
 
 
 def record_to_proto(record: VersionRecord) -> admin_pb2.VersionRecord:
