@@ -8,16 +8,20 @@ import re
 import secrets
 import signal
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
+import grpc
 import pytest
 
-from coordinator.sdk import RetryPolicy, WorkerClient
+from coordinator.sdk import Job, Outcome, RetryPolicy, TaskState, WorkerClient
 from coordinator.server import build_server
 from coordinator.server.auth import TokenAuth
 from coordinator.server.tokens import TokenFile
 from coordinator.store import Store
+from coordinator.v1 import tasks_pb2_grpc, worker_pb2_grpc
 from tests.auth.conftest import TokenRing, store  # noqa: F401 (fixture)
 from tests.conftest import GRPC_OPTIONS
 from tests.test_cli import Process
@@ -53,6 +57,46 @@ class Stack:
     def token(self, principal: str) -> str:
         """``principal``'s bearer token."""
         return self.ring.tokens[principal]
+
+    @contextmanager
+    def stubs(self, principal: str) -> Iterator[Stubs]:
+        """Raw gRPC stubs and ``principal``'s token metadata (for calls the SDK has no verb
+        for: reject, prepare an effect, ...)."""
+        with grpc.insecure_channel(self.target, options=GRPC_OPTIONS) as channel:
+            yield Stubs(
+                tasks=tasks_pb2_grpc.TaskServiceStub(channel),
+                worker=worker_pb2_grpc.WorkerServiceStub(channel),
+                metadata=self.ring.metadata(principal),
+            )
+
+    def state(self, task_id: str) -> tuple[TaskState, int]:
+        """The task's state and revision, read from the coordinator."""
+        with self.client("pm-1") as pm:
+            task = pm.get_task(task_id)
+        return task.state, task.revision
+
+    def commit(self, task_id: str, result: bytes) -> None:
+        """worker-a claims ``task_id`` and commits ``result``."""
+        with self.client("worker-a") as worker:
+            job = worker.claim(task_id, ttl=timedelta(seconds=30))
+            assert isinstance(job, Job), job
+            with job:
+                assert job.commit(result).outcome is Outcome.COMMITTED
+
+    def review_task(self, task_id: str, result: bytes = b"the report") -> None:
+        """A task in REVIEW at revision 1 (created by pm-1, committed by worker-a)."""
+        with self.client("pm-1") as pm:
+            pm.create_task(task_id, queue="q", input=b"draft", requires_review=True)
+        self.commit(task_id, result)
+
+
+@dataclass
+class Stubs:
+    """gRPC stubs and the metadata that carries one principal's token."""
+
+    tasks: tasks_pb2_grpc.TaskServiceStub
+    worker: worker_pb2_grpc.WorkerServiceStub
+    metadata: tuple[tuple[str, str], ...]
 
 
 @pytest.fixture
