@@ -56,7 +56,7 @@ def reject(request: Request, form: Mapping[str, str], rpc: Rpc) -> Flash:
     task_id, revision = request.path_params["task_id"], _revision(form)
     reply = rpc.call(
         rpc.tasks.Reject,
-        tasks_pb2.RejectRequest(task_id=task_id, revision=revision),
+        tasks_pb2.RejectRequest(task_id=task_id, revision=revision, reason=form.get("reason", "")),
         idempotency_key=form.get("idem", ""),
     )
     task = reply.task
