@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # The runtime alone (what `make demo` needs): no linters, type checkers or test tools.
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 
-.PHONY: venv etcd chaos-tools lint test test-fast demo protos helm chart
+.PHONY: venv etcd chaos-tools browser lint test test-fast demo protos helm chart
 
 # The suite in phases (each with a header): pure rules, then everything against a real etcd and
 # gRPC, then the chaos runs with real processes and signals.
@@ -36,6 +36,10 @@ etcd: $(RUNTIME_STAMP)
 chaos-tools:
 	bash scripts/install-chaos-tools.sh
 
+# Optional: headless chromium and its driver for the console's browser tests.
+browser:
+	bash scripts/install-browser.sh
+
 lint: venv
 	@echo "== lint (ruff) =="
 	$(BIN)/ruff check
@@ -43,7 +47,7 @@ lint: venv
 	@echo "== types (mypy --strict) =="
 	$(BIN)/mypy
 
-test: venv etcd chaos-tools lint chart
+test: venv etcd chaos-tools browser lint chart
 	@echo "== unit (pure domain rules) =="
 	$(BIN)/pytest -q $(UNIT)
 	@echo "== integration (real etcd, real gRPC) =="

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from coordinator.cli.console import console
 from coordinator.cli.demo import demo
 from coordinator.cli.doctor import doctor
 from coordinator.cli.drain import drain
@@ -41,5 +42,6 @@ main.add_command(effects)
 main.add_command(jobs)
 main.add_command(etcd_auth)
 main.add_command(tasks)
+main.add_command(console)
 
 __all__ = ["main"]

@@ -67,6 +67,9 @@ ROLE_TABLE: Mapping[str, frozenset[Role]] = {
     # The owner of an open reconciliation (a worker) or an admin resolves an uncertain effect
     # without a claim; the store checks which one the caller is.
     _WORKER + "ResolveEffect": frozenset({_W, _A}),
+    # Listing the uncertain effects is a read, open to every role: the owners (workers) and
+    # admins who resolve them, and the pms whose tasks they hold up.
+    _WORKER + "ListOpenEffects": _ANY,
     # Managed jobs: a worker records and lists its own (the store checks the owner); an admin
     # may list any worker's jobs.
     _WORKER + "StartJob": frozenset({_W}),

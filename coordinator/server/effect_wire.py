@@ -24,6 +24,24 @@ def effect_id(value: str) -> str:
     return domain.check_effect_id(value)
 
 
+def open_effects_page_token(value: str, task: str) -> str:
+    """A ListOpenEffects page token (``task_id/effect_id`` of the previous page's last
+    effect), of ``task`` when the listing is one task's; empty: the first page."""
+    if not value:
+        return ""
+    tid, _, eid = value.partition("/")
+    try:
+        validation.task_id(tid, "page_token")
+        domain.check_effect_id(eid)
+    except InvalidArgument:
+        raise InvalidArgument(
+            f"page_token {value[:60]!r} is not one ListOpenEffects returned"
+        ) from None
+    if task and tid != task:
+        raise InvalidArgument(f"page_token {value[:60]!r} is not of task {task!r}")
+    return value
+
+
 def node_id(value: str) -> str:
     """The node that owns the slot."""
     return domain.check_name("node_id", value)

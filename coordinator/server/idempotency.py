@@ -55,6 +55,7 @@ READ_ONLY = frozenset(
         "/coordinator.v1.AdminService/GetVersions",
         "/coordinator.v1.WorkerService/GetEffect",
         "/coordinator.v1.WorkerService/ListJobs",
+        "/coordinator.v1.WorkerService/ListOpenEffects",
     }
 )
 """The methods that change nothing: a key sent with them is ignored."""

@@ -238,6 +238,21 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         return worker_pb2.ResolveEffectResponse(effect=effect_wire.effect_to_proto(effect))
 
     @rpc
+    def ListOpenEffects(  # noqa: N802
+        self, request: worker_pb2.ListOpenEffectsRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.ListOpenEffectsResponse:
+        """One page of uncertain effects (read-only)."""
+        tid = task_id(request.task_id) if request.task_id else ""
+        effects, token = self._store.effects.list_open(
+            task_id=tid,
+            page_size=validate.page_size(request.page_size),
+            page_token=effect_wire.open_effects_page_token(request.page_token, tid),
+        )
+        return worker_pb2.ListOpenEffectsResponse(
+            effects=[effect_wire.effect_to_proto(e) for e in effects], next_page_token=token
+        )
+
+    @rpc
     def StartJob(  # noqa: N802
         self, request: worker_pb2.StartJobRequest, context: grpc.ServicerContext
     ) -> worker_pb2.StartJobResponse:

@@ -132,6 +132,11 @@ def open_effects(ctx: StoreContext, task_id: str) -> list[EffectRecord]:
         kv.key.rsplit("/", 1)[1]
         for kv in ctx.kv.range_page(prefix, ctx.kv.prefix_end(prefix), keys_only=True)[0]
     ]
+    return _read_effects(ctx, ids)
+
+
+def _read_effects(ctx: StoreContext, ids: list[str]) -> list[EffectRecord]:
+    """The records of ``ids``, in that order (an index entry whose effect is gone is skipped)."""
     found: list[EffectRecord] = []
     for start in range(0, len(ids), _READ_BATCH):  # etcd allows 128 operations per txn
         batch = ids[start : start + _READ_BATCH]
@@ -186,6 +191,22 @@ class EffectStore:
     def open_effects(self, task_id: str) -> list[EffectRecord]:
         """The task's uncertain effects."""
         return open_effects(self._ctx, task_id)
+
+    def list_open(
+        self, *, task_id: str = "", page_size: int, page_token: str = ""
+    ) -> tuple[list[EffectRecord], str]:
+        """One page of uncertain effects (of ``task_id``, or of every task) in (task, effect)
+        order, and the token of the next page ("" after the last): ``task_id/effect_id`` of
+        the page's last entry. Keys only from the index, then the records in batches."""
+        prefix = self._ctx.keys.open_effects_prefix(task_id)
+        base = self._ctx.keys.open_effects_prefix()
+        start = base + page_token + "\0" if page_token else prefix
+        page, _ = self._ctx.kv.range_page(
+            start, self._ctx.kv.prefix_end(prefix), limit=page_size, keys_only=True
+        )
+        ids = [kv.key.rsplit("/", 1)[1] for kv in page]
+        token = page[-1].key.removeprefix(base) if len(page) == page_size else ""
+        return _read_effects(self._ctx, ids), token
 
     def count_open(self) -> int:
         """Uncertain effects across the keyspace (DrainStatus's unknown_effects)."""

@@ -89,6 +89,11 @@ class WorkerServiceStub:
                 request_serializer=coordinator_dot_v1_dot_worker__pb2.ResolveEffectRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_worker__pb2.ResolveEffectResponse.FromString,
                 _registered_method=True)
+        self.ListOpenEffects = channel.unary_unary(
+                '/coordinator.v1.WorkerService/ListOpenEffects',
+                request_serializer=coordinator_dot_v1_dot_worker__pb2.ListOpenEffectsRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_worker__pb2.ListOpenEffectsResponse.FromString,
+                _registered_method=True)
         self.StartJob = channel.unary_unary(
                 '/coordinator.v1.WorkerService/StartJob',
                 request_serializer=coordinator_dot_v1_dot_worker__pb2.StartJobRequest.SerializeToString,
@@ -226,6 +231,16 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListOpenEffects(self, request, context):
+        """Lists uncertain effects (PREPARED or UNKNOWN) from their per-task index, in (task_id,
+        effect_id) order, a page at a time: of one task, or of every task when task_id is empty.
+        Read-only; what a person resolving effects (ResolveEffect, ApproveRetry) looks through.
+        INVALID_ARGUMENT for a malformed task_id, page size or page token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def StartJob(self, request, context):
         """Managed jobs: external commands bound to the attempt (coordinator/sdk/managed.py). The job
         record under {prefix}/jobs/{task_id}/{job_id} is authoritative.
@@ -316,6 +331,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.ResolveEffect,
                     request_deserializer=coordinator_dot_v1_dot_worker__pb2.ResolveEffectRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_worker__pb2.ResolveEffectResponse.SerializeToString,
+            ),
+            'ListOpenEffects': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListOpenEffects,
+                    request_deserializer=coordinator_dot_v1_dot_worker__pb2.ListOpenEffectsRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_worker__pb2.ListOpenEffectsResponse.SerializeToString,
             ),
             'StartJob': grpc.unary_unary_rpc_method_handler(
                     servicer.StartJob,
@@ -630,6 +650,33 @@ class WorkerService:
             '/coordinator.v1.WorkerService/ResolveEffect',
             coordinator_dot_v1_dot_worker__pb2.ResolveEffectRequest.SerializeToString,
             coordinator_dot_v1_dot_worker__pb2.ResolveEffectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListOpenEffects(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.WorkerService/ListOpenEffects',
+            coordinator_dot_v1_dot_worker__pb2.ListOpenEffectsRequest.SerializeToString,
+            coordinator_dot_v1_dot_worker__pb2.ListOpenEffectsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -115,6 +115,12 @@ class WorkerServiceStub:
     RecordEffect, behind the fence) or when the effect is not uncertain; PERMISSION_DENIED for
     anyone else; NOT_FOUND for an unknown effect.
     """
+    ListOpenEffects: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ListOpenEffectsRequest, _worker_pb2.ListOpenEffectsResponse]
+    """Lists uncertain effects (PREPARED or UNKNOWN) from their per-task index, in (task_id,
+    effect_id) order, a page at a time: of one task, or of every task when task_id is empty.
+    Read-only; what a person resolving effects (ResolveEffect, ApproveRetry) looks through.
+    INVALID_ARGUMENT for a malformed task_id, page size or page token.
+    """
     StartJob: _grpc.UnaryUnaryMultiCallable[_worker_pb2.StartJobRequest, _worker_pb2.StartJobResponse]
     """Managed jobs: external commands bound to the attempt (coordinator/sdk/managed.py). The job
     record under {prefix}/jobs/{task_id}/{job_id} is authoritative.
@@ -211,6 +217,12 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     FAILED_PRECONDITION while the task has a live claim (its holder reconciles with
     RecordEffect, behind the fence) or when the effect is not uncertain; PERMISSION_DENIED for
     anyone else; NOT_FOUND for an unknown effect.
+    """
+    ListOpenEffects: _aio.UnaryUnaryMultiCallable[_worker_pb2.ListOpenEffectsRequest, _worker_pb2.ListOpenEffectsResponse]  # type: ignore[assignment]
+    """Lists uncertain effects (PREPARED or UNKNOWN) from their per-task index, in (task_id,
+    effect_id) order, a page at a time: of one task, or of every task when task_id is empty.
+    Read-only; what a person resolving effects (ResolveEffect, ApproveRetry) looks through.
+    INVALID_ARGUMENT for a malformed task_id, page size or page token.
     """
     StartJob: _aio.UnaryUnaryMultiCallable[_worker_pb2.StartJobRequest, _worker_pb2.StartJobResponse]  # type: ignore[assignment]
     """Managed jobs: external commands bound to the attempt (coordinator/sdk/managed.py). The job
@@ -371,6 +383,18 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         FAILED_PRECONDITION while the task has a live claim (its holder reconciles with
         RecordEffect, behind the fence) or when the effect is not uncertain; PERMISSION_DENIED for
         anyone else; NOT_FOUND for an unknown effect.
+        """
+
+    @_abc_1.abstractmethod
+    def ListOpenEffects(
+        self,
+        request: _worker_pb2.ListOpenEffectsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.ListOpenEffectsResponse, _abc.Awaitable[_worker_pb2.ListOpenEffectsResponse]]:
+        """Lists uncertain effects (PREPARED or UNKNOWN) from their per-task index, in (task_id,
+        effect_id) order, a page at a time: of one task, or of every task when task_id is empty.
+        Read-only; what a person resolving effects (ResolveEffect, ApproveRetry) looks through.
+        INVALID_ARGUMENT for a malformed task_id, page size or page token.
         """
 
     @_abc_1.abstractmethod

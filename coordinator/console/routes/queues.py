@@ -1,0 +1,85 @@
+"""The queues page: per queue, how many tasks wait in each state, and whether claims are paused.
+
+There is no queue listing RPC: the page reads one ListTasks page (at most ``count_cap`` tasks)
+per state of interest and counts by queue. A state whose page was full shows its counts as
+lower bounds ("N+") rather than the console paging through the whole keyspace."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from starlette.requests import Request
+
+from coordinator.console.routes.common import Context, attempt
+from coordinator.console.settings import ConsoleSettings
+from coordinator.sdk._rpc import Rpc
+from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2
+
+COLUMNS = [
+    (types_pb2.TASK_STATE_READY, "ready"),
+    (types_pb2.TASK_STATE_CLAIMED, "claimed"),
+    (types_pb2.TASK_STATE_WAITING, "waiting"),
+    (types_pb2.TASK_STATE_REVIEW, "review"),
+    (types_pb2.TASK_STATE_NEEDS_APPROVAL, "needs approval"),
+    # FAILED is where a task ends when it will never be DONE: the dead letters.
+    (types_pb2.TASK_STATE_FAILED, "failed (dead letters)"),
+]
+
+
+def queues(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
+    """Counts per queue and state, the epoch and pause flag, and the drain counts if allowed."""
+    epoch = rpc.call(rpc.admin.GetEpoch, admin_pb2.GetEpochRequest())
+    counts: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    capped: set[int] = set()
+    for state, _ in COLUMNS:
+        reply = rpc.call(
+            rpc.tasks.ListTasks,
+            tasks_pb2.ListTasksRequest(state=state, page_size=settings.count_cap),
+        )
+        for task in reply.tasks:
+            counts[task.queue][state] += 1
+        if reply.next_page_token:
+            capped.add(state)
+    drain: Any
+    drain, drain_refused = attempt(
+        lambda: rpc.call(rpc.admin.DrainStatus, admin_pb2.DrainStatusRequest())
+    )
+    return {
+        "epoch": epoch,
+        "columns": COLUMNS,
+        "rows": sorted(counts.items()),
+        "capped": capped,
+        "cap": settings.count_cap,
+        "drain": drain,
+        "drain_refused": drain_refused,
+    }
+
+
+def tasks(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
+    """One page of tasks, filtered by queue and state (the queues page links here)."""
+    queue = request.query_params.get("queue", "")[:64]
+    state_name = request.query_params.get("state", "")
+    state = (
+        types_pb2.TaskState.Value(f"TASK_STATE_{state_name}")
+        if _known(state_name)
+        else types_pb2.TASK_STATE_UNSPECIFIED
+    )
+    token = request.query_params.get("page_token", "")[:128]
+    reply = rpc.call(
+        rpc.tasks.ListTasks,
+        tasks_pb2.ListTasksRequest(
+            queue=queue, state=state, page_size=settings.page_size, page_token=token
+        ),
+    )
+    return {
+        "queue": queue,
+        "state": state_name if state else "",
+        "states": [n.removeprefix("TASK_STATE_") for n in types_pb2.TaskState.keys()[1:]],
+        "tasks": reply.tasks,
+        "next_page_token": reply.next_page_token,
+    }
+
+
+def _known(state_name: str) -> bool:
+    return f"TASK_STATE_{state_name}" in types_pb2.TaskState.keys()[1:]

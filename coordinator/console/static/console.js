@@ -1,0 +1,72 @@
+// Progressive enhancement only: every page works without it.
+"use strict";
+
+// Live claims: refresh the table in place, and count how long each claim has been held.
+function tickSince() {
+  const now = Date.now();
+  for (const el of document.querySelectorAll(".since[data-since]")) {
+    const since = Number(el.dataset.since);
+    if (since > 0) el.textContent = Math.max(0, Math.round((now - since) / 1000)) + " s";
+  }
+}
+
+function refreshLive(live) {
+  const every = Number(live.dataset.refresh) || 2000;
+  setInterval(async () => {
+    try {
+      const reply = await fetch(location.href, { credentials: "same-origin" });
+      if (!reply.ok) return;
+      const doc = new DOMParser().parseFromString(await reply.text(), "text/html");
+      const fresh = doc.getElementById("live");
+      if (fresh) { live.innerHTML = fresh.innerHTML; tickSince(); }
+    } catch (e) { /* the next tick tries again */ }
+  }, every);
+  setInterval(tickSince, 1000);
+  tickSince();
+}
+
+// Events: follow the live stream; the browser resumes after the last id on reconnect.
+const MAX_ROWS = 500;
+
+function cell(label, text, href) {
+  const td = document.createElement("td");
+  td.dataset.label = label;
+  if (href) {
+    const a = document.createElement("a");
+    a.href = href;
+    a.textContent = text;
+    td.appendChild(a);
+  } else {
+    td.textContent = text;
+  }
+  return td;
+}
+
+function followEvents(status) {
+  const rows = document.getElementById("event-rows");
+  const source = new EventSource(status.dataset.stream);
+  source.addEventListener("open", () => { status.textContent = "Live: new events appear below."; });
+  source.addEventListener("task", (msg) => {
+    const e = JSON.parse(msg.data);
+    const tr = document.createElement("tr");
+    tr.dataset.position = e.position;
+    tr.append(
+      cell("at", e.at), cell("task", e.task_id, "/tasks/" + encodeURIComponent(e.task_id)),
+      cell("transition", e.from + " → " + e.to), cell("op", e.op), cell("by", e.by),
+      cell("gen / epoch", e.generation + " / " + e.epoch), cell("detail", e.detail));
+    rows.appendChild(tr);
+    while (rows.children.length > MAX_ROWS) rows.removeChild(rows.firstElementChild);
+  });
+  source.addEventListener("refused", (msg) => {
+    status.textContent = JSON.parse(msg.data);
+    status.className = "flash refused";
+    source.close();
+  });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const live = document.getElementById("live");
+  if (live) refreshLive(live);
+  const status = document.getElementById("live-status");
+  if (status && status.dataset.stream) followEvents(status);
+});

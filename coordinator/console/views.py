@@ -1,0 +1,74 @@
+"""Pure helpers that turn wire values into what a page shows (Jinja filters), and event
+positions into the text a link or an SSE id carries."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from coordinator.errors import InvalidArgument
+from coordinator.v1 import tasks_pb2, types_pb2
+
+_PREFIXES = {
+    "state": (types_pb2.TaskState, "TASK_STATE_"),
+    "end": (types_pb2.AttemptEnd, "ATTEMPT_END_"),
+    "effect": (types_pb2.EffectState, "EFFECT_STATE_"),
+}
+MAX_POSITION_CHARS = 200
+
+
+def name(value: int, kind: str) -> str:
+    """An enum value's name without its prefix (``state``: READY); "-" for UNSPECIFIED."""
+    enum, prefix = _PREFIXES[kind]
+    if value == 0:
+        return "-"
+    try:
+        return str(enum.Name(value)).removeprefix(prefix)  # type: ignore[arg-type]
+    except ValueError:
+        return str(value)
+
+
+def when(ts: Timestamp) -> str:
+    """A timestamp as ISO-8601 UTC to the second; "-" when unset."""
+    if ts.seconds == 0 and ts.nanos == 0:
+        return "-"
+    moment = datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def epoch_ms(ts: Timestamp) -> int:
+    """A timestamp in milliseconds (what the page's script counts from); 0 when unset."""
+    return int(ts.seconds * 1000 + ts.nanos // 1_000_000)
+
+
+def payload(data: bytes, limit: int = 4096) -> str:
+    """Bytes for reading: UTF-8 text when they are, else a hex preview; cut at ``limit``."""
+    head = data[:limit]
+    try:
+        text = head.decode()
+    except UnicodeDecodeError:
+        text = "0x" + head.hex()
+    return text + (f" … ({len(data)} bytes)" if len(data) > limit else "")
+
+
+def position_text(position: tasks_pb2.EventPosition) -> str:
+    """``revision/task_id/prev_state_version``: an event's place in the log (as the CLI's
+    ``events --after`` takes it)."""
+    return f"{position.revision}/{position.task_id}/{position.prev_state_version}"
+
+
+def parse_position(text: str) -> tasks_pb2.EventPosition:
+    """The inverse of ``position_text``; InvalidArgument for anything else."""
+    revision, _, rest = text.partition("/")
+    task_id, _, version = rest.rpartition("/")
+    if (
+        len(text) > MAX_POSITION_CHARS
+        or not revision.isdigit()
+        or not version.isdigit()
+        or not task_id
+    ):
+        raise InvalidArgument(f"{text[:60]!r} is not an event position (REV/TASK/VERSION)")
+    return tasks_pb2.EventPosition(
+        revision=int(revision), task_id=task_id, prev_state_version=int(version)
+    )

@@ -1,0 +1,71 @@
+"""Headless Chromium (Debian's ``chromium`` and ``chromium-driver``, installed by
+scripts/install-browser.sh) driven by selenium; skipped with the reason where it is missing.
+Screenshots go to ``screenshots/`` at the repository root (git ignores it)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+from selenium.webdriver.chrome.options import Options  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "screenshots"
+LAPTOP = (1280, 900)
+PHONE = (390, 844)
+
+
+def _binaries() -> tuple[str, str]:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if chromium is None or driver is None:
+        pytest.skip(
+            "headless chromium is not installed (Debian's chromium and chromium-driver): "
+            "run scripts/install-browser.sh as root"
+        )
+    return chromium, driver
+
+
+@pytest.fixture(name="browser")
+def browser_fixture() -> Iterator[WebDriver]:
+    """A headless Chromium at laptop size (no Selenium Manager: Debian's binaries only)."""
+    chromium, driver_path = _binaries()
+    options = Options()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(flag)
+    options.add_argument(f"--window-size={LAPTOP[0]},{LAPTOP[1]}")
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def sign_in(driver: WebDriver, url: str, token: str) -> None:
+    """Sign in through the form, as a person would."""
+    driver.get(f"{url}/signin")
+    driver.find_element(By.ID, "token").send_keys(token)
+    driver.find_element(By.ID, "signin").click()
+
+
+def flash(driver: WebDriver) -> str:
+    """The outcome line the last action left on the page."""
+    return str(driver.find_element(By.ID, "flash").text)
+
+
+def screenshot(driver: WebDriver, name: str, size: tuple[int, int] = LAPTOP) -> Path:
+    """Save the page as ``screenshots/NAME.png`` (at ``size``; the window is put back)."""
+    SCREENSHOTS.mkdir(exist_ok=True)
+    driver.set_window_size(*size)
+    path = SCREENSHOTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    driver.set_window_size(*LAPTOP)
+    return path
