@@ -256,7 +256,7 @@ def _check_index(
                     fixable,
                     f"add {name} key {key}",
                     [Guard(kv.key, kv.mod_revision), Guard(key, 0)],
-                    [Write(key, b"")],
+                    [Write(key, _index_value(task, state))],
                 ),
             )
         )
@@ -275,6 +275,12 @@ def _check_index(
                 ),
             )
         )
+
+
+def _index_value(task: TaskRecord, state: TaskState) -> bytes:
+    """What store/transition.py writes in a per-task index key: the claimed index carries the
+    task's queue (the per-queue claimed gauge counts it), the others nothing."""
+    return task.queue.encode() if state is TaskState.CLAIMED else b""
 
 
 def _check_results(parsed: Parsed, keys: Keyspace, task: TaskRecord, out: list[Finding]) -> None:

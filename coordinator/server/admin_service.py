@@ -113,8 +113,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     def GetStats(  # noqa: N802
         self, request: admin_pb2.GetStatsRequest, context: grpc.ServicerContext
     ) -> admin_pb2.GetStatsResponse:
-        """Fence-check coverage per acceptance point (this replica process, since start)."""
-        return effect_wire.stats_response(fence_coverage())
+        """Fence-check coverage per acceptance point (this replica process, since start) and
+        the queue figures (from this replica's watch-fed indexes)."""
+        return effect_wire.stats_response(fence_coverage(), self._store.queue_report())
 
     @rpc
     def GetVersions(  # noqa: N802

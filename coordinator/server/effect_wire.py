@@ -10,6 +10,7 @@ from __future__ import annotations
 from coordinator.domain import effects as domain
 from coordinator.domain import reconcile, validation
 from coordinator.domain.effects import EffectAction, EffectRecord, EffectState
+from coordinator.domain.queue_stats import QueueReport
 from coordinator.errors import InvalidArgument
 from coordinator.metrics import PointCoverage
 from coordinator.server import convert, validate
@@ -169,9 +170,19 @@ def record_response(result: RecordResult) -> worker_pb2.RecordEffectResponse:
     return response
 
 
-def stats_response(points: list[PointCoverage]) -> admin_pb2.GetStatsResponse:
-    """GetStatsResponse: fence-check coverage per acceptance point."""
+def stats_response(points: list[PointCoverage], queues: QueueReport) -> admin_pb2.GetStatsResponse:
+    """GetStatsResponse: fence-check coverage per acceptance point, and the queue figures."""
     return admin_pb2.GetStatsResponse(
+        queues=[
+            admin_pb2.QueueStats(
+                queue=q.queue,
+                ready_tasks=q.ready,
+                oldest_ready_age_seconds=q.oldest_ready_age,
+                claimed_tasks=q.claimed,
+            )
+            for q in queues.queues
+        ],
+        queues_left_out=queues.left_out,
         fence_coverage=[
             admin_pb2.FenceCoverage(
                 point=admin_pb2.AcceptancePoint.ValueType(int(p.point)),
@@ -180,5 +191,5 @@ def stats_response(points: list[PointCoverage]) -> admin_pb2.GetStatsResponse:
                 coverage=p.coverage,
             )
             for p in points
-        ]
+        ],
     )

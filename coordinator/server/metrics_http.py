@@ -11,6 +11,12 @@ the replica, so every replica reports the same value: aggregate them with ``max`
 does not answer, the gauges are left out of that scrape (an absent series, not a stale one) and
 ``coordinator_keyspace_read_errors_total`` counts the failure.
 
+The autoscaling gauges, per queue (``coordinator_queue_ready_tasks``,
+``coordinator_queue_oldest_ready_age_seconds``, ``coordinator_queue_claimed_tasks``, and
+``coordinator_queues_left_out`` for the cap), come from the store's watch-fed ready and claimed
+indexes (coordinator.domain.queue_stats): no etcd read at all, and every replica follows the
+same keys, so they too are the same on every replica.
+
 The HTTP server is coordinator.server.bounded_http: a fixed number of threads whatever the
 clients do, a deadline per connection and a cap on open connections (prometheus_client's own
 server spends a thread per connection and waits on it forever). With ``metrics_tls`` it serves
@@ -29,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from coordinator.domain.queue_stats import MAX_REPORTED_QUEUES
 from coordinator.errors import ConfigError
 from coordinator.metrics import REGISTRY
 from coordinator.server.bounded_http import BoundedHttpServer, HttpLimits
@@ -91,6 +98,42 @@ class KeyspaceCollector(Collector):
             return self._cached[1], self._cached[2]
 
 
+class QueueCollector(Collector):
+    """Ready, oldest ready age and claimed per queue, from the store's in-memory indexes."""
+
+    def __init__(self, store: Store, *, cap: int = MAX_REPORTED_QUEUES) -> None:
+        self._store = store
+        self._cap = cap
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        """Yield the three per-queue gauges and the count of queues left out by the cap."""
+        report = self._store.queue_report(cap=self._cap)
+        ready = GaugeMetricFamily(
+            "coordinator_queue_ready_tasks", "READY tasks of the queue now.", labels=["queue"]
+        )
+        age = GaugeMetricFamily(
+            "coordinator_queue_oldest_ready_age_seconds",
+            "Seconds the queue's longest-waiting READY task has waited (0 with none ready).",
+            labels=["queue"],
+        )
+        claimed = GaugeMetricFamily(
+            "coordinator_queue_claimed_tasks", "CLAIMED tasks of the queue now.", labels=["queue"]
+        )
+        for stats in report.queues:
+            ready.add_metric([stats.queue], stats.ready)
+            age.add_metric([stats.queue], stats.oldest_ready_age)
+            claimed.add_metric([stats.queue], stats.claimed)
+        yield ready
+        yield age
+        yield claimed
+        yield GaugeMetricFamily(
+            "coordinator_queues_left_out",
+            f"Queues with work not reported per queue: more than {self._cap} have work "
+            "(an autoscaler sees a left-out queue as empty).",
+            report.left_out,
+        )
+
+
 class _Forward(Collector):
     """Every metric of another registry (the process-wide one) in this one."""
 
@@ -121,6 +164,7 @@ def start_metrics(
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Forward(REGISTRY))
     registry.register(KeyspaceCollector(store))
+    registry.register(QueueCollector(store))
     contexts = tls.ssl_contexts() if tls is not None else None  # bad files fail before binding
     host, _, port = listen.rpartition(":")
     host = host.strip("[]")

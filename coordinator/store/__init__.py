@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from coordinator.clock import Clock, SystemClock
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.keys import Keyspace
+from coordinator.domain.queue_stats import MAX_REPORTED_QUEUES, QueueReport, queue_report
 from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.admin import AdminStore
 from coordinator.store.claim_gates import ApprovalGate, ReconcileGate
+from coordinator.store.claimed_index import ClaimedIndex
 from coordinator.store.claims import ClaimStore
 from coordinator.store.context import StoreContext
 from coordinator.store.dependencies import DependencyStore
@@ -49,6 +51,7 @@ class Store:
 
     ctx: StoreContext
     ready: ReadyIndex
+    claimed: ClaimedIndex
     tasks: TaskStore
     results: ResultStore
     claims: ClaimStore
@@ -90,6 +93,7 @@ class Store:
         return cls(
             ctx=ctx,
             ready=ready,
+            claimed=ClaimedIndex(ctx),
             tasks=TaskStore(ctx, ready, dependencies),
             results=ResultStore(ctx),
             claims=ClaimStore(ctx, ready, held, gates),
@@ -108,9 +112,10 @@ class Store:
         )
 
     def start(self, *, reclaim: bool = True) -> None:
-        """Initialise the keyspace, load the ready index, start the reclaimer."""
+        """Initialise the keyspace, load the ready and claimed indexes, start the reclaimer."""
         self.admin.ensure_initialized()
         self.ready.start()
+        self.claimed.start()
         if reclaim:
             self.reclaimer.start()
             self.releaser.start()
@@ -121,7 +126,15 @@ class Store:
         self.reclaimer.close()
         self.releaser.close()
         self.sweeper.close()
+        self.claimed.close()
         self.ready.close()
+
+    def queue_report(self, *, cap: int = MAX_REPORTED_QUEUES) -> QueueReport:
+        """Ready, oldest ready age and claimed per queue, from this replica's watch-fed
+        indexes (no etcd read; every replica following the same keys reports the same)."""
+        return queue_report(
+            self.ready.heads(), self.claimed.counts(), self.ctx.clock.now(), cap=cap
+        )
 
 
 __all__ = [

@@ -4,51 +4,38 @@ etcd 3.4 answers a ``limit=1`` range over a flat prefix in O(n) (it counts the w
 asking etcd for "the first ready key" costs 10 ms at 100k keys. Instead each replica loads the
 ready keys once (paged) and follows them with a watch. The copy is only a hint: the claim txn
 compares the task record itself, so a stale entry costs one failed attempt, never a wrong claim.
+
+The same copy answers the autoscaling figures (``heads``: ready tasks and the oldest ready
+sequence per queue) without a read: every replica follows the same keys, so all report alike.
 """
 
 from __future__ import annotations
 
 import random
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 
-import structlog
 from sortedcontainers import SortedList
 
+from coordinator.domain.queue_stats import ReadyHead
 from coordinator.store.context import StoreContext
-from coordinator.store.watch import PrefixWatch, WatchEvent
+from coordinator.store.etcd import KV
+from coordinator.store.prefix_copy import PrefixCopy
+from coordinator.store.transition import ready_time
+from coordinator.store.watch import WatchEvent
 
-log = structlog.get_logger(__name__)
 
-_PAGE = 1000
-
-
-class ReadyIndex:
+class ReadyIndex(PrefixCopy):
     """Per-queue sorted ready keys, kept current by a watch on ``{prefix}/ready/``."""
 
     def __init__(self, ctx: StoreContext) -> None:
-        self._ctx = ctx
-        self._root = ctx.keys.ready_prefix()
+        super().__init__(ctx, ctx.keys.ready_prefix(), keys_only=True)
         self._lock = threading.Lock()
         self._queues: dict[str, SortedList] = {}
         # Keys (relative) that a ClaimNext of this replica is trying right now: another
         # ClaimNext here picks a different one instead of losing the same race (see take()).
         self._taken: Counter[str] = Counter()
-        self._watch: PrefixWatch | None = None
-        self._closed = False
-
-    def start(self) -> None:
-        """Load the index and start following it."""
-        self._reload()
-
-    def close(self) -> None:
-        """Stop the watch."""
-        self._closed = True
-        if self._watch is not None:
-            self._watch.close()
-            self._watch = None
 
     def first(self, queue: str, count: int) -> list[str]:
         """Up to ``count`` ready keys of ``queue`` in claim order (full etcd keys), all of the
@@ -114,45 +101,46 @@ class ReadyIndex:
         with self._lock:
             return len(self._queues.get(queue, ()))
 
-    def _reload(self) -> None:
-        kv = self._ctx.kv
+    def heads(self) -> dict[str, ReadyHead]:
+        """Every queue with a ready key: how many, and the oldest one's sequence. The oldest
+        key is the first of some priority (keys sort by priority, then sequence), so this
+        visits one key per priority present, not every key."""
+        with self._lock:
+            return {q: _head(keys) for q, keys in self._queues.items() if keys}
+
+    def replace(self, items: list[KV]) -> None:
+        """A full load: the index is exactly these keys."""
         queues: dict[str, SortedList] = {}
-        start, end = self._root, kv.prefix_end(self._root)
-        revision = 0
-        while True:
-            page, revision = kv.range_page(start, end, limit=_PAGE, revision=revision)
-            for item in page:
-                rel = item.key[len(self._root) :]
-                queues.setdefault(rel.split("/", 1)[0], SortedList()).add(rel)
-            if len(page) < _PAGE:
-                break
-            start = page[-1].key + "\0"
+        for item in items:
+            rel = item.key[len(self._root) :]
+            queues.setdefault(rel.split("/", 1)[0], SortedList()).add(rel)
         with self._lock:
             self._queues = queues
-        self._watch = kv.watch_prefix(
-            self._root,
-            start_revision=revision + 1,
-            on_events=self._on_events,
-            on_compacted=self._reload_quietly,
-        )
 
-    def _on_events(self, events: list[WatchEvent]) -> None:
+    def apply(self, events: list[WatchEvent]) -> None:
+        """Ready keys created or deleted."""
         for event in events:
             if event.deleted:
                 self.discard(event.key)
             else:
                 self.add(event.key)
 
-    def _reload_quietly(self) -> None:
-        # Runs on the broken watch's own thread, which ends right after this returns; retry
-        # until etcd answers, since a ready index that stopped following would go stale.
-        while not self._closed:
-            try:
-                self._reload()
-                return
-            except Exception as exc:
-                log.error("ready index reload failed; retrying", error=str(exc))
-                time.sleep(1.0)
+
+def _head(keys: SortedList) -> ReadyHead:
+    """``keys`` is not empty; its first key of each priority is that priority's oldest."""
+    oldest = _seq_part(keys[0])
+    index = 0
+    while index < len(keys):
+        queue, priority, seq, _ = keys[index].split("/", 3)
+        oldest = min(oldest, int(seq))
+        # '/' < '0': every key of this priority sorts below "{queue}/{priority}0".
+        index = keys.bisect_left(f"{queue}/{priority}0")
+    return ReadyHead(len(keys), ready_time(oldest))
+
+
+def _seq_part(rel: str) -> int:
+    """The ready sequence of a ready key relative to the index root."""
+    return int(rel.split("/", 3)[2])
 
 
 def _priority_part(rel: str) -> str:

@@ -46,6 +46,11 @@ def ready_seq(now: float) -> int:
     return int(now * 1_000_000)
 
 
+def ready_time(seq: int) -> float:
+    """The store clock time (seconds) a ready sequence was taken at: ``ready_seq``'s inverse."""
+    return seq / 1_000_000
+
+
 def transition_ops(
     ctx: StoreContext,
     before: TaskRecord | None,
@@ -77,7 +82,8 @@ def transition_ops(
     if was is TaskState.CLAIMED and after.state is not TaskState.CLAIMED:
         ops.append(delete(keys.claimed(after.task_id)))
     if after.state is TaskState.CLAIMED:
-        ops.append(put(keys.claimed(after.task_id), b""))
+        # The queue as value: the claimed index counts claims per queue without task records.
+        ops.append(put(keys.claimed(after.task_id), after.queue.encode()))
     # The waiting index lets the releaser's scan visit only WAITING tasks.
     if was is TaskState.WAITING and after.state is not TaskState.WAITING:
         ops.append(delete(keys.waiting(after.task_id)))

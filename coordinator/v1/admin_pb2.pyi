@@ -368,22 +368,66 @@ class FenceCoverage(_message.Message):
 Global___FenceCoverage: _TypeAlias = FenceCoverage  # noqa: Y015
 
 @_typing.final
+class QueueStats(_message.Message):
+    """One queue with work now (a READY or a CLAIMED task), from the answering replica's watch-fed
+    ready and claimed indexes: every replica follows the same keys, so every replica answers
+    the same (up to its watch lag). The figures an autoscaler scales a worker pool on.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    READY_TASKS_FIELD_NUMBER: _builtins.int
+    OLDEST_READY_AGE_SECONDS_FIELD_NUMBER: _builtins.int
+    CLAIMED_TASKS_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    ready_tasks: _builtins.int
+    oldest_ready_age_seconds: _builtins.float
+    """Seconds the queue's longest-waiting READY task has waited (0 when none is ready)."""
+    claimed_tasks: _builtins.int
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        ready_tasks: _builtins.int = ...,
+        oldest_ready_age_seconds: _builtins.float = ...,
+        claimed_tasks: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claimed_tasks", b"claimed_tasks", "oldest_ready_age_seconds", b"oldest_ready_age_seconds", "queue", b"queue", "ready_tasks", b"ready_tasks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueStats: _TypeAlias = QueueStats  # noqa: Y015
+
+@_typing.final
 class GetStatsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     FENCE_COVERAGE_FIELD_NUMBER: _builtins.int
+    QUEUES_FIELD_NUMBER: _builtins.int
+    QUEUES_LEFT_OUT_FIELD_NUMBER: _builtins.int
+    queues_left_out: _builtins.int
+    """Queues with work beyond that cap, not listed in queues."""
     @_builtins.property
     def fence_coverage(self) -> _containers.RepeatedCompositeFieldContainer[Global___FenceCoverage]:
         """One entry per acceptance point. Counts are per replica process, since it started."""
+
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueueStats]:
+        """The busiest queues first (ready + claimed, then name), at most 200 of them."""
 
     def __init__(
         self,
         *,
         fence_coverage: _abc.Iterable[Global___FenceCoverage] | None = ...,
+        queues: _abc.Iterable[Global___QueueStats] | None = ...,
+        queues_left_out: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fence_coverage", b"fence_coverage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fence_coverage", b"fence_coverage", "queues", b"queues", "queues_left_out", b"queues_left_out"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

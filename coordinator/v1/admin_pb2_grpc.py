@@ -133,7 +133,8 @@ class AdminServiceServicer:
 
     def GetStats(self, request, context):
         """Fence-check coverage of this replica process since it started: per acceptance point, the
-        operations accepted and those whose epoch and generation the accepting txn compared.
+        operations accepted and those whose epoch and generation the accepting txn compared; and
+        per queue, the ready and claimed tasks and the oldest ready task's age (the keyspace now).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

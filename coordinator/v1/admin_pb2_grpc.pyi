@@ -56,7 +56,8 @@ class AdminServiceStub:
     """
     GetStats: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetStatsRequest, _admin_pb2.GetStatsResponse]
     """Fence-check coverage of this replica process since it started: per acceptance point, the
-    operations accepted and those whose epoch and generation the accepting txn compared.
+    operations accepted and those whose epoch and generation the accepting txn compared; and
+    per queue, the ready and claimed tasks and the oldest ready task's age (the keyspace now).
     """
     GetVersions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetVersionsRequest, _admin_pb2.GetVersionsResponse]
     """The version gate's record: keyspace schema version, minimum coordinator and SDK versions."""
@@ -92,7 +93,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """
     GetStats: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetStatsRequest, _admin_pb2.GetStatsResponse]  # type: ignore[assignment]
     """Fence-check coverage of this replica process since it started: per acceptance point, the
-    operations accepted and those whose epoch and generation the accepting txn compared.
+    operations accepted and those whose epoch and generation the accepting txn compared; and
+    per queue, the ready and claimed tasks and the oldest ready task's age (the keyspace now).
     """
     GetVersions: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetVersionsRequest, _admin_pb2.GetVersionsResponse]  # type: ignore[assignment]
     """The version gate's record: keyspace schema version, minimum coordinator and SDK versions."""
@@ -167,7 +169,8 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.GetStatsResponse, _abc.Awaitable[_admin_pb2.GetStatsResponse]]:
         """Fence-check coverage of this replica process since it started: per acceptance point, the
-        operations accepted and those whose epoch and generation the accepting txn compared.
+        operations accepted and those whose epoch and generation the accepting txn compared; and
+        per queue, the ready and claimed tasks and the oldest ready task's age (the keyspace now).
         """
 
     @_abc_1.abstractmethod

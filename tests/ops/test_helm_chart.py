@@ -1,7 +1,13 @@
 """The Helm chart, rendered with `helm template` for every values file in helm/coordinator/ci/
 and checked for what matters in a cluster: probes on the real ports, a configuration the server
 accepts, flags that exist, bundled etcd members addressed by their pod DNS names, a hardened
-security context, no secret in plain text, and a termination grace longer than the drain.
+security context, no secret in plain text, and a termination grace longer than the drain; the
+required image and token file, the example worker pool with its KEDA or HPA scaling, and the
+alerts, whose every metric the server exports.
+
+``kubectl apply --dry-run=client`` is not run: kubectl needs a cluster's API discovery even for
+a client-side dry run (it fails at once without one), and the custom kinds (ScaledObject,
+PrometheusRule, ServiceMonitor, Certificate) could not be checked without their CRDs anyway.
 
 Skipped when helm is missing (scripts/install-helm.sh installs it into .tools/bin; CI does).
 """
@@ -30,7 +36,10 @@ from coordinator.cli.etcd_auth import etcd_auth as etcd_auth_command
 from coordinator.cli.serve import serve
 from coordinator.config import SETTINGS, Config
 from coordinator.errors import CoordinatorError
+from coordinator.metrics import REGISTRY
+from coordinator.server import metrics_http
 from coordinator.server.app import LIVENESS_SERVICE
+from coordinator.server.tokens import TokenFile, token_hash
 from coordinator.store import Keyspace, Store
 from coordinator.store.etcd import put
 from tests.auth.certs import Pem
@@ -41,9 +50,11 @@ CHART = ROOT / "helm" / "coordinator"
 VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 NAMESPACE = "agents"
 WORKLOADS = frozenset({"Deployment", "StatefulSet", "Job", "CronJob"})
-# The only Secrets the chart renders: the bundled etcd's generated certificates and passwords.
+# The only Secrets the chart renders: the token file given in values (hashes only), and the
+# bundled etcd's generated certificates and passwords.
 GENERATED_SECRETS = frozenset(
     {
+        "rel-coordinator-tokens",
         "rel-coordinator-etcd-server-tls",
         "rel-coordinator-etcd-client-tls",
         "rel-coordinator-etcd-auth",
@@ -65,6 +76,13 @@ pytestmark = pytest.mark.skipif(
 
 Manifest = dict[str, Any]
 
+# What every install must give (tests without a values file add these to their --set list).
+REQUIRED = (
+    "image.repository=registry.example/coordinator",
+    "image.tag=0.1.0",
+    "auth.tokenSecret.name=rel-tokens",
+)
+
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     assert HELM is not None
@@ -80,6 +98,8 @@ def render(values: Path | None, *sets: str) -> list[Manifest]:
     args = ["template", "rel", str(CHART), "--namespace", NAMESPACE]
     if values is not None:
         args += ["-f", str(values)]
+    else:
+        sets = REQUIRED + sets
     for item in sets:
         args += ["--set", item]
     result = _run(*args)
@@ -95,6 +115,11 @@ def _one(manifests: list[Manifest], kind: str, name: str | None = None) -> Manif
     ]
     assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
     return found[0]
+
+
+def _coordinator(manifests: list[Manifest]) -> Manifest:
+    """The coordinator's own Deployment (a worker pool is another one)."""
+    return _one(manifests, "Deployment", "rel-coordinator")
 
 
 def _config(manifests: list[Manifest]) -> dict[str, Any]:
@@ -134,7 +159,7 @@ def test_the_server_accepts_the_rendered_configuration(values: Path) -> None:
 @pytest.mark.parametrize("values", VALUES, ids=lambda p: p.stem)
 def test_args_and_env_name_settings_that_exist(values: Path) -> None:
     flags = {opt for param in serve.params for opt in param.opts}
-    deployment = _one(render(values), "Deployment")
+    deployment = _coordinator(render(values))
     for _, container in _containers(deployment):
         used = [a.split("=")[0] for a in container.get("args", []) if a.startswith("--")]
         assert used and set(used) <= flags, used
@@ -146,7 +171,7 @@ def test_args_and_env_name_settings_that_exist(values: Path) -> None:
 def test_probes_point_at_the_port_that_serves_health(values: Path) -> None:
     manifests = render(values)
     config = _config(manifests)
-    deployment = _one(manifests, "Deployment")
+    deployment = _coordinator(manifests)
     assert deployment["spec"]["replicas"] >= 2
     anti = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
     assert anti, "replicas must be spread over nodes"
@@ -174,7 +199,7 @@ def test_probes_point_at_the_port_that_serves_health(values: Path) -> None:
 @pytest.mark.parametrize("values", VALUES, ids=lambda p: p.stem)
 def test_graceful_termination_outlasts_the_servers_drain(values: Path) -> None:
     manifests = render(values)
-    pod = _one(manifests, "Deployment")["spec"]["template"]["spec"]
+    pod = _coordinator(manifests)["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep"
@@ -209,9 +234,7 @@ def test_no_secret_is_rendered_in_plain_text(values: Path) -> None:
     # A sha256 is only allowed as the config checksum that rolls the pods.
     hashes = set(re.findall(r"\b[0-9a-f]{64}\b", text))
     checksums = {
-        m["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
-        for m in manifests
-        if m["kind"] == "Deployment"
+        _coordinator(manifests)["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
     }
     assert hashes <= checksums, "a token hash in a manifest"
     for manifest in manifests:
@@ -271,7 +294,7 @@ def test_external_etcd_is_the_default() -> None:
 def test_tls_mounts_the_files_the_configuration_names() -> None:
     manifests = render(CHART / "ci" / "tls-values.yaml")
     config = _config(manifests)
-    pod = _one(manifests, "Deployment")["spec"]["template"]["spec"]
+    pod = _coordinator(manifests)["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
@@ -319,6 +342,9 @@ DASHBOARD_METRICS = (
     "coordinator_active_leases",
     "coordinator_rpc_duration_seconds",
     "coordinator_rpc_errors_total",
+    "coordinator_queue_ready_tasks",
+    "coordinator_queue_oldest_ready_age_seconds",
+    "coordinator_queue_claimed_tasks",
 )
 
 
@@ -340,7 +366,7 @@ DASHBOARD_METRICS = (
     ],
 )
 def test_invalid_values_are_refused(setting: str, message: str) -> None:
-    result = _run("template", "rel", str(CHART), "--set", setting)
+    result = _run("template", "rel", str(CHART), "--set", ",".join((*REQUIRED, setting)))
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
 
@@ -410,7 +436,7 @@ def test_bundled_etcd_auth_is_on_by_default_for_a_coordinator_user() -> None:
     client = _one(manifests, "Secret", "rel-coordinator-etcd-client-tls")
     # The coordinator: TLS with the client certificate, and its own etcd user's password.
     config = _config(manifests)
-    deployment = _one(manifests, "Deployment")
+    deployment = _coordinator(manifests)
     (pod, container), *_ = _containers(deployment)
     for setting in ("etcd_ca_cert", "etcd_cert", "etcd_key"):
         assert _mounted_secret(pod, container, config[setting]) == client["metadata"]["name"]
@@ -448,7 +474,7 @@ def test_bundled_etcd_auth_is_on_by_default_for_a_coordinator_user() -> None:
 def test_bundled_etcd_admits_only_the_coordinator_and_its_etcd_jobs_by_default() -> None:
     manifests = render(None, "etcd.mode=bundled")
     sts = _one(manifests, "StatefulSet")
-    deployment = _one(manifests, "Deployment")
+    deployment = _coordinator(manifests)
     job = _one(manifests, "Job")
     # Only the coordinator and the etcd jobs reach the client port; only members the peers'.
     policy = _one(manifests, "NetworkPolicy", "rel-coordinator-etcd")
@@ -484,7 +510,7 @@ def test_bundled_etcd_takes_cert_manager_or_existing_certificates() -> None:
     assert set(server["usages"]) == {"server auth", "client auth"}
     for certificate in certificates.values():
         assert certificate["spec"]["issuerRef"]["name"] == "platform-ca"
-    (_, container), *_ = _containers(_one(manifests, "Deployment"))
+    (_, container), *_ = _containers(_coordinator(manifests))
     assert set(_secret_refs(container).values()) == {
         ("coordinator-etcd-credentials", "username"),
         ("coordinator-etcd-credentials", "password"),
@@ -502,7 +528,7 @@ def test_bundled_etcd_takes_cert_manager_or_existing_certificates() -> None:
     }
     (etcd_pod, etcd), *_ = _containers(_one(manifests, "StatefulSet"))
     assert _mounted_secret(etcd_pod, etcd, "/etc/etcd/tls/tls.crt") == "my-etcd-server"
-    (pod, container), *_ = _containers(_one(manifests, "Deployment"))
+    (pod, container), *_ = _containers(_coordinator(manifests))
     assert _mounted_secret(pod, container, _config(manifests)["etcd_cert"]) == "my-etcd-client"
 
 
@@ -599,3 +625,226 @@ def test_the_charts_generated_certificates_and_passwords_close_a_real_etcd(
                 kv.txn([], [put("/elsewhere", b"x")])
         finally:
             kv.close()
+
+
+def _refusal(*sets: str) -> str:
+    """The error of a render with exactly ``sets`` (it must fail)."""
+    args = ["template", "rel", str(CHART), "--namespace", NAMESPACE]
+    result = _run(*args, *(a for item in sets for a in ("--set", item)))
+    assert result.returncode != 0, "rendered"
+    return result.stderr
+
+
+def test_the_image_is_required_with_a_message_saying_what_to_set() -> None:
+    image, _, tokens = REQUIRED
+    assert "image.repository is required: the registry path of the coordinator image" in (
+        _refusal(tokens)
+    )
+    assert "image.tag is required" in _refusal(image, tokens)
+    manifests = render(None, "etcd.mode=bundled")
+    images = {
+        c["image"]
+        for m in manifests
+        if m["kind"] in {"Deployment", "Job"}
+        for _, c in _containers(m)
+    }
+    assert images == {"registry.example/coordinator:0.1.0"}
+
+
+def test_the_token_file_comes_from_values_or_a_named_secret(tmp_path: Path) -> None:
+    manifests = render(CHART / "ci" / "default-values.yaml")
+    secret = _one(manifests, "Secret", "rel-coordinator-tokens")
+    given = yaml.safe_load((CHART / "ci" / "default-values.yaml").read_text())
+    content = base64.b64decode(secret["data"]["tokens.json"])
+    assert content.decode() == given["auth"]["tokenSecret"]["tokenFile"]
+    (pod, container), *_ = _containers(_coordinator(manifests))
+    token_file = _config(manifests)["token_file"]
+    assert _mounted_secret(pod, container, token_file) == "rel-coordinator-tokens"
+    assert Path(token_file).name == "tokens.json"
+    # The server loads the rendered file as it is.
+    path = tmp_path / "tokens.json"
+    path.write_bytes(content)
+    path.chmod(0o600)
+    table = TokenFile(path).table()
+    assert table.tokens[token_hash("ci-example-token")].principal == "worker-1"
+
+    named = render(CHART / "ci" / "auth-values.yaml")
+    assert not [m for m in named if m["kind"] == "Secret"]
+    (pod, container), *_ = _containers(_coordinator(named))
+    assert _mounted_secret(pod, container, _config(named)["token_file"]) == "agent-pool-tokens"
+
+    image, tag, _ = REQUIRED
+    assert "auth.mode=tokens needs the token file" in _refusal(image, tag)
+    both = "auth.tokenSecret.name=x,auth.tokenSecret.tokenFile=x"
+    assert "give either name" in _refusal(image, tag, both)
+    assert "is not a JSON object" in _refusal(image, tag, "auth.tokenSecret.tokenFile=tokens")
+    insecure = render(None, "auth.mode=insecure", "auth.tokenSecret.name=")
+    assert not [m for m in insecure if m["kind"] == "Secret"]
+
+
+def _pool(manifests: list[Manifest]) -> tuple[Manifest, Manifest, Manifest]:
+    """The worker pool's Deployment, pod spec and container."""
+    (deployment,) = [
+        m
+        for m in manifests
+        if m["kind"] == "Deployment"
+        and m["metadata"]["labels"]["app.kubernetes.io/component"] == "worker-pool"
+    ]
+    ((pod, container),) = _containers(deployment)
+    return deployment, pod, container
+
+
+@pytest.mark.parametrize("values", ["worker-pool-keda", "worker-pool-hpa"])
+def test_the_worker_pool_reaches_every_replica_and_outlasts_its_own_grace(values: str) -> None:
+    manifests = render(CHART / "ci" / f"{values}-values.yaml")
+    given = yaml.safe_load((CHART / "ci" / f"{values}-values.yaml").read_text())["workerPool"]
+    deployment, pod, container = _pool(manifests)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    grace = float(env["COORDINATOR_SHUTDOWN_GRACE"])
+    assert grace == given.get("shutdownGraceSeconds", 60)
+    assert pod["terminationGracePeriodSeconds"] > grace
+    # The headless Service (every replica), by its full name and port.
+    headless = _one(manifests, "Service", "rel-coordinator-headless")
+    port = {p["name"]: p["port"] for p in headless["spec"]["ports"]}["grpc"]
+    assert env["COORDINATOR_TARGET"] == (
+        f"dns:///rel-coordinator-headless.{NAMESPACE}.svc.cluster.local:{port}"
+    )
+    assert headless["spec"]["clusterIP"] == "None"
+    assert env["COORDINATOR_QUEUE"] == given["queue"]
+    assert _secret_refs(container)["COORDINATOR_TOKEN"] == (
+        given["tokenSecret"]["name"],
+        given["tokenSecret"].get("key", "token"),
+    )
+    assert container["image"] == f"{given['image']['repository']}:{given['image']['tag']}"
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    # The coordinator's Service and PDB must not select the pool's pods.
+    service = _one(manifests, "Service", "rel-coordinator")
+    assert not service["spec"]["selector"].items() <= labels.items()
+    assert "replicas" not in deployment["spec"], "the autoscaler owns the replica count"
+    policies = [m for m in manifests if m["kind"] == "NetworkPolicy"]
+    for policy in policies:
+        assert _admits(policy, "grpc", labels), "the network policy shuts the pool out"
+
+    target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment["metadata"]["name"]}
+    if values == "worker-pool-keda":
+        assert not [m for m in manifests if m["kind"] == "HorizontalPodAutoscaler"]
+        scaled = _one(manifests, "ScaledObject")
+        assert scaled["spec"]["scaleTargetRef"] == target
+        assert scaled["spec"]["minReplicaCount"] == 0  # scale to zero
+        (trigger,) = scaled["spec"]["triggers"]
+        assert trigger["type"] == "prometheus"
+        query = trigger["metadata"]["query"]
+        match = f'namespace="{NAMESPACE}",service="rel-coordinator",queue="{given["queue"]}"'
+        assert f"max(coordinator_queue_ready_tasks{{{match}}})" in query
+        assert f"max(coordinator_queue_claimed_tasks{{{match}}})" in query
+        assert trigger["metadata"]["threshold"] == "2"
+        assert trigger["metadata"]["activationThreshold"] == "0"
+    else:
+        assert not [m for m in manifests if m["kind"] == "ScaledObject"]
+        hpa = _one(manifests, "HorizontalPodAutoscaler")
+        assert hpa["spec"]["scaleTargetRef"] == target
+        metrics = {
+            m["external"]["metric"]["name"]: (
+                m["external"]["metric"]["selector"]["matchLabels"],
+                m["external"]["target"],
+            )
+            for m in hpa["spec"]["metrics"]
+        }
+        assert metrics == {
+            "coordinator_queue_ready_tasks": (
+                {"queue": given["queue"]},
+                {"type": "AverageValue", "averageValue": "4"},
+            ),
+            "coordinator_queue_claimed_tasks": (
+                {"queue": given["queue"]},
+                {"type": "AverageValue", "averageValue": "1"},
+            ),
+        }
+
+
+def test_the_worker_pool_is_off_by_default_and_refuses_a_short_grace() -> None:
+    manifests = render(None)
+    assert [m["metadata"]["name"] for m in manifests if m["kind"] == "Deployment"] == [
+        "rel-coordinator"
+    ]
+    assert not [m for m in manifests if m["kind"] in {"ScaledObject", "HorizontalPodAutoscaler"}]
+    pool = (
+        "workerPool.enabled=true,workerPool.image.repository=w,workerPool.image.tag=v1,"
+        "workerPool.tokenSecret.name=pool-token"
+    )
+    message = _refusal(*REQUIRED, pool + ",workerPool.terminationGracePeriodSeconds=60")
+    assert "workerPool.terminationGracePeriodSeconds (60) must exceed" in message
+    both = ",workerPool.autoscaling.keda.enabled=true,workerPool.autoscaling.hpa.enabled=true"
+    assert "enable keda or hpa, not both" in _refusal(*REQUIRED, pool + both)
+    no_token = pool.replace("pool-token", "")
+    assert "workerPool.tokenSecret.name" in _refusal(*REQUIRED, no_token)
+    assert "workerPool needs service.headless" in _refusal(
+        *REQUIRED, pool + ",service.headless=false"
+    )
+
+
+def _exported_metrics() -> set[str]:
+    """Every metric family name a replica's /metrics serves: the process registry, plus the
+    on-scrape collectors of coordinator.server.metrics_http (named in its source)."""
+    names = {family.name for family in REGISTRY.collect()}
+    source = Path(metrics_http.__file__).read_text()
+    return names | set(re.findall(r'"(coordinator_[a-z_]+)"', source))
+
+
+def _metric_names(expr: str) -> set[str]:
+    """The coordinator metric families an expression reads (suffixes _total/_bucket dropped)."""
+    found = set(re.findall(r"\b(coordinator_[a-z_]+)", expr))
+    return {re.sub(r"_(total|bucket|sum|count)$", "", name) for name in found}
+
+
+ALERTS = {
+    "CoordinatorFenceCoverageBelow100",
+    "CoordinatorUnknownEffectBacklog",
+    "CoordinatorEffectsEscalated",
+    "CoordinatorReclaimLatencyHigh",
+    "CoordinatorQueuesLeftOut",
+}
+
+
+def test_alerts_follow_the_service_monitor_and_read_only_exported_metrics() -> None:
+    assert not [m for m in render(None) if m["kind"] == "PrometheusRule"]
+    assert not [
+        m
+        for m in render(
+            CHART / "ci" / "bundled-etcd-values.yaml", "metrics.prometheusRule.enabled=false"
+        )
+        if m["kind"] == "PrometheusRule"
+    ]
+    exported = _exported_metrics()
+    for values, selector in (
+        ("bundled-etcd", f'namespace="{NAMESPACE}",service="rel-coordinator"'),
+        ("worker-pool-keda", f'namespace="{NAMESPACE}",service="rel-coordinator"'),
+        ("worker-pool-hpa", 'job="agents/coordinator"'),  # on without a ServiceMonitor
+    ):
+        manifests = render(CHART / "ci" / f"{values}-values.yaml")
+        rule = _one(manifests, "PrometheusRule")
+        rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+        assert set(rules) == ALERTS
+        for name, alert in rules.items():
+            used = _metric_names(alert["expr"])
+            assert used and used <= exported, (name, used - exported)
+            assert f"{{{selector}}}" in alert["expr"], name
+        coverage = rules["CoordinatorFenceCoverageBelow100"]["expr"]
+        assert "coordinator_fence_validated_total" in coverage
+        assert "coordinator_fence_accepted_total" in coverage
+    hpa = _one(render(CHART / "ci" / "worker-pool-hpa-values.yaml"), "PrometheusRule")
+    thresholds = {r["alert"]: r for g in hpa["spec"]["groups"] for r in g["rules"]}
+    assert thresholds["CoordinatorUnknownEffectBacklog"]["for"] == "15m"
+    assert thresholds["CoordinatorUnknownEffectBacklog"]["expr"].endswith("> 25")
+    assert thresholds["CoordinatorReclaimLatencyHigh"]["expr"].endswith("> 2")
+
+
+def test_the_dashboard_and_the_autoscalers_read_only_exported_metrics() -> None:
+    exported = _exported_metrics()
+    dashboard = json.loads((CHART / "dashboards" / "coordinator.json").read_text())
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            assert _metric_names(target["expr"]) <= exported, panel["title"]
+    scaled = _one(render(CHART / "ci" / "worker-pool-keda-values.yaml"), "ScaledObject")
+    assert _metric_names(scaled["spec"]["triggers"][0]["metadata"]["query"]) <= exported

@@ -45,6 +45,13 @@ app.kubernetes.io/component: coordinator
 {{- end -}}
 {{- end -}}
 
+{{/* The coordinator image: repository and tag are both required (no published default). */}}
+{{- define "coordinator.image" -}}
+{{- $repository := required "image.repository is required: the registry path of the coordinator image you built and pushed (docs/deploy.md, The image), e.g. --set image.repository=registry.example/coordinator" .Values.image.repository -}}
+{{- $tag := required "image.tag is required: the tag of that image, e.g. --set image.tag=0.1.0 (no default: nothing is published under a name the chart could assume)" .Values.image.tag -}}
+{{- printf "%s:%s" $repository $tag -}}
+{{- end -}}
+
 {{- define "coordinator.tokenSecretName" -}}
 {{- default (printf "%s-tokens" (include "coordinator.fullname" .)) .Values.auth.tokenSecret.name -}}
 {{- end -}}
@@ -93,6 +100,7 @@ app.kubernetes.io/component: etcd
 
 {{/* Refuse combinations the schema cannot express. */}}
 {{- define "coordinator.validate" -}}
+{{- $_ := include "coordinator.image" . -}}
 {{- $drain := add (int .Values.preStopSleepSeconds) (int .Values.config.shutdownGrace) -}}
 {{- if le (int .Values.terminationGracePeriodSeconds) $drain -}}
 {{- fail (printf "terminationGracePeriodSeconds (%d) must exceed preStopSleepSeconds + config.shutdownGrace (%d): the kubelet would kill calls still draining" (int .Values.terminationGracePeriodSeconds) $drain) -}}
@@ -119,6 +127,33 @@ app.kubernetes.io/component: etcd
 {{- end -}}
 {{- if and $bundled.tls.enabled (eq $bundled.tls.source "secret") (not (and $bundled.tls.existingSecrets.server $bundled.tls.existingSecrets.client)) -}}
 {{- fail "etcd.bundled.tls.existingSecrets: with source=secret name both the server and the client Secret (ca.crt, tls.crt, tls.key each)" -}}
+{{- end -}}
+{{- end -}}
+{{- if eq .Values.auth.mode "tokens" -}}
+{{- $tokens := .Values.auth.tokenSecret -}}
+{{- if and $tokens.name $tokens.tokenFile -}}
+{{- fail "auth.tokenSecret: give either name (an existing Secret) or tokenFile (the chart creates the Secret), not both" -}}
+{{- end -}}
+{{- if not (or $tokens.name $tokens.tokenFile) -}}
+{{- fail "auth.tokenSecret: auth.mode=tokens needs the token file: name an existing Secret that holds it (auth.tokenSecret.name), or give the file to create one (--set-file auth.tokenSecret.tokenFile=tokens.json, written by coordinator token new)" -}}
+{{- end -}}
+{{- if and $tokens.tokenFile (hasKey (fromJson $tokens.tokenFile) "Error") -}}
+{{- fail "auth.tokenSecret.tokenFile is not a JSON object: give the file coordinator token new writes" -}}
+{{- end -}}
+{{- end -}}
+{{- $pool := .Values.workerPool -}}
+{{- if $pool.enabled -}}
+{{- if le (int $pool.terminationGracePeriodSeconds) (int $pool.shutdownGraceSeconds) -}}
+{{- fail (printf "workerPool.terminationGracePeriodSeconds (%d) must exceed workerPool.shutdownGraceSeconds (%d): the kubelet would kill workers still releasing their claims" (int $pool.terminationGracePeriodSeconds) (int $pool.shutdownGraceSeconds)) -}}
+{{- end -}}
+{{- if not .Values.service.headless -}}
+{{- fail "workerPool needs service.headless: the pool dials dns:///<fullname>-headless to spread over the replicas" -}}
+{{- end -}}
+{{- if and (eq .Values.auth.mode "tokens") (not $pool.tokenSecret.name) -}}
+{{- fail "workerPool.tokenSecret.name: name the Secret that holds the pool's bearer token (COORDINATOR_TOKEN)" -}}
+{{- end -}}
+{{- if and $pool.autoscaling.keda.enabled $pool.autoscaling.hpa.enabled -}}
+{{- fail "workerPool.autoscaling: enable keda or hpa, not both (each would own the replica count)" -}}
 {{- end -}}
 {{- end -}}
 {{- if and .Values.metrics.tls (not .Values.auth.tls.enabled) -}}
@@ -206,4 +241,46 @@ passwordKey: {{ .passwordKey }}
 {{- define "coordinator.metricsListen" -}}
 {{- $host := .Values.metrics.listenAddress -}}
 {{- if contains ":" $host -}}[{{ $host }}]{{- else -}}{{ $host }}{{- end -}}:{{ .Values.service.metricsPort }}
+{{- end -}}
+
+{{/* The worker pool: its name, labels and the image it runs (required when enabled). */}}
+{{- define "coordinator.workerPool.fullname" -}}
+{{- printf "%s-%s" (include "coordinator.fullname" .) .Values.workerPool.name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "coordinator.workerPool.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "coordinator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: worker-pool
+{{- end -}}
+
+{{- define "coordinator.workerPool.image" -}}
+{{- $image := .Values.workerPool.image -}}
+{{- $repository := required "workerPool.image.repository is required: your worker image (with the coordinator SDK installed)" $image.repository -}}
+{{- $tag := required "workerPool.image.tag is required: the tag of your worker image" $image.tag -}}
+{{- printf "%s:%s" $repository $tag -}}
+{{- end -}}
+
+{{/* The gRPC target of the pool: every replica through the headless Service. */}}
+{{- define "coordinator.workerPool.target" -}}
+{{- printf "dns:///%s-headless.%s.svc.%s:%d" (include "coordinator.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.service.grpcPort) -}}
+{{- end -}}
+
+{{/* PromQL label matchers that pick this release's series (as a ServiceMonitor labels them). */}}
+{{- define "coordinator.promSelector" -}}
+{{- default (printf "namespace=%q,service=%q" .Release.Namespace (include "coordinator.fullname" .)) .Values.metrics.prometheusRule.selector -}}
+{{- end -}}
+
+{{/* Whether the alerts are rendered: as set, or (null) whenever the ServiceMonitor is. */}}
+{{- define "coordinator.prometheusRule.enabled" -}}
+{{- $on := .Values.metrics.prometheusRule.enabled -}}
+{{- if kindIs "invalid" $on -}}{{- $on = .Values.metrics.serviceMonitor.enabled -}}{{- end -}}
+{{- if $on -}}true{{- end -}}
+{{- end -}}
+
+{{/* The pool's scaling figure: ready plus claimed tasks of its queue (max over replicas: each
+     replica exports the same values). */}}
+{{- define "coordinator.workerPool.query" -}}
+{{- $match := printf "%s,queue=%q" (include "coordinator.promSelector" .) .Values.workerPool.queue -}}
+{{- printf "(max(coordinator_queue_ready_tasks{%s}) or vector(0)) + (max(coordinator_queue_claimed_tasks{%s}) or vector(0))" $match $match -}}
 {{- end -}}
