@@ -12,6 +12,12 @@ install coordinator[s3]``; imported only when used). ``open_sink(url)`` picks on
 
 from __future__ import annotations
 
-from coordinator.archive.sink import ArchiveError, ArchiveSink, latest_copies, open_sink
+from coordinator.archive.sink import (
+    ArchiveError,
+    ArchiveSink,
+    check_sink,
+    latest_copies,
+    open_sink,
+)
 
-__all__ = ["ArchiveError", "ArchiveSink", "latest_copies", "open_sink"]
+__all__ = ["ArchiveError", "ArchiveSink", "check_sink", "latest_copies", "open_sink"]
