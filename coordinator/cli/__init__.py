@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from coordinator.cli.archive import archive
 from coordinator.cli.demo import demo
 from coordinator.cli.doctor import doctor
 from coordinator.cli.drain import drain
@@ -39,5 +40,6 @@ main.add_command(shadow)
 main.add_command(effects)
 main.add_command(jobs)
 main.add_command(etcd_auth)
+main.add_command(archive)
 
 __all__ = ["main"]
