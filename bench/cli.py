@@ -27,6 +27,7 @@ from bench.held import run_held
 from bench.procs import GRPC_OPTIONS, CoordinatorProcess, Meter, rss_mib
 from bench.reclaim import run_reclaim
 from bench.report import HEADLINE, markdown, targets
+from bench.retention import run_retention
 from bench.scale import queue_of, run_scale
 from bench.scenarios import CoordinatorScenario, LockScenario, RawFloorScenario, ToozScenario
 from bench.seed import TaskSeeder
@@ -37,6 +38,8 @@ from coordinator.store.etcd import EtcdKV
 
 PREFIX = "/coordinator-bench"
 PHASES = ("throughput", "reclaim", "scale", "held")
+OPTIONAL_PHASES = ("retention",)
+"""Run only when named (``--only retention``, or ``--retention``): minutes long by design."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scale-samples", type=int, help="ClaimNext timings per size")
     p.add_argument("--million", action="store_true", help="add 1,000,000 ready tasks to scale")
     p.add_argument("--held-claims", type=int, help="claims held for the memory reading")
-    p.add_argument("--only", help=f"comma-separated phases to run ({','.join(PHASES)})")
+    p.add_argument(
+        "--only", help=f"comma-separated phases to run ({','.join(PHASES + OPTIONAL_PHASES)})"
+    )
+    p.add_argument("--retention", action="store_true", help="add the retention phase")
+    p.add_argument(
+        "--retention-tasks",
+        type=int,
+        help="tasks through the retention phase's db-size run (default 20000; the issue's "
+        "200k takes about 10 minutes per 200k on 2 cores)",
+    )
+    p.add_argument("--retention-duration", type=float, help="seconds per pruner on/off run")
+    p.add_argument("--retention-rounds", type=int, help="interleaved pruner on/off rounds")
     p.add_argument("--budget", type=float, help="hard wall-time bound in seconds")
     p.add_argument(
         "--coordinator-log-level",
@@ -138,10 +152,14 @@ def main(argv: list[str] | None = None) -> int:
         "scale_samples": ns.scale_samples or base.scale_samples,
         "held_claims": ns.held_claims or base.held_claims,
         "budget_s": ns.budget or base.budget,
-        "phases": ns.only.split(",") if ns.only else list(PHASES),
+        "phases": (ns.only.split(",") if ns.only else list(PHASES))
+        + (["retention"] if ns.retention else []),
+        "retention_tasks": ns.retention_tasks or (400 if ns.smoke else 20_000),
+        "retention_duration_s": ns.retention_duration or (1.5 if ns.smoke else 6.0),
+        "retention_rounds": ns.retention_rounds or (1 if ns.smoke else 3),
         "coordinator_log_level": ns.coordinator_log_level,
     }
-    unknown = set(config["phases"]) - set(PHASES)
+    unknown = set(config["phases"]) - set(PHASES + OPTIONAL_PHASES)
     if unknown:
         print(f"unknown phase(s) {sorted(unknown)}; choose from {PHASES}", file=sys.stderr)
         return 2
@@ -249,6 +267,16 @@ def run_phases(
                 )
             finally:
                 fresh.stop()
+        if "retention" in phases:
+            doc["retention"] = run_retention(
+                etcd,
+                workdir,
+                tasks=config["retention_tasks"],
+                workers=16,
+                duration=config["retention_duration_s"],
+                rounds=config["retention_rounds"],
+                log_level=config["coordinator_log_level"],
+            )
         kv.close()
 
 
@@ -329,6 +357,15 @@ def headline(doc: dict[str, Any]) -> None:
     ):
         if doc[key] is None:
             reasons[key] = skipped_phases.get(phase, f"the {phase} phase was not run (--only)")
+    retention = doc.get("retention")
+    if retention:
+        doc["etcd_db_mib_at_200k_over_50k"] = retention["etcd_db_mib_full_over_quarter"]
+        doc["throughput_pruner_on_over_off"] = retention["pruner_on_over_off"]
+        if retention["retention_tasks"] != 200_000:
+            notes["etcd_db_mib_at_200k_over_50k"] = (
+                f"measured at {retention['retention_tasks']} over "
+                f"{retention['retention_tasks'] // 4} tasks (--retention-tasks)"
+            )
     doc["reasons"] = reasons
     doc["notes"] = notes
     assert all(k in doc for k in HEADLINE)

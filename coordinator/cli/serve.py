@@ -207,7 +207,7 @@ def _server_options(func: F) -> F:
         ),
         _option(
             "tombstone-retention",
-            default="30d",
+            default="1d",
             metavar="DURATION",
             help="How long a pruned task's tombstone stays: its id is refused meanwhile, and "
             "GetTask names the archive.",

@@ -22,7 +22,9 @@ from coordinator.domain.states import TaskState
 from coordinator.errors import ConfigError
 
 DEFAULT_RETENTION = 7 * 24 * 3600.0
-DEFAULT_TOMBSTONE_RETENTION = 30 * 24 * 3600.0
+DEFAULT_TOMBSTONE_RETENTION = 24 * 3600.0
+"""A day, like the default idempotency window: a pruned id is refused (a late retry of its
+create cannot make a second task) for that long; after it, the id is free again."""
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 _DURATION = re.compile(r"^\s*(?P<number>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>[smhdw]?)\s*$")

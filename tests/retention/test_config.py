@@ -75,13 +75,9 @@ def test_retention_per_queue_is_a_toml_table_or_a_flag(
     assert not (tmp_path / "a").exists()  # checked, never created by a refused or faked start
 
 
-def test_the_defaults_keep_a_week_and_tombstones_a_month() -> None:
+def test_the_defaults_keep_a_week_and_tombstones_a_day() -> None:
     policy = Config().retention_policy
-    assert (policy.default, policy.tombstone, dict(policy.per_queue)) == (
-        7 * 86400.0,
-        30 * 86400.0,
-        {},
-    )
+    assert (policy.default, policy.tombstone, dict(policy.per_queue)) == (7 * 86400.0, 86400.0, {})
 
 
 def test_the_db_size_watch_publishes_the_ratio_and_warns_past_it(etcd: EtcdProcess) -> None:
