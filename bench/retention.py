@@ -2,10 +2,12 @@
 the pruner cost?
 
 1. **db size**: one coordinator with a retention of a few seconds (and its pruner archiving to a
-   local directory) takes ``tasks`` short tasks through claim -> commit, seeded in chunks. At a
-   quarter of them and at all of them, once the pruner caught up, etcd's history is compacted,
-   the db defragmented, and its size read (Status ``dbSize``): ``etcd_db_mib_at_200k_over_50k``
-   is the second over the first (target <= 1.1; without retention it grows with the count).
+   local directory; tombstones living 5 s) takes ``tasks`` short tasks through claim ->
+   commit, seeded in chunks. At a quarter of them and at all of them, once every finished task
+   was pruned and its tombstone expired, etcd's history is compacted, the db defragmented, and
+   its size read (Status ``dbSize``): ``etcd_db_mib_at_200k_over_50k`` is the second over the
+   first (target <= 1.1: nothing of a pruned task stays; without retention the db grows with
+   the count). The keys left by section are reported too.
 2. **throughput**: the same cycle for ``duration`` seconds against a coordinator with the pruner
    on (retention 2 s) and one with it off (retention 0), interleaved ``rounds`` times; the
    pruner's backlog is drained (off the clock) before each run, so neither run pays for the
@@ -29,7 +31,6 @@ from bench.harness import say
 from bench.procs import GRPC_OPTIONS, CoordinatorProcess
 from bench.seed import TaskSeeder
 from coordinator.domain.keys import Keyspace
-from coordinator.domain.retention import micros
 from coordinator.domain.states import Outcome
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import ClaimRefused, WorkerClient
@@ -108,6 +109,7 @@ def _db_size(
     seeder = TaskSeeder(kv, keys)
     quarter = max(1, tasks // 4)
     sizes: dict[int, float] = {}
+    keys_left: dict[int, dict[str, int]] = {}
     started = time.monotonic()
     with _coordinator(etcd, workdir, "db", f"{RETENTION_S}s", log) as coordinator:
         done, chunk = 0, 0
@@ -120,7 +122,12 @@ def _db_size(
             if done in (quarter, tasks):
                 _wait_pruned(kv, keys)
                 sizes[done] = _defragmented_mib(client)
-                say(f"retention: {done} tasks, etcd db {sizes[done]:.1f} MiB after defrag")
+                left = _keys_by_section(kv, keys)
+                say(
+                    f"retention: {done} tasks, etcd db {sizes[done]:.1f} MiB after defrag; "
+                    f"keys left {left}"
+                )
+                keys_left[done] = left
     ratio = sizes[tasks] / sizes[quarter] if sizes.get(quarter) else None
     return {
         "retention_tasks": tasks,
@@ -130,6 +137,7 @@ def _db_size(
         "etcd_db_mib_full": round(sizes[tasks], 2),
         "etcd_db_mib_full_over_quarter": round(ratio, 3) if ratio else None,
         "retention_db_phase_s": round(time.monotonic() - started, 1),
+        "keys_left": {str(k): v for k, v in keys_left.items()},
     }
 
 
@@ -242,14 +250,15 @@ def _timed_cycles(target: str, queue: str, workers: int, duration: float) -> flo
 
 
 def _wait_pruned(kv: EtcdKV, keys: Keyspace, limit: float = 600.0) -> None:
-    """Until nothing in the prune index is due (the pruner caught up) and the tombstones of
-    the last prunes expired, bounded by ``limit``."""
-    time.sleep(RETENTION_S + TOMBSTONE_S + 1.0)
+    """Until the pruner pruned every finished task and their tombstones expired (both indexes
+    empty): what stays then is what a pruned task leaks. Bounded by ``limit``."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
-        end = f"{keys.prune_due_prefix}{micros(time.time() - 1.0):020d}"
-        due, _ = kv.range_page(keys.prune_due_prefix, end, limit=1, keys_only=True)
-        if not due:
+        pending = [
+            kv.range_page(prefix, kv.prefix_end(prefix), limit=1, keys_only=True)[0]
+            for prefix in (keys.prune_due_prefix, keys.tombstone_due_prefix)
+        ]
+        if not any(pending):
             return
         time.sleep(0.5)
     raise RuntimeError(f"the pruner did not catch up within {limit:.0f} s")
@@ -262,3 +271,14 @@ def _defragmented_mib(client: Any) -> float:
     client.defragment()
     size = client.maintenancestub.Status(etcdrpc.StatusRequest(), 120).dbSize
     return float(size) / (1 << 20)
+
+
+def _keys_by_section(kv: EtcdKV, keys: Keyspace) -> dict[str, int]:
+    """How many keys each top-level section of the keyspace holds (what stays behind)."""
+    root = keys.prefix + "/"
+    found, _ = kv.range_page(root, kv.prefix_end(root), keys_only=True)
+    counts: dict[str, int] = {}
+    for item in found:
+        section = item.key[len(root) :].split("/", 1)[0]
+        counts[section] = counts.get(section, 0) + 1
+    return counts
