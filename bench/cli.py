@@ -37,9 +37,7 @@ from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 from coordinator.store.etcd import EtcdKV
 
 PREFIX = "/coordinator-bench"
-PHASES = ("throughput", "reclaim", "scale", "held")
-OPTIONAL_PHASES = ("retention",)
-"""Run only when named (``--only retention``, or ``--retention``): minutes long by design."""
+PHASES = ("throughput", "reclaim", "scale", "held", "retention")
 
 
 @dataclass(frozen=True)
@@ -101,10 +99,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scale-samples", type=int, help="ClaimNext timings per size")
     p.add_argument("--million", action="store_true", help="add 1,000,000 ready tasks to scale")
     p.add_argument("--held-claims", type=int, help="claims held for the memory reading")
-    p.add_argument(
-        "--only", help=f"comma-separated phases to run ({','.join(PHASES + OPTIONAL_PHASES)})"
-    )
-    p.add_argument("--retention", action="store_true", help="add the retention phase")
+    p.add_argument("--only", help=f"comma-separated phases to run ({','.join(PHASES)})")
     p.add_argument(
         "--retention-tasks",
         type=int,
@@ -152,14 +147,13 @@ def main(argv: list[str] | None = None) -> int:
         "scale_samples": ns.scale_samples or base.scale_samples,
         "held_claims": ns.held_claims or base.held_claims,
         "budget_s": ns.budget or base.budget,
-        "phases": (ns.only.split(",") if ns.only else list(PHASES))
-        + (["retention"] if ns.retention else []),
+        "phases": ns.only.split(",") if ns.only else list(PHASES),
         "retention_tasks": ns.retention_tasks or (400 if ns.smoke else 20_000),
         "retention_duration_s": ns.retention_duration or (1.5 if ns.smoke else 6.0),
         "retention_rounds": ns.retention_rounds or (1 if ns.smoke else 3),
         "coordinator_log_level": ns.coordinator_log_level,
     }
-    unknown = set(config["phases"]) - set(PHASES + OPTIONAL_PHASES)
+    unknown = set(config["phases"]) - set(PHASES)
     if unknown:
         print(f"unknown phase(s) {sorted(unknown)}; choose from {PHASES}", file=sys.stderr)
         return 2
@@ -267,7 +261,7 @@ def run_phases(
                 )
             finally:
                 fresh.stop()
-        if "retention" in phases:
+        if "retention" in phases and time_left("retention", 60):
             doc["retention"] = run_retention(
                 etcd,
                 workdir,
@@ -357,14 +351,18 @@ def headline(doc: dict[str, Any]) -> None:
     ):
         if doc[key] is None:
             reasons[key] = skipped_phases.get(phase, f"the {phase} phase was not run (--only)")
-    retention = doc.get("retention")
-    if retention:
-        doc["etcd_db_mib_at_200k_over_50k"] = retention["etcd_db_mib_full_over_quarter"]
-        doc["throughput_pruner_on_over_off"] = retention["pruner_on_over_off"]
-        if retention["retention_tasks"] != 200_000:
-            notes["etcd_db_mib_at_200k_over_50k"] = (
-                f"measured at {retention['retention_tasks']} over "
-                f"{retention['retention_tasks'] // 4} tasks (--retention-tasks)"
+    retention = doc.get("retention") or {}
+    doc["etcd_db_mib_at_200k_over_50k"] = retention.get("etcd_db_mib_full_over_quarter")
+    doc["throughput_pruner_on_over_off"] = retention.get("pruner_on_over_off")
+    if retention and retention["retention_tasks"] != 200_000:
+        notes["etcd_db_mib_at_200k_over_50k"] = (
+            f"measured at {retention['retention_tasks']} over "
+            f"{retention['retention_tasks'] // 4} tasks (--retention-tasks)"
+        )
+    for key in ("etcd_db_mib_at_200k_over_50k", "throughput_pruner_on_over_off"):
+        if doc[key] is None:
+            reasons[key] = skipped_phases.get(
+                "retention", "the retention phase was not run (--only)"
             )
     doc["reasons"] = reasons
     doc["notes"] = notes

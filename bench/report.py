@@ -16,6 +16,8 @@ HEADLINE = (
     "reclaim_p95_s_over_ttl",
     "claimnext_100k_over_1k",
     "coordinator_rss_mib_10k_claims",
+    "etcd_db_mib_at_200k_over_50k",
+    "throughput_pruner_on_over_off",
 )
 """The keys the issue requires at the top level of the JSON."""
 

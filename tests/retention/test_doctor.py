@@ -35,18 +35,21 @@ def problems(report: dict[str, Any]) -> list[str]:
 
 
 def test_a_pruned_keyspace_with_dependents_and_tombstones_is_consistent(
-    make_store: Any, clock: ManualClock, etcd: EtcdProcess, prefix: str
+    make_store: Any, clock: ManualClock, etcd: EtcdProcess, prefix: str, etcd_client: Any
 ) -> None:
     store = make_store()
     finish(store, "up")
     store.tasks.create(TaskSpec(task_id="down", input=b"i", depends_on=("up",)), by="pm")
-    finish(store, "child")
+    store.tasks.create(TaskSpec(task_id="later", input=b"i", depends_on=("up",)), by="pm")
+    commit(store, claim(store, "down"))
     clock.advance(PAST)
     assert store.pruner is not None
-    assert store.pruner.run_pass().pruned == 2
+    assert store.pruner.run_pass().pruned == 2  # up and down; "later" is READY
 
     result, report = doctor(etcd, prefix)
     assert (result.exit_code, report["findings"]) == (0, []), result.output
+    left = keys_naming(store, etcd_client, "down")  # its edge to up went with it
+    assert left == tombstone_keys(store, etcd_client, "down") and len(left) == 2, left
 
 
 def half_pruned(store: Store) -> str:
@@ -106,3 +109,19 @@ def test_a_terminal_task_outside_the_prune_index_is_scheduled_by_repair(
     clock.advance(PAST)
     assert store.pruner is not None
     assert store.pruner.run_pass().pruned == 1
+
+
+def test_an_effect_missing_from_its_task_index_is_reported_and_indexed_by_repair(
+    make_store: Any, etcd: EtcdProcess, prefix: str, etcd_client: Any
+) -> None:
+    store = make_store()
+    create(store, "t1")
+    eid = effect(store, claim(store, "t1"), "s", EffectState.COMMITTED)
+    index = store.ctx.keys.task_effect("t1", eid)
+    etcd_client.delete(index)  # as if recorded before the per-task index existed
+
+    result, report = doctor(etcd, prefix, "--repair")
+
+    assert problems(report) == ["task-effect-index-missing"]
+    assert result.exit_code == 0 and report["findings"][0]["repaired"]
+    assert index in snapshot(store, etcd_client)
