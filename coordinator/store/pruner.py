@@ -35,7 +35,7 @@ from coordinator.domain.retention import micros
 from coordinator.domain.states import TERMINAL_STATES
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd import delete, get_prefix, mod_revision_is, put
-from coordinator.store.history import TASKS_PER_READ, TaskHistory, read_histories
+from coordinator.store.history import TaskHistory, read_histories
 from coordinator.store.prune_ops import finish_pages, prune_txn
 from coordinator.store.retention_index import due_value, finished_at_of
 
@@ -44,7 +44,7 @@ log = structlog.get_logger(__name__)
 DEFAULT_INTERVAL = 10.0
 DEFAULT_RATE = 200.0
 """Tasks pruned per second per replica, at most."""
-# Due keys read per page; each page's tasks are archived in batches of TASKS_PER_READ.
+# Due keys read per page; a page is archived in one sink write.
 _PAGE = 64
 # Tombstones removed per txn (two deletes each; etcd allows 128 operations per txn).
 _TOMBSTONES_PER_TXN = 60
@@ -137,28 +137,25 @@ class Pruner:
 
     def _prune_page(self, entries: list[tuple[str, str]], report: PassReport) -> None:
         random.shuffle(entries)  # replicas walking the same page meet less often
-        for at in range(0, len(entries), TASKS_PER_READ):
-            if self._stop.is_set():
-                return
-            chunk = entries[at : at + TASKS_PER_READ]
-            histories = {h.task_id: h for h in read_histories(self._ctx, [t for _, t in chunk])}
-            ready: list[tuple[str, TaskHistory]] = []
-            for due_key, task_id in chunk:
-                history = histories.get(task_id)
-                if history is None:  # pruned meanwhile (another replica): its key is dead
-                    self._ctx.kv.txn((), [delete(due_key)])
-                elif history.task.state not in TERMINAL_STATES:
-                    log.warning("prune index names a task that is not terminal", task_id=task_id)
-                elif history.blocker():
-                    self._defer(history, due_key)
-                    report.deferred += 1
-                else:
-                    ready.append((due_key, history))
-            if ready and not self._archive_and_prune(ready, report):
-                return
+        histories = {h.task_id: h for h in read_histories(self._ctx, [t for _, t in entries])}
+        ready: list[tuple[str, TaskHistory]] = []
+        for due_key, task_id in entries:
+            history = histories.get(task_id)
+            if history is None:  # pruned meanwhile (another replica): its key is dead
+                self._ctx.kv.txn((), [delete(due_key)])
+            elif history.task.state not in TERMINAL_STATES:
+                log.warning("prune index names a task that is not terminal", task_id=task_id)
+            elif history.blocker():
+                self._defer(history, due_key)
+                report.deferred += 1
+            else:
+                ready.append((due_key, history))
+        # One archive write (one fsync) per page: the sink's cost is per write, not per task.
+        if ready and not self._stop.is_set():
+            self._archive_and_prune(ready, report)
 
-    def _archive_and_prune(self, ready: list[tuple[str, TaskHistory]], report: PassReport) -> bool:
-        """Archive ``ready``, then prune each; False if the sink did not confirm."""
+    def _archive_and_prune(self, ready: list[tuple[str, TaskHistory]], report: PassReport) -> None:
+        """Archive ``ready``, then prune each (nothing if the sink did not confirm)."""
         archived_at = self._ctx.clock.now()
         objects = [h.archive_object(archived_at=archived_at) for _, h in ready]
         try:
@@ -172,18 +169,17 @@ class Pruner:
                 tasks=len(ready),
                 error=f"{type(exc).__name__}: {exc}",
             )
-            return False
+            return
         metrics.ARCHIVED_TASKS.inc(len(ready))
         report.archived += len(ready)
         for due_key, history in ready:
             if self._stop.is_set():
-                return True
+                return
             self._pace()
             if self._prune(history, due_key, location):
                 report.pruned += 1
             else:
                 report.lost += 1
-        return True
 
     def _prune(self, history: TaskHistory, due_key: str, location: str) -> bool:
         """The prune txn of one archived task; False if its CAS failed (it moved, or another
