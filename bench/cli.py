@@ -2,9 +2,10 @@
 
 Phases, in order: throughput (item 1, the four scenarios interleaved), reclaim latency (item 2),
 ClaimNext scale and etcd footprint (item 3), the coordinator's memory with N held claims
-(item 3) on a freshly started coordinator, then retention (bench/retention.py: etcd's db size as
-tasks keep finishing, and throughput with the pruner on and off). Everything is bounded in count and time; ``--budget``
-is a hard wall-time bound after which the remaining phases are skipped and say so.
+(item 3) on a freshly started coordinator, then retention (bench/retention.py: etcd's db size
+as tasks keep finishing, and throughput with the pruner on and off). Everything is bounded in
+count and time; ``--budget`` is a hard wall-time bound after which the remaining phases are
+skipped and say so.
 """
 
 from __future__ import annotations
