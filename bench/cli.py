@@ -1,9 +1,10 @@
 """``python -m bench``: start etcd and a coordinator, run every measurement, report.
 
 Phases, in order: throughput (item 1, the four scenarios interleaved), reclaim latency (item 2),
-ClaimNext scale and etcd footprint (item 3), then the coordinator's memory with N held claims
+ClaimNext scale and etcd footprint (item 3), the coordinator's memory with N held claims
 (item 3) and with misbehaving event readers (bench/events.py), each on a freshly started
-coordinator. Everything is bounded in count and time; ``--budget``
+coordinator, then retention (bench/retention.py: etcd's db size as tasks keep finishing, and
+throughput with the pruner on and off). Everything is bounded in count and time; ``--budget``
 is a hard wall-time bound after which the remaining phases are skipped and say so.
 """
 
@@ -29,6 +30,7 @@ from bench.held import run_held
 from bench.procs import GRPC_OPTIONS, CoordinatorProcess, Meter, rss_mib
 from bench.reclaim import run_reclaim
 from bench.report import HEADLINE, markdown, targets
+from bench.retention import run_retention
 from bench.scale import queue_of, run_scale
 from bench.scenarios import CoordinatorScenario, LockScenario, RawFloorScenario, ToozScenario
 from bench.seed import TaskSeeder
@@ -40,7 +42,7 @@ from coordinator.store.etcd import EtcdKV
 PREFIX = "/coordinator-bench"
 EVENT_HISTORY_CALLERS = 16
 EVENTS_PREFIX = "/coordinator-bench-events"
-PHASES = ("throughput", "reclaim", "scale", "held", "events")
+PHASES = ("throughput", "reclaim", "scale", "held", "events", "retention")
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--held-claims", type=int, help="claims held for the memory reading")
     p.add_argument("--events", type=int, help="events in the log for the events phase")
     p.add_argument("--only", help=f"comma-separated phases to run ({','.join(PHASES)})")
+    p.add_argument(
+        "--retention-tasks",
+        type=int,
+        help="tasks through the retention phase's db-size run (default 20000; the issue's "
+        "200k takes about 10 minutes per 200k on 2 cores)",
+    )
+    p.add_argument("--retention-duration", type=float, help="seconds per pruner on/off run")
+    p.add_argument("--retention-rounds", type=int, help="interleaved pruner on/off rounds")
     p.add_argument("--budget", type=float, help="hard wall-time bound in seconds")
     p.add_argument(
         "--coordinator-log-level",
@@ -148,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         "events": ns.events or base.events,
         "budget_s": ns.budget or base.budget,
         "phases": ns.only.split(",") if ns.only else list(PHASES),
+        "retention_tasks": ns.retention_tasks or (400 if ns.smoke else 20_000),
+        "retention_duration_s": ns.retention_duration or (1.5 if ns.smoke else 6.0),
+        "retention_rounds": ns.retention_rounds or (1 if ns.smoke else 3),
         "coordinator_log_level": ns.coordinator_log_level,
     }
     unknown = set(config["phases"]) - set(PHASES)
@@ -260,6 +273,16 @@ def run_phases(
                 fresh.stop()
         if "events" in phases and time_left("events", 30):
             doc["events"] = events_phase(etcd, kv, workdir, config)
+        if "retention" in phases and time_left("retention", 60):
+            doc["retention"] = run_retention(
+                etcd,
+                workdir,
+                tasks=config["retention_tasks"],
+                workers=16,
+                duration=config["retention_duration_s"],
+                rounds=config["retention_rounds"],
+                log_level=config["coordinator_log_level"],
+            )
         kv.close()
 
 
@@ -365,6 +388,19 @@ def headline(doc: dict[str, Any]) -> None:
     ):
         if doc[key] is None:
             reasons[key] = skipped_phases.get(phase, f"the {phase} phase was not run (--only)")
+    retention = doc.get("retention") or {}
+    doc["etcd_db_mib_at_200k_over_50k"] = retention.get("etcd_db_mib_full_over_quarter")
+    doc["throughput_pruner_on_over_off"] = retention.get("pruner_on_over_off")
+    if retention and retention["retention_tasks"] != 200_000:
+        notes["etcd_db_mib_at_200k_over_50k"] = (
+            f"measured at {retention['retention_tasks']} over "
+            f"{retention['retention_tasks'] // 4} tasks (--retention-tasks)"
+        )
+    for key in ("etcd_db_mib_at_200k_over_50k", "throughput_pruner_on_over_off"):
+        if doc[key] is None:
+            reasons[key] = skipped_phases.get(
+                "retention", "the retention phase was not run (--only)"
+            )
     doc["reasons"] = reasons
     doc["notes"] = notes
     assert all(k in doc for k in HEADLINE)

@@ -16,6 +16,8 @@ HEADLINE = (
     "reclaim_p95_s_over_ttl",
     "claimnext_100k_over_1k",
     "coordinator_rss_mib_10k_claims",
+    "etcd_db_mib_at_200k_over_50k",
+    "throughput_pruner_on_over_off",
 )
 """The keys the issue requires at the top level of the JSON."""
 
@@ -36,6 +38,18 @@ TARGETS: tuple[tuple[str, str, str, Callable[[float], bool]], ...] = (
         "coordinator RSS with 10k held claims (MiB)",
         "< 200",
         lambda v: v < 200,
+    ),
+    (
+        "etcd_db_mib_at_200k_over_50k",
+        "etcd db after defrag, all tasks / a quarter (retention phase)",
+        "<= 1.1",
+        lambda v: v <= 1.1,
+    ),
+    (
+        "throughput_pruner_on_over_off",
+        "cycles/s with the pruner on / off (retention phase)",
+        ">= 0.9",
+        lambda v: v >= 0.9,
     ),
 )
 

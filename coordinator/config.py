@@ -11,11 +11,20 @@ from __future__ import annotations
 import ipaddress
 import re
 import tomllib
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from coordinator.domain.decisions import ClaimLimits
+from coordinator.domain.retention import (
+    DEFAULT_RETENTION,
+    DEFAULT_TOMBSTONE_RETENTION,
+    RetentionPolicy,
+    parse_duration,
+    parse_per_queue,
+)
 from coordinator.domain.stream_limits import StreamLimits
 from coordinator.errors import ConfigError
 from coordinator.logging import LEVELS
@@ -24,6 +33,11 @@ DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_ETCD = ("127.0.0.1:2379",)
 DEFAULT_PREFIX = "/coordinator"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9090"
+DEFAULT_ARCHIVE = "~/.local/state/coordinator/archive"
+DEFAULT_ETCD_QUOTA = 2 << 30  # etcd's default --quota-backend-bytes
+
+TABLE_SETTINGS = frozenset({"retention_per_queue"})
+"""Settings a config file gives as a TOML table."""
 
 _HOST_PORT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]*):(?P<port>[0-9]{1,5})$")
 _PREFIX = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
@@ -81,6 +95,26 @@ class Config:
     """With TLS: a plaintext port that serves only gRPC health (kubelet probes speak no TLS)."""
     idempotency_ttl: float = 24 * 3600.0
     """How long the stored response of a request with an idempotency key is kept (seconds)."""
+    # --- retention (see coordinator.store.pruner) ---------------------------------------------
+    retention: float | str = DEFAULT_RETENTION
+    """How long a DONE, CANCELLED or FAILED task stays in etcd before it is archived and
+    removed: seconds or 90s / 15m / 1h / 7d / 2w. 0 keeps tasks forever (and fills etcd)."""
+    retention_per_queue: Mapping[str, float] | str = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    """Per-queue retention overriding ``retention`` (TOML table, or ``q=1h,r=0``)."""
+    tombstone_retention: float | str = DEFAULT_TOMBSTONE_RETENTION
+    """How long a pruned task's tombstone stays (its id is refused, GetTask names the archive)."""
+    archive: str = DEFAULT_ARCHIVE
+    """Where histories go before pruning: a directory (gzip JSON Lines) or s3://bucket/prefix."""
+    prune_interval: float = 10.0
+    """Seconds between two passes of the pruner."""
+    prune_rate: float = 200.0
+    """Tasks pruned per second per replica, at most (pruning must not compete with claims)."""
+    etcd_quota_bytes: int = DEFAULT_ETCD_QUOTA
+    """etcd's --quota-backend-bytes: past it etcd refuses every write (NOSPACE)."""
+    etcd_quota_warn_ratio: float = 0.8
+    """Warn (log and coordinator_etcd_quota_ratio) when etcd's db passes this share of it."""
     # --- authentication (see coordinator.server.auth) ---------------------------------------
     token_file: str | None = None
     """JSON token file: token hashes -> principal, roles; certificate principals -> roles."""
@@ -162,8 +196,34 @@ class Config:
                 raise ConfigError(
                     "health_listen needs tls_cert: without TLS the gRPC port serves health itself"
                 )
+        self._check_retention()
         self._check_auth()
         self._check_etcd_security()
+
+    def _check_retention(self) -> None:
+        # Normalized in place (the dataclass is frozen): flags and files give text.
+        set_ = object.__setattr__
+        set_(self, "retention", parse_duration("retention", self.retention))
+        set_(
+            self,
+            "retention_per_queue",
+            MappingProxyType(parse_per_queue("retention_per_queue", self.retention_per_queue)),
+        )
+        tombstone = parse_duration("tombstone_retention", self.tombstone_retention)
+        if tombstone <= 0:
+            raise ConfigError(
+                "tombstone_retention must be > 0: a tombstone is what refuses a pruned task's id"
+            )
+        set_(self, "tombstone_retention", tombstone)
+        if not self.archive.strip():
+            raise ConfigError("archive: give a directory or an s3:// URL")
+        _positive("prune_interval", self.prune_interval)
+        _positive("prune_rate", self.prune_rate)
+        _positive("etcd_quota_bytes", self.etcd_quota_bytes)
+        if not 0 < self.etcd_quota_warn_ratio <= 1:
+            raise ConfigError(
+                f"etcd_quota_warn_ratio must be in (0, 1], got {self.etcd_quota_warn_ratio}"
+            )
 
     def _check_auth(self) -> None:
         _together("tls_cert", self.tls_cert, "tls_key", self.tls_key)
@@ -232,6 +292,15 @@ class Config:
         )
 
     @property
+    def retention_policy(self) -> RetentionPolicy:
+        """How long terminal tasks and tombstones are kept (coordinator.store.pruner)."""
+        return RetentionPolicy(
+            default=float(self.retention),
+            per_queue=MappingProxyType(dict(self.retention_per_queue)),  # type: ignore[arg-type]
+            tombstone=float(self.tombstone_retention),
+        )
+
+    @property
     def stream_limits(self) -> StreamLimits:
         """The bounds of long-lived calls (coordinator.server.streams)."""
         return StreamLimits(
@@ -280,7 +349,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     for key, value in doc.items():
         if key not in SETTINGS:
             raise ConfigError(f"config: unknown setting {key!r} in {str(path)!r}")
-        if isinstance(value, dict):
+        if isinstance(value, dict) and key not in TABLE_SETTINGS:
             raise ConfigError(f"config: {key} must be a value, not a table")
     return doc
 

@@ -230,3 +230,52 @@ def fence_coverage() -> list[PointCoverage]:
 
 def _sample(name: str, point: AcceptancePoint) -> int:
     return int(REGISTRY.get_sample_value(name, {"point": point.label}) or 0)
+
+
+# --- retention (store/pruner.py, store/db_size.py) -------------------------------------------
+
+PRUNED_TASKS = Counter(
+    "coordinator_pruned_tasks",
+    "Terminal tasks this replica removed from etcd after archiving them (a tombstone stays).",
+    registry=REGISTRY,
+)
+ARCHIVED_TASKS = Counter(
+    "coordinator_archived_tasks",
+    "Task histories this replica wrote to the archive sink and the sink confirmed (a task may "
+    "be archived twice: after a crash, or by two replicas racing; it is pruned once).",
+    registry=REGISTRY,
+)
+ARCHIVE_FAILURES = Counter(
+    "coordinator_archive_failures",
+    "Archive writes the sink did not confirm; the tasks of that batch were not pruned.",
+    registry=REGISTRY,
+)
+PRUNE_DEFERRED = Counter(
+    "coordinator_prune_deferred",
+    "Due tasks whose prune was put off, by reason (uncertain_effect, open_reconciliation, "
+    "waiting_dependent).",
+    ["reason"],
+    registry=REGISTRY,
+)
+TOMBSTONES_EXPIRED = Counter(
+    "coordinator_tombstones_expired",
+    "Tombstones of pruned tasks removed after tombstone_retention (their ids may be reused).",
+    registry=REGISTRY,
+)
+OLDEST_TERMINAL_AGE = Gauge(
+    "coordinator_oldest_terminal_task_age_seconds",
+    "Seconds since the task first due for pruning became terminal (the oldest terminal task "
+    "still in etcd when one retention applies); a figure far above the retention means the "
+    "pruner is behind or blocked. 0 when no terminal task waits.",
+    registry=REGISTRY,
+)
+ETCD_DB_SIZE = Gauge(
+    "coordinator_etcd_db_size_bytes",
+    "etcd's database size as its Status RPC reports it (dbSize: what the quota counts).",
+    registry=REGISTRY,
+)
+ETCD_QUOTA_RATIO = Gauge(
+    "coordinator_etcd_quota_ratio",
+    "etcd database size over etcd_quota_bytes; at 1.0 etcd refuses every write (NOSPACE).",
+    registry=REGISTRY,
+)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from coordinator.cli.archive import archive
 from coordinator.cli.console import console
 from coordinator.cli.demo import demo
 from coordinator.cli.doctor import doctor
@@ -43,5 +44,6 @@ main.add_command(jobs)
 main.add_command(etcd_auth)
 main.add_command(tasks)
 main.add_command(console)
+main.add_command(archive)
 
 __all__ = ["main"]

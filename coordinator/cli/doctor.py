@@ -19,8 +19,10 @@ from coordinator.cli.local_up import discover
 from coordinator.cli.serve import etcd_security_options
 from coordinator.config import DEFAULT_ETCD, DEFAULT_PREFIX, parse_endpoints
 from coordinator.doctor import LAGGING, Finding, Repair, Snapshot, check, confirm
+from coordinator.doctor.findings import Problem
 from coordinator.domain.keys import Keyspace
-from coordinator.errors import CoordinatorError
+from coordinator.domain.retention import DEFAULT_RETENTION, parse_duration
+from coordinator.errors import ConfigError, CoordinatorError
 from coordinator.store.etcd import EtcdKV, delete, mod_revision_is, put
 
 _PAGE = 1000
@@ -44,14 +46,15 @@ def diagnose(
     keys: Keyspace,
     *,
     reclaim_window: float,
+    retention: float = DEFAULT_RETENTION,
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[list[Finding], int]:
     """The findings (lagging ones confirmed a window later) and the first snapshot's revision."""
     snap = read_snapshot(kv, keys)
-    findings = check(snap, keys)
+    findings = check(snap, keys, retention=retention)
     if reclaim_window > 0 and any(f.problem in LAGGING for f in findings):
         sleep(reclaim_window)
-        findings = confirm(findings, check(read_snapshot(kv, keys), keys))
+        findings = confirm(findings, check(read_snapshot(kv, keys), keys, retention=retention))
     return findings, snap.revision
 
 
@@ -82,6 +85,20 @@ def apply_repair(kv: EtcdKV, repair: Repair) -> bool:
 )
 @click.option("--repair", is_flag=True, help="Apply the unambiguous fixes (each is printed).")
 @click.option(
+    "--repair-pruned",
+    is_flag=True,
+    help="Also delete the records a half-done prune left of tasks that were archived and "
+    "pruned (records-of-pruned-task; their tombstone names the archive).",
+)
+@click.option(
+    "--retention",
+    default="7d",
+    show_default=True,
+    metavar="DURATION",
+    help="With --repair: a terminal task missing from the prune index is scheduled this long "
+    "after it finished (use the replicas' retention).",
+)
+@click.option(
     "--reclaim-window",
     type=click.FloatRange(min=0),
     default=10.0,
@@ -95,6 +112,8 @@ def doctor(
     etcd: str | None,
     prefix: str,
     repair: bool,
+    repair_pruned: bool,
+    retention: str,
     reclaim_window: float,
     as_json: bool,
     etcd_ca_cert: str | None,
@@ -109,6 +128,10 @@ def doctor(
         local = discover()
         etcd = local.etcd if local is not None else ",".join(DEFAULT_ETCD)
     try:
+        retention_s = parse_duration("retention", retention)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--retention'") from exc
+    try:
         kv = EtcdKV.connect(
             list(parse_endpoints(etcd)),
             ca_cert=etcd_ca_cert,
@@ -121,9 +144,13 @@ def doctor(
     except CoordinatorError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
-        findings, revision = diagnose(kv, keys, reclaim_window=reclaim_window)
+        findings, revision = diagnose(
+            kv, keys, reclaim_window=reclaim_window, retention=retention_s
+        )
         repaired = {
-            id(f): apply_repair(kv, f.repair) for f in findings if repair and f.repair is not None
+            id(f): apply_repair(kv, f.repair)
+            for f in findings
+            if f.repair is not None and (repair_pruned if _deletes_data(f) else repair)
         }
     except CoordinatorError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -133,8 +160,13 @@ def doctor(
     if as_json:
         click.echo(json.dumps(_as_json(prefix, revision, findings, repaired, remaining)))
     else:
-        _print(prefix, revision, findings, repaired, repair)
+        _print(prefix, revision, findings, repaired, (repair, repair_pruned))
     raise SystemExit(1 if remaining else 0)
+
+
+def _deletes_data(finding: Finding) -> bool:
+    """Repairs that delete records (of archived tasks) need their own flag."""
+    return finding.problem is Problem.PRUNE_LEFTOVER
 
 
 def _print(
@@ -142,14 +174,16 @@ def _print(
     revision: int,
     findings: list[Finding],
     repaired: dict[int, bool],
-    repairing: bool,
+    repairing: tuple[bool, bool],
 ) -> None:
     for finding in findings:
         click.echo(f"{finding.problem.value}: {finding.message}")
+        deletes = _deletes_data(finding)
         if finding.repair is None:
             click.echo("  not repaired: ambiguous, needs a person")
-        elif not repairing:
-            click.echo(f"  repairable (--repair): {finding.repair.action}")
+        elif not repairing[1 if deletes else 0]:
+            flag = "--repair-pruned" if deletes else "--repair"
+            click.echo(f"  repairable ({flag}): {finding.repair.action}")
         elif repaired.get(id(finding)):
             click.echo(f"  repaired: {finding.repair.action}")
         else:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
+from coordinator.archive import check_sink
 from coordinator.config import Config, load_config_file, parse_endpoints
 from coordinator.errors import ConfigError, StoreUnavailable
 from coordinator.logging import LEVELS
@@ -192,6 +193,55 @@ def _server_options(func: F) -> F:
             "An UNKNOWN effect's owned reconciliation escalates to NEEDS_APPROVAL after this.",
         ),
         _option(
+            "retention",
+            default="7d",
+            metavar="DURATION",
+            help="How long a DONE, CANCELLED or FAILED task stays in etcd before it is archived "
+            "and removed (seconds, or 90s/15m/1h/7d/2w; 0: forever, which fills etcd).",
+        ),
+        _option(
+            "retention-per-queue",
+            default="",
+            metavar="QUEUE=DURATION[,...]",
+            help="Per-queue retention overriding --retention (a TOML table in a config file).",
+        ),
+        _option(
+            "tombstone-retention",
+            default="1d",
+            metavar="DURATION",
+            help="How long a pruned task's tombstone stays: its id is refused meanwhile, and "
+            "GetTask names the archive.",
+        ),
+        _option(
+            "archive",
+            default=_DEFAULTS.archive,
+            metavar="DIR|s3://BUCKET/PREFIX",
+            help="Where a task's history is written before it is pruned: a directory of gzip "
+            "JSON Lines files, or S3 (pip install 'coordinator[s3]'; ?endpoint_url=&region=).",
+        ),
+        _seconds("prune-interval", _DEFAULTS.prune_interval, "Seconds between pruner passes."),
+        _option(
+            "prune-rate",
+            type=click.FloatRange(min=0, min_open=True),
+            default=_DEFAULTS.prune_rate,
+            metavar="TASKS/S",
+            help="Tasks pruned per second per replica, at most.",
+        ),
+        _option(
+            "etcd-quota-bytes",
+            type=click.IntRange(min=1),
+            default=_DEFAULTS.etcd_quota_bytes,
+            metavar="BYTES",
+            help="etcd's --quota-backend-bytes (past it etcd refuses every write).",
+        ),
+        _option(
+            "etcd-quota-warn-ratio",
+            type=click.FloatRange(min=0, max=1, min_open=True),
+            default=_DEFAULTS.etcd_quota_warn_ratio,
+            metavar="RATIO",
+            help="Warn when etcd's db size passes this share of --etcd-quota-bytes.",
+        ),
+        _option(
             "reconcile-handoffs",
             type=click.IntRange(min=0),
             default=_DEFAULTS.reconcile_handoffs,
@@ -275,6 +325,9 @@ def _load_config_file(ctx: click.Context, param: click.Parameter, value: str | N
         raise click.BadParameter(str(exc), ctx=ctx, param_hint="'--config'") from exc
     if isinstance(settings.get("etcd"), list):
         settings["etcd"] = ",".join(str(e) for e in settings["etcd"])
+    per_queue = settings.get("retention_per_queue")
+    if isinstance(per_queue, dict):  # a TOML table; the option takes QUEUE=DURATION,...
+        settings["retention_per_queue"] = ",".join(f"{q}={d}" for q, d in per_queue.items())
     _check_types(ctx, value, settings)
     ctx.default_map = {**(ctx.default_map or {}), **settings}
 
@@ -305,12 +358,13 @@ def build_config(**settings: Any) -> Config:
 
 def preflight(config: Config) -> None:
     """Refuse (usage error, exit 2) a config that cannot serve: no authentication chosen, an
-    unreadable or invalid token file, unreadable TLS files."""
+    unreadable or invalid token file, unreadable TLS files, an archive that cannot be written."""
     try:
         authenticator_for(config)
         tls = tls_for(config)
         if tls is not None:
             tls.credentials()
+        check_sink(config.archive)
     except ConfigError as exc:
         raise click.BadParameter(str(exc)) from exc
 

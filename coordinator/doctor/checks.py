@@ -10,6 +10,7 @@ from coordinator.doctor.effects import check_effects
 from coordinator.doctor.findings import LAGGING, Finding, Guard, Problem, Repair, Snapshot, Write
 from coordinator.doctor.orphans import check_orphans
 from coordinator.doctor.parsed import Parsed, decode_or_report, identity_keys, parse
+from coordinator.doctor.retention import check_retention
 from coordinator.domain.graph import describe_never_done, never_done
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import (
@@ -19,6 +20,7 @@ from coordinator.domain.records import (
     ResultRecord,
     TaskRecord,
 )
+from coordinator.domain.retention import DEFAULT_RETENTION
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.store.dependencies import edges_of
 from coordinator.store.etcd import KV
@@ -26,14 +28,16 @@ from coordinator.store.etcd import KV
 T = TypeVar("T")
 
 
-def check(snap: Snapshot, keys: Keyspace) -> list[Finding]:
-    """Every disagreement in ``snap``, grouped by task in id order."""
+def check(snap: Snapshot, keys: Keyspace, *, retention: float = DEFAULT_RETENTION) -> list[Finding]:
+    """Every disagreement in ``snap``, grouped by task in id order (``retention``: what a
+    terminal task missing from the prune index is scheduled with)."""
     parsed = parse(snap, keys)
     findings = list(parsed.findings)
     for task_id in sorted(parsed.tasks):
         findings += _check_task(parsed, keys, task_id)
     findings += check_orphans(parsed, keys)
     findings += check_effects(parsed, keys)
+    findings += check_retention(parsed, keys, retention=retention)
     return findings
 
 
@@ -356,7 +360,7 @@ def _check_edges(
         )
         return  # which edge list is true is not guessed: no reverse-edge repair either
     for upstream in task.depends_on:
-        if upstream not in parsed.tasks:
+        if upstream not in parsed.tasks and upstream not in parsed.tombstones:
             out.append(
                 Finding(
                     Problem.DEPENDENCY_DANGLING,

@@ -40,6 +40,12 @@ class Problem(StrEnum):
     OPEN_EFFECT_INDEX_ORPHAN = "open-effect-index-orphan"
     RECONCILE_INDEX_MISSING = "reconcile-index-missing"
     RECONCILE_INDEX_ORPHAN = "reconcile-index-orphan"
+    # Retention (coordinator/doctor/retention.py).
+    PRUNE_LEFTOVER = "records-of-pruned-task"
+    TASK_AND_TOMBSTONE = "task-and-tombstone"
+    TERMINAL_NOT_SCHEDULED = "terminal-task-not-in-prune-index"
+    PRUNE_INDEX_ORPHAN = "prune-index-orphan"
+    TASK_EFFECT_INDEX_MISSING = "task-effect-index-missing"
 
 
 LAGGING = frozenset(

@@ -37,7 +37,7 @@ def check_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:
             )
     for section in ("attempts", "results", "events"):
         for tid, kvs in getattr(parsed, section).items():
-            if tid not in tasks:
+            if tid not in tasks and tid not in parsed.tombstones:  # else: retention.py's
                 out.append(
                     Finding(
                         Problem.ORPHAN_RECORDS,

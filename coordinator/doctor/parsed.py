@@ -36,6 +36,15 @@ class Parsed:
     # (task id, effect id) -> key of the open-effects and the reconcile indexes
     open_effects: dict[tuple[str, str], KV] = field(default_factory=dict)
     reconcile: dict[tuple[str, str], KV] = field(default_factory=dict)
+    # Retention: tombstones by task id, prune-index keys by task id, per-task effect index
+    # (task id, effect id), staged results and job records by task id, the per-worker job index.
+    tombstones: dict[str, KV] = field(default_factory=dict)
+    prune_due: dict[str, KV] = field(default_factory=dict)
+    task_effects: dict[tuple[str, str], KV] = field(default_factory=dict)
+    staging: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
+    jobs: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
+    worker_jobs: dict[str, KV] = field(default_factory=dict)  # by job id
+    prune_pending: dict[str, KV] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
 
 
@@ -64,9 +73,23 @@ def parse(snap: Snapshot, keys: Keyspace) -> Parsed:
             parsed.identity[key] = kv
         elif section == "effects":
             parsed.effects[rest] = kv
-        elif section in ("open-effects", "reconcile") and len(parts) == 2:
-            index = parsed.open_effects if section == "open-effects" else parsed.reconcile
+        elif section in ("open-effects", "reconcile", "task-effects") and len(parts) == 2:
+            index = {
+                "open-effects": parsed.open_effects,
+                "reconcile": parsed.reconcile,
+                "task-effects": parsed.task_effects,
+            }[section]
             index[(parts[0], parts[1])] = kv
+        elif section == "tombstones":
+            parsed.tombstones[rest] = kv
+        elif section == "prune-pending":
+            parsed.prune_pending[rest] = kv
+        elif section == "prune-due" and len(parts) == 2:
+            parsed.prune_due[parts[1]] = kv
+        elif section in ("staging", "jobs") and len(parts) == 2:
+            getattr(parsed, section)[parts[0]].append(kv)
+        elif section == "jobs-by-worker" and len(parts) == 2:
+            parsed.worker_jobs[parts[1]] = kv
     return parsed
 
 

@@ -217,6 +217,57 @@ class Keyspace:
             return f"{self.prefix}/jobs-by-worker/{worker_id}/"
         return f"{self.prefix}/jobs-by-worker/"
 
+    # --- retention (issue 16, store/retention_index.py, store/pruner.py) ---------------------
+
+    def prune_due(self, due_us: int, task_id: str) -> str:
+        """Prune index: a terminal task due for pruning at ``due_us`` (microseconds), written
+        in the txn that makes it terminal (value: JSON of its queue and finish time)."""
+        return f"{self.prune_due_prefix}{due_us:020d}/{task_id}"
+
+    @property
+    def prune_due_prefix(self) -> str:
+        """Range of the prune index, in due-time order."""
+        return f"{self.prefix}/prune-due/"
+
+    def tombstone(self, task_id: str) -> str:
+        """What stays of a pruned task (JSON Tombstone); its id is refused while it exists."""
+        return f"{self.tombstones_prefix}{task_id}"
+
+    @property
+    def tombstones_prefix(self) -> str:
+        """Range of every tombstone."""
+        return f"{self.prefix}/tombstones/"
+
+    def tombstone_due(self, due_us: int, task_id: str) -> str:
+        """Tombstone expiry index: the tombstone of ``task_id`` is removed at ``due_us``."""
+        return f"{self.tombstone_due_prefix}{due_us:020d}/{task_id}"
+
+    @property
+    def tombstone_due_prefix(self) -> str:
+        """Range of the tombstone expiry index, in due-time order."""
+        return f"{self.prefix}/tombstone-due/"
+
+    def prune_pending(self, task_id: str) -> str:
+        """Written by a prune too large for one txn, deleted by its last page: the records of
+        ``task_id`` still to delete (its task key is already gone)."""
+        return f"{self.prune_pending_prefix}{task_id}"
+
+    @property
+    def prune_pending_prefix(self) -> str:
+        """Range of the unfinished prunes."""
+        return f"{self.prefix}/prune-pending/"
+
+    def task_effect(self, task_id: str, effect_id: str) -> str:
+        """Per-task effect index (empty), written with the effect's first record: effect keys
+        are hashes, and pruning a task must find every effect it owns."""
+        return f"{self.task_effects_prefix(task_id)}{effect_id}"
+
+    def task_effects_prefix(self, task_id: str = "") -> str:
+        """Range of the per-task effect index (of one task, or all)."""
+        if task_id:
+            return f"{self.prefix}/task-effects/{task_id}/"
+        return f"{self.prefix}/task-effects/"
+
 
 def task_id_from_ready_key(key: str) -> str:
     """The task id at the end of a ready-index key."""

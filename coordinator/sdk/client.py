@@ -23,7 +23,7 @@ from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectState
 from coordinator.domain.jobs import JobRecord
 from coordinator.domain.states import Outcome, TaskState
-from coordinator.errors import AlreadyExists, InvalidArgument
+from coordinator.errors import AlreadyExists, InvalidArgument, NotFound
 from coordinator.sdk._rpc import RetryPolicy, Rpc
 from coordinator.sdk.auth import BearerToken
 from coordinator.sdk.effects import EffectInfo
@@ -235,10 +235,13 @@ class WorkerClient:
                 idempotency_key=idempotency_key,
                 hint="" if task_id or idempotency_key else _CREATE_HINT,
             )
-        except AlreadyExists:
+        except AlreadyExists as taken:
             if not task_id:
                 raise
-            existing = self.get_task(task_id)
+            try:
+                existing = self.get_task(task_id)
+            except NotFound:  # pruned since (its tombstone refused the id): not ours to return
+                raise taken from None
             if existing.input_digest != digest or existing.queue != queue:
                 raise
             return existing

@@ -19,6 +19,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from coordinator.archive import open_sink
 from coordinator.config import Config
 from coordinator.domain.stream_limits import StreamLimits
 from coordinator.errors import ConfigError, CoordinatorError
@@ -46,6 +47,7 @@ from coordinator.server.undecodable import UndecodableInterceptor
 from coordinator.server.version_gate import VersionGateInterceptor, refuse_old_coordinator
 from coordinator.server.worker_service import WorkerService
 from coordinator.store import EtcdKV, Keyspace, Store
+from coordinator.store.db_size import DbSizeWatch
 from coordinator.store.versions import VersionStore
 from coordinator.v1 import (
     admin_pb2,
@@ -284,9 +286,16 @@ def _store_for(
         yield None
         return
     kv, store = opened
+    db_size = DbSizeWatch(
+        kv, quota_bytes=config.etcd_quota_bytes, warn_ratio=config.etcd_quota_warn_ratio
+    )
+    db_size.start()
+    if not config.retention:
+        log.warning("retention is 0: finished tasks are kept forever and etcd fills up")
     try:
         yield store
     finally:
+        db_size.close()
         store.close()
         kv.close()
 
@@ -302,6 +311,10 @@ def _open_store(config: Config) -> tuple[EtcdKV, Store]:
             limits=config.limits,
             scan_interval=config.reclaim_scan_interval,
             idempotency_ttl=config.idempotency_ttl,
+            retention=config.retention_policy,
+            archive=open_sink(config.archive),
+            prune_interval=config.prune_interval,
+            prune_rate=config.prune_rate,
         )
         refuse_old_coordinator(VersionStore(store.ctx))  # before anything runs or writes
         store.start()

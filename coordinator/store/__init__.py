@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator.archive import ArchiveSink
 from coordinator.clock import Clock, SystemClock
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.queue_stats import MAX_REPORTED_QUEUES, QueueReport, queue_report
+from coordinator.domain.retention import RetentionPolicy
 from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.admin import AdminStore
 from coordinator.store.claim_gates import ApprovalGate, ReconcileGate
@@ -28,6 +30,9 @@ from coordinator.store.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
 from coordinator.store.idempotency import IdempotencyStore
 from coordinator.store.jobs import JobStore
 from coordinator.store.leases import ClaimLeases
+from coordinator.store.pruner import DEFAULT_INTERVAL as DEFAULT_PRUNE_INTERVAL
+from coordinator.store.pruner import DEFAULT_RATE as DEFAULT_PRUNE_RATE
+from coordinator.store.pruner import Pruner
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.reclaimer import Reclaimer
 from coordinator.store.reconcile import ReconcileStore, ReconcileSweeper
@@ -67,6 +72,7 @@ class Store:
     reconcile: ReconcileStore
     sweeper: ReconcileSweeper
     jobs: JobStore
+    pruner: Pruner | None = None
 
     @classmethod
     def open(
@@ -78,10 +84,20 @@ class Store:
         clock: Clock | None = None,
         scan_interval: float = 5.0,
         idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL,
+        retention: RetentionPolicy | None = None,
+        archive: ArchiveSink | None = None,
+        prune_interval: float = DEFAULT_PRUNE_INTERVAL,
+        prune_rate: float = DEFAULT_PRUNE_RATE,
     ) -> Store:
-        """Wire the parts (nothing runs until ``start``)."""
+        """Wire the parts (nothing runs until ``start``). Without ``archive`` no pruner runs
+        here (terminal tasks are still indexed for whichever replica prunes)."""
         ctx = StoreContext(
-            kv, keys or Keyspace(), limits or ClaimLimits(), clock or SystemClock(), ClaimLeases(kv)
+            kv,
+            keys or Keyspace(),
+            limits or ClaimLimits(),
+            clock or SystemClock(),
+            ClaimLeases(kv),
+            retention or RetentionPolicy(),
         )
         ready = ReadyIndex(ctx)
         dependencies = DependencyStore(ctx, ready)
@@ -109,6 +125,11 @@ class Store:
             reconcile=reconcile,
             sweeper=ReconcileSweeper(reconcile, interval=scan_interval),
             jobs=JobStore(ctx, acceptance),
+            pruner=(
+                Pruner(ctx, archive, interval=prune_interval, rate=prune_rate)
+                if archive is not None
+                else None
+            ),
         )
 
     def start(self, *, reclaim: bool = True) -> None:
@@ -120,6 +141,8 @@ class Store:
             self.reclaimer.start()
             self.releaser.start()
             self.sweeper.start()
+            if self.pruner is not None:
+                self.pruner.start()
 
     def close(self) -> None:
         """Stop background work (the etcd connection is the caller's)."""
@@ -127,6 +150,8 @@ class Store:
         self.releaser.close()
         self.sweeper.close()
         self.claimed.close()
+        if self.pruner is not None:
+            self.pruner.close()
         self.ready.close()
 
     def queue_report(self, *, cap: int = MAX_REPORTED_QUEUES) -> QueueReport:

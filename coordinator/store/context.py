@@ -4,12 +4,13 @@ plus decoding of stored records with their etcd-assigned revisions."""
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from coordinator.clock import Clock
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, decode
+from coordinator.domain.retention import RetentionPolicy
 from coordinator.domain.states import TaskState
 from coordinator.store.etcd import KV, EtcdKV
 from coordinator.store.leases import ClaimLeases
@@ -24,6 +25,8 @@ class StoreContext:
     limits: ClaimLimits
     clock: Clock
     leases: ClaimLeases
+    # Read by the txn that makes a task terminal (store/retention_index.py) and by the pruner.
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
 
 
 def task_from_kv(kv: KV) -> TaskRecord:

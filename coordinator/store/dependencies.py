@@ -29,6 +29,7 @@ from coordinator.errors import FailedPrecondition, NotFound
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd import Compare, RequestOp, delete, get, mod_revision_is, put
 from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.tombstones import read_tombstones
 from coordinator.store.transition import transition, transition_ops
 
 # Reads per txn (etcd refuses more than 128 operations in one).
@@ -82,6 +83,11 @@ class DependencyStore:
                 kv = snap.range_one(index)
                 if kv is not None:
                     found[task_id] = task_from_kv(kv)
+        # A pruned upstream counts with its final state: DONE still releases, CANCELLED or
+        # FAILED still cancels. Its stand-in has state_version 0, so the txn that compares it
+        # holds only while the task key stays absent.
+        pruned = read_tombstones(self._ctx, [t for t in depends_on if t not in found])
+        found.update({t: tombstone.as_task() for t, tombstone in pruned.items()})
         missing = [t for t in depends_on if t not in found]
         if missing:
             raise NotFound(f"depends_on names tasks that do not exist: {', '.join(missing)}")

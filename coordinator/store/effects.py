@@ -95,6 +95,8 @@ def effect_write_ops(
     """Write ``after`` and keep the open-effects index in step with its state."""
     keys = ctx.keys
     ops = [put(keys.effect(after.effect_id), encode(stamped(after)))]
+    if before is None:  # the task's effects, for the pruner that removes them with the task
+        ops.append(put(keys.task_effect(after.task_id, after.effect_id), b""))
     index = keys.open_effect(after.task_id, after.effect_id)
     was_open = before is not None and before.uncertain
     if after.uncertain and not was_open:

@@ -284,6 +284,16 @@ class EtcdKV:
                 return
             self._translate("lease revoke", exc)
 
+    def db_size(self) -> int:
+        """The database size (bytes) of the etcd member this client talks to (Status RPC:
+        ``dbSize``, what ``--quota-backend-bytes`` is compared with)."""
+        request = etcdrpc.StatusRequest()
+        response = self._call(
+            "status",
+            lambda: self._client.maintenancestub.Status(request, self._timeout, **self._auth()),
+        )
+        return int(response.dbSize)
+
     def watch_prefix(
         self,
         prefix: str,

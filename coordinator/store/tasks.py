@@ -17,11 +17,12 @@ from coordinator.domain.graph import check_dependencies, check_upstreams, satisf
 from coordinator.domain.lineage import Lineage, decide_lineage, index_value, thread_key
 from coordinator.domain.records import AttemptRecord, TaskRecord, encode
 from coordinator.domain.states import AttemptEnd, Op, TaskState, is_legal, next_state
-from coordinator.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from coordinator.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from coordinator.store.context import StoreContext, attempt_from_kv, new_task_id, task_from_kv
 from coordinator.store.dependencies import DependencyStore, edges_detail
 from coordinator.store.etcd import KV, RequestOp, delete, get, get_prefix, mod_revision_is, put
 from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.tombstones import read_tombstones, task_not_found, tombstone_from_kv
 from coordinator.store.transition import ready_seq, transition, transition_ops
 from coordinator.store.types import TaskSpec
 
@@ -88,7 +89,9 @@ class TaskStore:
             ]
             ops += self._deps.edge_ops(task_id, (), depends_on)
             ops += self._identity_ops(task)
-            result = ctx.kv.txn(compares, ops, [get(ctx.keys.task(task_id))])
+            result = ctx.kv.txn(
+                compares, ops, [get(ctx.keys.task(task_id)), get(ctx.keys.tombstone(task_id))]
+            )
             if result.succeeded:
                 if state is TaskState.READY:
                     self._ready.add(
@@ -97,6 +100,11 @@ class TaskStore:
                 return replace(task, state_version=result.revision)
             if result.range_one(0) is not None:
                 raise AlreadyExists(f"task {task_id!r} already exists")
+            pruned = result.range_one(1)
+            if pruned is not None:  # ids are not reused while the tombstone lasts
+                raise AlreadyExists(
+                    f"task id {task_id!r} was used: {tombstone_from_kv(pruned).describe()}"
+                )
         raise FailedPrecondition(
             f"the upstreams of task {task_id!r} kept changing; create it again"
         )
@@ -111,6 +119,9 @@ class TaskStore:
                 kv = snap.range_one(index)
                 if kv is not None:
                     records[name] = task_from_kv(kv)
+            pruned = [t for t in named if t not in records]
+            for name, tombstone in read_tombstones(self._ctx, pruned).items():
+                records[name] = tombstone.as_task()  # a pruned root or parent keeps its lineage
         return decide_lineage(
             task_id,
             root_task_id=spec.root_task_id,
@@ -122,8 +133,8 @@ class TaskStore:
 
     def _identity_ops(self, task: TaskRecord) -> builtins.list[RequestOp]:
         """Index entries for the lineage filters of ListTasks (identity never changes, so they
-        are written once, at creation). No compares are needed for root and parent: tasks are
-        never deleted."""
+        are written once, at creation). No compares are needed for root and parent: a root or
+        parent that is pruned meanwhile keeps its lineage in its tombstone."""
         keys = self._ctx.keys
         ops = [
             put(keys.by_identity("root", task.root_task_id, task.task_id), b""),
@@ -137,7 +148,7 @@ class TaskStore:
         """The task, or NotFound."""
         kv = self._ctx.kv.get(self._ctx.keys.task(task_id))
         if kv is None:
-            raise NotFound(f"task {task_id!r} does not exist")
+            raise task_not_found(self._ctx, task_id)
         return task_from_kv(kv)
 
     def attempts(

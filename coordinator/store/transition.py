@@ -22,6 +22,7 @@ from coordinator.store.etcd import (
     mod_revision_is,
     put,
 )
+from coordinator.store.retention_index import retention_ops
 
 
 def transition(before: TaskRecord, op: Op, now: float, **changes: Any) -> TaskRecord:
@@ -104,7 +105,9 @@ def transition_ops(
     )
     prev_version = before.state_version if before is not None else 0
     ops.append(put(keys.event(after.task_id, prev_version), encode(event)))
-    return compares, ops
+    # The prune index (a terminal move) and the pruned-id guard (a create).
+    more_compares, more_ops = retention_ops(ctx, was, after)
+    return compares + more_compares, ops + more_ops
 
 
 def _ready_key(ctx: StoreContext, task: TaskRecord) -> str | None:

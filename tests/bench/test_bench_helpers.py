@@ -76,6 +76,8 @@ def test_targets_say_met_unmet_or_unknown() -> None:
         "reclaim_p95_s_over_ttl": 0.6,
         "claimnext_100k_over_1k": 1.3,
         "coordinator_rss_mib_10k_claims": 199.9,
+        "etcd_db_mib_at_200k_over_50k": 1.1,
+        "throughput_pruner_on_over_off": 0.89,
     }
     met = {row["key"]: row["met"] for row in targets(doc)}
     assert met == {
@@ -85,6 +87,8 @@ def test_targets_say_met_unmet_or_unknown() -> None:
         "reclaim_p95_s_over_ttl": True,
         "claimnext_100k_over_1k": False,
         "coordinator_rss_mib_10k_claims": True,
+        "etcd_db_mib_at_200k_over_50k": True,
+        "throughput_pruner_on_over_off": False,
     }
 
 

@@ -1,0 +1,90 @@
+"""The etcd database-size watch: a gauge and a warning before etcd's quota stops every write.
+
+etcd refuses all writes (``NOSPACE``, an alarm an operator must disarm) once its database passes
+``--quota-backend-bytes`` (2 GiB by default). Every replica asks etcd's Status RPC for ``dbSize``
+every ``interval`` seconds, publishes ``coordinator_etcd_db_size_bytes`` and
+``coordinator_etcd_quota_ratio``, and logs a warning when the ratio passes ``warn_ratio``: on
+crossing it, and again every ``_REPEAT`` seconds while it stays above. The db only shrinks after
+compaction and defragmentation, so a ratio that stays high with the pruner keeping up means
+etcd needs a defrag (``etcdctl defrag``), not a shorter retention.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import structlog
+
+from coordinator import metrics
+from coordinator.store.etcd import EtcdKV
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_INTERVAL = 30.0
+# While above the ratio, the warning repeats this often (a log line per check would flood).
+_REPEAT = 600.0
+
+
+class DbSizeWatch:
+    """Polls etcd's db size; warns above ``warn_ratio`` of ``quota_bytes``."""
+
+    name = "etcd-db-size"
+
+    def __init__(
+        self,
+        kv: EtcdKV,
+        *,
+        quota_bytes: int,
+        warn_ratio: float,
+        interval: float = DEFAULT_INTERVAL,
+    ) -> None:
+        self._kv = kv
+        self._quota = quota_bytes
+        self._warn_ratio = warn_ratio
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._warned_at: float | None = None
+
+    def start(self) -> None:
+        """Check now, then every interval."""
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the loop."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def check(self) -> float:
+        """Read the size once, publish it, warn if needed; returns the quota ratio."""
+        size = self._kv.db_size()
+        ratio = size / self._quota
+        metrics.ETCD_DB_SIZE.set(size)
+        metrics.ETCD_QUOTA_RATIO.set(ratio)
+        now = time.monotonic()
+        if ratio < self._warn_ratio:
+            if self._warned_at is not None:
+                log.info("etcd db size back below the warning ratio", ratio=round(ratio, 3))
+            self._warned_at = None
+        elif self._warned_at is None or now - self._warned_at >= _REPEAT:
+            log.warning(
+                "etcd db size is near its quota; at the quota etcd refuses every write",
+                db_size_bytes=size,
+                quota_bytes=self._quota,
+                ratio=round(ratio, 3),
+                hint="check the pruner (coordinator_pruned_tasks_total, retention), then "
+                "compact and defragment etcd",
+            )
+            self._warned_at = now
+        return ratio
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.check()
+            except Exception as exc:  # etcd outage: the health checker reports it
+                log.warning("background work failed", loop=self.name, error=str(exc))
+            self._stop.wait(self._interval)

@@ -1,0 +1,261 @@
+"""The pruner: archives terminal tasks past their retention, then removes them from etcd.
+
+Every replica runs one, every ``interval`` seconds. A pass reads the prune index
+(``{p}/prune-due/``, written in the txn that made each task terminal; store/retention_index.py)
+up to now, in pages: O(due tasks), never a scan of the tasks. For each page it reads the
+histories at one revision (store/history.py), writes them to the archive sink, and only once the
+sink confirmed prunes each task with its own CAS txn (store/prune_ops.py). So:
+
+- a task that moved since it was read is kept (its CAS fails); two replicas pruning at once
+  archive a task once or twice, and exactly one of them prunes it;
+- a sink that fails stops the pass before anything is deleted (and is counted and logged);
+- a crash between the archive and the prune leaves the task (and its due key) in place: the next
+  pass archives it again and prunes it - archived twice, never lost;
+- a task with an uncertain effect, an open reconciliation or a WAITING dependent is not pruned:
+  its due key moves later (at most an hour), so it is looked at again without being rescanned
+  on every pass.
+
+Pruning is paced at ``rate`` tasks per second per replica, so it never competes with claims for
+etcd. The same pass finishes prunes too large for one txn (``{p}/prune-pending/``) and removes
+tombstones past ``tombstone_retention`` (``{p}/tombstone-due/``, in due order, paged).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+import structlog
+
+from coordinator import metrics
+from coordinator.archive import ArchiveSink
+from coordinator.domain.retention import micros
+from coordinator.domain.states import TERMINAL_STATES
+from coordinator.store.context import StoreContext
+from coordinator.store.etcd import delete, get_prefix, mod_revision_is, put
+from coordinator.store.history import TaskHistory, read_histories
+from coordinator.store.prune_ops import finish_pages, prune_txn
+from coordinator.store.retention_index import due_value, finished_at_of
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_INTERVAL = 10.0
+DEFAULT_RATE = 200.0
+"""Tasks pruned per second per replica, at most."""
+# Due keys read per page; a page is archived in one sink write.
+_PAGE = 64
+# Tombstones removed per txn (two deletes each; etcd allows 128 operations per txn).
+_TOMBSTONES_PER_TXN = 60
+# A task that may not be pruned yet is looked at again after its retention, at most this long.
+_MAX_DEFER = 3600.0
+# The oldest-terminal gauge reads the head of the whole index (O(index) in etcd 3.4): this often.
+_OLDEST_EVERY = 60.0
+
+
+@dataclass
+class PassReport:
+    """What one pass did."""
+
+    pruned: int = 0
+    archived: int = 0
+    deferred: int = 0
+    lost: int = 0
+    finished: int = 0
+    tombstones_expired: int = 0
+    archive_failed: bool = False
+
+    @property
+    def busy(self) -> bool:
+        """Whether the pass did anything worth a log line."""
+        return any((self.pruned, self.archived, self.deferred, self.lost, self.finished)) or bool(
+            self.tombstones_expired or self.archive_failed
+        )
+
+
+class Pruner:
+    """Archive-then-prune loop of one replica (safe on all replicas at once)."""
+
+    name = "pruner"
+
+    def __init__(
+        self,
+        ctx: StoreContext,
+        sink: ArchiveSink,
+        *,
+        interval: float = DEFAULT_INTERVAL,
+        rate: float = DEFAULT_RATE,
+    ) -> None:
+        self._ctx = ctx
+        self._sink = sink
+        self._interval = interval
+        self._rate = rate
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_slot = 0.0
+        self._oldest_read_at = -_OLDEST_EVERY
+
+    def start(self) -> None:
+        """Run a pass now, then every interval."""
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the loop (a pass in progress stops at its next task)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                report = self.run_pass()
+                if report.busy:
+                    log.info("prune pass", **vars(report))
+            except Exception as exc:  # etcd outage: the next pass tries again
+                log.warning("background work failed", loop=self.name, error=str(exc))
+            self._stop.wait(self._interval)
+
+    def run_pass(self) -> PassReport:
+        """One pass: finish unfinished prunes, prune what is due, expire tombstones."""
+        report = PassReport()
+        report.finished = self._finish_pending()
+        now = self._ctx.clock.now()
+        keys, kv = self._ctx.keys, self._ctx.kv
+        start, end = keys.prune_due_prefix, f"{keys.prune_due_prefix}{micros(now) + 1:020d}"
+        while not self._stop.is_set():
+            page, _ = kv.range_page(start, end, limit=_PAGE)
+            if page:
+                self._prune_page([(item.key, item.key.rsplit("/", 1)[1]) for item in page], report)
+            if report.archive_failed or len(page) < _PAGE:
+                break
+            start = page[-1].key + "\0"
+        report.tombstones_expired = self._expire_tombstones(now)
+        self._observe_oldest(now)
+        return report
+
+    def _prune_page(self, entries: list[tuple[str, str]], report: PassReport) -> None:
+        random.shuffle(entries)  # replicas walking the same page meet less often
+        histories = {h.task_id: h for h in read_histories(self._ctx, [t for _, t in entries])}
+        ready: list[tuple[str, TaskHistory]] = []
+        for due_key, task_id in entries:
+            history = histories.get(task_id)
+            if history is None:  # pruned meanwhile (another replica): its key is dead
+                self._ctx.kv.txn((), [delete(due_key)])
+            elif history.task.state not in TERMINAL_STATES:
+                log.warning("prune index names a task that is not terminal", task_id=task_id)
+            elif history.blocker():
+                self._defer(history, due_key)
+                report.deferred += 1
+            else:
+                ready.append((due_key, history))
+        # One archive write (one fsync) per page: the sink's cost is per write, not per task.
+        if ready and not self._stop.is_set():
+            self._archive_and_prune(ready, report)
+
+    def _archive_and_prune(self, ready: list[tuple[str, TaskHistory]], report: PassReport) -> None:
+        """Archive ``ready``, then prune each (nothing if the sink did not confirm)."""
+        archived_at = self._ctx.clock.now()
+        objects = [h.archive_object(archived_at=archived_at) for _, h in ready]
+        try:
+            location = self._sink.write(objects)
+        except Exception as exc:
+            metrics.ARCHIVE_FAILURES.inc()
+            report.archive_failed = True
+            log.error(
+                "archive write failed; nothing pruned",
+                sink=self._sink.url,
+                tasks=len(ready),
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            return
+        metrics.ARCHIVED_TASKS.inc(len(ready))
+        report.archived += len(ready)
+        for due_key, history in ready:
+            if self._stop.is_set():
+                return
+            self._pace()
+            if self._prune(history, due_key, location):
+                report.pruned += 1
+            else:
+                report.lost += 1
+
+    def _prune(self, history: TaskHistory, due_key: str, location: str) -> bool:
+        """The prune txn of one archived task; False if its CAS failed (it moved, or another
+        replica pruned it first)."""
+        txn = prune_txn(self._ctx, history, due_key, archive=location, now=self._ctx.clock.now())
+        if not self._ctx.kv.txn(txn.compares, txn.ops).succeeded:
+            return False
+        metrics.PRUNED_TASKS.inc()
+        if txn.pending:
+            self._finish(history.task_id)
+        return True
+
+    def _defer(self, history: TaskHistory, due_key: str) -> None:
+        """Move a blocked task's due key later, so passes do not read it again and again."""
+        ctx, task = self._ctx, history.task
+        delay = min(max(ctx.retention.for_queue(task.queue), self._interval), _MAX_DEFER)
+        later = ctx.keys.prune_due(micros(ctx.clock.now() + delay), task.task_id)
+        ctx.kv.txn(
+            [mod_revision_is(ctx.keys.task(task.task_id), history.task_kv.mod_revision)],
+            [delete(due_key), put(later, due_value(task))],
+        )
+        metrics.PRUNE_DEFERRED.labels(reason=history.blocker()).inc()
+
+    def _finish_pending(self) -> int:
+        """Finish the prunes that needed more than one txn (a crash may have stopped them)."""
+        keys, kv = self._ctx.keys, self._ctx.kv
+        pending, _ = kv.range_page(
+            keys.prune_pending_prefix, kv.prefix_end(keys.prune_pending_prefix), limit=_PAGE
+        )
+        for item in pending:
+            self._finish(item.key.rsplit("/", 1)[1])
+        return len(pending)
+
+    def _finish(self, task_id: str) -> None:
+        keys, kv = self._ctx.keys, self._ctx.kv
+        snap = kv.read(
+            get_prefix(keys.task_effects_prefix(task_id), keys_only=True),
+            get_prefix(keys.jobs_prefix(task_id)),
+        )
+        effect_index = [item.key for item in snap.range_kvs(0)]
+        for page in finish_pages(self._ctx, task_id, effect_index, snap.range_kvs(1)):
+            kv.txn((), page)
+
+    def _expire_tombstones(self, now: float) -> int:
+        """Remove tombstones past their lifetime, one txn per page."""
+        keys, kv = self._ctx.keys, self._ctx.kv
+        end = f"{keys.tombstone_due_prefix}{micros(now) + 1:020d}"
+        expired = 0
+        while not self._stop.is_set():
+            page, _ = kv.range_page(keys.tombstone_due_prefix, end, limit=_TOMBSTONES_PER_TXN)
+            if not page:
+                break
+            ops = [delete(item.key) for item in page]
+            ops += [delete(keys.tombstone(item.key.rsplit("/", 1)[1])) for item in page]
+            kv.txn((), ops)
+            expired += len(page)
+            metrics.TOMBSTONES_EXPIRED.inc(len(page))
+            if len(page) < _TOMBSTONES_PER_TXN:
+                break
+        return expired
+
+    def _observe_oldest(self, now: float) -> None:
+        """Set the oldest-terminal-task gauge from the head of the prune index."""
+        if time.monotonic() - self._oldest_read_at < _OLDEST_EVERY:
+            return
+        keys, kv = self._ctx.keys, self._ctx.kv
+        head, _ = kv.range_page(
+            keys.prune_due_prefix, kv.prefix_end(keys.prune_due_prefix), limit=1
+        )
+        finished = finished_at_of(head[0].value) if head else 0.0
+        metrics.OLDEST_TERMINAL_AGE.set(max(0.0, now - finished) if finished else 0.0)
+        self._oldest_read_at = time.monotonic()
+
+    def _pace(self) -> None:
+        """Wait for this task's slot: at most ``rate`` prunes per second."""
+        now = time.monotonic()
+        if self._next_slot > now:
+            self._stop.wait(self._next_slot - now)
+        self._next_slot = max(self._next_slot, now) + 1.0 / self._rate
