@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import queue
+import socket
 import subprocess
 import sys
 import threading
@@ -202,6 +203,28 @@ def test_events_cli_follow_prints_events_live(store: Store, server: str) -> None
         create(store, "second")
         assert " second -->READY op=create " in lines.get(timeout=10)
         assert process.poll() is None  # still following
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_events_follow_against_a_wrong_address_says_why_it_cannot_follow() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again below: nothing listens there
+    command = "from coordinator.cli import main; main()"
+    args = ["events", "--follow", "--target", f"127.0.0.1:{port}", "--insecure"]
+    process = subprocess.Popen(
+        [sys.executable, "-c", command, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert line.startswith("# stream broke (failed to connect to all addresses"), line
+        assert "Connection refused" in line and line.rstrip().endswith("resuming from revision 0")
     finally:
         process.terminate()
         process.wait(timeout=10)
