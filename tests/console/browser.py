@@ -15,6 +15,9 @@ from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
+from selenium.webdriver.support import expected_conditions  # noqa: E402
+from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "screenshots"
 LAPTOP = (1280, 900)
@@ -53,7 +56,15 @@ def sign_in(driver: WebDriver, url: str, token: str) -> None:
     """Sign in through the form, as a person would."""
     driver.get(f"{url}/signin")
     driver.find_element(By.ID, "token").send_keys(token)
-    driver.find_element(By.ID, "signin").click()
+    press(driver, driver.find_element(By.ID, "signin"))
+
+
+def press(driver: WebDriver, button: WebElement) -> None:
+    """Click a form's button and wait for the page it leads to (a bare click returns before
+    the browser has left the old page, whose elements a test would then read)."""
+    page = driver.find_element(By.TAG_NAME, "html")
+    button.click()
+    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(page))
 
 
 def flash(driver: WebDriver) -> str:

@@ -11,8 +11,10 @@ from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
 from tests.console.browser import (  # noqa: F401 (browser_fixture is the fixture)
     By,
     WebDriver,
+    WebElement,
     browser_fixture,
     flash,
+    press,
     screenshot,
     sign_in,
 )
@@ -20,7 +22,7 @@ from tests.console.conftest import Stack
 from tests.helpers import eventually
 
 
-def _button(driver: WebDriver, css: str, task_id: str) -> object:
+def _button(driver: WebDriver, css: str, task_id: str) -> WebElement:
     return driver.find_element(By.CSS_SELECTOR, f'{css}[data-task="{task_id}"]')
 
 
@@ -36,7 +38,7 @@ def test_the_inbox_shows_a_review_and_accepting_it_makes_the_task_done(
     screenshot(browser, "inbox-review")
     screenshot(browser, "inbox-review-phone", size=(390, 844))
 
-    _button(browser, "button.accept", "report-1").click()  # type: ignore[attr-defined]
+    press(browser, _button(browser, "button.accept", "report-1"))
     assert flash(browser) == "accepted revision 1 of report-1: now DONE"
     assert stack.state("report-1") == (TaskState.DONE, 1)
     assert "Nothing to review." in browser.find_element(By.ID, "reviews").text
@@ -64,7 +66,7 @@ def test_accepting_a_revision_the_task_has_moved_past_is_refused_with_why(
     stack.commit("report-2", b"second round")  # ... and revision 2 is committed
     assert stack.state("report-2") == (TaskState.REVIEW, 2)
 
-    _button(browser, "button.accept", "report-2").click()  # type: ignore[attr-defined]
+    press(browser, _button(browser, "button.accept", "report-2"))
     assert flash(browser) == (
         "FAILED_PRECONDITION: cannot accept revision 1 of task 'report-2': the task is at "
         "revision 2; a review of revision 1 does not apply to revision 2"
@@ -111,16 +113,16 @@ def test_a_worker_sees_the_approve_button_and_the_server_refuses_it(
     browser.get(f"{stack.url}/inbox")
     listed = browser.find_element(By.CSS_SELECTOR, f'#effects article[data-effect="{effect_id}"]')
     assert "PREPARED" in listed.text
-    _button(browser, "button.approve", "mail-1").click()  # type: ignore[attr-defined]
+    press(browser, _button(browser, "button.approve", "mail-1"))
     assert flash(browser).startswith("PERMISSION_DENIED: ")
     assert "ApproveRetry" in flash(browser)
     assert stack.state("mail-1")[0] is TaskState.NEEDS_APPROVAL
     screenshot(browser, "inbox-worker-refused")
 
-    browser.find_element(By.CSS_SELECTOR, ".signout button").click()
+    press(browser, browser.find_element(By.CSS_SELECTOR, ".signout button"))
     sign_in(browser, stack.url, stack.token("admin-1"))
     browser.get(f"{stack.url}/inbox")
-    _button(browser, "button.approve", "mail-1").click()  # type: ignore[attr-defined]
+    press(browser, _button(browser, "button.approve", "mail-1"))
     assert flash(browser) == "approved a retry of mail-1: now READY, 1 effect(s) resolved"
     assert stack.state("mail-1")[0] is TaskState.READY
 

@@ -53,6 +53,7 @@ def test_reflection_lists_and_describes_the_services(channel: grpc.Channel) -> N
         "PrepareEffect",
         "RecordEffect",
         "GetEffect",
+        "ListOpenEffects",
         "ResolveEffect",
         "StartJob",
         "FinishJob",
