@@ -48,6 +48,7 @@ class AcceptancePoint(IntEnum):
     COMMIT = 6
     RELEASE = 7
     START_JOB = 8
+    FAIL = 9
 
     @property
     def label(self) -> str:

@@ -167,6 +167,8 @@ def check_fence(view: FenceView, fence: Fence) -> Verdict:
         )
     if attempt.end is AttemptEnd.RELEASED:
         return Verdict(Outcome.FENCED, FenceReason.RELEASED, "the attempt released the task")
+    if attempt.end is AttemptEnd.FAILED:
+        return Verdict(Outcome.FENCED, FenceReason.FAILED, "the attempt reported its failure")
     if attempt.end is AttemptEnd.COMMITTED:
         return Verdict(
             Outcome.FENCED, FenceReason.ALREADY_COMMITTED, "the attempt has committed already"

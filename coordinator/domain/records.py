@@ -102,6 +102,10 @@ class AttemptRecord:
     claim_generation: int = 0
     end: AttemptEnd = AttemptEnd.RUNNING
     ended_at: float = 0.0
+    # The error its holder reported when it ended FAILED (WorkerService.Fail).
+    error_code: str = ""
+    error_message: str = ""
+    error_details: bytes = b""
 
 
 @dataclass(frozen=True)

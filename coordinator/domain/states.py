@@ -53,6 +53,7 @@ class FenceReason(IntEnum):
     RELEASED = 4
     ALREADY_COMMITTED = 5
     TASK_MOVED = 6
+    FAILED = 7
 
 
 class AttemptEnd(IntEnum):
@@ -64,6 +65,7 @@ class AttemptEnd(IntEnum):
     EXPIRED = 3
     CANCELLED = 4
     STALE_INPUT = 5
+    FAILED = 6
 
 
 class Op(StrEnum):
@@ -73,6 +75,10 @@ class Op(StrEnum):
     CLAIM = "claim"
     COMMIT = "commit"
     RELEASE = "release"
+    # The holder reported the attempt failed (WorkerService.Fail).
+    FAIL = "fail"
+    # The task's last attempt ended and no other may follow: FAILED, the dead letter.
+    DEAD_LETTER = "dead_letter"
     RECLAIM = "reclaim"
     CANCEL = "cancel"
     UPDATE_INPUT = "update_input"
@@ -102,6 +108,8 @@ TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
     (TaskState.CLAIMED, Op.CLAIM): TaskState.CLAIMED,
     (TaskState.CLAIMED, Op.COMMIT): TaskState.DONE,
     (TaskState.CLAIMED, Op.RELEASE): TaskState.READY,
+    (TaskState.CLAIMED, Op.FAIL): TaskState.READY,
+    (TaskState.CLAIMED, Op.DEAD_LETTER): TaskState.FAILED,
     (TaskState.CLAIMED, Op.RECLAIM): TaskState.READY,
     (TaskState.READY, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.CLAIMED, Op.CANCEL): TaskState.CANCELLED,

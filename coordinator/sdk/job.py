@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,6 +35,7 @@ from coordinator.sdk.effects import Downstream, EffectOutcome, run_effect
 from coordinator.sdk.managed import DEFAULT_GRACE, ManagedProcess, run_managed
 from coordinator.sdk.types import (
     CommitOutcome,
+    FailOutcome,
     Fence,
     JobLost,
     LossSource,
@@ -63,7 +65,12 @@ _MIN_RENEW_TIMEOUT = 0.2
 _ENDED_BY_THIS_ATTEMPT = {
     FenceReason.ALREADY_COMMITTED: "committed",
     FenceReason.RELEASED: "released",
+    FenceReason.FAILED: "failed",
 }
+
+# Bounds of what Fail carries (the server refuses more: INVALID_ARGUMENT).
+_MAX_ERROR_MESSAGE = 1024
+_MAX_ERROR_DETAILS = 16 * 1024
 
 
 @dataclass
@@ -78,15 +85,20 @@ class _State:
     progress: str = ""
     renewals: int = 0
     lost: LostReason | None = None
-    # "committed" or "released" once the caller ended the job; later losses are not reported.
+    # "committed", "released" or "failed" once the caller ended the job; later losses are not
+    # reported.
     finished: str = ""
 
 
 class Job:
     """One claimed task: the credential, the input, the lease clock and the keepalive.
 
-    Use it as a context manager: entering starts the keepalive; leaving stops it and releases
-    the task if the job was neither committed, released nor lost. Built by WorkerClient.
+    Use it as a context manager: entering starts the keepalive; leaving stops it and, if the job
+    was neither committed, released, failed nor lost, reports it: an exception (an ``Exception``)
+    escaping the block is a retryable failure with the exception's type and message (``fail``),
+    so the task's retry policy counts and spaces it; a block left without one, or by
+    KeyboardInterrupt / SystemExit (the worker stopping, not the task failing), releases the
+    task. Built by WorkerClient.
     """
 
     def __init__(
@@ -297,6 +309,44 @@ class Job:
             self.mark_lost(answer.outcome, answer.reason, answer.message, LossSource.RELEASE)
         return answer
 
+    def fail(
+        self,
+        error: BaseException | str,
+        *,
+        retryable: bool = True,
+        delay: timedelta | None = None,
+        message: str = "",
+        details: bytes = b"",
+    ) -> FailOutcome:
+        """Report that this attempt failed; the coordinator decides by the task's retry policy
+        whether it runs again (READY now, or DELAYED until its backoff or ``delay`` passes,
+        whichever is later) or ends FAILED (``retryable=False``, a non-retryable error code, or
+        no attempts left). ``error`` is an exception (its type name is the error code, its text
+        the message, its traceback the details) or an error code. Ends the job; FENCED /
+        CANCELLED / STALE_INPUT mark it lost (unless this attempt had already ended itself)."""
+        if isinstance(error, BaseException):
+            code = type(error).__name__
+            message = message or str(error)
+            details = details or "".join(traceback.format_exception(error)).encode()
+        else:
+            code = error
+        request = worker_pb2.FailRequest(
+            fence=self.fence.to_proto(),
+            retryable=retryable,
+            error_code=code,
+            error_message=message[:_MAX_ERROR_MESSAGE],
+            # The end of a traceback is the part that names the failure.
+            error_details=details[-_MAX_ERROR_DETAILS:],
+        )
+        if delay is not None:
+            request.requeue_delay.FromTimedelta(delay)
+        answer = FailOutcome.from_proto(self.call(lambda worker: worker.Fail, request))
+        if answer.recorded:
+            self._finish("failed")
+        elif not self._ended_by_this_attempt(answer.outcome, answer.reason):
+            self.mark_lost(answer.outcome, answer.reason, answer.message, LossSource.FAIL)
+        return answer
+
     def effect(
         self,
         node_id: str,
@@ -375,13 +425,18 @@ class Job:
             with self._lock:
                 held = self._state.lost is None and not self._state.finished
             if held:
-                why = "left without commit" if exc is None else f"{type(exc).__name__}: {exc}"
                 try:
-                    self.release(why[:200])
+                    if isinstance(exc, Exception):
+                        self.fail(exc, retryable=True)
+                    else:
+                        why = "left without commit" if exc is None else type(exc).__name__
+                        self.release(why)
                 except CoordinatorError as error:
                     # Never mask the caller's exception: the lease expires on its own.
                     log.warning(
-                        "release failed; the lease will expire", job=self._name, error=str(error)
+                        "could not hand the task back; the lease will expire",
+                        job=self._name,
+                        error=str(error),
                     )
         finally:
             self.close()

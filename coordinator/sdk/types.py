@@ -50,6 +50,7 @@ class LossSource(StrEnum):
     COMMIT = "commit"
     AUTHORIZE = "authorize"
     RELEASE = "release"
+    FAIL = "fail"
     # A PrepareEffect or RecordEffect answered FENCED, CANCELLED or STALE_INPUT.
     EFFECT = "effect"
     # The lease ran out by the local monotonic clock while renewals could not reach the server.
@@ -223,6 +224,34 @@ class ReleaseOutcome:
 
 
 @dataclass(frozen=True)
+class FailOutcome:
+    """The answer to a fail: OK with where the task went (READY, DELAYED or FAILED) and when it
+    may run again, or FENCED / CANCELLED / STALE_INPUT when the claim was gone already."""
+
+    outcome: Outcome
+    reason: FenceReason = FenceReason.NONE
+    message: str = ""
+    state: TaskState | None = None
+    next_eligible_at: datetime | None = None
+
+    @property
+    def recorded(self) -> bool:
+        """Whether this call ended the attempt as failed."""
+        return self.outcome is Outcome.OK
+
+    @classmethod
+    def from_proto(cls, msg: worker_pb2.FailResponse) -> Self:
+        """Build from the wire message."""
+        return cls(
+            outcome=outcome_of(msg.outcome),
+            reason=FenceReason(msg.reason),
+            message=msg.message,
+            state=TaskState(msg.state) if msg.state else None,
+            next_eligible_at=timestamp(msg.next_eligible_at),
+        )
+
+
+@dataclass(frozen=True)
 class AttemptInfo:
     """One attempt of a task, as the coordinator recorded it."""
 
@@ -234,6 +263,9 @@ class AttemptInfo:
     started_at: datetime | None
     ended_at: datetime | None
     end: AttemptEnd
+    # The error its holder reported (end FAILED).
+    error_code: str = ""
+    error_message: str = ""
 
     @classmethod
     def from_proto(cls, msg: types_pb2.Attempt) -> Self:
@@ -247,6 +279,8 @@ class AttemptInfo:
             started_at=timestamp(msg.started_at),
             ended_at=timestamp(msg.ended_at),
             end=AttemptEnd(msg.end),
+            error_code=msg.error_code,
+            error_message=msg.error_message,
         )
 
 

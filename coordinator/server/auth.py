@@ -61,6 +61,7 @@ ROLE_TABLE: Mapping[str, frozenset[Role]] = {
     _WORKER + "StageResult": frozenset({_W}),
     _WORKER + "Commit": frozenset({_W}),
     _WORKER + "Release": frozenset({_W}),
+    _WORKER + "Fail": frozenset({_W}),
     _WORKER + "PrepareEffect": frozenset({_W}),
     _WORKER + "RecordEffect": frozenset({_W}),
     _WORKER + "GetEffect": frozenset({_W}),

@@ -12,7 +12,14 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.records import AttemptRecord, TaskRecord
 from coordinator.domain.states import FenceReason, Outcome, TaskState
-from coordinator.store.types import ClaimResult, CommitResult, DrainStatus, RenewResult, TaskSpec
+from coordinator.store.types import (
+    ClaimResult,
+    CommitResult,
+    DrainStatus,
+    FailResult,
+    RenewResult,
+    TaskSpec,
+)
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
 
 
@@ -92,6 +99,9 @@ def attempt_to_proto(attempt: AttemptRecord) -> types_pb2.Attempt:
         started_at=timestamp(attempt.started_at),
         ended_at=timestamp(attempt.ended_at),
         end=types_pb2.AttemptEnd.ValueType(int(attempt.end)),
+        error_code=attempt.error_code,
+        error_message=attempt.error_message,
+        error_details=attempt.error_details,
     )
 
 
@@ -166,6 +176,18 @@ def release_response(verdict: Verdict) -> worker_pb2.ReleaseResponse:
     """ReleaseResponse from the store's verdict."""
     return worker_pb2.ReleaseResponse(
         outcome=outcome(verdict.outcome), reason=reason(verdict.reason), message=verdict.message
+    )
+
+
+def fail_response(result: FailResult) -> worker_pb2.FailResponse:
+    """FailResponse; where the task went and when it is eligible again, when accepted."""
+    verdict = result.verdict
+    return worker_pb2.FailResponse(
+        outcome=outcome(verdict.outcome),
+        reason=reason(verdict.reason),
+        message=verdict.message,
+        state=task_state(result.state),
+        next_eligible_at=timestamp(result.next_eligible_at),
     )
 
 

@@ -156,6 +156,25 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         return convert.release_response(verdict)
 
     @rpc
+    def Fail(  # noqa: N802
+        self, request: worker_pb2.FailRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.FailResponse:
+        """Report the held attempt failed; the task goes to the retry decision."""
+        fence = validate.fence(request.fence, present=request.HasField("fence"))
+        report = validate.failure_report(request)
+        principal = principal_of(context)
+        with _bound(fence, principal):
+            result = self._store.failures.fail(fence, principal=principal, report=report)
+            _log_point(
+                "fail",
+                result.verdict,
+                error_code=report.code,
+                retryable=report.retryable,
+                state=result.state.name if result.state else None,
+            )
+        return convert.fail_response(result)
+
+    @rpc
     def PrepareEffect(  # noqa: N802
         self, request: worker_pb2.PrepareEffectRequest, context: grpc.ServicerContext
     ) -> worker_pb2.PrepareEffectResponse:

@@ -21,6 +21,7 @@ from coordinator.store.dependencies import DependencyStore
 from coordinator.store.effects import EffectStore
 from coordinator.store.etcd import EtcdKV
 from coordinator.store.events import EventFilter, EventLog, StoredEvent
+from coordinator.store.failures import Failures
 from coordinator.store.held import HeldClaims
 from coordinator.store.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
 from coordinator.store.idempotency import IdempotencyStore
@@ -36,6 +37,7 @@ from coordinator.store.types import (
     ClaimResult,
     CommitResult,
     DrainStatus,
+    FailResult,
     RenewResult,
     StageOutcome,
     TaskSpec,
@@ -51,6 +53,7 @@ class Store:
     tasks: TaskStore
     claims: ClaimStore
     acceptance: AcceptancePoints
+    failures: Failures
     admin: AdminStore
     reclaimer: Reclaimer
     dependencies: DependencyStore
@@ -91,6 +94,7 @@ class Store:
             tasks=TaskStore(ctx, ready, dependencies),
             claims=ClaimStore(ctx, ready, held, gates),
             acceptance=acceptance,
+            failures=Failures(ctx, ready, held, acceptance),
             admin=AdminStore(ctx),
             reclaimer=Reclaimer(ctx, ready, scan_interval=scan_interval),
             dependencies=dependencies,
@@ -128,6 +132,7 @@ __all__ = [
     "DrainStatus",
     "EtcdKV",
     "EventFilter",
+    "FailResult",
     "Keyspace",
     "RenewResult",
     "StageOutcome",

@@ -89,3 +89,13 @@ class DrainStatus:
             and self.unknown_effects == 0
             and self.staged_uncommitted == 0
         )
+
+
+@dataclass(frozen=True)
+class FailResult:
+    """Outcome of Fail; ``state`` (where the task went) and ``next_eligible_at`` (when it may be
+    claimed again; 0 for FAILED) are set when the outcome is OK."""
+
+    verdict: Verdict
+    state: TaskState | None = None
+    next_eligible_at: float = 0.0

@@ -189,6 +189,8 @@ class _FenceReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FenceReas
     """The task revision already has a canonical result from another attempt or digest."""
     FENCE_REASON_TASK_MOVED: _FenceReason.ValueType  # 6
     """The attempt's claim ended for a reason not covered above (task moved on)."""
+    FENCE_REASON_FAILED: _FenceReason.ValueType  # 7
+    """The holder reported the attempt failed (WorkerService.Fail)."""
 
 class FenceReason(_FenceReason, metaclass=_FenceReasonEnumTypeWrapper):
     """Why a call was FENCED (or CANCELLED / STALE_INPUT, where it adds detail)."""
@@ -206,6 +208,8 @@ FENCE_REASON_ALREADY_COMMITTED: FenceReason.ValueType  # 5
 """The task revision already has a canonical result from another attempt or digest."""
 FENCE_REASON_TASK_MOVED: FenceReason.ValueType  # 6
 """The attempt's claim ended for a reason not covered above (task moved on)."""
+FENCE_REASON_FAILED: FenceReason.ValueType  # 7
+"""The holder reported the attempt failed (WorkerService.Fail)."""
 Global___FenceReason: _TypeAlias = FenceReason  # noqa: Y015
 
 class _AttemptEnd:
@@ -223,6 +227,8 @@ class _AttemptEndEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AttemptEnd
     ATTEMPT_END_CANCELLED: _AttemptEnd.ValueType  # 4
     ATTEMPT_END_STALE_INPUT: _AttemptEnd.ValueType  # 5
     """The task's input changed while it ran."""
+    ATTEMPT_END_FAILED: _AttemptEnd.ValueType  # 6
+    """Its holder reported a failure (WorkerService.Fail); the attempt carries the error."""
 
 class AttemptEnd(_AttemptEnd, metaclass=_AttemptEndEnumTypeWrapper):
     """How an attempt ended."""
@@ -236,6 +242,8 @@ ATTEMPT_END_EXPIRED: AttemptEnd.ValueType  # 3
 ATTEMPT_END_CANCELLED: AttemptEnd.ValueType  # 4
 ATTEMPT_END_STALE_INPUT: AttemptEnd.ValueType  # 5
 """The task's input changed while it ran."""
+ATTEMPT_END_FAILED: AttemptEnd.ValueType  # 6
+"""Its holder reported a failure (WorkerService.Fail); the attempt carries the error."""
 Global___AttemptEnd: _TypeAlias = AttemptEnd  # noqa: Y015
 
 class _EffectState:
@@ -443,6 +451,9 @@ class Attempt(_message.Message):
     STARTED_AT_FIELD_NUMBER: _builtins.int
     ENDED_AT_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    ERROR_DETAILS_FIELD_NUMBER: _builtins.int
     attempt_id: _builtins.str
     attempt: _builtins.int
     owner_id: _builtins.str
@@ -450,6 +461,10 @@ class Attempt(_message.Message):
     scheduler_epoch: _builtins.int
     end: Global___AttemptEnd.ValueType
     """UNSPECIFIED while the attempt runs."""
+    error_code: _builtins.str
+    """The error its holder reported (end FAILED), or why the coordinator ended it."""
+    error_message: _builtins.str
+    error_details: _builtins.bytes
     @_builtins.property
     def started_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -465,10 +480,13 @@ class Attempt(_message.Message):
         started_at: _timestamp_pb2.Timestamp | None = ...,
         ended_at: _timestamp_pb2.Timestamp | None = ...,
         end: Global___AttemptEnd.ValueType = ...,
+        error_code: _builtins.str = ...,
+        error_message: _builtins.str = ...,
+        error_details: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ended_at", b"ended_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_id", b"attempt_id", "claim_generation", b"claim_generation", "end", b"end", "ended_at", b"ended_at", "owner_id", b"owner_id", "scheduler_epoch", b"scheduler_epoch", "started_at", b"started_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_id", b"attempt_id", "claim_generation", b"claim_generation", "end", b"end", "ended_at", b"ended_at", "error_code", b"error_code", "error_details", b"error_details", "error_message", b"error_message", "owner_id", b"owner_id", "scheduler_epoch", b"scheduler_epoch", "started_at", b"started_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

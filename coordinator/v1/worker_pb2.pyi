@@ -488,6 +488,87 @@ class ReleaseResponse(_message.Message):
 Global___ReleaseResponse: _TypeAlias = ReleaseResponse  # noqa: Y015
 
 @_typing.final
+class FailRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FENCE_FIELD_NUMBER: _builtins.int
+    RETRYABLE_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    ERROR_DETAILS_FIELD_NUMBER: _builtins.int
+    REQUEUE_DELAY_FIELD_NUMBER: _builtins.int
+    retryable: _builtins.bool
+    """Whether another attempt may succeed. False sends the task to FAILED at once."""
+    error_code: _builtins.str
+    """Required: 1-128 characters of [A-Za-z0-9._:-] (an exception type, an error name); matched
+    against the task's non_retryable_errors.
+    """
+    error_message: _builtins.str
+    """For people; at most 1024 characters."""
+    error_details: _builtins.bytes
+    """Opaque details (a traceback, a JSON blob); at most 16 KiB. Kept with the attempt."""
+    @_builtins.property
+    def fence(self) -> _types_pb2.Fence: ...
+    @_builtins.property
+    def requeue_delay(self) -> _duration_pb2.Duration:
+        """Optional: the next attempt starts no earlier than this after now (0-86400 s); the later of
+        this and the task's backoff applies.
+        """
+
+    def __init__(
+        self,
+        *,
+        fence: _types_pb2.Fence | None = ...,
+        retryable: _builtins.bool = ...,
+        error_code: _builtins.str = ...,
+        error_message: _builtins.str = ...,
+        error_details: _builtins.bytes = ...,
+        requeue_delay: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fence", b"fence", "requeue_delay", b"requeue_delay"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_details", b"error_details", "error_message", b"error_message", "fence", b"fence", "requeue_delay", b"requeue_delay", "retryable", b"retryable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailRequest: _TypeAlias = FailRequest  # noqa: Y015
+
+@_typing.final
+class FailResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    NEXT_ELIGIBLE_AT_FIELD_NUMBER: _builtins.int
+    outcome: _types_pb2.Outcome.ValueType
+    reason: _types_pb2.FenceReason.ValueType
+    message: _builtins.str
+    state: _types_pb2.TaskState.ValueType
+    """Where the task went (set when outcome is OK): READY, DELAYED or FAILED."""
+    @_builtins.property
+    def next_eligible_at(self) -> _timestamp_pb2.Timestamp:
+        """When the task may be claimed again (set when it went to READY or DELAYED)."""
+
+    def __init__(
+        self,
+        *,
+        outcome: _types_pb2.Outcome.ValueType = ...,
+        reason: _types_pb2.FenceReason.ValueType = ...,
+        message: _builtins.str = ...,
+        state: _types_pb2.TaskState.ValueType = ...,
+        next_eligible_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next_eligible_at", b"next_eligible_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "next_eligible_at", b"next_eligible_at", "outcome", b"outcome", "reason", b"reason", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailResponse: _TypeAlias = FailResponse  # noqa: Y015
+
+@_typing.final
 class PrepareEffectRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

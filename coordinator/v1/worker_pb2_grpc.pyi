@@ -77,6 +77,15 @@ class WorkerServiceStub:
     """Gives the task back (READY); the attempt is recorded as RELEASED. Outcomes: OK, FENCED,
     CANCELLED.
     """
+    Fail: _grpc.UnaryUnaryMultiCallable[_worker_pb2.FailRequest, _worker_pb2.FailResponse]
+    """The holder reports that its attempt failed. An acceptance point like Release: the fence is
+    compared in the txn that closes the attempt as FAILED with the error (code, message,
+    details) and moves the task by the retry decision: READY again at once, DELAYED until its
+    backoff (or requeue_delay, whichever is later) passes, or FAILED (the dead letter) when
+    retryable is false, the code is one of the task's non_retryable_errors or the attempts are
+    used up. Outcomes: OK (state and next_eligible_at say where the task went), FENCED (with
+    the reason), CANCELLED, STALE_INPUT. A fenced Fail writes nothing.
+    """
     PrepareEffect: _grpc.UnaryUnaryMultiCallable[_worker_pb2.PrepareEffectRequest, _worker_pb2.PrepareEffectResponse]
     """Side-effect slots. effect_id = H(task_id, task revision, node_id, effect_slot): no attempt,
     no payload, so every generation of a task revision sends the same idempotency key.
@@ -173,6 +182,15 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     Release: _aio.UnaryUnaryMultiCallable[_worker_pb2.ReleaseRequest, _worker_pb2.ReleaseResponse]  # type: ignore[assignment]
     """Gives the task back (READY); the attempt is recorded as RELEASED. Outcomes: OK, FENCED,
     CANCELLED.
+    """
+    Fail: _aio.UnaryUnaryMultiCallable[_worker_pb2.FailRequest, _worker_pb2.FailResponse]  # type: ignore[assignment]
+    """The holder reports that its attempt failed. An acceptance point like Release: the fence is
+    compared in the txn that closes the attempt as FAILED with the error (code, message,
+    details) and moves the task by the retry decision: READY again at once, DELAYED until its
+    backoff (or requeue_delay, whichever is later) passes, or FAILED (the dead letter) when
+    retryable is false, the code is one of the task's non_retryable_errors or the attempts are
+    used up. Outcomes: OK (state and next_eligible_at say where the task went), FENCED (with
+    the reason), CANCELLED, STALE_INPUT. A fenced Fail writes nothing.
     """
     PrepareEffect: _aio.UnaryUnaryMultiCallable[_worker_pb2.PrepareEffectRequest, _worker_pb2.PrepareEffectResponse]  # type: ignore[assignment]
     """Side-effect slots. effect_id = H(task_id, task revision, node_id, effect_slot): no attempt,
@@ -309,6 +327,21 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_worker_pb2.ReleaseResponse, _abc.Awaitable[_worker_pb2.ReleaseResponse]]:
         """Gives the task back (READY); the attempt is recorded as RELEASED. Outcomes: OK, FENCED,
         CANCELLED.
+        """
+
+    @_abc_1.abstractmethod
+    def Fail(
+        self,
+        request: _worker_pb2.FailRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.FailResponse, _abc.Awaitable[_worker_pb2.FailResponse]]:
+        """The holder reports that its attempt failed. An acceptance point like Release: the fence is
+        compared in the txn that closes the attempt as FAILED with the error (code, message,
+        details) and moves the task by the retry decision: READY again at once, DELAYED until its
+        backoff (or requeue_delay, whichever is later) passes, or FAILED (the dead letter) when
+        retryable is false, the code is one of the task's non_retryable_errors or the attempts are
+        used up. Outcomes: OK (state and next_eligible_at say where the task went), FENCED (with
+        the reason), CANCELLED, STALE_INPUT. A fenced Fail writes nothing.
         """
 
     @_abc_1.abstractmethod

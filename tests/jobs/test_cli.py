@@ -44,6 +44,5 @@ def test_jobs_lists_the_records_of_a_worker(etcd: EtcdProcess, prefix: str, tmp_
         empty = CliRunner().invoke(main, base)
         assert (empty.exit_code, empty.stdout) == (0, "")
         assert empty.stderr == (
-            "no managed jobs for the calling principal (--worker PRINCIPAL lists a worker's "
-            "jobs)\n"
+            "no managed jobs for the calling principal (--worker PRINCIPAL lists a worker's jobs)\n"
         )
