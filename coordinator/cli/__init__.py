@@ -14,6 +14,7 @@ from coordinator.cli.jobs import jobs
 from coordinator.cli.rollback import claims, epoch
 from coordinator.cli.serve import serve
 from coordinator.cli.shadow import shadow
+from coordinator.cli.task_retry import tasks
 from coordinator.cli.tokens import token
 from coordinator.cli.up import up
 from coordinator.cli.versions import versions
@@ -39,5 +40,6 @@ main.add_command(shadow)
 main.add_command(effects)
 main.add_command(jobs)
 main.add_command(etcd_auth)
+main.add_command(tasks)
 
 __all__ = ["main"]

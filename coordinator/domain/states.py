@@ -20,6 +20,8 @@ class TaskState(IntEnum):
     CANCELLED = 6
     FAILED = 7
     NEEDS_APPROVAL = 8
+    # Waiting out a retry backoff or its not_before: in the delayed index, not the ready index.
+    DELAYED = 9
 
 
 class Outcome(IntEnum):
@@ -68,6 +70,18 @@ class AttemptEnd(IntEnum):
     FAILED = 6
 
 
+class DeadLetterReason(IntEnum):
+    """Why a task is FAILED (the dead letter); NONE while it is not."""
+
+    NONE = 0
+    # Every attempt of its retry policy was used.
+    EXHAUSTED = 1
+    # Its holder reported a failure no retry can fix (retryable false, or a non-retryable code).
+    NON_RETRYABLE = 2
+    # Its schedule_to_close deadline passed.
+    TIMED_OUT = 3
+
+
 class Op(StrEnum):
     """The operation that caused a transition, recorded in every event."""
 
@@ -79,6 +93,14 @@ class Op(StrEnum):
     FAIL = "fail"
     # The task's last attempt ended and no other may follow: FAILED, the dead letter.
     DEAD_LETTER = "dead_letter"
+    # An attempt ended and the next one waits out its backoff (DELAYED until then).
+    BACKOFF = "backoff"
+    # A DELAYED task's time came (the promoter, store/promoter.py).
+    PROMOTE = "promote"
+    # Created with a not_before in the future.
+    CREATE_DELAYED = "create_delayed"
+    # An operator sends a FAILED task back to the queue with a fresh attempt budget.
+    RETRY = "retry"
     RECLAIM = "reclaim"
     CANCEL = "cancel"
     UPDATE_INPUT = "update_input"
@@ -110,6 +132,15 @@ TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
     (TaskState.CLAIMED, Op.RELEASE): TaskState.READY,
     (TaskState.CLAIMED, Op.FAIL): TaskState.READY,
     (TaskState.CLAIMED, Op.DEAD_LETTER): TaskState.FAILED,
+    # Retry policy (domain/retry.py): the end of an attempt may wait out a backoff first; the
+    # promoter moves a DELAYED task on when its time comes. FAILED is left only by an
+    # operator's RetryTask.
+    (TaskState.CLAIMED, Op.BACKOFF): TaskState.DELAYED,
+    (None, Op.CREATE_DELAYED): TaskState.DELAYED,
+    (TaskState.DELAYED, Op.PROMOTE): TaskState.READY,
+    (TaskState.DELAYED, Op.CANCEL): TaskState.CANCELLED,
+    (TaskState.DELAYED, Op.UPDATE_INPUT): TaskState.DELAYED,
+    (TaskState.FAILED, Op.RETRY): TaskState.READY,
     (TaskState.CLAIMED, Op.RECLAIM): TaskState.READY,
     (TaskState.READY, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.CLAIMED, Op.CANCEL): TaskState.CANCELLED,
@@ -151,7 +182,13 @@ TERMINAL_STATES = frozenset({TaskState.DONE, TaskState.CANCELLED, TaskState.FAIL
 
 # States in which the task's current revision may still get its canonical commit.
 UNCOMMITTED_STATES = frozenset(
-    {TaskState.WAITING, TaskState.READY, TaskState.CLAIMED, TaskState.NEEDS_APPROVAL}
+    {
+        TaskState.WAITING,
+        TaskState.READY,
+        TaskState.CLAIMED,
+        TaskState.NEEDS_APPROVAL,
+        TaskState.DELAYED,
+    }
 )
 
 

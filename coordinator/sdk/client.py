@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
@@ -29,7 +29,13 @@ from coordinator.sdk.effects import EffectInfo
 from coordinator.sdk.job import Job, LostCallback
 from coordinator.sdk.managed import DEFAULT_GRACE
 from coordinator.sdk.rediscover import ListedJob, Rediscovered, list_jobs, rediscover, resume_job
-from coordinator.sdk.types import AttemptInfo, ClaimRefused, TaskInfo, outcome_of
+from coordinator.sdk.types import (
+    AttemptInfo,
+    ClaimRefused,
+    TaskInfo,
+    TaskRetryPolicy,
+    outcome_of,
+)
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
 
 
@@ -181,8 +187,13 @@ class WorkerClient:
         requires_review: bool = False,
         non_replayable: bool = False,
         idempotency_key: str = "",
+        retry_policy: TaskRetryPolicy | None = None,
+        not_before: datetime | None = None,
     ) -> TaskInfo:
         """Create a READY task; an empty ``task_id`` lets the server generate one.
+
+        ``retry_policy`` sets how often it is tried (unset fields: the queue's, else the
+        server's defaults); ``not_before`` keeps it DELAYED until then.
 
         Retried on transport errors only with an explicit id or an ``idempotency_key`` (a
         retry with neither could create a second task; with a key the server answers a retry
@@ -200,6 +211,10 @@ class WorkerClient:
             requires_review=requires_review,
             non_replayable=non_replayable,
         )
+        if retry_policy is not None:
+            request.retry_policy.CopyFrom(retry_policy.to_proto())
+        if not_before is not None:
+            request.not_before.FromDatetime(not_before)
         try:
             response = self._rpc.call(
                 self._rpc.tasks.CreateTask,
@@ -272,6 +287,11 @@ class WorkerClient:
             expected_revision=expected_revision,
         )
         return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.UpdateInput, request).task)
+
+    def retry_task(self, task_id: str, *, reason: str = "") -> TaskInfo:
+        """Send a FAILED task back to READY with a fresh attempt budget (pm or admin)."""
+        request = tasks_pb2.RetryTaskRequest(task_id=task_id, reason=reason)
+        return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.RetryTask, request).task)
 
     # --- admin ------------------------------------------------------------------------------
 

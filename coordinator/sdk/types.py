@@ -8,13 +8,19 @@ CANCELLED, ...) are results, never exceptions; exceptions mean a broken call or 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Self
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
+from coordinator.domain.states import (
+    AttemptEnd,
+    DeadLetterReason,
+    FenceReason,
+    Outcome,
+    TaskState,
+)
 from coordinator.errors import CoordinatorError
 from coordinator.v1 import types_pb2, worker_pb2
 
@@ -285,6 +291,41 @@ class AttemptInfo:
 
 
 @dataclass(frozen=True)
+class TaskRetryPolicy:
+    """A task's retry policy (None fields: the queue's, else the server's default)."""
+
+    max_attempts: int | None = None
+    initial_backoff: timedelta | None = None
+    backoff_multiplier: float | None = None
+    max_backoff: timedelta | None = None
+    non_retryable_errors: tuple[str, ...] = ()
+
+    def to_proto(self) -> types_pb2.RetryPolicy:
+        """The wire message, with only the fields set here."""
+        message = types_pb2.RetryPolicy(non_retryable_errors=list(self.non_retryable_errors))
+        if self.max_attempts is not None:
+            message.max_attempts = self.max_attempts
+        if self.backoff_multiplier is not None:
+            message.backoff_multiplier = self.backoff_multiplier
+        if self.initial_backoff is not None:
+            message.initial_backoff.FromTimedelta(self.initial_backoff)
+        if self.max_backoff is not None:
+            message.max_backoff.FromTimedelta(self.max_backoff)
+        return message
+
+    @classmethod
+    def from_proto(cls, msg: types_pb2.RetryPolicy) -> Self:
+        """Build from the wire message (a task's resolved policy sets every field)."""
+        return cls(
+            max_attempts=msg.max_attempts,
+            initial_backoff=msg.initial_backoff.ToTimedelta(),
+            backoff_multiplier=msg.backoff_multiplier,
+            max_backoff=msg.max_backoff.ToTimedelta(),
+            non_retryable_errors=tuple(msg.non_retryable_errors),
+        )
+
+
+@dataclass(frozen=True)
 class TaskInfo:
     """A task as the coordinator stores it (plus its attempts, when read with ``get_task``)."""
 
@@ -311,6 +352,13 @@ class TaskInfo:
     created_at: datetime | None
     updated_at: datetime | None
     attempts: tuple[AttemptInfo, ...] = ()
+    # The work-queue view: the resolved retry policy, attempts counted against it, when a
+    # DELAYED task becomes READY, what ended the last attempt, and why a FAILED task is.
+    retry_policy: TaskRetryPolicy = TaskRetryPolicy()
+    attempts_counted: int = 0
+    next_eligible_at: datetime | None = None
+    last_error: str = ""
+    dead_letter_reason: DeadLetterReason = DeadLetterReason.NONE
 
     @classmethod
     def from_proto(cls, msg: types_pb2.Task, attempts: tuple[types_pb2.Attempt, ...] = ()) -> Self:
@@ -338,4 +386,9 @@ class TaskInfo:
             created_at=timestamp(msg.created_at),
             updated_at=timestamp(msg.updated_at),
             attempts=tuple(AttemptInfo.from_proto(a) for a in attempts),
+            retry_policy=TaskRetryPolicy.from_proto(msg.retry_policy),
+            attempts_counted=msg.attempts_counted,
+            next_eligible_at=timestamp(msg.next_eligible_at),
+            last_error=msg.last_error,
+            dead_letter_reason=DeadLetterReason(msg.dead_letter_reason),
         )

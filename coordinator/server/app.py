@@ -302,6 +302,7 @@ def _open_store(config: Config) -> tuple[EtcdKV, Store]:
             limits=config.limits,
             scan_interval=config.reclaim_scan_interval,
             idempotency_ttl=config.idempotency_ttl,
+            promote_interval=config.promote_interval,
         )
         refuse_old_coordinator(VersionStore(store.ctx))  # before anything runs or writes
         store.start()

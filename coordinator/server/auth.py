@@ -77,6 +77,7 @@ ROLE_TABLE: Mapping[str, frozenset[Role]] = {
     _TASKS + "CreateTask": frozenset({_P, _A}),
     _TASKS + "UpdateInput": frozenset({_P, _A}),
     _TASKS + "CancelTask": frozenset({_P, _A}),
+    _TASKS + "RetryTask": frozenset({_P, _A}),
     _TASKS + "Accept": frozenset({_P, _A}),
     _TASKS + "Reject": frozenset({_P, _A}),
     _TASKS + "SetDependencies": frozenset({_P, _A}),

@@ -7,11 +7,14 @@ happened) becomes an unset field.
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.records import AttemptRecord, TaskRecord
 from coordinator.domain.states import FenceReason, Outcome, TaskState
+from coordinator.server import queue_wire
 from coordinator.store.types import (
     ClaimResult,
     CommitResult,
@@ -60,7 +63,7 @@ def fence_to_proto(fence: Fence) -> types_pb2.Fence:
 
 def task_to_proto(task: TaskRecord) -> types_pb2.Task:
     """A task record on the wire, with its state_version."""
-    return types_pb2.Task(
+    message = types_pb2.Task(
         task_id=task.task_id,
         revision=task.revision,
         state=task_state(task.state),
@@ -86,6 +89,8 @@ def task_to_proto(task: TaskRecord) -> types_pb2.Task:
         created_at=timestamp(task.created_at),
         updated_at=timestamp(task.updated_at),
     )
+    queue_wire.fill_queue_fields(message, task)
+    return message
 
 
 def attempt_to_proto(attempt: AttemptRecord) -> types_pb2.Attempt:
@@ -112,6 +117,8 @@ def task_spec(
     input_digest: str,
     thread_key: str = "",
     depends_on: tuple[str, ...] = (),
+    retry: tuple[tuple[str, Any], ...] = (),
+    not_before: float = 0.0,
 ) -> TaskSpec:
     """The store's TaskSpec for a validated CreateTaskRequest (thread key normalized)."""
     return TaskSpec(
@@ -126,6 +133,8 @@ def task_spec(
         parent_task_id=request.parent_task_id,
         thread_key=thread_key,
         depends_on=depends_on,
+        retry=retry,
+        not_before=not_before,
     )
 
 

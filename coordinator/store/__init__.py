@@ -17,6 +17,7 @@ from coordinator.store.admin import AdminStore
 from coordinator.store.claim_gates import ApprovalGate, ReconcileGate
 from coordinator.store.claims import ClaimStore
 from coordinator.store.context import StoreContext
+from coordinator.store.dead_letters import DeadLetters
 from coordinator.store.dependencies import DependencyStore
 from coordinator.store.effects import EffectStore
 from coordinator.store.etcd import EtcdKV
@@ -27,6 +28,7 @@ from coordinator.store.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
 from coordinator.store.idempotency import IdempotencyStore
 from coordinator.store.jobs import JobStore
 from coordinator.store.leases import ClaimLeases
+from coordinator.store.promoter import Promoter
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.reclaimer import Reclaimer
 from coordinator.store.reconcile import ReconcileStore, ReconcileSweeper
@@ -54,6 +56,8 @@ class Store:
     claims: ClaimStore
     acceptance: AcceptancePoints
     failures: Failures
+    dead_letters: DeadLetters
+    promoter: Promoter
     admin: AdminStore
     reclaimer: Reclaimer
     dependencies: DependencyStore
@@ -76,6 +80,7 @@ class Store:
         clock: Clock | None = None,
         scan_interval: float = 5.0,
         idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL,
+        promote_interval: float = 0.25,
     ) -> Store:
         """Wire the parts (nothing runs until ``start``)."""
         ctx = StoreContext(
@@ -95,6 +100,8 @@ class Store:
             claims=ClaimStore(ctx, ready, held, gates),
             acceptance=acceptance,
             failures=Failures(ctx, ready, held, acceptance),
+            dead_letters=DeadLetters(ctx, ready),
+            promoter=Promoter(ctx, ready, interval=promote_interval),
             admin=AdminStore(ctx),
             reclaimer=Reclaimer(ctx, ready, scan_interval=scan_interval),
             dependencies=dependencies,
@@ -109,19 +116,22 @@ class Store:
         )
 
     def start(self, *, reclaim: bool = True) -> None:
-        """Initialise the keyspace, load the ready index, start the reclaimer."""
+        """Initialise the keyspace, load the ready index, start the background loops
+        (reclaimer, releaser, reconcile sweeper, promoter)."""
         self.admin.ensure_initialized()
         self.ready.start()
         if reclaim:
             self.reclaimer.start()
             self.releaser.start()
             self.sweeper.start()
+            self.promoter.start()
 
     def close(self) -> None:
         """Stop background work (the etcd connection is the caller's)."""
         self.reclaimer.close()
         self.releaser.close()
         self.sweeper.close()
+        self.promoter.close()
         self.ready.close()
 
 

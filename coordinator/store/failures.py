@@ -2,8 +2,9 @@
 
 An acceptance point like Release (store/acceptance.py): the owner and the fence are checked on a
 read, and the txn that closes the attempt as FAILED (with the reported error) and moves the task
-compares the fence again, so a superseded, expired or re-epoched holder writes nothing. A
-retryable failure puts the task back in the ready index; a non-retryable one ends it FAILED.
+compares the fence again, so a superseded, expired or re-epoched holder writes nothing. Where
+the task goes is the retry decision's (domain/retry.py): READY, DELAYED for its backoff (or the
+requested delay), or FAILED when the failure is not retryable or no attempt is left.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import structlog
 from coordinator.domain.decisions import Fence, check_fence, check_owner
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.records import encode
+from coordinator.domain.retry import AttemptEnded, decide_after
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
@@ -24,6 +26,7 @@ from coordinator.store.etcd import delete, put
 from coordinator.store.fence import fence_compares
 from coordinator.store.held import HeldClaims
 from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.requeue import settled
 from coordinator.store.transition import transition, transition_ops
 from coordinator.store.types import FailResult
 
@@ -51,18 +54,32 @@ class Failures:
         if not verdict.accepted:
             return FailResult(verdict)
         task, now = view.task, ctx.clock.now()
-        op = Op.FAIL if report.retryable else Op.DEAD_LETTER
-        after = transition(task, op, now, claim_generation=fence.claim_generation, lease_id=0)
+        ended = AttemptEnded(
+            AttemptEnd.FAILED,
+            report.summary(),
+            retryable=report.retryable,
+            code=report.code,
+            delay=report.delay,
+        )
+        retry = decide_after(task, ended, now, at_once=Op.FAIL)
+        after = transition(
+            task,
+            retry.op,
+            now,
+            claim_generation=fence.claim_generation,
+            lease_id=0,
+            **retry.changes(ended),
+        )
         compares, ops = transition_ops(
             ctx,
             task,
             after,
-            op,
+            retry.op,
             by=principal,
             attempt_id=fence.attempt_id,
             generation=fence.claim_generation,
             epoch=fence.scheduler_epoch,
-            detail=report.summary(),
+            detail=retry.detail,
         )
         compares += fence_compares(keys, fence)
         closed = replace(
@@ -81,7 +98,6 @@ class Failures:
             return FailResult(self._points.diagnose(fence))
         ctx.leases.release(task.lease_id)  # our txn deleted its only key
         coverage.observe_fence(AcceptancePoint.FAIL, compares, keys, fence)
-        if after.state is TaskState.READY:
-            self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, after.task_id))
-            return FailResult(verdict, after.state, now)
-        return FailResult(verdict, after.state)
+        settled(ctx, self._ready, after, ended)
+        eligible = {TaskState.READY: now, TaskState.DELAYED: after.not_before}
+        return FailResult(verdict, after.state, eligible.get(after.state, 0.0))

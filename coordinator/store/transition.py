@@ -34,11 +34,13 @@ def transition(before: TaskRecord, op: Op, now: float, **changes: Any) -> TaskRe
             after = replace(after, ready_at=now)
     if state is not TaskState.READY:
         after = replace(after, ready_seq=0)
+    if state is not TaskState.DELAYED:
+        after = replace(after, not_before=0.0)
     return after
 
 
 # Back to READY for another attempt at the same revision: READY -> commit keeps counting.
-_RETRIES = frozenset({TaskState.CLAIMED, TaskState.NEEDS_APPROVAL})
+_RETRIES = frozenset({TaskState.CLAIMED, TaskState.NEEDS_APPROVAL, TaskState.DELAYED})
 
 
 def ready_seq(now: float) -> int:
@@ -74,6 +76,13 @@ def transition_ops(
         ops.append(delete(old_ready))
     if new_ready is not None and new_ready != old_ready:
         ops.append(put(new_ready, b""))
+    # The delayed index lets the promoter read only the DELAYED tasks that are due.
+    old_delayed = _delayed_key(ctx, before) if before is not None else None
+    new_delayed = _delayed_key(ctx, after)
+    if old_delayed is not None and old_delayed != new_delayed:
+        ops.append(delete(old_delayed))
+    if new_delayed is not None and new_delayed != old_delayed:
+        ops.append(put(new_delayed, b""))
     if was is TaskState.CLAIMED and after.state is not TaskState.CLAIMED:
         ops.append(delete(keys.claimed(after.task_id)))
     if after.state is TaskState.CLAIMED:
@@ -107,6 +116,12 @@ def _ready_key(ctx: StoreContext, task: TaskRecord) -> str | None:
     return ctx.keys.ready(task.queue, task.priority, task.ready_seq, task.task_id)
 
 
+def _delayed_key(ctx: StoreContext, task: TaskRecord) -> str | None:
+    if task.state is not TaskState.DELAYED:
+        return None
+    return ctx.keys.delayed(task.not_before, task.task_id)
+
+
 @dataclass(frozen=True)
 class ClaimlessMove:
     """A transition of a task nobody holds (READY, or CLAIMED with its claim key gone): the
@@ -119,12 +134,20 @@ class ClaimlessMove:
 
 
 def claimless_move(
-    ctx: StoreContext, task: TaskRecord, op: Op, now: float, *, by: str, epoch: int, detail: str
+    ctx: StoreContext,
+    task: TaskRecord,
+    op: Op,
+    now: float,
+    *,
+    by: str,
+    epoch: int,
+    detail: str,
+    **changes: Any,
 ) -> ClaimlessMove:
     """``op`` on a task nobody holds (the reclaim, a hold for approval, a reconcile escalation):
-    the transition, a compare that no claim key exists (a new claim in between aborts it), and
-    the close of the attempt whose claim ended."""
-    after = transition(task, op, now, lease_id=0)
+    the transition (with ``changes``), a compare that no claim key exists (a new claim in
+    between aborts it), and the close of the attempt whose claim ended."""
+    after = transition(task, op, now, lease_id=0, **changes)
     compares, ops = transition_ops(
         ctx,
         task,

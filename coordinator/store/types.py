@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.records import TaskRecord
@@ -26,6 +27,11 @@ class TaskSpec:
     parent_task_id: str = ""
     thread_key: str = ""
     depends_on: tuple[str, ...] = ()
+    # Retry policy fields the task sets itself ((name, value) pairs of RetryPolicy's fields);
+    # the others come from its queue's default, else the server's.
+    retry: tuple[tuple[str, Any], ...] = ()
+    # Not handed out before this time (epoch seconds; 0: at once).
+    not_before: float = 0.0
 
 
 @dataclass(frozen=True)
