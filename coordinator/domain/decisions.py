@@ -168,6 +168,11 @@ def check_fence(view: FenceView, fence: Fence) -> Verdict:
             FenceReason.SUPERSEDED,
             f"generation {task.claim_generation} superseded generation {fence.claim_generation}",
         )
+    if attempt.end is AttemptEnd.TIMED_OUT:
+        return Verdict(
+            Outcome.TIMED_OUT,
+            message="the task's schedule_to_close deadline passed; it is FAILED (TIMED_OUT)",
+        )
     if attempt.end is AttemptEnd.RELEASED:
         return Verdict(Outcome.FENCED, FenceReason.RELEASED, "the attempt released the task")
     if attempt.end is AttemptEnd.FAILED:

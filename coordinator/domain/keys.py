@@ -60,6 +60,19 @@ class Keyspace:
         """End of the range of delayed-index entries due at ``now`` (exclusive)."""
         return f"{self.delayed_prefix}{int(now * 1000) + 1:015d}"
 
+    def deadline(self, at: float, task_id: str) -> str:
+        """Deadline-index entry of a task with a schedule_to_close, while it awaits a result."""
+        return f"{self.deadlines_prefix}{due_ms(at):015d}/{task_id}"
+
+    @property
+    def deadlines_prefix(self) -> str:
+        """Range of the deadline index."""
+        return f"{self.prefix}/deadlines/"
+
+    def deadlines_due_end(self, now: float) -> str:
+        """End of the range of deadline-index entries passed at ``now`` (exclusive)."""
+        return f"{self.deadlines_prefix}{int(now * 1000) + 1:015d}"
+
     def claim(self, task_id: str) -> str:
         """The live claim: attached to the claim's etcd lease, gone when it expires."""
         return f"{self.prefix}/claims/{task_id}"

@@ -77,6 +77,9 @@ class TaskRecord:
     # "{code}: {message}"); and, while FAILED, why.
     last_error: str = ""
     dead_letter_reason: DeadLetterReason = DeadLetterReason.NONE
+    # created_at + schedule_to_close (0: none): past it the task is FAILED whatever runs; its
+    # key in the deadline index sorts by it while the task waits for a result.
+    deadline: float = 0.0
     # etcd mod_revision of the task key; never stored, attached on decode.
     state_version: int = field(default=0, compare=False)
 

@@ -43,6 +43,7 @@ class Outcome(IntEnum):
     PAYLOAD_CONFLICT = 14
     NEEDS_APPROVAL = 15
     RECONCILING = 16
+    TIMED_OUT = 17
 
 
 class FenceReason(IntEnum):
@@ -68,6 +69,7 @@ class AttemptEnd(IntEnum):
     CANCELLED = 4
     STALE_INPUT = 5
     FAILED = 6
+    TIMED_OUT = 7
 
 
 class DeadLetterReason(IntEnum):
@@ -101,6 +103,8 @@ class Op(StrEnum):
     CREATE_DELAYED = "create_delayed"
     # An operator sends a FAILED task back to the queue with a fresh attempt budget.
     RETRY = "retry"
+    # The task's schedule_to_close deadline passed (store/deadlines.py): FAILED, whatever runs.
+    TIME_OUT = "time_out"
     RECLAIM = "reclaim"
     CANCEL = "cancel"
     UPDATE_INPUT = "update_input"
@@ -141,6 +145,12 @@ TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
     (TaskState.DELAYED, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.DELAYED, Op.UPDATE_INPUT): TaskState.DELAYED,
     (TaskState.FAILED, Op.RETRY): TaskState.READY,
+    # schedule_to_close: past it no result is wanted any more, whichever state the task waits in.
+    (TaskState.WAITING, Op.TIME_OUT): TaskState.FAILED,
+    (TaskState.READY, Op.TIME_OUT): TaskState.FAILED,
+    (TaskState.CLAIMED, Op.TIME_OUT): TaskState.FAILED,
+    (TaskState.DELAYED, Op.TIME_OUT): TaskState.FAILED,
+    (TaskState.NEEDS_APPROVAL, Op.TIME_OUT): TaskState.FAILED,
     (TaskState.CLAIMED, Op.RECLAIM): TaskState.READY,
     (TaskState.READY, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.CLAIMED, Op.CANCEL): TaskState.CANCELLED,

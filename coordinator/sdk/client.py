@@ -189,11 +189,13 @@ class WorkerClient:
         idempotency_key: str = "",
         retry_policy: TaskRetryPolicy | None = None,
         not_before: datetime | None = None,
+        schedule_to_close: timedelta | None = None,
     ) -> TaskInfo:
         """Create a READY task; an empty ``task_id`` lets the server generate one.
 
         ``retry_policy`` sets how often it is tried (unset fields: the queue's, else the
-        server's defaults); ``not_before`` keeps it DELAYED until then.
+        server's defaults); ``not_before`` keeps it DELAYED until then; past
+        ``schedule_to_close`` from now it is FAILED (TIMED_OUT) whatever runs.
 
         Retried on transport errors only with an explicit id or an ``idempotency_key`` (a
         retry with neither could create a second task; with a key the server answers a retry
@@ -215,6 +217,8 @@ class WorkerClient:
             request.retry_policy.CopyFrom(retry_policy.to_proto())
         if not_before is not None:
             request.not_before.FromDatetime(not_before)
+        if schedule_to_close is not None:
+            request.schedule_to_close.FromTimedelta(schedule_to_close)
         try:
             response = self._rpc.call(
                 self._rpc.tasks.CreateTask,

@@ -359,6 +359,8 @@ class TaskInfo:
     next_eligible_at: datetime | None = None
     last_error: str = ""
     dead_letter_reason: DeadLetterReason = DeadLetterReason.NONE
+    # created_at + schedule_to_close, if it has one.
+    deadline: datetime | None = None
 
     @classmethod
     def from_proto(cls, msg: types_pb2.Task, attempts: tuple[types_pb2.Attempt, ...] = ()) -> Self:
@@ -391,4 +393,5 @@ class TaskInfo:
             next_eligible_at=timestamp(msg.next_eligible_at),
             last_error=msg.last_error,
             dead_letter_reason=DeadLetterReason(msg.dead_letter_reason),
+            deadline=timestamp(msg.deadline),
         )

@@ -119,6 +119,7 @@ def task_spec(
     depends_on: tuple[str, ...] = (),
     retry: tuple[tuple[str, Any], ...] = (),
     not_before: float = 0.0,
+    schedule_to_close: float = 0.0,
 ) -> TaskSpec:
     """The store's TaskSpec for a validated CreateTaskRequest (thread key normalized)."""
     return TaskSpec(
@@ -135,6 +136,7 @@ def task_spec(
         depends_on=depends_on,
         retry=retry,
         not_before=not_before,
+        schedule_to_close=schedule_to_close,
     )
 
 

@@ -76,6 +76,22 @@ def not_before(value: Timestamp, *, present: bool, now: float) -> float:
     return at
 
 
+MAX_SCHEDULE_TO_CLOSE = 365 * 86400.0
+
+
+def schedule_to_close(value: Duration, *, present: bool) -> float:
+    """A task's deadline from its creation, 1 s to 365 days (0: none)."""
+    if not present:
+        return 0.0
+    seconds = value.ToNanoseconds() / 1e9
+    if not 1 <= seconds <= MAX_SCHEDULE_TO_CLOSE:
+        raise InvalidArgument(
+            f"schedule_to_close must be 1 s to {MAX_SCHEDULE_TO_CLOSE:.0f} s (365 days), "
+            f"got {seconds:g} s"
+        )
+    return seconds
+
+
 def policy_to_proto(task: TaskRecord) -> types_pb2.RetryPolicy:
     """The task's resolved retry policy on the wire (every field set)."""
     policy = policy_of(task)
@@ -97,3 +113,5 @@ def fill_queue_fields(message: types_pb2.Task, task: TaskRecord) -> None:
     message.last_error = task.last_error
     message.dead_letter_reason = types_pb2.DeadLetterReason.ValueType(int(task.dead_letter_reason))
     message.attempts_counted = attempts_counted(task)
+    if task.deadline:
+        message.deadline.FromNanoseconds(round(task.deadline * 1e9))

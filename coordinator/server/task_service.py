@@ -57,6 +57,9 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         not_before = queue_wire.not_before(
             request.not_before, present=request.HasField("not_before"), now=time.time()
         )
+        deadline = queue_wire.schedule_to_close(
+            request.schedule_to_close, present=request.HasField("schedule_to_close")
+        )
         principal = principal_of(context)
         spec = convert.task_spec(
             request,
@@ -66,6 +69,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
             depends_on=depends_on,
             retry=retry,
             not_before=not_before,
+            schedule_to_close=deadline,
         )
         task = self._store.tasks.create(spec, by=principal)
         with bound(task_id=task.task_id, principal=principal):

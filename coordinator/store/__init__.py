@@ -18,6 +18,7 @@ from coordinator.store.claim_gates import ApprovalGate, ReconcileGate
 from coordinator.store.claims import ClaimStore
 from coordinator.store.context import StoreContext
 from coordinator.store.dead_letters import DeadLetters
+from coordinator.store.deadlines import Deadlines
 from coordinator.store.dependencies import DependencyStore
 from coordinator.store.effects import EffectStore
 from coordinator.store.etcd import EtcdKV
@@ -57,6 +58,7 @@ class Store:
     acceptance: AcceptancePoints
     failures: Failures
     dead_letters: DeadLetters
+    deadlines: Deadlines
     promoter: Promoter
     admin: AdminStore
     reclaimer: Reclaimer
@@ -87,6 +89,7 @@ class Store:
             kv, keys or Keyspace(), limits or ClaimLimits(), clock or SystemClock(), ClaimLeases(kv)
         )
         ready = ReadyIndex(ctx)
+        deadlines = Deadlines(ctx)
         dependencies = DependencyStore(ctx, ready)
         held = HeldClaims()
         acceptance = AcceptancePoints(ctx, ready, held)
@@ -101,7 +104,8 @@ class Store:
             acceptance=acceptance,
             failures=Failures(ctx, ready, held, acceptance),
             dead_letters=DeadLetters(ctx, ready),
-            promoter=Promoter(ctx, ready, interval=promote_interval),
+            deadlines=deadlines,
+            promoter=Promoter(ctx, ready, deadlines, interval=promote_interval),
             admin=AdminStore(ctx),
             reclaimer=Reclaimer(ctx, ready, scan_interval=scan_interval),
             dependencies=dependencies,

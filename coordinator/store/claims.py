@@ -308,7 +308,12 @@ class ClaimStore:
             current_epoch=epoch_from_kv(snap.range_one(2)),
             paused=snap.range_one(3) is not None,
         )
-        if verdict.accepted and task.state is TaskState.CLAIMED:
+        if verdict.accepted and task.deadline and self._ctx.clock.now() >= task.deadline:
+            # Past schedule_to_close: the deadline pass is about to fail it; start nothing.
+            verdict = Verdict(
+                Outcome.NOT_CLAIMABLE, message="the task's schedule_to_close deadline passed"
+            )
+        elif verdict.accepted and task.state is TaskState.CLAIMED:
             # A takeover ends the expired attempt: the retry policy must allow the next now.
             why = refuse_takeover(task, self._ctx.clock.now())
             if why:

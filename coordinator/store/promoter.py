@@ -17,6 +17,7 @@ import structlog
 from coordinator import metrics
 from coordinator.domain.states import Op, TaskState
 from coordinator.store.context import StoreContext, task_from_kv
+from coordinator.store.deadlines import Deadlines
 from coordinator.store.etcd import get
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
@@ -30,11 +31,15 @@ _PAGE = 64
 
 
 class Promoter:
-    """A thread that promotes due DELAYED tasks every ``interval`` seconds."""
+    """A thread that promotes due DELAYED tasks (and times out tasks past their deadline) every
+    ``interval`` seconds."""
 
-    def __init__(self, ctx: StoreContext, ready: ReadyIndex, *, interval: float) -> None:
+    def __init__(
+        self, ctx: StoreContext, ready: ReadyIndex, deadlines: Deadlines, *, interval: float
+    ) -> None:
         self._ctx = ctx
         self._ready = ready
+        self._deadlines = deadlines
         self._interval = interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -85,8 +90,11 @@ class Promoter:
         return moved
 
     def _loop(self) -> None:
+        # The same thread times out tasks past their deadline (store/deadlines.py): both are
+        # "a range of an index sorted by time, up to now", read at the same cadence.
         while not self._stop.wait(self._interval):
-            try:
-                self.promote_due()
-            except Exception as exc:  # etcd away: the next pass tries again
-                log.warning("promotion pass failed", error=str(exc))
+            for work in (self._deadlines.time_out_due, self.promote_due):
+                try:
+                    work()
+                except Exception as exc:  # etcd away: the next pass tries again
+                    log.warning("due-work pass failed", work=work.__name__, error=str(exc))

@@ -86,6 +86,7 @@ class TaskStore:
                 ready_seq=ready_seq(now) if state is TaskState.READY else 0,
                 ready_at=now if state is TaskState.READY else 0.0,
                 not_before=spec.not_before if delayed else 0.0,
+                deadline=now + spec.schedule_to_close if spec.schedule_to_close else 0.0,
                 **policy_fields(policy),
             )
             detail = edges_detail(depends_on) if depends_on else ""

@@ -12,7 +12,7 @@ from typing import Any
 
 from coordinator import request_ids
 from coordinator.domain.records import AttemptRecord, EventRecord, TaskRecord, encode
-from coordinator.domain.states import AttemptEnd, Op, TaskState, next_state
+from coordinator.domain.states import UNCOMMITTED_STATES, AttemptEnd, Op, TaskState, next_state
 from coordinator.store.context import StoreContext, attempt_from_kv
 from coordinator.store.etcd import (
     Compare,
@@ -83,6 +83,13 @@ def transition_ops(
         ops.append(delete(old_delayed))
     if new_delayed is not None and new_delayed != old_delayed:
         ops.append(put(new_delayed, b""))
+    # The deadline index lets the enforcer read only the tasks whose deadline passed.
+    old_deadline = _deadline_key(ctx, before) if before is not None else None
+    new_deadline = _deadline_key(ctx, after)
+    if old_deadline is not None and old_deadline != new_deadline:
+        ops.append(delete(old_deadline))
+    if new_deadline is not None and new_deadline != old_deadline:
+        ops.append(put(new_deadline, b""))
     if was is TaskState.CLAIMED and after.state is not TaskState.CLAIMED:
         ops.append(delete(keys.claimed(after.task_id)))
     if after.state is TaskState.CLAIMED:
@@ -114,6 +121,12 @@ def _ready_key(ctx: StoreContext, task: TaskRecord) -> str | None:
     if task.state is not TaskState.READY:
         return None
     return ctx.keys.ready(task.queue, task.priority, task.ready_seq, task.task_id)
+
+
+def _deadline_key(ctx: StoreContext, task: TaskRecord) -> str | None:
+    if not task.deadline or task.state not in UNCOMMITTED_STATES:
+        return None
+    return ctx.keys.deadline(task.deadline, task.task_id)
 
 
 def _delayed_key(ctx: StoreContext, task: TaskRecord) -> str | None:

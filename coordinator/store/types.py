@@ -32,6 +32,8 @@ class TaskSpec:
     retry: tuple[tuple[str, Any], ...] = ()
     # Not handed out before this time (epoch seconds; 0: at once).
     not_before: float = 0.0
+    # Seconds from creation after which the task is FAILED (TIMED_OUT) whatever runs (0: none).
+    schedule_to_close: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -22,63 +22,64 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from coordinator.v1 import types_pb2 as coordinator_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63oordinator/v1/tasks.proto\x12\x0e\x63oordinator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1a\x63oordinator/v1/types.proto\"\xd4\x02\n\x11\x43reateTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\r\n\x05input\x18\x04 \x01(\x0c\x12\x14\n\x0cinput_digest\x18\x05 \x01(\t\x12\x17\n\x0frequires_review\x18\x06 \x01(\x08\x12\x16\n\x0enon_replayable\x18\x07 \x01(\x08\x12\x14\n\x0croot_task_id\x18\x08 \x01(\t\x12\x16\n\x0eparent_task_id\x18\t \x01(\t\x12\x12\n\nthread_key\x18\n \x01(\t\x12\x12\n\ndepends_on\x18\x0b \x03(\t\x12\x31\n\x0cretry_policy\x18\x0c \x01(\x0b\x32\x1b.coordinator.v1.RetryPolicy\x12.\n\nnot_before\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"8\n\x12\x43reateTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"!\n\x0eGetTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"w\n\x0fGetTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\x12)\n\x08\x61ttempts\x18\x02 \x03(\x0b\x32\x17.coordinator.v1.Attempt\x12\x15\n\rattempt_count\x18\x03 \x01(\x05\"M\n\x13ListAttemptsRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"Z\n\x14ListAttemptsResponse\x12)\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x17.coordinator.v1.Attempt\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xb4\x01\n\x10ListTasksRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12(\n\x05state\x18\x02 \x01(\x0e\x32\x19.coordinator.v1.TaskState\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x14\n\x0croot_task_id\x18\x05 \x01(\t\x12\x16\n\x0eparent_task_id\x18\x06 \x01(\t\x12\x12\n\nthread_key\x18\x07 \x01(\t\"Q\n\x11ListTasksResponse\x12#\n\x05tasks\x18\x01 \x03(\x0b\x32\x14.coordinator.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"4\n\x11\x43\x61ncelTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"8\n\x12\x43\x61ncelTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"e\n\x12UpdateInputRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\r\n\x05input\x18\x02 \x01(\x0c\x12\x14\n\x0cinput_digest\x18\x03 \x01(\t\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x03\"9\n\x13UpdateInputResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"3\n\x10RetryTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"7\n\x11RetryTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"2\n\rAcceptRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\"4\n\x0e\x41\x63\x63\x65ptResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"B\n\rRejectRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\"4\n\x0eRejectResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"]\n\x16SetDependenciesRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x12\n\ndepends_on\x18\x02 \x03(\t\x12\x1e\n\x16\x65xpected_state_version\x18\x03 \x01(\x03\"=\n\x17SetDependenciesResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"\xac\x01\n\x12WatchEventsRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x14\n\x0croot_task_id\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x0b\n\x03ops\x18\x04 \x03(\t\x12\x15\n\rfrom_revision\x18\x05 \x01(\x03\x12\x0e\n\x06\x66ollow\x18\x06 \x01(\x08\x12,\n\x05\x61\x66ter\x18\x07 \x01(\x0b\x32\x1d.coordinator.v1.EventPosition\"N\n\rEventPosition\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x1a\n\x12prev_state_version\x18\x03 \x01(\x03\"\x82\x03\n\tTaskEvent\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\n\n\x02op\x18\x03 \x01(\t\x12-\n\nfrom_state\x18\x04 \x01(\x0e\x32\x19.coordinator.v1.TaskState\x12+\n\x08to_state\x18\x05 \x01(\x0e\x32\x19.coordinator.v1.TaskState\x12\n\n\x02\x62y\x18\x06 \x01(\t\x12\x12\n\nattempt_id\x18\x07 \x01(\t\x12\x18\n\x10\x63laim_generation\x18\x08 \x01(\x03\x12\x17\n\x0fscheduler_epoch\x18\t \x01(\x03\x12&\n\x02\x61t\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06\x64\x65tail\x18\x0b \x01(\t\x12\x1a\n\x12prev_state_version\x18\x0c \x01(\x03\x12\x12\n\nrequest_id\x18\r \x01(\t\x12/\n\x08position\x18\x0e \x01(\x0b\x32\x1d.coordinator.v1.EventPosition2\xa0\x07\n\x0bTaskService\x12S\n\nCreateTask\x12!.coordinator.v1.CreateTaskRequest\x1a\".coordinator.v1.CreateTaskResponse\x12J\n\x07GetTask\x12\x1e.coordinator.v1.GetTaskRequest\x1a\x1f.coordinator.v1.GetTaskResponse\x12Y\n\x0cListAttempts\x12#.coordinator.v1.ListAttemptsRequest\x1a$.coordinator.v1.ListAttemptsResponse\x12P\n\tListTasks\x12 .coordinator.v1.ListTasksRequest\x1a!.coordinator.v1.ListTasksResponse\x12S\n\nCancelTask\x12!.coordinator.v1.CancelTaskRequest\x1a\".coordinator.v1.CancelTaskResponse\x12V\n\x0bUpdateInput\x12\".coordinator.v1.UpdateInputRequest\x1a#.coordinator.v1.UpdateInputResponse\x12P\n\tRetryTask\x12 .coordinator.v1.RetryTaskRequest\x1a!.coordinator.v1.RetryTaskResponse\x12G\n\x06\x41\x63\x63\x65pt\x12\x1d.coordinator.v1.AcceptRequest\x1a\x1e.coordinator.v1.AcceptResponse\x12G\n\x06Reject\x12\x1d.coordinator.v1.RejectRequest\x1a\x1e.coordinator.v1.RejectResponse\x12\x62\n\x0fSetDependencies\x12&.coordinator.v1.SetDependenciesRequest\x1a\'.coordinator.v1.SetDependenciesResponse\x12N\n\x0bWatchEvents\x12\".coordinator.v1.WatchEventsRequest\x1a\x19.coordinator.v1.TaskEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63oordinator/v1/tasks.proto\x12\x0e\x63oordinator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1a\x63oordinator/v1/types.proto\"\x8a\x03\n\x11\x43reateTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\r\n\x05input\x18\x04 \x01(\x0c\x12\x14\n\x0cinput_digest\x18\x05 \x01(\t\x12\x17\n\x0frequires_review\x18\x06 \x01(\x08\x12\x16\n\x0enon_replayable\x18\x07 \x01(\x08\x12\x14\n\x0croot_task_id\x18\x08 \x01(\t\x12\x16\n\x0eparent_task_id\x18\t \x01(\t\x12\x12\n\nthread_key\x18\n \x01(\t\x12\x12\n\ndepends_on\x18\x0b \x03(\t\x12\x31\n\x0cretry_policy\x18\x0c \x01(\x0b\x32\x1b.coordinator.v1.RetryPolicy\x12.\n\nnot_before\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x11schedule_to_close\x18\x0e \x01(\x0b\x32\x19.google.protobuf.Duration\"8\n\x12\x43reateTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"!\n\x0eGetTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"w\n\x0fGetTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\x12)\n\x08\x61ttempts\x18\x02 \x03(\x0b\x32\x17.coordinator.v1.Attempt\x12\x15\n\rattempt_count\x18\x03 \x01(\x05\"M\n\x13ListAttemptsRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"Z\n\x14ListAttemptsResponse\x12)\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x17.coordinator.v1.Attempt\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xb4\x01\n\x10ListTasksRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12(\n\x05state\x18\x02 \x01(\x0e\x32\x19.coordinator.v1.TaskState\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x14\n\x0croot_task_id\x18\x05 \x01(\t\x12\x16\n\x0eparent_task_id\x18\x06 \x01(\t\x12\x12\n\nthread_key\x18\x07 \x01(\t\"Q\n\x11ListTasksResponse\x12#\n\x05tasks\x18\x01 \x03(\x0b\x32\x14.coordinator.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"4\n\x11\x43\x61ncelTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"8\n\x12\x43\x61ncelTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"e\n\x12UpdateInputRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\r\n\x05input\x18\x02 \x01(\x0c\x12\x14\n\x0cinput_digest\x18\x03 \x01(\t\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x03\"9\n\x13UpdateInputResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"3\n\x10RetryTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"7\n\x11RetryTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"2\n\rAcceptRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\"4\n\x0e\x41\x63\x63\x65ptResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"B\n\rRejectRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\"4\n\x0eRejectResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"]\n\x16SetDependenciesRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x12\n\ndepends_on\x18\x02 \x03(\t\x12\x1e\n\x16\x65xpected_state_version\x18\x03 \x01(\x03\"=\n\x17SetDependenciesResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"\xac\x01\n\x12WatchEventsRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x14\n\x0croot_task_id\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x0b\n\x03ops\x18\x04 \x03(\t\x12\x15\n\rfrom_revision\x18\x05 \x01(\x03\x12\x0e\n\x06\x66ollow\x18\x06 \x01(\x08\x12,\n\x05\x61\x66ter\x18\x07 \x01(\x0b\x32\x1d.coordinator.v1.EventPosition\"N\n\rEventPosition\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x1a\n\x12prev_state_version\x18\x03 \x01(\x03\"\x82\x03\n\tTaskEvent\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\n\n\x02op\x18\x03 \x01(\t\x12-\n\nfrom_state\x18\x04 \x01(\x0e\x32\x19.coordinator.v1.TaskState\x12+\n\x08to_state\x18\x05 \x01(\x0e\x32\x19.coordinator.v1.TaskState\x12\n\n\x02\x62y\x18\x06 \x01(\t\x12\x12\n\nattempt_id\x18\x07 \x01(\t\x12\x18\n\x10\x63laim_generation\x18\x08 \x01(\x03\x12\x17\n\x0fscheduler_epoch\x18\t \x01(\x03\x12&\n\x02\x61t\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06\x64\x65tail\x18\x0b \x01(\t\x12\x1a\n\x12prev_state_version\x18\x0c \x01(\x03\x12\x12\n\nrequest_id\x18\r \x01(\t\x12/\n\x08position\x18\x0e \x01(\x0b\x32\x1d.coordinator.v1.EventPosition2\xa0\x07\n\x0bTaskService\x12S\n\nCreateTask\x12!.coordinator.v1.CreateTaskRequest\x1a\".coordinator.v1.CreateTaskResponse\x12J\n\x07GetTask\x12\x1e.coordinator.v1.GetTaskRequest\x1a\x1f.coordinator.v1.GetTaskResponse\x12Y\n\x0cListAttempts\x12#.coordinator.v1.ListAttemptsRequest\x1a$.coordinator.v1.ListAttemptsResponse\x12P\n\tListTasks\x12 .coordinator.v1.ListTasksRequest\x1a!.coordinator.v1.ListTasksResponse\x12S\n\nCancelTask\x12!.coordinator.v1.CancelTaskRequest\x1a\".coordinator.v1.CancelTaskResponse\x12V\n\x0bUpdateInput\x12\".coordinator.v1.UpdateInputRequest\x1a#.coordinator.v1.UpdateInputResponse\x12P\n\tRetryTask\x12 .coordinator.v1.RetryTaskRequest\x1a!.coordinator.v1.RetryTaskResponse\x12G\n\x06\x41\x63\x63\x65pt\x12\x1d.coordinator.v1.AcceptRequest\x1a\x1e.coordinator.v1.AcceptResponse\x12G\n\x06Reject\x12\x1d.coordinator.v1.RejectRequest\x1a\x1e.coordinator.v1.RejectResponse\x12\x62\n\x0fSetDependencies\x12&.coordinator.v1.SetDependenciesRequest\x1a\'.coordinator.v1.SetDependenciesResponse\x12N\n\x0bWatchEvents\x12\".coordinator.v1.WatchEventsRequest\x1a\x19.coordinator.v1.TaskEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'coordinator.v1.tasks_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CREATETASKREQUEST']._serialized_start=108
-  _globals['_CREATETASKREQUEST']._serialized_end=448
-  _globals['_CREATETASKRESPONSE']._serialized_start=450
-  _globals['_CREATETASKRESPONSE']._serialized_end=506
-  _globals['_GETTASKREQUEST']._serialized_start=508
-  _globals['_GETTASKREQUEST']._serialized_end=541
-  _globals['_GETTASKRESPONSE']._serialized_start=543
-  _globals['_GETTASKRESPONSE']._serialized_end=662
-  _globals['_LISTATTEMPTSREQUEST']._serialized_start=664
-  _globals['_LISTATTEMPTSREQUEST']._serialized_end=741
-  _globals['_LISTATTEMPTSRESPONSE']._serialized_start=743
-  _globals['_LISTATTEMPTSRESPONSE']._serialized_end=833
-  _globals['_LISTTASKSREQUEST']._serialized_start=836
-  _globals['_LISTTASKSREQUEST']._serialized_end=1016
-  _globals['_LISTTASKSRESPONSE']._serialized_start=1018
-  _globals['_LISTTASKSRESPONSE']._serialized_end=1099
-  _globals['_CANCELTASKREQUEST']._serialized_start=1101
-  _globals['_CANCELTASKREQUEST']._serialized_end=1153
-  _globals['_CANCELTASKRESPONSE']._serialized_start=1155
-  _globals['_CANCELTASKRESPONSE']._serialized_end=1211
-  _globals['_UPDATEINPUTREQUEST']._serialized_start=1213
-  _globals['_UPDATEINPUTREQUEST']._serialized_end=1314
-  _globals['_UPDATEINPUTRESPONSE']._serialized_start=1316
-  _globals['_UPDATEINPUTRESPONSE']._serialized_end=1373
-  _globals['_RETRYTASKREQUEST']._serialized_start=1375
-  _globals['_RETRYTASKREQUEST']._serialized_end=1426
-  _globals['_RETRYTASKRESPONSE']._serialized_start=1428
-  _globals['_RETRYTASKRESPONSE']._serialized_end=1483
-  _globals['_ACCEPTREQUEST']._serialized_start=1485
-  _globals['_ACCEPTREQUEST']._serialized_end=1535
-  _globals['_ACCEPTRESPONSE']._serialized_start=1537
-  _globals['_ACCEPTRESPONSE']._serialized_end=1589
-  _globals['_REJECTREQUEST']._serialized_start=1591
-  _globals['_REJECTREQUEST']._serialized_end=1657
-  _globals['_REJECTRESPONSE']._serialized_start=1659
-  _globals['_REJECTRESPONSE']._serialized_end=1711
-  _globals['_SETDEPENDENCIESREQUEST']._serialized_start=1713
-  _globals['_SETDEPENDENCIESREQUEST']._serialized_end=1806
-  _globals['_SETDEPENDENCIESRESPONSE']._serialized_start=1808
-  _globals['_SETDEPENDENCIESRESPONSE']._serialized_end=1869
-  _globals['_WATCHEVENTSREQUEST']._serialized_start=1872
-  _globals['_WATCHEVENTSREQUEST']._serialized_end=2044
-  _globals['_EVENTPOSITION']._serialized_start=2046
-  _globals['_EVENTPOSITION']._serialized_end=2124
-  _globals['_TASKEVENT']._serialized_start=2127
-  _globals['_TASKEVENT']._serialized_end=2513
-  _globals['_TASKSERVICE']._serialized_start=2516
-  _globals['_TASKSERVICE']._serialized_end=3444
+  _globals['_CREATETASKREQUEST']._serialized_start=140
+  _globals['_CREATETASKREQUEST']._serialized_end=534
+  _globals['_CREATETASKRESPONSE']._serialized_start=536
+  _globals['_CREATETASKRESPONSE']._serialized_end=592
+  _globals['_GETTASKREQUEST']._serialized_start=594
+  _globals['_GETTASKREQUEST']._serialized_end=627
+  _globals['_GETTASKRESPONSE']._serialized_start=629
+  _globals['_GETTASKRESPONSE']._serialized_end=748
+  _globals['_LISTATTEMPTSREQUEST']._serialized_start=750
+  _globals['_LISTATTEMPTSREQUEST']._serialized_end=827
+  _globals['_LISTATTEMPTSRESPONSE']._serialized_start=829
+  _globals['_LISTATTEMPTSRESPONSE']._serialized_end=919
+  _globals['_LISTTASKSREQUEST']._serialized_start=922
+  _globals['_LISTTASKSREQUEST']._serialized_end=1102
+  _globals['_LISTTASKSRESPONSE']._serialized_start=1104
+  _globals['_LISTTASKSRESPONSE']._serialized_end=1185
+  _globals['_CANCELTASKREQUEST']._serialized_start=1187
+  _globals['_CANCELTASKREQUEST']._serialized_end=1239
+  _globals['_CANCELTASKRESPONSE']._serialized_start=1241
+  _globals['_CANCELTASKRESPONSE']._serialized_end=1297
+  _globals['_UPDATEINPUTREQUEST']._serialized_start=1299
+  _globals['_UPDATEINPUTREQUEST']._serialized_end=1400
+  _globals['_UPDATEINPUTRESPONSE']._serialized_start=1402
+  _globals['_UPDATEINPUTRESPONSE']._serialized_end=1459
+  _globals['_RETRYTASKREQUEST']._serialized_start=1461
+  _globals['_RETRYTASKREQUEST']._serialized_end=1512
+  _globals['_RETRYTASKRESPONSE']._serialized_start=1514
+  _globals['_RETRYTASKRESPONSE']._serialized_end=1569
+  _globals['_ACCEPTREQUEST']._serialized_start=1571
+  _globals['_ACCEPTREQUEST']._serialized_end=1621
+  _globals['_ACCEPTRESPONSE']._serialized_start=1623
+  _globals['_ACCEPTRESPONSE']._serialized_end=1675
+  _globals['_REJECTREQUEST']._serialized_start=1677
+  _globals['_REJECTREQUEST']._serialized_end=1743
+  _globals['_REJECTRESPONSE']._serialized_start=1745
+  _globals['_REJECTRESPONSE']._serialized_end=1797
+  _globals['_SETDEPENDENCIESREQUEST']._serialized_start=1799
+  _globals['_SETDEPENDENCIESREQUEST']._serialized_end=1892
+  _globals['_SETDEPENDENCIESRESPONSE']._serialized_start=1894
+  _globals['_SETDEPENDENCIESRESPONSE']._serialized_end=1955
+  _globals['_WATCHEVENTSREQUEST']._serialized_start=1958
+  _globals['_WATCHEVENTSREQUEST']._serialized_end=2130
+  _globals['_EVENTPOSITION']._serialized_start=2132
+  _globals['_EVENTPOSITION']._serialized_end=2210
+  _globals['_TASKEVENT']._serialized_start=2213
+  _globals['_TASKEVENT']._serialized_end=2599
+  _globals['_TASKSERVICE']._serialized_start=2602
+  _globals['_TASKSERVICE']._serialized_end=3530
 # @@protoc_insertion_point(module_scope)

@@ -15,6 +15,7 @@ idempotency TTL (default 24 h).
 from collections import abc as _abc
 from coordinator.v1 import types_pb2 as _types_pb2
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -46,6 +47,7 @@ class CreateTaskRequest(_message.Message):
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
     RETRY_POLICY_FIELD_NUMBER: _builtins.int
     NOT_BEFORE_FIELD_NUMBER: _builtins.int
+    SCHEDULE_TO_CLOSE_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     """1-128 characters of [A-Za-z0-9._:-], not "." or ".."; generated when empty."""
     queue: _builtins.str
@@ -82,6 +84,14 @@ class CreateTaskRequest(_message.Message):
         ahead). Not together with depends_on.
         """
 
+    @_builtins.property
+    def schedule_to_close(self) -> _duration_pb2.Duration:
+        """Optional: the longest the task may take from its creation, across every attempt (1 s to
+        365 days). Past it the task moves to FAILED (DEAD_LETTER_REASON_TIMED_OUT) whatever state
+        it waits in; a running attempt is ended (ATTEMPT_END_TIMED_OUT) and its holder's next call
+        is answered OUTCOME_TIMED_OUT.
+        """
+
     def __init__(
         self,
         *,
@@ -98,10 +108,11 @@ class CreateTaskRequest(_message.Message):
         depends_on: _abc.Iterable[_builtins.str] | None = ...,
         retry_policy: _types_pb2.RetryPolicy | None = ...,
         not_before: _timestamp_pb2.Timestamp | None = ...,
+        schedule_to_close: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["not_before", b"not_before", "retry_policy", b"retry_policy"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["not_before", b"not_before", "retry_policy", b"retry_policy", "schedule_to_close", b"schedule_to_close"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["depends_on", b"depends_on", "input", b"input", "input_digest", b"input_digest", "non_replayable", b"non_replayable", "not_before", b"not_before", "parent_task_id", b"parent_task_id", "priority", b"priority", "queue", b"queue", "requires_review", b"requires_review", "retry_policy", b"retry_policy", "root_task_id", b"root_task_id", "task_id", b"task_id", "thread_key", b"thread_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["depends_on", b"depends_on", "input", b"input", "input_digest", b"input_digest", "non_replayable", b"non_replayable", "not_before", b"not_before", "parent_task_id", b"parent_task_id", "priority", b"priority", "queue", b"queue", "requires_review", b"requires_review", "retry_policy", b"retry_policy", "root_task_id", b"root_task_id", "schedule_to_close", b"schedule_to_close", "task_id", b"task_id", "thread_key", b"thread_key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

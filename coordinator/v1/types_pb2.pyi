@@ -167,6 +167,10 @@ class _OutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Outcome.Value
     owner or an admin resolves it (ResolveEffect) or it escalates to NEEDS_APPROVAL at its
     deadline. ClaimNext skips such a task. No credential, nothing written.
     """
+    OUTCOME_TIMED_OUT: _Outcome.ValueType  # 17
+    """The task's schedule_to_close deadline passed: it is FAILED (DEAD_LETTER_REASON_TIMED_OUT)
+    and this attempt was ended; stop working on it. Nothing was written.
+    """
 
 class Outcome(_Outcome, metaclass=_OutcomeEnumTypeWrapper):
     """The typed result of a worker-side call. Business outcomes are results, never errors."""
@@ -214,6 +218,10 @@ OUTCOME_RECONCILING: Outcome.ValueType  # 16
 principal, or the one takeover it allows was used): the task is not handed out until the
 owner or an admin resolves it (ResolveEffect) or it escalates to NEEDS_APPROVAL at its
 deadline. ClaimNext skips such a task. No credential, nothing written.
+"""
+OUTCOME_TIMED_OUT: Outcome.ValueType  # 17
+"""The task's schedule_to_close deadline passed: it is FAILED (DEAD_LETTER_REASON_TIMED_OUT)
+and this attempt was ended; stop working on it. Nothing was written.
 """
 Global___Outcome: _TypeAlias = Outcome  # noqa: Y015
 
@@ -276,6 +284,8 @@ class _AttemptEndEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AttemptEnd
     """The task's input changed while it ran."""
     ATTEMPT_END_FAILED: _AttemptEnd.ValueType  # 6
     """Its holder reported a failure (WorkerService.Fail); the attempt carries the error."""
+    ATTEMPT_END_TIMED_OUT: _AttemptEnd.ValueType  # 7
+    """The task's schedule_to_close deadline passed while it ran."""
 
 class AttemptEnd(_AttemptEnd, metaclass=_AttemptEndEnumTypeWrapper):
     """How an attempt ended."""
@@ -291,6 +301,8 @@ ATTEMPT_END_STALE_INPUT: AttemptEnd.ValueType  # 5
 """The task's input changed while it ran."""
 ATTEMPT_END_FAILED: AttemptEnd.ValueType  # 6
 """Its holder reported a failure (WorkerService.Fail); the attempt carries the error."""
+ATTEMPT_END_TIMED_OUT: AttemptEnd.ValueType  # 7
+"""The task's schedule_to_close deadline passed while it ran."""
 Global___AttemptEnd: _TypeAlias = AttemptEnd  # noqa: Y015
 
 class _EffectState:
@@ -480,6 +492,7 @@ class Task(_message.Message):
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_REASON_FIELD_NUMBER: _builtins.int
     ATTEMPTS_COUNTED_FIELD_NUMBER: _builtins.int
+    DEADLINE_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     revision: _builtins.int
     """Business revision: bumped by an input change (and by a review rejection)."""
@@ -531,6 +544,10 @@ class Task(_message.Message):
     def next_eligible_at(self) -> _timestamp_pb2.Timestamp:
         """While DELAYED: when it becomes READY."""
 
+    @_builtins.property
+    def deadline(self) -> _timestamp_pb2.Timestamp:
+        """created_at + schedule_to_close: past it the task is FAILED (TIMED_OUT) whatever runs."""
+
     def __init__(
         self,
         *,
@@ -563,10 +580,11 @@ class Task(_message.Message):
         last_error: _builtins.str = ...,
         dead_letter_reason: Global___DeadLetterReason.ValueType = ...,
         attempts_counted: _builtins.int = ...,
+        deadline: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "next_eligible_at", b"next_eligible_at", "retry_policy", b"retry_policy", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline", b"deadline", "next_eligible_at", b"next_eligible_at", "retry_policy", b"retry_policy", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_id", b"attempt_id", "attempts_counted", b"attempts_counted", "cancel_generation", b"cancel_generation", "claim_generation", b"claim_generation", "created_at", b"created_at", "dead_letter_reason", b"dead_letter_reason", "depends_on", b"depends_on", "input", b"input", "input_digest", b"input_digest", "last_error", b"last_error", "next_eligible_at", b"next_eligible_at", "non_replayable", b"non_replayable", "owner_id", b"owner_id", "parent_task_id", b"parent_task_id", "priority", b"priority", "queue", b"queue", "requires_review", b"requires_review", "result_commit_id", b"result_commit_id", "result_digest", b"result_digest", "retry_policy", b"retry_policy", "revision", b"revision", "root_task_id", b"root_task_id", "scheduler_epoch", b"scheduler_epoch", "state", b"state", "state_version", b"state_version", "task_id", b"task_id", "thread_key", b"thread_key", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_id", b"attempt_id", "attempts_counted", b"attempts_counted", "cancel_generation", b"cancel_generation", "claim_generation", b"claim_generation", "created_at", b"created_at", "dead_letter_reason", b"dead_letter_reason", "deadline", b"deadline", "depends_on", b"depends_on", "input", b"input", "input_digest", b"input_digest", "last_error", b"last_error", "next_eligible_at", b"next_eligible_at", "non_replayable", b"non_replayable", "owner_id", b"owner_id", "parent_task_id", b"parent_task_id", "priority", b"priority", "queue", b"queue", "requires_review", b"requires_review", "result_commit_id", b"result_commit_id", "result_digest", b"result_digest", "retry_policy", b"retry_policy", "revision", b"revision", "root_task_id", b"root_task_id", "scheduler_epoch", b"scheduler_epoch", "state", b"state", "state_version", b"state_version", "task_id", b"task_id", "thread_key", b"thread_key", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -12,7 +12,8 @@ and that fence.cancel_generation is the task's. The owner is always the authenti
 caller: a worker cannot renew, stage or commit another principal's attempt
 (PERMISSION_DENIED). Business outcomes come back as Outcome values, never as gRPC errors;
 gRPC errors mean bad input (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION,
-PERMISSION_DENIED) or an unavailable store (UNAVAILABLE), and write nothing.
+PERMISSION_DENIED) or an unavailable store (UNAVAILABLE), and write nothing. Any acceptance
+point of an attempt ended by the task's schedule_to_close deadline answers TIMED_OUT.
 """
 
 from collections import abc as _abc
