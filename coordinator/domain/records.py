@@ -125,6 +125,9 @@ class AttemptRecord:
     error_code: str = ""
     error_message: str = ""
     error_details: bytes = b""
+    # The holder's last checkpoint (RenewRequest.checkpoint), or the one it was handed by an
+    # earlier attempt of the same revision: the next attempt resumes from it.
+    checkpoint: bytes = b""
 
 
 @dataclass(frozen=True)

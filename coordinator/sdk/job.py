@@ -83,6 +83,8 @@ class _State:
     # The server's lease end as wire (seconds, nanos): a datetime only when someone reads it.
     lease_expires_at: tuple[int, int]
     progress: str = ""
+    # The latest checkpoint not yet accepted by a renewal (None: nothing new to send).
+    checkpoint: bytes | None = None
     renewals: int = 0
     lost: LostReason | None = None
     # "committed", "released" or "failed" once the caller ended the job; later losses are not
@@ -119,6 +121,8 @@ class Job:
         self.input = claim.input
         self.input_digest = claim.input_digest
         self.task_revision = claim.task_revision
+        # Where an earlier attempt of this task revision left the work (b"": start afresh).
+        self.previous_checkpoint = claim.checkpoint
         self.ttl = timedelta(seconds=max(claim.ttl_seconds, 1))
         # Wire (seconds, nanos), as the lease end below: most jobs never read either.
         deadline, lease = claim.claim_deadline, claim.lease_expires_at
@@ -224,6 +228,13 @@ class Job:
         """Record a progress marker; the next renewal sends the latest one. Never blocks."""
         with self._lock:
             self._state.progress = marker
+
+    def checkpoint(self, data: bytes) -> None:
+        """Record where the work stands (at most 64 KiB); the next renewal stores it with the
+        attempt, and a later attempt of the task revision starts with it as its
+        ``previous_checkpoint``. Never blocks; only the latest one is sent."""
+        with self._lock:
+            self._state.checkpoint = bytes(data)
 
     # --- acceptance points ----------------------------------------------------------------
 
@@ -458,9 +469,11 @@ class Job:
     def _renew_once(self, sent: float) -> bool:
         """One renewal; True if accepted. Marks the job lost when the answer says so."""
         with self._lock:
-            progress = self._state.progress
+            progress, checkpoint = self._state.progress, self._state.checkpoint
         budget = max(self.remaining().total_seconds(), _MIN_RENEW_TIMEOUT)
         request = worker_pb2.RenewRequest(fence=self.fence.to_proto(), progress=progress)
+        if checkpoint is not None:
+            request.checkpoint = checkpoint
         try:
             # No SDK retries here: this loop is the retry, and each try ends before the lease.
             response = self._rpc.call(
@@ -495,6 +508,8 @@ class Job:
             lease = response.lease_expires_at
             self._state.lease_expires_at = (lease.seconds, lease.nanos)
             self._state.renewals += 1
+            if self._state.checkpoint is checkpoint:  # sent and kept; nothing newer since
+                self._state.checkpoint = None
         return True
 
     # --- ending ---------------------------------------------------------------------------

@@ -160,6 +160,7 @@ def claim_response(result: ClaimResult) -> worker_pb2.ClaimResponse:
     _set_time(response.claim_deadline, result.deadline)
     response.input_digest = task.input_digest
     response.input = task.input
+    response.checkpoint = result.checkpoint
     return response
 
 

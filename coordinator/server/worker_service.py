@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 import grpc
 import structlog
 
+from coordinator.domain import validation
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.roles import Role
 from coordinator.domain.validation import non_negative, task_id
@@ -24,6 +25,9 @@ from coordinator.store import ClaimResult, Store
 from coordinator.v1 import worker_pb2, worker_pb2_grpc
 
 log = structlog.get_logger(__name__)
+
+MAX_CHECKPOINT_BYTES = 64 * 1024
+"""A checkpoint is kept with its attempt and handed to the next: bounded like any record."""
 
 
 class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
@@ -73,9 +77,16 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         """Keep the claim's lease alive, within the server's bounds."""
         fence = validate.fence(request.fence, present=request.HasField("fence"))
         progress = validate.text("progress", request.progress)
+        checkpoint = (
+            validation.max_bytes("checkpoint", request.checkpoint, MAX_CHECKPOINT_BYTES)
+            if request.HasField("checkpoint")
+            else None
+        )
         principal = principal_of(context)
         with _bound(fence, principal):
-            result = self._store.acceptance.renew(fence, principal=principal, progress=progress)
+            result = self._store.acceptance.renew(
+                fence, principal=principal, progress=progress, checkpoint=checkpoint
+            )
             _log_point("renew", result.verdict, ttl=result.ttl)
         return convert.renew_response(result)
 

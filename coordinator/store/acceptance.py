@@ -132,13 +132,18 @@ class AcceptancePoints:
             result=decode(ResultRecord, result_kv.value) if result_kv is not None else None,
         )
 
-    def renew(self, fence: Fence, *, principal: str, progress: str) -> RenewResult:
-        """Keep the claim's lease alive, within its bounds."""
-        result = self._renew(fence, principal=principal, progress=progress)
+    def renew(
+        self, fence: Fence, *, principal: str, progress: str, checkpoint: bytes | None = None
+    ) -> RenewResult:
+        """Keep the claim's lease alive, within its bounds; a ``checkpoint`` that differs from
+        the attempt's is written with the attempt in the same fenced txn."""
+        result = self._renew(fence, principal=principal, progress=progress, checkpoint=checkpoint)
         metrics.count_renewal(result.verdict.outcome)  # failure rate: not OK / all
         return result
 
-    def _renew(self, fence: Fence, *, principal: str, progress: str) -> RenewResult:
+    def _renew(
+        self, fence: Fence, *, principal: str, progress: str, checkpoint: bytes | None
+    ) -> RenewResult:
         ctx = self._ctx
         for _ in range(_RENEW_TRIES):
             view = self.view(fence)
@@ -157,6 +162,9 @@ class AcceptancePoints:
                 ops.append(
                     put(ctx.keys.claim(fence.task_id), encode(updated), lease=claim.lease_id)
                 )
+            if checkpoint is not None and checkpoint != view.attempt.checkpoint:
+                kept = replace(view.attempt, checkpoint=checkpoint)
+                ops.append(put(ctx.keys.attempt(fence.task_id, fence.attempt_id), encode(kept)))
             if not ctx.kv.txn(compares, ops).succeeded:
                 continue  # re-read: fenced meanwhile, or a concurrent renew moved the claim key
             ttl = ctx.kv.keepalive(claim.lease_id)

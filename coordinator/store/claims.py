@@ -115,6 +115,7 @@ def claim_write(
         scheduler_epoch=epoch,
         ttl=lease.ttl,
         started_at=now,
+        checkpoint=handed_checkpoint(read),
     )
     compares, ops = transition_ops(
         ctx, task, after, Op.CLAIM, by=principal, attempt_id=attempt_id, epoch=epoch
@@ -133,6 +134,16 @@ def claim_write(
         expired = replace(read.attempt, end=AttemptEnd.EXPIRED, ended_at=now)
         ops.append(put(keys.attempt(task.task_id, expired.attempt_id), encode(expired)))
     return ClaimWrite(after, claim, attempt, compares, ops)
+
+
+def handed_checkpoint(read: ClaimRead) -> bytes:
+    """The checkpoint a new attempt starts from: the previous attempt's, if it ran on the same
+    input (a checkpoint of another input is no place to resume from). The new attempt keeps it
+    until it writes its own, so an attempt that never checkpoints does not lose it."""
+    previous, task = read.attempt, read.task
+    if previous is None or previous.revision != task.revision:
+        return b""
+    return previous.checkpoint
 
 
 class ClaimStore:
@@ -257,6 +268,7 @@ class ClaimStore:
             lease_expires_at=now + lease.remaining,
             deadline=write.claim.deadline,
             lease_remaining=lease.remaining,
+            checkpoint=attempt.checkpoint,
         )
 
     def claim_next(self, queue: str, *, principal: str, epoch: int, ttl: int) -> ClaimResult:

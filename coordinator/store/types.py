@@ -49,6 +49,8 @@ class ClaimResult:
     deadline: float = 0.0
     # Seconds the lease had left when the claim was decided (a reused lease has less than ttl).
     lease_remaining: float = 0.0
+    # The last checkpoint an earlier attempt of this task revision left (b"": none).
+    checkpoint: bytes = b""
 
 
 @dataclass(frozen=True)

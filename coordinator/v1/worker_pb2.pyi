@@ -138,6 +138,7 @@ class ClaimResponse(_message.Message):
     TASK_REVISION_FIELD_NUMBER: _builtins.int
     STATE_VERSION_FIELD_NUMBER: _builtins.int
     LEASE_REMAINING_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
     outcome: _types_pb2.Outcome.ValueType
     reason: _types_pb2.FenceReason.ValueType
     message: _builtins.str
@@ -153,6 +154,10 @@ class ClaimResponse(_message.Message):
     task_revision: _builtins.int
     state_version: _builtins.int
     """The task's current state_version (useful after STALE_STATE_VERSION)."""
+    checkpoint: _builtins.bytes
+    """The last checkpoint an earlier attempt of this task revision left (RenewRequest.checkpoint),
+    to resume from; empty when none did.
+    """
     @_builtins.property
     def fence(self) -> _types_pb2.Fence:
         """Set only when outcome is CLAIMED."""
@@ -187,10 +192,11 @@ class ClaimResponse(_message.Message):
         task_revision: _builtins.int = ...,
         state_version: _builtins.int = ...,
         lease_remaining: _duration_pb2.Duration | None = ...,
+        checkpoint: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["claim_deadline", b"claim_deadline", "fence", b"fence", "lease_expires_at", b"lease_expires_at", "lease_remaining", b"lease_remaining"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "claim_deadline", b"claim_deadline", "fence", b"fence", "input", b"input", "input_digest", b"input_digest", "lease_expires_at", b"lease_expires_at", "lease_remaining", b"lease_remaining", "message", b"message", "outcome", b"outcome", "reason", b"reason", "state_version", b"state_version", "task_revision", b"task_revision", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "claim_deadline", b"claim_deadline", "fence", b"fence", "input", b"input", "input_digest", b"input_digest", "lease_expires_at", b"lease_expires_at", "lease_remaining", b"lease_remaining", "message", b"message", "outcome", b"outcome", "reason", b"reason", "state_version", b"state_version", "task_revision", b"task_revision", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -202,9 +208,15 @@ class RenewRequest(_message.Message):
 
     FENCE_FIELD_NUMBER: _builtins.int
     PROGRESS_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
     progress: _builtins.str
     """Opaque progress marker (a step counter, a checkpoint id). If it has not changed for
     stall_timeout, renewal is refused with STALLED.
+    """
+    checkpoint: _builtins.bytes
+    """Optional: where the work stands (at most 64 KiB), kept with the attempt, written in the
+    renewal's own fenced txn and only when it differs from the one kept. The next attempt's
+    claim of the same task revision receives the last one (ClaimResponse.checkpoint).
     """
     @_builtins.property
     def fence(self) -> _types_pb2.Fence: ...
@@ -213,12 +225,15 @@ class RenewRequest(_message.Message):
         *,
         fence: _types_pb2.Fence | None = ...,
         progress: _builtins.str = ...,
+        checkpoint: _builtins.bytes | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["fence", b"fence"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_checkpoint", b"_checkpoint", "checkpoint", b"checkpoint", "fence", b"fence"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fence", b"fence", "progress", b"progress"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_checkpoint", b"_checkpoint", "checkpoint", b"checkpoint", "fence", b"fence", "progress", b"progress"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__checkpoint: _TypeAlias = _typing.Literal["checkpoint"]  # noqa: Y015
+    _WhichOneofArgType__checkpoint: _TypeAlias = _typing.Literal["_checkpoint", b"_checkpoint"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__checkpoint) -> _WhichOneofReturnType__checkpoint | None: ...
 
 Global___RenewRequest: _TypeAlias = RenewRequest  # noqa: Y015
 
