@@ -81,6 +81,10 @@ class Config:
     """Long-lived calls one principal may hold open at once."""
     max_stream_age: float = 600.0
     """Seconds after which a stream is ended UNAVAILABLE; its caller resumes where it was."""
+    max_claim_wait: float = 20.0
+    """The longest a long-poll ClaimNext may wait for a task (seconds, at most 20)."""
+    max_claim_waiters: int = 16
+    """Long-poll ClaimNext calls that may wait on a replica at once; each holds a thread."""
     shutdown_grace: float = 10.0
     """On SIGTERM, in-flight calls get this long to finish before they are cancelled."""
     etcd_timeout: float = 5.0
@@ -164,6 +168,9 @@ class Config:
         _positive("max_streams", self.max_streams)
         _positive("max_streams_per_principal", self.max_streams_per_principal)
         _positive("max_stream_age", self.max_stream_age)
+        if not 0 < self.max_claim_wait <= 20:
+            raise ConfigError(f"max_claim_wait must be > 0 and <= 20, got {self.max_claim_wait}")
+        _positive("max_claim_waiters", self.max_claim_waiters)
         _positive("etcd_timeout", self.etcd_timeout)
         _positive("health_interval", self.health_interval)
         if self.shutdown_grace < 0:
@@ -280,6 +287,7 @@ class Config:
             max_streams=self.max_streams,
             max_per_principal=self.max_streams_per_principal,
             max_age=self.max_stream_age,
+            max_claim_wait=self.max_claim_wait,
             # Credentials are checked at least as often as the token file may change.
             sweep_interval=min(1.0, self.token_reload_interval),
         )

@@ -143,6 +143,12 @@ PROMOTED = Counter(
     registry=REGISTRY,
 )
 
+CLAIM_WAITERS = Gauge(
+    "coordinator_claim_waiters",
+    "Long-poll ClaimNext calls waiting for a task on this replica now (max_claim_waiters).",
+    registry=REGISTRY,
+)
+
 STREAMS_OPEN = Gauge(
     "coordinator_streams_open",
     "Long-lived calls (streams, long polls) open on this replica now, each holding a thread.",

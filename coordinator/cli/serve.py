@@ -168,6 +168,21 @@ def _server_options(func: F) -> F:
             _DEFAULTS.max_stream_age,
             "A stream older than this is ended UNAVAILABLE; its caller resumes where it was.",
         ),
+        _option(
+            "max-claim-wait",
+            type=click.FloatRange(min=0, max=20, min_open=True),
+            default=_DEFAULTS.max_claim_wait,
+            metavar="SECONDS",
+            help="The longest a long-poll ClaimNext may wait for a task (at most 20).",
+        ),
+        _option(
+            "max-claim-waiters",
+            type=click.IntRange(min=1),
+            default=_DEFAULTS.max_claim_waiters,
+            metavar="N",
+            help="Long-poll ClaimNext calls waiting on the replica at once; past it, "
+            "RESOURCE_EXHAUSTED.",
+        ),
         _seconds(
             "shutdown-grace",
             _DEFAULTS.shutdown_grace,

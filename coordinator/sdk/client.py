@@ -149,13 +149,26 @@ class WorkerClient:
         ttl: timedelta,
         on_lost: LostCallback | None = None,
         safety_margin: timedelta | None = None,
+        wait: timedelta | None = None,
     ) -> Job | ClaimRefused:
-        """Claim the next ready task of ``queue``; NO_READY_TASK comes back as a ClaimRefused."""
+        """Claim the next ready task of ``queue``; NO_READY_TASK comes back as a ClaimRefused.
+
+        With ``wait`` (at most the server's max_claim_wait, 20 s by default) it is a long poll:
+        the server waits that long for a task to become ready and answers with the first one
+        it wins, so a worker loop needs no sleep between empty claims."""
+        waited = wait.total_seconds() if wait is not None else 0.0
         request = worker_pb2.ClaimNextRequest(
-            queue=queue, scheduler_epoch=self._pinned_epoch(), ttl_seconds=ttl_seconds(ttl)
+            queue=queue,
+            scheduler_epoch=self._pinned_epoch(),
+            ttl_seconds=ttl_seconds(ttl),
+            wait_seconds=waited,
         )
         return self._claimed(
-            self._rpc.worker.ClaimNext, request, on_lost=on_lost, safety_margin=safety_margin
+            self._rpc.worker.ClaimNext,
+            request,
+            on_lost=on_lost,
+            safety_margin=safety_margin,
+            timeout=self._rpc.policy.timeout.total_seconds() + waited if waited else None,
         )
 
     def _claimed(
@@ -165,10 +178,16 @@ class WorkerClient:
         *,
         on_lost: LostCallback | None,
         safety_margin: timedelta | None,
+        timeout: float | None = None,
     ) -> Job | ClaimRefused:
-        # The lease clock starts before the request leaves, so it can only run early.
+        # The lease clock starts before the request leaves, so it can only run early. A long
+        # poll's lease is granted only when it wins, up to its wait later: its clock starts at
+        # the answer's arrival instead (late by the answer's flight, which the job's safety
+        # margin covers), or the whole wait would be taken off the lease.
         sent_at = time.monotonic()
-        response = self._rpc.call(method, request, hint=_CLAIM_HINT)
+        response = self._rpc.call(method, request, hint=_CLAIM_HINT, timeout=timeout)
+        if timeout is not None:
+            sent_at = time.monotonic()
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
             return ClaimRefused.from_proto(response)
         return Job(

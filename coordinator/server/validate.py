@@ -7,6 +7,7 @@ the caller fixes the field, not our code. Pure: raises InvalidArgument, never do
 
 from __future__ import annotations
 
+import math
 import re
 
 from google.protobuf.duration_pb2 import Duration
@@ -147,6 +148,15 @@ def failure_report(request: worker_pb2.FailRequest) -> FailureReport:
             limit=MAX_REQUEUE_DELAY,
         ),
     )
+
+
+def wait_seconds(value: float, limit: float) -> float:
+    """A long poll's wait: 0 (none) to the server's ``limit``."""
+    if not (math.isfinite(value) and 0 <= value <= limit):
+        raise InvalidArgument(
+            f"wait_seconds must be 0 to {limit:g} (max_claim_wait), got {value:g}"
+        )
+    return value
 
 
 def optional_task_id(value: str) -> str:

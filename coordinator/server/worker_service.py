@@ -21,6 +21,7 @@ from coordinator.logging import bound
 from coordinator.server import convert, effect_wire, job_wire, validate
 from coordinator.server.identity import identity_of, principal_of
 from coordinator.server.status import rpc
+from coordinator.server.stream_interceptor import stream_alive
 from coordinator.store import ClaimResult, Store
 from coordinator.v1 import worker_pb2, worker_pb2_grpc
 
@@ -36,8 +37,9 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     Method names are the proto's (hence ``noqa: N802``): grpc dispatches by them.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, max_claim_wait: float = 20.0) -> None:
         self._store = store
+        self._max_claim_wait = max_claim_wait
 
     @rpc
     def Claim(  # noqa: N802
@@ -60,13 +62,21 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     def ClaimNext(  # noqa: N802
         self, request: worker_pb2.ClaimNextRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ClaimResponse:
-        """Claim the next ready task of a queue."""
+        """Claim the next ready task of a queue, waiting up to wait_seconds for one."""
         queue = validate.queue_or_default(request.queue)
         epoch = validate.epoch("scheduler_epoch", request.scheduler_epoch)
         ttl = validate.ttl("ttl_seconds", request.ttl_seconds)
+        wait = validate.wait_seconds(request.wait_seconds, self._max_claim_wait)
         principal = principal_of(context)
         with bound(queue=queue, epoch=epoch, principal=principal):
-            result = self._store.claims.claim_next(queue, principal=principal, epoch=epoch, ttl=ttl)
+            result = self._store.long_poll.claim_next(
+                queue,
+                principal=principal,
+                epoch=epoch,
+                ttl=ttl,
+                wait=wait,
+                alive=stream_alive(context),
+            )
             _log_claim("claim_next", result)
         return convert.claim_response(result)
 

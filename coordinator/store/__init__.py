@@ -29,6 +29,7 @@ from coordinator.store.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
 from coordinator.store.idempotency import IdempotencyStore
 from coordinator.store.jobs import JobStore
 from coordinator.store.leases import ClaimLeases
+from coordinator.store.long_poll import LongPoll, ReadyWaiters
 from coordinator.store.promoter import Promoter
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.reclaimer import Reclaimer
@@ -55,6 +56,7 @@ class Store:
     ready: ReadyIndex
     tasks: TaskStore
     claims: ClaimStore
+    long_poll: LongPoll
     acceptance: AcceptancePoints
     failures: Failures
     dead_letters: DeadLetters
@@ -83,6 +85,7 @@ class Store:
         scan_interval: float = 5.0,
         idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL,
         promote_interval: float = 0.25,
+        max_claim_waiters: int = 16,
     ) -> Store:
         """Wire the parts (nothing runs until ``start``)."""
         ctx = StoreContext(
@@ -90,17 +93,21 @@ class Store:
         )
         ready = ReadyIndex(ctx)
         deadlines = Deadlines(ctx)
+        waiters = ReadyWaiters(max_claim_waiters)
+        ready.listen(lambda queue: waiters.notify(queue) if queue else waiters.notify_all())
         dependencies = DependencyStore(ctx, ready)
         held = HeldClaims()
         acceptance = AcceptancePoints(ctx, ready, held)
         reconcile = ReconcileStore(ctx, ready)
         # In this order: an open reconciliation decides before a hold for approval.
         gates = (ReconcileGate(reconcile), ApprovalGate(ctx, ready))
+        claims = ClaimStore(ctx, ready, held, gates)
         return cls(
             ctx=ctx,
             ready=ready,
             tasks=TaskStore(ctx, ready, dependencies),
-            claims=ClaimStore(ctx, ready, held, gates),
+            claims=claims,
+            long_poll=LongPoll(claims, waiters),
             acceptance=acceptance,
             failures=Failures(ctx, ready, held, acceptance),
             dead_letters=DeadLetters(ctx, ready),

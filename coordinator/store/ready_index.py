@@ -38,6 +38,13 @@ class ReadyIndex:
         self._taken: Counter[str] = Counter()
         self._watch: PrefixWatch | None = None
         self._closed = False
+        # Told of each ready key that was not known yet (its queue) and of every reload
+        # (None): the long polls waiting for a task (store/long_poll.py).
+        self._listeners: list[Callable[[str | None], None]] = []
+
+    def listen(self, listener: Callable[[str | None], None]) -> None:
+        """Call ``listener(queue)`` for every new ready key, ``listener(None)`` on a reload."""
+        self._listeners.append(listener)
 
     def start(self) -> None:
         """Load the index and start following it."""
@@ -97,8 +104,12 @@ class ReadyIndex:
         queue = rel.split("/", 1)[0]
         with self._lock:
             keys = self._queues.setdefault(queue, SortedList())
-            if rel not in keys:
+            new = rel not in keys
+            if new:
                 keys.add(rel)
+        if new:
+            for listener in self._listeners:
+                listener(queue)
 
     def discard(self, key: str) -> None:
         """Forget a ready key (deleted, or found stale by a lost claim)."""
@@ -129,6 +140,8 @@ class ReadyIndex:
             start = page[-1].key + "\0"
         with self._lock:
             self._queues = queues
+        for listener in self._listeners:
+            listener(None)
         self._watch = kv.watch_prefix(
             self._root,
             start_revision=revision + 1,

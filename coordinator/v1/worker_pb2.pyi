@@ -103,19 +103,25 @@ class ClaimNextRequest(_message.Message):
     QUEUE_FIELD_NUMBER: _builtins.int
     SCHEDULER_EPOCH_FIELD_NUMBER: _builtins.int
     TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    WAIT_SECONDS_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     scheduler_epoch: _builtins.int
     ttl_seconds: _builtins.int
+    wait_seconds: _builtins.float
+    """How long to wait for a task when none is ready: 0 (answer at once) to the server's
+    max_claim_wait (at most 20 s). Give the call a deadline longer than this.
+    """
     def __init__(
         self,
         *,
         queue: _builtins.str = ...,
         scheduler_epoch: _builtins.int = ...,
         ttl_seconds: _builtins.int = ...,
+        wait_seconds: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue", "scheduler_epoch", b"scheduler_epoch", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue", "scheduler_epoch", b"scheduler_epoch", "ttl_seconds", b"ttl_seconds", "wait_seconds", b"wait_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -127,6 +127,12 @@ class WorkerServiceServicer:
     def ClaimNext(self, request, context):
         """Claims the next ready task of a queue (highest priority first, FIFO within a priority;
         picks among the first few to avoid a herd on one key). Outcomes as Claim, plus NO_READY_TASK.
+        With wait_seconds > 0 it is a long poll: when no task is ready it waits, woken as tasks
+        become ready, and answers with the first task it wins, or NO_READY_TASK when the wait is
+        over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
+        so it counts against the stream bounds (max_streams, max_streams_per_principal,
+        max_stream_age) and the replica's max_claim_waiters: past them it is refused
+        RESOURCE_EXHAUSTED naming the bound.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

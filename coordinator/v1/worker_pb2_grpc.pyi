@@ -53,6 +53,12 @@ class WorkerServiceStub:
     ClaimNext: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ClaimNextRequest, _worker_pb2.ClaimResponse]
     """Claims the next ready task of a queue (highest priority first, FIFO within a priority;
     picks among the first few to avoid a herd on one key). Outcomes as Claim, plus NO_READY_TASK.
+    With wait_seconds > 0 it is a long poll: when no task is ready it waits, woken as tasks
+    become ready, and answers with the first task it wins, or NO_READY_TASK when the wait is
+    over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
+    so it counts against the stream bounds (max_streams, max_streams_per_principal,
+    max_stream_age) and the replica's max_claim_waiters: past them it is refused
+    RESOURCE_EXHAUSTED naming the bound.
     """
     Renew: _grpc.UnaryUnaryMultiCallable[_worker_pb2.RenewRequest, _worker_pb2.RenewResponse]
     """Keeps the claim's lease alive. Bounded: restores at most the granted TTL and never past
@@ -159,6 +165,12 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     ClaimNext: _aio.UnaryUnaryMultiCallable[_worker_pb2.ClaimNextRequest, _worker_pb2.ClaimResponse]  # type: ignore[assignment]
     """Claims the next ready task of a queue (highest priority first, FIFO within a priority;
     picks among the first few to avoid a herd on one key). Outcomes as Claim, plus NO_READY_TASK.
+    With wait_seconds > 0 it is a long poll: when no task is ready it waits, woken as tasks
+    become ready, and answers with the first task it wins, or NO_READY_TASK when the wait is
+    over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
+    so it counts against the stream bounds (max_streams, max_streams_per_principal,
+    max_stream_age) and the replica's max_claim_waiters: past them it is refused
+    RESOURCE_EXHAUSTED naming the bound.
     """
     Renew: _aio.UnaryUnaryMultiCallable[_worker_pb2.RenewRequest, _worker_pb2.RenewResponse]  # type: ignore[assignment]
     """Keeps the claim's lease alive. Bounded: restores at most the granted TTL and never past
@@ -274,6 +286,12 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_worker_pb2.ClaimResponse, _abc.Awaitable[_worker_pb2.ClaimResponse]]:
         """Claims the next ready task of a queue (highest priority first, FIFO within a priority;
         picks among the first few to avoid a herd on one key). Outcomes as Claim, plus NO_READY_TASK.
+        With wait_seconds > 0 it is a long poll: when no task is ready it waits, woken as tasks
+        become ready, and answers with the first task it wins, or NO_READY_TASK when the wait is
+        over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
+        so it counts against the stream bounds (max_streams, max_streams_per_principal,
+        max_stream_age) and the replica's max_claim_waiters: past them it is refused
+        RESOURCE_EXHAUSTED naming the bound.
         """
 
     @_abc_1.abstractmethod

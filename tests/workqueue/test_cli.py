@@ -1,14 +1,17 @@
-"""``coordinator tasks retry`` and the SDK's view of a dead letter, against a real server."""
+"""``coordinator tasks retry``, the SDK's view of a dead letter and its long-poll ClaimNext,
+against a real server."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from click.testing import CliRunner
 
 from coordinator.cli import main
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import DeadLetterReason, Job, TaskRetryPolicy, TaskState
+from coordinator.sdk import DeadLetterReason, Job, Outcome, TaskRetryPolicy, TaskState
+from tests.helpers import eventually
 from tests.sdk.support import QUEUE, served
 
 
@@ -41,3 +44,24 @@ def test_tasks_retry_sends_a_dead_letter_back_with_a_fresh_budget(
         gone = CliRunner().invoke(main, [*base, "ghost"])
         assert gone.exit_code != 0
         assert "ghost" in gone.output
+
+
+def test_the_sdk_long_polls_for_a_task(etcd: EtcdProcess, prefix: str) -> None:
+    with (
+        served(etcd.endpoint, prefix) as running,
+        running.client("w1") as client,
+        running.client("pm") as producer,
+    ):
+        empty = client.claim_next(QUEUE, ttl=timedelta(seconds=30), wait=timedelta(seconds=0.3))
+        assert not isinstance(empty, Job) and empty.outcome is Outcome.NO_READY_TASK
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            waiting = pool.submit(
+                client.claim_next, QUEUE, ttl=timedelta(seconds=30), wait=timedelta(seconds=15)
+            )
+            eventually(lambda: running.store.long_poll.waiting() == 1, message="not waiting")
+            producer.create_task("t1", input=b"in", queue=QUEUE)
+            job = waiting.result(timeout=20)
+        assert isinstance(job, Job) and job.task_id == "t1"
+        # The lease clock starts at the answer, not at the call: the wait is not taken off.
+        assert job.remaining() > timedelta(seconds=20)
+        job.release("done with the test")
