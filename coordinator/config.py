@@ -11,12 +11,13 @@ from __future__ import annotations
 import ipaddress
 import re
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from coordinator.domain import validation
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.retention import (
     DEFAULT_RETENTION,
@@ -25,8 +26,9 @@ from coordinator.domain.retention import (
     parse_duration,
     parse_per_queue,
 )
+from coordinator.domain.retry import RetryDefaults, RetryPolicy, check_policy
 from coordinator.domain.stream_limits import StreamLimits
-from coordinator.errors import ConfigError
+from coordinator.errors import ConfigError, InvalidArgument
 from coordinator.logging import LEVELS
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
@@ -65,6 +67,22 @@ class Config:
     """An UNKNOWN effect's owned reconciliation escalates to NEEDS_APPROVAL after this long."""
     reconcile_handoffs: int = ClaimLimits.reconcile_handoffs
     """Claims that may take over a task whose holder left an open reconciliation (0: none)."""
+    retry_max_attempts: int = RetryPolicy.max_attempts
+    """Attempts a task gets unless it or its queue says otherwise (0: unlimited)."""
+    retry_initial_backoff: float = RetryPolicy.initial_backoff
+    """Seconds before the first retry of a task (0: at once); later ones multiply it."""
+    retry_backoff_multiplier: float = RetryPolicy.backoff_multiplier
+    """Each retry waits this many times longer than the one before (1-100)."""
+    retry_max_backoff: float = RetryPolicy.max_backoff
+    """The longest wait before a retry, in seconds."""
+    retry_non_retryable_errors: str = ""
+    """Comma-separated error codes (WorkerService.Fail) that are never retried."""
+    queue_retry_policies: str = ""
+    """Per-queue defaults: 'QUEUE:field=value,field=value;QUEUE2:...' with the fields
+    max_attempts, initial_backoff, backoff_multiplier, max_backoff and non_retryable_errors
+    (codes separated by '|'); unset fields take the retry_* settings."""
+    promote_interval: float = 0.25
+    """How often each replica moves DELAYED tasks whose time came to READY (seconds)."""
     log_level: str = "info"
     """One of debug, info, warning, error, critical."""
     max_workers: int = 32
@@ -75,6 +93,10 @@ class Config:
     """Long-lived calls one principal may hold open at once."""
     max_stream_age: float = 600.0
     """Seconds after which a stream is ended UNAVAILABLE; its caller resumes where it was."""
+    max_claim_wait: float = 20.0
+    """The longest a long-poll ClaimNext may wait for a task (seconds, at most 20)."""
+    max_claim_waiters: int = 16
+    """Long-poll ClaimNext calls that may wait on a replica at once; each holds a thread."""
     shutdown_grace: float = 10.0
     """On SIGTERM, in-flight calls get this long to finish before they are cancelled."""
     etcd_timeout: float = 5.0
@@ -168,6 +190,8 @@ class Config:
         _positive("reconcile_timeout", self.reconcile_timeout)
         if self.reconcile_handoffs < 0:
             raise ConfigError(f"reconcile_handoffs must be >= 0, got {self.reconcile_handoffs}")
+        self.retry_defaults()  # a bad policy stops the server at start, naming the setting
+        _positive("promote_interval", self.promote_interval)
         if self.log_level not in LEVELS:
             raise ConfigError(
                 f"log_level must be one of {', '.join(LEVELS)}, got {self.log_level!r}"
@@ -176,6 +200,9 @@ class Config:
         _positive("max_streams", self.max_streams)
         _positive("max_streams_per_principal", self.max_streams_per_principal)
         _positive("max_stream_age", self.max_stream_age)
+        if not 0 < self.max_claim_wait <= 20:
+            raise ConfigError(f"max_claim_wait must be > 0 and <= 20, got {self.max_claim_wait}")
+        _positive("max_claim_waiters", self.max_claim_waiters)
         _positive("etcd_timeout", self.etcd_timeout)
         _positive("health_interval", self.health_interval)
         if self.shutdown_grace < 0:
@@ -289,6 +316,26 @@ class Config:
             stall_timeout=self.stall_timeout,
             reconcile_timeout=self.reconcile_timeout,
             reconcile_handoffs=self.reconcile_handoffs,
+            retry=self.retry_defaults(),
+        )
+
+    def retry_defaults(self) -> RetryDefaults:
+        """The retry policy of new tasks: the server's, and each listed queue's."""
+        server = RetryPolicy(
+            max_attempts=self.retry_max_attempts,
+            initial_backoff=self.retry_initial_backoff,
+            backoff_multiplier=self.retry_backoff_multiplier,
+            max_backoff=self.retry_max_backoff,
+            non_retryable_errors=tuple(
+                code.strip() for code in self.retry_non_retryable_errors.split(",") if code.strip()
+            ),
+        )
+        try:
+            check_policy(server, "retry_")
+        except InvalidArgument as exc:
+            raise ConfigError(str(exc)) from None
+        return RetryDefaults(
+            server, MappingProxyType(_queue_policies(self.queue_retry_policies, server))
         )
 
     @property
@@ -307,6 +354,7 @@ class Config:
             max_streams=self.max_streams,
             max_per_principal=self.max_streams_per_principal,
             max_age=self.max_stream_age,
+            max_claim_wait=self.max_claim_wait,
             # Credentials are checked at least as often as the token file may change.
             sweep_interval=min(1.0, self.token_reload_interval),
         )
@@ -363,6 +411,40 @@ def is_loopback(address: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False  # a host name, "0.0.0.0", "[::]" or "": reachable from elsewhere
+
+
+_POLICY_FIELDS: dict[str, Callable[[str], Any]] = {
+    "max_attempts": int,
+    "initial_backoff": float,
+    "backoff_multiplier": float,
+    "max_backoff": float,
+    "non_retryable_errors": lambda text: tuple(c for c in text.split("|") if c),
+}
+
+
+def _queue_policies(text: str, server: RetryPolicy) -> dict[str, RetryPolicy]:
+    """Parse queue_retry_policies ('QUEUE:field=value,...;...'); ConfigError naming it."""
+    policies: dict[str, RetryPolicy] = {}
+    for entry in filter(None, (part.strip() for part in text.split(";"))):
+        queue, _, assignments = entry.partition(":")
+        queue = queue.strip()
+        try:
+            validation.queue(queue)
+            changes = {}
+            for assignment in filter(None, (a.strip() for a in assignments.split(","))):
+                name, _, value = assignment.partition("=")
+                convert = _POLICY_FIELDS.get(name.strip())
+                if convert is None:
+                    raise InvalidArgument(
+                        f"unknown field {name.strip()!r} (one of {', '.join(_POLICY_FIELDS)})"
+                    )
+                changes[name.strip()] = convert(value.strip())
+            policy = replace(server, **changes)
+            check_policy(policy)
+        except (InvalidArgument, ValueError) as exc:
+            raise ConfigError(f"queue_retry_policies: queue {queue!r}: {exc}") from None
+        policies[queue] = policy
+    return policies
 
 
 def _together(a: str, a_value: object, b: str, b_value: object) -> None:

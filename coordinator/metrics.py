@@ -48,6 +48,7 @@ class AcceptancePoint(IntEnum):
     COMMIT = 6
     RELEASE = 7
     START_JOB = 8
+    FAIL = 9
 
     @property
     def label(self) -> str:
@@ -97,7 +98,7 @@ WASTED_COMPUTE = Counter(
 )
 ATTEMPTS_PER_TASK = Histogram(
     "coordinator_attempts_per_task",
-    "Attempts a task took, observed when final: at the canonical commit and at cancel.",
+    "Attempts a task took, observed when final: at the canonical commit, cancel and dead letter.",
     buckets=(0, 1, 2, 3, 4, 5, 8, 13, 21),
     registry=REGISTRY,
 )
@@ -123,6 +124,31 @@ RECONCILE_ESCALATIONS = Counter(
     registry=REGISTRY,
 )
 
+RETRIES = Counter(
+    "coordinator_retries",
+    "Attempts that ended without a result and were followed by another, by queue and by how "
+    "the attempt ended (expired, released, failed) and whether it waits out a backoff.",
+    ["queue", "end", "delayed"],
+    registry=REGISTRY,
+)
+DEAD_LETTERED = Counter(
+    "coordinator_tasks_dead_lettered",
+    "Tasks moved to FAILED, by queue and reason (exhausted, non_retryable, timed_out).",
+    ["queue", "reason"],
+    registry=REGISTRY,
+)
+PROMOTED = Counter(
+    "coordinator_tasks_promoted",
+    "DELAYED tasks moved to READY by this replica's promoter when their time came.",
+    registry=REGISTRY,
+)
+
+CLAIM_WAITERS = Gauge(
+    "coordinator_claim_waiters",
+    "Long-poll ClaimNext calls waiting for a task on this replica now (max_claim_waiters).",
+    registry=REGISTRY,
+)
+
 STREAMS_OPEN = Gauge(
     "coordinator_streams_open",
     "Long-lived calls (streams, long polls) open on this replica now, each holding a thread.",
@@ -142,6 +168,16 @@ STREAMS_ENDED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+
+
+def count_retry(queue: str, end: str, *, delayed: bool) -> None:
+    """Count one attempt end followed by another attempt."""
+    RETRIES.labels(queue=queue, end=end, delayed=str(delayed).lower()).inc()
+
+
+def count_dead_letter(queue: str, reason: str) -> None:
+    """Count one task moved to FAILED."""
+    DEAD_LETTERED.labels(queue=queue, reason=reason).inc()
 
 
 def count_stream_refused(reason: str) -> None:

@@ -169,6 +169,21 @@ def _server_options(func: F) -> F:
             _DEFAULTS.max_stream_age,
             "A stream older than this is ended UNAVAILABLE; its caller resumes where it was.",
         ),
+        _option(
+            "max-claim-wait",
+            type=click.FloatRange(min=0, max=20, min_open=True),
+            default=_DEFAULTS.max_claim_wait,
+            metavar="SECONDS",
+            help="The longest a long-poll ClaimNext may wait for a task (at most 20).",
+        ),
+        _option(
+            "max-claim-waiters",
+            type=click.IntRange(min=1),
+            default=_DEFAULTS.max_claim_waiters,
+            metavar="N",
+            help="Long-poll ClaimNext calls waiting on the replica at once; past it, "
+            "RESOURCE_EXHAUSTED.",
+        ),
         _seconds(
             "shutdown-grace",
             _DEFAULTS.shutdown_grace,
@@ -247,6 +262,51 @@ def _server_options(func: F) -> F:
             default=_DEFAULTS.reconcile_handoffs,
             metavar="N",
             help="Claims that may take over a task whose holder left an open reconciliation.",
+        ),
+        _option(
+            "retry-max-attempts",
+            type=click.IntRange(min=0),
+            default=_DEFAULTS.retry_max_attempts,
+            metavar="N",
+            help="Attempts a task gets unless it or its queue says otherwise (0: unlimited).",
+        ),
+        _seconds(
+            "retry-initial-backoff",
+            _DEFAULTS.retry_initial_backoff,
+            "Wait before a task's first retry (0: at once); later waits multiply it.",
+            zero=True,
+        ),
+        _option(
+            "retry-backoff-multiplier",
+            type=click.FloatRange(min=1, max=100),
+            default=_DEFAULTS.retry_backoff_multiplier,
+            metavar="X",
+            help="Each retry waits this many times longer than the one before.",
+        ),
+        _seconds(
+            "retry-max-backoff",
+            _DEFAULTS.retry_max_backoff,
+            "The longest wait before a retry.",
+            zero=True,
+        ),
+        _option(
+            "retry-non-retryable-errors",
+            default=_DEFAULTS.retry_non_retryable_errors,
+            metavar="CODES",
+            help="Comma-separated error codes (Fail) that are never retried.",
+        ),
+        _option(
+            "queue-retry-policies",
+            default=_DEFAULTS.queue_retry_policies,
+            metavar="SPEC",
+            help="Per-queue retry defaults: 'QUEUE:max_attempts=3,initial_backoff=2;Q2:...' "
+            "(fields max_attempts, initial_backoff, backoff_multiplier, max_backoff, "
+            "non_retryable_errors as codes separated by '|').",
+        ),
+        _seconds(
+            "promote-interval",
+            _DEFAULTS.promote_interval,
+            "How often DELAYED tasks whose time came are made READY.",
         ),
     ]
     for option in reversed(options):

@@ -23,6 +23,7 @@ import click
 
 from coordinator.cli import task_views as views
 from coordinator.cli.remote import Remote, connect, remote_options, remote_settings
+from coordinator.cli.task_retry import retry
 from coordinator.domain import validation
 from coordinator.domain.digests import digest_of
 from coordinator.domain.idempotency import idempotency_key as check_idempotency_key
@@ -479,3 +480,6 @@ def _state_of(remote: Remote, task_id: str) -> str | None:
     """An upstream's state; None if it no longer exists."""
     reply = remote.call_or_none(remote.tasks.GetTask, tasks_pb2.GetTaskRequest(task_id=task_id))
     return None if reply is None else TaskState(reply.task.state).name
+
+
+tasks.add_command(retry)

@@ -39,6 +39,8 @@ from coordinator.sdk import ClaimRefused, HttpDownstream, Job, JobLost, Outcome,
 
 # Loopback: never route the demo's gRPC through an http_proxy from the environment.
 CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0)]
+# How long one ClaimNext waits for a task: short, so that a stop or the idle exit is seen soon.
+_CLAIM_WAIT = timedelta(seconds=1)
 
 Record = dict[str, Any]
 """One reported line, parsed."""
@@ -143,7 +145,8 @@ def work_loop(
     idle_since = time.monotonic()
     while not stop.is_set():
         try:
-            claimed = client.claim_next(queue, ttl=ttl)
+            # A long poll: the server answers as soon as a task is ready, no sleep in between.
+            claimed = client.claim_next(queue, ttl=ttl, wait=_CLAIM_WAIT)
         except CoordinatorError as exc:
             emit("error", worker, message=f"claim: {exc}")
             stop.wait(0.2)
@@ -153,7 +156,8 @@ def work_loop(
                 emit("claim", worker, outcome=claimed.outcome.name, reason=claimed.reason.name)
             if idle_exit > 0 and time.monotonic() - idle_since > idle_exit:
                 return
-            stop.wait(0.05)
+            if claimed.outcome is not Outcome.NO_READY_TASK:
+                stop.wait(0.05)  # paused claims, a stale epoch: no busy loop
             continue
         try:
             run_job(claimed, worker, hold=0.0 if held else hold_first, work=work, outbox=outbox)

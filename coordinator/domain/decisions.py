@@ -7,9 +7,10 @@ reason. Nothing here does I/O, so every rule is unit-tested without a server.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from coordinator.domain.records import AttemptRecord, ClaimRecord, ResultRecord, TaskRecord
+from coordinator.domain.retry import RetryDefaults
 from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
 from coordinator.errors import InvalidArgument, PermissionDenied
 
@@ -51,6 +52,8 @@ class ClaimLimits:
     # before the task escalates to NEEDS_APPROVAL, and how many later claims may take it over.
     reconcile_timeout: float = 600.0
     reconcile_handoffs: int = 1
+    # The retry policy a new task gets for the fields it leaves unset (domain/retry.py).
+    retry: RetryDefaults = field(default_factory=RetryDefaults)
 
 
 @dataclass(frozen=True)
@@ -165,8 +168,15 @@ def check_fence(view: FenceView, fence: Fence) -> Verdict:
             FenceReason.SUPERSEDED,
             f"generation {task.claim_generation} superseded generation {fence.claim_generation}",
         )
+    if attempt.end is AttemptEnd.TIMED_OUT:
+        return Verdict(
+            Outcome.TIMED_OUT,
+            message="the task's schedule_to_close deadline passed; it is FAILED (TIMED_OUT)",
+        )
     if attempt.end is AttemptEnd.RELEASED:
         return Verdict(Outcome.FENCED, FenceReason.RELEASED, "the attempt released the task")
+    if attempt.end is AttemptEnd.FAILED:
+        return Verdict(Outcome.FENCED, FenceReason.FAILED, "the attempt reported its failure")
     if attempt.end is AttemptEnd.COMMITTED:
         return Verdict(
             Outcome.FENCED, FenceReason.ALREADY_COMMITTED, "the attempt has committed already"

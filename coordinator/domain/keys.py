@@ -47,6 +47,32 @@ class Keyspace:
             return f"{self.prefix}/ready/{queue}/"
         return f"{self.prefix}/ready/"
 
+    def delayed(self, due: float, task_id: str) -> str:
+        """Delayed-index entry of a DELAYED task: sorts by the time (ms) it becomes READY."""
+        return f"{self.delayed_prefix}{due_ms(due):015d}/{task_id}"
+
+    @property
+    def delayed_prefix(self) -> str:
+        """Range of the delayed index."""
+        return f"{self.prefix}/delayed/"
+
+    def delayed_due_end(self, now: float) -> str:
+        """End of the range of delayed-index entries due at ``now`` (exclusive)."""
+        return f"{self.delayed_prefix}{int(now * 1000) + 1:015d}"
+
+    def deadline(self, at: float, task_id: str) -> str:
+        """Deadline-index entry of a task with a schedule_to_close, while it awaits a result."""
+        return f"{self.deadlines_prefix}{due_ms(at):015d}/{task_id}"
+
+    @property
+    def deadlines_prefix(self) -> str:
+        """Range of the deadline index."""
+        return f"{self.prefix}/deadlines/"
+
+    def deadlines_due_end(self, now: float) -> str:
+        """End of the range of deadline-index entries passed at ``now`` (exclusive)."""
+        return f"{self.deadlines_prefix}{int(now * 1000) + 1:015d}"
+
     def claim(self, task_id: str) -> str:
         """The live claim: attached to the claim's etcd lease, gone when it expires."""
         return f"{self.prefix}/claims/{task_id}"
@@ -267,6 +293,11 @@ class Keyspace:
         if task_id:
             return f"{self.prefix}/task-effects/{task_id}/"
         return f"{self.prefix}/task-effects/"
+
+
+def due_ms(seconds: float) -> int:
+    """A due time in whole milliseconds, rounded up (an entry is never due early)."""
+    return -int(-seconds * 1000 // 1)
 
 
 def task_id_from_ready_key(key: str) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from coordinator.domain.states import AttemptEnd, Op, TaskState
+from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, TaskState
 
 T = TypeVar("T")
 
@@ -61,6 +61,25 @@ class TaskRecord:
     ready_at: float = 0.0
     created_at: float = 0.0
     updated_at: float = 0.0
+    # The retry policy, resolved when the task was created (domain/retry.py). A record written
+    # before retry policies existed reads max_attempts 0: unlimited, as it was.
+    max_attempts: int = 0
+    initial_backoff: float = 0.0
+    backoff_multiplier: float = 2.0
+    max_backoff: float = 300.0
+    non_retryable_errors: tuple[str, ...] = ()
+    # The attempt count when the current budget began (a new input, a RetryTask): attempts
+    # counted against max_attempts are attempt - attempts_base.
+    attempts_base: int = 0
+    # While DELAYED: when it becomes READY (its key in the delayed index sorts by it).
+    not_before: float = 0.0
+    # What ended the latest attempt without a result ("lease expired", "released: ...",
+    # "{code}: {message}"); and, while FAILED, why.
+    last_error: str = ""
+    dead_letter_reason: DeadLetterReason = DeadLetterReason.NONE
+    # created_at + schedule_to_close (0: none): past it the task is FAILED whatever runs; its
+    # key in the deadline index sorts by it while the task waits for a result.
+    deadline: float = 0.0
     # etcd mod_revision of the task key; never stored, attached on decode.
     state_version: int = field(default=0, compare=False)
 
@@ -102,6 +121,13 @@ class AttemptRecord:
     claim_generation: int = 0
     end: AttemptEnd = AttemptEnd.RUNNING
     ended_at: float = 0.0
+    # The error its holder reported when it ended FAILED (WorkerService.Fail).
+    error_code: str = ""
+    error_message: str = ""
+    error_details: bytes = b""
+    # The holder's last checkpoint (RenewRequest.checkpoint), or the one it was handed by an
+    # earlier attempt of the same revision: the next attempt resumes from it.
+    checkpoint: bytes = b""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ class TaskState(_Named):
     CANCELLED = 6
     FAILED = 7
     NEEDS_APPROVAL = 8
+    # Waiting out a retry backoff or its not_before: in the delayed index, not the ready index.
+    DELAYED = 9
 
 
 class Outcome(_Named):
@@ -49,6 +51,7 @@ class Outcome(_Named):
     PAYLOAD_CONFLICT = 14
     NEEDS_APPROVAL = 15
     RECONCILING = 16
+    TIMED_OUT = 17
 
 
 class FenceReason(_Named):
@@ -61,6 +64,7 @@ class FenceReason(_Named):
     RELEASED = 4
     ALREADY_COMMITTED = 5
     TASK_MOVED = 6
+    FAILED = 7
 
 
 class AttemptEnd(_Named):
@@ -72,6 +76,20 @@ class AttemptEnd(_Named):
     EXPIRED = 3
     CANCELLED = 4
     STALE_INPUT = 5
+    FAILED = 6
+    TIMED_OUT = 7
+
+
+class DeadLetterReason(IntEnum):
+    """Why a task is FAILED (the dead letter); NONE while it is not."""
+
+    NONE = 0
+    # Every attempt of its retry policy was used.
+    EXHAUSTED = 1
+    # Its holder reported a failure no retry can fix (retryable false, or a non-retryable code).
+    NON_RETRYABLE = 2
+    # Its schedule_to_close deadline passed.
+    TIMED_OUT = 3
 
 
 class Op(StrEnum):
@@ -81,6 +99,20 @@ class Op(StrEnum):
     CLAIM = "claim"
     COMMIT = "commit"
     RELEASE = "release"
+    # The holder reported the attempt failed (WorkerService.Fail).
+    FAIL = "fail"
+    # The task's last attempt ended and no other may follow: FAILED, the dead letter.
+    DEAD_LETTER = "dead_letter"
+    # An attempt ended and the next one waits out its backoff (DELAYED until then).
+    BACKOFF = "backoff"
+    # A DELAYED task's time came (the promoter, store/promoter.py).
+    PROMOTE = "promote"
+    # Created with a not_before in the future.
+    CREATE_DELAYED = "create_delayed"
+    # An operator sends a FAILED task back to the queue with a fresh attempt budget.
+    RETRY = "retry"
+    # The task's schedule_to_close deadline passed (store/deadlines.py): FAILED, whatever runs.
+    TIME_OUT = "time_out"
     RECLAIM = "reclaim"
     CANCEL = "cancel"
     UPDATE_INPUT = "update_input"
@@ -110,6 +142,23 @@ TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
     (TaskState.CLAIMED, Op.CLAIM): TaskState.CLAIMED,
     (TaskState.CLAIMED, Op.COMMIT): TaskState.DONE,
     (TaskState.CLAIMED, Op.RELEASE): TaskState.READY,
+    (TaskState.CLAIMED, Op.FAIL): TaskState.READY,
+    (TaskState.CLAIMED, Op.DEAD_LETTER): TaskState.FAILED,
+    # Retry policy (domain/retry.py): the end of an attempt may wait out a backoff first; the
+    # promoter moves a DELAYED task on when its time comes. FAILED is left only by an
+    # operator's RetryTask.
+    (TaskState.CLAIMED, Op.BACKOFF): TaskState.DELAYED,
+    (None, Op.CREATE_DELAYED): TaskState.DELAYED,
+    (TaskState.DELAYED, Op.PROMOTE): TaskState.READY,
+    (TaskState.DELAYED, Op.CANCEL): TaskState.CANCELLED,
+    (TaskState.DELAYED, Op.UPDATE_INPUT): TaskState.DELAYED,
+    (TaskState.FAILED, Op.RETRY): TaskState.READY,
+    # schedule_to_close: past it no result is wanted any more, whichever state the task waits in.
+    (TaskState.WAITING, Op.TIME_OUT): TaskState.FAILED,
+    (TaskState.READY, Op.TIME_OUT): TaskState.FAILED,
+    (TaskState.CLAIMED, Op.TIME_OUT): TaskState.FAILED,
+    (TaskState.DELAYED, Op.TIME_OUT): TaskState.FAILED,
+    (TaskState.NEEDS_APPROVAL, Op.TIME_OUT): TaskState.FAILED,
     (TaskState.CLAIMED, Op.RECLAIM): TaskState.READY,
     (TaskState.READY, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.CLAIMED, Op.CANCEL): TaskState.CANCELLED,
@@ -151,7 +200,13 @@ TERMINAL_STATES = frozenset({TaskState.DONE, TaskState.CANCELLED, TaskState.FAIL
 
 # States in which the task's current revision may still get its canonical commit.
 UNCOMMITTED_STATES = frozenset(
-    {TaskState.WAITING, TaskState.READY, TaskState.CLAIMED, TaskState.NEEDS_APPROVAL}
+    {
+        TaskState.WAITING,
+        TaskState.READY,
+        TaskState.CLAIMED,
+        TaskState.NEEDS_APPROVAL,
+        TaskState.DELAYED,
+    }
 )
 
 

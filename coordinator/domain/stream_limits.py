@@ -24,6 +24,8 @@ class StreamLimits:
     """Long-lived calls one principal may hold open at once."""
     max_age: float = 600.0
     """Seconds after which a long-lived call is ended with a resumable UNAVAILABLE."""
+    max_claim_wait: float = 20.0
+    """The longest a long-poll ClaimNext may wait for a task (its wait_seconds bound)."""
     sweep_interval: float = 1.0
     """Seconds between checks of every open call's credentials (at most the token reload
     interval, so a revocation is seen at the reload that brings it). Not a setting."""

@@ -16,7 +16,13 @@ Everything importable from here is public; modules starting with ``_`` are not.
 
 from coordinator.domain.effects import EffectState
 from coordinator.domain.jobs import JobRecord, JobState, RediscoverAction
-from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
+from coordinator.domain.states import (
+    AttemptEnd,
+    DeadLetterReason,
+    FenceReason,
+    Outcome,
+    TaskState,
+)
 from coordinator.sdk._rpc import PRINCIPAL_METADATA, RetryPolicy
 from coordinator.sdk.auth import BearerToken, tls_credentials
 from coordinator.sdk.client import WorkerClient
@@ -38,6 +44,7 @@ from coordinator.sdk.types import (
     AttemptInfo,
     ClaimRefused,
     CommitOutcome,
+    FailOutcome,
     Fence,
     JobLost,
     LossSource,
@@ -47,6 +54,7 @@ from coordinator.sdk.types import (
     ResultInfo,
     StageOutcome,
     TaskInfo,
+    TaskRetryPolicy,
     ToolAuthorization,
     TransportError,
 )
@@ -58,6 +66,7 @@ __all__ = [
     "BearerToken",
     "ClaimRefused",
     "CommitOutcome",
+    "DeadLetterReason",
     "Downstream",
     "DownstreamRefused",
     "DownstreamResult",
@@ -66,6 +75,7 @@ __all__ = [
     "EffectOutcome",
     "EffectState",
     "EffectStatus",
+    "FailOutcome",
     "Fence",
     "FenceReason",
     "HttpDownstream",
@@ -89,6 +99,7 @@ __all__ = [
     "RetryPolicy",
     "StageOutcome",
     "TaskInfo",
+    "TaskRetryPolicy",
     "TaskState",
     "ToolAuthorization",
     "TransportError",

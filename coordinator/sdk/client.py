@@ -13,7 +13,7 @@ import math
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
@@ -30,7 +30,14 @@ from coordinator.sdk.effects import EffectInfo
 from coordinator.sdk.job import Job, LostCallback
 from coordinator.sdk.managed import DEFAULT_GRACE
 from coordinator.sdk.rediscover import ListedJob, Rediscovered, list_jobs, rediscover, resume_job
-from coordinator.sdk.types import AttemptInfo, ClaimRefused, ResultInfo, TaskInfo, outcome_of
+from coordinator.sdk.types import (
+    AttemptInfo,
+    ClaimRefused,
+    ResultInfo,
+    TaskInfo,
+    TaskRetryPolicy,
+    outcome_of,
+)
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
 
 
@@ -154,14 +161,27 @@ class WorkerClient:
         ttl: timedelta,
         on_lost: LostCallback | None = None,
         safety_margin: timedelta | None = None,
+        wait: timedelta | None = None,
     ) -> Job | ClaimRefused:
         """Claim the next ready task of ``queue``; NO_READY_TASK comes back as a ClaimRefused.
-        Like ``claim``, it follows a new epoch by itself."""
+        Like ``claim``, it follows a new epoch by itself.
+
+        With ``wait`` (at most the server's max_claim_wait, 20 s by default) it is a long poll:
+        the server waits that long for a task to become ready and answers with the first one
+        it wins, so a worker loop needs no sleep between empty claims."""
+        waited = wait.total_seconds() if wait is not None else 0.0
         request = worker_pb2.ClaimNextRequest(
-            queue=queue, scheduler_epoch=self._pinned_epoch(), ttl_seconds=ttl_seconds(ttl)
+            queue=queue,
+            scheduler_epoch=self._pinned_epoch(),
+            ttl_seconds=ttl_seconds(ttl),
+            wait_seconds=waited,
         )
         return self._claimed(
-            self._rpc.worker.ClaimNext, request, on_lost=on_lost, safety_margin=safety_margin
+            self._rpc.worker.ClaimNext,
+            request,
+            on_lost=on_lost,
+            safety_margin=safety_margin,
+            timeout=self._rpc.policy.timeout.total_seconds() + waited if waited else None,
         )
 
     def _claimed(
@@ -171,15 +191,23 @@ class WorkerClient:
         *,
         on_lost: LostCallback | None,
         safety_margin: timedelta | None,
+        timeout: float | None = None,
     ) -> Job | ClaimRefused:
-        # The lease clock starts before the request leaves, so it can only run early.
+        # The lease clock starts before the request leaves, so it can only run early. A long
+        # poll's lease is granted only when it wins, up to its wait later: its clock starts at
+        # the answer's arrival instead (late by the answer's flight, which the job's safety
+        # margin covers), or the whole wait would be taken off the lease.
         sent_at = time.monotonic()
-        response = self._rpc.call(method, request, hint=_CLAIM_HINT)
+        response = self._rpc.call(method, request, hint=_CLAIM_HINT, timeout=timeout)
+        if timeout is not None:
+            sent_at = time.monotonic()
         if _epoch_moved(response) and self._repin(request):
             # Once only: a second refusal means the epoch moved again meanwhile, and the next
             # claim will follow that one.
             sent_at = time.monotonic()
-            response = self._rpc.call(method, request, hint=_CLAIM_HINT)
+            response = self._rpc.call(method, request, hint=_CLAIM_HINT, timeout=timeout)
+            if timeout is not None:
+                sent_at = time.monotonic()
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
             return ClaimRefused.from_proto(response)
         return Job(
@@ -208,8 +236,15 @@ class WorkerClient:
         requires_review: bool = False,
         non_replayable: bool = False,
         idempotency_key: str = "",
+        retry_policy: TaskRetryPolicy | None = None,
+        not_before: datetime | None = None,
+        schedule_to_close: timedelta | None = None,
     ) -> TaskInfo:
         """Create a READY task; an empty ``task_id`` lets the server generate one.
+
+        ``retry_policy`` sets how often it is tried (unset fields: the queue's, else the
+        server's defaults); ``not_before`` keeps it DELAYED until then; past
+        ``schedule_to_close`` from now it is FAILED (TIMED_OUT) whatever runs.
 
         Retried on transport errors only with an explicit id or an ``idempotency_key`` (a
         retry with neither could create a second task; with a key the server answers a retry
@@ -227,6 +262,12 @@ class WorkerClient:
             requires_review=requires_review,
             non_replayable=non_replayable,
         )
+        if retry_policy is not None:
+            request.retry_policy.CopyFrom(retry_policy.to_proto())
+        if not_before is not None:
+            request.not_before.FromDatetime(not_before)
+        if schedule_to_close is not None:
+            request.schedule_to_close.FromTimedelta(schedule_to_close)
         try:
             response = self._rpc.call(
                 self._rpc.tasks.CreateTask,
@@ -309,6 +350,11 @@ class WorkerClient:
             expected_revision=expected_revision,
         )
         return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.UpdateInput, request).task)
+
+    def retry_task(self, task_id: str, *, reason: str = "") -> TaskInfo:
+        """Send a FAILED task back to READY with a fresh attempt budget (pm or admin)."""
+        request = tasks_pb2.RetryTaskRequest(task_id=task_id, reason=reason)
+        return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.RetryTask, request).task)
 
     # --- admin ------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,6 +35,7 @@ from coordinator.sdk.effects import Downstream, EffectOutcome, run_effect
 from coordinator.sdk.managed import DEFAULT_GRACE, ManagedProcess, run_managed
 from coordinator.sdk.types import (
     CommitOutcome,
+    FailOutcome,
     Fence,
     JobLost,
     LossSource,
@@ -63,7 +65,12 @@ _MIN_RENEW_TIMEOUT = 0.2
 _ENDED_BY_THIS_ATTEMPT = {
     FenceReason.ALREADY_COMMITTED: "committed",
     FenceReason.RELEASED: "released",
+    FenceReason.FAILED: "failed",
 }
+
+# Bounds of what Fail carries (the server refuses more: INVALID_ARGUMENT).
+_MAX_ERROR_MESSAGE = 1024
+_MAX_ERROR_DETAILS = 16 * 1024
 
 
 @dataclass
@@ -76,17 +83,24 @@ class _State:
     # The server's lease end as wire (seconds, nanos): a datetime only when someone reads it.
     lease_expires_at: tuple[int, int]
     progress: str = ""
+    # The latest checkpoint not yet accepted by a renewal (None: nothing new to send).
+    checkpoint: bytes | None = None
     renewals: int = 0
     lost: LostReason | None = None
-    # "committed" or "released" once the caller ended the job; later losses are not reported.
+    # "committed", "released" or "failed" once the caller ended the job; later losses are not
+    # reported.
     finished: str = ""
 
 
 class Job:
     """One claimed task: the credential, the input, the lease clock and the keepalive.
 
-    Use it as a context manager: entering starts the keepalive; leaving stops it and releases
-    the task if the job was neither committed, released nor lost. Built by WorkerClient.
+    Use it as a context manager: entering starts the keepalive; leaving stops it and, if the job
+    was neither committed, released, failed nor lost, reports it: an exception (an ``Exception``)
+    escaping the block is a retryable failure with the exception's type and message (``fail``),
+    so the task's retry policy counts and spaces it; a block left without one, or by
+    KeyboardInterrupt / SystemExit (the worker stopping, not the task failing), releases the
+    task. Built by WorkerClient.
     """
 
     def __init__(
@@ -107,6 +121,8 @@ class Job:
         self.input = claim.input
         self.input_digest = claim.input_digest
         self.task_revision = claim.task_revision
+        # Where an earlier attempt of this task revision left the work (b"": start afresh).
+        self.previous_checkpoint = claim.checkpoint
         self.ttl = timedelta(seconds=max(claim.ttl_seconds, 1))
         # Wire (seconds, nanos), as the lease end below: most jobs never read either.
         deadline, lease = claim.claim_deadline, claim.lease_expires_at
@@ -213,6 +229,13 @@ class Job:
         with self._lock:
             self._state.progress = marker
 
+    def checkpoint(self, data: bytes) -> None:
+        """Record where the work stands (at most 64 KiB); the next renewal stores it with the
+        attempt, and a later attempt of the task revision starts with it as its
+        ``previous_checkpoint``. Never blocks; only the latest one is sent."""
+        with self._lock:
+            self._state.checkpoint = bytes(data)
+
     # --- acceptance points ----------------------------------------------------------------
 
     def call(self, method: WorkerMethod[Req, Resp], request: Req) -> Resp:
@@ -297,6 +320,44 @@ class Job:
             self.mark_lost(answer.outcome, answer.reason, answer.message, LossSource.RELEASE)
         return answer
 
+    def fail(
+        self,
+        error: BaseException | str,
+        *,
+        retryable: bool = True,
+        delay: timedelta | None = None,
+        message: str = "",
+        details: bytes = b"",
+    ) -> FailOutcome:
+        """Report that this attempt failed; the coordinator decides by the task's retry policy
+        whether it runs again (READY now, or DELAYED until its backoff or ``delay`` passes,
+        whichever is later) or ends FAILED (``retryable=False``, a non-retryable error code, or
+        no attempts left). ``error`` is an exception (its type name is the error code, its text
+        the message, its traceback the details) or an error code. Ends the job; FENCED /
+        CANCELLED / STALE_INPUT mark it lost (unless this attempt had already ended itself)."""
+        if isinstance(error, BaseException):
+            code = type(error).__name__
+            message = message or str(error)
+            details = details or "".join(traceback.format_exception(error)).encode()
+        else:
+            code = error
+        request = worker_pb2.FailRequest(
+            fence=self.fence.to_proto(),
+            retryable=retryable,
+            error_code=code,
+            error_message=message[:_MAX_ERROR_MESSAGE],
+            # The end of a traceback is the part that names the failure.
+            error_details=details[-_MAX_ERROR_DETAILS:],
+        )
+        if delay is not None:
+            request.requeue_delay.FromTimedelta(delay)
+        answer = FailOutcome.from_proto(self.call(lambda worker: worker.Fail, request))
+        if answer.recorded:
+            self._finish("failed")
+        elif not self._ended_by_this_attempt(answer.outcome, answer.reason):
+            self.mark_lost(answer.outcome, answer.reason, answer.message, LossSource.FAIL)
+        return answer
+
     def effect(
         self,
         node_id: str,
@@ -375,13 +436,18 @@ class Job:
             with self._lock:
                 held = self._state.lost is None and not self._state.finished
             if held:
-                why = "left without commit" if exc is None else f"{type(exc).__name__}: {exc}"
                 try:
-                    self.release(why[:200])
+                    if isinstance(exc, Exception):
+                        self.fail(exc, retryable=True)
+                    else:
+                        why = "left without commit" if exc is None else type(exc).__name__
+                        self.release(why)
                 except CoordinatorError as error:
                     # Never mask the caller's exception: the lease expires on its own.
                     log.warning(
-                        "release failed; the lease will expire", job=self._name, error=str(error)
+                        "could not hand the task back; the lease will expire",
+                        job=self._name,
+                        error=str(error),
                     )
         finally:
             self.close()
@@ -403,9 +469,11 @@ class Job:
     def _renew_once(self, sent: float) -> bool:
         """One renewal; True if accepted. Marks the job lost when the answer says so."""
         with self._lock:
-            progress = self._state.progress
+            progress, checkpoint = self._state.progress, self._state.checkpoint
         budget = max(self.remaining().total_seconds(), _MIN_RENEW_TIMEOUT)
         request = worker_pb2.RenewRequest(fence=self.fence.to_proto(), progress=progress)
+        if checkpoint is not None:
+            request.checkpoint = checkpoint
         try:
             # No SDK retries here: this loop is the retry, and each try ends before the lease.
             response = self._rpc.call(
@@ -440,6 +508,8 @@ class Job:
             lease = response.lease_expires_at
             self._state.lease_expires_at = (lease.seconds, lease.nanos)
             self._state.renewals += 1
+            if self._state.checkpoint is checkpoint:  # sent and kept; nothing newer since
+                self._state.checkpoint = None
         return True
 
     # --- ending ---------------------------------------------------------------------------

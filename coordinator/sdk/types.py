@@ -8,13 +8,19 @@ CANCELLED, ...) are results, never exceptions; exceptions mean a broken call or 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Self
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
+from coordinator.domain.states import (
+    AttemptEnd,
+    DeadLetterReason,
+    FenceReason,
+    Outcome,
+    TaskState,
+)
 from coordinator.errors import CoordinatorError
 from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
 
@@ -50,6 +56,7 @@ class LossSource(StrEnum):
     COMMIT = "commit"
     AUTHORIZE = "authorize"
     RELEASE = "release"
+    FAIL = "fail"
     # A PrepareEffect or RecordEffect answered FENCED, CANCELLED or STALE_INPUT.
     EFFECT = "effect"
     # The lease ran out by the local monotonic clock while renewals could not reach the server.
@@ -223,6 +230,34 @@ class ReleaseOutcome:
 
 
 @dataclass(frozen=True)
+class FailOutcome:
+    """The answer to a fail: OK with where the task went (READY, DELAYED or FAILED) and when it
+    may run again, or FENCED / CANCELLED / STALE_INPUT when the claim was gone already."""
+
+    outcome: Outcome
+    reason: FenceReason = FenceReason.NONE
+    message: str = ""
+    state: TaskState | None = None
+    next_eligible_at: datetime | None = None
+
+    @property
+    def recorded(self) -> bool:
+        """Whether this call ended the attempt as failed."""
+        return self.outcome is Outcome.OK
+
+    @classmethod
+    def from_proto(cls, msg: worker_pb2.FailResponse) -> Self:
+        """Build from the wire message."""
+        return cls(
+            outcome=outcome_of(msg.outcome),
+            reason=FenceReason(msg.reason),
+            message=msg.message,
+            state=TaskState(msg.state) if msg.state else None,
+            next_eligible_at=timestamp(msg.next_eligible_at),
+        )
+
+
+@dataclass(frozen=True)
 class AttemptInfo:
     """One attempt of a task, as the coordinator recorded it."""
 
@@ -234,6 +269,9 @@ class AttemptInfo:
     started_at: datetime | None
     ended_at: datetime | None
     end: AttemptEnd
+    # The error its holder reported (end FAILED).
+    error_code: str = ""
+    error_message: str = ""
 
     @classmethod
     def from_proto(cls, msg: types_pb2.Attempt) -> Self:
@@ -247,6 +285,43 @@ class AttemptInfo:
             started_at=timestamp(msg.started_at),
             ended_at=timestamp(msg.ended_at),
             end=AttemptEnd(msg.end),
+            error_code=msg.error_code,
+            error_message=msg.error_message,
+        )
+
+
+@dataclass(frozen=True)
+class TaskRetryPolicy:
+    """A task's retry policy (None fields: the queue's, else the server's default)."""
+
+    max_attempts: int | None = None
+    initial_backoff: timedelta | None = None
+    backoff_multiplier: float | None = None
+    max_backoff: timedelta | None = None
+    non_retryable_errors: tuple[str, ...] = ()
+
+    def to_proto(self) -> types_pb2.RetryPolicy:
+        """The wire message, with only the fields set here."""
+        message = types_pb2.RetryPolicy(non_retryable_errors=list(self.non_retryable_errors))
+        if self.max_attempts is not None:
+            message.max_attempts = self.max_attempts
+        if self.backoff_multiplier is not None:
+            message.backoff_multiplier = self.backoff_multiplier
+        if self.initial_backoff is not None:
+            message.initial_backoff.FromTimedelta(self.initial_backoff)
+        if self.max_backoff is not None:
+            message.max_backoff.FromTimedelta(self.max_backoff)
+        return message
+
+    @classmethod
+    def from_proto(cls, msg: types_pb2.RetryPolicy) -> Self:
+        """Build from the wire message (a task's resolved policy sets every field)."""
+        return cls(
+            max_attempts=msg.max_attempts,
+            initial_backoff=msg.initial_backoff.ToTimedelta(),
+            backoff_multiplier=msg.backoff_multiplier,
+            max_backoff=msg.max_backoff.ToTimedelta(),
+            non_retryable_errors=tuple(msg.non_retryable_errors),
         )
 
 
@@ -281,6 +356,15 @@ class TaskInfo:
     root_task_id: str = ""
     parent_task_id: str = ""
     thread_key: str = ""
+    # The work-queue view: the resolved retry policy, attempts counted against it, when a
+    # DELAYED task becomes READY, what ended the last attempt, and why a FAILED task is.
+    retry_policy: TaskRetryPolicy = TaskRetryPolicy()
+    attempts_counted: int = 0
+    next_eligible_at: datetime | None = None
+    last_error: str = ""
+    dead_letter_reason: DeadLetterReason = DeadLetterReason.NONE
+    # created_at + schedule_to_close, if it has one.
+    deadline: datetime | None = None
 
     @classmethod
     def from_proto(cls, msg: types_pb2.Task, attempts: tuple[types_pb2.Attempt, ...] = ()) -> Self:
@@ -311,6 +395,12 @@ class TaskInfo:
             root_task_id=msg.root_task_id,
             parent_task_id=msg.parent_task_id,
             thread_key=msg.thread_key,
+            retry_policy=TaskRetryPolicy.from_proto(msg.retry_policy),
+            attempts_counted=msg.attempts_counted,
+            next_eligible_at=timestamp(msg.next_eligible_at),
+            last_error=msg.last_error,
+            dead_letter_reason=DeadLetterReason(msg.dead_letter_reason),
+            deadline=timestamp(msg.deadline),
         )
 
 

@@ -137,7 +137,9 @@ def build_server(
         # keyspace). Fail loudly instead.
         options=[("grpc.so_reuseport", 0)],
     )
-    worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerService(store), server)
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(
+        WorkerService(store, max_claim_wait=limits.max_claim_wait), server
+    )
     tasks_pb2_grpc.add_TaskServiceServicer_to_server(TaskService(store), server)
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(store), server)
     health_servicer = health.HealthServicer()
@@ -315,6 +317,8 @@ def _open_store(config: Config) -> tuple[EtcdKV, Store]:
             archive=open_sink(config.archive),
             prune_interval=config.prune_interval,
             prune_rate=config.prune_rate,
+            promote_interval=config.promote_interval,
+            max_claim_waiters=config.max_claim_waiters,
         )
         refuse_old_coordinator(VersionStore(store.ctx))  # before anything runs or writes
         store.start()

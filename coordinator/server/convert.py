@@ -7,12 +7,22 @@ happened) becomes an unset field.
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.records import AttemptRecord, ResultRecord, TaskRecord
 from coordinator.domain.states import FenceReason, Outcome, TaskState
-from coordinator.store.types import ClaimResult, CommitResult, DrainStatus, RenewResult, TaskSpec
+from coordinator.server import queue_wire
+from coordinator.store.types import (
+    ClaimResult,
+    CommitResult,
+    DrainStatus,
+    FailResult,
+    RenewResult,
+    TaskSpec,
+)
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
 
 
@@ -53,7 +63,7 @@ def fence_to_proto(fence: Fence) -> types_pb2.Fence:
 
 def task_to_proto(task: TaskRecord) -> types_pb2.Task:
     """A task record on the wire, with its state_version."""
-    return types_pb2.Task(
+    message = types_pb2.Task(
         task_id=task.task_id,
         revision=task.revision,
         state=task_state(task.state),
@@ -79,6 +89,8 @@ def task_to_proto(task: TaskRecord) -> types_pb2.Task:
         created_at=timestamp(task.created_at),
         updated_at=timestamp(task.updated_at),
     )
+    queue_wire.fill_queue_fields(message, task)
+    return message
 
 
 def attempt_to_proto(attempt: AttemptRecord) -> types_pb2.Attempt:
@@ -92,6 +104,9 @@ def attempt_to_proto(attempt: AttemptRecord) -> types_pb2.Attempt:
         started_at=timestamp(attempt.started_at),
         ended_at=timestamp(attempt.ended_at),
         end=types_pb2.AttemptEnd.ValueType(int(attempt.end)),
+        error_code=attempt.error_code,
+        error_message=attempt.error_message,
+        error_details=attempt.error_details,
     )
 
 
@@ -120,6 +135,9 @@ def task_spec(
     input_digest: str,
     thread_key: str = "",
     depends_on: tuple[str, ...] = (),
+    retry: tuple[tuple[str, Any], ...] = (),
+    not_before: float = 0.0,
+    schedule_to_close: float = 0.0,
 ) -> TaskSpec:
     """The store's TaskSpec for a validated CreateTaskRequest (thread key normalized)."""
     return TaskSpec(
@@ -134,6 +152,9 @@ def task_spec(
         parent_task_id=request.parent_task_id,
         thread_key=thread_key,
         depends_on=depends_on,
+        retry=retry,
+        not_before=not_before,
+        schedule_to_close=schedule_to_close,
     )
 
 
@@ -157,6 +178,7 @@ def claim_response(result: ClaimResult) -> worker_pb2.ClaimResponse:
     _set_time(response.claim_deadline, result.deadline)
     response.input_digest = task.input_digest
     response.input = task.input
+    response.checkpoint = result.checkpoint
     return response
 
 
@@ -184,6 +206,18 @@ def release_response(verdict: Verdict) -> worker_pb2.ReleaseResponse:
     """ReleaseResponse from the store's verdict."""
     return worker_pb2.ReleaseResponse(
         outcome=outcome(verdict.outcome), reason=reason(verdict.reason), message=verdict.message
+    )
+
+
+def fail_response(result: FailResult) -> worker_pb2.FailResponse:
+    """FailResponse; where the task went and when it is eligible again, when accepted."""
+    verdict = result.verdict
+    return worker_pb2.FailResponse(
+        outcome=outcome(verdict.outcome),
+        reason=reason(verdict.reason),
+        message=verdict.message,
+        state=task_state(result.state),
+        next_eligible_at=timestamp(result.next_eligible_at),
     )
 
 

@@ -26,6 +26,7 @@ from coordinator.server.identity import CURRENT_IDENTITY
 from coordinator.server.status import status_code_of
 from coordinator.server.streams import (
     LONG_POLLS,
+    LongPolls,
     OpenStreams,
     Recheck,
     StreamGuard,
@@ -56,7 +57,7 @@ class StreamLimitInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         streams: OpenStreams,
         check: Check,
         *,
-        long_polls: frozenset[str] = LONG_POLLS,
+        long_polls: LongPolls = LONG_POLLS,
     ) -> None:
         self._streams = streams
         self._check = check
@@ -74,7 +75,8 @@ class StreamLimitInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             return None
         if not is_long_lived(method, handler, long_polls=self._long_polls):
             return handler
-        return _wrap(handler, lambda context: self._admit(method, context), self._streams)
+        waits = self._long_polls.get(method, _always_waits)
+        return _wrap(handler, lambda context: self._admit(method, context), self._streams, waits)
 
     def _admit(self, method: str, context: grpc.ServicerContext) -> StreamGuard:
         identity = CURRENT_IDENTITY.get()
@@ -103,12 +105,20 @@ class StreamLimitInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         return recheck
 
 
+def _always_waits(request: Any) -> bool:
+    """Every call of a streaming method is long-lived."""
+    del request
+    return True
+
+
 def _wrap(
     handler: Handler,
     admit: Callable[[grpc.ServicerContext], StreamGuard],
     streams: OpenStreams,
+    waits: Callable[[Any], bool],
 ) -> Handler:
-    """The same handler, admitted first, ended with its guard's status, its slot freed after."""
+    """The same handler, admitted first, ended with its guard's status, its slot freed after.
+    A unary call whose request does not wait (``waits``) runs as it is, uncounted."""
 
     def end(guard: StreamGuard, context: grpc.ServicerContext) -> None:
         ending = guard.ending
@@ -129,6 +139,8 @@ def _wrap(
 
     def answered(behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Any:
         def run(request: Any, context: grpc.ServicerContext) -> Any:
+            if handler.unary_unary is not None and not waits(request):
+                return behavior(request, context)
             guard = admit(context)
             try:
                 CURRENT_STREAM.set(guard)

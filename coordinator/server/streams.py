@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from types import MappingProxyType
+from typing import Any
 
 import grpc
 import structlog
@@ -48,17 +50,26 @@ from coordinator.server.handlers import Handler
 
 log = structlog.get_logger(__name__)
 
-LONG_POLLS: frozenset[str] = frozenset()
-"""Unary methods that may wait long for an answer (a long-poll ClaimNext, when it comes).
+LongPolls = Mapping[str, Callable[[Any], bool]]
+"""Unary method -> whether one of its requests waits long (is admitted as a long-lived call)."""
+
+LONG_POLLS: LongPolls = MappingProxyType(
+    {
+        # ClaimNext waits only when asked to: one without wait_seconds answers at once and is
+        # not counted against the stream bounds.
+        "/coordinator.v1.WorkerService/ClaimNext": lambda request: request.wait_seconds > 0,
+    }
+)
+"""Unary methods that may wait long for an answer (long polls), and which requests do.
 
 Streaming methods need no entry: every one is long-lived (``is_long_lived``), so a new stream
-is bounded from its first line of code."""
+is bounded from its first line of code. A unary long poll is decided per request, once it is
+decoded (coordinator.server.stream_interceptor)."""
 
 
-def is_long_lived(
-    method: str, handler: Handler, *, long_polls: frozenset[str] = LONG_POLLS
-) -> bool:
-    """Whether a call of ``method`` may hold its thread for long: any stream, or a long poll."""
+def is_long_lived(method: str, handler: Handler, *, long_polls: LongPolls = LONG_POLLS) -> bool:
+    """Whether a call of ``method`` may hold its thread for long: any stream, or a long poll
+    (some of whose requests may)."""
     return bool(handler.request_streaming or handler.response_streaming) or method in long_polls
 
 

@@ -9,6 +9,7 @@ business rule that a reviewer is not the executor is the domain's (domain/review
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -17,7 +18,7 @@ import structlog
 from coordinator.domain.validation import non_negative, priority, task_id
 from coordinator.errors import StreamBehind
 from coordinator.logging import bound
-from coordinator.server import convert, lifecycle_wire, validate
+from coordinator.server import convert, lifecycle_wire, queue_wire, validate
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc
 from coordinator.server.stream_interceptor import stream_alive
@@ -50,9 +51,25 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         lifecycle_wire.optional_id("parent_task_id", request.parent_task_id)
         thread = lifecycle_wire.optional_thread(request.thread_key)
         depends_on = lifecycle_wire.dependencies(request.task_id, request.depends_on)
+        retry = queue_wire.retry_overrides(
+            request.retry_policy, present=request.HasField("retry_policy")
+        )
+        not_before = queue_wire.not_before(
+            request.not_before, present=request.HasField("not_before"), now=time.time()
+        )
+        deadline = queue_wire.schedule_to_close(
+            request.schedule_to_close, present=request.HasField("schedule_to_close")
+        )
         principal = principal_of(context)
         spec = convert.task_spec(
-            request, queue=queue, input_digest=digest, thread_key=thread, depends_on=depends_on
+            request,
+            queue=queue,
+            input_digest=digest,
+            thread_key=thread,
+            depends_on=depends_on,
+            retry=retry,
+            not_before=not_before,
+            schedule_to_close=deadline,
         )
         task = self._store.tasks.create(spec, by=principal)
         with bound(task_id=task.task_id, principal=principal):
@@ -153,6 +170,19 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         with bound(task_id=tid, principal=principal):
             log.info("task input updated", revision=task.revision, input_digest=digest)
         return tasks_pb2.UpdateInputResponse(task=convert.task_to_proto(task))
+
+    @rpc
+    def RetryTask(  # noqa: N802
+        self, request: tasks_pb2.RetryTaskRequest, context: grpc.ServicerContext
+    ) -> tasks_pb2.RetryTaskResponse:
+        """Send a FAILED task back to READY with a fresh attempt budget."""
+        tid = task_id(request.task_id)
+        reason = validate.text("reason", request.reason)
+        principal = principal_of(context)
+        task = self._store.dead_letters.retry(tid, by=principal, reason=reason)
+        with bound(task_id=tid, principal=principal):
+            log.info("task retried", state=task.state.name, attempt=task.attempt, reason=reason)
+        return tasks_pb2.RetryTaskResponse(task=convert.task_to_proto(task))
 
     @rpc
     def Accept(  # noqa: N802

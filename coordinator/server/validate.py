@@ -7,12 +7,18 @@ the caller fixes the field, not our code. Pure: raises InvalidArgument, never do
 
 from __future__ import annotations
 
+import math
+import re
+
+from google.protobuf.duration_pb2 import Duration
+
 from coordinator.domain import validation
 from coordinator.domain.decisions import Fence
 from coordinator.domain.digests import digest_of, is_digest
+from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import TaskState
 from coordinator.errors import InvalidArgument
-from coordinator.v1 import types_pb2
+from coordinator.v1 import types_pb2, worker_pb2
 
 DEFAULT_QUEUE = "default"
 DEFAULT_PAGE_SIZE = 100
@@ -98,6 +104,59 @@ def result_payload(result: bytes, result_digest: str, result_ref: str) -> str:
     if result_ref and not result:
         return digest("result_digest", result_digest)
     return content_digest("result_digest", result_digest, result)
+
+
+MAX_ERROR_DETAILS = 16 * 1024
+MAX_REQUEUE_DELAY = 86400.0
+_ERROR_CODE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def error_code(field: str, value: str) -> str:
+    """An error code a worker reports (an exception type, an error name)."""
+    if not value:
+        raise InvalidArgument(f"{field} is required (an error name such as 'TimeoutError')")
+    if not _ERROR_CODE.fullmatch(value):
+        raise InvalidArgument(
+            f"{field} must be 1-128 characters of [A-Za-z0-9._:-], got {value[:140]!r}"
+        )
+    return value
+
+
+def seconds(field: str, value: Duration, *, present: bool, limit: float) -> float:
+    """An optional non-negative duration of at most ``limit`` seconds (unset: 0)."""
+    if not present:
+        return 0.0
+    if value.seconds < 0 or value.nanos < 0:
+        raise InvalidArgument(f"{field} must be >= 0, got {value.ToTimedelta()}")
+    total = value.ToNanoseconds() / 1e9
+    if total > limit:
+        raise InvalidArgument(f"{field} must be at most {limit:g} s, got {total:g} s")
+    return total
+
+
+def failure_report(request: worker_pb2.FailRequest) -> FailureReport:
+    """The checked report of a FailRequest (every field bounded)."""
+    return FailureReport(
+        retryable=request.retryable,
+        code=error_code("error_code", request.error_code),
+        message=validation.text("error_message", request.error_message),
+        details=validation.max_bytes("error_details", request.error_details, MAX_ERROR_DETAILS),
+        delay=seconds(
+            "requeue_delay",
+            request.requeue_delay,
+            present=request.HasField("requeue_delay"),
+            limit=MAX_REQUEUE_DELAY,
+        ),
+    )
+
+
+def wait_seconds(value: float, limit: float) -> float:
+    """A long poll's wait: 0 (none) to the server's ``limit``."""
+    if not (math.isfinite(value) and 0 <= value <= limit):
+        raise InvalidArgument(
+            f"wait_seconds must be 0 to {limit:g} (max_claim_wait), got {value:g}"
+        )
+    return value
 
 
 def optional_task_id(value: str) -> str:

@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 import grpc
 import structlog
 
+from coordinator.domain import validation
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.roles import Role
 from coordinator.domain.validation import non_negative, task_id
@@ -20,10 +21,14 @@ from coordinator.logging import bound
 from coordinator.server import convert, effect_wire, job_wire, validate
 from coordinator.server.identity import identity_of, principal_of
 from coordinator.server.status import rpc
+from coordinator.server.stream_interceptor import stream_alive
 from coordinator.store import ClaimResult, Store
 from coordinator.v1 import worker_pb2, worker_pb2_grpc
 
 log = structlog.get_logger(__name__)
+
+MAX_CHECKPOINT_BYTES = 64 * 1024
+"""A checkpoint is kept with its attempt and handed to the next: bounded like any record."""
 
 
 class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
@@ -32,8 +37,9 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     Method names are the proto's (hence ``noqa: N802``): grpc dispatches by them.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, max_claim_wait: float = 20.0) -> None:
         self._store = store
+        self._max_claim_wait = max_claim_wait
 
     @rpc
     def Claim(  # noqa: N802
@@ -56,13 +62,21 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     def ClaimNext(  # noqa: N802
         self, request: worker_pb2.ClaimNextRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ClaimResponse:
-        """Claim the next ready task of a queue."""
+        """Claim the next ready task of a queue, waiting up to wait_seconds for one."""
         queue = validate.queue_or_default(request.queue)
         epoch = validate.epoch("scheduler_epoch", request.scheduler_epoch)
         ttl = validate.ttl("ttl_seconds", request.ttl_seconds)
+        wait = validate.wait_seconds(request.wait_seconds, self._max_claim_wait)
         principal = principal_of(context)
         with bound(queue=queue, epoch=epoch, principal=principal):
-            result = self._store.claims.claim_next(queue, principal=principal, epoch=epoch, ttl=ttl)
+            result = self._store.long_poll.claim_next(
+                queue,
+                principal=principal,
+                epoch=epoch,
+                ttl=ttl,
+                wait=wait,
+                alive=stream_alive(context),
+            )
             _log_claim("claim_next", result)
         return convert.claim_response(result)
 
@@ -73,9 +87,16 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         """Keep the claim's lease alive, within the server's bounds."""
         fence = validate.fence(request.fence, present=request.HasField("fence"))
         progress = validate.text("progress", request.progress)
+        checkpoint = (
+            validation.max_bytes("checkpoint", request.checkpoint, MAX_CHECKPOINT_BYTES)
+            if request.HasField("checkpoint")
+            else None
+        )
         principal = principal_of(context)
         with _bound(fence, principal):
-            result = self._store.acceptance.renew(fence, principal=principal, progress=progress)
+            result = self._store.acceptance.renew(
+                fence, principal=principal, progress=progress, checkpoint=checkpoint
+            )
             _log_point("renew", result.verdict, ttl=result.ttl)
         return convert.renew_response(result)
 
@@ -154,6 +175,25 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
             verdict = self._store.acceptance.release(fence, principal=principal, reason=reason)
             _log_point("release", verdict, release_reason=reason)
         return convert.release_response(verdict)
+
+    @rpc
+    def Fail(  # noqa: N802
+        self, request: worker_pb2.FailRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.FailResponse:
+        """Report the held attempt failed; the task goes to the retry decision."""
+        fence = validate.fence(request.fence, present=request.HasField("fence"))
+        report = validate.failure_report(request)
+        principal = principal_of(context)
+        with _bound(fence, principal):
+            result = self._store.failures.fail(fence, principal=principal, report=report)
+            _log_point(
+                "fail",
+                result.verdict,
+                error_code=report.code,
+                retryable=report.retryable,
+                state=result.state.name if result.state else None,
+            )
+        return convert.fail_response(result)
 
     @rpc
     def PrepareEffect(  # noqa: N802

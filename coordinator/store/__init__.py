@@ -21,15 +21,20 @@ from coordinator.store.claim_gates import ApprovalGate, ReconcileGate
 from coordinator.store.claimed_index import ClaimedIndex
 from coordinator.store.claims import ClaimStore
 from coordinator.store.context import StoreContext
+from coordinator.store.dead_letters import DeadLetters
+from coordinator.store.deadlines import Deadlines
 from coordinator.store.dependencies import DependencyStore
 from coordinator.store.effects import EffectStore
 from coordinator.store.etcd import EtcdKV
 from coordinator.store.events import EventFilter, EventLog, StoredEvent
+from coordinator.store.failures import Failures
 from coordinator.store.held import HeldClaims
 from coordinator.store.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
 from coordinator.store.idempotency import IdempotencyStore
 from coordinator.store.jobs import JobStore
 from coordinator.store.leases import ClaimLeases
+from coordinator.store.long_poll import LongPoll, ReadyWaiters
+from coordinator.store.promoter import Promoter
 from coordinator.store.pruner import DEFAULT_INTERVAL as DEFAULT_PRUNE_INTERVAL
 from coordinator.store.pruner import DEFAULT_RATE as DEFAULT_PRUNE_RATE
 from coordinator.store.pruner import Pruner
@@ -44,6 +49,7 @@ from coordinator.store.types import (
     ClaimResult,
     CommitResult,
     DrainStatus,
+    FailResult,
     RenewResult,
     StageOutcome,
     TaskSpec,
@@ -60,7 +66,12 @@ class Store:
     tasks: TaskStore
     results: ResultStore
     claims: ClaimStore
+    long_poll: LongPoll
     acceptance: AcceptancePoints
+    failures: Failures
+    dead_letters: DeadLetters
+    deadlines: Deadlines
+    promoter: Promoter
     admin: AdminStore
     reclaimer: Reclaimer
     dependencies: DependencyStore
@@ -88,6 +99,8 @@ class Store:
         archive: ArchiveSink | None = None,
         prune_interval: float = DEFAULT_PRUNE_INTERVAL,
         prune_rate: float = DEFAULT_PRUNE_RATE,
+        promote_interval: float = 0.25,
+        max_claim_waiters: int = 16,
     ) -> Store:
         """Wire the parts (nothing runs until ``start``). Without ``archive`` no pruner runs
         here (terminal tasks are still indexed for whichever replica prunes)."""
@@ -100,20 +113,29 @@ class Store:
             retention or RetentionPolicy(),
         )
         ready = ReadyIndex(ctx)
+        deadlines = Deadlines(ctx)
+        waiters = ReadyWaiters(max_claim_waiters)
+        ready.listen(lambda queue: waiters.notify(queue) if queue else waiters.notify_all())
         dependencies = DependencyStore(ctx, ready)
         held = HeldClaims()
         acceptance = AcceptancePoints(ctx, ready, held)
         reconcile = ReconcileStore(ctx, ready)
         # In this order: an open reconciliation decides before a hold for approval.
         gates = (ReconcileGate(reconcile), ApprovalGate(ctx, ready))
+        claims = ClaimStore(ctx, ready, held, gates)
         return cls(
             ctx=ctx,
             ready=ready,
             claimed=ClaimedIndex(ctx),
             tasks=TaskStore(ctx, ready, dependencies),
             results=ResultStore(ctx),
-            claims=ClaimStore(ctx, ready, held, gates),
+            claims=claims,
+            long_poll=LongPoll(claims, waiters),
             acceptance=acceptance,
+            failures=Failures(ctx, ready, held, acceptance),
+            dead_letters=DeadLetters(ctx, ready),
+            deadlines=deadlines,
+            promoter=Promoter(ctx, ready, deadlines, interval=promote_interval),
             admin=AdminStore(ctx),
             reclaimer=Reclaimer(ctx, ready, scan_interval=scan_interval),
             dependencies=dependencies,
@@ -133,7 +155,8 @@ class Store:
         )
 
     def start(self, *, reclaim: bool = True) -> None:
-        """Initialise the keyspace, load the ready and claimed indexes, start the reclaimer."""
+        """Initialise the keyspace, load the ready and claimed indexes, start the background
+        loops (reclaimer, releaser, reconcile sweeper, promoter, pruner)."""
         self.admin.ensure_initialized()
         self.ready.start()
         self.claimed.start()
@@ -141,6 +164,7 @@ class Store:
             self.reclaimer.start()
             self.releaser.start()
             self.sweeper.start()
+            self.promoter.start()
             if self.pruner is not None:
                 self.pruner.start()
 
@@ -150,6 +174,7 @@ class Store:
         self.releaser.close()
         self.sweeper.close()
         self.claimed.close()
+        self.promoter.close()
         if self.pruner is not None:
             self.pruner.close()
         self.ready.close()
@@ -169,6 +194,7 @@ __all__ = [
     "DrainStatus",
     "EtcdKV",
     "EventFilter",
+    "FailResult",
     "Keyspace",
     "RenewResult",
     "StageOutcome",

@@ -30,6 +30,7 @@ from coordinator.domain.records import (
     decode,
     encode,
 )
+from coordinator.domain.retry import AttemptEnded, decide_after
 from coordinator.domain.states import AttemptEnd, FenceReason, Op, Outcome
 from coordinator.errors import NotFound
 from coordinator.metrics import AcceptancePoint
@@ -53,6 +54,7 @@ from coordinator.store.etcd import (
 from coordinator.store.fence import fence_compares
 from coordinator.store.held import HeldClaims
 from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.requeue import settled
 from coordinator.store.transition import transition, transition_ops
 from coordinator.store.types import CommitResult, RenewResult, StageOutcome
 
@@ -130,13 +132,18 @@ class AcceptancePoints:
             result=decode(ResultRecord, result_kv.value) if result_kv is not None else None,
         )
 
-    def renew(self, fence: Fence, *, principal: str, progress: str) -> RenewResult:
-        """Keep the claim's lease alive, within its bounds."""
-        result = self._renew(fence, principal=principal, progress=progress)
+    def renew(
+        self, fence: Fence, *, principal: str, progress: str, checkpoint: bytes | None = None
+    ) -> RenewResult:
+        """Keep the claim's lease alive, within its bounds; a ``checkpoint`` that differs from
+        the attempt's is written with the attempt in the same fenced txn."""
+        result = self._renew(fence, principal=principal, progress=progress, checkpoint=checkpoint)
         metrics.count_renewal(result.verdict.outcome)  # failure rate: not OK / all
         return result
 
-    def _renew(self, fence: Fence, *, principal: str, progress: str) -> RenewResult:
+    def _renew(
+        self, fence: Fence, *, principal: str, progress: str, checkpoint: bytes | None
+    ) -> RenewResult:
         ctx = self._ctx
         for _ in range(_RENEW_TRIES):
             view = self.view(fence)
@@ -155,6 +162,9 @@ class AcceptancePoints:
                 ops.append(
                     put(ctx.keys.claim(fence.task_id), encode(updated), lease=claim.lease_id)
                 )
+            if checkpoint is not None and checkpoint != view.attempt.checkpoint:
+                kept = replace(view.attempt, checkpoint=checkpoint)
+                ops.append(put(ctx.keys.attempt(fence.task_id, fence.attempt_id), encode(kept)))
             if not ctx.kv.txn(compares, ops).succeeded:
                 continue  # re-read: fenced meanwhile, or a concurrent renew moved the claim key
             ttl = ctx.kv.keepalive(claim.lease_id)
@@ -316,7 +326,8 @@ class AcceptancePoints:
         return CommitResult(Verdict(Outcome.COMMITTED), after.result_commit_id, after.state)
 
     def release(self, fence: Fence, *, principal: str, reason: str) -> Verdict:
-        """Give the task back: READY again, the attempt recorded as RELEASED."""
+        """Give the task back, the attempt recorded as RELEASED; the task's retry policy counts
+        it and decides: READY again, DELAYED for a backoff, or FAILED."""
         ctx, keys = self._ctx, self._ctx.keys
         self._held.take(fence)  # a released claim never commits
         view = self.view(fence)
@@ -325,19 +336,26 @@ class AcceptancePoints:
         if not verdict.accepted:
             return verdict
         task, now = view.task, ctx.clock.now()
+        ended = AttemptEnded(AttemptEnd.RELEASED, f"released: {reason}" if reason else "released")
+        retry = decide_after(task, ended, now, at_once=Op.RELEASE)
         after = transition(
-            task, Op.RELEASE, now, claim_generation=fence.claim_generation, lease_id=0
+            task,
+            retry.op,
+            now,
+            claim_generation=fence.claim_generation,
+            lease_id=0,
+            **retry.changes(ended),
         )
         compares, ops = transition_ops(
             ctx,
             task,
             after,
-            Op.RELEASE,
+            retry.op,
             by=principal,
             attempt_id=fence.attempt_id,
             generation=fence.claim_generation,
             epoch=fence.scheduler_epoch,
-            detail=reason,
+            detail=retry.detail,
         )
         compares += fence_compares(keys, fence)
         ops += [
@@ -351,7 +369,7 @@ class AcceptancePoints:
             return self.diagnose(fence)
         ctx.leases.release(task.lease_id)  # our txn deleted its only key
         coverage.observe_fence(AcceptancePoint.RELEASE, compares, self._ctx.keys, fence)
-        self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, after.task_id))
+        settled(ctx, self._ready, after, ended)
         return verdict
 
     def diagnose(self, fence: Fence) -> Verdict:

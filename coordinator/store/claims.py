@@ -19,6 +19,7 @@ from coordinator import metrics
 from coordinator.domain.decisions import Fence, FenceView, Verdict, clamp_ttl, decide_claim
 from coordinator.domain.keys import task_id_from_ready_key
 from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode
+from coordinator.domain.retry import LEASE_EXPIRED, refuse_takeover
 from coordinator.domain.states import AttemptEnd, Op, Outcome, TaskState
 from coordinator.errors import LeaseGone, NotFound
 from coordinator.metrics import AcceptancePoint
@@ -81,6 +82,7 @@ def claim_write(
     reads and writes nothing (``ctx`` gives the key layout and the limits)."""
     keys, limits, task = ctx.keys, ctx.limits, read.task
     number = task.attempt + 1
+    takeover = task.state is TaskState.CLAIMED
     after = transition(
         task,
         Op.CLAIM,
@@ -91,6 +93,7 @@ def claim_write(
         attempt_id=attempt_id,
         owner_id=principal,
         lease_id=lease.lease_id,
+        last_error=LEASE_EXPIRED.error if takeover else task.last_error,
     )
     claim = ClaimRecord(
         attempt_id=attempt_id,
@@ -112,6 +115,7 @@ def claim_write(
         scheduler_epoch=epoch,
         ttl=lease.ttl,
         started_at=now,
+        checkpoint=handed_checkpoint(read),
     )
     compares, ops = transition_ops(
         ctx, task, after, Op.CLAIM, by=principal, attempt_id=attempt_id, epoch=epoch
@@ -126,10 +130,20 @@ def claim_write(
         put(keys.attempt(task.task_id, attempt_id), encode(attempt)),
     ]
     # The task's compare holds the attempt too: whatever ends an attempt writes the task.
-    if task.state is TaskState.CLAIMED and read.attempt is not None:
+    if takeover and read.attempt is not None:
         expired = replace(read.attempt, end=AttemptEnd.EXPIRED, ended_at=now)
         ops.append(put(keys.attempt(task.task_id, expired.attempt_id), encode(expired)))
     return ClaimWrite(after, claim, attempt, compares, ops)
+
+
+def handed_checkpoint(read: ClaimRead) -> bytes:
+    """The checkpoint a new attempt starts from: the previous attempt's, if it ran on the same
+    input (a checkpoint of another input is no place to resume from). The new attempt keeps it
+    until it writes its own, so an attempt that never checkpoints does not lose it."""
+    previous, task = read.attempt, read.task
+    if previous is None or previous.revision != task.revision:
+        return b""
+    return previous.checkpoint
 
 
 class ClaimStore:
@@ -254,6 +268,7 @@ class ClaimStore:
             lease_expires_at=now + lease.remaining,
             deadline=write.claim.deadline,
             lease_remaining=lease.remaining,
+            checkpoint=attempt.checkpoint,
         )
 
     def claim_next(self, queue: str, *, principal: str, epoch: int, ttl: int) -> ClaimResult:
@@ -305,6 +320,16 @@ class ClaimStore:
             current_epoch=epoch_from_kv(snap.range_one(2)),
             paused=snap.range_one(3) is not None,
         )
+        if verdict.accepted and task.deadline and self._ctx.clock.now() >= task.deadline:
+            # Past schedule_to_close: the deadline pass is about to fail it; start nothing.
+            verdict = Verdict(
+                Outcome.NOT_CLAIMABLE, message="the task's schedule_to_close deadline passed"
+            )
+        elif verdict.accepted and task.state is TaskState.CLAIMED:
+            # A takeover ends the expired attempt: the retry policy must allow the next now.
+            why = refuse_takeover(task, self._ctx.clock.now())
+            if why:
+                verdict = Verdict(Outcome.NOT_CLAIMABLE, message=why)
         # Attempts are created by claims only, so the newest is the one the task names.
         newest = snap.range_one(5)
         named = task.attempt_id and keys.attempt(task_id, task.attempt_id)

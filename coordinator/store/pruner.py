@@ -144,7 +144,11 @@ class Pruner:
             if history is None:  # pruned meanwhile (another replica): its key is dead
                 self._ctx.kv.txn((), [delete(due_key)])
             elif history.task.state not in TERMINAL_STATES:
-                log.warning("prune index names a task that is not terminal", task_id=task_id)
+                # It left its terminal state (RetryTask sends a FAILED task back to READY): its
+                # key is dead; the move that makes it terminal again writes a new one.
+                task_key = self._ctx.keys.task(task_id)
+                compare = mod_revision_is(task_key, history.task_kv.mod_revision)
+                self._ctx.kv.txn([compare], [delete(due_key)])
             elif history.blocker():
                 self._defer(history, due_key)
                 report.deferred += 1

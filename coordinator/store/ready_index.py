@@ -36,6 +36,13 @@ class ReadyIndex(PrefixCopy):
         # Keys (relative) that a ClaimNext of this replica is trying right now: another
         # ClaimNext here picks a different one instead of losing the same race (see take()).
         self._taken: Counter[str] = Counter()
+        # Told of each ready key that was not known yet (its queue) and of every reload
+        # (None): the long polls waiting for a task (store/long_poll.py).
+        self._listeners: list[Callable[[str | None], None]] = []
+
+    def listen(self, listener: Callable[[str | None], None]) -> None:
+        """Call ``listener(queue)`` for every new ready key, ``listener(None)`` on a reload."""
+        self._listeners.append(listener)
 
     def first(self, queue: str, count: int) -> list[str]:
         """Up to ``count`` ready keys of ``queue`` in claim order (full etcd keys), all of the
@@ -84,8 +91,12 @@ class ReadyIndex(PrefixCopy):
         queue = rel.split("/", 1)[0]
         with self._lock:
             keys = self._queues.setdefault(queue, SortedList())
-            if rel not in keys:
+            new = rel not in keys
+            if new:
                 keys.add(rel)
+        if new:
+            for listener in self._listeners:
+                listener(queue)
 
     def discard(self, key: str) -> None:
         """Forget a ready key (deleted, or found stale by a lost claim)."""
@@ -116,6 +127,8 @@ class ReadyIndex(PrefixCopy):
             queues.setdefault(rel.split("/", 1)[0], SortedList()).add(rel)
         with self._lock:
             self._queues = queues
+        for listener in self._listeners:
+            listener(None)
 
     def apply(self, events: list[WatchEvent]) -> None:
         """Ready keys created or deleted."""

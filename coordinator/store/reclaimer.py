@@ -1,4 +1,5 @@
-"""The reclaimer: returns tasks whose claim lease expired to READY.
+"""The reclaimer: ends the attempt of a task whose claim lease expired, and moves the task as
+its retry policy decides (READY again, DELAYED for a backoff, or FAILED: domain/retry.py).
 
 An expired lease makes etcd delete the claim key; a watch on the claims prefix reacts to that at
 once, and a periodic scan of the claimed index catches whatever a watch gap missed. Each reclaim
@@ -14,10 +15,12 @@ import time
 import structlog
 
 from coordinator import metrics
+from coordinator.domain.retry import LEASE_EXPIRED, decide_after
 from coordinator.domain.states import Op, TaskState
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd import get
 from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.requeue import settled
 from coordinator.store.transition import claimless_move
 from coordinator.store.watch import WatchEvent
 from coordinator.store.watch_loop import WatchScanLoop
@@ -72,14 +75,18 @@ class Reclaimer(WatchScanLoop):
         task = task_from_kv(task_kv)
         if task.state is not TaskState.CLAIMED:
             return False
+        # The retry policy decides what the expiry leads to: READY now, DELAYED, or FAILED.
+        now = ctx.clock.now()
+        retry = decide_after(task, LEASE_EXPIRED, now, at_once=Op.RECLAIM)
         move = claimless_move(
             ctx,
             task,
-            Op.RECLAIM,
-            ctx.clock.now(),
+            retry.op,
+            now,
             by=RECLAIMER,
             epoch=task.scheduler_epoch,
-            detail="lease expired",
+            detail=retry.detail,
+            **retry.changes(LEASE_EXPIRED),
         )
         if not ctx.kv.txn(move.compares, move.ops).succeeded:
             return False
@@ -88,13 +95,14 @@ class Reclaimer(WatchScanLoop):
             metrics.observe_reclaim(time.monotonic() - deleted_at)
         if closed is not None:
             metrics.count_wasted(closed.ended_at - closed.started_at)
-        self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, task_id))
+        settled(ctx, self._ready, after, LEASE_EXPIRED)
         log.info(
             "reclaimed expired claim",
             task_id=task_id,
             attempt=task.attempt,
             generation=task.claim_generation,
             epoch=task.scheduler_epoch,
+            state=after.state.name,
         )
         return True
 

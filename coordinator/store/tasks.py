@@ -16,6 +16,7 @@ from coordinator.domain.digests import check_digest
 from coordinator.domain.graph import check_dependencies, check_upstreams, satisfied_by, unmet
 from coordinator.domain.lineage import Lineage, decide_lineage, index_value, thread_key
 from coordinator.domain.records import AttemptRecord, TaskRecord, encode
+from coordinator.domain.retry import policy_fields
 from coordinator.domain.states import AttemptEnd, Op, TaskState, is_legal, next_state
 from coordinator.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from coordinator.store.context import StoreContext, attempt_from_kv, new_task_id, task_from_kv
@@ -55,14 +56,18 @@ class TaskStore:
         task_id = spec.task_id or new_task_id()
         digest = check_digest("input_digest", spec.input_digest, data=spec.input)
         depends_on = check_dependencies(task_id, spec.depends_on)
+        policy = ctx.limits.retry.resolve(spec.queue, dict(spec.retry))
+        if spec.not_before and depends_on:
+            raise InvalidArgument("not_before cannot be combined with depends_on")
         for _ in range(_CAS_TRIES):
             lineage = self._lineage(task_id, spec)
             upstreams = self._deps.upstreams(depends_on)
             check_upstreams(upstreams)
             waiting_on = unmet(upstreams)
-            op = Op.CREATE_WAITING if waiting_on else Op.CREATE
-            state = next_state(None, op)
             now = ctx.clock.now()
+            delayed = spec.not_before > now
+            op = Op.CREATE_WAITING if waiting_on else Op.CREATE_DELAYED if delayed else Op.CREATE
+            state = next_state(None, op)
             task = TaskRecord(
                 task_id=task_id,
                 queue=spec.queue,
@@ -81,6 +86,9 @@ class TaskStore:
                 updated_at=now,
                 ready_seq=ready_seq(now) if state is TaskState.READY else 0,
                 ready_at=now if state is TaskState.READY else 0.0,
+                not_before=spec.not_before if delayed else 0.0,
+                deadline=now + spec.schedule_to_close if spec.schedule_to_close else 0.0,
+                **policy_fields(policy),
             )
             detail = edges_detail(depends_on) if depends_on else ""
             compares, ops = transition_ops(ctx, None, task, op, by=by, detail=detail)
@@ -284,6 +292,7 @@ class TaskStore:
                 input_digest=digest,
                 revision=task.revision + 1,
                 lease_id=0,
+                attempts_base=task.attempt,  # new input, new attempt budget
             )
             if self._write_ending_claim(
                 task, after, Op.UPDATE_INPUT, AttemptEnd.STALE_INPUT, by, ""

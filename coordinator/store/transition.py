@@ -12,7 +12,7 @@ from typing import Any
 
 from coordinator import request_ids
 from coordinator.domain.records import AttemptRecord, EventRecord, TaskRecord, encode
-from coordinator.domain.states import AttemptEnd, Op, TaskState, next_state
+from coordinator.domain.states import UNCOMMITTED_STATES, AttemptEnd, Op, TaskState, next_state
 from coordinator.store.context import StoreContext, attempt_from_kv
 from coordinator.store.etcd import (
     Compare,
@@ -35,11 +35,13 @@ def transition(before: TaskRecord, op: Op, now: float, **changes: Any) -> TaskRe
             after = replace(after, ready_at=now)
     if state is not TaskState.READY:
         after = replace(after, ready_seq=0)
+    if state is not TaskState.DELAYED:
+        after = replace(after, not_before=0.0)
     return after
 
 
 # Back to READY for another attempt at the same revision: READY -> commit keeps counting.
-_RETRIES = frozenset({TaskState.CLAIMED, TaskState.NEEDS_APPROVAL})
+_RETRIES = frozenset({TaskState.CLAIMED, TaskState.NEEDS_APPROVAL, TaskState.DELAYED})
 
 
 def ready_seq(now: float) -> int:
@@ -80,6 +82,20 @@ def transition_ops(
         ops.append(delete(old_ready))
     if new_ready is not None and new_ready != old_ready:
         ops.append(put(new_ready, b""))
+    # The delayed index lets the promoter read only the DELAYED tasks that are due.
+    old_delayed = _delayed_key(ctx, before) if before is not None else None
+    new_delayed = _delayed_key(ctx, after)
+    if old_delayed is not None and old_delayed != new_delayed:
+        ops.append(delete(old_delayed))
+    if new_delayed is not None and new_delayed != old_delayed:
+        ops.append(put(new_delayed, b""))
+    # The deadline index lets the enforcer read only the tasks whose deadline passed.
+    old_deadline = _deadline_key(ctx, before) if before is not None else None
+    new_deadline = _deadline_key(ctx, after)
+    if old_deadline is not None and old_deadline != new_deadline:
+        ops.append(delete(old_deadline))
+    if new_deadline is not None and new_deadline != old_deadline:
+        ops.append(put(new_deadline, b""))
     if was is TaskState.CLAIMED and after.state is not TaskState.CLAIMED:
         ops.append(delete(keys.claimed(after.task_id)))
     if after.state is TaskState.CLAIMED:
@@ -116,6 +132,18 @@ def _ready_key(ctx: StoreContext, task: TaskRecord) -> str | None:
     return ctx.keys.ready(task.queue, task.priority, task.ready_seq, task.task_id)
 
 
+def _deadline_key(ctx: StoreContext, task: TaskRecord) -> str | None:
+    if not task.deadline or task.state not in UNCOMMITTED_STATES:
+        return None
+    return ctx.keys.deadline(task.deadline, task.task_id)
+
+
+def _delayed_key(ctx: StoreContext, task: TaskRecord) -> str | None:
+    if task.state is not TaskState.DELAYED:
+        return None
+    return ctx.keys.delayed(task.not_before, task.task_id)
+
+
 @dataclass(frozen=True)
 class ClaimlessMove:
     """A transition of a task nobody holds (READY, or CLAIMED with its claim key gone): the
@@ -128,12 +156,20 @@ class ClaimlessMove:
 
 
 def claimless_move(
-    ctx: StoreContext, task: TaskRecord, op: Op, now: float, *, by: str, epoch: int, detail: str
+    ctx: StoreContext,
+    task: TaskRecord,
+    op: Op,
+    now: float,
+    *,
+    by: str,
+    epoch: int,
+    detail: str,
+    **changes: Any,
 ) -> ClaimlessMove:
     """``op`` on a task nobody holds (the reclaim, a hold for approval, a reconcile escalation):
-    the transition, a compare that no claim key exists (a new claim in between aborts it), and
-    the close of the attempt whose claim ended."""
-    after = transition(task, op, now, lease_id=0)
+    the transition (with ``changes``), a compare that no claim key exists (a new claim in
+    between aborts it), and the close of the attempt whose claim ended."""
+    after = transition(task, op, now, lease_id=0, **changes)
     compares, ops = transition_ops(
         ctx,
         task,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.records import TaskRecord
@@ -26,6 +27,13 @@ class TaskSpec:
     parent_task_id: str = ""
     thread_key: str = ""
     depends_on: tuple[str, ...] = ()
+    # Retry policy fields the task sets itself ((name, value) pairs of RetryPolicy's fields);
+    # the others come from its queue's default, else the server's.
+    retry: tuple[tuple[str, Any], ...] = ()
+    # Not handed out before this time (epoch seconds; 0: at once).
+    not_before: float = 0.0
+    # Seconds from creation after which the task is FAILED (TIMED_OUT) whatever runs (0: none).
+    schedule_to_close: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,8 @@ class ClaimResult:
     deadline: float = 0.0
     # Seconds the lease had left when the claim was decided (a reused lease has less than ttl).
     lease_remaining: float = 0.0
+    # The last checkpoint an earlier attempt of this task revision left (b"": none).
+    checkpoint: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -89,3 +99,13 @@ class DrainStatus:
             and self.unknown_effects == 0
             and self.staged_uncommitted == 0
         )
+
+
+@dataclass(frozen=True)
+class FailResult:
+    """Outcome of Fail; ``state`` (where the task went) and ``next_eligible_at`` (when it may be
+    claimed again; 0 for FAILED) are set when the outcome is OK."""
+
+    verdict: Verdict
+    state: TaskState | None = None
+    next_eligible_at: float = 0.0

@@ -38,6 +38,7 @@ class _AcceptancePointEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Accep
     ACCEPTANCE_POINT_COMMIT: _AcceptancePoint.ValueType  # 6
     ACCEPTANCE_POINT_RELEASE: _AcceptancePoint.ValueType  # 7
     ACCEPTANCE_POINT_START_JOB: _AcceptancePoint.ValueType  # 8
+    ACCEPTANCE_POINT_FAIL: _AcceptancePoint.ValueType  # 9
 
 class AcceptancePoint(_AcceptancePoint, metaclass=_AcceptancePointEnumTypeWrapper):
     """The places where a worker's credential is checked before anything is accepted."""
@@ -51,6 +52,7 @@ ACCEPTANCE_POINT_RECORD: AcceptancePoint.ValueType  # 5
 ACCEPTANCE_POINT_COMMIT: AcceptancePoint.ValueType  # 6
 ACCEPTANCE_POINT_RELEASE: AcceptancePoint.ValueType  # 7
 ACCEPTANCE_POINT_START_JOB: AcceptancePoint.ValueType  # 8
+ACCEPTANCE_POINT_FAIL: AcceptancePoint.ValueType  # 9
 Global___AcceptancePoint: _TypeAlias = AcceptancePoint  # noqa: Y015
 
 @_typing.final

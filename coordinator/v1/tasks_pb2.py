@@ -22,65 +22,70 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from coordinator.v1 import types_pb2 as coordinator_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63oordinator/v1/tasks.proto\x12\x0e\x63oordinator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1a\x63oordinator/v1/types.proto\"\xf1\x01\n\x11\x43reateTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\r\n\x05input\x18\x04 \x01(\x0c\x12\x14\n\x0cinput_digest\x18\x05 \x01(\t\x12\x17\n\x0frequires_review\x18\x06 \x01(\x08\x12\x16\n\x0enon_replayable\x18\x07 \x01(\x08\x12\x14\n\x0croot_task_id\x18\x08 \x01(\t\x12\x16\n\x0eparent_task_id\x18\t \x01(\t\x12\x12\n\nthread_key\x18\n \x01(\t\x12\x12\n\ndepends_on\x18\x0b \x03(\t\"8\n\x12\x43reateTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"!\n\x0eGetTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"w\n\x0fGetTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\x12)\n\x08\x61ttempts\x18\x02 \x03(\x0b\x32\x17.coordinator.v1.Attempt\x12\x15\n\rattempt_count\x18\x03 \x01(\x05\"M\n\x13ListAttemptsRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"Z\n\x14ListAttemptsResponse\x12)\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x17.coordinator.v1.Attempt\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xb4\x01\n\x10ListTasksRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12(\n\x05state\x18\x02 \x01(\x0e\x32\x19.coordinator.v1.TaskState\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x14\n\x0croot_task_id\x18\x05 \x01(\t\x12\x16\n\x0eparent_task_id\x18\x06 \x01(\t\x12\x12\n\nthread_key\x18\x07 \x01(\t\"Q\n\x11ListTasksResponse\x12#\n\x05tasks\x18\x01 \x03(\x0b\x32\x14.coordinator.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"5\n\x10GetResultRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\"?\n\x11GetResultResponse\x12*\n\x06result\x18\x01 \x01(\x0b\x32\x1a.coordinator.v1.TaskResult\"\x9a\x02\n\nTaskResult\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12\x0e\n\x06result\x18\x03 \x01(\x0c\x12\x12\n\nresult_ref\x18\x04 \x01(\t\x12\x15\n\rresult_digest\x18\x05 \x01(\t\x12\x12\n\nattempt_id\x18\x06 \x01(\t\x12\x18\n\x10\x63laim_generation\x18\x07 \x01(\x03\x12\x17\n\x0fscheduler_epoch\x18\x08 \x01(\x03\x12\x11\n\tcommit_id\x18\t \x01(\t\x12\x10\n\x08owner_id\x18\n \x01(\t\x12\x30\n\x0c\x63ommitted_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08\x65vidence\x18\x0c \x03(\t\"4\n\x11\x43\x61ncelTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"8\n\x12\x43\x61ncelTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"e\n\x12UpdateInputRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\r\n\x05input\x18\x02 \x01(\x0c\x12\x14\n\x0cinput_digest\x18\x03 \x01(\t\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x03\"9\n\x13UpdateInputResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"2\n\rAcceptRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\"4\n\x0e\x41\x63\x63\x65ptResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"B\n\rRejectRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\"4\n\x0eRejectResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"]\n\x16SetDependenciesRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x12\n\ndepends_on\x18\x02 \x03(\t\x12\x1e\n\x16\x65xpected_state_version\x18\x03 \x01(\x03\"=\n\x17SetDependenciesResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"\xac\x01\n\x12WatchEventsRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x14\n\x0croot_task_id\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x0b\n\x03ops\x18\x04 \x03(\t\x12\x15\n\rfrom_revision\x18\x05 \x01(\x03\x12\x0e\n\x06\x66ollow\x18\x06 \x01(\x08\x12,\n\x05\x61\x66ter\x18\x07 \x01(\x0b\x32\x1d.coordinator.v1.EventPosition\"N\n\rEventPosition\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x1a\n\x12prev_state_version\x18\x03 \x01(\x03\"\x82\x03\n\tTaskEvent\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\n\n\x02op\x18\x03 \x01(\t\x12-\n\nfrom_state\x18\x04 \x01(\x0e\x32\x19.coordinator.v1.TaskState\x12+\n\x08to_state\x18\x05 \x01(\x0e\x32\x19.coordinator.v1.TaskState\x12\n\n\x02\x62y\x18\x06 \x01(\t\x12\x12\n\nattempt_id\x18\x07 \x01(\t\x12\x18\n\x10\x63laim_generation\x18\x08 \x01(\x03\x12\x17\n\x0fscheduler_epoch\x18\t \x01(\x03\x12&\n\x02\x61t\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06\x64\x65tail\x18\x0b \x01(\t\x12\x1a\n\x12prev_state_version\x18\x0c \x01(\x03\x12\x12\n\nrequest_id\x18\r \x01(\t\x12/\n\x08position\x18\x0e \x01(\x0b\x32\x1d.coordinator.v1.EventPosition2\xa0\x07\n\x0bTaskService\x12S\n\nCreateTask\x12!.coordinator.v1.CreateTaskRequest\x1a\".coordinator.v1.CreateTaskResponse\x12J\n\x07GetTask\x12\x1e.coordinator.v1.GetTaskRequest\x1a\x1f.coordinator.v1.GetTaskResponse\x12Y\n\x0cListAttempts\x12#.coordinator.v1.ListAttemptsRequest\x1a$.coordinator.v1.ListAttemptsResponse\x12P\n\tListTasks\x12 .coordinator.v1.ListTasksRequest\x1a!.coordinator.v1.ListTasksResponse\x12P\n\tGetResult\x12 .coordinator.v1.GetResultRequest\x1a!.coordinator.v1.GetResultResponse\x12S\n\nCancelTask\x12!.coordinator.v1.CancelTaskRequest\x1a\".coordinator.v1.CancelTaskResponse\x12V\n\x0bUpdateInput\x12\".coordinator.v1.UpdateInputRequest\x1a#.coordinator.v1.UpdateInputResponse\x12G\n\x06\x41\x63\x63\x65pt\x12\x1d.coordinator.v1.AcceptRequest\x1a\x1e.coordinator.v1.AcceptResponse\x12G\n\x06Reject\x12\x1d.coordinator.v1.RejectRequest\x1a\x1e.coordinator.v1.RejectResponse\x12\x62\n\x0fSetDependencies\x12&.coordinator.v1.SetDependenciesRequest\x1a\'.coordinator.v1.SetDependenciesResponse\x12N\n\x0bWatchEvents\x12\".coordinator.v1.WatchEventsRequest\x1a\x19.coordinator.v1.TaskEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63oordinator/v1/tasks.proto\x12\x0e\x63oordinator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1a\x63oordinator/v1/types.proto\"\x8a\x03\n\x11\x43reateTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\r\n\x05input\x18\x04 \x01(\x0c\x12\x14\n\x0cinput_digest\x18\x05 \x01(\t\x12\x17\n\x0frequires_review\x18\x06 \x01(\x08\x12\x16\n\x0enon_replayable\x18\x07 \x01(\x08\x12\x14\n\x0croot_task_id\x18\x08 \x01(\t\x12\x16\n\x0eparent_task_id\x18\t \x01(\t\x12\x12\n\nthread_key\x18\n \x01(\t\x12\x12\n\ndepends_on\x18\x0b \x03(\t\x12\x31\n\x0cretry_policy\x18\x0c \x01(\x0b\x32\x1b.coordinator.v1.RetryPolicy\x12.\n\nnot_before\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x11schedule_to_close\x18\x0e \x01(\x0b\x32\x19.google.protobuf.Duration\"8\n\x12\x43reateTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"!\n\x0eGetTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"w\n\x0fGetTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\x12)\n\x08\x61ttempts\x18\x02 \x03(\x0b\x32\x17.coordinator.v1.Attempt\x12\x15\n\rattempt_count\x18\x03 \x01(\x05\"M\n\x13ListAttemptsRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"Z\n\x14ListAttemptsResponse\x12)\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x17.coordinator.v1.Attempt\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xb4\x01\n\x10ListTasksRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12(\n\x05state\x18\x02 \x01(\x0e\x32\x19.coordinator.v1.TaskState\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x14\n\x0croot_task_id\x18\x05 \x01(\t\x12\x16\n\x0eparent_task_id\x18\x06 \x01(\t\x12\x12\n\nthread_key\x18\x07 \x01(\t\"Q\n\x11ListTasksResponse\x12#\n\x05tasks\x18\x01 \x03(\x0b\x32\x14.coordinator.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"5\n\x10GetResultRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\"?\n\x11GetResultResponse\x12*\n\x06result\x18\x01 \x01(\x0b\x32\x1a.coordinator.v1.TaskResult\"\x9a\x02\n\nTaskResult\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12\x0e\n\x06result\x18\x03 \x01(\x0c\x12\x12\n\nresult_ref\x18\x04 \x01(\t\x12\x15\n\rresult_digest\x18\x05 \x01(\t\x12\x12\n\nattempt_id\x18\x06 \x01(\t\x12\x18\n\x10\x63laim_generation\x18\x07 \x01(\x03\x12\x17\n\x0fscheduler_epoch\x18\x08 \x01(\x03\x12\x11\n\tcommit_id\x18\t \x01(\t\x12\x10\n\x08owner_id\x18\n \x01(\t\x12\x30\n\x0c\x63ommitted_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08\x65vidence\x18\x0c \x03(\t\"4\n\x11\x43\x61ncelTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"8\n\x12\x43\x61ncelTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"e\n\x12UpdateInputRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\r\n\x05input\x18\x02 \x01(\x0c\x12\x14\n\x0cinput_digest\x18\x03 \x01(\t\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x03\"9\n\x13UpdateInputResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"3\n\x10RetryTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"7\n\x11RetryTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"2\n\rAcceptRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\"4\n\x0e\x41\x63\x63\x65ptResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"B\n\rRejectRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\"4\n\x0eRejectResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"]\n\x16SetDependenciesRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x12\n\ndepends_on\x18\x02 \x03(\t\x12\x1e\n\x16\x65xpected_state_version\x18\x03 \x01(\x03\"=\n\x17SetDependenciesResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.coordinator.v1.Task\"\xac\x01\n\x12WatchEventsRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x14\n\x0croot_task_id\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x0b\n\x03ops\x18\x04 \x03(\t\x12\x15\n\rfrom_revision\x18\x05 \x01(\x03\x12\x0e\n\x06\x66ollow\x18\x06 \x01(\x08\x12,\n\x05\x61\x66ter\x18\x07 \x01(\x0b\x32\x1d.coordinator.v1.EventPosition\"N\n\rEventPosition\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x1a\n\x12prev_state_version\x18\x03 \x01(\x03\"\x82\x03\n\tTaskEvent\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\n\n\x02op\x18\x03 \x01(\t\x12-\n\nfrom_state\x18\x04 \x01(\x0e\x32\x19.coordinator.v1.TaskState\x12+\n\x08to_state\x18\x05 \x01(\x0e\x32\x19.coordinator.v1.TaskState\x12\n\n\x02\x62y\x18\x06 \x01(\t\x12\x12\n\nattempt_id\x18\x07 \x01(\t\x12\x18\n\x10\x63laim_generation\x18\x08 \x01(\x03\x12\x17\n\x0fscheduler_epoch\x18\t \x01(\x03\x12&\n\x02\x61t\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06\x64\x65tail\x18\x0b \x01(\t\x12\x1a\n\x12prev_state_version\x18\x0c \x01(\x03\x12\x12\n\nrequest_id\x18\r \x01(\t\x12/\n\x08position\x18\x0e \x01(\x0b\x32\x1d.coordinator.v1.EventPosition2\xf2\x07\n\x0bTaskService\x12S\n\nCreateTask\x12!.coordinator.v1.CreateTaskRequest\x1a\".coordinator.v1.CreateTaskResponse\x12J\n\x07GetTask\x12\x1e.coordinator.v1.GetTaskRequest\x1a\x1f.coordinator.v1.GetTaskResponse\x12Y\n\x0cListAttempts\x12#.coordinator.v1.ListAttemptsRequest\x1a$.coordinator.v1.ListAttemptsResponse\x12P\n\tListTasks\x12 .coordinator.v1.ListTasksRequest\x1a!.coordinator.v1.ListTasksResponse\x12P\n\tGetResult\x12 .coordinator.v1.GetResultRequest\x1a!.coordinator.v1.GetResultResponse\x12S\n\nCancelTask\x12!.coordinator.v1.CancelTaskRequest\x1a\".coordinator.v1.CancelTaskResponse\x12V\n\x0bUpdateInput\x12\".coordinator.v1.UpdateInputRequest\x1a#.coordinator.v1.UpdateInputResponse\x12P\n\tRetryTask\x12 .coordinator.v1.RetryTaskRequest\x1a!.coordinator.v1.RetryTaskResponse\x12G\n\x06\x41\x63\x63\x65pt\x12\x1d.coordinator.v1.AcceptRequest\x1a\x1e.coordinator.v1.AcceptResponse\x12G\n\x06Reject\x12\x1d.coordinator.v1.RejectRequest\x1a\x1e.coordinator.v1.RejectResponse\x12\x62\n\x0fSetDependencies\x12&.coordinator.v1.SetDependenciesRequest\x1a\'.coordinator.v1.SetDependenciesResponse\x12N\n\x0bWatchEvents\x12\".coordinator.v1.WatchEventsRequest\x1a\x19.coordinator.v1.TaskEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'coordinator.v1.tasks_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CREATETASKREQUEST']._serialized_start=108
-  _globals['_CREATETASKREQUEST']._serialized_end=349
-  _globals['_CREATETASKRESPONSE']._serialized_start=351
-  _globals['_CREATETASKRESPONSE']._serialized_end=407
-  _globals['_GETTASKREQUEST']._serialized_start=409
-  _globals['_GETTASKREQUEST']._serialized_end=442
-  _globals['_GETTASKRESPONSE']._serialized_start=444
-  _globals['_GETTASKRESPONSE']._serialized_end=563
-  _globals['_LISTATTEMPTSREQUEST']._serialized_start=565
-  _globals['_LISTATTEMPTSREQUEST']._serialized_end=642
-  _globals['_LISTATTEMPTSRESPONSE']._serialized_start=644
-  _globals['_LISTATTEMPTSRESPONSE']._serialized_end=734
-  _globals['_LISTTASKSREQUEST']._serialized_start=737
-  _globals['_LISTTASKSREQUEST']._serialized_end=917
-  _globals['_LISTTASKSRESPONSE']._serialized_start=919
-  _globals['_LISTTASKSRESPONSE']._serialized_end=1000
-  _globals['_GETRESULTREQUEST']._serialized_start=1002
-  _globals['_GETRESULTREQUEST']._serialized_end=1055
-  _globals['_GETRESULTRESPONSE']._serialized_start=1057
-  _globals['_GETRESULTRESPONSE']._serialized_end=1120
-  _globals['_TASKRESULT']._serialized_start=1123
-  _globals['_TASKRESULT']._serialized_end=1405
-  _globals['_CANCELTASKREQUEST']._serialized_start=1407
-  _globals['_CANCELTASKREQUEST']._serialized_end=1459
-  _globals['_CANCELTASKRESPONSE']._serialized_start=1461
-  _globals['_CANCELTASKRESPONSE']._serialized_end=1517
-  _globals['_UPDATEINPUTREQUEST']._serialized_start=1519
-  _globals['_UPDATEINPUTREQUEST']._serialized_end=1620
-  _globals['_UPDATEINPUTRESPONSE']._serialized_start=1622
-  _globals['_UPDATEINPUTRESPONSE']._serialized_end=1679
-  _globals['_ACCEPTREQUEST']._serialized_start=1681
-  _globals['_ACCEPTREQUEST']._serialized_end=1731
-  _globals['_ACCEPTRESPONSE']._serialized_start=1733
-  _globals['_ACCEPTRESPONSE']._serialized_end=1785
-  _globals['_REJECTREQUEST']._serialized_start=1787
-  _globals['_REJECTREQUEST']._serialized_end=1853
-  _globals['_REJECTRESPONSE']._serialized_start=1855
-  _globals['_REJECTRESPONSE']._serialized_end=1907
-  _globals['_SETDEPENDENCIESREQUEST']._serialized_start=1909
-  _globals['_SETDEPENDENCIESREQUEST']._serialized_end=2002
-  _globals['_SETDEPENDENCIESRESPONSE']._serialized_start=2004
-  _globals['_SETDEPENDENCIESRESPONSE']._serialized_end=2065
-  _globals['_WATCHEVENTSREQUEST']._serialized_start=2068
-  _globals['_WATCHEVENTSREQUEST']._serialized_end=2240
-  _globals['_EVENTPOSITION']._serialized_start=2242
-  _globals['_EVENTPOSITION']._serialized_end=2320
-  _globals['_TASKEVENT']._serialized_start=2323
-  _globals['_TASKEVENT']._serialized_end=2709
-  _globals['_TASKSERVICE']._serialized_start=2712
-  _globals['_TASKSERVICE']._serialized_end=3640
+  _globals['_CREATETASKREQUEST']._serialized_start=140
+  _globals['_CREATETASKREQUEST']._serialized_end=534
+  _globals['_CREATETASKRESPONSE']._serialized_start=536
+  _globals['_CREATETASKRESPONSE']._serialized_end=592
+  _globals['_GETTASKREQUEST']._serialized_start=594
+  _globals['_GETTASKREQUEST']._serialized_end=627
+  _globals['_GETTASKRESPONSE']._serialized_start=629
+  _globals['_GETTASKRESPONSE']._serialized_end=748
+  _globals['_LISTATTEMPTSREQUEST']._serialized_start=750
+  _globals['_LISTATTEMPTSREQUEST']._serialized_end=827
+  _globals['_LISTATTEMPTSRESPONSE']._serialized_start=829
+  _globals['_LISTATTEMPTSRESPONSE']._serialized_end=919
+  _globals['_LISTTASKSREQUEST']._serialized_start=922
+  _globals['_LISTTASKSREQUEST']._serialized_end=1102
+  _globals['_LISTTASKSRESPONSE']._serialized_start=1104
+  _globals['_LISTTASKSRESPONSE']._serialized_end=1185
+  _globals['_GETRESULTREQUEST']._serialized_start=1187
+  _globals['_GETRESULTREQUEST']._serialized_end=1240
+  _globals['_GETRESULTRESPONSE']._serialized_start=1242
+  _globals['_GETRESULTRESPONSE']._serialized_end=1305
+  _globals['_TASKRESULT']._serialized_start=1308
+  _globals['_TASKRESULT']._serialized_end=1590
+  _globals['_CANCELTASKREQUEST']._serialized_start=1592
+  _globals['_CANCELTASKREQUEST']._serialized_end=1644
+  _globals['_CANCELTASKRESPONSE']._serialized_start=1646
+  _globals['_CANCELTASKRESPONSE']._serialized_end=1702
+  _globals['_UPDATEINPUTREQUEST']._serialized_start=1704
+  _globals['_UPDATEINPUTREQUEST']._serialized_end=1805
+  _globals['_UPDATEINPUTRESPONSE']._serialized_start=1807
+  _globals['_UPDATEINPUTRESPONSE']._serialized_end=1864
+  _globals['_RETRYTASKREQUEST']._serialized_start=1866
+  _globals['_RETRYTASKREQUEST']._serialized_end=1917
+  _globals['_RETRYTASKRESPONSE']._serialized_start=1919
+  _globals['_RETRYTASKRESPONSE']._serialized_end=1974
+  _globals['_ACCEPTREQUEST']._serialized_start=1976
+  _globals['_ACCEPTREQUEST']._serialized_end=2026
+  _globals['_ACCEPTRESPONSE']._serialized_start=2028
+  _globals['_ACCEPTRESPONSE']._serialized_end=2080
+  _globals['_REJECTREQUEST']._serialized_start=2082
+  _globals['_REJECTREQUEST']._serialized_end=2148
+  _globals['_REJECTRESPONSE']._serialized_start=2150
+  _globals['_REJECTRESPONSE']._serialized_end=2202
+  _globals['_SETDEPENDENCIESREQUEST']._serialized_start=2204
+  _globals['_SETDEPENDENCIESREQUEST']._serialized_end=2297
+  _globals['_SETDEPENDENCIESRESPONSE']._serialized_start=2299
+  _globals['_SETDEPENDENCIESRESPONSE']._serialized_end=2360
+  _globals['_WATCHEVENTSREQUEST']._serialized_start=2363
+  _globals['_WATCHEVENTSREQUEST']._serialized_end=2535
+  _globals['_EVENTPOSITION']._serialized_start=2537
+  _globals['_EVENTPOSITION']._serialized_end=2615
+  _globals['_TASKEVENT']._serialized_start=2618
+  _globals['_TASKEVENT']._serialized_end=3004
+  _globals['_TASKSERVICE']._serialized_start=3007
+  _globals['_TASKSERVICE']._serialized_end=4017
 # @@protoc_insertion_point(module_scope)

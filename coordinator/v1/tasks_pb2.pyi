@@ -15,6 +15,7 @@ idempotency TTL (default 24 h).
 from collections import abc as _abc
 from coordinator.v1 import types_pb2 as _types_pb2
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -44,6 +45,9 @@ class CreateTaskRequest(_message.Message):
     PARENT_TASK_ID_FIELD_NUMBER: _builtins.int
     THREAD_KEY_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
+    RETRY_POLICY_FIELD_NUMBER: _builtins.int
+    NOT_BEFORE_FIELD_NUMBER: _builtins.int
+    SCHEDULE_TO_CLOSE_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     """1-128 characters of [A-Za-z0-9._:-], not "." or ".."; generated when empty."""
     queue: _builtins.str
@@ -68,6 +72,26 @@ class CreateTaskRequest(_message.Message):
     def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Upstream task ids (at most 50, distinct, existing, not the task itself)."""
 
+    @_builtins.property
+    def retry_policy(self) -> _types_pb2.RetryPolicy:
+        """Optional: how often the task is tried; unset fields take the queue's default, else the
+        server's (see RetryPolicy).
+        """
+
+    @_builtins.property
+    def not_before(self) -> _timestamp_pb2.Timestamp:
+        """Optional: the task is not handed out before this time (DELAYED until then; at most 30 days
+        ahead). Not together with depends_on.
+        """
+
+    @_builtins.property
+    def schedule_to_close(self) -> _duration_pb2.Duration:
+        """Optional: the longest the task may take from its creation, across every attempt (1 s to
+        365 days). Past it the task moves to FAILED (DEAD_LETTER_REASON_TIMED_OUT) whatever state
+        it waits in; a running attempt is ended (ATTEMPT_END_TIMED_OUT) and its holder's next call
+        is answered OUTCOME_TIMED_OUT.
+        """
+
     def __init__(
         self,
         *,
@@ -82,10 +106,13 @@ class CreateTaskRequest(_message.Message):
         parent_task_id: _builtins.str = ...,
         thread_key: _builtins.str = ...,
         depends_on: _abc.Iterable[_builtins.str] | None = ...,
+        retry_policy: _types_pb2.RetryPolicy | None = ...,
+        not_before: _timestamp_pb2.Timestamp | None = ...,
+        schedule_to_close: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["not_before", b"not_before", "retry_policy", b"retry_policy", "schedule_to_close", b"schedule_to_close"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["depends_on", b"depends_on", "input", b"input", "input_digest", b"input_digest", "non_replayable", b"non_replayable", "parent_task_id", b"parent_task_id", "priority", b"priority", "queue", b"queue", "requires_review", b"requires_review", "root_task_id", b"root_task_id", "task_id", b"task_id", "thread_key", b"thread_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["depends_on", b"depends_on", "input", b"input", "input_digest", b"input_digest", "non_replayable", b"non_replayable", "not_before", b"not_before", "parent_task_id", b"parent_task_id", "priority", b"priority", "queue", b"queue", "requires_review", b"requires_review", "retry_policy", b"retry_policy", "root_task_id", b"root_task_id", "schedule_to_close", b"schedule_to_close", "task_id", b"task_id", "thread_key", b"thread_key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -476,6 +503,49 @@ class UpdateInputResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UpdateInputResponse: _TypeAlias = UpdateInputResponse  # noqa: Y015
+
+@_typing.final
+class RetryTaskRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    reason: _builtins.str
+    """Why (recorded in the event; at most 1024 characters)."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryTaskRequest: _TypeAlias = RetryTaskRequest  # noqa: Y015
+
+@_typing.final
+class RetryTaskResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def task(self) -> _types_pb2.Task: ...
+    def __init__(
+        self,
+        *,
+        task: _types_pb2.Task | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryTaskResponse: _TypeAlias = RetryTaskResponse  # noqa: Y015
 
 @_typing.final
 class AcceptRequest(_message.Message):

@@ -69,6 +69,11 @@ class TaskServiceStub:
                 request_serializer=coordinator_dot_v1_dot_tasks__pb2.UpdateInputRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_tasks__pb2.UpdateInputResponse.FromString,
                 _registered_method=True)
+        self.RetryTask = channel.unary_unary(
+                '/coordinator.v1.TaskService/RetryTask',
+                request_serializer=coordinator_dot_v1_dot_tasks__pb2.RetryTaskRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_tasks__pb2.RetryTaskResponse.FromString,
+                _registered_method=True)
         self.Accept = channel.unary_unary(
                 '/coordinator.v1.TaskService/Accept',
                 request_serializer=coordinator_dot_v1_dot_tasks__pb2.AcceptRequest.SerializeToString,
@@ -149,6 +154,16 @@ class TaskServiceServicer:
     def UpdateInput(self, request, context):
         """Replaces the input: new input_digest, revision + 1, READY. A live claim is ended, so its
         commit gets STALE_INPUT. FAILED_PRECONDITION on a DONE or CANCELLED task.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetryTask(self, request, context):
+        """Sends a FAILED task (the dead letter) back to READY with a fresh attempt budget (pm/admin);
+        writes a "retry" event naming the caller and the reason. Repeating it is harmless: a task
+        that is READY, DELAYED or CLAIMED with no attempt counted since is returned unchanged.
+        FAILED_PRECONDITION for a task in any other state; NOT_FOUND for an unknown id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -239,6 +254,11 @@ def add_TaskServiceServicer_to_server(servicer, server):
                     servicer.UpdateInput,
                     request_deserializer=coordinator_dot_v1_dot_tasks__pb2.UpdateInputRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_tasks__pb2.UpdateInputResponse.SerializeToString,
+            ),
+            'RetryTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryTask,
+                    request_deserializer=coordinator_dot_v1_dot_tasks__pb2.RetryTaskRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_tasks__pb2.RetryTaskResponse.SerializeToString,
             ),
             'Accept': grpc.unary_unary_rpc_method_handler(
                     servicer.Accept,
@@ -450,6 +470,33 @@ class TaskService:
             '/coordinator.v1.TaskService/UpdateInput',
             coordinator_dot_v1_dot_tasks__pb2.UpdateInputRequest.SerializeToString,
             coordinator_dot_v1_dot_tasks__pb2.UpdateInputResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.TaskService/RetryTask',
+            coordinator_dot_v1_dot_tasks__pb2.RetryTaskRequest.SerializeToString,
+            coordinator_dot_v1_dot_tasks__pb2.RetryTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -70,6 +70,12 @@ class TaskServiceStub:
     """Replaces the input: new input_digest, revision + 1, READY. A live claim is ended, so its
     commit gets STALE_INPUT. FAILED_PRECONDITION on a DONE or CANCELLED task.
     """
+    RetryTask: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.RetryTaskRequest, _tasks_pb2.RetryTaskResponse]
+    """Sends a FAILED task (the dead letter) back to READY with a fresh attempt budget (pm/admin);
+    writes a "retry" event naming the caller and the reason. Repeating it is harmless: a task
+    that is READY, DELAYED or CLAIMED with no attempt counted since is returned unchanged.
+    FAILED_PRECONDITION for a task in any other state; NOT_FOUND for an unknown id.
+    """
     Accept: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.AcceptRequest, _tasks_pb2.AcceptResponse]
     """Accepts the committed result of `revision` of a task in REVIEW: REVIEW -> DONE, which
     releases its dependents. Reviewer role; the caller must not be the principal whose attempt
@@ -135,6 +141,12 @@ class TaskServiceAsyncStub(TaskServiceStub):
     UpdateInput: _aio.UnaryUnaryMultiCallable[_tasks_pb2.UpdateInputRequest, _tasks_pb2.UpdateInputResponse]  # type: ignore[assignment]
     """Replaces the input: new input_digest, revision + 1, READY. A live claim is ended, so its
     commit gets STALE_INPUT. FAILED_PRECONDITION on a DONE or CANCELLED task.
+    """
+    RetryTask: _aio.UnaryUnaryMultiCallable[_tasks_pb2.RetryTaskRequest, _tasks_pb2.RetryTaskResponse]  # type: ignore[assignment]
+    """Sends a FAILED task (the dead letter) back to READY with a fresh attempt budget (pm/admin);
+    writes a "retry" event naming the caller and the reason. Repeating it is harmless: a task
+    that is READY, DELAYED or CLAIMED with no attempt counted since is returned unchanged.
+    FAILED_PRECONDITION for a task in any other state; NOT_FOUND for an unknown id.
     """
     Accept: _aio.UnaryUnaryMultiCallable[_tasks_pb2.AcceptRequest, _tasks_pb2.AcceptResponse]  # type: ignore[assignment]
     """Accepts the committed result of `revision` of a task in REVIEW: REVIEW -> DONE, which
@@ -240,6 +252,18 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_tasks_pb2.UpdateInputResponse, _abc.Awaitable[_tasks_pb2.UpdateInputResponse]]:
         """Replaces the input: new input_digest, revision + 1, READY. A live claim is ended, so its
         commit gets STALE_INPUT. FAILED_PRECONDITION on a DONE or CANCELLED task.
+        """
+
+    @_abc_1.abstractmethod
+    def RetryTask(
+        self,
+        request: _tasks_pb2.RetryTaskRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tasks_pb2.RetryTaskResponse, _abc.Awaitable[_tasks_pb2.RetryTaskResponse]]:
+        """Sends a FAILED task (the dead letter) back to READY with a fresh attempt budget (pm/admin);
+        writes a "retry" event naming the caller and the reason. Repeating it is harmless: a task
+        that is READY, DELAYED or CLAIMED with no attempt counted since is returned unchanged.
+        FAILED_PRECONDITION for a task in any other state; NOT_FOUND for an unknown id.
         """
 
     @_abc_1.abstractmethod

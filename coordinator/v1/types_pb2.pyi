@@ -9,6 +9,7 @@ package scope; SDKs strip it (OUTCOME_FENCED -> Outcome.FENCED).
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -43,9 +44,17 @@ class _TaskStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TaskState.V
     """Committed (and accepted where review is required). Only DONE releases dependents."""
     TASK_STATE_CANCELLED: _TaskState.ValueType  # 6
     TASK_STATE_FAILED: _TaskState.ValueType  # 7
+    """The dead letter: no attempt may follow (its retry policy is used up, its holder reported a
+    non-retryable failure, or its schedule_to_close deadline passed; Task.dead_letter_reason
+    says which, Task.last_error what ended the last attempt). Left only by RetryTask.
+    """
     TASK_STATE_NEEDS_APPROVAL: _TaskState.ValueType  # 8
     """A non-replayable task whose earlier attempt left an uncertain effect, or a task whose
     UNKNOWN effect was not reconciled by its deadline: a human decides (ApproveRetry).
+    """
+    TASK_STATE_DELAYED: _TaskState.ValueType  # 9
+    """Waiting out a retry backoff or its not_before (Task.next_eligible_at): not in the ready
+    index, no claim can take it; the coordinator makes it READY at that time.
     """
 
 class TaskState(_TaskState, metaclass=_TaskStateEnumTypeWrapper):
@@ -64,11 +73,49 @@ TASK_STATE_DONE: TaskState.ValueType  # 5
 """Committed (and accepted where review is required). Only DONE releases dependents."""
 TASK_STATE_CANCELLED: TaskState.ValueType  # 6
 TASK_STATE_FAILED: TaskState.ValueType  # 7
+"""The dead letter: no attempt may follow (its retry policy is used up, its holder reported a
+non-retryable failure, or its schedule_to_close deadline passed; Task.dead_letter_reason
+says which, Task.last_error what ended the last attempt). Left only by RetryTask.
+"""
 TASK_STATE_NEEDS_APPROVAL: TaskState.ValueType  # 8
 """A non-replayable task whose earlier attempt left an uncertain effect, or a task whose
 UNKNOWN effect was not reconciled by its deadline: a human decides (ApproveRetry).
 """
+TASK_STATE_DELAYED: TaskState.ValueType  # 9
+"""Waiting out a retry backoff or its not_before (Task.next_eligible_at): not in the ready
+index, no claim can take it; the coordinator makes it READY at that time.
+"""
 Global___TaskState: _TypeAlias = TaskState  # noqa: Y015
+
+class _DeadLetterReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _DeadLetterReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DeadLetterReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    DEAD_LETTER_REASON_UNSPECIFIED: _DeadLetterReason.ValueType  # 0
+    DEAD_LETTER_REASON_EXHAUSTED: _DeadLetterReason.ValueType  # 1
+    """Every attempt its retry policy allows was used."""
+    DEAD_LETTER_REASON_NON_RETRYABLE: _DeadLetterReason.ValueType  # 2
+    """Its holder reported a failure with retryable false, or an error code the policy lists as
+    non-retryable.
+    """
+    DEAD_LETTER_REASON_TIMED_OUT: _DeadLetterReason.ValueType  # 3
+    """Its schedule_to_close deadline passed."""
+
+class DeadLetterReason(_DeadLetterReason, metaclass=_DeadLetterReasonEnumTypeWrapper):
+    """Why a task is FAILED."""
+
+DEAD_LETTER_REASON_UNSPECIFIED: DeadLetterReason.ValueType  # 0
+DEAD_LETTER_REASON_EXHAUSTED: DeadLetterReason.ValueType  # 1
+"""Every attempt its retry policy allows was used."""
+DEAD_LETTER_REASON_NON_RETRYABLE: DeadLetterReason.ValueType  # 2
+"""Its holder reported a failure with retryable false, or an error code the policy lists as
+non-retryable.
+"""
+DEAD_LETTER_REASON_TIMED_OUT: DeadLetterReason.ValueType  # 3
+"""Its schedule_to_close deadline passed."""
+Global___DeadLetterReason: _TypeAlias = DeadLetterReason  # noqa: Y015
 
 class _Outcome:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -120,6 +167,10 @@ class _OutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Outcome.Value
     owner or an admin resolves it (ResolveEffect) or it escalates to NEEDS_APPROVAL at its
     deadline. ClaimNext skips such a task. No credential, nothing written.
     """
+    OUTCOME_TIMED_OUT: _Outcome.ValueType  # 17
+    """The task's schedule_to_close deadline passed: it is FAILED (DEAD_LETTER_REASON_TIMED_OUT)
+    and this attempt was ended; stop working on it. Nothing was written.
+    """
 
 class Outcome(_Outcome, metaclass=_OutcomeEnumTypeWrapper):
     """The typed result of a worker-side call. Business outcomes are results, never errors."""
@@ -168,6 +219,10 @@ principal, or the one takeover it allows was used): the task is not handed out u
 owner or an admin resolves it (ResolveEffect) or it escalates to NEEDS_APPROVAL at its
 deadline. ClaimNext skips such a task. No credential, nothing written.
 """
+OUTCOME_TIMED_OUT: Outcome.ValueType  # 17
+"""The task's schedule_to_close deadline passed: it is FAILED (DEAD_LETTER_REASON_TIMED_OUT)
+and this attempt was ended; stop working on it. Nothing was written.
+"""
 Global___Outcome: _TypeAlias = Outcome  # noqa: Y015
 
 class _FenceReason:
@@ -189,6 +244,8 @@ class _FenceReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FenceReas
     """The task revision already has a canonical result from another attempt or digest."""
     FENCE_REASON_TASK_MOVED: _FenceReason.ValueType  # 6
     """The attempt's claim ended for a reason not covered above (task moved on)."""
+    FENCE_REASON_FAILED: _FenceReason.ValueType  # 7
+    """The holder reported the attempt failed (WorkerService.Fail)."""
 
 class FenceReason(_FenceReason, metaclass=_FenceReasonEnumTypeWrapper):
     """Why a call was FENCED (or CANCELLED / STALE_INPUT, where it adds detail)."""
@@ -206,6 +263,8 @@ FENCE_REASON_ALREADY_COMMITTED: FenceReason.ValueType  # 5
 """The task revision already has a canonical result from another attempt or digest."""
 FENCE_REASON_TASK_MOVED: FenceReason.ValueType  # 6
 """The attempt's claim ended for a reason not covered above (task moved on)."""
+FENCE_REASON_FAILED: FenceReason.ValueType  # 7
+"""The holder reported the attempt failed (WorkerService.Fail)."""
 Global___FenceReason: _TypeAlias = FenceReason  # noqa: Y015
 
 class _AttemptEnd:
@@ -223,6 +282,10 @@ class _AttemptEndEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AttemptEnd
     ATTEMPT_END_CANCELLED: _AttemptEnd.ValueType  # 4
     ATTEMPT_END_STALE_INPUT: _AttemptEnd.ValueType  # 5
     """The task's input changed while it ran."""
+    ATTEMPT_END_FAILED: _AttemptEnd.ValueType  # 6
+    """Its holder reported a failure (WorkerService.Fail); the attempt carries the error."""
+    ATTEMPT_END_TIMED_OUT: _AttemptEnd.ValueType  # 7
+    """The task's schedule_to_close deadline passed while it ran."""
 
 class AttemptEnd(_AttemptEnd, metaclass=_AttemptEndEnumTypeWrapper):
     """How an attempt ended."""
@@ -236,6 +299,10 @@ ATTEMPT_END_EXPIRED: AttemptEnd.ValueType  # 3
 ATTEMPT_END_CANCELLED: AttemptEnd.ValueType  # 4
 ATTEMPT_END_STALE_INPUT: AttemptEnd.ValueType  # 5
 """The task's input changed while it ran."""
+ATTEMPT_END_FAILED: AttemptEnd.ValueType  # 6
+"""Its holder reported a failure (WorkerService.Fail); the attempt carries the error."""
+ATTEMPT_END_TIMED_OUT: AttemptEnd.ValueType  # 7
+"""The task's schedule_to_close deadline passed while it ran."""
 Global___AttemptEnd: _TypeAlias = AttemptEnd  # noqa: Y015
 
 class _EffectState:
@@ -295,6 +362,64 @@ EFFECT_ACTION_SKIP: EffectAction.ValueType  # 2
 EFFECT_ACTION_RECONCILE: EffectAction.ValueType  # 3
 """Do not send: query the downstream by effect_id, then RecordEffect COMMITTED or ABSENT."""
 Global___EffectAction: _TypeAlias = EffectAction  # noqa: Y015
+
+@_typing.final
+class RetryPolicy(_message.Message):
+    """How often a task is tried and how far apart its attempts start. Every attempt that ends
+    without a result counts: its lease expired (stalled and renew-limited claims included), its
+    holder released it or reported a failure. After the n-th such end the next attempt starts no
+    earlier than initial_backoff * backoff_multiplier^(n-1), at most max_backoff (and no earlier
+    than a Fail's requeue_delay); the task is DELAYED meanwhile.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    INITIAL_BACKOFF_FIELD_NUMBER: _builtins.int
+    BACKOFF_MULTIPLIER_FIELD_NUMBER: _builtins.int
+    MAX_BACKOFF_FIELD_NUMBER: _builtins.int
+    NON_RETRYABLE_ERRORS_FIELD_NUMBER: _builtins.int
+    max_attempts: _builtins.int
+    """Attempts in all (0-10000); 0 means unlimited and is taken only when set explicitly."""
+    backoff_multiplier: _builtins.float
+    """1-100."""
+    @_builtins.property
+    def initial_backoff(self) -> _duration_pb2.Duration:
+        """0-604800 s; not above max_backoff."""
+
+    @_builtins.property
+    def max_backoff(self) -> _duration_pb2.Duration:
+        """0-604800 s."""
+
+    @_builtins.property
+    def non_retryable_errors(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Error codes (WorkerService.Fail) that go to FAILED at once; at most 32, each 1-128 of
+        [A-Za-z0-9._:-].
+        """
+
+    def __init__(
+        self,
+        *,
+        max_attempts: _builtins.int | None = ...,
+        initial_backoff: _duration_pb2.Duration | None = ...,
+        backoff_multiplier: _builtins.float | None = ...,
+        max_backoff: _duration_pb2.Duration | None = ...,
+        non_retryable_errors: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_backoff_multiplier", b"_backoff_multiplier", "_max_attempts", b"_max_attempts", "backoff_multiplier", b"backoff_multiplier", "initial_backoff", b"initial_backoff", "max_attempts", b"max_attempts", "max_backoff", b"max_backoff"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_backoff_multiplier", b"_backoff_multiplier", "_max_attempts", b"_max_attempts", "backoff_multiplier", b"backoff_multiplier", "initial_backoff", b"initial_backoff", "max_attempts", b"max_attempts", "max_backoff", b"max_backoff", "non_retryable_errors", b"non_retryable_errors"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__backoff_multiplier: _TypeAlias = _typing.Literal["backoff_multiplier"]  # noqa: Y015
+    _WhichOneofArgType__backoff_multiplier: _TypeAlias = _typing.Literal["_backoff_multiplier", b"_backoff_multiplier"]  # noqa: Y015
+    _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
+    _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__backoff_multiplier) -> _WhichOneofReturnType__backoff_multiplier | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_attempts) -> _WhichOneofReturnType__max_attempts | None: ...
+
+Global___RetryPolicy: _TypeAlias = RetryPolicy  # noqa: Y015
 
 @_typing.final
 class Fence(_message.Message):
@@ -362,6 +487,12 @@ class Task(_message.Message):
     NON_REPLAYABLE_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
     UPDATED_AT_FIELD_NUMBER: _builtins.int
+    RETRY_POLICY_FIELD_NUMBER: _builtins.int
+    NEXT_ELIGIBLE_AT_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    DEAD_LETTER_REASON_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_COUNTED_FIELD_NUMBER: _builtins.int
+    DEADLINE_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     revision: _builtins.int
     """Business revision: bumped by an input change (and by a review rejection)."""
@@ -387,12 +518,36 @@ class Task(_message.Message):
     thread_key: _builtins.str
     requires_review: _builtins.bool
     non_replayable: _builtins.bool
+    last_error: _builtins.str
+    """What ended the latest attempt without a result ("lease expired", "released: ...",
+    "TimeoutError: ...").
+    """
+    dead_letter_reason: Global___DeadLetterReason.ValueType
+    """While FAILED: why."""
+    attempts_counted: _builtins.int
+    """Attempts counted against retry_policy.max_attempts (since creation, the last input change
+    or the last RetryTask); attempt counts them all.
+    """
     @_builtins.property
     def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def updated_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def retry_policy(self) -> Global___RetryPolicy:
+        """The retry policy in force, resolved when the task was created (its own fields, else its
+        queue's defaults, else the server's): every field is set.
+        """
+
+    @_builtins.property
+    def next_eligible_at(self) -> _timestamp_pb2.Timestamp:
+        """While DELAYED: when it becomes READY."""
+
+    @_builtins.property
+    def deadline(self) -> _timestamp_pb2.Timestamp:
+        """created_at + schedule_to_close: past it the task is FAILED (TIMED_OUT) whatever runs."""
+
     def __init__(
         self,
         *,
@@ -420,10 +575,16 @@ class Task(_message.Message):
         non_replayable: _builtins.bool = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
         updated_at: _timestamp_pb2.Timestamp | None = ...,
+        retry_policy: Global___RetryPolicy | None = ...,
+        next_eligible_at: _timestamp_pb2.Timestamp | None = ...,
+        last_error: _builtins.str = ...,
+        dead_letter_reason: Global___DeadLetterReason.ValueType = ...,
+        attempts_counted: _builtins.int = ...,
+        deadline: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline", b"deadline", "next_eligible_at", b"next_eligible_at", "retry_policy", b"retry_policy", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_id", b"attempt_id", "cancel_generation", b"cancel_generation", "claim_generation", b"claim_generation", "created_at", b"created_at", "depends_on", b"depends_on", "input", b"input", "input_digest", b"input_digest", "non_replayable", b"non_replayable", "owner_id", b"owner_id", "parent_task_id", b"parent_task_id", "priority", b"priority", "queue", b"queue", "requires_review", b"requires_review", "result_commit_id", b"result_commit_id", "result_digest", b"result_digest", "revision", b"revision", "root_task_id", b"root_task_id", "scheduler_epoch", b"scheduler_epoch", "state", b"state", "state_version", b"state_version", "task_id", b"task_id", "thread_key", b"thread_key", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_id", b"attempt_id", "attempts_counted", b"attempts_counted", "cancel_generation", b"cancel_generation", "claim_generation", b"claim_generation", "created_at", b"created_at", "dead_letter_reason", b"dead_letter_reason", "deadline", b"deadline", "depends_on", b"depends_on", "input", b"input", "input_digest", b"input_digest", "last_error", b"last_error", "next_eligible_at", b"next_eligible_at", "non_replayable", b"non_replayable", "owner_id", b"owner_id", "parent_task_id", b"parent_task_id", "priority", b"priority", "queue", b"queue", "requires_review", b"requires_review", "result_commit_id", b"result_commit_id", "result_digest", b"result_digest", "retry_policy", b"retry_policy", "revision", b"revision", "root_task_id", b"root_task_id", "scheduler_epoch", b"scheduler_epoch", "state", b"state", "state_version", b"state_version", "task_id", b"task_id", "thread_key", b"thread_key", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -443,6 +604,9 @@ class Attempt(_message.Message):
     STARTED_AT_FIELD_NUMBER: _builtins.int
     ENDED_AT_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    ERROR_DETAILS_FIELD_NUMBER: _builtins.int
     attempt_id: _builtins.str
     attempt: _builtins.int
     owner_id: _builtins.str
@@ -450,6 +614,10 @@ class Attempt(_message.Message):
     scheduler_epoch: _builtins.int
     end: Global___AttemptEnd.ValueType
     """UNSPECIFIED while the attempt runs."""
+    error_code: _builtins.str
+    """The error its holder reported (end FAILED), or why the coordinator ended it."""
+    error_message: _builtins.str
+    error_details: _builtins.bytes
     @_builtins.property
     def started_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -465,10 +633,13 @@ class Attempt(_message.Message):
         started_at: _timestamp_pb2.Timestamp | None = ...,
         ended_at: _timestamp_pb2.Timestamp | None = ...,
         end: Global___AttemptEnd.ValueType = ...,
+        error_code: _builtins.str = ...,
+        error_message: _builtins.str = ...,
+        error_details: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ended_at", b"ended_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_id", b"attempt_id", "claim_generation", b"claim_generation", "end", b"end", "ended_at", b"ended_at", "owner_id", b"owner_id", "scheduler_epoch", b"scheduler_epoch", "started_at", b"started_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_id", b"attempt_id", "claim_generation", b"claim_generation", "end", b"end", "ended_at", b"ended_at", "error_code", b"error_code", "error_details", b"error_details", "error_message", b"error_message", "owner_id", b"owner_id", "scheduler_epoch", b"scheduler_epoch", "started_at", b"started_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

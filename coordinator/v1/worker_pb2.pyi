@@ -12,7 +12,8 @@ and that fence.cancel_generation is the task's. The owner is always the authenti
 caller: a worker cannot renew, stage or commit another principal's attempt
 (PERMISSION_DENIED). Business outcomes come back as Outcome values, never as gRPC errors;
 gRPC errors mean bad input (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION,
-PERMISSION_DENIED) or an unavailable store (UNAVAILABLE), and write nothing.
+PERMISSION_DENIED) or an unavailable store (UNAVAILABLE), and write nothing. Any acceptance
+point of an attempt ended by the task's schedule_to_close deadline answers TIMED_OUT.
 """
 
 from collections import abc as _abc
@@ -102,19 +103,25 @@ class ClaimNextRequest(_message.Message):
     QUEUE_FIELD_NUMBER: _builtins.int
     SCHEDULER_EPOCH_FIELD_NUMBER: _builtins.int
     TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    WAIT_SECONDS_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     scheduler_epoch: _builtins.int
     ttl_seconds: _builtins.int
+    wait_seconds: _builtins.float
+    """How long to wait for a task when none is ready: 0 (answer at once) to the server's
+    max_claim_wait (at most 20 s). Give the call a deadline longer than this.
+    """
     def __init__(
         self,
         *,
         queue: _builtins.str = ...,
         scheduler_epoch: _builtins.int = ...,
         ttl_seconds: _builtins.int = ...,
+        wait_seconds: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue", "scheduler_epoch", b"scheduler_epoch", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue", "scheduler_epoch", b"scheduler_epoch", "ttl_seconds", b"ttl_seconds", "wait_seconds", b"wait_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -137,6 +144,7 @@ class ClaimResponse(_message.Message):
     TASK_REVISION_FIELD_NUMBER: _builtins.int
     STATE_VERSION_FIELD_NUMBER: _builtins.int
     LEASE_REMAINING_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
     outcome: _types_pb2.Outcome.ValueType
     reason: _types_pb2.FenceReason.ValueType
     message: _builtins.str
@@ -152,6 +160,10 @@ class ClaimResponse(_message.Message):
     task_revision: _builtins.int
     state_version: _builtins.int
     """The task's current state_version (useful after STALE_STATE_VERSION)."""
+    checkpoint: _builtins.bytes
+    """The last checkpoint an earlier attempt of this task revision left (RenewRequest.checkpoint),
+    to resume from; empty when none did.
+    """
     @_builtins.property
     def fence(self) -> _types_pb2.Fence:
         """Set only when outcome is CLAIMED."""
@@ -186,10 +198,11 @@ class ClaimResponse(_message.Message):
         task_revision: _builtins.int = ...,
         state_version: _builtins.int = ...,
         lease_remaining: _duration_pb2.Duration | None = ...,
+        checkpoint: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["claim_deadline", b"claim_deadline", "fence", b"fence", "lease_expires_at", b"lease_expires_at", "lease_remaining", b"lease_remaining"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "claim_deadline", b"claim_deadline", "fence", b"fence", "input", b"input", "input_digest", b"input_digest", "lease_expires_at", b"lease_expires_at", "lease_remaining", b"lease_remaining", "message", b"message", "outcome", b"outcome", "reason", b"reason", "state_version", b"state_version", "task_revision", b"task_revision", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "claim_deadline", b"claim_deadline", "fence", b"fence", "input", b"input", "input_digest", b"input_digest", "lease_expires_at", b"lease_expires_at", "lease_remaining", b"lease_remaining", "message", b"message", "outcome", b"outcome", "reason", b"reason", "state_version", b"state_version", "task_revision", b"task_revision", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -201,9 +214,15 @@ class RenewRequest(_message.Message):
 
     FENCE_FIELD_NUMBER: _builtins.int
     PROGRESS_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
     progress: _builtins.str
     """Opaque progress marker (a step counter, a checkpoint id). If it has not changed for
     stall_timeout, renewal is refused with STALLED.
+    """
+    checkpoint: _builtins.bytes
+    """Optional: where the work stands (at most 64 KiB), kept with the attempt, written in the
+    renewal's own fenced txn and only when it differs from the one kept. The next attempt's
+    claim of the same task revision receives the last one (ClaimResponse.checkpoint).
     """
     @_builtins.property
     def fence(self) -> _types_pb2.Fence: ...
@@ -212,12 +231,15 @@ class RenewRequest(_message.Message):
         *,
         fence: _types_pb2.Fence | None = ...,
         progress: _builtins.str = ...,
+        checkpoint: _builtins.bytes | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["fence", b"fence"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_checkpoint", b"_checkpoint", "checkpoint", b"checkpoint", "fence", b"fence"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fence", b"fence", "progress", b"progress"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_checkpoint", b"_checkpoint", "checkpoint", b"checkpoint", "fence", b"fence", "progress", b"progress"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__checkpoint: _TypeAlias = _typing.Literal["checkpoint"]  # noqa: Y015
+    _WhichOneofArgType__checkpoint: _TypeAlias = _typing.Literal["_checkpoint", b"_checkpoint"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__checkpoint) -> _WhichOneofReturnType__checkpoint | None: ...
 
 Global___RenewRequest: _TypeAlias = RenewRequest  # noqa: Y015
 
@@ -486,6 +508,87 @@ class ReleaseResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReleaseResponse: _TypeAlias = ReleaseResponse  # noqa: Y015
+
+@_typing.final
+class FailRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FENCE_FIELD_NUMBER: _builtins.int
+    RETRYABLE_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    ERROR_DETAILS_FIELD_NUMBER: _builtins.int
+    REQUEUE_DELAY_FIELD_NUMBER: _builtins.int
+    retryable: _builtins.bool
+    """Whether another attempt may succeed. False sends the task to FAILED at once."""
+    error_code: _builtins.str
+    """Required: 1-128 characters of [A-Za-z0-9._:-] (an exception type, an error name); matched
+    against the task's non_retryable_errors.
+    """
+    error_message: _builtins.str
+    """For people; at most 1024 characters."""
+    error_details: _builtins.bytes
+    """Opaque details (a traceback, a JSON blob); at most 16 KiB. Kept with the attempt."""
+    @_builtins.property
+    def fence(self) -> _types_pb2.Fence: ...
+    @_builtins.property
+    def requeue_delay(self) -> _duration_pb2.Duration:
+        """Optional: the next attempt starts no earlier than this after now (0-86400 s); the later of
+        this and the task's backoff applies.
+        """
+
+    def __init__(
+        self,
+        *,
+        fence: _types_pb2.Fence | None = ...,
+        retryable: _builtins.bool = ...,
+        error_code: _builtins.str = ...,
+        error_message: _builtins.str = ...,
+        error_details: _builtins.bytes = ...,
+        requeue_delay: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fence", b"fence", "requeue_delay", b"requeue_delay"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_details", b"error_details", "error_message", b"error_message", "fence", b"fence", "requeue_delay", b"requeue_delay", "retryable", b"retryable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailRequest: _TypeAlias = FailRequest  # noqa: Y015
+
+@_typing.final
+class FailResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    NEXT_ELIGIBLE_AT_FIELD_NUMBER: _builtins.int
+    outcome: _types_pb2.Outcome.ValueType
+    reason: _types_pb2.FenceReason.ValueType
+    message: _builtins.str
+    state: _types_pb2.TaskState.ValueType
+    """Where the task went (set when outcome is OK): READY, DELAYED or FAILED."""
+    @_builtins.property
+    def next_eligible_at(self) -> _timestamp_pb2.Timestamp:
+        """When the task may be claimed again (set when it went to READY or DELAYED)."""
+
+    def __init__(
+        self,
+        *,
+        outcome: _types_pb2.Outcome.ValueType = ...,
+        reason: _types_pb2.FenceReason.ValueType = ...,
+        message: _builtins.str = ...,
+        state: _types_pb2.TaskState.ValueType = ...,
+        next_eligible_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next_eligible_at", b"next_eligible_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "next_eligible_at", b"next_eligible_at", "outcome", b"outcome", "reason", b"reason", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailResponse: _TypeAlias = FailResponse  # noqa: Y015
 
 @_typing.final
 class PrepareEffectRequest(_message.Message):

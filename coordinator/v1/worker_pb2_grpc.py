@@ -69,6 +69,11 @@ class WorkerServiceStub:
                 request_serializer=coordinator_dot_v1_dot_worker__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_worker__pb2.ReleaseResponse.FromString,
                 _registered_method=True)
+        self.Fail = channel.unary_unary(
+                '/coordinator.v1.WorkerService/Fail',
+                request_serializer=coordinator_dot_v1_dot_worker__pb2.FailRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_worker__pb2.FailResponse.FromString,
+                _registered_method=True)
         self.PrepareEffect = channel.unary_unary(
                 '/coordinator.v1.WorkerService/PrepareEffect',
                 request_serializer=coordinator_dot_v1_dot_worker__pb2.PrepareEffectRequest.SerializeToString,
@@ -127,6 +132,12 @@ class WorkerServiceServicer:
     def ClaimNext(self, request, context):
         """Claims the next ready task of a queue (highest priority first, FIFO within a priority;
         picks among the first few to avoid a herd on one key). Outcomes as Claim, plus NO_READY_TASK.
+        With wait_seconds > 0 it is a long poll: when no task is ready it waits, woken as tasks
+        become ready, and answers with the first task it wins, or NO_READY_TASK when the wait is
+        over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
+        so it counts against the stream bounds (max_streams, max_streams_per_principal,
+        max_stream_age) and the replica's max_claim_waiters: past them it is refused
+        RESOURCE_EXHAUSTED naming the bound.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -171,6 +182,19 @@ class WorkerServiceServicer:
     def Release(self, request, context):
         """Gives the task back (READY); the attempt is recorded as RELEASED. Outcomes: OK, FENCED,
         CANCELLED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Fail(self, request, context):
+        """The holder reports that its attempt failed. An acceptance point like Release: the fence is
+        compared in the txn that closes the attempt as FAILED with the error (code, message,
+        details) and moves the task by the retry decision: READY again at once, DELAYED until its
+        backoff (or requeue_delay, whichever is later) passes, or FAILED (the dead letter) when
+        retryable is false, the code is one of the task's non_retryable_errors or the attempts are
+        used up. Outcomes: OK (state and next_eligible_at say where the task went), FENCED (with
+        the reason), CANCELLED, STALE_INPUT. A fenced Fail writes nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -311,6 +335,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.Release,
                     request_deserializer=coordinator_dot_v1_dot_worker__pb2.ReleaseRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_worker__pb2.ReleaseResponse.SerializeToString,
+            ),
+            'Fail': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fail,
+                    request_deserializer=coordinator_dot_v1_dot_worker__pb2.FailRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_worker__pb2.FailResponse.SerializeToString,
             ),
             'PrepareEffect': grpc.unary_unary_rpc_method_handler(
                     servicer.PrepareEffect,
@@ -542,6 +571,33 @@ class WorkerService:
             '/coordinator.v1.WorkerService/Release',
             coordinator_dot_v1_dot_worker__pb2.ReleaseRequest.SerializeToString,
             coordinator_dot_v1_dot_worker__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fail(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.WorkerService/Fail',
+            coordinator_dot_v1_dot_worker__pb2.FailRequest.SerializeToString,
+            coordinator_dot_v1_dot_worker__pb2.FailResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -12,7 +12,8 @@ and that fence.cancel_generation is the task's. The owner is always the authenti
 caller: a worker cannot renew, stage or commit another principal's attempt
 (PERMISSION_DENIED). Business outcomes come back as Outcome values, never as gRPC errors;
 gRPC errors mean bad input (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION,
-PERMISSION_DENIED) or an unavailable store (UNAVAILABLE), and write nothing.
+PERMISSION_DENIED) or an unavailable store (UNAVAILABLE), and write nothing. Any acceptance
+point of an attempt ended by the task's schedule_to_close deadline answers TIMED_OUT.
 """
 
 from collections import abc as _abc
@@ -52,6 +53,12 @@ class WorkerServiceStub:
     ClaimNext: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ClaimNextRequest, _worker_pb2.ClaimResponse]
     """Claims the next ready task of a queue (highest priority first, FIFO within a priority;
     picks among the first few to avoid a herd on one key). Outcomes as Claim, plus NO_READY_TASK.
+    With wait_seconds > 0 it is a long poll: when no task is ready it waits, woken as tasks
+    become ready, and answers with the first task it wins, or NO_READY_TASK when the wait is
+    over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
+    so it counts against the stream bounds (max_streams, max_streams_per_principal,
+    max_stream_age) and the replica's max_claim_waiters: past them it is refused
+    RESOURCE_EXHAUSTED naming the bound.
     """
     Renew: _grpc.UnaryUnaryMultiCallable[_worker_pb2.RenewRequest, _worker_pb2.RenewResponse]
     """Keeps the claim's lease alive. Bounded: restores at most the granted TTL and never past
@@ -76,6 +83,15 @@ class WorkerServiceStub:
     Release: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ReleaseRequest, _worker_pb2.ReleaseResponse]
     """Gives the task back (READY); the attempt is recorded as RELEASED. Outcomes: OK, FENCED,
     CANCELLED.
+    """
+    Fail: _grpc.UnaryUnaryMultiCallable[_worker_pb2.FailRequest, _worker_pb2.FailResponse]
+    """The holder reports that its attempt failed. An acceptance point like Release: the fence is
+    compared in the txn that closes the attempt as FAILED with the error (code, message,
+    details) and moves the task by the retry decision: READY again at once, DELAYED until its
+    backoff (or requeue_delay, whichever is later) passes, or FAILED (the dead letter) when
+    retryable is false, the code is one of the task's non_retryable_errors or the attempts are
+    used up. Outcomes: OK (state and next_eligible_at say where the task went), FENCED (with
+    the reason), CANCELLED, STALE_INPUT. A fenced Fail writes nothing.
     """
     PrepareEffect: _grpc.UnaryUnaryMultiCallable[_worker_pb2.PrepareEffectRequest, _worker_pb2.PrepareEffectResponse]
     """Side-effect slots. effect_id = H(task_id, task revision, node_id, effect_slot): no attempt,
@@ -155,6 +171,12 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     ClaimNext: _aio.UnaryUnaryMultiCallable[_worker_pb2.ClaimNextRequest, _worker_pb2.ClaimResponse]  # type: ignore[assignment]
     """Claims the next ready task of a queue (highest priority first, FIFO within a priority;
     picks among the first few to avoid a herd on one key). Outcomes as Claim, plus NO_READY_TASK.
+    With wait_seconds > 0 it is a long poll: when no task is ready it waits, woken as tasks
+    become ready, and answers with the first task it wins, or NO_READY_TASK when the wait is
+    over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
+    so it counts against the stream bounds (max_streams, max_streams_per_principal,
+    max_stream_age) and the replica's max_claim_waiters: past them it is refused
+    RESOURCE_EXHAUSTED naming the bound.
     """
     Renew: _aio.UnaryUnaryMultiCallable[_worker_pb2.RenewRequest, _worker_pb2.RenewResponse]  # type: ignore[assignment]
     """Keeps the claim's lease alive. Bounded: restores at most the granted TTL and never past
@@ -179,6 +201,15 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     Release: _aio.UnaryUnaryMultiCallable[_worker_pb2.ReleaseRequest, _worker_pb2.ReleaseResponse]  # type: ignore[assignment]
     """Gives the task back (READY); the attempt is recorded as RELEASED. Outcomes: OK, FENCED,
     CANCELLED.
+    """
+    Fail: _aio.UnaryUnaryMultiCallable[_worker_pb2.FailRequest, _worker_pb2.FailResponse]  # type: ignore[assignment]
+    """The holder reports that its attempt failed. An acceptance point like Release: the fence is
+    compared in the txn that closes the attempt as FAILED with the error (code, message,
+    details) and moves the task by the retry decision: READY again at once, DELAYED until its
+    backoff (or requeue_delay, whichever is later) passes, or FAILED (the dead letter) when
+    retryable is false, the code is one of the task's non_retryable_errors or the attempts are
+    used up. Outcomes: OK (state and next_eligible_at say where the task went), FENCED (with
+    the reason), CANCELLED, STALE_INPUT. A fenced Fail writes nothing.
     """
     PrepareEffect: _aio.UnaryUnaryMultiCallable[_worker_pb2.PrepareEffectRequest, _worker_pb2.PrepareEffectResponse]  # type: ignore[assignment]
     """Side-effect slots. effect_id = H(task_id, task revision, node_id, effect_slot): no attempt,
@@ -267,6 +298,12 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_worker_pb2.ClaimResponse, _abc.Awaitable[_worker_pb2.ClaimResponse]]:
         """Claims the next ready task of a queue (highest priority first, FIFO within a priority;
         picks among the first few to avoid a herd on one key). Outcomes as Claim, plus NO_READY_TASK.
+        With wait_seconds > 0 it is a long poll: when no task is ready it waits, woken as tasks
+        become ready, and answers with the first task it wins, or NO_READY_TASK when the wait is
+        over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
+        so it counts against the stream bounds (max_streams, max_streams_per_principal,
+        max_stream_age) and the replica's max_claim_waiters: past them it is refused
+        RESOURCE_EXHAUSTED naming the bound.
         """
 
     @_abc_1.abstractmethod
@@ -321,6 +358,21 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_worker_pb2.ReleaseResponse, _abc.Awaitable[_worker_pb2.ReleaseResponse]]:
         """Gives the task back (READY); the attempt is recorded as RELEASED. Outcomes: OK, FENCED,
         CANCELLED.
+        """
+
+    @_abc_1.abstractmethod
+    def Fail(
+        self,
+        request: _worker_pb2.FailRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.FailResponse, _abc.Awaitable[_worker_pb2.FailResponse]]:
+        """The holder reports that its attempt failed. An acceptance point like Release: the fence is
+        compared in the txn that closes the attempt as FAILED with the error (code, message,
+        details) and moves the task by the retry decision: READY again at once, DELAYED until its
+        backoff (or requeue_delay, whichever is later) passes, or FAILED (the dead letter) when
+        retryable is false, the code is one of the task's non_retryable_errors or the attempts are
+        used up. Outcomes: OK (state and next_eligible_at say where the task went), FENCED (with
+        the reason), CANCELLED, STALE_INPUT. A fenced Fail writes nothing.
         """
 
     @_abc_1.abstractmethod

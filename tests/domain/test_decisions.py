@@ -257,4 +257,13 @@ def test_check_fence_is_ok_only_when_every_part_matches(
     )
     assert verdict.accepted == every_part == (verdict.outcome is Outcome.OK)
     assert (verdict.reason is not FenceReason.NONE) == (verdict.outcome is Outcome.FENCED)
-    assert verdict.outcome in (Outcome.OK, Outcome.FENCED, Outcome.CANCELLED, Outcome.STALE_INPUT)
+    assert verdict.outcome in (
+        Outcome.OK,
+        Outcome.FENCED,
+        Outcome.CANCELLED,
+        Outcome.STALE_INPUT,
+        Outcome.TIMED_OUT,
+    )
+    # Only an attempt the task's deadline ended reads TIMED_OUT (tests/workqueue).
+    if verdict.outcome is Outcome.TIMED_OUT:
+        assert end is AttemptEnd.TIMED_OUT

@@ -15,6 +15,7 @@ from coordinator import metrics
 from coordinator.domain.decisions import Fence
 from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectState
+from coordinator.domain.failures import FailureReport
 from coordinator.domain.keys import Keyspace
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import Store, TaskSpec
@@ -85,6 +86,9 @@ def test_every_acceptance_point_validates_every_accepted_operation(
     assert worker.Commit(commit, metadata=W).outcome == types_pb2.OUTCOME_COMMITTED
     other = claim_over_grpc(tasks, worker, "t-2")
     assert worker.Release(worker_pb2.ReleaseRequest(fence=other), metadata=W).outcome == ok
+    failed = claim_over_grpc(tasks, worker, "t-3")
+    fail = worker_pb2.FailRequest(fence=failed, error_code="E", retryable=True)
+    assert worker.Fail(fail, metadata=W).outcome == ok
     # Refused operations are not acceptances: a late commit is answered FENCED.
     late = worker_pb2.CommitRequest(fence=other, input_digest=claim_input, result=b"r")
     assert worker.Commit(late, metadata=W).outcome == types_pb2.OUTCOME_FENCED
@@ -92,7 +96,7 @@ def test_every_acceptance_point_validates_every_accepted_operation(
     stats = admin.GetStats(admin_pb2.GetStatsRequest()).fence_coverage
     counts = {AcceptancePoint(s.point): (s.accepted, s.validated, s.coverage) for s in stats}
     assert counts == {
-        AcceptancePoint.CLAIM: (2, 2, 1.0),
+        AcceptancePoint.CLAIM: (3, 3, 1.0),
         AcceptancePoint.RENEW: (1, 1, 1.0),
         AcceptancePoint.AUTHORIZE: (1, 1, 1.0),
         AcceptancePoint.PREPARE: (1, 1, 1.0),
@@ -100,10 +104,11 @@ def test_every_acceptance_point_validates_every_accepted_operation(
         AcceptancePoint.COMMIT: (1, 1, 1.0),
         AcceptancePoint.RELEASE: (1, 1, 1.0),
         AcceptancePoint.START_JOB: (0, 0, 1.0),  # managed jobs: tests/jobs/test_rpc.py
+        AcceptancePoint.FAIL: (1, 1, 1.0),
     }
     exposition = generate_latest(fresh_counters).decode()
     assert 'coordinator_fence_validated_total{point="prepare"} 1.0' in exposition
-    assert 'coordinator_fence_accepted_total{point="claim"} 2.0' in exposition
+    assert 'coordinator_fence_accepted_total{point="claim"} 3.0' in exposition
 
 
 # --- the mutation check: a point that skips validation is seen -------------------------------
@@ -127,7 +132,10 @@ def _drive(store: Store, point: AcceptancePoint, task_id: str) -> None:
     claimed = store.claims.claim(task_id, principal="w1", epoch=1, ttl=30)
     fence = claimed.fence
     assert fence is not None
-    if point is AcceptancePoint.AUTHORIZE:
+    if point is AcceptancePoint.FAIL:
+        report = FailureReport(retryable=True, code="E")
+        assert store.failures.fail(fence, principal="w1", report=report).verdict.accepted
+    elif point is AcceptancePoint.AUTHORIZE:
         assert store.acceptance.authorize_tool(fence, principal="w1", tool="t", action="a").accepted
     elif point in (AcceptancePoint.PREPARE, AcceptancePoint.RECORD):
         prepared = store.effects.prepare(
@@ -155,6 +163,7 @@ MUTATIONS = [
         _without_generation,
     ),
     (AcceptancePoint.PREPARE, "coordinator.store.effects", "fence_compares", _without_generation),
+    (AcceptancePoint.FAIL, "coordinator.store.failures", "fence_compares", _without_generation),
     (AcceptancePoint.RECORD, "coordinator.store.effects", "fence_compares", _without_generation),
 ]
 

@@ -16,6 +16,7 @@ from coordinator.clock import ManualClock
 from coordinator.domain.decisions import Fence
 from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectState
+from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.errors import AlreadyExists, FailedPrecondition, NotFound
 from coordinator.store import Store, TaskSpec
@@ -432,3 +433,27 @@ def test_an_upstream_with_a_waiting_dependent_is_kept_until_the_dependent_moves(
     clock.advance(PAST)
     assert store.pruner.run_pass().pruned == 1
     assert store.tasks.get("down").state is TaskState.READY
+
+
+def test_a_dead_letter_sent_back_to_the_queue_drops_its_prune_key_and_is_kept(
+    make_store: Any, clock: ManualClock, etcd_client: Any, prefix: str
+) -> None:
+    store = make_store()
+    create(store, "t1")
+    fence = claim(store, "t1")
+    failed = store.failures.fail(
+        fence, principal="w1", report=FailureReport(retryable=False, code="bad-input")
+    )
+    assert store.tasks.get("t1").state is TaskState.FAILED, failed
+    store.dead_letters.retry("t1", by="pm", reason="input fixed")  # FAILED -> READY
+    due = f"{prefix}/prune-due/"
+    assert len(list(etcd_client.get_prefix(due))) == 1  # the FAILED move's key, now dead
+    clock.advance(PAST)
+    assert store.pruner is not None
+    report = store.pruner.run_pass()
+    assert (report.archived, report.pruned) == (0, 0)
+    assert store.tasks.get("t1").state is TaskState.READY  # kept: it is live again
+    assert list(etcd_client.get_prefix(due)) == []  # the dead key is gone, not warned forever
+    commit(store, claim(store, "t1"))  # terminal again (DONE): a fresh key, pruned when due
+    clock.advance(PAST)
+    assert store.pruner.run_pass().pruned == 1

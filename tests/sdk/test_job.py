@@ -245,7 +245,7 @@ def test_lease_running_out_while_the_server_is_gone_loses_the_job(
         assert job.remaining() == timedelta(0)
 
 
-def test_leaving_the_context_releases_an_unfinished_job(
+def test_an_exception_leaving_the_context_reports_a_retryable_failure(
     worker: WorkerClient, other: WorkerClient
 ) -> None:
     with pytest.raises(RuntimeError), claim(worker) as job:
@@ -253,10 +253,37 @@ def test_leaving_the_context_releases_an_unfinished_job(
     assert not job.is_lost()
     task = other.get_task("t1")
     assert task.state is TaskState.READY
-    assert [a.end for a in task.attempts] == [AttemptEnd.RELEASED]
+    [attempt] = task.attempts
+    assert (attempt.end, attempt.error_code, attempt.error_message) == (
+        AttemptEnd.FAILED,
+        "RuntimeError",
+        "the work failed",
+    )
     with claim(other) as again:
         assert again.generation > job.generation
         assert again.release("giving it back").released
+
+
+def test_leaving_the_context_without_an_exception_releases(
+    worker: WorkerClient, other: WorkerClient
+) -> None:
+    with claim(worker):
+        pass
+    task = other.get_task("t1")
+    assert (task.state, [a.end for a in task.attempts]) == (TaskState.READY, [AttemptEnd.RELEASED])
+
+
+def test_fail_not_retryable_dead_letters_and_ends_the_job(
+    worker: WorkerClient, other: WorkerClient
+) -> None:
+    with claim(worker) as job:
+        answer = job.fail("BadInput", retryable=False, message="the input is not JSON")
+    assert (answer.recorded, answer.state) == (True, TaskState.FAILED)
+    assert not job.is_lost()
+    assert other.get_task("t1").state is TaskState.FAILED
+    # The keepalive stopped with the job: a renewal after its own Fail is not a loss.
+    assert job.fail("Again").reason is FenceReason.FAILED
+    assert not job.is_lost()
 
 
 def test_authorize_and_stage(worker: WorkerClient, other: WorkerClient) -> None:

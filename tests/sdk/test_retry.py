@@ -146,7 +146,8 @@ def test_a_job_left_on_an_unknown_commit_learns_from_its_release_that_it_landed(
         assert isinstance(job, Job)
         with pytest.raises(OutcomeUnknown, match="outcome unknown, not failed"), job:
             job.commit(b"result")
-        # Leaving the block released; the answer told the job its own commit had landed.
+        # Leaving the block on the exception reported a failure; the answer (FENCED /
+        # ALREADY_COMMITTED) told the job its own commit had landed.
         assert job.committed and not job.is_lost(), job.lost_reason
         assert client.get_task("t1").state is TaskState.DONE
     assert counter.calls == {
@@ -154,7 +155,7 @@ def test_a_job_left_on_an_unknown_commit_learns_from_its_release_that_it_landed(
         "GetEpoch": 1,
         "Claim": 1,
         "Commit": 1,
-        "Release": 1,
+        "Fail": 1,
         "GetTask": 1,
     }
 

@@ -50,6 +50,7 @@ def test_reflection_lists_and_describes_the_services(channel: grpc.Channel) -> N
         "StageResult",
         "Commit",
         "Release",
+        "Fail",
         "PrepareEffect",
         "RecordEffect",
         "GetEffect",

@@ -1,6 +1,8 @@
-"""A unary method named a long poll is bounded like a stream: it counts against the caps and
-ends UNAVAILABLE at its maximum age. A stand-in handler takes ClaimNext's name (the long-poll
-ClaimNext this is for does not exist yet); the server runs the real interceptors."""
+"""A unary method named a long poll is bounded like a stream, for the requests that wait: they
+count against the caps and end UNAVAILABLE at their maximum age; a request that does not wait
+runs uncounted. A stand-in handler takes ClaimNext's name (its real waits are in
+tests/workqueue/test_long_poll.py); the server runs the real interceptors and the real
+LONG_POLLS entry, which counts a ClaimNext only with wait_seconds > 0."""
 
 from __future__ import annotations
 
@@ -14,21 +16,25 @@ import pytest
 from coordinator.domain.stream_limits import StreamLimits
 from coordinator.server.auth import AuthInterceptor, InsecureAuth
 from coordinator.server.stream_interceptor import StreamLimitInterceptor, stream_alive
-from coordinator.server.streams import OpenStreams
+from coordinator.server.streams import LONG_POLLS, OpenStreams
+from coordinator.v1 import types_pb2, worker_pb2
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
 from tests.lifecycle.support import who
 
 CLAIM_NEXT = "/coordinator.v1.WorkerService/ClaimNext"
 WORKER = who("w-1", "worker")
+WAIT = worker_pb2.ClaimNextRequest(wait_seconds=5)
 
 
-def _wait_until_ended(request: bytes, context: grpc.ServicerContext) -> bytes:
-    """A long poll with nothing to hand out: waits as long as it may."""
+def _wait_until_ended(
+    request: worker_pb2.ClaimNextRequest, context: grpc.ServicerContext
+) -> worker_pb2.ClaimResponse:
+    """A long poll with nothing to hand out: waits as long as it may (when asked to wait)."""
     alive, idle = stream_alive(context), threading.Event()
-    while alive():
+    while request.wait_seconds and alive():
         idle.wait(0.05)
-    return b"nothing"
+    return worker_pb2.ClaimResponse(outcome=types_pb2.OUTCOME_NO_READY_TASK)
 
 
 Served = tuple[grpc.UnaryUnaryMultiCallable, OpenStreams]  # type: ignore[type-arg]
@@ -43,14 +49,20 @@ def served() -> Iterator[Served]:
         futures.ThreadPoolExecutor(max_workers=4),
         interceptors=[
             auth,
-            StreamLimitInterceptor(open_streams, auth.check, long_polls=frozenset({CLAIM_NEXT})),
+            StreamLimitInterceptor(open_streams, auth.check, long_polls=LONG_POLLS),
         ],
     )
     server.add_generic_rpc_handlers(
         (
             grpc.method_handlers_generic_handler(
                 "coordinator.v1.WorkerService",
-                {"ClaimNext": grpc.unary_unary_rpc_method_handler(_wait_until_ended)},
+                {
+                    "ClaimNext": grpc.unary_unary_rpc_method_handler(
+                        _wait_until_ended,
+                        request_deserializer=worker_pb2.ClaimNextRequest.FromString,
+                        response_serializer=worker_pb2.ClaimResponse.SerializeToString,
+                    )
+                },
             ),
         )
     )
@@ -58,18 +70,26 @@ def served() -> Iterator[Served]:
     server.start()
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS) as channel:
-            yield channel.unary_unary(CLAIM_NEXT), open_streams
+            call = channel.unary_unary(
+                CLAIM_NEXT,
+                request_serializer=worker_pb2.ClaimNextRequest.SerializeToString,
+                response_deserializer=worker_pb2.ClaimResponse.FromString,
+            )
+            yield call, open_streams
     finally:
         server.stop(grace=None).wait()
 
 
 def test_a_long_poll_counts_against_the_cap_and_ends_at_its_age(served: Served) -> None:
     call, open_streams = served
-    first = call.future(b"", metadata=WORKER, timeout=30)
+    first = call.future(WAIT, metadata=WORKER, timeout=30)
     eventually(lambda: open_streams.count("w-1") == 1, message="the first poll was not admitted")
-    # It holds the principal's only slot until its age ends it.
+    # A ClaimNext that does not wait is no long poll: it runs beside, uncounted.
+    now = call(worker_pb2.ClaimNextRequest(), metadata=WORKER, timeout=30)
+    assert now.outcome == types_pb2.OUTCOME_NO_READY_TASK
+    # The waiting one holds the principal's only slot until its age ends it.
     with pytest.raises(grpc.RpcError) as refused:
-        call(b"", metadata=WORKER, timeout=30)
+        call(WAIT, metadata=WORKER, timeout=30)
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "max_streams_per_principal" in (refused.value.details() or "")
 

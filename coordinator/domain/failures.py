@@ -1,0 +1,21 @@
+"""What a holder reports when its attempt failed (WorkerService.Fail), as plain data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FailureReport:
+    """The holder's word on its failed attempt: whether another attempt may succeed, the error,
+    and the earliest it wants the next attempt to start (seconds after now)."""
+
+    retryable: bool
+    code: str
+    message: str = ""
+    details: bytes = b""
+    delay: float = 0.0
+
+    def summary(self) -> str:
+        """``code: message`` for events and logs (the details stay with the attempt)."""
+        return f"{self.code}: {self.message}" if self.message else self.code

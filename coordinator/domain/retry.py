@@ -1,0 +1,242 @@
+"""The retry policy and the one decision every attempt end goes through (pure, no I/O).
+
+An attempt that ends without a result - its lease expired (stalled and renew-limited claims
+end this way too), its holder released it, or its holder reported a failure - asks
+``decide_retry``: another attempt, no earlier than its backoff (``Requeue``), or none, and the
+task is FAILED, the dead letter (``DeadLetter``). The reclaimer, a claim that takes over an
+expired attempt, Release and Fail all call it, so one rule decides for all of them.
+
+A task's policy is resolved when it is created (its own fields, else its queue's, else the
+server's: ``RetryDefaults.resolve``) and stored with the task, so every replica decides alike
+whatever its configuration.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+from coordinator.domain.records import TaskRecord
+from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op
+from coordinator.errors import InvalidArgument
+
+MAX_ATTEMPTS = 10_000
+MAX_BACKOFF = 7 * 86400.0
+MAX_MULTIPLIER = 100.0
+MAX_NON_RETRYABLE = 32
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How many attempts a task gets and how far apart they start.
+
+    ``max_attempts`` counts every attempt of the task (since its creation, a new input or a
+    RetryTask), 0 meaning unlimited; the n-th retry waits ``initial_backoff *
+    backoff_multiplier ** (n - 1)`` seconds, at most ``max_backoff``; a failure whose error code
+    is in ``non_retryable_errors`` is never retried.
+    """
+
+    max_attempts: int = 5
+    initial_backoff: float = 0.0
+    backoff_multiplier: float = 2.0
+    max_backoff: float = 300.0
+    non_retryable_errors: tuple[str, ...] = ()
+
+    def backoff(self, attempts: int) -> float:
+        """Seconds to wait after ``attempts`` attempts (>= 1) before the next one starts."""
+        if self.initial_backoff <= 0:
+            return 0.0
+        # Computed in logs so a large attempt count never overflows a float.
+        exponent = max(attempts - 1, 0)
+        if self.backoff_multiplier > 1 and exponent * math.log(self.backoff_multiplier) > 50:
+            return self.max_backoff
+        return min(self.max_backoff, self.initial_backoff * self.backoff_multiplier**exponent)
+
+
+def check_policy(policy: RetryPolicy, prefix: str = "") -> None:
+    """InvalidArgument naming the field (with ``prefix``) when a bound is broken."""
+    if not 0 <= policy.max_attempts <= MAX_ATTEMPTS:
+        raise InvalidArgument(
+            f"{prefix}max_attempts must be 0 (unlimited) to {MAX_ATTEMPTS}, "
+            f"got {policy.max_attempts}"
+        )
+    for key, value in (
+        ("initial_backoff", policy.initial_backoff),
+        ("max_backoff", policy.max_backoff),
+    ):
+        if not (math.isfinite(value) and 0 <= value <= MAX_BACKOFF):
+            raise InvalidArgument(f"{prefix}{key} must be 0 to {MAX_BACKOFF:g} s, got {value}")
+    multiplier = policy.backoff_multiplier
+    if not (math.isfinite(multiplier) and 1 <= multiplier <= MAX_MULTIPLIER):
+        raise InvalidArgument(
+            f"{prefix}backoff_multiplier must be 1 to {MAX_MULTIPLIER:g}, got {multiplier}"
+        )
+    if policy.initial_backoff > policy.max_backoff:
+        raise InvalidArgument(
+            f"{prefix}initial_backoff ({policy.initial_backoff:g} s) must not exceed "
+            f"{prefix}max_backoff ({policy.max_backoff:g} s)"
+        )
+    codes = policy.non_retryable_errors
+    if len(codes) > MAX_NON_RETRYABLE:
+        raise InvalidArgument(
+            f"{prefix}non_retryable_errors has {len(codes)} codes, the limit is {MAX_NON_RETRYABLE}"
+        )
+
+
+@dataclass(frozen=True)
+class RetryDefaults:
+    """The policy a task gets for the fields it leaves unset: its queue's, else the server's."""
+
+    server: RetryPolicy = RetryPolicy()
+    queues: Mapping[str, RetryPolicy] = field(default_factory=lambda: MappingProxyType({}))
+
+    def for_queue(self, queue: str) -> RetryPolicy:
+        """The default policy of ``queue``."""
+        return self.queues.get(queue, self.server)
+
+    def resolve(self, queue: str, overrides: Mapping[str, Any]) -> RetryPolicy:
+        """The policy of a new task of ``queue`` that set the fields in ``overrides``;
+        InvalidArgument naming the request field when the result breaks a bound."""
+        policy = replace(self.for_queue(queue), **overrides)
+        check_policy(policy, "retry_policy.")
+        return policy
+
+
+def policy_of(task: TaskRecord) -> RetryPolicy:
+    """The policy stored with ``task`` at its creation."""
+    return RetryPolicy(
+        max_attempts=task.max_attempts,
+        initial_backoff=task.initial_backoff,
+        backoff_multiplier=task.backoff_multiplier,
+        max_backoff=task.max_backoff,
+        non_retryable_errors=task.non_retryable_errors,
+    )
+
+
+def policy_fields(policy: RetryPolicy) -> dict[str, Any]:
+    """The TaskRecord fields that store ``policy``."""
+    return {
+        "max_attempts": policy.max_attempts,
+        "initial_backoff": policy.initial_backoff,
+        "backoff_multiplier": policy.backoff_multiplier,
+        "max_backoff": policy.max_backoff,
+        "non_retryable_errors": policy.non_retryable_errors,
+    }
+
+
+def attempts_counted(task: TaskRecord) -> int:
+    """Attempts of ``task`` counted against its max_attempts (since its budget began)."""
+    return task.attempt - task.attempts_base
+
+
+COUNTED_ENDS = frozenset({AttemptEnd.EXPIRED, AttemptEnd.RELEASED, AttemptEnd.FAILED})
+"""Attempt ends that ask for another attempt. A commit, a cancel and an input change end an
+attempt too, but the task does not go back to the queue by the retry policy after them."""
+
+
+@dataclass(frozen=True)
+class AttemptEnded:
+    """An attempt that ended without a result, as the retry decision sees it."""
+
+    end: AttemptEnd
+    # What ended it, for the events: "lease expired", "released: ...", "TimeoutError: ...".
+    error: str
+    # Reported by the holder (Fail): another attempt may succeed; its error code; the earliest
+    # it wants the next attempt to start (seconds after the end).
+    retryable: bool = True
+    code: str = ""
+    delay: float = 0.0
+
+
+LEASE_EXPIRED = AttemptEnded(AttemptEnd.EXPIRED, "lease expired")
+"""The end of an attempt whose lease expired (stalled and renew-limited claims end so too)."""
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """Another attempt, claimable from ``at`` (at or before the end: at once)."""
+
+    at: float
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """No other attempt: the task is FAILED for ``reason``; ``detail`` says so for people."""
+
+    reason: DeadLetterReason
+    detail: str
+
+
+RetryDecision = Requeue | DeadLetter
+"""One case per thing the task can become after an attempt ended without a result."""
+
+
+def decide_retry(
+    policy: RetryPolicy, attempts: int, ended: AttemptEnded, now: float
+) -> RetryDecision:
+    """What follows an attempt that ended without a result at ``now``, the task having had
+    ``attempts`` attempts (this one included) counted against ``policy``."""
+    if ended.end not in COUNTED_ENDS:
+        raise ValueError(f"an attempt ended {ended.end.name} is not retried by the policy")
+    plural = "attempt" if attempts == 1 else "attempts"
+    if not ended.retryable or ended.code in policy.non_retryable_errors:
+        return DeadLetter(
+            DeadLetterReason.NON_RETRYABLE,
+            f"non-retryable failure after {attempts} {plural}; last error: {ended.error}",
+        )
+    if policy.max_attempts and attempts >= policy.max_attempts:
+        return DeadLetter(
+            DeadLetterReason.EXHAUSTED,
+            f"all {policy.max_attempts} attempts used; last error: {ended.error}",
+        )
+    return Requeue(now + max(policy.backoff(attempts), ended.delay))
+
+
+@dataclass(frozen=True)
+class RetryMove:
+    """The transition a retry decision makes: its op, the record changes and the event detail."""
+
+    op: Op
+    detail: str
+    not_before: float = 0.0
+    dead_letter_reason: DeadLetterReason = DeadLetterReason.NONE
+
+    def changes(self, ended: AttemptEnded) -> dict[str, Any]:
+        """The task record fields this move sets."""
+        return {
+            "not_before": self.not_before,
+            "last_error": ended.error,
+            "dead_letter_reason": self.dead_letter_reason,
+        }
+
+
+def retry_move(
+    decision: RetryDecision, ended: AttemptEnded, *, at_once: Op, now: float
+) -> RetryMove:
+    """The move for ``decision``: ``at_once`` (to READY) when the next attempt may start now,
+    BACKOFF (to DELAYED until it may) or DEAD_LETTER (to FAILED)."""
+    if isinstance(decision, DeadLetter):
+        return RetryMove(Op.DEAD_LETTER, decision.detail, dead_letter_reason=decision.reason)
+    if decision.at <= now:
+        return RetryMove(at_once, ended.error)
+    return RetryMove(
+        Op.BACKOFF, f"{ended.error}; next attempt in {decision.at - now:.3g} s", decision.at
+    )
+
+
+def decide_after(task: TaskRecord, ended: AttemptEnded, now: float, *, at_once: Op) -> RetryMove:
+    """``decide_retry`` on ``task``'s own policy and attempt count, as the move to write."""
+    decision = decide_retry(policy_of(task), attempts_counted(task), ended, now)
+    return retry_move(decision, ended, at_once=at_once, now=now)
+
+
+def refuse_takeover(task: TaskRecord, now: float) -> str:
+    """Why a claim may not take over the expired attempt of CLAIMED ``task`` at ``now`` ("" when
+    it may): the policy delays the next attempt or allows none, which the reclaimer writes."""
+    move = decide_after(task, LEASE_EXPIRED, now, at_once=Op.RECLAIM)
+    if move.op is Op.RECLAIM:
+        return ""
+    return f"the expired attempt's retry policy does not allow a new attempt now ({move.detail})"

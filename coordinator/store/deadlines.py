@@ -1,0 +1,112 @@
+"""schedule_to_close: a task whose deadline passed moves to FAILED (TIMED_OUT), whatever runs.
+
+A task created with a schedule_to_close has a key in the deadline index,
+``{p}/deadlines/{deadline_ms:015d}/{task_id}``, for as long as it waits for a result (written and
+deleted by the transitions themselves, store/transition.py), so the tasks whose deadline passed
+are one range from the start of the index to now: O(passed) per pass. Each time-out is a CAS on
+the task as read; a CLAIMED task's claim is ended in the same txn (its claim key deleted, its
+attempt closed TIMED_OUT), so the holder's next acceptance point fails its fence compares and
+reads TIMED_OUT. Every replica runs the pass (store/promoter.py's loop); a task moves once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import structlog
+
+from coordinator import metrics
+from coordinator.domain.records import TaskRecord, encode
+from coordinator.domain.states import (
+    UNCOMMITTED_STATES,
+    AttemptEnd,
+    DeadLetterReason,
+    Op,
+    TaskState,
+)
+from coordinator.store.context import StoreContext, attempt_from_kv, task_from_kv
+from coordinator.store.etcd import RequestOp, delete, get, put
+from coordinator.store.transition import transition, transition_ops
+
+log = structlog.get_logger(__name__)
+
+DEADLINES = "coordinator:deadlines"
+
+# Task records (and their running attempts) read per txn: etcd allows 128 operations.
+_PAGE = 50
+
+
+class Deadlines:
+    """Moves tasks past their schedule_to_close deadline to FAILED."""
+
+    def __init__(self, ctx: StoreContext) -> None:
+        self._ctx = ctx
+
+    def time_out_due(self) -> int:
+        """One pass: time out every task whose deadline passed; returns how many it moved."""
+        ctx, keys = self._ctx, self._ctx.keys
+        now = ctx.clock.now()
+        start, end = keys.deadlines_prefix, keys.deadlines_due_end(now)
+        moved = 0
+        while True:
+            page, _ = ctx.kv.range_page(start, end, limit=_PAGE, keys_only=True)
+            if page:
+                moved += self._time_out([kv.key.rsplit("/", 1)[1] for kv in page], now)
+            if len(page) < _PAGE:
+                return moved
+            start = page[-1].key + "\0"
+
+    def _time_out(self, task_ids: list[str], now: float) -> int:
+        ctx, keys = self._ctx, self._ctx.keys
+        snap = ctx.kv.read(*(get(keys.task(t)) for t in task_ids))
+        moved = 0
+        for index in range(len(task_ids)):
+            kv = snap.range_one(index)
+            if kv is None:
+                continue
+            task = task_from_kv(kv)
+            if task.state not in UNCOMMITTED_STATES or not task.deadline or task.deadline > now:
+                continue  # moved on meanwhile, or not quite due: the next pass
+            if self._write(task, now):
+                moved += 1
+        return moved
+
+    def _write(self, task: TaskRecord, now: float) -> bool:
+        ctx, keys = self._ctx, self._ctx.keys
+        detail = f"schedule_to_close deadline passed after {task.attempt} attempt(s)"
+        after = transition(
+            task,
+            Op.TIME_OUT,
+            now,
+            lease_id=0,
+            dead_letter_reason=DeadLetterReason.TIMED_OUT,
+        )
+        compares, ops = transition_ops(
+            ctx,
+            task,
+            after,
+            Op.TIME_OUT,
+            by=DEADLINES,
+            attempt_id=task.attempt_id,
+            generation=task.claim_generation,
+            epoch=task.scheduler_epoch,
+            detail=detail,
+        )
+        if task.state is TaskState.CLAIMED:
+            ops += [delete(keys.claim(task.task_id)), *self._close_attempt(task, now)]
+        if not ctx.kv.txn(compares, ops).succeeded:
+            return False  # another replica timed it out, or the task moved on
+        if task.state is TaskState.CLAIMED:
+            ctx.leases.revoke(task.lease_id)
+        metrics.count_dead_letter(task.queue, DeadLetterReason.TIMED_OUT.name.lower())
+        metrics.observe_attempts(task.attempt)
+        log.warning("task timed out", task_id=task.task_id, queue=task.queue, state=task.state.name)
+        return True
+
+    def _close_attempt(self, task: TaskRecord, now: float) -> list[RequestOp]:
+        key = self._ctx.keys.attempt(task.task_id, task.attempt_id)
+        kv = self._ctx.kv.get(key)
+        if kv is None:
+            return []
+        closed = replace(attempt_from_kv(kv), end=AttemptEnd.TIMED_OUT, ended_at=now)
+        return [put(key, encode(closed))]

@@ -1,0 +1,173 @@
+"""coordinator.domain.retry: the one decision after an attempt ends without a result."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from coordinator.domain.records import TaskRecord
+from coordinator.domain.retry import (
+    COUNTED_ENDS,
+    LEASE_EXPIRED,
+    MAX_BACKOFF,
+    AttemptEnded,
+    DeadLetter,
+    Requeue,
+    RetryDefaults,
+    RetryPolicy,
+    check_policy,
+    decide_after,
+    decide_retry,
+    policy_fields,
+    refuse_takeover,
+    retry_move,
+)
+from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, TaskState
+from coordinator.errors import InvalidArgument
+
+NOW = 1_700_000_000.0
+
+policies = st.builds(
+    RetryPolicy,
+    max_attempts=st.integers(0, 20),
+    initial_backoff=st.floats(0, 60),
+    backoff_multiplier=st.floats(1, 10),
+    max_backoff=st.floats(60, MAX_BACKOFF),
+    non_retryable_errors=st.lists(st.sampled_from(["Bad", "Fatal"]), max_size=2).map(tuple),
+)
+ends = st.builds(
+    AttemptEnded,
+    end=st.sampled_from(sorted(COUNTED_ENDS)),
+    error=st.just("boom"),
+    retryable=st.booleans(),
+    code=st.sampled_from(["", "Bad", "Fatal", "Flaky"]),
+    delay=st.floats(0, 3600),
+)
+
+
+@given(policies, st.integers(1, 10_000), ends)
+def test_the_decision_is_exactly_the_rules(
+    policy: RetryPolicy, attempts: int, ended: AttemptEnded
+) -> None:
+    decision = decide_retry(policy, attempts, ended, NOW)
+    if not ended.retryable or ended.code in policy.non_retryable_errors:
+        assert isinstance(decision, DeadLetter)
+        assert decision.reason is DeadLetterReason.NON_RETRYABLE
+        assert "last error: boom" in decision.detail
+    elif policy.max_attempts and attempts >= policy.max_attempts:
+        assert decision == DeadLetter(
+            DeadLetterReason.EXHAUSTED,
+            f"all {policy.max_attempts} attempts used; last error: boom",
+        )
+    else:
+        assert decision == Requeue(NOW + max(policy.backoff(attempts), ended.delay))
+
+
+@given(policies, st.integers(1, 10_000))
+def test_backoff_grows_with_each_attempt_and_stays_within_its_bounds(
+    policy: RetryPolicy, attempts: int
+) -> None:
+    first, this, following = (
+        policy.backoff(1),
+        policy.backoff(attempts),
+        policy.backoff(attempts + 1),
+    )
+    assert first == min(policy.initial_backoff, policy.max_backoff)
+    assert 0 <= this <= following <= max(policy.max_backoff, 0)
+    if policy.initial_backoff == 0:
+        assert following == 0
+
+
+def test_backoff_by_example() -> None:
+    policy = RetryPolicy(initial_backoff=2, backoff_multiplier=3, max_backoff=50)
+    assert [policy.backoff(n) for n in range(1, 6)] == [2, 6, 18, 50, 50]
+
+
+@given(st.integers(1, 10_000), ends.filter(lambda e: e.retryable and not e.code))
+def test_unlimited_attempts_are_never_exhausted(attempts: int, ended: AttemptEnded) -> None:
+    decision = decide_retry(RetryPolicy(max_attempts=0), attempts, ended, NOW)
+    assert isinstance(decision, Requeue)
+
+
+@pytest.mark.parametrize(
+    "end", [e for e in AttemptEnd if e not in COUNTED_ENDS], ids=lambda e: e.name
+)
+def test_ends_that_do_not_ask_for_another_attempt_are_a_bug_here(end: AttemptEnd) -> None:
+    with pytest.raises(ValueError, match=f"ended {end.name} is not retried"):
+        decide_retry(RetryPolicy(), 1, AttemptEnded(end, "x"), NOW)
+
+
+@given(policies, st.integers(1, 50), ends)
+def test_the_move_follows_the_decision(
+    policy: RetryPolicy, attempts: int, ended: AttemptEnded
+) -> None:
+    decision = decide_retry(policy, attempts, ended, NOW)
+    move = retry_move(decision, ended, at_once=Op.RECLAIM, now=NOW)
+    if isinstance(decision, DeadLetter):
+        assert (move.op, move.dead_letter_reason, move.detail) == (
+            Op.DEAD_LETTER,
+            decision.reason,
+            decision.detail,
+        )
+    elif decision.at <= NOW:
+        assert (move.op, move.not_before) == (Op.RECLAIM, 0.0)
+    else:
+        assert (move.op, move.not_before) == (Op.BACKOFF, decision.at)
+    assert move.changes(ended)["last_error"] == "boom"
+
+
+def _task(policy: RetryPolicy, *, attempt: int, base: int = 0) -> TaskRecord:
+    return TaskRecord(
+        task_id="t",
+        queue="q",
+        input_digest="d",
+        state=TaskState.CLAIMED,
+        attempt=attempt,
+        attempts_base=base,
+        **policy_fields(policy),
+    )
+
+
+def test_a_task_counts_its_attempts_since_its_budget_began() -> None:
+    policy = RetryPolicy(max_attempts=3)
+    assert decide_after(_task(policy, attempt=3), LEASE_EXPIRED, NOW, at_once=Op.RECLAIM).op is (
+        Op.DEAD_LETTER
+    )
+    fresh = _task(policy, attempt=3, base=2)  # a RetryTask after attempt 2
+    assert decide_after(fresh, LEASE_EXPIRED, NOW, at_once=Op.RECLAIM).op is Op.RECLAIM
+
+
+def test_a_takeover_is_refused_while_the_policy_delays_or_ends_the_task() -> None:
+    assert refuse_takeover(_task(RetryPolicy(), attempt=1), NOW) == ""
+    delayed = refuse_takeover(_task(RetryPolicy(initial_backoff=5), attempt=1), NOW)
+    assert "next attempt in 5 s" in delayed
+    used_up = refuse_takeover(_task(RetryPolicy(max_attempts=1), attempt=1), NOW)
+    assert "all 1 attempts used" in used_up
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        (RetryPolicy(max_attempts=-1), "retry_policy.max_attempts must be 0 (unlimited) to"),
+        (RetryPolicy(max_attempts=10_001), "retry_policy.max_attempts must be 0 (unlimited) to"),
+        (RetryPolicy(initial_backoff=-1), "retry_policy.initial_backoff must be 0 to"),
+        (RetryPolicy(max_backoff=float("inf")), "retry_policy.max_backoff must be 0 to"),
+        (RetryPolicy(backoff_multiplier=0.5), "retry_policy.backoff_multiplier must be 1 to"),
+        (RetryPolicy(initial_backoff=10, max_backoff=5), "must not exceed retry_policy.max_"),
+        (RetryPolicy(non_retryable_errors=("E",) * 33), "has 33 codes, the limit is 32"),
+    ],
+)
+def test_a_policy_out_of_bounds_names_its_field(policy: RetryPolicy, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message.replace("(", r"\(").replace(")", r"\)")):
+        check_policy(policy, "retry_policy.")
+
+
+def test_unset_fields_come_from_the_queue_then_the_server() -> None:
+    server = RetryPolicy(max_attempts=5, initial_backoff=1)
+    defaults = RetryDefaults(server, {"emails": RetryPolicy(max_attempts=2, initial_backoff=1)})
+    assert defaults.resolve("emails", {}).max_attempts == 2
+    assert defaults.resolve("other", {}).max_attempts == 5
+    assert defaults.resolve("emails", {"max_attempts": 0}).max_attempts == 0
+    with pytest.raises(InvalidArgument, match=r"retry_policy\.initial_backoff"):
+        defaults.resolve("other", {"initial_backoff": 600.0})

@@ -1,0 +1,128 @@
+"""schedule_to_close: past it the task is FAILED (TIMED_OUT) whatever runs, and the holder's
+next acceptance point is refused TIMED_OUT, writing nothing. Manual clock, real etcd."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from coordinator.clock import ManualClock
+from coordinator.domain.digests import digest_of
+from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, Outcome, TaskState
+from coordinator.store import Store, TaskSpec
+from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
+from tests.helpers import eventually
+from tests.store.support import StoreFactory, claim, claim_result
+from tests.workqueue.test_retry_policy import _events
+
+
+def _create(store: Store, task_id: str, **fields: Any) -> None:
+    spec = TaskSpec(task_id=task_id, input=b"x", schedule_to_close=60.0, **fields)
+    store.tasks.create(spec, by="pm")
+
+
+def test_a_deadline_passing_while_held_fails_the_task_and_refuses_the_holder(
+    make_store: StoreFactory, clock: ManualClock, etcd_client: Any
+) -> None:
+    store = make_store()
+    _create(store, "t")
+    fence = claim(store, "t")
+    assert store.tasks.get("t").deadline == clock.now() + 60
+    clock.advance(59.9)
+    assert store.deadlines.time_out_due() == 0
+    clock.advance(0.1)
+    eventually(lambda: store.tasks.get("t").state is TaskState.FAILED)  # the loop's pass
+
+    task = store.tasks.get("t")
+    assert (task.dead_letter_reason, store.tasks.attempts("t")[0].end) == (
+        DeadLetterReason.TIMED_OUT,
+        AttemptEnd.TIMED_OUT,
+    )
+    assert etcd_client.get(store.ctx.keys.claim("t"))[0] is None  # the claim is over
+    last = _events(store, etcd_client, "t")[-1]
+    assert (last.op, last.from_state, last.by) == (
+        Op.TIME_OUT,
+        TaskState.CLAIMED,
+        "coordinator:deadlines",
+    )
+
+    def probe() -> tuple[int, int]:
+        metas = [meta for _, meta in etcd_client.get_prefix(store.ctx.keys.prefix + "/")]
+        return len(metas), max(m.mod_revision for m in metas)
+
+    before = probe()
+    committed = store.acceptance.commit(
+        fence,
+        principal="w1",
+        input_digest=task.input_digest,
+        result_digest=digest_of(b"late"),
+        result=b"late",
+        result_ref="",
+    )
+    assert committed.verdict.outcome is Outcome.TIMED_OUT
+    renewed = store.acceptance.renew(fence, principal="w1", progress="p")
+    assert renewed.verdict.outcome is Outcome.TIMED_OUT
+    assert probe() == before
+    assert list(etcd_client.get_prefix(store.ctx.keys.deadlines_prefix)) == []
+
+
+@pytest.mark.parametrize("waiting_in", [TaskState.READY, TaskState.DELAYED])
+def test_a_waiting_task_times_out_too_and_is_no_longer_handed_out(
+    make_store: StoreFactory, clock: ManualClock, waiting_in: TaskState
+) -> None:
+    store = make_store(reclaim=False)  # passes by hand
+    not_before = clock.now() + 3600 if waiting_in is TaskState.DELAYED else 0.0
+    _create(store, "t", not_before=not_before)
+    assert store.tasks.get("t").state is waiting_in
+    clock.advance(60)
+    assert claim_result(store, "t").verdict.outcome is Outcome.NOT_CLAIMABLE  # before the pass
+    assert store.deadlines.time_out_due() == 1
+    assert store.deadlines.time_out_due() == 0  # once
+    assert store.tasks.get("t").state is TaskState.FAILED
+
+
+def test_a_committed_task_leaves_the_deadline_index(
+    make_store: StoreFactory, clock: ManualClock, etcd_client: Any
+) -> None:
+    store = make_store(reclaim=False)
+    _create(store, "t")
+    fence = claim(store, "t")
+    task = store.tasks.get("t")
+    store.acceptance.commit(
+        fence,
+        principal="w1",
+        input_digest=task.input_digest,
+        result_digest=digest_of(b"r"),
+        result=b"r",
+        result_ref="",
+    )
+    assert list(etcd_client.get_prefix(store.ctx.keys.deadlines_prefix)) == []
+    clock.advance(120)
+    assert store.deadlines.time_out_due() == 0
+    assert store.tasks.get("t").state is TaskState.DONE
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (Duration(seconds=0), "schedule_to_close must be 1 s to 31536000 s (365 days), got 0 s"),
+        (Duration(seconds=-5), "got -5 s"),
+        (Duration(seconds=366 * 86400), "got 3.16224e+07 s"),
+    ],
+)
+def test_a_bad_schedule_to_close_is_refused(
+    tasks: tasks_pb2_grpc.TaskServiceStub, keyspace: Any, value: Duration, message: str
+) -> None:
+    before = keyspace()
+    with pytest.raises(grpc.RpcError) as refused:
+        tasks.CreateTask(tasks_pb2.CreateTaskRequest(task_id="t", schedule_to_close=value))
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert message in (refused.value.details() or "")
+    assert keyspace() == before
+    created = tasks.CreateTask(
+        tasks_pb2.CreateTaskRequest(task_id="ok", schedule_to_close=Duration(seconds=90))
+    ).task
+    assert created.deadline.seconds - created.created_at.seconds in (89, 90, 91)

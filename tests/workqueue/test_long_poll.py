@@ -1,0 +1,158 @@
+"""Long-poll ClaimNext through a real server: woken by the ready index, one winner per task,
+waiters served in arrival order, a typed refusal past the waiter cap, bounded wait_seconds."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+
+import grpc
+import pytest
+
+from coordinator.etcd_process import EtcdProcess
+from coordinator.server import PRINCIPAL_METADATA_KEY, build_server
+from coordinator.store import EtcdKV, Keyspace, Store
+from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
+from tests.conftest import GRPC_OPTIONS
+from tests.helpers import eventually
+
+Probe = Callable[[], tuple[int, int]]
+
+
+def _who(name: str) -> tuple[tuple[str, str], ...]:
+    return ((PRINCIPAL_METADATA_KEY, name),)
+
+
+def _poll(wait: float, **fields: object) -> worker_pb2.ClaimNextRequest:
+    return worker_pb2.ClaimNextRequest(
+        scheduler_epoch=1, ttl_seconds=30, wait_seconds=wait, **fields
+    )
+
+
+@pytest.fixture
+def pool() -> Iterator[futures.ThreadPoolExecutor]:
+    """Threads for the calls that wait."""
+    with futures.ThreadPoolExecutor(max_workers=8) as executor:
+        yield executor
+
+
+def test_a_long_poll_answers_as_soon_as_a_task_becomes_ready(
+    store: Store,
+    worker: worker_pb2_grpc.WorkerServiceStub,
+    tasks: tasks_pb2_grpc.TaskServiceStub,
+    pool: futures.ThreadPoolExecutor,
+) -> None:
+    waiting = pool.submit(worker.ClaimNext, _poll(20), metadata=_who("w1"), timeout=30)
+    eventually(lambda: store.long_poll.waiting() == 1, message="the poll did not wait")
+    created_at = time.monotonic()
+    tasks.CreateTask(tasks_pb2.CreateTaskRequest(task_id="t"))
+    answer = waiting.result(timeout=25)
+    took = time.monotonic() - created_at
+    assert (answer.outcome, answer.fence.task_id) == (types_pb2.OUTCOME_CLAIMED, "t")
+    assert took < 1.0, f"answered {took:.2f} s after the task became ready"
+    assert store.long_poll.waiting() == 0
+
+
+def test_a_long_poll_with_nothing_to_hand_out_answers_no_ready_task_at_its_end(
+    store: Store, worker: worker_pb2_grpc.WorkerServiceStub
+) -> None:
+    started = time.monotonic()
+    answer = worker.ClaimNext(_poll(0.6), metadata=_who("w1"), timeout=10)
+    assert answer.outcome == types_pb2.OUTCOME_NO_READY_TASK
+    assert "had no ready task for 0.6 s" in answer.message
+    assert time.monotonic() - started >= 0.6
+    assert store.long_poll.waiting() == 0
+
+
+def test_n_waiters_and_one_task_make_one_winner_in_arrival_order(
+    store: Store,
+    worker: worker_pb2_grpc.WorkerServiceStub,
+    tasks: tasks_pb2_grpc.TaskServiceStub,
+    pool: futures.ThreadPoolExecutor,
+) -> None:
+    polls = []
+    for n in range(5):  # each one waiting before the next arrives: their arrival order
+        polls.append(pool.submit(worker.ClaimNext, _poll(3), metadata=_who(f"w{n}"), timeout=30))
+        eventually(lambda n=n: store.long_poll.waiting() == n + 1, message=f"w{n} not waiting")
+    tasks.CreateTask(tasks_pb2.CreateTaskRequest(task_id="only"))
+    answers = [p.result(timeout=25) for p in polls]
+    outcomes = [a.outcome for a in answers]
+    assert outcomes.count(types_pb2.OUTCOME_CLAIMED) == 1
+    assert outcomes.count(types_pb2.OUTCOME_NO_READY_TASK) == 4
+    assert answers[0].outcome == types_pb2.OUTCOME_CLAIMED  # the first to arrive won
+    assert store.tasks.get("only").owner_id == "w0"
+
+
+def test_waiters_are_served_in_arrival_order(
+    store: Store,
+    worker: worker_pb2_grpc.WorkerServiceStub,
+    tasks: tasks_pb2_grpc.TaskServiceStub,
+    pool: futures.ThreadPoolExecutor,
+) -> None:
+    polls = []
+    for n in range(3):
+        polls.append(pool.submit(worker.ClaimNext, _poll(15), metadata=_who(f"w{n}"), timeout=30))
+        eventually(lambda n=n: store.long_poll.waiting() == n + 1, message=f"w{n} not waiting")
+    for n in range(3):
+        tasks.CreateTask(tasks_pb2.CreateTaskRequest(task_id=f"t{n}"))
+        answer = polls[n].result(timeout=25)  # the oldest waiter gets each new task
+        assert (answer.outcome, answer.fence.task_id) == (types_pb2.OUTCOME_CLAIMED, f"t{n}")
+        assert not any(p.done() for p in polls[n + 1 :])
+
+
+@pytest.fixture
+def capped(etcd: EtcdProcess, prefix: str) -> Iterator[tuple[Store, grpc.Channel]]:
+    """A server whose replica lets two long polls wait at once."""
+    kv = EtcdKV.connect([etcd.endpoint])
+    store = Store.open(kv, keys=Keyspace(prefix), max_claim_waiters=2)
+    store.start()
+    server, port = build_server(store, listen="127.0.0.1:0", max_workers=8)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS) as channel:
+            yield store, channel
+    finally:
+        server.stop(grace=None).wait()
+        store.close()
+        kv.close()
+
+
+def test_past_the_waiter_cap_a_long_poll_is_refused_typed(
+    capped: tuple[Store, grpc.Channel], pool: futures.ThreadPoolExecutor
+) -> None:
+    store, channel = capped
+    worker = worker_pb2_grpc.WorkerServiceStub(channel)
+    held = [
+        pool.submit(worker.ClaimNext, _poll(2), metadata=_who(f"w{n}"), timeout=30)
+        for n in range(2)
+    ]
+    eventually(lambda: store.long_poll.waiting() == 2, message="the two polls did not wait")
+    with pytest.raises(grpc.RpcError) as refused:
+        worker.ClaimNext(_poll(2), metadata=_who("w9"), timeout=30)
+    assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "2 ClaimNext calls waiting, its limit (max_claim_waiters)" in (
+        refused.value.details() or ""
+    )
+    # A ClaimNext that does not wait is not a waiter: it answers at once.
+    now = worker.ClaimNext(_poll(0), metadata=_who("w9"), timeout=30)
+    assert now.outcome == types_pb2.OUTCOME_NO_READY_TASK
+    assert [h.result(timeout=25).outcome for h in held] == [types_pb2.OUTCOME_NO_READY_TASK] * 2
+
+
+@pytest.mark.parametrize(
+    ("wait", "message"),
+    [
+        (-1.0, "wait_seconds must be 0 to 20 (max_claim_wait), got -1"),
+        (20.5, "wait_seconds must be 0 to 20 (max_claim_wait), got 20.5"),
+        (float("nan"), "wait_seconds must be 0 to 20 (max_claim_wait), got nan"),
+    ],
+)
+def test_a_bad_wait_is_refused_and_writes_nothing(
+    worker: worker_pb2_grpc.WorkerServiceStub, keyspace: Probe, wait: float, message: str
+) -> None:
+    before = keyspace()
+    with pytest.raises(grpc.RpcError) as refused:
+        worker.ClaimNext(_poll(wait), metadata=_who("w1"), timeout=30)
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert message in (refused.value.details() or "")
+    assert keyspace() == before

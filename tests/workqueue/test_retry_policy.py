@@ -1,0 +1,200 @@
+"""The retry policy applied by every attempt end (expiry, release, fail, takeover), the delayed
+index and its promoter, on a real etcd with a manual clock (lease expiry is real: a revoked
+lease deletes the claim key exactly as an expired one does)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from coordinator import metrics
+from coordinator.clock import ManualClock
+from coordinator.domain.failures import FailureReport
+from coordinator.domain.records import EventRecord, decode
+from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, Outcome, TaskState
+from coordinator.store import Store, TaskSpec
+from tests.helpers import eventually
+from tests.store.support import StoreFactory, claim, claim_result
+
+BACKOFF = (("initial_backoff", 10.0), ("backoff_multiplier", 2.0), ("max_backoff", 300.0))
+
+
+def _create(store: Store, task_id: str, *policy: tuple[str, Any], not_before: float = 0) -> None:
+    spec = TaskSpec(task_id=task_id, input=b"x", retry=tuple(policy), not_before=not_before)
+    store.tasks.create(spec, by="pm")
+
+
+def _events(store: Store, etcd_client: Any, task_id: str) -> list[EventRecord]:
+    found = {
+        meta.key.decode(): value
+        for value, meta in etcd_client.get_prefix(store.ctx.keys.events_prefix(task_id))
+    }
+    return [decode(EventRecord, found[key]) for key in sorted(found)]
+
+
+def _expire(store: Store, task_id: str) -> None:
+    """End the holder's lease as etcd does at expiry (its claim key goes with it)."""
+    store.ctx.kv.revoke(store.tasks.get(task_id).lease_id)
+
+
+def _state(store: Store, task_id: str, *states: TaskState) -> TaskState:
+    state = store.tasks.get(task_id).state
+    assert state in states, state
+    return state
+
+
+def _dead_letters(queue: str, reason: str) -> float:
+    labels = {"queue": queue, "reason": reason}
+    return metrics.REGISTRY.get_sample_value("coordinator_tasks_dead_lettered_total", labels) or 0
+
+
+def test_a_poison_task_reaches_failed_after_exactly_max_attempts_each_after_its_backoff(
+    make_store: StoreFactory, clock: ManualClock, etcd_client: Any
+) -> None:
+    store = make_store()
+    _create(store, "poison", ("max_attempts", 3), *BACKOFF)
+    before = _dead_letters("default", "exhausted")
+    ended_at = 0.0
+    for number, wait in ((1, 10.0), (2, 20.0), (3, 0.0)):
+        fence = claim(store, "poison")
+        [attempt] = store.tasks.attempts("poison", first=number, count=1)
+        assert attempt.attempt_id == fence.attempt_id
+        if number > 1:  # started no earlier than the previous end plus its backoff
+            assert attempt.started_at >= ended_at + {2: 10.0, 3: 20.0}[number]
+        _expire(store, "poison")
+        eventually(lambda: _state(store, "poison", TaskState.DELAYED, TaskState.FAILED))
+        ended_at = clock.now()
+        if number == 3:
+            break
+        task = store.tasks.get("poison")
+        assert (task.state, task.not_before) == (TaskState.DELAYED, ended_at + wait)
+        assert claim_result(store, "poison").verdict.outcome is Outcome.NOT_CLAIMABLE
+        clock.advance(wait - 0.01)
+        assert store.promoter.promote_due() == 0  # not yet: still DELAYED
+        assert store.tasks.get("poison").state is TaskState.DELAYED
+        clock.advance(0.01)
+        eventually(lambda: _state(store, "poison", TaskState.READY))  # the promoter's loop
+
+    task = store.tasks.get("poison")
+    assert (task.state, task.dead_letter_reason, task.attempt) == (
+        TaskState.FAILED,
+        DeadLetterReason.EXHAUSTED,
+        3,
+    )
+    attempts = store.tasks.attempts("poison")
+    assert [a.end for a in attempts] == [AttemptEnd.EXPIRED] * 3
+    ops = [e.op for e in _events(store, etcd_client, "poison")]
+    assert ops == [
+        Op.CREATE,
+        *[Op.CLAIM, Op.BACKOFF, Op.PROMOTE] * 2,
+        Op.CLAIM,
+        Op.DEAD_LETTER,
+    ]
+    last = _events(store, etcd_client, "poison")[-1]
+    assert last.detail == "all 3 attempts used; last error: lease expired"
+    assert _dead_letters("default", "exhausted") == before + 1
+    assert claim_result(store, "poison").verdict.outcome is Outcome.NOT_CLAIMABLE
+
+
+def test_releases_count_against_the_budget(make_store: StoreFactory) -> None:
+    store = make_store()
+    _create(store, "t", ("max_attempts", 2))
+    store.acceptance.release(claim(store, "t"), principal="w1", reason="shutting down")
+    assert store.tasks.get("t").state is TaskState.READY  # no backoff: at once
+    store.acceptance.release(claim(store, "t"), principal="w1", reason="shutting down")
+    task = store.tasks.get("t")
+    assert (task.state, task.dead_letter_reason, task.last_error) == (
+        TaskState.FAILED,
+        DeadLetterReason.EXHAUSTED,
+        "released: shutting down",
+    )
+
+
+def test_a_retryable_fail_with_a_delay_is_claimable_only_after_it(
+    make_store: StoreFactory, clock: ManualClock
+) -> None:
+    store = make_store()
+    _create(store, "t")
+    fence = claim(store, "t")
+    report = FailureReport(retryable=True, code="RateLimited", delay=30.0)
+    failed = store.failures.fail(fence, principal="w1", report=report)
+    assert (failed.state, failed.next_eligible_at) == (TaskState.DELAYED, clock.now() + 30)
+    assert claim_result(store, "t").verdict.outcome is Outcome.NOT_CLAIMABLE
+    nothing = store.claims.claim_next("default", principal="w1", epoch=1, ttl=30)
+    assert nothing.verdict.outcome is Outcome.NO_READY_TASK
+    clock.advance(30)
+    eventually(lambda: _state(store, "t", TaskState.READY))
+    taken = store.claims.claim_next("default", principal="w2", epoch=1, ttl=30)
+    assert (taken.verdict.outcome, taken.task and taken.task.task_id) == (Outcome.CLAIMED, "t")
+
+
+def test_a_listed_error_code_is_never_retried(make_store: StoreFactory) -> None:
+    store = make_store()
+    _create(store, "t", ("non_retryable_errors", ("BadInput",)))
+    report = FailureReport(retryable=True, code="BadInput", message="not JSON")
+    failed = store.failures.fail(claim(store, "t"), principal="w1", report=report)
+    task = store.tasks.get("t")
+    assert (failed.state, task.dead_letter_reason, task.last_error) == (
+        TaskState.FAILED,
+        DeadLetterReason.NON_RETRYABLE,
+        "BadInput: not JSON",
+    )
+
+
+def test_a_takeover_waits_for_the_backoff_the_reclaimer_writes(make_store: StoreFactory) -> None:
+    store = make_store(reclaim=False)
+    _create(store, "t", *BACKOFF)
+    claim(store, "t")
+    _expire(store, "t")
+    refused = claim_result(store, "t", principal="w2")
+    assert refused.verdict.outcome is Outcome.NOT_CLAIMABLE
+    assert "next attempt in 10 s" in refused.verdict.message
+    assert store.tasks.get("t").state is TaskState.CLAIMED  # nothing written by the refusal
+    assert store.reclaimer.reclaim("t")
+    assert store.tasks.get("t").state is TaskState.DELAYED
+
+
+def test_two_replicas_promoting_the_same_due_tasks_move_each_once(
+    make_store: StoreFactory, clock: ManualClock, etcd_client: Any
+) -> None:
+    first, second = make_store(reclaim=False), make_store(reclaim=False)  # no promoter loops
+    ids = [f"d-{n}" for n in range(12)]
+    for task_id in ids:
+        _create(first, task_id, not_before=clock.now() + 5)
+    assert {first.tasks.get(t).state for t in ids} == {TaskState.DELAYED}
+    assert first.promoter.promote_due() == 0
+    clock.advance(5)
+    barrier, moved = threading.Barrier(2), [0, 0]
+
+    def promote(index: int, store: Store) -> None:
+        barrier.wait()
+        moved[index] = store.promoter.promote_due()
+
+    threads = [threading.Thread(target=promote, args=(i, s)) for i, s in enumerate((first, second))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(moved) == len(ids)
+    for task_id in ids:
+        assert first.tasks.get(task_id).state is TaskState.READY
+        ops = [e.op for e in _events(first, etcd_client, task_id)]
+        assert ops == [Op.CREATE_DELAYED, Op.PROMOTE]
+    assert list(etcd_client.get_prefix(first.ctx.keys.delayed_prefix)) == []
+
+
+def test_a_pass_reads_only_the_due_part_of_the_delayed_index(
+    make_store: StoreFactory, clock: ManualClock
+) -> None:
+    store = make_store(reclaim=False)
+    _create(store, "soon", not_before=clock.now() + 1)
+    _create(store, "later", not_before=clock.now() + 3600)
+    clock.advance(1)
+    keys = store.ctx.keys
+    due, _ = store.ctx.kv.range_page(keys.delayed_prefix, keys.delayed_due_end(clock.now()))
+    assert [kv.key.rsplit("/", 1)[1] for kv in due] == ["soon"]
+    assert store.promoter.promote_due() == 1
+    assert (store.tasks.get("soon").state, store.tasks.get("later").state) == (
+        TaskState.READY,
+        TaskState.DELAYED,
+    )
