@@ -9,7 +9,6 @@ claimed under, and its renew, authorize and commit stay FENCED/EPOCH_CHANGED.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -23,7 +22,19 @@ from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectState
 from coordinator.domain.jobs import JobRecord
 from coordinator.domain.states import Outcome, TaskState
-from coordinator.errors import AlreadyExists, InvalidArgument, NotFound
+from coordinator.errors import AlreadyExists, NotFound
+from coordinator.sdk._requests import (
+    CLAIM_HINT,
+    CREATE_HINT,
+    AnyClaim,
+    claim_next_request,
+    claim_request,
+    create_is_retried,
+    create_request,
+    epoch_moved,
+    is_this_create,
+    repinned,
+)
 from coordinator.sdk._rpc import RetryPolicy, Rpc
 from coordinator.sdk.auth import BearerToken
 from coordinator.sdk.effects import EffectInfo
@@ -32,31 +43,6 @@ from coordinator.sdk.managed import DEFAULT_GRACE
 from coordinator.sdk.rediscover import ListedJob, Rediscovered, list_jobs, rediscover, resume_job
 from coordinator.sdk.types import AttemptInfo, ClaimRefused, ResultInfo, TaskInfo, outcome_of
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
-
-
-def ttl_seconds(ttl: timedelta) -> int:
-    """A lease TTL in whole seconds, rounded up (the wire carries integers)."""
-    seconds = ttl.total_seconds()
-    if seconds <= 0:
-        raise InvalidArgument(f"ttl must be positive, got {ttl}")
-    return math.ceil(seconds)
-
-
-_CLAIM_HINT = (
-    "a claim that landed holds the task until its lease expires; claim it again after that"
-)
-_CREATE_HINT = (
-    "a task may have been created: look for it with list_tasks (a task id or an "
-    "idempotency_key makes a create safe to repeat)"
-)
-
-
-def _epoch_moved(response: worker_pb2.ClaimResponse) -> bool:
-    """Whether a claim was refused only because the scheduler epoch moved on."""
-    return (
-        response.outcome == types_pb2.OUTCOME_FENCED
-        and response.reason == types_pb2.FENCE_REASON_EPOCH_CHANGED
-    )
 
 
 class WorkerClient:
@@ -137,11 +123,11 @@ class WorkerClient:
         state_version; ``on_lost`` is called once if the job is lost later. Refused because the
         epoch moved on (FENCED/EPOCH_CHANGED), it re-pins the new epoch and claims once more.
         """
-        request = worker_pb2.ClaimRequest(
-            task_id=task_id,
+        request = claim_request(
+            task_id,
+            ttl=ttl,
+            epoch=self._pinned_epoch(),
             expected_state_version=expected_state_version,
-            scheduler_epoch=self._pinned_epoch(),
-            ttl_seconds=ttl_seconds(ttl),
         )
         return self._claimed(
             self._rpc.worker.Claim, request, on_lost=on_lost, safety_margin=safety_margin
@@ -157,9 +143,7 @@ class WorkerClient:
     ) -> Job | ClaimRefused:
         """Claim the next ready task of ``queue``; NO_READY_TASK comes back as a ClaimRefused.
         Like ``claim``, it follows a new epoch by itself."""
-        request = worker_pb2.ClaimNextRequest(
-            queue=queue, scheduler_epoch=self._pinned_epoch(), ttl_seconds=ttl_seconds(ttl)
-        )
+        request = claim_next_request(queue, ttl=ttl, epoch=self._pinned_epoch())
         return self._claimed(
             self._rpc.worker.ClaimNext, request, on_lost=on_lost, safety_margin=safety_margin
         )
@@ -167,34 +151,24 @@ class WorkerClient:
     def _claimed(
         self,
         method: grpc.UnaryUnaryMultiCallable[Any, worker_pb2.ClaimResponse],
-        request: worker_pb2.ClaimRequest | worker_pb2.ClaimNextRequest,
+        request: AnyClaim,
         *,
         on_lost: LostCallback | None,
         safety_margin: timedelta | None,
     ) -> Job | ClaimRefused:
         # The lease clock starts before the request leaves, so it can only run early.
         sent_at = time.monotonic()
-        response = self._rpc.call(method, request, hint=_CLAIM_HINT)
-        if _epoch_moved(response) and self._repin(request):
+        response = self._rpc.call(method, request, hint=CLAIM_HINT)
+        if epoch_moved(response) and repinned(request, self.epoch()):
             # Once only: a second refusal means the epoch moved again meanwhile, and the next
             # claim will follow that one.
             sent_at = time.monotonic()
-            response = self._rpc.call(method, request, hint=_CLAIM_HINT)
+            response = self._rpc.call(method, request, hint=CLAIM_HINT)
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
             return ClaimRefused.from_proto(response)
         return Job(
             self._rpc, response, sent_at=sent_at, on_lost=on_lost, safety_margin=safety_margin
         )
-
-    def _repin(self, request: worker_pb2.ClaimRequest | worker_pb2.ClaimNextRequest) -> bool:
-        """Pin the current epoch; whether it differs from the one ``request`` carried (the
-        request then carries the new one). No held claim is touched: a Job keeps its fence."""
-        sent = request.scheduler_epoch
-        current = self.epoch()
-        if current == sent:
-            return False
-        request.scheduler_epoch = current
-        return True
 
     # --- tasks ------------------------------------------------------------------------------
 
@@ -217,23 +191,22 @@ class WorkerClient:
         an existing task of the same queue and input digest is returned instead of
         AlreadyExists, so a retry whose first try landed is harmless.
         """
-        digest = digest_of(input)
-        request = tasks_pb2.CreateTaskRequest(
-            task_id=task_id,
+        request = create_request(
+            task_id,
+            input=input,
             queue=queue,
             priority=priority,
-            input=input,
-            input_digest=digest,
             requires_review=requires_review,
             non_replayable=non_replayable,
         )
+        retry = create_is_retried(task_id, idempotency_key)
         try:
             response = self._rpc.call(
                 self._rpc.tasks.CreateTask,
                 request,
-                retry=bool(task_id or idempotency_key),
+                retry=retry,
                 idempotency_key=idempotency_key,
-                hint="" if task_id or idempotency_key else _CREATE_HINT,
+                hint="" if retry else CREATE_HINT,
             )
         except AlreadyExists as taken:
             if not task_id:
@@ -242,7 +215,7 @@ class WorkerClient:
                 existing = self.get_task(task_id)
             except NotFound:  # pruned since (its tombstone refused the id): not ours to return
                 raise taken from None
-            if existing.input_digest != digest or existing.queue != queue:
+            if not is_this_create(existing, request):
                 raise
             return existing
         return TaskInfo.from_proto(response.task)
