@@ -40,7 +40,7 @@ from coordinator.sdk._rpc import ATTEMPT_HINT
 from tests.helpers import eventually
 from tests.sdk.both import Held, Sdk, Worker
 from tests.sdk.replicas import replicas
-from tests.sdk.support import QUEUE, Served, served
+from tests.sdk.support import QUEUE, Served, served_with_task
 
 TTL = timedelta(seconds=1)  # etcd grants 2 s
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,8 +59,7 @@ def sdk(request: pytest.FixtureRequest) -> Iterator[Sdk]:
 @pytest.fixture
 def coordinator(etcd: EtcdProcess, prefix: str) -> Iterator[Served]:
     """A coordinator on this test's prefix with one READY task "t1"."""
-    with served(etcd.endpoint, prefix) as running, running.client("producer") as producer:
-        producer.create_task("t1", input=b"input", queue=QUEUE)
+    with served_with_task(etcd.endpoint, prefix) as running:
         yield running
 
 
