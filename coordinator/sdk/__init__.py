@@ -11,6 +11,8 @@
                 outcome = job.commit(render(job.input))
                 print(outcome.outcome.name, outcome.reason.name)
 
+The same SDK for asyncio (``grpc.aio``) is ``coordinator.sdk.aio``.
+
 Everything importable from here is public; modules starting with ``_`` are not.
 """
 

@@ -1,5 +1,9 @@
 """The SDK's transport: one channel, the three service stubs, deadlines, retries, error mapping.
 
+The decisions are pure and shared with the asyncio transport (coordinator.sdk.aio): the policy
+(``RetryPolicy``), what a status means (``translate``), and one call's tries (``CallPlan``);
+``Rpc`` only sends the tries on a sync channel.
+
 Every call carries the caller's principal in metadata and a deadline. Transport failures
 (UNAVAILABLE, DEADLINE_EXCEEDED) and refusals at a replica's concurrency bound
 (RESOURCE_EXHAUSTED) are retried with exponential backoff for as long as the call's
@@ -181,7 +185,160 @@ class _OutOfTime(stop_base):
         return _budget.out_of_time(self._clock(), retry_state.upcoming_sleep, self._deadline)
 
 
-class Rpc:
+def base_metadata(principal: str) -> tuple[tuple[str, str], ...]:
+    """What every call of ``principal`` carries: who calls, and this SDK's version."""
+    if not principal:
+        raise InvalidArgument("principal must not be empty")
+    return ((PRINCIPAL_METADATA, principal), (SDK_VERSION_METADATA, __version__))
+
+
+def channel_options_of(options: Sequence[tuple[str, Any]] | None) -> list[tuple[str, Any]]:
+    """The SDK's channel defaults with the caller's ``options`` over them."""
+    return list({**_DEFAULT_CHANNEL_OPTIONS, **dict(options or ())}.items())
+
+
+class CallPlan:
+    """One logical call and its tries: the metadata and deadlines they carry, which failure is
+    tried again and until when, and what a call given up raises.
+
+    Pure (no channel): the sync transport (``Rpc``) and the asyncio one (``sdk.aio``) drive
+    it the same way. The first try runs outside tenacity, whose setup and bookkeeping (a
+    Future and a Condition per try) cost more CPU than the rest of the call's Python side, and
+    most calls succeed on it; ``first_failed`` either raises the final error or arms the
+    retries, which count that try as the first of the policy's attempts.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_replay",
+        "deadline",
+        "hint",
+        "lease_left",
+        "maybe_sent",
+        "metadata",
+        "per_try",
+        "policy",
+        "retry",
+        "start",
+    )
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        metadata: tuple[tuple[str, str], ...],
+        *,
+        clock: Callable[[], float],
+        retry: bool,
+        timeout: float | None,
+        idempotency_key: str,
+        lease_left: timedelta | None,
+        hint: str,
+    ) -> None:
+        self.policy, self._clock, self.retry = policy, clock, retry
+        self.start = clock()
+        self.per_try = timeout if timeout is not None else policy.timeout.total_seconds()
+        self.hint = hint or (REPEAT_HINT if lease_left is None else ATTEMPT_HINT)
+        self.lease_left = lease_left.total_seconds() if lease_left is not None else None
+        # One request id per logical call, the same on every retry (coordinator.request_ids).
+        self.metadata = (
+            *metadata,
+            (request_ids.METADATA_KEY, request_ids.current() or request_ids.new()),
+        )
+        if idempotency_key:
+            self.metadata += ((IDEMPOTENCY_METADATA_KEY, idempotency_key),)
+        self.deadline = 0.0
+        self.maybe_sent = False
+        self._replay: grpc.RpcError | None = None
+
+    def first_failed(self, exc: grpc.RpcError) -> None:
+        """The first try failed with ``exc``: raise the final error, or arm the retries (the
+        failure is re-raised as tenacity's first try, so it counts as one)."""
+        if not (self.retry and self.policy.retries and is_transport(exc)):
+            raise translate(exc, maybe_sent=not never_sent(exc), hint=self.hint) from exc
+        self._replay = exc
+        # Once any try may have reached a coordinator, the call's outcome is unknown for good.
+        self.maybe_sent = not never_sent(exc)
+        self.deadline = _budget.retry_deadline(
+            self.start, self.policy.budget.total_seconds(), self.lease_left
+        )
+
+    def controls(self) -> dict[str, Any]:
+        """tenacity's retry, stop and wait for the retries: transport failures only, until the
+        next try would start after the deadline or the policy's attempts are spent."""
+        initial = self.policy.initial_backoff.total_seconds()
+        attempts = self.policy.attempts
+        return {
+            "retry": retry_if_exception(is_transport),
+            "stop": (stop_after_attempt(attempts) if attempts else stop_never)
+            | _OutOfTime(self.deadline, self._clock),
+            # initial, 2x, 4x ... up to max_backoff, plus up to one initial of jitter so that
+            # a pool of workers cut off together does not come back in lockstep.
+            "wait": wait_exponential(
+                multiplier=initial, max=self.policy.max_backoff.total_seconds()
+            )
+            + wait_random(0, initial),
+            "reraise": True,
+        }
+
+    def next_timeout(self) -> float:
+        """The deadline of the next try; the first try's failure is raised again instead."""
+        if self._replay is not None:
+            failed, self._replay = self._replay, None
+            raise failed
+        return _budget.try_timeout(self._clock(), self.deadline, self.per_try)
+
+    def failed(self, exc: grpc.RpcError) -> None:
+        """A retry failed with ``exc``."""
+        self.maybe_sent = self.maybe_sent or not never_sent(exc)
+
+    def given_up(self, exc: grpc.RpcError) -> CoordinatorError:
+        """What the call raises when its last try failed with ``exc``."""
+        return translate(exc, maybe_sent=self.maybe_sent, hint=self.hint)
+
+
+class Caller:
+    """What a transport of either kind keeps: where it connects, as whom, with which options
+    and policy; it plans each of its calls here (``CallPlan``)."""
+
+    def __init__(
+        self,
+        target: str | Sequence[str],
+        *,
+        principal: str,
+        retry: RetryPolicy,
+        channel_options: Sequence[tuple[str, Any]] | None,
+        clock: Callable[[], float],
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        self._metadata = (*base_metadata(principal), *metadata)
+        self.target = channel_target(target)
+        self._options = channel_options_of(channel_options)
+        self.principal = principal
+        self.policy = retry
+        self._clock = clock
+
+    def _plan(
+        self,
+        *,
+        retry: bool,
+        timeout: float | None,
+        idempotency_key: str,
+        lease_left: timedelta | None,
+        hint: str,
+    ) -> CallPlan:
+        return CallPlan(
+            self.policy,
+            self._metadata,
+            clock=self._clock,
+            retry=retry,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+            lease_left=lease_left,
+            hint=hint,
+        )
+
+
+class Rpc(Caller):
     """A channel to the coordinator's replicas with its stubs, metadata and retry policy."""
 
     def __init__(
@@ -195,23 +352,17 @@ class Rpc:
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor[Any, Any]] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not principal:
-            raise InvalidArgument("principal must not be empty")
-        target = channel_target(target)
-        options = {**_DEFAULT_CHANNEL_OPTIONS, **dict(channel_options or ())}
+        super().__init__(
+            target, principal=principal, retry=retry, channel_options=channel_options, clock=clock
+        )
         if credentials is not None:
-            self._channel = grpc.secure_channel(target, credentials, options=list(options.items()))
+            self._channel = grpc.secure_channel(self.target, credentials, options=self._options)
         else:
-            self._channel = grpc.insecure_channel(target, options=list(options.items()))
+            self._channel = grpc.insecure_channel(self.target, options=self._options)
         channel = grpc.intercept_channel(self._channel, *interceptors)
-        self.target = target
-        self.principal = principal
-        self.policy = retry
-        self._clock = clock
         self.worker = worker_pb2_grpc.WorkerServiceStub(channel)
         self.tasks = tasks_pb2_grpc.TaskServiceStub(channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(channel)
-        self._metadata = ((PRINCIPAL_METADATA, principal), (SDK_VERSION_METADATA, __version__))
 
     def call(
         self,
@@ -234,77 +385,35 @@ class Rpc:
         Raises OutcomeUnknown when a failed try may have reached a coordinator, TransportError
         when none did, the mapped exception for any other status.
         """
-        start = self._clock()
-        per_try = timeout if timeout is not None else self.policy.timeout.total_seconds()
-        hint = hint or (REPEAT_HINT if lease_left is None else ATTEMPT_HINT)
-        # One request id per logical call, the same on every retry (coordinator.request_ids).
-        metadata: tuple[tuple[str, str], ...] = (
-            *self._metadata,
-            (request_ids.METADATA_KEY, request_ids.current() or request_ids.new()),
+        plan = self._plan(
+            retry=retry,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+            lease_left=lease_left,
+            hint=hint,
         )
-        if idempotency_key:
-            metadata += ((IDEMPOTENCY_METADATA_KEY, idempotency_key),)
-        # The first try runs outside tenacity, whose setup and bookkeeping (a Future and a
-        # Condition per try) cost more CPU than the rest of the call's Python side, and most
-        # calls succeed on it. A transport failure that may be retried goes on to _retry,
-        # which counts this try as the first of the policy's attempts.
         try:
-            return method(request, timeout=per_try, metadata=metadata)
+            return method(request, timeout=plan.per_try, metadata=plan.metadata)
         except grpc.RpcError as exc:
-            if not (retry and self.policy.retries and is_transport(exc)):
-                raise translate(exc, maybe_sent=not never_sent(exc), hint=hint) from exc
-            first = exc
-        left = lease_left.total_seconds() if lease_left is not None else None
-        deadline = _budget.retry_deadline(start, self.policy.budget.total_seconds(), left)
-        return self._retry(
-            method, request, first, per_try=per_try, deadline=deadline, metadata=metadata, hint=hint
-        )
-
-    def _retry(
-        self,
-        method: grpc.UnaryUnaryMultiCallable[Req, Resp],
-        request: Req,
-        first: grpc.RpcError,
-        *,
-        per_try: float,
-        deadline: float,
-        metadata: tuple[tuple[str, str], ...],
-        hint: str,
-    ) -> Resp:
-        """The tries after a ``first`` transport failure, with backoff, until the next one would
-        start after ``deadline`` or the policy's attempts are spent (``first`` counts as the
-        first try: it is re-raised as tenacity's first)."""
-        initial = self.policy.initial_backoff.total_seconds()
-        attempts = self.policy.attempts
-        retrying = Retrying(
-            retry=retry_if_exception(is_transport),
-            stop=(stop_after_attempt(attempts) if attempts else stop_never)
-            | _OutOfTime(deadline, self._clock),
-            # initial, 2x, 4x ... up to max_backoff, plus up to one initial of jitter so that
-            # a pool of workers cut off together does not come back in lockstep.
-            wait=wait_exponential(multiplier=initial, max=self.policy.max_backoff.total_seconds())
-            + wait_random(0, initial),
-            reraise=True,
-        )
-        replay: grpc.RpcError | None = first
-        # Once any try may have reached a coordinator, the call's outcome is unknown for good.
-        maybe_sent = not never_sent(first)
+            plan.first_failed(exc)
         try:
-            for attempt in retrying:
-                with attempt:
-                    if replay is not None:
-                        failed, replay = replay, None
-                        raise failed
-                    timeout = _budget.try_timeout(self._clock(), deadline, per_try)
-                    try:
-                        return method(request, timeout=timeout, metadata=metadata)
-                    except grpc.RpcError as exc:
-                        maybe_sent = maybe_sent or not never_sent(exc)
-                        raise
+            answer: Resp = Retrying(**plan.controls())(_retry_once, plan, method, request)
         except grpc.RpcError as exc:
-            raise translate(exc, maybe_sent=maybe_sent, hint=hint) from exc
-        raise AssertionError("unreachable: tenacity either returns or re-raises")
+            raise plan.given_up(exc) from exc
+        return answer
 
     def close(self) -> None:
         """Close the channel; calls in flight fail with CANCELLED."""
         self._channel.close()
+
+
+def _retry_once(
+    plan: CallPlan, method: grpc.UnaryUnaryMultiCallable[Req, Resp], request: Req
+) -> Resp:
+    """One retry of a sync call (tenacity calls it)."""
+    timeout = plan.next_timeout()
+    try:
+        return method(request, timeout=timeout, metadata=plan.metadata)
+    except grpc.RpcError as exc:
+        plan.failed(exc)
+        raise

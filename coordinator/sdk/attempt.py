@@ -47,8 +47,9 @@ class SentKeys:
             return True
 
 
-class HeldAttempt(Protocol):
-    """One attempt holding a claim, as effects and managed jobs use it."""
+class FencedAttempt(Protocol):
+    """What the effect protocol (sdk/effects.py) needs of an attempt besides its transport:
+    the sync Job and the asyncio AsyncJob both are one."""
 
     @property
     def fence(self) -> Fence:
@@ -60,6 +61,17 @@ class HeldAttempt(Protocol):
         """The effect keys this attempt sent."""
         ...
 
+    def mark_lost(
+        self, outcome: Outcome, reason: FenceReason, message: str, source: LossSource
+    ) -> None:
+        """The coordinator refused a call behind the fence: the attempt is lost (reported
+        once)."""
+        ...
+
+
+class HeldAttempt(FencedAttempt, Protocol):
+    """One attempt holding a claim, as effects and managed jobs use it."""
+
     def call(self, method: WorkerMethod[Req, Resp], request: Req) -> Resp:
         """Call a WorkerService method whose request carries ``fence``; its retries stop when
         the lease runs out."""
@@ -67,11 +79,4 @@ class HeldAttempt(Protocol):
 
     def check(self, *, margin: timedelta | None = None) -> None:
         """Raise JobLost unless the attempt is held with more than ``margin`` of lease left."""
-        ...
-
-    def mark_lost(
-        self, outcome: Outcome, reason: FenceReason, message: str, source: LossSource
-    ) -> None:
-        """The coordinator refused a call behind the fence: the attempt is lost (reported
-        once)."""
         ...

@@ -35,6 +35,14 @@ class _Details(NamedTuple):
     compression: Any
 
 
+def bearer_header(token: str) -> tuple[str, str]:
+    """The ``authorization`` metadata entry of ``token``; InvalidArgument for a malformed one."""
+    token = token.strip()
+    if not token or any(c.isspace() for c in token):
+        raise InvalidArgument("token must be a non-empty string without whitespace")
+    return (AUTHORIZATION, f"Bearer {token}")
+
+
 class BearerToken(
     grpc.UnaryUnaryClientInterceptor,  # type: ignore[type-arg]
     grpc.UnaryStreamClientInterceptor,  # type: ignore[type-arg]
@@ -42,10 +50,7 @@ class BearerToken(
     """Adds ``authorization: Bearer <token>`` to every unary and server-streaming call."""
 
     def __init__(self, token: str) -> None:
-        token = token.strip()
-        if not token or any(c.isspace() for c in token):
-            raise InvalidArgument("token must be a non-empty string without whitespace")
-        self._header = (AUTHORIZATION, f"Bearer {token}")
+        self._header = bearer_header(token)
 
     def _with_token(self, details: Any) -> _Details:
         metadata = [m for m in (details.metadata or ()) if m[0] != AUTHORIZATION]

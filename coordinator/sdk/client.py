@@ -9,7 +9,6 @@ claimed under, and its renew, authorize and commit stay FENCED/EPOCH_CHANGED.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -23,7 +22,19 @@ from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectState
 from coordinator.domain.jobs import JobRecord
 from coordinator.domain.states import Outcome, TaskState
-from coordinator.errors import AlreadyExists, InvalidArgument, NotFound
+from coordinator.errors import AlreadyExists, NotFound
+from coordinator.sdk._requests import (
+    CLAIM_HINT,
+    CREATE_HINT,
+    AnyClaim,
+    claim_next_request,
+    claim_request,
+    create_is_retried,
+    create_request,
+    epoch_moved,
+    is_this_create,
+    repinned,
+)
 from coordinator.sdk._rpc import RetryPolicy, Rpc
 from coordinator.sdk.auth import BearerToken
 from coordinator.sdk.effects import EffectInfo
@@ -39,31 +50,6 @@ from coordinator.sdk.types import (
     outcome_of,
 )
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
-
-
-def ttl_seconds(ttl: timedelta) -> int:
-    """A lease TTL in whole seconds, rounded up (the wire carries integers)."""
-    seconds = ttl.total_seconds()
-    if seconds <= 0:
-        raise InvalidArgument(f"ttl must be positive, got {ttl}")
-    return math.ceil(seconds)
-
-
-_CLAIM_HINT = (
-    "a claim that landed holds the task until its lease expires; claim it again after that"
-)
-_CREATE_HINT = (
-    "a task may have been created: look for it with list_tasks (a task id or an "
-    "idempotency_key makes a create safe to repeat)"
-)
-
-
-def _epoch_moved(response: worker_pb2.ClaimResponse) -> bool:
-    """Whether a claim was refused only because the scheduler epoch moved on."""
-    return (
-        response.outcome == types_pb2.OUTCOME_FENCED
-        and response.reason == types_pb2.FENCE_REASON_EPOCH_CHANGED
-    )
 
 
 class WorkerClient:
@@ -144,11 +130,11 @@ class WorkerClient:
         state_version; ``on_lost`` is called once if the job is lost later. Refused because the
         epoch moved on (FENCED/EPOCH_CHANGED), it re-pins the new epoch and claims once more.
         """
-        request = worker_pb2.ClaimRequest(
-            task_id=task_id,
+        request = claim_request(
+            task_id,
+            ttl=ttl,
+            epoch=self._pinned_epoch(),
             expected_state_version=expected_state_version,
-            scheduler_epoch=self._pinned_epoch(),
-            ttl_seconds=ttl_seconds(ttl),
         )
         return self._claimed(
             self._rpc.worker.Claim, request, on_lost=on_lost, safety_margin=safety_margin
@@ -170,12 +156,7 @@ class WorkerClient:
         the server waits that long for a task to become ready and answers with the first one
         it wins, so a worker loop needs no sleep between empty claims."""
         waited = wait.total_seconds() if wait is not None else 0.0
-        request = worker_pb2.ClaimNextRequest(
-            queue=queue,
-            scheduler_epoch=self._pinned_epoch(),
-            ttl_seconds=ttl_seconds(ttl),
-            wait_seconds=waited,
-        )
+        request = claim_next_request(queue, ttl=ttl, epoch=self._pinned_epoch(), wait=waited)
         return self._claimed(
             self._rpc.worker.ClaimNext,
             request,
@@ -187,7 +168,7 @@ class WorkerClient:
     def _claimed(
         self,
         method: grpc.UnaryUnaryMultiCallable[Any, worker_pb2.ClaimResponse],
-        request: worker_pb2.ClaimRequest | worker_pb2.ClaimNextRequest,
+        request: AnyClaim,
         *,
         on_lost: LostCallback | None,
         safety_margin: timedelta | None,
@@ -198,14 +179,14 @@ class WorkerClient:
         # the answer's arrival instead (late by the answer's flight, which the job's safety
         # margin covers), or the whole wait would be taken off the lease.
         sent_at = time.monotonic()
-        response = self._rpc.call(method, request, hint=_CLAIM_HINT, timeout=timeout)
+        response = self._rpc.call(method, request, hint=CLAIM_HINT, timeout=timeout)
         if timeout is not None:
             sent_at = time.monotonic()
-        if _epoch_moved(response) and self._repin(request):
+        if epoch_moved(response) and repinned(request, self.epoch()):
             # Once only: a second refusal means the epoch moved again meanwhile, and the next
             # claim will follow that one.
             sent_at = time.monotonic()
-            response = self._rpc.call(method, request, hint=_CLAIM_HINT, timeout=timeout)
+            response = self._rpc.call(method, request, hint=CLAIM_HINT, timeout=timeout)
             if timeout is not None:
                 sent_at = time.monotonic()
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
@@ -213,16 +194,6 @@ class WorkerClient:
         return Job(
             self._rpc, response, sent_at=sent_at, on_lost=on_lost, safety_margin=safety_margin
         )
-
-    def _repin(self, request: worker_pb2.ClaimRequest | worker_pb2.ClaimNextRequest) -> bool:
-        """Pin the current epoch; whether it differs from the one ``request`` carried (the
-        request then carries the new one). No held claim is touched: a Job keeps its fence."""
-        sent = request.scheduler_epoch
-        current = self.epoch()
-        if current == sent:
-            return False
-        request.scheduler_epoch = current
-        return True
 
     # --- tasks ------------------------------------------------------------------------------
 
@@ -252,13 +223,11 @@ class WorkerClient:
         an existing task of the same queue and input digest is returned instead of
         AlreadyExists, so a retry whose first try landed is harmless.
         """
-        digest = digest_of(input)
-        request = tasks_pb2.CreateTaskRequest(
-            task_id=task_id,
+        request = create_request(
+            task_id,
+            input=input,
             queue=queue,
             priority=priority,
-            input=input,
-            input_digest=digest,
             requires_review=requires_review,
             non_replayable=non_replayable,
         )
@@ -268,13 +237,14 @@ class WorkerClient:
             request.not_before.FromDatetime(not_before)
         if schedule_to_close is not None:
             request.schedule_to_close.FromTimedelta(schedule_to_close)
+        retry = create_is_retried(task_id, idempotency_key)
         try:
             response = self._rpc.call(
                 self._rpc.tasks.CreateTask,
                 request,
-                retry=bool(task_id or idempotency_key),
+                retry=retry,
                 idempotency_key=idempotency_key,
-                hint="" if task_id or idempotency_key else _CREATE_HINT,
+                hint="" if retry else CREATE_HINT,
             )
         except AlreadyExists as taken:
             if not task_id:
@@ -283,7 +253,7 @@ class WorkerClient:
                 existing = self.get_task(task_id)
             except NotFound:  # pruned since (its tombstone refused the id): not ours to return
                 raise taken from None
-            if existing.input_digest != digest or existing.queue != queue:
+            if not is_this_create(existing, request):
                 raise
             return existing
         return TaskInfo.from_proto(response.task)

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import http.client
 import json
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from functools import partial
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
@@ -29,7 +32,7 @@ from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectAction, EffectState
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
-from coordinator.sdk.attempt import HeldAttempt
+from coordinator.sdk.attempt import FencedAttempt, HeldAttempt
 from coordinator.sdk.types import LossSource, outcome_of, timestamp
 from coordinator.v1 import types_pb2, worker_pb2
 
@@ -252,20 +255,129 @@ class EffectOutcome:
         return self.status in (EffectStatus.EXECUTED, EffectStatus.SKIPPED, EffectStatus.RECONCILED)
 
 
-# --- the protocol -----------------------------------------------------------------------------
+# --- the protocol, as steps ------------------------------------------------------------------
+#
+# The protocol is written once, free of I/O: a generator that yields each step (a call to the
+# coordinator behind the fence, a send or a lookup downstream) and is sent the step's answer,
+# or thrown the downstream's exception. The sync ``run_effect`` below and the asyncio one
+# (sdk/aio/effects.py) only perform the steps.
 
 # A prepare after ABSENT says EXECUTE; more rounds than this mean something is wrong.
 _ROUNDS = 3
+
+DOWNSTREAM_ERRORS = (DownstreamUncertain, DownstreamRefused, LookupUnsupported)
+"""What a downstream raises to say how a step went; the protocol is told, not the caller."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """Call the coordinator: a WorkerService method behind the attempt's fence."""
+
+    # Picks the method off a WorkerService stub, sync or asyncio (the lambda works on both).
+    method: Callable[[Any], Any]
+    request: Any
+
+
+@dataclass(frozen=True)
+class Send:
+    """Perform the call downstream (``Downstream.execute``), once, with this key."""
+
+    key: str
+    generation: int
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """Ask the downstream whether the key was performed (``Downstream.lookup``)."""
+
+    key: str
+    generation: int
+
+
+Step = Call | Send | Lookup
+"""One thing the protocol needs done, and whose answer it is sent."""
+
+_Steps = Generator[Step, Any, EffectOutcome]
+
+
+class EffectRun:
+    """One ``job.effect`` call's protocol, advanced by a driver: ``step`` is what to do next
+    (None once ``outcome`` is known); ``answer`` it, or let ``catching`` tell it what the
+    downstream raised."""
+
+    def __init__(
+        self,
+        attempt: FencedAttempt,
+        node_id: str,
+        effect_slot: str,
+        payload: bytes,
+        *,
+        reconcile_principal: str = "",
+    ) -> None:
+        slot = _Slot(attempt, node_id, effect_slot, reconcile_principal)
+        self._steps = _protocol(slot, payload)
+        self._outcome: EffectOutcome | None = None
+        self.step: Step | None = self._advance(lambda: next(self._steps))
+
+    @property
+    def outcome(self) -> EffectOutcome:
+        """How the call ended (once ``step`` is None)."""
+        assert self._outcome is not None, "the protocol has not ended"
+        return self._outcome
+
+    def answer(self, reply: Any) -> None:
+        """The answer to ``step``."""
+        self.step = self._advance(lambda: self._steps.send(reply))
+
+    @contextmanager
+    def catching(self) -> Iterator[None]:
+        """Performing ``step``: what the downstream raises goes to the protocol."""
+        try:
+            yield
+        except DOWNSTREAM_ERRORS as exc:
+            self.step = self._advance(partial(self._steps.throw, exc))
+
+    def _advance(self, resume: Callable[[], Step]) -> Step | None:
+        try:
+            return resume()
+        except StopIteration as done:
+            self._outcome = done.value
+            return None
+
+
+def run_effect(
+    attempt: HeldAttempt,
+    node_id: str,
+    effect_slot: str,
+    payload: bytes,
+    downstream: Downstream,
+    *,
+    reconcile_principal: str = "",
+) -> EffectOutcome:
+    """Run the whole protocol for one slot (see the module doc); at most one send."""
+    run = EffectRun(attempt, node_id, effect_slot, payload, reconcile_principal=reconcile_principal)
+    while (step := run.step) is not None:
+        with run.catching():
+            run.answer(_perform(step, attempt, downstream))
+    return run.outcome
+
+
+def _perform(step: Step, attempt: HeldAttempt, downstream: Downstream) -> Any:
+    if isinstance(step, Call):
+        return attempt.call(step.method, step.request)
+    if isinstance(step, Send):
+        return downstream.execute(step.key, step.generation, step.payload)
+    return downstream.lookup(step.key, step.generation)
 
 
 @dataclass
 class _Slot:
     """One ``job.effect`` call in progress."""
 
-    attempt: HeldAttempt
+    attempt: FencedAttempt
     node_id: str
     effect_slot: str
-    downstream: Downstream
     reconcile_principal: str = ""  # who owns the reconciliation if the send ends UNKNOWN
     effect_id: str = ""
     bound_digest: str = ""
@@ -288,20 +400,11 @@ class _Slot:
         )
 
 
-def run_effect(
-    attempt: HeldAttempt,
-    node_id: str,
-    effect_slot: str,
-    payload: bytes,
-    downstream: Downstream,
-    *,
-    reconcile_principal: str = "",
-) -> EffectOutcome:
-    """Run the whole protocol for one slot (see the module doc); at most one send."""
-    slot = _Slot(attempt, node_id, effect_slot, downstream, reconcile_principal)
+def _protocol(slot: _Slot, payload: bytes) -> _Steps:
+    """prepare -> execute / skip / reconcile -> record, for one slot; at most one send."""
     digest = digest_of(payload)
     for _ in range(_ROUNDS):
-        prepared = _prepare(slot, digest)
+        prepared: worker_pb2.PrepareEffectResponse = yield _prepare(slot, digest)
         outcome = outcome_of(prepared.outcome)
         if outcome not in (Outcome.OK, Outcome.PAYLOAD_CONFLICT):
             return _fenced(slot, outcome, FenceReason(prepared.reason), prepared.message)
@@ -320,40 +423,45 @@ def run_effect(
         if action is EffectAction.NONE:  # conflict with an original confirmed ABSENT
             return slot.outcome(EffectStatus.CONFLICT, message=prepared.message)
         # A key this attempt sent before is looked up, never sent again (SentKeys).
-        if action is EffectAction.RECONCILE or not attempt.sent_keys.first_send(slot.effect_id):
-            found = _reconcile(slot)
+        first = action is not EffectAction.RECONCILE
+        if not (first and slot.attempt.sent_keys.first_send(slot.effect_id)):
+            found = yield from _reconcile(slot)
             if found is not None:
                 return found
             if slot.conflict:  # the original never happened, and ours is not the slot's payload
                 return slot.outcome(EffectStatus.CONFLICT, message=prepared.message)
             continue  # ABSENT: prepare again, which says EXECUTE with the same key
-        return _execute(slot, payload)
+        return (yield from _execute(slot, payload))
     raise CoordinatorError(
-        f"effect {node_id}/{effect_slot}: still not executable after {_ROUNDS} prepares"
+        f"effect {slot.node_id}/{slot.effect_slot}: still not executable after {_ROUNDS} prepares"
     )
 
 
-def _execute(slot: _Slot, payload: bytes) -> EffectOutcome:
+def _execute(slot: _Slot, payload: bytes) -> _Steps:
     """Send once with the effect id as the key, then record what came of it."""
     slot.sent = True
     try:
-        result = slot.downstream.execute(slot.effect_id, slot.generation, payload)
+        result: DownstreamResult = yield Send(slot.effect_id, slot.generation, payload)
     except DownstreamUncertain as exc:
-        return _recorded(slot, EffectState.UNKNOWN, EffectStatus.UNCERTAIN, message=str(exc))
+        uncertain = _recorded(slot, EffectState.UNKNOWN, EffectStatus.UNCERTAIN, message=str(exc))
+        return (yield from uncertain)
     except DownstreamRefused as exc:
-        return _recorded(slot, EffectState.ABSENT, EffectStatus.NOT_PERFORMED, message=str(exc))
-    return _recorded(slot, EffectState.COMMITTED, EffectStatus.EXECUTED, result=result)
+        absent = _recorded(slot, EffectState.ABSENT, EffectStatus.NOT_PERFORMED, message=str(exc))
+        return (yield from absent)
+    return (yield from _recorded(slot, EffectState.COMMITTED, EffectStatus.EXECUTED, result=result))
 
 
-def _reconcile(slot: _Slot) -> EffectOutcome | None:
+def _reconcile(slot: _Slot) -> Generator[Step, Any, EffectOutcome | None]:
     """Ask the downstream about the key instead of sending; None when it was ABSENT."""
     try:
-        found = slot.downstream.lookup(slot.effect_id, slot.generation)
+        found: DownstreamResult | None = yield Lookup(slot.effect_id, slot.generation)
     except (LookupUnsupported, DownstreamUncertain) as exc:
-        return _recorded(slot, EffectState.UNKNOWN, EffectStatus.UNCERTAIN, message=str(exc))
+        uncertain = _recorded(slot, EffectState.UNKNOWN, EffectStatus.UNCERTAIN, message=str(exc))
+        return (yield from uncertain)
     if found is not None:
-        return _recorded(slot, EffectState.COMMITTED, EffectStatus.RECONCILED, result=found)
-    response = _record(slot, EffectState.ABSENT)
+        reconciled = _recorded(slot, EffectState.COMMITTED, EffectStatus.RECONCILED, result=found)
+        return (yield from reconciled)
+    response: worker_pb2.RecordEffectResponse = yield _record(slot, EffectState.ABSENT)
     if outcome_of(response.outcome) is not Outcome.OK:
         return _fenced(
             slot, outcome_of(response.outcome), FenceReason(response.reason), response.message
@@ -368,9 +476,9 @@ def _recorded(
     *,
     result: DownstreamResult | None = None,
     message: str = "",
-) -> EffectOutcome:
+) -> _Steps:
     """Record ``state`` and describe the call as ``status`` (``recorded`` False if fenced)."""
-    response = _record(slot, state, result)
+    response: worker_pb2.RecordEffectResponse = yield _record(slot, state, result)
     outcome = outcome_of(response.outcome)
     if outcome is not Outcome.OK:
         slot.attempt.mark_lost(
@@ -394,19 +502,17 @@ def _fenced(slot: _Slot, outcome: Outcome, reason: FenceReason, message: str) ->
     )
 
 
-def _prepare(slot: _Slot, digest: str) -> worker_pb2.PrepareEffectResponse:
+def _prepare(slot: _Slot, digest: str) -> Call:
     request = worker_pb2.PrepareEffectRequest(
         fence=slot.attempt.fence.to_proto(),
         node_id=slot.node_id,
         effect_slot=slot.effect_slot,
         payload_digest=digest,
     )
-    return slot.attempt.call(lambda worker: worker.PrepareEffect, request)
+    return Call(lambda worker: worker.PrepareEffect, request)
 
 
-def _record(
-    slot: _Slot, state: EffectState, result: DownstreamResult | None = None
-) -> worker_pb2.RecordEffectResponse:
+def _record(slot: _Slot, state: EffectState, result: DownstreamResult | None = None) -> Call:
     request = worker_pb2.RecordEffectRequest(
         fence=slot.attempt.fence.to_proto(),
         effect_id=slot.effect_id,
@@ -415,4 +521,4 @@ def _record(
         etag=result.etag if result else "",
         reconcile_principal=slot.reconcile_principal if state is EffectState.UNKNOWN else "",
     )
-    return slot.attempt.call(lambda worker: worker.RecordEffect, request)
+    return Call(lambda worker: worker.RecordEffect, request)

@@ -57,6 +57,16 @@ class Replica:
         self._proc.send_signal(signal.SIGKILL)
         self._proc.wait(timeout=30)
 
+    def pause(self) -> None:
+        """SIGSTOP: its connections stay open, and nothing sent on them is answered."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause``."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         """Kill it if it still runs."""
         if self._proc is not None and self._proc.poll() is None:

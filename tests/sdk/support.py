@@ -52,6 +52,14 @@ def served(endpoint: str, prefix: str, *, listen: str = "127.0.0.1:0") -> Iterat
         kv.close()
 
 
+@contextmanager
+def served_with_task(endpoint: str, prefix: str) -> Iterator[Served]:
+    """``served``, with one READY task "t1" (input ``b"input"``) in QUEUE."""
+    with served(endpoint, prefix) as running, running.client("producer") as producer:
+        producer.create_task("t1", input=b"input", queue=QUEUE)
+        yield running
+
+
 class CallCounter(grpc.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
     """Counts the tries of every unary call by method name (each retry is one more)."""
 

@@ -1,0 +1,444 @@
+"""A held claim apart from its transport: its fence, lease clock and state, the requests it
+sends and what each answer does to it.
+
+Pure bookkeeping, no I/O: the sync ``Job`` (sdk/job.py, a keepalive thread) and the asyncio
+``AsyncJob`` (sdk/aio/job.py, a keepalive task) send these requests their own way and hand the
+answers back here, so both read an answer, lose a job and report the loss the same way. A
+subclass says how to stop its keepalive and wake its waiters (``_signal``).
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import structlog
+
+from coordinator.domain.digests import digest_of
+from coordinator.domain.states import FenceReason, Outcome
+from coordinator.errors import CoordinatorError
+from coordinator.sdk._rpc import RetryPolicy
+from coordinator.sdk.attempt import SentKeys
+from coordinator.sdk.types import (
+    CommitOutcome,
+    FailOutcome,
+    Fence,
+    JobLost,
+    LossSource,
+    LostReason,
+    ReleaseOutcome,
+    StageOutcome,
+    ToolAuthorization,
+    TransportError,
+    outcome_of,
+    utc,
+)
+from coordinator.v1 import worker_pb2
+
+log = structlog.get_logger("coordinator.sdk.job")
+
+LostCallback = Callable[[LostReason], None]
+"""Called once, from the thread (or event loop) that noticed, when a job is lost."""
+
+# A renewal gets at least this long even when the local lease clock says time is up: the server
+# may still hold the lease (the local clock starts when the request is sent, so it runs early).
+_MIN_RENEW_TIMEOUT = 0.2
+
+
+# A renewal or release answered FENCED with these found that this attempt's own commit or
+# release landed (its answer may still be on the way, or lost: OutcomeUnknown): the job ended
+# by the caller's hand, nothing was lost.
+_ENDED_BY_THIS_ATTEMPT = {
+    FenceReason.ALREADY_COMMITTED: "committed",
+    FenceReason.RELEASED: "released",
+    FenceReason.FAILED: "failed",
+}
+
+# Bounds of what Fail carries (the server refuses more: INVALID_ARGUMENT).
+_MAX_ERROR_MESSAGE = 1024
+_MAX_ERROR_DETAILS = 16 * 1024
+
+
+@dataclass
+class _State:
+    """The mutable part of a job, guarded by ``HeldClaim._lock``."""
+
+    # When the lease ends by the local monotonic clock: send time of the last accepted call
+    # plus the TTL it restored. Measured from the send, not the answer, so it errs early.
+    expires_at: float
+    # The server's lease end as wire (seconds, nanos): a datetime only when someone reads it.
+    lease_expires_at: tuple[int, int]
+    progress: str = ""
+    # The latest checkpoint not yet accepted by a renewal (None: nothing new to send).
+    checkpoint: bytes | None = None
+    renewals: int = 0
+    lost: LostReason | None = None
+    # "committed", "released" or "failed" once the caller ended the job; later losses are not
+    # reported.
+    finished: str = ""
+
+
+class HeldClaim:
+    """One claimed task: the credential, the input, the lease clock, and its state."""
+
+    def __init__(
+        self,
+        claim: worker_pb2.ClaimResponse,
+        *,
+        sent_at: float,
+        on_lost: LostCallback | None,
+        safety_margin: timedelta | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self._clock = clock
+        self._on_lost = on_lost
+        self.fence = Fence.from_proto(claim.fence)
+        self.attempt = claim.attempt
+        self.input = claim.input
+        self.input_digest = claim.input_digest
+        self.task_revision = claim.task_revision
+        # Where an earlier attempt of this task revision left the work (b"": start afresh).
+        self.previous_checkpoint = claim.checkpoint
+        self.ttl = timedelta(seconds=max(claim.ttl_seconds, 1))
+        # Wire (seconds, nanos), as the lease end below: most jobs never read either.
+        deadline, lease = claim.claim_deadline, claim.lease_expires_at
+        self._claim_deadline = (deadline.seconds, deadline.nanos)
+        self.safety_margin = safety_margin if safety_margin is not None else self.ttl / 4
+        # A reused lease has less left than the TTL: the server says how much, clock-free.
+        left = (
+            claim.lease_remaining.ToNanoseconds() / 1e9 if claim.HasField("lease_remaining") else 0
+        )
+        self._state = _State(
+            expires_at=sent_at + (left or self.ttl.total_seconds()),
+            lease_expires_at=(lease.seconds, lease.nanos),
+        )
+        self._lock = threading.Lock()
+        self._sent_keys = SentKeys()
+
+    def _signal(self, *, lost: bool) -> None:
+        """The job ended (``lost`` or finished): stop the keepalive, and wake whoever waits
+        for a loss if ``lost``. Called once per kind, never under the lock."""
+        raise NotImplementedError
+
+    # --- identity and state ---------------------------------------------------------------
+
+    @property
+    def task_id(self) -> str:
+        """The claimed task."""
+        return self.fence.task_id
+
+    @property
+    def generation(self) -> int:
+        """The claim generation (fencing token) of this attempt."""
+        return self.fence.claim_generation
+
+    @property
+    def claim_deadline(self) -> datetime | None:
+        """When the server stops accepting renewals (its clock: claim start + its longest
+        claim duration); None if it did not say."""
+        return utc(*self._claim_deadline)
+
+    @property
+    def lease_expires_at(self) -> datetime | None:
+        """The lease end the server last reported (its clock; prefer ``remaining()``)."""
+        with self._lock:
+            seconds, nanos = self._state.lease_expires_at
+        return utc(seconds, nanos)
+
+    @property
+    def lost_reason(self) -> LostReason | None:
+        """What lost the job (outcome, fence reason, source), or None while it is held."""
+        with self._lock:
+            return self._state.lost
+
+    @property
+    def committed(self) -> bool:
+        """Whether this job's commit is known to have landed: answered COMMITTED, or found by a
+        later renewal or release (after an OutcomeUnknown commit)."""
+        with self._lock:
+            return self._state.finished == "committed"
+
+    @property
+    def renewals(self) -> int:
+        """How many renewals the server accepted."""
+        with self._lock:
+            return self._state.renewals
+
+    @property
+    def sent_keys(self) -> SentKeys:
+        """The effect keys this attempt sent downstream (sdk/effects.py)."""
+        return self._sent_keys
+
+    def is_lost(self) -> bool:
+        """Whether the job is known to have lost its task. Never blocks."""
+        # One attribute read, atomic: no lock needed (set once, never cleared).
+        return self._state.lost is not None
+
+    def remaining(self) -> timedelta:
+        """Time left on the lease by the local monotonic clock (zero once it ran out)."""
+        with self._lock:
+            left = self._state.expires_at - self._clock()
+        return timedelta(seconds=max(left, 0.0))
+
+    def check(self, *, margin: timedelta | None = None) -> None:
+        """Raise JobLost unless the job is held with more than ``margin`` left on the lease.
+
+        Call it before an expensive or irreversible step. ``margin`` defaults to the job's
+        ``safety_margin`` (a quarter of the TTL unless set at claim time).
+        """
+        with self._lock:
+            lost, finished = self._state.lost, self._state.finished
+        if lost is not None:
+            raise JobLost(f"job {self._name} is lost: {lost}", reason=lost)
+        if finished:
+            raise JobLost(f"job {self._name} is {finished}: nothing left to work on")
+        left, need = self.remaining(), margin if margin is not None else self.safety_margin
+        if left < need:
+            raise JobLost(
+                f"job {self._name} has {left.total_seconds():.2f}s left on its lease, "
+                f"less than the {need.total_seconds():.2f}s safety margin"
+            )
+
+    def progress(self, marker: str) -> None:
+        """Record a progress marker; the next renewal sends the latest one. Never blocks."""
+        with self._lock:
+            self._state.progress = marker
+
+    def checkpoint(self, data: bytes) -> None:
+        """Record where the work stands (at most 64 KiB); the next renewal stores it with the
+        attempt, and a later attempt of the task revision starts with it as its
+        ``previous_checkpoint``. Never blocks; only the latest one is sent."""
+        with self._lock:
+            self._state.checkpoint = bytes(data)
+
+    # --- acceptance points: the requests and what their answers do --------------------------
+
+    def _commit_request(
+        self, result: bytes, result_ref: str, result_digest: str | None, evidence: Sequence[str]
+    ) -> worker_pb2.CommitRequest:
+        return worker_pb2.CommitRequest(
+            fence=self.fence.to_proto(),
+            input_digest=self.input_digest,
+            result_digest=result_digest or digest_of(result),
+            result=result,
+            result_ref=result_ref,
+            evidence=list(evidence),
+        )
+
+    def _committed(self, response: worker_pb2.CommitResponse) -> CommitOutcome:
+        """COMMITTED ends the job; FENCED / STALE_INPUT / CANCELLED mark it lost."""
+        outcome = CommitOutcome.from_proto(response)
+        if outcome.committed:
+            self._finish("committed")
+        else:
+            self.mark_lost(outcome.outcome, outcome.reason, outcome.message, LossSource.COMMIT)
+        return outcome
+
+    def _stage_request(
+        self, result: bytes, result_ref: str, result_digest: str | None
+    ) -> worker_pb2.StageResultRequest:
+        return worker_pb2.StageResultRequest(
+            fence=self.fence.to_proto(),
+            result_digest=result_digest or digest_of(result),
+            result=result,
+            result_ref=result_ref,
+        )
+
+    @staticmethod
+    def _staged(response: worker_pb2.StageResultResponse) -> StageOutcome:
+        return StageOutcome(outcome_of(response.outcome), response.current, response.message)
+
+    def _authorize_request(self, tool: str, action: str) -> worker_pb2.AuthorizeToolRequest:
+        return worker_pb2.AuthorizeToolRequest(
+            fence=self.fence.to_proto(), tool=tool, action=action
+        )
+
+    def _authorized(self, response: worker_pb2.AuthorizeToolResponse) -> ToolAuthorization:
+        """A refusal marks the job lost."""
+        answer = ToolAuthorization(
+            outcome_of(response.outcome), FenceReason(response.reason), response.message
+        )
+        if not answer.allowed:
+            self.mark_lost(answer.outcome, answer.reason, answer.message, LossSource.AUTHORIZE)
+        return answer
+
+    def _release_request(self, reason: str) -> worker_pb2.ReleaseRequest:
+        return worker_pb2.ReleaseRequest(fence=self.fence.to_proto(), reason=reason)
+
+    def _released(self, response: worker_pb2.ReleaseResponse) -> ReleaseOutcome:
+        """OK ends the job; FENCED / CANCELLED mark it lost unless this attempt's own commit
+        or release had landed."""
+        answer = ReleaseOutcome(
+            outcome_of(response.outcome), FenceReason(response.reason), response.message
+        )
+        if answer.released:
+            self._finish("released")
+        elif not self._ended_by_this_attempt(answer.outcome, answer.reason):
+            self.mark_lost(answer.outcome, answer.reason, answer.message, LossSource.RELEASE)
+        return answer
+
+    def _fail_request(
+        self,
+        error: BaseException | str,
+        *,
+        retryable: bool,
+        delay: timedelta | None,
+        message: str,
+        details: bytes,
+    ) -> worker_pb2.FailRequest:
+        """A Fail of this attempt: ``error`` is an exception (its type name is the error code,
+        its text the message, its traceback the details) or an error code."""
+        if isinstance(error, BaseException):
+            code = type(error).__name__
+            message = message or str(error)
+            details = details or "".join(traceback.format_exception(error)).encode()
+        else:
+            code = error
+        request = worker_pb2.FailRequest(
+            fence=self.fence.to_proto(),
+            retryable=retryable,
+            error_code=code,
+            error_message=message[:_MAX_ERROR_MESSAGE],
+            # The end of a traceback is the part that names the failure.
+            error_details=details[-_MAX_ERROR_DETAILS:],
+        )
+        if delay is not None:
+            request.requeue_delay.FromTimedelta(delay)
+        return request
+
+    def _failed(self, response: worker_pb2.FailResponse) -> FailOutcome:
+        """Recorded ends the job; FENCED / CANCELLED / STALE_INPUT mark it lost unless this
+        attempt had already ended itself."""
+        answer = FailOutcome.from_proto(response)
+        if answer.recorded:
+            self._finish("failed")
+        elif not self._ended_by_this_attempt(answer.outcome, answer.reason):
+            self.mark_lost(answer.outcome, answer.reason, answer.message, LossSource.FAIL)
+        return answer
+
+    def _leaving(self, exc: BaseException | None) -> str | None:
+        """Why the job is released as its block is left (``exc``: what ended the block);
+        None when it needs no release (committed, released or lost)."""
+        with self._lock:
+            held = self._state.lost is None and not self._state.finished
+        if not held:
+            return None
+        why = "left without commit" if exc is None else f"{type(exc).__name__}: {exc}"
+        return why[:200]
+
+    def _release_failed(self, error: CoordinatorError) -> None:
+        # Never mask the caller's exception: the lease expires on its own.
+        log.warning("release failed; the lease will expire", job=self._name, error=str(error))
+
+    # --- keepalive: one renewal's request and what its answer does ---------------------------
+
+    def _renew_request(self, policy: RetryPolicy) -> tuple[worker_pb2.RenewRequest, float]:
+        """The next renewal (with the latest progress marker) and its deadline: never past
+        the lease by the local clock, never below _MIN_RENEW_TIMEOUT."""
+        with self._lock:
+            progress, checkpoint = self._state.progress, self._state.checkpoint
+        budget = max(self.remaining().total_seconds(), _MIN_RENEW_TIMEOUT)
+        request = worker_pb2.RenewRequest(fence=self.fence.to_proto(), progress=progress)
+        if checkpoint is not None:
+            request.checkpoint = checkpoint
+        return request, min(policy.timeout.total_seconds(), budget)
+
+    def _renewal_failed(self, exc: CoordinatorError) -> None:
+        """A renewal raised ``exc``: a transport failure loses the job once the lease ran out
+        locally; any other error loses it now."""
+        if not isinstance(exc, TransportError):
+            self.mark_lost(
+                Outcome.FENCED, FenceReason.NONE, f"renewal refused: {exc}", LossSource.ERROR
+            )
+        elif self.remaining() <= timedelta(0):
+            self.mark_lost(
+                Outcome.FENCED,
+                FenceReason.LEASE_EXPIRED,
+                f"the lease ran out locally while renewals failed ({exc})",
+                LossSource.LOCAL_EXPIRY,
+            )
+
+    def _renewed(
+        self,
+        sent: float,
+        response: worker_pb2.RenewResponse,
+        request: worker_pb2.RenewRequest | None = None,
+    ) -> bool:
+        """Apply the answer to a renewal (``request``) sent at ``sent``; True if it was
+        accepted. Marks the job lost when the answer says so."""
+        outcome = outcome_of(response.outcome)
+        reason = FenceReason(response.reason)
+        if self._ended_by_this_attempt(outcome, reason):
+            return False
+        if outcome is not Outcome.OK:
+            self.mark_lost(outcome, reason, response.message, LossSource.RENEW)
+            return False
+        with self._lock:
+            self._state.expires_at = sent + max(response.ttl_seconds, 1)
+            lease = response.lease_expires_at
+            self._state.lease_expires_at = (lease.seconds, lease.nanos)
+            self._state.renewals += 1
+            sent_checkpoint = request.checkpoint if request is not None else None
+            if sent_checkpoint and self._state.checkpoint == sent_checkpoint:
+                self._state.checkpoint = None  # kept by the server; nothing newer since
+        return True
+
+    def _next_renewal(self, sent: float, accepted: bool) -> float:
+        """When to renew next: TTL/3 after ``sent``, sooner after a failure (the lease is
+        running out)."""
+        interval = self.ttl.total_seconds() / 3
+        return sent + (interval if accepted else interval / 4)
+
+    def _keepalive_crashed(self, exc: Exception) -> None:
+        # A dead keepalive must never look like a healthy one.
+        log.exception("keepalive crashed", job=self._name)
+        self.mark_lost(
+            Outcome.FENCED, FenceReason.NONE, f"keepalive crashed: {exc!r}", LossSource.ERROR
+        )
+
+    # --- ending ---------------------------------------------------------------------------
+
+    def _ended_by_this_attempt(self, outcome: Outcome, reason: FenceReason) -> bool:
+        """Finish the job (True) if a FENCED answer says this attempt's own commit or release
+        landed; its own answer may never arrive."""
+        how = _ENDED_BY_THIS_ATTEMPT.get(reason) if outcome is Outcome.FENCED else None
+        if how is None:
+            return False
+        self._finish(how)
+        return True
+
+    def _finish(self, how: str) -> None:
+        with self._lock:
+            if not self._state.finished:
+                self._state.finished = how
+        self._signal(lost=False)
+
+    def mark_lost(
+        self, outcome: Outcome, reason: FenceReason, message: str, source: LossSource
+    ) -> None:
+        """Mark the job lost because the coordinator refused it (``source`` says which call):
+        flag, event, stop the keepalive, then the callback; once, and not after the job was
+        committed or released. The SDK's effect and managed-job helpers call it too."""
+        lost = LostReason(outcome, reason, message, source)
+        with self._lock:
+            if self._state.lost is not None or self._state.finished:
+                return
+            self._state.lost = lost
+        self._signal(lost=True)
+        log.warning("job lost", job=self._name, generation=self.generation, lost=str(lost))
+        if self._on_lost is not None:
+            try:
+                self._on_lost(lost)
+            except Exception:
+                log.exception("on_lost callback raised", job=self._name)
+
+    @property
+    def _name(self) -> str:
+        return f"{self.task_id}#{self.attempt}"
+
+    def _describe(self) -> str:
+        state = "lost" if self.is_lost() else self._state.finished or "held"
+        return f"{self._name}, generation={self.generation}, {state}"

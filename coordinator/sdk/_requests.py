@@ -1,0 +1,107 @@
+"""The claim and create requests of a worker client, and how their answers are read: pure.
+
+The sync ``WorkerClient`` (sdk/client.py) and the asyncio ``AsyncWorkerClient``
+(sdk/aio/client.py) send these the same way, each on its own channel.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+from coordinator.domain.digests import digest_of
+from coordinator.errors import InvalidArgument
+from coordinator.sdk.types import TaskInfo
+from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
+
+CLAIM_HINT = "a claim that landed holds the task until its lease expires; claim it again after that"
+"""What OutcomeUnknown tells the caller of a claim."""
+
+CREATE_HINT = (
+    "a task may have been created: look for it with list_tasks (a task id or an "
+    "idempotency_key makes a create safe to repeat)"
+)
+"""What OutcomeUnknown tells the caller of a create that was not retried."""
+
+AnyClaim = worker_pb2.ClaimRequest | worker_pb2.ClaimNextRequest
+"""A claim of one task or of a queue's next one."""
+
+
+def ttl_seconds(ttl: timedelta) -> int:
+    """A lease TTL in whole seconds, rounded up (the wire carries integers)."""
+    seconds = ttl.total_seconds()
+    if seconds <= 0:
+        raise InvalidArgument(f"ttl must be positive, got {ttl}")
+    return math.ceil(seconds)
+
+
+def claim_request(
+    task_id: str, *, ttl: timedelta, epoch: int, expected_state_version: int
+) -> worker_pb2.ClaimRequest:
+    """A claim of ``task_id`` under the scheduler ``epoch``."""
+    return worker_pb2.ClaimRequest(
+        task_id=task_id,
+        expected_state_version=expected_state_version,
+        scheduler_epoch=epoch,
+        ttl_seconds=ttl_seconds(ttl),
+    )
+
+
+def claim_next_request(
+    queue: str, *, ttl: timedelta, epoch: int, wait: float = 0.0
+) -> worker_pb2.ClaimNextRequest:
+    """A claim of ``queue``'s next ready task under the scheduler ``epoch`` (a long poll of up
+    to ``wait`` seconds when it is not 0)."""
+    return worker_pb2.ClaimNextRequest(
+        queue=queue, scheduler_epoch=epoch, ttl_seconds=ttl_seconds(ttl), wait_seconds=wait
+    )
+
+
+def epoch_moved(response: worker_pb2.ClaimResponse) -> bool:
+    """Whether a claim was refused only because the scheduler epoch moved on."""
+    return (
+        response.outcome == types_pb2.OUTCOME_FENCED
+        and response.reason == types_pb2.FENCE_REASON_EPOCH_CHANGED
+    )
+
+
+def repinned(request: AnyClaim, current: int) -> bool:
+    """Carry the ``current`` epoch in ``request``; whether it differs from the one sent (then
+    the claim is worth sending once more). No held claim is touched: a Job keeps its fence."""
+    if current == request.scheduler_epoch:
+        return False
+    request.scheduler_epoch = current
+    return True
+
+
+def create_request(
+    task_id: str,
+    *,
+    input: bytes,
+    queue: str,
+    priority: int,
+    requires_review: bool,
+    non_replayable: bool,
+) -> tasks_pb2.CreateTaskRequest:
+    """A create of a READY task (an empty ``task_id``: the server generates one)."""
+    return tasks_pb2.CreateTaskRequest(
+        task_id=task_id,
+        queue=queue,
+        priority=priority,
+        input=input,
+        input_digest=digest_of(input),
+        requires_review=requires_review,
+        non_replayable=non_replayable,
+    )
+
+
+def create_is_retried(task_id: str, idempotency_key: str) -> bool:
+    """Whether a create may be retried: only with an explicit id or an idempotency key (a
+    retry with neither could create a second task)."""
+    return bool(task_id or idempotency_key)
+
+
+def is_this_create(existing: TaskInfo, request: tasks_pb2.CreateTaskRequest) -> bool:
+    """Whether the task that made a create of an explicit id AlreadyExists is the one
+    ``request`` would create (same queue and input digest): a retry whose first try landed."""
+    return existing.input_digest == request.input_digest and existing.queue == request.queue

@@ -1,0 +1,113 @@
+"""The asyncio SDK's transport: a ``grpc.aio`` channel, its stubs, and the sync SDK's retries.
+
+Everything but the sending is the sync transport's (coordinator.sdk._rpc): the policy, the
+request id and metadata of a call, which failures are retried for how long (``CallPlan``), and
+what a call given up raises (OutcomeUnknown / TransportError). tenacity's ``AsyncRetrying``
+sleeps with ``asyncio.sleep``, so a call waiting out its backoff never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any, TypeAlias
+
+import grpc
+from grpc import aio
+from tenacity import AsyncRetrying
+
+from coordinator.sdk._rpc import Caller, CallPlan, Req, Resp, RetryPolicy
+from coordinator.sdk.auth import bearer_header
+from coordinator.v1 import admin_pb2_grpc, tasks_pb2_grpc, worker_pb2_grpc
+
+# A string: the async stub exists only in the generated type stubs, not at runtime.
+AsyncWorkerMethod: TypeAlias = (
+    "Callable[[worker_pb2_grpc.WorkerServiceAsyncStub], aio.UnaryUnaryMultiCallable[Req, Resp]]"
+)
+"""Picks the WorkerService method to call, e.g. ``lambda worker: worker.Commit``."""
+
+
+class AsyncRpc(Caller):
+    """A ``grpc.aio`` channel to the coordinator's replicas with its stubs and retry policy.
+
+    Made on the event loop that uses it: a ``grpc.aio`` channel belongs to one loop.
+    """
+
+    def __init__(
+        self,
+        target: str | Sequence[str],
+        *,
+        principal: str,
+        retry: RetryPolicy,
+        channel_options: Sequence[tuple[str, Any]] | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        # Every call goes through ``call``, so the token rides in its metadata (the sync SDK
+        # needs an interceptor because its CLI also opens streams on the channel).
+        super().__init__(
+            target,
+            principal=principal,
+            retry=retry,
+            channel_options=channel_options,
+            clock=clock,
+            metadata=() if token is None else (bearer_header(token),),
+        )
+        if credentials is not None:
+            self._channel = aio.secure_channel(self.target, credentials, options=self._options)
+        else:
+            self._channel = aio.insecure_channel(self.target, options=self._options)
+        # The generated stubs are typed as their async variants on an aio channel.
+        self.worker = worker_pb2_grpc.WorkerServiceStub(self._channel)
+        self.tasks = tasks_pb2_grpc.TaskServiceStub(self._channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+
+    async def call(
+        self,
+        method: aio.UnaryUnaryMultiCallable[Req, Resp],
+        request: Req,
+        *,
+        retry: bool = True,
+        timeout: float | None = None,
+        idempotency_key: str = "",
+        lease_left: timedelta | None = None,
+        hint: str = "",
+    ) -> Resp:
+        """Call ``method`` as the sync ``Rpc.call`` does (same deadlines, retries, request id,
+        idempotency key and errors), awaiting every try and backoff."""
+        plan = self._plan(
+            retry=retry,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+            lease_left=lease_left,
+            hint=hint,
+        )
+        try:
+            return await method(request, timeout=plan.per_try, metadata=plan.metadata)
+        except grpc.RpcError as exc:
+            plan.first_failed(exc)
+        try:
+            answer: Resp = await AsyncRetrying(**plan.controls())(
+                _retry_once, plan, method, request
+            )
+        except grpc.RpcError as exc:
+            raise plan.given_up(exc) from exc
+        return answer
+
+    async def close(self) -> None:
+        """Close the channel; calls in flight fail with CANCELLED."""
+        await self._channel.close(None)
+
+
+async def _retry_once(
+    plan: CallPlan, method: aio.UnaryUnaryMultiCallable[Req, Resp], request: Req
+) -> Resp:
+    """One retry of an asyncio call (tenacity awaits it)."""
+    timeout = plan.next_timeout()
+    try:
+        return await method(request, timeout=timeout, metadata=plan.metadata)
+    except grpc.RpcError as exc:
+        plan.failed(exc)
+        raise

@@ -1,0 +1,225 @@
+"""AsyncWorkerClient: claims tasks and hands back AsyncJobs; the producer calls a worker needs.
+
+The asyncio twin of ``WorkerClient`` (sdk/client.py), with the same requests and answers
+(sdk/_requests.py), retries and errors (sdk/_rpc.py). It pins the scheduler epoch it first
+sees; a claim refused FENCED/EPOCH_CHANGED re-reads it and, if it moved on, is sent once more
+under the new one. Held jobs keep the epoch they were claimed under.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Self
+
+import grpc
+from grpc import aio
+
+from coordinator.domain.states import Outcome
+from coordinator.errors import AlreadyExists, NotFound
+from coordinator.sdk._held import LostCallback
+from coordinator.sdk._requests import (
+    CLAIM_HINT,
+    CREATE_HINT,
+    AnyClaim,
+    claim_next_request,
+    claim_request,
+    create_is_retried,
+    create_request,
+    epoch_moved,
+    is_this_create,
+    repinned,
+)
+from coordinator.sdk._rpc import RetryPolicy
+from coordinator.sdk.aio._rpc import AsyncRpc
+from coordinator.sdk.aio.job import AsyncJob
+from coordinator.sdk.types import ClaimRefused, TaskInfo, outcome_of
+from coordinator.v1 import admin_pb2, tasks_pb2, worker_pb2
+
+
+class AsyncWorkerClient:
+    """A ``grpc.aio`` connection to a coordinator, acting as one principal.
+
+    ``target``, ``credentials``, ``token`` and ``retry`` mean what they mean for
+    ``WorkerClient``: every call has a deadline and is retried on UNAVAILABLE /
+    DEADLINE_EXCEEDED / RESOURCE_EXHAUSTED for up to ``RetryPolicy.budget`` (behind a claim's
+    fence, no longer than the lease); a call given up after a try that may have landed raises
+    OutcomeUnknown, one no try of which reached a coordinator a plain TransportError.
+
+    Make it inside the event loop that uses it (``async with AsyncWorkerClient(...)``).
+    """
+
+    def __init__(
+        self,
+        target: str | Sequence[str],
+        *,
+        principal: str,
+        channel_options: Sequence[tuple[str, Any]] | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        retry: RetryPolicy | None = None,
+        token: str | None = None,
+    ) -> None:
+        self._rpc = AsyncRpc(
+            target,
+            principal=principal,
+            retry=retry or RetryPolicy(),
+            channel_options=channel_options,
+            credentials=credentials,
+            token=token,
+        )
+        self._epoch: int | None = None
+
+    @property
+    def principal(self) -> str:
+        """The principal every call is made as."""
+        return self._rpc.principal
+
+    # --- epoch ------------------------------------------------------------------------------
+
+    async def epoch(self) -> int:
+        """Read the scheduler epoch and pin it for this client's later claims (a claim refused
+        FENCED/EPOCH_CHANGED does this by itself)."""
+        response = await self._rpc.call(self._rpc.admin.GetEpoch, admin_pb2.GetEpochRequest())
+        self._epoch = response.epoch
+        return response.epoch
+
+    async def _pinned_epoch(self) -> int:
+        return self._epoch if self._epoch is not None else await self.epoch()
+
+    # --- claims -----------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        task_id: str,
+        *,
+        ttl: timedelta,
+        expected_state_version: int = 0,
+        on_lost: LostCallback | None = None,
+        safety_margin: timedelta | None = None,
+    ) -> AsyncJob | ClaimRefused:
+        """Claim one task: an AsyncJob (``async with`` it to run the keepalive) or the typed
+        refusal; as ``WorkerClient.claim``."""
+        request = claim_request(
+            task_id,
+            ttl=ttl,
+            epoch=await self._pinned_epoch(),
+            expected_state_version=expected_state_version,
+        )
+        return await self._claimed(
+            self._rpc.worker.Claim, request, on_lost=on_lost, safety_margin=safety_margin
+        )
+
+    async def claim_next(
+        self,
+        queue: str = "default",
+        *,
+        ttl: timedelta,
+        on_lost: LostCallback | None = None,
+        safety_margin: timedelta | None = None,
+    ) -> AsyncJob | ClaimRefused:
+        """Claim the next ready task of ``queue``; NO_READY_TASK comes back as a ClaimRefused.
+        Like ``claim``, it follows a new epoch by itself."""
+        request = claim_next_request(queue, ttl=ttl, epoch=await self._pinned_epoch())
+        return await self._claimed(
+            self._rpc.worker.ClaimNext, request, on_lost=on_lost, safety_margin=safety_margin
+        )
+
+    async def _claimed(
+        self,
+        method: aio.UnaryUnaryMultiCallable[Any, worker_pb2.ClaimResponse],
+        request: AnyClaim,
+        *,
+        on_lost: LostCallback | None,
+        safety_margin: timedelta | None,
+    ) -> AsyncJob | ClaimRefused:
+        # The lease clock starts before the request leaves, so it can only run early.
+        sent_at = time.monotonic()
+        response = await self._rpc.call(method, request, hint=CLAIM_HINT)
+        if epoch_moved(response) and repinned(request, await self.epoch()):
+            # Once only, as the sync client: a second refusal means the epoch moved again.
+            sent_at = time.monotonic()
+            response = await self._rpc.call(method, request, hint=CLAIM_HINT)
+        if outcome_of(response.outcome) is not Outcome.CLAIMED:
+            return ClaimRefused.from_proto(response)
+        return AsyncJob(
+            self._rpc, response, sent_at=sent_at, on_lost=on_lost, safety_margin=safety_margin
+        )
+
+    # --- tasks ------------------------------------------------------------------------------
+
+    async def create_task(
+        self,
+        task_id: str = "",
+        *,
+        input: bytes = b"",
+        queue: str = "default",
+        priority: int = 0,
+        requires_review: bool = False,
+        non_replayable: bool = False,
+        idempotency_key: str = "",
+    ) -> TaskInfo:
+        """Create a READY task; as ``WorkerClient.create_task`` (retried only with an explicit
+        id or an ``idempotency_key``; with an id, the same task found existing is returned)."""
+        request = create_request(
+            task_id,
+            input=input,
+            queue=queue,
+            priority=priority,
+            requires_review=requires_review,
+            non_replayable=non_replayable,
+        )
+        retry = create_is_retried(task_id, idempotency_key)
+        try:
+            response = await self._rpc.call(
+                self._rpc.tasks.CreateTask,
+                request,
+                retry=retry,
+                idempotency_key=idempotency_key,
+                hint="" if retry else CREATE_HINT,
+            )
+        except AlreadyExists as taken:
+            if not task_id:
+                raise
+            existing = await self._existing(task_id)
+            if existing is None or not is_this_create(existing, request):
+                raise taken from None
+            return existing
+        return TaskInfo.from_proto(response.task)
+
+    async def _existing(self, task_id: str) -> TaskInfo | None:
+        """The task a create found taken, or None if it was pruned since (its tombstone
+        refused the id: not ours to return)."""
+        try:
+            return await self.get_task(task_id)
+        except NotFound:
+            return None
+
+    async def get_task(self, task_id: str) -> TaskInfo:
+        """The task and its latest attempts, oldest first (at most 20). Raises NotFound for an
+        unknown id."""
+        response = await self._rpc.call(
+            self._rpc.tasks.GetTask, tasks_pb2.GetTaskRequest(task_id=task_id)
+        )
+        return TaskInfo.from_proto(response.task, tuple(response.attempts))
+
+    # --- lifetime ---------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the channel. Jobs of this client stop renewing and will be lost."""
+        await self._rpc.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncWorkerClient({self._rpc.target!r}, principal={self.principal!r})"

@@ -1,0 +1,201 @@
+"""AsyncJob: a held claim whose keepalive is an asyncio task, and whose calls are awaited.
+
+The same job as the sync ``Job`` (sdk/job.py): the state, the requests and what every answer
+does are shared (sdk/_held.py). The keepalive renews at TTL/3 as a task on the job's event loop
+and never blocks the caller, as long as the caller does not block the loop: run CPU-bound or
+blocking work with ``asyncio.to_thread`` (a loop blocked past the lease loses the job, as a
+frozen process would). A loss is reported once: ``is_lost()``, ``await wait_lost()``, and the
+``on_lost`` callback, called on the loop (it must not block either).
+
+An AsyncJob belongs to the event loop it was claimed on; use it from that loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import Self
+
+from coordinator.errors import CoordinatorError
+from coordinator.sdk._held import HeldClaim, LostCallback
+from coordinator.sdk._rpc import Req, Resp
+from coordinator.sdk.aio._rpc import AsyncRpc, AsyncWorkerMethod
+from coordinator.sdk.aio.effects import AsyncDownstream, run_effect
+from coordinator.sdk.effects import EffectOutcome
+from coordinator.sdk.types import CommitOutcome, ReleaseOutcome, StageOutcome, ToolAuthorization
+from coordinator.v1 import worker_pb2
+
+
+async def _wait(event: asyncio.Event, seconds: float | None) -> bool:
+    """Wait until ``event`` is set or ``seconds`` pass; whether it is set."""
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        pass
+    return event.is_set()
+
+
+class AsyncJob(HeldClaim):
+    """One claimed task, for asyncio: the credential, the input, the lease clock and the
+    keepalive task.
+
+    Use it as an async context manager: entering starts the keepalive; leaving stops it and
+    releases the task if the job was neither committed, released nor lost. Built by
+    AsyncWorkerClient.
+    """
+
+    def __init__(
+        self,
+        rpc: AsyncRpc,
+        claim: worker_pb2.ClaimResponse,
+        *,
+        sent_at: float,
+        on_lost: LostCallback | None = None,
+        safety_margin: timedelta | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(
+            claim, sent_at=sent_at, on_lost=on_lost, safety_margin=safety_margin, clock=clock
+        )
+        self._rpc = rpc
+        self._stop = asyncio.Event()
+        self._lost = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def _signal(self, *, lost: bool) -> None:
+        self._stop.set()
+        if lost:
+            self._lost.set()
+
+    async def wait_lost(self, timeout: timedelta | None = None) -> bool:
+        """Wait until the job is lost or ``timeout`` passes; returns ``is_lost()``."""
+        return await _wait(self._lost, timeout.total_seconds() if timeout is not None else None)
+
+    # --- acceptance points ----------------------------------------------------------------
+
+    async def call(self, method: AsyncWorkerMethod[Req, Resp], request: Req) -> Resp:
+        """Call the WorkerService method ``method`` picks (``lambda worker: worker.Commit``)
+        with ``request``, which carries this job's fence: transport failures are retried until
+        the retry budget or the lease by the local clock runs out."""
+        return await self._rpc.call(method(self._rpc.worker), request, lease_left=self.remaining())
+
+    async def commit(
+        self,
+        result: bytes,
+        *,
+        result_ref: str = "",
+        result_digest: str | None = None,
+        evidence: Sequence[str] = (),
+    ) -> CommitOutcome:
+        """Make ``result`` canonical for the task revision, behind this job's fence; as
+        ``Job.commit``: always asks the server, COMMITTED ends the job, FENCED / STALE_INPUT /
+        CANCELLED mark it lost, OutcomeUnknown means commit the same result again to learn it.
+        """
+        request = self._commit_request(result, result_ref, result_digest, evidence)
+        return self._committed(await self.call(lambda worker: worker.Commit, request))
+
+    async def stage(
+        self, result: bytes, *, result_ref: str = "", result_digest: str | None = None
+    ) -> StageOutcome:
+        """Stage ``result`` in this attempt's own area (never canonical by itself)."""
+        request = self._stage_request(result, result_ref, result_digest)
+        return self._staged(await self.call(lambda worker: worker.StageResult, request))
+
+    async def authorize_tool(self, tool: str, action: str = "") -> ToolAuthorization:
+        """Ask the tool acceptance point before a side effect; falsy means do not run it."""
+        request = self._authorize_request(tool, action)
+        return self._authorized(await self.call(lambda worker: worker.AuthorizeTool, request))
+
+    async def release(self, reason: str = "") -> ReleaseOutcome:
+        """Give the task back (READY again); as ``Job.release``."""
+        request = self._release_request(reason)
+        return self._released(await self.call(lambda worker: worker.Release, request))
+
+    async def effect(
+        self,
+        node_id: str,
+        effect_slot: str,
+        payload: bytes,
+        downstream: AsyncDownstream,
+        *,
+        reconcile_principal: str = "",
+    ) -> EffectOutcome:
+        """Perform the side effect of one slot at most once across every attempt of the task
+        revision: the protocol of ``Job.effect`` (sdk/effects.py), with an async downstream
+        (``ThreadedDownstream`` runs a sync one, e.g. HttpDownstream, in a thread)."""
+        return await run_effect(
+            self,
+            node_id,
+            effect_slot,
+            payload,
+            downstream,
+            reconcile_principal=reconcile_principal,
+        )
+
+    # --- keepalive ------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Start the keepalive task on the running loop (idempotent)."""
+        if self._task is None and not self._stop.is_set():
+            self._task = asyncio.get_running_loop().create_task(
+                self._keepalive(), name=f"keepalive-{self._name}"
+            )
+        return self
+
+    async def close(self) -> None:
+        """Stop the keepalive without releasing: an uncommitted task is reclaimed on expiry."""
+        self._stop.set()
+        task = self._task
+        if task is not None and task is not asyncio.current_task():
+            # A renewal in flight is cancelled: renewing is idempotent, and one that landed
+            # only keeps the lease alive until its TTL.
+            task.cancel()
+            await asyncio.wait([task])
+
+    async def __aenter__(self) -> Self:
+        return self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            why = self._leaving(exc)
+            if why is not None:
+                try:
+                    await self.release(why)
+                except CoordinatorError as error:
+                    self._release_failed(error)
+        finally:
+            await self.close()
+
+    async def _keepalive(self) -> None:
+        next_at = self._next_renewal(self._clock(), accepted=True)
+        try:
+            while not await _wait(self._stop, max(next_at - self._clock(), 0.0)):
+                sent = self._clock()
+                next_at = self._next_renewal(sent, await self._renew_once(sent))
+        except Exception as exc:
+            self._keepalive_crashed(exc)
+
+    async def _renew_once(self, sent: float) -> bool:
+        """One renewal; True if accepted. Marks the job lost when the answer says so."""
+        request, timeout = self._renew_request(self._rpc.policy)
+        try:
+            # No SDK retries here: this loop is the retry, and each try ends before the lease.
+            response = await self._rpc.call(
+                self._rpc.worker.Renew, request, retry=False, timeout=timeout
+            )
+        except CoordinatorError as exc:
+            self._renewal_failed(exc)
+            return False
+        return self._renewed(sent, response)
+
+    def __repr__(self) -> str:
+        return f"AsyncJob({self._describe()})"

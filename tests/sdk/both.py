@@ -1,0 +1,197 @@
+"""One face over the sync and the asyncio SDK, so a behavioural test runs against both.
+
+``Sdk.client(...)`` gives a ``Worker`` whose claims come back as ``Held`` jobs; for asyncio each
+call is run on an event loop in a thread of its own (``LoopThread``), which keeps running between
+calls, so the AsyncJob's keepalive task renews while the test waits, as a real program's would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Protocol, TypeVar
+
+from coordinator.sdk import (
+    ClaimRefused,
+    CommitOutcome,
+    Downstream,
+    EffectOutcome,
+    LostCallback,
+    LostReason,
+    ReleaseOutcome,
+    RetryPolicy,
+    TaskInfo,
+    WorkerClient,
+)
+from coordinator.sdk.aio import AsyncJob, AsyncWorkerClient, ThreadedDownstream
+from tests.conftest import GRPC_OPTIONS
+
+T = TypeVar("T")
+CALL_TIMEOUT = 60.0  # no call of a test waits longer than its retry budget and lease
+
+
+class Held(Protocol):
+    """A claimed job of either SDK, as the tests use it."""
+
+    @property
+    def generation(self) -> int: ...
+    @property
+    def renewals(self) -> int: ...
+    @property
+    def lost_reason(self) -> LostReason | None: ...
+    @property
+    def committed(self) -> bool: ...
+    def is_lost(self) -> bool: ...
+    def wait_lost(self, timeout: timedelta) -> bool: ...
+    def commit(self, result: bytes) -> CommitOutcome: ...
+    def release(self, reason: str = "") -> ReleaseOutcome: ...
+    def effect(
+        self, node_id: str, effect_slot: str, payload: bytes, downstream: Downstream
+    ) -> EffectOutcome: ...
+    def __enter__(self) -> Held: ...
+    def __exit__(self, *exc: Any) -> None: ...
+
+
+class Worker(Protocol):
+    """A worker client of either SDK."""
+
+    def claim(
+        self, task_id: str, *, ttl: timedelta, on_lost: LostCallback | None = None
+    ) -> Held | ClaimRefused: ...
+    def claim_next(self, queue: str, *, ttl: timedelta) -> Held | ClaimRefused: ...
+    def create_task(self, task_id: str, *, input: bytes, queue: str) -> TaskInfo: ...
+    def get_task(self, task_id: str) -> TaskInfo: ...
+    def epoch(self) -> int: ...
+    def close(self) -> None: ...
+
+
+class LoopThread:
+    """An event loop running in its own thread; ``run`` waits for one coroutine on it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the loop and return its result (or raise its exception)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(CALL_TIMEOUT)
+
+    def close(self) -> None:
+        """Stop the loop and its thread."""
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(CALL_TIMEOUT)
+        self.loop.close()
+
+
+class _AsyncHeld:
+    """An AsyncJob driven from the test's thread."""
+
+    def __init__(self, job: AsyncJob, loop: LoopThread) -> None:
+        self.job, self._loop = job, loop
+
+    generation = property(lambda self: self.job.generation)
+    renewals = property(lambda self: self.job.renewals)
+    lost_reason = property(lambda self: self.job.lost_reason)
+    committed = property(lambda self: self.job.committed)
+
+    def is_lost(self) -> bool:
+        return self.job.is_lost()
+
+    def wait_lost(self, timeout: timedelta) -> bool:
+        return self._loop.run(self.job.wait_lost(timeout))
+
+    def commit(self, result: bytes) -> CommitOutcome:
+        return self._loop.run(self.job.commit(result))
+
+    def release(self, reason: str = "") -> ReleaseOutcome:
+        return self._loop.run(self.job.release(reason))
+
+    def effect(
+        self, node_id: str, effect_slot: str, payload: bytes, downstream: Downstream
+    ) -> EffectOutcome:
+        threaded = ThreadedDownstream(downstream)
+        return self._loop.run(self.job.effect(node_id, effect_slot, payload, threaded))
+
+    def __enter__(self) -> _AsyncHeld:
+        self._loop.run(self.job.__aenter__())
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._loop.run(self.job.__aexit__(exc_type, exc, tb))
+
+
+class _AsyncWorker:
+    """An AsyncWorkerClient driven from the test's thread."""
+
+    def __init__(self, loop: LoopThread, target: str, principal: str, policy: RetryPolicy) -> None:
+        self._loop = loop
+
+        async def connect() -> AsyncWorkerClient:  # a grpc.aio channel is made on its loop
+            return AsyncWorkerClient(
+                target, principal=principal, channel_options=GRPC_OPTIONS, retry=policy
+            )
+
+        self.client = loop.run(connect())
+
+    def _held(self, claimed: AsyncJob | ClaimRefused) -> Held | ClaimRefused:
+        return claimed if isinstance(claimed, ClaimRefused) else _AsyncHeld(claimed, self._loop)
+
+    def claim(
+        self, task_id: str, *, ttl: timedelta, on_lost: LostCallback | None = None
+    ) -> Held | ClaimRefused:
+        return self._held(self._loop.run(self.client.claim(task_id, ttl=ttl, on_lost=on_lost)))
+
+    def claim_next(self, queue: str, *, ttl: timedelta) -> Held | ClaimRefused:
+        return self._held(self._loop.run(self.client.claim_next(queue, ttl=ttl)))
+
+    def create_task(self, task_id: str, *, input: bytes, queue: str) -> TaskInfo:
+        return self._loop.run(self.client.create_task(task_id, input=input, queue=queue))
+
+    def get_task(self, task_id: str) -> TaskInfo:
+        return self._loop.run(self.client.get_task(task_id))
+
+    def epoch(self) -> int:
+        return self._loop.run(self.client.epoch())
+
+    def close(self) -> None:
+        self._loop.run(self.client.close())
+
+
+class Sdk:
+    """Makes worker clients of one SDK: ``sync`` or ``async``."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._loop = LoopThread() if kind == "async" else None
+        self._workers: list[Worker] = []
+
+    def client(
+        self, target: str | Sequence[str], principal: str, *, retry: RetryPolicy | None = None
+    ) -> Worker:
+        """A client of this SDK, closed with the Sdk."""
+        policy = retry or RetryPolicy(attempts=3)
+        worker: Worker
+        if self._loop is None:
+            worker = WorkerClient(
+                target, principal=principal, channel_options=GRPC_OPTIONS, retry=policy
+            )
+        else:
+            worker = _AsyncWorker(self._loop, str(target), principal, policy)
+        self._workers.append(worker)
+        return worker
+
+    def close(self) -> None:
+        """Close every client, then the loop."""
+        for worker in self._workers:
+            worker.close()
+        if self._loop is not None:
+            self._loop.close()

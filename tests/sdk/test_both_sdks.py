@@ -1,0 +1,267 @@
+"""The same behaviour from the sync SDK and the asyncio SDK (coordinator.sdk.aio).
+
+Every test runs twice, once per SDK (tests/sdk/both.py), against a real coordinator on the
+session etcd: claim and commit; a paused holder (a frozen process, and a job never renewed)
+whose late commit is FENCED/SUPERSEDED while a takeover commits; a loss reported once; the
+epoch followed by itself; OutcomeUnknown against TransportError from a stopped coordinator;
+an effect performed once, then SKIPPED by a second attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.demo.outbox import OutboxProcess
+from coordinator.domain.effects import effect_id
+from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
+from coordinator.etcd_process import EtcdProcess, free_port
+from coordinator.sdk import (
+    ClaimRefused,
+    EffectStatus,
+    HttpDownstream,
+    LossSource,
+    LostReason,
+    OutcomeUnknown,
+    RetryPolicy,
+    TransportError,
+    WorkerClient,
+)
+from coordinator.sdk._rpc import ATTEMPT_HINT
+from tests.helpers import eventually
+from tests.sdk.both import Held, Sdk, Worker
+from tests.sdk.replicas import replicas
+from tests.sdk.support import QUEUE, Served, served_with_task
+
+TTL = timedelta(seconds=1)  # etcd grants 2 s
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(params=["sync", "async"])
+def sdk(request: pytest.FixtureRequest) -> Iterator[Sdk]:
+    """The SDK under test: its clients are closed after the test."""
+    made = Sdk(request.param)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def coordinator(etcd: EtcdProcess, prefix: str) -> Iterator[Served]:
+    """A coordinator on this test's prefix with one READY task "t1"."""
+    with served_with_task(etcd.endpoint, prefix) as running:
+        yield running
+
+
+@pytest.fixture
+def producer(coordinator: Served) -> Iterator[WorkerClient]:
+    """A sync client for the producer's and the admin's calls."""
+    with coordinator.client("producer") as client:
+        yield client
+
+
+def claimed(worker: Worker, **kwargs: Any) -> Held:
+    """Claim t1 and insist that it worked."""
+    job = worker.claim("t1", ttl=kwargs.pop("ttl", TTL), **kwargs)
+    assert not isinstance(job, ClaimRefused), job
+    return job
+
+
+def take_over(worker: Worker) -> Held:
+    """Claim t1 as soon as its holder's lease has run out."""
+
+    def attempt() -> Held | None:
+        job = worker.claim("t1", ttl=timedelta(seconds=30))
+        return None if isinstance(job, ClaimRefused) else job
+
+    return eventually(attempt, timeout=15, message="t1 never became claimable")
+
+
+def test_claim_renew_and_commit(sdk: Sdk, coordinator: Served, producer: WorkerClient) -> None:
+    worker = sdk.client(coordinator.target, "worker-a")
+    job = worker.claim_next(QUEUE, ttl=TTL)
+    assert not isinstance(job, ClaimRefused), job
+    with job:
+        assert not job.wait_lost(timedelta(seconds=3))  # past the 2 s lease
+        assert job.renewals >= 3  # at TTL/3
+        outcome = job.commit(b"done")
+    assert (outcome.outcome, outcome.state) == (Outcome.COMMITTED, TaskState.DONE)
+    assert job.committed and not job.is_lost()
+    task = worker.get_task("t1")
+    assert (task.state, task.result_commit_id) == (TaskState.DONE, outcome.result_commit_id)
+    assert [a.end for a in task.attempts] == [AttemptEnd.COMMITTED]
+
+
+def test_a_job_never_renewed_is_fenced_superseded_while_the_takeover_commits(
+    sdk: Sdk, coordinator: Served
+) -> None:
+    worker, rescuer = sdk.client(coordinator.target, "a"), sdk.client(coordinator.target, "b")
+    seen: list[LostReason] = []
+    stale = claimed(worker, on_lost=seen.append)  # never entered: no keepalive
+    with take_over(rescuer) as fresh:
+        assert fresh.generation > stale.generation
+        assert fresh.commit(b"fresh").committed
+    late = stale.commit(b"stale")
+    assert (late.outcome, late.reason) == (Outcome.FENCED, FenceReason.SUPERSEDED)
+    assert [(r.outcome, r.reason, r.source) for r in seen] == [
+        (Outcome.FENCED, FenceReason.SUPERSEDED, LossSource.COMMIT)
+    ]
+    task = rescuer.get_task("t1")
+    assert [a.end for a in task.attempts] == [AttemptEnd.EXPIRED, AttemptEnd.COMMITTED]
+
+
+@pytest.mark.slow
+def test_a_frozen_worker_process_is_fenced_superseded_while_the_takeover_commits(
+    sdk: Sdk, coordinator: Served, tmp_path: Path
+) -> None:
+    args = ["--sdk", sdk.kind, "--target", coordinator.target, "--task", "t1"]
+    with (tmp_path / "worker.err").open("w") as err:
+        sleeper = subprocess.Popen(
+            [sys.executable, "-m", "tests.sdk.paused_worker", *args],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+    assert sleeper.stdin is not None and sleeper.stdout is not None
+    try:
+        holding = json.loads(sleeper.stdout.readline() or "{}")
+        assert holding.get("op") == "holding", (tmp_path / "worker.err").read_text()
+        os.kill(sleeper.pid, signal.SIGSTOP)  # frozen with its keepalive, past its TTL
+        rescuer = sdk.client(coordinator.target, "rescuer")
+        with take_over(rescuer) as job:
+            assert job.generation > holding["generation"]
+            assert job.commit(b"rescued").committed
+        os.kill(sleeper.pid, signal.SIGCONT)
+        sleeper.stdin.write("commit now\n")
+        sleeper.stdin.flush()
+        late = json.loads(sleeper.stdout.readline() or "{}")
+        assert sleeper.wait(timeout=30) == 0, (tmp_path / "worker.err").read_text()
+    finally:
+        if sleeper.poll() is None:
+            os.kill(sleeper.pid, signal.SIGCONT)
+            sleeper.kill()
+            sleeper.wait(timeout=30)
+    assert (late["outcome"], late["reason"]) == ("FENCED", "SUPERSEDED")
+    # Reported once, by whichever call saw it first after the thaw: its renewal or its commit.
+    assert len(late["losses"]) == 1, late
+    assert late["losses"][0][:2] == ["FENCED", "SUPERSEDED"]
+    task = rescuer.get_task("t1")
+    assert task.state is TaskState.DONE
+    assert task.result_commit_id == f"{task.attempts[-1].attempt_id}@{job.generation}"
+
+
+def test_a_cancel_is_reported_once(sdk: Sdk, coordinator: Served, producer: WorkerClient) -> None:
+    worker = sdk.client(coordinator.target, "worker-a")
+    seen: list[LostReason] = []
+    with claimed(worker, on_lost=seen.append) as job:
+        producer.cancel_task("t1", reason="no longer needed")
+        assert job.wait_lost(timedelta(seconds=5))
+        lost = job.lost_reason
+        assert lost is not None
+        assert (lost.outcome, lost.source) == (Outcome.CANCELLED, LossSource.RENEW)
+        assert job.commit(b"late").outcome is Outcome.CANCELLED  # asked, refused, not reported
+    assert seen == [lost]
+    task = producer.get_task("t1")
+    assert (task.state, task.result_commit_id) == (TaskState.CANCELLED, "")
+
+
+def test_an_epoch_bump_fences_the_job_once_and_the_next_claim_follows_it(
+    sdk: Sdk, coordinator: Served, producer: WorkerClient
+) -> None:
+    worker = sdk.client(coordinator.target, "worker-a")
+    seen: list[LostReason] = []
+    with claimed(worker, on_lost=seen.append) as job:
+        assert producer.bump_epoch() == 2
+        assert job.wait_lost(timedelta(seconds=5))
+        assert job.release().outcome is Outcome.FENCED  # asked, refused, not reported again
+    assert [(r.outcome, r.reason, r.source) for r in seen] == [
+        (Outcome.FENCED, FenceReason.EPOCH_CHANGED, LossSource.RENEW)
+    ]
+    # The client still pins epoch 1; its claim is not refused EPOCH_CHANGED but re-pinned and
+    # sent again: the task is held (by the fenced claim's lease) until it expires.
+    refused = worker.claim("t1", ttl=TTL)
+    assert isinstance(refused, ClaimRefused)
+    assert refused.outcome is Outcome.ALREADY_CLAIMED
+    with take_over(worker) as again:
+        assert again.commit(b"done").committed
+
+
+def test_a_paused_coordinator_leaves_an_unknown_outcome_a_dead_one_a_transport_error(
+    sdk: Sdk, etcd: EtcdProcess, prefix: str, tmp_path: Path
+) -> None:
+    short = RetryPolicy(
+        timeout=timedelta(seconds=0.5),
+        budget=timedelta(seconds=1),
+        initial_backoff=timedelta(milliseconds=50),
+        max_backoff=timedelta(milliseconds=200),
+    )
+    with replicas(etcd, prefix, tmp_path, 1) as (replica,):
+        worker = sdk.client(replica.target, "worker-a", retry=short)
+        worker.create_task("t1", input=b"x", queue=QUEUE)
+        job = claimed(worker, ttl=timedelta(seconds=30))
+        replica.pause()  # the connection stays up: the commit is sent, never answered
+        with pytest.raises(OutcomeUnknown) as unknown:
+            job.commit(b"result")
+        assert unknown.value.code == "DEADLINE_EXCEEDED"
+        assert str(unknown.value).endswith(f"outcome unknown, not failed; {ATTEMPT_HINT}")
+        assert not job.committed and job.lost_reason is None
+        replica.resume()
+        # The same call again learns the truth (a try may have landed: COMMITTED either way).
+        assert eventually(lambda: _committed_or_none(job), timeout=15).committed
+        replica.kill()  # nothing listens: no try of a new client can reach a coordinator
+        with pytest.raises(TransportError) as dead:
+            sdk.client(replica.target, "worker-b", retry=short).get_task("t1")
+    assert type(dead.value) is TransportError
+    assert dead.value.code == "UNAVAILABLE"
+    assert str(dead.value).endswith("no try reached a coordinator")
+
+
+def _committed_or_none(job: Held) -> Any:
+    try:
+        return job.commit(b"result")
+    except TransportError:  # a try inside the channel's reconnect back-off: not yet
+        return None
+
+
+def test_an_effect_is_performed_once_and_skipped_by_a_second_attempt(
+    sdk: Sdk, coordinator: Served
+) -> None:
+    key = effect_id("t1", 1, "notify", "email")
+    with OutboxProcess() as outbox:
+        down = HttpDownstream(outbox.url)
+        first, second = sdk.client(coordinator.target, "a"), sdk.client(coordinator.target, "b")
+        with claimed(first, ttl=timedelta(seconds=30)) as job:
+            done = job.effect("notify", "email", b"the report is ready", down)
+            assert (done.status, done.effect_id, done.sent) == (EffectStatus.EXECUTED, key, True)
+            assert job.release("handing over").released
+        with take_over(second) as again:
+            skipped = again.effect("notify", "email", b"the report is ready", down)
+            assert (skipped.status, skipped.sent, skipped.external_ref) == (
+                EffectStatus.SKIPPED,
+                False,
+                done.external_ref,
+            )
+            assert again.commit(b"done").committed
+        assert outbox.performed(key) == 1
+        assert outbox.counts()["calls"] == {key: 1}
+
+
+def test_a_free_port_is_a_transport_error_before_any_coordinator_exists(sdk: Sdk) -> None:
+    once = RetryPolicy(attempts=2, initial_backoff=timedelta(milliseconds=10))
+    worker = sdk.client(f"127.0.0.1:{free_port()}", "nobody", retry=once)
+    with pytest.raises(TransportError) as raised:
+        worker.epoch()
+    assert type(raised.value) is TransportError
+    assert str(raised.value).endswith("no try reached a coordinator")
