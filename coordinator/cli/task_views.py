@@ -13,7 +13,7 @@ import base64
 import dataclasses
 import json
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
@@ -40,7 +40,8 @@ def printable_text(data: bytes) -> str | None:
 
 
 def to_json(value: Any) -> Any:
-    """A JSON-ready copy of an SDK value: enums by name, times in ISO 8601, bytes as payloads."""
+    """A JSON-ready copy of an SDK value: enums by name, times in ISO 8601, durations in
+    seconds, bytes as payloads."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
         for field in dataclasses.fields(value):
@@ -54,6 +55,8 @@ def to_json(value: Any) -> Any:
         return value.name
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
     if isinstance(value, tuple | list):
         return [to_json(v) for v in value]
     return value

@@ -18,7 +18,7 @@ from coordinator.cli import main
 from coordinator.domain.digests import digest_of
 from coordinator.domain.states import TaskState
 from coordinator.domain.validation import MAX_INPUT_BYTES
-from coordinator.store import Store
+from coordinator.store import Store, TaskSpec
 from tests.lifecycle.support import RESULT, claim, create, finish, snapshot
 
 Cli = Callable[..., Result]
@@ -224,7 +224,9 @@ def _cycle(store: Store, task_id: str, times: int) -> None:
 def test_get_shows_the_task_and_its_latest_attempts(
     store: Store, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    create(store, "t")
+    # Unlimited attempts: 22 releases would dead-letter a task under the default policy (5).
+    spec = TaskSpec(task_id="t", input=b"input of t", retry=(("max_attempts", 0),))
+    store.tasks.create(spec, by="pm")
     _cycle(store, "t", 22)
     task = store.tasks.get("t")
     shown = cli("get", "t")
