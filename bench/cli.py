@@ -1,10 +1,11 @@
 """``python -m bench``: start etcd and a coordinator, run every measurement, report.
 
 Phases, in order: throughput (item 1, the four scenarios interleaved), reclaim latency (item 2),
-ClaimNext scale and etcd footprint (item 3), the coordinator's memory with N held claims
-(item 3) and with misbehaving event readers (bench/events.py), each on a freshly started
-coordinator, then retention (bench/retention.py: etcd's db size as tasks keep finishing, and
-throughput with the pruner on and off). Everything is bounded in count and time; ``--budget``
+delayed tasks claimed after their not_before by long-polling workers (bench/promote.py),
+ClaimNext scale and etcd footprint (item 3), the coordinator's memory with N held claims (item 3)
+and with misbehaving event readers (bench/events.py), each on a freshly started coordinator,
+then retention (bench/retention.py: etcd's db size as tasks keep finishing, and throughput with
+the pruner on and off). Everything is bounded in count and time; ``--budget``
 is a hard wall-time bound after which the remaining phases are skipped and say so.
 """
 
@@ -28,6 +29,7 @@ from bench.events import run_events
 from bench.harness import Scenario, say
 from bench.held import run_held
 from bench.procs import GRPC_OPTIONS, CoordinatorProcess, Meter, rss_mib
+from bench.promote import run_promote
 from bench.reclaim import run_reclaim
 from bench.report import HEADLINE, markdown, targets
 from bench.retention import run_retention
@@ -42,7 +44,12 @@ from coordinator.store.etcd import EtcdKV
 PREFIX = "/coordinator-bench"
 EVENT_HISTORY_CALLERS = 16
 EVENTS_PREFIX = "/coordinator-bench-events"
-PHASES = ("throughput", "reclaim", "scale", "held", "events", "retention")
+# The promote phase: tasks due 2 s after their creation, a batch every 0.5 s, 8 workers each
+# long-polling ClaimNext 5 s (within the server's default caps on long polls). 20 tasks a batch
+# (40/s) stay within what 2 cores claim and commit; at 100 a batch the figure measures the
+# backlog instead (docs/performance.md).
+PROMOTE_DELAY, PROMOTE_SPACING, PROMOTE_WORKERS, PROMOTE_WAIT = 2.0, 0.5, 8, 5.0
+PHASES = ("throughput", "reclaim", "promote", "scale", "held", "events", "retention")
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,8 @@ class Profile:
     scale_samples: int
     held_claims: int
     events: int
+    promote_batches: int
+    promote_batch_size: int
     budget: float
     # Seconds kept back from the throughput phase for the phases after it.
     reserve: float
@@ -73,8 +82,10 @@ FULL = Profile(
     scale_samples=100,
     held_claims=10_000,
     events=100_000,
+    promote_batches=10,
+    promote_batch_size=20,
     budget=900.0,
-    reserve=180.0,
+    reserve=190.0,
 )
 SMOKE = Profile(
     levels=(1, 32),
@@ -86,8 +97,10 @@ SMOKE = Profile(
     scale_samples=10,
     held_claims=100,
     events=1_000,
+    promote_batches=3,
+    promote_batch_size=20,
     budget=100.0,
-    reserve=45.0,
+    reserve=52.0,
 )
 
 
@@ -108,6 +121,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--million", action="store_true", help="add 1,000,000 ready tasks to scale")
     p.add_argument("--held-claims", type=int, help="claims held for the memory reading")
     p.add_argument("--events", type=int, help="events in the log for the events phase")
+    p.add_argument("--promote-batches", type=int, help="batches of delayed tasks (promote)")
+    p.add_argument("--promote-batch-size", type=int, help="delayed tasks per batch (promote)")
     p.add_argument("--only", help=f"comma-separated phases to run ({','.join(PHASES)})")
     p.add_argument(
         "--retention-tasks",
@@ -156,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         "scale_samples": ns.scale_samples or base.scale_samples,
         "held_claims": ns.held_claims or base.held_claims,
         "events": ns.events or base.events,
+        "promote_batches": ns.promote_batches or base.promote_batches,
+        "promote_batch_size": ns.promote_batch_size or base.promote_batch_size,
         "budget_s": ns.budget or base.budget,
         "phases": ns.only.split(",") if ns.only else list(PHASES),
         "retention_tasks": ns.retention_tasks or (400 if ns.smoke else 20_000),
@@ -237,6 +254,16 @@ def run_phases(
                     seeder,
                     samples=config["reclaim_samples"],
                     parallel=config["reclaim_parallel"],
+                )
+            if "promote" in phases and time_left("promote", PROMOTE_DELAY + 10):
+                doc["promote"] = run_promote(
+                    coordinator.target,
+                    batches=config["promote_batches"],
+                    batch_size=config["promote_batch_size"],
+                    delay=PROMOTE_DELAY,
+                    spacing=PROMOTE_SPACING,
+                    workers=PROMOTE_WORKERS,
+                    wait=PROMOTE_WAIT,
                 )
             if "scale" in phases and time_left("scale", 30):
                 doc["scale"] = run_scale(
@@ -377,12 +404,17 @@ def headline(doc: dict[str, Any]) -> None:
         notes["claimnext_100k_over_1k"] = (
             f"measured at {min(scale['sizes'])} vs {max(scale['sizes'])} ready tasks"
         )
+    promote = doc.get("promote")
+    doc["promote_claimable_p95_s_after_due"] = (
+        promote["claimable_s_after_due"]["p95"] if promote else None
+    )
     held = doc.get("held")
     doc["coordinator_rss_mib_10k_claims"] = held["coordinator_rss_mib_held"] if held else None
     if held and held["claims_held"] != 10_000:
         notes["coordinator_rss_mib_10k_claims"] = f"measured with {held['claims_held']} claims"
     for key, phase in (
         ("reclaim_p95_s_over_ttl", "reclaim"),
+        ("promote_claimable_p95_s_after_due", "promote"),
         ("claimnext_100k_over_1k", "scale"),
         ("coordinator_rss_mib_10k_claims", "held"),
     ):

@@ -14,6 +14,7 @@ HEADLINE = (
     "ratio_a_c_32",
     "ratio_a_d_32",
     "reclaim_p95_s_over_ttl",
+    "promote_claimable_p95_s_after_due",
     "claimnext_100k_over_1k",
     "coordinator_rss_mib_10k_claims",
     "etcd_db_mib_at_200k_over_50k",
@@ -31,6 +32,12 @@ TARGETS: tuple[tuple[str, str, str, Callable[[float], bool]], ...] = (
         "reclaim: READY again after TTL, p95 (s)",
         "<= 0.6",
         lambda v: v <= 0.6,
+    ),
+    (
+        "promote_claimable_p95_s_after_due",
+        "delayed task claimed after its not_before, p95 (s)",
+        "<= 1.0",
+        lambda v: v <= 1.0,
     ),
     ("claimnext_100k_over_1k", "ClaimNext p50 at 100k / at 1k ready", "<= 1.2", lambda v: v <= 1.2),
     (
@@ -83,6 +90,8 @@ def markdown(doc: dict[str, Any]) -> str:
     parts = [_throughput_table(doc), _ratio_table(doc)]
     if doc.get("reclaim"):
         parts.append(_reclaim_table(doc["reclaim"]))
+    if doc.get("promote"):
+        parts.append(_promote_line(doc["promote"]))
     if doc.get("scale"):
         parts.append(_scale_table(doc["scale"]))
     if doc.get("held"):
@@ -161,6 +170,18 @@ def _reclaim_table(reclaim: dict[str, Any]) -> str:
             f"| {label} | {_fmt(s['p50'], 3)} | {_fmt(s['p95'], 3)} | {_fmt(s['max'], 3)} |"
         )
     return "\n".join(lines)
+
+
+def _promote_line(promote: dict[str, Any]) -> str:
+    s = promote["claimable_s_after_due"]
+    return (
+        f"Delayed tasks ({promote['claimed']} of {promote['tasks']} claimed; "
+        f"{promote['batches']} batches of {promote['batch_size']}, due "
+        f"{_fmt(promote['delay_s'], 1)} s after creation; {promote['workers']} workers "
+        f"long-polling {_fmt(promote['wait_s'], 0)} s), claimed this long after their "
+        f"not_before: p50 {_fmt(s['p50'], 3)} s, p95 {_fmt(s['p95'], 3)} s, max "
+        f"{_fmt(s['max'], 3)} s; {s['early']} claimed early, {promote['errors']} errors."
+    )
 
 
 def _scale_table(scale: dict[str, Any]) -> str:

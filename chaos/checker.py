@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 import grpc
 
+from chaos.budget import budget_replay, missing_dead_letter
 from chaos.follow_check import follower_agreement
 from chaos.history import INFO, EffectWrite, Op, OpKind, Outcome, Write
 from chaos.linearizability import (
@@ -81,6 +82,9 @@ class Evidence:
     # What the run's WatchEvents follower received, in arrival order (chaos/follower.py);
     # None where no follower ran. Compared with ``writes``.
     followed: Sequence[Write] | None = None
+    # Tasks the scenario poisoned (their worker dies on every attempt): each must end FAILED
+    # for an exhausted retry budget (chaos/budget.py).
+    poisoned: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ class Verdict:
     settled_by_history: int = 0  # indefinite operations settled from etcd's own history
     followed: int = 0  # events the WatchEvents follower received
     streams_refused: int = 0  # flood streams refused RESOURCE_EXHAUSTED (the abuse scenario)
+    dead_lettered: int = 0  # tasks FAILED for an exhausted retry budget (the poison scenario)
 
     @property
     def ok(self) -> bool:
@@ -146,12 +151,20 @@ def check(evidence: Evidence) -> Verdict:
             violations += history_agreement(task, task_ops, task_writes, final)
             violations += log_replay(task, task_writes)
             violations += real_time_order(task, task_ops)
+            violations += budget_replay(task, task_writes, final.max_attempts if final else 0)
     if evidence.followed is not None and evidence.writes is not None:
         violations += follower_agreement(evidence.followed, evidence.writes)
+    for task in sorted(evidence.poisoned):
+        poisoned_writes = None
+        if evidence.writes is not None:
+            poisoned_writes = sorted(writes_of.get(task, []), key=lambda w: w.position)
+        violations += missing_dead_letter(task, evidence.final.get(task), poisoned_writes)
     violations += old_epoch_commits(ops)
     violations += stream_refusals(ops)
     violations += duplicate_effects(evidence.performed)
-    violations += lost_tasks(evidence.expected_tasks | set(by_task), evidence.final)
+    violations += lost_tasks(
+        evidence.expected_tasks | evidence.poisoned | set(by_task), evidence.final
+    )
     violations += coverage_gaps(evidence.coverage)
     commits = [o for o in ops if o.op is OpKind.COMMIT]
     # Refused commits by reason (FENCED's reason; CANCELLED and STALE_INPUT by outcome).
@@ -171,6 +184,7 @@ def check(evidence: Evidence) -> Verdict:
         settled_by_history=sum(o.reason == SETTLED_BY_HISTORY for o in ops),
         followed=len(evidence.followed or ()),
         streams_refused=sum(_refused_at_the_caps(o) for o in ops),
+        dead_lettered=sum(t.dead_lettered for t in evidence.final.values()),
     )
 
 
@@ -334,12 +348,18 @@ def duplicate_effects(performed: Mapping[str, int]) -> list[Violation]:
 
 
 def lost_tasks(task_ids: Iterable[str], final: Mapping[str, FinalTask]) -> list[Violation]:
-    """Each task is DONE, CANCELLED, or claimable again (READY, or CLAIMED)."""
+    """Each task is DONE, CANCELLED, claimable again (READY, or CLAIMED), or FAILED for an
+    exhausted retry budget (the dead letter the retry policy allows)."""
     violations = []
     for task_id in sorted(task_ids):
         got = final.get(task_id)
-        if got is None or got.state not in LIVE_STATES:
+        if got is None or (got.state not in LIVE_STATES and not got.dead_lettered):
             state = got.state.name if got else "missing"
+            if got is not None and got.state is TaskState.FAILED:
+                state += (
+                    f" ({got.dead_letter_reason.name} after {got.attempts_counted} of "
+                    f"{got.max_attempts} attempts)"
+                )
             violations.append(Violation(Rule.LOST_TASK, task_id, (), f"final state {state}"))
     return violations
 

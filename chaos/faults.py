@@ -10,7 +10,10 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
+import uuid
 from collections.abc import Callable
+from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -21,7 +24,7 @@ from chaos.flood import NonReader, StreamFlood
 from chaos.harness import TTL, Harness, stopped
 from chaos.history import End, OpKind, Outcome, load
 from coordinator.errors import CoordinatorError, FailedPrecondition
-from coordinator.sdk import TaskInfo, TaskState, WorkerClient
+from coordinator.sdk import TaskInfo, TaskRetryPolicy, TaskState, WorkerClient
 
 PAST_TTL = 2 * TTL + 1.5
 """How long a pause lasts: past the lease TTL and the reclaimer's scan."""
@@ -48,6 +51,7 @@ class Fault:
     partition = False  # w0 runs in a network namespace of its own (chaos/netns.py)
     replica_flags: tuple[str, ...] = ()  # more `coordinator serve` options for the replicas
     local_only = ""  # why it must not run against a deployed coordinator ("" : it may)
+    poisoned: frozenset[str] = frozenset()  # tasks it made poison: each must be dead-lettered
 
     def available(self) -> str:
         """Empty when this machine can run the fault; else the reason it cannot."""
@@ -382,15 +386,61 @@ class AbuseStreams(Fault):
             channel.close()
 
 
+class PoisonTask(Fault):
+    """A poison task beside the normal workload: whichever worker claims it dies (chaos/worker.py
+    ``--poison``), frozen (SIGSTOP) past its TTL on the first attempt and SIGKILLed on every
+    other. Its retry policy allows ``BUDGET`` attempts, so when the last one's lease expires the
+    reclaimer must dead-letter it (FAILED, EXHAUSTED), having let no claim beyond the budget;
+    then the frozen worker is resumed (SIGCONT) and commits: the store must refuse it. Dead
+    workers are replaced as they die (with the flag: no worker may finish the poison task), so
+    the normal workload goes on and every other task is done once."""
+
+    name = "poison-task"
+    BUDGET = 3
+
+    def __init__(self) -> None:
+        # Its own id per run: against a deployed coordinator no other run's task is touched.
+        self.task_id = f"poison-{uuid.uuid4().hex[:8]}"
+        self.all_worker_flags = ("--poison", self.task_id)
+
+    def inject(self, h: Harness) -> None:
+        policy = TaskRetryPolicy(max_attempts=self.BUDGET, initial_backoff=timedelta(0))
+        with h.client("operator") as operator:
+            operator.create_task(self.task_id, input=b"poison", queue=h.queue, retry_policy=policy)
+            self.poisoned = frozenset({self.task_id})
+            # Each attempt lasts a lease and the reclaimer's scan; a few seconds more for slack.
+            deadline = time.monotonic() + self.BUDGET * (PAST_TTL + 3)
+            while operator.get_task(self.task_id).state is not TaskState.FAILED:
+                self._replace_dead(h)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.task_id} was not dead-lettered in time")
+                time.sleep(0.1)
+
+    def heal(self, h: Harness) -> None:
+        self._replace_dead(h)
+        for name, proc in list(h.workers.items()):
+            if stopped(proc.pid):
+                proc.send_signal(signal.SIGCONT)
+                late = partial(_committed, h.root / f"{name}.jsonl", self.task_id)
+                wait_until(late, 30, f"{name}'s late commit")
+
+    def _replace_dead(self, h: Harness) -> None:
+        for name, proc in list(h.workers.items()):
+            if proc.poll() is not None and f"{name}-again" not in h.workers:
+                h.start_worker(f"{name}-again", *self.all_worker_flags)
+
+
 def _claimed(history: Path) -> bool:
     """Whether ``history`` holds a claim answered CLAIMED."""
     return history.exists() and any(o.outcome is Outcome.CLAIMED for o in load([history]))
 
 
-def _committed(history: Path) -> bool:
-    """Whether ``history`` holds a commit that completed (whatever it heard)."""
+def _committed(history: Path, task: str = "") -> bool:
+    """Whether ``history`` holds a commit (of ``task``, if named) that completed (whatever it
+    heard)."""
     return history.exists() and any(
-        o.op is OpKind.COMMIT and o.end is not None for o in load([history])
+        o.op is OpKind.COMMIT and o.end is not None and (not task or o.task == task)
+        for o in load([history])
     )
 
 
@@ -411,6 +461,7 @@ FAULTS: dict[str, Callable[[], Fault]] = {
         ClockSkew,
         PartitionWorker,
         AbuseStreams,
+        PoisonTask,
     )
 }
 """Every scenario, by name: one fault each."""

@@ -306,7 +306,15 @@ class Harness:
         """Every task of the queue as etcd holds it now."""
         with self.client("checker") as client:
             return {
-                t.task_id: FinalTask(t.task_id, t.state, t.revision, t.result_commit_id)
+                t.task_id: FinalTask(
+                    t.task_id,
+                    t.state,
+                    t.revision,
+                    t.result_commit_id,
+                    max_attempts=t.retry_policy.max_attempts or 0,
+                    attempts_counted=t.attempts_counted,
+                    dead_letter_reason=t.dead_letter_reason,
+                )
                 for t in client.list_tasks(queue=self.queue)
             }
 
@@ -342,8 +350,9 @@ class Harness:
         return problems
 
     def unsettled(self) -> int:
-        """Tasks neither DONE nor CANCELLED."""
-        done = {TaskState.DONE, TaskState.CANCELLED}
+        """Tasks not yet DONE, CANCELLED or FAILED (a dead letter is settled too: the checker
+        judges whether it may be)."""
+        done = {TaskState.DONE, TaskState.CANCELLED, TaskState.FAILED}
         return sum(t.state not in done for t in self.final_tasks().values())
 
     def coverage(self) -> list[Coverage]:

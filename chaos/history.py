@@ -70,6 +70,7 @@ class Outcome(StrEnum):
     PAYLOAD_CONFLICT = "PAYLOAD_CONFLICT"
     NEEDS_APPROVAL = "NEEDS_APPROVAL"
     RECONCILING = "RECONCILING"
+    TIMED_OUT = "TIMED_OUT"
     # How an effect call ended (EffectStatus).
     EXECUTED = "EXECUTED"
     SKIPPED = "SKIPPED"

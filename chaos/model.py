@@ -1,7 +1,8 @@
 """Pure models of one task under the claim.v1 contract.
 
 ``step(state, op) -> (state, allowed)`` replays the clients' operations in real-time order;
-``apply(state, write) -> (state, problem)`` replays etcd's own event log in revision order.
+``apply(state, write) -> (state, problem)`` replays etcd's own event log in revision order, and
+``spend(state, write, budget) -> (state, breach)`` replays it against the retry budget.
 
 The model knows only what the history proves happened before an operation started: the claims
 and commits that had already completed. ``allowed`` is the set of outcomes the coordinator may
@@ -14,12 +15,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from chaos.history import Op, OpKind, Outcome, Write
+from chaos.violation import Rule
 from coordinator.domain.states import Op as Transition
 from coordinator.domain.states import TaskState
 
 COMMITTED, FENCED, CLAIMED = Outcome.COMMITTED, Outcome.FENCED, Outcome.CLAIMED
-REFUSED = frozenset({FENCED, Outcome.CANCELLED, Outcome.STALE_INPUT, Outcome.LOST})
-"""Outcomes that leave nothing canonical behind (LOST: an indefinite commit that did not land)."""
+REFUSED = frozenset(
+    {FENCED, Outcome.CANCELLED, Outcome.STALE_INPUT, Outcome.TIMED_OUT, Outcome.LOST}
+)
+"""Outcomes that leave nothing canonical behind (LOST: an indefinite commit that did not land;
+TIMED_OUT: the task's schedule_to_close passed)."""
 ANY: frozenset[Outcome] = frozenset(Outcome)
 """The model does not constrain this operation: every outcome is allowed."""
 
@@ -106,3 +111,54 @@ def apply(state: LogModel, write: Write) -> tuple[LogModel, str]:
     if write.to_state is not TaskState.CLAIMED:
         return replace(state, holder=""), ""
     return state, ""
+
+
+@dataclass(frozen=True)
+class BudgetModel:
+    """What etcd's event log says about a task's retry budget (docs/work-queue.md): the
+    attempts (claims) since the budget began, and whether the task is FAILED, the dead letter."""
+
+    attempts: int = 0
+    failed: bool = False
+
+
+FRESH_BUDGET = frozenset({Transition.RETRY, Transition.UPDATE_INPUT})
+"""Transitions that start a fresh budget (RetryTask sends a FAILED task back; a new input)."""
+
+
+@dataclass(frozen=True)
+class Breach:
+    """A write the retry budget does not allow: the rule it breaks and how."""
+
+    rule: Rule
+    detail: str
+
+
+def spend(state: BudgetModel, write: Write, budget: int) -> tuple[BudgetModel, Breach | None]:
+    """The budget after ``write`` and what, if anything, it breaks; ``budget`` is the task's
+    max_attempts (0: unlimited or unknown, so only the dead letter's finality is checked).
+
+    The chaos workers never report a failure (Fail) and set no deadline, so the one way a run
+    dead-letters a task is an exhausted budget: a dead letter must come after exactly
+    ``budget`` attempts, and nothing claims or commits the task after it."""
+    if write.op in FRESH_BUDGET:
+        return BudgetModel(), None
+    if write.op is Transition.CLAIM:
+        after = replace(state, attempts=state.attempts + 1)
+        if state.failed:
+            return after, Breach(Rule.WRITE_AFTER_DEAD_LETTER, "a claim of a FAILED task")
+        if budget and state.attempts >= budget:
+            detail = f"attempt {after.attempts} of a task whose budget is {budget}"
+            return after, Breach(Rule.CLAIM_BEYOND_BUDGET, detail)
+        return after, None
+    if write.op is Transition.COMMIT and state.failed:
+        return state, Breach(Rule.WRITE_AFTER_DEAD_LETTER, "a commit accepted on a FAILED task")
+    if write.op is Transition.DEAD_LETTER:
+        after = replace(state, failed=True)
+        if budget and state.attempts < budget:
+            detail = f"dead-lettered after {state.attempts} of its {budget} attempts"
+            return after, Breach(Rule.DEAD_LETTER_BEFORE_BUDGET, detail)
+        return after, None
+    if write.to_state is TaskState.FAILED:
+        return replace(state, failed=True), None
+    return state, None

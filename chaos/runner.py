@@ -3,7 +3,8 @@
 Traffic: a producer creates a task every ``PRODUCE_EVERY`` seconds for the duration, while
 ``WORKERS`` chaos workers claim, send one effect each and commit. The fault is injected at a
 seeded moment in the first half of the run and healed before the end; the run then waits until
-every task is DONE or CANCELLED (or a deadline passes) and hands the evidence to the checker.
+every task is DONE, CANCELLED or FAILED (or a deadline passes) and hands the evidence to the
+checker.
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ def run_scenario(
             writes=writes,
             effect_writes=h.effect_history(),
             followed=follower.received,
+            poisoned=fault.poisoned,
         )
         verdict = check(evidence)
     finally:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from chaos.history import Op
-from coordinator.domain.states import TaskState
+from coordinator.domain.states import DeadLetterReason, TaskState
 
 SETTLED = "settled"
 """Reason of indefinite commits the checker settled from the final state (no log)."""
@@ -20,6 +20,21 @@ class FinalTask:
     state: TaskState
     revision: int = 0
     result_commit_id: str = ""  # "{attempt_id}@{generation}" of the canonical commit
+    # Its retry policy's budget (0: unlimited, or not known), the attempts counted against it,
+    # and why it is FAILED (NONE while it is not).
+    max_attempts: int = 0
+    attempts_counted: int = 0
+    dead_letter_reason: DeadLetterReason = DeadLetterReason.NONE
+
+    @property
+    def dead_lettered(self) -> bool:
+        """Whether it ended as the retry policy allows a task to fail: FAILED for an exhausted
+        budget, with every attempt of the budget counted."""
+        return (
+            self.state is TaskState.FAILED
+            and self.dead_letter_reason is DeadLetterReason.EXHAUSTED
+            and 0 < self.max_attempts == self.attempts_counted
+        )
 
 
 class Rule(StrEnum):
@@ -34,6 +49,11 @@ class Rule(StrEnum):
     ACKNOWLEDGED_COMMIT_LOST = "acknowledged-commit-lost"
     STALE_RESULT = "stale-result"
     LOST_TASK = "lost-task"
+    # The retry budget and the dead letter (chaos/budget.py, chaos/model.py ``spend``).
+    CLAIM_BEYOND_BUDGET = "claim-beyond-budget"
+    WRITE_AFTER_DEAD_LETTER = "write-after-dead-letter"
+    DEAD_LETTER_BEFORE_BUDGET = "dead-letter-before-budget"
+    DEAD_LETTER_MISSING = "dead-letter-missing"
     # Against etcd's own history (chaos/linearizability.py).
     REFUSED_CALL_TOOK_EFFECT = "refused-call-took-effect"
     ACKNOWLEDGED_CALL_NOT_IN_LOG = "acknowledged-call-not-in-log"

@@ -1,7 +1,7 @@
 """A chaos worker process: claims, sends one effect, commits, and records every operation.
 
     python -m chaos.worker --target ADDR --name W --history FILE [--outbox URL] [--pause-first]
-                           [--kill-after-effect] [--retry-commits]
+                           [--kill-after-effect] [--retry-commits] [--poison TASK_ID]
 
 Each claim, effect and commit is recorded twice in the JSONL history (chaos/history.py): at
 invocation and at completion; a call that raised a transport error is recorded ``info``.
@@ -12,6 +12,9 @@ itself right after its first downstream call (the response never reaches the coo
 ``--retry-commits`` sends every commit twice (a duplicated / retried request). ``--hold-first``
 works on its first job until SIGUSR1 (at most ``HOLD_LIMIT`` seconds): the partition fault cuts
 it off meanwhile and signals it once the link is back, so its commit comes after the partition.
+``--poison TASK_ID`` makes that task a poison task: the worker that claims it dies, SIGSTOPped
+on its first attempt (the PoisonTask fault resumes it once the task is FAILED, and it commits
+anyway: the store must refuse it) and SIGKILLed on every other.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class ChaosWorker:
         self.retry_commits = bool(options["retry_commits"])
         self.work = int(str(options["work_ms"])) / 1000
         self.hold_first = bool(options["hold_first"])
+        self.poison = str(options["poison"])
         self.released = threading.Event()  # set by SIGUSR1: the held first job may commit
         self.jobs = 0
 
@@ -125,6 +129,10 @@ class ChaosWorker:
         first = self.jobs == 0
         self.jobs += 1
         with job:
+            if self.poison and job.task_id == self.poison:
+                os.kill(os.getpid(), signal.SIGSTOP if job.attempt == 1 else signal.SIGKILL)
+                self.commit(job)  # resumed from SIGSTOP, long past its lease
+                return
             if self.outbox is not None:
                 self.effect(job)
             if first and self.kill_after_effect:
@@ -166,6 +174,7 @@ class ChaosWorker:
 @click.option("--retry-commits", is_flag=True)
 @click.option("--work-ms", type=click.IntRange(0), default=30, show_default=True)
 @click.option("--hold-first", is_flag=True, help="Work on the first job until SIGUSR1.")
+@click.option("--poison", default="", metavar="TASK_ID", help="Die on every attempt of it.")
 def main(
     target: str,
     name: str,

@@ -122,7 +122,8 @@ def doctor(
     etcd_user: str | None,
     etcd_password: str | None,
 ) -> None:
-    """Check a keyspace: task records vs ready index, claim keys, results, events and edges."""
+    """Check a keyspace: task records vs their indexes (ready, delayed, deadline, ...), claim
+    keys, results, events and edges."""
     keys = Keyspace(prefix)
     if etcd is None:
         local = discover()

@@ -1,5 +1,7 @@
 """``coordinator doctor``'s checks: every disagreement between task records, indexes, claim
 keys, results, events and dependency edges in one snapshot of the keyspace (pure, no I/O).
+The indexes include the two sorted by time, the delayed and the deadline index
+(``due_indexes.py``).
 
 The task record is the one place a task's current state is read from. Primary evidence written
 by the same transactions - the live claim key, the canonical result, the event log - must agree

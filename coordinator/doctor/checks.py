@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Iterable
 from typing import TypeVar
 
+from coordinator.doctor.due_indexes import check_due_indexes, check_due_orphans
 from coordinator.doctor.effects import check_effects
 from coordinator.doctor.findings import LAGGING, Finding, Guard, Problem, Repair, Snapshot, Write
 from coordinator.doctor.orphans import check_orphans
@@ -36,6 +37,7 @@ def check(snap: Snapshot, keys: Keyspace, *, retention: float = DEFAULT_RETENTIO
     for task_id in sorted(parsed.tasks):
         findings += _check_task(parsed, keys, task_id)
     findings += check_orphans(parsed, keys)
+    findings += check_due_orphans(parsed, keys)
     findings += check_effects(parsed, keys)
     findings += check_retention(parsed, keys, retention=retention)
     return findings
@@ -63,6 +65,7 @@ def _check_task(parsed: Parsed, keys: Keyspace, task_id: str) -> list[Finding]:
         present = getattr(parsed, name).get(task_id)
         key = getattr(keys, name)(task_id)
         _check_index(out, task, kv, fixable, state, present, key, (missing, orphan))
+    out += check_due_indexes(parsed, keys, task, kv, fixable)
     _check_results(parsed, keys, task, out)
     _check_edges(parsed, keys, task, kv, out)
     _check_identity(parsed, keys, task, kv, out)
@@ -132,6 +135,10 @@ def _check_primary(
     return conflict
 
 
+# The ops a task's first event may have (a task created with a not_before starts DELAYED).
+_CREATIONS = frozenset({Op.CREATE, Op.CREATE_WAITING, Op.CREATE_DELAYED})
+
+
 def _check_events(parsed: Parsed, task: TaskRecord, kv: KV, out: list[Finding]) -> bool:
     """One event per transition, chained by state_version, ending in the record's state."""
     tid, chain = task.task_id, sorted(parsed.events.get(task.task_id, []), key=lambda e: e.key)
@@ -141,9 +148,7 @@ def _check_events(parsed: Parsed, task: TaskRecord, kv: KV, out: list[Finding]) 
         problems.append("it has no events")
     else:
         first_kv, first = events[0]
-        if first is not None and (
-            first.op not in (Op.CREATE, Op.CREATE_WAITING) or first.from_state is not None
-        ):
+        if first is not None and (first.op not in _CREATIONS or first.from_state is not None):
             problems.append(f"its first event is {first.op.value}, not a creation")
         if int(first_kv.key.rsplit("/", 1)[1]) != 0:
             problems.append("its first event is not keyed 0")

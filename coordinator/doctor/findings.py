@@ -40,6 +40,13 @@ class Problem(StrEnum):
     OPEN_EFFECT_INDEX_ORPHAN = "open-effect-index-orphan"
     RECONCILE_INDEX_MISSING = "reconcile-index-missing"
     RECONCILE_INDEX_ORPHAN = "reconcile-index-orphan"
+    # The indexes sorted by time (coordinator/doctor/due_indexes.py).
+    DELAYED_KEY_MISSING = "delayed-key-missing"
+    DELAYED_KEY_MISMATCH = "delayed-key-mismatch"
+    DELAYED_KEY_ORPHAN = "delayed-key-orphan"
+    DEADLINE_KEY_MISSING = "deadline-key-missing"
+    DEADLINE_KEY_MISMATCH = "deadline-key-mismatch"
+    DEADLINE_KEY_ORPHAN = "deadline-key-orphan"
     # Retention (coordinator/doctor/retention.py).
     PRUNE_LEFTOVER = "records-of-pruned-task"
     TASK_AND_TOMBSTONE = "task-and-tombstone"

@@ -45,6 +45,9 @@ class Parsed:
     jobs: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
     worker_jobs: dict[str, KV] = field(default_factory=dict)  # by job id
     prune_pending: dict[str, KV] = field(default_factory=dict)
+    # The indexes sorted by time ({p}/delayed/{due_ms}/{id}, {p}/deadlines/{ms}/{id}), by task.
+    delayed: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
+    deadlines: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
     findings: list[Finding] = field(default_factory=list)
 
 
@@ -88,6 +91,8 @@ def parse(snap: Snapshot, keys: Keyspace) -> Parsed:
             parsed.prune_due[parts[1]] = kv
         elif section in ("staging", "jobs") and len(parts) == 2:
             getattr(parsed, section)[parts[0]].append(kv)
+        elif section in ("delayed", "deadlines") and len(parts) == 2:
+            getattr(parsed, section)[parts[1]].append(kv)
         elif section == "jobs-by-worker" and len(parts) == 2:
             parsed.worker_jobs[parts[1]] = kv
     return parsed

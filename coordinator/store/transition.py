@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from coordinator import request_ids
+from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import AttemptRecord, EventRecord, TaskRecord, encode
 from coordinator.domain.states import UNCOMMITTED_STATES, AttemptEnd, Op, TaskState, next_state
 from coordinator.store.context import StoreContext, attempt_from_kv
@@ -83,15 +84,15 @@ def transition_ops(
     if new_ready is not None and new_ready != old_ready:
         ops.append(put(new_ready, b""))
     # The delayed index lets the promoter read only the DELAYED tasks that are due.
-    old_delayed = _delayed_key(ctx, before) if before is not None else None
-    new_delayed = _delayed_key(ctx, after)
+    old_delayed = delayed_key(keys, before) if before is not None else None
+    new_delayed = delayed_key(keys, after)
     if old_delayed is not None and old_delayed != new_delayed:
         ops.append(delete(old_delayed))
     if new_delayed is not None and new_delayed != old_delayed:
         ops.append(put(new_delayed, b""))
     # The deadline index lets the enforcer read only the tasks whose deadline passed.
-    old_deadline = _deadline_key(ctx, before) if before is not None else None
-    new_deadline = _deadline_key(ctx, after)
+    old_deadline = deadline_key(keys, before) if before is not None else None
+    new_deadline = deadline_key(keys, after)
     if old_deadline is not None and old_deadline != new_deadline:
         ops.append(delete(old_deadline))
     if new_deadline is not None and new_deadline != old_deadline:
@@ -132,16 +133,19 @@ def _ready_key(ctx: StoreContext, task: TaskRecord) -> str | None:
     return ctx.keys.ready(task.queue, task.priority, task.ready_seq, task.task_id)
 
 
-def _deadline_key(ctx: StoreContext, task: TaskRecord) -> str | None:
+def deadline_key(keys: Keyspace, task: TaskRecord) -> str | None:
+    """The deadline-index key ``task`` has: while it awaits a result, if it has a deadline
+    (doctor checks the index against it)."""
     if not task.deadline or task.state not in UNCOMMITTED_STATES:
         return None
-    return ctx.keys.deadline(task.deadline, task.task_id)
+    return keys.deadline(task.deadline, task.task_id)
 
 
-def _delayed_key(ctx: StoreContext, task: TaskRecord) -> str | None:
+def delayed_key(keys: Keyspace, task: TaskRecord) -> str | None:
+    """The delayed-index key ``task`` has: while it is DELAYED, at its not_before."""
     if task.state is not TaskState.DELAYED:
         return None
-    return ctx.keys.delayed(task.not_before, task.task_id)
+    return keys.delayed(task.not_before, task.task_id)
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,11 @@ def test_the_other_phases_report_their_figures(smoke: tuple[dict[str, Any], str]
     assert doc["reclaim"]["samples"] + len(doc["reclaim"]["discarded"]) == config["reclaim_samples"]
     assert doc["reclaim"]["samples"] >= 1
     assert doc["scale"]["sizes"] == config["scale_sizes"]
+    promote = doc["promote"]
+    assert promote["tasks"] == config["promote_batches"] * config["promote_batch_size"]
+    assert (promote["claimed"], promote["errors"]) == (promote["tasks"], 0), promote
+    assert promote["claimable_s_after_due"]["early"] == 0  # DELAYED is not claimable
+    assert "Delayed tasks (" in stdout
     assert doc["held"]["claims_held"] == config["held_claims"]
     assert [row["key"] for row in doc["targets"]] == list(HEADLINE)
     assert doc["skipped_phases"] == {}

@@ -50,6 +50,13 @@ def test_the_coordinator_passes_each_scenario(name: str, tmp_path: Path) -> None
             "SUPERSEDED", 0
         )
         assert refused >= 1, table([result])
+    if name == "poison-task":
+        # Only the poison task is FAILED (the checker's dead-letter-missing and lost-task rules
+        # hold it to exactly its budget); its frozen first attempt's late commit was refused.
+        assert result.verdict.dead_lettered == 1, table([result])
+        assert result.verdict.fenced.get("SUPERSEDED", 0) >= 1, table([result])
+    else:
+        assert result.verdict.dead_lettered == 0, table([result])
     if name == "worker-partition":  # the cut-off worker's commit after the heal was refused
         late = sum(result.verdict.fenced.get(r, 0) for r in ("SUPERSEDED", "LEASE_EXPIRED"))
         assert late >= 1, table([result])

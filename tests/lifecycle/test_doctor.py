@@ -18,7 +18,7 @@ from coordinator.domain.effects import EffectState
 from coordinator.domain.records import ResultRecord, TaskRecord, decode, encode
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.etcd_process import EtcdProcess
-from coordinator.store import Store
+from coordinator.store import Store, TaskSpec
 from tests.helpers import eventually
 from tests.lifecycle.conftest import StoreFactory
 from tests.lifecycle.support import claim, create, finish
@@ -319,3 +319,109 @@ def test_effect_indexes_missing_and_orphaned_are_repaired_from_the_effect_record
     assert doctor.problems() == []
     assert etcd_client.get(keys.reconcile("t", eid))[0] == reconcile_value
     assert etcd_client.get(keys.open_effect("t", "eff-gone"))[0] is None
+
+
+def _delayed(store: Store, task_id: str, *, deadline: float = 0.0) -> TaskRecord:
+    """A task DELAYED an hour (the promoter leaves it alone), with a deadline if given."""
+    spec = TaskSpec(
+        task_id=task_id,
+        input=b"later",
+        not_before=store.ctx.clock.now() + 3600,
+        schedule_to_close=deadline,
+    )
+    task = store.tasks.create(spec, by="pm")
+    assert task.state is TaskState.DELAYED
+    return task
+
+
+def test_a_delayed_task_without_its_delayed_key_or_with_one_at_another_time(
+    doctor: Doctor, store: Store, etcd_client: Any
+) -> None:
+    keys = store.ctx.keys
+    lost, moved = _delayed(store, "lost"), _delayed(store, "moved")
+    etcd_client.delete(keys.delayed(lost.not_before, "lost"))
+    wrong = keys.delayed(moved.not_before + 60, "moved")  # due a minute late
+    etcd_client.delete(keys.delayed(moved.not_before, "moved"))
+    etcd_client.put(wrong, b"")
+    assert doctor.problems() == [
+        (Problem.DELAYED_KEY_MISSING.value, "lost", True),
+        (Problem.DELAYED_KEY_MISMATCH.value, "moved", True),
+    ]
+    result = doctor.run("--repair")
+    assert result.exit_code == 0, result.output
+    assert "the promoter never makes it READY" in result.output
+    assert f"  repaired: add delayed key {keys.delayed(lost.not_before, 'lost')}" in result.output
+    assert f"  repaired: move its delayed key to {keys.delayed(moved.not_before, 'moved')}" in (
+        result.output
+    )
+    assert etcd_client.get(wrong)[1] is None
+    assert sorted(m.key.decode() for _, m in etcd_client.get_prefix(keys.delayed_prefix)) == [
+        keys.delayed(lost.not_before, "lost"),
+        keys.delayed(moved.not_before, "moved"),
+    ]
+    assert doctor.problems() == []
+
+
+def test_delayed_keys_of_a_task_not_delayed_or_missing_are_orphans(
+    doctor: Doctor, store: Store, etcd_client: Any
+) -> None:
+    keys = store.ctx.keys
+    create(store, "ready")
+    stray, ghost = keys.delayed(1.0, "ready"), keys.delayed(2.0, "ghost")
+    etcd_client.put(stray, b"")
+    etcd_client.put(ghost, b"")
+    assert doctor.problems() == [
+        (Problem.DELAYED_KEY_ORPHAN.value, "ready", True),
+        (Problem.DELAYED_KEY_ORPHAN.value, "ghost", True),
+    ]
+    result = doctor.run("--repair")
+    assert result.exit_code == 0, result.output
+    assert f"task ready is READY yet has a delayed key {stray}" in result.output
+    assert f"delayed key {ghost} names task ghost, which does not exist" in result.output
+    assert result.output.count("  repaired: delete delayed key ") == 2
+    assert not list(etcd_client.get_prefix(keys.delayed_prefix))
+    assert doctor.problems() == []
+
+
+def test_deadline_keys_missing_and_orphaned(doctor: Doctor, store: Store, etcd_client: Any) -> None:
+    keys = store.ctx.keys
+    awaiting = _delayed(store, "awaiting", deadline=7200)  # DELAYED still awaits a result
+    done = store.tasks.create(TaskSpec(task_id="done", input=b"x", schedule_to_close=7200), by="pm")
+    finish(store, "done")
+    create(store, "plain")  # no deadline
+    etcd_client.delete(keys.deadline(awaiting.deadline, "awaiting"))
+    terminal = keys.deadline(done.deadline, "done")  # a DONE task awaits no result
+    assert etcd_client.get(terminal)[1] is None  # the commit deleted it
+    etcd_client.put(terminal, b"")
+    undue = keys.deadline(5.0, "plain")
+    etcd_client.put(undue, b"")
+    assert doctor.problems() == [
+        (Problem.DEADLINE_KEY_MISSING.value, "awaiting", True),
+        (Problem.DEADLINE_KEY_ORPHAN.value, "done", True),
+        (Problem.DEADLINE_KEY_ORPHAN.value, "plain", True),
+    ]
+    result = doctor.run("--repair")
+    assert result.exit_code == 0, result.output
+    assert "but has no deadline key" in result.output and "it is never timed out" in result.output
+    assert f"task done is DONE, awaiting no result, yet has a deadline key {terminal}" in (
+        result.output
+    )
+    assert f"task plain is READY with no deadline yet has a deadline key {undue}" in result.output
+    assert result.output.count("  repaired: ") == 3
+    assert [m.key.decode() for _, m in etcd_client.get_prefix(keys.deadlines_prefix)] == [
+        keys.deadline(awaiting.deadline, "awaiting")
+    ]
+    assert doctor.problems() == []
+
+
+def test_due_index_keys_are_not_repaired_when_the_record_is_in_conflict(
+    doctor: Doctor, store: Store, etcd_client: Any
+) -> None:
+    task = _delayed(store, "t")
+    etcd_client.delete(store.ctx.keys.delayed(task.not_before, "t"))
+    chain = etcd_client.get_prefix(store.ctx.keys.events_prefix("t"))
+    etcd_client.delete(sorted(m.key.decode() for _, m in chain)[-1])  # its only event
+    assert doctor.problems() == [
+        (Problem.EVENT_CHAIN_BROKEN.value, "t", False),
+        (Problem.DELAYED_KEY_MISSING.value, "t", False),
+    ]

@@ -10,9 +10,12 @@ from concurrent import futures
 import grpc
 import pytest
 
+from coordinator.domain.states import Outcome
 from coordinator.etcd_process import EtcdProcess
 from coordinator.server import PRINCIPAL_METADATA_KEY, build_server
-from coordinator.store import EtcdKV, Keyspace, Store
+from coordinator.store import EtcdKV, Keyspace, Store, TaskSpec
+from coordinator.store.long_poll import LongPoll, ReadyWaiters
+from coordinator.store.types import ClaimResult
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
@@ -156,3 +159,31 @@ def test_a_bad_wait_is_refused_and_writes_nothing(
     assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert message in (refused.value.details() or "")
     assert keyspace() == before
+
+
+def test_a_winner_hands_the_turn_on_so_a_backlog_is_not_left_waiting(
+    store: Store, pool: futures.ThreadPoolExecutor
+) -> None:
+    # Two tasks ready before anyone waits: their keys signalled nobody. A line of its own, with
+    # a waiter ahead that never tries, so only a hand-over (not a turn at the head) wakes B.
+    for n in range(2):
+        store.tasks.create(TaskSpec(task_id=f"t{n}"), by="pm")
+    waiters = ReadyWaiters(4)
+    poll = LongPoll(store.claims, waiters)
+
+    def claim(who: str) -> ClaimResult:
+        epoch = store.admin.epoch()
+        return poll.claim_next(
+            "default", principal=who, epoch=epoch, ttl=30, wait=3.0, alive=lambda: True
+        )
+
+    with waiters.enter("default"):
+        first = pool.submit(claim, "a")
+        eventually(lambda: waiters.count() == 2, message="a is not waiting")
+        second = pool.submit(claim, "b")
+        eventually(lambda: waiters.count() == 3, message="b is not waiting")
+        waiters.notify("default")  # the waiter ahead, which never tries
+        waiters.notify("default")  # a: it wins one task and hands the turn on to b
+        got = [f.result(timeout=10) for f in (first, second)]
+    assert [r.verdict.outcome for r in got] == [Outcome.CLAIMED, Outcome.CLAIMED]
+    assert sorted(r.fence.task_id for r in got if r.fence) == ["t0", "t1"]
