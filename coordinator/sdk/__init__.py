@@ -19,6 +19,7 @@ from coordinator.domain.jobs import JobRecord, JobState, RediscoverAction
 from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
 from coordinator.sdk._rpc import PRINCIPAL_METADATA, RetryPolicy
 from coordinator.sdk.auth import BearerToken, tls_credentials
+from coordinator.sdk.cancellation import Cancellation, CancelReason
 from coordinator.sdk.client import WorkerClient
 from coordinator.sdk.effects import (
     Downstream,
@@ -33,6 +34,8 @@ from coordinator.sdk.effects import (
 )
 from coordinator.sdk.job import Job, LostCallback
 from coordinator.sdk.managed import JobResult, ManagedProcess
+from coordinator.sdk.pool import Ending, PollBackoff, PoolReport, WorkerPool, stop_on_signals
+from coordinator.sdk.readiness import Readiness, ReadyFile
 from coordinator.sdk.rediscover import ListedJob, Rediscovered
 from coordinator.sdk.types import (
     AttemptInfo,
@@ -56,6 +59,8 @@ __all__ = [
     "AttemptEnd",
     "AttemptInfo",
     "BearerToken",
+    "CancelReason",
+    "Cancellation",
     "ClaimRefused",
     "CommitOutcome",
     "Downstream",
@@ -66,6 +71,7 @@ __all__ = [
     "EffectOutcome",
     "EffectState",
     "EffectStatus",
+    "Ending",
     "Fence",
     "FenceReason",
     "HttpDownstream",
@@ -82,6 +88,10 @@ __all__ = [
     "ManagedProcess",
     "Outcome",
     "OutcomeUnknown",
+    "PollBackoff",
+    "PoolReport",
+    "Readiness",
+    "ReadyFile",
     "RediscoverAction",
     "Rediscovered",
     "ReleaseOutcome",
@@ -93,5 +103,7 @@ __all__ = [
     "ToolAuthorization",
     "TransportError",
     "WorkerClient",
+    "WorkerPool",
+    "stop_on_signals",
     "tls_credentials",
 ]
