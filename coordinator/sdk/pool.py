@@ -306,7 +306,7 @@ class WorkerPool:
             if job.is_lost():
                 return Ending.LOST
             if error is not None:
-                return _give_back(job, type(error).__name__, str(error))
+                return _give_back(job, error)
             job.release("the handler returned no result")
             return Ending.COMMITTED if job.committed else Ending.RELEASED
         except CoordinatorError as exc:
@@ -372,13 +372,17 @@ class WorkerPool:
                 log.warning("could not clear readiness", readiness=repr(signal_), error=str(exc))
 
 
-def _give_back(job: Job, code: str, message: str) -> Ending:
-    """Fail the attempt (retryable) where this SDK has Fail, else release it."""
+def _give_back(job: Job, error: Exception | str, message: str = "") -> Ending:
+    """Fail the attempt (retryable) where this SDK has Fail, else release it. ``error``: the
+    handler's exception (its type names the failure, its traceback goes along) or an error
+    code with ``message``."""
     fail = getattr(job, "fail", None)
     if fail is not None:  # WorkerService.Fail: the task's retry policy decides what follows
-        fail(code, retryable=True, message=message[:1000])
+        fail(error, retryable=True, message=message)
         return Ending.LOST if job.is_lost() else Ending.FAILED
-    job.release(f"{code}: {message}"[:200])
+    if isinstance(error, Exception):
+        error, message = type(error).__name__, str(error)
+    job.release(f"{error}: {message}"[:200])
     return Ending.LOST if job.is_lost() else Ending.RELEASED
 
 

@@ -160,6 +160,37 @@ def test_a_handler_error_gives_the_task_back_and_the_next_attempt_commits(
     assert report.endings == {Ending.RELEASED: 1, Ending.COMMITTED: 1}
 
 
+def test_a_handler_error_fails_the_attempt_retryable_where_the_sdk_has_fail(
+    coordinator: Served,
+    producer: WorkerClient,
+    background: ThreadPoolExecutor,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    failed: list[tuple[object, bool]] = []
+
+    def fail(job: Job, error: object, *, retryable: bool, message: str = "") -> None:
+        failed.append((error, retryable))
+        job.release("failed")  # what WorkerService.Fail does to a retryable failure, in short
+
+    # Replaces the SDK's own job.fail where it has one: the pool must call whichever is there.
+    monkeypatch.setattr(Job, "fail", fail, raising=False)
+    producer.create_task("t1", queue="q", input=b"in")
+    boom = ValueError("boom")
+
+    def handle(job: Job, cancel: Cancellation) -> bytes:
+        if not failed:
+            raise boom
+        return b"second time lucky"
+
+    with coordinator.client("pool-1") as client:
+        pool = WorkerPool(client, handle, queues=["q"], ttl=TTL)
+        running = background.submit(pool.run)
+        eventually(lambda: states(producer) == {"t1": TaskState.DONE})
+        report = stop(pool, running)
+    assert failed == [(boom, True)]
+    assert report.endings == {Ending.FAILED: 1, Ending.COMMITTED: 1}
+
+
 class LongPolling(WorkerClient):
     """A client whose claim_next long-polls, as the SDK's does once ClaimNext takes a wait."""
 
