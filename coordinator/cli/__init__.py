@@ -1,4 +1,5 @@
-"""The ``coordinator`` command line: ``serve``, ``up``, ``demo``, ``tasks``, operator verbs."""
+"""The ``coordinator`` command line: ``serve``, ``up``, ``demo``, ``tasks``, ``worker``, operator
+verbs."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from coordinator.cli.tasks import tasks
 from coordinator.cli.tokens import token
 from coordinator.cli.up import up
 from coordinator.cli.versions import versions
+from coordinator.cli.worker import worker
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,5 +47,6 @@ main.add_command(etcd_auth)
 main.add_command(tasks)
 main.add_command(console)
 main.add_command(archive)
+main.add_command(worker)
 
 __all__ = ["main"]

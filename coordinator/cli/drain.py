@@ -2,8 +2,10 @@
 
 Drained means: claims are paused, no claim holds a live lease, no side effect is UNKNOWN (or
 PREPARED and never recorded), and no staged result can still be committed. Only then may an
-operator switch pools (the seed's safe rollback). On timeout the command exits 1 and lists what
-is left, so a script can stop there.
+operator switch pools (the seed's safe rollback). With ``--queue`` all of it is about one
+queue: that queue's claims are paused, and only its tasks' claims, effects and staged results
+are waited for; the other queues claim on. On timeout the command exits 1 and lists what is
+left, so a script can stop there.
 """
 
 from __future__ import annotations
@@ -25,11 +27,27 @@ RESUME_HINT = "claims stay paused: `coordinator claims resume` lets workers clai
 """What drain says last whenever it leaves claims paused (it never resumes them itself)."""
 
 
+def resume_hint(queue: str) -> str:
+    """What drain says last whenever it leaves claims paused (it never resumes them itself)."""
+    if not queue:
+        return RESUME_HINT
+    return (
+        f"claims of queue {queue} stay paused: `coordinator claims resume --queue {queue}` "
+        "lets workers claim them again"
+    )
+
+
+def _paused(status: admin_pb2.DrainStatusResponse) -> bool:
+    return status.claims_paused or status.queue_paused
+
+
 def render(status: admin_pb2.DrainStatusResponse, elapsed: float, timeout: float) -> Table:
     """The progress table: what still runs, and how long we have waited."""
     table = Table(title="coordinator drain", show_header=False, min_width=44)
     table.add_row("epoch", str(status.epoch))
-    table.add_row("claims", "paused" if status.claims_paused else "[red]accepted[/red]")
+    if status.queue:
+        table.add_row("queue", status.queue)
+    table.add_row("claims", "paused" if _paused(status) else "[red]accepted[/red]")
     for label, count in _counts(status):
         table.add_row(label, f"[green]{count}[/green]" if count == 0 else f"[yellow]{count}[/]")
     table.add_row("waited", f"{elapsed:.0f}s of {timeout:.0f}s")
@@ -68,46 +86,65 @@ def _counts(status: admin_pb2.DrainStatusResponse) -> list[tuple[str, int]]:
     show_default=True,
     help="Recorded with the pause (claims already paused keep the operator's reason).",
 )
+@click.option(
+    "--queue",
+    default="",
+    help="Pause and wait for this queue's tasks only; the other queues claim on.",
+)
 @remote_options
-def drain(timeout: float, interval: float, reason: str, **settings: Any) -> None:
-    """Pause claims, then wait until active leases, UNKNOWN effects and staged-but-uncommitted
-    results are all zero (exit 0), or until --timeout (exit 1)."""
+def drain(timeout: float, interval: float, reason: str, queue: str, **settings: Any) -> None:
+    """Pause claims (of --queue only, if given), then wait until active leases, UNKNOWN effects
+    and staged-but-uncommitted results (of that queue's tasks) are all zero (exit 0), or until
+    --timeout (exit 1)."""
     console = Console()
     with connect(**remote_settings(settings)) as remote:
-        if remote.call(remote.admin.GetEpoch, admin_pb2.GetEpochRequest()).claims_paused:
-            console.print("claims were already paused: their pause and its reason are kept")
-        else:
-            remote.call(remote.admin.PauseClaims, admin_pb2.PauseClaimsRequest(reason=reason))
+        _pause(remote, console, reason, queue)
         started = time.monotonic()
-        status = remote.call(remote.admin.DrainStatus, admin_pb2.DrainStatusRequest())
+        asked = admin_pb2.DrainStatusRequest(queue=queue)
+        status = remote.call(remote.admin.DrainStatus, asked)
         with Live(render(status, 0.0, timeout), console=console, refresh_per_second=4) as live:
             while not status.drained:
                 remaining = timeout - (time.monotonic() - started)
                 if remaining <= 0:
                     break
                 time.sleep(min(interval, remaining))
-                status = remote.call(remote.admin.DrainStatus, admin_pb2.DrainStatusRequest())
+                status = remote.call(remote.admin.DrainStatus, asked)
                 live.update(render(status, time.monotonic() - started, timeout))
         if not console.is_terminal:
             console.line()  # rich leaves the last frame unterminated off a terminal
         if status.drained:
-            console.print(f"drained at epoch {status.epoch}: safe to switch pools")
-            console.print(RESUME_HINT)
+            what = f"queue {queue}" if queue else "pools"
+            console.print(f"drained at epoch {status.epoch}: safe to switch {what}")
+            console.print(resume_hint(queue))
             return
         left = ", ".join(f"{label} {count}" for label, count in _counts(status) if count)
-        if not status.claims_paused:
+        if not _paused(status):
             left = ", ".join(filter(None, ["claims are no longer paused", left]))
         console.print(f"[red]not drained after {timeout:.0f}s[/red]: {left}")
-        for line in _claimed(remote):
+        for line in _claimed(remote, queue):
             console.print(f"  {line}")
-        if status.claims_paused:
-            console.print(RESUME_HINT)
+        if _paused(status):
+            console.print(resume_hint(queue))
     raise SystemExit(1)
 
 
-def _claimed(remote: Remote) -> list[str]:
-    """The tasks still CLAIMED (at most ``_LISTED``), with their holder and attempt."""
-    request = tasks_pb2.ListTasksRequest(state=types_pb2.TASK_STATE_CLAIMED, page_size=_LISTED)
+def _pause(remote: Remote, console: Console, reason: str, queue: str) -> None:
+    """Pause claims (of ``queue``), keeping a pause already there and its reason."""
+    epoch = remote.call(remote.admin.GetEpoch, admin_pb2.GetEpochRequest())
+    if epoch.claims_paused:
+        console.print("claims were already paused: their pause and its reason are kept")
+    elif queue and queue in epoch.paused_queues:
+        console.print(f"claims of queue {queue} were already paused: that pause is kept")
+    else:
+        request = admin_pb2.PauseClaimsRequest(reason=reason, queue=queue)
+        remote.call(remote.admin.PauseClaims, request)
+
+
+def _claimed(remote: Remote, queue: str) -> list[str]:
+    """The tasks (of ``queue``) still CLAIMED (at most ``_LISTED``), with holder and attempt."""
+    request = tasks_pb2.ListTasksRequest(
+        queue=queue, state=types_pb2.TASK_STATE_CLAIMED, page_size=_LISTED
+    )
     reply = remote.call(remote.tasks.ListTasks, request)
     lines = [
         f"still claimed: {t.task_id} by {t.owner_id} (attempt {t.attempt_id}, "

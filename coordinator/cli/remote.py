@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import click
+import grpc
 
 from coordinator.cli.local_up import discover
 from coordinator.errors import CoordinatorError, NotFound
@@ -147,6 +148,28 @@ class Remote:
             raise click.ClickException(str(exc)) from exc
 
 
+def channel_credentials(
+    *, token: str | None, ca: str | None, cert: str | None, key: str | None, insecure: bool
+) -> grpc.ChannelCredentials | None:
+    """The TLS credentials the options ask for (None: plaintext); a usage error (exit 2) if
+    the options do not add up."""
+    if insecure and (token or cert):
+        raise click.UsageError("--insecure sends no credentials; drop --token/--cert")
+    if not insecure and not token and not cert:
+        raise click.UsageError(
+            "no credentials: give --token (or COORDINATOR_TOKEN), --cert/--key, or --insecure "
+            "for a server running without authentication"
+        )
+    if (cert is None) != (key is None):
+        raise click.UsageError("--cert and --key go together")
+    if not (ca or cert):
+        return None
+    try:
+        return tls_credentials(ca=ca, cert=cert, key=key)
+    except OSError as exc:
+        raise click.UsageError(f"cannot read a TLS file: {exc}") from exc
+
+
 @contextmanager
 def connect(
     *,
@@ -160,21 +183,7 @@ def connect(
     timeout: float = 10.0,
 ) -> Iterator[Remote]:
     """Open a Remote; a usage error (exit 2) if the credentials do not add up."""
-    if insecure and (token or cert):
-        raise click.UsageError("--insecure sends no credentials; drop --token/--cert")
-    if not insecure and not token and not cert:
-        raise click.UsageError(
-            "no credentials: give --token (or COORDINATOR_TOKEN), --cert/--key, or --insecure "
-            "for a server running without authentication"
-        )
-    if (cert is None) != (key is None):
-        raise click.UsageError("--cert and --key go together")
-    credentials = None
-    if ca or cert:
-        try:
-            credentials = tls_credentials(ca=ca, cert=cert, key=key)
-        except OSError as exc:
-            raise click.UsageError(f"cannot read a TLS file: {exc}") from exc
+    credentials = channel_credentials(token=token, ca=ca, cert=cert, key=key, insecure=insecure)
     try:
         rpc = Rpc(
             target,

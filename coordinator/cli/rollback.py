@@ -3,7 +3,9 @@
 The seed's procedure: stop new claims (``claims pause``), raise the scheduler epoch
 (``epoch bump``; every claim, renew, tool authorization and commit carrying the old epoch is
 refused from then on), wait until nothing of the old pool is left (``coordinator drain``), then
-switch pools and ``claims resume``. Each verb needs the admin role (``epoch show``: any role).
+switch pools and ``claims resume``. ``--queue`` pauses and resumes one queue's claims only, for
+a rollback of the pool serving that queue (docs/operations.md). Each verb needs the admin role
+(``epoch show``: any role).
 """
 
 from __future__ import annotations
@@ -15,29 +17,44 @@ import click
 from coordinator.cli.remote import connect, remote_options, remote_settings
 from coordinator.v1 import admin_pb2
 
+_QUEUE_HELP = "Only this queue's tasks (repeat for several, e.g. every queue of one pool)."
+
 
 @click.group()
 def claims() -> None:
-    """Pause or resume new claims (live claims keep running)."""
+    """Pause or resume new claims, of every queue or of some (live claims keep running)."""
 
 
 @claims.command()
 @click.option("--reason", default="paused by an operator", show_default=True)
+@click.option("--queue", "queues", multiple=True, help=_QUEUE_HELP)
 @remote_options
-def pause(reason: str, **settings: Any) -> None:
-    """Refuse new claims (CLAIMS_PAUSED) until ``claims resume``."""
+def pause(reason: str, queues: tuple[str, ...], **settings: Any) -> None:
+    """Refuse new claims (CLAIMS_PAUSED) until ``claims resume``: of every queue, or with
+    --queue of those queues only (the others claim on)."""
     with connect(**remote_settings(settings)) as remote:
-        remote.call(remote.admin.PauseClaims, admin_pb2.PauseClaimsRequest(reason=reason))
-    click.echo(f"claims paused ({reason})")
+        for queue in queues or ("",):
+            request = admin_pb2.PauseClaimsRequest(reason=reason, queue=queue)
+            remote.call(remote.admin.PauseClaims, request)
+            click.echo(f"claims{_of(queue)} paused ({reason})")
 
 
 @claims.command()
+@click.option("--queue", "queues", multiple=True, help=_QUEUE_HELP)
 @remote_options
-def resume(**settings: Any) -> None:
-    """Accept new claims again."""
+def resume(queues: tuple[str, ...], **settings: Any) -> None:
+    """Accept new claims again: lift the global pause, or with --queue those queues' pauses."""
     with connect(**remote_settings(settings)) as remote:
-        remote.call(remote.admin.ResumeClaims, admin_pb2.ResumeClaimsRequest())
-    click.echo("claims resumed")
+        for queue in queues or ("",):
+            request = admin_pb2.ResumeClaimsRequest(queue=queue)
+            reply = remote.call(remote.admin.ResumeClaims, request)
+            click.echo(f"claims{_of(queue)} resumed")
+        if not queues and reply.paused_queues:
+            click.echo(f"still paused one by one: {', '.join(reply.paused_queues)}")
+
+
+def _of(queue: str) -> str:
+    return f" of queue {queue}" if queue else ""
 
 
 @click.group()
@@ -48,11 +65,13 @@ def epoch() -> None:
 @epoch.command()
 @remote_options
 def show(**settings: Any) -> None:
-    """Print the current scheduler epoch and whether claims are paused."""
+    """Print the current scheduler epoch, whether claims are paused, and the paused queues."""
     with connect(**remote_settings(settings)) as remote:
         reply = remote.call(remote.admin.GetEpoch, admin_pb2.GetEpochRequest())
     click.echo(f"epoch {reply.epoch}")
     click.echo(f"claims {'paused' if reply.claims_paused else 'accepted'}")
+    if reply.paused_queues:
+        click.echo(f"paused queues: {', '.join(reply.paused_queues)}")
 
 
 @epoch.command()

@@ -28,6 +28,15 @@ class Keyspace:
         """Exists while new claims are paused."""
         return f"{self.prefix}/control/claims_paused"
 
+    def queue_paused(self, queue: str) -> str:
+        """Exists while new claims of one queue's tasks are paused (value: the reason)."""
+        return f"{self.queue_paused_prefix}{queue}"
+
+    @property
+    def queue_paused_prefix(self) -> str:
+        """Range of the paused queues."""
+        return f"{self.prefix}/control/queue_paused/"
+
     def task(self, task_id: str) -> str:
         """The task record."""
         return f"{self.prefix}/tasks/{task_id}"

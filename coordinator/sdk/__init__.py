@@ -27,6 +27,7 @@ from coordinator.domain.states import (
 )
 from coordinator.sdk._rpc import PRINCIPAL_METADATA, RetryPolicy
 from coordinator.sdk.auth import BearerToken, tls_credentials
+from coordinator.sdk.cancellation import Cancellation, CancelReason
 from coordinator.sdk.client import WorkerClient
 from coordinator.sdk.effects import (
     Downstream,
@@ -41,6 +42,8 @@ from coordinator.sdk.effects import (
 )
 from coordinator.sdk.job import Job, LostCallback
 from coordinator.sdk.managed import JobResult, ManagedProcess
+from coordinator.sdk.pool import Ending, PollBackoff, PoolReport, WorkerPool, stop_on_signals
+from coordinator.sdk.readiness import Readiness, ReadyFile
 from coordinator.sdk.rediscover import ListedJob, Rediscovered
 from coordinator.sdk.types import (
     AttemptInfo,
@@ -66,6 +69,8 @@ __all__ = [
     "AttemptEnd",
     "AttemptInfo",
     "BearerToken",
+    "CancelReason",
+    "Cancellation",
     "ClaimRefused",
     "CommitOutcome",
     "DeadLetterReason",
@@ -77,6 +82,7 @@ __all__ = [
     "EffectOutcome",
     "EffectState",
     "EffectStatus",
+    "Ending",
     "FailOutcome",
     "Fence",
     "FenceReason",
@@ -94,6 +100,10 @@ __all__ = [
     "ManagedProcess",
     "Outcome",
     "OutcomeUnknown",
+    "PollBackoff",
+    "PoolReport",
+    "Readiness",
+    "ReadyFile",
     "RediscoverAction",
     "Rediscovered",
     "ReleaseOutcome",
@@ -106,5 +116,7 @@ __all__ = [
     "ToolAuthorization",
     "TransportError",
     "WorkerClient",
+    "WorkerPool",
+    "stop_on_signals",
     "tls_credentials",
 ]

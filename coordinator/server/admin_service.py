@@ -34,9 +34,13 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     def GetEpoch(  # noqa: N802
         self, request: admin_pb2.GetEpochRequest, context: grpc.ServicerContext
     ) -> admin_pb2.GetEpochResponse:
-        """The current scheduler epoch and whether claims are paused."""
+        """The current scheduler epoch, whether claims are paused, and the paused queues."""
         admin = self._store.admin
-        return admin_pb2.GetEpochResponse(epoch=admin.epoch(), claims_paused=admin.claims_paused())
+        return admin_pb2.GetEpochResponse(
+            epoch=admin.epoch(),
+            claims_paused=admin.claims_paused(),
+            paused_queues=admin.paused_queues(),
+        )
 
     @rpc
     def BumpEpoch(  # noqa: N802
@@ -58,30 +62,41 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     def PauseClaims(  # noqa: N802
         self, request: admin_pb2.PauseClaimsRequest, context: grpc.ServicerContext
     ) -> admin_pb2.PauseClaimsResponse:
-        """Refuse new claims until ResumeClaims."""
+        """Refuse new claims (of one queue's tasks, with ``queue``) until ResumeClaims."""
         reason = validate.text("reason", request.reason)
+        queue = validate.queue_filter(request.queue)
         principal = principal_of(context)
-        self._store.admin.pause_claims(reason)
-        log.warning("claims paused", reason=reason, principal=principal)
-        return admin_pb2.PauseClaimsResponse(claims_paused=self._store.admin.claims_paused())
+        self._store.admin.pause_claims(reason, queue)
+        log.warning("claims paused", reason=reason, queue=queue or "*", principal=principal)
+        admin = self._store.admin
+        return admin_pb2.PauseClaimsResponse(
+            claims_paused=admin.claims_paused(), paused_queues=admin.paused_queues()
+        )
 
     @rpc
     def ResumeClaims(  # noqa: N802
         self, request: admin_pb2.ResumeClaimsRequest, context: grpc.ServicerContext
     ) -> admin_pb2.ResumeClaimsResponse:
-        """Accept new claims again."""
+        """Accept new claims again (of one queue's tasks, with ``queue``)."""
+        queue = validate.queue_filter(request.queue)
         principal = principal_of(context)
-        self._store.admin.resume_claims()
-        log.warning("claims resumed", principal=principal)
-        return admin_pb2.ResumeClaimsResponse(claims_paused=self._store.admin.claims_paused())
+        self._store.admin.resume_claims(queue)
+        log.warning("claims resumed", queue=queue or "*", principal=principal)
+        admin = self._store.admin
+        return admin_pb2.ResumeClaimsResponse(
+            claims_paused=admin.claims_paused(), paused_queues=admin.paused_queues()
+        )
 
     @rpc
     def DrainStatus(  # noqa: N802
         self, request: admin_pb2.DrainStatusRequest, context: grpc.ServicerContext
     ) -> admin_pb2.DrainStatusResponse:
-        """What still runs: live leases, uncertain effects, staged-but-uncommitted results."""
-        status = self._store.admin.drain_status()
-        status = replace(status, unknown_effects=self._store.effects.count_open())
+        """What still runs (of one queue's tasks, with ``queue``): live leases, uncertain
+        effects, staged-but-uncommitted results."""
+        queue = validate.queue_filter(request.queue)
+        status = self._store.admin.drain_status(queue)
+        if not queue:
+            status = replace(status, unknown_effects=self._store.effects.count_open())
         return convert.drain_response(status)
 
     @rpc

@@ -242,6 +242,8 @@ def drain_response(status: DrainStatus) -> admin_pb2.DrainStatusResponse:
         unknown_effects=status.unknown_effects,
         staged_uncommitted=status.staged_uncommitted,
         drained=status.drained,
+        queue=status.queue,
+        queue_paused=status.queue_paused,
     )
 
 

@@ -17,7 +17,7 @@ from coordinator.domain.queue_stats import MAX_REPORTED_QUEUES, QueueReport, que
 from coordinator.domain.retention import RetentionPolicy
 from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.admin import AdminStore
-from coordinator.store.claim_gates import ApprovalGate, ReconcileGate
+from coordinator.store.claim_gates import ApprovalGate, QueuePauseGate, ReconcileGate
 from coordinator.store.claimed_index import ClaimedIndex
 from coordinator.store.claims import ClaimStore
 from coordinator.store.context import StoreContext
@@ -120,8 +120,9 @@ class Store:
         held = HeldClaims()
         acceptance = AcceptancePoints(ctx, ready, held)
         reconcile = ReconcileStore(ctx, ready)
-        # In this order: an open reconciliation decides before a hold for approval.
-        gates = (ReconcileGate(reconcile), ApprovalGate(ctx, ready))
+        # In this order: a paused queue answers before anything may write; an open
+        # reconciliation decides before a hold for approval.
+        gates = (QueuePauseGate(), ReconcileGate(reconcile), ApprovalGate(ctx, ready))
         claims = ClaimStore(ctx, ready, held, gates)
         return cls(
             ctx=ctx,

@@ -1,18 +1,26 @@
-"""Safe-rollback controls: the scheduler epoch, pausing claims, and drain status."""
+"""Safe-rollback controls: the scheduler epoch, pausing claims (all, or one queue's), and drain
+status (of the keyspace, or of one queue's tasks)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from coordinator.domain.records import StagedResult, decode
 from coordinator.domain.states import UNCOMMITTED_STATES
-from coordinator.errors import FailedPrecondition
+from coordinator.errors import FailedPrecondition, ResourceExhausted
 from coordinator.store.context import StoreContext, claim_from_kv, epoch_from_kv, task_from_kv
 from coordinator.store.etcd import create_revision_is, delete, get, get_prefix, mod_revision_is, put
+from coordinator.store.queue_drain import count_claimed, count_open_effects
 from coordinator.store.types import DrainStatus
 from coordinator.store.versions import VersionStore
 
 _CAS_TRIES = 8
 # etcd allows 128 operations per txn.
 _READ_BATCH = 100
+MAX_PAUSED_QUEUES = 64
+"""Queues paused one by one at once: every claim reads their keys (store/claims.py), so the
+set stays small; pausing every queue is the global pause. Two admins pausing a new queue at
+the same instant may each pass the check, exceeding it by one: a bound on cost, not a rule."""
 
 
 class AdminStore:
@@ -77,41 +85,72 @@ class AdminStore:
             start = page[-1].key + "\0"
 
     def claims_paused(self) -> bool:
-        """Whether new claims are refused."""
+        """Whether new claims are refused (the global pause)."""
         return self._ctx.kv.get(self._ctx.keys.claims_paused) is not None
 
-    def pause_claims(self, reason: str) -> None:
-        """Refuse new claims until resumed."""
-        self._ctx.kv.txn((), [put(self._ctx.keys.claims_paused, reason.encode())])
+    def paused_queues(self) -> list[str]:
+        """The queues whose claims are paused one by one, by name."""
+        prefix = self._ctx.keys.queue_paused_prefix
+        snap = self._ctx.kv.read(get_prefix(prefix, keys_only=True))
+        return [item.key.removeprefix(prefix) for item in snap.range_kvs(0)]
 
-    def resume_claims(self) -> None:
-        """Accept new claims again."""
-        self._ctx.kv.txn((), [delete(self._ctx.keys.claims_paused)])
-
-    def drain_status(self) -> DrainStatus:
-        """Live claims, and staged results that their task revision may still commit."""
+    def pause_claims(self, reason: str, queue: str = "") -> None:
+        """Refuse new claims until resumed: of every queue, or of ``queue``'s tasks only."""
         keys, kv = self._ctx.keys, self._ctx.kv
-        snap = kv.read(
+        if not queue:
+            kv.txn((), [put(keys.claims_paused, reason.encode())])
+            return
+        key = keys.queue_paused(queue)
+        snap = kv.read(get_prefix(keys.queue_paused_prefix, count_only=True), get(key))
+        if snap.range_one(1) is None and snap.range_count(0) >= MAX_PAUSED_QUEUES:
+            raise ResourceExhausted(
+                f"{MAX_PAUSED_QUEUES} queues are paused already: resume one first, or pause "
+                "every queue (no queue)"
+            )
+        kv.txn((), [put(key, reason.encode())])
+
+    def resume_claims(self, queue: str = "") -> None:
+        """Lift the global pause, or ``queue``'s own pause (the other one stays)."""
+        keys = self._ctx.keys
+        self._ctx.kv.txn((), [delete(keys.queue_paused(queue) if queue else keys.claims_paused)])
+
+    def drain_status(self, queue: str = "") -> DrainStatus:
+        """Live claims, and staged results that their task revision may still commit: of the
+        whole keyspace, or of ``queue``'s tasks (store/queue_drain.py). Uncertain effects are
+        counted here only for a queue (the keyspace's: EffectStore.count_open)."""
+        keys, kv = self._ctx.keys, self._ctx.kv
+        reads = [
             get(keys.epoch),
             get(keys.claims_paused),
             get_prefix(keys.claims_prefix, count_only=True),
             get_prefix(keys.staging_prefix),
-        )
+        ]
+        snap = kv.read(*reads, *([get(keys.queue_paused(queue))] if queue else []))
         staged = [decode(StagedResult, item.value) for item in snap.range_kvs(3)]
-        return DrainStatus(
+        status = DrainStatus(
             epoch=epoch_from_kv(snap.range_one(0)),
             claims_paused=snap.range_one(1) is not None,
             active_leases=snap.range_count(2),
             unknown_effects=0,
-            staged_uncommitted=self._count_pending(staged, snap.revision),
+            staged_uncommitted=self._count_pending(staged, snap.revision, queue),
+        )
+        if not queue:
+            return status
+        return replace(
+            status,
+            active_leases=count_claimed(self._ctx, queue, snap.revision),
+            unknown_effects=count_open_effects(self._ctx, queue, snap.revision),
+            queue=queue,
+            queue_paused=snap.range_one(4) is not None,
         )
 
-    def _count_pending(self, staged: list[StagedResult], revision: int) -> int:
+    def _count_pending(self, staged: list[StagedResult], revision: int, queue: str) -> int:
         """Staged results that can still become canonical: the task is still at that revision,
         not yet committed, and the staging attempt still holds the task's live claim (only the
         holder can commit). A result staged for a revision that was committed, cancelled or
         superseded by new input, or by an attempt whose claim ended (expired, revoked,
-        released), can never become canonical, so it does not hold up a drain."""
+        released), can never become canonical, so it does not hold up a drain. With ``queue``,
+        only those of that queue's tasks."""
         task_ids = sorted({s.task_id for s in staged})
         tasks, holders = {}, {}
         batch_size = _READ_BATCH // 2  # two reads per task
@@ -135,5 +174,6 @@ class AdminStore:
             if (task := tasks.get(s.task_id)) is not None
             and task.revision == s.revision
             and task.state in UNCOMMITTED_STATES
+            and (not queue or task.queue == queue)
             and holders.get(s.task_id) == s.attempt_id
         )

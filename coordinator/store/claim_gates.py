@@ -13,7 +13,7 @@ from typing import Protocol
 
 from coordinator.domain.decisions import Verdict
 from coordinator.domain.records import AttemptRecord, TaskRecord
-from coordinator.domain.states import TaskState
+from coordinator.domain.states import Outcome, TaskState
 from coordinator.store.context import StoreContext
 from coordinator.store.effects import hold_for_approval
 from coordinator.store.etcd import KV
@@ -31,6 +31,8 @@ class ClaimRead:
     reconciling: tuple[KV, ...]
     # The record of the attempt the task names, if it has one: a takeover closes it as EXPIRED.
     attempt: AttemptRecord | None
+    # The queues paused one by one (``{p}/control/queue_paused/``): almost always none.
+    paused_queues: frozenset[str] = frozenset()
 
 
 class ClaimGate(Protocol):
@@ -39,6 +41,22 @@ class ClaimGate(Protocol):
     def check(self, read: ClaimRead, *, by: str, epoch: int) -> Verdict | None:
         """None to let the claim of ``by`` go on; else the claim's answer."""
         ...
+
+
+class QueuePauseGate:
+    """A queue paused by itself (AdminService.PauseClaims with a queue): its tasks are not
+    claimed, by id or by ClaimNext; other queues claim on. Reads and writes nothing: the claim
+    read carries the paused queues, and the claim txn compares the queue's pause key (so a
+    pause landing between the read and the txn fails the txn, and the next read sees it)."""
+
+    def check(self, read: ClaimRead, *, by: str, epoch: int) -> Verdict | None:
+        """CLAIMS_PAUSED if the task's queue is paused, else None."""
+        queue = read.task.queue
+        if queue not in read.paused_queues:
+            return None
+        return Verdict(
+            Outcome.CLAIMS_PAUSED, message=f"new claims of queue {queue!r} are paused by an admin"
+        )
 
 
 class ReconcileGate:

@@ -124,6 +124,7 @@ def claim_write(
         create_revision_is(keys.claim(task.task_id), 0),
         epoch_is(keys, epoch),
         create_revision_is(keys.claims_paused, 0),
+        create_revision_is(keys.queue_paused(task.queue), 0),
     ]
     ops += [
         put(keys.claim(task.task_id), encode(claim), lease=lease.lease_id),
@@ -297,8 +298,8 @@ class ClaimStore:
 
     def _read(self, task_id: str, epoch: int, expected_state_version: int) -> ClaimRead:
         """One read: the task, the claim decision, and what the gates and a takeover need -
-        the task's open reconciliations and its newest attempt record (almost always an empty
-        range and one small record: no extra round trip)."""
+        the task's open reconciliations, its newest attempt record and the paused queues
+        (almost always two empty ranges and one small record: no extra round trip)."""
         keys = self._ctx.keys
         snap = self._ctx.kv.read(
             get(keys.task(task_id)),
@@ -307,6 +308,8 @@ class ClaimStore:
             get(keys.claims_paused),
             get_prefix(keys.reconcile_prefix(task_id)),
             get_newest(keys.attempts_prefix(task_id)),
+            # Bounded by PauseClaims (MAX_PAUSED_QUEUES) and empty unless a queue is paused.
+            get_prefix(keys.queue_paused_prefix, keys_only=True),
         )
         task_kv = snap.range_one(0)
         if task_kv is None:
@@ -334,7 +337,8 @@ class ClaimStore:
         newest = snap.range_one(5)
         named = task.attempt_id and keys.attempt(task_id, task.attempt_id)
         attempt = attempt_from_kv(newest) if newest is not None and newest.key == named else None
-        return ClaimRead(task, verdict, tuple(snap.range_kvs(4)), attempt)
+        paused = (kv.key.removeprefix(keys.queue_paused_prefix) for kv in snap.range_kvs(6))
+        return ClaimRead(task, verdict, tuple(snap.range_kvs(4)), attempt, frozenset(paused))
 
     def _lost_race(self, task_id: str, epoch: int, expected_state_version: int) -> Verdict | None:
         """After a failed claim txn: the deterministic outcome for the loser (ALREADY_CLAIMED

@@ -82,19 +82,22 @@ class CommitResult:
 
 @dataclass(frozen=True)
 class DrainStatus:
-    """What still runs; drained when claims are paused and every count is zero."""
+    """What still runs (of one queue's tasks when ``queue`` is set); drained when claims are
+    paused (globally, or that queue) and every count is zero."""
 
     epoch: int
     claims_paused: bool
     active_leases: int
     unknown_effects: int
     staged_uncommitted: int
+    queue: str = ""
+    queue_paused: bool = False
 
     @property
     def drained(self) -> bool:
-        """Whether it is safe to switch pools."""
+        """Whether it is safe to switch pools (of that queue)."""
         return (
-            self.claims_paused
+            (self.claims_paused or self.queue_paused)
             and self.active_leases == 0
             and self.unknown_effects == 0
             and self.staged_uncommitted == 0

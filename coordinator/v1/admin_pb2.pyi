@@ -3,7 +3,9 @@
 isort:skip_file
 AdminService: the safe-rollback controls of claim.v1. To roll back a pool: PauseClaims,
 BumpEpoch (every claim, renew, authorize and commit carrying the old epoch is refused), poll
-DrainStatus until drained, then switch pools.
+DrainStatus until drained, then switch pools. To roll back the workers of one queue only:
+PauseClaims and DrainStatus with that queue (the epoch stays global: a bump fences every
+queue), switch that queue's pool, ResumeClaims with the queue.
 """
 
 from collections import abc as _abc
@@ -76,17 +78,24 @@ class GetEpochResponse(_message.Message):
 
     EPOCH_FIELD_NUMBER: _builtins.int
     CLAIMS_PAUSED_FIELD_NUMBER: _builtins.int
+    PAUSED_QUEUES_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     claims_paused: _builtins.bool
+    """The global pause."""
+    @_builtins.property
+    def paused_queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The queues paused one by one, by name."""
+
     def __init__(
         self,
         *,
         epoch: _builtins.int = ...,
         claims_paused: _builtins.bool = ...,
+        paused_queues: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims_paused", b"claims_paused", "epoch", b"epoch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims_paused", b"claims_paused", "epoch", b"epoch", "paused_queues", b"paused_queues"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -146,15 +155,19 @@ class PauseClaimsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REASON_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
+    queue: _builtins.str
+    """Empty: every queue. Set: this queue only."""
     def __init__(
         self,
         *,
         reason: _builtins.str = ...,
+        queue: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -165,15 +178,22 @@ class PauseClaimsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CLAIMS_PAUSED_FIELD_NUMBER: _builtins.int
+    PAUSED_QUEUES_FIELD_NUMBER: _builtins.int
     claims_paused: _builtins.bool
+    """The global pause."""
+    @_builtins.property
+    def paused_queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The queues paused one by one, by name."""
+
     def __init__(
         self,
         *,
         claims_paused: _builtins.bool = ...,
+        paused_queues: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims_paused", b"claims_paused"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims_paused", b"claims_paused", "paused_queues", b"paused_queues"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -183,12 +203,17 @@ Global___PauseClaimsResponse: _TypeAlias = PauseClaimsResponse  # noqa: Y015
 class ResumeClaimsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    QUEUE_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """Empty: the global pause. Set: this queue's pause."""
     def __init__(
         self,
+        *,
+        queue: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -199,15 +224,19 @@ class ResumeClaimsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CLAIMS_PAUSED_FIELD_NUMBER: _builtins.int
+    PAUSED_QUEUES_FIELD_NUMBER: _builtins.int
     claims_paused: _builtins.bool
+    @_builtins.property
+    def paused_queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
         claims_paused: _builtins.bool = ...,
+        paused_queues: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims_paused", b"claims_paused"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims_paused", b"claims_paused", "paused_queues", b"paused_queues"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -217,12 +246,19 @@ Global___ResumeClaimsResponse: _TypeAlias = ResumeClaimsResponse  # noqa: Y015
 class DrainStatusRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    QUEUE_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """Empty: the whole keyspace. Set: the claims, effects and staged results of this queue's
+    tasks only.
+    """
     def __init__(
         self,
+        *,
+        queue: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -238,8 +274,11 @@ class DrainStatusResponse(_message.Message):
     UNKNOWN_EFFECTS_FIELD_NUMBER: _builtins.int
     STAGED_UNCOMMITTED_FIELD_NUMBER: _builtins.int
     DRAINED_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    QUEUE_PAUSED_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     claims_paused: _builtins.bool
+    """The global pause."""
     active_leases: _builtins.int
     """Live claim keys (each on its own etcd lease)."""
     unknown_effects: _builtins.int
@@ -247,7 +286,15 @@ class DrainStatusResponse(_message.Message):
     staged_uncommitted: _builtins.int
     """Staged results of attempts whose task has no canonical result for that revision yet."""
     drained: _builtins.bool
-    """True when claims are paused and every count above is zero."""
+    """True when claims are paused (globally, or the queue asked about) and every count above is
+    zero.
+    """
+    queue: _builtins.str
+    """The queue asked about (empty: every queue), and whether it is paused by itself. Its active
+    leases count its CLAIMED tasks (store's claimed index): a claim whose lease just expired
+    counts until the reclaimer returns its task to READY.
+    """
+    queue_paused: _builtins.bool
     def __init__(
         self,
         *,
@@ -257,10 +304,12 @@ class DrainStatusResponse(_message.Message):
         unknown_effects: _builtins.int = ...,
         staged_uncommitted: _builtins.int = ...,
         drained: _builtins.bool = ...,
+        queue: _builtins.str = ...,
+        queue_paused: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_leases", b"active_leases", "claims_paused", b"claims_paused", "drained", b"drained", "epoch", b"epoch", "staged_uncommitted", b"staged_uncommitted", "unknown_effects", b"unknown_effects"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_leases", b"active_leases", "claims_paused", b"claims_paused", "drained", b"drained", "epoch", b"epoch", "queue", b"queue", "queue_paused", b"queue_paused", "staged_uncommitted", b"staged_uncommitted", "unknown_effects", b"unknown_effects"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -99,21 +99,24 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PauseClaims(self, request, context):
-        """Refuses new claims (CLAIMS_PAUSED) until ResumeClaims. Live claims keep running.
+        """Refuses new claims (CLAIMS_PAUSED) until ResumeClaims: of every queue, or with queue set
+        of that queue's tasks only (Claim and ClaimNext), the other queues claiming on. Live claims
+        keep running. At most 64 queues are paused one by one at once (RESOURCE_EXHAUSTED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ResumeClaims(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Lifts the global pause, or with queue set that queue's pause; the other pause stays.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DrainStatus(self, request, context):
         """Counts what still runs: active leases (live claims), uncertain effects (PREPARED or
-        UNKNOWN), staged-but-uncommitted results.
+        UNKNOWN), staged-but-uncommitted results; with queue set, those of that queue's tasks.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

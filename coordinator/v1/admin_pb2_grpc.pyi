@@ -3,7 +3,9 @@
 isort:skip_file
 AdminService: the safe-rollback controls of claim.v1. To roll back a pool: PauseClaims,
 BumpEpoch (every claim, renew, authorize and commit carrying the old epoch is refused), poll
-DrainStatus until drained, then switch pools.
+DrainStatus until drained, then switch pools. To roll back the workers of one queue only:
+PauseClaims and DrainStatus with that queue (the epoch stays global: a bump fences every
+queue), switch that queue's pool, ResumeClaims with the queue.
 """
 
 from collections import abc as _abc
@@ -40,11 +42,15 @@ class AdminServiceStub:
     epoch moved on meanwhile (two admins never bump twice by accident).
     """
     PauseClaims: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PauseClaimsRequest, _admin_pb2.PauseClaimsResponse]
-    """Refuses new claims (CLAIMS_PAUSED) until ResumeClaims. Live claims keep running."""
+    """Refuses new claims (CLAIMS_PAUSED) until ResumeClaims: of every queue, or with queue set
+    of that queue's tasks only (Claim and ClaimNext), the other queues claiming on. Live claims
+    keep running. At most 64 queues are paused one by one at once (RESOURCE_EXHAUSTED).
+    """
     ResumeClaims: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ResumeClaimsRequest, _admin_pb2.ResumeClaimsResponse]
+    """Lifts the global pause, or with queue set that queue's pause; the other pause stays."""
     DrainStatus: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DrainStatusRequest, _admin_pb2.DrainStatusResponse]
     """Counts what still runs: active leases (live claims), uncertain effects (PREPARED or
-    UNKNOWN), staged-but-uncommitted results.
+    UNKNOWN), staged-but-uncommitted results; with queue set, those of that queue's tasks.
     """
     ApproveRetry: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ApproveRetryRequest, _admin_pb2.ApproveRetryResponse]
     """Lets a NEEDS_APPROVAL task (non-replayable, an earlier attempt left an effect PREPARED or
@@ -77,11 +83,15 @@ class AdminServiceAsyncStub(AdminServiceStub):
     epoch moved on meanwhile (two admins never bump twice by accident).
     """
     PauseClaims: _aio.UnaryUnaryMultiCallable[_admin_pb2.PauseClaimsRequest, _admin_pb2.PauseClaimsResponse]  # type: ignore[assignment]
-    """Refuses new claims (CLAIMS_PAUSED) until ResumeClaims. Live claims keep running."""
+    """Refuses new claims (CLAIMS_PAUSED) until ResumeClaims: of every queue, or with queue set
+    of that queue's tasks only (Claim and ClaimNext), the other queues claiming on. Live claims
+    keep running. At most 64 queues are paused one by one at once (RESOURCE_EXHAUSTED).
+    """
     ResumeClaims: _aio.UnaryUnaryMultiCallable[_admin_pb2.ResumeClaimsRequest, _admin_pb2.ResumeClaimsResponse]  # type: ignore[assignment]
+    """Lifts the global pause, or with queue set that queue's pause; the other pause stays."""
     DrainStatus: _aio.UnaryUnaryMultiCallable[_admin_pb2.DrainStatusRequest, _admin_pb2.DrainStatusResponse]  # type: ignore[assignment]
     """Counts what still runs: active leases (live claims), uncertain effects (PREPARED or
-    UNKNOWN), staged-but-uncommitted results.
+    UNKNOWN), staged-but-uncommitted results; with queue set, those of that queue's tasks.
     """
     ApproveRetry: _aio.UnaryUnaryMultiCallable[_admin_pb2.ApproveRetryRequest, _admin_pb2.ApproveRetryResponse]  # type: ignore[assignment]
     """Lets a NEEDS_APPROVAL task (non-replayable, an earlier attempt left an effect PREPARED or
@@ -129,14 +139,18 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.PauseClaimsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.PauseClaimsResponse, _abc.Awaitable[_admin_pb2.PauseClaimsResponse]]:
-        """Refuses new claims (CLAIMS_PAUSED) until ResumeClaims. Live claims keep running."""
+        """Refuses new claims (CLAIMS_PAUSED) until ResumeClaims: of every queue, or with queue set
+        of that queue's tasks only (Claim and ClaimNext), the other queues claiming on. Live claims
+        keep running. At most 64 queues are paused one by one at once (RESOURCE_EXHAUSTED).
+        """
 
     @_abc_1.abstractmethod
     def ResumeClaims(
         self,
         request: _admin_pb2.ResumeClaimsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_admin_pb2.ResumeClaimsResponse, _abc.Awaitable[_admin_pb2.ResumeClaimsResponse]]: ...
+    ) -> _typing.Union[_admin_pb2.ResumeClaimsResponse, _abc.Awaitable[_admin_pb2.ResumeClaimsResponse]]:
+        """Lifts the global pause, or with queue set that queue's pause; the other pause stays."""
 
     @_abc_1.abstractmethod
     def DrainStatus(
@@ -145,7 +159,7 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DrainStatusResponse, _abc.Awaitable[_admin_pb2.DrainStatusResponse]]:
         """Counts what still runs: active leases (live claims), uncertain effects (PREPARED or
-        UNKNOWN), staged-but-uncommitted results.
+        UNKNOWN), staged-but-uncommitted results; with queue set, those of that queue's tasks.
         """
 
     @_abc_1.abstractmethod

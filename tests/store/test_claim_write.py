@@ -74,5 +74,6 @@ def test_the_claim_key_goes_on_the_lease_behind_the_claim_compares() -> None:
         "/p/claims/t1",
         "/p/epoch",
         "/p/control/claims_paused",
+        "/p/control/queue_paused/q",
     ]
     assert built["write"].after.state is TaskState.CLAIMED

@@ -1,0 +1,158 @@
+"""``coordinator worker module:function``: run a handler as a WorkerPool until SIGTERM.
+
+The process a Kubernetes worker pool runs: one connection, ``--max-concurrent`` claims over
+the ``--queue``s, a readiness file (and optionally an HTTP endpoint) while it claims. SIGTERM
+stops claiming at once, lets running handlers finish for ``--grace`` seconds (default: the
+chart's ``COORDINATOR_SHUTDOWN_GRACE``), gives back what is left and exits 0, so the pod's
+``terminationGracePeriodSeconds`` must exceed the grace plus GIVE_BACK_TIMEOUT (10 s).
+
+Target and credentials are those of every remote verb (cli/remote.py); with ``--insecure``,
+``--principal`` names the worker.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from datetime import timedelta
+from typing import Any
+
+import click
+
+from coordinator.cli.ready_http import ReadyEndpoint
+from coordinator.cli.remote import channel_credentials, remote_options, remote_settings
+from coordinator.errors import CoordinatorError
+from coordinator.logging import LEVELS, configure_logging
+from coordinator.sdk import WorkerClient
+from coordinator.sdk.pool import MAX_CONCURRENT, Handler, WorkerPool, stop_on_signals
+from coordinator.sdk.readiness import Readiness, ReadyFile
+
+
+def load_handler(spec: str) -> Handler:
+    """The function ``module:function`` names (the current directory is importable, as with
+    ``python -m``); a usage error if it cannot be found or called."""
+    module_name, _, name = spec.partition(":")
+    if not module_name or not name:
+        raise click.BadParameter(f"expected MODULE:FUNCTION, got {spec!r}", param_hint="HANDLER")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {exc}", param_hint="HANDLER"
+        ) from exc
+    handler = getattr(module, name, None)
+    if not callable(handler):
+        raise click.BadParameter(f"{module_name!r} has no function {name!r}", param_hint="HANDLER")
+    return handler  # type: ignore[no-any-return]
+
+
+@click.command()
+@click.argument("handler", metavar="MODULE:FUNCTION")
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    envvar="COORDINATOR_QUEUE",
+    show_envvar=True,
+    help="A queue to claim from (repeat for several; the env var: separated by spaces).",
+)
+@click.option(
+    "--max-concurrent",
+    type=click.IntRange(1, MAX_CONCURRENT),
+    default=1,
+    show_default=True,
+    help="Claims held at once by this process, each handler on its own thread.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    envvar="COORDINATOR_SHUTDOWN_GRACE",
+    show_envvar=True,
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="After SIGTERM, how long running handlers may finish before their claims are given back.",
+)
+@click.option(
+    "--ttl",
+    type=click.IntRange(min=1),
+    default=30,
+    show_default=True,
+    metavar="SECONDS",
+    help="Lease TTL of each claim (renewed at a third of it while the handler runs).",
+)
+@click.option(
+    "--ready-file",
+    envvar="COORDINATOR_READY_FILE",
+    show_envvar=True,
+    default=None,
+    metavar="PATH",
+    help="A file that exists exactly while the worker claims (removed on SIGTERM).",
+)
+@click.option(
+    "--ready-listen",
+    default=None,
+    metavar="HOST:PORT",
+    help="Also answer HTTP GETs here: 200 while claiming, 503 once stopping.",
+)
+@click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
+@remote_options
+def worker(
+    handler: str,
+    queues: tuple[str, ...],
+    max_concurrent: int,
+    grace: float,
+    ttl: int,
+    ready_file: str | None,
+    ready_listen: str | None,
+    log_level: str,
+    **settings: Any,
+) -> None:
+    """Run HANDLER (``module:function``, called with the Job and a Cancellation; what it
+    returns is committed) over the queues until SIGTERM, then shut down within --grace."""
+    configure_logging(log_level)
+    function = load_handler(handler)
+    if not queues:
+        raise click.UsageError("give at least one --queue (or COORDINATOR_QUEUE)")
+    remote = remote_settings(settings)
+    credentials = channel_credentials(
+        token=remote["token"],
+        ca=remote["ca"],
+        cert=remote["cert"],
+        key=remote["key"],
+        insecure=remote["insecure"],
+    )
+    readiness: list[Readiness] = [ReadyFile(ready_file)] if ready_file else []
+    endpoint = ReadyEndpoint(ready_listen) if ready_listen else None
+    if endpoint is not None:
+        readiness.append(endpoint)
+    try:
+        with WorkerClient(
+            remote["target"],
+            principal=remote["principal"],
+            credentials=credentials,
+            token=remote["token"],
+            channel_options=[("grpc.enable_http_proxy", 0)],
+        ) as client:
+            pool = WorkerPool(
+                client,
+                function,
+                queues=queues,
+                max_concurrent=max_concurrent,
+                ttl=timedelta(seconds=ttl),
+                grace=timedelta(seconds=grace),
+                readiness=readiness,
+            )
+            restore = stop_on_signals(pool)
+            try:
+                pool.run()
+            finally:
+                restore()
+    except CoordinatorError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        if endpoint is not None:
+            endpoint.close()

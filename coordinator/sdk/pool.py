@@ -1,0 +1,407 @@
+"""WorkerPool: a handler run over one or more queues, up to ``max_concurrent`` claims at once.
+
+    def handle(job: Job, cancel: Cancellation) -> bytes | None:
+        ...                                    # check cancel.is_cancelled() between steps
+        return result                          # the pool commits it behind the job's fence
+
+    with WorkerClient(target, principal="pool-1") as client:
+        pool = WorkerPool(client, handle, queues=["emails"], max_concurrent=4)
+        stop_on_signals(pool)                  # SIGTERM / SIGINT: pool.stop()
+        report = pool.run()                    # returns once shut down
+
+One WorkerClient (one connection) serves every claim. Each queue has its own claim loop; a
+loop claims only when a slot is free, so no claimed task waits for a thread while its lease
+runs. A claim loop that got nothing polls again after a backoff that doubles up to
+``PollBackoff.maximum``; each ClaimNext is a long poll (``wait=long_poll``), and a poll that
+already waited that long on the server is sent again at once. An older server ignores the wait
+and answers at once: the backoff then applies as before.
+
+Each job runs on its own thread with its keepalive. The handler gets the Job and a
+Cancellation (sdk/cancellation.py), set when the job is lost (``on_lost``) or when the
+shutdown grace runs out. What the handler returns is committed; an exception gives the task
+back as a retryable failure, ``job.fail(error, retryable=True)`` (the task's retry policy
+decides what follows). A handler that returns None has ended the job itself, or the pool
+releases it.
+
+``stop()`` (SIGTERM through ``stop_on_signals``) stops claiming at once and marks the pool
+unready, lets running handlers finish until ``grace`` has passed, then cancels the rest and
+gives their claims back (a retryable failure, as for an error) within
+``GIVE_BACK_TIMEOUT``; ``run()`` then returns. A handler thread that ignores its cancellation
+cannot be stopped from outside (Python has no thread kill): it is abandoned (a daemon thread,
+so the process still exits) and whatever it commits later is refused, its claim being gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import structlog
+
+from coordinator.domain import validation
+from coordinator.errors import CoordinatorError, InvalidArgument
+from coordinator.sdk._flag import Flag
+from coordinator.sdk.cancellation import Cancellation, CancelReason
+from coordinator.sdk.client import WorkerClient
+from coordinator.sdk.job import Job
+from coordinator.sdk.readiness import Readiness
+from coordinator.sdk.types import LostReason, TransportError
+
+log = structlog.get_logger(__name__)
+
+Handler = Callable[[Job, Cancellation], bytes | None]
+"""Does one job's work; returns the result to commit, or None having ended the job itself."""
+
+MAX_CONCURRENT = 256
+MAX_QUEUES = 32
+GIVE_BACK_TIMEOUT = timedelta(seconds=10)
+"""How long the cut-off at the end of the grace waits for its releases: the pod's
+terminationGracePeriodSeconds must exceed the grace plus this (the chart's 60 s + 15 s does)."""
+
+SHUTDOWN_ERROR = "WorkerShutdown"
+"""The error code of a claim given back because the shutdown grace ran out."""
+
+
+class Ending(enum.Enum):
+    """How one job of the pool ended."""
+
+    COMMITTED = "committed"
+    RELEASED = "released"
+    FAILED = "failed"  # reported through job.fail (retryable): the retry policy decides
+    LOST = "lost"
+    CUT_OFF = "cut_off"  # still running when the grace ran out; the pool gave its claim back
+    UNSETTLED = "unsettled"  # the coordinator could not be told: the lease expires instead
+
+
+@dataclass(frozen=True)
+class PollBackoff:
+    """How long a claim loop waits after a claim that got nothing: doubles up to ``maximum``."""
+
+    initial: timedelta = timedelta(milliseconds=50)
+    maximum: timedelta = timedelta(seconds=2)
+
+    def after(self, delay: float) -> float:
+        """The wait after one more empty poll, given the last one (seconds)."""
+        return min(delay * 2, self.maximum.total_seconds())
+
+
+@dataclass(frozen=True)
+class PoolReport:
+    """How many of the pool's jobs ended which way (``Ending``), once it has shut down."""
+
+    endings: dict[Ending, int]
+
+    def count(self, ending: Ending) -> int:
+        """Jobs that ended ``ending``."""
+        return self.endings.get(ending, 0)
+
+
+@dataclass(eq=False)
+class _Running:
+    """One claim of the pool, from the claim to its ending."""
+
+    queue: str
+    cancel: Cancellation
+    job: Job | None = None
+    # Set (under the pool's lock) when the grace ran out: the pool settles this job, and the
+    # handler's late answer is dropped.
+    abandoned: bool = field(default=False)
+
+    def lost(self, reason: LostReason) -> None:
+        """The job's on_lost: cancel the handler."""
+        self.cancel.cancel(CancelReason.LOST, str(reason))
+
+
+class WorkerPool:
+    """Runs ``handler`` over ``queues`` with at most ``max_concurrent`` claims at once."""
+
+    def __init__(
+        self,
+        client: WorkerClient,
+        handler: Handler,
+        *,
+        queues: Sequence[str],
+        max_concurrent: int = 1,
+        ttl: timedelta = timedelta(seconds=30),
+        grace: timedelta = timedelta(seconds=30),
+        readiness: Iterable[Readiness] = (),
+        poll: PollBackoff | None = None,
+        long_poll: timedelta = timedelta(seconds=10),
+    ) -> None:
+        if not 1 <= len(queues) <= MAX_QUEUES or len(set(queues)) != len(queues):
+            raise InvalidArgument(f"give 1 to {MAX_QUEUES} distinct queues, got {list(queues)}")
+        for queue in queues:
+            validation.queue(queue)
+        if not 1 <= max_concurrent <= MAX_CONCURRENT:
+            raise InvalidArgument(f"max_concurrent must be 1 to {MAX_CONCURRENT}")
+        if grace < timedelta(0):
+            raise InvalidArgument(f"grace must not be negative, got {grace}")
+        self._client, self._handler = client, handler
+        self._queues = tuple(queues)
+        self._ttl, self._grace = ttl, grace
+        self._readiness = tuple(readiness)
+        self._poll = poll or PollBackoff()
+        self._long_poll = long_poll
+        self._stopping = Flag()
+        self._cond = threading.Condition()
+        self._max_concurrent = self._free = max_concurrent
+        self._running: set[_Running] = set()
+        self._endings: Counter[Ending] = Counter()
+        self._fatal: CoordinatorError | None = None
+
+    def held(self) -> int:
+        """How many jobs the pool is running now."""
+        with self._cond:
+            return len(self._running)
+
+    def stop(self) -> None:
+        """Stop claiming now and shut down (``run`` returns once done). Idempotent; not from
+        a signal handler (it takes a lock): use ``stop_on_signals``."""
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def run(self) -> PoolReport:
+        """Claim and run jobs until ``stop()``, then shut down as the module says. Raises the
+        error that stopped a claim loop (bad credentials, an unknown queue name, ...) once
+        shut down."""
+        loops = [
+            threading.Thread(target=self._claim_loop, args=(q,), name=f"claim-{q}", daemon=True)
+            for q in self._queues
+        ]
+        for loop in loops:
+            loop.start()
+        self._set_ready(True)
+        log.info("pool claiming", queues=list(self._queues), max_concurrent=self._max_concurrent)
+        self._stopping.wait()
+        self._set_ready(False)
+        deadline = time.monotonic() + self._grace.total_seconds()
+        log.info("pool stopping: no new claims", running=self.held(), grace=str(self._grace))
+        self._cut_off(self._wait_for_handlers(deadline))
+        for loop in loops:  # one in a long poll: whatever it claims now, it gives back
+            loop.join(max(deadline - time.monotonic(), 0.0))
+        with self._cond:
+            report = PoolReport(dict(self._endings))
+        log.info("pool stopped", **{e.value: n for e, n in report.endings.items()})
+        if self._fatal is not None:
+            raise self._fatal
+        return report
+
+    # --- claiming ---------------------------------------------------------------------------
+
+    def _claim_loop(self, queue: str) -> None:
+        delay = self._poll.initial.total_seconds()
+        refused = ""
+        while self._take_slot():
+            running = _Running(queue, Cancellation(self._stopping))
+            sent = time.monotonic()
+            try:
+                got = self._claim(running)
+            except CoordinatorError as exc:
+                self._give_slot()
+                self._fail(queue, exc)
+                return
+            if isinstance(got, Job):
+                running.job, delay = got, self._poll.initial.total_seconds()
+                if not self._start(running):  # claimed while stopping: never run it
+                    self._settle_cut_off(running, "claimed as the pool stopped")
+                    self._give_slot()
+                continue
+            self._give_slot()
+            if got != refused:  # once per change: an idle queue must not flood the log
+                log.info("nothing claimed", queue=queue, why=got)
+                refused = got
+            # A long poll that already waited on the server counts towards the backoff.
+            self._stopping.wait(max(delay - (time.monotonic() - sent), 0.0))
+            delay = self._poll.after(delay)
+
+    def _claim(self, running: _Running) -> Job | str:
+        """One ClaimNext: the Job, or why nothing was claimed. Raises the errors no retry
+        cures (CoordinatorError other than TransportError)."""
+        try:
+            got = self._client.claim_next(
+                running.queue, ttl=self._ttl, on_lost=running.lost, wait=self._long_poll
+            )
+        except TransportError as exc:
+            return f"unreachable: {exc}"
+        return got if isinstance(got, Job) else got.outcome.name
+
+    def _take_slot(self) -> bool:
+        """Wait for a free slot; False once stopping."""
+        with self._cond:
+            while self._free == 0 and not self._stopping.is_set():
+                self._cond.wait()
+            if self._stopping.is_set():
+                return False
+            self._free -= 1
+            return True
+
+    def _give_slot(self) -> None:
+        with self._cond:
+            self._free += 1
+            self._cond.notify_all()
+
+    def _fail(self, queue: str, exc: CoordinatorError) -> None:
+        """A claim refused for a reason no retry cures: stop the whole pool, loudly."""
+        log.error("claim loop failed; stopping the pool", queue=queue, error=str(exc))
+        with self._cond:
+            if self._fatal is None:
+                self._fatal = exc
+        self.stop()
+
+    # --- running ----------------------------------------------------------------------------
+
+    def _start(self, running: _Running) -> bool:
+        with self._cond:
+            if self._stopping.is_set():
+                return False
+            self._running.add(running)
+        name = f"job-{running.job.task_id}" if running.job is not None else "job"
+        threading.Thread(target=self._work, args=(running,), name=name, daemon=True).start()
+        return True
+
+    def _work(self, running: _Running) -> None:
+        job = running.job
+        assert job is not None
+        job.start()
+        result, error = None, None
+        try:
+            result = self._handler(job, running.cancel)
+        except Exception as exc:  # the handler's failure is the task's, never the pool's
+            log.exception("handler raised", task_id=job.task_id)
+            error = exc
+        with self._cond:
+            if running.abandoned:
+                return  # the cut-off settled this job; this answer came too late
+        ending = self._settle(job, result, error)
+        with self._cond:
+            if running in self._running:
+                self._running.discard(running)
+                self._endings[ending] += 1
+                self._free += 1
+                self._cond.notify_all()
+
+    def _settle(self, job: Job, result: bytes | None, error: Exception | None) -> Ending:
+        """Commit the result, or give the task back; how the job ended."""
+        try:
+            if result is not None and error is None and not job.is_lost():
+                job.commit(result)
+            if job.committed:
+                return Ending.COMMITTED
+            if job.is_lost():
+                return Ending.LOST
+            if error is not None:
+                return _give_back(job, error)
+            job.release("the handler returned no result")
+            return Ending.COMMITTED if job.committed else Ending.RELEASED
+        except CoordinatorError as exc:
+            log.warning("could not settle the job", task_id=job.task_id, error=str(exc))
+            return Ending.COMMITTED if job.committed else Ending.UNSETTLED
+        finally:
+            job.close()
+
+    # --- shutting down ----------------------------------------------------------------------
+
+    def _wait_for_handlers(self, deadline: float) -> list[_Running]:
+        """Wait until every handler ended or ``deadline``; the ones still running, abandoned."""
+        with self._cond:
+            while self._running and (left := deadline - time.monotonic()) > 0:
+                self._cond.wait(left)
+            left_over = list(self._running)
+            for running in left_over:
+                running.abandoned = True
+                self._running.discard(running)
+            return left_over
+
+    def _cut_off(self, left_over: list[_Running]) -> None:
+        """Cancel the handlers still running and give their claims back, in parallel, for at
+        most GIVE_BACK_TIMEOUT (a job not settled by then expires with its lease)."""
+        why = f"the shutdown grace of {self._grace.total_seconds():g}s ran out"
+        for running in left_over:
+            running.cancel.cancel(CancelReason.SHUTDOWN, why)
+        threads = [
+            threading.Thread(target=self._settle_cut_off, args=(r, why), daemon=True)
+            for r in left_over
+        ]
+        for thread in threads:
+            thread.start()
+        end = time.monotonic() + GIVE_BACK_TIMEOUT.total_seconds()
+        for thread in threads:
+            thread.join(max(end - time.monotonic(), 0.0))
+
+    def _settle_cut_off(self, running: _Running, why: str) -> None:
+        job = running.job
+        assert job is not None
+        try:
+            ending = _give_back(job, SHUTDOWN_ERROR, why)
+            if job.committed:  # the handler's commit landed first: the store decided
+                ending = Ending.COMMITTED
+            elif ending is not Ending.LOST:
+                ending = Ending.CUT_OFF
+        except CoordinatorError as exc:
+            log.warning("could not give the claim back", task_id=job.task_id, error=str(exc))
+            ending = Ending.UNSETTLED
+        finally:
+            job.close()
+        with self._cond:
+            self._endings[ending] += 1
+
+    def _set_ready(self, ready: bool) -> None:
+        for signal_ in self._readiness:
+            if ready:
+                signal_.set_ready(True)  # a probe that cannot be set is a setup error: raise
+                continue
+            try:
+                signal_.set_ready(False)
+            except OSError as exc:
+                log.warning("could not clear readiness", readiness=repr(signal_), error=str(exc))
+
+
+def _give_back(job: Job, error: Exception | str, message: str = "") -> Ending:
+    """Fail the attempt, retryable: the task's retry policy decides what follows. ``error``:
+    the handler's exception (its type names the failure, its traceback goes along) or an error
+    code with ``message``."""
+    job.fail(error, retryable=True, message=message)
+    return Ending.LOST if job.is_lost() else Ending.FAILED
+
+
+def stop_on_signals(
+    pool: WorkerPool, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
+) -> Callable[[], None]:
+    """Make ``signals`` stop ``pool``; returns a function restoring the previous handlers.
+    Call it from the main thread (Python runs signal handlers there only).
+
+    The handler only writes the signal number to a pipe: it runs between two bytecodes of the
+    main thread, which may be holding one of the pool's locks at that moment, so it must take
+    none. A thread reading the pipe calls ``stop()``.
+    """
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+
+    def on_signal(signum: int, frame: object) -> None:
+        with contextlib.suppress(BlockingIOError):  # a full pipe already holds a wake-up
+            os.write(write_fd, bytes([signum]))
+
+    def watch() -> None:
+        while data := os.read(read_fd, 16):
+            log.info("signal received: stopping", signal=signal.Signals(data[0]).name)
+            pool.stop()
+        os.close(read_fd)
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in signals}
+    threading.Thread(target=watch, name="pool-signals", daemon=True).start()
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        os.close(write_fd)  # the watcher reads end-of-file and ends
+
+    return restore

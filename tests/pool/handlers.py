@@ -1,0 +1,32 @@
+"""Handlers the ``coordinator worker`` processes of these tests run (``tests.pool.handlers:...``).
+
+A task's input says what its handler does: ``gate <path>`` works until ``path`` exists, giving
+up when cancelled; ``stubborn <path>`` does the same but never looks at its cancellation.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from coordinator.sdk import Cancellation, Job
+
+_STEP = timedelta(milliseconds=50)
+# A stubborn handler stops by itself after this long, so its thread never outlives a test run.
+_STUBBORN_LIMIT = 120.0
+
+
+def gated(job: Job, cancel: Cancellation) -> bytes | None:
+    """Finish (result ``done <task id>``) once the gate file in the input exists."""
+    mode, _, path = job.input.decode().partition(" ")
+    gate = Path(path)
+    if mode == "stubborn":
+        started = time.monotonic()
+        while not gate.exists() and time.monotonic() - started < _STUBBORN_LIMIT:
+            time.sleep(_STEP.total_seconds())  # deaf to its cancellation, on purpose
+        return b"stubborn finished anyway"
+    while not gate.exists():
+        if cancel.wait_for_cancelled(_STEP):
+            return None  # cancelled: nothing to commit, the pool settles the claim
+    return f"done {job.task_id}".encode()

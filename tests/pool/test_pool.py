@@ -1,0 +1,273 @@
+"""WorkerPool in this process against a real coordinator: the concurrency bound over several
+queues, commits, losses cancelling the handler, errors giving the task back, long-poll use,
+readiness (file and HTTP)."""
+
+from __future__ import annotations
+
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.cli.ready_http import ReadyEndpoint
+from coordinator.domain.states import AttemptEnd, TaskState
+from coordinator.errors import InvalidArgument
+from coordinator.etcd_process import EtcdProcess
+from coordinator.sdk import (
+    Cancellation,
+    CancelReason,
+    ClaimRefused,
+    Ending,
+    Job,
+    LostCallback,
+    PoolReport,
+    ReadyFile,
+    WorkerClient,
+    WorkerPool,
+)
+from tests.helpers import eventually
+from tests.sdk.support import Served, served
+
+TTL = timedelta(seconds=2)  # renewed every 2/3 s: a cancellation is noticed quickly
+
+
+@pytest.fixture
+def coordinator(etcd: EtcdProcess, prefix: str) -> Iterator[Served]:
+    """A coordinator on this test's prefix."""
+    with served(etcd.endpoint, prefix) as running:
+        yield running
+
+
+@pytest.fixture
+def producer(coordinator: Served) -> Iterator[WorkerClient]:
+    """Creates tasks and reads them back."""
+    with coordinator.client("producer") as client:
+        yield client
+
+
+@pytest.fixture
+def background() -> Iterator[ThreadPoolExecutor]:
+    """Runs pools while the test drives them."""
+    with ThreadPoolExecutor(max_workers=2) as executor:
+        yield executor
+
+
+def states(client: WorkerClient) -> dict[str, TaskState]:
+    """Every task's state, by id."""
+    return {t.task_id: t.state for t in client.list_tasks()}
+
+
+def stop(pool: WorkerPool, running: Future[PoolReport]) -> PoolReport:
+    """Stop the pool and wait for its report."""
+    pool.stop()
+    return running.result(timeout=30)
+
+
+def test_at_most_max_concurrent_claims_over_two_queues_all_committed(
+    coordinator: Served,
+    producer: WorkerClient,
+    background: ThreadPoolExecutor,
+    tmp_path: Path,
+) -> None:
+    for task_id, queue in (("a1", "qa"), ("a2", "qa"), ("b1", "qb"), ("b2", "qb")):
+        producer.create_task(task_id, queue=queue, input=task_id.encode())
+    go = threading.Event()
+    lock = threading.Lock()
+    active, peak = [0], [0]
+
+    def handle(job: Job, cancel: Cancellation) -> bytes:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        go.wait(30)
+        with lock:
+            active[0] -= 1
+        return job.input.upper()
+
+    ready = ReadyFile(tmp_path / "ready")
+    with coordinator.client("pool-1") as client:
+        pool = WorkerPool(
+            client, handle, queues=["qa", "qb"], max_concurrent=2, ttl=TTL, readiness=[ready]
+        )
+        running = background.submit(pool.run)
+        eventually(lambda: list(states(producer).values()).count(TaskState.CLAIMED) == 2)
+        assert ready.path.exists()
+        go.set()
+        eventually(lambda: set(states(producer).values()) == {TaskState.DONE})
+        report = stop(pool, running)
+    assert peak[0] == 2
+    assert report.endings == {Ending.COMMITTED: 4}
+    assert {t: producer.get_result(t).result for t in ("a1", "b2")} == {"a1": b"A1", "b2": b"B2"}
+    assert not ready.path.exists()
+
+
+def test_a_lost_job_cancels_its_handler_and_nothing_is_committed(
+    coordinator: Served, producer: WorkerClient, background: ThreadPoolExecutor
+) -> None:
+    producer.create_task("t1", queue="q", input=b"in")
+    seen: Future[tuple[CancelReason | None, str]] = Future()
+
+    def handle(job: Job, cancel: Cancellation) -> bytes:
+        cancel.wait_for_cancelled(timedelta(seconds=30))
+        seen.set_result((cancel.reason, cancel.detail))
+        return b"too late"
+
+    with coordinator.client("pool-1") as client:
+        pool = WorkerPool(client, handle, queues=["q"], ttl=TTL)
+        running = background.submit(pool.run)
+        eventually(lambda: states(producer) == {"t1": TaskState.CLAIMED})
+        producer.cancel_task("t1", reason="not needed")
+        reason, detail = seen.result(timeout=30)
+        eventually(lambda: pool_idle(running, pool))
+        report = stop(pool, running)
+    assert reason is CancelReason.LOST
+    assert "CANCELLED" in detail
+    assert report.endings == {Ending.LOST: 1}
+    assert [a.end for a in producer.attempts("t1")] == [AttemptEnd.CANCELLED]
+
+
+def pool_idle(running: Future[PoolReport], pool: WorkerPool) -> bool:
+    """Whether the pool holds no job (it is still running)."""
+    assert not running.done()
+    return pool.held() == 0
+
+
+def test_a_handler_error_gives_the_task_back_and_the_next_attempt_commits(
+    coordinator: Served, producer: WorkerClient, background: ThreadPoolExecutor
+) -> None:
+    producer.create_task("t1", queue="q", input=b"in")
+    tries = [0]
+
+    def handle(job: Job, cancel: Cancellation) -> bytes:
+        tries[0] += 1
+        if tries[0] == 1:
+            raise ValueError("boom")
+        return b"second time lucky"
+
+    with coordinator.client("pool-1") as client:
+        pool = WorkerPool(client, handle, queues=["q"], ttl=TTL)
+        running = background.submit(pool.run)
+        eventually(lambda: states(producer) == {"t1": TaskState.DONE})
+        report = stop(pool, running)
+    assert [a.end for a in producer.attempts("t1")] == [AttemptEnd.FAILED, AttemptEnd.COMMITTED]
+    assert report.endings == {Ending.FAILED: 1, Ending.COMMITTED: 1}
+
+
+def test_a_handler_error_reaches_job_fail_whole_and_retryable(
+    coordinator: Served,
+    producer: WorkerClient,
+    background: ThreadPoolExecutor,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    failed: list[tuple[object, bool]] = []
+
+    def fail(job: Job, error: object, *, retryable: bool, message: str = "") -> None:
+        failed.append((error, retryable))
+        job.release("failed")  # what WorkerService.Fail does to a retryable failure, in short
+
+    # Replaces the SDK's own job.fail where it has one: the pool must call whichever is there.
+    monkeypatch.setattr(Job, "fail", fail, raising=False)
+    producer.create_task("t1", queue="q", input=b"in")
+    boom = ValueError("boom")
+
+    def handle(job: Job, cancel: Cancellation) -> bytes:
+        if not failed:
+            raise boom
+        return b"second time lucky"
+
+    with coordinator.client("pool-1") as client:
+        pool = WorkerPool(client, handle, queues=["q"], ttl=TTL)
+        running = background.submit(pool.run)
+        eventually(lambda: states(producer) == {"t1": TaskState.DONE})
+        report = stop(pool, running)
+    assert failed == [(boom, True)]
+    assert report.endings == {Ending.FAILED: 1, Ending.COMMITTED: 1}
+
+
+class LongPolling(WorkerClient):
+    """The SDK's client, recording the wait of each ClaimNext the pool sends."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.waits: list[timedelta | None] = []
+
+    def claim_next(
+        self,
+        queue: str = "default",
+        *,
+        ttl: timedelta,
+        on_lost: LostCallback | None = None,
+        safety_margin: timedelta | None = None,
+        wait: timedelta | None = None,
+    ) -> Job | ClaimRefused:
+        self.waits.append(wait)
+        return super().claim_next(
+            queue, ttl=ttl, on_lost=on_lost, safety_margin=safety_margin, wait=wait
+        )
+
+
+def test_the_pool_long_polls(
+    coordinator: Served, producer: WorkerClient, background: ThreadPoolExecutor
+) -> None:
+    producer.create_task("t1", queue="q", input=b"in")
+    with LongPolling(coordinator.target, principal="pool-1") as client:
+        pool = WorkerPool(client, done, queues=["q"], ttl=TTL, long_poll=timedelta(seconds=3))
+        running = background.submit(pool.run)
+        eventually(lambda: states(producer) == {"t1": TaskState.DONE})
+        stop(pool, running)
+    assert client.waits and set(client.waits) == {timedelta(seconds=3)}
+
+
+def done(job: Job, cancel: Cancellation) -> bytes:
+    """A handler that succeeds at once."""
+    return b"done"
+
+
+def test_readiness_endpoint_answers_200_while_claiming_then_503(
+    coordinator: Served, background: ThreadPoolExecutor
+) -> None:
+    endpoint = ReadyEndpoint("127.0.0.1:0")
+    url = f"http://127.0.0.1:{endpoint.port}/ready"
+    try:
+        assert status(url) == 503
+        with coordinator.client("pool-1") as client:
+            pool = WorkerPool(client, done, queues=["q"], ttl=TTL, readiness=[endpoint])
+            running = background.submit(pool.run)
+            eventually(lambda: status(url) == 200)
+            stop(pool, running)
+        assert status(url) == 503
+    finally:
+        endpoint.close()
+
+
+def status(url: str) -> int:
+    """The HTTP status of a GET (no proxy: loopback)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"queues": []}, "give 1 to 32 distinct queues"),
+        ({"queues": ["q", "q"]}, "give 1 to 32 distinct queues"),
+        ({"queues": ["q"], "max_concurrent": 0}, "max_concurrent must be 1 to 256"),
+        ({"queues": ["q"], "grace": timedelta(seconds=-1)}, "grace must not be negative"),
+    ],
+)
+def test_bad_options_are_refused(
+    coordinator: Served, options: dict[str, Any], message: str
+) -> None:
+    handler: Callable[[Job, Cancellation], bytes] = done
+    with coordinator.client("pool-1") as client, pytest.raises(InvalidArgument, match=message):
+        WorkerPool(client, handler, **options)

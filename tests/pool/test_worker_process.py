@@ -1,0 +1,149 @@
+"""``coordinator worker`` as a real process against a real coordinator: what SIGTERM does.
+
+The process holds claims; after SIGTERM it claims nothing more, removes its readiness file at
+once, lets the handlers that finish within the grace commit, gives back what is left when the
+grace runs out (a handler deaf to its cancellation included) and exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.domain.states import AttemptEnd, TaskState
+from coordinator.etcd_process import EtcdProcess
+from coordinator.sdk import WorkerClient
+from coordinator.sdk.pool import GIVE_BACK_TIMEOUT
+from tests.helpers import eventually
+from tests.sdk.support import QUEUE, Served, served
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMAND = [sys.executable, "-c", "from coordinator.cli import main; main()"]
+
+
+@pytest.fixture
+def coordinator(etcd: EtcdProcess, prefix: str) -> Iterator[Served]:
+    """A coordinator (no authentication) on this test's prefix."""
+    with served(etcd.endpoint, prefix) as running:
+        yield running
+
+
+@pytest.fixture
+def producer(coordinator: Served) -> Iterator[WorkerClient]:
+    """Creates the tasks and reads them back."""
+    with coordinator.client("producer") as client:
+        yield client
+
+
+def start_worker(
+    target: str, tmp_path: Path, *, max_concurrent: int, grace: float
+) -> subprocess.Popen[bytes]:
+    """``coordinator worker tests.pool.handlers:gated`` on QUEUE, logging to tmp_path."""
+    args = [
+        "worker",
+        "tests.pool.handlers:gated",
+        "--queue",
+        QUEUE,
+        "--max-concurrent",
+        str(max_concurrent),
+        "--grace",
+        str(grace),
+        "--ttl",
+        "30",
+        "--ready-file",
+        str(tmp_path / "ready"),
+        "--target",
+        target,
+        "--insecure",
+        "--principal",
+        "pool-1",
+    ]
+    with (tmp_path / "worker.log").open("wb") as log:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
+        return subprocess.Popen([*COMMAND, *args], cwd=ROOT, stderr=log, env=env)
+
+
+def claimed(client: WorkerClient) -> set[str]:
+    """The ids of the tasks of QUEUE that are CLAIMED now."""
+    return {t.task_id for t in client.list_tasks(queue=QUEUE, state=TaskState.CLAIMED)}
+
+
+def ends(client: WorkerClient, task_id: str) -> list[AttemptEnd]:
+    """How each attempt of the task ended, oldest first."""
+    return [a.end for a in client.attempts(task_id)]
+
+
+def exit_code(proc: subprocess.Popen[bytes], tmp_path: Path, grace: float) -> int:
+    """The exit code, awaited for the grace plus the give-back bound plus slack for a busy
+    machine (Kubernetes would kill the pod at terminationGracePeriodSeconds)."""
+    try:
+        return proc.wait(timeout=grace + GIVE_BACK_TIMEOUT.total_seconds() + 20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"the worker did not exit; log:\n{(tmp_path / 'worker.log').read_text()}")
+
+
+def test_sigterm_stops_claiming_commits_the_finished_and_releases_the_rest(
+    coordinator: Served, producer: WorkerClient, tmp_path: Path
+) -> None:
+    gate, never, ready = tmp_path / "gate", tmp_path / "never", tmp_path / "ready"
+    for task_id in ("fast-1", "fast-2"):
+        producer.create_task(task_id, queue=QUEUE, input=f"gate {gate}".encode())
+    producer.create_task("slow", queue=QUEUE, input=f"gate {never}".encode())
+    grace = 8.0
+    proc = start_worker(coordinator.target, tmp_path, max_concurrent=3, grace=grace)
+    try:
+        eventually(lambda: claimed(producer) == {"fast-1", "fast-2", "slow"}, timeout=30)
+        assert ready.read_text().startswith("claiming")
+        # Every slot is taken: these wait, READY, and must still be READY after the signal.
+        for task_id in ("late-1", "late-2"):
+            producer.create_task(task_id, queue=QUEUE, input=f"gate {gate}".encode())
+
+        proc.send_signal(signal.SIGTERM)
+        eventually(lambda: not ready.exists(), message="readiness file still there")
+        assert proc.poll() is None  # still within the grace: the handlers may finish
+        gate.touch()  # fast-1 and fast-2 finish now; slow never does
+        assert exit_code(proc, tmp_path, grace) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+    states = {t.task_id: t.state for t in producer.list_tasks(queue=QUEUE)}
+    assert states == {
+        "fast-1": TaskState.DONE,
+        "fast-2": TaskState.DONE,
+        "slow": TaskState.READY,
+        "late-1": TaskState.READY,
+        "late-2": TaskState.READY,
+    }
+    assert producer.get_result("fast-1").result == b"done fast-1"
+    assert producer.get_result("fast-2").result == b"done fast-2"
+    assert ends(producer, "slow") == [AttemptEnd.FAILED]  # given back (retryable), not expired
+    assert ends(producer, "late-1") == ends(producer, "late-2") == []  # never claimed
+
+
+def test_a_handler_deaf_to_cancellation_is_cut_off_at_the_grace(
+    coordinator: Served, producer: WorkerClient, tmp_path: Path
+) -> None:
+    producer.create_task("deaf", queue=QUEUE, input=f"stubborn {tmp_path / 'never'}".encode())
+    grace = 1.0
+    proc = start_worker(coordinator.target, tmp_path, max_concurrent=1, grace=grace)
+    try:
+        eventually(lambda: claimed(producer) == {"deaf"}, timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        # The handler thread is still looping: the process exits anyway, claim given back.
+        assert exit_code(proc, tmp_path, grace) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    task = producer.get_task("deaf")
+    assert (task.state, ends(producer, "deaf")) == (TaskState.READY, [AttemptEnd.FAILED])
+    assert not (tmp_path / "ready").exists()
+    log = (tmp_path / "worker.log").read_text()
+    assert '"cut_off": 1' in log, log
