@@ -4,9 +4,13 @@ on the coordinator, which is checked there."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
+import grpc
 import httpx
 
 from coordinator.sdk import TaskState
+from coordinator.v1 import admin_pb2, admin_pb2_grpc
 from tests.console.conftest import Stack, flash_text
 from tests.console.http_client import csrf_of, signed_in
 
@@ -104,3 +108,23 @@ def test_signing_out_ends_the_session(stack: Stack) -> None:
     csrf = csrf_of(client.get("/queues").text)
     assert client.post("/signout", data={"csrf": csrf}).status_code == 303
     assert client.get("/queues").status_code == 303
+
+
+def test_the_queues_page_counts_delayed_tasks_and_marks_a_paused_queue(stack: Stack) -> None:
+    with stack.client("pm-1") as pm:
+        later = datetime.now(UTC) + timedelta(hours=1)
+        pm.create_task("later-1", queue="reports", input=b"in", not_before=later)
+        pm.create_task("now-1", queue="emails", input=b"in")
+    with stack.stubs("admin-1") as admin:
+        with grpc.insecure_channel(stack.target) as channel:
+            stub = admin_pb2_grpc.AdminServiceStub(channel)
+            request = admin_pb2.PauseClaimsRequest(queue="reports")
+            stub.PauseClaims(request, metadata=admin.metadata)
+    page = signed_in(stack.url, stack.token("pm-1")).get("/queues").text
+    row = page.split('href="/tasks?queue=reports"', 1)[1].split("</tr>", 1)[0]
+    assert "PAUSED" in row
+    assert (
+        'data-label="delayed" class="num"><a href="/tasks?queue=reports&amp;state=DELAYED">1<'
+        in row
+    )
+    assert 'id="paused-queues">reports<' in page

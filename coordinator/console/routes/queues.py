@@ -20,6 +20,8 @@ COLUMNS = [
     (types_pb2.TASK_STATE_READY, "ready"),
     (types_pb2.TASK_STATE_CLAIMED, "claimed"),
     (types_pb2.TASK_STATE_WAITING, "waiting"),
+    # Waiting out a retry backoff or a not_before: READY when due (docs/work-queue.md).
+    (types_pb2.TASK_STATE_DELAYED, "delayed"),
     (types_pb2.TASK_STATE_REVIEW, "review"),
     (types_pb2.TASK_STATE_NEEDS_APPROVAL, "needs approval"),
     # FAILED is where a task ends when it will never be DONE: the dead letters.
