@@ -115,11 +115,10 @@ def test_the_queues_page_counts_delayed_tasks_and_marks_a_paused_queue(stack: St
         later = datetime.now(UTC) + timedelta(hours=1)
         pm.create_task("later-1", queue="reports", input=b"in", not_before=later)
         pm.create_task("now-1", queue="emails", input=b"in")
-    with stack.stubs("admin-1") as admin:
-        with grpc.insecure_channel(stack.target) as channel:
-            stub = admin_pb2_grpc.AdminServiceStub(channel)
-            request = admin_pb2.PauseClaimsRequest(queue="reports")
-            stub.PauseClaims(request, metadata=admin.metadata)
+    with stack.stubs("admin-1") as admin, grpc.insecure_channel(stack.target) as channel:
+        stub = admin_pb2_grpc.AdminServiceStub(channel)
+        request = admin_pb2.PauseClaimsRequest(queue="reports")
+        stub.PauseClaims(request, metadata=admin.metadata)
     page = signed_in(stack.url, stack.token("pm-1")).get("/queues").text
     row = page.split('href="/tasks?queue=reports"', 1)[1].split("</tr>", 1)[0]
     assert "PAUSED" in row
