@@ -16,7 +16,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY coordinator ./coordinator
 RUN python -m venv /opt/coordinator \
-    && /opt/coordinator/bin/pip install . \
+    && /opt/coordinator/bin/pip install ".[console]" \
     && /opt/coordinator/bin/pip uninstall --yes pip
 
 FROM ${PYTHON_IMAGE}

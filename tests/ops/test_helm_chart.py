@@ -58,6 +58,7 @@ GENERATED_SECRETS = frozenset(
         "rel-coordinator-etcd-server-tls",
         "rel-coordinator-etcd-client-tls",
         "rel-coordinator-etcd-auth",
+        "rel-coordinator-console-session",
     }
 )
 
@@ -283,6 +284,31 @@ def test_bundled_etcd_members_are_addressed_by_their_pod_dns_names() -> None:
     assert job["command"] == ["etcdctl"] and "defrag" in job["args"]
     assert f"--endpoints={','.join(f'https://{m}:2379' for m in members)}" in job["args"]
     assert defrag["spec"]["concurrencyPolicy"] == "Forbid"
+
+
+def test_the_console_runs_apart_and_talks_to_the_coordinator_service() -> None:
+    manifests = render(None, "console.enabled=true")
+    console = _one(manifests, "Deployment", "rel-coordinator-console")
+    coordinator = _coordinator(manifests)
+    labels = console["spec"]["template"]["metadata"]["labels"]
+    # Its own selector: no coordinator Service or Deployment selects a console pod.
+    for selector in (
+        coordinator["spec"]["selector"]["matchLabels"],
+        _one(manifests, "Service", "rel-coordinator")["spec"]["selector"],
+    ):
+        assert not set(selector.items()) <= set(labels.items())
+    (container,) = console["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["coordinator", "console"]
+    assert "--target=rel-coordinator.agents.svc:50051" in container["args"]
+    assert "--secure-cookie" in container["args"]
+    secret_file = next(a for a in container["args"] if a.startswith("--secret-file="))
+    pod = console["spec"]["template"]["spec"]
+    assert _mounted_secret(pod, container, secret_file.split("=", 1)[1]) == (
+        "rel-coordinator-console-session"
+    )
+    service = _one(manifests, "Service", "rel-coordinator-console")
+    assert service["spec"]["selector"] == console["spec"]["selector"]["matchLabels"]
+    assert not [m for m in render(None) if "console" in m["metadata"]["name"]]  # off by default
 
 
 def test_external_etcd_is_the_default() -> None:
