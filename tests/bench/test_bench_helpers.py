@@ -78,6 +78,7 @@ def test_targets_say_met_unmet_or_unknown() -> None:
         "coordinator_rss_mib_10k_claims": 199.9,
         "etcd_db_mib_at_200k_over_50k": 1.1,
         "throughput_pruner_on_over_off": 0.89,
+        "promote_claimable_p95_s_after_due": 1.0,
     }
     met = {row["key"]: row["met"] for row in targets(doc)}
     assert met == {
@@ -89,6 +90,7 @@ def test_targets_say_met_unmet_or_unknown() -> None:
         "coordinator_rss_mib_10k_claims": True,
         "etcd_db_mib_at_200k_over_50k": True,
         "throughput_pruner_on_over_off": False,
+        "promote_claimable_p95_s_after_due": True,
     }
 
 

@@ -74,7 +74,7 @@ def test_accepting_a_revision_the_task_has_moved_past_is_refused_with_why(
     assert stack.state("report-2") == (TaskState.REVIEW, 2)
     screenshot(browser, "inbox-stale-accept")
     browser.get(f"{stack.url}/queues")  # queue, ready, claimed, waiting, review, approval, failed
-    assert browser.find_element(By.ID, "queues").text.splitlines()[-1] == "q 0 0 0 1 0 0"
+    assert browser.find_element(By.ID, "queues").text.splitlines()[-1] == "q 0 0 0 0 1 0 0"
     screenshot(browser, "queues")
 
 
