@@ -830,6 +830,8 @@ ALERTS = {
     "CoordinatorEffectsEscalated",
     "CoordinatorReclaimLatencyHigh",
     "CoordinatorQueuesLeftOut",
+    "CoordinatorEtcdNearQuota",
+    "CoordinatorTasksDeadLettered",
 }
 
 
