@@ -9,7 +9,7 @@ the exception text to the caller.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import grpc
@@ -68,6 +68,30 @@ def rpc(
             level("rpc refused", rpc=name, code=code.name, error=str(exc))
             context.abort(code, str(exc))
         except Exception:
+            log.exception("rpc failed unexpectedly", rpc=name)
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error in {name}; see the server log")
+
+    return wrapper
+
+
+def stream_rpc(
+    method: Callable[[S, Req, grpc.ServicerContext], Iterator[Resp]],
+) -> Callable[[S, Req, grpc.ServicerContext], Iterator[Resp]]:
+    """``@rpc`` for server-streaming methods: errors raised while streaming map to statuses
+    through the same table."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def wrapper(self: S, request: Req, context: grpc.ServicerContext) -> Iterator[Resp]:
+        try:
+            yield from method(self, request, context)
+        except errors.CoordinatorError as exc:
+            code = status_code_of(exc)
+            log.info("rpc refused", rpc=name, code=code.name, error=str(exc))
+            context.abort(code, str(exc))
+        except Exception:
+            if not context.is_active():  # the caller went away mid-stream
+                return
             log.exception("rpc failed unexpectedly", rpc=name)
             context.abort(grpc.StatusCode.INTERNAL, f"internal error in {name}; see the server log")
 
