@@ -34,6 +34,7 @@ from coordinator.server.auth import (
     tls_for,
 )
 from coordinator.server.bounded_http import HttpLimits
+from coordinator.server.call_log import CallLogInterceptor
 from coordinator.server.idempotency import IdempotencyInterceptor
 from coordinator.server.metrics_http import start_metrics
 from coordinator.server.request_ids import RequestIdInterceptor
@@ -121,11 +122,13 @@ def build_server(
         # traceback. Then auth: every later interceptor and servicer sees the caller. The
         # stream bounds count per principal, so they come right after auth (and before
         # anything reads etcd). Idempotency keys are scoped to the authenticated principal, so
-        # they come after auth.
+        # they come after auth. The call log comes right after auth too: it names the principal
+        # and logs every later refusal.
         interceptors=[
             RpcMetricsInterceptor(),  # real methods only get labels: unknown ones pass by
             UndecodableInterceptor(),
             auth_interceptor,
+            CallLogInterceptor(SERVICE_NAMES),
             StreamLimitInterceptor(open_streams, auth_interceptor.check),
             VersionGateInterceptor(VersionStore(store.ctx).read),  # minimum SDK, cached read
             IdempotencyInterceptor(store.idempotency),

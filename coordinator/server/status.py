@@ -1,9 +1,10 @@
 """The one table from coordinator errors to gRPC status codes, and the decorator that applies it.
 
 Servicers never call ``context.abort`` themselves: they raise a CoordinatorError (or let the
-store raise one), and ``@rpc`` turns it into the mapped status with the error's own message.
-Anything else is a bug: it is logged with its traceback and answered INTERNAL, without leaking
-the exception text to the caller.
+store raise one), and ``@rpc`` turns it into the mapped status with the error's own message
+(the call's one log line, coordinator.server.call_log, records it). Anything else is a bug: it
+is logged here with its traceback and answered INTERNAL, without leaking the exception text to
+the caller.
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ STATUS_CODES: dict[type[errors.CoordinatorError], grpc.StatusCode] = {
     errors.CoordinatorError: grpc.StatusCode.INTERNAL,
 }
 
-_OUR_FAULT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL})
-
 S = TypeVar("S")
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
@@ -62,11 +61,7 @@ def rpc(
         try:
             return method(self, request, context)
         except errors.CoordinatorError as exc:
-            code = status_code_of(exc)
-            # Bad input is the caller's business (info); an unreachable store is ours (warning).
-            level = log.warning if code in _OUR_FAULT else log.info
-            level("rpc refused", rpc=name, code=code.name, error=str(exc))
-            context.abort(code, str(exc))
+            context.abort(status_code_of(exc), str(exc))
         except Exception:
             log.exception("rpc failed unexpectedly", rpc=name)
             context.abort(grpc.StatusCode.INTERNAL, f"internal error in {name}; see the server log")
@@ -86,9 +81,7 @@ def stream_rpc(
         try:
             yield from method(self, request, context)
         except errors.CoordinatorError as exc:
-            code = status_code_of(exc)
-            log.info("rpc refused", rpc=name, code=code.name, error=str(exc))
-            context.abort(code, str(exc))
+            context.abort(status_code_of(exc), str(exc))
         except Exception:
             if not context.is_active():  # the caller went away mid-stream
                 return

@@ -13,11 +13,10 @@ import time
 from collections.abc import Iterator
 
 import grpc
-import structlog
 
 from coordinator.domain.validation import non_negative, task_id
 from coordinator.errors import StreamBehind
-from coordinator.logging import bound
+from coordinator.logging import note
 from coordinator.server import common_wire, event_wire, stream_interceptor, task_wire
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc, stream_rpc
@@ -27,8 +26,6 @@ from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 GET_TASK_ATTEMPTS = 20
 """Attempts GetTask returns at most (the latest): it must answer within gRPC's message limit
 whatever a task's history (12,000 attempts did not)."""
-
-log = structlog.get_logger(__name__)
 
 
 class TaskService(tasks_pb2_grpc.TaskServiceServicer):
@@ -45,15 +42,14 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         spec = task_wire.parse_task_spec(request, now=time.time())
         principal = principal_of(context)
         task = self._store.tasks.create(spec, by=principal)
-        with bound(task_id=task.task_id, principal=principal):
-            log.info(
-                "task created",
-                queue=task.queue,
-                input_digest=task.input_digest,
-                state=task.state.name,
-                root=task.root_task_id,
-                depends_on=list(task.depends_on),
-            )
+        note(
+            task_id=task.task_id,
+            queue=task.queue,
+            input_digest=task.input_digest,
+            state=task.state.name,
+            root=task.root_task_id,
+            depends_on=list(task.depends_on),
+        )
         return tasks_pb2.CreateTaskResponse(task=task_wire.task_to_proto(task))
 
     @rpc
@@ -124,8 +120,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         reason = common_wire.parse_text("reason", request.reason)
         principal = principal_of(context)
         task = self._store.tasks.cancel(tid, by=principal, reason=reason)
-        with bound(task_id=tid, principal=principal):
-            log.info("task cancelled", cancel_generation=task.cancel_generation, reason=reason)
+        note(task_id=tid, cancel_generation=task.cancel_generation, reason=reason)
         return tasks_pb2.CancelTaskResponse(task=task_wire.task_to_proto(task))
 
     @rpc
@@ -140,8 +135,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         task = self._store.tasks.update_input(
             tid, data=request.input, input_digest=digest, expected_revision=expected, by=principal
         )
-        with bound(task_id=tid, principal=principal):
-            log.info("task input updated", revision=task.revision, input_digest=digest)
+        note(task_id=tid, revision=task.revision, input_digest=digest)
         return tasks_pb2.UpdateInputResponse(task=task_wire.task_to_proto(task))
 
     @rpc
@@ -153,8 +147,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         reason = common_wire.parse_text("reason", request.reason)
         principal = principal_of(context)
         task = self._store.dead_letters.retry(tid, by=principal, reason=reason)
-        with bound(task_id=tid, principal=principal):
-            log.info("task retried", state=task.state.name, attempt=task.attempt, reason=reason)
+        note(task_id=tid, state=task.state.name, attempt=task.attempt, reason=reason)
         return tasks_pb2.RetryTaskResponse(task=task_wire.task_to_proto(task))
 
     @rpc
@@ -166,8 +159,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         revision = task_wire.parse_revision(request.revision)
         principal = principal_of(context)
         task = self._store.review.accept(tid, revision=revision, reviewer=principal)
-        with bound(task_id=tid, principal=principal):
-            log.info("task accepted", revision=revision, state=task.state.name)
+        note(task_id=tid, revision=revision, state=task.state.name)
         return tasks_pb2.AcceptResponse(task=task_wire.task_to_proto(task))
 
     @rpc
@@ -180,8 +172,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         reason = task_wire.parse_reject_reason(request.reason)
         principal = principal_of(context)
         task = self._store.review.reject(tid, revision=revision, reviewer=principal, reason=reason)
-        with bound(task_id=tid, principal=principal):
-            log.info("task rejected", revision=revision, new_revision=task.revision, reason=reason)
+        note(task_id=tid, revision=revision, new_revision=task.revision, reason=reason)
         return tasks_pb2.RejectResponse(task=task_wire.task_to_proto(task))
 
     @rpc
@@ -196,8 +187,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         task = self._store.dependencies.set_dependencies(
             tid, depends_on, expected_state_version=expected, by=principal
         )
-        with bound(task_id=tid, principal=principal):
-            log.info("dependencies set", depends_on=list(depends_on), state=task.state.name)
+        note(task_id=tid, depends_on=list(depends_on), state=task.state.name)
         return tasks_pb2.SetDependenciesResponse(task=task_wire.task_to_proto(task))
 
     @stream_rpc

@@ -10,21 +10,18 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 
 import grpc
-import structlog
 
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.roles import Role
 from coordinator.domain.validation import non_negative, task_id
 from coordinator.errors import PermissionDenied
-from coordinator.logging import bound
+from coordinator.logging import bound, note
 from coordinator.server import common_wire, effect_wire, job_wire, task_wire, worker_wire
 from coordinator.server.identity import identity_of, principal_of
 from coordinator.server.status import rpc
 from coordinator.server.stream_interceptor import stream_alive
 from coordinator.store import ClaimResult, Store
 from coordinator.v1 import worker_pb2, worker_pb2_grpc
-
-log = structlog.get_logger(__name__)
 
 
 class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
@@ -51,7 +48,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
             result = self._store.claims.claim(
                 tid, principal=principal, epoch=epoch, ttl=ttl, expected_state_version=expected
             )
-            _log_claim("claim", result)
+            _note_claim(result)
         return worker_wire.claim_to_proto(result)
 
     @rpc
@@ -73,7 +70,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 wait=wait,
                 alive=stream_alive(context),
             )
-            _log_claim("claim_next", result)
+            _note_claim(result)
         return worker_wire.claim_to_proto(result)
 
     @rpc
@@ -89,7 +86,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
             result = self._store.acceptance.renew(
                 fence, principal=principal, progress=progress, checkpoint=checkpoint
             )
-            _log_point("renew", result.verdict, ttl=result.ttl)
+            _note_verdict(result.verdict, ttl=result.ttl)
         return worker_wire.renew_to_proto(result)
 
     @rpc
@@ -105,8 +102,8 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
             verdict = self._store.acceptance.authorize_tool(
                 fence, principal=principal, tool=tool, action=action
             )
-            # This line is the audit record of the tool call (the store keeps none).
-            _log_point("authorize_tool", verdict, tool=tool, action=action)
+            # The call's line is the audit record of the tool call (the store keeps none).
+            _note_verdict(verdict, tool=tool, action=action)
         return worker_wire.authorize_to_proto(verdict)
 
     @rpc
@@ -127,7 +124,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 result=request.result,
                 result_ref=request.result_ref,
             )
-            _log_point("stage_result", staged.verdict, current=staged.current, digest=digest)
+            _note_verdict(staged.verdict, current=staged.current, digest=digest)
         return worker_wire.stage_to_proto(staged)
 
     @rpc
@@ -152,7 +149,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 result_ref=request.result_ref,
                 evidence=evidence,
             )
-            _log_point("commit", result.verdict, commit_id=result.result_commit_id, digest=digest)
+            _note_verdict(result.verdict, commit_id=result.result_commit_id, digest=digest)
         return worker_wire.commit_to_proto(result)
 
     @rpc
@@ -165,7 +162,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         principal = principal_of(context)
         with _bound(fence, principal):
             verdict = self._store.acceptance.release(fence, principal=principal, reason=reason)
-            _log_point("release", verdict, release_reason=reason)
+            _note_verdict(verdict, release_reason=reason)
         return worker_wire.release_to_proto(verdict)
 
     @rpc
@@ -178,8 +175,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         principal = principal_of(context)
         with _bound(fence, principal):
             result = self._store.failures.fail(fence, principal=principal, report=report)
-            _log_point(
-                "fail",
+            _note_verdict(
                 result.verdict,
                 error_code=report.code,
                 retryable=report.retryable,
@@ -202,8 +198,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 fence, principal=principal, node_id=node, effect_slot=slot, payload_digest=digest
             )
             effect = result.effect
-            _log_point(
-                "prepare_effect",
+            _note_verdict(
                 result.verdict,
                 action=result.action.name,
                 effect_id=effect.effect_id if effect else None,
@@ -235,7 +230,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 etag=etag,
                 reconcile_principal=owner,
             )
-            _log_point("record_effect", result.verdict, effect_id=eid, effect_state=state.name)
+            _note_verdict(result.verdict, effect_id=eid, effect_state=state.name)
         return effect_wire.record_to_proto(result)
 
     @rpc
@@ -294,7 +289,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         principal = principal_of(context)
         with _bound(fence, principal):
             result = self._store.jobs.start(fence, principal=principal, spec=spec)
-            _log_point("start_job", result.verdict, job_id=spec.job_id, pid=spec.pid)
+            _note_verdict(result.verdict, job_id=spec.job_id, pid=spec.pid)
         return job_wire.start_to_proto(result)
 
     @rpc
@@ -315,8 +310,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 exit_code=request.exit_code,
                 detail=detail,
             )
-            log.info(
-                "finish_job",
+            note(
                 job_id=jid,
                 job_state=result.job.state.name,
                 exit_code=result.job.exit_code,
@@ -339,22 +333,23 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         return job_wire.jobs_to_proto(self._store.jobs.list_jobs(worker))
 
 
-def _bound(fence: Fence, principal: str = "") -> AbstractContextManager[None]:
+def _bound(fence: Fence, principal: str) -> AbstractContextManager[None]:
     """Bind the fence's task_id, attempt, generation and epoch to the call's log lines."""
-    extra = {"principal": principal} if principal else {}
-    return bound(
-        task_id=fence.task_id,
-        attempt=fence.attempt_id,
-        generation=fence.claim_generation,
-        epoch=fence.scheduler_epoch,
-        **extra,
-    )
+    return bound(**_fence_fields(fence), principal=principal)
 
 
-def _log_point(point: str, verdict: Verdict, **extra: object) -> None:
-    """One line per acceptance point: accepted or refused, with outcome and reason."""
-    log.info(
-        point,
+def _fence_fields(fence: Fence) -> dict[str, object]:
+    return {
+        "task_id": fence.task_id,
+        "attempt": fence.attempt_id,
+        "generation": fence.claim_generation,
+        "epoch": fence.scheduler_epoch,
+    }
+
+
+def _note_verdict(verdict: Verdict, **extra: object) -> None:
+    """The call's line says whether the acceptance point accepted, with outcome and reason."""
+    note(
         accepted=verdict.accepted,
         outcome=verdict.outcome.name,
         reason=verdict.reason.name,
@@ -363,11 +358,11 @@ def _log_point(point: str, verdict: Verdict, **extra: object) -> None:
     )
 
 
-def _log_claim(point: str, result: ClaimResult) -> None:
+def _note_claim(result: ClaimResult) -> None:
     fence = result.fence
     if fence is None:
-        _log_point(point, result.verdict)
+        _note_verdict(result.verdict)
         return
-    # The winner's fence exists only now: bind it so the line carries all four fields.
-    with _bound(fence):
-        _log_point(point, result.verdict, ttl=result.ttl)
+    # The winner's fence exists only now: the call's line carries all four fields.
+    note(**_fence_fields(fence))
+    _note_verdict(result.verdict, ttl=result.ttl)
