@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
+import grpc
 import pytest
+from google.protobuf.message import Message
 
 T = TypeVar("T")
+
+Probe = Callable[[], tuple[int, int]]
+"""A probe of a test's keyspace: (number of keys, highest mod_revision) under its prefix (the
+``keyspace`` fixture)."""
+
+Metadata = Sequence[tuple[str, str]]
 
 
 def eventually(
@@ -35,3 +43,22 @@ def eventually(
         if time.monotonic() >= deadline:
             pytest.fail(f"{message} (not within {timeout}s; {last})")
         time.sleep(interval)
+
+
+def refused(
+    call: Callable[..., Any],
+    request: Message,
+    code: grpc.StatusCode,
+    named: str,
+    probe: Probe,
+    *,
+    metadata: Metadata = (),
+) -> None:
+    """``call(request)`` fails with ``code``, its message contains ``named`` (the field, or
+    what is wrong), and the keyspace ``probe`` reads is unchanged: bad input writes nothing."""
+    before = probe()
+    with pytest.raises(grpc.RpcError) as info:
+        call(request, metadata=metadata)
+    assert info.value.code() == code, info.value.details()
+    assert named in str(info.value.details())
+    assert probe() == before

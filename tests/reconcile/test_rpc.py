@@ -5,12 +5,12 @@ ClaimNext and get nothing; and every bad input of the new fields is refused, wri
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import grpc
 import pytest
-from google.protobuf.message import Message
 
 from coordinator import request_ids
 from coordinator.domain.decisions import ClaimLimits
@@ -27,7 +27,8 @@ from coordinator.v1 import (
     worker_pb2,
     worker_pb2_grpc,
 )
-from tests.helpers import eventually
+from tests import helpers
+from tests.helpers import Probe, eventually
 from tests.reconcile.support import escalations
 
 RECONCILE_TIMEOUT = 2.0
@@ -43,7 +44,9 @@ def who(principal: str, roles: str = "worker") -> tuple[tuple[str, str], ...]:
 
 
 A, B, OPS = who("worker-a"), who("worker-b"), who("ops", "admin")
-Probe = Callable[[], tuple[int, int]]
+
+# Bad requests are sent as worker-a, so the one bad field is all that is wrong.
+refused = partial(helpers.refused, metadata=A)
 
 
 @pytest.fixture
@@ -213,18 +216,6 @@ def test_the_owner_resolves_over_the_wire(
 # --- bad input ---------------------------------------------------------------------------------
 
 
-def refused(
-    call: Any, request: Message, code: grpc.StatusCode, named: str, probe: Probe, md: Any = A
-) -> None:
-    """``call(request)`` fails with ``code``, its message names ``named``, etcd is untouched."""
-    before = probe()
-    with pytest.raises(grpc.RpcError) as info:
-        call(request, metadata=md)
-    assert info.value.code() == code, info.value.details()
-    assert named in str(info.value.details())
-    assert probe() == before
-
-
 def test_record_effect_refuses_a_bad_reconcile_principal(
     worker: worker_pb2_grpc.WorkerServiceStub,
     tasks: tasks_pb2_grpc.TaskServiceStub,
@@ -292,13 +283,13 @@ def test_resolve_effect_refuses_bad_input_and_writes_nothing(
     never = effect_id("t-1", 1, "notify", "never")
     refused(resolve, request(effect_id=never), grpc.StatusCode.NOT_FOUND, never, keyspace)
     # While worker-a holds the claim, it reconciles with RecordEffect, behind the fence.
-    refused(resolve, request(), PRECONDITION, "live claim", keyspace, OPS)
+    refused(resolve, request(), PRECONDITION, "live claim", keyspace, metadata=OPS)
     worker.Release(worker_pb2.ReleaseRequest(fence=claimed.fence), metadata=A)
     # Neither another worker nor a pm may resolve it (the store's owner check; the role table).
-    refused(resolve, request(), DENIED, "worker-a", keyspace, B)
-    refused(resolve, request(), DENIED, "ResolveEffect", keyspace, who("pm-1", "pm"))
+    refused(resolve, request(), DENIED, "worker-a", keyspace, metadata=B)
+    refused(resolve, request(), DENIED, "ResolveEffect", keyspace, metadata=who("pm-1", "pm"))
     # An admin may.
     done = resolve(request(reason="checked the log"), metadata=OPS).effect
     assert done.state == types_pb2.EFFECT_STATE_ABSENT
     # And a settled effect is not resolved twice.
-    refused(resolve, request(), PRECONDITION, "nothing to resolve", keyspace, OPS)
+    refused(resolve, request(), PRECONDITION, "nothing to resolve", keyspace, metadata=OPS)
