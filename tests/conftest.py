@@ -15,6 +15,8 @@ from coordinator.cli.local_up import STATE_DIR_ENV
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 from coordinator.logging import configure_logging
 
+pytest_plugins = ["tests.fixtures"]
+
 # grpc honours $http_proxy; our etcd is on loopback, so never route through a proxy.
 GRPC_OPTIONS = [("grpc.enable_http_proxy", 0)]
 

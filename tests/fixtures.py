@@ -1,20 +1,25 @@
-"""Server fixtures: a real store on the session etcd, served over a real gRPC channel.
+"""The server fixtures every directory shares (a pytest plugin, loaded by tests/conftest.py):
+a started store on this test's own key prefix, a real gRPC server over it, a channel, the three
+stubs, a probe of the keyspace, and a claimed task.
 
-Each test gets its own key prefix (``prefix``), so its store, server and keyspace are its own.
+A directory that needs another store (a ManualClock, scans off, several replicas) or another
+server (tokens, TLS) overrides ``store`` or ``server`` in its conftest; everything built on them
+follows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
 import pytest
 
 from coordinator.domain.digests import digest_of
+from coordinator.domain.keys import Keyspace
 from coordinator.etcd_process import EtcdProcess
 from coordinator.server import PRINCIPAL_METADATA_KEY, build_server
-from coordinator.store import EtcdKV, Keyspace, Store
+from coordinator.store import EtcdKV, Store
 from coordinator.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -25,6 +30,10 @@ from coordinator.v1 import (
     worker_pb2_grpc,
 )
 from tests.conftest import GRPC_OPTIONS
+from tests.helpers import Probe
+
+INPUT = b'{"prompt": "summarise the design"}'
+"""The input of the ``claimed`` task."""
 
 
 @pytest.fixture
@@ -42,8 +51,9 @@ def store(etcd: EtcdProcess, prefix: str) -> Iterator[Store]:
 
 @pytest.fixture
 def server(store: Store) -> Iterator[str]:
-    """A server for ``store`` on a free loopback port; yields its ``host:port``."""
-    srv, port = build_server(store, listen="127.0.0.1:0", max_workers=8, health_interval=0.2)
+    """A server for ``store`` on a free loopback port (insecure mode: callers name
+    themselves); yields its ``host:port``."""
+    srv, port = build_server(store, listen="127.0.0.1:0", max_workers=16, health_interval=0.2)
     try:
         yield f"127.0.0.1:{port}"
     finally:
@@ -52,7 +62,7 @@ def server(store: Store) -> Iterator[str]:
 
 @pytest.fixture
 def channel(server: str) -> Iterator[grpc.Channel]:
-    """An insecure channel to ``server``."""
+    """A plaintext channel to ``server``."""
     with grpc.insecure_channel(server, options=GRPC_OPTIONS) as chan:
         yield chan
 
@@ -76,7 +86,7 @@ def admin(channel: grpc.Channel) -> admin_pb2_grpc.AdminServiceStub:
 
 
 @pytest.fixture
-def keyspace(etcd_client: Any, prefix: str) -> Callable[[], tuple[int, int]]:
+def keyspace(etcd_client: Any, prefix: str) -> Probe:
     """A probe of this test's keyspace: (number of keys, highest mod_revision) under prefix."""
 
     def probe() -> tuple[int, int]:
@@ -84,9 +94,6 @@ def keyspace(etcd_client: Any, prefix: str) -> Callable[[], tuple[int, int]]:
         return len(metas), max((m.mod_revision for m in metas), default=0)
 
     return probe
-
-
-INPUT = b'{"prompt": "summarise the design"}'
 
 
 @pytest.fixture
