@@ -20,12 +20,13 @@ Metadata = Sequence[tuple[str, str]]
 
 
 def eventually(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     timeout: float = 10.0,
     interval: float = 0.05,
     message: str = "condition did not become true",
 ) -> T:
-    """Poll ``predicate`` until it returns something truthy, and return that value.
+    """Poll ``predicate`` until it returns something truthy, and return that value (never
+    None: a predicate may answer None for "not yet").
 
     An AssertionError raised by the predicate counts as "not yet", so a block of asserts can be
     polled too. On the deadline the test fails with ``message`` and the last value or assertion.
@@ -62,3 +63,20 @@ def refused(
     assert info.value.code() == code, info.value.details()
     assert named in str(info.value.details())
     assert probe() == before
+
+
+def as_unary(fake: Callable[..., Any]) -> Any:
+    """``fake`` where a gRPC unary method is expected (``Rpc.call``): a test double that
+    takes ``(request, *, timeout, metadata)`` like a real multi-callable."""
+    return fake
+
+
+def next_of(call: grpc.CallIterator[T]) -> T:
+    """The next response of a response-streaming call (the typing stubs make a call only
+    iterable; it is its own iterator)."""
+    return next(iter(call))
+
+
+def cancel(call: grpc.Call) -> None:
+    """Cancel ``call`` (the typing stubs leave ``cancel`` untyped)."""
+    call.cancel()  # type: ignore[no-untyped-call]

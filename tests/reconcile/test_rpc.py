@@ -224,7 +224,9 @@ def test_record_effect_refuses_a_bad_reconcile_principal(
     claimed = claim(worker, tasks)
     eid = prepare(worker, claimed)
 
-    def request(state: int, owner: str) -> worker_pb2.RecordEffectRequest:
+    def request(
+        state: types_pb2.EffectState.ValueType, owner: str
+    ) -> worker_pb2.RecordEffectRequest:
         return worker_pb2.RecordEffectRequest(
             fence=claimed.fence, effect_id=eid, state=state, reconcile_principal=owner
         )

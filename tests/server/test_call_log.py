@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -23,7 +24,7 @@ AS_WORKER_A = ((PRINCIPAL_METADATA_KEY, "worker-a"),)
 RENEW = "/coordinator.v1.WorkerService/Renew"
 
 
-def _calls(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _calls(logs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [e for e in logs if e["event"] in ("rpc", "rpc refused")]
 
 

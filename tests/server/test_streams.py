@@ -34,7 +34,7 @@ from coordinator.v1 import (
     worker_pb2_grpc,
 )
 from tests.conftest import GRPC_OPTIONS
-from tests.helpers import eventually
+from tests.helpers import cancel, eventually, next_of
 from tests.lifecycle.support import create, who
 
 FOLLOW = tasks_pb2.WatchEventsRequest(follow=True)
@@ -80,7 +80,7 @@ def _open_gauge() -> float:
 class Opened:
     """Streams one principal tried to open: those admitted, and the refusals' (code, text)."""
 
-    admitted: list[grpc.Future] = field(default_factory=list)  # type: ignore[type-arg]
+    admitted: list[grpc.CallIterator[tasks_pb2.TaskEvent]] = field(default_factory=list)
     refused: list[tuple[grpc.StatusCode, str]] = field(default_factory=list)
 
 
@@ -91,9 +91,9 @@ def _open(tasks: tasks_pb2_grpc.TaskServiceStub, principal: str, count: int) -> 
     for _ in range(count):
         call = tasks.WatchEvents(FOLLOW, metadata=who(principal))
         try:
-            next(call)
+            next_of(call)
         except grpc.RpcError as exc:
-            opened.refused.append((exc.code(), exc.details()))
+            opened.refused.append((exc.code(), exc.details() or ""))
         else:
             opened.admitted.append(call)
     return opened
@@ -196,13 +196,13 @@ def test_streams_past_their_caps_are_refused_and_unary_calls_keep_answering(
         # Closing streams frees their slots: greedy may open 6 again, and not a 7th.
         for opened in (greedy, *others.values()):
             for call in opened.admitted:
-                call.cancel()
+                cancel(call)
         eventually(lambda: _open_gauge() == before, message="closed streams kept their slots")
         again = _open(tasks, "greedy", 7)
         assert (len(again.admitted), len(again.refused)) == (6, 1)
         eventually(lambda: probe.answered > answered_while_full)
         for call in again.admitted:
-            call.cancel()
+            cancel(call)
     assert probe.failures == []
 
 
@@ -213,9 +213,9 @@ def test_a_stream_past_its_max_age_ends_unavailable_naming_the_setting(
     create(store, "t-1")
     before = _open_gauge()
     call = tasks_pb2_grpc.TaskServiceStub(channel).WatchEvents(FOLLOW, metadata=PM, timeout=30)
-    assert next(call).task_id == "t-1"
+    assert next_of(call).task_id == "t-1"
     with pytest.raises(grpc.RpcError) as info:
-        next(call)  # nothing more happens: the server ends the stream at its age
+        next_of(call)  # nothing more happens: the server ends the stream at its age
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # what clients retry
     assert info.value.details() == (
         "stream reached its maximum age (1 s, max_stream_age); resume from your last position"
@@ -263,7 +263,7 @@ def test_a_stream_that_never_checks_is_cancelled_after_its_age(serve: Serve) -> 
     channel = serve(StreamLimits(max_age=1.0, sweep_interval=0.1, stuck_grace=0.2))
     before = _open_gauge()
     call = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=30)
-    assert next(call).status == health_pb2.HealthCheckResponse.SERVING
+    assert next_of(call).status == health_pb2.HealthCheckResponse.SERVING
     with pytest.raises(grpc.RpcError) as info:
         for _ in call:  # a status every health interval, until the cancel
             pass
@@ -278,19 +278,19 @@ def test_unauthenticated_streams_share_one_principal_cap(serve: Serve, store: St
     try:
         for _ in range(2):
             calls.append(health.Watch(health_pb2.HealthCheckRequest(), timeout=30))
-            assert next(calls[-1]).status == health_pb2.HealthCheckResponse.SERVING
+            assert next_of(calls[-1]).status == health_pb2.HealthCheckResponse.SERVING
         calls.append(health.Watch(health_pb2.HealthCheckRequest(), timeout=30))
         with pytest.raises(grpc.RpcError) as info:
-            next(calls[-1])
+            next_of(calls[-1])
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert info.value.details().startswith(
+        assert (info.value.details() or "").startswith(
             "unauthenticated callers (who share one count) already hold 2 open streams"
         )
         # A principal of its own still opens one.
         stream = tasks_pb2_grpc.TaskServiceStub(channel).WatchEvents(FOLLOW, metadata=PM)
         create(store, "t-1")
-        assert next(stream).task_id == "t-1"
-        stream.cancel()
+        assert next_of(stream).task_id == "t-1"
+        cancel(stream)
     finally:
         for call in calls:
-            call.cancel()
+            cancel(call)
