@@ -7,6 +7,7 @@ index, the claimed index, the waiting index and the event log in step with the r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -75,27 +76,11 @@ def transition_ops(
         compares = [mod_revision_is(task_key, before.state_version)]
     ops = [put(task_key, encode(after))]
     was = before.state if before is not None else None
-    # etcd refuses a txn that names one key twice, so an unchanged ready key is left alone.
-    old_ready = _ready_key(ctx, before) if before is not None else None
-    new_ready = _ready_key(ctx, after)
-    if old_ready is not None and old_ready != new_ready:
-        ops.append(delete(old_ready))
-    if new_ready is not None and new_ready != old_ready:
-        ops.append(put(new_ready, b""))
+    ops += _moved(ctx, _ready_key, before, after)
     # The delayed index lets the promoter read only the DELAYED tasks that are due.
-    old_delayed = _delayed_key(ctx, before) if before is not None else None
-    new_delayed = _delayed_key(ctx, after)
-    if old_delayed is not None and old_delayed != new_delayed:
-        ops.append(delete(old_delayed))
-    if new_delayed is not None and new_delayed != old_delayed:
-        ops.append(put(new_delayed, b""))
+    ops += _moved(ctx, _delayed_key, before, after)
     # The deadline index lets the enforcer read only the tasks whose deadline passed.
-    old_deadline = _deadline_key(ctx, before) if before is not None else None
-    new_deadline = _deadline_key(ctx, after)
-    if old_deadline is not None and old_deadline != new_deadline:
-        ops.append(delete(old_deadline))
-    if new_deadline is not None and new_deadline != old_deadline:
-        ops.append(put(new_deadline, b""))
+    ops += _moved(ctx, _deadline_key, before, after)
     if was is TaskState.CLAIMED and after.state is not TaskState.CLAIMED:
         ops.append(delete(keys.claimed(after.task_id)))
     if after.state is TaskState.CLAIMED:
@@ -124,6 +109,25 @@ def transition_ops(
     # The prune index (a terminal move) and the pruned-id guard (a create).
     more_compares, more_ops = retention_ops(ctx, was, after)
     return compares + more_compares, ops + more_ops
+
+
+def _moved(
+    ctx: StoreContext,
+    index_key: Callable[[StoreContext, TaskRecord], str | None],
+    before: TaskRecord | None,
+    after: TaskRecord,
+) -> list[RequestOp]:
+    """The writes that move a task's key in one index (``index_key``: None when the task is
+    not in it) from ``before`` to ``after``. etcd refuses a txn that names one key twice, so an
+    unchanged key is left alone."""
+    old = index_key(ctx, before) if before is not None else None
+    new = index_key(ctx, after)
+    ops = []
+    if old is not None and old != new:
+        ops.append(delete(old))
+    if new is not None and new != old:
+        ops.append(put(new, b""))
+    return ops
 
 
 def _ready_key(ctx: StoreContext, task: TaskRecord) -> str | None:
