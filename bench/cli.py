@@ -353,22 +353,8 @@ def headline(doc: dict[str, Any]) -> None:
     """The issue's top-level keys; a null one gets its reason in ``doc["reasons"]``."""
     reasons: dict[str, str] = {}
     notes: dict[str, str] = {}
-    ratios = doc.get("ratios", {})
-    skipped = doc.get("skipped", {})
     skipped_phases = doc.get("skipped_phases", {})
-    for other in ("b", "c", "d"):
-        key = f"ratio_a_{other}_32"
-        value = ratios.get(f"a/{other}", {}).get("32")
-        doc[key] = value
-        if value is None:
-            if "throughput" not in doc["config"]["phases"]:
-                reasons[key] = "the throughput phase was not run (--only)"
-            elif other in skipped:
-                reasons[key] = f"scenario {other} skipped: {skipped[other]}"
-            elif 32 not in doc["config"]["levels"]:
-                reasons[key] = "32 workers is not among --levels"
-            else:
-                reasons[key] = "no complete round at 32 workers (time budget, or errors)"
+    _ratio_headlines(doc, reasons)
     reclaim = doc.get("reclaim")
     doc["reclaim_p95_s_over_ttl"] = reclaim["ready_s_after_ttl"]["p95"] if reclaim else None
     scale = doc.get("scale")
@@ -404,6 +390,28 @@ def headline(doc: dict[str, Any]) -> None:
     doc["reasons"] = reasons
     doc["notes"] = notes
     assert all(k in doc for k in HEADLINE)
+
+
+def _ratio_headlines(doc: dict[str, Any], reasons: dict[str, str]) -> None:
+    """The a/b, a/c, a/d throughput ratios at 32 workers, each null one with its reason."""
+    ratios = doc.get("ratios", {})
+    skipped = doc.get("skipped", {})
+    for other in ("b", "c", "d"):
+        key = f"ratio_a_{other}_32"
+        value = ratios.get(f"a/{other}", {}).get("32")
+        doc[key] = value
+        if value is None:
+            reasons[key] = _no_ratio_reason(doc, other, skipped)
+
+
+def _no_ratio_reason(doc: dict[str, Any], other: str, skipped: dict[str, str]) -> str:
+    if "throughput" not in doc["config"]["phases"]:
+        return "the throughput phase was not run (--only)"
+    if other in skipped:
+        return f"scenario {other} skipped: {skipped[other]}"
+    if 32 not in doc["config"]["levels"]:
+        return "32 workers is not among --levels"
+    return "no complete round at 32 workers (time budget, or errors)"
 
 
 def machine(etcd_bin: str | None) -> dict[str, Any]:
