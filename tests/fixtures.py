@@ -1,5 +1,6 @@
 """The server fixtures every directory shares (a pytest plugin, loaded by tests/conftest.py):
-a started store on this test's own key prefix, a real gRPC server over it, a channel, the three
+a started store on this test's own key prefix counting on its own metrics registry, a real
+gRPC server over it, a channel, the three
 stubs, a probe of the keyspace, and a claimed task.
 
 A directory that needs another store (a ManualClock, scans off, several replicas) or another
@@ -14,10 +15,12 @@ from typing import Any
 
 import grpc
 import pytest
+from prometheus_client import CollectorRegistry
 
 from coordinator.domain.digests import digest_of
 from coordinator.domain.keys import Keyspace
 from coordinator.etcd_process import EtcdProcess
+from coordinator.metrics import Metrics
 from coordinator.server import PRINCIPAL_METADATA_KEY, build_server
 from coordinator.store import EtcdKV, Store
 from coordinator.v1 import (
@@ -37,10 +40,17 @@ INPUT = b'{"prompt": "summarise the design"}'
 
 
 @pytest.fixture
-def store(etcd: EtcdProcess, prefix: str) -> Iterator[Store]:
+def metrics() -> Metrics:
+    """This test's own metrics (a fresh registry): what it counts is exactly what it did,
+    never a delta of the process-wide registry."""
+    return Metrics(CollectorRegistry(auto_describe=True))
+
+
+@pytest.fixture
+def store(etcd: EtcdProcess, prefix: str, metrics: Metrics) -> Iterator[Store]:
     """A started store over the session etcd, in this test's own keyspace."""
     kv = EtcdKV.connect([etcd.endpoint], timeout=5.0)
-    store = Store.open(kv, keys=Keyspace(prefix), scan_interval=1.0)
+    store = Store.open(kv, keys=Keyspace(prefix), scan_interval=1.0, metrics=metrics)
     store.start()
     try:
         yield store

@@ -13,7 +13,6 @@ import structlog
 
 import coordinator
 from coordinator.domain.validation import non_negative, task_id
-from coordinator.metrics import fence_coverage
 from coordinator.server import admin_wire, common_wire, effect_wire, task_wire, version_gate
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc
@@ -115,7 +114,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.GetStatsResponse:
         """Fence-check coverage per acceptance point (this replica process, since start) and
         the queue figures (from this replica's watch-fed indexes)."""
-        return admin_wire.stats_to_proto(fence_coverage(), self._store.queue_report())
+        return admin_wire.stats_to_proto(
+            self._store.ctx.metrics.fence_coverage(), self._store.queue_report()
+        )
 
     @rpc
     def GetVersions(  # noqa: N802

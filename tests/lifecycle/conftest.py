@@ -14,6 +14,7 @@ import pytest
 
 from coordinator.domain.keys import Keyspace
 from coordinator.etcd_process import EtcdProcess
+from coordinator.metrics import Metrics
 from coordinator.store import EtcdKV, Store
 from tests.lifecycle.support import LIMITS, NO_SCAN
 
@@ -21,14 +22,19 @@ StoreFactory = Callable[..., Store]
 
 
 @pytest.fixture
-def make_store(etcd: EtcdProcess, prefix: str) -> Iterator[StoreFactory]:
+def make_store(etcd: EtcdProcess, prefix: str, metrics: Metrics) -> Iterator[StoreFactory]:
     """Open and start stores on this test's prefix (each one acts as a replica)."""
     opened: list[tuple[Store, EtcdKV]] = []
 
     def factory(*, scan_interval: float = NO_SCAN, **kwargs: Any) -> Store:
         kv = EtcdKV.connect([etcd.endpoint])
         store = Store.open(
-            kv, keys=Keyspace(prefix), limits=LIMITS, scan_interval=scan_interval, **kwargs
+            kv,
+            keys=Keyspace(prefix),
+            limits=LIMITS,
+            scan_interval=scan_interval,
+            metrics=metrics,
+            **kwargs,
         )
         opened.append((store, kv))
         store.start()

@@ -19,6 +19,7 @@ from coordinator.domain.effects import MAX_REF_CHARS, EffectRecord, effect_id
 from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.states import Op, TaskState
 from coordinator.etcd_process import EtcdProcess
+from coordinator.metrics import Metrics
 from coordinator.store import EtcdKV, Keyspace, Store
 from coordinator.v1 import (
     tasks_pb2,
@@ -50,11 +51,11 @@ refused = partial(helpers.refused, metadata=A)
 
 
 @pytest.fixture
-def store(etcd: EtcdProcess, prefix: str) -> Iterator[Store]:
+def store(etcd: EtcdProcess, prefix: str, metrics: Metrics) -> Iterator[Store]:
     """The server's store: a 2 s reconcile timeout, no takeover, a sweep every 0.1 s."""
     kv = EtcdKV.connect([etcd.endpoint], timeout=5.0)
     limits = ClaimLimits(min_ttl=1, reconcile_timeout=RECONCILE_TIMEOUT, reconcile_handoffs=0)
-    store = Store.open(kv, keys=Keyspace(prefix), limits=limits, scan_interval=0.1)
+    store = Store.open(kv, keys=Keyspace(prefix), limits=limits, scan_interval=0.1, metrics=metrics)
     store.start()
     try:
         yield store
@@ -111,6 +112,7 @@ def _key(item: tuple[bytes, Any]) -> bytes:
 def test_polling_workers_get_nothing_until_the_deadline_escalates_the_task(
     worker: worker_pb2_grpc.WorkerServiceStub,
     tasks: tasks_pb2_grpc.TaskServiceStub,
+    store: Store,
     etcd_client: Any,
     prefix: str,
 ) -> None:
@@ -127,7 +129,7 @@ def test_polling_workers_get_nothing_until_the_deadline_escalates_the_task(
     got = worker.GetEffect(worker_pb2.GetEffectRequest(effect_id=eid), metadata=A).effect
     assert got == recorded
     worker.Release(worker_pb2.ReleaseRequest(fence=claimed.fence, reason="timeout"), metadata=A)
-    before = escalations("sweeper")
+    before = escalations(store, "sweeper")
 
     # Three workers poll ClaimNext until the task has escalated.
     stop = threading.Event()
@@ -169,7 +171,7 @@ def test_polling_workers_get_nothing_until_the_deadline_escalates_the_task(
         TaskState.NEEDS_APPROVAL,
     )
     assert eid in escalated.detail and "deadline" in escalated.detail
-    assert escalations("sweeper") - before == 1
+    assert escalations(store, "sweeper") - before == 1
     after = worker.GetEffect(worker_pb2.GetEffectRequest(effect_id=eid), metadata=A).effect
     assert after.reconcile_open is False and after.HasField("reconcile_escalated_at")
     assert after.state == types_pb2.EFFECT_STATE_UNKNOWN
