@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -282,35 +283,47 @@ def run_phases(
         # message, and the next coordinator should start from an empty ready index anyway.
         for size in config["scale_sizes"]:
             seeder.drop(queue_of(size))
-        if "held" in phases and time_left("held", 20):
-            fresh = CoordinatorProcess(
-                etcd.endpoint,
-                prefix=PREFIX,
-                log_path=workdir / "coordinator-held.log",
-                log_level=config["coordinator_log_level"],
-            ).start()
-            try:
-                doc["held"] = run_held(
-                    fresh.target,
-                    seeder,
-                    Meter(fresh.pid, etcd.pid),
-                    count=config["held_claims"],
-                )
-            finally:
-                fresh.stop()
-        if "events" in phases and time_left("events", 30):
-            doc["events"] = events_phase(etcd, kv, workdir, config)
-        if "retention" in phases and time_left("retention", 60):
-            doc["retention"] = run_retention(
-                etcd,
-                workdir,
-                tasks=config["retention_tasks"],
-                workers=16,
-                duration=config["retention_duration_s"],
-                rounds=config["retention_rounds"],
-                log_level=config["coordinator_log_level"],
-            )
+        # Each on a coordinator of its own, started fresh: (phase, seconds it needs, run).
+        fresh_phases: list[tuple[str, float, Callable[[], dict[str, Any]]]] = [
+            ("held", 20, lambda: held_phase(etcd, seeder, workdir, config)),
+            ("events", 30, lambda: events_phase(etcd, kv, workdir, config)),
+            ("retention", 60, lambda: retention_phase(etcd, workdir, config)),
+        ]
+        for name, need, run in fresh_phases:
+            if name in phases and time_left(name, need):
+                doc[name] = run()
         kv.close()
+
+
+def retention_phase(etcd: EtcdProcess, workdir: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """etcd's db size as tasks keep finishing, and the pruner's cost (bench/retention.py)."""
+    return run_retention(
+        etcd,
+        workdir,
+        tasks=config["retention_tasks"],
+        workers=16,
+        duration=config["retention_duration_s"],
+        rounds=config["retention_rounds"],
+        log_level=config["coordinator_log_level"],
+    )
+
+
+def held_phase(
+    etcd: EtcdProcess, seeder: TaskSeeder, workdir: Path, config: dict[str, Any]
+) -> dict[str, Any]:
+    """The coordinator's memory with N claims held, on a freshly started coordinator."""
+    fresh = CoordinatorProcess(
+        etcd.endpoint,
+        prefix=PREFIX,
+        log_path=workdir / "coordinator-held.log",
+        log_level=config["coordinator_log_level"],
+    ).start()
+    try:
+        return run_held(
+            fresh.target, seeder, Meter(fresh.pid, etcd.pid), count=config["held_claims"]
+        )
+    finally:
+        fresh.stop()
 
 
 def events_phase(
@@ -380,22 +393,8 @@ def headline(doc: dict[str, Any]) -> None:
     """The issue's top-level keys; a null one gets its reason in ``doc["reasons"]``."""
     reasons: dict[str, str] = {}
     notes: dict[str, str] = {}
-    ratios = doc.get("ratios", {})
-    skipped = doc.get("skipped", {})
     skipped_phases = doc.get("skipped_phases", {})
-    for other in ("b", "c", "d"):
-        key = f"ratio_a_{other}_32"
-        value = ratios.get(f"a/{other}", {}).get("32")
-        doc[key] = value
-        if value is None:
-            if "throughput" not in doc["config"]["phases"]:
-                reasons[key] = "the throughput phase was not run (--only)"
-            elif other in skipped:
-                reasons[key] = f"scenario {other} skipped: {skipped[other]}"
-            elif 32 not in doc["config"]["levels"]:
-                reasons[key] = "32 workers is not among --levels"
-            else:
-                reasons[key] = "no complete round at 32 workers (time budget, or errors)"
+    _ratio_headlines(doc, reasons)
     reclaim = doc.get("reclaim")
     doc["reclaim_p95_s_over_ttl"] = reclaim["ready_s_after_ttl"]["p95"] if reclaim else None
     scale = doc.get("scale")
@@ -436,6 +435,28 @@ def headline(doc: dict[str, Any]) -> None:
     doc["reasons"] = reasons
     doc["notes"] = notes
     assert all(k in doc for k in HEADLINE)
+
+
+def _ratio_headlines(doc: dict[str, Any], reasons: dict[str, str]) -> None:
+    """The a/b, a/c, a/d throughput ratios at 32 workers, each null one with its reason."""
+    ratios = doc.get("ratios", {})
+    skipped = doc.get("skipped", {})
+    for other in ("b", "c", "d"):
+        key = f"ratio_a_{other}_32"
+        value = ratios.get(f"a/{other}", {}).get("32")
+        doc[key] = value
+        if value is None:
+            reasons[key] = _no_ratio_reason(doc, other, skipped)
+
+
+def _no_ratio_reason(doc: dict[str, Any], other: str, skipped: dict[str, str]) -> str:
+    if "throughput" not in doc["config"]["phases"]:
+        return "the throughput phase was not run (--only)"
+    if other in skipped:
+        return f"scenario {other} skipped: {skipped[other]}"
+    if 32 not in doc["config"]["levels"]:
+        return "32 workers is not among --levels"
+    return "no complete round at 32 workers (time budget, or errors)"
 
 
 def machine(etcd_bin: str | None) -> dict[str, Any]:

@@ -124,14 +124,33 @@ def settle(ops: Iterable[Op], final: Mapping[str, FinalTask]) -> list[Op]:
     return settled
 
 
-def check(evidence: Evidence) -> Verdict:
-    """Every rule over the evidence."""
+def _history_rules(
+    task: str, task_ops: list[Op], writes: list[Write], final: FinalTask | None
+) -> list[Violation]:
+    """The rules that read etcd's own history of ``task`` (when the run has it)."""
+    task_writes = sorted(writes, key=lambda w: w.position)
+    return [
+        *history_agreement(task, task_ops, task_writes, final),
+        *log_replay(task, task_writes),
+        *real_time_order(task, task_ops),
+        *budget_replay(task, task_writes, final.max_attempts if final else 0),
+    ]
+
+
+def _settled(evidence: Evidence) -> list[Op]:
+    """The recorded ops with their indefinite outcomes settled (by etcd's history if any)."""
     if evidence.writes is None:
         ops = settle(evidence.ops, evidence.final)
     else:
         ops = settle_from_history(evidence.ops, evidence.writes)
     if evidence.effect_writes is not None:
         ops = settle_effects(ops, evidence.effect_writes)
+    return ops
+
+
+def check(evidence: Evidence) -> Verdict:
+    """Every rule over the evidence."""
+    ops = _settled(evidence)
     by_task: dict[str, list[Op]] = defaultdict(list)
     for op in ops:
         if op.task:  # a claim that got no task names none
@@ -147,11 +166,7 @@ def check(evidence: Evidence) -> Verdict:
         violations += lost_commits(task, task_ops, final)
         violations += stale_results(task, task_ops, final)
         if evidence.writes is not None:
-            task_writes = sorted(writes_of.get(task, []), key=lambda w: w.position)
-            violations += history_agreement(task, task_ops, task_writes, final)
-            violations += log_replay(task, task_writes)
-            violations += real_time_order(task, task_ops)
-            violations += budget_replay(task, task_writes, final.max_attempts if final else 0)
+            violations += _history_rules(task, task_ops, writes_of.get(task, []), final)
     if evidence.followed is not None and evidence.writes is not None:
         violations += follower_agreement(evidence.followed, evidence.writes)
     for task in sorted(evidence.poisoned):

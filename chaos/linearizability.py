@@ -109,31 +109,45 @@ def history_agreement(
     """What clients heard agrees with etcd's log, and the log with the final state: a refused
     call wrote nothing; an acknowledged claim or commit is in the log; the log's canonical
     commit is the one etcd holds at the end."""
-    violations = []
     commits_by = {w.attempt_id for w in writes if w.op is Transition.COMMIT}
-    for op in ops:
-        if op.reason in (SETTLED, SETTLED_BY_HISTORY):
-            continue
-        refused = op.outcome in REFUSED or (op.op is OpKind.CLAIM and op.outcome is not CLAIMED)
-        if op.op in WRITES and refused and op.applied_at and not op.indefinite:
-            violations.append(
-                Violation(
-                    Rule.REFUSED_CALL_TOOK_EFFECT,
-                    task,
-                    (op.label(),),
-                    f"answered {op.outcome}, but its request wrote revision {op.applied_at}",
-                )
+    violations = [
+        violation
+        for op in ops
+        if op.reason not in (SETTLED, SETTLED_BY_HISTORY)
+        for violation in _heard_versus_log(task, op, commits_by)
+    ]
+    return violations + _log_versus_final(task, writes, final)
+
+
+def _heard_versus_log(task: str, op: Op, commits_by: set[str]) -> list[Violation]:
+    """A refused call that wrote, or an acknowledged claim or commit missing from the log."""
+    violations = []
+    refused = op.outcome in REFUSED or (op.op is OpKind.CLAIM and op.outcome is not CLAIMED)
+    if op.op in WRITES and refused and op.applied_at and not op.indefinite:
+        violations.append(
+            Violation(
+                Rule.REFUSED_CALL_TOOK_EFFECT,
+                task,
+                (op.label(),),
+                f"answered {op.outcome}, but its request wrote revision {op.applied_at}",
             )
-        missing = ""
-        if op.op is OpKind.CLAIM and op.outcome is CLAIMED and op.applied_at != op.generation:
-            missing = f"its claim is not in etcd's log at revision {op.generation}"
-        if op.op is OpKind.COMMIT and op.outcome is COMMITTED and op.attempt_id not in commits_by:
-            missing = "no commit by its attempt is in etcd's log"
-        if missing:
-            violations.append(
-                Violation(Rule.ACKNOWLEDGED_CALL_NOT_IN_LOG, task, (op.label(),), missing)
-            )
-    # The log's canonical commit of the final round is the one etcd holds at the end.
+        )
+    missing = ""
+    if op.op is OpKind.CLAIM and op.outcome is CLAIMED and op.applied_at != op.generation:
+        missing = f"its claim is not in etcd's log at revision {op.generation}"
+    if op.op is OpKind.COMMIT and op.outcome is COMMITTED and op.attempt_id not in commits_by:
+        missing = "no commit by its attempt is in etcd's log"
+    if missing:
+        violations.append(
+            Violation(Rule.ACKNOWLEDGED_CALL_NOT_IN_LOG, task, (op.label(),), missing)
+        )
+    return violations
+
+
+def _log_versus_final(
+    task: str, writes: Sequence[Write], final: FinalTask | None
+) -> list[Violation]:
+    """The log's canonical commit of the final round is the one etcd holds at the end."""
     round_commit: Write | None = None
     for write in writes:
         if write.op is Transition.COMMIT:
@@ -141,17 +155,17 @@ def history_agreement(
         elif write.op in NEW_ROUND:
             round_commit = None
     logged = f"{round_commit.attempt_id}@{round_commit.generation}" if round_commit else ""
-    if final is not None and writes and final.result_commit_id != logged:
-        violations.append(
-            Violation(
-                Rule.LOG_DISAGREES_WITH_FINAL_STATE,
-                task,
-                (),
-                f"the log's canonical commit is {logged or 'none'}, "
-                f"etcd holds {final.result_commit_id or 'none'}",
-            )
+    if final is None or not writes or final.result_commit_id == logged:
+        return []
+    return [
+        Violation(
+            Rule.LOG_DISAGREES_WITH_FINAL_STATE,
+            task,
+            (),
+            f"the log's canonical commit is {logged or 'none'}, "
+            f"etcd holds {final.result_commit_id or 'none'}",
         )
-    return violations
+    ]
 
 
 def log_replay(task: str, writes: Sequence[Write]) -> list[Violation]:

@@ -48,11 +48,7 @@ def allows(allowed: frozenset[Outcome], outcome: Outcome) -> bool:
 def step(state: TaskModel, op: Op) -> tuple[TaskModel, frozenset[Outcome]]:
     """The outcomes ``op`` may have given ``state``, and the state after ``op`` completed."""
     if op.op is OpKind.CLAIM:
-        if op.outcome is not CLAIMED:
-            return state, ANY
-        fresh = op.generation > state.generation and op.revision != state.committed_revision
-        after = replace(state, generation=max(op.generation, state.generation))
-        return after, frozenset({CLAIMED}) if fresh else frozenset()
+        return _claim_step(state, op)
     if op.op is OpKind.UPDATE_INPUT:
         if op.outcome is not Outcome.OK:
             return state, ANY
@@ -60,19 +56,31 @@ def step(state: TaskModel, op: Op) -> tuple[TaskModel, frozenset[Outcome]]:
     if op.op is OpKind.CANCEL:
         return (replace(state, cancelled=True) if op.outcome is Outcome.OK else state), ANY
     if op.op is OpKind.COMMIT:
-        if state.committed_by:
-            # Only a retry of the canonical attempt may hear COMMITTED again.
-            same = op.attempt_id == state.committed_by
-            return state, ANY if same else REFUSED
-        if op.generation < state.generation:
-            return state, REFUSED  # superseded by a claim that completed before this commit
-        if op.revision < state.revision or state.cancelled:
-            return state, REFUSED  # the input changed, or the task was cancelled, before it
-        if op.outcome is COMMITTED:
-            return replace(
-                state, committed_by=op.attempt_id, committed_revision=op.revision
-            ), frozenset({COMMITTED})
+        return _commit_step(state, op)
+    return state, ANY
+
+
+def _claim_step(state: TaskModel, op: Op) -> tuple[TaskModel, frozenset[Outcome]]:
+    if op.outcome is not CLAIMED:
         return state, ANY
+    fresh = op.generation > state.generation and op.revision != state.committed_revision
+    after = replace(state, generation=max(op.generation, state.generation))
+    return after, frozenset({CLAIMED}) if fresh else frozenset()
+
+
+def _commit_step(state: TaskModel, op: Op) -> tuple[TaskModel, frozenset[Outcome]]:
+    if state.committed_by:
+        # Only a retry of the canonical attempt may hear COMMITTED again.
+        same = op.attempt_id == state.committed_by
+        return state, ANY if same else REFUSED
+    if op.generation < state.generation:
+        return state, REFUSED  # superseded by a claim that completed before this commit
+    if op.revision < state.revision or state.cancelled:
+        return state, REFUSED  # the input changed, or the task was cancelled, before it
+    if op.outcome is COMMITTED:
+        return replace(
+            state, committed_by=op.attempt_id, committed_revision=op.revision
+        ), frozenset({COMMITTED})
     return state, ANY
 
 
@@ -134,7 +142,11 @@ class Breach:
     detail: str
 
 
-def spend(state: BudgetModel, write: Write, budget: int) -> tuple[BudgetModel, Breach | None]:
+# A flat decision table: one return per rule of the budget (a claim beyond it, a write after the
+# dead letter, a dead letter too early, ...), clearer than nested branches.
+def spend(  # noqa: PLR0911
+    state: BudgetModel, write: Write, budget: int
+) -> tuple[BudgetModel, Breach | None]:
     """The budget after ``write`` and what, if anything, it breaks; ``budget`` is the task's
     max_attempts (0: unlimited or unknown, so only the dead letter's finality is checked).
 

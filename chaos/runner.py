@@ -109,13 +109,7 @@ def run_scenario(
     """Run the scenario ``name`` against the coordinator (a deployed one at ``target``) and
     check it."""
     fault = FAULTS[name]()
-    reason = fault.available()
-    if target and fault.server_side:
-        reason = "server-side fault: no process signals on a deployed coordinator (--target)"
-    if target and fault.partition:
-        reason = "the partition is made on this machine's local harness only (not --target)"
-    if target and fault.local_only:
-        reason = f"local harness only (not --target): {fault.local_only}"
+    reason = _skip_reason(fault, target)
     if reason:
         return Result(name, "coordinator", None, skipped=reason)
     root = root or Path(tempfile.mkdtemp(prefix=f"chaos-{name}-"))
@@ -187,6 +181,18 @@ def run_scenario(
         clock_offset=offset(evidence.writes or (), wall, time.time()),
         follow_breaks=follower.breaks,
     )
+
+
+def _skip_reason(fault: Fault, target: str) -> str:
+    """Why ``fault`` cannot run here ("" when it can); of several, the last applies."""
+    reason = fault.available()
+    if target and fault.server_side:
+        reason = "server-side fault: no process signals on a deployed coordinator (--target)"
+    if target and fault.partition:
+        reason = "the partition is made on this machine's local harness only (not --target)"
+    if target and fault.local_only:
+        reason = f"local harness only (not --target): {fault.local_only}"
+    return reason
 
 
 def elapsed(since: float) -> float:

@@ -175,6 +175,14 @@ class Config:
                 "prefix must start with '/', have no trailing '/' and use only "
                 f"[A-Za-z0-9._-] between slashes, got {self.prefix!r}"
             )
+        self._check_claims()
+        self._check_serving()
+        self._check_metrics_and_health()
+        self._check_retention()
+        self._check_auth()
+        self._check_etcd_security()
+
+    def _check_claims(self) -> None:
         if self.min_ttl < 1:
             raise ConfigError(f"min_ttl must be >= 1 second, got {self.min_ttl}")
         if self.max_ttl < self.min_ttl:
@@ -192,6 +200,8 @@ class Config:
             raise ConfigError(f"reconcile_handoffs must be >= 0, got {self.reconcile_handoffs}")
         self.retry_defaults()  # a bad policy stops the server at start, naming the setting
         _positive("promote_interval", self.promote_interval)
+
+    def _check_serving(self) -> None:
         if self.log_level not in LEVELS:
             raise ConfigError(
                 f"log_level must be one of {', '.join(LEVELS)}, got {self.log_level!r}"
@@ -210,6 +220,8 @@ class Config:
         _positive("reclaim_scan_interval", self.reclaim_scan_interval)
         _positive("idempotency_ttl", self.idempotency_ttl)
         _positive("token_reload_interval", self.token_reload_interval)
+
+    def _check_metrics_and_health(self) -> None:
         check_address("metrics_listen", self.metrics_listen, allow_port_zero=True)
         _positive("metrics_read_timeout", self.metrics_read_timeout)
         _positive("metrics_max_connections", self.metrics_max_connections)
@@ -223,9 +235,6 @@ class Config:
                 raise ConfigError(
                     "health_listen needs tls_cert: without TLS the gRPC port serves health itself"
                 )
-        self._check_retention()
-        self._check_auth()
-        self._check_etcd_security()
 
     def _check_retention(self) -> None:
         # Normalized in place (the dataclass is frozen): flags and files give text.

@@ -1,7 +1,9 @@
 """Logging: structlog JSON lines on stderr, one event per line, level configurable.
 
 Worker calls bind ``task_id``, ``attempt``, ``generation`` and ``epoch`` with ``bound(...)`` so
-that every line logged during the call (ours and the store's) carries them. Records from the
+that every line logged during the call (ours and the store's) carries them, and so does the one
+line the call-log interceptor writes when the call ends (coordinator.server.call_log); ``note``
+adds a field to that line only. Records from the
 standard library (grpc, etcd3) go through the same renderer, so stderr is JSON throughout.
 """
 
@@ -13,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import structlog
@@ -60,9 +63,23 @@ def configure_logging(level: str = "info") -> None:
     root.setLevel(threshold)
 
 
+CALL_FIELDS: ContextVar[dict[str, Any] | None] = ContextVar("coordinator_call_fields", default=None)
+"""The fields of the current call's one log line: set by the call-log interceptor in the call's
+own context, filled by ``bound`` and ``note``; None outside a call."""
+
+
+def note(**fields: Any) -> None:
+    """Add ``fields`` to the current call's one log line (nothing outside a call)."""
+    collected = CALL_FIELDS.get()
+    if collected is not None:
+        collected.update(fields)
+
+
 @contextmanager
 def bound(**fields: Any) -> Iterator[None]:
-    """Bind ``fields`` to every log line of the current call (thread- and context-local)."""
+    """Bind ``fields`` to every log line of the current call (thread- and context-local) and
+    to the call's own line."""
+    note(**fields)
     with structlog.contextvars.bound_contextvars(**fields):
         yield
 

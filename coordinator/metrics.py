@@ -1,10 +1,11 @@
-"""Prometheus metrics of a coordinator replica, on one module-level registry.
+"""Prometheus metrics of a coordinator replica: ``Metrics``, every metric on one registry.
 
-``REGISTRY`` holds every metric the coordinator exports; serve it with
-``prometheus_client.generate_latest(REGISTRY)`` or ``start_http_server(port, registry=REGISTRY)``
-(nothing here starts a server). Counts are per replica process, since it started.
+A replica counts on ``METRICS`` (on ``REGISTRY``, the process-wide registry that
+coordinator.server.metrics_http serves) unless its store was opened with other ``Metrics``: a
+test passes a fresh registry's, so it reads what it did rather than a delta of the process's
+counts. Counts are per replica process, since it started.
 
-Fence-check coverage (DESIGN.md, Observability): for every acceptance point, the operations it
+Fence-check coverage: for every acceptance point, the operations it
 accepted and, of those, the ones whose accepting etcd txn compared both the scheduler epoch and
 the claim generation. The second number is derived from the compares actually sent to etcd
 (``coordinator.store.coverage``), not counted beside the first, so a point that skips its fence
@@ -56,181 +57,6 @@ class AcceptancePoint(IntEnum):
         return self.name.lower()
 
 
-REGISTRY = CollectorRegistry(auto_describe=True)
-"""Every coordinator metric lives here (not in prometheus_client's global registry)."""
-
-FENCE_ACCEPTED = Counter(
-    "coordinator_fence_accepted",
-    "Operations an acceptance point accepted (answered from a txn whose compares held).",
-    ["point"],
-    registry=REGISTRY,
-)
-FENCE_VALIDATED = Counter(
-    "coordinator_fence_validated",
-    "Accepted operations whose txn compared both the scheduler epoch and the claim generation.",
-    ["point"],
-    registry=REGISTRY,
-)
-
-
-CLAIMS = Counter(
-    "coordinator_claims",
-    "Claim txns tried, by outcome; contention rate = ALREADY_CLAIMED / all.",
-    ["outcome"],
-    registry=REGISTRY,
-)
-RENEWALS = Counter(
-    "coordinator_renewals",
-    "Renew calls answered, by outcome; renew failure rate = not OK / all.",
-    ["outcome"],
-    registry=REGISTRY,
-)
-FENCED_COMMITS = Counter(
-    "coordinator_fenced_commits",
-    "Commits refused FENCED, by the fence reason.",
-    ["reason"],
-    registry=REGISTRY,
-)
-WASTED_COMPUTE = Counter(
-    "coordinator_wasted_compute_seconds",
-    "Seconds from an attempt's start to its expiry or its fenced commit (work thrown away).",
-    registry=REGISTRY,
-)
-ATTEMPTS_PER_TASK = Histogram(
-    "coordinator_attempts_per_task",
-    "Attempts a task took, observed when final: at the canonical commit, cancel and dead letter.",
-    buckets=(0, 1, 2, 3, 4, 5, 8, 13, 21),
-    registry=REGISTRY,
-)
-READY_TO_COMMIT = Histogram(
-    "coordinator_ready_to_commit_seconds",
-    "Seconds from a task revision becoming READY to its canonical commit (retries included).",
-    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
-    registry=REGISTRY,
-)
-RECLAIM_LATENCY = Histogram(
-    "coordinator_reclaim_latency_seconds",
-    "Seconds from this replica seeing etcd delete an expired claim key to the task being "
-    "READY again (etcd's own expiry detection comes before and is not included).",
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-    registry=REGISTRY,
-)
-
-RECONCILE_ESCALATIONS = Counter(
-    "coordinator_effect_reconcile_escalations",
-    "UNKNOWN effects whose owned reconciliation reached its deadline unresolved and moved the "
-    "task to NEEDS_APPROVAL, by where it was noticed (sweeper, claim).",
-    ["via"],
-    registry=REGISTRY,
-)
-
-RETRIES = Counter(
-    "coordinator_retries",
-    "Attempts that ended without a result and were followed by another, by queue and by how "
-    "the attempt ended (expired, released, failed) and whether it waits out a backoff.",
-    ["queue", "end", "delayed"],
-    registry=REGISTRY,
-)
-DEAD_LETTERED = Counter(
-    "coordinator_tasks_dead_lettered",
-    "Tasks moved to FAILED, by queue and reason (exhausted, non_retryable, timed_out).",
-    ["queue", "reason"],
-    registry=REGISTRY,
-)
-PROMOTED = Counter(
-    "coordinator_tasks_promoted",
-    "DELAYED tasks moved to READY by this replica's promoter when their time came.",
-    registry=REGISTRY,
-)
-
-CLAIM_WAITERS = Gauge(
-    "coordinator_claim_waiters",
-    "Long-poll ClaimNext calls waiting for a task on this replica now (max_claim_waiters).",
-    registry=REGISTRY,
-)
-
-STREAMS_OPEN = Gauge(
-    "coordinator_streams_open",
-    "Long-lived calls (streams, long polls) open on this replica now, each holding a thread.",
-    registry=REGISTRY,
-)
-STREAMS_REFUSED = Counter(
-    "coordinator_streams_refused",
-    "Long-lived calls refused RESOURCE_EXHAUSTED, by the bound that refused them "
-    "(server_full: max_streams; principal_full: max_streams_per_principal).",
-    ["reason"],
-    registry=REGISTRY,
-)
-STREAMS_ENDED = Counter(
-    "coordinator_streams_ended",
-    "Long-lived calls the server ended, by reason (max_age, unauthenticated, "
-    "permission_denied; cancelled: the handler did not end in time and the call was cancelled).",
-    ["reason"],
-    registry=REGISTRY,
-)
-
-
-def count_retry(queue: str, end: str, *, delayed: bool) -> None:
-    """Count one attempt end followed by another attempt."""
-    RETRIES.labels(queue=queue, end=end, delayed=str(delayed).lower()).inc()
-
-
-def count_dead_letter(queue: str, reason: str) -> None:
-    """Count one task moved to FAILED."""
-    DEAD_LETTERED.labels(queue=queue, reason=reason).inc()
-
-
-def count_stream_refused(reason: str) -> None:
-    """Count one long-lived call refused by a bound."""
-    STREAMS_REFUSED.labels(reason=reason).inc()
-
-
-def count_stream_ended(reason: str) -> None:
-    """Count one long-lived call ended by the server."""
-    STREAMS_ENDED.labels(reason=reason).inc()
-
-
-def count_reconcile_escalations(via: str, effects: int) -> None:
-    """Count effects escalated to NEEDS_APPROVAL at their reconcile deadline."""
-    RECONCILE_ESCALATIONS.labels(via=via).inc(effects)
-
-
-def count_claim(outcome: Outcome) -> None:
-    """Count one claim txn tried (or refused before it) with its outcome."""
-    CLAIMS.labels(outcome=outcome.name).inc()
-
-
-def count_renewal(outcome: Outcome) -> None:
-    """Count one answered Renew."""
-    RENEWALS.labels(outcome=outcome.name).inc()
-
-
-def count_fenced_commit(reason: FenceReason, *, wasted_seconds: float) -> None:
-    """Count a commit refused FENCED and the compute its attempt threw away."""
-    FENCED_COMMITS.labels(reason=reason.name).inc()
-    count_wasted(wasted_seconds)
-
-
-def count_wasted(seconds: float) -> None:
-    """Add compute thrown away by a fenced or expired attempt (never negative: clocks step)."""
-    WASTED_COMPUTE.inc(max(0.0, seconds))
-
-
-def observe_attempts(attempts: int) -> None:
-    """A task's attempt count is final (committed or cancelled)."""
-    ATTEMPTS_PER_TASK.observe(attempts)
-
-
-def observe_ready_to_commit(seconds: float) -> None:
-    """A canonical commit, ``seconds`` after its task revision became READY."""
-    READY_TO_COMMIT.observe(max(0.0, seconds))
-
-
-def observe_reclaim(seconds: float) -> None:
-    """A reclaim txn succeeded ``seconds`` after the claim key's deletion was seen."""
-    RECLAIM_LATENCY.observe(max(0.0, seconds))
-
-
 @dataclass(frozen=True)
 class PointCoverage:
     """Accepted and validated counts of one acceptance point in this process."""
@@ -245,73 +71,264 @@ class PointCoverage:
         return self.validated / self.accepted if self.accepted else 1.0
 
 
-def count_acceptance(point: AcceptancePoint, *, validated: bool) -> None:
-    """Count one accepted operation at ``point`` (and whether its fence was validated)."""
-    FENCE_ACCEPTED.labels(point=point.label).inc()
-    if validated:
-        FENCE_VALIDATED.labels(point=point.label).inc()
+class Metrics:
+    """Every metric of a coordinator replica, on one registry.
 
+    The store and the server take one (``Store.open(metrics=...)``; the server uses its
+    store's), so a test can count on a fresh registry of its own instead of reading deltas of
+    the process-wide one.
+    """
 
-def fence_coverage() -> list[PointCoverage]:
-    """Coverage of every acceptance point, in point order."""
-    return [
-        PointCoverage(
-            point,
-            _sample("coordinator_fence_accepted_total", point),
-            _sample("coordinator_fence_validated_total", point),
+    def __init__(self, registry: CollectorRegistry) -> None:
+        """Create every metric on ``registry`` (a registry holds one set: names are unique)."""
+        self.registry = registry
+        self.fence_accepted = Counter(
+            "coordinator_fence_accepted",
+            "Operations an acceptance point accepted (answered from a txn whose compares held).",
+            ["point"],
+            registry=registry,
         )
-        for point in AcceptancePoint
-    ]
+        self.fence_validated = Counter(
+            "coordinator_fence_validated",
+            "Accepted operations whose txn compared both the scheduler epoch and the claim "
+            "generation.",
+            ["point"],
+            registry=registry,
+        )
+        self.claims = Counter(
+            "coordinator_claims",
+            "Claim txns tried, by outcome; contention rate = ALREADY_CLAIMED / all.",
+            ["outcome"],
+            registry=registry,
+        )
+        self.renewals = Counter(
+            "coordinator_renewals",
+            "Renew calls answered, by outcome; renew failure rate = not OK / all.",
+            ["outcome"],
+            registry=registry,
+        )
+        self.fenced_commits = Counter(
+            "coordinator_fenced_commits",
+            "Commits refused FENCED, by the fence reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.wasted_compute = Counter(
+            "coordinator_wasted_compute_seconds",
+            "Seconds from an attempt's start to its expiry or its fenced commit (work thrown "
+            "away).",
+            registry=registry,
+        )
+        self.attempts_per_task = Histogram(
+            "coordinator_attempts_per_task",
+            "Attempts a task took, observed when final: at the canonical commit, cancel and dead "
+            "letter.",
+            buckets=(0, 1, 2, 3, 4, 5, 8, 13, 21),
+            registry=registry,
+        )
+        self.ready_to_commit = Histogram(
+            "coordinator_ready_to_commit_seconds",
+            "Seconds from a task revision becoming READY to its canonical commit (retries "
+            "included).",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+            registry=registry,
+        )
+        self.reclaim_latency = Histogram(
+            "coordinator_reclaim_latency_seconds",
+            "Seconds from this replica seeing etcd delete an expired claim key to the task being "
+            "READY again (etcd's own expiry detection comes before and is not included).",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=registry,
+        )
+        self.reconcile_escalations = Counter(
+            "coordinator_effect_reconcile_escalations",
+            "UNKNOWN effects whose owned reconciliation reached its deadline unresolved and moved "
+            "the task to NEEDS_APPROVAL, by where it was noticed (sweeper, claim).",
+            ["via"],
+            registry=registry,
+        )
+        self.retries = Counter(
+            "coordinator_retries",
+            "Attempts that ended without a result and were followed by another, by queue and by how"
+            " the attempt ended (expired, released, failed) and whether it waits out a backoff.",
+            ["queue", "end", "delayed"],
+            registry=registry,
+        )
+        self.dead_lettered = Counter(
+            "coordinator_tasks_dead_lettered",
+            "Tasks moved to FAILED, by queue and reason (exhausted, non_retryable, timed_out).",
+            ["queue", "reason"],
+            registry=registry,
+        )
+        self.promoted = Counter(
+            "coordinator_tasks_promoted",
+            "DELAYED tasks moved to READY by this replica's promoter when their time came.",
+            registry=registry,
+        )
+        self.claim_waiters = Gauge(
+            "coordinator_claim_waiters",
+            "Long-poll ClaimNext calls waiting for a task on this replica now (max_claim_waiters).",
+            registry=registry,
+        )
+        self.streams_open = Gauge(
+            "coordinator_streams_open",
+            "Long-lived calls (streams, long polls) open on this replica now, each holding a "
+            "thread.",
+            registry=registry,
+        )
+        self.streams_refused = Counter(
+            "coordinator_streams_refused",
+            "Long-lived calls refused RESOURCE_EXHAUSTED, by the bound that refused them "
+            "(server_full: max_streams; principal_full: max_streams_per_principal).",
+            ["reason"],
+            registry=registry,
+        )
+        self.streams_ended = Counter(
+            "coordinator_streams_ended",
+            "Long-lived calls the server ended, by reason (max_age, unauthenticated, "
+            "permission_denied; cancelled: the handler did not end in time and the call was "
+            "cancelled).",
+            ["reason"],
+            registry=registry,
+        )
+        self.pruned_tasks = Counter(
+            "coordinator_pruned_tasks",
+            "Terminal tasks this replica removed from etcd after archiving them (a tombstone "
+            "stays).",
+            registry=registry,
+        )
+        self.archived_tasks = Counter(
+            "coordinator_archived_tasks",
+            "Task histories this replica wrote to the archive sink and the sink confirmed (a task "
+            "may be archived twice: after a crash, or by two replicas racing; it is pruned once).",
+            registry=registry,
+        )
+        self.archive_failures = Counter(
+            "coordinator_archive_failures",
+            "Archive writes the sink did not confirm; the tasks of that batch were not pruned.",
+            registry=registry,
+        )
+        self.prune_deferred = Counter(
+            "coordinator_prune_deferred",
+            "Due tasks whose prune was put off, by reason (uncertain_effect, open_reconciliation, "
+            "waiting_dependent).",
+            ["reason"],
+            registry=registry,
+        )
+        self.tombstones_expired = Counter(
+            "coordinator_tombstones_expired",
+            "Tombstones of pruned tasks removed after tombstone_retention (their ids may be "
+            "reused).",
+            registry=registry,
+        )
+        self.oldest_terminal_age = Gauge(
+            "coordinator_oldest_terminal_task_age_seconds",
+            "Seconds since the task first due for pruning became terminal (the oldest terminal task"
+            " still in etcd when one retention applies); a figure far above the retention means the"
+            " pruner is behind or blocked. 0 when no terminal task waits.",
+            registry=registry,
+        )
+        self.etcd_db_size = Gauge(
+            "coordinator_etcd_db_size_bytes",
+            "etcd's database size as its Status RPC reports it (dbSize: what the quota counts).",
+            registry=registry,
+        )
+        self.etcd_quota_ratio = Gauge(
+            "coordinator_etcd_quota_ratio",
+            "etcd database size over etcd_quota_bytes; at 1.0 etcd refuses every write (NOSPACE).",
+            registry=registry,
+        )
+        self.rpc_duration = Histogram(
+            "coordinator_rpc_duration_seconds",
+            "Seconds a unary RPC took in the server (after authentication), by method.",
+            ["method"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=registry,
+        )
+        self.rpc_errors = Counter(
+            "coordinator_rpc_errors",
+            "RPCs that ended with a non-OK gRPC status, by method and status code.",
+            ["method", "code"],
+            registry=registry,
+        )
+        self.keyspace_read_errors = Counter(
+            "coordinator_keyspace_read_errors",
+            "Scrapes whose etcd read for the keyspace gauges failed (the gauges were left out).",
+            registry=registry,
+        )
+
+    def count_retry(self, queue: str, end: str, *, delayed: bool) -> None:
+        """Count one attempt end followed by another attempt."""
+        self.retries.labels(queue=queue, end=end, delayed=str(delayed).lower()).inc()
+
+    def count_dead_letter(self, queue: str, reason: str) -> None:
+        """Count one task moved to FAILED."""
+        self.dead_lettered.labels(queue=queue, reason=reason).inc()
+
+    def count_stream_refused(self, reason: str) -> None:
+        """Count one long-lived call refused by a bound."""
+        self.streams_refused.labels(reason=reason).inc()
+
+    def count_stream_ended(self, reason: str) -> None:
+        """Count one long-lived call ended by the server."""
+        self.streams_ended.labels(reason=reason).inc()
+
+    def count_reconcile_escalations(self, via: str, effects: int) -> None:
+        """Count effects escalated to NEEDS_APPROVAL at their reconcile deadline."""
+        self.reconcile_escalations.labels(via=via).inc(effects)
+
+    def count_claim(self, outcome: Outcome) -> None:
+        """Count one claim txn tried (or refused before it) with its outcome."""
+        self.claims.labels(outcome=outcome.name).inc()
+
+    def count_renewal(self, outcome: Outcome) -> None:
+        """Count one answered Renew."""
+        self.renewals.labels(outcome=outcome.name).inc()
+
+    def count_fenced_commit(self, reason: FenceReason, *, wasted_seconds: float) -> None:
+        """Count a commit refused FENCED and the compute its attempt threw away."""
+        self.fenced_commits.labels(reason=reason.name).inc()
+        self.count_wasted(wasted_seconds)
+
+    def count_wasted(self, seconds: float) -> None:
+        """Add compute thrown away by a fenced or expired attempt (never negative: clocks step)."""
+        self.wasted_compute.inc(max(0.0, seconds))
+
+    def observe_attempts(self, attempts: int) -> None:
+        """A task's attempt count is final (committed or cancelled)."""
+        self.attempts_per_task.observe(attempts)
+
+    def observe_ready_to_commit(self, seconds: float) -> None:
+        """A canonical commit, ``seconds`` after its task revision became READY."""
+        self.ready_to_commit.observe(max(0.0, seconds))
+
+    def observe_reclaim(self, seconds: float) -> None:
+        """A reclaim txn succeeded ``seconds`` after the claim key's deletion was seen."""
+        self.reclaim_latency.observe(max(0.0, seconds))
+
+    def count_acceptance(self, point: AcceptancePoint, *, validated: bool) -> None:
+        """Count one accepted operation at ``point`` (and whether its fence was validated)."""
+        self.fence_accepted.labels(point=point.label).inc()
+        if validated:
+            self.fence_validated.labels(point=point.label).inc()
+
+    def fence_coverage(self) -> list[PointCoverage]:
+        """Coverage of every acceptance point, in point order."""
+        return [
+            PointCoverage(
+                point,
+                self._sample("coordinator_fence_accepted_total", point),
+                self._sample("coordinator_fence_validated_total", point),
+            )
+            for point in AcceptancePoint
+        ]
+
+    def _sample(self, name: str, point: AcceptancePoint) -> int:
+        return int(self.registry.get_sample_value(name, {"point": point.label}) or 0)
 
 
-def _sample(name: str, point: AcceptancePoint) -> int:
-    return int(REGISTRY.get_sample_value(name, {"point": point.label}) or 0)
+REGISTRY = CollectorRegistry(auto_describe=True)
+"""The process-wide registry a replica serves (not in prometheus_client's global registry)."""
 
-
-# --- retention (store/pruner.py, store/db_size.py) -------------------------------------------
-
-PRUNED_TASKS = Counter(
-    "coordinator_pruned_tasks",
-    "Terminal tasks this replica removed from etcd after archiving them (a tombstone stays).",
-    registry=REGISTRY,
-)
-ARCHIVED_TASKS = Counter(
-    "coordinator_archived_tasks",
-    "Task histories this replica wrote to the archive sink and the sink confirmed (a task may "
-    "be archived twice: after a crash, or by two replicas racing; it is pruned once).",
-    registry=REGISTRY,
-)
-ARCHIVE_FAILURES = Counter(
-    "coordinator_archive_failures",
-    "Archive writes the sink did not confirm; the tasks of that batch were not pruned.",
-    registry=REGISTRY,
-)
-PRUNE_DEFERRED = Counter(
-    "coordinator_prune_deferred",
-    "Due tasks whose prune was put off, by reason (uncertain_effect, open_reconciliation, "
-    "waiting_dependent).",
-    ["reason"],
-    registry=REGISTRY,
-)
-TOMBSTONES_EXPIRED = Counter(
-    "coordinator_tombstones_expired",
-    "Tombstones of pruned tasks removed after tombstone_retention (their ids may be reused).",
-    registry=REGISTRY,
-)
-OLDEST_TERMINAL_AGE = Gauge(
-    "coordinator_oldest_terminal_task_age_seconds",
-    "Seconds since the task first due for pruning became terminal (the oldest terminal task "
-    "still in etcd when one retention applies); a figure far above the retention means the "
-    "pruner is behind or blocked. 0 when no terminal task waits.",
-    registry=REGISTRY,
-)
-ETCD_DB_SIZE = Gauge(
-    "coordinator_etcd_db_size_bytes",
-    "etcd's database size as its Status RPC reports it (dbSize: what the quota counts).",
-    registry=REGISTRY,
-)
-ETCD_QUOTA_RATIO = Gauge(
-    "coordinator_etcd_quota_ratio",
-    "etcd database size over etcd_quota_bytes; at 1.0 etcd refuses every write (NOSPACE).",
-    registry=REGISTRY,
-)
+METRICS = Metrics(REGISTRY)
+"""The metrics on ``REGISTRY``: what a store uses unless given others."""

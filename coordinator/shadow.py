@@ -185,47 +185,71 @@ class _V1Claim:
     expires_at: float
 
 
+@dataclass
+class _V1Replay:
+    """The v1 rules over one task's records, in time order: who holds the claim, whose claims
+    were superseded, who won."""
+
+    holder: _V1Claim | None = None
+    # Owners whose v1 claim was superseded by another owner's generation.
+    superseded: set[str] = field(default_factory=set)
+    winner: Record | None = None
+
+    def claim(self, rec: Record) -> None:
+        """A claim (or renewal) under v1's lease rules."""
+        assert rec.expires_at is not None
+        if self.winner is not None:
+            return  # committed: v1 hands the task out no more
+        holder = self.holder
+        live = holder is not None and rec.ts < holder.expires_at
+        if holder is not None and live and holder.owner == rec.owner:
+            holder.expires_at = rec.expires_at  # renewal of the live claim
+        elif not live:
+            if holder is not None and holder.owner != rec.owner:
+                self.superseded.add(holder.owner)
+            self.superseded.discard(rec.owner)
+            self.holder = _V1Claim(rec.owner, rec.expires_at)  # a new generation
+        # else: CLAIM_CONFLICT, another owner's claim is live
+
+    def commit(self, rec: Record) -> Outcome:
+        """What v1 answers a commit; the fence compares come first, as in the commit txn."""
+        if rec.owner in self.superseded:
+            return Outcome.FENCED_SUPERSEDED
+        holder = self.holder
+        if holder is not None and holder.owner == rec.owner:
+            if rec.ts < holder.expires_at:
+                self.winner, self.holder = rec, None
+                return Outcome.ACCEPTED
+            return Outcome.FENCED_EXPIRED
+        if self.winner is not None and self.winner.owner == rec.owner:
+            return Outcome.ALREADY_COMMITTED  # a retry: answered from the stored result
+        return Outcome.NOT_HOLDER
+
+
 def _replay_task(records: list[Record]) -> TaskDiff | None:
     legacy_owners: set[str] = set()
     legacy_winner: Record | None = None
-    holder: _V1Claim | None = None
-    # Owners whose v1 claim was superseded by another owner's generation.
-    superseded: set[str] = set()
-    v1_winner: Record | None = None
+    v1 = _V1Replay()
     outcomes: list[tuple[Record, Outcome]] = []
     for rec in records:
         if rec.op is Op.CLAIM:
             legacy_owners.add(rec.owner)
-            assert rec.expires_at is not None
-            if v1_winner is not None:
-                continue  # committed: v1 hands the task out no more
-            live = holder is not None and rec.ts < holder.expires_at
-            if holder is not None and live and holder.owner == rec.owner:
-                holder.expires_at = rec.expires_at  # renewal of the live claim
-            elif not live:
-                if holder is not None and holder.owner != rec.owner:
-                    superseded.add(holder.owner)
-                superseded.discard(rec.owner)
-                holder = _V1Claim(rec.owner, rec.expires_at)  # a new generation
-            # else: CLAIM_CONFLICT, another owner's claim is live
+            v1.claim(rec)
             continue
-        # commit
         if rec.owner in legacy_owners:
             legacy_winner = rec  # last write wins
-        # The fence compares come first, as in the commit txn.
-        if rec.owner in superseded:
-            outcome = Outcome.FENCED_SUPERSEDED
-        elif holder is not None and holder.owner == rec.owner:
-            if rec.ts < holder.expires_at:
-                outcome = Outcome.ACCEPTED
-                v1_winner, holder = rec, None
-            else:
-                outcome = Outcome.FENCED_EXPIRED
-        elif v1_winner is not None and v1_winner.owner == rec.owner:
-            outcome = Outcome.ALREADY_COMMITTED  # a retry: answered from the stored result
-        else:
-            outcome = Outcome.NOT_HOLDER
-        outcomes.append((rec, outcome))
+        outcomes.append((rec, v1.commit(rec)))
+    return _diff(records[0].task, legacy_owners, legacy_winner, v1.winner, outcomes)
+
+
+def _diff(
+    task: str,
+    legacy_owners: set[str],
+    legacy_winner: Record | None,
+    v1_winner: Record | None,
+    outcomes: list[tuple[Record, Outcome]],
+) -> TaskDiff | None:
+    """Where the two rules part: different winners, and the commits only legacy accepted."""
     late: list[Write] = []
     other: list[Write] = []
     for rec, outcome in outcomes:
@@ -236,7 +260,7 @@ def _replay_task(records: list[Record]) -> TaskDiff | None:
     if not differ and not late:
         return None
     return TaskDiff(
-        task=records[0].task,
+        task=task,
         winners_differ=differ,
         legacy_winner=None if legacy_winner is None else _write(legacy_winner),
         v1_winner=None if v1_winner is None else _write(v1_winner, Outcome.ACCEPTED),

@@ -13,6 +13,9 @@ import pytest
 
 from coordinator.cli.local_up import STATE_DIR_ENV
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
+from coordinator.logging import configure_logging
+
+pytest_plugins = ["tests.fixtures"]
 
 # grpc honours $http_proxy; our etcd is on loopback, so never route through a proxy.
 GRPC_OPTIONS = [("grpc.enable_http_proxy", 0)]
@@ -23,6 +26,13 @@ def _local_up_state(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Keep ``coordinator up``'s state file (cli/local_up.py) out of the real home, for this
     process and every CLI it starts."""
     os.environ[STATE_DIR_ENV] = str(tmp_path_factory.mktemp("local-up"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _logs_on_stderr() -> None:
+    """The in-process servers log as a replica does, JSON lines on stderr: the CLI tests read
+    what a command prints on stdout, and every call is logged (coordinator.server.call_log)."""
+    configure_logging("info")
 
 
 @pytest.fixture(scope="session")

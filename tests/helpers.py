@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
+import grpc
 import pytest
+from google.protobuf.message import Message
 
 T = TypeVar("T")
 
+Probe = Callable[[], tuple[int, int]]
+"""A probe of a test's keyspace: (number of keys, highest mod_revision) under its prefix (the
+``keyspace`` fixture)."""
+
+Metadata = Sequence[tuple[str, str]]
+
 
 def eventually(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     timeout: float = 10.0,
     interval: float = 0.05,
     message: str = "condition did not become true",
 ) -> T:
-    """Poll ``predicate`` until it returns something truthy, and return that value.
+    """Poll ``predicate`` until it returns something truthy, and return that value (never
+    None: a predicate may answer None for "not yet").
 
     An AssertionError raised by the predicate counts as "not yet", so a block of asserts can be
     polled too. On the deadline the test fails with ``message`` and the last value or assertion.
@@ -35,3 +44,39 @@ def eventually(
         if time.monotonic() >= deadline:
             pytest.fail(f"{message} (not within {timeout}s; {last})")
         time.sleep(interval)
+
+
+def refused(
+    call: Callable[..., Any],
+    request: Message,
+    code: grpc.StatusCode,
+    named: str,
+    probe: Probe,
+    *,
+    metadata: Metadata = (),
+) -> None:
+    """``call(request)`` fails with ``code``, its message contains ``named`` (the field, or
+    what is wrong), and the keyspace ``probe`` reads is unchanged: bad input writes nothing."""
+    before = probe()
+    with pytest.raises(grpc.RpcError) as info:
+        call(request, metadata=metadata)
+    assert info.value.code() == code, info.value.details()
+    assert named in str(info.value.details())
+    assert probe() == before
+
+
+def as_unary(fake: Callable[..., Any]) -> Any:
+    """``fake`` where a gRPC unary method is expected (``Rpc.call``): a test double that
+    takes ``(request, *, timeout, metadata)`` like a real multi-callable."""
+    return fake
+
+
+def next_of(call: grpc.CallIterator[T]) -> T:
+    """The next response of a response-streaming call (the typing stubs make a call only
+    iterable; it is its own iterator)."""
+    return next(iter(call))
+
+
+def cancel(call: grpc.Call) -> None:
+    """Cancel ``call`` (the typing stubs leave ``cancel`` untyped)."""
+    call.cancel()  # type: ignore[no-untyped-call]

@@ -12,6 +12,16 @@ from coordinator.store.etcd import KV
 
 def check_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:
     """Keys that name a task or an edge that does not exist (derived ones are deleted)."""
+    return [
+        *_index_orphans(parsed, keys),
+        *_record_orphans(parsed),
+        *_edge_orphans(parsed, keys),
+        *_identity_orphans(parsed, keys),
+    ]
+
+
+def _index_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:
+    """Ready, claimed and waiting index keys of a task that does not exist."""
     out: list[Finding] = []
     tasks = parsed.tasks
     for tid, ready in parsed.ready.items():
@@ -25,6 +35,14 @@ def check_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:
         for tid, index_kv in getattr(parsed, section).items():
             if tid not in tasks:
                 out.append(_orphan(problem, tid, index_kv, keys.task(tid), f"{section} key"))
+    return out
+
+
+def _record_orphans(parsed: Parsed) -> list[Finding]:
+    """Live claims and attempt, result and event records of a task that does not exist (and,
+    for the records, left no tombstone: those are retention.py's)."""
+    out: list[Finding] = []
+    tasks = parsed.tasks
     for tid, claim_kv in parsed.claims.items():
         if tid not in tasks:
             out.append(
@@ -37,7 +55,7 @@ def check_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:
             )
     for section in ("attempts", "results", "events"):
         for tid, kvs in getattr(parsed, section).items():
-            if tid not in tasks and tid not in parsed.tombstones:  # else: retention.py's
+            if tid not in tasks and tid not in parsed.tombstones:
                 out.append(
                     Finding(
                         Problem.ORPHAN_RECORDS,
@@ -46,24 +64,17 @@ def check_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:
                         tuple(k.key for k in kvs),
                     )
                 )
+    return out
+
+
+def _edge_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:
+    """Reverse edges without their forward edge."""
+    out: list[Finding] = []
     for upstream, dependents in parsed.dependents.items():
         for dependent, edge_kv in dependents.items():
-            guards: tuple[Guard, ...]
-            if dependent in tasks:
-                dep_kv, dep = tasks[dependent]
-                if upstream in dep.depends_on:
-                    continue
-                deps_key = keys.deps(dependent)
-                stored = parsed.deps.get(dependent)
-                if stored is not None and upstream in edges_of(stored.value):
-                    continue  # EDGES_MISMATCH already reported: not guessed
-                guards = (
-                    Guard(dep_kv.key, dep_kv.mod_revision),
-                    Guard(deps_key, stored.mod_revision if stored else 0),
-                    Guard(edge_kv.key, edge_kv.mod_revision),
-                )
-            else:
-                guards = (Guard(keys.task(dependent), 0), Guard(edge_kv.key, edge_kv.mod_revision))
+            guards = _reverse_edge_guards(parsed, keys, upstream, dependent, edge_kv)
+            if guards is None:
+                continue
             out.append(
                 Finding(
                     Problem.REVERSE_EDGE_ORPHAN,
@@ -75,6 +86,33 @@ def check_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:
                     ),
                 )
             )
+    return out
+
+
+def _reverse_edge_guards(
+    parsed: Parsed, keys: Keyspace, upstream: str, dependent: str, edge_kv: KV
+) -> tuple[Guard, ...] | None:
+    """The guards of deleting an orphan reverse edge; None when the edge is no orphan (or the
+    mismatch is reported as EDGES_MISMATCH already: not guessed)."""
+    if dependent not in parsed.tasks:
+        return (Guard(keys.task(dependent), 0), Guard(edge_kv.key, edge_kv.mod_revision))
+    dep_kv, dep = parsed.tasks[dependent]
+    if upstream in dep.depends_on:
+        return None
+    stored = parsed.deps.get(dependent)
+    if stored is not None and upstream in edges_of(stored.value):
+        return None
+    return (
+        Guard(dep_kv.key, dep_kv.mod_revision),
+        Guard(keys.deps(dependent), stored.mod_revision if stored else 0),
+        Guard(edge_kv.key, edge_kv.mod_revision),
+    )
+
+
+def _identity_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:
+    """Lineage index keys that match no task's identity."""
+    out: list[Finding] = []
+    tasks = parsed.tasks
     expected = {k for _, t in tasks.values() for k in identity_keys(keys, t)}
     for key, index_kv in parsed.identity.items():
         if key not in expected:

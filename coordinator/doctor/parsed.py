@@ -51,7 +51,8 @@ class Parsed:
     findings: list[Finding] = field(default_factory=list)
 
 
-def parse(snap: Snapshot, keys: Keyspace) -> Parsed:
+# One branch per section of the keyspace: a flat dispatch, clearer as it is than as a table.
+def parse(snap: Snapshot, keys: Keyspace) -> Parsed:  # noqa: C901, PLR0912
     """Sort every key of the keyspace into its section; undecodable task records are findings."""
     parsed = Parsed()
     root = keys.prefix + "/"

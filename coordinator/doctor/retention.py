@@ -32,8 +32,21 @@ _PER_REPAIR = 60
 
 def check_retention(parsed: Parsed, keys: Keyspace, *, retention: float) -> list[Finding]:
     """Every retention disagreement in ``parsed``."""
-    out: list[Finding] = []
     effects_of = _effects_by_task(parsed)
+    return [
+        *_tombstone_findings(parsed, keys, effects_of),
+        *_unscheduled(parsed, keys, retention),
+        *_prune_index_orphans(parsed, keys),
+        *_unindexed_effects(parsed, keys, effects_of),
+    ]
+
+
+Effects = dict[str, list[tuple[KV, EffectRecord]]]
+
+
+def _tombstone_findings(parsed: Parsed, keys: Keyspace, effects_of: Effects) -> list[Finding]:
+    """A tombstone beside a live task, or with records the prune left behind."""
+    out: list[Finding] = []
     for tid, tomb_kv in sorted(parsed.tombstones.items()):
         if tid in parsed.tasks:
             out.append(
@@ -48,6 +61,12 @@ def check_retention(parsed: Parsed, keys: Keyspace, *, retention: float) -> list
             continue
         left = _leftovers(parsed, keys, tid, effects_of.get(tid, []))
         out += _leftover_findings(keys, tid, tomb_kv, left)
+    return out
+
+
+def _unscheduled(parsed: Parsed, keys: Keyspace, retention: float) -> list[Finding]:
+    """Finished tasks missing from the prune index."""
+    out: list[Finding] = []
     for tid, (kv, task) in sorted(parsed.tasks.items()):
         if task.state in TERMINAL_STATES and tid not in parsed.prune_due:
             due = keys.prune_due(micros(task.updated_at + retention), tid)
@@ -67,6 +86,12 @@ def check_retention(parsed: Parsed, keys: Keyspace, *, retention: float) -> list
                     else None,
                 )
             )
+    return out
+
+
+def _prune_index_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:
+    """Prune-index keys of a task that does not exist."""
+    out: list[Finding] = []
     for tid, due_kv in sorted(parsed.prune_due.items()):
         if tid not in parsed.tasks:
             out.append(
@@ -82,6 +107,12 @@ def check_retention(parsed: Parsed, keys: Keyspace, *, retention: float) -> list
                     ),
                 )
             )
+    return out
+
+
+def _unindexed_effects(parsed: Parsed, keys: Keyspace, effects_of: Effects) -> list[Finding]:
+    """Effects of a live task missing from its task's effect index."""
+    out: list[Finding] = []
     for tid, effects in sorted(effects_of.items()):
         if tid not in parsed.tasks:
             continue
@@ -105,8 +136,8 @@ def check_retention(parsed: Parsed, keys: Keyspace, *, retention: float) -> list
     return out
 
 
-def _effects_by_task(parsed: Parsed) -> dict[str, list[tuple[KV, EffectRecord]]]:
-    found: dict[str, list[tuple[KV, EffectRecord]]] = {}
+def _effects_by_task(parsed: Parsed) -> Effects:
+    found: Effects = {}
     for kv in parsed.effects.values():
         try:
             effect = decode(EffectRecord, kv.value)

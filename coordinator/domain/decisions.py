@@ -97,16 +97,21 @@ def decide_claim(
                 f"task state_version is {task.state_version}, expected {expected_state_version}"
             ),
         )
+    return _claimable(task, claim_alive=claim_alive)
+
+
+def _claimable(task: TaskRecord, *, claim_alive: bool) -> Verdict:
+    """Whether ``task``'s state lets a claim in: READY, or CLAIMED with an expired claim."""
     if task.state is TaskState.READY:
         return Verdict(Outcome.CLAIMED)
-    if task.state is TaskState.CLAIMED:
-        if claim_alive:
-            return Verdict(
-                Outcome.ALREADY_CLAIMED,
-                message=f"attempt {task.attempt_id} holds a live claim on the task",
-            )
-        return Verdict(Outcome.CLAIMED, message="previous claim expired")
-    return Verdict(Outcome.NOT_CLAIMABLE, message=f"task is {task.state.name}")
+    if task.state is not TaskState.CLAIMED:
+        return Verdict(Outcome.NOT_CLAIMABLE, message=f"task is {task.state.name}")
+    if claim_alive:
+        return Verdict(
+            Outcome.ALREADY_CLAIMED,
+            message=f"attempt {task.attempt_id} holds a live claim on the task",
+        )
+    return Verdict(Outcome.CLAIMED, message="previous claim expired")
 
 
 def check_owner(view: FenceView, fence: Fence, principal: str) -> None:
@@ -168,24 +173,37 @@ def check_fence(view: FenceView, fence: Fence) -> Verdict:
             FenceReason.SUPERSEDED,
             f"generation {task.claim_generation} superseded generation {fence.claim_generation}",
         )
-    if attempt.end is AttemptEnd.TIMED_OUT:
-        return Verdict(
-            Outcome.TIMED_OUT,
-            message="the task's schedule_to_close deadline passed; it is FAILED (TIMED_OUT)",
-        )
-    if attempt.end is AttemptEnd.RELEASED:
-        return Verdict(Outcome.FENCED, FenceReason.RELEASED, "the attempt released the task")
-    if attempt.end is AttemptEnd.FAILED:
-        return Verdict(Outcome.FENCED, FenceReason.FAILED, "the attempt reported its failure")
-    if attempt.end is AttemptEnd.COMMITTED:
-        return Verdict(
-            Outcome.FENCED, FenceReason.ALREADY_COMMITTED, "the attempt has committed already"
-        )
+    return _lost_claim(attempt, fence)
+
+
+def _lost_claim(attempt: AttemptRecord, fence: Fence) -> Verdict:
+    """Why an attempt that was not superseded no longer holds its claim: how it ended, or
+    (still running) its lease expired."""
+    ended = _ENDED.get(attempt.end)
+    if ended is not None:
+        return ended
     return Verdict(
         Outcome.FENCED,
         FenceReason.LEASE_EXPIRED,
         f"the lease of generation {fence.claim_generation} expired",
     )
+
+
+_ENDED: dict[AttemptEnd, Verdict] = {
+    AttemptEnd.TIMED_OUT: Verdict(
+        Outcome.TIMED_OUT,
+        message="the task's schedule_to_close deadline passed; it is FAILED (TIMED_OUT)",
+    ),
+    AttemptEnd.RELEASED: Verdict(
+        Outcome.FENCED, FenceReason.RELEASED, "the attempt released the task"
+    ),
+    AttemptEnd.FAILED: Verdict(
+        Outcome.FENCED, FenceReason.FAILED, "the attempt reported its failure"
+    ),
+    AttemptEnd.COMMITTED: Verdict(
+        Outcome.FENCED, FenceReason.ALREADY_COMMITTED, "the attempt has committed already"
+    ),
+}
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,7 @@ import structlog
 
 import coordinator
 from coordinator.domain.validation import non_negative, task_id
-from coordinator.metrics import fence_coverage
-from coordinator.server import convert, effect_wire, validate, version_gate
+from coordinator.server import admin_wire, common_wire, effect_wire, task_wire, version_gate
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc
 from coordinator.store import Store
@@ -63,8 +62,8 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.PauseClaimsRequest, context: grpc.ServicerContext
     ) -> admin_pb2.PauseClaimsResponse:
         """Refuse new claims (of one queue's tasks, with ``queue``) until ResumeClaims."""
-        reason = validate.text("reason", request.reason)
-        queue = validate.queue_filter(request.queue)
+        reason = common_wire.parse_text("reason", request.reason)
+        queue = task_wire.parse_queue_filter(request.queue)
         principal = principal_of(context)
         self._store.admin.pause_claims(reason, queue)
         log.warning("claims paused", reason=reason, queue=queue or "*", principal=principal)
@@ -78,7 +77,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.ResumeClaimsRequest, context: grpc.ServicerContext
     ) -> admin_pb2.ResumeClaimsResponse:
         """Accept new claims again (of one queue's tasks, with ``queue``)."""
-        queue = validate.queue_filter(request.queue)
+        queue = task_wire.parse_queue_filter(request.queue)
         principal = principal_of(context)
         self._store.admin.resume_claims(queue)
         log.warning("claims resumed", queue=queue or "*", principal=principal)
@@ -93,11 +92,11 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.DrainStatusResponse:
         """What still runs (of one queue's tasks, with ``queue``): live leases, uncertain
         effects, staged-but-uncommitted results."""
-        queue = validate.queue_filter(request.queue)
+        queue = task_wire.parse_queue_filter(request.queue)
         status = self._store.admin.drain_status(queue)
         if not queue:
             status = replace(status, unknown_effects=self._store.effects.count_open())
-        return convert.drain_response(status)
+        return admin_wire.drain_to_proto(status)
 
     @rpc
     def ApproveRetry(  # noqa: N802
@@ -105,8 +104,8 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.ApproveRetryResponse:
         """Resolve a NEEDS_APPROVAL task's uncertain effects and make it claimable again."""
         tid = task_id(request.task_id)
-        resolution = effect_wire.resolution(request.resolution)
-        reason = validate.text("reason", request.reason)
+        resolution = effect_wire.parse_resolution(request.resolution)
+        reason = common_wire.parse_text("reason", request.reason)
         principal = principal_of(context)
         task, effects = self._store.effects.approve_retry(
             tid, by=principal, resolution=resolution, reason=reason
@@ -120,7 +119,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             reason=reason,
         )
         return admin_pb2.ApproveRetryResponse(
-            task=convert.task_to_proto(task),
+            task=task_wire.task_to_proto(task),
             effects=[effect_wire.effect_to_proto(e) for e in effects],
         )
 
@@ -130,7 +129,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.GetStatsResponse:
         """Fence-check coverage per acceptance point (this replica process, since start) and
         the queue figures (from this replica's watch-fed indexes)."""
-        return effect_wire.stats_response(fence_coverage(), self._store.queue_report())
+        return admin_wire.stats_to_proto(
+            self._store.ctx.metrics.fence_coverage(), self._store.queue_report()
+        )
 
     @rpc
     def GetVersions(  # noqa: N802

@@ -34,6 +34,7 @@ from coordinator.server.auth import (
     tls_for,
 )
 from coordinator.server.bounded_http import HttpLimits
+from coordinator.server.call_log import CallLogInterceptor
 from coordinator.server.idempotency import IdempotencyInterceptor
 from coordinator.server.metrics_http import start_metrics
 from coordinator.server.request_ids import RequestIdInterceptor
@@ -108,7 +109,7 @@ def build_server(
             listen=listen,
         )
     limits = streams if streams is not None else StreamLimits()
-    open_streams = OpenStreams(limits)
+    open_streams = OpenStreams(limits, metrics=store.ctx.metrics)
     auth_interceptor = AuthInterceptor(authenticator)
     # Streams never hold more than max_streams threads (OpenStreams), so max_workers are always
     # left for unary calls. grpc refuses a call past the total RESOURCE_EXHAUSTED rather than
@@ -121,11 +122,14 @@ def build_server(
         # traceback. Then auth: every later interceptor and servicer sees the caller. The
         # stream bounds count per principal, so they come right after auth (and before
         # anything reads etcd). Idempotency keys are scoped to the authenticated principal, so
-        # they come after auth.
+        # they come after auth. The call log comes right after auth too: it names the principal
+        # and logs every later refusal.
         interceptors=[
-            RpcMetricsInterceptor(),  # real methods only get labels: unknown ones pass by
+            # Real methods only get labels: unknown ones pass by.
+            RpcMetricsInterceptor(store.ctx.metrics),
             UndecodableInterceptor(),
             auth_interceptor,
+            CallLogInterceptor(SERVICE_NAMES),
             StreamLimitInterceptor(open_streams, auth_interceptor.check),
             VersionGateInterceptor(VersionStore(store.ctx).read),  # minimum SDK, cached read
             IdempotencyInterceptor(store.idempotency),
@@ -289,7 +293,10 @@ def _store_for(
         return
     kv, store = opened
     db_size = DbSizeWatch(
-        kv, quota_bytes=config.etcd_quota_bytes, warn_ratio=config.etcd_quota_warn_ratio
+        kv,
+        quota_bytes=config.etcd_quota_bytes,
+        warn_ratio=config.etcd_quota_warn_ratio,
+        metrics=store.ctx.metrics,
     )
     db_size.start()
     if not config.retention:

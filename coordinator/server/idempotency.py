@@ -28,6 +28,7 @@ from coordinator.domain.idempotency import (
     request_digest,
 )
 from coordinator.errors import CoordinatorError
+from coordinator.logging import note
 from coordinator.server.handlers import metadata_value, unary_handler
 from coordinator.server.identity import principal_of
 from coordinator.server.status import status_code_of
@@ -105,11 +106,11 @@ class IdempotencyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
                 digest = request_digest(method, request.SerializeToString(deterministic=True))
                 reserved = store.reserve(principal, key, method=method, digest=digest)
             except RequestInFlight as exc:
-                _abort(context, method, grpc.StatusCode.ABORTED, str(exc))
+                _abort(context, grpc.StatusCode.ABORTED, str(exc))
             except CoordinatorError as exc:
-                _abort(context, method, status_code_of(exc), str(exc))
+                _abort(context, status_code_of(exc), str(exc))
             if isinstance(reserved, bytes):
-                log.info("idempotent replay", rpc=method, key=key, principal=principal)
+                note(idempotent_replay=True, idempotency_key=key)
                 return reserved
             return self._run(reserved, run, serialize, request, context)
 
@@ -150,12 +151,7 @@ def _as_bytes(data: bytes) -> bytes:
     return data
 
 
-def _abort(
-    context: grpc.ServicerContext, method: str, code: grpc.StatusCode, message: str
-) -> NoReturn:
-    # A reused or in-flight key is the caller's business (info); a store failure is ours.
-    ours = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL)
-    level = log.warning if ours else log.info
-    level("keyed rpc refused", rpc=method, code=code.name, error=message)
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    # The call's line (coordinator.server.call_log) records the refusal.
     context.abort(code, message)
     raise AssertionError("context.abort returned")  # grpc's abort always raises

@@ -1,8 +1,5 @@
-"""Request checks and proto conversion of the managed-job RPCs (pure and mechanical, no rules).
-
-Like coordinator.server.validate and .convert, for StartJob, FinishJob and ListJobs: messages
-name the field as the .proto spells it; JobState converts by value (the domain's integers equal
-the wire's).
+"""Managed jobs on the wire: StartJob, FinishJob and ListJobs, and a commit's evidence.
+Pure and mechanical (see common_wire); JobState converts by value.
 """
 
 from __future__ import annotations
@@ -13,53 +10,58 @@ from coordinator.domain.jobs import JobRecord, JobState, JobStatus
 from coordinator.domain.roles import check_principal
 from coordinator.domain.states import Outcome
 from coordinator.errors import InvalidArgument
-from coordinator.server import convert, validate
+from coordinator.server.common_wire import (
+    outcome_to_proto,
+    parse_required_positive,
+    timestamp_to_proto,
+    verdict_fields,
+)
 from coordinator.store.jobs import FinishJobResult, JobSpec, StartJobResult
 from coordinator.v1 import worker_pb2
 
-# --- requests --------------------------------------------------------------------------------
+# --- proto -> domain -------------------------------------------------------------------------
 
 
-def start_spec(request: worker_pb2.StartJobRequest) -> JobSpec:
+def parse_start_spec(request: worker_pb2.StartJobRequest) -> JobSpec:
     """The job StartJob records (the fence is checked separately)."""
     return JobSpec(
         job_id=domain.check_job_id(request.job_id),
         host=domain.check_host(request.host),
-        pid=validate.required_positive("pid", request.pid),
-        start_ticks=validate.required_positive("start_ticks", request.start_ticks),
+        pid=parse_required_positive("pid", request.pid),
+        start_ticks=parse_required_positive("start_ticks", request.start_ticks),
         argv=domain.check_argv(list(request.argv)),
         log_ref=domain.check_log_ref(request.log_ref),
     )
 
 
-def finish_state(value: int) -> JobState:
+def parse_finish_state(value: int) -> JobState:
     """FinishJob's state: EXITED, KILLED or LOST."""
     return domain.check_finish_state(value)
 
 
-def detail(value: str) -> str:
+def parse_detail(value: str) -> str:
     """A free-text note on how the job ended."""
     return validation.text("detail", value)
 
 
-def worker_id(value: str) -> str:
+def parse_worker_id(value: str) -> str:
     """A worker to list jobs of (a principal name); empty means the caller."""
     return check_principal("worker_id", value) if value else ""
 
 
-def evidence(values: list[str]) -> tuple[str, ...]:
+def parse_evidence(values: list[str]) -> tuple[str, ...]:
     """A commit's evidence references."""
     return domain.check_evidence(values)
 
 
-def task_and_job(task_id: str, job_id: str) -> tuple[str, str]:
+def parse_task_and_job(task_id: str, job_id: str) -> tuple[str, str]:
     """The job a FinishJob names."""
     if not task_id:
         raise InvalidArgument("task_id is required")
     return validation.task_id(task_id), domain.check_job_id(job_id)
 
 
-# --- responses -------------------------------------------------------------------------------
+# --- domain -> proto -------------------------------------------------------------------------
 
 
 def job_to_proto(job: JobRecord) -> worker_pb2.Job:
@@ -80,34 +82,29 @@ def job_to_proto(job: JobRecord) -> worker_pb2.Job:
         state=worker_pb2.JobState.ValueType(int(job.state)),
         exit_code=job.exit_code,
         detail=job.detail,
-        started_at=convert.timestamp(job.started_at),
-        ended_at=convert.timestamp(job.ended_at),
+        started_at=timestamp_to_proto(job.started_at),
+        ended_at=timestamp_to_proto(job.ended_at),
     )
 
 
-def start_response(result: StartJobResult) -> worker_pb2.StartJobResponse:
+def start_to_proto(result: StartJobResult) -> worker_pb2.StartJobResponse:
     """StartJobResponse; the record when it was written."""
-    verdict = result.verdict
-    response = worker_pb2.StartJobResponse(
-        outcome=convert.outcome(verdict.outcome),
-        reason=convert.reason(verdict.reason),
-        message=verdict.message,
-    )
+    response = worker_pb2.StartJobResponse(**verdict_fields(result.verdict))
     if result.job is not None:
         response.job.CopyFrom(job_to_proto(result.job))
     return response
 
 
-def finish_response(result: FinishJobResult) -> worker_pb2.FinishJobResponse:
+def finish_to_proto(result: FinishJobResult) -> worker_pb2.FinishJobResponse:
     """FinishJobResponse: always OK, with the record as stored."""
     return worker_pb2.FinishJobResponse(
-        outcome=convert.outcome(Outcome.OK),
+        outcome=outcome_to_proto(Outcome.OK),
         job=job_to_proto(result.job),
         recorded=result.recorded,
     )
 
 
-def list_response(jobs: list[JobStatus]) -> worker_pb2.ListJobsResponse:
+def jobs_to_proto(jobs: list[JobStatus]) -> worker_pb2.ListJobsResponse:
     """ListJobsResponse."""
     return worker_pb2.ListJobsResponse(
         jobs=[worker_pb2.JobStatus(job=job_to_proto(s.job), current=s.current) for s in jobs]

@@ -1,6 +1,7 @@
 """The Prometheus endpoint: ``GET /metrics`` over HTTP on its own port (``metrics_listen``).
 
-It serves ``coordinator.metrics.REGISTRY`` (the process's counters and histograms) plus two
+It serves the store's metrics (``coordinator.metrics``: the process's counters and histograms,
+``REGISTRY`` unless the store was given others) plus two
 gauges read from etcd, ``coordinator_active_leases`` (live claim keys) and
 ``coordinator_unknown_effects`` (effects PREPARED or UNKNOWN: the backlog to reconcile).
 
@@ -31,13 +32,12 @@ import time
 from collections.abc import Iterable, Iterator
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, make_wsgi_app
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from coordinator.domain.queue_stats import MAX_REPORTED_QUEUES
 from coordinator.errors import ConfigError
-from coordinator.metrics import REGISTRY
 from coordinator.server.bounded_http import BoundedHttpServer, HttpLimits
 from coordinator.server.tls import ServerTLS
 from coordinator.store import Store
@@ -47,12 +47,6 @@ log = structlog.get_logger(__name__)
 
 CACHE_SECONDS = 2.0
 """How long one etcd read answers scrapes (scrapes are usually 15-30 s apart)."""
-
-KEYSPACE_READ_ERRORS = Counter(
-    "coordinator_keyspace_read_errors",
-    "Scrapes whose etcd read for the keyspace gauges failed (the gauges were left out).",
-    registry=REGISTRY,
-)
 
 
 class KeyspaceCollector(Collector):
@@ -91,7 +85,7 @@ class KeyspaceCollector(Collector):
                     get_prefix(keys.open_effects_prefix(), count_only=True),
                 )
             except Exception as exc:  # a scrape must answer even when etcd does not
-                KEYSPACE_READ_ERRORS.inc()
+                self._store.ctx.metrics.keyspace_read_errors.inc()
                 log.warning("metrics: keyspace read failed", error=str(exc))
                 return None
             self._cached = (now, snap.range_count(0), snap.range_count(1))
@@ -135,7 +129,7 @@ class QueueCollector(Collector):
 
 
 class _Forward(Collector):
-    """Every metric of another registry (the process-wide one) in this one."""
+    """Every metric of another registry (the store's) in this one."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self._registry = registry
@@ -162,7 +156,7 @@ def start_metrics(
     ConfigError naming ``metrics_listen`` if the address cannot be bound.
     """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Forward(REGISTRY))
+    registry.register(_Forward(store.ctx.metrics.registry))
     registry.register(KeyspaceCollector(store))
     registry.register(QueueCollector(store))
     contexts = tls.ssl_contexts() if tls is not None else None  # bad files fail before binding

@@ -1,7 +1,7 @@
-"""Wire checks and conversions of the work-queue fields: retry policy, not_before, RetryTask.
+"""The work-queue fields of a task on the wire: retry policy, not_before, schedule_to_close.
 
-Pure like validate.py: raises InvalidArgument naming the field as the .proto spells it, so bad
-input writes nothing.
+Pure and mechanical (see common_wire): ``parse_*`` raises InvalidArgument naming the field as
+the .proto spells it, so bad input writes nothing.
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.domain.records import TaskRecord
-from coordinator.domain.retry import MAX_NON_RETRYABLE, attempts_counted, policy_of
+from coordinator.domain.retry import MAX_NON_RETRYABLE, policy_of
 from coordinator.errors import InvalidArgument
-from coordinator.server import validate
+from coordinator.server.common_wire import parse_duration, parse_error_code
 from coordinator.v1 import types_pb2
 
 MAX_NOT_BEFORE_AHEAD = 30 * 86400.0
 """How far ahead a task may be scheduled: a bound on how long the delayed index holds it."""
 
 
-def retry_overrides(
+def parse_retry_overrides(
     message: types_pb2.RetryPolicy, *, present: bool
 ) -> tuple[tuple[str, Any], ...]:
     """The RetryPolicy fields a CreateTask sets, as (name, value) pairs; the store resolves
@@ -34,7 +34,7 @@ def retry_overrides(
         fields.append(("max_attempts", message.max_attempts))
     for name in ("initial_backoff", "max_backoff"):
         if message.HasField(name):
-            fields.append((name, _seconds(f"retry_policy.{name}", getattr(message, name))))
+            fields.append((name, parse_duration(f"retry_policy.{name}", getattr(message, name))))
     if message.HasField("backoff_multiplier"):
         multiplier = message.backoff_multiplier
         if not math.isfinite(multiplier):
@@ -50,18 +50,12 @@ def retry_overrides(
                 f"{MAX_NON_RETRYABLE}"
             )
         for code in codes:
-            validate.error_code("retry_policy.non_retryable_errors", code)
+            parse_error_code("retry_policy.non_retryable_errors", code)
         fields.append(("non_retryable_errors", tuple(dict.fromkeys(codes))))
     return tuple(fields)
 
 
-def _seconds(field: str, value: Duration) -> float:
-    if value.seconds < 0 or value.nanos < 0:
-        raise InvalidArgument(f"{field} must be >= 0, got {value.ToTimedelta()}")
-    return value.ToNanoseconds() / 1e9
-
-
-def not_before(value: Timestamp, *, present: bool, now: float) -> float:
+def parse_not_before(value: Timestamp, *, present: bool, now: float) -> float:
     """When a new task may first be claimed (0: at once); at most 30 days ahead."""
     if not present:
         return 0.0
@@ -79,7 +73,7 @@ def not_before(value: Timestamp, *, present: bool, now: float) -> float:
 MAX_SCHEDULE_TO_CLOSE = 365 * 86400.0
 
 
-def schedule_to_close(value: Duration, *, present: bool) -> float:
+def parse_schedule_to_close(value: Duration, *, present: bool) -> float:
     """A task's deadline from its creation, 1 s to 365 days (0: none)."""
     if not present:
         return 0.0
@@ -103,15 +97,3 @@ def policy_to_proto(task: TaskRecord) -> types_pb2.RetryPolicy:
     message.initial_backoff.FromNanoseconds(round(policy.initial_backoff * 1e9))
     message.max_backoff.FromNanoseconds(round(policy.max_backoff * 1e9))
     return message
-
-
-def fill_queue_fields(message: types_pb2.Task, task: TaskRecord) -> None:
-    """Set the work-queue fields of a wire Task from its record."""
-    message.retry_policy.CopyFrom(policy_to_proto(task))
-    if task.not_before:
-        message.next_eligible_at.FromNanoseconds(round(task.not_before * 1e9))
-    message.last_error = task.last_error
-    message.dead_letter_reason = types_pb2.DeadLetterReason.ValueType(int(task.dead_letter_reason))
-    message.attempts_counted = attempts_counted(task)
-    if task.deadline:
-        message.deadline.FromNanoseconds(round(task.deadline * 1e9))

@@ -19,28 +19,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
-from prometheus_client import Counter, Histogram
 
-from coordinator.metrics import REGISTRY
+from coordinator.metrics import Metrics
 from coordinator.server.handlers import Handler, unary_handler
-
-RPC_DURATION = Histogram(
-    "coordinator_rpc_duration_seconds",
-    "Seconds a unary RPC took in the server (after authentication), by method.",
-    ["method"],
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-    registry=REGISTRY,
-)
-RPC_ERRORS = Counter(
-    "coordinator_rpc_errors",
-    "RPCs that ended with a non-OK gRPC status, by method and status code.",
-    ["method", "code"],
-    registry=REGISTRY,
-)
 
 
 class RpcMetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
-    """Times unary calls and counts non-OK statuses of every call."""
+    """Times unary calls and counts non-OK statuses of every call, on ``metrics``."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
 
     def intercept_service(
         self,
@@ -53,10 +41,10 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             return None
         method = details.method
         if handler.unary_unary is not None:
-            return unary_handler(handler, _timed(method, handler.unary_unary))
+            return unary_handler(handler, _timed(self._metrics, method, handler.unary_unary))
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                _streamed(method, handler.unary_stream),
+                _streamed(self._metrics, method, handler.unary_stream),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
@@ -64,25 +52,25 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
 
 def _timed(
-    method: str, run: Callable[[Any, grpc.ServicerContext], Any]
+    metrics: Metrics, method: str, run: Callable[[Any, grpc.ServicerContext], Any]
 ) -> Callable[[Any, grpc.ServicerContext], Any]:
     def behavior(request: Any, context: grpc.ServicerContext) -> Any:
         start = time.perf_counter()
         try:
             response = run(request, context)
         except BaseException:
-            _count_error(method, context, failed=True)
+            _count_error(metrics, method, context, failed=True)
             raise
         finally:
-            RPC_DURATION.labels(method=method).observe(time.perf_counter() - start)
-        _count_error(method, context, failed=False)
+            metrics.rpc_duration.labels(method=method).observe(time.perf_counter() - start)
+        _count_error(metrics, method, context, failed=False)
         return response
 
     return behavior
 
 
 def _streamed(
-    method: str, run: Callable[[Any, grpc.ServicerContext], Iterator[Any]]
+    metrics: Metrics, method: str, run: Callable[[Any, grpc.ServicerContext], Iterator[Any]]
 ) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
     # A stream's lifetime is not a latency (WatchEvents follows for as long as the caller
     # likes), so streams count errors only.
@@ -92,18 +80,20 @@ def _streamed(
         except GeneratorExit:  # the caller went away: not an error of ours
             raise
         except BaseException:
-            _count_error(method, context, failed=True)
+            _count_error(metrics, method, context, failed=True)
             raise
-        _count_error(method, context, failed=False)
+        _count_error(metrics, method, context, failed=False)
 
     return behavior
 
 
-def _count_error(method: str, context: grpc.ServicerContext, *, failed: bool) -> None:
+def _count_error(
+    metrics: Metrics, method: str, context: grpc.ServicerContext, *, failed: bool
+) -> None:
     # grpc sets the code on abort; the typing stubs lack ServicerContext.code().
     code = context.code()  # type: ignore[attr-defined]
     if code is None or code == grpc.StatusCode.OK:
         if not failed:
             return
         code = grpc.StatusCode.UNKNOWN  # what grpc answers for an uncaught exception
-    RPC_ERRORS.labels(method=method, code=code.name).inc()
+    metrics.rpc_errors.labels(method=method, code=code.name).inc()

@@ -1,15 +1,16 @@
 """The one table from coordinator errors to gRPC status codes, and the decorator that applies it.
 
 Servicers never call ``context.abort`` themselves: they raise a CoordinatorError (or let the
-store raise one), and ``@rpc`` turns it into the mapped status with the error's own message.
-Anything else is a bug: it is logged with its traceback and answered INTERNAL, without leaking
-the exception text to the caller.
+store raise one), and ``@rpc`` turns it into the mapped status with the error's own message
+(the call's one log line, coordinator.server.call_log, records it). Anything else is a bug: it
+is logged here with its traceback and answered INTERNAL, without leaking the exception text to
+the caller.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import grpc
@@ -34,8 +35,6 @@ STATUS_CODES: dict[type[errors.CoordinatorError], grpc.StatusCode] = {
     errors.ConfigError: grpc.StatusCode.INTERNAL,
     errors.CoordinatorError: grpc.StatusCode.INTERNAL,
 }
-
-_OUR_FAULT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL})
 
 S = TypeVar("S")
 Req = TypeVar("Req")
@@ -62,12 +61,30 @@ def rpc(
         try:
             return method(self, request, context)
         except errors.CoordinatorError as exc:
-            code = status_code_of(exc)
-            # Bad input is the caller's business (info); an unreachable store is ours (warning).
-            level = log.warning if code in _OUR_FAULT else log.info
-            level("rpc refused", rpc=name, code=code.name, error=str(exc))
-            context.abort(code, str(exc))
+            context.abort(status_code_of(exc), str(exc))
         except Exception:
+            log.exception("rpc failed unexpectedly", rpc=name)
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error in {name}; see the server log")
+
+    return wrapper
+
+
+def stream_rpc(
+    method: Callable[[S, Req, grpc.ServicerContext], Iterator[Resp]],
+) -> Callable[[S, Req, grpc.ServicerContext], Iterator[Resp]]:
+    """``@rpc`` for server-streaming methods: errors raised while streaming map to statuses
+    through the same table."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def wrapper(self: S, request: Req, context: grpc.ServicerContext) -> Iterator[Resp]:
+        try:
+            yield from method(self, request, context)
+        except errors.CoordinatorError as exc:
+            context.abort(status_code_of(exc), str(exc))
+        except Exception:
+            if not context.is_active():  # the caller went away mid-stream
+                return
             log.exception("rpc failed unexpectedly", rpc=name)
             context.abort(grpc.StatusCode.INTERNAL, f"internal error in {name}; see the server log")
 

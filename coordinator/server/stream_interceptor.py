@@ -11,6 +11,7 @@ revoked credentials) if the server decided to end it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -37,6 +38,10 @@ from coordinator.server.tls import PeerProperties
 CURRENT_STREAM: ContextVar[StreamGuard | None] = ContextVar("coordinator_stream", default=None)
 """Set by the interceptor for the handler of a long-lived call; read through ``stream_alive``."""
 
+# How long a follower found behind may stay stuck in a send before its call is cancelled (a
+# client that stopped reading would otherwise hold its handler thread for ever).
+STUCK_SEND_GRACE = 10.0
+
 Check = Callable[[str, Metadata, PeerProperties], Identity]
 """``AuthInterceptor.check``: a call's credentials and role, checked again."""
 
@@ -46,6 +51,19 @@ def stream_alive(context: grpc.ServicerContext) -> Callable[[], bool]:
     ``context.is_active`` for a call the interceptor did not admit (a server built without it)."""
     guard = CURRENT_STREAM.get()
     return context.is_active if guard is None else guard.alive
+
+
+def cut_when_stuck(context: grpc.ServicerContext) -> Callable[[], None]:
+    """``on_behind`` for a follow stream: cancel the call if its thread is still stuck sending
+    (to a client that stopped reading) ``STUCK_SEND_GRACE`` seconds later. A reader that is
+    merely slow gets there first and ends with RESOURCE_EXHAUSTED and its resume position."""
+
+    def on_behind() -> None:
+        timer = threading.Timer(STUCK_SEND_GRACE, context.cancel)
+        timer.daemon = True
+        timer.start()
+
+    return on_behind
 
 
 class StreamLimitInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]

@@ -38,7 +38,6 @@ from typing import Any
 import grpc
 import structlog
 
-from coordinator import metrics
 from coordinator.domain.stream_limits import (
     Admission,
     StreamLimits,
@@ -46,6 +45,7 @@ from coordinator.domain.stream_limits import (
     refusal_message,
 )
 from coordinator.errors import PermissionDenied, ResourceExhausted, Unauthenticated
+from coordinator.metrics import METRICS, Metrics
 from coordinator.server.handlers import Handler
 
 log = structlog.get_logger(__name__)
@@ -105,8 +105,10 @@ class StreamGuard:
         recheck: Recheck | None,
         limits: StreamLimits,
         monotonic: Callable[[], float],
+        metrics: Metrics,
     ) -> None:
         self.principal = principal
+        self._metrics = metrics
         self._context = context
         self._recheck = recheck
         self._max_age = limits.max_age
@@ -159,7 +161,7 @@ class StreamGuard:
                 return  # the first reason stands
             self._ending = Ending(reason, code, message)
             self._ended_at = self._monotonic()
-        metrics.count_stream_ended(reason.value)
+        self._metrics.count_stream_ended(reason.value)
         log.info("stream ended by the server", principal=self.principal, reason=reason.value)
 
     def _cancel_if_stuck(self, now: float) -> None:
@@ -174,7 +176,7 @@ class StreamGuard:
             # The handler cannot look (blocked in a send the caller does not read, or a stream
             # that never asks): cancelling the call is the only way to get its thread back.
             log.warning("stream did not end in time; cancelled", principal=self.principal)
-            metrics.count_stream_ended("cancelled")
+            self._metrics.count_stream_ended("cancelled")
             self._context.cancel()  # type: ignore[no-untyped-call]  # untyped in the stubs
 
 
@@ -182,10 +184,15 @@ class OpenStreams:
     """The replica's open long-lived calls, counted in total and per principal."""
 
     def __init__(
-        self, limits: StreamLimits, *, monotonic: Callable[[], float] = time.monotonic
+        self,
+        limits: StreamLimits,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        metrics: Metrics = METRICS,
     ) -> None:
         self.limits = limits
         self._monotonic = monotonic
+        self._metrics = metrics
         self._lock = threading.Lock()
         self._open: set[StreamGuard] = set()
         self._per_principal: dict[str, int] = {}
@@ -204,12 +211,13 @@ class OpenStreams:
                     recheck=recheck,
                     limits=self.limits,
                     monotonic=self._monotonic,
+                    metrics=self._metrics,
                 )
                 self._open.add(guard)
                 self._per_principal[principal] = held + 1
-                metrics.STREAMS_OPEN.inc()
+                self._metrics.streams_open.inc()
                 return guard
-        metrics.count_stream_refused(decision.value)
+        self._metrics.count_stream_refused(decision.value)
         log.info("stream refused", principal=principal, reason=decision.value)
         raise ResourceExhausted(refusal_message(decision, self.limits, principal))
 
@@ -224,7 +232,7 @@ class OpenStreams:
                 self._per_principal[guard.principal] = left
             else:
                 del self._per_principal[guard.principal]  # no entry kept per past principal
-            metrics.STREAMS_OPEN.dec()
+            self._metrics.streams_open.dec()
 
     def count(self, principal: str | None = None) -> int:
         """Calls open now: all of them, or ``principal``'s."""

@@ -13,23 +13,19 @@ import time
 from collections.abc import Iterator
 
 import grpc
-import structlog
 
-from coordinator.domain.validation import non_negative, priority, task_id
+from coordinator.domain.validation import non_negative, task_id
 from coordinator.errors import StreamBehind
-from coordinator.logging import bound
-from coordinator.server import convert, lifecycle_wire, queue_wire, validate
+from coordinator.logging import note
+from coordinator.server import common_wire, event_wire, stream_interceptor, task_wire
 from coordinator.server.identity import principal_of
-from coordinator.server.status import rpc
-from coordinator.server.stream_interceptor import stream_alive
-from coordinator.store import EventFilter, Store
+from coordinator.server.status import rpc, stream_rpc
+from coordinator.store import Store
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 
 GET_TASK_ATTEMPTS = 20
 """Attempts GetTask returns at most (the latest): it must answer within gRPC's message limit
 whatever a task's history (12,000 attempts did not)."""
-
-log = structlog.get_logger(__name__)
 
 
 class TaskService(tasks_pb2_grpc.TaskServiceServicer):
@@ -43,45 +39,18 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         self, request: tasks_pb2.CreateTaskRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.CreateTaskResponse:
         """Create a task: READY, or WAITING on its dependencies."""
-        validate.optional_task_id(request.task_id)
-        queue = validate.queue_or_default(request.queue)
-        priority(request.priority)
-        digest = validate.input_payload("input", request.input, request.input_digest)
-        lifecycle_wire.optional_id("root_task_id", request.root_task_id)
-        lifecycle_wire.optional_id("parent_task_id", request.parent_task_id)
-        thread = lifecycle_wire.optional_thread(request.thread_key)
-        depends_on = lifecycle_wire.dependencies(request.task_id, request.depends_on)
-        retry = queue_wire.retry_overrides(
-            request.retry_policy, present=request.HasField("retry_policy")
-        )
-        not_before = queue_wire.not_before(
-            request.not_before, present=request.HasField("not_before"), now=time.time()
-        )
-        deadline = queue_wire.schedule_to_close(
-            request.schedule_to_close, present=request.HasField("schedule_to_close")
-        )
+        spec = task_wire.parse_task_spec(request, now=time.time())
         principal = principal_of(context)
-        spec = convert.task_spec(
-            request,
-            queue=queue,
-            input_digest=digest,
-            thread_key=thread,
-            depends_on=depends_on,
-            retry=retry,
-            not_before=not_before,
-            schedule_to_close=deadline,
-        )
         task = self._store.tasks.create(spec, by=principal)
-        with bound(task_id=task.task_id, principal=principal):
-            log.info(
-                "task created",
-                queue=task.queue,
-                input_digest=task.input_digest,
-                state=task.state.name,
-                root=task.root_task_id,
-                depends_on=list(task.depends_on),
-            )
-        return tasks_pb2.CreateTaskResponse(task=convert.task_to_proto(task))
+        note(
+            task_id=task.task_id,
+            queue=task.queue,
+            input_digest=task.input_digest,
+            state=task.state.name,
+            root=task.root_task_id,
+            depends_on=list(task.depends_on),
+        )
+        return tasks_pb2.CreateTaskResponse(task=task_wire.task_to_proto(task))
 
     @rpc
     def GetTask(  # noqa: N802
@@ -93,8 +62,8 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         first = max(1, task.attempt - GET_TASK_ATTEMPTS + 1)
         attempts = self._store.tasks.attempts(tid, first=first, count=GET_TASK_ATTEMPTS)
         return tasks_pb2.GetTaskResponse(
-            task=convert.task_to_proto(task),
-            attempts=[convert.attempt_to_proto(a) for a in attempts],
+            task=task_wire.task_to_proto(task),
+            attempts=[task_wire.attempt_to_proto(a) for a in attempts],
             attempt_count=task.attempt,
         )
 
@@ -105,12 +74,12 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         """One page of a task's attempts, oldest first."""
         tid = task_id(request.task_id)
         task = self._store.tasks.get(tid)
-        size = validate.page_size(request.page_size)
-        first = validate.attempt_page_token(request.page_token)
+        size = common_wire.parse_page_size(request.page_size)
+        first = task_wire.parse_attempt_page_token(request.page_token)
         attempts = self._store.tasks.attempts(tid, first=first, count=size)
         following = first + size
         return tasks_pb2.ListAttemptsResponse(
-            attempts=[convert.attempt_to_proto(a) for a in attempts],
+            attempts=[task_wire.attempt_to_proto(a) for a in attempts],
             next_page_token=str(following) if following <= task.attempt else "",
         )
 
@@ -120,16 +89,16 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
     ) -> tasks_pb2.ListTasksResponse:
         """One page of tasks in id order."""
         tasks, token = self._store.tasks.list(
-            queue=validate.queue_filter(request.queue),
-            state=validate.state_filter(request.state),
-            root=lifecycle_wire.optional_id("root_task_id", request.root_task_id),
-            parent=lifecycle_wire.optional_id("parent_task_id", request.parent_task_id),
-            thread=lifecycle_wire.optional_thread(request.thread_key),
-            page_size=validate.page_size(request.page_size),
-            page_token=validate.page_token(request.page_token),
+            queue=task_wire.parse_queue_filter(request.queue),
+            state=task_wire.parse_state_filter(request.state),
+            root=task_wire.parse_optional_id("root_task_id", request.root_task_id),
+            parent=task_wire.parse_optional_id("parent_task_id", request.parent_task_id),
+            thread=task_wire.parse_optional_thread(request.thread_key),
+            page_size=common_wire.parse_page_size(request.page_size),
+            page_token=task_wire.parse_page_token(request.page_token),
         )
         return tasks_pb2.ListTasksResponse(
-            tasks=[convert.task_to_proto(t) for t in tasks], next_page_token=token
+            tasks=[task_wire.task_to_proto(t) for t in tasks], next_page_token=token
         )
 
     @rpc
@@ -140,7 +109,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         tid = task_id(request.task_id)
         revision = non_negative("revision", request.revision)
         result = self._store.results.get(tid, revision)
-        return tasks_pb2.GetResultResponse(result=convert.result_to_proto(result))
+        return tasks_pb2.GetResultResponse(result=task_wire.result_to_proto(result))
 
     @rpc
     def CancelTask(  # noqa: N802
@@ -148,12 +117,11 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
     ) -> tasks_pb2.CancelTaskResponse:
         """Cancel the task; a live claim's next acceptance point gets CANCELLED."""
         tid = task_id(request.task_id)
-        reason = validate.text("reason", request.reason)
+        reason = common_wire.parse_text("reason", request.reason)
         principal = principal_of(context)
         task = self._store.tasks.cancel(tid, by=principal, reason=reason)
-        with bound(task_id=tid, principal=principal):
-            log.info("task cancelled", cancel_generation=task.cancel_generation, reason=reason)
-        return tasks_pb2.CancelTaskResponse(task=convert.task_to_proto(task))
+        note(task_id=tid, cancel_generation=task.cancel_generation, reason=reason)
+        return tasks_pb2.CancelTaskResponse(task=task_wire.task_to_proto(task))
 
     @rpc
     def UpdateInput(  # noqa: N802
@@ -161,15 +129,14 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
     ) -> tasks_pb2.UpdateInputResponse:
         """Replace the input (revision + 1); a live claim's commit gets STALE_INPUT."""
         tid = task_id(request.task_id)
-        digest = validate.input_payload("input", request.input, request.input_digest)
+        digest = task_wire.parse_input_payload("input", request.input, request.input_digest)
         expected = non_negative("expected_revision", request.expected_revision)
         principal = principal_of(context)
         task = self._store.tasks.update_input(
             tid, data=request.input, input_digest=digest, expected_revision=expected, by=principal
         )
-        with bound(task_id=tid, principal=principal):
-            log.info("task input updated", revision=task.revision, input_digest=digest)
-        return tasks_pb2.UpdateInputResponse(task=convert.task_to_proto(task))
+        note(task_id=tid, revision=task.revision, input_digest=digest)
+        return tasks_pb2.UpdateInputResponse(task=task_wire.task_to_proto(task))
 
     @rpc
     def RetryTask(  # noqa: N802
@@ -177,12 +144,11 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
     ) -> tasks_pb2.RetryTaskResponse:
         """Send a FAILED task back to READY with a fresh attempt budget."""
         tid = task_id(request.task_id)
-        reason = validate.text("reason", request.reason)
+        reason = common_wire.parse_text("reason", request.reason)
         principal = principal_of(context)
         task = self._store.dead_letters.retry(tid, by=principal, reason=reason)
-        with bound(task_id=tid, principal=principal):
-            log.info("task retried", state=task.state.name, attempt=task.attempt, reason=reason)
-        return tasks_pb2.RetryTaskResponse(task=convert.task_to_proto(task))
+        note(task_id=tid, state=task.state.name, attempt=task.attempt, reason=reason)
+        return tasks_pb2.RetryTaskResponse(task=task_wire.task_to_proto(task))
 
     @rpc
     def Accept(  # noqa: N802
@@ -190,12 +156,11 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
     ) -> tasks_pb2.AcceptResponse:
         """Accept the committed result of one revision: REVIEW -> DONE."""
         tid = task_id(request.task_id)
-        revision = lifecycle_wire.revision(request.revision)
+        revision = task_wire.parse_revision(request.revision)
         principal = principal_of(context)
         task = self._store.review.accept(tid, revision=revision, reviewer=principal)
-        with bound(task_id=tid, principal=principal):
-            log.info("task accepted", revision=revision, state=task.state.name)
-        return tasks_pb2.AcceptResponse(task=convert.task_to_proto(task))
+        note(task_id=tid, revision=revision, state=task.state.name)
+        return tasks_pb2.AcceptResponse(task=task_wire.task_to_proto(task))
 
     @rpc
     def Reject(  # noqa: N802
@@ -203,13 +168,12 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
     ) -> tasks_pb2.RejectResponse:
         """Reject the committed result of one revision: a new round, READY at revision + 1."""
         tid = task_id(request.task_id)
-        revision = lifecycle_wire.revision(request.revision)
-        reason = lifecycle_wire.reason(request.reason)
+        revision = task_wire.parse_revision(request.revision)
+        reason = task_wire.parse_reject_reason(request.reason)
         principal = principal_of(context)
         task = self._store.review.reject(tid, revision=revision, reviewer=principal, reason=reason)
-        with bound(task_id=tid, principal=principal):
-            log.info("task rejected", revision=revision, new_revision=task.revision, reason=reason)
-        return tasks_pb2.RejectResponse(task=convert.task_to_proto(task))
+        note(task_id=tid, revision=revision, new_revision=task.revision, reason=reason)
+        return tasks_pb2.RejectResponse(task=task_wire.task_to_proto(task))
 
     @rpc
     def SetDependencies(  # noqa: N802
@@ -217,42 +181,36 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
     ) -> tasks_pb2.SetDependenciesResponse:
         """Replace a READY or WAITING task's upstreams (cycle-checked atomically)."""
         tid = task_id(request.task_id)
-        depends_on = lifecycle_wire.dependencies(tid, request.depends_on)
+        depends_on = task_wire.parse_dependencies(tid, request.depends_on)
         expected = non_negative("expected_state_version", request.expected_state_version)
         principal = principal_of(context)
         task = self._store.dependencies.set_dependencies(
             tid, depends_on, expected_state_version=expected, by=principal
         )
-        with bound(task_id=tid, principal=principal):
-            log.info("dependencies set", depends_on=list(depends_on), state=task.state.name)
-        return tasks_pb2.SetDependenciesResponse(task=convert.task_to_proto(task))
+        note(task_id=tid, depends_on=list(depends_on), state=task.state.name)
+        return tasks_pb2.SetDependenciesResponse(task=task_wire.task_to_proto(task))
 
-    @lifecycle_wire.stream_rpc
+    @stream_rpc
     def WatchEvents(  # noqa: N802
         self, request: tasks_pb2.WatchEventsRequest, context: grpc.ServicerContext
     ) -> Iterator[tasks_pb2.TaskEvent]:
         """The event log from a revision, then (with follow) live."""
-        flt = EventFilter(
-            task_id=lifecycle_wire.optional_id("task_id", request.task_id),
-            root_task_id=lifecycle_wire.optional_id("root_task_id", request.root_task_id),
-            queue=validate.queue_filter(request.queue),
-            ops=lifecycle_wire.ops(request.ops),
-        )
-        after = lifecycle_wire.resume_point(request)
+        flt = event_wire.parse_event_filter(request)
+        after = event_wire.parse_resume_point(request)
         events = self._store.events
         if not request.follow:
             for event in events.history(flt, after=after):
-                yield lifecycle_wire.event_to_proto(event)
+                yield event_wire.event_to_proto(event)
             return
         followed = events.follow(
             flt,
             after=after,
-            alive=stream_alive(context),
-            on_behind=lifecycle_wire.cut_when_stuck(context),
+            alive=stream_interceptor.stream_alive(context),
+            on_behind=stream_interceptor.cut_when_stuck(context),
         )
         try:
             for event in followed:
-                yield lifecycle_wire.event_to_proto(event)
+                yield event_wire.event_to_proto(event)
         except StreamBehind as exc:
-            lifecycle_wire.behind(context, exc)
+            context.set_trailing_metadata(event_wire.resume_after_to_metadata(exc.position))
             raise

@@ -92,7 +92,6 @@ class VersionGateInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             reason = sdk_refusal(record, metadata_value(metadata, SDK_VERSION_METADATA_KEY))
         if reason is None:
             return handler
-        log.info("rpc refused by the version gate", rpc=method, error=reason)
         return _refusing(handler, reason)
 
 

@@ -10,25 +10,18 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 
 import grpc
-import structlog
 
-from coordinator.domain import validation
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.roles import Role
 from coordinator.domain.validation import non_negative, task_id
 from coordinator.errors import PermissionDenied
-from coordinator.logging import bound
-from coordinator.server import convert, effect_wire, job_wire, validate
+from coordinator.logging import bound, note
+from coordinator.server import common_wire, effect_wire, job_wire, task_wire, worker_wire
 from coordinator.server.identity import identity_of, principal_of
 from coordinator.server.status import rpc
 from coordinator.server.stream_interceptor import stream_alive
 from coordinator.store import ClaimResult, Store
 from coordinator.v1 import worker_pb2, worker_pb2_grpc
-
-log = structlog.get_logger(__name__)
-
-MAX_CHECKPOINT_BYTES = 64 * 1024
-"""A checkpoint is kept with its attempt and handed to the next: bounded like any record."""
 
 
 class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
@@ -48,25 +41,25 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         """Claim one task by id."""
         tid = task_id(request.task_id)
         expected = non_negative("expected_state_version", request.expected_state_version)
-        epoch = validate.epoch("scheduler_epoch", request.scheduler_epoch)
-        ttl = validate.ttl("ttl_seconds", request.ttl_seconds)
+        epoch = common_wire.parse_epoch("scheduler_epoch", request.scheduler_epoch)
+        ttl = worker_wire.parse_ttl("ttl_seconds", request.ttl_seconds)
         principal = principal_of(context)
         with bound(task_id=tid, epoch=epoch, principal=principal):
             result = self._store.claims.claim(
                 tid, principal=principal, epoch=epoch, ttl=ttl, expected_state_version=expected
             )
-            _log_claim("claim", result)
-        return convert.claim_response(result)
+            _note_claim(result)
+        return worker_wire.claim_to_proto(result)
 
     @rpc
     def ClaimNext(  # noqa: N802
         self, request: worker_pb2.ClaimNextRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ClaimResponse:
         """Claim the next ready task of a queue, waiting up to wait_seconds for one."""
-        queue = validate.queue_or_default(request.queue)
-        epoch = validate.epoch("scheduler_epoch", request.scheduler_epoch)
-        ttl = validate.ttl("ttl_seconds", request.ttl_seconds)
-        wait = validate.wait_seconds(request.wait_seconds, self._max_claim_wait)
+        queue = task_wire.parse_queue_or_default(request.queue)
+        epoch = common_wire.parse_epoch("scheduler_epoch", request.scheduler_epoch)
+        ttl = worker_wire.parse_ttl("ttl_seconds", request.ttl_seconds)
+        wait = worker_wire.parse_wait_seconds(request.wait_seconds, self._max_claim_wait)
         principal = principal_of(context)
         with bound(queue=queue, epoch=epoch, principal=principal):
             result = self._store.long_poll.claim_next(
@@ -77,53 +70,51 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 wait=wait,
                 alive=stream_alive(context),
             )
-            _log_claim("claim_next", result)
-        return convert.claim_response(result)
+            _note_claim(result)
+        return worker_wire.claim_to_proto(result)
 
     @rpc
     def Renew(  # noqa: N802
         self, request: worker_pb2.RenewRequest, context: grpc.ServicerContext
     ) -> worker_pb2.RenewResponse:
         """Keep the claim's lease alive, within the server's bounds."""
-        fence = validate.fence(request.fence, present=request.HasField("fence"))
-        progress = validate.text("progress", request.progress)
-        checkpoint = (
-            validation.max_bytes("checkpoint", request.checkpoint, MAX_CHECKPOINT_BYTES)
-            if request.HasField("checkpoint")
-            else None
-        )
+        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
+        progress = common_wire.parse_text("progress", request.progress)
+        checkpoint = worker_wire.parse_checkpoint(request)
         principal = principal_of(context)
         with _bound(fence, principal):
             result = self._store.acceptance.renew(
                 fence, principal=principal, progress=progress, checkpoint=checkpoint
             )
-            _log_point("renew", result.verdict, ttl=result.ttl)
-        return convert.renew_response(result)
+            _note_verdict(result.verdict, ttl=result.ttl)
+        return worker_wire.renew_to_proto(result)
 
     @rpc
     def AuthorizeTool(  # noqa: N802
         self, request: worker_pb2.AuthorizeToolRequest, context: grpc.ServicerContext
     ) -> worker_pb2.AuthorizeToolResponse:
         """Ask, before a side effect, whether the fence still holds."""
-        fence = validate.fence(request.fence, present=request.HasField("fence"))
-        tool = validate.text("tool", request.tool)
-        action = validate.text("action", request.action)
+        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
+        tool = common_wire.parse_text("tool", request.tool)
+        action = common_wire.parse_text("action", request.action)
         principal = principal_of(context)
         with _bound(fence, principal):
             verdict = self._store.acceptance.authorize_tool(
                 fence, principal=principal, tool=tool, action=action
             )
-            # This line is the audit record of the tool call (the store keeps none).
-            _log_point("authorize_tool", verdict, tool=tool, action=action)
-        return convert.authorize_response(verdict)
+            # The call's line is the audit record of the tool call (the store keeps none).
+            _note_verdict(verdict, tool=tool, action=action)
+        return worker_wire.authorize_to_proto(verdict)
 
     @rpc
     def StageResult(  # noqa: N802
         self, request: worker_pb2.StageResultRequest, context: grpc.ServicerContext
     ) -> worker_pb2.StageResultResponse:
         """Stage a result in the attempt's own area."""
-        fence = validate.fence(request.fence, present=request.HasField("fence"))
-        digest = validate.result_payload(request.result, request.result_digest, request.result_ref)
+        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
+        digest = worker_wire.parse_result_payload(
+            request.result, request.result_digest, request.result_ref
+        )
         principal = principal_of(context)
         with _bound(fence, principal):
             staged = self._store.acceptance.stage_result(
@@ -133,22 +124,20 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 result=request.result,
                 result_ref=request.result_ref,
             )
-            _log_point("stage_result", staged.verdict, current=staged.current, digest=digest)
-        return worker_pb2.StageResultResponse(
-            outcome=convert.outcome(staged.verdict.outcome),
-            message=staged.verdict.message,
-            current=staged.current,
-        )
+            _note_verdict(staged.verdict, current=staged.current, digest=digest)
+        return worker_wire.stage_to_proto(staged)
 
     @rpc
     def Commit(  # noqa: N802
         self, request: worker_pb2.CommitRequest, context: grpc.ServicerContext
     ) -> worker_pb2.CommitResponse:
         """Make the result canonical, behind the fence."""
-        fence = validate.fence(request.fence, present=request.HasField("fence"))
-        input_digest = validate.digest("input_digest", request.input_digest)
-        digest = validate.result_payload(request.result, request.result_digest, request.result_ref)
-        evidence = job_wire.evidence(list(request.evidence))
+        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
+        input_digest = common_wire.parse_digest("input_digest", request.input_digest)
+        digest = worker_wire.parse_result_payload(
+            request.result, request.result_digest, request.result_ref
+        )
+        evidence = job_wire.parse_evidence(list(request.evidence))
         principal = principal_of(context)
         with _bound(fence, principal):
             result = self._store.acceptance.commit(
@@ -160,58 +149,56 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 result_ref=request.result_ref,
                 evidence=evidence,
             )
-            _log_point("commit", result.verdict, commit_id=result.result_commit_id, digest=digest)
-        return convert.commit_response(result)
+            _note_verdict(result.verdict, commit_id=result.result_commit_id, digest=digest)
+        return worker_wire.commit_to_proto(result)
 
     @rpc
     def Release(  # noqa: N802
         self, request: worker_pb2.ReleaseRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ReleaseResponse:
         """Give the task back."""
-        fence = validate.fence(request.fence, present=request.HasField("fence"))
-        reason = validate.text("reason", request.reason)
+        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
+        reason = common_wire.parse_text("reason", request.reason)
         principal = principal_of(context)
         with _bound(fence, principal):
             verdict = self._store.acceptance.release(fence, principal=principal, reason=reason)
-            _log_point("release", verdict, release_reason=reason)
-        return convert.release_response(verdict)
+            _note_verdict(verdict, release_reason=reason)
+        return worker_wire.release_to_proto(verdict)
 
     @rpc
     def Fail(  # noqa: N802
         self, request: worker_pb2.FailRequest, context: grpc.ServicerContext
     ) -> worker_pb2.FailResponse:
         """Report the held attempt failed; the task goes to the retry decision."""
-        fence = validate.fence(request.fence, present=request.HasField("fence"))
-        report = validate.failure_report(request)
+        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
+        report = worker_wire.parse_failure_report(request)
         principal = principal_of(context)
         with _bound(fence, principal):
             result = self._store.failures.fail(fence, principal=principal, report=report)
-            _log_point(
-                "fail",
+            _note_verdict(
                 result.verdict,
                 error_code=report.code,
                 retryable=report.retryable,
                 state=result.state.name if result.state else None,
             )
-        return convert.fail_response(result)
+        return worker_wire.fail_to_proto(result)
 
     @rpc
     def PrepareEffect(  # noqa: N802
         self, request: worker_pb2.PrepareEffectRequest, context: grpc.ServicerContext
     ) -> worker_pb2.PrepareEffectResponse:
         """Bind or look up a side-effect slot, behind the fence, and say what to do."""
-        fence = validate.fence(request.fence, present=request.HasField("fence"))
-        node = effect_wire.node_id(request.node_id)
-        slot = effect_wire.effect_slot(request.effect_slot)
-        digest = effect_wire.payload_digest(request.payload_digest)
+        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
+        node = effect_wire.parse_node_id(request.node_id)
+        slot = effect_wire.parse_effect_slot(request.effect_slot)
+        digest = effect_wire.parse_payload_digest(request.payload_digest)
         principal = principal_of(context)
         with _bound(fence, principal):
             result = self._store.effects.prepare(
                 fence, principal=principal, node_id=node, effect_slot=slot, payload_digest=digest
             )
             effect = result.effect
-            _log_point(
-                "prepare_effect",
+            _note_verdict(
                 result.verdict,
                 action=result.action.name,
                 effect_id=effect.effect_id if effect else None,
@@ -219,19 +206,19 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 node_id=node,
                 effect_slot=slot,
             )
-        return effect_wire.prepare_response(result)
+        return effect_wire.prepare_to_proto(result)
 
     @rpc
     def RecordEffect(  # noqa: N802
         self, request: worker_pb2.RecordEffectRequest, context: grpc.ServicerContext
     ) -> worker_pb2.RecordEffectResponse:
         """Record what the downstream did for an effect, behind the fence."""
-        fence = validate.fence(request.fence, present=request.HasField("fence"))
-        eid = effect_wire.effect_id(request.effect_id)
-        state = effect_wire.recorded_state(request.state)
-        ref = effect_wire.external_ref(request.external_ref)
-        etag = effect_wire.etag(request.etag)
-        owner = effect_wire.reconcile_principal(request.reconcile_principal, state)
+        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
+        eid = effect_wire.parse_effect_id(request.effect_id)
+        state = effect_wire.parse_recorded_state(request.state)
+        ref = effect_wire.parse_external_ref(request.external_ref)
+        etag = effect_wire.parse_etag(request.etag)
+        owner = effect_wire.parse_reconcile_principal(request.reconcile_principal, state)
         principal = principal_of(context)
         with _bound(fence, principal):
             result = self._store.effects.record(
@@ -243,15 +230,15 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 etag=etag,
                 reconcile_principal=owner,
             )
-            _log_point("record_effect", result.verdict, effect_id=eid, effect_state=state.name)
-        return effect_wire.record_response(result)
+            _note_verdict(result.verdict, effect_id=eid, effect_state=state.name)
+        return effect_wire.record_to_proto(result)
 
     @rpc
     def GetEffect(  # noqa: N802
         self, request: worker_pb2.GetEffectRequest, context: grpc.ServicerContext
     ) -> worker_pb2.GetEffectResponse:
         """One effect record (no fence: reading changes nothing)."""
-        eid = effect_wire.effect_id(request.effect_id)
+        eid = effect_wire.parse_effect_id(request.effect_id)
         effect = self._store.effects.get(eid)
         return worker_pb2.GetEffectResponse(effect=effect_wire.effect_to_proto(effect))
 
@@ -260,11 +247,11 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.ResolveEffectRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ResolveEffectResponse:
         """The reconcile owner or an admin resolves an uncertain effect without a claim."""
-        eid = effect_wire.effect_id(request.effect_id)
-        resolution = effect_wire.resolution(request.resolution)
-        ref = effect_wire.external_ref(request.external_ref)
-        etag = effect_wire.etag(request.etag)
-        reason = validate.text("reason", request.reason)
+        eid = effect_wire.parse_effect_id(request.effect_id)
+        resolution = effect_wire.parse_resolution(request.resolution)
+        ref = effect_wire.parse_external_ref(request.external_ref)
+        etag = effect_wire.parse_etag(request.etag)
+        reason = common_wire.parse_text("reason", request.reason)
         caller = identity_of(context)
         effect = self._store.reconcile.resolve(
             eid,
@@ -285,8 +272,8 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         tid = task_id(request.task_id) if request.task_id else ""
         effects, token = self._store.effects.list_open(
             task_id=tid,
-            page_size=validate.page_size(request.page_size),
-            page_token=effect_wire.open_effects_page_token(request.page_token, tid),
+            page_size=common_wire.parse_page_size(request.page_size),
+            page_token=effect_wire.parse_open_effects_page_token(request.page_token, tid),
         )
         return worker_pb2.ListOpenEffectsResponse(
             effects=[effect_wire.effect_to_proto(e) for e in effects], next_page_token=token
@@ -297,22 +284,22 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.StartJobRequest, context: grpc.ServicerContext
     ) -> worker_pb2.StartJobResponse:
         """Record a managed job of the caller's attempt, behind the fence."""
-        fence = validate.fence(request.fence, present=request.HasField("fence"))
-        spec = job_wire.start_spec(request)
+        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
+        spec = job_wire.parse_start_spec(request)
         principal = principal_of(context)
         with _bound(fence, principal):
             result = self._store.jobs.start(fence, principal=principal, spec=spec)
-            _log_point("start_job", result.verdict, job_id=spec.job_id, pid=spec.pid)
-        return job_wire.start_response(result)
+            _note_verdict(result.verdict, job_id=spec.job_id, pid=spec.pid)
+        return job_wire.start_to_proto(result)
 
     @rpc
     def FinishJob(  # noqa: N802
         self, request: worker_pb2.FinishJobRequest, context: grpc.ServicerContext
     ) -> worker_pb2.FinishJobResponse:
         """Record how a job ended (no fence: it is evidence), once."""
-        tid, jid = job_wire.task_and_job(request.task_id, request.job_id)
-        state = job_wire.finish_state(request.state)
-        detail = job_wire.detail(request.detail)
+        tid, jid = job_wire.parse_task_and_job(request.task_id, request.job_id)
+        state = job_wire.parse_finish_state(request.state)
+        detail = job_wire.parse_detail(request.detail)
         principal = principal_of(context)
         with bound(task_id=tid, principal=principal):
             result = self._store.jobs.finish(
@@ -323,46 +310,46 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 exit_code=request.exit_code,
                 detail=detail,
             )
-            log.info(
-                "finish_job",
+            note(
                 job_id=jid,
                 job_state=result.job.state.name,
                 exit_code=result.job.exit_code,
                 recorded=result.recorded,
             )
-        return job_wire.finish_response(result)
+        return job_wire.finish_to_proto(result)
 
     @rpc
     def ListJobs(  # noqa: N802
         self, request: worker_pb2.ListJobsRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ListJobsResponse:
         """A worker's jobs, each with whether its attempt still holds the claim."""
-        wanted = job_wire.worker_id(request.worker_id)
+        wanted = job_wire.parse_worker_id(request.worker_id)
         identity = identity_of(context)
         worker = wanted or identity.principal
         if worker != identity.principal and not identity.may(frozenset({Role.ADMIN})):
             raise PermissionDenied(
                 f"{identity.principal!r} may list only its own jobs, not those of {worker!r}"
             )
-        return job_wire.list_response(self._store.jobs.list_jobs(worker))
+        return job_wire.jobs_to_proto(self._store.jobs.list_jobs(worker))
 
 
-def _bound(fence: Fence, principal: str = "") -> AbstractContextManager[None]:
+def _bound(fence: Fence, principal: str) -> AbstractContextManager[None]:
     """Bind the fence's task_id, attempt, generation and epoch to the call's log lines."""
-    extra = {"principal": principal} if principal else {}
-    return bound(
-        task_id=fence.task_id,
-        attempt=fence.attempt_id,
-        generation=fence.claim_generation,
-        epoch=fence.scheduler_epoch,
-        **extra,
-    )
+    return bound(**_fence_fields(fence), principal=principal)
 
 
-def _log_point(point: str, verdict: Verdict, **extra: object) -> None:
-    """One line per acceptance point: accepted or refused, with outcome and reason."""
-    log.info(
-        point,
+def _fence_fields(fence: Fence) -> dict[str, object]:
+    return {
+        "task_id": fence.task_id,
+        "attempt": fence.attempt_id,
+        "generation": fence.claim_generation,
+        "epoch": fence.scheduler_epoch,
+    }
+
+
+def _note_verdict(verdict: Verdict, **extra: object) -> None:
+    """The call's line says whether the acceptance point accepted, with outcome and reason."""
+    note(
         accepted=verdict.accepted,
         outcome=verdict.outcome.name,
         reason=verdict.reason.name,
@@ -371,11 +358,11 @@ def _log_point(point: str, verdict: Verdict, **extra: object) -> None:
     )
 
 
-def _log_claim(point: str, result: ClaimResult) -> None:
+def _note_claim(result: ClaimResult) -> None:
     fence = result.fence
     if fence is None:
-        _log_point(point, result.verdict)
+        _note_verdict(result.verdict)
         return
-    # The winner's fence exists only now: bind it so the line carries all four fields.
-    with _bound(fence):
-        _log_point(point, result.verdict, ttl=result.ttl)
+    # The winner's fence exists only now: the call's line carries all four fields.
+    note(**_fence_fields(fence))
+    _note_verdict(result.verdict, ttl=result.ttl)

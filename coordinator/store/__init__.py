@@ -15,6 +15,7 @@ from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.queue_stats import MAX_REPORTED_QUEUES, QueueReport, queue_report
 from coordinator.domain.retention import RetentionPolicy
+from coordinator.metrics import METRICS, Metrics
 from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.admin import AdminStore
 from coordinator.store.claim_gates import ApprovalGate, QueuePauseGate, ReconcileGate
@@ -101,9 +102,11 @@ class Store:
         prune_rate: float = DEFAULT_PRUNE_RATE,
         promote_interval: float = 0.25,
         max_claim_waiters: int = 16,
+        metrics: Metrics | None = None,
     ) -> Store:
         """Wire the parts (nothing runs until ``start``). Without ``archive`` no pruner runs
-        here (terminal tasks are still indexed for whichever replica prunes)."""
+        here (terminal tasks are still indexed for whichever replica prunes). ``metrics``
+        (default: the process-wide ones) count what the store and a server over it do."""
         ctx = StoreContext(
             kv,
             keys or Keyspace(),
@@ -111,10 +114,11 @@ class Store:
             clock or SystemClock(),
             ClaimLeases(kv),
             retention or RetentionPolicy(),
+            metrics or METRICS,
         )
         ready = ReadyIndex(ctx)
         deadlines = Deadlines(ctx)
-        waiters = ReadyWaiters(max_claim_waiters)
+        waiters = ReadyWaiters(max_claim_waiters, ctx.metrics)
         ready.listen(lambda queue: waiters.notify(queue) if queue else waiters.notify_all())
         dependencies = DependencyStore(ctx, ready)
         held = HeldClaims()

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from coordinator import metrics
 from coordinator.domain.decisions import (
     CommitRefuse,
     CommitReplay,
@@ -138,7 +137,7 @@ class AcceptancePoints:
         """Keep the claim's lease alive, within its bounds; a ``checkpoint`` that differs from
         the attempt's is written with the attempt in the same fenced txn."""
         result = self._renew(fence, principal=principal, progress=progress, checkpoint=checkpoint)
-        metrics.count_renewal(result.verdict.outcome)  # failure rate: not OK / all
+        self._ctx.metrics.count_renewal(result.verdict.outcome)  # failure rate: not OK / all
         return result
 
     def _renew(
@@ -178,7 +177,7 @@ class AcceptancePoints:
                 return RenewResult(self.diagnose(fence))
             ctx.leases.renewed(claim.lease_id, ttl)
             now = ctx.clock.now()
-            coverage.observe_fence(AcceptancePoint.RENEW, compares, self._ctx.keys, fence)
+            coverage.observe_fence(AcceptancePoint.RENEW, compares, self._ctx, fence)
             return RenewResult(
                 verdict, ttl=ttl, lease_expires_at=now + ttl, deadline=claim.deadline
             )
@@ -194,7 +193,7 @@ class AcceptancePoints:
             return verdict
         compares = fence_compares(self._ctx.keys, fence)
         if self._ctx.kv.txn(compares).succeeded:
-            coverage.observe_fence(AcceptancePoint.AUTHORIZE, compares, self._ctx.keys, fence)
+            coverage.observe_fence(AcceptancePoint.AUTHORIZE, compares, self._ctx, fence)
             return verdict
         return self.diagnose(fence)
 
@@ -319,10 +318,10 @@ class AcceptancePoints:
         if not ctx.kv.txn(compares, ops).succeeded:
             return None
         ctx.leases.release(task.lease_id)  # our txn deleted its only key
-        coverage.observe_fence(AcceptancePoint.COMMIT, compares, self._ctx.keys, fence)
-        metrics.observe_attempts(task.attempt)
+        coverage.observe_fence(AcceptancePoint.COMMIT, compares, self._ctx, fence)
+        self._ctx.metrics.observe_attempts(task.attempt)
         if task.ready_at:
-            metrics.observe_ready_to_commit(now - task.ready_at)
+            self._ctx.metrics.observe_ready_to_commit(now - task.ready_at)
         return CommitResult(Verdict(Outcome.COMMITTED), after.result_commit_id, after.state)
 
     def release(self, fence: Fence, *, principal: str, reason: str) -> Verdict:
@@ -368,7 +367,7 @@ class AcceptancePoints:
         if not ctx.kv.txn(compares, ops).succeeded:
             return self.diagnose(fence)
         ctx.leases.release(task.lease_id)  # our txn deleted its only key
-        coverage.observe_fence(AcceptancePoint.RELEASE, compares, self._ctx.keys, fence)
+        coverage.observe_fence(AcceptancePoint.RELEASE, compares, self._ctx, fence)
         settled(ctx, self._ready, after, ended)
         return verdict
 
@@ -385,7 +384,7 @@ class AcceptancePoints:
             attempt = view.attempt
             expired = attempt.end is AttemptEnd.EXPIRED and attempt.ended_at > 0
             since = attempt.ended_at if expired else attempt.started_at
-            metrics.count_fenced_commit(
+            self._ctx.metrics.count_fenced_commit(
                 verdict.reason, wasted_seconds=self._ctx.clock.now() - since
             )
         return CommitResult(verdict)

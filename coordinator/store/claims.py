@@ -15,7 +15,6 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from coordinator import metrics
 from coordinator.domain.decisions import Fence, FenceView, Verdict, clamp_ttl, decide_claim
 from coordinator.domain.keys import task_id_from_ready_key
 from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode
@@ -187,7 +186,7 @@ class ClaimStore:
             result = ClaimResult(
                 Verdict(Outcome.ALREADY_CLAIMED, message="the task kept changing; claim again")
             )
-        metrics.count_claim(result.verdict.outcome)  # contention: ALREADY_CLAIMED / all
+        self._ctx.metrics.count_claim(result.verdict.outcome)  # contention: ALREADY_CLAIMED / all
         return result
 
     def _claim(
@@ -235,7 +234,7 @@ class ClaimStore:
         coverage.observe(
             AcceptancePoint.CLAIM,
             write.compares,
-            keys,
+            self._ctx,
             task_id=task.task_id,
             epoch=attempt.scheduler_epoch,
             generation=0,
@@ -291,7 +290,7 @@ class ClaimStore:
             if outcome in (Outcome.CLAIMED, Outcome.CLAIMS_PAUSED, Outcome.FENCED):
                 return result
             self._ready.discard(key)  # a stale hint: someone else took it
-        metrics.count_claim(Outcome.NO_READY_TASK)
+        self._ctx.metrics.count_claim(Outcome.NO_READY_TASK)
         return ClaimResult(
             Verdict(Outcome.NO_READY_TASK, message=f"queue {queue!r} has no ready task")
         )

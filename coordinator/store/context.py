@@ -12,6 +12,7 @@ from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, decode
 from coordinator.domain.retention import RetentionPolicy
 from coordinator.domain.states import TaskState
+from coordinator.metrics import METRICS, Metrics
 from coordinator.store.etcd import KV, EtcdKV
 from coordinator.store.leases import ClaimLeases
 
@@ -27,6 +28,8 @@ class StoreContext:
     leases: ClaimLeases
     # Read by the txn that makes a task terminal (store/retention_index.py) and by the pruner.
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    # Where every count of the store goes (a test passes a fresh registry's).
+    metrics: Metrics = METRICS
 
 
 def task_from_kv(kv: KV) -> TaskRecord:

@@ -23,36 +23,37 @@ from etcd3 import etcdrpc
 
 from coordinator.domain.decisions import Fence
 from coordinator.domain.keys import Keyspace
-from coordinator.metrics import AcceptancePoint, count_acceptance
+from coordinator.metrics import AcceptancePoint
+from coordinator.store.context import StoreContext
 from coordinator.store.etcd import Compare
 
 
 def observe(
     point: AcceptancePoint,
     compares: Iterable[Compare],
-    keys: Keyspace,
+    ctx: StoreContext,
     *,
     task_id: str,
     epoch: int,
     generation: int,
 ) -> None:
     """Count one accepted operation at ``point``, validated if ``compares`` pin the fence."""
-    count_acceptance(
+    ctx.metrics.count_acceptance(
         point,
         validated=fence_validated(
-            list(compares), keys, task_id=task_id, epoch=epoch, generation=generation
+            list(compares), ctx.keys, task_id=task_id, epoch=epoch, generation=generation
         ),
     )
 
 
 def observe_fence(
-    point: AcceptancePoint, compares: Iterable[Compare], keys: Keyspace, fence: Fence
+    point: AcceptancePoint, compares: Iterable[Compare], ctx: StoreContext, fence: Fence
 ) -> None:
     """``observe`` for an acceptance point of a held claim: the fence names what to look for."""
     observe(
         point,
         compares,
-        keys,
+        ctx,
         task_id=fence.task_id,
         epoch=fence.scheduler_epoch,
         generation=fence.claim_generation,

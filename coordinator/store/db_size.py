@@ -16,7 +16,7 @@ import time
 
 import structlog
 
-from coordinator import metrics
+from coordinator.metrics import METRICS, Metrics
 from coordinator.store.etcd import EtcdKV
 
 log = structlog.get_logger(__name__)
@@ -38,8 +38,10 @@ class DbSizeWatch:
         quota_bytes: int,
         warn_ratio: float,
         interval: float = DEFAULT_INTERVAL,
+        metrics: Metrics = METRICS,
     ) -> None:
         self._kv = kv
+        self._metrics = metrics
         self._quota = quota_bytes
         self._warn_ratio = warn_ratio
         self._interval = interval
@@ -62,8 +64,8 @@ class DbSizeWatch:
         """Read the size once, publish it, warn if needed; returns the quota ratio."""
         size = self._kv.db_size()
         ratio = size / self._quota
-        metrics.ETCD_DB_SIZE.set(size)
-        metrics.ETCD_QUOTA_RATIO.set(ratio)
+        self._metrics.etcd_db_size.set(size)
+        self._metrics.etcd_quota_ratio.set(ratio)
         now = time.monotonic()
         if ratio < self._warn_ratio:
             if self._warned_at is not None:

@@ -15,7 +15,6 @@ from dataclasses import replace
 
 import structlog
 
-from coordinator import metrics
 from coordinator.domain.records import TaskRecord, encode
 from coordinator.domain.states import (
     UNCOMMITTED_STATES,
@@ -98,8 +97,8 @@ class Deadlines:
             return False  # another replica timed it out, or the task moved on
         if task.state is TaskState.CLAIMED:
             ctx.leases.revoke(task.lease_id)
-        metrics.count_dead_letter(task.queue, DeadLetterReason.TIMED_OUT.name.lower())
-        metrics.observe_attempts(task.attempt)
+        self._ctx.metrics.count_dead_letter(task.queue, DeadLetterReason.TIMED_OUT.name.lower())
+        self._ctx.metrics.observe_attempts(task.attempt)
         log.warning("task timed out", task_id=task.task_id, queue=task.queue, state=task.state.name)
         return True
 

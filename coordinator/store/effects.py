@@ -243,7 +243,7 @@ class EffectStore:
             ops = effect_write_ops(ctx, existing, decision.write) if decision.write else []
             result = ctx.kv.txn(compares, ops)
             if result.succeeded:
-                coverage.observe_fence(AcceptancePoint.PREPARE, compares, self._ctx.keys, fence)
+                coverage.observe_fence(AcceptancePoint.PREPARE, compares, self._ctx, fence)
                 effect = decision.write or decision.effect
                 if decision.write is not None:
                     effect = _at(effect, result.revision)
@@ -315,7 +315,7 @@ class EffectStore:
             ops = effect_write_ops(ctx, existing, after) if after is not None else []
             result = ctx.kv.txn(compares, ops)
             if result.succeeded:
-                coverage.observe_fence(AcceptancePoint.RECORD, compares, self._ctx.keys, fence)
+                coverage.observe_fence(AcceptancePoint.RECORD, compares, self._ctx, fence)
                 return RecordResult(verdict, _at(after, result.revision) if after else existing)
         return RecordResult(self._points.diagnose(fence))
 

@@ -97,7 +97,7 @@ class Failures:
         if not ctx.kv.txn(compares, ops).succeeded:
             return FailResult(self._points.diagnose(fence))
         ctx.leases.release(task.lease_id)  # our txn deleted its only key
-        coverage.observe_fence(AcceptancePoint.FAIL, compares, keys, fence)
+        coverage.observe_fence(AcceptancePoint.FAIL, compares, ctx, fence)
         settled(ctx, self._ready, after, ended)
         eligible = {TaskState.READY: now, TaskState.DELAYED: after.not_before}
         return FailResult(verdict, after.state, eligible.get(after.state, 0.0))

@@ -118,7 +118,7 @@ class JobStore:
         ops = [put(key, encode(record)), put(index, fence.task_id.encode())]
         txn = ctx.kv.txn(compares, ops, failure=[get(key), get(index)])
         if txn.succeeded:
-            coverage.observe_fence(AcceptancePoint.START_JOB, compares, keys, fence)
+            coverage.observe_fence(AcceptancePoint.START_JOB, compares, ctx, fence)
             return StartJobResult(verdict, replace(record, mod_revision=txn.revision))
         existing_kv, index_kv = txn.range_one(0), txn.range_one(1)
         if existing_kv is not None:

@@ -20,10 +20,10 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from coordinator import metrics
 from coordinator.domain.decisions import Verdict
 from coordinator.domain.states import Outcome
 from coordinator.errors import ResourceExhausted
+from coordinator.metrics import Metrics
 from coordinator.store.claims import ClaimStore
 from coordinator.store.types import ClaimResult
 
@@ -43,8 +43,9 @@ class _Waiter:
 class ReadyWaiters:
     """The replica's waiting ClaimNext calls, one line per queue, at most ``max_waiters``."""
 
-    def __init__(self, max_waiters: int) -> None:
+    def __init__(self, max_waiters: int, metrics: Metrics) -> None:
         self.max_waiters = max_waiters
+        self._metrics = metrics
         self._lock = threading.Lock()
         self._lines: dict[str, deque[_Waiter]] = {}
         self._count = 0
@@ -55,7 +56,7 @@ class ReadyWaiters:
         waiter = _Waiter()
         with self._lock:
             if self._count >= self.max_waiters:
-                metrics.count_stream_refused("claim_waiters_full")
+                self._metrics.count_stream_refused("claim_waiters_full")
                 raise ResourceExhausted(
                     f"this replica already has {self.max_waiters} ClaimNext calls waiting, its "
                     "limit (max_claim_waiters); retry later or on another replica, or raise "
@@ -63,7 +64,7 @@ class ReadyWaiters:
                 )
             self._lines.setdefault(queue, deque()).append(waiter)
             self._count += 1
-            metrics.CLAIM_WAITERS.inc()
+            self._metrics.claim_waiters.inc()
         try:
             yield waiter
         finally:
@@ -73,7 +74,7 @@ class ReadyWaiters:
                 if not line:
                     del self._lines[queue]  # no entry kept per past queue
                 self._count -= 1
-                metrics.CLAIM_WAITERS.dec()
+                self._metrics.claim_waiters.dec()
 
     def notify(self, queue: str) -> None:
         """A ready key arrived in ``queue``: signal its first waiter not yet signalled."""

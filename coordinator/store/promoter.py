@@ -14,7 +14,6 @@ import threading
 
 import structlog
 
-from coordinator import metrics
 from coordinator.domain.states import Op, TaskState
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.deadlines import Deadlines
@@ -85,7 +84,7 @@ class Promoter:
             if not ctx.kv.txn(compares, ops).succeeded:
                 continue  # another replica promoted it, or the task moved on
             self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, after.task_id))
-            metrics.PROMOTED.inc()
+            self._ctx.metrics.promoted.inc()
             moved += 1
         return moved
 

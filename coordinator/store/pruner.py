@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 import structlog
 
-from coordinator import metrics
 from coordinator.archive import ArchiveSink
 from coordinator.domain.retention import micros
 from coordinator.domain.states import TERMINAL_STATES
@@ -165,7 +164,7 @@ class Pruner:
         try:
             location = self._sink.write(objects)
         except Exception as exc:
-            metrics.ARCHIVE_FAILURES.inc()
+            self._ctx.metrics.archive_failures.inc()
             report.archive_failed = True
             log.error(
                 "archive write failed; nothing pruned",
@@ -174,7 +173,7 @@ class Pruner:
                 error=f"{type(exc).__name__}: {exc}",
             )
             return
-        metrics.ARCHIVED_TASKS.inc(len(ready))
+        self._ctx.metrics.archived_tasks.inc(len(ready))
         report.archived += len(ready)
         for due_key, history in ready:
             if self._stop.is_set():
@@ -191,7 +190,7 @@ class Pruner:
         txn = prune_txn(self._ctx, history, due_key, archive=location, now=self._ctx.clock.now())
         if not self._ctx.kv.txn(txn.compares, txn.ops).succeeded:
             return False
-        metrics.PRUNED_TASKS.inc()
+        self._ctx.metrics.pruned_tasks.inc()
         if txn.pending:
             self._finish(history.task_id)
         return True
@@ -205,7 +204,7 @@ class Pruner:
             [mod_revision_is(ctx.keys.task(task.task_id), history.task_kv.mod_revision)],
             [delete(due_key), put(later, due_value(task))],
         )
-        metrics.PRUNE_DEFERRED.labels(reason=history.blocker()).inc()
+        self._ctx.metrics.prune_deferred.labels(reason=history.blocker()).inc()
 
     def _finish_pending(self) -> int:
         """Finish the prunes that needed more than one txn (a crash may have stopped them)."""
@@ -240,7 +239,7 @@ class Pruner:
             ops += [delete(keys.tombstone(item.key.rsplit("/", 1)[1])) for item in page]
             kv.txn((), ops)
             expired += len(page)
-            metrics.TOMBSTONES_EXPIRED.inc(len(page))
+            self._ctx.metrics.tombstones_expired.inc(len(page))
             if len(page) < _TOMBSTONES_PER_TXN:
                 break
         return expired
@@ -254,7 +253,7 @@ class Pruner:
             keys.prune_due_prefix, kv.prefix_end(keys.prune_due_prefix), limit=1
         )
         finished = finished_at_of(head[0].value) if head else 0.0
-        metrics.OLDEST_TERMINAL_AGE.set(max(0.0, now - finished) if finished else 0.0)
+        self._ctx.metrics.oldest_terminal_age.set(max(0.0, now - finished) if finished else 0.0)
         self._oldest_read_at = time.monotonic()
 
     def _pace(self) -> None:

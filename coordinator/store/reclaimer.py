@@ -14,7 +14,6 @@ import time
 
 import structlog
 
-from coordinator import metrics
 from coordinator.domain.retry import LEASE_EXPIRED, decide_after
 from coordinator.domain.states import Op, TaskState
 from coordinator.store.context import StoreContext, task_from_kv
@@ -92,9 +91,9 @@ class Reclaimer(WatchScanLoop):
             return False
         after, closed = move.after, move.closed
         if deleted_at is not None:  # seen by the watch (a scan cannot tell when it expired)
-            metrics.observe_reclaim(time.monotonic() - deleted_at)
+            self._ctx.metrics.observe_reclaim(time.monotonic() - deleted_at)
         if closed is not None:
-            metrics.count_wasted(closed.ended_at - closed.started_at)
+            self._ctx.metrics.count_wasted(closed.ended_at - closed.started_at)
         settled(ctx, self._ready, after, LEASE_EXPIRED)
         log.info(
             "reclaimed expired claim",

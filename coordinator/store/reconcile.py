@@ -22,7 +22,6 @@ from dataclasses import replace
 
 import structlog
 
-from coordinator import metrics
 from coordinator.domain.decisions import Verdict
 from coordinator.domain.effects import EffectRecord, EffectState
 from coordinator.domain.reconcile import (
@@ -191,7 +190,7 @@ class ReconcileStore:
         if not ctx.kv.txn(compares, ops).succeeded:
             return False
         if moves:
-            metrics.count_reconcile_escalations(via, len(current))
+            self._ctx.metrics.count_reconcile_escalations(via, len(current))
             if task.state is TaskState.READY:
                 self._ready.discard(
                     keys.ready(task.queue, task.priority, task.ready_seq, task.task_id)

@@ -91,23 +91,37 @@ class Releaser(WatchScanLoop):
 
     def _try_release(self, task_id: str) -> bool | None:
         """True: released; False: nothing to release; None: the CAS lost, read again."""
-        ctx = self._ctx
-        kv = ctx.kv.get(ctx.keys.task(task_id))
-        if kv is None:
+        read = self._read_waiting(task_id)
+        if read is None:
             return False
-        task = task_from_kv(kv)
-        if task.state is not TaskState.WAITING:
-            return False
-        try:
-            upstreams = self._deps.upstreams(task.depends_on)
-        except NotFound as exc:  # a dangling edge: never guess; doctor reports it
-            log.warning("dependent has a missing upstream", task_id=task_id, error=str(exc))
-            return False
+        task, upstreams = read
         dead = never_done(upstreams)
         if dead:
             return self._try_cancel(task, upstreams, dead)
         if unmet(upstreams):
             return False
+        return self._unblock(task, upstreams)
+
+    def _read_waiting(self, task_id: str) -> tuple[TaskRecord, list[TaskRecord]] | None:
+        """The WAITING task and its upstreams as they are now; None if it is not WAITING (or
+        gone, or has a dangling edge: never guess, doctor reports it)."""
+        ctx = self._ctx
+        kv = ctx.kv.get(ctx.keys.task(task_id))
+        if kv is None:
+            return None
+        task = task_from_kv(kv)
+        if task.state is not TaskState.WAITING:
+            return None
+        try:
+            return task, self._deps.upstreams(task.depends_on)
+        except NotFound as exc:
+            log.warning("dependent has a missing upstream", task_id=task_id, error=str(exc))
+            return None
+
+    def _unblock(self, task: TaskRecord, upstreams: list[TaskRecord]) -> bool | None:
+        """WAITING -> READY, as long as every upstream is still at the round read. True:
+        released; None: the CAS lost, read again."""
+        ctx = self._ctx
         rounds = satisfied_by(upstreams)
         after = transition(task, Op.UNBLOCK, ctx.clock.now(), satisfied_by=rounds)
         compares, ops = transition_ops(
@@ -117,6 +131,7 @@ class Releaser(WatchScanLoop):
         compares += [mod_revision_is(ctx.keys.task(u.task_id), u.state_version) for u in upstreams]
         if not ctx.kv.txn(compares, ops).succeeded:
             return None
+        task_id = task.task_id
         self._ready.add(ctx.keys.ready(after.queue, after.priority, after.ready_seq, task_id))
         log.info("released dependent", task_id=task_id, satisfied_by=list(rounds))
         return True

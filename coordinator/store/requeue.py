@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import structlog
 
-from coordinator import metrics
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.retry import AttemptEnded
 from coordinator.domain.states import TaskState
@@ -20,8 +19,8 @@ def settled(ctx: StoreContext, ready: ReadyIndex, after: TaskRecord, ended: Atte
     end = ended.end.name.lower()
     if after.state is TaskState.FAILED:
         reason = after.dead_letter_reason.name.lower()
-        metrics.count_dead_letter(after.queue, reason)
-        metrics.observe_attempts(after.attempt)  # final: no attempt follows a dead letter
+        ctx.metrics.count_dead_letter(after.queue, reason)
+        ctx.metrics.observe_attempts(after.attempt)  # final: no attempt follows a dead letter
         log.warning(
             "task dead-lettered",
             task_id=after.task_id,
@@ -31,6 +30,6 @@ def settled(ctx: StoreContext, ready: ReadyIndex, after: TaskRecord, ended: Atte
             last_error=ended.error,
         )
         return
-    metrics.count_retry(after.queue, end, delayed=after.state is TaskState.DELAYED)
+    ctx.metrics.count_retry(after.queue, end, delayed=after.state is TaskState.DELAYED)
     if after.state is TaskState.READY:
         ready.add(ctx.keys.ready(after.queue, after.priority, after.ready_seq, after.task_id))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import builtins
 from dataclasses import replace
 
-from coordinator import metrics
 from coordinator.domain.digests import check_digest
 from coordinator.domain.graph import check_dependencies, check_upstreams, satisfied_by, unmet
 from coordinator.domain.lineage import Lineage, decide_lineage, index_value, thread_key
@@ -262,7 +261,9 @@ class TaskStore:
                 task, Op.CANCEL, now, cancel_generation=task.cancel_generation + 1, lease_id=0
             )
             if self._write_ending_claim(task, after, Op.CANCEL, AttemptEnd.CANCELLED, by, reason):
-                metrics.observe_attempts(task.attempt)  # final: no attempt follows a cancel
+                self._ctx.metrics.observe_attempts(
+                    task.attempt
+                )  # final: no attempt follows a cancel
                 return self.get(task_id)
         raise FailedPrecondition(f"task {task_id!r} kept changing; cancel again")
 

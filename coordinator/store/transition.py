@@ -7,6 +7,7 @@ index, the claimed index, the waiting index and the event log in step with the r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -76,27 +77,11 @@ def transition_ops(
         compares = [mod_revision_is(task_key, before.state_version)]
     ops = [put(task_key, encode(after))]
     was = before.state if before is not None else None
-    # etcd refuses a txn that names one key twice, so an unchanged ready key is left alone.
-    old_ready = _ready_key(ctx, before) if before is not None else None
-    new_ready = _ready_key(ctx, after)
-    if old_ready is not None and old_ready != new_ready:
-        ops.append(delete(old_ready))
-    if new_ready is not None and new_ready != old_ready:
-        ops.append(put(new_ready, b""))
+    ops += _moved(ctx, _ready_key, before, after)
     # The delayed index lets the promoter read only the DELAYED tasks that are due.
-    old_delayed = delayed_key(keys, before) if before is not None else None
-    new_delayed = delayed_key(keys, after)
-    if old_delayed is not None and old_delayed != new_delayed:
-        ops.append(delete(old_delayed))
-    if new_delayed is not None and new_delayed != old_delayed:
-        ops.append(put(new_delayed, b""))
+    ops += _moved(ctx, delayed_key, before, after)
     # The deadline index lets the enforcer read only the tasks whose deadline passed.
-    old_deadline = deadline_key(keys, before) if before is not None else None
-    new_deadline = deadline_key(keys, after)
-    if old_deadline is not None and old_deadline != new_deadline:
-        ops.append(delete(old_deadline))
-    if new_deadline is not None and new_deadline != old_deadline:
-        ops.append(put(new_deadline, b""))
+    ops += _moved(ctx, deadline_key, before, after)
     if was is TaskState.CLAIMED and after.state is not TaskState.CLAIMED:
         ops.append(delete(keys.claimed(after.task_id)))
     if after.state is TaskState.CLAIMED:
@@ -127,10 +112,29 @@ def transition_ops(
     return compares + more_compares, ops + more_ops
 
 
-def _ready_key(ctx: StoreContext, task: TaskRecord) -> str | None:
+def _moved(
+    ctx: StoreContext,
+    index_key: Callable[[Keyspace, TaskRecord], str | None],
+    before: TaskRecord | None,
+    after: TaskRecord,
+) -> list[RequestOp]:
+    """The writes that move a task's key in one index (``index_key``: None when the task is
+    not in it) from ``before`` to ``after``. etcd refuses a txn that names one key twice, so an
+    unchanged key is left alone."""
+    old = index_key(ctx.keys, before) if before is not None else None
+    new = index_key(ctx.keys, after)
+    ops = []
+    if old is not None and old != new:
+        ops.append(delete(old))
+    if new is not None and new != old:
+        ops.append(put(new, b""))
+    return ops
+
+
+def _ready_key(keys: Keyspace, task: TaskRecord) -> str | None:
     if task.state is not TaskState.READY:
         return None
-    return ctx.keys.ready(task.queue, task.priority, task.ready_seq, task.task_id)
+    return keys.ready(task.queue, task.priority, task.ready_seq, task.task_id)
 
 
 def deadline_key(keys: Keyspace, task: TaskRecord) -> str | None:

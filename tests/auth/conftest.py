@@ -15,12 +15,10 @@ from typing import Any
 import grpc
 import pytest
 
-from coordinator.etcd_process import EtcdProcess
 from coordinator.server import build_server
 from coordinator.server.auth import TokenAuth
 from coordinator.server.tokens import TokenFile, token_hash, write_token_file
-from coordinator.store import EtcdKV, Keyspace, Store
-from tests.conftest import GRPC_OPTIONS
+from coordinator.store import Store
 
 ROLES = {
     "worker-a": ["worker"],
@@ -80,19 +78,6 @@ def ring(tmp_path: Path) -> TokenRing:
 
 
 @pytest.fixture
-def store(etcd: EtcdProcess, prefix: str) -> Iterator[Store]:
-    """A started store over the session etcd, in this test's own keyspace."""
-    kv = EtcdKV.connect([etcd.endpoint], timeout=5.0)
-    store = Store.open(kv, keys=Keyspace(prefix), scan_interval=1.0)
-    store.start()
-    try:
-        yield store
-    finally:
-        store.close()
-        kv.close()
-
-
-@pytest.fixture
 def secured(store: Store, ring: TokenRing) -> Iterator[str]:
     """A server for ``store`` that authenticates with ``ring``'s file; yields its target."""
     auth = TokenAuth(TokenFile(ring.path, reload_interval=0.0))
@@ -104,21 +89,9 @@ def secured(store: Store, ring: TokenRing) -> Iterator[str]:
 
 
 @pytest.fixture
-def channel(secured: str) -> Iterator[grpc.Channel]:
-    """A plaintext channel to the secured server."""
-    with grpc.insecure_channel(secured, options=GRPC_OPTIONS) as chan:
-        yield chan
-
-
-@pytest.fixture
-def keyspace(etcd_client: Any, prefix: str) -> Callable[[], tuple[int, int]]:
-    """(number of keys, highest mod_revision) under this test's prefix."""
-
-    def probe() -> tuple[int, int]:
-        metas = [meta for _, meta in etcd_client.get_prefix(prefix + "/")]
-        return len(metas), max((m.mod_revision for m in metas), default=0)
-
-    return probe
+def server(secured: str) -> str:
+    """The secured server: the shared channel and stubs (tests/fixtures.py) reach it."""
+    return secured
 
 
 def status_of(call: Callable[[], object]) -> grpc.StatusCode:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any
 
 import grpc
 import pytest
@@ -30,6 +32,7 @@ from tests.conftest import GRPC_OPTIONS
 INPUT = b"input"
 RESULT = b"result"
 Probe = Callable[[], tuple[int, int]]
+Metadata = tuple[tuple[str, str], ...]
 
 
 def _stubs(
@@ -116,7 +119,7 @@ def test_each_role_reaches_only_its_methods(
     _create(ring, channel)
     claim = worker_pb2.ClaimRequest(task_id="t-1", scheduler_epoch=1, ttl_seconds=30)
     before = keyspace()
-    denied = {
+    denied: dict[tuple[str, str], Callable[[Metadata], object]] = {
         ("worker-a", "CreateTask"): lambda m: tasks.CreateTask(
             tasks_pb2.CreateTaskRequest(task_id="t-2"), metadata=m
         ),
@@ -136,10 +139,7 @@ def test_each_role_reaches_only_its_methods(
         ("pm-1", "BumpEpoch"): lambda m: admin.BumpEpoch(admin_pb2.BumpEpochRequest(), metadata=m),
         ("admin-1", "Claim"): lambda m: worker.Claim(claim, metadata=m),
     }
-    codes = {
-        key: status_of(lambda call=call, who=key[0]: call(ring.metadata(who)))
-        for key, call in denied.items()
-    }
+    codes = {key: status_of(partial(call, ring.metadata(key[0]))) for key, call in denied.items()}
     assert codes == dict.fromkeys(denied, grpc.StatusCode.PERMISSION_DENIED)
     assert keyspace() == before
 
@@ -199,7 +199,7 @@ def test_a_foreign_owner_is_denied_at_every_acceptance_point_and_nothing_changes
     assert prepared.outcome == types_pb2.OUTCOME_OK, prepared.message
     before = keyspace()
     digest = digest_of(RESULT)
-    foreign = {
+    foreign: dict[str, Callable[[Metadata], Any]] = {
         "renew": lambda m: worker.Renew(worker_pb2.RenewRequest(fence=fence), metadata=m),
         "authorize": lambda m: worker.AuthorizeTool(
             worker_pb2.AuthorizeToolRequest(fence=fence, tool="git", action="push"), metadata=m
@@ -232,8 +232,7 @@ def test_a_foreign_owner_is_denied_at_every_acceptance_point_and_nothing_changes
         "release": lambda m: worker.Release(worker_pb2.ReleaseRequest(fence=fence), metadata=m),
     }
     codes = {
-        name: status_of(lambda call=call: call(ring.metadata("worker-b")))
-        for name, call in foreign.items()
+        name: status_of(partial(call, ring.metadata("worker-b"))) for name, call in foreign.items()
     }
     assert codes == dict.fromkeys(foreign, grpc.StatusCode.PERMISSION_DENIED)
     assert keyspace() == before

@@ -17,7 +17,7 @@ from coordinator.store import Store
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 from tests.auth.conftest import TokenRing
 from tests.conftest import GRPC_OPTIONS
-from tests.helpers import eventually
+from tests.helpers import cancel, eventually, next_of
 from tests.lifecycle.support import create
 
 RELOAD = 0.2
@@ -44,10 +44,10 @@ def tasks(store: Store, ring: TokenRing) -> Iterator[tasks_pb2_grpc.TaskServiceS
         server.stop(grace=None).wait()
 
 
-def _ended(call: Iterator[tasks_pb2.TaskEvent]) -> grpc.RpcError:
+def _ended(call: grpc.CallIterator[tasks_pb2.TaskEvent]) -> grpc.RpcError:
     """The error that ends ``call`` (which has no more events to deliver)."""
     with pytest.raises(grpc.RpcError) as info:
-        next(call)
+        next_of(call)
     return info.value
 
 
@@ -58,7 +58,7 @@ def test_a_revoked_tokens_stream_ends_unauthenticated(
     # A deadline far past the reload interval: a stream that is not ended fails DEADLINE_EXCEEDED.
     revoked = tasks.WatchEvents(FOLLOW, metadata=ring.metadata("worker-a"), timeout=30)
     kept = tasks.WatchEvents(FOLLOW, metadata=ring.metadata("worker-b"), timeout=30)
-    assert next(revoked).task_id == next(kept).task_id == "t-1"
+    assert next_of(revoked).task_id == next_of(kept).task_id == "t-1"
 
     ring.revoke("worker-a")
     error = _ended(revoked)
@@ -66,8 +66,8 @@ def test_a_revoked_tokens_stream_ends_unauthenticated(
     assert error.details() == "unknown or revoked bearer token"
 
     create(store, "t-2")
-    assert next(kept).task_id == "t-2"  # the other holder's stream goes on
-    kept.cancel()
+    assert next_of(kept).task_id == "t-2"  # the other holder's stream goes on
+    cancel(kept)
 
 
 def test_an_expired_tokens_stream_ends_unauthenticated(
@@ -89,7 +89,7 @@ def test_an_expired_tokens_stream_ends_unauthenticated(
 
     eventually(accepted, message="the new token was not taken")
     call = tasks.WatchEvents(FOLLOW, metadata=brief, timeout=30)
-    assert next(call).task_id == "t-1"
+    assert next_of(call).task_id == "t-1"
     error = _ended(call)
     assert error.code() == grpc.StatusCode.UNAUTHENTICATED
     assert error.details() == f"bearer token expired at {expires.isoformat()}"

@@ -324,8 +324,8 @@ def test_the_identity_reaches_unary_and_streaming_handlers(ring: TokenRing) -> N
     server.start()
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS) as channel:
-            unary = channel.unary_unary("/coordinator.v1.TaskService/GetTask")
-            stream = channel.unary_stream("/coordinator.v1.TaskService/WatchEvents")
+            unary = channel.unary_unary("/coordinator.v1.TaskService/GetTask", None, None)
+            stream = channel.unary_stream("/coordinator.v1.TaskService/WatchEvents", None, None)
             assert unary(b"", metadata=ring.metadata("worker-b")) == b"worker-b"
             assert list(stream(b"", metadata=ring.metadata("pm-1"))) == [
                 b"0:pm-1",

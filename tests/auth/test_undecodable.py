@@ -48,13 +48,13 @@ def _raw_call(
     client_streaming, server_streaming = streams
     call: Callable[[], object]
     if client_streaming:
-        bidi = channel.stream_stream(path)
+        bidi = channel.stream_stream(path, None, None)
         call = lambda: list(bidi(iter([GARBAGE]), metadata=metadata, timeout=10))  # noqa: E731
     elif server_streaming:
-        stream = channel.unary_stream(path)
+        stream = channel.unary_stream(path, None, None)
         call = lambda: list(stream(GARBAGE, metadata=metadata, timeout=10))  # noqa: E731
     else:
-        unary = channel.unary_unary(path)
+        unary = channel.unary_unary(path, None, None)
         call = lambda: unary(GARBAGE, metadata=metadata, timeout=10)  # noqa: E731
     with pytest.raises(grpc.RpcError) as info:
         call()

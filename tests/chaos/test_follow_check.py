@@ -8,7 +8,7 @@ from chaos.etcd_history import from_watch_events
 from chaos.follow_check import follower_agreement
 from chaos.history import Write
 from coordinator.domain.states import Op, TaskState
-from coordinator.v1 import tasks_pb2
+from coordinator.v1 import tasks_pb2, types_pb2
 
 
 def w(revision: int, task: str, prev: int, op: Op = Op.CREATE) -> Write:
@@ -56,7 +56,11 @@ def test_an_event_etcd_does_not_hold_is_reported() -> None:
 def test_watch_events_are_ordered_by_position_within_a_revision() -> None:
     def event(task: str, prev: int) -> tasks_pb2.TaskEvent:
         return tasks_pb2.TaskEvent(
-            revision=7, task_id=task, op="create", to_state=2, prev_state_version=prev
+            revision=7,
+            task_id=task,
+            op="create",
+            to_state=types_pb2.TASK_STATE_READY,
+            prev_state_version=prev,
         )
 
     writes = from_watch_events([event("c", 0), event("b", 6), event("a", 5), event("b", 2)])

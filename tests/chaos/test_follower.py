@@ -21,7 +21,7 @@ from coordinator.server import build_server
 from coordinator.store import EtcdKV, Store
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
-from tests.helpers import eventually
+from tests.helpers import cancel, eventually, next_of
 from tests.sdk.support import LIMITS, QUEUE, Served
 
 # One stream per principal, and each lives about a second: the follower meets both bounds.
@@ -53,7 +53,7 @@ def test_the_follower_resumes_after_every_break_without_gaps_or_repeats(
         blocker = tasks_pb2_grpc.TaskServiceStub(channel).WatchEvents(
             tasks_pb2.WatchEventsRequest(queue=QUEUE, follow=True), metadata=AS_FOLLOWER
         )
-        assert next(blocker).task_id == "t0"  # admitted: it holds the slot
+        assert next_of(blocker).task_id == "t0"  # admitted: it holds the slot
         follower = Follower(
             lambda: grpc.insecure_channel(running.target, options=GRPC_OPTIONS),
             QUEUE,
@@ -61,7 +61,7 @@ def test_the_follower_resumes_after_every_break_without_gaps_or_repeats(
         ).start()
         try:
             eventually(lambda: follower.breaks.get("RESOURCE_EXHAUSTED", 0) >= 1)
-            blocker.cancel()
+            cancel(blocker)
             channel.close()
             for n in range(1, 4):
                 pm.create_task(f"t{n}", input=b"x", queue=QUEUE)

@@ -19,6 +19,17 @@ from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
 from selenium.webdriver.support import expected_conditions  # noqa: E402
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
+__all__ = [
+    "By",
+    "WebDriver",
+    "WebElement",
+    "browser_fixture",
+    "flash",
+    "press",
+    "screenshot",
+    "sign_in",
+]
+
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "screenshots"
 LAPTOP = (1280, 900)
 PHONE = (390, 844)

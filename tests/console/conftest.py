@@ -22,7 +22,7 @@ from coordinator.server.auth import TokenAuth
 from coordinator.server.tokens import TokenFile
 from coordinator.store import Store
 from coordinator.v1 import tasks_pb2_grpc, worker_pb2_grpc
-from tests.auth.conftest import TokenRing, store  # noqa: F401 (fixture)
+from tests.auth.conftest import TokenRing
 from tests.conftest import GRPC_OPTIONS
 from tests.test_cli import Process
 
@@ -109,7 +109,7 @@ def ring(tmp_path: Path) -> TokenRing:
 
 
 @pytest.fixture
-def coordinator(store: Store, ring: TokenRing) -> Iterator[str]:  # noqa: F811
+def coordinator(store: Store, ring: TokenRing) -> Iterator[str]:
     """A coordinator server that authenticates with ``ring``; yields its target."""
     auth = TokenAuth(TokenFile(ring.path, reload_interval=0.0))
     server, port = build_server(store, listen="127.0.0.1:0", max_workers=16, auth=auth)

@@ -9,15 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import generate_latest
 
-from coordinator import metrics
 from coordinator.domain.decisions import Fence
 from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectState
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.keys import Keyspace
-from coordinator.metrics import AcceptancePoint
+from coordinator.metrics import AcceptancePoint, Metrics
 from coordinator.store import Store, TaskSpec
 from coordinator.store.etcd import Compare, create_revision_is
 from coordinator.v1 import (
@@ -35,18 +34,6 @@ W = (("x-coordinator-principal", "w1"),)
 X = digest_of(b"payload X")
 
 
-@pytest.fixture(autouse=True)
-def fresh_counters(monkeypatch: pytest.MonkeyPatch) -> CollectorRegistry:
-    """Swap the module's registry and counters for new ones, for this test only."""
-    registry = CollectorRegistry(auto_describe=True)
-    accepted = Counter("coordinator_fence_accepted", "x", ["point"], registry=registry)
-    validated = Counter("coordinator_fence_validated", "x", ["point"], registry=registry)
-    monkeypatch.setattr(metrics, "REGISTRY", registry)
-    monkeypatch.setattr(metrics, "FENCE_ACCEPTED", accepted)
-    monkeypatch.setattr(metrics, "FENCE_VALIDATED", validated)
-    return registry
-
-
 def claim_over_grpc(
     tasks: tasks_pb2_grpc.TaskServiceStub, worker: worker_pb2_grpc.WorkerServiceStub, tid: str
 ) -> types_pb2.Fence:
@@ -62,7 +49,7 @@ def test_every_acceptance_point_validates_every_accepted_operation(
     tasks: tasks_pb2_grpc.TaskServiceStub,
     worker: worker_pb2_grpc.WorkerServiceStub,
     admin: admin_pb2_grpc.AdminServiceStub,
-    fresh_counters: CollectorRegistry,
+    metrics: Metrics,
 ) -> None:
     fence = claim_over_grpc(tasks, worker, "t-1")
     ok = types_pb2.OUTCOME_OK
@@ -106,7 +93,7 @@ def test_every_acceptance_point_validates_every_accepted_operation(
         AcceptancePoint.START_JOB: (0, 0, 1.0),  # managed jobs: tests/jobs/test_rpc.py
         AcceptancePoint.FAIL: (1, 1, 1.0),
     }
-    exposition = generate_latest(fresh_counters).decode()
+    exposition = generate_latest(metrics.registry).decode()
     assert 'coordinator_fence_validated_total{point="prepare"} 1.0' in exposition
     assert 'coordinator_fence_accepted_total{point="claim"} 3.0' in exposition
 
@@ -181,16 +168,16 @@ def test_a_point_that_skips_its_fence_drops_below_full_coverage(
 ) -> None:
     store = make_store()
     _drive(store, point, "t-ok")
-    assert (_counts(point), _coverage(point)) == ((1, 1), 1.0)
+    assert (_counts(store, point), _coverage(store, point)) == ((1, 1), 1.0)
     monkeypatch.setattr(f"{module}.{name}", broken)
     _drive(store, point, "t-broken")  # still accepted: nothing else stops it
-    assert (_counts(point), _coverage(point)) == ((2, 1), 0.5)
+    assert (_counts(store, point), _coverage(store, point)) == ((2, 1), 0.5)
 
 
-def _counts(point: AcceptancePoint) -> tuple[int, int]:
-    entry = next(c for c in metrics.fence_coverage() if c.point is point)
+def _counts(store: Store, point: AcceptancePoint) -> tuple[int, int]:
+    entry = next(c for c in store.ctx.metrics.fence_coverage() if c.point is point)
     return entry.accepted, entry.validated
 
 
-def _coverage(point: AcceptancePoint) -> float:
-    return next(c.coverage for c in metrics.fence_coverage() if c.point is point)
+def _coverage(store: Store, point: AcceptancePoint) -> float:
+    return next(c.coverage for c in store.ctx.metrics.fence_coverage() if c.point is point)

@@ -3,12 +3,11 @@ status code, a message naming the field, and nothing written (checked on etcd it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import grpc
 import pytest
-from google.protobuf.message import Message
 
 from coordinator import request_ids
 from coordinator.domain.digests import digest_of
@@ -22,26 +21,20 @@ from coordinator.domain.effects import (
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import decode, encode
 from coordinator.v1 import admin_pb2, admin_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
+from tests import helpers
+from tests.helpers import Probe
 
 Claim = worker_pb2.ClaimResponse
-Probe = Callable[[], tuple[int, int]]
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
 PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION
 WORKER_A = (("x-coordinator-principal", "worker-a"),)
+
+# Every bad request is sent as the claim's holder, so the one bad field is all that is wrong.
+refused = partial(helpers.refused, metadata=WORKER_A)
 X = digest_of(b"payload X")
 NEVER = effect_id("t-1", 1, "notify", "never-prepared")
-
-
-def refused(call: Any, request: Message, code: grpc.StatusCode, named: str, probe: Probe) -> None:
-    """``call(request)`` fails with ``code``, its message contains ``named``, etcd is untouched."""
-    before = probe()
-    with pytest.raises(grpc.RpcError) as info:
-        call(request, metadata=WORKER_A)
-    assert info.value.code() == code, info.value.details()
-    assert named in str(info.value.details())
-    assert probe() == before
 
 
 def prepare_request(claim: Claim, **changes: Any) -> worker_pb2.PrepareEffectRequest:

@@ -7,6 +7,7 @@ import statistics
 import threading
 import time
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
@@ -21,6 +22,10 @@ from tests.lifecycle.support import claim, create, events, finish, snapshot
 
 def _state(store: Store, task_id: str) -> TaskState:
     return store.tasks.get(task_id).state
+
+
+def _is_ready(store: Store, task_id: str) -> bool:
+    return _state(store, task_id) is TaskState.READY
 
 
 def test_dependents_never_start_before_their_precondition(store: Store, etcd_client: Any) -> None:
@@ -63,7 +68,7 @@ def test_a_dependent_is_ready_within_a_second_of_its_last_upstream_becoming_done
         assert _state(store, f"c{n}") is TaskState.WAITING
         finish(store, f"b{n}")
         done = time.monotonic()
-        eventually(lambda n=n: _state(store, f"c{n}") is TaskState.READY, 2, 0.005)
+        eventually(partial(_is_ready, store, f"c{n}"), 2, 0.005)
         latencies.append(time.monotonic() - done)
     print(
         f"release latency: median {statistics.median(latencies) * 1000:.1f} ms, "
@@ -196,7 +201,7 @@ def test_releasing_is_safe_on_every_replica_at_once(
         create(store, f"d{n}", depends_on=("up",))
     finish(store, "up")
     for n in range(20):
-        eventually(lambda n=n: _state(store, f"d{n}") is TaskState.READY, timeout=5)
+        eventually(partial(_is_ready, store, f"d{n}"), timeout=5)
     for replica in replicas:  # and every replica's scan finds nothing left to do
         assert replica.releaser.scan() == 0
     for n in range(20):
@@ -223,7 +228,8 @@ def test_set_dependencies_moves_a_task_between_ready_and_waiting(
         "t", ("up",), expected_state_version=task.state_version, by="pm"
     )
     assert blocked.state is TaskState.WAITING
-    assert store.ready.size("default") == 1  # only "up" is ready now
+    # Only "up" is ready now (the watch-fed index may still be applying the earlier put).
+    eventually(lambda: store.ready.size("default") == 1, timeout=5)
     with pytest.raises(FailedPrecondition, match="expected"):
         store.dependencies.set_dependencies(
             "t", (), expected_state_version=task.state_version, by="pm"

@@ -127,11 +127,12 @@ def test_an_expired_claim_reclaimed_within_the_window_is_not_reported(
     reclaimer = make_store(scan_interval=1.0)  # a replica that does its job
     reclaimer.reclaimer.close()  # ... but only when the test says so
     etcd_client.revoke_lease(etcd_client.get(store.ctx.keys.claim("t"))[1].lease_id)
+
+    def reclaim_within_the_window(seconds: float) -> None:
+        reclaimer.reclaimer.scan()
+
     findings, _ = diagnose(
-        reclaimer.ctx.kv,
-        store.ctx.keys,
-        reclaim_window=0.1,
-        sleep=lambda _: reclaimer.reclaimer.scan(),  # the reclaim happens within the window
+        reclaimer.ctx.kv, store.ctx.keys, reclaim_window=0.1, sleep=reclaim_within_the_window
     )
     assert findings == []
     assert store.tasks.get("t").state is TaskState.READY

@@ -19,7 +19,7 @@ from coordinator.cli import main
 from coordinator.domain.states import Op, TaskState
 from coordinator.store import Store
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2
-from tests.helpers import eventually
+from tests.helpers import cancel, eventually
 from tests.lifecycle.support import claim, commit, create, events, finish, who
 
 READ = who("viewer")
@@ -164,7 +164,7 @@ def test_watch_events_follows_new_events_live(
         assert live[0].revision < live[1].revision
         assert received.empty()
     finally:
-        call.cancel()
+        cancel(call)
 
 
 def test_events_cli_prints_one_line_per_event(store: Store, server: str) -> None:
@@ -197,7 +197,12 @@ def test_events_cli_follow_prints_events_live(store: Store, server: str) -> None
         text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in _lines(process)], daemon=True).start()
+
+    def pump() -> None:
+        for line in _lines(process):
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
     try:
         assert " first -->READY op=create " in lines.get(timeout=20)
         create(store, "second")

@@ -63,13 +63,13 @@ def test_same_key_with_a_different_request_is_already_exists(
         _create(tasks, PM, priority=5)
     assert refused.value.code() == grpc.StatusCode.ALREADY_EXISTS
     assert "idempotency key 'create-csv-export' was already used for a different" in (
-        refused.value.details()
+        refused.value.details() or ""
     )
     with pytest.raises(grpc.RpcError) as other_method:
         tasks.CancelTask(tasks_pb2.CancelTaskRequest(task_id="x"), metadata=PM)
     assert other_method.value.code() == grpc.StatusCode.ALREADY_EXISTS
     assert "already used for /coordinator.v1.TaskService/CreateTask" in (
-        other_method.value.details()
+        other_method.value.details() or ""
     )
     assert snapshot(store, etcd_client) == before
 
@@ -194,7 +194,7 @@ def test_a_malformed_key_is_refused(tasks: tasks_pb2_grpc.TaskServiceStub) -> No
     with pytest.raises(grpc.RpcError) as refused:
         _create(tasks, who("pm-1", key="has space"), task_id="t")
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "idempotency-key must be 1-128 characters" in refused.value.details()
+    assert "idempotency-key must be 1-128 characters" in (refused.value.details() or "")
     assert _task_ids(tasks) == []
 
 

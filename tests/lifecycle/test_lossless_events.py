@@ -16,7 +16,7 @@ import pytest
 
 import coordinator.store.events as events_module
 from coordinator.errors import StreamBehind
-from coordinator.server import lifecycle_wire
+from coordinator.server import event_wire, stream_interceptor
 from coordinator.store import EventFilter, Store
 from coordinator.store.events import EventLog
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
@@ -153,8 +153,8 @@ def _stall_after_first_send(
     client stops reading (its send blocks); returns (behind: the server found the stream
     behind, release: let the thread go on)."""
     behind, release = threading.Event(), threading.Event()
-    real = lifecycle_wire.event_to_proto
-    real_cut = lifecycle_wire.cut_when_stuck
+    real = event_wire.event_to_proto
+    real_cut = stream_interceptor.cut_when_stuck
     sent = [0]
 
     def cut_when_stuck(context: grpc.ServicerContext) -> Any:
@@ -172,8 +172,8 @@ def _stall_after_first_send(
             release.wait(30)
         return real(event)
 
-    monkeypatch.setattr(lifecycle_wire, "event_to_proto", slow)
-    monkeypatch.setattr(lifecycle_wire, "cut_when_stuck", cut_when_stuck)
+    monkeypatch.setattr(event_wire, "event_to_proto", slow)
+    monkeypatch.setattr(stream_interceptor, "cut_when_stuck", cut_when_stuck)
     return behind, release
 
 
@@ -191,9 +191,9 @@ def test_a_grpc_follower_that_falls_behind_gets_resource_exhausted_and_its_resum
     while not isinstance(item := received.get(timeout=20), grpc.RpcError):
         got.append(item)
     assert item.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert "fell 5 events behind" in item.details()
-    trailing = dict(item.trailing_metadata())
-    resume = tasks_pb2.EventPosition.FromString(trailing[lifecycle_wire.RESUME_AFTER_METADATA])
+    assert "fell 5 events behind" in (item.details() or "")
+    trailing = {m.key: m.value for m in item.trailing_metadata() or ()}
+    resume = tasks_pb2.EventPosition.FromString(trailing[event_wire.RESUME_AFTER_METADATA])
     assert _key_of(resume) == _key(got[-1])
     rest = _stream(tasks, queue="burst", after=resume)
     assert len(got) + len(rest) == 49
@@ -204,7 +204,7 @@ def test_a_grpc_follower_that_falls_behind_gets_resource_exhausted_and_its_resum
 def test_a_grpc_follower_stuck_in_a_send_is_cut_off_after_the_grace(
     store: Store, tasks: tasks_pb2_grpc.TaskServiceStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(lifecycle_wire, "STUCK_SEND_GRACE", 0.5)
+    monkeypatch.setattr(stream_interceptor, "STUCK_SEND_GRACE", 0.5)
     store.events = EventLog(store.ctx, inbox_events=5, patience=0.2)
     create(store, "first", queue="burst")
     behind, release = _stall_after_first_send(monkeypatch)
@@ -228,7 +228,7 @@ def test_the_after_position_must_name_an_event(tasks: tasks_pb2_grpc.TaskService
     with pytest.raises(grpc.RpcError) as raised:
         _stream(tasks, after=tasks_pb2.EventPosition(revision=3))
     assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-    assert "after must be the position of an event" in raised.value.details()
+    assert "after must be the position of an event" in (raised.value.details() or "")
     with pytest.raises(grpc.RpcError) as raised:
         _stream(tasks, from_revision=2, after=tasks_pb2.EventPosition(revision=3, task_id="t"))
-    assert "either from_revision or after" in raised.value.details()
+    assert "either from_revision or after" in (raised.value.details() or "")

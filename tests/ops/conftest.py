@@ -1,6 +1,7 @@
-"""The operator tests reuse the authentication fixtures: a real store, a server demanding
-bearer tokens, and the token file (see tests/auth/conftest.py)."""
+"""The operator tests reuse the authentication fixtures: a server demanding bearer tokens and
+the token file (see tests/auth/conftest.py); the store, channel and keyspace probe are the
+shared ones (tests/fixtures.py)."""
 
-from tests.auth.conftest import channel, keyspace, ring, secured, store
+from tests.auth.conftest import ring, secured, server
 
-__all__ = ["channel", "keyspace", "ring", "secured", "store"]
+__all__ = ["ring", "secured", "server"]

@@ -327,7 +327,7 @@ def test_tls_mounts_the_files_the_configuration_names() -> None:
 
     def secret_of(path: str) -> str:
         directory = str(Path(path).parent)
-        return secrets[mounts[directory]]
+        return str(secrets[mounts[directory]])
 
     assert secret_of(config["tls_cert"]) == secret_of(config["tls_client_ca"]) == "coordinator-tls"
     assert secret_of(config["etcd_ca_cert"]) == secret_of(config["etcd_key"]) == "etcd-client-tls"
@@ -401,7 +401,7 @@ def _mounted_secret(pod: Manifest, container: Manifest, path: str) -> str:
     """The Secret whose volume ``container`` mounts at the directory of ``path``."""
     secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    return secrets[mounts[str(Path(path).parent)]]
+    return str(secrets[mounts[str(Path(path).parent)]])
 
 
 def _secret_refs(container: Manifest) -> dict[str, tuple[str, str]]:
@@ -417,7 +417,7 @@ def _certificate(secret: Manifest, key: str) -> x509.Certificate:
     return x509.load_pem_x509_certificate(base64.b64decode(secret["data"][key]))
 
 
-def _admits(policy: Manifest, port: int, labels: dict[str, str]) -> bool:
+def _admits(policy: Manifest, port: int | str, labels: dict[str, str]) -> bool:
     """Whether ``policy`` lets a pod with ``labels`` (same namespace) reach ``port``."""
     for rule in policy["spec"]["ingress"]:
         if port not in [p["port"] for p in rule["ports"]]:

@@ -5,6 +5,7 @@ holds leases, then reaching zero after --revoke-leases), resume for the new pool
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 from click.testing import CliRunner, Result
@@ -85,7 +86,7 @@ def test_pause_bump_refuse_old_epoch_drain_and_resume(
     # 3. Every old-epoch call is refused, and none writes anything.
     before = keyspace()
     fence = fences["t-1"]
-    outcomes = {
+    outcomes: dict[str, Any] = {
         "renew": worker.Renew(worker_pb2.RenewRequest(fence=fence), metadata=old),
         "authorize": worker.AuthorizeTool(
             worker_pb2.AuthorizeToolRequest(fence=fence, tool="mail", action="send"),

@@ -10,7 +10,6 @@ from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectState
 from coordinator.domain.records import EventRecord
 from coordinator.domain.states import Op, Outcome
-from coordinator.metrics import REGISTRY
 from coordinator.store import Store, TaskSpec
 from coordinator.store.effects import PrepareResult, RecordResult
 from tests.store.support import LIMITS, claim, events
@@ -80,9 +79,9 @@ def ops_of(store: Store, etcd_client: Any, task_id: str, op: Op) -> list[EventRe
     return [e for e in events(store, etcd_client, task_id) if e.op is op]
 
 
-def escalations(via: str) -> float:
-    """coordinator_effect_reconcile_escalations_total{via} of this process."""
-    value = REGISTRY.get_sample_value(
+def escalations(store: Store, via: str) -> float:
+    """coordinator_effect_reconcile_escalations_total{via} of ``store``."""
+    value = store.ctx.metrics.registry.get_sample_value(
         "coordinator_effect_reconcile_escalations_total", {"via": via}
     )
     return value or 0.0

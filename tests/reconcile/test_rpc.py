@@ -5,12 +5,12 @@ ClaimNext and get nothing; and every bad input of the new fields is refused, wri
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import grpc
 import pytest
-from google.protobuf.message import Message
 
 from coordinator import request_ids
 from coordinator.domain.decisions import ClaimLimits
@@ -19,6 +19,7 @@ from coordinator.domain.effects import MAX_REF_CHARS, EffectRecord, effect_id
 from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.states import Op, TaskState
 from coordinator.etcd_process import EtcdProcess
+from coordinator.metrics import Metrics
 from coordinator.store import EtcdKV, Keyspace, Store
 from coordinator.v1 import (
     tasks_pb2,
@@ -27,7 +28,8 @@ from coordinator.v1 import (
     worker_pb2,
     worker_pb2_grpc,
 )
-from tests.helpers import eventually
+from tests import helpers
+from tests.helpers import Probe, eventually
 from tests.reconcile.support import escalations
 
 RECONCILE_TIMEOUT = 2.0
@@ -43,15 +45,17 @@ def who(principal: str, roles: str = "worker") -> tuple[tuple[str, str], ...]:
 
 
 A, B, OPS = who("worker-a"), who("worker-b"), who("ops", "admin")
-Probe = Callable[[], tuple[int, int]]
+
+# Bad requests are sent as worker-a, so the one bad field is all that is wrong.
+refused = partial(helpers.refused, metadata=A)
 
 
 @pytest.fixture
-def store(etcd: EtcdProcess, prefix: str) -> Iterator[Store]:
+def store(etcd: EtcdProcess, prefix: str, metrics: Metrics) -> Iterator[Store]:
     """The server's store: a 2 s reconcile timeout, no takeover, a sweep every 0.1 s."""
     kv = EtcdKV.connect([etcd.endpoint], timeout=5.0)
     limits = ClaimLimits(min_ttl=1, reconcile_timeout=RECONCILE_TIMEOUT, reconcile_handoffs=0)
-    store = Store.open(kv, keys=Keyspace(prefix), limits=limits, scan_interval=0.1)
+    store = Store.open(kv, keys=Keyspace(prefix), limits=limits, scan_interval=0.1, metrics=metrics)
     store.start()
     try:
         yield store
@@ -108,6 +112,7 @@ def _key(item: tuple[bytes, Any]) -> bytes:
 def test_polling_workers_get_nothing_until_the_deadline_escalates_the_task(
     worker: worker_pb2_grpc.WorkerServiceStub,
     tasks: tasks_pb2_grpc.TaskServiceStub,
+    store: Store,
     etcd_client: Any,
     prefix: str,
 ) -> None:
@@ -124,7 +129,7 @@ def test_polling_workers_get_nothing_until_the_deadline_escalates_the_task(
     got = worker.GetEffect(worker_pb2.GetEffectRequest(effect_id=eid), metadata=A).effect
     assert got == recorded
     worker.Release(worker_pb2.ReleaseRequest(fence=claimed.fence, reason="timeout"), metadata=A)
-    before = escalations("sweeper")
+    before = escalations(store, "sweeper")
 
     # Three workers poll ClaimNext until the task has escalated.
     stop = threading.Event()
@@ -166,7 +171,7 @@ def test_polling_workers_get_nothing_until_the_deadline_escalates_the_task(
         TaskState.NEEDS_APPROVAL,
     )
     assert eid in escalated.detail and "deadline" in escalated.detail
-    assert escalations("sweeper") - before == 1
+    assert escalations(store, "sweeper") - before == 1
     after = worker.GetEffect(worker_pb2.GetEffectRequest(effect_id=eid), metadata=A).effect
     assert after.reconcile_open is False and after.HasField("reconcile_escalated_at")
     assert after.state == types_pb2.EFFECT_STATE_UNKNOWN
@@ -213,18 +218,6 @@ def test_the_owner_resolves_over_the_wire(
 # --- bad input ---------------------------------------------------------------------------------
 
 
-def refused(
-    call: Any, request: Message, code: grpc.StatusCode, named: str, probe: Probe, md: Any = A
-) -> None:
-    """``call(request)`` fails with ``code``, its message names ``named``, etcd is untouched."""
-    before = probe()
-    with pytest.raises(grpc.RpcError) as info:
-        call(request, metadata=md)
-    assert info.value.code() == code, info.value.details()
-    assert named in str(info.value.details())
-    assert probe() == before
-
-
 def test_record_effect_refuses_a_bad_reconcile_principal(
     worker: worker_pb2_grpc.WorkerServiceStub,
     tasks: tasks_pb2_grpc.TaskServiceStub,
@@ -233,7 +226,9 @@ def test_record_effect_refuses_a_bad_reconcile_principal(
     claimed = claim(worker, tasks)
     eid = prepare(worker, claimed)
 
-    def request(state: int, owner: str) -> worker_pb2.RecordEffectRequest:
+    def request(
+        state: types_pb2.EffectState.ValueType, owner: str
+    ) -> worker_pb2.RecordEffectRequest:
         return worker_pb2.RecordEffectRequest(
             fence=claimed.fence, effect_id=eid, state=state, reconcile_principal=owner
         )
@@ -292,13 +287,13 @@ def test_resolve_effect_refuses_bad_input_and_writes_nothing(
     never = effect_id("t-1", 1, "notify", "never")
     refused(resolve, request(effect_id=never), grpc.StatusCode.NOT_FOUND, never, keyspace)
     # While worker-a holds the claim, it reconciles with RecordEffect, behind the fence.
-    refused(resolve, request(), PRECONDITION, "live claim", keyspace, OPS)
+    refused(resolve, request(), PRECONDITION, "live claim", keyspace, metadata=OPS)
     worker.Release(worker_pb2.ReleaseRequest(fence=claimed.fence), metadata=A)
     # Neither another worker nor a pm may resolve it (the store's owner check; the role table).
-    refused(resolve, request(), DENIED, "worker-a", keyspace, B)
-    refused(resolve, request(), DENIED, "ResolveEffect", keyspace, who("pm-1", "pm"))
+    refused(resolve, request(), DENIED, "worker-a", keyspace, metadata=B)
+    refused(resolve, request(), DENIED, "ResolveEffect", keyspace, metadata=who("pm-1", "pm"))
     # An admin may.
     done = resolve(request(reason="checked the log"), metadata=OPS).effect
     assert done.state == types_pb2.EFFECT_STATE_ABSENT
     # And a settled effect is not resolved twice.
-    refused(resolve, request(), PRECONDITION, "nothing to resolve", keyspace, OPS)
+    refused(resolve, request(), PRECONDITION, "nothing to resolve", keyspace, metadata=OPS)

@@ -88,7 +88,7 @@ def test_past_the_deadline_it_escalates_and_nobody_was_handed_the_task_in_betwee
     store = make_store(limits=limits(handoffs=handoffs))
     fence, eid = unknown(store, owner=owner)
     release(store, fence)
-    sweeper_before = escalations("sweeper")
+    sweeper_before = escalations(store, "sweeper")
 
     # Three workers poll through the reconcile window: not one claim. ClaimNext skips the
     # task (NO_READY_TASK), a direct Claim is told RECONCILING.
@@ -110,7 +110,7 @@ def test_past_the_deadline_it_escalates_and_nobody_was_handed_the_task_in_betwee
         SWEEPER,
     )
     assert eid in escalated.detail and "deadline" in escalated.detail
-    assert escalations("sweeper") - sweeper_before == 1
+    assert escalations(store, "sweeper") - sweeper_before == 1
     effect = store.effects.get(eid)
     assert (effect.state, effect.reconcile_open) == (EffectState.UNKNOWN, False)
     assert effect.reconcile_escalated_at == clock.now()
@@ -156,11 +156,11 @@ def test_a_resolution_before_the_deadline_closes_it_and_nothing_escalates(
     assert reconcile_keys(store, etcd_client) == []
     release(store, fence)
 
-    before = (escalations("sweeper"), escalations("claim"))
+    before = (escalations(store, "sweeper"), escalations(store, "claim"))
     clock.advance(TIMEOUT * 2)
     assert store.reconcile.sweep() == 0
     assert ops_of(store, etcd_client, "t1", Op.ESCALATE_RECONCILE) == []
-    assert (escalations("sweeper"), escalations("claim")) == before
+    assert (escalations(store, "sweeper"), escalations(store, "claim")) == before
     # Claimable as usual; the next holder sends with the same key.
     nxt = store.claims.claim_next("default", principal="w2", epoch=1, ttl=30)
     assert nxt.verdict.outcome is Outcome.CLAIMED and nxt.fence is not None
@@ -280,7 +280,7 @@ def test_a_claim_past_the_deadline_escalates_it_itself(
     store = make_store(limits=limits(handoffs=1))
     fence, eid = unknown(store)
     release(store, fence)
-    before = escalations("claim")
+    before = escalations(store, "claim")
     clock.advance(TIMEOUT)
     refused = claim_result(store, "t1", principal="w2")
     assert refused.verdict.outcome is Outcome.NEEDS_APPROVAL and refused.fence is None
@@ -288,7 +288,7 @@ def test_a_claim_past_the_deadline_escalates_it_itself(
     assert store.tasks.get("t1").state is TaskState.NEEDS_APPROVAL
     (escalated,) = ops_of(store, etcd_client, "t1", Op.ESCALATE_RECONCILE)
     assert escalated.by == "w2"
-    assert escalations("claim") - before == 1
+    assert escalations(store, "claim") - before == 1
     assert len(ops_of(store, etcd_client, "t1", Op.CLAIM)) == 1
 
 
@@ -334,11 +334,11 @@ def test_a_cancelled_tasks_uncertain_effect_can_be_resolved_by_an_admin(
     assert store.effects.count_open() == 1
     # At the deadline the reconciliation of a cancelled task closes without a transition ...
     clock.advance(TIMEOUT)
-    before = escalations("sweeper")
+    before = escalations(store, "sweeper")
     assert store.reconcile.sweep() == 1
     assert store.tasks.get("t1").state is TaskState.CANCELLED
     assert ops_of(store, etcd_client, "t1", Op.ESCALATE_RECONCILE) == []
-    assert escalations("sweeper") == before
+    assert escalations(store, "sweeper") == before
     assert reconcile_keys(store, etcd_client) == []
     # ... and an admin settles the effect, so DrainStatus stops counting it.
     assert store.effects.count_open() == 1
@@ -369,12 +369,12 @@ def test_a_new_revision_is_not_held_up_by_the_old_revisions_reconciliation(
     assert prepare(store, fresh, principal="w2").action is EffectAction.EXECUTE
     release(store, fresh, principal="w2")
     # The old effect is still reconciled: at its deadline it closes, the task stays READY.
-    before = escalations("sweeper")
+    before = escalations(store, "sweeper")
     clock.advance(TIMEOUT)
     assert store.reconcile.sweep() == 1
     assert store.tasks.get("t1").state is TaskState.READY
     assert ops_of(store, etcd_client, "t1", Op.ESCALATE_RECONCILE) == []
-    assert escalations("sweeper") == before
+    assert escalations(store, "sweeper") == before
     old = store.effects.get(eid)
     assert (old.state, old.reconcile_open) == (EffectState.UNKNOWN, False)
     assert old.reconcile_escalated_at == clock.now()
@@ -390,7 +390,7 @@ def test_two_replicas_sweeping_at_once_escalate_each_task_exactly_once(
     for task_id in ids:
         fence, _ = unknown(one, task_id)
         release(one, fence)
-    before = escalations("sweeper")
+    before = escalations(one, "sweeper")
     clock.advance(TIMEOUT)
     barrier = threading.Barrier(2)
     done: dict[str, int] = {}
@@ -409,7 +409,7 @@ def test_two_replicas_sweeping_at_once_escalate_each_task_exactly_once(
         assert one.tasks.get(task_id).state is TaskState.NEEDS_APPROVAL
         assert len(ops_of(one, etcd_client, task_id, Op.ESCALATE_RECONCILE)) == 1
         assert [e.op for e in events(one, etcd_client, task_id)].count(Op.CLAIM) == 1
-    assert escalations("sweeper") - before == len(ids)
+    assert escalations(one, "sweeper") - before == len(ids)
     assert reconcile_keys(one, etcd_client) == []
 
 
@@ -433,7 +433,7 @@ def test_the_running_sweepers_of_two_replicas_escalate_once_and_only_once(
     for task_id in ids:
         fence, _ = unknown(replicas[0], task_id)
         release(replicas[0], fence)
-    before = escalations("sweeper")
+    before = escalations(replicas[0], "sweeper")
     clock.advance(TIMEOUT)
     eventually(
         lambda: all(replicas[1].tasks.get(t).state is TaskState.NEEDS_APPROVAL for t in ids),
@@ -445,4 +445,4 @@ def test_the_running_sweepers_of_two_replicas_escalate_once_and_only_once(
     eventually(lambda: all(s >= s0 + 3 for s, s0 in zip(sweeps, seen, strict=True)), timeout=10)
     for task_id in ids:
         assert len(ops_of(replicas[0], etcd_client, task_id, Op.ESCALATE_RECONCILE)) == 1
-    assert escalations("sweeper") - before == len(ids)
+    assert escalations(replicas[0], "sweeper") - before == len(ids)

@@ -15,6 +15,7 @@ from coordinator.clock import ManualClock
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.retention import RetentionPolicy
 from coordinator.etcd_process import EtcdProcess
+from coordinator.metrics import Metrics
 from coordinator.store import EtcdKV, Store
 from tests.store.support import LIMITS, NO_SCAN
 
@@ -37,7 +38,7 @@ def sink(tmp_path: Path) -> LocalSink:
 
 @pytest.fixture
 def make_store(
-    etcd: EtcdProcess, prefix: str, clock: ManualClock, sink: LocalSink
+    etcd: EtcdProcess, prefix: str, clock: ManualClock, sink: LocalSink, metrics: Metrics
 ) -> Iterator[Any]:
     """``make_store(*, archive=sink, retention=POLICY, reclaim=False)``: a started store whose
     pruner is not started (tests call ``run_pass``); several act as several replicas."""
@@ -58,6 +59,7 @@ def make_store(
             scan_interval=NO_SCAN,
             retention=retention,
             archive=archive,
+            metrics=metrics,
         )
         opened.append((store, kv))
         store.start(reclaim=reclaim)

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from coordinator import metrics
 from coordinator.archive import ArchiveError, latest_copies
 from coordinator.archive.local import LocalSink
 from coordinator.clock import ManualClock
@@ -80,8 +79,8 @@ def tombstone_keys(store: Store, etcd_client: Any, task_id: str) -> list[str]:
     ]
 
 
-def count(name: str, **labels: str) -> float:
-    return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+def count(store: Store, name: str, **labels: str) -> float:
+    return store.ctx.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
 def test_done_and_cancelled_tasks_are_removed_with_every_key_but_the_tombstone(
@@ -97,7 +96,7 @@ def test_done_and_cancelled_tasks_are_removed_with_every_key_but_the_tombstone(
     )
     create(store, "kept")  # READY: never pruned
     assert store.pruner is not None
-    before = count("coordinator_pruned_tasks_total")
+    before = count(store, "coordinator_pruned_tasks_total")
 
     clock.advance(RETENTION - 1)
     assert store.pruner.run_pass().pruned == 0  # not due yet
@@ -105,7 +104,7 @@ def test_done_and_cancelled_tasks_are_removed_with_every_key_but_the_tombstone(
     report = store.pruner.run_pass()
 
     assert (report.pruned, report.archived, report.lost) == (2, 2, 0)
-    assert count("coordinator_pruned_tasks_total") - before == 2
+    assert count(store, "coordinator_pruned_tasks_total") - before == 2
     for task_id in ("done", "cancelled"):
         left = keys_naming(store, etcd_client, task_id)
         assert left == tombstone_keys(store, etcd_client, task_id) and len(left) == 2, left
@@ -169,14 +168,16 @@ def test_review_needs_approval_and_uncertain_effects_are_never_pruned(
     create(store, "unknown")
     eid = effect(store, claim(store, "unknown"), "s", EffectState.UNKNOWN)
     store.tasks.cancel("unknown", by="pm", reason="stop")
-    deferred = count("coordinator_prune_deferred_total", reason="uncertain_effect")
+    deferred = count(store, "coordinator_prune_deferred_total", reason="uncertain_effect")
 
     clock.advance(10 * RETENTION)
     assert store.pruner is not None
     report = store.pruner.run_pass()
 
     assert (report.pruned, report.deferred) == (0, 1)
-    assert count("coordinator_prune_deferred_total", reason="uncertain_effect") - deferred == 1
+    assert (
+        count(store, "coordinator_prune_deferred_total", reason="uncertain_effect") - deferred == 1
+    )
     assert store.tasks.get("review").state is TaskState.REVIEW
     assert store.tasks.get("nr").state is TaskState.NEEDS_APPROVAL
     assert store.tasks.get("unknown").state is TaskState.CANCELLED
@@ -252,7 +253,7 @@ def test_a_sink_that_fails_prunes_nothing_and_is_counted_and_logged(
     finish(store, "t2")
     clock.advance(PAST)
     before_keys = snapshot(store, etcd_client)
-    failures = count("coordinator_archive_failures_total")
+    failures = count(store, "coordinator_archive_failures_total")
     assert store.pruner is not None
 
     with capture_logs() as logs:
@@ -260,7 +261,7 @@ def test_a_sink_that_fails_prunes_nothing_and_is_counted_and_logged(
 
     assert (report.pruned, report.archive_failed) == (0, True)
     assert snapshot(store, etcd_client) == before_keys
-    assert count("coordinator_archive_failures_total") - failures == 1
+    assert count(store, "coordinator_archive_failures_total") - failures == 1
     (line,) = [e for e in logs if e["event"] == "archive write failed; nothing pruned"]
     assert (line["log_level"], line["tasks"]) == ("error", 2) and "disk full" in line["error"]
 
@@ -347,7 +348,7 @@ def test_two_replicas_pruning_at_once_prune_each_task_once(
     for task_id in ids:
         finish(first, task_id)
     clock.advance(PAST)
-    before = count("coordinator_pruned_tasks_total")
+    before = count(first, "coordinator_pruned_tasks_total")
     reports: list[Any] = []
     errors: list[BaseException] = []
 
@@ -366,7 +367,7 @@ def test_two_replicas_pruning_at_once_prune_each_task_once(
 
     assert errors == []
     assert sum(r.pruned for r in reports) == 40
-    assert count("coordinator_pruned_tasks_total") - before == 40
+    assert count(first, "coordinator_pruned_tasks_total") - before == 40
     assert set(latest_copies(sink.read())) == set(ids)
     for task_id in ids:
         assert keys_naming(first, etcd_client, task_id) == tombstone_keys(

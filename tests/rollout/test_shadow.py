@@ -18,11 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 COMMAND = [sys.executable, "-c", "from coordinator.cli import main; main()"]
 
 
-def claim(ts: float, task: str, owner: str, expires_at: float) -> dict[str, Any]:
+def claim(ts: float | str, task: str, owner: str, expires_at: float | str) -> dict[str, Any]:
     return {"ts": ts, "task": task, "op": "claim", "owner": owner, "expires_at": expires_at}
 
 
-def commit(ts: float, task: str, owner: str, result: str) -> dict[str, Any]:
+def commit(ts: float | str, task: str, owner: str, result: str) -> dict[str, Any]:
     return {"ts": ts, "task": task, "op": "commit", "owner": owner, "result": result}
 
 

@@ -17,6 +17,7 @@ import pytest
 from coordinator import request_ids
 from coordinator.sdk import OutcomeUnknown, RetryPolicy, TransportError
 from coordinator.sdk.aio._rpc import AsyncRpc
+from tests.helpers import as_unary
 from tests.sdk.test_rpc import NOT_SENT, Scripted, _Failed
 
 QUICK = RetryPolicy(
@@ -37,7 +38,7 @@ def call(method: Scripted, **kwargs: Any) -> Any:
     async def run() -> Any:
         rpc = AsyncRpc("127.0.0.1:1", principal="w1", retry=QUICK)
         try:
-            return await rpc.call(awaitable, None, **kwargs)
+            return await rpc.call(as_unary(awaitable), None, **kwargs)
         finally:
             await rpc.close()
 

@@ -24,7 +24,7 @@ from coordinator.sdk import (
     LostReason,
     WorkerClient,
 )
-from coordinator.v1 import worker_pb2, worker_pb2_grpc
+from coordinator.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
 from tests.sdk.support import QUEUE, CallCounter, Served, served
@@ -330,7 +330,7 @@ def test_a_renewal_that_meets_its_own_commit_is_not_a_loss(
                 metadata=((PRINCIPAL_METADATA, "worker-a"),),
                 timeout=5,
             )
-        assert response.outcome == Outcome.COMMITTED
+        assert response.outcome == types_pb2.OUTCOME_COMMITTED
         renewals = job.renewals
         assert not job.wait_lost(job.ttl)  # the keepalive stopped quietly
         assert job.renewals == renewals

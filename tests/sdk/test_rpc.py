@@ -24,6 +24,7 @@ from coordinator.sdk import PRINCIPAL_METADATA, Job, OutcomeUnknown, RetryPolicy
 from coordinator.sdk._budget import MIN_TRY_TIMEOUT
 from coordinator.sdk._rpc import ATTEMPT_HINT, REPEAT_HINT, SDK_VERSION_METADATA, Rpc
 from coordinator.v1 import types_pb2, worker_pb2
+from tests.helpers import as_unary
 
 POLICY = RetryPolicy(
     timeout=timedelta(seconds=3),
@@ -110,7 +111,7 @@ def test_transport_failures_are_retried_with_backoff_from_the_first_try(
     rpc: Rpc, sleeps: list[float]
 ) -> None:
     method = Scripted(UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, UNAVAILABLE)
-    assert rpc.call(method, None, idempotency_key="k1") == "ok"
+    assert rpc.call(as_unary(method), None, idempotency_key="k1") == "ok"
     assert len(method.tries) == 4
     # initial, 2x, then capped at max_backoff; each plus up to one initial of jitter.
     assert len(sleeps) == 3
@@ -129,7 +130,7 @@ def test_transport_failures_are_retried_with_backoff_from_the_first_try(
 def test_tries_stop_at_the_policys_attempts(rpc: Rpc, sleeps: list[float]) -> None:
     method = Scripted(*[UNAVAILABLE] * 10)
     with pytest.raises(TransportError) as raised:
-        rpc.call(method, None)
+        rpc.call(as_unary(method), None)
     assert raised.value.code == "UNAVAILABLE"
     assert isinstance(raised.value.__cause__, _Failed)
     assert (len(method.tries), len(sleeps)) == (4, 3)
@@ -138,7 +139,7 @@ def test_tries_stop_at_the_policys_attempts(rpc: Rpc, sleeps: list[float]) -> No
 def test_without_retry_a_transport_failure_is_final(rpc: Rpc, sleeps: list[float]) -> None:
     method = Scripted(UNAVAILABLE)
     with pytest.raises(TransportError):
-        rpc.call(method, None, retry=False, timeout=0.5)
+        rpc.call(as_unary(method), None, retry=False, timeout=0.5)
     assert method.tries[0][0] == 0.5
     assert (len(method.tries), sleeps) == (1, [])
 
@@ -148,7 +149,7 @@ def test_one_attempt_means_no_retry(sleeps: list[float]) -> None:
     once = Rpc("127.0.0.1:1", principal="w1", retry=RetryPolicy(attempts=1))
     try:
         with pytest.raises(TransportError):
-            once.call(method, None)
+            once.call(as_unary(method), None)
     finally:
         once.close()
     assert (len(method.tries), sleeps) == (1, [])
@@ -157,14 +158,14 @@ def test_one_attempt_means_no_retry(sleeps: list[float]) -> None:
 def test_other_errors_are_mapped_and_never_retried(rpc: Rpc, sleeps: list[float]) -> None:
     method = Scripted(grpc.StatusCode.NOT_FOUND)
     with pytest.raises(NotFound, match="NOT_FOUND: scripted"):
-        rpc.call(method, None)
+        rpc.call(as_unary(method), None)
     assert (len(method.tries), sleeps) == (1, [])
 
 
 def test_a_retry_answered_with_another_error_is_final(rpc: Rpc, sleeps: list[float]) -> None:
     method = Scripted(UNAVAILABLE, grpc.StatusCode.PERMISSION_DENIED)
     with pytest.raises(PermissionDenied, match="PERMISSION_DENIED: scripted"):
-        rpc.call(method, None)
+        rpc.call(as_unary(method), None)
     assert (len(method.tries), len(sleeps)) == (2, 1)
 
 
@@ -188,7 +189,7 @@ def test_the_budget_not_a_count_bounds_the_retries(clock: Clock) -> None:
     method = Scripted(*[UNAVAILABLE] * 100, clock=clock)
     try:
         with pytest.raises(OutcomeUnknown) as raised:
-            rpc.call(method, None)
+            rpc.call(as_unary(method), None)
     finally:
         rpc.close()
     # Tries go on for the whole budget (the old count of 5 ended after about a second)...
@@ -207,7 +208,7 @@ def test_a_call_behind_a_fence_stops_when_the_lease_ends(clock: Clock) -> None:
     method = Scripted(*[grpc.StatusCode.DEADLINE_EXCEEDED] * 100, clock=clock)
     try:
         with pytest.raises(OutcomeUnknown) as raised:
-            rpc.call(method, None, lease_left=timedelta(seconds=1))
+            rpc.call(as_unary(method), None, lease_left=timedelta(seconds=1))
     finally:
         rpc.close()
     assert len(method.tries) > 2
@@ -223,7 +224,7 @@ def test_a_retry_gets_at_most_what_is_left_of_the_window(clock: Clock) -> None:
     method = Scripted(*[UNAVAILABLE] * 100, clock=clock)
     try:
         with pytest.raises(OutcomeUnknown):
-            rpc.call(method, None)
+            rpc.call(as_unary(method), None)
     finally:
         rpc.close()
     timeouts = [timeout for timeout, _ in method.tries]
@@ -238,12 +239,12 @@ def test_a_call_no_try_of_which_left_is_a_plain_transport_error(clock: Clock) ->
     once = Scripted(UNAVAILABLE, *[_Failed(UNAVAILABLE, NOT_SENT)] * 100, clock=clock)
     try:
         with pytest.raises(TransportError) as nothing_sent:
-            rpc.call(never, None)
+            rpc.call(as_unary(never), None)
         # One try that may have landed makes the whole call's outcome unknown.
         with pytest.raises(OutcomeUnknown):
-            rpc.call(once, None)
+            rpc.call(as_unary(once), None)
         with pytest.raises(TransportError) as refused_once:
-            rpc.call(Scripted(_Failed(UNAVAILABLE, NOT_SENT)), None, retry=False)
+            rpc.call(as_unary(Scripted(_Failed(UNAVAILABLE, NOT_SENT))), None, retry=False)
     finally:
         rpc.close()
     assert type(nothing_sent.value) is TransportError
@@ -255,7 +256,7 @@ def test_a_call_no_try_of_which_left_is_a_plain_transport_error(clock: Clock) ->
 def test_an_unknown_outcome_without_retries_says_so_too(rpc: Rpc, sleeps: list[float]) -> None:
     method = Scripted(UNAVAILABLE)
     with pytest.raises(OutcomeUnknown, match="outcome unknown, not failed; claim again"):
-        rpc.call(method, None, retry=False, hint="claim again")
+        rpc.call(as_unary(method), None, retry=False, hint="claim again")
     assert (len(method.tries), sleeps) == (1, [])
 
 
@@ -308,9 +309,9 @@ def test_a_replica_at_its_concurrency_bound_is_retried_and_never_an_unknown_outc
     burst = Scripted(exhausted, exhausted, clock=clock)
     always = Scripted(*[exhausted] * 100, clock=clock)
     try:
-        assert rpc.call(burst, None) == "ok"
+        assert rpc.call(as_unary(burst), None) == "ok"
         with pytest.raises(TransportError) as refused:
-            rpc.call(always, None)
+            rpc.call(as_unary(always), None)
     finally:
         rpc.close()
     assert len(burst.tries) == 3

@@ -9,6 +9,7 @@ keys under the test's prefix and their highest mod_revision are unchanged.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import grpc
@@ -26,15 +27,19 @@ from coordinator.v1 import (
     worker_pb2,
     worker_pb2_grpc,
 )
+from tests import helpers
+from tests.helpers import Probe
 
 Claim = worker_pb2.ClaimResponse
-Probe = Callable[[], tuple[int, int]]
 Call = Callable[..., Any]
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
 PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION
 WORKER_A = (("x-coordinator-principal", "worker-a"),)
+
+# Every bad request is sent as the claim's holder, so the one bad field is all that is wrong.
+refused = partial(helpers.refused, metadata=WORKER_A)
 
 RESULT = b"a result"
 LONG_ID = "t" * 129
@@ -44,16 +49,6 @@ BIG_INPUT = b"i" * (MAX_INPUT_BYTES + 1)
 OTHER = digest_of(b"something else")
 REF = "s3://bucket/result.json"
 SAME_INPUT = b"<the claimed task's current input>"  # replaced by it in test_update_input
-
-
-def refused(call: Call, request: Message, code: grpc.StatusCode, named: str, probe: Probe) -> None:
-    """``call(request)`` fails with ``code``, its message contains ``named``, etcd is untouched."""
-    before = probe()
-    with pytest.raises(grpc.RpcError) as info:
-        call(request, metadata=WORKER_A)
-    assert info.value.code() == code, info.value.details()
-    assert named in str(info.value.details())
-    assert probe() == before
 
 
 def fence(claim: Claim, **changes: Any) -> types_pb2.Fence:

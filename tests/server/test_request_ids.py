@@ -14,6 +14,7 @@ from coordinator.domain.states import Op
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import Job, RetryPolicy, TransportError
 from coordinator.sdk._rpc import Rpc
+from tests.helpers import as_unary
 from tests.sdk.support import QUEUE, served
 from tests.store.support import events
 
@@ -38,9 +39,9 @@ def test_one_id_per_logical_call_the_same_on_every_retry() -> None:
     try:
         for _ in range(2):
             with pytest.raises(TransportError):
-                rpc.call(method, None)
+                rpc.call(as_unary(method), None)
         with request_ids.bound("chosen-1"), pytest.raises(TransportError):
-            rpc.call(method, None)
+            rpc.call(as_unary(method), None)
     finally:
         rpc.close()
     assert len(sent) == 9

@@ -20,7 +20,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator.domain.digests import digest_of
 from coordinator.domain.stream_limits import StreamLimits
-from coordinator.metrics import REGISTRY
 from coordinator.server import build_server
 from coordinator.server.auth import Authenticator
 from coordinator.store import Store
@@ -34,7 +33,7 @@ from coordinator.v1 import (
     worker_pb2_grpc,
 )
 from tests.conftest import GRPC_OPTIONS
-from tests.helpers import eventually
+from tests.helpers import cancel, eventually, next_of
 from tests.lifecycle.support import create, who
 
 FOLLOW = tasks_pb2.WatchEventsRequest(follow=True)
@@ -47,7 +46,7 @@ Serve = Callable[..., grpc.Channel]
 def serve(store: Store) -> Iterator[Serve]:
     """Start a server with the given stream limits; returns a channel to it. The open-streams
     gauge is the process's: teardown waits until this test's streams left it."""
-    baseline = _open_gauge()
+    baseline = _open_gauge(store)
     stack: list[tuple[grpc.Server, grpc.Channel]] = []
 
     def start(
@@ -69,18 +68,18 @@ def serve(store: Store) -> Iterator[Serve]:
     for server, channel in reversed(stack):
         channel.close()
         server.stop(grace=None).wait()
-    eventually(lambda: _open_gauge() == baseline, message="streams still counted after stop")
+    eventually(lambda: _open_gauge(store) == baseline, message="streams still counted after stop")
 
 
-def _open_gauge() -> float:
-    return REGISTRY.get_sample_value("coordinator_streams_open") or 0.0
+def _open_gauge(store: Store) -> float:
+    return store.ctx.metrics.registry.get_sample_value("coordinator_streams_open") or 0.0
 
 
 @dataclass
 class Opened:
     """Streams one principal tried to open: those admitted, and the refusals' (code, text)."""
 
-    admitted: list[grpc.Future] = field(default_factory=list)  # type: ignore[type-arg]
+    admitted: list[grpc.CallIterator[tasks_pb2.TaskEvent]] = field(default_factory=list)
     refused: list[tuple[grpc.StatusCode, str]] = field(default_factory=list)
 
 
@@ -91,9 +90,9 @@ def _open(tasks: tasks_pb2_grpc.TaskServiceStub, principal: str, count: int) -> 
     for _ in range(count):
         call = tasks.WatchEvents(FOLLOW, metadata=who(principal))
         try:
-            next(call)
+            next_of(call)
         except grpc.RpcError as exc:
-            opened.refused.append((exc.code(), exc.details()))
+            opened.refused.append((exc.code(), exc.details() or ""))
         else:
             opened.admitted.append(call)
     return opened
@@ -161,14 +160,14 @@ SERVER_FULL = "its limit (max_streams)"
 
 
 def test_streams_past_their_caps_are_refused_and_unary_calls_keep_answering(
-    serve: Serve,
+    serve: Serve, store: Store
 ) -> None:
     # 8 threads for unary calls + 24 for streams = 32, the pool the issue was reported on; 400
     # streams are tried, far past it.
     channel = serve(StreamLimits(max_streams=24, max_per_principal=6), max_workers=8)
     fence = _claim(channel)
     tasks = tasks_pb2_grpc.TaskServiceStub(channel)
-    before = _open_gauge()
+    before = _open_gauge(store)
     with Probe(channel, fence) as probe:
         greedy = _open(tasks, "greedy", 200)
         # 20 others, 10 streams each: the first ones reach their own cap, then the replica's.
@@ -191,18 +190,18 @@ def test_streams_past_their_caps_are_refused_and_unary_calls_keep_answering(
         by_server = [text for _, text in refusals if SERVER_FULL in text]
         assert (len(by_cap), len(by_server)) == (194 + 3 * 4, 17 * 10)
         assert "principal 'greedy' already holds 6 open streams" in greedy.refused[0][1]
-        assert _open_gauge() - before == 24
+        assert _open_gauge(store) - before == 24
 
         # Closing streams frees their slots: greedy may open 6 again, and not a 7th.
         for opened in (greedy, *others.values()):
             for call in opened.admitted:
-                call.cancel()
-        eventually(lambda: _open_gauge() == before, message="closed streams kept their slots")
+                cancel(call)
+        eventually(lambda: _open_gauge(store) == before, message="closed streams kept their slots")
         again = _open(tasks, "greedy", 7)
         assert (len(again.admitted), len(again.refused)) == (6, 1)
         eventually(lambda: probe.answered > answered_while_full)
         for call in again.admitted:
-            call.cancel()
+            cancel(call)
     assert probe.failures == []
 
 
@@ -211,16 +210,16 @@ def test_a_stream_past_its_max_age_ends_unavailable_naming_the_setting(
 ) -> None:
     channel = serve(StreamLimits(max_age=1.0))
     create(store, "t-1")
-    before = _open_gauge()
+    before = _open_gauge(store)
     call = tasks_pb2_grpc.TaskServiceStub(channel).WatchEvents(FOLLOW, metadata=PM, timeout=30)
-    assert next(call).task_id == "t-1"
+    assert next_of(call).task_id == "t-1"
     with pytest.raises(grpc.RpcError) as info:
-        next(call)  # nothing more happens: the server ends the stream at its age
+        next_of(call)  # nothing more happens: the server ends the stream at its age
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # what clients retry
     assert info.value.details() == (
         "stream reached its maximum age (1 s, max_stream_age); resume from your last position"
     )
-    eventually(lambda: _open_gauge() == before, message="the ended stream kept its slot")
+    eventually(lambda: _open_gauge(store) == before, message="the ended stream kept its slot")
 
 
 def test_events_follow_resumes_after_max_age_without_repeating_an_event(
@@ -258,17 +257,17 @@ def test_events_follow_resumes_after_max_age_without_repeating_an_event(
         process.wait(timeout=10)
 
 
-def test_a_stream_that_never_checks_is_cancelled_after_its_age(serve: Serve) -> None:
+def test_a_stream_that_never_checks_is_cancelled_after_its_age(serve: Serve, store: Store) -> None:
     # gRPC's health Watch never asks whether to go on: the sweep cancels it.
     channel = serve(StreamLimits(max_age=1.0, sweep_interval=0.1, stuck_grace=0.2))
-    before = _open_gauge()
+    before = _open_gauge(store)
     call = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=30)
-    assert next(call).status == health_pb2.HealthCheckResponse.SERVING
+    assert next_of(call).status == health_pb2.HealthCheckResponse.SERVING
     with pytest.raises(grpc.RpcError) as info:
         for _ in call:  # a status every health interval, until the cancel
             pass
     assert info.value.code() == grpc.StatusCode.CANCELLED
-    eventually(lambda: _open_gauge() == before, message="the cancelled stream kept its slot")
+    eventually(lambda: _open_gauge(store) == before, message="the cancelled stream kept its slot")
 
 
 def test_unauthenticated_streams_share_one_principal_cap(serve: Serve, store: Store) -> None:
@@ -278,19 +277,19 @@ def test_unauthenticated_streams_share_one_principal_cap(serve: Serve, store: St
     try:
         for _ in range(2):
             calls.append(health.Watch(health_pb2.HealthCheckRequest(), timeout=30))
-            assert next(calls[-1]).status == health_pb2.HealthCheckResponse.SERVING
+            assert next_of(calls[-1]).status == health_pb2.HealthCheckResponse.SERVING
         calls.append(health.Watch(health_pb2.HealthCheckRequest(), timeout=30))
         with pytest.raises(grpc.RpcError) as info:
-            next(calls[-1])
+            next_of(calls[-1])
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert info.value.details().startswith(
+        assert (info.value.details() or "").startswith(
             "unauthenticated callers (who share one count) already hold 2 open streams"
         )
         # A principal of its own still opens one.
         stream = tasks_pb2_grpc.TaskServiceStub(channel).WatchEvents(FOLLOW, metadata=PM)
         create(store, "t-1")
-        assert next(stream).task_id == "t-1"
-        stream.cancel()
+        assert next_of(stream).task_id == "t-1"
+        cancel(stream)
     finally:
         for call in calls:
-            call.cancel()
+            cancel(call)

@@ -16,6 +16,7 @@ from coordinator.clock import ManualClock
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.keys import Keyspace
 from coordinator.etcd_process import EtcdProcess
+from coordinator.metrics import Metrics
 from coordinator.store import EtcdKV, Store
 from tests.store.support import LIMITS, NO_SCAN, StoreFactory
 
@@ -27,7 +28,9 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def make_store(etcd: EtcdProcess, prefix: str, clock: ManualClock) -> Iterator[StoreFactory]:
+def make_store(
+    etcd: EtcdProcess, prefix: str, clock: ManualClock, metrics: Metrics
+) -> Iterator[StoreFactory]:
     """Open and start stores on this test's prefix; every one is closed after the test.
 
     Keyword arguments: ``limits``, ``reclaim`` (start the reclaimer), ``scan_interval``.
@@ -49,6 +52,7 @@ def make_store(etcd: EtcdProcess, prefix: str, clock: ManualClock) -> Iterator[S
             limits=limits,
             clock=kwargs.pop("clock", clock),
             scan_interval=scan_interval,
+            metrics=metrics,
         )
         opened.append((store, kv))
         store.start(reclaim=reclaim)

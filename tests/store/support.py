@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from coordinator.domain.decisions import ClaimLimits, Fence
@@ -124,7 +124,7 @@ def wait_claim_gone(store: Store, etcd_client: Any, task_id: str) -> None:
     )
 
 
-def in_one_revision(store: Store, actions: list[Callable[[], object]]) -> None:
+def in_one_revision(store: Store, actions: Sequence[Callable[[], object]]) -> None:
     """Run ``actions`` (each a single-txn store call) so that their txns share one etcd
     revision, as group commit makes concurrent calls of one replica do under load: the store's
     batcher is swapped for one whose first round trip (a blocker) is held while they queue."""

@@ -160,7 +160,7 @@ def test_the_adapter_batches_by_default(kv: EtcdKV, prefix: str) -> None:
         calls.append(1)
         return send(request)
 
-    kv._batcher._send = counted  # type: ignore[method-assign]
+    kv._batcher._send = counted
     barrier = threading.Barrier(16)
 
     def work(i: int) -> None:

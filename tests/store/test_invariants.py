@@ -76,51 +76,63 @@ class Run:
 
     def apply(self, op: tuple[str, int, str, int, bytes]) -> None:
         kind, number, worker, pick, result = op
-        store, task_id = self.store, f"t{number}"
+        task_id = f"t{number}"
         if kind in ("claim", "claim_next"):
-            if kind == "claim":
-                claimed = store.claims.claim(task_id, principal=worker, epoch=self.epoch, ttl=30)
-            else:
-                claimed = store.claims.claim_next(
-                    "default", principal=worker, epoch=self.epoch, ttl=30
-                )
-            assert (claimed.fence is not None) == (claimed.verdict.outcome is Outcome.CLAIMED)
-            if claimed.fence is not None:
-                self.fences[claimed.fence.task_id].insert(0, claimed.fence)
+            self._claim(kind, task_id, worker)
         elif kind in ("release", "commit", "renew"):
-            fences = self.fences[task_id]
-            if not fences:
-                return
-            fence = fences[min(pick, len(fences) - 1)]
-            owner = self._owner(fence)
-            if kind == "release":
-                store.acceptance.release(fence, principal=owner, reason="")
-            elif kind == "renew":
-                store.acceptance.renew(fence, principal=owner, progress="p")
-            else:
-                self._commit(fence, owner, result)
+            self._held(kind, task_id, pick, result)
         elif kind == "cancel":
-            try:
-                store.tasks.cancel(task_id, by="pm", reason="")
-            except FailedPrecondition:
-                assert store.tasks.get(task_id).state is TaskState.DONE
+            self._cancel(task_id)
         elif kind == "update":
-            self.inputs += 1
-            data = f"input {self.inputs}".encode()
-            try:
-                store.tasks.update_input(
-                    task_id, data=data, input_digest=digest_of(data), expected_revision=0, by="pm"
-                )
-            except FailedPrecondition:
-                assert store.tasks.get(task_id).state in (TaskState.DONE, TaskState.CANCELLED)
+            self._update(task_id)
         elif kind == "expire":
             _, meta = self.raw.get(self.keys.claim(task_id))
             if meta is not None:
                 self.raw.revoke_lease(meta.lease_id)
         elif kind == "scan":
-            store.reclaimer.scan()
+            self.store.reclaimer.scan()
         else:
-            self.epoch = store.admin.bump_epoch()
+            self.epoch = self.store.admin.bump_epoch()
+
+    def _claim(self, kind: str, task_id: str, worker: str) -> None:
+        claims = self.store.claims
+        if kind == "claim":
+            claimed = claims.claim(task_id, principal=worker, epoch=self.epoch, ttl=30)
+        else:
+            claimed = claims.claim_next("default", principal=worker, epoch=self.epoch, ttl=30)
+        assert (claimed.fence is not None) == (claimed.verdict.outcome is Outcome.CLAIMED)
+        if claimed.fence is not None:
+            self.fences[claimed.fence.task_id].insert(0, claimed.fence)
+
+    def _held(self, kind: str, task_id: str, pick: int, result: bytes) -> None:
+        """Release, renew or commit with one of the fences the task was ever claimed with."""
+        fences = self.fences[task_id]
+        if not fences:
+            return
+        fence = fences[min(pick, len(fences) - 1)]
+        owner = self._owner(fence)
+        if kind == "release":
+            self.store.acceptance.release(fence, principal=owner, reason="")
+        elif kind == "renew":
+            self.store.acceptance.renew(fence, principal=owner, progress="p")
+        else:
+            self._commit(fence, owner, result)
+
+    def _cancel(self, task_id: str) -> None:
+        try:
+            self.store.tasks.cancel(task_id, by="pm", reason="")
+        except FailedPrecondition:
+            assert self.store.tasks.get(task_id).state is TaskState.DONE
+
+    def _update(self, task_id: str) -> None:
+        self.inputs += 1
+        data = f"input {self.inputs}".encode()
+        try:
+            self.store.tasks.update_input(
+                task_id, data=data, input_digest=digest_of(data), expected_revision=0, by="pm"
+            )
+        except FailedPrecondition:
+            assert self.store.tasks.get(task_id).state in (TaskState.DONE, TaskState.CANCELLED)
 
     def _owner(self, fence: Fence) -> str:
         (attempt,) = [

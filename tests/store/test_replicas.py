@@ -8,7 +8,6 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from helpers import eventually
 
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.digests import digest_of
@@ -18,6 +17,7 @@ from coordinator.domain.states import Op, Outcome, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import EtcdKV, Store, TaskSpec
 from coordinator.store.context import attempt_from_kv
+from tests.helpers import eventually
 
 REPLICAS = 3
 

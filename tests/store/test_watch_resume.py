@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import eventually
-
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import EtcdKV, Store, TaskSpec
+from tests.helpers import eventually
 
 
 def test_ready_index_and_reclaimer_follow_across_an_etcd_restart(tmp_path: Path) -> None:

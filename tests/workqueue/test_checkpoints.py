@@ -48,7 +48,11 @@ def test_a_takeover_receives_the_previous_attempts_checkpoint(
     store.ctx.kv.revoke(store.tasks.get("t-1").lease_id)  # the holder's lease expires
     claim = worker_pb2.ClaimRequest(task_id="t-1", scheduler_epoch=1, ttl_seconds=30)
     taken = eventually(
-        lambda: (r := worker.Claim(claim, metadata=B)).outcome == types_pb2.OUTCOME_CLAIMED and r
+        lambda: (
+            r
+            if (r := worker.Claim(claim, metadata=B)).outcome == types_pb2.OUTCOME_CLAIMED
+            else None
+        )
     )
     assert taken.checkpoint == b"step-3"
     # A third attempt still finds it though the second never checkpointed.

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
+from functools import partial
+from typing import Any
 
 import grpc
 import pytest
@@ -27,7 +29,11 @@ def _who(name: str) -> tuple[tuple[str, str], ...]:
     return ((PRINCIPAL_METADATA_KEY, name),)
 
 
-def _poll(wait: float, **fields: object) -> worker_pb2.ClaimNextRequest:
+def _waiting(store: Store, count: int) -> bool:
+    return store.long_poll.waiting() == count
+
+
+def _poll(wait: float, **fields: Any) -> worker_pb2.ClaimNextRequest:
     return worker_pb2.ClaimNextRequest(
         scheduler_epoch=1, ttl_seconds=30, wait_seconds=wait, **fields
     )
@@ -77,7 +83,7 @@ def test_n_waiters_and_one_task_make_one_winner_in_arrival_order(
     polls = []
     for n in range(5):  # each one waiting before the next arrives: their arrival order
         polls.append(pool.submit(worker.ClaimNext, _poll(3), metadata=_who(f"w{n}"), timeout=30))
-        eventually(lambda n=n: store.long_poll.waiting() == n + 1, message=f"w{n} not waiting")
+        eventually(partial(_waiting, store, n + 1), message=f"w{n} not waiting")
     tasks.CreateTask(tasks_pb2.CreateTaskRequest(task_id="only"))
     answers = [p.result(timeout=25) for p in polls]
     outcomes = [a.outcome for a in answers]
@@ -96,7 +102,7 @@ def test_waiters_are_served_in_arrival_order(
     polls = []
     for n in range(3):
         polls.append(pool.submit(worker.ClaimNext, _poll(15), metadata=_who(f"w{n}"), timeout=30))
-        eventually(lambda n=n: store.long_poll.waiting() == n + 1, message=f"w{n} not waiting")
+        eventually(partial(_waiting, store, n + 1), message=f"w{n} not waiting")
     for n in range(3):
         tasks.CreateTask(tasks_pb2.CreateTaskRequest(task_id=f"t{n}"))
         answer = polls[n].result(timeout=25)  # the oldest waiter gets each new task
@@ -168,7 +174,7 @@ def test_a_winner_hands_the_turn_on_so_a_backlog_is_not_left_waiting(
     # a waiter ahead that never tries, so only a hand-over (not a turn at the head) wakes B.
     for n in range(2):
         store.tasks.create(TaskSpec(task_id=f"t{n}"), by="pm")
-    waiters = ReadyWaiters(4)
+    waiters = ReadyWaiters(4, store.ctx.metrics)
     poll = LongPoll(store.claims, waiters)
 
     def claim(who: str) -> ClaimResult:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from coordinator import metrics
 from coordinator.clock import ManualClock
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.records import EventRecord, decode
@@ -43,9 +42,10 @@ def _state(store: Store, task_id: str, *states: TaskState) -> TaskState:
     return state
 
 
-def _dead_letters(queue: str, reason: str) -> float:
+def _dead_letters(store: Store, queue: str, reason: str) -> float:
     labels = {"queue": queue, "reason": reason}
-    return metrics.REGISTRY.get_sample_value("coordinator_tasks_dead_lettered_total", labels) or 0
+    registry = store.ctx.metrics.registry
+    return registry.get_sample_value("coordinator_tasks_dead_lettered_total", labels) or 0
 
 
 def test_a_poison_task_reaches_failed_after_exactly_max_attempts_each_after_its_backoff(
@@ -53,7 +53,6 @@ def test_a_poison_task_reaches_failed_after_exactly_max_attempts_each_after_its_
 ) -> None:
     store = make_store()
     _create(store, "poison", ("max_attempts", 3), *BACKOFF)
-    before = _dead_letters("default", "exhausted")
     ended_at = 0.0
     for number, wait in ((1, 10.0), (2, 20.0), (3, 0.0)):
         fence = claim(store, "poison")
@@ -92,7 +91,7 @@ def test_a_poison_task_reaches_failed_after_exactly_max_attempts_each_after_its_
     ]
     last = _events(store, etcd_client, "poison")[-1]
     assert last.detail == "all 3 attempts used; last error: lease expired"
-    assert _dead_letters("default", "exhausted") == before + 1
+    assert _dead_letters(store, "default", "exhausted") == 1
     assert claim_result(store, "poison").verdict.outcome is Outcome.NOT_CLAIMABLE
 
 

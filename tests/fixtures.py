@@ -1,20 +1,28 @@
-"""Server fixtures: a real store on the session etcd, served over a real gRPC channel.
+"""The server fixtures every directory shares (a pytest plugin, loaded by tests/conftest.py):
+a started store on this test's own key prefix counting on its own metrics registry, a real
+gRPC server over it, a channel, the three
+stubs, a probe of the keyspace, and a claimed task.
 
-Each test gets its own key prefix (``prefix``), so its store, server and keyspace are its own.
+A directory that needs another store (a ManualClock, scans off, several replicas) or another
+server (tokens, TLS) overrides ``store`` or ``server`` in its conftest; everything built on them
+follows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
 import pytest
+from prometheus_client import CollectorRegistry
 
 from coordinator.domain.digests import digest_of
+from coordinator.domain.keys import Keyspace
 from coordinator.etcd_process import EtcdProcess
+from coordinator.metrics import Metrics
 from coordinator.server import PRINCIPAL_METADATA_KEY, build_server
-from coordinator.store import EtcdKV, Keyspace, Store
+from coordinator.store import EtcdKV, Store
 from coordinator.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -25,13 +33,24 @@ from coordinator.v1 import (
     worker_pb2_grpc,
 )
 from tests.conftest import GRPC_OPTIONS
+from tests.helpers import Probe
+
+INPUT = b'{"prompt": "summarise the design"}'
+"""The input of the ``claimed`` task."""
 
 
 @pytest.fixture
-def store(etcd: EtcdProcess, prefix: str) -> Iterator[Store]:
+def metrics() -> Metrics:
+    """This test's own metrics (a fresh registry): what it counts is exactly what it did,
+    never a delta of the process-wide registry."""
+    return Metrics(CollectorRegistry(auto_describe=True))
+
+
+@pytest.fixture
+def store(etcd: EtcdProcess, prefix: str, metrics: Metrics) -> Iterator[Store]:
     """A started store over the session etcd, in this test's own keyspace."""
     kv = EtcdKV.connect([etcd.endpoint], timeout=5.0)
-    store = Store.open(kv, keys=Keyspace(prefix), scan_interval=1.0)
+    store = Store.open(kv, keys=Keyspace(prefix), scan_interval=1.0, metrics=metrics)
     store.start()
     try:
         yield store
@@ -42,8 +61,9 @@ def store(etcd: EtcdProcess, prefix: str) -> Iterator[Store]:
 
 @pytest.fixture
 def server(store: Store) -> Iterator[str]:
-    """A server for ``store`` on a free loopback port; yields its ``host:port``."""
-    srv, port = build_server(store, listen="127.0.0.1:0", max_workers=8, health_interval=0.2)
+    """A server for ``store`` on a free loopback port (insecure mode: callers name
+    themselves); yields its ``host:port``."""
+    srv, port = build_server(store, listen="127.0.0.1:0", max_workers=16, health_interval=0.2)
     try:
         yield f"127.0.0.1:{port}"
     finally:
@@ -52,7 +72,7 @@ def server(store: Store) -> Iterator[str]:
 
 @pytest.fixture
 def channel(server: str) -> Iterator[grpc.Channel]:
-    """An insecure channel to ``server``."""
+    """A plaintext channel to ``server``."""
     with grpc.insecure_channel(server, options=GRPC_OPTIONS) as chan:
         yield chan
 
@@ -76,7 +96,7 @@ def admin(channel: grpc.Channel) -> admin_pb2_grpc.AdminServiceStub:
 
 
 @pytest.fixture
-def keyspace(etcd_client: Any, prefix: str) -> Callable[[], tuple[int, int]]:
+def keyspace(etcd_client: Any, prefix: str) -> Probe:
     """A probe of this test's keyspace: (number of keys, highest mod_revision) under prefix."""
 
     def probe() -> tuple[int, int]:
@@ -84,9 +104,6 @@ def keyspace(etcd_client: Any, prefix: str) -> Callable[[], tuple[int, int]]:
         return len(metas), max((m.mod_revision for m in metas), default=0)
 
     return probe
-
-
-INPUT = b'{"prompt": "summarise the design"}'
 
 
 @pytest.fixture
