@@ -23,8 +23,9 @@ from coordinator.domain.states import (
     Op,
     TaskState,
 )
-from coordinator.store.context import StoreContext, attempt_from_kv, task_from_kv
-from coordinator.store.etcd import RequestOp, delete, get, put
+from coordinator.store.context import StoreContext, attempt_from_kv
+from coordinator.store.due_index import due_pass
+from coordinator.store.etcd import RequestOp, delete, put
 from coordinator.store.transition import transition, transition_ops
 
 log = structlog.get_logger(__name__)
@@ -46,24 +47,11 @@ class Deadlines:
         ctx, keys = self._ctx, self._ctx.keys
         now = ctx.clock.now()
         start, end = keys.deadlines_prefix, keys.deadlines_due_end(now)
-        moved = 0
-        while True:
-            page, _ = ctx.kv.range_page(start, end, limit=_PAGE, keys_only=True)
-            if page:
-                moved += self._time_out([kv.key.rsplit("/", 1)[1] for kv in page], now)
-            if len(page) < _PAGE:
-                return moved
-            start = page[-1].key + "\0"
+        return due_pass(ctx, start, end, lambda tasks: self._time_out(tasks, now), page=_PAGE)
 
-    def _time_out(self, task_ids: list[str], now: float) -> int:
-        ctx, keys = self._ctx, self._ctx.keys
-        snap = ctx.kv.read(*(get(keys.task(t)) for t in task_ids))
+    def _time_out(self, tasks: list[TaskRecord], now: float) -> int:
         moved = 0
-        for index in range(len(task_ids)):
-            kv = snap.range_one(index)
-            if kv is None:
-                continue
-            task = task_from_kv(kv)
+        for task in tasks:
             if task.state not in UNCOMMITTED_STATES or not task.deadline or task.deadline > now:
                 continue  # moved on meanwhile, or not quite due: the next pass
             if self._write(task, now):

@@ -14,10 +14,11 @@ import threading
 
 import structlog
 
+from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import Op, TaskState
-from coordinator.store.context import StoreContext, task_from_kv
+from coordinator.store.context import StoreContext
 from coordinator.store.deadlines import Deadlines
-from coordinator.store.etcd import get
+from coordinator.store.due_index import due_pass
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
 
@@ -59,24 +60,12 @@ class Promoter:
         ctx, keys = self._ctx, self._ctx.keys
         now = ctx.clock.now()
         start, end = keys.delayed_prefix, keys.delayed_due_end(now)
-        moved = 0
-        while True:
-            page, _ = ctx.kv.range_page(start, end, limit=_PAGE, keys_only=True)
-            if page:
-                moved += self._promote([kv.key.rsplit("/", 1)[1] for kv in page], now)
-            if len(page) < _PAGE:
-                return moved
-            start = page[-1].key + "\0"
+        return due_pass(ctx, start, end, lambda tasks: self._promote(tasks, now), page=_PAGE)
 
-    def _promote(self, task_ids: list[str], now: float) -> int:
+    def _promote(self, tasks: list[TaskRecord], now: float) -> int:
         ctx, keys = self._ctx, self._ctx.keys
-        snap = ctx.kv.read(*(get(keys.task(t)) for t in task_ids))
         moved = 0
-        for index in range(len(task_ids)):
-            kv = snap.range_one(index)
-            if kv is None:
-                continue
-            task = task_from_kv(kv)
+        for task in tasks:
             if task.state is not TaskState.DELAYED or task.not_before > now:
                 continue  # a stale key (doctor's) or not quite due: the next pass
             after = transition(task, Op.PROMOTE, now)
