@@ -29,7 +29,7 @@ from coordinator.domain.records import (
     decode,
     encode,
 )
-from coordinator.domain.retry import AttemptEnded, decide_after
+from coordinator.domain.retry import AttemptEnded
 from coordinator.domain.states import AttemptEnd, FenceReason, Op, Outcome
 from coordinator.errors import NotFound
 from coordinator.metrics import AcceptancePoint
@@ -53,7 +53,7 @@ from coordinator.store.etcd import (
 from coordinator.store.fence import fence_compares
 from coordinator.store.held import HeldClaims
 from coordinator.store.ready_index import ReadyIndex
-from coordinator.store.requeue import settled
+from coordinator.store.requeue import ending_txn, settled
 from coordinator.store.transition import transition, transition_ops
 from coordinator.store.types import CommitResult, RenewResult, StageOutcome
 
@@ -327,7 +327,7 @@ class AcceptancePoints:
     def release(self, fence: Fence, *, principal: str, reason: str) -> Verdict:
         """Give the task back, the attempt recorded as RELEASED; the task's retry policy counts
         it and decides: READY again, DELAYED for a backoff, or FAILED."""
-        ctx, keys = self._ctx, self._ctx.keys
+        ctx = self._ctx
         self._held.take(fence)  # a released claim never commits
         view = self.view(fence)
         check_owner(view, fence, principal)
@@ -336,34 +336,10 @@ class AcceptancePoints:
             return verdict
         task, now = view.task, ctx.clock.now()
         ended = AttemptEnded(AttemptEnd.RELEASED, f"released: {reason}" if reason else "released")
-        retry = decide_after(task, ended, now, at_once=Op.RELEASE)
-        after = transition(
-            task,
-            retry.op,
-            now,
-            claim_generation=fence.claim_generation,
-            lease_id=0,
-            **retry.changes(ended),
+        closed = self._closed(view, AttemptEnd.RELEASED, now)
+        after, compares, ops = ending_txn(
+            ctx, view, fence, ended, closed, at_once=Op.RELEASE, by=principal, now=now
         )
-        compares, ops = transition_ops(
-            ctx,
-            task,
-            after,
-            retry.op,
-            by=principal,
-            attempt_id=fence.attempt_id,
-            generation=fence.claim_generation,
-            epoch=fence.scheduler_epoch,
-            detail=retry.detail,
-        )
-        compares += fence_compares(keys, fence)
-        ops += [
-            put(
-                keys.attempt(task.task_id, fence.attempt_id),
-                encode(self._closed(view, AttemptEnd.RELEASED, now)),
-            ),
-            delete(keys.claim(task.task_id)),
-        ]
         if not ctx.kv.txn(compares, ops).succeeded:
             return self.diagnose(fence)
         ctx.leases.release(task.lease_id)  # our txn deleted its only key

@@ -15,19 +15,15 @@ import structlog
 
 from coordinator.domain.decisions import Fence, check_fence, check_owner
 from coordinator.domain.failures import FailureReport
-from coordinator.domain.records import encode
-from coordinator.domain.retry import AttemptEnded, decide_after
+from coordinator.domain.retry import AttemptEnded
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import delete, put
-from coordinator.store.fence import fence_compares
 from coordinator.store.held import HeldClaims
 from coordinator.store.ready_index import ReadyIndex
-from coordinator.store.requeue import settled
-from coordinator.store.transition import transition, transition_ops
+from coordinator.store.requeue import ending_txn, settled
 from coordinator.store.types import FailResult
 
 log = structlog.get_logger(__name__)
@@ -46,7 +42,7 @@ class Failures:
 
     def fail(self, fence: Fence, *, principal: str, report: FailureReport) -> FailResult:
         """Close the held attempt as FAILED with ``report`` and move the task on."""
-        ctx, keys = self._ctx, self._ctx.keys
+        ctx = self._ctx
         self._held.take(fence)  # a failed claim never commits
         view = self._points.view(fence)
         check_owner(view, fence, principal)
@@ -61,27 +57,6 @@ class Failures:
             code=report.code,
             delay=report.delay,
         )
-        retry = decide_after(task, ended, now, at_once=Op.FAIL)
-        after = transition(
-            task,
-            retry.op,
-            now,
-            claim_generation=fence.claim_generation,
-            lease_id=0,
-            **retry.changes(ended),
-        )
-        compares, ops = transition_ops(
-            ctx,
-            task,
-            after,
-            retry.op,
-            by=principal,
-            attempt_id=fence.attempt_id,
-            generation=fence.claim_generation,
-            epoch=fence.scheduler_epoch,
-            detail=retry.detail,
-        )
-        compares += fence_compares(keys, fence)
         closed = replace(
             view.attempt,
             end=AttemptEnd.FAILED,
@@ -90,10 +65,9 @@ class Failures:
             error_message=report.message,
             error_details=report.details,
         )
-        ops += [
-            put(keys.attempt(task.task_id, fence.attempt_id), encode(closed)),
-            delete(keys.claim(task.task_id)),
-        ]
+        after, compares, ops = ending_txn(
+            ctx, view, fence, ended, closed, at_once=Op.FAIL, by=principal, now=now
+        )
         if not ctx.kv.txn(compares, ops).succeeded:
             return FailResult(self._points.diagnose(fence))
         ctx.leases.release(task.lease_id)  # our txn deleted its only key

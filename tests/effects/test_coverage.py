@@ -150,7 +150,8 @@ MUTATIONS = [
         _without_generation,
     ),
     (AcceptancePoint.PREPARE, "coordinator.store.effects", "fence_compares", _without_generation),
-    (AcceptancePoint.FAIL, "coordinator.store.failures", "fence_compares", _without_generation),
+    # Fail's compares are built by the txn that ends a held attempt (store/requeue.py).
+    (AcceptancePoint.FAIL, "coordinator.store.requeue", "fence_compares", _without_generation),
     (AcceptancePoint.RECORD, "coordinator.store.effects", "fence_compares", _without_generation),
 ]
 
