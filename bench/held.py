@@ -16,7 +16,7 @@ from typing import Any
 from bench.harness import say
 from bench.procs import GRPC_OPTIONS, Meter, rss_mib
 from bench.seed import TaskSeeder
-from coordinator.sdk import ClaimRefused, Job, WorkerClient
+from coordinator.sdk import Claim, ClaimRefused, WorkerClient
 
 QUEUE = "held"
 TTL = timedelta(seconds=600)
@@ -30,7 +30,7 @@ def run_held(target: str, seeder: TaskSeeder, meter: Meter, *, count: int) -> di
     seeder.seed(QUEUE, count)
     meter.settle(limit=30)
     seeded = rss_mib(pid)
-    held: list[Job] = []
+    held: list[Claim] = []
     refused: list[str] = []
     lock = threading.Lock()
     started = time.monotonic()
@@ -38,12 +38,12 @@ def run_held(target: str, seeder: TaskSeeder, meter: Meter, *, count: int) -> di
     def claim_all(principal: str) -> None:
         with WorkerClient(target, principal=principal, channel_options=GRPC_OPTIONS) as client:
             while True:
-                job = client.claim_next(QUEUE, ttl=TTL)
+                claim = client.claim_next(QUEUE, ttl=TTL)
                 with lock:
-                    if isinstance(job, ClaimRefused):
-                        refused.append(job.outcome.name)
+                    if isinstance(claim, ClaimRefused):
+                        refused.append(claim.outcome.name)
                         return
-                    held.append(job)
+                    held.append(claim)
 
     threads = [
         threading.Thread(target=claim_all, args=(f"bench-holder-{i}",)) for i in range(_THREADS)

@@ -4,7 +4,7 @@ Run as ``python -m bench.reclaim_worker --target ADDR --principal NAME``. Each s
 ``claim QUEUE TTL`` makes it claim the next task of QUEUE with the SDK, start the keepalive (a
 2 s TTL demands one, as it would in a real worker) and print one JSON line with the task, the
 generation and the server's ``lease_expires_at``; the benchmark SIGSTOPs it right then. The next
-line (after SIGCONT) first drops that job without releasing it. ``exit`` ends the process.
+line (after SIGCONT) first drops that claim without releasing it. ``exit`` ends the process.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from datetime import timedelta
 
 from bench.procs import GRPC_OPTIONS
 from coordinator.logging import configure_logging
-from coordinator.sdk import ClaimRefused, Job, Outcome, WorkerClient
+from coordinator.sdk import Claim, ClaimRefused, Outcome, WorkerClient
 
 _CLAIM_PATIENCE = 10.0  # seconds to wait for the seeded task to show up in the ready index
 
 
-def _claim(client: WorkerClient, queue: str, ttl: int) -> Job | str:
+def _claim(client: WorkerClient, queue: str, ttl: int) -> Claim | str:
     deadline = time.monotonic() + _CLAIM_PATIENCE
     while True:
         claimed = client.claim_next(queue, ttl=timedelta(seconds=ttl))
@@ -45,8 +45,8 @@ def main() -> None:
     parser.add_argument("--target", required=True)
     parser.add_argument("--principal", required=True)
     ns = parser.parse_args()
-    configure_logging("error")  # the SDK's "job lost" warnings after SIGCONT are expected
-    held: Job | None = None
+    configure_logging("error")  # the SDK's "claim lost" warnings after SIGCONT are expected
+    held: Claim | None = None
     with WorkerClient(ns.target, principal=ns.principal, channel_options=GRPC_OPTIONS) as client:
         _say({"op": "started", "pid": os.getpid()})
         for line in sys.stdin:

@@ -196,12 +196,12 @@ def _workers(target: str, n: int, body: Callable[[WorkerClient], None]) -> None:
 
 def _cycle(worker: WorkerClient, queue: str) -> bool:
     """One claim -> commit; False when the queue is empty."""
-    job = worker.claim_next(queue, ttl=_TTL)
-    if isinstance(job, ClaimRefused):
-        if job.outcome is Outcome.NO_READY_TASK:
+    claim = worker.claim_next(queue, ttl=_TTL)
+    if isinstance(claim, ClaimRefused):
+        if claim.outcome is Outcome.NO_READY_TASK:
             return False
-        raise RuntimeError(f"claim refused: {job.outcome.name}")
-    if not job.commit(_RESULT).committed:
+        raise RuntimeError(f"claim refused: {claim.outcome.name}")
+    if not claim.commit(_RESULT).committed:
         raise RuntimeError("commit not accepted")
     return True
 

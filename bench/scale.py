@@ -106,11 +106,11 @@ def _time_reads(
             for n in sizes if i % 2 else reversed(sizes):
                 queue = queue_of(n)
                 t0 = time.perf_counter()
-                job = worker.claim_next(queue, ttl=timedelta(seconds=60))
+                claim = worker.claim_next(queue, ttl=timedelta(seconds=60))
                 t1 = time.perf_counter()
-                if isinstance(job, ClaimRefused):
-                    raise RuntimeError(f"scale: claim on {queue} refused: {job.outcome.name}")
-                job.commit(RESULT)
+                if isinstance(claim, ClaimRefused):
+                    raise RuntimeError(f"scale: claim on {queue} refused: {claim.outcome.name}")
+                claim.commit(RESULT)
                 prefix = seeder.keys.ready_prefix(queue)
                 t2 = time.perf_counter()
                 kv.range_page(prefix, kv.prefix_end(prefix), limit=1)

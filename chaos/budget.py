@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from chaos.history import Write
+from chaos.history import EtcdWrite
 from chaos.model import BudgetModel, spend
 from chaos.violation import FinalTask, Rule, Violation
 from coordinator.domain.states import Op as Transition
 
 
-def budget_replay(task: str, writes: Sequence[Write], budget: int) -> list[Violation]:
+def budget_replay(task: str, writes: Sequence[EtcdWrite], budget: int) -> list[Violation]:
     """Each write of the task's log, in revision order, that the retry budget does not allow."""
     state, violations = BudgetModel(), []
     for write in writes:
@@ -31,7 +31,7 @@ def budget_replay(task: str, writes: Sequence[Write], budget: int) -> list[Viola
     return violations
 
 
-def claims_in_budget(writes: Sequence[Write]) -> int:
+def claims_in_budget(writes: Sequence[EtcdWrite]) -> int:
     """The claims the log holds since the task's budget last began."""
     state = BudgetModel()
     for write in writes:
@@ -40,7 +40,7 @@ def claims_in_budget(writes: Sequence[Write]) -> int:
 
 
 def missing_dead_letter(
-    task: str, final: FinalTask | None, writes: Sequence[Write] | None
+    task: str, final: FinalTask | None, writes: Sequence[EtcdWrite] | None
 ) -> list[Violation]:
     """A poisoned task must end FAILED (EXHAUSTED) after exactly its budget of attempts, by the
     final state and, where it is read, by etcd's log."""

@@ -26,7 +26,7 @@ import grpc
 
 from chaos.budget import budget_replay, missing_dead_letter
 from chaos.follow_check import follower_agreement
-from chaos.history import INFO, EffectWrite, Op, OpKind, Outcome, Write
+from chaos.history import INFO, EffectWrite, EtcdWrite, Observed, Operation, OpKind
 from chaos.linearizability import (
     SETTLED_BY_HISTORY,
     history_agreement,
@@ -40,11 +40,11 @@ from chaos.violation import SETTLED, FinalTask, Rule, Violation, commit_id
 from coordinator.domain.states import FenceReason, TaskState
 
 __all__ = [  # FinalTask and Violation live in chaos/violation.py; the checker re-exports them
+    "CheckReport",
     "Coverage",
     "Evidence",
     "FinalTask",
     "Rule",
-    "Verdict",
     "Violation",
     "check",
     "log_replay",
@@ -70,25 +70,25 @@ class Coverage:
 class Evidence:
     """Everything the checker reads."""
 
-    ops: Sequence[Op]
+    ops: Sequence[Operation]
     final: Mapping[str, FinalTask]
     expected_tasks: frozenset[str] = frozenset()
     performed: Mapping[str, int] = field(default_factory=dict)  # downstream key -> times
     coverage: Sequence[Coverage] = ()
     # etcd's event log of the run (chaos/etcd_history.py); None where it cannot be read.
-    writes: Sequence[Write] | None = None
+    writes: Sequence[EtcdWrite] | None = None
     # etcd's history of the effect keys (chaos/etcd_history.py); None where it cannot be read.
     effect_writes: Sequence[EffectWrite] | None = None
     # What the run's WatchEvents follower received, in arrival order (chaos/follower.py);
     # None where no follower ran. Compared with ``writes``.
-    followed: Sequence[Write] | None = None
+    followed: Sequence[EtcdWrite] | None = None
     # Tasks the scenario poisoned (their worker dies on every attempt): each must end FAILED
     # for an exhausted retry budget (chaos/budget.py).
     poisoned: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
-class Verdict:
+class CheckReport:
     """The counts a report shows, and the violations."""
 
     operations: int
@@ -109,7 +109,7 @@ class Verdict:
         return not self.violations
 
 
-def settle(ops: Iterable[Op], final: Mapping[str, FinalTask]) -> list[Op]:
+def settle(ops: Iterable[Operation], final: Mapping[str, FinalTask]) -> list[Operation]:
     """Indefinite commits settled from the final state: COMMITTED if theirs is the canonical
     result, else ``LOST`` (it did not take effect). Other indefinite operations stay ``info``."""
     settled = []
@@ -117,7 +117,7 @@ def settle(ops: Iterable[Op], final: Mapping[str, FinalTask]) -> list[Op]:
         if op.indefinite and op.op is OpKind.COMMIT:
             task = final.get(op.task)
             landed = task is not None and task.result_commit_id == commit_id(op)
-            outcome = COMMITTED if landed else Outcome.LOST
+            outcome = COMMITTED if landed else Observed.LOST
             settled.append(replace(op, outcome=outcome, reason=SETTLED))
         else:
             settled.append(op)
@@ -125,7 +125,7 @@ def settle(ops: Iterable[Op], final: Mapping[str, FinalTask]) -> list[Op]:
 
 
 def _history_rules(
-    task: str, task_ops: list[Op], writes: list[Write], final: FinalTask | None
+    task: str, task_ops: list[Operation], writes: list[EtcdWrite], final: FinalTask | None
 ) -> list[Violation]:
     """The rules that read etcd's own history of ``task`` (when the run has it)."""
     task_writes = sorted(writes, key=lambda w: w.position)
@@ -137,7 +137,7 @@ def _history_rules(
     ]
 
 
-def _settled(evidence: Evidence) -> list[Op]:
+def _settled(evidence: Evidence) -> list[Operation]:
     """The recorded ops with their indefinite outcomes settled (by etcd's history if any)."""
     if evidence.writes is None:
         ops = settle(evidence.ops, evidence.final)
@@ -148,14 +148,14 @@ def _settled(evidence: Evidence) -> list[Op]:
     return ops
 
 
-def check(evidence: Evidence) -> Verdict:
+def check(evidence: Evidence) -> CheckReport:
     """Every rule over the evidence."""
     ops = _settled(evidence)
-    by_task: dict[str, list[Op]] = defaultdict(list)
+    by_task: dict[str, list[Operation]] = defaultdict(list)
     for op in ops:
         if op.task:  # a claim that got no task names none
             by_task[op.task].append(op)
-    writes_of: dict[str, list[Write]] = defaultdict(list)
+    writes_of: dict[str, list[EtcdWrite]] = defaultdict(list)
     for write in evidence.writes or ():
         writes_of[write.task].append(write)
     violations: list[Violation] = []
@@ -186,13 +186,13 @@ def check(evidence: Evidence) -> Verdict:
     fenced = Counter(
         (o.reason or "?") if o.outcome is FENCED else o.outcome.value
         for o in commits
-        if o.outcome in (FENCED, Outcome.CANCELLED, Outcome.STALE_INPUT)
+        if o.outcome in (FENCED, Observed.CANCELLED, Observed.STALE_INPUT)
     )
-    return Verdict(
+    return CheckReport(
         operations=len(ops),
         commits=sum(o.outcome is COMMITTED for o in commits),
         fenced=dict(fenced),
-        reconciled=sum(o.op is OpKind.EFFECT and o.outcome is Outcome.RECONCILED for o in ops),
+        reconciled=sum(o.op is OpKind.EFFECT and o.outcome is Observed.RECONCILED for o in ops),
         indefinite=sum(o.outcome is INFO for o in evidence.ops),
         violations=tuple(violations),
         fence_checks=sum(c.accepted for c in evidence.coverage),
@@ -203,9 +203,9 @@ def check(evidence: Evidence) -> Verdict:
     )
 
 
-def double_commits(task: str, ops: Sequence[Op]) -> list[Violation]:
+def double_commits(task: str, ops: Sequence[Operation]) -> list[Violation]:
     """At most one attempt's commit is canonical per task revision."""
-    winners: dict[int, dict[str, Op]] = defaultdict(dict)
+    winners: dict[int, dict[str, Operation]] = defaultdict(dict)
     for op in ops:
         if op.op is OpKind.COMMIT and op.outcome is COMMITTED:
             winners[op.revision].setdefault(op.attempt_id, op)
@@ -221,10 +221,10 @@ def double_commits(task: str, ops: Sequence[Op]) -> list[Violation]:
     ]
 
 
-def model_order(task: str, ops: Sequence[Op]) -> list[Violation]:
+def model_order(task: str, ops: Sequence[Operation]) -> list[Violation]:
     """Replay the task's operations in real-time order against the model: each outcome must be
     one the model allows given what completed before the operation started."""
-    events: list[tuple[float, int, Op]] = []
+    events: list[tuple[float, int, Operation]] = []
     for op in ops:
         events.append((op.start, 1, op))  # check at invocation
         if op.end is not None:
@@ -250,12 +250,12 @@ def model_order(task: str, ops: Sequence[Op]) -> list[Violation]:
     return violations
 
 
-def old_epoch_commits(ops: Sequence[Op]) -> list[Violation]:
+def old_epoch_commits(ops: Sequence[Operation]) -> list[Violation]:
     """A commit invoked after an epoch bump completed, by an attempt whose claim completed before
     the bump began, carries the old epoch: it must be refused, and when FENCED then with
     EPOCH_CHANGED (only CANCELLED and STALE_INPUT come before the epoch in the coordinator's
     order of reasons). A retry by an attempt that committed before it may hear COMMITTED."""
-    bumps = [o for o in ops if o.op is OpKind.BUMP_EPOCH and o.outcome is Outcome.OK]
+    bumps = [o for o in ops if o.op is OpKind.BUMP_EPOCH and o.outcome is Observed.OK]
     if not bumps:
         return []
     claimed = {
@@ -289,15 +289,15 @@ def old_epoch_commits(ops: Sequence[Op]) -> list[Violation]:
     return violations
 
 
-def _refused_at_the_caps(op: Op) -> bool:
+def _refused_at_the_caps(op: Operation) -> bool:
     return (
         op.op is OpKind.WATCH
-        and op.outcome is Outcome.REFUSED
+        and op.outcome is Observed.REFUSED
         and op.reason == grpc.StatusCode.RESOURCE_EXHAUSTED.name
     )
 
 
-def stream_refusals(ops: Sequence[Op]) -> list[Violation]:
+def stream_refusals(ops: Sequence[Operation]) -> list[Violation]:
     """A stream past the caps is refused RESOURCE_EXHAUSTED (and only so): any other refusal
     of a flood stream means the caps leaked into another failure (a timeout, an error)."""
     return [
@@ -308,11 +308,11 @@ def stream_refusals(ops: Sequence[Op]) -> list[Violation]:
             f"refused {op.reason or '?'}, not RESOURCE_EXHAUSTED",
         )
         for op in ops
-        if op.op is OpKind.WATCH and op.outcome is Outcome.REFUSED and not _refused_at_the_caps(op)
+        if op.op is OpKind.WATCH and op.outcome is Observed.REFUSED and not _refused_at_the_caps(op)
     ]
 
 
-def lost_commits(task: str, ops: Sequence[Op], final: FinalTask | None) -> list[Violation]:
+def lost_commits(task: str, ops: Sequence[Operation], final: FinalTask | None) -> list[Violation]:
     """Every acknowledged commit is the canonical result etcd holds at the end."""
     acked = [
         o
@@ -333,7 +333,7 @@ def lost_commits(task: str, ops: Sequence[Op], final: FinalTask | None) -> list[
     ]
 
 
-def stale_results(task: str, ops: Sequence[Op], final: FinalTask | None) -> list[Violation]:
+def stale_results(task: str, ops: Sequence[Operation], final: FinalTask | None) -> list[Violation]:
     """The canonical result of a task is for its final input: the attempt that committed it
     claimed the task at the final revision (an input change ends older rounds' claims)."""
     if final is None or not final.result_commit_id or not final.revision:

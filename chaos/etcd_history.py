@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from chaos.history import EffectWrite, Write
+from chaos.history import EffectWrite, EtcdWrite
 from coordinator.domain.effects import EffectRecord
 from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.states import Op, TaskState
@@ -31,13 +31,13 @@ from coordinator.v1 import tasks_pb2
 T = TypeVar("T")
 
 
-def parse(key: str, value: bytes, revision: int) -> Write:
-    """One event key's put as a Write (a claim's generation is the revision of its txn)."""
+def parse(key: str, value: bytes, revision: int) -> EtcdWrite:
+    """One event key's put as a EtcdWrite (a claim's generation is the revision of its txn)."""
     record = decode(EventRecord, value)
     generation = record.claim_generation
     if record.op is Op.CLAIM and generation == 0:
         generation = revision
-    return Write(
+    return EtcdWrite(
         task=record.task_id,
         revision=revision,
         op=record.op,
@@ -50,7 +50,7 @@ def parse(key: str, value: bytes, revision: int) -> Write:
     )
 
 
-def collect(client: Any, prefix: str, *, timeout: float = 30.0) -> list[Write]:
+def collect(client: Any, prefix: str, *, timeout: float = 30.0) -> list[EtcdWrite]:
     """Every event put under ``{prefix}/events/`` since revision 1, in log order (revision,
     then task, then prev_state_version: coordinator/domain/positions.py)."""
     writes = _replay(
@@ -125,10 +125,10 @@ def _replay(
         return [item for _, item in sorted(found, key=lambda pair: pair[0])]
 
 
-def from_watch_event(e: tasks_pb2.TaskEvent) -> Write:
-    """One event WatchEvents streamed, as a Write."""
+def from_watch_event(e: tasks_pb2.TaskEvent) -> EtcdWrite:
+    """One event WatchEvents streamed, as a EtcdWrite."""
     op = Op(e.op)
-    return Write(
+    return EtcdWrite(
         task=e.task_id,
         revision=e.revision,
         op=op,
@@ -141,7 +141,7 @@ def from_watch_event(e: tasks_pb2.TaskEvent) -> Write:
     )
 
 
-def from_watch_events(events: Iterable[tasks_pb2.TaskEvent]) -> list[Write]:
+def from_watch_events(events: Iterable[tasks_pb2.TaskEvent]) -> list[EtcdWrite]:
     """The events WatchEvents streamed, as Writes in log order (revision, then task, then
     prev_state_version: several events share a revision)."""
     return sorted((from_watch_event(e) for e in events), key=lambda w: w.position)

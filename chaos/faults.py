@@ -22,7 +22,7 @@ from chaos import clock_skew, netns
 from chaos.cluster import Member
 from chaos.flood import NonReader, StreamFlood
 from chaos.harness import TTL, Harness, stopped
-from chaos.history import End, OpKind, Outcome, load
+from chaos.history import End, Observed, OpKind, load
 from coordinator.errors import CoordinatorError, FailedPrecondition
 from coordinator.sdk import TaskInfo, TaskRetryPolicy, TaskState, WorkerClient
 
@@ -190,11 +190,11 @@ class BumpEpoch(Fault):
             op = rec.invoke(OpKind.BUMP_EPOCH, task="")
             with rec.bound(op):
                 epoch = admin.bump_epoch()
-            rec.complete(op, End.OK, Outcome.OK, epoch=epoch)
+            rec.complete(op, End.OK, Observed.OK, epoch=epoch)
         self.bumped = True
 
     def heal(self, h: Harness) -> None:
-        h.workers["w0"].send_signal(signal.SIGUSR1)  # now commit the held, old-epoch job
+        h.workers["w0"].send_signal(signal.SIGUSR1)  # now commit the held, old-epoch claim
         if self.bumped:
             wait_until(lambda: _committed(h.root / "w0.jsonl"), 30, "w0's late commit")
 
@@ -227,12 +227,12 @@ class _RacingCommit(Fault):
                             got = self.call(operator, task)
                     except FailedPrecondition as exc:
                         # It may have committed since the listing: refused, as it should be.
-                        rec.complete(op, End.FAIL, Outcome.REFUSED, message=str(exc)[:200])
+                        rec.complete(op, End.FAIL, Observed.REFUSED, message=str(exc)[:200])
                         continue
                     except CoordinatorError as exc:
                         rec.complete(op, End.INFO, message=str(exc)[:200])
                         continue
-                    rec.complete(op, End.OK, Outcome.OK, revision=got.revision)
+                    rec.complete(op, End.OK, Observed.OK, revision=got.revision)
                     self.done.append(task.task_id)
                 time.sleep(0.01)
 
@@ -339,7 +339,7 @@ class PartitionWorker(Fault):
         if h.netns is None or not self.cut:
             return
         h.netns.restore()
-        h.workers["w0"].send_signal(signal.SIGUSR1)  # now commit the held job
+        h.workers["w0"].send_signal(signal.SIGUSR1)  # now commit the held claim
         wait_until(lambda: _committed(h.root / "w0.jsonl"), 60, "w0's late commit")
 
 
@@ -432,7 +432,7 @@ class PoisonTask(Fault):
 
 def _claimed(history: Path) -> bool:
     """Whether ``history`` holds a claim answered CLAIMED."""
-    return history.exists() and any(o.outcome is Outcome.CLAIMED for o in load([history]))
+    return history.exists() and any(o.outcome is Observed.CLAIMED for o in load([history]))
 
 
 def _committed(history: Path, task: str = "") -> bool:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 
 import grpc
 
-from chaos.history import End, OpKind, Outcome, Recorder
+from chaos.history import End, Observed, OpKind, Recorder
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 
 Metadata = tuple[tuple[str, str | bytes], ...]
@@ -88,7 +88,7 @@ class StreamFlood:
             for _ in call:
                 if not admitted:
                     admitted = True
-                    self._rec.complete(op, End.OK, Outcome.OK)
+                    self._rec.complete(op, End.OK, Observed.OK)
         except grpc.RpcError as exc:
             if not admitted:
                 self._refused(op, exc)
@@ -98,10 +98,10 @@ class StreamFlood:
 
     def _refused(self, op: str, exc: grpc.RpcError) -> None:
         if self._stopping.is_set() and exc.code() is grpc.StatusCode.CANCELLED:
-            self._rec.complete(op, End.FAIL, Outcome.ABANDONED)
+            self._rec.complete(op, End.FAIL, Observed.ABANDONED)
             return
         message = (exc.details() or "")[:200]
-        self._rec.complete(op, End.FAIL, Outcome.REFUSED, reason=exc.code().name, message=message)
+        self._rec.complete(op, End.FAIL, Observed.REFUSED, reason=exc.code().name, message=message)
 
 
 class NonReader:

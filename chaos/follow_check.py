@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from chaos.history import Write
+from chaos.history import EtcdWrite
 from chaos.violation import Rule, Violation
 from coordinator.domain.positions import EventPosition
 
 
-def follower_agreement(received: Sequence[Write], log: Sequence[Write]) -> list[Violation]:
+def follower_agreement(received: Sequence[EtcdWrite], log: Sequence[EtcdWrite]) -> list[Violation]:
     """Gaps (an event of the log never received; one violation per run of consecutive ones),
     duplicates, events out of position order, and events the log does not hold."""
     violations: list[Violation] = []
     in_log = {w.position for w in log}
     seen: set[EventPosition] = set()
-    newest: Write | None = None
+    newest: EtcdWrite | None = None
     for write in received:
         position = write.position
         if position in seen:
@@ -37,9 +37,9 @@ def follower_agreement(received: Sequence[Write], log: Sequence[Write]) -> list[
     return violations + _gaps(log, seen)
 
 
-def _gaps(log: Sequence[Write], seen: set[EventPosition]) -> list[Violation]:
+def _gaps(log: Sequence[EtcdWrite], seen: set[EventPosition]) -> list[Violation]:
     violations: list[Violation] = []
-    run: list[Write] = []  # consecutive events of the log not received
+    run: list[EtcdWrite] = []  # consecutive events of the log not received
     for write in [*sorted(log, key=lambda w: w.position), None]:
         if write is not None and write.position not in seen:
             run.append(write)
@@ -59,9 +59,9 @@ def _gaps(log: Sequence[Write], seen: set[EventPosition]) -> list[Violation]:
     return violations
 
 
-def _one(rule: Rule, write: Write, detail: str) -> Violation:
+def _one(rule: Rule, write: EtcdWrite, detail: str) -> Violation:
     return Violation(rule, write.task, (_label(write),), f"{write.position} {detail}")
 
 
-def _label(write: Write) -> str:
+def _label(write: EtcdWrite) -> str:
     return f"{write.op}@{write.position}"

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import grpc
 
 from chaos.etcd_history import from_watch_event
-from chaos.history import Write
+from chaos.history import EtcdWrite
 from coordinator.domain.positions import EventPosition
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 
@@ -49,7 +49,7 @@ class Follower:
         self._metadata = metadata
         self._max_events = max_events
         self._lock = threading.Lock()
-        self._received: list[Write] = []
+        self._received: list[EtcdWrite] = []
         self._breaks: Counter[str] = Counter()
         self._overflowed = False
         self._stopping = threading.Event()
@@ -62,7 +62,7 @@ class Follower:
         return self
 
     @property
-    def received(self) -> list[Write]:
+    def received(self) -> list[EtcdWrite]:
         """Every event received so far, in arrival order."""
         with self._lock:
             return list(self._received)

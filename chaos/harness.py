@@ -22,7 +22,7 @@ from chaos.cluster import EtcdCluster
 from chaos.etcd_history import collect, collect_effects, from_watch_events
 from chaos.follower import Follower
 from chaos.health import etcd_problems, replica_problems
-from chaos.history import EffectWrite, Recorder, Write
+from chaos.history import EffectWrite, EtcdWrite, Recorder
 from chaos.netns import Netns
 from chaos.proxy import TcpProxy
 from coordinator.demo.outbox import OutboxProcess
@@ -99,7 +99,7 @@ def _checker(token: str, principal: str = "checker") -> tuple[tuple[str, str | b
 
 def watched_events(
     target: str, queue: str, token: str = "", tls: TlsFiles | None = None
-) -> list[Write]:
+) -> list[EtcdWrite]:
     """Every transition event of ``queue`` so far, through TaskService.WatchEvents."""
     request = tasks_pb2.WatchEventsRequest(queue=queue, from_revision=0, follow=False)
     with _channel(target, tls) as channel:
@@ -318,7 +318,7 @@ class Harness:
                 for t in client.list_tasks(queue=self.queue)
             }
 
-    def etcd_history(self) -> list[Write]:
+    def etcd_history(self) -> list[EtcdWrite]:
         """etcd's own event log of the run, watched from revision 1 (chaos/etcd_history.py);
         of a deployed coordinator, its events of the run's queue through WatchEvents."""
         if self.remote:

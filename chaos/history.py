@@ -45,7 +45,7 @@ class OpKind(StrEnum):
     WATCH = "watch"  # a WatchEvents follow stream opened by the abuse scenario's flood
 
 
-class Outcome(StrEnum):
+class Observed(StrEnum):
     """What a recorded call heard, or what the checker settled it to.
 
     The values are the names the history files hold: the coordinator's answers
@@ -89,7 +89,7 @@ class Outcome(StrEnum):
     ABANDONED = "ABANDONED"  # the caller gave up on it first (a flood stream, at the heal)
 
 
-INFO = Outcome.INFO
+INFO = Observed.INFO
 """The outcome of an operation whose effect is unknown."""
 
 INVOKE = "invoke"
@@ -97,7 +97,7 @@ INVOKE = "invoke"
 
 
 @dataclass(frozen=True)
-class Op:
+class Operation:
     """One operation of one worker, from invocation to completion (``end`` None: never ended)."""
 
     id: str
@@ -106,7 +106,7 @@ class Op:
     task: str
     start: float
     end: float | None
-    outcome: Outcome
+    outcome: Observed
     reason: str = ""
     attempt: int = 0
     attempt_id: str = ""
@@ -134,7 +134,7 @@ class Op:
 
 
 @dataclass(frozen=True)
-class Write:
+class EtcdWrite:
     """One transition as etcd's own history holds it (an event key's put, read by a watch
     from the first revision): the truth against which indefinite operations are settled."""
 
@@ -196,7 +196,9 @@ class Recorder:
             request_id = self._request_ids.pop(op_id)
         return request_ids.bound(request_id)
 
-    def complete(self, op_id: str, end: End, outcome: Outcome | None = None, **fields: Any) -> None:
+    def complete(
+        self, op_id: str, end: End, outcome: Observed | None = None, **fields: Any
+    ) -> None:
         """Record a completion (``outcome`` None: none was heard, as with ``End.INFO``)."""
         heard = {} if outcome is None else {"outcome": outcome.value}
         self._write({"type": end.value, "id": op_id, **heard, **fields})
@@ -227,7 +229,7 @@ _FIELDS = (
 )
 
 
-def pair(lines: Iterable[dict[str, Any]]) -> list[Op]:
+def pair(lines: Iterable[dict[str, Any]]) -> list[Operation]:
     """Operations from raw lines: each invocation merged with its completion, if any."""
     invoked: dict[str, dict[str, Any]] = {}
     done: dict[str, dict[str, Any]] = {}
@@ -238,10 +240,10 @@ def pair(lines: Iterable[dict[str, Any]]) -> list[Op]:
         end = done.get(op_id)
         merged = {**inv, **(end or {})}
         definite = end is not None and End(end["type"]) is not End.INFO
-        outcome = Outcome(merged.get("outcome", INFO)) if definite else INFO
+        outcome = Observed(merged.get("outcome", INFO)) if definite else INFO
         fields = {k: merged[k] for k in _FIELDS if k in merged}
         ops.append(
-            Op(
+            Operation(
                 id=op_id,
                 worker=str(inv["worker"]),
                 op=OpKind(inv["op"]),
@@ -265,6 +267,6 @@ def read_lines(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
                     continue
 
 
-def load(paths: Iterable[Path]) -> list[Op]:
+def load(paths: Iterable[Path]) -> list[Operation]:
     """The history recorded in the given files."""
     return pair(read_lines(paths))

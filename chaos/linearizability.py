@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from chaos.history import EffectWrite, Op, OpKind, Outcome, Write
+from chaos.history import EffectWrite, EtcdWrite, Observed, Operation, OpKind
 from chaos.model import CLAIMED, COMMITTED, NEW_ROUND, REFUSED, LogModel, apply
 from chaos.violation import SETTLED, FinalTask, Rule, Violation
 from coordinator.domain.states import Op as Transition
@@ -32,7 +32,7 @@ WRITES = {
 the transition each makes."""
 
 
-def settle_from_history(ops: Iterable[Op], writes: Sequence[Write]) -> list[Op]:
+def settle_from_history(ops: Iterable[Operation], writes: Sequence[EtcdWrite]) -> list[Operation]:
     """Each operation matched to the write its request id made (``applied_at``); indefinite
     ones settled by it: took effect (CLAIMED with the claim's task and generation, COMMITTED,
     OK) when the log holds their request id, ``LOST`` when it does not."""
@@ -49,7 +49,7 @@ def settle_from_history(ops: Iterable[Op], writes: Sequence[Write]) -> list[Op]:
         if not (op.indefinite and op.op in WRITES):
             settled.append(op)
         elif write is None:
-            settled.append(replace(op, outcome=Outcome.LOST, reason=SETTLED_BY_HISTORY))
+            settled.append(replace(op, outcome=Observed.LOST, reason=SETTLED_BY_HISTORY))
         elif op.op is OpKind.CLAIM:
             settled.append(
                 replace(
@@ -62,12 +62,12 @@ def settle_from_history(ops: Iterable[Op], writes: Sequence[Write]) -> list[Op]:
                 )
             )
         else:
-            outcome = COMMITTED if op.op is OpKind.COMMIT else Outcome.OK
+            outcome = COMMITTED if op.op is OpKind.COMMIT else Observed.OK
             settled.append(replace(op, outcome=outcome, reason=SETTLED_BY_HISTORY))
     return settled
 
 
-def settle_effects(ops: Iterable[Op], writes: Sequence[EffectWrite]) -> list[Op]:
+def settle_effects(ops: Iterable[Operation], writes: Sequence[EffectWrite]) -> list[Operation]:
     """Indefinite effect calls settled from the effect keys' history: every prepare, record,
     resolve and approval stores the request id of its call in the effect record, so a call took
     effect exactly when a write of its effect key carries its request id. Settled to the state
@@ -89,13 +89,13 @@ def settle_effects(ops: Iterable[Op], writes: Sequence[EffectWrite]) -> list[Op]
             if (w.effect_id == op.effect_key if op.effect_key else w.task == op.task)
         ]
         if not found:
-            settled.append(replace(op, outcome=Outcome.LOST, reason=SETTLED_BY_HISTORY))
+            settled.append(replace(op, outcome=Observed.LOST, reason=SETTLED_BY_HISTORY))
         else:
             last = found[-1]
             settled.append(
                 replace(
                     op,
-                    outcome=Outcome(last.state.name),
+                    outcome=Observed(last.state.name),
                     reason=SETTLED_BY_HISTORY,
                     effect_key=last.effect_id,
                 )
@@ -104,7 +104,7 @@ def settle_effects(ops: Iterable[Op], writes: Sequence[EffectWrite]) -> list[Op]
 
 
 def history_agreement(
-    task: str, ops: Sequence[Op], writes: Sequence[Write], final: FinalTask | None
+    task: str, ops: Sequence[Operation], writes: Sequence[EtcdWrite], final: FinalTask | None
 ) -> list[Violation]:
     """What clients heard agrees with etcd's log, and the log with the final state: a refused
     call wrote nothing; an acknowledged claim or commit is in the log; the log's canonical
@@ -119,7 +119,7 @@ def history_agreement(
     return violations + _log_versus_final(task, writes, final)
 
 
-def _heard_versus_log(task: str, op: Op, commits_by: set[str]) -> list[Violation]:
+def _heard_versus_log(task: str, op: Operation, commits_by: set[str]) -> list[Violation]:
     """A refused call that wrote, or an acknowledged claim or commit missing from the log."""
     violations = []
     refused = op.outcome in REFUSED or (op.op is OpKind.CLAIM and op.outcome is not CLAIMED)
@@ -145,10 +145,10 @@ def _heard_versus_log(task: str, op: Op, commits_by: set[str]) -> list[Violation
 
 
 def _log_versus_final(
-    task: str, writes: Sequence[Write], final: FinalTask | None
+    task: str, writes: Sequence[EtcdWrite], final: FinalTask | None
 ) -> list[Violation]:
     """The log's canonical commit of the final round is the one etcd holds at the end."""
-    round_commit: Write | None = None
+    round_commit: EtcdWrite | None = None
     for write in writes:
         if write.op is Transition.COMMIT:
             round_commit = write
@@ -168,7 +168,7 @@ def _log_versus_final(
     ]
 
 
-def log_replay(task: str, writes: Sequence[Write]) -> list[Violation]:
+def log_replay(task: str, writes: Sequence[EtcdWrite]) -> list[Violation]:
     """etcd's event log of the task, in revision order, is a sequence the model allows."""
     state, violations = LogModel(), []
     for write in writes:
@@ -179,12 +179,12 @@ def log_replay(task: str, writes: Sequence[Write]) -> list[Violation]:
     return violations
 
 
-def real_time_order(task: str, ops: Sequence[Op]) -> list[Violation]:
+def real_time_order(task: str, ops: Sequence[Operation]) -> list[Violation]:
     """The log's order respects real time: an operation that completed before another was
     invoked took effect at a lower revision (each op is placed at the revision it wrote)."""
     placed = sorted((o for o in ops if o.applied_at), key=lambda o: o.applied_at)
     violations = []
-    earliest_end: Op | None = None  # among the ops placed after the current one
+    earliest_end: Operation | None = None  # among the ops placed after the current one
     for op in reversed(placed):
         if earliest_end is not None and earliest_end.lasted < op.start:
             violations.append(

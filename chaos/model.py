@@ -14,18 +14,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from chaos.history import Op, OpKind, Outcome, Write
+from chaos.history import EtcdWrite, Observed, Operation, OpKind
 from chaos.violation import Rule
 from coordinator.domain.states import Op as Transition
 from coordinator.domain.states import TaskState
 
-COMMITTED, FENCED, CLAIMED = Outcome.COMMITTED, Outcome.FENCED, Outcome.CLAIMED
+COMMITTED, FENCED, CLAIMED = Observed.COMMITTED, Observed.FENCED, Observed.CLAIMED
 REFUSED = frozenset(
-    {FENCED, Outcome.CANCELLED, Outcome.STALE_INPUT, Outcome.TIMED_OUT, Outcome.LOST}
+    {FENCED, Observed.CANCELLED, Observed.STALE_INPUT, Observed.TIMED_OUT, Observed.LOST}
 )
 """Outcomes that leave nothing canonical behind (LOST: an indefinite commit that did not land;
 TIMED_OUT: the task's schedule_to_close passed)."""
-ANY: frozenset[Outcome] = frozenset(Outcome)
+ANY: frozenset[Observed] = frozenset(Observed)
 """The model does not constrain this operation: every outcome is allowed."""
 
 
@@ -40,27 +40,27 @@ class TaskModel:
     cancelled: bool = False
 
 
-def allows(allowed: frozenset[Outcome], outcome: Outcome) -> bool:
+def allows(allowed: frozenset[Observed], outcome: Observed) -> bool:
     """Whether ``outcome`` is one the model allows."""
     return outcome in allowed
 
 
-def step(state: TaskModel, op: Op) -> tuple[TaskModel, frozenset[Outcome]]:
+def step(state: TaskModel, op: Operation) -> tuple[TaskModel, frozenset[Observed]]:
     """The outcomes ``op`` may have given ``state``, and the state after ``op`` completed."""
     if op.op is OpKind.CLAIM:
         return _claim_step(state, op)
     if op.op is OpKind.UPDATE_INPUT:
-        if op.outcome is not Outcome.OK:
+        if op.outcome is not Observed.OK:
             return state, ANY
         return replace(state, revision=max(state.revision, op.revision)), ANY
     if op.op is OpKind.CANCEL:
-        return (replace(state, cancelled=True) if op.outcome is Outcome.OK else state), ANY
+        return (replace(state, cancelled=True) if op.outcome is Observed.OK else state), ANY
     if op.op is OpKind.COMMIT:
         return _commit_step(state, op)
     return state, ANY
 
 
-def _claim_step(state: TaskModel, op: Op) -> tuple[TaskModel, frozenset[Outcome]]:
+def _claim_step(state: TaskModel, op: Operation) -> tuple[TaskModel, frozenset[Observed]]:
     if op.outcome is not CLAIMED:
         return state, ANY
     fresh = op.generation > state.generation and op.revision != state.committed_revision
@@ -68,7 +68,7 @@ def _claim_step(state: TaskModel, op: Op) -> tuple[TaskModel, frozenset[Outcome]
     return after, frozenset({CLAIMED}) if fresh else frozenset()
 
 
-def _commit_step(state: TaskModel, op: Op) -> tuple[TaskModel, frozenset[Outcome]]:
+def _commit_step(state: TaskModel, op: Operation) -> tuple[TaskModel, frozenset[Observed]]:
     if state.committed_by:
         # Only a retry of the canonical attempt may hear COMMITTED again.
         same = op.attempt_id == state.committed_by
@@ -97,7 +97,7 @@ NEW_ROUND = frozenset({Transition.UPDATE_INPUT, Transition.REJECT})
 """Transitions that open a new round (revision + 1): a new canonical commit is due."""
 
 
-def apply(state: LogModel, write: Write) -> tuple[LogModel, str]:
+def apply(state: LogModel, write: EtcdWrite) -> tuple[LogModel, str]:
     """The state after ``write``, and what is wrong with it ("" when the model allows it)."""
     if write.op is Transition.CLAIM:
         problem = ""
@@ -145,7 +145,7 @@ class Breach:
 # A flat decision table: one return per rule of the budget (a claim beyond it, a write after the
 # dead letter, a dead letter too early, ...), clearer than nested branches.
 def spend(  # noqa: PLR0911
-    state: BudgetModel, write: Write, budget: int
+    state: BudgetModel, write: EtcdWrite, budget: int
 ) -> tuple[BudgetModel, Breach | None]:
     """The budget after ``write`` and what, if anything, it breaks; ``budget`` is the task's
     max_attempts (0: unlimited or unknown, so only the dead letter's finality is checked).

@@ -22,7 +22,7 @@ import etcd3
 
 from chaos.checker import FinalTask
 from chaos.cluster import GRPC_OPTIONS
-from chaos.history import End, OpKind, Outcome, Recorder
+from chaos.history import End, Observed, OpKind, Recorder
 from coordinator.domain.states import TaskState
 
 PREFIX = "/naive"
@@ -76,12 +76,12 @@ def run(client: Any, rec: Recorder, name: str, task: str, pause: bool) -> None:
         got = claim(client, name, task)
         if got is not None:
             break
-        rec.complete(op, End.FAIL, Outcome.ALREADY_CLAIMED)
+        rec.complete(op, End.FAIL, Observed.ALREADY_CLAIMED)
         time.sleep(0.1)
     generation, expires_at = got
     attempt_id = f"{name}-{generation}"
     fields = {"task": task, "attempt_id": attempt_id, "generation": generation}
-    rec.complete(op, End.OK, Outcome.CLAIMED, **fields)
+    rec.complete(op, End.OK, Observed.CLAIMED, **fields)
     if time.time() >= expires_at:  # the naive guard: my own clock says I still own it
         return
     if pause:
@@ -90,7 +90,7 @@ def run(client: Any, rec: Recorder, name: str, task: str, pause: bool) -> None:
     _, state_key, result_key = _keys(task)
     client.put(result_key, f"{attempt_id}@{generation}")
     client.put(state_key, TaskState.DONE.name)
-    rec.complete(commit, End.OK, Outcome.COMMITTED)
+    rec.complete(commit, End.OK, Observed.COMMITTED)
 
 
 @click.command()

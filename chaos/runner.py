@@ -18,12 +18,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chaos.checker import Evidence, Verdict, check
+from chaos.checker import CheckReport, Evidence, check
 from chaos.faults import FAULTS, Fault
 from chaos.follower import Follower
 from chaos.harness import Harness, TlsFiles
 from chaos.health import ClusterUnhealthy, require_healthy
-from chaos.history import Write, load
+from chaos.history import EtcdWrite, load
 
 WORKERS = 4
 PRODUCE_EVERY = 0.1
@@ -42,7 +42,7 @@ class Result:
 
     scenario: str
     implementation: str
-    verdict: Verdict | None
+    verdict: CheckReport | None
     skipped: str = ""
     unhealthy: str = ""  # the cluster was unhealthy before the fault or after its heal
     unsettled: int = 0
@@ -200,7 +200,7 @@ def elapsed(since: float) -> float:
     return time.monotonic() - since
 
 
-def offset(writes: Iterable[Write], start: float, end: float) -> float:
+def offset(writes: Iterable[EtcdWrite], start: float, end: float) -> float:
     """How far the writes' timestamps lie outside the real window ``[start, end]``."""
     return max((max(w.at - end, start - w.at, 0.0) for w in writes), default=0.0)
 

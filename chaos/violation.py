@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from chaos.history import Op
+from chaos.history import Operation
 from coordinator.domain.states import DeadLetterReason, TaskState
 
 SETTLED = "settled"
@@ -85,6 +85,6 @@ class Violation:
         return f"{self.rule} on {self.task or '-'}: {self.detail} [{', '.join(self.ops)}]"
 
 
-def commit_id(op: Op) -> str:
+def commit_id(op: Operation) -> str:
     """The ``attempt_id@generation`` a commit by ``op``'s attempt would leave behind."""
     return f"{op.attempt_id}@{op.generation}"

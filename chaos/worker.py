@@ -10,7 +10,7 @@ after its downstream call: the PauseWorker fault resumes it past its TTL, and it
 anyway, so the store (not the SDK) must refuse the late result. ``--kill-after-effect`` SIGKILLs
 itself right after its first downstream call (the response never reaches the coordinator).
 ``--retry-commits`` sends every commit twice (a duplicated / retried request). ``--hold-first``
-works on its first job until SIGUSR1 (at most ``HOLD_LIMIT`` seconds): the partition fault cuts
+works on its first claim until SIGUSR1 (at most ``HOLD_LIMIT`` seconds): the partition fault cuts
 it off meanwhile and signals it once the link is back, so its commit comes after the partition.
 ``--poison TASK_ID`` makes that task a poison task: the worker that claims it dies, SIGSTOPped
 on its first attempt (the PoisonTask fault resumes it once the task is FAILED, and it commits
@@ -28,16 +28,16 @@ from types import FrameType
 
 import click
 
-from chaos.history import End, OpKind, Outcome, Recorder
+from chaos.history import End, Observed, OpKind, Recorder
 from coordinator.domain.effects import effect_id
 from coordinator.errors import CoordinatorError
 from coordinator.logging import configure_logging
 from coordinator.sdk import (
+    Claim,
     ClaimRefused,
     EffectStatus,
     FenceReason,
     HttpDownstream,
-    Job,
     WorkerClient,
     tls_credentials,
 )
@@ -47,13 +47,13 @@ EFFECT_NODE, EFFECT_SLOT = "notify", "email"
 HOLD_LIMIT = 120.0
 
 
-def _job_fields(job: Job) -> dict[str, object]:
+def _claim_fields(claim: Claim) -> dict[str, object]:
     return {
-        "task": job.task_id,
-        "attempt": job.attempt,
-        "attempt_id": job.fence.attempt_id,
-        "generation": job.generation,
-        "revision": job.task_revision,
+        "task": claim.task_id,
+        "attempt": claim.attempt,
+        "attempt_id": claim.fence.attempt_id,
+        "generation": claim.generation,
+        "revision": claim.task_revision,
     }
 
 
@@ -73,11 +73,11 @@ class ChaosWorker:
         self.work = int(str(options["work_ms"])) / 1000
         self.hold_first = bool(options["hold_first"])
         self.poison = str(options["poison"])
-        self.released = threading.Event()  # set by SIGUSR1: the held first job may commit
-        self.jobs = 0
+        self.released = threading.Event()  # set by SIGUSR1: the held first claim may commit
+        self.claims = 0
 
-    def claim(self) -> Job | None:
-        """One ClaimNext, recorded; a job or None (nothing ready, refused, or unknown)."""
+    def claim(self) -> Claim | None:
+        """One ClaimNext, recorded; a claim or None (nothing ready, refused, or unknown)."""
         op = self.rec.invoke(OpKind.CLAIM, task="")
         try:
             with self.rec.bound(op):
@@ -86,55 +86,55 @@ class ChaosWorker:
             self.rec.complete(op, End.INFO, message=str(exc)[:200])
             return None
         if isinstance(got, ClaimRefused):
-            self.rec.complete(op, End.FAIL, Outcome[got.outcome.name], reason=got.reason.name)
+            self.rec.complete(op, End.FAIL, Observed[got.outcome.name], reason=got.reason.name)
             if got.reason is FenceReason.EPOCH_CHANGED:
                 self.client.epoch()  # an operator bumped the epoch: join the new one
             return None
-        self.rec.complete(op, End.OK, Outcome.CLAIMED, **_job_fields(got))
+        self.rec.complete(op, End.OK, Observed.CLAIMED, **_claim_fields(got))
         return got
 
-    def effect(self, job: Job) -> None:
+    def effect(self, claim: Claim) -> None:
         """The task's one email, through the outbox, recorded."""
         assert self.outbox is not None
         # Its effect key, known before the call: an indefinite call is settled by it.
-        key = effect_id(job.task_id, job.task_revision, EFFECT_NODE, EFFECT_SLOT)
-        op = self.rec.invoke(OpKind.EFFECT, effect_key=key, **_job_fields(job))
-        payload = f"task {job.task_id} is done".encode()  # the same draft from every attempt
+        key = effect_id(claim.task_id, claim.task_revision, EFFECT_NODE, EFFECT_SLOT)
+        op = self.rec.invoke(OpKind.EFFECT, effect_key=key, **_claim_fields(claim))
+        payload = f"task {claim.task_id} is done".encode()  # the same draft from every attempt
         try:
             with self.rec.bound(op):
-                got = job.effect(EFFECT_NODE, EFFECT_SLOT, payload, self.outbox)
+                got = claim.effect(EFFECT_NODE, EFFECT_SLOT, payload, self.outbox)
         except CoordinatorError as exc:
             self.rec.complete(op, End.INFO, message=str(exc)[:200])
             return
         end = End.INFO if got.status is EffectStatus.UNCERTAIN else End.OK
         self.rec.complete(
-            op, end, Outcome[got.status.name], reason=got.reason.name, effect_key=got.effect_id
+            op, end, Observed[got.status.name], reason=got.reason.name, effect_key=got.effect_id
         )
 
-    def commit(self, job: Job) -> None:
+    def commit(self, claim: Claim) -> None:
         """Commit (twice with ``--retry-commits``), recorded; transport errors are ``info``."""
-        result = f"{job.task_id} attempt {job.fence.attempt_id}".encode()
+        result = f"{claim.task_id} attempt {claim.fence.attempt_id}".encode()
         for _ in range(2 if self.retry_commits else 1):
-            op = self.rec.invoke(OpKind.COMMIT, **_job_fields(job))
+            op = self.rec.invoke(OpKind.COMMIT, **_claim_fields(claim))
             try:
                 with self.rec.bound(op):
-                    got = job.commit(result)
+                    got = claim.commit(result)
             except CoordinatorError as exc:
                 self.rec.complete(op, End.INFO, message=str(exc)[:200])
                 continue
-            self.rec.complete(op, End.OK, Outcome[got.outcome.name], reason=got.reason.name)
+            self.rec.complete(op, End.OK, Observed[got.outcome.name], reason=got.reason.name)
 
-    def run_one(self, job: Job) -> None:
+    def run_one(self, claim: Claim) -> None:
         """Work one claimed task to its commit (the faults this worker was told to act out)."""
-        first = self.jobs == 0
-        self.jobs += 1
-        with job:
-            if self.poison and job.task_id == self.poison:
-                os.kill(os.getpid(), signal.SIGSTOP if job.attempt == 1 else signal.SIGKILL)
-                self.commit(job)  # resumed from SIGSTOP, long past its lease
+        first = self.claims == 0
+        self.claims += 1
+        with claim:
+            if self.poison and claim.task_id == self.poison:
+                os.kill(os.getpid(), signal.SIGSTOP if claim.attempt == 1 else signal.SIGKILL)
+                self.commit(claim)  # resumed from SIGSTOP, long past its lease
                 return
             if self.outbox is not None:
-                self.effect(job)
+                self.effect(claim)
             if first and self.kill_after_effect:
                 os.kill(os.getpid(), signal.SIGKILL)
             if first and self.pause_first:
@@ -143,17 +143,17 @@ class ChaosWorker:
                 self.released.wait(HOLD_LIMIT)  # long work: cut off meanwhile
             elif self.work:
                 threading.Event().wait(self.work)  # "work": commits stay in flight meanwhile
-            self.commit(job)
+            self.commit(claim)
 
     def loop(self, stop: threading.Event) -> None:
         """Claim and work until stopped."""
         while not stop.is_set():
-            job = self.claim()
-            if job is None:
+            claim = self.claim()
+            if claim is None:
                 stop.wait(0.05)
                 continue
             try:
-                self.run_one(job)
+                self.run_one(claim)
             except CoordinatorError:
                 stop.wait(0.05)  # recorded already where it matters; the lease expires
 
@@ -173,7 +173,7 @@ class ChaosWorker:
 @click.option("--kill-after-effect", is_flag=True)
 @click.option("--retry-commits", is_flag=True)
 @click.option("--work-ms", type=click.IntRange(0), default=30, show_default=True)
-@click.option("--hold-first", is_flag=True, help="Work on the first job until SIGUSR1.")
+@click.option("--hold-first", is_flag=True, help="Work on the first claim until SIGUSR1.")
 @click.option("--poison", default="", metavar="TASK_ID", help="Die on every attempt of it.")
 def main(
     target: str,

@@ -36,12 +36,14 @@ class LegacyLogError(ValueError):
     """A line of the legacy log is not a valid record (the message names the line)."""
 
 
-class Op(StrEnum):
+class LegacyOp(StrEnum):
+    """What a line of the legacy log records."""
+
     CLAIM = "claim"
     COMMIT = "commit"
 
 
-class Outcome(StrEnum):
+class V1Outcome(StrEnum):
     """What claim.v1 does with a commit of the log."""
 
     ACCEPTED = "accepted"
@@ -51,7 +53,7 @@ class Outcome(StrEnum):
     ALREADY_COMMITTED = "already_committed"
 
 
-FENCED = frozenset({Outcome.FENCED_EXPIRED, Outcome.FENCED_SUPERSEDED})
+FENCED = frozenset({V1Outcome.FENCED_EXPIRED, V1Outcome.FENCED_SUPERSEDED})
 
 
 @dataclass(frozen=True)
@@ -61,14 +63,14 @@ class Record:
     line: int
     ts: float
     task: str
-    op: Op
+    op: LegacyOp
     owner: str
     expires_at: float | None
     result: Any = None
 
 
 @dataclass(frozen=True)
-class Write:
+class LoggedCommit:
     """A commit of the log, as the report shows it."""
 
     line: int
@@ -85,10 +87,10 @@ class TaskDiff:
 
     task: str
     winners_differ: bool
-    legacy_winner: Write | None
-    v1_winner: Write | None
-    late_writes: list[Write] = field(default_factory=list)
-    other_differences: list[Write] = field(default_factory=list)
+    legacy_winner: LoggedCommit | None
+    v1_winner: LoggedCommit | None
+    late_writes: list[LoggedCommit] = field(default_factory=list)
+    other_differences: list[LoggedCommit] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ class ShadowReport:
     differing: list[TaskDiff]
 
     @property
-    def late_writes(self) -> list[Write]:
+    def late_writes(self) -> list[LoggedCommit]:
         return [w for d in self.differing for w in d.late_writes]
 
     def to_json(self) -> dict[str, Any]:
@@ -137,7 +139,7 @@ def parse_log(lines: Iterable[str]) -> list[Record]:
         if not isinstance(data, Mapping):
             raise LegacyLogError(f"line {number}: expected a JSON object")
         try:
-            op = Op(str(data.get("op")))
+            op = LegacyOp(str(data.get("op")))
         except ValueError:
             raise LegacyLogError(
                 f"line {number}: op must be 'claim' or 'commit', not {data.get('op')!r}"
@@ -146,7 +148,7 @@ def parse_log(lines: Iterable[str]) -> list[Record]:
             if not isinstance(data.get(name), str) or not data[name]:
                 raise LegacyLogError(f"line {number}: {name} must be a non-empty string")
         expires = data.get("expires_at")
-        if op is Op.CLAIM and expires is None:
+        if op is LegacyOp.CLAIM and expires is None:
             raise LegacyLogError(f"line {number}: a claim needs expires_at")
         records.append(
             Record(
@@ -162,8 +164,8 @@ def parse_log(lines: Iterable[str]) -> list[Record]:
     return records
 
 
-def _write(record: Record, outcome: Outcome | None = None) -> Write:
-    return Write(
+def _write(record: Record, outcome: V1Outcome | None = None) -> LoggedCommit:
+    return LoggedCommit(
         line=record.line,
         ts=record.ts,
         owner=record.owner,
@@ -211,28 +213,28 @@ class _V1Replay:
             self.holder = _V1Claim(rec.owner, rec.expires_at)  # a new generation
         # else: CLAIM_CONFLICT, another owner's claim is live
 
-    def commit(self, rec: Record) -> Outcome:
+    def commit(self, rec: Record) -> V1Outcome:
         """What v1 answers a commit; the fence compares come first, as in the commit txn."""
         if rec.owner in self.superseded:
-            return Outcome.FENCED_SUPERSEDED
+            return V1Outcome.FENCED_SUPERSEDED
         holder = self.holder
         if holder is not None and holder.owner == rec.owner:
             if rec.ts < holder.expires_at:
                 self.winner, self.holder = rec, None
-                return Outcome.ACCEPTED
-            return Outcome.FENCED_EXPIRED
+                return V1Outcome.ACCEPTED
+            return V1Outcome.FENCED_EXPIRED
         if self.winner is not None and self.winner.owner == rec.owner:
-            return Outcome.ALREADY_COMMITTED  # a retry: answered from the stored result
-        return Outcome.NOT_HOLDER
+            return V1Outcome.ALREADY_COMMITTED  # a retry: answered from the stored result
+        return V1Outcome.NOT_HOLDER
 
 
 def _replay_task(records: list[Record]) -> TaskDiff | None:
     legacy_owners: set[str] = set()
     legacy_winner: Record | None = None
     v1 = _V1Replay()
-    outcomes: list[tuple[Record, Outcome]] = []
+    outcomes: list[tuple[Record, V1Outcome]] = []
     for rec in records:
-        if rec.op is Op.CLAIM:
+        if rec.op is LegacyOp.CLAIM:
             legacy_owners.add(rec.owner)
             v1.claim(rec)
             continue
@@ -247,13 +249,13 @@ def _diff(
     legacy_owners: set[str],
     legacy_winner: Record | None,
     v1_winner: Record | None,
-    outcomes: list[tuple[Record, Outcome]],
+    outcomes: list[tuple[Record, V1Outcome]],
 ) -> TaskDiff | None:
     """Where the two rules part: different winners, and the commits only legacy accepted."""
-    late: list[Write] = []
-    other: list[Write] = []
+    late: list[LoggedCommit] = []
+    other: list[LoggedCommit] = []
     for rec, outcome in outcomes:
-        if rec.owner not in legacy_owners or outcome is Outcome.ACCEPTED:
+        if rec.owner not in legacy_owners or outcome is V1Outcome.ACCEPTED:
             continue  # legacy refused it too, or both accept it
         (late if outcome in FENCED else other).append(_write(rec, outcome))
     differ = _outcome_of(legacy_winner) != _outcome_of(v1_winner)
@@ -263,7 +265,7 @@ def _diff(
         task=task,
         winners_differ=differ,
         legacy_winner=None if legacy_winner is None else _write(legacy_winner),
-        v1_winner=None if v1_winner is None else _write(v1_winner, Outcome.ACCEPTED),
+        v1_winner=None if v1_winner is None else _write(v1_winner, V1Outcome.ACCEPTED),
         late_writes=late,
         other_differences=other,
     )
@@ -275,7 +277,7 @@ def compare(records: Iterable[Record]) -> ShadowReport:
     commits = 0
     for rec in sorted(records, key=lambda r: (r.ts, r.line)):
         by_task.setdefault(rec.task, []).append(rec)
-        commits += rec.op is Op.COMMIT
+        commits += rec.op is LegacyOp.COMMIT
     differing = [
         diff for task in sorted(by_task) if (diff := _replay_task(by_task[task])) is not None
     ]

@@ -1,9 +1,9 @@
-"""a. The coordinator: ``claim_next`` -> ``job.commit`` through the gRPC front-end, as a worker.
+"""a. The coordinator: ``claim_next`` -> ``claim.commit`` through the gRPC front-end, as a worker.
 
 Each worker thread has its own ``WorkerClient`` (its own principal and channel) and claims from
 the run's queue, seeded just before the run. The keepalive is not started: a cycle takes
 milliseconds against a 30 s TTL, and a worker whose work is that short would not start one
-either (``with job:`` would add a thread start and a release check per cycle).
+either (``with claim:`` would add a thread start and a release check per cycle).
 """
 
 from __future__ import annotations
@@ -101,18 +101,18 @@ def _cycle(client: WorkerClient, queue: _Queue) -> CycleFn:
     def cycle() -> tuple[float, float]:
         t0 = time.perf_counter()
         for _ in range(_MAX_FALSE_EMPTY):
-            job = client.claim_next(queue.name, ttl=TTL)
-            if not isinstance(job, ClaimRefused):
+            claim = client.claim_next(queue.name, ttl=TTL)
+            if not isinstance(claim, ClaimRefused):
                 break
-            if job.outcome is not Outcome.NO_READY_TASK:
-                raise RuntimeError(f"claim refused: {job.outcome.name}/{job.reason.name}")
+            if claim.outcome is not Outcome.NO_READY_TASK:
+                raise RuntimeError(f"claim refused: {claim.outcome.name}/{claim.reason.name}")
             if not queue.refused_while_not_empty():
                 raise Exhausted(queue.name)
         else:
             raise Exhausted(queue.name)
         t1 = time.perf_counter()
         queue.claimed()
-        outcome = job.commit(RESULT)
+        outcome = claim.commit(RESULT)
         t2 = time.perf_counter()
         if not outcome.committed:
             raise RuntimeError(f"commit answered {outcome.outcome.name}/{outcome.reason.name}")

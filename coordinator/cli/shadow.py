@@ -9,10 +9,10 @@ from typing import TextIO
 
 import click
 
-from coordinator.shadow import LegacyLogError, ShadowReport, Write, compare, parse_log
+from coordinator.shadow import LegacyLogError, LoggedCommit, ShadowReport, compare, parse_log
 
 
-def _describe(write: Write | None) -> str:
+def _describe(write: LoggedCommit | None) -> str:
     if write is None:
         return "none"
     return f"{write.owner} at ts={write.ts:g} (line {write.line}, result={write.result!r})"

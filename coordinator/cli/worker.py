@@ -111,7 +111,7 @@ def worker(
     log_level: str,
     **settings: Any,
 ) -> None:
-    """Run HANDLER (``module:function``, called with the Job and a Cancellation; what it
+    """Run HANDLER (``module:function``, called with the Claim and a Cancellation; what it
     returns is committed) over the queues until SIGTERM, then shut down within --grace."""
     configure_logging(log_level)
     function = load_handler(handler)

@@ -7,7 +7,7 @@ Run by ``coordinator demo`` (and the paused-worker test) as::
 Each line on stdout is one JSON object with ``op`` (``started``, ``claim``, ``effect``,
 ``holding``, ``commit``, ``abandon``, ``error``, ``stopped``), ``worker``, and for task operations
 ``task``, ``attempt``, ``attempt_id``, ``generation``, ``outcome`` and ``reason``. With
-``--outbox URL`` every job first sends one pretend email through that outbox (``job.effect``,
+``--outbox URL`` every claim first sends one pretend email through that outbox (``claim.effect``,
 node ``notify``, slot ``email``) and reports an ``effect`` line; the payload names the worker,
 so a takeover drafts a different payload for the same slot (PAYLOAD_CONFLICT, then reconcile).
 With ``--hold-first`` the worker announces ``holding`` right after its first claim (and its
@@ -35,7 +35,7 @@ import click
 
 from coordinator.errors import CoordinatorError
 from coordinator.logging import configure_logging
-from coordinator.sdk import ClaimRefused, HttpDownstream, Job, JobLost, Outcome, WorkerClient
+from coordinator.sdk import Claim, ClaimLost, ClaimRefused, HttpDownstream, Outcome, WorkerClient
 
 # Loopback: never route the demo's gRPC through an http_proxy from the environment.
 CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0)]
@@ -46,7 +46,7 @@ Record = dict[str, Any]
 """One reported line, parsed."""
 
 EFFECT_NODE, EFFECT_SLOT = "notify", "email"
-"""The one side-effect slot every demo job uses."""
+"""The one side-effect slot every demo claim uses."""
 
 _emit_lock = threading.Lock()
 
@@ -59,13 +59,13 @@ def emit(op: str, worker: str, **fields: Any) -> None:
         sys.stdout.flush()
 
 
-def job_fields(job: Job) -> dict[str, Any]:
-    """The identity of a job as it appears in every line about it."""
+def claim_fields(claim: Claim) -> dict[str, Any]:
+    """The identity of a claim as it appears in every line about it."""
     return {
-        "task": job.task_id,
-        "attempt": job.attempt,
-        "attempt_id": job.fence.attempt_id,
-        "generation": job.generation,
+        "task": claim.task_id,
+        "attempt": claim.attempt,
+        "attempt_id": claim.fence.attempt_id,
+        "generation": claim.generation,
     }
 
 
@@ -74,13 +74,13 @@ def effect_payload(task_id: str, worker: str) -> bytes:
     return f"to: team@example.com\nsubject: {task_id} is done\n\ndrafted by {worker}".encode()
 
 
-def send_effect(job: Job, worker: str, outbox: HttpDownstream) -> None:
+def send_effect(claim: Claim, worker: str, outbox: HttpDownstream) -> None:
     """Send the task's email through the outbox, at most once per task, and report it."""
-    outcome = job.effect(EFFECT_NODE, EFFECT_SLOT, effect_payload(job.task_id, worker), outbox)
+    outcome = claim.effect(EFFECT_NODE, EFFECT_SLOT, effect_payload(claim.task_id, worker), outbox)
     emit(
         "effect",
         worker,
-        **job_fields(job),
+        **claim_fields(claim),
         status=outcome.status.value,
         effect_id=outcome.effect_id,
         conflict=outcome.conflict,
@@ -94,37 +94,37 @@ def send_effect(job: Job, worker: str, outbox: HttpDownstream) -> None:
 
 
 def run_job(
-    job: Job, worker: str, *, hold: float, work: float, outbox: HttpDownstream | None = None
+    claim: Claim, worker: str, *, hold: float, work: float, outbox: HttpDownstream | None = None
 ) -> None:
     """Work on one claimed task (its email first, if there is an outbox) and commit it."""
-    emit("claim", worker, **job_fields(job), outcome=Outcome.CLAIMED.name, reason="NONE")
-    with job:
+    emit("claim", worker, **claim_fields(claim), outcome=Outcome.CLAIMED.name, reason="NONE")
+    with claim:
         if outbox is not None:
-            send_effect(job, worker, outbox)
+            send_effect(claim, worker, outbox)
         if hold > 0:
-            emit("holding", worker, **job_fields(job), pid=os.getpid())
+            emit("holding", worker, **claim_fields(claim), pid=os.getpid())
             time.sleep(hold)  # the demo stops the process here, past its TTL
         else:
             try:
-                job.check()
-            except JobLost as exc:
-                emit("abandon", worker, **job_fields(job), message=str(exc))
+                claim.check()
+            except ClaimLost as exc:
+                emit("abandon", worker, **claim_fields(claim), message=str(exc))
                 return
-            job.progress("working")
+            claim.progress("working")
             time.sleep(work)
-        lost_before = job.is_lost()
-        result = f"{job.task_id} by {worker} attempt {job.attempt}".encode()
+        lost_before = claim.is_lost()
+        result = f"{claim.task_id} by {worker} attempt {claim.attempt}".encode()
         # Commit even when the keepalive already saw the loss: the store is the authority.
-        outcome = job.commit(result)
+        outcome = claim.commit(result)
         emit(
             "commit",
             worker,
-            **job_fields(job),
+            **claim_fields(claim),
             outcome=outcome.outcome.name,
             reason=outcome.reason.name,
             message=outcome.message,
             lost_before_commit=lost_before,
-            lost_reason=str(job.lost_reason) if job.lost_reason else "",
+            lost_reason=str(claim.lost_reason) if claim.lost_reason else "",
         )
 
 
@@ -162,7 +162,7 @@ def work_loop(
         try:
             run_job(claimed, worker, hold=0.0 if held else hold_first, work=work, outbox=outbox)
         except CoordinatorError as exc:
-            emit("error", worker, **job_fields(claimed), message=str(exc))
+            emit("error", worker, **claim_fields(claimed), message=str(exc))
         held = True
         idle_since = time.monotonic()
 

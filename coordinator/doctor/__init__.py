@@ -21,7 +21,15 @@ second snapshot taken a reclaim window later (``confirm``).
 """
 
 from coordinator.doctor.checks import check, confirm
-from coordinator.doctor.findings import LAGGING, Finding, Guard, Problem, Repair, Snapshot, Write
+from coordinator.doctor.findings import (
+    LAGGING,
+    Finding,
+    Guard,
+    Problem,
+    Repair,
+    RepairWrite,
+    Snapshot,
+)
 
 __all__ = [
     "LAGGING",
@@ -29,8 +37,8 @@ __all__ = [
     "Guard",
     "Problem",
     "Repair",
+    "RepairWrite",
     "Snapshot",
-    "Write",
     "check",
     "confirm",
 ]

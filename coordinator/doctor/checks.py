@@ -8,7 +8,15 @@ from typing import TypeVar
 
 from coordinator.doctor.due_indexes import check_due_indexes, check_due_orphans
 from coordinator.doctor.effects import check_effects
-from coordinator.doctor.findings import LAGGING, Finding, Guard, Problem, Repair, Snapshot, Write
+from coordinator.doctor.findings import (
+    LAGGING,
+    Finding,
+    Guard,
+    Problem,
+    Repair,
+    RepairWrite,
+    Snapshot,
+)
 from coordinator.doctor.orphans import check_orphans
 from coordinator.doctor.parsed import Parsed, decode_or_report, identity_keys, parse
 from coordinator.doctor.retention import check_retention
@@ -206,7 +214,7 @@ def _check_ready(
                     fixable,
                     f"add ready key {expected}",
                     [Guard(kv.key, kv.mod_revision), Guard(expected, 0)],
-                    [Write(expected, b"")],
+                    [RepairWrite(expected, b"")],
                 ),
             )
         )
@@ -228,7 +236,7 @@ def _check_ready(
                     fixable,
                     f"delete ready key {key}",
                     [Guard(kv.key, kv.mod_revision), Guard(key, ready_kv.mod_revision)],
-                    [Write(key, None)],
+                    [RepairWrite(key, None)],
                 ),
             )
         )
@@ -265,7 +273,7 @@ def _check_index(
                     fixable,
                     f"add {name} key {key}",
                     [Guard(kv.key, kv.mod_revision), Guard(key, 0)],
-                    [Write(key, _index_value(task, state))],
+                    [RepairWrite(key, _index_value(task, state))],
                 ),
             )
         )
@@ -280,7 +288,7 @@ def _check_index(
                     fixable,
                     f"delete {name} key {key}",
                     [Guard(kv.key, kv.mod_revision), Guard(key, present.mod_revision)],
-                    [Write(key, None)],
+                    [RepairWrite(key, None)],
                 ),
             )
         )
@@ -386,7 +394,7 @@ def _check_edges(
                     Repair(
                         f"add reverse edge {reverse}",
                         (Guard(kv.key, kv.mod_revision), Guard(reverse, 0)),
-                        (Write(reverse, b""),),
+                        (RepairWrite(reverse, b""),),
                     ),
                 )
             )
@@ -435,11 +443,13 @@ def _check_identity(
                     Repair(
                         f"add identity index key {key}",
                         (Guard(kv.key, kv.mod_revision), Guard(key, 0)),
-                        (Write(key, b""),),
+                        (RepairWrite(key, b""),),
                     ),
                 )
             )
 
 
-def _repair(fixable: bool, action: str, guards: list[Guard], writes: list[Write]) -> Repair | None:
+def _repair(
+    fixable: bool, action: str, guards: list[Guard], writes: list[RepairWrite]
+) -> Repair | None:
     return Repair(action, tuple(guards), tuple(writes)) if fixable else None

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from coordinator.doctor.findings import Finding, Guard, Problem, Repair, Write
+from coordinator.doctor.findings import Finding, Guard, Problem, Repair, RepairWrite
 from coordinator.doctor.parsed import Parsed
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import TaskRecord
@@ -96,7 +96,7 @@ def check_due_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:
                         Repair(
                             f"delete {index.name} key {kv.key}",
                             (Guard(keys.task(tid), 0), Guard(kv.key, kv.mod_revision)),
-                            (Write(kv.key, None),),
+                            (RepairWrite(kv.key, None),),
                         ),
                     )
                 )
@@ -111,7 +111,7 @@ def _missing(
     tid, when = task.task_id, _when(index.due(task))
     guards = [Guard(kv.key, kv.mod_revision), Guard(want, 0)]
     guards += [Guard(s.key, s.mod_revision) for s in stale]
-    writes = [Write(s.key, None) for s in stale] + [Write(want, b"")]
+    writes = [RepairWrite(s.key, None) for s in stale] + [RepairWrite(want, b"")]
     if stale:
         problem = index.problems[1]
         message = (
@@ -146,7 +146,7 @@ def _orphan(
     repair = Repair(
         f"delete {index.name} key {key_kv.key}",
         (Guard(kv.key, kv.mod_revision), Guard(key_kv.key, key_kv.mod_revision)),
-        (Write(key_kv.key, None),),
+        (RepairWrite(key_kv.key, None),),
     )
     return Finding(
         index.problems[2],

@@ -5,7 +5,7 @@ primary evidence; an index that disagrees has one unambiguous repair."""
 
 from __future__ import annotations
 
-from coordinator.doctor.findings import Finding, Guard, Problem, Repair, Write
+from coordinator.doctor.findings import Finding, Guard, Problem, Repair, RepairWrite
 from coordinator.doctor.parsed import Parsed, decode_or_report
 from coordinator.domain.effects import EffectRecord
 from coordinator.domain.keys import Keyspace
@@ -63,7 +63,7 @@ def _missing(
         Repair(
             f"add {name} index key {index}",
             (Guard(kv.key, kv.mod_revision), Guard(index, 0)),
-            (Write(index, value),),
+            (RepairWrite(index, value),),
         ),
     )
 
@@ -86,6 +86,6 @@ def _orphan(
         Repair(
             f"delete index key {index_kv.key}",
             (effect_guard, Guard(index_kv.key, index_kv.mod_revision)),
-            (Write(index_kv.key, None),),
+            (RepairWrite(index_kv.key, None),),
         ),
     )

@@ -70,7 +70,7 @@ class Guard:
 
 
 @dataclass(frozen=True)
-class Write:
+class RepairWrite:
     """A repair's write: put ``value`` (None: delete the key)."""
 
     key: str
@@ -83,7 +83,7 @@ class Repair:
 
     action: str
     guards: tuple[Guard, ...]
-    writes: tuple[Write, ...]
+    writes: tuple[RepairWrite, ...]
 
 
 @dataclass(frozen=True)

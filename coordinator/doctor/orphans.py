@@ -3,7 +3,7 @@ deleting them)."""
 
 from __future__ import annotations
 
-from coordinator.doctor.findings import Finding, Guard, Problem, Repair, Write
+from coordinator.doctor.findings import Finding, Guard, Problem, Repair, RepairWrite
 from coordinator.doctor.parsed import Parsed, identity_keys
 from coordinator.domain.keys import Keyspace
 from coordinator.store.dependencies import edges_of
@@ -82,7 +82,9 @@ def _edge_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:
                     f"reverse edge {dependent} -> {upstream} has no forward edge",
                     (edge_kv.key,),
                     Repair(
-                        f"delete reverse edge {edge_kv.key}", guards, (Write(edge_kv.key, None),)
+                        f"delete reverse edge {edge_kv.key}",
+                        guards,
+                        (RepairWrite(edge_kv.key, None),),
                     ),
                 )
             )
@@ -130,7 +132,7 @@ def _identity_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:
                             Guard(keys.task(tid), guard.mod_revision if guard else 0),
                             Guard(key, index_kv.mod_revision),
                         ),
-                        (Write(key, None),),
+                        (RepairWrite(key, None),),
                     ),
                 )
             )
@@ -146,6 +148,6 @@ def _orphan(problem: Problem, tid: str, kv: KV, task_key: str, what: str) -> Fin
         Repair(
             f"delete {what} {kv.key}",
             (Guard(task_key, 0), Guard(kv.key, kv.mod_revision)),
-            (Write(kv.key, None),),
+            (RepairWrite(kv.key, None),),
         ),
     )

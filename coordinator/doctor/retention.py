@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coordinator.doctor.findings import Finding, Guard, Problem, Repair, Write
+from coordinator.doctor.findings import Finding, Guard, Problem, Repair, RepairWrite
 from coordinator.doctor.parsed import Parsed
 from coordinator.domain.effects import EffectRecord
 from coordinator.domain.keys import Keyspace
@@ -80,7 +80,7 @@ def _unscheduled(parsed: Parsed, keys: Keyspace, retention: float) -> list[Findi
                     Repair(
                         f"schedule its prune at {due}",
                         (Guard(kv.key, kv.mod_revision), Guard(due, 0)),
-                        (Write(due, due_value(task)),),
+                        (RepairWrite(due, due_value(task)),),
                     )
                     if retention > 0
                     else None,
@@ -103,7 +103,7 @@ def _prune_index_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:
                     Repair(
                         f"delete {due_kv.key}",
                         (Guard(due_kv.key, due_kv.mod_revision), Guard(keys.task(tid), 0)),
-                        (Write(due_kv.key, None),),
+                        (RepairWrite(due_kv.key, None),),
                     ),
                 )
             )
@@ -129,7 +129,7 @@ def _unindexed_effects(parsed: Parsed, keys: Keyspace, effects_of: Effects) -> l
                         Repair(
                             f"add {index}",
                             (Guard(effect_kv.key, effect_kv.mod_revision), Guard(index, 0)),
-                            (Write(index, b""),),
+                            (RepairWrite(index, b""),),
                         ),
                     )
                 )
@@ -188,7 +188,7 @@ def _leftover_findings(keys: Keyspace, tid: str, tomb_kv: KV, left: list[KV]) ->
                 Repair(
                     f"delete {len(page)} record(s) of pruned task {tid}",
                     guards,
-                    tuple(Write(kv.key, None) for kv in page),
+                    tuple(RepairWrite(kv.key, None) for kv in page),
                 ),
             )
         )

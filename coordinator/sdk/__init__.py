@@ -3,12 +3,12 @@
     from datetime import timedelta
     from coordinator.sdk import ClaimRefused, WorkerClient
 
-    with WorkerClient("localhost:7070", principal="worker-1") as client:
-        job = client.claim_next("emails", ttl=timedelta(seconds=10))
-        if not isinstance(job, ClaimRefused):
-            with job:                      # keepalive at TTL/3; released on exit if unfinished
-                job.check()                # JobLost if fenced or too close to expiry
-                outcome = job.commit(render(job.input))
+    with WorkerClient("127.0.0.1:50051", principal="worker-1") as client:  # `coordinator up`
+        claim = client.claim_next("emails", ttl=timedelta(seconds=10))
+        if not isinstance(claim, ClaimRefused):
+            with claim:                  # keepalive at TTL/3; released on exit if unfinished
+                claim.check()            # ClaimLost if fenced or too close to expiry
+                outcome = claim.commit(claim.input.upper())
                 print(outcome.outcome.name, outcome.reason.name)
 
 The same SDK for asyncio (``grpc.aio``) is ``coordinator.sdk.aio``.
@@ -16,6 +16,7 @@ The same SDK for asyncio (``grpc.aio``) is ``coordinator.sdk.aio``.
 Everything importable from here is public; modules starting with ``_`` are not.
 """
 
+from coordinator.domain.decisions import Fence
 from coordinator.domain.effects import EffectState
 from coordinator.domain.jobs import JobRecord, JobState, RediscoverAction
 from coordinator.domain.states import (
@@ -28,6 +29,7 @@ from coordinator.domain.states import (
 from coordinator.sdk._rpc import PRINCIPAL_METADATA, RetryPolicy
 from coordinator.sdk.auth import BearerToken, tls_credentials
 from coordinator.sdk.cancellation import Cancellation, CancelReason
+from coordinator.sdk.claim import Claim, LostCallback
 from coordinator.sdk.client import WorkerClient
 from coordinator.sdk.effects import (
     Downstream,
@@ -40,18 +42,16 @@ from coordinator.sdk.effects import (
     HttpDownstream,
     LookupUnsupported,
 )
-from coordinator.sdk.job import Job, LostCallback
 from coordinator.sdk.managed import JobResult, ManagedProcess
 from coordinator.sdk.pool import Ending, PollBackoff, PoolReport, WorkerPool, stop_on_signals
 from coordinator.sdk.readiness import Readiness, ReadyFile
 from coordinator.sdk.rediscover import ListedJob, Rediscovered
 from coordinator.sdk.types import (
     AttemptInfo,
+    ClaimLost,
     ClaimRefused,
     CommitOutcome,
     FailOutcome,
-    Fence,
-    JobLost,
     LossSource,
     LostReason,
     OutcomeUnknown,
@@ -71,6 +71,8 @@ __all__ = [
     "BearerToken",
     "CancelReason",
     "Cancellation",
+    "Claim",
+    "ClaimLost",
     "ClaimRefused",
     "CommitOutcome",
     "DeadLetterReason",
@@ -87,8 +89,6 @@ __all__ = [
     "Fence",
     "FenceReason",
     "HttpDownstream",
-    "Job",
-    "JobLost",
     "JobRecord",
     "JobResult",
     "JobState",

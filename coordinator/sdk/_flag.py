@@ -1,6 +1,6 @@
 """A one-way flag that can be waited on, whose Event is made only when someone waits.
 
-A Job has two such flags (stop, lost) and most jobs end without anyone waiting on either: a
+A Claim has two such flags (stop, lost) and most claims end without anyone waiting on either: a
 worker that commits in milliseconds never starts its keepalive. A ``threading.Event`` per flag
 would cost each claim two Conditions (and each ``set`` a notify) for nothing.
 """

@@ -1,9 +1,9 @@
 """A held claim apart from its transport: its fence, lease clock and state, the requests it
 sends and what each answer does to it.
 
-Pure bookkeeping, no I/O: the sync ``Job`` (sdk/job.py, a keepalive thread) and the asyncio
-``AsyncJob`` (sdk/aio/job.py, a keepalive task) send these requests their own way and hand the
-answers back here, so both read an answer, lose a job and report the loss the same way. A
+Pure bookkeeping, no I/O: the sync ``Claim`` (sdk/claim.py, a keepalive thread) and the asyncio
+``AsyncClaim`` (sdk/aio/claim.py, a keepalive task) send these requests their own way and hand the
+answers back here, so both read an answer, lose a claim and report the loss the same way. A
 subclass says how to stop its keepalive and wake its waiters (``_signal``).
 """
 
@@ -23,25 +23,26 @@ from coordinator.errors import CoordinatorError
 from coordinator.sdk._rpc import RetryPolicy
 from coordinator.sdk.attempt import SentKeys
 from coordinator.sdk.types import (
+    ClaimLost,
     CommitOutcome,
     FailOutcome,
-    Fence,
-    JobLost,
     LossSource,
     LostReason,
     ReleaseOutcome,
     StageOutcome,
     ToolAuthorization,
     TransportError,
+    fence_from_proto,
+    fence_to_proto,
     outcome_of,
     utc,
 )
 from coordinator.v1 import worker_pb2
 
-log = structlog.get_logger("coordinator.sdk.job")
+log = structlog.get_logger("coordinator.sdk.claim")
 
 LostCallback = Callable[[LostReason], None]
-"""Called once, from the thread (or event loop) that noticed, when a job is lost."""
+"""Called once, from the thread (or event loop) that noticed, when a claim is lost."""
 
 # A renewal gets at least this long even when the local lease clock says time is up: the server
 # may still hold the lease (the local clock starts when the request is sent, so it runs early).
@@ -49,7 +50,7 @@ _MIN_RENEW_TIMEOUT = 0.2
 
 
 # A renewal or release answered FENCED with these found that this attempt's own commit or
-# release landed (its answer may still be on the way, or lost: OutcomeUnknown): the job ended
+# release landed (its answer may still be on the way, or lost: OutcomeUnknown): the claim ended
 # by the caller's hand, nothing was lost.
 _ENDED_BY_THIS_ATTEMPT = {
     FenceReason.ALREADY_COMMITTED: "committed",
@@ -64,7 +65,7 @@ _MAX_ERROR_DETAILS = 16 * 1024
 
 @dataclass
 class _State:
-    """The mutable part of a job, guarded by ``HeldClaim._lock``."""
+    """The mutable part of a claim, guarded by ``HeldClaim._lock``."""
 
     # When the lease ends by the local monotonic clock: send time of the last accepted call
     # plus the TTL it restored. Measured from the send, not the answer, so it errs early.
@@ -76,7 +77,7 @@ class _State:
     checkpoint: bytes | None = None
     renewals: int = 0
     lost: LostReason | None = None
-    # "committed", "released" or "failed" once the caller ended the job; later losses are not
+    # "committed", "released" or "failed" once the caller ended the claim; later losses are not
     # reported.
     finished: str = ""
 
@@ -95,7 +96,7 @@ class HeldClaim:
     ) -> None:
         self._clock = clock
         self._on_lost = on_lost
-        self.fence = Fence.from_proto(claim.fence)
+        self.fence = fence_from_proto(claim.fence)
         self.attempt = claim.attempt
         self.input = claim.input
         self.input_digest = claim.input_digest
@@ -103,7 +104,7 @@ class HeldClaim:
         # Where an earlier attempt of this task revision left the work (b"": start afresh).
         self.previous_checkpoint = claim.checkpoint
         self.ttl = timedelta(seconds=max(claim.ttl_seconds, 1))
-        # Wire (seconds, nanos), as the lease end below: most jobs never read either.
+        # Wire (seconds, nanos), as the lease end below: most claims never read either.
         deadline, lease = claim.claim_deadline, claim.lease_expires_at
         self._claim_deadline = (deadline.seconds, deadline.nanos)
         self.safety_margin = safety_margin if safety_margin is not None else self.ttl / 4
@@ -119,7 +120,7 @@ class HeldClaim:
         self._sent_keys = SentKeys()
 
     def _signal(self, *, lost: bool) -> None:
-        """The job ended (``lost`` or finished): stop the keepalive, and wake whoever waits
+        """The claim ended (``lost`` or finished): stop the keepalive, and wake whoever waits
         for a loss if ``lost``. Called once per kind, never under the lock."""
         raise NotImplementedError
 
@@ -150,13 +151,13 @@ class HeldClaim:
 
     @property
     def lost_reason(self) -> LostReason | None:
-        """What lost the job (outcome, fence reason, source), or None while it is held."""
+        """What lost the claim (outcome, fence reason, source), or None while it is held."""
         with self._lock:
             return self._state.lost
 
     @property
     def committed(self) -> bool:
-        """Whether this job's commit is known to have landed: answered COMMITTED, or found by a
+        """Whether this claim's commit is known to have landed: answered COMMITTED, or found by a
         later renewal or release (after an OutcomeUnknown commit)."""
         with self._lock:
             return self._state.finished == "committed"
@@ -173,7 +174,7 @@ class HeldClaim:
         return self._sent_keys
 
     def is_lost(self) -> bool:
-        """Whether the job is known to have lost its task. Never blocks."""
+        """Whether the claim is known to have lost its task. Never blocks."""
         # One attribute read, atomic: no lock needed (set once, never cleared).
         return self._state.lost is not None
 
@@ -184,21 +185,21 @@ class HeldClaim:
         return timedelta(seconds=max(left, 0.0))
 
     def check(self, *, margin: timedelta | None = None) -> None:
-        """Raise JobLost unless the job is held with more than ``margin`` left on the lease.
+        """Raise ClaimLost unless the claim is held with more than ``margin`` left on the lease.
 
-        Call it before an expensive or irreversible step. ``margin`` defaults to the job's
+        Call it before an expensive or irreversible step. ``margin`` defaults to the claim's
         ``safety_margin`` (a quarter of the TTL unless set at claim time).
         """
         with self._lock:
             lost, finished = self._state.lost, self._state.finished
         if lost is not None:
-            raise JobLost(f"job {self._name} is lost: {lost}", reason=lost)
+            raise ClaimLost(f"claim {self._name} is lost: {lost}", reason=lost)
         if finished:
-            raise JobLost(f"job {self._name} is {finished}: nothing left to work on")
+            raise ClaimLost(f"claim {self._name} is {finished}: nothing left to work on")
         left, need = self.remaining(), margin if margin is not None else self.safety_margin
         if left < need:
-            raise JobLost(
-                f"job {self._name} has {left.total_seconds():.2f}s left on its lease, "
+            raise ClaimLost(
+                f"claim {self._name} has {left.total_seconds():.2f}s left on its lease, "
                 f"less than the {need.total_seconds():.2f}s safety margin"
             )
 
@@ -220,7 +221,7 @@ class HeldClaim:
         self, result: bytes, result_ref: str, result_digest: str | None, evidence: Sequence[str]
     ) -> worker_pb2.CommitRequest:
         return worker_pb2.CommitRequest(
-            fence=self.fence.to_proto(),
+            fence=fence_to_proto(self.fence),
             input_digest=self.input_digest,
             result_digest=result_digest or digest_of(result),
             result=result,
@@ -229,7 +230,7 @@ class HeldClaim:
         )
 
     def _committed(self, response: worker_pb2.CommitResponse) -> CommitOutcome:
-        """COMMITTED ends the job; FENCED / STALE_INPUT / CANCELLED mark it lost."""
+        """COMMITTED ends the claim; FENCED / STALE_INPUT / CANCELLED mark it lost."""
         outcome = CommitOutcome.from_proto(response)
         if outcome.committed:
             self._finish("committed")
@@ -241,7 +242,7 @@ class HeldClaim:
         self, result: bytes, result_ref: str, result_digest: str | None
     ) -> worker_pb2.StageResultRequest:
         return worker_pb2.StageResultRequest(
-            fence=self.fence.to_proto(),
+            fence=fence_to_proto(self.fence),
             result_digest=result_digest or digest_of(result),
             result=result,
             result_ref=result_ref,
@@ -253,11 +254,11 @@ class HeldClaim:
 
     def _authorize_request(self, tool: str, action: str) -> worker_pb2.AuthorizeToolRequest:
         return worker_pb2.AuthorizeToolRequest(
-            fence=self.fence.to_proto(), tool=tool, action=action
+            fence=fence_to_proto(self.fence), tool=tool, action=action
         )
 
     def _authorized(self, response: worker_pb2.AuthorizeToolResponse) -> ToolAuthorization:
-        """A refusal marks the job lost."""
+        """A refusal marks the claim lost."""
         answer = ToolAuthorization(
             outcome_of(response.outcome), FenceReason(response.reason), response.message
         )
@@ -266,10 +267,10 @@ class HeldClaim:
         return answer
 
     def _release_request(self, reason: str) -> worker_pb2.ReleaseRequest:
-        return worker_pb2.ReleaseRequest(fence=self.fence.to_proto(), reason=reason)
+        return worker_pb2.ReleaseRequest(fence=fence_to_proto(self.fence), reason=reason)
 
     def _released(self, response: worker_pb2.ReleaseResponse) -> ReleaseOutcome:
-        """OK ends the job; FENCED / CANCELLED mark it lost unless this attempt's own commit
+        """OK ends the claim; FENCED / CANCELLED mark it lost unless this attempt's own commit
         or release had landed."""
         answer = ReleaseOutcome(
             outcome_of(response.outcome), FenceReason(response.reason), response.message
@@ -298,7 +299,7 @@ class HeldClaim:
         else:
             code = error
         request = worker_pb2.FailRequest(
-            fence=self.fence.to_proto(),
+            fence=fence_to_proto(self.fence),
             retryable=retryable,
             error_code=code,
             error_message=message[:_MAX_ERROR_MESSAGE],
@@ -310,7 +311,7 @@ class HeldClaim:
         return request
 
     def _failed(self, response: worker_pb2.FailResponse) -> FailOutcome:
-        """Recorded ends the job; FENCED / CANCELLED / STALE_INPUT mark it lost unless this
+        """Recorded ends the claim; FENCED / CANCELLED / STALE_INPUT mark it lost unless this
         attempt had already ended itself."""
         answer = FailOutcome.from_proto(response)
         if answer.recorded:
@@ -320,7 +321,7 @@ class HeldClaim:
         return answer
 
     def _leaving(self, exc: BaseException | None) -> str | None:
-        """Why the job is released as its block is left (``exc``: what ended the block);
+        """Why the claim is released as its block is left (``exc``: what ended the block);
         None when it needs no release (committed, released or lost)."""
         with self._lock:
             held = self._state.lost is None and not self._state.finished
@@ -331,7 +332,7 @@ class HeldClaim:
 
     def _release_failed(self, error: CoordinatorError) -> None:
         # Never mask the caller's exception: the lease expires on its own.
-        log.warning("release failed; the lease will expire", job=self._name, error=str(error))
+        log.warning("release failed; the lease will expire", claim=self._name, error=str(error))
 
     # --- keepalive: one renewal's request and what its answer does ---------------------------
 
@@ -341,13 +342,13 @@ class HeldClaim:
         with self._lock:
             progress, checkpoint = self._state.progress, self._state.checkpoint
         budget = max(self.remaining().total_seconds(), _MIN_RENEW_TIMEOUT)
-        request = worker_pb2.RenewRequest(fence=self.fence.to_proto(), progress=progress)
+        request = worker_pb2.RenewRequest(fence=fence_to_proto(self.fence), progress=progress)
         if checkpoint is not None:
             request.checkpoint = checkpoint
         return request, min(policy.timeout.total_seconds(), budget)
 
     def _renewal_failed(self, exc: CoordinatorError) -> None:
-        """A renewal raised ``exc``: a transport failure loses the job once the lease ran out
+        """A renewal raised ``exc``: a transport failure loses the claim once the lease ran out
         locally; any other error loses it now."""
         if not isinstance(exc, TransportError):
             self.mark_lost(
@@ -368,7 +369,7 @@ class HeldClaim:
         request: worker_pb2.RenewRequest | None = None,
     ) -> bool:
         """Apply the answer to a renewal (``request``) sent at ``sent``; True if it was
-        accepted. Marks the job lost when the answer says so."""
+        accepted. Marks the claim lost when the answer says so."""
         outcome = outcome_of(response.outcome)
         reason = FenceReason(response.reason)
         if self._ended_by_this_attempt(outcome, reason):
@@ -394,7 +395,7 @@ class HeldClaim:
 
     def _keepalive_crashed(self, exc: Exception) -> None:
         # A dead keepalive must never look like a healthy one.
-        log.exception("keepalive crashed", job=self._name)
+        log.exception("keepalive crashed", claim=self._name)
         self.mark_lost(
             Outcome.FENCED, FenceReason.NONE, f"keepalive crashed: {exc!r}", LossSource.ERROR
         )
@@ -402,7 +403,7 @@ class HeldClaim:
     # --- ending ---------------------------------------------------------------------------
 
     def _ended_by_this_attempt(self, outcome: Outcome, reason: FenceReason) -> bool:
-        """Finish the job (True) if a FENCED answer says this attempt's own commit or release
+        """Finish the claim (True) if a FENCED answer says this attempt's own commit or release
         landed; its own answer may never arrive."""
         how = _ENDED_BY_THIS_ATTEMPT.get(reason) if outcome is Outcome.FENCED else None
         if how is None:
@@ -419,8 +420,8 @@ class HeldClaim:
     def mark_lost(
         self, outcome: Outcome, reason: FenceReason, message: str, source: LossSource
     ) -> None:
-        """Mark the job lost because the coordinator refused it (``source`` says which call):
-        flag, event, stop the keepalive, then the callback; once, and not after the job was
+        """Mark the claim lost because the coordinator refused it (``source`` says which call):
+        flag, event, stop the keepalive, then the callback; once, and not after the claim was
         committed or released. The SDK's effect and managed-job helpers call it too."""
         lost = LostReason(outcome, reason, message, source)
         with self._lock:
@@ -428,12 +429,12 @@ class HeldClaim:
                 return
             self._state.lost = lost
         self._signal(lost=True)
-        log.warning("job lost", job=self._name, generation=self.generation, lost=str(lost))
+        log.warning("claim lost", claim=self._name, generation=self.generation, lost=str(lost))
         if self._on_lost is not None:
             try:
                 self._on_lost(lost)
             except Exception:
-                log.exception("on_lost callback raised", job=self._name)
+                log.exception("on_lost callback raised", claim=self._name)
 
     @property
     def _name(self) -> str:

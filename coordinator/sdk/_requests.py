@@ -67,7 +67,7 @@ def epoch_moved(response: worker_pb2.ClaimResponse) -> bool:
 
 def repinned(request: AnyClaim, current: int) -> bool:
     """Carry the ``current`` epoch in ``request``; whether it differs from the one sent (then
-    the claim is worth sending once more). No held claim is touched: a Job keeps its fence."""
+    the claim is worth sending once more). No held claim is touched: a Claim keeps its fence."""
     if current == request.scheduler_epoch:
         return False
     request.scheduler_epoch = current

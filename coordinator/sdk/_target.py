@@ -6,7 +6,7 @@ among them. The SDK's default policy is ``pick_first`` with a shuffled address l
 
 - each client sticks to one replica, so the replica that granted a claim also serves its
   renewals and commit (store/held.py saves that commit a read; store/leases.py reuses only
-  leases the replica itself refreshed); ``round_robin`` would spread one job's calls over
+  leases the replica itself refreshed); ``round_robin`` would spread one claim's calls over
   every replica and lose both;
 - the shuffle spreads the clients of a pool over the replicas;
 - when the replica's connection fails, the channel connects to the next address, so a retry

@@ -3,7 +3,7 @@ marking it lost.
 
 Effects (sdk/effects.py) and managed jobs (sdk/managed.py) work on a ``HeldAttempt``, not on
 the claim class itself, so they neither import it (no import circle) nor reach into its private
-parts; the claim (sdk/job.py ``Job``) implements it. State that belongs to one attempt, such as
+parts; the claim (sdk/claim.py ``Claim``) implements it. State that belongs to one attempt, such as
 the effect keys it sent, lives on the attempt, never in a module-level map.
 """
 
@@ -16,9 +16,10 @@ from typing import Protocol, TypeAlias
 
 import grpc
 
+from coordinator.domain.decisions import Fence
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.sdk._rpc import Req, Resp
-from coordinator.sdk.types import Fence, LossSource
+from coordinator.sdk.types import LossSource
 from coordinator.v1 import worker_pb2_grpc
 
 # A string: grpc's multicallable is generic only in its type stubs, not at runtime.
@@ -49,7 +50,7 @@ class SentKeys:
 
 class FencedAttempt(Protocol):
     """What the effect protocol (sdk/effects.py) needs of an attempt besides its transport:
-    the sync Job and the asyncio AsyncJob both are one."""
+    the sync Claim and the asyncio AsyncClaim both are one."""
 
     @property
     def fence(self) -> Fence:
@@ -78,5 +79,5 @@ class HeldAttempt(FencedAttempt, Protocol):
         ...
 
     def check(self, *, margin: timedelta | None = None) -> None:
-        """Raise JobLost unless the attempt is held with more than ``margin`` of lease left."""
+        """Raise ClaimLost unless the attempt is held with more than ``margin`` of lease left."""
         ...

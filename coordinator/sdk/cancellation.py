@@ -1,6 +1,6 @@
-"""The cancellation signal a WorkerPool hands each handler, next to its Job.
+"""The cancellation signal a WorkerPool hands each handler, next to its Claim.
 
-A handler is told to stop in two cases, and only then: its job was lost (a renewal refused,
+A handler is told to stop in two cases, and only then: its claim was lost (a renewal refused,
 the lease ran out: no commit can land any more), or the pool is shutting down and the handler
 outlived the grace period (the pool then gives its claim back itself). Python cannot stop a
 thread from outside, so the handler has to look: ``is_cancelled()`` between steps, or
@@ -23,7 +23,7 @@ class CancelReason(enum.Enum):
     """Why a handler was cancelled."""
 
     LOST = "lost"
-    """The job lost its claim: whatever the handler commits now is refused."""
+    """The claim lost its claim: whatever the handler commits now is refused."""
     SHUTDOWN = "shutdown"
     """The pool's grace period ran out: the pool gave the claim back."""
 

@@ -3,7 +3,7 @@
 A client pins the scheduler epoch it first sees (``epoch()`` reads and re-pins it). A new epoch
 is the operator's decision and a worker must follow it, so a claim refused FENCED/EPOCH_CHANGED
 re-reads the epoch and, if it moved on, is sent once more under the new one: the caller does
-nothing. What the bump retires is every claim already held: a Job keeps the epoch it was
+nothing. What the bump retires is every claim already held: a Claim keeps the epoch it was
 claimed under, and its renew, authorize and commit stay FENCED/EPOCH_CHANGED.
 """
 
@@ -37,10 +37,10 @@ from coordinator.sdk._requests import (
 )
 from coordinator.sdk._rpc import RetryPolicy, Rpc
 from coordinator.sdk.auth import BearerToken
+from coordinator.sdk.claim import Claim, LostCallback
 from coordinator.sdk.effects import EffectInfo
-from coordinator.sdk.job import Job, LostCallback
 from coordinator.sdk.managed import DEFAULT_GRACE
-from coordinator.sdk.rediscover import ListedJob, Rediscovered, list_jobs, rediscover, resume_job
+from coordinator.sdk.rediscover import ListedJob, Rediscovered, list_jobs, rediscover, resume_claim
 from coordinator.sdk.types import (
     AttemptInfo,
     ClaimRefused,
@@ -123,8 +123,8 @@ class WorkerClient:
         expected_state_version: int = 0,
         on_lost: LostCallback | None = None,
         safety_margin: timedelta | None = None,
-    ) -> Job | ClaimRefused:
-        """Claim one task. A Job (enter it to start the keepalive) or the typed refusal.
+    ) -> Claim | ClaimRefused:
+        """Claim one task. A Claim (enter it to start the keepalive) or the typed refusal.
 
         ``expected_state_version`` (non-zero) makes the claim conditional on the task's
         state_version; ``on_lost`` is called once if the job is lost later. Refused because the
@@ -148,7 +148,7 @@ class WorkerClient:
         on_lost: LostCallback | None = None,
         safety_margin: timedelta | None = None,
         wait: timedelta | None = None,
-    ) -> Job | ClaimRefused:
+    ) -> Claim | ClaimRefused:
         """Claim the next ready task of ``queue``; NO_READY_TASK comes back as a ClaimRefused.
         Like ``claim``, it follows a new epoch by itself.
 
@@ -173,7 +173,7 @@ class WorkerClient:
         on_lost: LostCallback | None,
         safety_margin: timedelta | None,
         timeout: float | None = None,
-    ) -> Job | ClaimRefused:
+    ) -> Claim | ClaimRefused:
         # The lease clock starts before the request leaves, so it can only run early. A long
         # poll's lease is granted only when it wins, up to its wait later: its clock starts at
         # the answer's arrival instead (late by the answer's flight, which the job's safety
@@ -191,7 +191,7 @@ class WorkerClient:
                 sent_at = time.monotonic()
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
             return ClaimRefused.from_proto(response)
-        return Job(
+        return Claim(
             self._rpc, response, sent_at=sent_at, on_lost=on_lost, safety_margin=safety_margin
         )
 
@@ -364,10 +364,10 @@ class WorkerClient:
 
     def resume(
         self, record: JobRecord, *, ttl: timedelta, on_lost: LostCallback | None = None
-    ) -> Job:
-        """A Job for the still-current attempt of a re-attached job (``rediscover``), to renew
+    ) -> Claim:
+        """A Claim for the still-current attempt of a re-attached job (``rediscover``), to renew
         its claim and commit after a restart; ``bind`` it to the job's handle."""
-        return resume_job(
+        return resume_claim(
             self._rpc, record, self.get_task(record.task_id), ttl=ttl, on_lost=on_lost
         )
 

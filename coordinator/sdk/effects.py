@@ -1,9 +1,9 @@
-"""Side effects from a job: one call runs prepare -> execute / skip / reconcile -> record.
+"""Side effects from a claim: one call runs prepare -> execute / skip / reconcile -> record.
 
     from coordinator.sdk import HttpDownstream
 
     outbox = HttpDownstream("http://127.0.0.1:8025")
-    outcome = job.effect("notify", "welcome-email", payload, outbox)
+    outcome = claim.effect("notify", "welcome-email", payload, outbox)
     if outcome.status is EffectStatus.UNCERTAIN:
         ...  # nobody knows whether it happened: stop, a retry reconciles or a human approves
 
@@ -33,7 +33,7 @@ from coordinator.domain.effects import EffectAction, EffectState
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
 from coordinator.sdk.attempt import FencedAttempt, HeldAttempt
-from coordinator.sdk.types import LossSource, outcome_of, timestamp
+from coordinator.sdk.types import LossSource, fence_to_proto, outcome_of, timestamp
 from coordinator.v1 import types_pb2, worker_pb2
 
 KEY_HEADER = "Idempotency-Key"
@@ -209,7 +209,7 @@ class EffectInfo:
 
 
 class EffectStatus(StrEnum):
-    """How one ``job.effect`` call ended."""
+    """How one ``claim.effect`` call ended."""
 
     # Sent now and confirmed; recorded COMMITTED.
     EXECUTED = "executed"
@@ -224,13 +224,13 @@ class EffectStatus(StrEnum):
     # The slot is bound to another payload whose call did not happen: nothing sent. Send the
     # original payload, or use a new slot.
     CONFLICT = "conflict"
-    # The job lost its fence (FENCED, CANCELLED, STALE_INPUT): nothing sent by this call.
+    # The claim lost its fence (FENCED, CANCELLED, STALE_INPUT): nothing sent by this call.
     FENCED = "fenced"
 
 
 @dataclass(frozen=True)
 class EffectOutcome:
-    """The result of ``job.effect``: what happened, under which key, and what it produced."""
+    """The result of ``claim.effect``: what happened, under which key, and what it produced."""
 
     status: EffectStatus
     effect_id: str = ""
@@ -302,7 +302,7 @@ _Steps = Generator[Step, Any, EffectOutcome]
 
 
 class EffectRun:
-    """One ``job.effect`` call's protocol, advanced by a driver: ``step`` is what to do next
+    """One ``claim.effect`` call's protocol, advanced by a driver: ``step`` is what to do next
     (None once ``outcome`` is known); ``answer`` it, or let ``catching`` tell it what the
     downstream raised."""
 
@@ -373,7 +373,7 @@ def _perform(step: Step, attempt: HeldAttempt, downstream: Downstream) -> Any:
 
 @dataclass
 class _Slot:
-    """One ``job.effect`` call in progress."""
+    """One ``claim.effect`` call in progress."""
 
     attempt: FencedAttempt
     node_id: str
@@ -504,7 +504,7 @@ def _fenced(slot: _Slot, outcome: Outcome, reason: FenceReason, message: str) ->
 
 def _prepare(slot: _Slot, digest: str) -> Call:
     request = worker_pb2.PrepareEffectRequest(
-        fence=slot.attempt.fence.to_proto(),
+        fence=fence_to_proto(slot.attempt.fence),
         node_id=slot.node_id,
         effect_slot=slot.effect_slot,
         payload_digest=digest,
@@ -514,7 +514,7 @@ def _prepare(slot: _Slot, digest: str) -> Call:
 
 def _record(slot: _Slot, state: EffectState, result: DownstreamResult | None = None) -> Call:
     request = worker_pb2.RecordEffectRequest(
-        fence=slot.attempt.fence.to_proto(),
+        fence=fence_to_proto(slot.attempt.fence),
         effect_id=slot.effect_id,
         state=types_pb2.EffectState.ValueType(int(state)),
         external_ref=result.external_ref if result else "",

@@ -1,13 +1,13 @@
 """Managed jobs: external commands bound to the attempt that started them.
 
-``job.run(argv)`` starts a command as a managed job:
+``claim.run(argv)`` starts a command as a managed job:
 
 1. a small leader process (``_jobwrap.py``) starts in its own session, so the job is one process
    group; its output goes to a log file (the job's ``log_ref``), and it waits at a gate;
 2. StartJob records the job (pid, process start time, argv, log) behind the claim's fence; only
    if that is accepted is the gate opened and the command run. A FENCED start writes nothing,
-   the leader exits without running anything, the Job is marked lost and JobLost is raised;
-3. a watcher thread follows the process and the claim: when the Job is lost (fenced, expired,
+   the leader exits without running anything, the Claim is marked lost and ClaimLost is raised;
+3. a watcher thread follows the process and the claim: when the Claim is lost (fenced, expired,
    cancelled, stalled) or ends (commit, release), or on ``kill()``, the WHOLE group gets SIGTERM,
    then SIGKILL after the grace period, so no command outlives its authority;
 4. the end is recorded with FinishJob: EXITED with the command's status, or KILLED.
@@ -47,9 +47,10 @@ from coordinator.sdk import _proc
 from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.attempt import HeldAttempt
 from coordinator.sdk.types import (
-    JobLost,
+    ClaimLost,
     LossSource,
     LostReason,
+    fence_to_proto,
     outcome_of,
     timestamp,
 )
@@ -146,8 +147,8 @@ class JobResult:
 class ManagedProcess:
     """A running managed job: wait for it, kill it, cite it as evidence.
 
-    Built by ``Job.run`` (the SDK spawned it and watches its Job) or by ``rediscover`` (a
-    re-attached job; ``bind`` a Job to have it killed when that Job is lost).
+    Built by ``Claim.run`` (the SDK spawned it and watches its Claim) or by ``rediscover`` (a
+    re-attached job; ``bind`` a Claim to have it killed when that Claim is lost).
     """
 
     def __init__(
@@ -157,13 +158,13 @@ class ManagedProcess:
         *,
         grace: timedelta,
         popen: subprocess.Popen[bytes] | None = None,
-        job: HeldAttempt | None = None,
+        claim: HeldAttempt | None = None,
     ) -> None:
         self._rpc = rpc
         self.record = record
         self.grace = grace
         self._popen = popen
-        self._job = job
+        self._claim = claim
         self._kill_reason: str | None = None
         self._wake = threading.Event()
         self._done = threading.Event()
@@ -201,9 +202,9 @@ class ManagedProcess:
         """Whether the job's leader process is still running."""
         return _proc.is_running(self.record.pid, self.record.start_ticks)
 
-    def bind(self, job: HeldAttempt) -> None:
-        """Kill this (re-attached) job when ``job`` is lost or ends."""
-        self._job = job
+    def bind(self, claim: HeldAttempt) -> None:
+        """Kill this (re-attached) job when ``claim`` is lost or ends."""
+        self._claim = claim
 
     def wait(self, timeout: timedelta | None = None) -> JobResult | None:
         """Block until the job ended and its end was recorded; None on timeout."""
@@ -253,11 +254,11 @@ class ManagedProcess:
                 return None
             if self._kill_reason is not None:
                 return self._kill_reason
-            job = self._job
-            if job is not None:
+            claim = self._claim
+            if claim is not None:
                 try:
-                    job.check(margin=timedelta(0))
-                except JobLost as exc:
+                    claim.check(margin=timedelta(0))
+                except ClaimLost as exc:
                     return f"claim lost: {exc}"
             self._wake.wait(_POLL)
 
@@ -348,7 +349,7 @@ def new_job_id() -> str:
 
 
 def run_managed(
-    job: HeldAttempt,
+    claim: HeldAttempt,
     rpc: Rpc,
     argv: Sequence[str],
     *,
@@ -357,12 +358,12 @@ def run_managed(
     grace: timedelta = DEFAULT_GRACE,
     log_dir: str | os.PathLike[str] | None = None,
 ) -> ManagedProcess:
-    """Start ``argv`` as a managed job of ``job`` (see the module doc); ``rpc`` records its end
-    (FinishJob carries no fence). Raises JobLost if the job is lost already or StartJob is
+    """Start ``argv`` as a managed job of ``claim`` (see the module doc); ``rpc`` records its end
+    (FinishJob carries no fence). Raises ClaimLost if the claim is lost already or StartJob is
     refused (the command then never ran)."""
     command = check_argv(list(argv))
-    job.check(margin=timedelta(0))
-    task_id = job.fence.task_id
+    claim.check(margin=timedelta(0))
+    task_id = claim.fence.task_id
     job_id = new_job_id()
     log_path = job_log_path(log_dir or default_log_dir(), task_id, job_id)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -396,7 +397,7 @@ def run_managed(
     finally:
         os.close(gate_r)
     try:
-        response = _start_job(job, job_id, popen.pid, command, log_ref)
+        response = _start_job(claim, job_id, popen.pid, command, log_ref)
     except BaseException:
         os.close(gate_w)  # the leader reads EOF and exits: the command never runs
         popen.wait()
@@ -408,8 +409,8 @@ def run_managed(
         _close_refused(rpc, task_id, job_id, response.message)
         reason = FenceReason(response.reason)
         lost = LostReason(outcome, reason, response.message, LossSource.JOB)
-        job.mark_lost(outcome, reason, response.message, LossSource.JOB)
-        raise JobLost(
+        claim.mark_lost(outcome, reason, response.message, LossSource.JOB)
+        raise ClaimLost(
             f"job {job_id} of task {task_id} not started: StartJob answered "
             f"{outcome.name}/{reason.name}: {response.message}",
             reason=lost,
@@ -417,7 +418,7 @@ def run_managed(
     os.write(gate_w, b"g")
     os.close(gate_w)
     record = job_from_proto(response.job)
-    return ManagedProcess(rpc, record, grace=grace, popen=popen, job=job)._start()
+    return ManagedProcess(rpc, record, grace=grace, popen=popen, claim=claim)._start()
 
 
 def _close_refused(rpc: Rpc, task_id: str, job_id: str, message: str) -> None:
@@ -434,13 +435,13 @@ def _close_refused(rpc: Rpc, task_id: str, job_id: str, message: str) -> None:
 
 
 def _start_job(
-    job: HeldAttempt, job_id: str, pid: int, argv: tuple[str, ...], log_ref: str
+    claim: HeldAttempt, job_id: str, pid: int, argv: tuple[str, ...], log_ref: str
 ) -> worker_pb2.StartJobResponse:
     ticks = _proc.start_ticks(pid)
     if ticks is None:
         raise CoordinatorError(f"the leader of job {job_id} (pid {pid}) vanished before StartJob")
     request = worker_pb2.StartJobRequest(
-        fence=job.fence.to_proto(),
+        fence=fence_to_proto(claim.fence),
         job_id=job_id,
         host=socket.gethostname(),
         pid=pid,
@@ -448,4 +449,4 @@ def _start_job(
         argv=list(argv),
         log_ref=log_ref,
     )
-    return job.call(lambda worker: worker.StartJob, request)
+    return claim.call(lambda worker: worker.StartJob, request)

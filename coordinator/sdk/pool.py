@@ -1,8 +1,8 @@
 """WorkerPool: a handler run over one or more queues, up to ``max_concurrent`` claims at once.
 
-    def handle(job: Job, cancel: Cancellation) -> bytes | None:
+    def handle(claim: Claim, cancel: Cancellation) -> bytes | None:
         ...                                    # check cancel.is_cancelled() between steps
-        return result                          # the pool commits it behind the job's fence
+        return result                          # the pool commits it behind the claim's fence
 
     with WorkerClient(target, principal="pool-1") as client:
         pool = WorkerPool(client, handle, queues=["emails"], max_concurrent=4)
@@ -16,11 +16,11 @@ runs. A claim loop that got nothing polls again after a backoff that doubles up 
 already waited that long on the server is sent again at once. An older server ignores the wait
 and answers at once: the backoff then applies as before.
 
-Each job runs on its own thread with its keepalive. The handler gets the Job and a
-Cancellation (sdk/cancellation.py), set when the job is lost (``on_lost``) or when the
+Each claim runs on its own thread with its keepalive. The handler gets the Claim and a
+Cancellation (sdk/cancellation.py), set when the claim is lost (``on_lost``) or when the
 shutdown grace runs out. What the handler returns is committed; an exception gives the task
-back as a retryable failure, ``job.fail(error, retryable=True)`` (the task's retry policy
-decides what follows). A handler that returns None has ended the job itself, or the pool
+back as a retryable failure, ``claim.fail(error, retryable=True)`` (the task's retry policy
+decides what follows). A handler that returns None has ended the claim itself, or the pool
 releases it.
 
 ``stop()`` (SIGTERM through ``stop_on_signals``) stops claiming at once and marks the pool
@@ -50,15 +50,15 @@ from coordinator.domain import validation
 from coordinator.errors import CoordinatorError, InvalidArgument
 from coordinator.sdk._flag import Flag
 from coordinator.sdk.cancellation import Cancellation, CancelReason
+from coordinator.sdk.claim import Claim
 from coordinator.sdk.client import WorkerClient
-from coordinator.sdk.job import Job
 from coordinator.sdk.readiness import Readiness
 from coordinator.sdk.types import LostReason, TransportError
 
 log = structlog.get_logger(__name__)
 
-Handler = Callable[[Job, Cancellation], bytes | None]
-"""Does one job's work; returns the result to commit, or None having ended the job itself."""
+Handler = Callable[[Claim, Cancellation], bytes | None]
+"""Does one claim's work; returns the result to commit, or None having ended the claim itself."""
 
 MAX_CONCURRENT = 256
 MAX_QUEUES = 32
@@ -71,11 +71,11 @@ SHUTDOWN_ERROR = "WorkerShutdown"
 
 
 class Ending(enum.Enum):
-    """How one job of the pool ended."""
+    """How one claim of the pool ended."""
 
     COMMITTED = "committed"
     RELEASED = "released"
-    FAILED = "failed"  # reported through job.fail (retryable): the retry policy decides
+    FAILED = "failed"  # reported through claim.fail (retryable): the retry policy decides
     LOST = "lost"
     CUT_OFF = "cut_off"  # still running when the grace ran out; the pool gave its claim back
     UNSETTLED = "unsettled"  # the coordinator could not be told: the lease expires instead
@@ -95,7 +95,7 @@ class PollBackoff:
 
 @dataclass(frozen=True)
 class PoolReport:
-    """How many of the pool's jobs ended which way (``Ending``), once it has shut down."""
+    """How many of the pool's claims ended which way (``Ending``), once it has shut down."""
 
     endings: dict[Ending, int]
 
@@ -110,13 +110,13 @@ class _Running:
 
     queue: str
     cancel: Cancellation
-    job: Job | None = None
-    # Set (under the pool's lock) when the grace ran out: the pool settles this job, and the
+    claim: Claim | None = None
+    # Set (under the pool's lock) when the grace ran out: the pool settles this claim, and the
     # handler's late answer is dropped.
     abandoned: bool = field(default=False)
 
     def lost(self, reason: LostReason) -> None:
-        """The job's on_lost: cancel the handler."""
+        """The claim's on_lost: cancel the handler."""
         self.cancel.cancel(CancelReason.LOST, str(reason))
 
 
@@ -158,7 +158,7 @@ class WorkerPool:
         self._fatal: CoordinatorError | None = None
 
     def held(self) -> int:
-        """How many jobs the pool is running now."""
+        """How many claims the pool is running now."""
         with self._cond:
             return len(self._running)
 
@@ -170,7 +170,7 @@ class WorkerPool:
             self._cond.notify_all()
 
     def run(self) -> PoolReport:
-        """Claim and run jobs until ``stop()``, then shut down as the module says. Raises the
+        """Claim and run claims until ``stop()``, then shut down as the module says. Raises the
         error that stopped a claim loop (bad credentials, an unknown queue name, ...) once
         shut down."""
         loops = [
@@ -209,8 +209,8 @@ class WorkerPool:
                 self._give_slot()
                 self._fail(queue, exc)
                 return
-            if isinstance(got, Job):
-                running.job, delay = got, self._poll.initial.total_seconds()
+            if isinstance(got, Claim):
+                running.claim, delay = got, self._poll.initial.total_seconds()
                 if not self._start(running):  # claimed while stopping: never run it
                     self._settle_cut_off(running, "claimed as the pool stopped")
                     self._give_slot()
@@ -223,8 +223,8 @@ class WorkerPool:
             self._stopping.wait(max(delay - (time.monotonic() - sent), 0.0))
             delay = self._poll.after(delay)
 
-    def _claim(self, running: _Running) -> Job | str:
-        """One ClaimNext: the Job, or why nothing was claimed. Raises the errors no retry
+    def _claim(self, running: _Running) -> Claim | str:
+        """One ClaimNext: the Claim, or why nothing was claimed. Raises the errors no retry
         cures (CoordinatorError other than TransportError)."""
         try:
             got = self._client.claim_next(
@@ -232,7 +232,7 @@ class WorkerPool:
             )
         except TransportError as exc:
             return f"unreachable: {exc}"
-        return got if isinstance(got, Job) else got.outcome.name
+        return got if isinstance(got, Claim) else got.outcome.name
 
     def _take_slot(self) -> bool:
         """Wait for a free slot; False once stopping."""
@@ -264,24 +264,24 @@ class WorkerPool:
             if self._stopping.is_set():
                 return False
             self._running.add(running)
-        name = f"job-{running.job.task_id}" if running.job is not None else "job"
+        name = f"claim-{running.claim.task_id}" if running.claim is not None else "claim"
         threading.Thread(target=self._work, args=(running,), name=name, daemon=True).start()
         return True
 
     def _work(self, running: _Running) -> None:
-        job = running.job
-        assert job is not None
-        job.start()
+        claim = running.claim
+        assert claim is not None
+        claim.start()
         result, error = None, None
         try:
-            result = self._handler(job, running.cancel)
+            result = self._handler(claim, running.cancel)
         except Exception as exc:  # the handler's failure is the task's, never the pool's
-            log.exception("handler raised", task_id=job.task_id)
+            log.exception("handler raised", task_id=claim.task_id)
             error = exc
         with self._cond:
             if running.abandoned:
-                return  # the cut-off settled this job; this answer came too late
-        ending = self._settle(job, result, error)
+                return  # the cut-off settled this claim; this answer came too late
+        ending = self._settle(claim, result, error)
         with self._cond:
             if running in self._running:
                 self._running.discard(running)
@@ -289,24 +289,24 @@ class WorkerPool:
                 self._free += 1
                 self._cond.notify_all()
 
-    def _settle(self, job: Job, result: bytes | None, error: Exception | None) -> Ending:
-        """Commit the result, or give the task back; how the job ended."""
+    def _settle(self, claim: Claim, result: bytes | None, error: Exception | None) -> Ending:
+        """Commit the result, or give the task back; how the claim ended."""
         try:
-            if result is not None and error is None and not job.is_lost():
-                job.commit(result)
-            if job.committed:
+            if result is not None and error is None and not claim.is_lost():
+                claim.commit(result)
+            if claim.committed:
                 return Ending.COMMITTED
-            if job.is_lost():
+            if claim.is_lost():
                 return Ending.LOST
             if error is not None:
-                return _give_back(job, error)
-            job.release("the handler returned no result")
-            return Ending.COMMITTED if job.committed else Ending.RELEASED
+                return _give_back(claim, error)
+            claim.release("the handler returned no result")
+            return Ending.COMMITTED if claim.committed else Ending.RELEASED
         except CoordinatorError as exc:
-            log.warning("could not settle the job", task_id=job.task_id, error=str(exc))
-            return Ending.COMMITTED if job.committed else Ending.UNSETTLED
+            log.warning("could not settle the claim", task_id=claim.task_id, error=str(exc))
+            return Ending.COMMITTED if claim.committed else Ending.UNSETTLED
         finally:
-            job.close()
+            claim.close()
 
     # --- shutting down ----------------------------------------------------------------------
 
@@ -323,7 +323,7 @@ class WorkerPool:
 
     def _cut_off(self, left_over: list[_Running]) -> None:
         """Cancel the handlers still running and give their claims back, in parallel, for at
-        most GIVE_BACK_TIMEOUT (a job not settled by then expires with its lease)."""
+        most GIVE_BACK_TIMEOUT (a claim not settled by then expires with its lease)."""
         why = f"the shutdown grace of {self._grace.total_seconds():g}s ran out"
         for running in left_over:
             running.cancel.cancel(CancelReason.SHUTDOWN, why)
@@ -338,19 +338,19 @@ class WorkerPool:
             thread.join(max(end - time.monotonic(), 0.0))
 
     def _settle_cut_off(self, running: _Running, why: str) -> None:
-        job = running.job
-        assert job is not None
+        claim = running.claim
+        assert claim is not None
         try:
-            ending = _give_back(job, SHUTDOWN_ERROR, why)
-            if job.committed:  # the handler's commit landed first: the store decided
+            ending = _give_back(claim, SHUTDOWN_ERROR, why)
+            if claim.committed:  # the handler's commit landed first: the store decided
                 ending = Ending.COMMITTED
             elif ending is not Ending.LOST:
                 ending = Ending.CUT_OFF
         except CoordinatorError as exc:
-            log.warning("could not give the claim back", task_id=job.task_id, error=str(exc))
+            log.warning("could not give the claim back", task_id=claim.task_id, error=str(exc))
             ending = Ending.UNSETTLED
         finally:
-            job.close()
+            claim.close()
         with self._cond:
             self._endings[ending] += 1
 
@@ -365,12 +365,12 @@ class WorkerPool:
                 log.warning("could not clear readiness", readiness=repr(signal_), error=str(exc))
 
 
-def _give_back(job: Job, error: Exception | str, message: str = "") -> Ending:
+def _give_back(claim: Claim, error: Exception | str, message: str = "") -> Ending:
     """Fail the attempt, retryable: the task's retry policy decides what follows. ``error``:
     the handler's exception (its type names the failure, its traceback goes along) or an error
     code with ``message``."""
-    job.fail(error, retryable=True, message=message)
-    return Ending.LOST if job.is_lost() else Ending.FAILED
+    claim.fail(error, retryable=True, message=message)
+    return Ending.LOST if claim.is_lost() else Ending.FAILED
 
 
 def stop_on_signals(

@@ -5,8 +5,8 @@ holds the claim, compared by the server) and applies coordinator.domain.jobs.dec
 with what this host can see in /proc:
 
 * a running job of a still-current attempt is re-attached: a ManagedProcess handle that can
-  wait for and kill it (``resume_job`` rebuilds the attempt's Job from the record's fence, and
-  ``handle.bind(job)`` kills the job when that Job is lost or ends);
+  wait for and kill it (``resume_claim`` rebuilds the attempt's Claim from the record's fence, and
+  ``handle.bind(claim)`` kills the job when that Claim is lost or ends);
 * a running job of a superseded attempt is killed - its whole group, and only while a process
   with the recorded pid AND start time (or the job's id in its environment) exists: a reused
   pid is never signalled - and recorded KILLED;
@@ -25,6 +25,7 @@ from datetime import timedelta
 
 import structlog
 
+from coordinator.domain.decisions import Fence
 from coordinator.domain.jobs import (
     JobRecord,
     JobState,
@@ -34,7 +35,7 @@ from coordinator.domain.jobs import (
 )
 from coordinator.sdk import _proc
 from coordinator.sdk._rpc import Rpc
-from coordinator.sdk.job import Job, LostCallback
+from coordinator.sdk.claim import Claim, LostCallback
 from coordinator.sdk.managed import (
     DEFAULT_GRACE,
     ManagedProcess,
@@ -43,7 +44,7 @@ from coordinator.sdk.managed import (
     kill_unowned,
     read_exit_code,
 )
-from coordinator.sdk.types import Fence, JobLost, TaskInfo
+from coordinator.sdk.types import ClaimLost, TaskInfo, fence_to_proto
 from coordinator.v1 import worker_pb2
 
 log = structlog.get_logger(__name__)
@@ -64,22 +65,22 @@ class Rediscovered:
     process: ManagedProcess | None = None
 
 
-def resume_job(
+def resume_claim(
     rpc: Rpc,
     record: JobRecord,
     task: TaskInfo,
     *,
     ttl: timedelta,
     on_lost: LostCallback | None = None,
-) -> Job:
-    """A Job for the attempt of a re-attached job (its fence is in the record), so a restarted
-    worker can renew the claim and commit. Raises JobLost if the task moved to another attempt.
+) -> Claim:
+    """A Claim for the attempt of a re-attached job (its fence is in the record), so a restarted
+    worker can renew the claim and commit. Raises ClaimLost if the task moved to another attempt.
 
     The lease's remaining time is unknown after a restart: the local lease clock starts now, and
-    the first renewal (at TTL/3) asks the server, which fences the Job if the lease ran out.
+    the first renewal (at TTL/3) asks the server, which fences the Claim if the lease ran out.
     """
     if task.attempt_id != record.attempt_id or task.claim_generation != record.claim_generation:
-        raise JobLost(
+        raise ClaimLost(
             f"task {record.task_id} is at attempt {task.attempt_id} (generation "
             f"{task.claim_generation}), not the job's {record.attempt_id} "
             f"(generation {record.claim_generation})"
@@ -92,14 +93,14 @@ def resume_job(
         cancel_generation=record.cancel_generation,
     )
     claim = worker_pb2.ClaimResponse(
-        fence=fence.to_proto(),
+        fence=fence_to_proto(fence),
         attempt=task.attempt,
         ttl_seconds=max(1, math.ceil(ttl.total_seconds())),
         input_digest=task.input_digest,
         input=task.input,
         task_revision=task.revision,
     )
-    return Job(rpc, claim, sent_at=time.monotonic(), on_lost=on_lost)
+    return Claim(rpc, claim, sent_at=time.monotonic(), on_lost=on_lost)
 
 
 def list_jobs(rpc: Rpc, worker_id: str = "") -> list[ListedJob]:

@@ -2,7 +2,7 @@
 
 Every result is a frozen dataclass built from the wire message (``from_proto``); outcomes and
 reasons are the domain IntEnums, whose values equal the wire enums. Business outcomes (FENCED,
-CANCELLED, ...) are results, never exceptions; exceptions mean a broken call or a lost job.
+CANCELLED, ...) are results, never exceptions; exceptions mean a broken call or a lost claim.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Self
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from coordinator.domain.decisions import Fence
 from coordinator.domain.states import (
     AttemptEnd,
     DeadLetterReason,
@@ -43,14 +44,14 @@ class OutcomeUnknown(TransportError):
     """The SDK gave up on a call that may have reached the coordinator and taken effect.
 
     Not a failure: a commit that landed while its answer was lost is canonical. Every worker
-    call is idempotent per attempt, so repeating the same call (same job, same result; same
+    call is idempotent per attempt, so repeating the same call (same claim, same result; same
     task id or idempotency key for a create) answers what really happened: a repeated commit
     answers COMMITTED if the first one landed. The message says what to repeat.
     """
 
 
 class LossSource(StrEnum):
-    """Which observation told the SDK that a job was lost."""
+    """Which observation told the SDK that a claim was lost."""
 
     RENEW = "renew"
     COMMIT = "commit"
@@ -69,7 +70,7 @@ class LossSource(StrEnum):
 
 @dataclass(frozen=True)
 class LostReason:
-    """Why a job is lost: the outcome and fence reason that lost it, and who saw it."""
+    """Why a claim is lost: the outcome and fence reason that lost it, and who saw it."""
 
     outcome: Outcome
     reason: FenceReason
@@ -81,10 +82,10 @@ class LostReason:
         return f"{self.outcome.name}{reason} ({self.source.value}): {self.message}"
 
 
-class JobLost(CoordinatorError):
-    """The job no longer holds its task (or is about to lose it): stop working on it.
+class ClaimLost(CoordinatorError):
+    """The claim no longer holds its task (or is about to lose it): stop working on it.
 
-    ``reason`` is None when the job is still held but has less time left than the safety margin.
+    ``reason`` is None when the claim is still held but has less time left than the safety margin.
     """
 
     def __init__(self, message: str, *, reason: LostReason | None = None) -> None:
@@ -112,37 +113,27 @@ def utc(seconds: int, nanos: int) -> datetime | None:
     return datetime.fromtimestamp(seconds + nanos / 1e9, tz=UTC)
 
 
-@dataclass(frozen=True)
-class Fence:
-    """The credential of one claim; every worker-side call sends it back unchanged."""
+def fence_from_proto(msg: types_pb2.Fence) -> Fence:
+    """The credential of one claim, from the wire; every worker-side call sends it back
+    unchanged (the fence is the domain's value: one class on both sides of the wire)."""
+    return Fence(
+        task_id=msg.task_id,
+        attempt_id=msg.attempt_id,
+        claim_generation=msg.claim_generation,
+        scheduler_epoch=msg.scheduler_epoch,
+        cancel_generation=msg.cancel_generation,
+    )
 
-    task_id: str
-    attempt_id: str
-    # The fencing token: the etcd revision of the claim transaction, strictly increasing per task.
-    claim_generation: int
-    scheduler_epoch: int
-    cancel_generation: int
 
-    @classmethod
-    def from_proto(cls, msg: types_pb2.Fence) -> Self:
-        """Build from the wire message."""
-        return cls(
-            task_id=msg.task_id,
-            attempt_id=msg.attempt_id,
-            claim_generation=msg.claim_generation,
-            scheduler_epoch=msg.scheduler_epoch,
-            cancel_generation=msg.cancel_generation,
-        )
-
-    def to_proto(self) -> types_pb2.Fence:
-        """The wire message."""
-        return types_pb2.Fence(
-            task_id=self.task_id,
-            attempt_id=self.attempt_id,
-            claim_generation=self.claim_generation,
-            scheduler_epoch=self.scheduler_epoch,
-            cancel_generation=self.cancel_generation,
-        )
+def fence_to_proto(fence: Fence) -> types_pb2.Fence:
+    """The wire message of ``fence``."""
+    return types_pb2.Fence(
+        task_id=fence.task_id,
+        attempt_id=fence.attempt_id,
+        claim_generation=fence.claim_generation,
+        scheduler_epoch=fence.scheduler_epoch,
+        cancel_generation=fence.cancel_generation,
+    )
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ class EndReason(Enum):
 
 
 @dataclass(frozen=True)
-class Ending:
+class StreamEnding:
     """The status a long-lived call is ended with, and why."""
 
     reason: EndReason
@@ -116,7 +116,7 @@ class StreamGuard:
         self._monotonic = monotonic
         self._deadline = monotonic() + limits.max_age
         self._lock = threading.Lock()
-        self._ending: Ending | None = None
+        self._ending: StreamEnding | None = None
         self._ended_at = 0.0
         self._cancelled = False
 
@@ -128,7 +128,7 @@ class StreamGuard:
         return self.ending is None and self._context.is_active()
 
     @property
-    def ending(self) -> Ending | None:
+    def ending(self) -> StreamEnding | None:
         """The status to end the call with, once the server decided to end it."""
         with self._lock:
             return self._ending
@@ -159,7 +159,7 @@ class StreamGuard:
         with self._lock:
             if self._ending is not None:
                 return  # the first reason stands
-            self._ending = Ending(reason, code, message)
+            self._ending = StreamEnding(reason, code, message)
             self._ended_at = self._monotonic()
         self._metrics.count_stream_ended(reason.value)
         log.info("stream ended by the server", principal=self.principal, reason=reason.value)

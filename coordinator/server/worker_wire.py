@@ -24,7 +24,13 @@ from coordinator.server.common_wire import (
     timestamp_to_proto,
     verdict_fields,
 )
-from coordinator.store.types import ClaimResult, CommitResult, FailResult, RenewResult, StageOutcome
+from coordinator.store.types import (
+    ClaimResult,
+    CommitResult,
+    FailResult,
+    RenewResult,
+    StagingResult,
+)
 from coordinator.v1 import types_pb2, worker_pb2
 
 MAX_CHECKPOINT_BYTES = 64 * 1024
@@ -162,7 +168,7 @@ def authorize_to_proto(verdict: Verdict) -> worker_pb2.AuthorizeToolResponse:
     return worker_pb2.AuthorizeToolResponse(**verdict_fields(verdict))
 
 
-def stage_to_proto(staged: StageOutcome) -> worker_pb2.StageResultResponse:
+def stage_to_proto(staged: StagingResult) -> worker_pb2.StageResultResponse:
     """StageResultResponse: the outcome, and whether the staged result is the current one."""
     return worker_pb2.StageResultResponse(
         outcome=outcome_to_proto(staged.verdict.outcome),

@@ -52,7 +52,7 @@ from coordinator.store.types import (
     DrainStatus,
     FailResult,
     RenewResult,
-    StageOutcome,
+    StagingResult,
     TaskSpec,
 )
 
@@ -202,7 +202,7 @@ __all__ = [
     "FailResult",
     "Keyspace",
     "RenewResult",
-    "StageOutcome",
+    "StagingResult",
     "Store",
     "StoredEvent",
     "TaskSpec",

@@ -55,7 +55,7 @@ from coordinator.store.held import HeldClaims
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.requeue import ending_txn, settled
 from coordinator.store.transition import transition, transition_ops
-from coordinator.store.types import CommitResult, RenewResult, StageOutcome
+from coordinator.store.types import CommitResult, RenewResult, StagingResult
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ class AcceptancePoints:
 
     def stage_result(
         self, fence: Fence, *, principal: str, result_digest: str, result: bytes, result_ref: str
-    ) -> StageOutcome:
+    ) -> StagingResult:
         """Stage into the attempt's own area: allowed even after fencing, never canonical."""
         view = self.view(fence)
         check_owner(view, fence, principal)
@@ -218,7 +218,7 @@ class AcceptancePoints:
             (), [put(self._ctx.keys.staging(fence.task_id, fence.attempt_id), encode(staged))]
         )
         current = check_fence(view, fence).accepted
-        return StageOutcome(Verdict(Outcome.OK), current=current)
+        return StagingResult(Verdict(Outcome.OK), current=current)
 
     def commit(
         self,

@@ -64,7 +64,7 @@ class RenewResult:
 
 
 @dataclass(frozen=True)
-class StageOutcome:
+class StagingResult:
     """Outcome of StageResult; ``current`` tells whether the attempt still holds the claim."""
 
     verdict: Verdict

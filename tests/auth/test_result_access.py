@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 
 from coordinator.cli import main
 from coordinator.errors import PermissionDenied
-from coordinator.sdk import Job, RetryPolicy, WorkerClient
+from coordinator.sdk import Claim, RetryPolicy, WorkerClient
 from tests.auth.conftest import TokenRing
 from tests.conftest import GRPC_OPTIONS
 
@@ -31,9 +31,9 @@ def committed(ring: TokenRing, secured: str) -> str:
     """Task t-1, created by pm-1 and committed by worker-a; returns its result commit id."""
     with _client(ring, secured, "pm-1") as pm, _client(ring, secured, "worker-a") as worker:
         pm.create_task("t-1", input=b"input", requires_review=True)
-        job = worker.claim("t-1", ttl=timedelta(seconds=30))
-        assert isinstance(job, Job), job
-        outcome = job.commit(b"the report")
+        claim = worker.claim("t-1", ttl=timedelta(seconds=30))
+        assert isinstance(claim, Claim), claim
+        outcome = claim.commit(b"the report")
         assert outcome.committed
         return outcome.result_commit_id
 

@@ -7,23 +7,23 @@ and must be refused. Each broken history breaks one rule of the budget.
 
 from __future__ import annotations
 
-from chaos.checker import Evidence, FinalTask, Verdict, check
-from chaos.history import Op, OpKind, Outcome, Write
+from chaos.checker import CheckReport, Evidence, FinalTask, check
+from chaos.history import EtcdWrite, Observed, Operation, OpKind
 from chaos.report import table
 from chaos.runner import Result
 from coordinator.domain.states import DeadLetterReason, TaskState
 from coordinator.domain.states import Op as Transition
 
 
-def op(op_id: str, kind: str, start: float, outcome: str, *, gen: int, attempt: str) -> Op:
-    return Op(
+def op(op_id: str, kind: str, start: float, outcome: str, *, gen: int, attempt: str) -> Operation:
+    return Operation(
         id=op_id,
         worker=attempt.split("-", maxsplit=1)[0],
         op=OpKind(kind),
         task="t1",
         start=start,
         end=start + 0.1,
-        outcome=Outcome(outcome),
+        outcome=Observed(outcome),
         reason="SUPERSEDED" if outcome == "FENCED" else "",
         attempt_id=attempt,
         generation=gen,
@@ -32,10 +32,10 @@ def op(op_id: str, kind: str, start: float, outcome: str, *, gen: int, attempt: 
     )
 
 
-def w(revision: int, kind: str, to: str, *, attempt: str = "", gen: int = 0) -> Write:
+def w(revision: int, kind: str, to: str, *, attempt: str = "", gen: int = 0) -> EtcdWrite:
     generation = gen or (revision if kind == "claim" else 0)
     rid = f"{kind}-{attempt}" if kind in ("claim", "commit") else ""
-    return Write("t1", revision, Transition(kind), TaskState[to], rid, attempt, generation)
+    return EtcdWrite("t1", revision, Transition(kind), TaskState[to], rid, attempt, generation)
 
 
 def failed(attempts: int, reason: DeadLetterReason = DeadLetterReason.EXHAUSTED) -> FinalTask:
@@ -49,7 +49,7 @@ def failed(attempts: int, reason: DeadLetterReason = DeadLetterReason.EXHAUSTED)
     )
 
 
-def rules(verdict: Verdict) -> list[tuple[str, str]]:
+def rules(verdict: CheckReport) -> list[tuple[str, str]]:
     return [(v.rule, v.task) for v in verdict.violations]
 
 
@@ -70,7 +70,7 @@ LOG = [
 ]
 
 
-def evidence(ops: list[Op], log: list[Write], final: FinalTask) -> Evidence:
+def evidence(ops: list[Operation], log: list[EtcdWrite], final: FinalTask) -> Evidence:
     return Evidence(ops, {"t1": final}, writes=log, poisoned=frozenset({"t1"}))
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.checker import Coverage, Evidence, FinalTask, Verdict, check
-from chaos.history import End, Op, OpKind, Outcome, Recorder, load
+from chaos.checker import CheckReport, Coverage, Evidence, FinalTask, check
+from chaos.history import End, Observed, Operation, OpKind, Recorder, load
 from chaos.report import table
 from chaos.runner import Result
 from coordinator.domain.effects import EffectState
@@ -27,22 +27,22 @@ def op(
     attempt: str,
     task: str = "t1",
     reason: str = "",
-) -> Op:
-    return Op(
+) -> Operation:
+    return Operation(
         id=op_id,
         worker=attempt.split("-", maxsplit=1)[0],
         op=OpKind(kind),
         task=task,
         start=start,
         end=end,
-        outcome=Outcome(outcome),
+        outcome=Observed(outcome),
         reason=reason,
         attempt_id=attempt,
         generation=gen,
     )
 
 
-def rules(verdict: Verdict) -> list[tuple[str, str]]:
+def rules(verdict: CheckReport) -> list[tuple[str, str]]:
     return [(v.rule, v.task) for v in verdict.violations]
 
 
@@ -155,7 +155,7 @@ def test_the_recorder_pairs_invocations_with_completions(tmp_path: Path) -> None
     path = tmp_path / "w.jsonl"
     rec = Recorder(path, "w")
     first = rec.invoke(OpKind.CLAIM, task="t1")
-    rec.complete(first, End.OK, Outcome.CLAIMED, generation=7, attempt_id="x")
+    rec.complete(first, End.OK, Observed.CLAIMED, generation=7, attempt_id="x")
     second = rec.invoke(OpKind.COMMIT, task="t1", generation=7, attempt_id="x")
     third = rec.invoke(OpKind.COMMIT, task="t1", generation=7, attempt_id="x")
     rec.complete(third, End.INFO, message="UNAVAILABLE")
@@ -165,11 +165,11 @@ def test_the_recorder_pairs_invocations_with_completions(tmp_path: Path) -> None
     ops = {o.id: o for o in load([path])}
     assert (ops[first].op, ops[first].outcome, ops[first].generation) == (
         OpKind.CLAIM,
-        Outcome.CLAIMED,
+        Observed.CLAIMED,
         7,
     )
-    assert (ops[second].outcome, ops[second].end) == (Outcome.INFO, None)
-    assert ops[third].outcome is Outcome.INFO and ops[third].end is not None
+    assert (ops[second].outcome, ops[second].end) == (Observed.INFO, None)
+    assert ops[third].outcome is Observed.INFO and ops[third].end is not None
 
 
 def test_an_unknown_op_or_outcome_in_a_history_file_is_an_error(tmp_path: Path) -> None:
@@ -189,7 +189,7 @@ def test_every_answer_the_coordinator_can_give_is_an_outcome() -> None:
     # The worker records coordinator outcomes, effect statuses and effect states by name.
     names = [o.name for o in CoordinatorOutcome] + [s.name for s in EffectStatus]
     names += [s.name for s in EffectState]
-    assert [n for n in names if n not in Outcome.__members__] == []
+    assert [n for n in names if n not in Observed.__members__] == []
 
 
 def test_the_report_names_each_violation_and_lines_up() -> None:
@@ -240,8 +240,8 @@ def test_commits_the_bump_does_not_order_are_not_judged_by_it() -> None:
     assert check(Evidence([A_CLAIMED, first, BUMP, retry], A_DONE)).violations == ()
 
 
-def watch(op_id: str, outcome: str, reason: str = "") -> Op:
-    return Op(op_id, "flood-0", OpKind.WATCH, "", 1.0, 1.1, Outcome(outcome), reason=reason)
+def watch(op_id: str, outcome: str, reason: str = "") -> Operation:
+    return Operation(op_id, "flood-0", OpKind.WATCH, "", 1.0, 1.1, Observed(outcome), reason=reason)
 
 
 def test_a_flood_stream_refused_otherwise_than_resource_exhausted_is_reported() -> None:

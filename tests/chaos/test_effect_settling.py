@@ -8,8 +8,8 @@ its key carries its request id.
 
 from __future__ import annotations
 
-from chaos.checker import Evidence, FinalTask, Verdict, check
-from chaos.history import INFO, EffectWrite, Op, OpKind, Outcome
+from chaos.checker import CheckReport, Evidence, FinalTask, check
+from chaos.history import INFO, EffectWrite, Observed, Operation, OpKind
 from chaos.linearizability import SETTLED_BY_HISTORY, settle_effects
 from coordinator.domain.effects import EffectState, effect_id
 from coordinator.domain.states import TaskState
@@ -29,15 +29,15 @@ def op(
     rid: str,
     key: str = "",
     task: str = "t1",
-) -> Op:
-    return Op(
+) -> Operation:
+    return Operation(
         id=op_id,
         worker="w0",
         op=OpKind(kind),
         task=task,
         start=start,
         end=end,
-        outcome=Outcome(outcome),
+        outcome=Observed(outcome),
         attempt_id="a-1",
         generation=10,
         revision=1,
@@ -56,13 +56,15 @@ CLAIM = op("1", "claim", 0.0, 0.1, "CLAIMED", rid="ca")
 COMMIT = op("3", "commit", 2.0, 2.1, "COMMITTED", rid="ma")
 
 
-def evidence(history: list[Op], effects: list[EffectWrite] | None, performed: int = 1) -> Evidence:
+def evidence(
+    history: list[Operation], effects: list[EffectWrite] | None, performed: int = 1
+) -> Evidence:
     return Evidence(
         history, DONE, frozenset({"t1"}), performed={KEY: performed}, effect_writes=effects
     )
 
 
-def settled(history: list[Op], effects: list[EffectWrite]) -> Op:
+def settled(history: list[Operation], effects: list[EffectWrite]) -> Operation:
     (got,) = [o for o in settle_effects(history, effects) if o.op == "effect"]
     return got
 
@@ -74,7 +76,7 @@ def test_an_info_record_effect_that_took_effect_is_settled_from_the_effect_histo
     effects = [ew(12, "PREPARED", "eb"), ew(14, "COMMITTED", "eb")]
     got = settled(history, effects)
     assert (got.outcome, got.reason, got.effect_key) == ("COMMITTED", SETTLED_BY_HISTORY, KEY)
-    verdict: Verdict = check(evidence(history, effects))
+    verdict: CheckReport = check(evidence(history, effects))
     assert verdict.violations == ()
     assert (verdict.indefinite, verdict.settled_by_history) == (1, 1)
 

@@ -14,7 +14,7 @@ from coordinator import request_ids
 from coordinator.domain.effects import EffectState, effect_id
 from coordinator.domain.states import Op, TaskState
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import DownstreamResult, Job
+from coordinator.sdk import Claim, DownstreamResult
 from tests.conftest import GRPC_OPTIONS
 from tests.sdk.support import QUEUE, served
 
@@ -40,20 +40,22 @@ def test_the_watch_from_revision_one_returns_every_transition_with_its_request_i
         with request_ids.bound("create-1"):
             worker.create_task("t1", input=b"x", queue=QUEUE)
         with request_ids.bound("claim-1"):
-            job = worker.claim("t1", ttl=timedelta(seconds=5))
-        assert isinstance(job, Job)
+            claim = worker.claim("t1", ttl=timedelta(seconds=5))
+        assert isinstance(claim, Claim)
         with request_ids.bound("commit-1"):
-            job.commit(b"r")
+            claim.commit(b"r")
         writes = collect(client, PREFIX, timeout=10)
     assert [(w.task, w.op, w.to_state, w.request_id) for w in writes] == [
         ("t1", Op.CREATE, TaskState.READY, "create-1"),
         ("t1", Op.CLAIM, TaskState.CLAIMED, "claim-1"),
         ("t1", Op.COMMIT, TaskState.DONE, "commit-1"),
     ]
-    claim, commit = writes[1], writes[2]
-    assert claim.generation == claim.revision == job.generation  # g = the claim txn's revision
-    assert (commit.attempt_id, commit.generation) == (job.fence.attempt_id, job.generation)
-    assert writes[0].revision < claim.revision < commit.revision
+    claimed, commit = writes[1], writes[2]
+    assert (
+        claimed.generation == claimed.revision == claim.generation
+    )  # g = the claim txn's revision
+    assert (commit.attempt_id, commit.generation) == (claim.fence.attempt_id, claim.generation)
+    assert writes[0].revision < claimed.revision < commit.revision
 
 
 class _Outbox:
@@ -73,11 +75,11 @@ def test_the_effect_watch_returns_every_effect_write_with_its_request_id(
     with served(proc.endpoint, PREFIX) as running, running.client("w1") as worker:
         worker.create_task("t1", input=b"x", queue=QUEUE)
         worker.create_task("t2", input=b"y", queue=QUEUE)
-        jobs = [worker.claim(t, ttl=timedelta(seconds=5)) for t in ("t1", "t2")]
-        for n, job in enumerate(jobs, 1):
-            assert isinstance(job, Job)
+        claims = [worker.claim(t, ttl=timedelta(seconds=5)) for t in ("t1", "t2")]
+        for n, claim in enumerate(claims, 1):
+            assert isinstance(claim, Claim)
             with request_ids.bound(f"effect-{n}"):
-                assert job.effect("notify", "email", b"hi", _Outbox()).done
+                assert claim.effect("notify", "email", b"hi", _Outbox()).done
         writes = collect_effects(client, PREFIX, timeout=10)
     assert [(w.task, w.state, w.request_id) for w in writes] == [
         ("t1", EffectState.PREPARED, "effect-1"),

@@ -6,20 +6,20 @@ from __future__ import annotations
 
 from chaos.etcd_history import from_watch_events
 from chaos.follow_check import follower_agreement
-from chaos.history import Write
+from chaos.history import EtcdWrite
 from coordinator.domain.states import Op, TaskState
 from coordinator.v1 import tasks_pb2, types_pb2
 
 
-def w(revision: int, task: str, prev: int, op: Op = Op.CREATE) -> Write:
-    return Write(task, revision, op, TaskState.READY, prev_state_version=prev)
+def w(revision: int, task: str, prev: int, op: Op = Op.CREATE) -> EtcdWrite:
+    return EtcdWrite(task, revision, op, TaskState.READY, prev_state_version=prev)
 
 
 # Revision 7 holds three events (one group-committed txn): ordered by task, then version.
 LOG = [w(5, "a", 0), w(6, "b", 0), w(7, "a", 5), w(7, "b", 6), w(7, "c", 0), w(9, "a", 7)]
 
 
-def rules(received: list[Write]) -> list[tuple[str, str]]:
+def rules(received: list[EtcdWrite]) -> list[tuple[str, str]]:
     return [(v.rule.value, v.task) for v in follower_agreement(received, LOG)]
 
 

@@ -16,7 +16,7 @@ from chaos.harness import watched_events
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.stream_limits import StreamLimits
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import PRINCIPAL_METADATA, Job
+from coordinator.sdk import PRINCIPAL_METADATA, Claim
 from coordinator.server import build_server
 from coordinator.store import EtcdKV, Store
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
@@ -66,9 +66,9 @@ def test_the_follower_resumes_after_every_break_without_gaps_or_repeats(
             for n in range(1, 4):
                 pm.create_task(f"t{n}", input=b"x", queue=QUEUE)
             eventually(lambda: follower.breaks.get("UNAVAILABLE", 0) >= 1)  # maximum age
-            job = pm.claim("t1", ttl=timedelta(seconds=5))
-            assert isinstance(job, Job)
-            job.commit(b"r")
+            claim = pm.claim("t1", ttl=timedelta(seconds=5))
+            assert isinstance(claim, Claim)
+            claim.commit(b"r")
             log = watched_events(running.target, QUEUE)
             eventually(lambda: follower.last() == log[-1].position)
         finally:

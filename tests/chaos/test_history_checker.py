@@ -6,8 +6,8 @@ holds it. An indefinite operation took effect exactly when its request id is in 
 
 from __future__ import annotations
 
-from chaos.checker import Evidence, FinalTask, Verdict, check, log_replay
-from chaos.history import Op, OpKind, Outcome, Write
+from chaos.checker import CheckReport, Evidence, FinalTask, check, log_replay
+from chaos.history import EtcdWrite, Observed, Operation, OpKind
 from coordinator.domain.states import Op as Transition
 from coordinator.domain.states import TaskState
 
@@ -25,15 +25,15 @@ def op(
     rid: str = "",
     revision: int = 1,
     reason: str = "",
-) -> Op:
-    return Op(
+) -> Operation:
+    return Operation(
         id=op_id,
         worker=(attempt or op_id).split("-", maxsplit=1)[0],
         op=OpKind(kind),
         task=task,
         start=start,
         end=end,
-        outcome=Outcome(outcome),
+        outcome=Observed(outcome),
         reason=reason,
         attempt_id=attempt,
         generation=gen,
@@ -44,12 +44,12 @@ def op(
 
 def w(
     revision: int, kind: str, to: str, *, attempt: str = "", gen: int = 0, rid: str = ""
-) -> Write:
+) -> EtcdWrite:
     generation = gen or (revision if kind == "claim" else 0)
-    return Write("t1", revision, Transition(kind), TaskState[to], rid, attempt, generation)
+    return EtcdWrite("t1", revision, Transition(kind), TaskState[to], rid, attempt, generation)
 
 
-def rules(verdict: Verdict) -> list[tuple[str, str]]:
+def rules(verdict: CheckReport) -> list[tuple[str, str]]:
     return [(v.rule, v.task) for v in verdict.violations]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from chaos.__main__ import exit_code
-from chaos.checker import Verdict
+from chaos.checker import CheckReport
 from chaos.faults import FAULTS
 from chaos.report import table
 from chaos.runner import Result, run_naive, run_scenario
@@ -79,5 +79,5 @@ def test_the_checker_catches_the_naive_baseline_on_the_pause_scenario(tmp_path: 
         "acknowledged-commit-lost",
     ], table([result])
     assert exit_code([result]) == 0  # caught, as it must be
-    missed = Result("worker-pause", "naive", Verdict(4, 2, {}, 0, 0, ()))
+    missed = Result("worker-pause", "naive", CheckReport(4, 2, {}, 0, 0, ()))
     assert exit_code([missed]) == 1  # a checker that misses it fails the run

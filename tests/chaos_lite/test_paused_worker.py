@@ -17,7 +17,7 @@ import pytest
 from coordinator.demo.worker import WorkerProcess
 from coordinator.domain.records import ResultRecord, decode
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import Job, TaskState, WorkerClient
+from coordinator.sdk import Claim, TaskState, WorkerClient
 from tests.helpers import eventually
 from tests.sdk.support import QUEUE, Served, served
 
@@ -43,10 +43,10 @@ def sleeper(coordinator: Served) -> Iterator[WorkerProcess]:
         worker.stop()
 
 
-def claim_if_free(client: WorkerClient) -> Job | None:
+def claim_if_free(client: WorkerClient) -> Claim | None:
     """Claim t1 if its lease has expired (a direct claim works before the reclaimer runs)."""
-    job = client.claim("t1", ttl=timedelta(seconds=10))
-    return job if isinstance(job, Job) else None
+    claim = client.claim("t1", ttl=timedelta(seconds=10))
+    return claim if isinstance(claim, Claim) else None
 
 
 def test_a_worker_frozen_past_its_ttl_is_fenced_on_commit(
@@ -57,9 +57,9 @@ def test_a_worker_frozen_past_its_ttl_is_fenced_on_commit(
 
     with coordinator.client("rescuer") as rescuer:
         rescue = eventually(lambda: claim_if_free(rescuer), timeout=15)
-        with rescue as job:
-            assert job.generation > holding["generation"]
-            assert job.commit(b"rescued").committed
+        with rescue as claim:
+            assert claim.generation > holding["generation"]
+            assert claim.commit(b"rescued").committed
 
         sleeper.signal(signal.SIGCONT)
         late = sleeper.wait_for("commit", timeout=20, task="t1")
@@ -69,11 +69,11 @@ def test_a_worker_frozen_past_its_ttl_is_fenced_on_commit(
 
         task = rescuer.get_task("t1")
     assert task.state is TaskState.DONE
-    assert task.result_commit_id == f"{job.fence.attempt_id}@{job.generation}"
+    assert task.result_commit_id == f"{claim.fence.attempt_id}@{claim.generation}"
     generations = [a.claim_generation for a in task.attempts]
     assert len(generations) == 2 and generations[0] < generations[1]
 
     stored = list(etcd_client.get_prefix(f"{prefix}/results/t1/"))
     assert len(stored) == 1  # exactly one canonical result, the rescuer's
     result = decode(ResultRecord, stored[0][0])
-    assert (result.owner_id, result.claim_generation) == ("rescuer", job.generation)
+    assert (result.owner_id, result.claim_generation) == ("rescuer", claim.generation)

@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from coordinator.sdk import Job, Outcome, RetryPolicy, TaskState, WorkerClient
+from coordinator.sdk import Claim, Outcome, RetryPolicy, TaskState, WorkerClient
 from coordinator.server import build_server
 from coordinator.server.auth import TokenAuth
 from coordinator.server.tokens import TokenFile
@@ -78,10 +78,10 @@ class Stack:
     def commit(self, task_id: str, result: bytes) -> None:
         """worker-a claims ``task_id`` and commits ``result``."""
         with self.client("worker-a") as worker:
-            job = worker.claim(task_id, ttl=timedelta(seconds=30))
-            assert isinstance(job, Job), job
-            with job:
-                assert job.commit(result).outcome is Outcome.COMMITTED
+            claim = worker.claim(task_id, ttl=timedelta(seconds=30))
+            assert isinstance(claim, Claim), claim
+            with claim:
+                assert claim.commit(result).outcome is Outcome.COMMITTED
 
     def review_task(self, task_id: str, result: bytes = b"the report") -> None:
         """A task in REVIEW at revision 1 (created by pm-1, committed by worker-a)."""

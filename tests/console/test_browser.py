@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from coordinator.domain.digests import digest_of
-from coordinator.sdk import Job, TaskState
+from coordinator.sdk import Claim, TaskState
 from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
 from tests.console.browser import (  # noqa: F401 (browser_fixture is the fixture)
     By,
@@ -137,13 +137,13 @@ def test_the_claims_page_shows_a_claim_appear_and_disappear(
     assert browser.find_element(By.ID, "no-claims").text == "No live claims."
     row = '#claims tr[data-task="crunch-1"]'
     with stack.client("worker-a") as worker:
-        job = worker.claim("crunch-1", ttl=timedelta(seconds=30))
-        assert isinstance(job, Job)
-        with job:
+        claim = worker.claim("crunch-1", ttl=timedelta(seconds=30))
+        assert isinstance(claim, Claim)
+        with claim:
             # No reload: the page refreshes its own table.
             shown = eventually(lambda: browser.find_elements(By.CSS_SELECTOR, row))
             cells = shown[0].text
-            assert "worker-a" in cells and str(job.generation) in cells
+            assert "worker-a" in cells and str(claim.generation) in cells
             eventually(lambda: browser.find_element(By.CSS_SELECTOR, f"{row} .since").text != "-")
             screenshot(browser, "claims")
         # Leaving the block released the claim.

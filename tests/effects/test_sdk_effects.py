@@ -1,4 +1,4 @@
-"""``job.effect`` end to end: a real coordinator on the session etcd, a real outbox process.
+"""``claim.effect`` end to end: a real coordinator on the session etcd, a real outbox process.
 
 Each test asserts on the outbox's own count of performed calls per key: the number the whole
 protocol exists to keep at one.
@@ -20,13 +20,13 @@ from coordinator.domain.effects import effect_id
 from coordinator.domain.states import Op
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import (
+    Claim,
     ClaimRefused,
     DownstreamResult,
     EffectState,
     EffectStatus,
     FenceReason,
     HttpDownstream,
-    Job,
     Outcome,
     TaskState,
     WorkerClient,
@@ -57,12 +57,12 @@ def create(coordinator: Served, *, non_replayable: bool = False) -> None:
         pm.create_task("t1", input=b"input", queue=QUEUE, non_replayable=non_replayable)
 
 
-def take_over(client: WorkerClient) -> Job:
+def take_over(client: WorkerClient) -> Claim:
     """Claim t1 as soon as the previous holder's lease is gone."""
 
-    def attempt() -> Job | None:
-        job = client.claim("t1", ttl=timedelta(seconds=30))
-        return job if isinstance(job, Job) else None
+    def attempt() -> Claim | None:
+        claim = client.claim("t1", ttl=timedelta(seconds=30))
+        return claim if isinstance(claim, Claim) else None
 
     return eventually(attempt, timeout=15, message="t1 never became claimable")
 
@@ -73,7 +73,7 @@ def test_unknown_then_absent_then_sent_once_and_the_late_owner_is_fenced(
     create(coordinator)
     with coordinator.client("A") as a, coordinator.client("B") as b:
         job_a = a.claim("t1", ttl=TTL)
-        assert isinstance(job_a, Job)
+        assert isinstance(job_a, Claim)
         # A's call is held by the downstream before it is performed; A gives up: UNKNOWN.
         outbox.stall(KEY)
         lost = job_a.effect("notify", "email", X, HttpDownstream(outbox.url, timeout=0.5))
@@ -123,7 +123,7 @@ def test_a_committed_slot_is_skipped(coordinator: Served, outbox: OutboxProcess)
     down = HttpDownstream(outbox.url)
     with coordinator.client("A") as a, coordinator.client("B") as b:
         job_a = a.claim("t1", ttl=timedelta(seconds=30))
-        assert isinstance(job_a, Job)
+        assert isinstance(job_a, Claim)
         first = job_a.effect("notify", "email", X, down)
         assert first.status is EffectStatus.EXECUTED and first.done
         assert job_a.release().released
@@ -151,7 +151,7 @@ def test_a_non_replayable_task_waits_for_approval_then_runs_again(
     with OutboxProcess(idempotent=False) as plain, coordinator.client("A") as a:
         down = HttpDownstream(plain.url)
         job_a = a.claim("t1", ttl=timedelta(seconds=30))
-        assert isinstance(job_a, Job)
+        assert isinstance(job_a, Claim)
         plain.drop(next=1)  # performed, and the answer is lost
         sent = job_a.effect("notify", "email", X, down)
         assert (sent.status, sent.sent) == (EffectStatus.UNCERTAIN, True)
@@ -179,7 +179,7 @@ def test_a_non_replayable_task_waits_for_approval_then_runs_again(
             assert (last.op, last.by) == (Op.APPROVE_RETRY, "ops-anna")
 
             job_b = b.claim("t1", ttl=timedelta(seconds=30))
-            assert isinstance(job_b, Job)
+            assert isinstance(job_b, Claim)
             skipped = job_b.effect("notify", "email", X, down)
             assert (skipped.status, skipped.sent) == (EffectStatus.SKIPPED, False)
             assert job_b.commit(b"done").committed
@@ -208,13 +208,13 @@ def test_one_attempt_never_sends_a_key_twice(coordinator: Served) -> None:
     create(coordinator)
     down = CrashingDownstream()
     with coordinator.client("A") as a:
-        job = a.claim("t1", ttl=timedelta(seconds=30))
-        assert isinstance(job, Job)
+        claim = a.claim("t1", ttl=timedelta(seconds=30))
+        assert isinstance(claim, Claim)
         with pytest.raises(RuntimeError, match="crashed"):
-            job.effect("notify", "email", X, down)
+            claim.effect("notify", "email", X, down)
         # The coordinator says EXECUTE again (PREPARED by this very generation), but this
         # attempt already sent the key: the SDK looks it up instead.
-        found = job.effect("notify", "email", X, down)
+        found = claim.effect("notify", "email", X, down)
         assert (found.status, found.sent, found.external_ref) == (
             EffectStatus.RECONCILED,
             False,

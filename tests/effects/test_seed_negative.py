@@ -22,7 +22,8 @@ from coordinator.demo.worker import EFFECT_NODE, EFFECT_SLOT, WorkerProcess, eff
 from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import effect_id
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import EffectState, EffectStatus, HttpDownstream, Job, TaskState
+from coordinator.sdk import Claim, EffectState, EffectStatus, HttpDownstream, TaskState
+from coordinator.sdk.types import fence_to_proto
 from coordinator.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
@@ -61,16 +62,16 @@ def test_a_lost_response_is_reconciled_and_never_sent_twice(coordinator: Served)
             assert (effect.state, effect.payload_digest) == (EffectState.PREPARED, digest_of(X))
             assert effect.prepared_generation == claim_a["generation"]
 
-            def claim_b() -> Job | None:
-                job = b.claim("t1", ttl=timedelta(seconds=30))
-                return job if isinstance(job, Job) else None
+            def claim_b() -> Claim | None:
+                claim = b.claim("t1", ttl=timedelta(seconds=30))
+                return claim if isinstance(claim, Claim) else None
 
             job_b = eventually(claim_b, timeout=15, message="A's lease never expired")
             # On the wire: B's draft Y conflicts, and the answer names X's digest.
             with grpc.insecure_channel(coordinator.target, options=GRPC_OPTIONS) as channel:
                 raw = worker_pb2_grpc.WorkerServiceStub(channel).PrepareEffect(
                     worker_pb2.PrepareEffectRequest(
-                        fence=job_b.fence.to_proto(),
+                        fence=fence_to_proto(job_b.fence),
                         node_id=EFFECT_NODE,
                         effect_slot=EFFECT_SLOT,
                         payload_digest=digest_of(Y),

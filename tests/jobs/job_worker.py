@@ -12,7 +12,7 @@ import json
 import threading
 from datetime import timedelta
 
-from coordinator.sdk import Job, WorkerClient
+from coordinator.sdk import Claim, WorkerClient
 
 COMMAND = ["sh", "-c", "sleep 300 & wait"]
 
@@ -30,7 +30,7 @@ def main() -> None:
     for spec in args.task:
         task_id, ttl = spec.split(":")
         job = client.claim(task_id, ttl=timedelta(seconds=int(ttl)))
-        assert isinstance(job, Job), job
+        assert isinstance(job, Claim), job
         job.start()
         proc = job.run(COMMAND, log_dir=args.log_dir)
         line = {"task": task_id, "job_id": proc.job_id, "pid": proc.pid, "gen": job.generation}

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from coordinator.cli import main
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import Job, JobState
+from coordinator.sdk import Claim, JobState
 from tests.sdk.support import QUEUE, served
 
 
@@ -18,7 +18,7 @@ def test_jobs_lists_the_records_of_a_worker(etcd: EtcdProcess, prefix: str, tmp_
     with served(etcd.endpoint, prefix) as running, running.client("w1") as w1:
         w1.create_task("t1", input=b"in", queue=QUEUE)
         job = w1.claim("t1", ttl=timedelta(seconds=30))
-        assert isinstance(job, Job)
+        assert isinstance(job, Claim)
         with job:
             proc = job.run(["sh", "-c", "exit 4"], log_dir=tmp_path)
             result = proc.wait(timedelta(seconds=10))

@@ -17,7 +17,7 @@ from coordinator.domain.jobs import JobRecord, JobState
 from coordinator.domain.records import ResultRecord, decode
 from coordinator.errors import CoordinatorError
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import FenceReason, Job, JobLost, LossSource, Outcome, WorkerClient
+from coordinator.sdk import Claim, ClaimLost, FenceReason, LossSource, Outcome, WorkerClient
 from coordinator.sdk._proc import group_members, is_running, signal_group, start_ticks
 from tests.helpers import eventually
 from tests.sdk.support import QUEUE, Served, served
@@ -51,20 +51,20 @@ _started: list[int] = []
 
 @pytest.fixture(autouse=True)
 def _track_groups(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Remember the group of every job ``Job.run`` starts (for the cleanup above)."""
-    original = Job.run
+    """Remember the group of every job ``Claim.run`` starts (for the cleanup above)."""
+    original = Claim.run
 
-    def run(self: Job, *args: Any, **kwargs: Any) -> Any:
+    def run(self: Claim, *args: Any, **kwargs: Any) -> Any:
         proc = original(self, *args, **kwargs)
         _started.append(proc.pid)
         return proc
 
-    monkeypatch.setattr(Job, "run", run)
+    monkeypatch.setattr(Claim, "run", run)
 
 
-def claim(client: WorkerClient, ttl: float = 3) -> Job:
+def claim(client: WorkerClient, ttl: float = 3) -> Claim:
     job = client.claim("t1", ttl=timedelta(seconds=ttl))
-    assert isinstance(job, Job), job
+    assert isinstance(job, Claim), job
     return job
 
 
@@ -180,10 +180,10 @@ def test_a_fenced_start_never_runs_the_command_and_writes_nothing(
     assert claim_kv is not None
     store.ctx.kv.revoke(claim_kv.lease)  # as on expiry
     with coordinator.client("w2") as other:
-        eventually(lambda: isinstance(other.claim("t1", ttl=timedelta(seconds=30)), Job))
+        eventually(lambda: isinstance(other.claim("t1", ttl=timedelta(seconds=30)), Claim))
 
     marker = tmp_path / "ran"
-    with pytest.raises(JobLost) as info:
+    with pytest.raises(ClaimLost) as info:
         job.run(["touch", str(marker)], log_dir=tmp_path)
     lost = info.value.reason
     assert lost is not None

@@ -26,9 +26,10 @@ import pytest
 from coordinator.domain.jobs import JobRecord, JobState, RediscoverAction
 from coordinator.domain.records import decode
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import Job, JobLost, WorkerClient
+from coordinator.sdk import Claim, ClaimLost, WorkerClient
 from coordinator.sdk._proc import group_members, is_running, signal_group, start_ticks
 from coordinator.sdk.managed import exit_ref
+from coordinator.sdk.types import fence_to_proto
 from coordinator.v1 import worker_pb2
 from tests.helpers import eventually
 from tests.sdk.support import QUEUE, Served, served
@@ -73,9 +74,9 @@ def alive(tree: dict[int, int]) -> list[int]:
     return sorted(pid for pid, ticks in tree.items() if is_running(pid, ticks))
 
 
-def take_over(client: WorkerClient, task_id: str) -> Job | None:
+def take_over(client: WorkerClient, task_id: str) -> Claim | None:
     job = client.claim(task_id, ttl=timedelta(seconds=30))
-    return job if isinstance(job, Job) else None
+    return job if isinstance(job, Claim) else None
 
 
 def test_restart_kills_the_superseded_orphan_and_reattaches_the_current_job(
@@ -134,7 +135,7 @@ def test_restart_kills_the_superseded_orphan_and_reattaches_the_current_job(
             assert stored(etcd_client, prefix)["a"].state is JobState.KILLED
             assert stored(etcd_client, prefix)["b"].state is JobState.RUNNING
 
-            with pytest.raises(JobLost, match="not the job's"):
+            with pytest.raises(ClaimLost, match="not the job's"):
                 restarted.resume(a.job, ttl=timedelta(seconds=30))  # a moved on to w2
 
             # The restarted worker resumes b's attempt from the record's fence, ties the
@@ -182,7 +183,7 @@ def test_rediscover_never_kills_a_reused_pid_and_records_what_it_can_know(
             ("j-elsewhere", f"not-{here}", stranger.pid, ticks, tmp_path / "j-elsewhere.log"),
         ]:
             request = worker_pb2.StartJobRequest(
-                fence=job.fence.to_proto(),
+                fence=fence_to_proto(job.fence),
                 job_id=job_id,
                 host=host,
                 pid=pid,

@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 
 from coordinator.cli import main
 from coordinator.cli.doctor import apply_repair, diagnose
-from coordinator.doctor import Guard, Problem, Repair, Write
+from coordinator.doctor import Guard, Problem, Repair, RepairWrite
 from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectState
 from coordinator.domain.records import ResultRecord, TaskRecord, decode, encode
@@ -255,7 +255,7 @@ def test_a_repair_is_skipped_when_its_keys_changed_since_the_snapshot(
     etcd_client.put(key, b"")
     revision = etcd_client.get(key)[1].mod_revision
     etcd_client.put(key, b"")  # changed after "the snapshot"
-    repair = Repair("delete", (Guard(key, revision),), (Write(key, None),))
+    repair = Repair("delete", (Guard(key, revision),), (RepairWrite(key, None),))
     assert apply_repair(store.ctx.kv, repair) is False
     assert etcd_client.get(key)[1] is not None
 

@@ -10,16 +10,16 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from coordinator.sdk import Cancellation, Job
+from coordinator.sdk import Cancellation, Claim
 
 _STEP = timedelta(milliseconds=50)
 # A stubborn handler stops by itself after this long, so its thread never outlives a test run.
 _STUBBORN_LIMIT = 120.0
 
 
-def gated(job: Job, cancel: Cancellation) -> bytes | None:
+def gated(claim: Claim, cancel: Cancellation) -> bytes | None:
     """Finish (result ``done <task id>``) once the gate file in the input exists."""
-    mode, _, path = job.input.decode().partition(" ")
+    mode, _, path = claim.input.decode().partition(" ")
     gate = Path(path)
     if mode == "stubborn":
         started = time.monotonic()
@@ -29,4 +29,4 @@ def gated(job: Job, cancel: Cancellation) -> bytes | None:
     while not gate.exists():
         if cancel.wait_for_cancelled(_STEP):
             return None  # cancelled: nothing to commit, the pool settles the claim
-    return f"done {job.task_id}".encode()
+    return f"done {claim.task_id}".encode()

@@ -22,9 +22,9 @@ from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import (
     Cancellation,
     CancelReason,
+    Claim,
     ClaimRefused,
     Ending,
-    Job,
     LostCallback,
     PoolReport,
     ReadyFile,
@@ -81,14 +81,14 @@ def test_at_most_max_concurrent_claims_over_two_queues_all_committed(
     lock = threading.Lock()
     active, peak = [0], [0]
 
-    def handle(job: Job, cancel: Cancellation) -> bytes:
+    def handle(claim: Claim, cancel: Cancellation) -> bytes:
         with lock:
             active[0] += 1
             peak[0] = max(peak[0], active[0])
         go.wait(30)
         with lock:
             active[0] -= 1
-        return job.input.upper()
+        return claim.input.upper()
 
     ready = ReadyFile(tmp_path / "ready")
     with coordinator.client("pool-1") as client:
@@ -113,7 +113,7 @@ def test_a_lost_job_cancels_its_handler_and_nothing_is_committed(
     producer.create_task("t1", queue="q", input=b"in")
     seen: Future[tuple[CancelReason | None, str]] = Future()
 
-    def handle(job: Job, cancel: Cancellation) -> bytes:
+    def handle(claim: Claim, cancel: Cancellation) -> bytes:
         cancel.wait_for_cancelled(timedelta(seconds=30))
         seen.set_result((cancel.reason, cancel.detail))
         return b"too late"
@@ -133,7 +133,7 @@ def test_a_lost_job_cancels_its_handler_and_nothing_is_committed(
 
 
 def pool_idle(running: Future[PoolReport], pool: WorkerPool) -> bool:
-    """Whether the pool holds no job (it is still running)."""
+    """Whether the pool holds no claim (it is still running)."""
     assert not running.done()
     return pool.held() == 0
 
@@ -144,7 +144,7 @@ def test_a_handler_error_gives_the_task_back_and_the_next_attempt_commits(
     producer.create_task("t1", queue="q", input=b"in")
     tries = [0]
 
-    def handle(job: Job, cancel: Cancellation) -> bytes:
+    def handle(claim: Claim, cancel: Cancellation) -> bytes:
         tries[0] += 1
         if tries[0] == 1:
             raise ValueError("boom")
@@ -167,16 +167,16 @@ def test_a_handler_error_reaches_job_fail_whole_and_retryable(
 ) -> None:
     failed: list[tuple[object, bool]] = []
 
-    def fail(job: Job, error: object, *, retryable: bool, message: str = "") -> None:
+    def fail(claim: Claim, error: object, *, retryable: bool, message: str = "") -> None:
         failed.append((error, retryable))
-        job.release("failed")  # what WorkerService.Fail does to a retryable failure, in short
+        claim.release("failed")  # what WorkerService.Fail does to a retryable failure, in short
 
-    # Replaces the SDK's own job.fail where it has one: the pool must call whichever is there.
-    monkeypatch.setattr(Job, "fail", fail, raising=False)
+    # Replaces the SDK's own claim.fail where it has one: the pool must call whichever is there.
+    monkeypatch.setattr(Claim, "fail", fail, raising=False)
     producer.create_task("t1", queue="q", input=b"in")
     boom = ValueError("boom")
 
-    def handle(job: Job, cancel: Cancellation) -> bytes:
+    def handle(claim: Claim, cancel: Cancellation) -> bytes:
         if not failed:
             raise boom
         return b"second time lucky"
@@ -205,7 +205,7 @@ class LongPolling(WorkerClient):
         on_lost: LostCallback | None = None,
         safety_margin: timedelta | None = None,
         wait: timedelta | None = None,
-    ) -> Job | ClaimRefused:
+    ) -> Claim | ClaimRefused:
         self.waits.append(wait)
         return super().claim_next(
             queue, ttl=ttl, on_lost=on_lost, safety_margin=safety_margin, wait=wait
@@ -224,7 +224,7 @@ def test_the_pool_long_polls(
     assert client.waits and set(client.waits) == {timedelta(seconds=3)}
 
 
-def done(job: Job, cancel: Cancellation) -> bytes:
+def done(claim: Claim, cancel: Cancellation) -> bytes:
     """A handler that succeeds at once."""
     return b"done"
 
@@ -268,6 +268,6 @@ def status(url: str) -> int:
 def test_bad_options_are_refused(
     coordinator: Served, options: dict[str, Any], message: str
 ) -> None:
-    handler: Callable[[Job, Cancellation], bytes] = done
+    handler: Callable[[Claim, Cancellation], bytes] = done
     with coordinator.client("pool-1") as client, pytest.raises(InvalidArgument, match=message):
         WorkerPool(client, handler, **options)

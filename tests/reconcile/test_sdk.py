@@ -7,12 +7,12 @@ from datetime import timedelta
 
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import (
+    Claim,
     ClaimRefused,
     DownstreamResult,
     DownstreamUncertain,
     EffectState,
     EffectStatus,
-    Job,
     Outcome,
 )
 from coordinator.store import TaskSpec
@@ -43,7 +43,7 @@ def test_uncertain_then_one_takeover_then_reconciling_until_the_owner_resolves(
         coord.store.tasks.create(TaskSpec(task_id="t1", queue="q", input=b"in"), by="pm")
         with coord.client("A") as a, coord.client("B") as b, coord.client("C") as c:
             job_a = a.claim("t1", ttl=TTL)
-            assert isinstance(job_a, Job)
+            assert isinstance(job_a, Claim)
             lost = job_a.effect("notify", "email", b"hello", down)
             assert lost.status is EffectStatus.UNCERTAIN
             info = a.get_effect(lost.effect_id)
@@ -58,7 +58,7 @@ def test_uncertain_then_one_takeover_then_reconciling_until_the_owner_resolves(
 
             # One takeover may reconcile; its lookup fails too, and it gives up.
             job_b = b.claim("t1", ttl=TTL)
-            assert isinstance(job_b, Job)
+            assert isinstance(job_b, Claim)
             again = job_b.effect("notify", "email", b"hello", down)
             assert again.status is EffectStatus.UNCERTAIN and down.sends == 1
             job_b.release()
@@ -78,7 +78,7 @@ def test_uncertain_then_one_takeover_then_reconciling_until_the_owner_resolves(
                 False,
             )
             job_c = c.claim_next("q", ttl=TTL)
-            assert isinstance(job_c, Job)
+            assert isinstance(job_c, Claim)
             skipped = job_c.effect("notify", "email", b"hello", down)
             assert (skipped.status, skipped.external_ref) == (EffectStatus.SKIPPED, "msg-1")
             assert job_c.commit(b"done").committed
@@ -93,7 +93,7 @@ def test_a_named_reconcile_principal_owns_it_and_no_claim_takes_it_over(
         coord.store.tasks.create(TaskSpec(task_id="t1", queue="q", input=b"in"), by="pm")
         with coord.client("A") as a, coord.client("B") as b:
             job_a = a.claim("t1", ttl=TTL)
-            assert isinstance(job_a, Job)
+            assert isinstance(job_a, Claim)
             lost = job_a.effect("notify", "email", b"hello", down, reconcile_principal="mail-ops")
             assert lost.status is EffectStatus.UNCERTAIN
             info = a.get_effect(lost.effect_id)

@@ -1,8 +1,8 @@
 """One face over the sync and the asyncio SDK, so a behavioural test runs against both.
 
-``Sdk.client(...)`` gives a ``Worker`` whose claims come back as ``Held`` jobs; for asyncio each
+``Sdk.client(...)`` gives a ``Worker`` whose claims come back as ``Held`` claims; for asyncio each
 call is run on an event loop in a thread of its own (``LoopThread``), which keeps running between
-calls, so the AsyncJob's keepalive task renews while the test waits, as a real program's would.
+calls, so the AsyncClaim's keepalive task renews while the test waits, as a real program's would.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from coordinator.sdk import (
     TaskInfo,
     WorkerClient,
 )
-from coordinator.sdk.aio import AsyncJob, AsyncWorkerClient, ThreadedDownstream
+from coordinator.sdk.aio import AsyncClaim, AsyncWorkerClient, ThreadedDownstream
 from tests.conftest import GRPC_OPTIONS
 
 T = TypeVar("T")
@@ -34,7 +34,7 @@ CALL_TIMEOUT = 60.0  # no call of a test waits longer than its retry budget and 
 
 
 class Held(Protocol):
-    """A claimed job of either SDK, as the tests use it."""
+    """A claim of either SDK, as the tests use it."""
 
     @property
     def generation(self) -> int: ...
@@ -88,36 +88,36 @@ class LoopThread:
 
 
 class _AsyncHeld:
-    """An AsyncJob driven from the test's thread."""
+    """An AsyncClaim driven from the test's thread."""
 
-    def __init__(self, job: AsyncJob, loop: LoopThread) -> None:
-        self.job, self._loop = job, loop
+    def __init__(self, claim: AsyncClaim, loop: LoopThread) -> None:
+        self.claim, self._loop = claim, loop
 
-    generation = property(lambda self: self.job.generation)
-    renewals = property(lambda self: self.job.renewals)
-    lost_reason = property(lambda self: self.job.lost_reason)
-    committed = property(lambda self: self.job.committed)
+    generation = property(lambda self: self.claim.generation)
+    renewals = property(lambda self: self.claim.renewals)
+    lost_reason = property(lambda self: self.claim.lost_reason)
+    committed = property(lambda self: self.claim.committed)
 
     def is_lost(self) -> bool:
-        return self.job.is_lost()
+        return self.claim.is_lost()
 
     def wait_lost(self, timeout: timedelta) -> bool:
-        return self._loop.run(self.job.wait_lost(timeout))
+        return self._loop.run(self.claim.wait_lost(timeout))
 
     def commit(self, result: bytes) -> CommitOutcome:
-        return self._loop.run(self.job.commit(result))
+        return self._loop.run(self.claim.commit(result))
 
     def release(self, reason: str = "") -> ReleaseOutcome:
-        return self._loop.run(self.job.release(reason))
+        return self._loop.run(self.claim.release(reason))
 
     def effect(
         self, node_id: str, effect_slot: str, payload: bytes, downstream: Downstream
     ) -> EffectOutcome:
         threaded = ThreadedDownstream(downstream)
-        return self._loop.run(self.job.effect(node_id, effect_slot, payload, threaded))
+        return self._loop.run(self.claim.effect(node_id, effect_slot, payload, threaded))
 
     def __enter__(self) -> _AsyncHeld:
-        self._loop.run(self.job.__aenter__())
+        self._loop.run(self.claim.__aenter__())
         return self
 
     def __exit__(
@@ -126,7 +126,7 @@ class _AsyncHeld:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._loop.run(self.job.__aexit__(exc_type, exc, tb))
+        self._loop.run(self.claim.__aexit__(exc_type, exc, tb))
 
 
 class _AsyncWorker:
@@ -142,7 +142,7 @@ class _AsyncWorker:
 
         self.client = loop.run(connect())
 
-    def _held(self, claimed: AsyncJob | ClaimRefused) -> Held | ClaimRefused:
+    def _held(self, claimed: AsyncClaim | ClaimRefused) -> Held | ClaimRefused:
         return claimed if isinstance(claimed, ClaimRefused) else _AsyncHeld(claimed, self._loop)
 
     def claim(

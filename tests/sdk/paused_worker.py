@@ -2,7 +2,7 @@
 
     python -m tests.sdk.paused_worker --sdk async --target ADDR --task t1
 
-Prints one JSON line ``{"op": "holding", "generation": ...}`` once its job's keepalive runs,
+Prints one JSON line ``{"op": "holding", "generation": ...}`` once its claim's keepalive runs,
 then, after any line on stdin, ``{"op": "commit", "outcome": ..., "reason": ..., "losses":
 [...]}``: what its commit was answered and every loss its ``on_lost`` callback was told of.
 With ``--sdk async`` it is an asyncio program (``asyncio.run``; the keepalive is a task on its
@@ -45,24 +45,24 @@ def run_sync(target: str, task: str) -> None:
     """The threaded worker."""
     losses: list[LostReason] = []
     with WorkerClient(target, principal="sleeper", channel_options=OPTIONS) as client:
-        job = client.claim(task, ttl=TTL, on_lost=losses.append)
-        assert not isinstance(job, ClaimRefused), job
-        with job:
-            emit("holding", generation=job.generation)
+        claim = client.claim(task, ttl=TTL, on_lost=losses.append)
+        assert not isinstance(claim, ClaimRefused), claim
+        with claim:
+            emit("holding", generation=claim.generation)
             sys.stdin.readline()
-            report(job.commit(b"late"), losses)
+            report(claim.commit(b"late"), losses)
 
 
 async def run_async(target: str, task: str) -> None:
     """The asyncio worker."""
     losses: list[LostReason] = []
     async with AsyncWorkerClient(target, principal="sleeper", channel_options=OPTIONS) as client:
-        job = await client.claim(task, ttl=TTL, on_lost=losses.append)
-        assert not isinstance(job, ClaimRefused), job
-        async with job:
-            emit("holding", generation=job.generation)
+        claim = await client.claim(task, ttl=TTL, on_lost=losses.append)
+        assert not isinstance(claim, ClaimRefused), claim
+        async with claim:
+            emit("holding", generation=claim.generation)
             await asyncio.to_thread(sys.stdin.readline)
-            report(await job.commit(b"late"), losses)
+            report(await claim.commit(b"late"), losses)
 
 
 def main() -> None:

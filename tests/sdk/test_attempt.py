@@ -1,8 +1,8 @@
 """Effects and managed jobs use a claim only through HeldAttempt (sdk/attempt.py): its fence,
 calls behind it, marking it lost, and the effect keys it sent.
 
-They are driven here through an attempt that is not a Job (it forwards the protocol to one), so
-a helper that reached into Job's private parts, or kept its state elsewhere, would fail.
+They are driven here through an attempt that is not a Claim (it forwards the protocol to one), so
+a helper that reached into Claim's private parts, or kept its state elsewhere, would fail.
 """
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.domain.decisions import Fence
 from coordinator.domain.effects import effect_id
 from coordinator.domain.jobs import JobState
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import (
+    Claim,
+    ClaimLost,
     DownstreamResult,
     EffectStatus,
-    Job,
-    JobLost,
     LossSource,
     RetryPolicy,
 )
@@ -32,7 +33,6 @@ from coordinator.sdk._rpc import Req, Resp, Rpc
 from coordinator.sdk.attempt import SentKeys, WorkerMethod
 from coordinator.sdk.effects import run_effect
 from coordinator.sdk.managed import run_managed
-from coordinator.sdk.types import Fence
 from tests.conftest import GRPC_OPTIONS
 from tests.sdk.support import QUEUE, Served, served
 
@@ -41,29 +41,29 @@ KEY = effect_id("t1", 1, "notify", "email")
 
 @dataclass
 class Forwarding:
-    """A HeldAttempt that is not a Job: it forwards to one and records what went through it."""
+    """A HeldAttempt that is not a Claim: it forwards to one and records what went through it."""
 
-    job: Job
+    claim: Claim
     calls: list[str] = field(default_factory=list)
     losses: list[tuple[Outcome, FenceReason, LossSource]] = field(default_factory=list)
     sent_keys: SentKeys = field(default_factory=SentKeys)
 
     @property
     def fence(self) -> Fence:
-        return self.job.fence
+        return self.claim.fence
 
     def call(self, method: WorkerMethod[Req, Resp], request: Req) -> Resp:
         self.calls.append(type(request).__name__.removesuffix("Request"))
-        return self.job.call(method, request)
+        return self.claim.call(method, request)
 
     def check(self, *, margin: timedelta | None = None) -> None:
-        self.job.check(margin=margin)
+        self.claim.check(margin=margin)
 
     def mark_lost(
         self, outcome: Outcome, reason: FenceReason, message: str, source: LossSource
     ) -> None:
         self.losses.append((outcome, reason, source))
-        self.job.mark_lost(outcome, reason, message, source)
+        self.claim.mark_lost(outcome, reason, message, source)
 
 
 @dataclass
@@ -92,9 +92,9 @@ def attempt(coordinator: Served) -> Iterator[Forwarding]:
     with coordinator.client("pm") as pm:
         pm.create_task("t1", input=b"input", queue=QUEUE)
     with coordinator.client("A") as a:
-        job = a.claim("t1", ttl=timedelta(seconds=30))
-        assert isinstance(job, Job)
-        yield Forwarding(job)
+        claim = a.claim("t1", ttl=timedelta(seconds=30))
+        assert isinstance(claim, Claim)
+        yield Forwarding(claim)
 
 
 def cancel(coordinator: Served) -> None:
@@ -109,7 +109,7 @@ def test_an_effect_goes_through_the_attempt_and_its_key_stays_on_it(attempt: For
     assert attempt.calls == ["PrepareEffect", "RecordEffect"]
     assert down.executed == [KEY]
     assert attempt.sent_keys.first_send(KEY) is False  # this attempt's ledger has it
-    assert attempt.job.sent_keys.first_send(KEY) is True  # the Job's own ledger is another
+    assert attempt.claim.sent_keys.first_send(KEY) is True  # the Claim's own ledger is another
     assert attempt.losses == []
 
 
@@ -122,7 +122,7 @@ def test_a_refused_effect_marks_the_attempt_lost(coordinator: Served, attempt: F
         Outcome.CANCELLED,
     )
     assert attempt.losses == [(Outcome.CANCELLED, FenceReason.NONE, LossSource.EFFECT)]
-    lost = attempt.job.lost_reason
+    lost = attempt.claim.lost_reason
     assert lost is not None and (lost.outcome, lost.source) == (
         Outcome.CANCELLED,
         LossSource.EFFECT,
@@ -154,11 +154,11 @@ def test_a_refused_managed_start_marks_the_attempt_lost(
     coordinator: Served, attempt: Forwarding, rpc: Rpc, tmp_path: Path
 ) -> None:
     cancel(coordinator)
-    with pytest.raises(JobLost, match="not started: StartJob answered CANCELLED"):
+    with pytest.raises(ClaimLost, match="not started: StartJob answered CANCELLED"):
         run_managed(attempt, rpc, ["true"], log_dir=tmp_path)
     assert attempt.calls == ["StartJob"]
     assert attempt.losses == [(Outcome.CANCELLED, FenceReason.NONE, LossSource.JOB)]
-    assert attempt.job.is_lost()
+    assert attempt.claim.is_lost()
 
 
 def test_only_the_first_send_of_a_key_counts_even_when_racing() -> None:

@@ -1,7 +1,7 @@
 """The same behaviour from the sync SDK and the asyncio SDK (coordinator.sdk.aio).
 
 Every test runs twice, once per SDK (tests/sdk/both.py), against a real coordinator on the
-session etcd: claim and commit; a paused holder (a frozen process, and a job never renewed)
+session etcd: claim and commit; a paused holder (a frozen process, and a claim never renewed)
 whose late commit is FENCED/SUPERSEDED while a takeover commits; a loss reported once; the
 epoch followed by itself; OutcomeUnknown against TransportError from a stopped coordinator;
 an effect performed once, then SKIPPED by a second attempt.
@@ -72,31 +72,31 @@ def producer(coordinator: Served) -> Iterator[WorkerClient]:
 
 def claimed(worker: Worker, **kwargs: Any) -> Held:
     """Claim t1 and insist that it worked."""
-    job = worker.claim("t1", ttl=kwargs.pop("ttl", TTL), **kwargs)
-    assert not isinstance(job, ClaimRefused), job
-    return job
+    claim = worker.claim("t1", ttl=kwargs.pop("ttl", TTL), **kwargs)
+    assert not isinstance(claim, ClaimRefused), claim
+    return claim
 
 
 def take_over(worker: Worker) -> Held:
     """Claim t1 as soon as its holder's lease has run out."""
 
     def attempt() -> Held | None:
-        job = worker.claim("t1", ttl=timedelta(seconds=30))
-        return None if isinstance(job, ClaimRefused) else job
+        claim = worker.claim("t1", ttl=timedelta(seconds=30))
+        return None if isinstance(claim, ClaimRefused) else claim
 
     return eventually(attempt, timeout=15, message="t1 never became claimable")
 
 
 def test_claim_renew_and_commit(sdk: Sdk, coordinator: Served, producer: WorkerClient) -> None:
     worker = sdk.client(coordinator.target, "worker-a")
-    job = worker.claim_next(QUEUE, ttl=TTL)
-    assert not isinstance(job, ClaimRefused), job
-    with job:
-        assert not job.wait_lost(timedelta(seconds=3))  # past the 2 s lease
-        assert job.renewals >= 3  # at TTL/3
-        outcome = job.commit(b"done")
+    claim = worker.claim_next(QUEUE, ttl=TTL)
+    assert not isinstance(claim, ClaimRefused), claim
+    with claim:
+        assert not claim.wait_lost(timedelta(seconds=3))  # past the 2 s lease
+        assert claim.renewals >= 3  # at TTL/3
+        outcome = claim.commit(b"done")
     assert (outcome.outcome, outcome.state) == (Outcome.COMMITTED, TaskState.DONE)
-    assert job.committed and not job.is_lost()
+    assert claim.committed and not claim.is_lost()
     task = worker.get_task("t1")
     assert (task.state, task.result_commit_id) == (TaskState.DONE, outcome.result_commit_id)
     assert [a.end for a in task.attempts] == [AttemptEnd.COMMITTED]
@@ -140,9 +140,9 @@ def test_a_frozen_worker_process_is_fenced_superseded_while_the_takeover_commits
         assert holding.get("op") == "holding", (tmp_path / "worker.err").read_text()
         os.kill(sleeper.pid, signal.SIGSTOP)  # frozen with its keepalive, past its TTL
         rescuer = sdk.client(coordinator.target, "rescuer")
-        with take_over(rescuer) as job:
-            assert job.generation > holding["generation"]
-            assert job.commit(b"rescued").committed
+        with take_over(rescuer) as claim:
+            assert claim.generation > holding["generation"]
+            assert claim.commit(b"rescued").committed
         os.kill(sleeper.pid, signal.SIGCONT)
         sleeper.stdin.write("commit now\n")
         sleeper.stdin.flush()
@@ -159,19 +159,19 @@ def test_a_frozen_worker_process_is_fenced_superseded_while_the_takeover_commits
     assert late["losses"][0][:2] == ["FENCED", "SUPERSEDED"]
     task = rescuer.get_task("t1")
     assert task.state is TaskState.DONE
-    assert task.result_commit_id == f"{task.attempts[-1].attempt_id}@{job.generation}"
+    assert task.result_commit_id == f"{task.attempts[-1].attempt_id}@{claim.generation}"
 
 
 def test_a_cancel_is_reported_once(sdk: Sdk, coordinator: Served, producer: WorkerClient) -> None:
     worker = sdk.client(coordinator.target, "worker-a")
     seen: list[LostReason] = []
-    with claimed(worker, on_lost=seen.append) as job:
+    with claimed(worker, on_lost=seen.append) as claim:
         producer.cancel_task("t1", reason="no longer needed")
-        assert job.wait_lost(timedelta(seconds=5))
-        lost = job.lost_reason
+        assert claim.wait_lost(timedelta(seconds=5))
+        lost = claim.lost_reason
         assert lost is not None
         assert (lost.outcome, lost.source) == (Outcome.CANCELLED, LossSource.RENEW)
-        assert job.commit(b"late").outcome is Outcome.CANCELLED  # asked, refused, not reported
+        assert claim.commit(b"late").outcome is Outcome.CANCELLED  # asked, refused, not reported
     assert seen == [lost]
     task = producer.get_task("t1")
     assert (task.state, task.result_commit_id) == (TaskState.CANCELLED, "")
@@ -182,10 +182,10 @@ def test_an_epoch_bump_fences_the_job_once_and_the_next_claim_follows_it(
 ) -> None:
     worker = sdk.client(coordinator.target, "worker-a")
     seen: list[LostReason] = []
-    with claimed(worker, on_lost=seen.append) as job:
+    with claimed(worker, on_lost=seen.append) as claim:
         assert producer.bump_epoch() == 2
-        assert job.wait_lost(timedelta(seconds=5))
-        assert job.release().outcome is Outcome.FENCED  # asked, refused, not reported again
+        assert claim.wait_lost(timedelta(seconds=5))
+        assert claim.release().outcome is Outcome.FENCED  # asked, refused, not reported again
     assert [(r.outcome, r.reason, r.source) for r in seen] == [
         (Outcome.FENCED, FenceReason.EPOCH_CHANGED, LossSource.RENEW)
     ]
@@ -210,16 +210,16 @@ def test_a_paused_coordinator_leaves_an_unknown_outcome_a_dead_one_a_transport_e
     with replicas(etcd, prefix, tmp_path, 1) as (replica,):
         worker = sdk.client(replica.target, "worker-a", retry=short)
         worker.create_task("t1", input=b"x", queue=QUEUE)
-        job = claimed(worker, ttl=timedelta(seconds=30))
+        claim = claimed(worker, ttl=timedelta(seconds=30))
         replica.pause()  # the connection stays up: the commit is sent, never answered
         with pytest.raises(OutcomeUnknown) as unknown:
-            job.commit(b"result")
+            claim.commit(b"result")
         assert unknown.value.code == "DEADLINE_EXCEEDED"
         assert str(unknown.value).endswith(f"outcome unknown, not failed; {ATTEMPT_HINT}")
-        assert not job.committed and job.lost_reason is None
+        assert not claim.committed and claim.lost_reason is None
         replica.resume()
         # The same call again learns the truth (a try may have landed: COMMITTED either way).
-        assert eventually(lambda: _committed_or_none(job), timeout=15).committed
+        assert eventually(lambda: _committed_or_none(claim), timeout=15).committed
         replica.kill()  # nothing listens: no try of a new client can reach a coordinator
         with pytest.raises(TransportError) as dead:
             sdk.client(replica.target, "worker-b", retry=short).get_task("t1")
@@ -228,9 +228,9 @@ def test_a_paused_coordinator_leaves_an_unknown_outcome_a_dead_one_a_transport_e
     assert str(dead.value).endswith("no try reached a coordinator")
 
 
-def _committed_or_none(job: Held) -> Any:
+def _committed_or_none(claim: Held) -> Any:
     try:
-        return job.commit(b"result")
+        return claim.commit(b"result")
     except TransportError:  # a try inside the channel's reconnect back-off: not yet
         return None
 
@@ -242,10 +242,10 @@ def test_an_effect_is_performed_once_and_skipped_by_a_second_attempt(
     with OutboxProcess() as outbox:
         down = HttpDownstream(outbox.url)
         first, second = sdk.client(coordinator.target, "a"), sdk.client(coordinator.target, "b")
-        with claimed(first, ttl=timedelta(seconds=30)) as job:
-            done = job.effect("notify", "email", b"the report is ready", down)
+        with claimed(first, ttl=timedelta(seconds=30)) as claim:
+            done = claim.effect("notify", "email", b"the report is ready", down)
             assert (done.status, done.effect_id, done.sent) == (EffectStatus.EXECUTED, key, True)
-            assert job.release("handing over").released
+            assert claim.release("handing over").released
         with take_over(second) as again:
             skipped = again.effect("notify", "email", b"the report is ready", down)
             assert (skipped.status, skipped.sent, skipped.external_ref) == (

@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.domain.states import FenceReason, Outcome, TaskState
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import ClaimRefused, Job, WorkerClient
+from coordinator.sdk import Claim, ClaimRefused, WorkerClient
 from tests.sdk.support import QUEUE, CallCounter, Served, served
 
 TTL = timedelta(seconds=30)
@@ -25,7 +25,7 @@ def coordinator(etcd: EtcdProcess, prefix: str) -> Iterator[Served]:
         yield running
 
 
-def _claim(client: WorkerClient, how: str, task_id: str) -> Job | ClaimRefused:
+def _claim(client: WorkerClient, how: str, task_id: str) -> Claim | ClaimRefused:
     """Claim ``task_id`` (``claim``) or whichever task is ready (``claim_next``)."""
     if how == "claim":
         return client.claim(task_id, ttl=TTL)
@@ -42,7 +42,7 @@ def test_the_next_claim_follows_a_bumped_epoch_and_a_held_job_stays_fenced(
         coordinator.client("admin") as admin,
     ):
         held = _claim(worker, how, "t1")
-        assert isinstance(held, Job), held
+        assert isinstance(held, Claim), held
         assert held.fence.scheduler_epoch == 1
         assert admin.bump_epoch() == 2  # AdminService.BumpEpoch: leases are not revoked
         before = dict(calls.calls)
@@ -52,12 +52,12 @@ def test_the_next_claim_follows_a_bumped_epoch_and_a_held_job_stays_fenced(
 
         # Refused under epoch 1, re-pinned with one GetEpoch, claimed under epoch 2: the caller
         # did nothing.
-        assert isinstance(second, Job), second
+        assert isinstance(second, Claim), second
         assert (second.task_id, second.fence.scheduler_epoch) == (other_id, 2)
         method = "Claim" if how == "claim" else "ClaimNext"
         assert calls.calls[method] - before[method] == 2
         assert calls.calls["GetEpoch"] - before["GetEpoch"] == 1
-        # The job held across the bump is never re-pinned: its commit is fenced.
+        # The claim held across the bump is never re-pinned: its commit is fenced.
         late = held.commit(b"late")
         assert (late.outcome, late.reason) == (Outcome.FENCED, FenceReason.EPOCH_CHANGED)
         assert second.commit(b"done").committed
@@ -72,7 +72,7 @@ def test_a_refusal_for_another_reason_is_not_retried(coordinator: Served) -> Non
         coordinator.client("worker-a", interceptors=[calls]) as worker,
         coordinator.client("worker-b") as other,
     ):
-        assert isinstance(other.claim("t1", ttl=TTL), Job)
+        assert isinstance(other.claim("t1", ttl=TTL), Claim)
         refused = worker.claim("t1", ttl=TTL)
     assert isinstance(refused, ClaimRefused)
     assert refused.outcome is Outcome.ALREADY_CLAIMED

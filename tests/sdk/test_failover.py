@@ -2,7 +2,7 @@
 serve`` processes on fixed loopback ports, SIGKILLed and started again, over the session etcd.
 
 The SDK retries a transport failure for its whole retry budget (not a count of tries), no
-longer than a job's lease, moves to another replica when it was given several, and says
+longer than a claim's lease, moves to another replica when it was given several, and says
 OutcomeUnknown when it gives up on a call that may have landed.
 """
 
@@ -18,8 +18,8 @@ import pytest
 
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import (
+    Claim,
     CommitOutcome,
-    Job,
     OutcomeUnknown,
     RetryPolicy,
     TransportError,
@@ -47,12 +47,12 @@ def client_for(target: str, policy: RetryPolicy, *interceptors: Any) -> WorkerCl
     )
 
 
-def claimed(client: WorkerClient, task_id: str) -> Job:
+def claimed(client: WorkerClient, task_id: str) -> Claim:
     """A new task, claimed with a lease that outlasts every outage here."""
     client.create_task(task_id, input=b"x", queue=QUEUE)
-    job = client.claim(task_id, ttl=timedelta(seconds=30))
-    assert isinstance(job, Job), job
-    return job
+    claim = client.claim(task_id, ttl=timedelta(seconds=30))
+    assert isinstance(claim, Claim), claim
+    return claim
 
 
 def test_a_commit_rides_out_a_replica_restart_within_the_budget(
@@ -64,9 +64,9 @@ def test_a_commit_rides_out_a_replica_restart_within_the_budget(
         client_for(replica.target, QUICK, counter) as client,
         ThreadPoolExecutor(1) as pool,
     ):
-        job = claimed(client, "t1")
+        claim = claimed(client, "t1")
         replica.kill()
-        committing = pool.submit(job.commit, b"result")
+        committing = pool.submit(claim.commit, b"result")
         # Still trying after more tries than the SDK used to make in all...
         eventually(lambda: counter.calls.get("Commit", 0) > OLD_TRIES + 1, timeout=15)
         assert not committing.done()
@@ -112,14 +112,14 @@ def test_a_commit_given_up_is_outcome_unknown_and_its_retry_answers_committed(
     with replicas(etcd, prefix, tmp_path, 1) as (replica,):
         crash = CrashAfterCommit(replica)
         with client_for(replica.target, short, crash) as client:
-            job = claimed(client, "t1")
+            claim = claimed(client, "t1")
             with pytest.raises(OutcomeUnknown) as raised:
-                job.commit(b"result")
+                claim.commit(b"result")
             assert crash.calls["Commit"] > 2  # it retried the dead replica for the budget
             assert str(raised.value).endswith(
                 "outcome unknown, not failed; retry the same call on the same attempt to learn it"
             )
-            assert not job.committed and job.lost_reason is None
+            assert not claim.committed and claim.lost_reason is None
             replica.start()
 
             def commit_again() -> CommitOutcome | None:
@@ -127,13 +127,13 @@ def test_a_commit_given_up_is_outcome_unknown_and_its_retry_answers_committed(
                 # (with a 1 s budget, one call may end inside the channel's reconnect back-off:
                 # a plain TransportError, "no try reached a coordinator").
                 try:
-                    return job.commit(b"result")
+                    return claim.commit(b"result")
                 except TransportError:
                     return None
 
             outcome = eventually(commit_again, timeout=15, message="the replica never answered")
             assert outcome.committed, outcome  # the truth: the first try had landed
-            assert job.committed
+            assert claim.committed
             assert client.get_task("t1").result_commit_id == outcome.result_commit_id
 
 
@@ -147,9 +147,9 @@ def test_calls_move_to_the_replica_that_is_up(
     ):
         client.epoch()
         a.kill()
-        job = claimed(client, "t1")  # reaches b
+        claim = claimed(client, "t1")  # reaches b
         a.start()
         b.kill()
-        outcome = job.commit(b"result")  # reaches a, which did not grant the claim
+        outcome = claim.commit(b"result")  # reaches a, which did not grant the claim
         assert outcome.committed, outcome
         assert client.get_task("t1").result_commit_id == outcome.result_commit_id

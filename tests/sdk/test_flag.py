@@ -1,4 +1,4 @@
-"""Flag: the one-way, waitable flag behind a Job's stop and lost signals."""
+"""Flag: the one-way, waitable flag behind a Claim's stop and lost signals."""
 
 from __future__ import annotations
 

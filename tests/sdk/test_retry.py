@@ -17,7 +17,7 @@ import pytest
 from coordinator.errors import InvalidArgument, NotFound
 from coordinator.etcd_process import EtcdProcess, free_port
 from coordinator.sdk import (
-    Job,
+    Claim,
     OutcomeUnknown,
     RetryPolicy,
     TaskState,
@@ -85,11 +85,11 @@ def test_a_commit_survives_a_coordinator_restart_on_the_same_port(
     counter = CallCounter()
     with client_for(running.target, counter) as client:
         client.create_task("t1", input=b"x", queue=QUEUE)
-        job = client.claim("t1", ttl=timedelta(seconds=10))
-        assert isinstance(job, Job)
+        claim = client.claim("t1", ttl=timedelta(seconds=10))
+        assert isinstance(claim, Claim)
         first.close()  # the coordinator goes away...
         timer = serve_later(stack, etcd, prefix, port)
-        outcome = job.commit(b"result")
+        outcome = claim.commit(b"result")
         timer.join()
     assert outcome.committed
     assert counter.calls["Commit"] > 1
@@ -124,9 +124,9 @@ def test_a_commit_whose_response_was_lost_is_retried_into_committed(
     counter = LoseFirstResponse("Commit")
     with served(etcd.endpoint, prefix) as running, client_for(running.target, counter) as client:
         client.create_task("t1", input=b"x", queue=QUEUE)
-        job = client.claim("t1", ttl=timedelta(seconds=10))
-        assert isinstance(job, Job)
-        outcome = job.commit(b"result")
+        claim = client.claim("t1", ttl=timedelta(seconds=10))
+        assert isinstance(claim, Claim)
+        outcome = claim.commit(b"result")
         assert outcome.committed  # the retry found its own commit: COMMITTED, not FENCED
         assert client.get_task("t1").result_commit_id == outcome.result_commit_id
     assert counter.calls["Commit"] == 2
@@ -142,13 +142,13 @@ def test_a_job_left_on_an_unknown_commit_learns_from_its_release_that_it_landed(
         client_for(running.target, counter, once) as client,
     ):
         client.create_task("t1", input=b"x", queue=QUEUE)
-        job = client.claim("t1", ttl=timedelta(seconds=10))
-        assert isinstance(job, Job)
-        with pytest.raises(OutcomeUnknown, match="outcome unknown, not failed"), job:
-            job.commit(b"result")
+        claim = client.claim("t1", ttl=timedelta(seconds=10))
+        assert isinstance(claim, Claim)
+        with pytest.raises(OutcomeUnknown, match="outcome unknown, not failed"), claim:
+            claim.commit(b"result")
         # Leaving the block on the exception reported a failure; the answer (FENCED /
-        # ALREADY_COMMITTED) told the job its own commit had landed.
-        assert job.committed and not job.is_lost(), job.lost_reason
+        # ALREADY_COMMITTED) told the claim its own commit had landed.
+        assert claim.committed and not claim.is_lost(), claim.lost_reason
         assert client.get_task("t1").state is TaskState.DONE
     assert counter.calls == {
         "CreateTask": 1,

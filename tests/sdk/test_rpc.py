@@ -20,7 +20,7 @@ import tenacity
 from coordinator import __version__, request_ids
 from coordinator.domain.idempotency import IDEMPOTENCY_METADATA_KEY
 from coordinator.errors import NotFound, PermissionDenied
-from coordinator.sdk import PRINCIPAL_METADATA, Job, OutcomeUnknown, RetryPolicy, TransportError
+from coordinator.sdk import PRINCIPAL_METADATA, Claim, OutcomeUnknown, RetryPolicy, TransportError
 from coordinator.sdk._budget import MIN_TRY_TIMEOUT
 from coordinator.sdk._rpc import ATTEMPT_HINT, REPEAT_HINT, SDK_VERSION_METADATA, Rpc
 from coordinator.v1 import types_pb2, worker_pb2
@@ -260,41 +260,41 @@ def test_an_unknown_outcome_without_retries_says_so_too(rpc: Rpc, sleeps: list[f
     assert (len(method.tries), sleeps) == (1, [])
 
 
-def _job(rpc: Rpc, clock: Clock, ttl: int) -> Job:
-    claim = worker_pb2.ClaimResponse(
+def _claim(rpc: Rpc, clock: Clock, ttl: int) -> Claim:
+    response = worker_pb2.ClaimResponse(
         outcome=types_pb2.OUTCOME_CLAIMED,
         fence=types_pb2.Fence(task_id="t1", attempt_id="a1", claim_generation=7),
         attempt=1,
         ttl_seconds=ttl,
     )
-    return Job(rpc, claim, sent_at=clock.now, clock=clock)
+    return Claim(rpc, response, sent_at=clock.now, clock=clock)
 
 
 def test_a_jobs_commit_retries_no_longer_than_its_lease_lasts(clock: Clock) -> None:
     rpc = windowed(clock, budget=timedelta(seconds=60))
     commit = Scripted(*[UNAVAILABLE] * 1000, clock=clock)
-    job = _job(rpc, clock, ttl=10)
-    clock.now = 8.5  # 1.5 s of the lease left by the job's own clock
+    claim = _claim(rpc, clock, ttl=10)
+    clock.now = 8.5  # 1.5 s of the lease left by the claim's own clock
     rpc.worker = SimpleNamespace(Commit=commit)  # type: ignore[assignment]
     try:
         with pytest.raises(OutcomeUnknown, match=ATTEMPT_HINT):
-            job.commit(b"result")
+            claim.commit(b"result")
     finally:
         rpc.close()
     assert len(commit.tries) > 2
     assert 8.5 <= commit.started[-1] < 10.0
-    assert not job.committed and job.lost_reason is None
+    assert not claim.committed and claim.lost_reason is None
 
 
 def test_a_jobs_commit_still_tries_once_after_its_lease_ran_out(clock: Clock) -> None:
     rpc = windowed(clock, budget=timedelta(seconds=60))
     commit = Scripted(UNAVAILABLE, clock=clock)
-    job = _job(rpc, clock, ttl=10)
+    claim = _claim(rpc, clock, ttl=10)
     clock.now = 12.0
     rpc.worker = SimpleNamespace(Commit=commit)  # type: ignore[assignment]
     try:
         with pytest.raises(OutcomeUnknown):
-            job.commit(b"result")
+            claim.commit(b"result")
     finally:
         rpc.close()
     # The server is the authority on the fence: it is asked, but not retried past the lease.

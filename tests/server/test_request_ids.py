@@ -12,7 +12,7 @@ from coordinator import request_ids
 from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.states import Op
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import Job, RetryPolicy, TransportError
+from coordinator.sdk import Claim, RetryPolicy, TransportError
 from coordinator.sdk._rpc import Rpc
 from tests.helpers import as_unary
 from tests.sdk.support import QUEUE, served
@@ -58,10 +58,10 @@ def test_the_event_of_each_transition_carries_the_callers_request_id(
         with request_ids.bound("create-7"):
             client.create_task("t1", input=b"x", queue=QUEUE)
         with request_ids.bound("claim-7"):
-            job = client.claim("t1", ttl=timedelta(seconds=5))
-        assert isinstance(job, Job)
+            claim = client.claim("t1", ttl=timedelta(seconds=5))
+        assert isinstance(claim, Claim)
         with request_ids.bound("commit-7"):
-            assert job.commit(b"r").outcome.name == "COMMITTED"
+            assert claim.commit(b"r").outcome.name == "COMMITTED"
         client.create_task("t2", input=b"y", queue=QUEUE)  # no id bound: the SDK makes one
         got = events(running.store, etcd_client, "t1")
         fresh = events(running.store, etcd_client, "t2")

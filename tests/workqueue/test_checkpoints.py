@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import Job
+from coordinator.sdk import Claim
 from coordinator.server import PRINCIPAL_METADATA_KEY
 from coordinator.store import Store
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
@@ -46,22 +46,22 @@ def test_a_takeover_receives_the_previous_attempts_checkpoint(
     assert again.mod_revision == written.mod_revision  # unchanged: not written again
 
     store.ctx.kv.revoke(store.tasks.get("t-1").lease_id)  # the holder's lease expires
-    claim = worker_pb2.ClaimRequest(task_id="t-1", scheduler_epoch=1, ttl_seconds=30)
+    request = worker_pb2.ClaimRequest(task_id="t-1", scheduler_epoch=1, ttl_seconds=30)
     taken = eventually(
         lambda: (
             r
-            if (r := worker.Claim(claim, metadata=B)).outcome == types_pb2.OUTCOME_CLAIMED
+            if (r := worker.Claim(request, metadata=B)).outcome == types_pb2.OUTCOME_CLAIMED
             else None
         )
     )
     assert taken.checkpoint == b"step-3"
     # A third attempt still finds it though the second never checkpointed.
     worker.Release(worker_pb2.ReleaseRequest(fence=taken.fence), metadata=B)
-    third = worker.Claim(claim, metadata=A)
+    third = worker.Claim(request, metadata=A)
     assert (third.outcome, third.checkpoint) == (types_pb2.OUTCOME_CLAIMED, b"step-3")
     # A new input is new work: no checkpoint of the old one is handed over.
     tasks.UpdateInput(tasks_pb2.UpdateInputRequest(task_id="t-1", input=b"new input"))
-    fresh = worker.Claim(claim, metadata=B)
+    fresh = worker.Claim(request, metadata=B)
     assert (fresh.outcome, fresh.checkpoint) == (types_pb2.OUTCOME_CLAIMED, b"")
 
 
@@ -93,14 +93,14 @@ def test_the_sdk_sends_the_latest_checkpoint_and_the_next_job_resumes_from_it(
 ) -> None:
     with served(etcd.endpoint, prefix) as running, running.client("w1") as client:
         client.create_task("t1", input=b"in", queue=QUEUE)
-        job = client.claim("t1", ttl=timedelta(seconds=3))
-        assert isinstance(job, Job) and job.previous_checkpoint == b""
-        with job:
-            job.checkpoint(b"rows 0-99 done")
-            job.checkpoint(b"rows 0-199 done")  # only the latest is sent
-            eventually(lambda: job.renewals >= 1, message="no renewal was accepted")
-            job.release("rebalancing")
+        claim = client.claim("t1", ttl=timedelta(seconds=3))
+        assert isinstance(claim, Claim) and claim.previous_checkpoint == b""
+        with claim:
+            claim.checkpoint(b"rows 0-99 done")
+            claim.checkpoint(b"rows 0-199 done")  # only the latest is sent
+            eventually(lambda: claim.renewals >= 1, message="no renewal was accepted")
+            claim.release("rebalancing")
         again = client.claim("t1", ttl=timedelta(seconds=3))
-        assert isinstance(again, Job)
+        assert isinstance(again, Claim)
         assert again.previous_checkpoint == b"rows 0-199 done"
         again.release("done with the test")

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from coordinator.cli import main
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import DeadLetterReason, Job, Outcome, TaskRetryPolicy, TaskState
+from coordinator.sdk import Claim, DeadLetterReason, Outcome, TaskRetryPolicy, TaskState
 from tests.helpers import eventually
 from tests.sdk.support import QUEUE, served
 
@@ -22,9 +22,9 @@ def test_tasks_retry_sends_a_dead_letter_back_with_a_fresh_budget(
         policy = TaskRetryPolicy(max_attempts=2, initial_backoff=timedelta(0))
         client.create_task("t1", input=b"in", queue=QUEUE, retry_policy=policy)
         for _ in range(2):
-            job = client.claim("t1", ttl=timedelta(seconds=30))
-            assert isinstance(job, Job)
-            job.fail(ValueError("bad row 7"))
+            claim = client.claim("t1", ttl=timedelta(seconds=30))
+            assert isinstance(claim, Claim)
+            claim.fail(ValueError("bad row 7"))
         dead = client.get_task("t1")
         assert (dead.state, dead.dead_letter_reason, dead.attempts_counted) == (
             TaskState.FAILED,
@@ -53,15 +53,15 @@ def test_the_sdk_long_polls_for_a_task(etcd: EtcdProcess, prefix: str) -> None:
         running.client("pm") as producer,
     ):
         empty = client.claim_next(QUEUE, ttl=timedelta(seconds=30), wait=timedelta(seconds=0.3))
-        assert not isinstance(empty, Job) and empty.outcome is Outcome.NO_READY_TASK
+        assert not isinstance(empty, Claim) and empty.outcome is Outcome.NO_READY_TASK
         with ThreadPoolExecutor(max_workers=1) as pool:
             waiting = pool.submit(
                 client.claim_next, QUEUE, ttl=timedelta(seconds=30), wait=timedelta(seconds=15)
             )
             eventually(lambda: running.store.long_poll.waiting() == 1, message="not waiting")
             producer.create_task("t1", input=b"in", queue=QUEUE)
-            job = waiting.result(timeout=20)
-        assert isinstance(job, Job) and job.task_id == "t1"
+            claim = waiting.result(timeout=20)
+        assert isinstance(claim, Claim) and claim.task_id == "t1"
         # The lease clock starts at the answer, not at the call: the wait is not taken off.
-        assert job.remaining() > timedelta(seconds=20)
-        job.release("done with the test")
+        assert claim.remaining() > timedelta(seconds=20)
+        claim.release("done with the test")

@@ -3,7 +3,7 @@
 The asyncio twin of ``WorkerClient`` (sdk/client.py), with the same requests and answers
 (sdk/_requests.py), retries and errors (sdk/_rpc.py). It pins the scheduler epoch it first
 sees; a claim refused FENCED/EPOCH_CHANGED re-reads it and, if it moved on, is sent once more
-under the new one. Held jobs keep the epoch they were claimed under.
+under the new one. Held claims keep the epoch they were claimed under.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from coordinator.sdk._requests import (
 )
 from coordinator.sdk._rpc import RetryPolicy
 from coordinator.sdk.aio._rpc import AsyncRpc
-from coordinator.sdk.aio.job import AsyncJob
+from coordinator.sdk.aio.claim import AsyncClaim
 from coordinator.sdk.types import ClaimRefused, TaskInfo, outcome_of
 from coordinator.v1 import admin_pb2, tasks_pb2, worker_pb2
 
@@ -98,8 +98,8 @@ class AsyncWorkerClient:
         expected_state_version: int = 0,
         on_lost: LostCallback | None = None,
         safety_margin: timedelta | None = None,
-    ) -> AsyncJob | ClaimRefused:
-        """Claim one task: an AsyncJob (``async with`` it to run the keepalive) or the typed
+    ) -> AsyncClaim | ClaimRefused:
+        """Claim one task: an AsyncClaim (``async with`` it to run the keepalive) or the typed
         refusal; as ``WorkerClient.claim``."""
         request = claim_request(
             task_id,
@@ -118,7 +118,7 @@ class AsyncWorkerClient:
         ttl: timedelta,
         on_lost: LostCallback | None = None,
         safety_margin: timedelta | None = None,
-    ) -> AsyncJob | ClaimRefused:
+    ) -> AsyncClaim | ClaimRefused:
         """Claim the next ready task of ``queue``; NO_READY_TASK comes back as a ClaimRefused.
         Like ``claim``, it follows a new epoch by itself."""
         request = claim_next_request(queue, ttl=ttl, epoch=await self._pinned_epoch())
@@ -133,7 +133,7 @@ class AsyncWorkerClient:
         *,
         on_lost: LostCallback | None,
         safety_margin: timedelta | None,
-    ) -> AsyncJob | ClaimRefused:
+    ) -> AsyncClaim | ClaimRefused:
         # The lease clock starts before the request leaves, so it can only run early.
         sent_at = time.monotonic()
         response = await self._rpc.call(method, request, hint=CLAIM_HINT)
@@ -143,7 +143,7 @@ class AsyncWorkerClient:
             response = await self._rpc.call(method, request, hint=CLAIM_HINT)
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
             return ClaimRefused.from_proto(response)
-        return AsyncJob(
+        return AsyncClaim(
             self._rpc, response, sent_at=sent_at, on_lost=on_lost, safety_margin=safety_margin
         )
 

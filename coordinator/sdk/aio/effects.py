@@ -1,4 +1,4 @@
-"""Side effects from an AsyncJob: the sync SDK's protocol (sdk/effects.py), awaited.
+"""Side effects from an AsyncClaim: the sync SDK's protocol (sdk/effects.py), awaited.
 
 The protocol itself (prepare -> execute / skip / reconcile -> record, at most one send, the
 effect id as the idempotency key) is the sync SDK's ``EffectRun``; this module only performs
@@ -68,7 +68,7 @@ class ThreadedDownstream:
 
 
 class AsyncHeldAttempt(FencedAttempt, Protocol):
-    """One attempt holding a claim, as the asyncio effect helper uses it (AsyncJob is one)."""
+    """One attempt holding a claim, as the asyncio effect helper uses it (AsyncClaim is one)."""
 
     async def call(self, method: AsyncWorkerMethod[Req, Resp], request: Req) -> Resp:
         """Call a WorkerService method whose request carries ``fence``; its retries stop when
@@ -76,7 +76,7 @@ class AsyncHeldAttempt(FencedAttempt, Protocol):
         ...
 
     def check(self, *, margin: timedelta | None = None) -> None:
-        """Raise JobLost unless the attempt is held with more than ``margin`` of lease left."""
+        """Raise ClaimLost unless the attempt is held with more than ``margin`` of lease left."""
         ...
 
 

@@ -3,15 +3,15 @@
 The keepalive renews at TTL/3 on its own thread and never blocks the caller: ``progress()``
 only records the latest marker, which the next renewal carries (older markers are dropped).
 A renewal the server refuses (FENCED, CANCELLED, STALLED, RENEW_LIMIT, STALE_INPUT), or a lease
-that runs out by the local monotonic clock while renewals cannot reach the server, marks the job
+that runs out by the local monotonic clock while renewals cannot reach the server, marks the claim
 lost: flag, event and ``on_lost`` callback, once; the keepalive then stops. The SDK never claims
-again or re-grants anything by itself: a lost job stays lost.
+again or re-grants anything by itself: a lost claim stays lost.
 
-``commit`` always asks the server, even for a job the SDK believes lost: the store is the one
+``commit`` always asks the server, even for a claim the SDK believes lost: the store is the one
 authority on the fence, and its answer carries the reason.
 
-What a job is apart from its thread and channel (its state, the requests it sends, what each
-answer does to it) is in sdk/_held.py, shared with the asyncio ``AsyncJob``.
+What a claim is apart from its thread and channel (its state, the requests it sends, what each
+answer does to it) is in sdk/_held.py, shared with the asyncio ``AsyncClaim``.
 """
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ from coordinator.sdk.types import (
 )
 from coordinator.v1 import worker_pb2
 
-__all__ = ["Job", "LostCallback"]
+__all__ = ["Claim", "LostCallback"]
 
 
-class Job(HeldClaim):
+class Claim(HeldClaim):
     """One claimed task: the credential, the input, the lease clock and the keepalive.
 
     Use it as a context manager: entering starts the keepalive; leaving stops it and releases
-    the task if the job was neither committed, released nor lost. Built by WorkerClient.
+    the task if the claim was neither committed, released nor lost. Built by WorkerClient.
     """
 
     def __init__(
@@ -74,14 +74,14 @@ class Job(HeldClaim):
             self._lost.set()
 
     def wait_lost(self, timeout: timedelta | None = None) -> bool:
-        """Block until the job is lost or ``timeout`` passes; returns ``is_lost()``."""
+        """Block until the claim is lost or ``timeout`` passes; returns ``is_lost()``."""
         return self._lost.wait(timeout.total_seconds() if timeout is not None else None)
 
     # --- acceptance points ----------------------------------------------------------------
 
     def call(self, method: WorkerMethod[Req, Resp], request: Req) -> Resp:
         """Call the WorkerService method ``method`` picks (``lambda worker: worker.Commit``)
-        with ``request``, which carries this job's fence: transport failures are retried until
+        with ``request``, which carries this claim's fence: transport failures are retried until
         the retry budget or the lease by the local clock runs out."""
         return self._rpc.call(method(self._rpc.worker), request, lease_left=self.remaining())
 
@@ -93,10 +93,10 @@ class Job(HeldClaim):
         result_digest: str | None = None,
         evidence: Sequence[str] = (),
     ) -> CommitOutcome:
-        """Make ``result`` canonical for the task revision, behind this job's fence.
+        """Make ``result`` canonical for the task revision, behind this claim's fence.
 
-        Always reaches the server, even when the job is believed lost: the answer is the truth.
-        COMMITTED ends the job (keepalive stops); FENCED / STALE_INPUT / CANCELLED mark it lost.
+        Always reaches the server, even when the claim is believed lost: the answer is the truth.
+        COMMITTED ends the claim (keepalive stops); FENCED / STALE_INPUT / CANCELLED mark it lost.
         ``result_digest`` is computed from ``result`` unless given (for a ``result_ref``).
         ``evidence`` (managed job ids and log refs, e.g. ``ManagedProcess.evidence``) is kept
         in the canonical result record.
@@ -120,7 +120,7 @@ class Job(HeldClaim):
         return self._authorized(self.call(lambda worker: worker.AuthorizeTool, request))
 
     def release(self, reason: str = "") -> ReleaseOutcome:
-        """Give the task back (READY again). Ends the job; FENCED / CANCELLED mark it lost,
+        """Give the task back (READY again). Ends the claim; FENCED / CANCELLED mark it lost,
         except FENCED / ALREADY_COMMITTED or RELEASED: this attempt's own commit or release had
         landed (``committed`` then says so), e.g. one whose answer was lost (OutcomeUnknown)."""
         request = self._release_request(reason)
@@ -139,7 +139,7 @@ class Job(HeldClaim):
         whether it runs again (READY now, or DELAYED until its backoff or ``delay`` passes,
         whichever is later) or ends FAILED (``retryable=False``, a non-retryable error code, or
         no attempts left). ``error`` is an exception (its type name is the error code, its text
-        the message, its traceback the details) or an error code. Ends the job; FENCED /
+        the message, its traceback the details) or an error code. Ends the claim; FENCED /
         CANCELLED / STALE_INPUT mark it lost (unless this attempt had already ended itself)."""
         request = self._fail_request(
             error, retryable=retryable, delay=delay, message=message, details=details
@@ -158,10 +158,10 @@ class Job(HeldClaim):
         """Perform the side effect of one slot at most once across every attempt of the task
         revision: prepare, then execute / skip / reconcile, then record (sdk/effects.py).
 
-        If the send's outcome is unknown, the reconciliation it opens is owned by this job's
+        If the send's outcome is unknown, the reconciliation it opens is owned by this claim's
         worker, or by ``reconcile_principal`` (an operator, a reconciler service) if given: then
         no later claim may take it over, only that principal or an admin resolves it.
-        FENCED / CANCELLED / STALE_INPUT from the coordinator mark the job lost. Raises
+        FENCED / CANCELLED / STALE_INPUT from the coordinator mark the claim lost. Raises
         TransportError / OutcomeUnknown if the coordinator could not be reached within the
         retry budget or the lease (the effect stays uncertain; repeating the call is safe).
         """
@@ -185,10 +185,10 @@ class Job(HeldClaim):
     ) -> ManagedProcess:
         """Run ``argv`` as a managed job bound to this attempt (sdk/managed.py).
 
-        The command starts only after StartJob accepted it behind this job's fence; its whole
-        process group is terminated (SIGTERM, SIGKILL after ``grace``) when this job is lost or
+        The command starts only after StartJob accepted it behind this claim's fence; its whole
+        process group is terminated (SIGTERM, SIGKILL after ``grace``) when this claim is lost or
         ends; its output goes to the returned handle's ``log_ref``. The keepalive must run
-        (``with job:``) for a loss to be noticed. Raises JobLost if StartJob was refused.
+        (``with claim:``) for a loss to be noticed. Raises ClaimLost if StartJob was refused.
         """
         return run_managed(self, self._rpc, argv, cwd=cwd, env=env, grace=grace, log_dir=log_dir)
 
@@ -246,7 +246,7 @@ class Job(HeldClaim):
             self._keepalive_crashed(exc)
 
     def _renew_once(self, sent: float) -> bool:
-        """One renewal; True if accepted. Marks the job lost when the answer says so."""
+        """One renewal; True if accepted. Marks the claim lost when the answer says so."""
         request, timeout = self._renew_request(self._rpc.policy)
         try:
             # No SDK retries here: this loop is the retry, and each try ends before the lease.
@@ -257,4 +257,4 @@ class Job(HeldClaim):
         return self._renewed(sent, response, request)
 
     def __repr__(self) -> str:
-        return f"Job({self._describe()})"
+        return f"Claim({self._describe()})"

@@ -1,13 +1,13 @@
-"""AsyncJob: a held claim whose keepalive is an asyncio task, and whose calls are awaited.
+"""AsyncClaim: a held claim whose keepalive is an asyncio task, and whose calls are awaited.
 
-The same job as the sync ``Job`` (sdk/job.py): the state, the requests and what every answer
-does are shared (sdk/_held.py). The keepalive renews at TTL/3 as a task on the job's event loop
+The same claim as the sync ``Claim`` (sdk/claim.py): the state, the requests and what every answer
+does are shared (sdk/_held.py). The keepalive renews at TTL/3 as a task on the claim's event loop
 and never blocks the caller, as long as the caller does not block the loop: run CPU-bound or
-blocking work with ``asyncio.to_thread`` (a loop blocked past the lease loses the job, as a
+blocking work with ``asyncio.to_thread`` (a loop blocked past the lease loses the claim, as a
 frozen process would). A loss is reported once: ``is_lost()``, ``await wait_lost()``, and the
 ``on_lost`` callback, called on the loop (it must not block either).
 
-An AsyncJob belongs to the event loop it was claimed on; use it from that loop only.
+An AsyncClaim belongs to the event loop it was claimed on; use it from that loop only.
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ async def _wait(event: asyncio.Event, seconds: float | None) -> bool:
     return event.is_set()
 
 
-class AsyncJob(HeldClaim):
+class AsyncClaim(HeldClaim):
     """One claimed task, for asyncio: the credential, the input, the lease clock and the
     keepalive task.
 
     Use it as an async context manager: entering starts the keepalive; leaving stops it and
-    releases the task if the job was neither committed, released nor lost. Built by
+    releases the task if the claim was neither committed, released nor lost. Built by
     AsyncWorkerClient.
     """
 
@@ -72,14 +72,14 @@ class AsyncJob(HeldClaim):
             self._lost.set()
 
     async def wait_lost(self, timeout: timedelta | None = None) -> bool:
-        """Wait until the job is lost or ``timeout`` passes; returns ``is_lost()``."""
+        """Wait until the claim is lost or ``timeout`` passes; returns ``is_lost()``."""
         return await _wait(self._lost, timeout.total_seconds() if timeout is not None else None)
 
     # --- acceptance points ----------------------------------------------------------------
 
     async def call(self, method: AsyncWorkerMethod[Req, Resp], request: Req) -> Resp:
         """Call the WorkerService method ``method`` picks (``lambda worker: worker.Commit``)
-        with ``request``, which carries this job's fence: transport failures are retried until
+        with ``request``, which carries this claim's fence: transport failures are retried until
         the retry budget or the lease by the local clock runs out."""
         return await self._rpc.call(method(self._rpc.worker), request, lease_left=self.remaining())
 
@@ -91,8 +91,8 @@ class AsyncJob(HeldClaim):
         result_digest: str | None = None,
         evidence: Sequence[str] = (),
     ) -> CommitOutcome:
-        """Make ``result`` canonical for the task revision, behind this job's fence; as
-        ``Job.commit``: always asks the server, COMMITTED ends the job, FENCED / STALE_INPUT /
+        """Make ``result`` canonical for the task revision, behind this claim's fence; as
+        ``Claim.commit``: always asks the server, COMMITTED ends the claim, FENCED / STALE_INPUT /
         CANCELLED mark it lost, OutcomeUnknown means commit the same result again to learn it.
         """
         request = self._commit_request(result, result_ref, result_digest, evidence)
@@ -111,7 +111,7 @@ class AsyncJob(HeldClaim):
         return self._authorized(await self.call(lambda worker: worker.AuthorizeTool, request))
 
     async def release(self, reason: str = "") -> ReleaseOutcome:
-        """Give the task back (READY again); as ``Job.release``."""
+        """Give the task back (READY again); as ``Claim.release``."""
         request = self._release_request(reason)
         return self._released(await self.call(lambda worker: worker.Release, request))
 
@@ -125,7 +125,7 @@ class AsyncJob(HeldClaim):
         reconcile_principal: str = "",
     ) -> EffectOutcome:
         """Perform the side effect of one slot at most once across every attempt of the task
-        revision: the protocol of ``Job.effect`` (sdk/effects.py), with an async downstream
+        revision: the protocol of ``Claim.effect`` (sdk/effects.py), with an async downstream
         (``ThreadedDownstream`` runs a sync one, e.g. HttpDownstream, in a thread)."""
         return await run_effect(
             self,
@@ -185,7 +185,7 @@ class AsyncJob(HeldClaim):
             self._keepalive_crashed(exc)
 
     async def _renew_once(self, sent: float) -> bool:
-        """One renewal; True if accepted. Marks the job lost when the answer says so."""
+        """One renewal; True if accepted. Marks the claim lost when the answer says so."""
         request, timeout = self._renew_request(self._rpc.policy)
         try:
             # No SDK retries here: this loop is the retry, and each try ends before the lease.
@@ -198,4 +198,4 @@ class AsyncJob(HeldClaim):
         return self._renewed(sent, response)
 
     def __repr__(self) -> str:
-        return f"AsyncJob({self._describe()})"
+        return f"AsyncClaim({self._describe()})"
