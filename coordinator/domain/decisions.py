@@ -140,25 +140,19 @@ def check_owner(view: FenceView, fence: Fence, principal: str) -> None:
         )
 
 
-def check_fence(view: FenceView, fence: Fence) -> Verdict:
-    """Whether ``fence`` is the task's current credential; if not, why.
+def check_fence(view: FenceView, fence: Fence, *, now: float) -> Verdict:
+    """Whether ``fence`` is the task's current credential at ``now`` (the server's clock);
+    if not, why.
 
-    The order matters only for the reported reason: cancellation and input changes are the
+    Past the task's schedule_to_close deadline no attempt is current, even before the deadline
+    pass has moved the task to FAILED: no result or effect lands after the deadline. The order
+    matters only for the reported reason: cancellation, the deadline and input changes are the
     most specific, then the epoch, then the generation.
     """
-    task, attempt = view.task, view.attempt
-    if task.state is TaskState.CANCELLED or task.cancel_generation != fence.cancel_generation:
-        return Verdict(
-            Outcome.CANCELLED,
-            message=f"task cancel_generation is {task.cancel_generation}, "
-            f"the attempt observed {fence.cancel_generation}",
-        )
-    if task.revision != attempt.revision or task.input_digest != attempt.input_digest:
-        return Verdict(
-            Outcome.STALE_INPUT,
-            message=f"task input is at revision {task.revision}, "
-            f"the attempt ran on revision {attempt.revision}",
-        )
+    task = view.task
+    moved = _task_moved_on(view, fence, now)
+    if moved is not None:
+        return moved
     if fence.scheduler_epoch != view.epoch:
         return Verdict(
             Outcome.FENCED,
@@ -173,7 +167,27 @@ def check_fence(view: FenceView, fence: Fence) -> Verdict:
             FenceReason.SUPERSEDED,
             f"generation {task.claim_generation} superseded generation {fence.claim_generation}",
         )
-    return _lost_claim(attempt, fence)
+    return _lost_claim(view.attempt, fence)
+
+
+def _task_moved_on(view: FenceView, fence: Fence, now: float) -> Verdict | None:
+    """CANCELLED, TIMED_OUT or STALE_INPUT when the task itself left the attempt behind."""
+    task, attempt = view.task, view.attempt
+    if task.state is TaskState.CANCELLED or task.cancel_generation != fence.cancel_generation:
+        return Verdict(
+            Outcome.CANCELLED,
+            message=f"task cancel_generation is {task.cancel_generation}, "
+            f"the attempt observed {fence.cancel_generation}",
+        )
+    if task.deadline and now >= task.deadline:
+        return _ENDED[AttemptEnd.TIMED_OUT]
+    if task.revision != attempt.revision or task.input_digest != attempt.input_digest:
+        return Verdict(
+            Outcome.STALE_INPUT,
+            message=f"task input is at revision {task.revision}, "
+            f"the attempt ran on revision {attempt.revision}",
+        )
+    return None
 
 
 def _lost_claim(attempt: AttemptRecord, fence: Fence) -> Verdict:
@@ -241,7 +255,7 @@ CommitDecision = CommitWrite | CommitReplay | CommitRefuse
 
 
 def decide_commit(
-    view: FenceView, fence: Fence, *, input_digest: str, result_digest: str
+    view: FenceView, fence: Fence, *, input_digest: str, result_digest: str, now: float
 ) -> CommitDecision:
     """Whether a commit writes its result, replays one it already wrote, or is refused.
 
@@ -263,7 +277,7 @@ def decide_commit(
                 f"{input_digest}",
             )
         )
-    verdict = check_fence(view, fence)
+    verdict = check_fence(view, fence, now=now)
     if not verdict.accepted:
         return CommitRefuse(verdict)
     if result is not None:

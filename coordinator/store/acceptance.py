@@ -147,7 +147,7 @@ class AcceptancePoints:
         for _ in range(_RENEW_TRIES):
             view = self.view(fence)
             check_owner(view, fence, principal)
-            verdict = check_fence(view, fence)
+            verdict = check_fence(view, fence, now=ctx.clock.now())
             if not verdict.accepted or view.claim is None:
                 return RenewResult(verdict)
             claim = view.claim
@@ -188,7 +188,7 @@ class AcceptancePoints:
         del tool, action  # recorded in the server's audit log, not in etcd
         view = self.view(fence)
         check_owner(view, fence, principal)
-        verdict = check_fence(view, fence)
+        verdict = check_fence(view, fence, now=self._ctx.clock.now())
         if not verdict.accepted:
             return verdict
         compares = fence_compares(self._ctx.keys, fence)
@@ -217,7 +217,7 @@ class AcceptancePoints:
         self._ctx.kv.txn(
             (), [put(self._ctx.keys.staging(fence.task_id, fence.attempt_id), encode(staged))]
         )
-        current = check_fence(view, fence).accepted
+        current = check_fence(view, fence, now=self._ctx.clock.now()).accepted
         return StagingResult(Verdict(Outcome.OK), current=current)
 
     def commit(
@@ -239,7 +239,11 @@ class AcceptancePoints:
             view = basis.view
             check_owner(view, fence, principal)
             decision = decide_commit(
-                view, fence, input_digest=input_digest, result_digest=result_digest
+                view,
+                fence,
+                input_digest=input_digest,
+                result_digest=result_digest,
+                now=self._ctx.clock.now(),
             )
             if isinstance(decision, CommitReplay):  # a retry of a commit that landed
                 return CommitResult(decision.verdict, decision.result.commit_id, view.task.state)
@@ -331,7 +335,7 @@ class AcceptancePoints:
         self._held.take(fence)  # a released claim never commits
         view = self.view(fence)
         check_owner(view, fence, principal)
-        verdict = check_fence(view, fence)
+        verdict = check_fence(view, fence, now=ctx.clock.now())
         if not verdict.accepted:
             return verdict
         task, now = view.task, ctx.clock.now()
@@ -349,7 +353,7 @@ class AcceptancePoints:
 
     def diagnose(self, fence: Fence) -> Verdict:
         """Why the fence compares failed, from a fresh read."""
-        verdict = check_fence(self.view(fence), fence)
+        verdict = check_fence(self.view(fence), fence, now=self._ctx.clock.now())
         # The compares failed yet everything reads as current: a race.
         return _MOVED if verdict.accepted else verdict
 

@@ -223,7 +223,7 @@ class EffectStore:
         for _ in range(_TRIES):
             view = self._points.view(fence)
             check_owner(view, fence, principal)
-            verdict = check_fence(view, fence)
+            verdict = check_fence(view, fence, now=ctx.clock.now())
             if not verdict.accepted:
                 return PrepareResult(verdict)
             request = PrepareRequest(
@@ -279,7 +279,7 @@ class EffectStore:
                     f"effect {effect_id} belongs to task {existing.task_id!r}, "
                     f"not to fence.task_id {fence.task_id!r}"
                 )
-            verdict = check_fence(view, fence)
+            verdict = check_fence(view, fence, now=ctx.clock.now())
             if not verdict.accepted:
                 return RecordResult(verdict)
             if existing.task_revision != view.attempt.revision:

@@ -46,7 +46,7 @@ class Failures:
         self._held.take(fence)  # a failed claim never commits
         view = self._points.view(fence)
         check_owner(view, fence, principal)
-        verdict = check_fence(view, fence)
+        verdict = check_fence(view, fence, now=ctx.clock.now())
         if not verdict.accepted:
             return FailResult(verdict)
         task, now = view.task, ctx.clock.now()

@@ -90,7 +90,7 @@ class JobStore:
         ctx, keys = self._ctx, self._ctx.keys
         view = self._points.view(fence)
         check_owner(view, fence, principal)
-        verdict = check_fence(view, fence)
+        verdict = check_fence(view, fence, now=ctx.clock.now())
         if not verdict.accepted:
             return StartJobResult(verdict)
         record = JobRecord(

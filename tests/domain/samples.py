@@ -8,6 +8,8 @@ from coordinator.domain.records import AttemptRecord, ClaimRecord, ResultRecord,
 from coordinator.domain.states import FenceReason, Outcome, TaskState
 
 GEN = 100
+NOW = 50.0
+"""The server's clock in the decisions (tasks without a deadline do not read it)."""
 D1, D2 = digest_of(b"v1"), digest_of(b"v2")
 R1, R2 = digest_of(b"r1"), digest_of(b"r2")
 FENCE = Fence("t1", "a1", GEN, 1, 0)

@@ -29,6 +29,7 @@ from tests.domain.samples import (
     FENCE,
     GEN,
     HOLDER,
+    NOW,
     R1,
     R2,
     TASK,
@@ -46,7 +47,9 @@ DONE = replace(
 
 
 def _commit(view: FenceView, input_digest: str = D1, result_digest: str = R1) -> CommitDecision:
-    return decide_commit(view, FENCE, input_digest=input_digest, result_digest=result_digest)
+    return decide_commit(
+        view, FENCE, input_digest=input_digest, result_digest=result_digest, now=NOW
+    )
 
 
 def _refusal(
@@ -108,7 +111,7 @@ def test_a_failing_fence_is_passed_through(
     view: FenceView, expected: tuple[Outcome, FenceReason]
 ) -> None:
     assert _refusal(view) == expected
-    assert _commit(view) == CommitRefuse(check_fence(view, FENCE))
+    assert _commit(view) == CommitRefuse(check_fence(view, FENCE, now=NOW))
 
 
 @given(
@@ -142,7 +145,9 @@ def test_each_case_has_exactly_one_decision(
         cancel_generation=1 if cancelled else 0,
     )
     view = replace(HOLDER, task=task, epoch=epoch, claim=CLAIM if holds else None, result=result)
-    decision = decide_commit(view, FENCE, input_digest=input_digest, result_digest=result_digest)
+    decision = decide_commit(
+        view, FENCE, input_digest=input_digest, result_digest=result_digest, now=NOW
+    )
     retry = result_attempt == FENCE.attempt_id and result_digest == R1
     fence_holds = epoch == 1 and holds and generation == GEN and not cancelled
     clean = input_digest == task_digest == D1
@@ -233,3 +238,12 @@ def test_renew_is_bounded(
     if verdict.outcome is Outcome.OK:
         assert now + ttl <= claim.deadline
     assert verdict.reason is FenceReason.NONE
+
+
+def test_a_commit_decided_after_the_deadline_is_refused_timed_out() -> None:
+    view = replace(HOLDER, task=replace(TASK, deadline=NOW))
+    decision = decide_commit(view, FENCE, input_digest=D1, result_digest=R1, now=NOW)
+    assert decision == CommitRefuse(check_fence(view, FENCE, now=NOW))
+    assert pair(decision.verdict) == (Outcome.TIMED_OUT, FenceReason.NONE)
+    early = decide_commit(view, FENCE, input_digest=D1, result_digest=R1, now=NOW - 1)
+    assert isinstance(early, CommitWrite)

@@ -20,7 +20,7 @@ from coordinator.domain.decisions import (
 from coordinator.domain.records import ClaimRecord, TaskRecord
 from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
 from coordinator.errors import InvalidArgument, PermissionDenied
-from tests.domain.samples import ATTEMPT, CLAIM, D1, D2, FENCE, GEN, HOLDER, TASK, pair
+from tests.domain.samples import ATTEMPT, CLAIM, D1, D2, FENCE, GEN, HOLDER, NOW, TASK, pair
 
 # --- Verdict and clamp_ttl ---------------------------------------------------------------------
 
@@ -208,7 +208,19 @@ CASES = {
 @pytest.mark.parametrize("case", CASES)
 def test_check_fence_cases(case: str) -> None:
     view, expected = CASES[case]
-    assert pair(check_fence(view, FENCE)) == expected
+    assert pair(check_fence(view, FENCE, now=NOW)) == expected
+
+
+def test_no_attempt_is_current_once_the_tasks_deadline_has_passed() -> None:
+    """The holder is refused TIMED_OUT from the deadline on, even before the deadline pass
+    moved the task: no result or effect lands after schedule_to_close."""
+    timed = replace(HOLDER, task=replace(TASK, deadline=NOW))
+    assert pair(check_fence(timed, FENCE, now=NOW)) == (Outcome.TIMED_OUT, FenceReason.NONE)
+    assert check_fence(timed, FENCE, now=NOW - 0.001).accepted
+    # A deadline of 0 is none; a cancel names the more specific reason.
+    assert check_fence(HOLDER, FENCE, now=1e12).accepted
+    cancelled = replace(timed, task=replace(timed.task, cancel_generation=1))
+    assert check_fence(cancelled, FENCE, now=NOW).outcome is Outcome.CANCELLED
 
 
 @given(
@@ -245,7 +257,7 @@ def test_check_fence_is_ok_only_when_every_part_matches(
         claim_generation=task_generation,
     )
     view = FenceView(task, replace(ATTEMPT, end=end), claim, epoch)
-    verdict = check_fence(view, FENCE)
+    verdict = check_fence(view, FENCE, now=NOW)
     every_part = (
         state is TaskState.CLAIMED
         and cancel_generation == FENCE.cancel_generation

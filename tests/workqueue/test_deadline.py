@@ -11,6 +11,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from coordinator.clock import ManualClock
 from coordinator.domain.digests import digest_of
+from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, Outcome, TaskState
 from coordinator.store import Store, TaskSpec
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
@@ -126,3 +127,49 @@ def test_a_bad_schedule_to_close_is_refused(
         tasks_pb2.CreateTaskRequest(task_id="ok", schedule_to_close=Duration(seconds=90))
     ).task
     assert created.deadline.seconds - created.created_at.seconds in (89, 90, 91)
+
+
+def test_every_acceptance_point_refuses_from_the_deadline_on_before_any_pass_ran(
+    make_store: StoreFactory, clock: ManualClock, etcd_client: Any
+) -> None:
+    """Between the deadline and the pass that fails the task, the holder is refused TIMED_OUT
+    at every acceptance point, writing nothing: no result lands after schedule_to_close."""
+    store = make_store(reclaim=False)  # no deadline pass runs unless called
+    _create(store, "t")
+    fence = claim(store, "t")
+    clock.advance(60)
+    assert store.tasks.get("t").state is TaskState.CLAIMED  # nothing moved it yet
+
+    def probe() -> tuple[int, int]:
+        metas = [meta for _, meta in etcd_client.get_prefix(store.ctx.keys.prefix + "/")]
+        return len(metas), max(m.mod_revision for m in metas)
+
+    before = probe()
+    task = store.tasks.get("t")
+    committed = store.acceptance.commit(
+        fence,
+        principal="w1",
+        input_digest=task.input_digest,
+        result_digest=digest_of(b"late"),
+        result=b"late",
+        result_ref="",
+    )
+    renewed = store.acceptance.renew(fence, principal="w1", progress="p")
+    authorized = store.acceptance.authorize_tool(fence, principal="w1", tool="t", action="a")
+    failed = store.failures.fail(
+        fence, principal="w1", report=FailureReport(retryable=True, code="E")
+    )
+    prepared = store.effects.prepare(
+        fence, principal="w1", node_id="n", effect_slot="s", payload_digest=digest_of(b"p")
+    )
+    outcomes = [
+        committed.verdict.outcome,
+        renewed.verdict.outcome,
+        authorized.outcome,
+        failed.verdict.outcome,
+        prepared.verdict.outcome,
+    ]
+    assert outcomes == [Outcome.TIMED_OUT] * 5
+    assert probe() == before
+    assert store.deadlines.time_out_due() == 1  # the pass still moves it, once
+    assert store.tasks.get("t").state is TaskState.FAILED

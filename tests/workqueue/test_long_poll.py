@@ -101,7 +101,9 @@ def test_waiters_are_served_in_arrival_order(
 ) -> None:
     polls = []
     for n in range(3):
-        polls.append(pool.submit(worker.ClaimNext, _poll(15), metadata=_who(f"w{n}"), timeout=30))
+        # The longest wait the server allows: a loaded machine must not time a waiter out
+        # before its task comes (that would read as served out of order).
+        polls.append(pool.submit(worker.ClaimNext, _poll(20), metadata=_who(f"w{n}"), timeout=30))
         eventually(partial(_waiting, store, n + 1), message=f"w{n} not waiting")
     for n in range(3):
         tasks.CreateTask(tasks_pb2.CreateTaskRequest(task_id=f"t{n}"))
