@@ -57,6 +57,7 @@ ROLE_TABLE: Mapping[str, frozenset[Role]] = {
     _WORKER + "Claim": frozenset({_W}),
     _WORKER + "ClaimNext": frozenset({_W}),
     _WORKER + "Renew": frozenset({_W}),
+    _WORKER + "RenewMany": frozenset({_W}),
     _WORKER + "AuthorizeTool": frozenset({_W}),
     _WORKER + "StageResult": frozenset({_W}),
     _WORKER + "Commit": frozenset({_W}),

@@ -14,13 +14,13 @@ import grpc
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.roles import Role
 from coordinator.domain.validation import non_negative, task_id
-from coordinator.errors import PermissionDenied
+from coordinator.errors import CoordinatorError, PermissionDenied
 from coordinator.logging import bound, note
 from coordinator.server import common_wire, effect_wire, job_wire, task_wire, worker_wire
 from coordinator.server.identity import identity_of, principal_of
 from coordinator.server.status import rpc
 from coordinator.server.stream_interceptor import stream_alive
-from coordinator.store import ClaimResult, Store
+from coordinator.store import ClaimResult, Renewal, RenewAnswer, Store
 from coordinator.v1 import worker_pb2, worker_pb2_grpc
 
 
@@ -78,16 +78,31 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.RenewRequest, context: grpc.ServicerContext
     ) -> worker_pb2.RenewResponse:
         """Keep the claim's lease alive, within the server's bounds."""
-        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
-        progress = common_wire.parse_text("progress", request.progress)
-        checkpoint = worker_wire.parse_checkpoint(request)
+        renewal = worker_wire.parse_renewal(request)
         principal = principal_of(context)
-        with _bound(fence, principal):
-            result = self._store.acceptance.renew(
-                fence, principal=principal, progress=progress, checkpoint=checkpoint
+        with _bound(renewal.fence, principal):
+            result = self._store.renewals.renew(
+                renewal.fence,
+                principal=principal,
+                progress=renewal.progress,
+                checkpoint=renewal.checkpoint,
             )
             _note_verdict(result.verdict, ttl=result.ttl)
         return worker_wire.renew_to_proto(result)
+
+    @rpc
+    def RenewMany(  # noqa: N802
+        self, request: worker_pb2.RenewManyRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.RenewManyResponse:
+        """Renew many claims of the caller, each exactly as Renew would."""
+        parsed = worker_wire.parse_renewals(request)
+        principal = principal_of(context)
+        renewals = [item for item in parsed if isinstance(item, Renewal)]
+        with bound(principal=principal, renewals=len(parsed)):
+            answers = iter(self._store.renewals.renew_many(renewals, principal=principal))
+            results = [item if not isinstance(item, Renewal) else next(answers) for item in parsed]
+            note(refused=sum(1 for r in results if not _renewed_ok(r)))
+        return worker_wire.renew_many_to_proto(results)
 
     @rpc
     def AuthorizeTool(  # noqa: N802
@@ -366,3 +381,7 @@ def _note_claim(result: ClaimResult) -> None:
     # The winner's fence exists only now: the call's line carries all four fields.
     note(**_fence_fields(fence))
     _note_verdict(result.verdict, ttl=result.ttl)
+
+
+def _renewed_ok(answer: RenewAnswer) -> bool:
+    return not isinstance(answer, CoordinatorError) and answer.verdict.accepted

@@ -4,6 +4,7 @@ requests and responses. Pure and mechanical (see common_wire)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -11,7 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from coordinator.domain import validation
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.failures import FailureReport
-from coordinator.errors import InvalidArgument
+from coordinator.errors import CoordinatorError, InvalidArgument
 from coordinator.server.common_wire import (
     outcome_to_proto,
     parse_content_digest,
@@ -20,10 +21,14 @@ from coordinator.server.common_wire import (
     parse_epoch,
     parse_error_code,
     parse_required_positive,
+    parse_text,
     task_state_to_proto,
     timestamp_to_proto,
     verdict_fields,
 )
+from coordinator.server.status import status_code_of
+from coordinator.store.renewals import MAX_BATCH as MAX_RENEWALS
+from coordinator.store.renewals import Renewal, RenewAnswer
 from coordinator.store.types import (
     ClaimResult,
     CommitResult,
@@ -72,6 +77,32 @@ def parse_wait_seconds(value: float, limit: float) -> float:
             f"wait_seconds must be 0 to {limit:g} (max_claim_wait), got {value:g}"
         )
     return value
+
+
+def parse_renewal(request: worker_pb2.RenewRequest) -> Renewal:
+    """One renewal: the fence, the progress marker and a checkpoint (if set)."""
+    return Renewal(
+        fence=parse_fence(request.fence, present=request.HasField("fence")),
+        progress=parse_text("progress", request.progress),
+        checkpoint=parse_checkpoint(request),
+    )
+
+
+def parse_renewals(request: worker_pb2.RenewManyRequest) -> list[Renewal | InvalidArgument]:
+    """Every item of a RenewMany, or the error naming what is wrong with it (a bad item is
+    answered on its own; the others are renewed)."""
+    if len(request.renewals) > MAX_RENEWALS:
+        raise InvalidArgument(
+            f"renewals: at most {MAX_RENEWALS} per call, got {len(request.renewals)}; "
+            "split the batch"
+        )
+    items: list[Renewal | InvalidArgument] = []
+    for i, renewal in enumerate(request.renewals):
+        try:
+            items.append(parse_renewal(renewal))
+        except InvalidArgument as exc:
+            items.append(InvalidArgument(f"renewals[{i}].{exc}"))
+    return items
 
 
 def parse_checkpoint(request: worker_pb2.RenewRequest) -> bytes | None:
@@ -161,6 +192,18 @@ def renew_to_proto(result: RenewResult) -> worker_pb2.RenewResponse:
         lease_expires_at=timestamp_to_proto(result.lease_expires_at),
         claim_deadline=timestamp_to_proto(result.deadline),
     )
+
+
+def renew_many_to_proto(answers: Sequence[RenewAnswer]) -> worker_pb2.RenewManyResponse:
+    """RenewManyResponse: each item's RenewResponse, or the error a Renew would have raised."""
+    results = []
+    for answer in answers:
+        if isinstance(answer, CoordinatorError):
+            error = worker_pb2.ItemError(code=status_code_of(answer).name, message=str(answer))
+            results.append(worker_pb2.RenewManyResult(error=error))
+        else:
+            results.append(worker_pb2.RenewManyResult(renewal=renew_to_proto(answer)))
+    return worker_pb2.RenewManyResponse(results=results)
 
 
 def authorize_to_proto(verdict: Verdict) -> worker_pb2.AuthorizeToolResponse:

@@ -43,6 +43,7 @@ from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.reclaimer import Reclaimer
 from coordinator.store.reconcile import ReconcileStore, ReconcileSweeper
 from coordinator.store.releaser import Releaser
+from coordinator.store.renewals import Renewal, Renewals, RenewAnswer, RenewViews
 from coordinator.store.results import ResultStore
 from coordinator.store.review import ReviewStore
 from coordinator.store.tasks import TaskStore
@@ -69,6 +70,7 @@ class Store:
     claims: ClaimStore
     long_poll: LongPoll
     acceptance: AcceptancePoints
+    renewals: Renewals
     failures: Failures
     dead_letters: DeadLetters
     deadlines: Deadlines
@@ -137,6 +139,7 @@ class Store:
             claims=claims,
             long_poll=LongPoll(claims, waiters),
             acceptance=acceptance,
+            renewals=Renewals(ctx, acceptance, held, RenewViews()),
             failures=Failures(ctx, ready, held, acceptance),
             dead_letters=DeadLetters(ctx, ready),
             deadlines=deadlines,
@@ -201,7 +204,9 @@ __all__ = [
     "EventFilter",
     "FailResult",
     "Keyspace",
+    "RenewAnswer",
     "RenewResult",
+    "Renewal",
     "StagingResult",
     "Store",
     "StoredEvent",

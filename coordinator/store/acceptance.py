@@ -1,4 +1,5 @@
-"""The acceptance points of a held claim: Renew, AuthorizeTool, StageResult, Commit, Release.
+"""The acceptance points of a held claim: AuthorizeTool, StageResult, Commit, Release (Renew:
+store/renewals.py).
 
 Each one reads a FenceView, checks the owner and the fence in the domain (which names the
 reason), then writes behind ``fence_compares`` so the check holds at the write's revision too.
@@ -19,7 +20,6 @@ from coordinator.domain.decisions import (
     check_fence,
     check_owner,
     decide_commit,
-    decide_renew,
 )
 from coordinator.domain.records import (
     AttemptRecord,
@@ -55,7 +55,7 @@ from coordinator.store.held import HeldClaims
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.requeue import ending_txn, settled
 from coordinator.store.transition import transition, transition_ops
-from coordinator.store.types import CommitResult, RenewResult, StagingResult
+from coordinator.store.types import CommitResult, StagingResult
 
 
 @dataclass(frozen=True)
@@ -84,9 +84,6 @@ class _CommitBasis:
 # Every acceptance point's answer when its compares failed yet the fresh read finds the fence
 # current: something changed and changed back between the two.
 _MOVED = Verdict(Outcome.FENCED, FenceReason.TASK_MOVED, "the task moved on during the call")
-
-# A renew whose txn lost only to a concurrent renew of the same attempt is tried again.
-_RENEW_TRIES = 3
 
 
 class AcceptancePoints:
@@ -130,58 +127,6 @@ class AcceptancePoints:
             epoch=epoch_from_kv(snap.range_one(3)),
             result=decode(ResultRecord, result_kv.value) if result_kv is not None else None,
         )
-
-    def renew(
-        self, fence: Fence, *, principal: str, progress: str, checkpoint: bytes | None = None
-    ) -> RenewResult:
-        """Keep the claim's lease alive, within its bounds; a ``checkpoint`` that differs from
-        the attempt's is written with the attempt in the same fenced txn."""
-        result = self._renew(fence, principal=principal, progress=progress, checkpoint=checkpoint)
-        self._ctx.metrics.count_renewal(result.verdict.outcome)  # failure rate: not OK / all
-        return result
-
-    def _renew(
-        self, fence: Fence, *, principal: str, progress: str, checkpoint: bytes | None
-    ) -> RenewResult:
-        ctx = self._ctx
-        for _ in range(_RENEW_TRIES):
-            view = self.view(fence)
-            check_owner(view, fence, principal)
-            verdict = check_fence(view, fence, now=ctx.clock.now())
-            if not verdict.accepted or view.claim is None:
-                return RenewResult(verdict)
-            claim = view.claim
-            verdict, updated = decide_renew(claim, now=ctx.clock.now(), progress=progress)
-            if not verdict.accepted:
-                return RenewResult(verdict)
-            compares = fence_compares(ctx.keys, fence)
-            ops = []
-            if updated is not None:
-                compares.append(mod_revision_is(ctx.keys.claim(fence.task_id), claim.mod_revision))
-                ops.append(
-                    put(ctx.keys.claim(fence.task_id), encode(updated), lease=claim.lease_id)
-                )
-            if checkpoint is not None and checkpoint != view.attempt.checkpoint:
-                kept = replace(view.attempt, checkpoint=checkpoint)
-                ops.append(put(ctx.keys.attempt(fence.task_id, fence.attempt_id), encode(kept)))
-            if not ctx.kv.txn(compares, ops).succeeded:
-                continue  # re-read: fenced meanwhile, or a concurrent renew moved the claim key
-            ttl = ctx.kv.keepalive(claim.lease_id)
-            if ttl <= 0:  # the lease went away after our txn: ask the keyspace why
-                ctx.leases.forget(claim.lease_id)
-                return RenewResult(self.diagnose(fence))
-            # A commit or release landing between our txn and the keepalive deletes the claim
-            # key but no longer revokes the lease (it waits for the next claim, leases.py), so
-            # a live lease proves nothing: the claim key must still be the one of this fence.
-            if not ctx.kv.txn(fence_compares(ctx.keys, fence)).succeeded:
-                return RenewResult(self.diagnose(fence))
-            ctx.leases.renewed(claim.lease_id, ttl)
-            now = ctx.clock.now()
-            coverage.observe_fence(AcceptancePoint.RENEW, compares, self._ctx, fence)
-            return RenewResult(
-                verdict, ttl=ttl, lease_expires_at=now + ttl, deadline=claim.deadline
-            )
-        return RenewResult(self.diagnose(fence))
 
     def authorize_tool(self, fence: Fence, *, principal: str, tool: str, action: str) -> Verdict:
         """A tool acceptance point: OK only if the fence holds at this revision."""

@@ -9,7 +9,7 @@ StoreUnavailable; callers never see grpc or etcd3 exceptions.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ import grpc
 from etcd3 import etcdrpc, utils
 
 from coordinator.errors import CoordinatorError, LeaseGone, StoreUnavailable
-from coordinator.store.group_commit import GroupCommit
+from coordinator.store.group_commit import MAX_BATCH_BYTES, MAX_TXN_OPS, GroupCommit
 from coordinator.store.watch import PrefixWatch, WatchEvent
 
 Compare = Any  # etcdrpc.Compare (generated, untyped)
@@ -216,6 +216,42 @@ class EtcdKV:
         outcome = self._batcher.txn(request)
         return TxnResult(outcome.succeeded, outcome.revision, outcome.responses)
 
+    def txn_many(
+        self, txns: Sequence[tuple[Sequence[Compare], Sequence[RequestOp]]]
+    ) -> list[TxnResult]:
+        """Run independent txns (the caller's promise: none writes a key another compares, reads
+        or writes) in as few round trips as etcd's limits allow, each nested in a batch txn as
+        group commit nests them (store/group_commit.py) and answered as if it ran alone."""
+        requests = [etcdrpc.TxnRequest(compare=list(c), success=list(ops)) for c, ops in txns]
+        results: list[TxnResult] = []
+        for chunk in _chunks(requests):
+            results += self._send_nested(chunk)
+        return results
+
+    def _send_nested(self, requests: list[Any]) -> list[TxnResult]:
+        if len(requests) == 1:
+            return [self._one(requests[0])]
+        batch = etcdrpc.TxnRequest(
+            success=[etcdrpc.RequestOp(request_txn=request) for request in requests]
+        )
+        try:
+            response = self._send_txn(batch)
+        except StoreUnavailable:
+            raise
+        except CoordinatorError:  # etcd refused the batch (a lower --max-txn-ops): one by one
+            return [self._one(request) for request in requests]
+        revision = int(response.header.revision)
+        return [
+            TxnResult(bool(op.response_txn.succeeded), revision, list(op.response_txn.responses))
+            for op in response.responses
+        ]
+
+    def _one(self, request: Any) -> TxnResult:
+        response = self._send_txn(request)
+        return TxnResult(
+            bool(response.succeeded), int(response.header.revision), list(response.responses)
+        )
+
     def _send_txn(self, request: Any) -> Any:
         return self._call(
             "txn", lambda: self._client.kvstub.Txn(request, self._timeout, **self._auth())
@@ -273,6 +309,27 @@ class EtcdKV:
             return 0
 
         return int(self._call("lease keepalive", call))
+
+    def keepalive_many(self, lease_ids: Iterable[int]) -> dict[int, int]:
+        """Refresh several leases over one LeaseKeepAlive stream (etcd answers each request in
+        turn); each lease's new TTL, 0 for a lease that is gone."""
+        ids = list(dict.fromkeys(lease_ids))
+        if not ids:
+            return {}
+        requests = [etcdrpc.LeaseKeepAliveRequest(ID=lease_id) for lease_id in ids]
+
+        def call() -> dict[int, int]:
+            ttls: dict[int, int] = {}
+            for response in self._client.leasestub.LeaseKeepAlive(
+                iter(requests), self._timeout, **self._auth()
+            ):
+                ttls[int(response.ID)] = int(response.TTL)
+                if len(ttls) == len(ids):
+                    break
+            return ttls
+
+        ttls: dict[int, int] = self._call("lease keepalive", call)
+        return {lease_id: ttls.get(lease_id, 0) for lease_id in ids}
 
     def revoke(self, lease_id: int) -> None:
         """Revoke a lease (its keys are deleted); a lease already gone is not an error."""
@@ -341,6 +398,26 @@ class EtcdKV:
 
 
 _TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+def _chunks(requests: list[Any]) -> Iterator[list[Any]]:
+    """``requests`` in runs that fit one nested txn: a run of n txns leaves each of them
+    MAX_TXN_OPS - n operations per branch (etcd's ``checkTxnRequest``), and the whole stays
+    below MAX_BATCH_BYTES."""
+    run: list[Any] = []
+    largest = size = 0
+    for request in requests:
+        ops = max(len(request.compare), len(request.success), len(request.failure))
+        nbytes = request.ByteSize()
+        if run and (
+            len(run) + 1 + max(largest, ops) > MAX_TXN_OPS or size + nbytes > MAX_BATCH_BYTES
+        ):
+            yield run
+            run, largest, size = [], 0, 0
+        run.append(request)
+        largest, size = max(largest, ops), size + nbytes
+    if run:
+        yield run
 
 
 def _kv(kv: Any) -> KV:

@@ -43,6 +43,12 @@ class HeldClaims:
                 _, oldest = self._views.popitem(last=False)
                 self._bytes -= len(oldest.task.input)
 
+    def peek(self, fence: Fence) -> FenceView | None:
+        """The remembered view of ``fence``, kept for its commit (a renewal reads it to skip
+        its own first read; its txn compares what it decides on)."""
+        with self._lock:
+            return self._views.get(_key(fence))
+
     def take(self, fence: Fence) -> FenceView | None:
         """The remembered view of ``fence`` (forgotten: a second use would be a retry, and a
         retry must read what happened)."""

@@ -257,10 +257,16 @@ class RenewResponse(_message.Message):
     reason: _types_pb2.FenceReason.ValueType
     message: _builtins.str
     ttl_seconds: _builtins.int
+    """Set when OK: the TTL the renewal restored (the lease's granted TTL), and when the lease now
+    ends by the server's clock (schedule the next renewal from the send time plus ttl_seconds,
+    as the SDK does, not from a comparison of clocks).
+    """
     @_builtins.property
     def lease_expires_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
-    def claim_deadline(self) -> _timestamp_pb2.Timestamp: ...
+    def claim_deadline(self) -> _timestamp_pb2.Timestamp:
+        """Renewals stop being accepted at this time (claim start + max_claim_duration)."""
+
     def __init__(
         self,
         *,
@@ -278,6 +284,103 @@ class RenewResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RenewResponse: _TypeAlias = RenewResponse  # noqa: Y015
+
+@_typing.final
+class RenewManyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RENEWALS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def renewals(self) -> _containers.RepeatedCompositeFieldContainer[Global___RenewRequest]:
+        """The claims to renew, at most 1000, each task at most once."""
+
+    def __init__(
+        self,
+        *,
+        renewals: _abc.Iterable[Global___RenewRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["renewals", b"renewals"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenewManyRequest: _TypeAlias = RenewManyRequest  # noqa: Y015
+
+@_typing.final
+class RenewManyResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___RenewManyResult]:
+        """One per item of the request, in its order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___RenewManyResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenewManyResponse: _TypeAlias = RenewManyResponse  # noqa: Y015
+
+@_typing.final
+class RenewManyResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RENEWAL_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def renewal(self) -> Global___RenewResponse:
+        """The item's answer, exactly as Renew would give it; unset when error is set."""
+
+    @_builtins.property
+    def error(self) -> Global___ItemError:
+        """Set instead when Renew would have answered this item with a gRPC error."""
+
+    def __init__(
+        self,
+        *,
+        renewal: Global___RenewResponse | None = ...,
+        error: Global___ItemError | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "renewal", b"renewal"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "renewal", b"renewal"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenewManyResult: _TypeAlias = RenewManyResult  # noqa: Y015
+
+@_typing.final
+class ItemError(_message.Message):
+    """A gRPC error that belongs to one item of a batch."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    code: _builtins.str
+    """The gRPC status code's name: INVALID_ARGUMENT, PERMISSION_DENIED, NOT_FOUND, ..."""
+    message: _builtins.str
+    def __init__(
+        self,
+        *,
+        code: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ItemError: _TypeAlias = ItemError  # noqa: Y015
 
 @_typing.final
 class AuthorizeToolRequest(_message.Message):

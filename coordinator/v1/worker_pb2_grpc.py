@@ -49,6 +49,11 @@ class WorkerServiceStub:
                 request_serializer=coordinator_dot_v1_dot_worker__pb2.RenewRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_worker__pb2.RenewResponse.FromString,
                 _registered_method=True)
+        self.RenewMany = channel.unary_unary(
+                '/coordinator.v1.WorkerService/RenewMany',
+                request_serializer=coordinator_dot_v1_dot_worker__pb2.RenewManyRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_worker__pb2.RenewManyResponse.FromString,
+                _registered_method=True)
         self.AuthorizeTool = channel.unary_unary(
                 '/coordinator.v1.WorkerService/AuthorizeTool',
                 request_serializer=coordinator_dot_v1_dot_worker__pb2.AuthorizeToolRequest.SerializeToString,
@@ -148,6 +153,21 @@ class WorkerServiceServicer:
         max_claim_duration (RENEW_LIMIT). Carries a progress marker; a claim whose marker has not
         changed for stall_timeout is refused (STALLED). Outcomes: OK, FENCED, CANCELLED, STALLED,
         RENEW_LIMIT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewMany(self, request, context):
+        """Renews many claims of the caller in one call: each item is exactly a Renew (the same fence
+        checks, bounds, progress and checkpoint handling and outcomes), answered in the same order.
+        The server checks the fences of the whole batch in as few etcd transactions as etcd's
+        limits allow (read-only compares when nothing changed; a write only for a claim whose
+        marker or checkpoint changed) and keeps every lease alive over one etcd keepalive stream.
+        At most 1000 items (more is INVALID_ARGUMENT, nothing renewed). An item that a Renew would
+        answer with a gRPC error (a malformed fence, another principal's attempt, an unknown task,
+        the same task twice in one call) gets that error in its own result instead, and the other
+        items are renewed. The worker SDK sends one RenewMany per renewal round of all its claims.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -316,6 +336,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     request_deserializer=coordinator_dot_v1_dot_worker__pb2.RenewRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_worker__pb2.RenewResponse.SerializeToString,
             ),
+            'RenewMany': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewMany,
+                    request_deserializer=coordinator_dot_v1_dot_worker__pb2.RenewManyRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_worker__pb2.RenewManyResponse.SerializeToString,
+            ),
             'AuthorizeTool': grpc.unary_unary_rpc_method_handler(
                     servicer.AuthorizeTool,
                     request_deserializer=coordinator_dot_v1_dot_worker__pb2.AuthorizeToolRequest.FromString,
@@ -463,6 +488,33 @@ class WorkerService:
             '/coordinator.v1.WorkerService/Renew',
             coordinator_dot_v1_dot_worker__pb2.RenewRequest.SerializeToString,
             coordinator_dot_v1_dot_worker__pb2.RenewResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.WorkerService/RenewMany',
+            coordinator_dot_v1_dot_worker__pb2.RenewManyRequest.SerializeToString,
+            coordinator_dot_v1_dot_worker__pb2.RenewManyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -66,6 +66,17 @@ class WorkerServiceStub:
     changed for stall_timeout is refused (STALLED). Outcomes: OK, FENCED, CANCELLED, STALLED,
     RENEW_LIMIT.
     """
+    RenewMany: _grpc.UnaryUnaryMultiCallable[_worker_pb2.RenewManyRequest, _worker_pb2.RenewManyResponse]
+    """Renews many claims of the caller in one call: each item is exactly a Renew (the same fence
+    checks, bounds, progress and checkpoint handling and outcomes), answered in the same order.
+    The server checks the fences of the whole batch in as few etcd transactions as etcd's
+    limits allow (read-only compares when nothing changed; a write only for a claim whose
+    marker or checkpoint changed) and keeps every lease alive over one etcd keepalive stream.
+    At most 1000 items (more is INVALID_ARGUMENT, nothing renewed). An item that a Renew would
+    answer with a gRPC error (a malformed fence, another principal's attempt, an unknown task,
+    the same task twice in one call) gets that error in its own result instead, and the other
+    items are renewed. The worker SDK sends one RenewMany per renewal round of all its claims.
+    """
     AuthorizeTool: _grpc.UnaryUnaryMultiCallable[_worker_pb2.AuthorizeToolRequest, _worker_pb2.AuthorizeToolResponse]
     """A tool acceptance point: a tool proxy asks before any side effect. Outcomes: OK, FENCED,
     CANCELLED.
@@ -183,6 +194,17 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     max_claim_duration (RENEW_LIMIT). Carries a progress marker; a claim whose marker has not
     changed for stall_timeout is refused (STALLED). Outcomes: OK, FENCED, CANCELLED, STALLED,
     RENEW_LIMIT.
+    """
+    RenewMany: _aio.UnaryUnaryMultiCallable[_worker_pb2.RenewManyRequest, _worker_pb2.RenewManyResponse]  # type: ignore[assignment]
+    """Renews many claims of the caller in one call: each item is exactly a Renew (the same fence
+    checks, bounds, progress and checkpoint handling and outcomes), answered in the same order.
+    The server checks the fences of the whole batch in as few etcd transactions as etcd's
+    limits allow (read-only compares when nothing changed; a write only for a claim whose
+    marker or checkpoint changed) and keeps every lease alive over one etcd keepalive stream.
+    At most 1000 items (more is INVALID_ARGUMENT, nothing renewed). An item that a Renew would
+    answer with a gRPC error (a malformed fence, another principal's attempt, an unknown task,
+    the same task twice in one call) gets that error in its own result instead, and the other
+    items are renewed. The worker SDK sends one RenewMany per renewal round of all its claims.
     """
     AuthorizeTool: _aio.UnaryUnaryMultiCallable[_worker_pb2.AuthorizeToolRequest, _worker_pb2.AuthorizeToolResponse]  # type: ignore[assignment]
     """A tool acceptance point: a tool proxy asks before any side effect. Outcomes: OK, FENCED,
@@ -316,6 +338,23 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         max_claim_duration (RENEW_LIMIT). Carries a progress marker; a claim whose marker has not
         changed for stall_timeout is refused (STALLED). Outcomes: OK, FENCED, CANCELLED, STALLED,
         RENEW_LIMIT.
+        """
+
+    @_abc_1.abstractmethod
+    def RenewMany(
+        self,
+        request: _worker_pb2.RenewManyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.RenewManyResponse, _abc.Awaitable[_worker_pb2.RenewManyResponse]]:
+        """Renews many claims of the caller in one call: each item is exactly a Renew (the same fence
+        checks, bounds, progress and checkpoint handling and outcomes), answered in the same order.
+        The server checks the fences of the whole batch in as few etcd transactions as etcd's
+        limits allow (read-only compares when nothing changed; a write only for a claim whose
+        marker or checkpoint changed) and keeps every lease alive over one etcd keepalive stream.
+        At most 1000 items (more is INVALID_ARGUMENT, nothing renewed). An item that a Renew would
+        answer with a gRPC error (a malformed fence, another principal's attempt, an unknown task,
+        the same task twice in one call) gets that error in its own result instead, and the other
+        items are renewed. The worker SDK sends one RenewMany per renewal round of all its claims.
         """
 
     @_abc_1.abstractmethod

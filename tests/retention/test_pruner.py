@@ -91,7 +91,7 @@ def test_done_and_cancelled_tasks_are_removed_with_every_key_but_the_tombstone(
     create(store, "cancelled")
     fence = claim(store, "cancelled")
     store.tasks.cancel("cancelled", by="pm", reason="no longer wanted")
-    assert store.acceptance.renew(fence, principal="w1", progress="").verdict.outcome is (
+    assert store.renewals.renew(fence, principal="w1", progress="").verdict.outcome is (
         Outcome.CANCELLED
     )
     create(store, "kept")  # READY: never pruned

@@ -46,6 +46,7 @@ def test_reflection_lists_and_describes_the_services(channel: grpc.Channel) -> N
         "Claim",
         "ClaimNext",
         "Renew",
+        "RenewMany",
         "AuthorizeTool",
         "StageResult",
         "Commit",

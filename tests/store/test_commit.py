@@ -267,7 +267,7 @@ def test_release_returns_the_task_and_fences_the_released_credential(
     acceptance = store.acceptance
     verdicts = [
         commit(store, fence).verdict,
-        acceptance.renew(fence, principal="w1", progress="p").verdict,
+        store.renewals.renew(fence, principal="w1", progress="p").verdict,
         acceptance.authorize_tool(fence, principal="w1", tool="t", action="a"),
         acceptance.release(fence, principal="w1", reason="again"),
     ]

@@ -33,7 +33,7 @@ def test_an_old_epoch_is_refused_at_every_acceptance_point(store: Store, etcd_cl
     verdicts = {
         "claim": claim_result(store, "free", epoch=1).verdict,
         "claim_next": store.claims.claim_next("default", principal="w1", epoch=1, ttl=30).verdict,
-        "renew": acceptance.renew(fence, principal="w1", progress="p").verdict,
+        "renew": store.renewals.renew(fence, principal="w1", progress="p").verdict,
         "authorize": acceptance.authorize_tool(fence, principal="w1", tool="t", action="a"),
         "commit": commit(store, fence).verdict,
         "release": acceptance.release(fence, principal="w1", reason="r"),
@@ -83,9 +83,7 @@ def test_claims_are_refused_while_paused_and_accepted_after_resume(
     assert snapshot(store, etcd_client) == before
     assert store.admin.drain_status().claims_paused is True
     # A held claim keeps working while paused: pausing stops new claims only.
-    assert store.acceptance.renew(held, principal="w1", progress="p").verdict.outcome is (
-        Outcome.OK
-    )
+    assert store.renewals.renew(held, principal="w1", progress="p").verdict.outcome is (Outcome.OK)
     assert commit(store, held).verdict.outcome is Outcome.COMMITTED
     store.admin.resume_claims()
     assert store.admin.claims_paused() is False

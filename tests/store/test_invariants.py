@@ -114,7 +114,7 @@ class Run:
         if kind == "release":
             self.store.acceptance.release(fence, principal=owner, reason="")
         elif kind == "renew":
-            self.store.acceptance.renew(fence, principal=owner, progress="p")
+            self.store.renewals.renew(fence, principal=owner, progress="p")
         else:
             self._commit(fence, owner, result)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ from tests.store.support import (
 
 
 def _renew(store: Store, fence: Fence, progress: str = "", principal: str = "w1") -> RenewResult:
-    return store.acceptance.renew(fence, principal=principal, progress=progress)
+    return store.renewals.renew(fence, principal=principal, progress=progress)
 
 
 def _claim_record(store: Store, etcd_client: Any, task_id: str) -> ClaimRecord:
@@ -195,9 +196,9 @@ def test_a_call_landing_between_renew_txn_and_keepalive_is_named(
 ) -> None:
     create(store, "t1")
     fence = claim(store, "t1")
-    keepalive = store.ctx.kv.keepalive
+    keepalive = store.ctx.kv.keepalive_many
 
-    def interlope_then_keepalive(lease_id: int) -> int:
+    def interlope_then_keepalive(lease_ids: Iterable[int]) -> dict[int, int]:
         # Each of these revokes the lease after the renew txn passed its compares.
         if interloper == "cancel":
             store.tasks.cancel("t1", by="pm", reason="stop")
@@ -205,8 +206,8 @@ def test_a_call_landing_between_renew_txn_and_keepalive_is_named(
             store.acceptance.release(fence, principal="w1", reason="")
         else:
             commit(store, fence)
-        return keepalive(lease_id)
+        return keepalive(lease_ids)
 
-    monkeypatch.setattr(store.ctx.kv, "keepalive", interlope_then_keepalive)
+    monkeypatch.setattr(store.ctx.kv, "keepalive_many", interlope_then_keepalive)
     renewed = _renew(store, fence, progress="p")
     assert ((renewed.verdict.outcome, renewed.verdict.reason), renewed.ttl) == (expected, 0)

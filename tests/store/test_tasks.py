@@ -79,7 +79,7 @@ def test_each_transition_writes_exactly_one_event(store: Store, etcd_client: Any
     first = claim(store, "t1")
     step(Op.CLAIM, TaskState.READY, TaskState.CLAIMED)
     # Calls that are not transitions write no event.
-    store.acceptance.renew(first, principal="w1", progress="p")
+    store.renewals.renew(first, principal="w1", progress="p")
     store.acceptance.authorize_tool(first, principal="w1", tool="t", action="a")
     store.acceptance.stage_result(
         first, principal="w1", result_digest=digest_of(b"r"), result=b"r", result_ref=""

@@ -64,7 +64,7 @@ def test_a_deadline_passing_while_held_fails_the_task_and_refuses_the_holder(
         result_ref="",
     )
     assert committed.verdict.outcome is Outcome.TIMED_OUT
-    renewed = store.acceptance.renew(fence, principal="w1", progress="p")
+    renewed = store.renewals.renew(fence, principal="w1", progress="p")
     assert renewed.verdict.outcome is Outcome.TIMED_OUT
     assert probe() == before
     assert list(etcd_client.get_prefix(store.ctx.keys.deadlines_prefix)) == []
@@ -154,7 +154,7 @@ def test_every_acceptance_point_refuses_from_the_deadline_on_before_any_pass_ran
         result=b"late",
         result_ref="",
     )
-    renewed = store.acceptance.renew(fence, principal="w1", progress="p")
+    renewed = store.renewals.renew(fence, principal="w1", progress="p")
     authorized = store.acceptance.authorize_tool(fence, principal="w1", tool="t", action="a")
     failed = store.failures.fail(
         fence, principal="w1", report=FailureReport(retryable=True, code="E")
