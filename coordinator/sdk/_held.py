@@ -20,6 +20,7 @@ import structlog
 from coordinator.domain.digests import digest_of
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
+from coordinator.sdk._flag import Flag
 from coordinator.sdk._rpc import RetryPolicy
 from coordinator.sdk.attempt import SentKeys
 from coordinator.sdk.types import (
@@ -48,6 +49,9 @@ LostCallback = Callable[[LostReason], None]
 # may still hold the lease (the local clock starts when the request is sent, so it runs early).
 _MIN_RENEW_TIMEOUT = 0.2
 
+
+REPORT_WAIT = 5.0
+"""Seconds a call that sees a loss another thread is reporting waits for its on_lost."""
 
 # A renewal or release answered FENCED with these found that this attempt's own commit or
 # release landed (its answer may still be on the way, or lost: OutcomeUnknown): the claim ended
@@ -118,6 +122,9 @@ class HeldClaim:
         )
         self._lock = threading.Lock()
         self._sent_keys = SentKeys()
+        # Set once the loss was reported (on_lost returned), by the thread that reported it.
+        self._reported = Flag()
+        self._reporter = 0
 
     def _signal(self, *, lost: bool) -> None:
         """The claim ended (``lost`` or finished): stop the keepalive, and wake whoever waits
@@ -334,9 +341,10 @@ class HeldClaim:
         # Never mask the caller's exception: the lease expires on its own.
         log.warning("release failed; the lease will expire", claim=self._name, error=str(error))
 
-    # --- keepalive: one renewal's request and what its answer does ---------------------------
+    # --- keepalive: one renewal's request and what its answer does (the client's keepalive
+    # loop, sdk/_renewer.py, calls these; callers of the SDK never need them) ------------------
 
-    def _renew_request(self, policy: RetryPolicy) -> tuple[worker_pb2.RenewRequest, float]:
+    def renewal_request(self, policy: RetryPolicy) -> tuple[worker_pb2.RenewRequest, float]:
         """The next renewal (with the latest progress marker) and its deadline: never past
         the lease by the local clock, never below _MIN_RENEW_TIMEOUT."""
         with self._lock:
@@ -347,7 +355,7 @@ class HeldClaim:
             request.checkpoint = checkpoint
         return request, min(policy.timeout.total_seconds(), budget)
 
-    def _renewal_failed(self, exc: CoordinatorError) -> None:
+    def renewal_failed(self, exc: CoordinatorError) -> None:
         """A renewal raised ``exc``: a transport failure loses the claim once the lease ran out
         locally; any other error loses it now."""
         if not isinstance(exc, TransportError):
@@ -362,7 +370,7 @@ class HeldClaim:
                 LossSource.LOCAL_EXPIRY,
             )
 
-    def _renewed(
+    def renewed(
         self,
         sent: float,
         response: worker_pb2.RenewResponse,
@@ -387,13 +395,17 @@ class HeldClaim:
                 self._state.checkpoint = None  # kept by the server; nothing newer since
         return True
 
-    def _next_renewal(self, sent: float, accepted: bool) -> float:
+    def next_renewal(self, sent: float, accepted: bool) -> float:
         """When to renew next: TTL/3 after ``sent``, sooner after a failure (the lease is
         running out)."""
-        interval = self.ttl.total_seconds() / 3
+        interval = self.renewal_interval()
         return sent + (interval if accepted else interval / 4)
 
-    def _keepalive_crashed(self, exc: Exception) -> None:
+    def renewal_interval(self) -> float:
+        """Seconds between accepted renewals: TTL/3."""
+        return self.ttl.total_seconds() / 3
+
+    def keepalive_crashed(self, exc: Exception) -> None:
         # A dead keepalive must never look like a healthy one.
         log.exception("keepalive crashed", claim=self._name)
         self.mark_lost(
@@ -422,19 +434,36 @@ class HeldClaim:
     ) -> None:
         """Mark the claim lost because the coordinator refused it (``source`` says which call):
         flag, event, stop the keepalive, then the callback; once, and not after the claim was
-        committed or released. The SDK's effect and managed-job helpers call it too."""
+        committed or released. The SDK's effect and managed-job helpers call it too.
+
+        A call that finds the loss already being reported by another thread (the keepalive's
+        renewal and the caller's commit can see it together) returns only once ``on_lost`` has
+        run (at most REPORT_WAIT): whatever call tells the caller the claim is lost, the
+        callback has been told first."""
         lost = LostReason(outcome, reason, message, source)
         with self._lock:
-            if self._state.lost is not None or self._state.finished:
+            if self._state.finished:
                 return
-            self._state.lost = lost
+            if self._state.lost is not None:
+                reporter = self._reporter
+                first = False
+            else:
+                self._state.lost = lost
+                self._reporter = threading.get_ident()
+                first = True
+        if not first:
+            if reporter != threading.get_ident():  # the callback itself may call the SDK
+                self._reported.wait(REPORT_WAIT)
+            return
         self._signal(lost=True)
         log.warning("claim lost", claim=self._name, generation=self.generation, lost=str(lost))
-        if self._on_lost is not None:
-            try:
+        try:
+            if self._on_lost is not None:
                 self._on_lost(lost)
-            except Exception:
-                log.exception("on_lost callback raised", claim=self._name)
+        except Exception:
+            log.exception("on_lost callback raised", claim=self._name)
+        finally:
+            self._reported.set()
 
     @property
     def _name(self) -> str:

@@ -53,7 +53,7 @@ from coordinator.errors import (
 )
 from coordinator.sdk import _budget
 from coordinator.sdk._target import LB_OPTION, channel_target
-from coordinator.sdk.types import OutcomeUnknown, TransportError
+from coordinator.sdk.types import NotSupported, OutcomeUnknown, TransportError
 from coordinator.v1 import admin_pb2_grpc, tasks_pb2_grpc, worker_pb2_grpc
 
 PRINCIPAL_METADATA = "x-coordinator-principal"
@@ -90,6 +90,7 @@ _ERRORS: dict[grpc.StatusCode, type[CoordinatorError]] = {
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
     grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.UNIMPLEMENTED: NotSupported,
 }
 
 # A restarted coordinator is found again within a second, not after gRPC's default backoff
@@ -153,6 +154,14 @@ def never_sent(exc: grpc.RpcError) -> bool:
     if exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED:
         return True
     return exc.code() is grpc.StatusCode.UNAVAILABLE and details.startswith(_NEVER_SENT)
+
+
+def error_of(code: str, message: str) -> CoordinatorError:
+    """The coordinator exception for an error a batch answered for one of its items (a gRPC
+    status code's name and its message), as ``translate`` maps a call's status."""
+    status: grpc.StatusCode | None = getattr(grpc.StatusCode, code, None)
+    kind = _ERRORS.get(status, CoordinatorError) if status is not None else CoordinatorError
+    return kind(f"{code}: {message}")
 
 
 def translate(

@@ -1,7 +1,9 @@
 """A held claim: its fence, a background keepalive, and the acceptance points (commit, ...).
 
-The keepalive renews at TTL/3 on its own thread and never blocks the caller: ``progress()``
-only records the latest marker, which the next renewal carries (older markers are dropped).
+The keepalive renews at TTL/3 in the background and never blocks the caller: one loop per
+client renews all its claims, those due together in one RenewMany call (sdk/_renewer.py).
+``progress()`` only records the latest marker, which the next renewal carries (older markers
+are dropped).
 A renewal the server refuses (FENCED, CANCELLED, STALLED, RENEW_LIMIT, STALE_INPUT), or a lease
 that runs out by the local monotonic clock while renewals cannot reach the server, marks the claim
 lost: flag, event and ``on_lost`` callback, once; the keepalive then stops. The SDK never claims
@@ -10,14 +12,13 @@ again or re-grants anything by itself: a lost claim stays lost.
 ``commit`` always asks the server, even for a claim the SDK believes lost: the store is the one
 authority on the fence, and its answer carries the reason.
 
-What a claim is apart from its thread and channel (its state, the requests it sends, what each
+What a claim is apart from its keepalive and channel (its state, the requests it sends, what each
 answer does to it) is in sdk/_held.py, shared with the asyncio ``AsyncClaim``.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
@@ -27,6 +28,7 @@ from typing import Self
 from coordinator.errors import CoordinatorError
 from coordinator.sdk._flag import Flag
 from coordinator.sdk._held import HeldClaim, LostCallback
+from coordinator.sdk._renewer import Renewer
 from coordinator.sdk._rpc import Req, Resp, Rpc
 from coordinator.sdk.attempt import WorkerMethod
 from coordinator.sdk.effects import Downstream, EffectOutcome, run_effect
@@ -59,6 +61,7 @@ class Claim(HeldClaim):
         on_lost: LostCallback | None = None,
         safety_margin: timedelta | None = None,
         clock: Callable[[], float] = time.monotonic,
+        renewer: Renewer | None = None,
     ) -> None:
         super().__init__(
             claim, sent_at=sent_at, on_lost=on_lost, safety_margin=safety_margin, clock=clock
@@ -66,7 +69,11 @@ class Claim(HeldClaim):
         self._rpc = rpc
         self._stop = Flag()
         self._lost = Flag()
-        self._thread: threading.Thread | None = None
+        # The client's keepalive loop (one for all its claims); a Claim built without one
+        # gets a loop of its own when its keepalive starts.
+        self._renewer = renewer
+        self._own_renewer = renewer is None
+        self._started = False
 
     def _signal(self, *, lost: bool) -> None:
         self._stop.set()
@@ -195,21 +202,26 @@ class Claim(HeldClaim):
     # --- keepalive ------------------------------------------------------------------------
 
     def start(self) -> Self:
-        """Start the background keepalive (idempotent)."""
-        if self._thread is None and not self._stop.is_set():
-            self._thread = threading.Thread(
-                target=self._keepalive, name=f"keepalive-{self._name}", daemon=True
-            )
-            self._thread.start()
+        """Start the background keepalive (idempotent): the client's keepalive loop renews
+        this claim from now on (sdk/_renewer.py)."""
+        if self._started or self._stop.is_set():
+            return self
+        self._started = True
+        if self._renewer is None:
+            self._renewer = Renewer(self._rpc, clock=self._clock)
+        self._renewer.add(self)
         return self
 
     def close(self) -> None:
         """Stop the keepalive without releasing: an uncommitted task is reclaimed on expiry."""
         self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            # A renewal in flight ends by its deadline, which never exceeds the RPC timeout.
-            thread.join(self._rpc.policy.timeout.total_seconds())
+        if self._own_renewer and self._renewer is not None:
+            self._renewer.close()
+
+    def keepalive_wanted(self) -> bool:
+        """Whether the keepalive loop should still renew this claim (the client's loop drops
+        it once it ended, was lost or closed)."""
+        return not self._stop.is_set()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -235,26 +247,6 @@ class Claim(HeldClaim):
                     self._release_failed(error)
         finally:
             self.close()
-
-    def _keepalive(self) -> None:
-        next_at = self._next_renewal(self._clock(), accepted=True)
-        try:
-            while not self._stop.wait(max(next_at - self._clock(), 0.0)):
-                sent = self._clock()
-                next_at = self._next_renewal(sent, self._renew_once(sent))
-        except Exception as exc:
-            self._keepalive_crashed(exc)
-
-    def _renew_once(self, sent: float) -> bool:
-        """One renewal; True if accepted. Marks the claim lost when the answer says so."""
-        request, timeout = self._renew_request(self._rpc.policy)
-        try:
-            # No SDK retries here: this loop is the retry, and each try ends before the lease.
-            response = self._rpc.call(self._rpc.worker.Renew, request, retry=False, timeout=timeout)
-        except CoordinatorError as exc:
-            self._renewal_failed(exc)
-            return False
-        return self._renewed(sent, response, request)
 
     def __repr__(self) -> str:
         return f"Claim({self._describe()})"

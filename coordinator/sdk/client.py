@@ -1,4 +1,4 @@
-"""WorkerClient: claims tasks and hands back Jobs; also the producer and admin calls it needs.
+"""WorkerClient: claims tasks and hands back Claims; also the producer and admin calls it needs.
 
 A client pins the scheduler epoch it first sees (``epoch()`` reads and re-pins it). A new epoch
 is the operator's decision and a worker must follow it, so a claim refused FENCED/EPOCH_CHANGED
@@ -23,6 +23,7 @@ from coordinator.domain.effects import EffectState
 from coordinator.domain.jobs import JobRecord
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.errors import AlreadyExists, NotFound
+from coordinator.sdk._renewer import Renewer
 from coordinator.sdk._requests import (
     CLAIM_HINT,
     CREATE_HINT,
@@ -92,6 +93,8 @@ class WorkerClient:
         )
         self._epoch: int | None = None
         self._epoch_lock = threading.Lock()
+        # One keepalive loop renews every claim of this client (sdk/_renewer.py).
+        self._renewer = Renewer(self._rpc)
 
     @property
     def principal(self) -> str:
@@ -127,7 +130,7 @@ class WorkerClient:
         """Claim one task. A Claim (enter it to start the keepalive) or the typed refusal.
 
         ``expected_state_version`` (non-zero) makes the claim conditional on the task's
-        state_version; ``on_lost`` is called once if the job is lost later. Refused because the
+        state_version; ``on_lost`` is called once if the claim is lost later. Refused because the
         epoch moved on (FENCED/EPOCH_CHANGED), it re-pins the new epoch and claims once more.
         """
         request = claim_request(
@@ -192,7 +195,12 @@ class WorkerClient:
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
             return ClaimRefused.from_proto(response)
         return Claim(
-            self._rpc, response, sent_at=sent_at, on_lost=on_lost, safety_margin=safety_margin
+            self._rpc,
+            response,
+            sent_at=sent_at,
+            on_lost=on_lost,
+            safety_margin=safety_margin,
+            renewer=self._renewer,
         )
 
     # --- tasks ------------------------------------------------------------------------------
@@ -368,7 +376,12 @@ class WorkerClient:
         """A Claim for the still-current attempt of a re-attached job (``rediscover``), to renew
         its claim and commit after a restart; ``bind`` it to the job's handle."""
         return resume_claim(
-            self._rpc, record, self.get_task(record.task_id), ttl=ttl, on_lost=on_lost
+            self._rpc,
+            record,
+            self.get_task(record.task_id),
+            ttl=ttl,
+            on_lost=on_lost,
+            renewer=self._renewer,
         )
 
     def get_effect(self, effect_id: str) -> EffectInfo:
@@ -400,7 +413,9 @@ class WorkerClient:
     # --- lifetime ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the channel. Jobs of this client stop renewing and will be lost."""
+        """Stop the keepalive loop and close the channel. Claims of this client still held stop
+        renewing and will be lost."""
+        self._renewer.close()
         self._rpc.close()
 
     def __enter__(self) -> Self:

@@ -34,6 +34,7 @@ from coordinator.domain.jobs import (
     decide_rediscover,
 )
 from coordinator.sdk import _proc
+from coordinator.sdk._renewer import Renewer
 from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.claim import Claim, LostCallback
 from coordinator.sdk.managed import (
@@ -72,6 +73,7 @@ def resume_claim(
     *,
     ttl: timedelta,
     on_lost: LostCallback | None = None,
+    renewer: Renewer | None = None,
 ) -> Claim:
     """A Claim for the attempt of a re-attached job (its fence is in the record), so a restarted
     worker can renew the claim and commit. Raises ClaimLost if the task moved to another attempt.
@@ -100,7 +102,7 @@ def resume_claim(
         input=task.input,
         task_revision=task.revision,
     )
-    return Claim(rpc, claim, sent_at=time.monotonic(), on_lost=on_lost)
+    return Claim(rpc, claim, sent_at=time.monotonic(), on_lost=on_lost, renewer=renewer)
 
 
 def list_jobs(rpc: Rpc, worker_id: str = "") -> list[ListedJob]:

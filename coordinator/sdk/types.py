@@ -50,6 +50,10 @@ class OutcomeUnknown(TransportError):
     """
 
 
+class NotSupported(CoordinatorError):
+    """The coordinator does not offer this call (UNIMPLEMENTED: an older version)."""
+
+
 class LossSource(StrEnum):
     """Which observation told the SDK that a claim was lost."""
 

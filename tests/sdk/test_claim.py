@@ -134,6 +134,8 @@ def test_epoch_bump_fences_the_job(worker: WorkerClient, other: WorkerClient) ->
     with claim_t1(worker, on_lost=seen.append) as claim:
         other.bump_epoch()
         assert claim.wait_lost(timedelta(seconds=5))
+    # The flag is set before the callback runs (on the keepalive's thread): wait for it.
+    eventually(lambda: seen, message="on_lost was not called")
     assert [(r.outcome, r.reason) for r in seen] == [(Outcome.FENCED, FenceReason.EPOCH_CHANGED)]
     # The next claim follows the new epoch by itself (sdk/client.py), but a fenced claim's
     # lease is not revoked: the task is claimable again only once it expires.

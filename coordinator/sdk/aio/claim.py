@@ -176,26 +176,26 @@ class AsyncClaim(HeldClaim):
             await self.close()
 
     async def _keepalive(self) -> None:
-        next_at = self._next_renewal(self._clock(), accepted=True)
+        next_at = self.next_renewal(self._clock(), accepted=True)
         try:
             while not await _wait(self._stop, max(next_at - self._clock(), 0.0)):
                 sent = self._clock()
-                next_at = self._next_renewal(sent, await self._renew_once(sent))
+                next_at = self.next_renewal(sent, await self._renew_once(sent))
         except Exception as exc:
-            self._keepalive_crashed(exc)
+            self.keepalive_crashed(exc)
 
     async def _renew_once(self, sent: float) -> bool:
         """One renewal; True if accepted. Marks the claim lost when the answer says so."""
-        request, timeout = self._renew_request(self._rpc.policy)
+        request, timeout = self.renewal_request(self._rpc.policy)
         try:
             # No SDK retries here: this loop is the retry, and each try ends before the lease.
             response = await self._rpc.call(
                 self._rpc.worker.Renew, request, retry=False, timeout=timeout
             )
         except CoordinatorError as exc:
-            self._renewal_failed(exc)
+            self.renewal_failed(exc)
             return False
-        return self._renewed(sent, response)
+        return self.renewed(sent, response)
 
     def __repr__(self) -> str:
         return f"AsyncClaim({self._describe()})"
