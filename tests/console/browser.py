@@ -27,12 +27,14 @@ except ImportError:
     missing("selenium is not installed (the dev extra has it)", module=True)
 
 __all__ = [
+    "PHONE",
     "By",
     "WebDriver",
     "WebElement",
     "binaries",
     "browser_fixture",
     "flash",
+    "overflow",
     "press",
     "screenshot",
     "sign_in",
@@ -41,6 +43,7 @@ __all__ = [
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "screenshots"
 LAPTOP = (1280, 900)
 PHONE = (390, 844)
+MAX_SHOT_HEIGHT = 6000
 
 
 def binaries() -> tuple[str, str]:
@@ -92,11 +95,29 @@ def flash(driver: WebDriver) -> str:
     return str(driver.find_element(By.ID, "flash").text)
 
 
-def screenshot(driver: WebDriver, name: str, size: tuple[int, int] = LAPTOP) -> Path:
-    """Save the page as ``screenshots/NAME.png`` (at ``size``; the window is put back)."""
+def screenshot(driver: WebDriver, name: str, size: tuple[int, int] | None = LAPTOP) -> Path:
+    """Save the whole page (not only what the window shows) as ``screenshots/NAME.png``, at
+    ``size``'s width (the window is put back to a laptop's after), or at the window's width
+    now with None."""
     SCREENSHOTS.mkdir(exist_ok=True)
-    driver.set_window_size(*size)
+    before = driver.get_window_size()
+    width = size[0] if size is not None else before["width"]
+    driver.set_window_size(width, size[1] if size is not None else before["height"])
+    # The window's height includes its frame; the page needs its own height inside it.
+    tall, frame = driver.execute_script(
+        "return [document.documentElement.scrollHeight, window.outerHeight - window.innerHeight]"
+    )
+    driver.set_window_size(width, min(int(tall) + int(frame), MAX_SHOT_HEIGHT))
     path = SCREENSHOTS / f"{name}.png"
     driver.save_screenshot(str(path))
-    driver.set_window_size(*LAPTOP)
+    driver.set_window_size(*(LAPTOP if size is not None else (before["width"], before["height"])))
     return path
+
+
+def overflow(driver: WebDriver) -> int:
+    """How many CSS pixels the page is wider than the window (0: nothing to scroll sideways)."""
+    return int(
+        driver.execute_script(
+            "return Math.max(0, document.documentElement.scrollWidth - window.innerWidth)"
+        )
+    )

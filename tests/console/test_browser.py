@@ -1,9 +1,12 @@
-"""The console in a real browser against a real coordinator: what a reviewer, a worker and an
-operator see and do. Every outcome is also checked on the coordinator itself."""
+"""The console in a real browser against a real ``coordinator serve --token-file`` process:
+what a reviewer, a worker and an operator see and do. Every outcome is also checked on the
+coordinator itself."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+
+import pytest
 
 from coordinator.domain.digests import digest_of
 from coordinator.sdk import Job, TaskState
@@ -20,6 +23,12 @@ from tests.console.browser import (  # noqa: F401 (browser_fixture is the fixtur
 )
 from tests.console.conftest import Stack
 from tests.helpers import eventually
+
+
+@pytest.fixture
+def coordinator(served_coordinator: str) -> str:
+    """The browser tests run against a real ``coordinator serve --token-file`` process."""
+    return served_coordinator
 
 
 def _button(driver: WebDriver, css: str, task_id: str) -> WebElement:
