@@ -112,10 +112,10 @@ class TaskServiceStub:
     """The live claims (a claim key on a lease etcd still has), in task id order, a page at a
     time, optionally of one queue: holder, fence, attempt, when it was claimed, its progress
     marker, and its lease as etcd reports it (LeaseTimeToLive of the claim's lease, read by
-    this call: the truth, not an estimate from the requested TTL). Read-only, any role, and
-    free of writes on the renewal path: a renewal writes only when its progress marker moves,
-    so the call has no renewal count to report; lease_refreshed_at says when etcd last
-    refreshed the lease instead. A claim whose lease etcd no longer has is left out (it just
+    this call: the truth, not an estimate from the requested TTL). Read-only, any role.
+    Renewals are not counted: a renewal writes to etcd only when its progress marker moves, and
+    a count would add a write to every one; lease_refreshed_at says when etcd last refreshed
+    the lease instead. A claim whose lease etcd no longer has is left out (it just
     expired; the reclaimer returns its task to READY). Each call reads at most 1000 claimed
     tasks, so a queue filter over many claims of other queues can answer a short (even empty)
     page with a next_page_token: keep paging until the token is empty. INVALID_ARGUMENT for a
@@ -123,8 +123,9 @@ class TaskServiceStub:
     """
     ListDependencies: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.ListDependenciesRequest, _tasks_pb2.ListDependenciesResponse]
     """A task's place in the dependency graph: every upstream (its depends_on, at most 50, in
-    that order) and one page of its dependents (the tasks whose depends_on names it, in id
-    order), each with its state. Read-only, any role. NOT_FOUND for an unknown task;
+    that order; a pruned one with its final state from its tombstone, one whose tombstone is
+    gone too left out) and one page of its dependents (the tasks whose depends_on names it, in
+    id order), each with its state. Read-only, any role. NOT_FOUND for an unknown task;
     INVALID_ARGUMENT for a malformed task_id, page_size or page_token.
     """
 
@@ -203,10 +204,10 @@ class TaskServiceAsyncStub(TaskServiceStub):
     """The live claims (a claim key on a lease etcd still has), in task id order, a page at a
     time, optionally of one queue: holder, fence, attempt, when it was claimed, its progress
     marker, and its lease as etcd reports it (LeaseTimeToLive of the claim's lease, read by
-    this call: the truth, not an estimate from the requested TTL). Read-only, any role, and
-    free of writes on the renewal path: a renewal writes only when its progress marker moves,
-    so the call has no renewal count to report; lease_refreshed_at says when etcd last
-    refreshed the lease instead. A claim whose lease etcd no longer has is left out (it just
+    this call: the truth, not an estimate from the requested TTL). Read-only, any role.
+    Renewals are not counted: a renewal writes to etcd only when its progress marker moves, and
+    a count would add a write to every one; lease_refreshed_at says when etcd last refreshed
+    the lease instead. A claim whose lease etcd no longer has is left out (it just
     expired; the reclaimer returns its task to READY). Each call reads at most 1000 claimed
     tasks, so a queue filter over many claims of other queues can answer a short (even empty)
     page with a next_page_token: keep paging until the token is empty. INVALID_ARGUMENT for a
@@ -214,8 +215,9 @@ class TaskServiceAsyncStub(TaskServiceStub):
     """
     ListDependencies: _aio.UnaryUnaryMultiCallable[_tasks_pb2.ListDependenciesRequest, _tasks_pb2.ListDependenciesResponse]  # type: ignore[assignment]
     """A task's place in the dependency graph: every upstream (its depends_on, at most 50, in
-    that order) and one page of its dependents (the tasks whose depends_on names it, in id
-    order), each with its state. Read-only, any role. NOT_FOUND for an unknown task;
+    that order; a pruned one with its final state from its tombstone, one whose tombstone is
+    gone too left out) and one page of its dependents (the tasks whose depends_on names it, in
+    id order), each with its state. Read-only, any role. NOT_FOUND for an unknown task;
     INVALID_ARGUMENT for a malformed task_id, page_size or page_token.
     """
 
@@ -369,10 +371,10 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
         """The live claims (a claim key on a lease etcd still has), in task id order, a page at a
         time, optionally of one queue: holder, fence, attempt, when it was claimed, its progress
         marker, and its lease as etcd reports it (LeaseTimeToLive of the claim's lease, read by
-        this call: the truth, not an estimate from the requested TTL). Read-only, any role, and
-        free of writes on the renewal path: a renewal writes only when its progress marker moves,
-        so the call has no renewal count to report; lease_refreshed_at says when etcd last
-        refreshed the lease instead. A claim whose lease etcd no longer has is left out (it just
+        this call: the truth, not an estimate from the requested TTL). Read-only, any role.
+        Renewals are not counted: a renewal writes to etcd only when its progress marker moves, and
+        a count would add a write to every one; lease_refreshed_at says when etcd last refreshed
+        the lease instead. A claim whose lease etcd no longer has is left out (it just
         expired; the reclaimer returns its task to READY). Each call reads at most 1000 claimed
         tasks, so a queue filter over many claims of other queues can answer a short (even empty)
         page with a next_page_token: keep paging until the token is empty. INVALID_ARGUMENT for a
@@ -386,8 +388,9 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_tasks_pb2.ListDependenciesResponse, _abc.Awaitable[_tasks_pb2.ListDependenciesResponse]]:
         """A task's place in the dependency graph: every upstream (its depends_on, at most 50, in
-        that order) and one page of its dependents (the tasks whose depends_on names it, in id
-        order), each with its state. Read-only, any role. NOT_FOUND for an unknown task;
+        that order; a pruned one with its final state from its tombstone, one whose tombstone is
+        gone too left out) and one page of its dependents (the tasks whose depends_on names it, in
+        id order), each with its state. Read-only, any role. NOT_FOUND for an unknown task;
         INVALID_ARGUMENT for a malformed task_id, page_size or page_token.
         """
 
