@@ -306,7 +306,7 @@ def test_the_claims_page_counts_the_lease_down_and_shows_progress_and_renewals(
                 "return [Number(e.dataset.seconds), e.textContent];",
                 f"{row} .expires",
             )
-            return _number(shown) < reading
+            return _number(str(shown)) < int(reading)
 
         eventually(counted)
 
