@@ -3,6 +3,7 @@ positions into the text a link or an SSE id carries."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -37,9 +38,54 @@ def when(ts: Timestamp) -> str:
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def epoch_ms(ts: Timestamp) -> int:
-    """A timestamp in milliseconds (what the page's script counts from); 0 when unset."""
-    return int(ts.seconds * 1000 + ts.nanos // 1_000_000)
+def seconds_of(ts: Timestamp) -> float:
+    """A timestamp in seconds since the epoch (0.0 when unset)."""
+    return ts.seconds + ts.nanos / 1e9
+
+
+def duration(seconds: float) -> str:
+    """A span for reading, to its two largest units: "45 s", "3 min 12 s", "2 h 5 min",
+    "3 d 4 h"; "-" for a negative one."""
+    if seconds < 0:
+        return "-"
+    whole = int(seconds)
+    for unit, size, smaller, small_size in _UNITS:
+        if whole >= size:
+            big, rest = divmod(whole, size)
+            tail = f" {rest // small_size} {smaller}" if rest >= small_size else ""
+            return f"{big} {unit}{tail}"
+    return f"{whole} s"
+
+
+_UNITS = (("d", 86400, "h", 3600), ("h", 3600, "min", 60), ("min", 60, "s", 1))
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    """One live claim as the claims page shows it: spans in whole seconds on the
+    coordinator's clock (read_at), which the page's script then counts on from."""
+
+    claim: tasks_pb2.LiveClaim
+    held: int
+    expires_in: int
+    renewed_ago: int | None  # None: no renewal reached etcd since the claim
+    progress_ago: int
+
+
+def claim_row(claim: tasks_pb2.LiveClaim, read_at: Timestamp) -> ClaimRow:
+    """The spans of ``claim`` as of ``read_at`` (ListClaimsResponse.read_at)."""
+    now = seconds_of(read_at)
+    return ClaimRow(
+        claim=claim,
+        held=max(0, int(now - seconds_of(claim.claimed_at))),
+        expires_in=int(claim.lease_remaining_seconds),
+        renewed_ago=(
+            int(claim.lease_granted_seconds - claim.lease_remaining_seconds)
+            if claim.renewed
+            else None
+        ),
+        progress_ago=max(0, int(now - seconds_of(claim.progress_at))),
+    )
 
 
 def payload(data: bytes, limit: int = 4096) -> str:

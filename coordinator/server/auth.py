@@ -72,6 +72,7 @@ ROLE_TABLE: Mapping[str, frozenset[Role]] = {
     # Listing the uncertain effects is a read, open to every role: the owners (workers) and
     # admins who resolve them, and the pms whose tasks they hold up.
     _WORKER + "ListOpenEffects": _ANY,
+    _WORKER + "ListEffects": _ANY,
     # Managed jobs: a worker records and lists its own (the store checks the owner); an admin
     # may list any worker's jobs.
     _WORKER + "StartJob": frozenset({_W}),
@@ -93,6 +94,10 @@ ROLE_TABLE: Mapping[str, frozenset[Role]] = {
     _TASKS + "ListAttempts": _ANY,
     _TASKS + "ListTasks": _ANY,
     _TASKS + "WatchEvents": _ANY,
+    # Live claims with their leases (the console's claims page), and a task's neighbours in
+    # the dependency graph: reads of what GetTask and ListTasks already show, nothing more.
+    _TASKS + "ListClaims": _ANY,
+    _TASKS + "ListDependencies": _ANY,
     # Workers pin the epoch they claim under, so every role reads it.
     _ADMIN + "GetEpoch": _ANY,
     _ADMIN + "DrainStatus": frozenset({_P, _A}),

@@ -21,9 +21,9 @@ def parse_effect_id(value: str) -> str:
     return domain.check_effect_id(value)
 
 
-def parse_open_effects_page_token(value: str, task: str) -> str:
-    """A ListOpenEffects page token (``task_id/effect_id`` of the previous page's last
-    effect), of ``task`` when the listing is one task's; empty: the first page."""
+def parse_open_effects_page_token(value: str, task: str, rpc: str = "ListOpenEffects") -> str:
+    """A ListOpenEffects (or ListEffects) page token (``task_id/effect_id`` of the previous
+    page's last effect), of ``task`` when the listing is one task's; empty: the first page."""
     if not value:
         return ""
     tid, _, eid = value.partition("/")
@@ -31,9 +31,7 @@ def parse_open_effects_page_token(value: str, task: str) -> str:
         validation.task_id(tid, "page_token")
         domain.check_effect_id(eid)
     except InvalidArgument:
-        raise InvalidArgument(
-            f"page_token {value[:60]!r} is not one ListOpenEffects returned"
-        ) from None
+        raise InvalidArgument(f"page_token {value[:60]!r} is not one {rpc} returned") from None
     if task and tid != task:
         raise InvalidArgument(f"page_token {value[:60]!r} is not of task {task!r}")
     return value

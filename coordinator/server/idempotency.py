@@ -50,6 +50,8 @@ READ_ONLY = frozenset(
         "/coordinator.v1.TaskService/ListAttempts",
         "/coordinator.v1.TaskService/ListTasks",
         "/coordinator.v1.TaskService/WatchEvents",
+        "/coordinator.v1.TaskService/ListClaims",
+        "/coordinator.v1.TaskService/ListDependencies",
         "/coordinator.v1.AdminService/GetEpoch",
         "/coordinator.v1.AdminService/DrainStatus",
         "/coordinator.v1.AdminService/GetStats",
@@ -57,6 +59,7 @@ READ_ONLY = frozenset(
         "/coordinator.v1.WorkerService/GetEffect",
         "/coordinator.v1.WorkerService/ListJobs",
         "/coordinator.v1.WorkerService/ListOpenEffects",
+        "/coordinator.v1.WorkerService/ListEffects",
     }
 )
 """The methods that change nothing: a key sent with them is ignored."""

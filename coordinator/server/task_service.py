@@ -17,7 +17,7 @@ import grpc
 from coordinator.domain.validation import non_negative, task_id
 from coordinator.errors import StreamBehind
 from coordinator.logging import note
-from coordinator.server import common_wire, event_wire, stream_interceptor, task_wire
+from coordinator.server import claim_wire, common_wire, event_wire, stream_interceptor, task_wire
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc, stream_rpc
 from coordinator.store import Store
@@ -189,6 +189,29 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         )
         note(task_id=tid, depends_on=list(depends_on), state=task.state.name)
         return tasks_pb2.SetDependenciesResponse(task=task_wire.task_to_proto(task))
+
+    @rpc
+    def ListClaims(  # noqa: N802
+        self, request: tasks_pb2.ListClaimsRequest, context: grpc.ServicerContext
+    ) -> tasks_pb2.ListClaimsResponse:
+        """One page of live claims with their leases as etcd reports them (read-only)."""
+        page = self._store.live_claims.page(
+            queue=task_wire.parse_queue_filter(request.queue),
+            page_size=claim_wire.parse_claims_page_size(request.page_size),
+            page_token=claim_wire.parse_claims_page_token(request.page_token),
+        )
+        return claim_wire.claims_page_to_proto(page)
+
+    @rpc
+    def ListDependencies(  # noqa: N802
+        self, request: tasks_pb2.ListDependenciesRequest, context: grpc.ServicerContext
+    ) -> tasks_pb2.ListDependenciesResponse:
+        """A task's upstreams and one page of its dependents, with their states."""
+        tid = task_id(request.task_id)
+        size = common_wire.parse_page_size(request.page_size)
+        token = task_wire.parse_optional_id("page_token", request.page_token)
+        found = self._store.dependencies.neighbours(tid, page_size=size, page_token=token)
+        return task_wire.neighbours_to_proto(found)
 
     @stream_rpc
     def WatchEvents(  # noqa: N802

@@ -23,7 +23,7 @@ from coordinator.server.queue_wire import (
     parse_schedule_to_close,
     policy_to_proto,
 )
-from coordinator.store.types import TaskSpec
+from coordinator.store.types import Neighbours, TaskSpec
 from coordinator.v1 import tasks_pb2, types_pb2
 
 DEFAULT_QUEUE = "default"
@@ -216,4 +216,25 @@ def result_to_proto(result: ResultRecord) -> tasks_pb2.TaskResult:
         owner_id=result.owner_id,
         committed_at=timestamp_to_proto(result.committed_at),
         evidence=list(result.evidence),
+    )
+
+
+def task_node_to_proto(task: TaskRecord, *, pruned: bool = False) -> tasks_pb2.TaskNode:
+    """A task as a node of the dependency graph (its state, not its input)."""
+    return tasks_pb2.TaskNode(
+        task_id=task.task_id,
+        state=task_state_to_proto(task.state),
+        revision=task.revision,
+        queue=task.queue,
+        pruned=pruned,
+    )
+
+
+def neighbours_to_proto(found: Neighbours) -> tasks_pb2.ListDependenciesResponse:
+    """ListDependenciesResponse: every upstream, one page of dependents."""
+    pruned = found.pruned
+    return tasks_pb2.ListDependenciesResponse(
+        upstreams=[task_node_to_proto(t, pruned=t.task_id in pruned) for t in found.upstreams],
+        dependents=[task_node_to_proto(t) for t in found.dependents],
+        next_page_token=found.next_page_token,
     )

@@ -295,6 +295,20 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         )
 
     @rpc
+    def ListEffects(  # noqa: N802
+        self, request: worker_pb2.ListEffectsRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.ListEffectsResponse:
+        """One page of effects in every state, from the per-task effect index (read-only)."""
+        tid = task_id(request.task_id) if request.task_id else ""
+        token = effect_wire.parse_open_effects_page_token(request.page_token, tid, "ListEffects")
+        effects, next_token = self._store.effects.list_all(
+            task_id=tid, page_size=common_wire.parse_page_size(request.page_size), page_token=token
+        )
+        return worker_pb2.ListEffectsResponse(
+            effects=[effect_wire.effect_to_proto(e) for e in effects], next_page_token=next_token
+        )
+
+    @rpc
     def StartJob(  # noqa: N802
         self, request: worker_pb2.StartJobRequest, context: grpc.ServicerContext
     ) -> worker_pb2.StartJobResponse:

@@ -34,6 +34,7 @@ from coordinator.store.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
 from coordinator.store.idempotency import IdempotencyStore
 from coordinator.store.jobs import JobStore
 from coordinator.store.leases import ClaimLeases
+from coordinator.store.live_claims import LiveClaims
 from coordinator.store.long_poll import LongPoll, ReadyWaiters
 from coordinator.store.promoter import Promoter
 from coordinator.store.pruner import DEFAULT_INTERVAL as DEFAULT_PRUNE_INTERVAL
@@ -86,6 +87,7 @@ class Store:
     reconcile: ReconcileStore
     sweeper: ReconcileSweeper
     jobs: JobStore
+    live_claims: LiveClaims
     pruner: Pruner | None = None
 
     @classmethod
@@ -155,6 +157,7 @@ class Store:
             reconcile=reconcile,
             sweeper=ReconcileSweeper(reconcile, interval=scan_interval),
             jobs=JobStore(ctx, acceptance),
+            live_claims=LiveClaims(ctx),
             pruner=(
                 Pruner(ctx, archive, interval=prune_interval, rate=prune_rate)
                 if archive is not None

@@ -29,8 +29,9 @@ from coordinator.errors import FailedPrecondition, NotFound
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd import Compare, RequestOp, delete, get, mod_revision_is, put
 from coordinator.store.ready_index import ReadyIndex
-from coordinator.store.tombstones import read_tombstones
+from coordinator.store.tombstones import read_tombstones, task_not_found
 from coordinator.store.transition import transition, transition_ops
+from coordinator.store.types import Neighbours
 
 # Reads per txn (etcd refuses more than 128 operations in one).
 _BATCH = 100
@@ -75,23 +76,55 @@ class DependencyStore:
 
     def upstreams(self, depends_on: Sequence[str]) -> list[TaskRecord]:
         """The records of ``depends_on`` in order; NotFound naming every unknown id."""
+        found, _ = self._known(depends_on)
+        missing = [t for t in depends_on if t not in found]
+        if missing:
+            raise NotFound(f"depends_on names tasks that do not exist: {', '.join(missing)}")
+        return [found[t] for t in depends_on]
+
+    def neighbours(self, task_id: str, *, page_size: int, page_token: str = "") -> Neighbours:
+        """ListDependencies: the task's upstreams with their states and one page of its
+        dependents (after ``page_token``, a dependent's id) from the reverse edges."""
+        kv = self._ctx.kv.get(self._ctx.keys.task(task_id))
+        if kv is None:
+            raise task_not_found(self._ctx, task_id)
+        task = task_from_kv(kv)
+        upstreams, pruned = self._known(task.depends_on)
+        prefix = self._ctx.keys.dependents_prefix(task_id)
+        start = prefix + page_token + "\0" if page_token else prefix
+        page, _ = self._ctx.kv.range_page(
+            start, self._ctx.kv.prefix_end(prefix), limit=page_size, keys_only=True
+        )
+        ids = [item.key.removeprefix(prefix) for item in page]
+        dependents = self._records(ids)
+        return Neighbours(
+            upstreams=[upstreams[t] for t in task.depends_on if t in upstreams],
+            pruned=frozenset(pruned),
+            dependents=[dependents[t] for t in ids if t in dependents],
+            next_page_token=ids[-1] if len(ids) == page_size else "",
+        )
+
+    def _known(self, task_ids: Sequence[str]) -> tuple[dict[str, TaskRecord], set[str]]:
+        """The records of ``task_ids`` that exist, a pruned one as its tombstone's stand-in
+        (it counts with its final state: DONE still releases, CANCELLED or FAILED still
+        cancels; state_version 0, so a txn that compares it holds only while the task key
+        stays absent), and the ids that were pruned."""
+        found = self._records(task_ids)
+        pruned = read_tombstones(self._ctx, [t for t in task_ids if t not in found])
+        found.update({t: tombstone.as_task() for t, tombstone in pruned.items()})
+        return found, set(pruned)
+
+    def _records(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
+        """The task records of ``task_ids`` that exist, by id (read in batches)."""
         found: dict[str, TaskRecord] = {}
-        for start in range(0, len(depends_on), _BATCH):
-            batch = depends_on[start : start + _BATCH]
+        for start in range(0, len(task_ids), _BATCH):
+            batch = task_ids[start : start + _BATCH]
             snap = self._ctx.kv.read(*(get(self._ctx.keys.task(t)) for t in batch))
             for index, task_id in enumerate(batch):
                 kv = snap.range_one(index)
                 if kv is not None:
                     found[task_id] = task_from_kv(kv)
-        # A pruned upstream counts with its final state: DONE still releases, CANCELLED or
-        # FAILED still cancels. Its stand-in has state_version 0, so the txn that compares it
-        # holds only while the task key stays absent.
-        pruned = read_tombstones(self._ctx, [t for t in depends_on if t not in found])
-        found.update({t: tombstone.as_task() for t, tombstone in pruned.items()})
-        missing = [t for t in depends_on if t not in found]
-        if missing:
-            raise NotFound(f"depends_on names tasks that do not exist: {', '.join(missing)}")
-        return [found[t] for t in depends_on]
+        return found
 
     def reachable(self, task_id: str, depends_on: Sequence[str]) -> Subgraph:
         """Every edge reachable from ``depends_on`` (stopping early at ``task_id``: a cycle)."""

@@ -18,6 +18,7 @@ store/reconcile.py), kept in step by ``effect_write_ops`` from the record's reco
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from coordinator import request_ids
@@ -200,8 +201,21 @@ class EffectStore:
         """One page of uncertain effects (of ``task_id``, or of every task) in (task, effect)
         order, and the token of the next page ("" after the last): ``task_id/effect_id`` of
         the page's last entry. Keys only from the index, then the records in batches."""
-        prefix = self._ctx.keys.open_effects_prefix(task_id)
-        base = self._ctx.keys.open_effects_prefix()
+        return self._page(self._ctx.keys.open_effects_prefix, task_id, page_size, page_token)
+
+    def list_all(
+        self, *, task_id: str = "", page_size: int, page_token: str = ""
+    ) -> tuple[list[EffectRecord], str]:
+        """One page of every effect, whatever its state, (of ``task_id``, or of every task)
+        from the per-task effect index, in (task, effect) order; the token as ``list_open``'s."""
+        return self._page(self._ctx.keys.task_effects_prefix, task_id, page_size, page_token)
+
+    def _page(
+        self, index: Callable[[str], str], task_id: str, page_size: int, page_token: str
+    ) -> tuple[list[EffectRecord], str]:
+        """A page of an effect index keyed ``{task_id}/{effect_id}`` (``index`` builds its
+        prefix), read keys only, then the records in batches."""
+        prefix, base = index(task_id), index("")
         start = base + page_token + "\0" if page_token else prefix
         page, _ = self._ctx.kv.range_page(
             start, self._ctx.kv.prefix_end(prefix), limit=page_size, keys_only=True

@@ -112,3 +112,14 @@ class FailResult:
     verdict: Verdict
     state: TaskState | None = None
     next_eligible_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """A task's place in the dependency graph: its upstreams in depends_on order (a pruned one
+    as its tombstone's stand-in, its id in ``pruned``) and one page of its dependents."""
+
+    upstreams: list[TaskRecord]
+    pruned: frozenset[str]
+    dependents: list[TaskRecord]
+    next_page_token: str

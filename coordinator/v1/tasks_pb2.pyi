@@ -840,3 +840,257 @@ class TaskEvent(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TaskEvent: _TypeAlias = TaskEvent  # noqa: Y015
+
+@_typing.final
+class ListClaimsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """Empty: every queue."""
+    page_size: _builtins.int
+    """1-100; 0 means 50. Each claim on the page costs one LeaseTimeToLive call to etcd."""
+    page_token: _builtins.str
+    """Empty for the first page, else next_page_token of the previous one."""
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "queue", b"queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListClaimsRequest: _TypeAlias = ListClaimsRequest  # noqa: Y015
+
+@_typing.final
+class ListClaimsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLAIMS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    READ_AT_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty after the last page. May be set on a short page (see ListClaims)."""
+    @_builtins.property
+    def claims(self) -> _containers.RepeatedCompositeFieldContainer[Global___LiveClaim]: ...
+    @_builtins.property
+    def read_at(self) -> _timestamp_pb2.Timestamp:
+        """The answering replica's clock just before it asked etcd about the leases: every time of
+        this page derived from a lease is relative to it (a client counting down should count
+        from lease_remaining_seconds on its own clock, not compare lease_expires_at with it).
+        """
+
+    def __init__(
+        self,
+        *,
+        claims: _abc.Iterable[Global___LiveClaim] | None = ...,
+        next_page_token: _builtins.str = ...,
+        read_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["read_at", b"read_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims", b"claims", "next_page_token", b"next_page_token", "read_at", b"read_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListClaimsResponse: _TypeAlias = ListClaimsResponse  # noqa: Y015
+
+@_typing.final
+class LiveClaim(_message.Message):
+    """One live claim. Lease times have etcd's granularity, whole seconds, rounded so that a claim
+    is never shown to live longer, nor to have been refreshed more recently, than it was.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    ATTEMPT_ID_FIELD_NUMBER: _builtins.int
+    OWNER_ID_FIELD_NUMBER: _builtins.int
+    CLAIM_GENERATION_FIELD_NUMBER: _builtins.int
+    SCHEDULER_EPOCH_FIELD_NUMBER: _builtins.int
+    CLAIMED_AT_FIELD_NUMBER: _builtins.int
+    LEASE_ID_FIELD_NUMBER: _builtins.int
+    LEASE_GRANTED_SECONDS_FIELD_NUMBER: _builtins.int
+    LEASE_REMAINING_SECONDS_FIELD_NUMBER: _builtins.int
+    LEASE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    LEASE_REFRESHED_AT_FIELD_NUMBER: _builtins.int
+    RENEWED_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    PROGRESS_AT_FIELD_NUMBER: _builtins.int
+    RENEW_LIMIT_AT_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    queue: _builtins.str
+    attempt: _builtins.int
+    attempt_id: _builtins.str
+    owner_id: _builtins.str
+    """The principal holding the claim."""
+    claim_generation: _builtins.int
+    """The fence of the claim: its generation (the claim key's create revision) and the epoch
+    it was made under.
+    """
+    scheduler_epoch: _builtins.int
+    lease_id: _builtins.int
+    """The claim's etcd lease: its id, the TTL it was granted, and the whole seconds left of it
+    when it was read.
+    """
+    lease_granted_seconds: _builtins.int
+    lease_remaining_seconds: _builtins.int
+    renewed: _builtins.bool
+    """Whether that refresh is later than claimed_at, i.e. a renewal reached etcd since the claim
+    (false: the grant is the last refresh; a lease reused from an earlier claim may even have
+    been refreshed before this claim was made).
+    """
+    progress: _builtins.str
+    """The latest progress marker a renewal carried ("" until one did) and when it last changed
+    (claimed_at until then).
+    """
+    @_builtins.property
+    def claimed_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def lease_expires_at(self) -> _timestamp_pb2.Timestamp:
+        """read_at + lease_remaining_seconds: when the claim key goes unless it is renewed."""
+
+    @_builtins.property
+    def lease_refreshed_at(self) -> _timestamp_pb2.Timestamp:
+        """read_at - (lease_granted_seconds - lease_remaining_seconds): when etcd last refreshed the
+        lease (granted it, or kept it alive for a renewal).
+        """
+
+    @_builtins.property
+    def progress_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def renew_limit_at(self) -> _timestamp_pb2.Timestamp:
+        """No renewal is granted past this (claimed_at + the server's max_claim_duration)."""
+
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        queue: _builtins.str = ...,
+        attempt: _builtins.int = ...,
+        attempt_id: _builtins.str = ...,
+        owner_id: _builtins.str = ...,
+        claim_generation: _builtins.int = ...,
+        scheduler_epoch: _builtins.int = ...,
+        claimed_at: _timestamp_pb2.Timestamp | None = ...,
+        lease_id: _builtins.int = ...,
+        lease_granted_seconds: _builtins.int = ...,
+        lease_remaining_seconds: _builtins.int = ...,
+        lease_expires_at: _timestamp_pb2.Timestamp | None = ...,
+        lease_refreshed_at: _timestamp_pb2.Timestamp | None = ...,
+        renewed: _builtins.bool = ...,
+        progress: _builtins.str = ...,
+        progress_at: _timestamp_pb2.Timestamp | None = ...,
+        renew_limit_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["claimed_at", b"claimed_at", "lease_expires_at", b"lease_expires_at", "lease_refreshed_at", b"lease_refreshed_at", "progress_at", b"progress_at", "renew_limit_at", b"renew_limit_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_id", b"attempt_id", "claim_generation", b"claim_generation", "claimed_at", b"claimed_at", "lease_expires_at", b"lease_expires_at", "lease_granted_seconds", b"lease_granted_seconds", "lease_id", b"lease_id", "lease_refreshed_at", b"lease_refreshed_at", "lease_remaining_seconds", b"lease_remaining_seconds", "owner_id", b"owner_id", "progress", b"progress", "progress_at", b"progress_at", "queue", b"queue", "renew_limit_at", b"renew_limit_at", "renewed", b"renewed", "scheduler_epoch", b"scheduler_epoch", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LiveClaim: _TypeAlias = LiveClaim  # noqa: Y015
+
+@_typing.final
+class ListDependenciesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    page_size: _builtins.int
+    """Dependents per page: 1-1000; 0 means 100."""
+    page_token: _builtins.str
+    """Empty for the first page, else next_page_token of the previous one."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDependenciesRequest: _TypeAlias = ListDependenciesRequest  # noqa: Y015
+
+@_typing.final
+class ListDependenciesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPSTREAMS_FIELD_NUMBER: _builtins.int
+    DEPENDENTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty after the last page of dependents."""
+    @_builtins.property
+    def upstreams(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskNode]:
+        """The task's upstreams in depends_on order, on every page."""
+
+    @_builtins.property
+    def dependents(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskNode]:
+        """One page of the tasks that depend on it, in id order."""
+
+    def __init__(
+        self,
+        *,
+        upstreams: _abc.Iterable[Global___TaskNode] | None = ...,
+        dependents: _abc.Iterable[Global___TaskNode] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dependents", b"dependents", "next_page_token", b"next_page_token", "upstreams", b"upstreams"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDependenciesResponse: _TypeAlias = ListDependenciesResponse  # noqa: Y015
+
+@_typing.final
+class TaskNode(_message.Message):
+    """A task as a node of the dependency graph."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    PRUNED_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    state: _types_pb2.TaskState.ValueType
+    revision: _builtins.int
+    queue: _builtins.str
+    pruned: _builtins.bool
+    """Pruned by retention: state is its final one, from its tombstone (an upstream only; a
+    pruned dependent is gone from the graph).
+    """
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        state: _types_pb2.TaskState.ValueType = ...,
+        revision: _builtins.int = ...,
+        queue: _builtins.str = ...,
+        pruned: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pruned", b"pruned", "queue", b"queue", "revision", b"revision", "state", b"state", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskNode: _TypeAlias = TaskNode  # noqa: Y015

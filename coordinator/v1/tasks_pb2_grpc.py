@@ -94,6 +94,16 @@ class TaskServiceStub:
                 request_serializer=coordinator_dot_v1_dot_tasks__pb2.WatchEventsRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_tasks__pb2.TaskEvent.FromString,
                 _registered_method=True)
+        self.ListClaims = channel.unary_unary(
+                '/coordinator.v1.TaskService/ListClaims',
+                request_serializer=coordinator_dot_v1_dot_tasks__pb2.ListClaimsRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_tasks__pb2.ListClaimsResponse.FromString,
+                _registered_method=True)
+        self.ListDependencies = channel.unary_unary(
+                '/coordinator.v1.TaskService/ListDependencies',
+                request_serializer=coordinator_dot_v1_dot_tasks__pb2.ListDependenciesRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_tasks__pb2.ListDependenciesResponse.FromString,
+                _registered_method=True)
 
 
 class TaskServiceServicer:
@@ -217,6 +227,34 @@ class TaskServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListClaims(self, request, context):
+        """The live claims (a claim key on a lease etcd still has), in task id order, a page at a
+        time, optionally of one queue: holder, fence, attempt, when it was claimed, its progress
+        marker, and its lease as etcd reports it (LeaseTimeToLive of the claim's lease, read by
+        this call: the truth, not an estimate from the requested TTL). Read-only, any role.
+        Renewals are not counted: a renewal writes to etcd only when its progress marker moves, and
+        a count would add a write to every one; lease_refreshed_at says when etcd last refreshed
+        the lease instead. A claim whose lease etcd no longer has is left out (it just
+        expired; the reclaimer returns its task to READY). Each call reads at most 1000 claimed
+        tasks, so a queue filter over many claims of other queues can answer a short (even empty)
+        page with a next_page_token: keep paging until the token is empty. INVALID_ARGUMENT for a
+        malformed queue, page_size (1-100) or page_token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDependencies(self, request, context):
+        """A task's place in the dependency graph: every upstream (its depends_on, at most 50, in
+        that order; a pruned one with its final state from its tombstone, one whose tombstone is
+        gone too left out) and one page of its dependents (the tasks whose depends_on names it, in
+        id order), each with its state. Read-only, any role. NOT_FOUND for an unknown task;
+        INVALID_ARGUMENT for a malformed task_id, page_size or page_token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TaskServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -279,6 +317,16 @@ def add_TaskServiceServicer_to_server(servicer, server):
                     servicer.WatchEvents,
                     request_deserializer=coordinator_dot_v1_dot_tasks__pb2.WatchEventsRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_tasks__pb2.TaskEvent.SerializeToString,
+            ),
+            'ListClaims': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListClaims,
+                    request_deserializer=coordinator_dot_v1_dot_tasks__pb2.ListClaimsRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_tasks__pb2.ListClaimsResponse.SerializeToString,
+            ),
+            'ListDependencies': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDependencies,
+                    request_deserializer=coordinator_dot_v1_dot_tasks__pb2.ListDependenciesRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_tasks__pb2.ListDependenciesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -605,6 +653,60 @@ class TaskService:
             '/coordinator.v1.TaskService/WatchEvents',
             coordinator_dot_v1_dot_tasks__pb2.WatchEventsRequest.SerializeToString,
             coordinator_dot_v1_dot_tasks__pb2.TaskEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListClaims(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.TaskService/ListClaims',
+            coordinator_dot_v1_dot_tasks__pb2.ListClaimsRequest.SerializeToString,
+            coordinator_dot_v1_dot_tasks__pb2.ListClaimsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDependencies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.TaskService/ListDependencies',
+            coordinator_dot_v1_dot_tasks__pb2.ListDependenciesRequest.SerializeToString,
+            coordinator_dot_v1_dot_tasks__pb2.ListDependenciesResponse.FromString,
             options,
             channel_credentials,
             insecure,

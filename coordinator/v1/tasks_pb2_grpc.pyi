@@ -108,6 +108,26 @@ class TaskServiceStub:
     RESOURCE_EXHAUSTED; the trailing metadata "coordinator-resume-after-bin" holds the
     EventPosition to resume after.
     """
+    ListClaims: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.ListClaimsRequest, _tasks_pb2.ListClaimsResponse]
+    """The live claims (a claim key on a lease etcd still has), in task id order, a page at a
+    time, optionally of one queue: holder, fence, attempt, when it was claimed, its progress
+    marker, and its lease as etcd reports it (LeaseTimeToLive of the claim's lease, read by
+    this call: the truth, not an estimate from the requested TTL). Read-only, any role.
+    Renewals are not counted: a renewal writes to etcd only when its progress marker moves, and
+    a count would add a write to every one; lease_refreshed_at says when etcd last refreshed
+    the lease instead. A claim whose lease etcd no longer has is left out (it just
+    expired; the reclaimer returns its task to READY). Each call reads at most 1000 claimed
+    tasks, so a queue filter over many claims of other queues can answer a short (even empty)
+    page with a next_page_token: keep paging until the token is empty. INVALID_ARGUMENT for a
+    malformed queue, page_size (1-100) or page_token.
+    """
+    ListDependencies: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.ListDependenciesRequest, _tasks_pb2.ListDependenciesResponse]
+    """A task's place in the dependency graph: every upstream (its depends_on, at most 50, in
+    that order; a pruned one with its final state from its tombstone, one whose tombstone is
+    gone too left out) and one page of its dependents (the tasks whose depends_on names it, in
+    id order), each with its state. Read-only, any role. NOT_FOUND for an unknown task;
+    INVALID_ARGUMENT for a malformed task_id, page_size or page_token.
+    """
 
 @_typing.type_check_only
 class TaskServiceAsyncStub(TaskServiceStub):
@@ -179,6 +199,26 @@ class TaskServiceAsyncStub(TaskServiceStub):
     A follower that reads too slowly (its server-side buffer stays full) is ended with
     RESOURCE_EXHAUSTED; the trailing metadata "coordinator-resume-after-bin" holds the
     EventPosition to resume after.
+    """
+    ListClaims: _aio.UnaryUnaryMultiCallable[_tasks_pb2.ListClaimsRequest, _tasks_pb2.ListClaimsResponse]  # type: ignore[assignment]
+    """The live claims (a claim key on a lease etcd still has), in task id order, a page at a
+    time, optionally of one queue: holder, fence, attempt, when it was claimed, its progress
+    marker, and its lease as etcd reports it (LeaseTimeToLive of the claim's lease, read by
+    this call: the truth, not an estimate from the requested TTL). Read-only, any role.
+    Renewals are not counted: a renewal writes to etcd only when its progress marker moves, and
+    a count would add a write to every one; lease_refreshed_at says when etcd last refreshed
+    the lease instead. A claim whose lease etcd no longer has is left out (it just
+    expired; the reclaimer returns its task to READY). Each call reads at most 1000 claimed
+    tasks, so a queue filter over many claims of other queues can answer a short (even empty)
+    page with a next_page_token: keep paging until the token is empty. INVALID_ARGUMENT for a
+    malformed queue, page_size (1-100) or page_token.
+    """
+    ListDependencies: _aio.UnaryUnaryMultiCallable[_tasks_pb2.ListDependenciesRequest, _tasks_pb2.ListDependenciesResponse]  # type: ignore[assignment]
+    """A task's place in the dependency graph: every upstream (its depends_on, at most 50, in
+    that order; a pruned one with its final state from its tombstone, one whose tombstone is
+    gone too left out) and one page of its dependents (the tasks whose depends_on names it, in
+    id order), each with its state. Read-only, any role. NOT_FOUND for an unknown task;
+    INVALID_ARGUMENT for a malformed task_id, page_size or page_token.
     """
 
 class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -320,6 +360,38 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
         A follower that reads too slowly (its server-side buffer stays full) is ended with
         RESOURCE_EXHAUSTED; the trailing metadata "coordinator-resume-after-bin" holds the
         EventPosition to resume after.
+        """
+
+    @_abc_1.abstractmethod
+    def ListClaims(
+        self,
+        request: _tasks_pb2.ListClaimsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tasks_pb2.ListClaimsResponse, _abc.Awaitable[_tasks_pb2.ListClaimsResponse]]:
+        """The live claims (a claim key on a lease etcd still has), in task id order, a page at a
+        time, optionally of one queue: holder, fence, attempt, when it was claimed, its progress
+        marker, and its lease as etcd reports it (LeaseTimeToLive of the claim's lease, read by
+        this call: the truth, not an estimate from the requested TTL). Read-only, any role.
+        Renewals are not counted: a renewal writes to etcd only when its progress marker moves, and
+        a count would add a write to every one; lease_refreshed_at says when etcd last refreshed
+        the lease instead. A claim whose lease etcd no longer has is left out (it just
+        expired; the reclaimer returns its task to READY). Each call reads at most 1000 claimed
+        tasks, so a queue filter over many claims of other queues can answer a short (even empty)
+        page with a next_page_token: keep paging until the token is empty. INVALID_ARGUMENT for a
+        malformed queue, page_size (1-100) or page_token.
+        """
+
+    @_abc_1.abstractmethod
+    def ListDependencies(
+        self,
+        request: _tasks_pb2.ListDependenciesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tasks_pb2.ListDependenciesResponse, _abc.Awaitable[_tasks_pb2.ListDependenciesResponse]]:
+        """A task's place in the dependency graph: every upstream (its depends_on, at most 50, in
+        that order; a pruned one with its final state from its tombstone, one whose tombstone is
+        gone too left out) and one page of its dependents (the tasks whose depends_on names it, in
+        id order), each with its state. Read-only, any role. NOT_FOUND for an unknown task;
+        INVALID_ARGUMENT for a malformed task_id, page_size or page_token.
         """
 
 def add_TaskServiceServicer_to_server(servicer: TaskServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -962,6 +962,60 @@ class ListOpenEffectsRequest(_message.Message):
 Global___ListOpenEffectsRequest: _TypeAlias = ListOpenEffectsRequest  # noqa: Y015
 
 @_typing.final
+class ListEffectsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    """Empty: every task's."""
+    page_size: _builtins.int
+    """1-1000; 0 means 100."""
+    page_token: _builtins.str
+    """Empty for the first page, else next_page_token of the previous one."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEffectsRequest: _TypeAlias = ListEffectsRequest  # noqa: Y015
+
+@_typing.final
+class ListEffectsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EFFECTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty after the last page."""
+    @_builtins.property
+    def effects(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Effect]:
+        """By task_id, then effect_id."""
+
+    def __init__(
+        self,
+        *,
+        effects: _abc.Iterable[_types_pb2.Effect] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["effects", b"effects", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEffectsResponse: _TypeAlias = ListEffectsResponse  # noqa: Y015
+
+@_typing.final
 class ListOpenEffectsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

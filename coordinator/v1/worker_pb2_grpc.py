@@ -104,6 +104,11 @@ class WorkerServiceStub:
                 request_serializer=coordinator_dot_v1_dot_worker__pb2.ListOpenEffectsRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_worker__pb2.ListOpenEffectsResponse.FromString,
                 _registered_method=True)
+        self.ListEffects = channel.unary_unary(
+                '/coordinator.v1.WorkerService/ListEffects',
+                request_serializer=coordinator_dot_v1_dot_worker__pb2.ListEffectsRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_worker__pb2.ListEffectsResponse.FromString,
+                _registered_method=True)
         self.StartJob = channel.unary_unary(
                 '/coordinator.v1.WorkerService/StartJob',
                 request_serializer=coordinator_dot_v1_dot_worker__pb2.StartJobRequest.SerializeToString,
@@ -285,6 +290,17 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListEffects(self, request, context):
+        """Lists every effect, whatever its state (PREPARED, COMMITTED, UNKNOWN, ABSENT), from the
+        per-task effect index written with each effect's first record, in (task_id, effect_id)
+        order, a page at a time: of one task, or of every task when task_id is empty. Read-only,
+        any role (the same records ListOpenEffects shows). INVALID_ARGUMENT for a malformed
+        task_id, page size or page token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def StartJob(self, request, context):
         """Managed jobs: external commands bound to the attempt (coordinator/sdk/managed.py). The job
         record under {prefix}/jobs/{task_id}/{job_id} is authoritative.
@@ -390,6 +406,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.ListOpenEffects,
                     request_deserializer=coordinator_dot_v1_dot_worker__pb2.ListOpenEffectsRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_worker__pb2.ListOpenEffectsResponse.SerializeToString,
+            ),
+            'ListEffects': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEffects,
+                    request_deserializer=coordinator_dot_v1_dot_worker__pb2.ListEffectsRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_worker__pb2.ListEffectsResponse.SerializeToString,
             ),
             'StartJob': grpc.unary_unary_rpc_method_handler(
                     servicer.StartJob,
@@ -785,6 +806,33 @@ class WorkerService:
             '/coordinator.v1.WorkerService/ListOpenEffects',
             coordinator_dot_v1_dot_worker__pb2.ListOpenEffectsRequest.SerializeToString,
             coordinator_dot_v1_dot_worker__pb2.ListOpenEffectsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEffects(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.WorkerService/ListEffects',
+            coordinator_dot_v1_dot_worker__pb2.ListEffectsRequest.SerializeToString,
+            coordinator_dot_v1_dot_worker__pb2.ListEffectsResponse.FromString,
             options,
             channel_credentials,
             insecure,

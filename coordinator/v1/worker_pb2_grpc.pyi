@@ -148,6 +148,13 @@ class WorkerServiceStub:
     Read-only; what a person resolving effects (ResolveEffect, ApproveRetry) looks through.
     INVALID_ARGUMENT for a malformed task_id, page size or page token.
     """
+    ListEffects: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ListEffectsRequest, _worker_pb2.ListEffectsResponse]
+    """Lists every effect, whatever its state (PREPARED, COMMITTED, UNKNOWN, ABSENT), from the
+    per-task effect index written with each effect's first record, in (task_id, effect_id)
+    order, a page at a time: of one task, or of every task when task_id is empty. Read-only,
+    any role (the same records ListOpenEffects shows). INVALID_ARGUMENT for a malformed
+    task_id, page size or page token.
+    """
     StartJob: _grpc.UnaryUnaryMultiCallable[_worker_pb2.StartJobRequest, _worker_pb2.StartJobResponse]
     """Managed jobs: external commands bound to the attempt (coordinator/sdk/managed.py). The job
     record under {prefix}/jobs/{task_id}/{job_id} is authoritative.
@@ -276,6 +283,13 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     effect_id) order, a page at a time: of one task, or of every task when task_id is empty.
     Read-only; what a person resolving effects (ResolveEffect, ApproveRetry) looks through.
     INVALID_ARGUMENT for a malformed task_id, page size or page token.
+    """
+    ListEffects: _aio.UnaryUnaryMultiCallable[_worker_pb2.ListEffectsRequest, _worker_pb2.ListEffectsResponse]  # type: ignore[assignment]
+    """Lists every effect, whatever its state (PREPARED, COMMITTED, UNKNOWN, ABSENT), from the
+    per-task effect index written with each effect's first record, in (task_id, effect_id)
+    order, a page at a time: of one task, or of every task when task_id is empty. Read-only,
+    any role (the same records ListOpenEffects shows). INVALID_ARGUMENT for a malformed
+    task_id, page size or page token.
     """
     StartJob: _aio.UnaryUnaryMultiCallable[_worker_pb2.StartJobRequest, _worker_pb2.StartJobResponse]  # type: ignore[assignment]
     """Managed jobs: external commands bound to the attempt (coordinator/sdk/managed.py). The job
@@ -486,6 +500,19 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         effect_id) order, a page at a time: of one task, or of every task when task_id is empty.
         Read-only; what a person resolving effects (ResolveEffect, ApproveRetry) looks through.
         INVALID_ARGUMENT for a malformed task_id, page size or page token.
+        """
+
+    @_abc_1.abstractmethod
+    def ListEffects(
+        self,
+        request: _worker_pb2.ListEffectsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.ListEffectsResponse, _abc.Awaitable[_worker_pb2.ListEffectsResponse]]:
+        """Lists every effect, whatever its state (PREPARED, COMMITTED, UNKNOWN, ABSENT), from the
+        per-task effect index written with each effect's first record, in (task_id, effect_id)
+        order, a page at a time: of one task, or of every task when task_id is empty. Read-only,
+        any role (the same records ListOpenEffects shows). INVALID_ARGUMENT for a malformed
+        task_id, page size or page token.
         """
 
     @_abc_1.abstractmethod

@@ -1,6 +1,8 @@
 """Headless Chromium (Debian's ``chromium`` and ``chromium-driver``, installed by
-scripts/install-browser.sh) driven by selenium; skipped with the reason where it is missing.
-Screenshots go to ``screenshots/`` at the repository root (git ignores it)."""
+scripts/install-browser.sh) driven by selenium. Where it is missing the browser tests are
+skipped with the reason, except in CI (``CI`` set): there they fail, so a runner without a
+browser cannot pass with them quietly skipped. Screenshots go to ``screenshots/`` at the
+repository root (git ignores it)."""
 
 from __future__ import annotations
 
@@ -10,21 +12,29 @@ from pathlib import Path
 
 import pytest
 
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
-from selenium.webdriver.chrome.options import Options  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
-from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
-from selenium.webdriver.support import expected_conditions  # noqa: E402
-from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
+from tests.console.required import missing
+
+try:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.remote.webelement import WebElement
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+except ImportError:
+    missing("selenium is not installed (the dev extra has it)", module=True)
 
 __all__ = [
+    "PHONE",
     "By",
     "WebDriver",
     "WebElement",
+    "binaries",
     "browser_fixture",
     "flash",
+    "overflow",
     "press",
     "screenshot",
     "sign_in",
@@ -33,13 +43,15 @@ __all__ = [
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "screenshots"
 LAPTOP = (1280, 900)
 PHONE = (390, 844)
+MAX_SHOT_HEIGHT = 6000
 
 
-def _binaries() -> tuple[str, str]:
+def binaries() -> tuple[str, str]:
+    """The chromium and chromedriver to drive (skipped, or failed in CI, without them)."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
     if chromium is None or driver is None:
-        pytest.skip(
+        missing(
             "headless chromium is not installed (Debian's chromium and chromium-driver): "
             "run scripts/install-browser.sh as root"
         )
@@ -49,7 +61,7 @@ def _binaries() -> tuple[str, str]:
 @pytest.fixture(name="browser")
 def browser_fixture() -> Iterator[WebDriver]:
     """A headless Chromium at laptop size (no Selenium Manager: Debian's binaries only)."""
-    chromium, driver_path = _binaries()
+    chromium, driver_path = binaries()
     options = Options()
     options.binary_location = chromium
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
@@ -83,11 +95,29 @@ def flash(driver: WebDriver) -> str:
     return str(driver.find_element(By.ID, "flash").text)
 
 
-def screenshot(driver: WebDriver, name: str, size: tuple[int, int] = LAPTOP) -> Path:
-    """Save the page as ``screenshots/NAME.png`` (at ``size``; the window is put back)."""
+def screenshot(driver: WebDriver, name: str, size: tuple[int, int] | None = LAPTOP) -> Path:
+    """Save the whole page (not only what the window shows) as ``screenshots/NAME.png``, at
+    ``size``'s width (the window is put back to a laptop's after), or at the window's width
+    now with None."""
     SCREENSHOTS.mkdir(exist_ok=True)
-    driver.set_window_size(*size)
+    before = driver.get_window_size()
+    width = size[0] if size is not None else before["width"]
+    driver.set_window_size(width, size[1] if size is not None else before["height"])
+    # The window's height includes its frame; the page needs its own height inside it.
+    tall, frame = driver.execute_script(
+        "return [document.documentElement.scrollHeight, window.outerHeight - window.innerHeight]"
+    )
+    driver.set_window_size(width, min(int(tall) + int(frame), MAX_SHOT_HEIGHT))
     path = SCREENSHOTS / f"{name}.png"
     driver.save_screenshot(str(path))
-    driver.set_window_size(*LAPTOP)
+    driver.set_window_size(*(LAPTOP if size is not None else (before["width"], before["height"])))
     return path
+
+
+def overflow(driver: WebDriver) -> int:
+    """How many CSS pixels the page is wider than the window (0: nothing to scroll sideways)."""
+    return int(
+        driver.execute_script(
+            "return Math.max(0, document.documentElement.scrollWidth - window.innerWidth)"
+        )
+    )

@@ -4,15 +4,19 @@ on the coordinator, which is checked there."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import grpc
 import httpx
 
 from coordinator.sdk import TaskState
-from coordinator.v1 import admin_pb2, admin_pb2_grpc
+from coordinator.store import EventFilter, Store
+from coordinator.v1 import admin_pb2, admin_pb2_grpc, tasks_pb2
 from tests.console.conftest import Stack, flash_text
 from tests.console.http_client import csrf_of, signed_in
+from tests.store.support import create, in_one_revision
 
 
 def test_pages_need_sign_in_and_the_stream_too(stack: Stack) -> None:
@@ -127,3 +131,59 @@ def test_the_queues_page_counts_delayed_tasks_and_marks_a_paused_queue(stack: St
         in row
     )
     assert 'id="paused-queues">reports<' in page
+
+
+def _sse_ids(client: httpx.Client, last_event_id: str, count: int) -> list[str]:
+    """The ids of the first ``count`` task events the live stream sends when a browser
+    reconnects with ``Last-Event-ID``."""
+    ids: list[str] = []
+    headers = {"last-event-id": last_event_id}
+    with client.stream("GET", "/events/stream", headers=headers, timeout=15.0) as reply:
+        assert reply.status_code == 200
+        for line in reply.iter_lines():
+            if line.startswith("id: "):
+                ids.append(line.removeprefix("id: "))
+                if len(ids) == count:
+                    break
+    return ids
+
+
+def test_a_stream_resumed_inside_a_shared_revision_sends_the_rest_of_it_once(
+    stack: Stack, store: Store
+) -> None:
+    # Three creates in one etcd revision (group commit), so their events share it: only the
+    # position (revision, task, state version) tells them apart.
+    in_one_revision(store, [partial(create, store, name) for name in ("a", "b", "c")])
+    shared = {event.position.revision for event in store.events.history(EventFilter())}
+    (revision,) = shared
+    client = signed_in(stack.url, stack.token("pm-1"))
+    page = client.get("/events").text
+    assert [f"{revision}/{t}/0" for t in "abc"] == re.findall(r'data-position="([^"]+)"', page)
+
+    with stack.client("pm-1") as pm:  # after the browser's connection dropped
+        pm.create_task("d", queue="q", input=b"later")
+    resumed = _sse_ids(client, f"{revision}/b/0", count=2)
+    assert resumed[0] == f"{revision}/c/0"  # the rest of b's revision: c, not a or b again
+    assert resumed[1].endswith("/d/0") and int(resumed[1].split("/")[0]) > revision
+
+
+def test_the_task_page_draws_its_upstreams_and_dependents_with_their_states(
+    stack: Stack,
+) -> None:
+    with stack.stubs("pm-1") as pm:
+        for task_id, upstreams in [("fetch", ()), ("clean", ()), ("merge", ("fetch", "clean"))]:
+            request = tasks_pb2.CreateTaskRequest(task_id=task_id, input=b"i", depends_on=upstreams)
+            pm.tasks.CreateTask(request, metadata=pm.metadata)
+        request = tasks_pb2.CreateTaskRequest(task_id="report", input=b"i", depends_on=["merge"])
+        pm.tasks.CreateTask(request, metadata=pm.metadata)
+    stack.commit("clean", b"ok")
+    page = signed_in(stack.url, stack.token("worker-a")).get("/tasks/merge").text
+    graph = page.split('id="graph"', 1)[1].split("<section", 1)[0]
+
+    def nodes(column: str) -> list[tuple[str, str]]:
+        part = graph.split(f'id="{column}"', 1)[1].split("</ul>", 1)[0]
+        return re.findall(r'data-task="([^"]+)">.*?class="state s-(\w+)"', part)
+
+    assert nodes("upstreams") == [("fetch", "READY"), ("clean", "DONE")]  # depends_on order
+    assert nodes("dependents") == [("report", "WAITING")]
+    assert '<strong class="mono">merge</strong> <span class="state s-WAITING">' in graph

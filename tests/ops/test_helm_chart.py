@@ -32,6 +32,7 @@ from click.testing import CliRunner
 from cryptography import x509
 
 from coordinator.cli import main as cli
+from coordinator.cli.console import console as console_command
 from coordinator.cli.etcd_auth import etcd_auth as etcd_auth_command
 from coordinator.cli.serve import serve
 from coordinator.config import SETTINGS, Config
@@ -309,6 +310,61 @@ def test_the_console_runs_apart_and_talks_to_the_coordinator_service() -> None:
     service = _one(manifests, "Service", "rel-coordinator-console")
     assert service["spec"]["selector"] == console["spec"]["selector"]["matchLabels"]
     assert not [m for m in render(None) if "console" in m["metadata"]["name"]]  # off by default
+
+
+def _console_files(manifests: list[Manifest]) -> dict[str, tuple[str, str]]:
+    """Console flag -> (the Secret mounted where it points, the key projected to that file)."""
+    console = _one(manifests, "Deployment", "rel-coordinator-console")
+    pod = console["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    flags = dict(a.removeprefix("--").split("=", 1) for a in container["args"] if "=" in a)
+    projected = {
+        v["name"]: {i["path"]: i["key"] for i in v["secret"].get("items", [])}
+        for v in pod["volumes"]
+        if "secret" in v
+    }
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    found = {}
+    for flag in ("ca", "cert", "key"):
+        if flag in flags:
+            path = Path(flags[flag])
+            volume = mounts[str(path.parent)]
+            found[flag] = (_mounted_secret(pod, container, str(path)), projected[volume][path.name])
+    return found
+
+
+def test_against_mutual_tls_the_console_gets_the_ca_and_its_own_client_certificate() -> None:
+    files = _console_files(render(CHART / "ci" / "console-tls-values.yaml"))
+    assert files == {
+        "ca": ("coordinator-tls", "ca.crt"),  # the CA in the server's own certificate Secret
+        "cert": ("coordinator-console-client-tls", "tls.crt"),
+        "key": ("coordinator-console-client-tls", "tls.key"),
+    }
+    flags = {opt for param in console_command.params for opt in param.opts}
+    assert {"--ca", "--cert", "--key"} <= flags
+
+
+def test_against_tls_alone_the_console_gets_the_ca_it_is_told() -> None:
+    tls = ("console.enabled=true", "auth.tls.enabled=true", "auth.tls.secretName=coordinator-tls")
+    assert _console_files(render(None, *tls)) == {"ca": ("coordinator-tls", "ca.crt")}
+    other_ca = ("console.tls.caSecretName=company-ca", "console.tls.caKey=root.pem")
+    assert _console_files(render(None, *tls, *other_ca)) == {"ca": ("company-ca", "root.pem")}
+    assert _console_files(render(None, "console.enabled=true")) == {}  # plaintext: no TLS flags
+
+
+def test_mutual_tls_without_a_client_certificate_for_the_console_is_refused() -> None:
+    sets = (
+        *REQUIRED,
+        "console.enabled=true",
+        "auth.tls.enabled=true",
+        "auth.tls.secretName=coordinator-tls",
+        "auth.tls.clientCA=true",
+    )
+    result = _run("template", "rel", str(CHART), *(arg for s in sets for arg in ("--set", s)))
+    assert result.returncode != 0
+    assert "console.tls.clientSecretName: auth.tls.clientCA makes the coordinator demand" in (
+        result.stderr
+    )
 
 
 def test_external_etcd_is_the_default() -> None:

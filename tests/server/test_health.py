@@ -56,6 +56,7 @@ def test_reflection_lists_and_describes_the_services(channel: grpc.Channel) -> N
         "RecordEffect",
         "GetEffect",
         "ListOpenEffects",
+        "ListEffects",
         "ResolveEffect",
         "StartJob",
         "FinishJob",

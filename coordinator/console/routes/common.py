@@ -179,7 +179,7 @@ def jinja_environment(env: Environment) -> None:
     env.filters["end"] = lambda v: views.name(v, "end")
     env.filters["effect"] = lambda v: views.name(v, "effect")
     env.filters["when"] = views.when
-    env.filters["ms"] = views.epoch_ms
+    env.filters["duration"] = views.duration
     env.filters["payload"] = views.payload
     env.filters["position"] = views.position_text
     env.globals["idem"] = idempotency_key

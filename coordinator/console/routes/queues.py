@@ -1,8 +1,11 @@
-"""The queues page: per queue, how many tasks wait in each state, and whether claims are paused.
+"""The queues page: per queue, how many tasks wait in each state, how long the oldest ready
+task has waited, and whether claims are paused.
 
 There is no queue listing RPC: the page reads one ListTasks page (at most ``count_cap`` tasks)
 per state of interest and counts by queue. A state whose page was full shows its counts as
-lower bounds ("N+") rather than the console paging through the whole keyspace."""
+lower bounds ("N+") rather than the console paging through the whole keyspace. The oldest
+ready age is the server's own figure (GetStats, the one behind the
+coordinator_queue_oldest_ready_age_seconds metric; pm and admin may read it)."""
 
 from __future__ import annotations
 
@@ -47,6 +50,9 @@ def queues(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
     drain, drain_refused = attempt(
         lambda: rpc.call(rpc.admin.DrainStatus, admin_pb2.DrainStatusRequest())
     )
+    stats, stats_refused = attempt(
+        lambda: rpc.call(rpc.admin.GetStats, admin_pb2.GetStatsRequest())
+    )
     return {
         "epoch": epoch,
         "columns": COLUMNS,
@@ -55,7 +61,19 @@ def queues(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
         "cap": settings.count_cap,
         "drain": drain,
         "drain_refused": drain_refused,
+        **_oldest_ready(stats),
+        "stats_refused": stats_refused,
     }
+
+
+def _oldest_ready(stats: admin_pb2.GetStatsResponse | None) -> Context:
+    """Seconds the oldest ready task of each queue has waited, and how many busy queues the
+    server left out of its report. Only queues with a ready task have an age (GetStats also
+    lists the queues that only have claims)."""
+    if stats is None:  # the caller's role may not read it: the page says why
+        return {"oldest": {}, "stats_left_out": 0}
+    oldest = {q.queue: q.oldest_ready_age_seconds for q in stats.queues if q.ready_tasks}
+    return {"oldest": oldest, "stats_left_out": stats.queues_left_out}
 
 
 def tasks(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:

@@ -1,5 +1,7 @@
 """One task: its record, its attempts as a timeline (outcome and fence of each), its events,
-its uncertain effects, its dependencies, and its committed result with the evidence cited.
+every effect with its state (ListEffects; the uncertain ones can be resolved here), its place in
+the dependency graph (ListDependencies: upstreams and dependents with their states), and its
+committed result with the evidence cited.
 
 Each part is its own call, and a part the person's role may not read (a worker reading the
 result) shows the server's refusal in place; the rest of the page still renders."""
@@ -17,6 +19,9 @@ from coordinator.console.settings import ConsoleSettings
 from coordinator.sdk._rpc import Rpc
 from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
 
+# The effect states a person may resolve (ResolveEffect): the outcome is not known.
+_UNCERTAIN = frozenset({types_pb2.EFFECT_STATE_PREPARED, types_pb2.EFFECT_STATE_UNKNOWN})
+
 
 def task(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
     """Everything the console can show about one task."""
@@ -32,8 +37,23 @@ def task(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
     effects: Any
     effects, effects_refused = attempt(
         lambda: rpc.call(
-            rpc.worker.ListOpenEffects,
-            worker_pb2.ListOpenEffectsRequest(task_id=task_id, page_size=settings.page_size),
+            rpc.worker.ListEffects,
+            worker_pb2.ListEffectsRequest(
+                task_id=task_id,
+                page_size=settings.page_size,
+                page_token=request.query_params.get("effects", "")[:300],
+            ),
+        )
+    )
+    graph: Any
+    graph, graph_refused = attempt(
+        lambda: rpc.call(
+            rpc.tasks.ListDependencies,
+            tasks_pb2.ListDependenciesRequest(
+                task_id=task_id,
+                page_size=settings.page_size,
+                page_token=request.query_params.get("dependents", "")[:128],
+            ),
         )
     )
     result: Any = None
@@ -53,7 +73,11 @@ def task(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
         "attempts": attempts.attempts,
         "attempts_next": attempts.next_page_token,
         "effects": effects.effects if effects is not None else [],
+        "effects_next": effects.next_page_token if effects is not None else "",
         "effects_refused": effects_refused,
+        "uncertain": _UNCERTAIN,
+        "graph": graph,
+        "graph_refused": graph_refused,
         "result": result,
         "result_refused": result_refused,
         "events": events,

@@ -1,12 +1,17 @@
 // Progressive enhancement only: every page works without it.
 "use strict";
 
-// Live claims: refresh the table in place, and count how long each claim has been held.
-function tickSince() {
-  const now = Date.now();
-  for (const el of document.querySelectorAll(".since[data-since]")) {
-    const since = Number(el.dataset.since);
-    if (since > 0) el.textContent = Math.max(0, Math.round((now - since) / 1000)) + " s";
+// Live claims: refresh the table in place, and count each span on between refreshes. A span
+// starts from the coordinator's reading (data-seconds) and moves with this page's own clock
+// since the table arrived: the browser's clock is never compared with the server's.
+let countedFrom = performance.now();
+
+function tickCounts() {
+  const elapsed = (performance.now() - countedFrom) / 1000;
+  for (const el of document.querySelectorAll(".count[data-seconds]")) {
+    const start = Number(el.dataset.seconds);
+    const value = el.dataset.count === "down" ? start - elapsed : start + elapsed;
+    el.textContent = Math.max(0, Math.floor(value)) + " s" + (el.dataset.suffix || "");
   }
 }
 
@@ -18,11 +23,15 @@ function refreshLive(live) {
       if (!reply.ok) return;
       const doc = new DOMParser().parseFromString(await reply.text(), "text/html");
       const fresh = doc.getElementById("live");
-      if (fresh) { live.innerHTML = fresh.innerHTML; tickSince(); }
+      if (fresh) {
+        live.innerHTML = fresh.innerHTML;
+        countedFrom = performance.now();
+        tickCounts();
+      }
     } catch (e) { /* the next tick tries again */ }
   }, every);
-  setInterval(tickSince, 1000);
-  tickSince();
+  setInterval(tickCounts, 500);
+  tickCounts();
 }
 
 // Events: follow the live stream; the browser resumes after the last id on reconnect.
