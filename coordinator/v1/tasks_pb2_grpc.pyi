@@ -106,7 +106,10 @@ class TaskServiceStub:
     from_revision = revision + 1 would skip the rest of that revision.
     A follower that reads too slowly (its server-side buffer stays full) is ended with
     RESOURCE_EXHAUSTED; the trailing metadata "coordinator-resume-after-bin" holds the
-    EventPosition to resume after.
+    EventPosition to resume after. One that stopped reading altogether (the server's send is
+    blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
+    already sent; that status carries no trailing metadata, and its message names the last
+    event sent. Either way, resuming after the last event received loses and repeats nothing.
     """
 
 @_typing.type_check_only
@@ -178,7 +181,10 @@ class TaskServiceAsyncStub(TaskServiceStub):
     from_revision = revision + 1 would skip the rest of that revision.
     A follower that reads too slowly (its server-side buffer stays full) is ended with
     RESOURCE_EXHAUSTED; the trailing metadata "coordinator-resume-after-bin" holds the
-    EventPosition to resume after.
+    EventPosition to resume after. One that stopped reading altogether (the server's send is
+    blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
+    already sent; that status carries no trailing metadata, and its message names the last
+    event sent. Either way, resuming after the last event received loses and repeats nothing.
     """
 
 class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -319,7 +325,10 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
         from_revision = revision + 1 would skip the rest of that revision.
         A follower that reads too slowly (its server-side buffer stays full) is ended with
         RESOURCE_EXHAUSTED; the trailing metadata "coordinator-resume-after-bin" holds the
-        EventPosition to resume after.
+        EventPosition to resume after. One that stopped reading altogether (the server's send is
+        blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
+        already sent; that status carries no trailing metadata, and its message names the last
+        event sent. Either way, resuming after the last event received loses and repeats nothing.
         """
 
 def add_TaskServiceServicer_to_server(servicer: TaskServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 import coordinator.store.events as events_module
+from coordinator.domain.positions import EventPosition
 from coordinator.domain.stream_limits import StreamLimits
 from coordinator.errors import StreamBehind
 from coordinator.metrics import Metrics
@@ -274,6 +275,20 @@ def test_a_client_that_stops_reading_is_cut_resource_exhausted_naming_where_to_r
 
 def _key_of(position: tasks_pb2.EventPosition) -> tuple[int, str, int]:
     return (position.revision, position.task_id, position.prev_state_version)
+
+
+def test_a_boundary_the_server_hands_out_is_taken_back_as_after(
+    store: Store, tasks: tasks_pb2_grpc.TaskServiceStub
+) -> None:
+    # A follower ended behind before it received anything is told the start of the revision it
+    # asked for (not an event): sent back as after, it resumes exactly there.
+    _create_concurrently(store, [f"t{i:03}" for i in range(32)])
+    everything = _stream(tasks, queue="burst")
+    middle = everything[len(everything) // 2].revision
+    ((_, told),) = event_wire.resume_after_to_metadata(EventPosition.start_of(middle))
+    resumed = _stream(tasks, queue="burst", after=tasks_pb2.EventPosition.FromString(told))
+    assert [_key(e) for e in resumed] == [_key(e) for e in everything if e.revision >= middle]
+    assert resumed[0].revision == middle
 
 
 def test_the_after_position_must_name_an_event(tasks: tasks_pb2_grpc.TaskServiceStub) -> None:
