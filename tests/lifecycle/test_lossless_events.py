@@ -9,7 +9,6 @@ import queue
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -26,23 +25,9 @@ from coordinator.store.events import EventLog
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
-from tests.lifecycle.support import create, who
+from tests.lifecycle.support import create, create_concurrently, who
 
 READ = who("viewer")
-WRITERS = 16
-
-
-def _create_concurrently(store: Store, names: list[str]) -> None:
-    """Create ``names`` from WRITERS threads at once, so group commit shares revisions."""
-    start = threading.Barrier(WRITERS)
-
-    def write(chunk: list[str]) -> None:
-        start.wait()
-        for name in chunk:
-            create(store, name, queue="burst")
-
-    with ThreadPoolExecutor(WRITERS) as pool:
-        list(pool.map(write, [names[i::WRITERS] for i in range(WRITERS)]))
 
 
 def _key(event: tasks_pb2.TaskEvent) -> tuple[int, str, int]:
@@ -88,7 +73,7 @@ def test_a_follower_receives_every_event_of_shared_revisions_exactly_once_in_ord
     try:
         assert _take(received, 1)[0].task_id == "marker"
         names = [f"t{i:03}" for i in range(400)]
-        _create_concurrently(store, names)
+        create_concurrently(store, names)
         live = _take(received, 400)
         # One more, written after all 400: the next event must be it, not a late repeat.
         create(store, "after", queue="burst")
@@ -105,7 +90,7 @@ def test_a_follower_receives_every_event_of_shared_revisions_exactly_once_in_ord
 def test_resuming_after_the_first_event_of_a_shared_revision_loses_and_repeats_nothing(
     store: Store, tasks: tasks_pb2_grpc.TaskServiceStub
 ) -> None:
-    _create_concurrently(store, [f"t{i:03}" for i in range(160)])
+    create_concurrently(store, [f"t{i:03}" for i in range(160)])
     everything = _stream(tasks, queue="burst")
     shared = _shared_revisions(everything)
     assert shared, "group commit shared no revision: the test proves nothing"
@@ -128,7 +113,7 @@ def test_resuming_after_the_first_event_of_a_shared_revision_loses_and_repeats_n
 def test_history_in_passes_smaller_than_the_log_is_the_whole_log_in_order(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _create_concurrently(store, [f"t{i:03}" for i in range(64)])
+    create_concurrently(store, [f"t{i:03}" for i in range(64)])
     whole = [e.position for e in store.events.history(EventFilter(queue="burst"))]
     monkeypatch.setattr(events_module, "_SELECT", 3)
     passes = [e.position for e in store.events.history(EventFilter(queue="burst"))]
@@ -144,7 +129,7 @@ def test_a_follower_that_falls_behind_is_ended_with_the_position_to_resume_after
     create(store, "first", queue="burst")
     stream = slow.follow(EventFilter(queue="burst"), alive=lambda: True, on_behind=behind.set)
     got = [next(stream).position]
-    _create_concurrently(store, [f"t{i:03}" for i in range(48)])
+    create_concurrently(store, [f"t{i:03}" for i in range(48)])
     assert behind.wait(10), "a reader that stopped reading was never found behind"
     with pytest.raises(StreamBehind) as raised:
         got.extend(event.position for event in stream)
@@ -203,7 +188,7 @@ def test_a_grpc_follower_that_falls_behind_gets_resource_exhausted_and_its_resum
     behind, release = _stall_after_first_send(monkeypatch)
     call, received = _follow(tasks, queue="burst")
     got = _take(received, 1)
-    _create_concurrently(store, [f"t{i:03}" for i in range(48)])
+    create_concurrently(store, [f"t{i:03}" for i in range(48)])
     assert behind.wait(10), "the stalled stream was never found behind"
     release.set()
     while not isinstance(item := received.get(timeout=20), grpc.RpcError):
@@ -249,7 +234,7 @@ def test_a_client_that_stops_reading_is_cut_resource_exhausted_naming_where_to_r
     create(store, "first", queue="burst")
     request = tasks_pb2.WatchEventsRequest(follow=True, queue="burst")
     call = quick_cut.WatchEvents(request, metadata=READ, timeout=60)  # not read until cut
-    _create_concurrently(store, [f"t{i:03}" for i in range(320)])
+    create_concurrently(store, [f"t{i:03}" for i in range(320)])
     eventually(
         lambda: (_ended(metrics, "behind"), _ended(metrics, "cancelled")) == (1, 1),
         message="the stuck stream was not found behind and cut",
@@ -282,7 +267,7 @@ def test_a_boundary_the_server_hands_out_is_taken_back_as_after(
 ) -> None:
     # A follower ended behind before it received anything is told the start of the revision it
     # asked for (not an event): sent back as after, it resumes exactly there.
-    _create_concurrently(store, [f"t{i:03}" for i in range(32)])
+    create_concurrently(store, [f"t{i:03}" for i in range(32)])
     everything = _stream(tasks, queue="burst")
     middle = everything[len(everything) // 2].revision
     ((_, told),) = event_wire.resume_after_to_metadata(EventPosition.start_of(middle))
