@@ -22,8 +22,12 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-import grpc
-
+from chaos.abuse_check import (
+    refused_at_the_caps,
+    stream_refusals,
+    unread_streams,
+    unread_streams_ended,
+)
 from chaos.budget import budget_replay, missing_dead_letter
 from chaos.follow_check import follower_agreement
 from chaos.history import INFO, EffectWrite, EtcdWrite, Observed, Operation, OpKind
@@ -101,6 +105,8 @@ class CheckReport:
     settled_by_history: int = 0  # indefinite operations settled from etcd's own history
     followed: int = 0  # events the WatchEvents follower received
     streams_refused: int = 0  # flood streams refused RESOURCE_EXHAUSTED (the abuse scenario)
+    # Streams nobody read that the server ended, by the bound that did (the abuse scenario).
+    unread_ended: Mapping[str, int] = field(default_factory=dict)
     dead_lettered: int = 0  # tasks FAILED for an exhausted retry budget (the poison scenario)
 
     @property
@@ -176,6 +182,7 @@ def check(evidence: Evidence) -> CheckReport:
         violations += missing_dead_letter(task, evidence.final.get(task), poisoned_writes)
     violations += old_epoch_commits(ops)
     violations += stream_refusals(ops)
+    violations += unread_streams(ops)
     violations += duplicate_effects(evidence.performed)
     violations += lost_tasks(
         evidence.expected_tasks | evidence.poisoned | set(by_task), evidence.final
@@ -198,7 +205,8 @@ def check(evidence: Evidence) -> CheckReport:
         fence_checks=sum(c.accepted for c in evidence.coverage),
         settled_by_history=sum(o.reason == SETTLED_BY_HISTORY for o in ops),
         followed=len(evidence.followed or ()),
-        streams_refused=sum(_refused_at_the_caps(o) for o in ops),
+        streams_refused=sum(refused_at_the_caps(o) for o in ops),
+        unread_ended=unread_streams_ended(ops),
         dead_lettered=sum(t.dead_lettered for t in evidence.final.values()),
     )
 
@@ -287,29 +295,6 @@ def old_epoch_commits(ops: Sequence[Operation]) -> list[Violation]:
                 )
             )
     return violations
-
-
-def _refused_at_the_caps(op: Operation) -> bool:
-    return (
-        op.op is OpKind.WATCH
-        and op.outcome is Observed.REFUSED
-        and op.reason == grpc.StatusCode.RESOURCE_EXHAUSTED.name
-    )
-
-
-def stream_refusals(ops: Sequence[Operation]) -> list[Violation]:
-    """A stream past the caps is refused RESOURCE_EXHAUSTED (and only so): any other refusal
-    of a flood stream means the caps leaked into another failure (a timeout, an error)."""
-    return [
-        Violation(
-            Rule.STREAM_REFUSED_WRONGLY,
-            "",
-            (op.label(),),
-            f"refused {op.reason or '?'}, not RESOURCE_EXHAUSTED",
-        )
-        for op in ops
-        if op.op is OpKind.WATCH and op.outcome is Observed.REFUSED and not _refused_at_the_caps(op)
-    ]
 
 
 def lost_commits(task: str, ops: Sequence[Operation], final: FinalTask | None) -> list[Violation]:

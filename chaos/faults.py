@@ -349,8 +349,13 @@ class AbuseStreams(Fault):
     plus a consumer that never reads its stream. The replicas run with small stream bounds
     (``replica_flags``) and a short maximum age, so the caps are contended all through the flood
     and the run's follower (chaos/follower.py) must resume past refusals. Expected: nothing else
-    changes (every task done once, no violation, the follower sees the whole log) and every
-    refusal is RESOURCE_EXHAUSTED (the checker's ``stream_refusals``)."""
+    changes (every task done once, no violation, the follower sees the whole log), every
+    refusal is RESOURCE_EXHAUSTED (the checker's ``stream_refusals``), and the non-reader is
+    ended by the server (``unread_streams``): by its maximum age (1.5 s), since its buffer
+    (10,000 events, 10 s of patience) cannot fill in this workload's few seconds. Whether its
+    handler sees the age itself or, its send blocked by a full flow-control window, is cut by
+    the sweep, the stream ends UNAVAILABLE naming the age, which the non-reader reads at the
+    heal."""
 
     name = "abuse"
     MAX_STREAMS, PER_PRINCIPAL = 8, 3
@@ -372,8 +377,8 @@ class AbuseStreams(Fault):
 
     def inject(self, h: Harness) -> None:
         self.channels = [h.channel(), h.channel()]
-        self.non_reader = NonReader(self.channels[0], h.queue, h.metadata("non-reader"))
         rec = h.recorder("operator-abuse")
+        self.non_reader = NonReader(self.channels[0], h.queue, h.metadata("non-reader"), rec)
         self.flood = StreamFlood(self.channels[1], h.queue, self.FLOOD, h.metadata, rec).start()
         time.sleep(self.FLOOD_SECONDS)  # the workers claim and commit meanwhile
 
@@ -381,7 +386,7 @@ class AbuseStreams(Fault):
         if self.flood is not None:
             self.flood.stop()
         if self.non_reader is not None:
-            self.non_reader.close()
+            self.non_reader.finish()
         for channel in self.channels:
             channel.close()
 

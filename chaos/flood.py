@@ -8,9 +8,12 @@ is recorded (``OpKind.WATCH``): OK once its first event arrived (admitted), REFU
 status code when the server refused it, ABANDONED when the flood stopped while it waited. The
 checker holds every refusal to RESOURCE_EXHAUSTED (``stream_refusals``).
 
-The non-reading consumer opens one follow stream of the whole log and never reads it: the
-server must not let it hold more than its one slot and thread, and must end it once it falls
-behind (coordinator/server/streams.py).
+The non-reading consumer opens one follow stream of the whole log and reads nothing until the
+heal: the server must not let it hold more than its one slot and thread, and must end it - at
+its maximum age, or once its buffer stayed full (coordinator/server/streams.py). At the heal it
+reads what its stream holds, to its end, and records how the server ended it
+(``OpKind.UNREAD``: ENDED with ``max_age`` or ``behind``); the checker holds it to that
+(``unread_streams``).
 """
 
 from __future__ import annotations
@@ -104,16 +107,57 @@ class StreamFlood:
         self._rec.complete(op, End.FAIL, Observed.REFUSED, reason=exc.code().name, message=message)
 
 
-class NonReader:
-    """One follow stream of the whole log whose caller never reads a message."""
+DRAIN_SECONDS = 15.0
+"""How long the non-reader may take, at the heal, to read its stream to the server's end of it:
+an ended stream holds at most a flow-control window of events, read in well under a second."""
 
-    def __init__(self, channel: grpc.Channel, queue: str, metadata: Metadata) -> None:
+
+class NonReader:
+    """One follow stream of the whole log whose caller reads nothing until ``finish()``."""
+
+    def __init__(
+        self, channel: grpc.Channel, queue: str, metadata: Metadata, rec: Recorder
+    ) -> None:
         stub = tasks_pb2_grpc.TaskServiceStub(channel)
         request = tasks_pb2.WatchEventsRequest(queue=queue, follow=True)
-        # gRPC Python receives a message only when the iterator is advanced: never advancing it
+        self._rec = rec
+        self._op = rec.invoke(OpKind.UNREAD, task="")
+        # gRPC Python receives a message only when the iterator is advanced: not advancing it
         # leaves the server's sends to fill the flow-control window and then block.
-        self._call = stub.WatchEvents(request, metadata=metadata)
+        with rec.bound(self._op):
+            self._call = stub.WatchEvents(request, metadata=metadata)
 
-    def close(self) -> None:
-        """Cancel it (nothing changes if the server has ended it already)."""
-        self._call.cancel()  # type: ignore[no-untyped-call]  # untyped in the stubs
+    def finish(self) -> None:
+        """Read the stream to its end and record how the server ended it; a stream still open
+        ``DRAIN_SECONDS`` later is cancelled and recorded as such (the checker reports it)."""
+        ended: list[grpc.RpcError] = []
+
+        def drain() -> None:
+            try:
+                for _ in self._call:
+                    pass
+            except grpc.RpcError as exc:
+                ended.append(exc)
+
+        reader = threading.Thread(target=drain, name="chaos-non-reader", daemon=True)
+        reader.start()
+        reader.join(DRAIN_SECONDS)
+        if reader.is_alive():
+            self._call.cancel()  # type: ignore[no-untyped-call]  # untyped in the stubs
+            reader.join(5)
+            self._rec.complete(self._op, End.FAIL, Observed.ABANDONED, reason="still open")
+            return
+        how = ended_by(ended[0]) if ended else "OK"
+        message = (ended[0].details() or "")[:200] if ended else ""
+        self._rec.complete(self._op, End.OK, Observed.ENDED, reason=how, message=message)
+
+
+def ended_by(exc: grpc.RpcError) -> str:
+    """Which bound ended a stream, from its status: ``max_age`` (UNAVAILABLE), ``behind``
+    (RESOURCE_EXHAUSTED), else the status code's name."""
+    details = exc.details() or ""
+    if exc.code() is grpc.StatusCode.UNAVAILABLE and "maximum age" in details:
+        return "max_age"
+    if exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED and "behind" in details:
+        return "behind"
+    return exc.code().name

@@ -43,6 +43,7 @@ class OpKind(StrEnum):
     UPDATE_INPUT = "update_input"  # an operator's UpdateInput
     BUMP_EPOCH = "bump_epoch"  # an operator's BumpEpoch (names no task)
     WATCH = "watch"  # a WatchEvents follow stream opened by the abuse scenario's flood
+    UNREAD = "unread"  # the abuse scenario's follow stream that is never read until the heal
 
 
 class Observed(StrEnum):
@@ -87,6 +88,7 @@ class Observed(StrEnum):
     LOST = "LOST"  # settled: an indefinite call that did not take effect
     REFUSED = "REFUSED"  # refused with an error status (an operator's call, a flood stream)
     ABANDONED = "ABANDONED"  # the caller gave up on it first (a flood stream, at the heal)
+    ENDED = "ENDED"  # the server ended a stream (the reason says how: max_age, behind, a code)
 
 
 INFO = Observed.INFO

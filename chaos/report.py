@@ -22,6 +22,7 @@ HEADER = (
     "fence checks",
     "followed",
     "streams refused",
+    "unread ended",
     "dead letters",
     "violations",
 )
@@ -30,9 +31,9 @@ HEADER = (
 def row(r: Result) -> tuple[str, ...]:
     """One result as table cells."""
     if r.unhealthy:
-        return (r.scenario, r.implementation, "UNHEALTHY", *[""] * 10, r.unhealthy)
+        return (r.scenario, r.implementation, "UNHEALTHY", *[""] * 11, r.unhealthy)
     if r.verdict is None:
-        return (r.scenario, r.implementation, "SKIPPED", *[""] * 10, r.skipped)
+        return (r.scenario, r.implementation, "SKIPPED", *[""] * 11, r.skipped)
     v = r.verdict
     gaps = any(x.rule == "fence-coverage" for x in v.violations)
     fenced = " ".join(f"{k}={n}" for k, n in sorted(v.fenced.items())) or "0"
@@ -49,6 +50,7 @@ def row(r: Result) -> tuple[str, ...]:
         "-" if r.implementation == "naive" else str(v.fence_checks) + ("" if gaps else " (100%)"),
         followed(r),
         str(v.streams_refused),
+        " ".join(f"{how}={n}" for how, n in sorted(v.unread_ended.items())) or "-",
         str(v.dead_lettered),
         str(len(v.violations)),
     )

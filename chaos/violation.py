@@ -67,6 +67,8 @@ class Rule(StrEnum):
     FOLLOWER_UNKNOWN_EVENT = "follower-unknown-event"
     # A stream refused otherwise than RESOURCE_EXHAUSTED (the abuse scenario's flood).
     STREAM_REFUSED_WRONGLY = "stream-refused-wrongly"
+    # A stream nobody read that the server did not end by a bound (the abuse scenario).
+    UNREAD_STREAM_NOT_ENDED = "unread-stream-not-ended"
     # The downstream's counts and the replicas' counters.
     DUPLICATE_EFFECT = "duplicate-effect"
     FENCE_COVERAGE = "fence-coverage"

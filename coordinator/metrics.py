@@ -186,8 +186,8 @@ class Metrics:
         self.streams_ended = Counter(
             "coordinator_streams_ended",
             "Long-lived calls the server ended, by reason (max_age, unauthenticated, "
-            "permission_denied; cancelled: the handler did not end in time and the call was "
-            "cancelled).",
+            "permission_denied, behind: a follower's buffer stayed full; cancelled: of those, "
+            "the ones cut because the handler did not end in time).",
             ["reason"],
             registry=registry,
         )

@@ -45,13 +45,27 @@ class EventPosition:
         """Whether this names a real event (not a revision boundary)."""
         return bool(self.task_id) and self.prev_state_version >= 0
 
+    @property
+    def is_boundary(self) -> bool:
+        """Whether this is the start of a revision (``start_of``; ``end_of`` is the start of
+        the next): where a reader stands before it received any event, or past a stretch of
+        the log it read from the keys."""
+        return not self.task_id and self.prev_state_version == _BEFORE_VERSION
+
     def __str__(self) -> str:
         return f"{self.revision}/{self.task_id}/{self.prev_state_version}"
 
 
 def resume_point(*, from_revision: int, after: EventPosition | None) -> EventPosition:
-    """The position a reader continues after: ``after`` (the last event it received), or the
-    start of ``from_revision`` (0 or 1: the whole log). Both at once is ambiguous."""
+    """The position a reader continues after: ``after`` (the last event it received, or a
+    resume position the server handed it), or the start of ``from_revision`` (0 or 1: the
+    whole log). Both at once is ambiguous.
+
+    A follower ended for falling behind is told where to resume, and that can be a boundary
+    (it had received nothing yet, or had just read past compacted history), so a boundary is
+    accepted as well as an event. A half-filled position - a revision alone, as a client that
+    means "after this revision" would send it, which would repeat that revision - is refused:
+    say from_revision for that."""
     if from_revision < 0:
         raise InvalidArgument(f"from_revision must be >= 0, got {from_revision}")
     if after is None:
@@ -61,9 +75,10 @@ def resume_point(*, from_revision: int, after: EventPosition | None) -> EventPos
             "give either from_revision or after, not both: after (the position of the last "
             "event received) is how a broken stream resumes"
         )
-    if after.revision <= 0 or not after.is_event:
+    if after.revision <= 0 or not (after.is_event or after.is_boundary):
         raise InvalidArgument(
             "after must be the position of an event received (revision > 0, task_id set, "
-            f"prev_state_version >= 0), got {after}"
+            "prev_state_version >= 0) or a resume position the server sent (task_id empty, "
+            f"prev_state_version -1), got {after}"
         )
     return after

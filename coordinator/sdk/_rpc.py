@@ -22,11 +22,12 @@ reclaimed. Task creation is retried only with an explicit task id (see WorkerCli
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 from tenacity import (
@@ -52,7 +53,7 @@ from coordinator.errors import (
     Unauthenticated,
 )
 from coordinator.sdk import _budget
-from coordinator.sdk._target import LB_OPTION, channel_target
+from coordinator.sdk._target import LB_OPTION, Endpoints, channel_target, endpoint_targets
 from coordinator.sdk.types import NotSupported, OutcomeUnknown, TransportError
 from coordinator.v1 import admin_pb2_grpc, tasks_pb2_grpc, worker_pb2_grpc
 
@@ -306,8 +307,10 @@ class CallPlan:
 
 
 class Caller:
-    """What a transport of either kind keeps: where it connects, as whom, with which options
-    and policy; it plans each of its calls here (``CallPlan``)."""
+    """What a transport of either kind keeps: where it connects (one channel per replica it was
+    given, sdk/_target.py), as whom, with which options and policy; it plans each of its calls
+    here (``CallPlan``). ``pick`` chooses the first replica among n (random: a pool's clients
+    spread over them)."""
 
     def __init__(
         self,
@@ -318,9 +321,12 @@ class Caller:
         channel_options: Sequence[tuple[str, Any]] | None,
         clock: Callable[[], float],
         metadata: Sequence[tuple[str, str]] = (),
+        pick: Callable[[int], int] = random.randrange,
     ) -> None:
         self._metadata = (*base_metadata(principal), *metadata)
         self.target = channel_target(target)
+        self.targets = endpoint_targets(target)
+        self.first = pick(len(self.targets))
         self._options = channel_options_of(channel_options)
         self.principal = principal
         self.policy = retry
@@ -360,15 +366,24 @@ class Rpc(Caller):
         credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor[Any, Any]] = (),
         clock: Callable[[], float] = time.monotonic,
+        pick: Callable[[int], int] = random.randrange,
     ) -> None:
         super().__init__(
-            target, principal=principal, retry=retry, channel_options=channel_options, clock=clock
+            target,
+            principal=principal,
+            retry=retry,
+            channel_options=channel_options,
+            clock=clock,
+            pick=pick,
         )
-        if credentials is not None:
-            self._channel = grpc.secure_channel(self.target, credentials, options=self._options)
-        else:
-            self._channel = grpc.insecure_channel(self.target, options=self._options)
-        channel = grpc.intercept_channel(self._channel, *interceptors)
+        self._channels = [
+            grpc.secure_channel(t, credentials, options=self._options)
+            if credentials is not None
+            else grpc.insecure_channel(t, options=self._options)
+            for t in self.targets
+        ]
+        self.endpoints = Endpoints(self._channels, first=self.first)
+        channel = grpc.intercept_channel(cast(grpc.Channel, self.endpoints.channel), *interceptors)
         self.worker = worker_pb2_grpc.WorkerServiceStub(channel)
         self.tasks = tasks_pb2_grpc.TaskServiceStub(channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(channel)
@@ -401,28 +416,39 @@ class Rpc(Caller):
             lease_left=lease_left,
             hint=hint,
         )
+        at = self.endpoints.current
         try:
             return method(request, timeout=plan.per_try, metadata=plan.metadata)
         except grpc.RpcError as exc:
             plan.first_failed(exc)
+            self.endpoints.failed(at)  # the retry goes to the next replica
         try:
-            answer: Resp = Retrying(**plan.controls())(_retry_once, plan, method, request)
+            answer: Resp = Retrying(**plan.controls())(
+                _retry_once, plan, self.endpoints, method, request
+            )
         except grpc.RpcError as exc:
             raise plan.given_up(exc) from exc
         return answer
 
     def close(self) -> None:
-        """Close the channel; calls in flight fail with CANCELLED."""
-        self._channel.close()
+        """Close the channels; calls in flight fail with CANCELLED."""
+        for channel in self._channels:
+            channel.close()
 
 
 def _retry_once(
-    plan: CallPlan, method: grpc.UnaryUnaryMultiCallable[Req, Resp], request: Req
+    plan: CallPlan,
+    endpoints: Endpoints,
+    method: grpc.UnaryUnaryMultiCallable[Req, Resp],
+    request: Req,
 ) -> Resp:
-    """One retry of a sync call (tenacity calls it)."""
+    """One retry of a sync call (tenacity calls it); a failed one moves the client on."""
     timeout = plan.next_timeout()
+    at = endpoints.current
     try:
         return method(request, timeout=timeout, metadata=plan.metadata)
     except grpc.RpcError as exc:
         plan.failed(exc)
+        if is_transport(exc):
+            endpoints.failed(at)
         raise

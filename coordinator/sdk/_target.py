@@ -1,23 +1,28 @@
-"""Where the SDK's channel connects: one coordinator, a list of replicas, or a DNS name of many.
+"""Where the SDK's channels connect: one coordinator, a list of replicas, or a DNS name of many.
 
-gRPC resolves and balances: a list of replica addresses becomes one ``ipv4:``/``ipv6:`` target,
-a DNS name yields every address it resolves to, and the channel's load-balancing policy picks
-among them. The SDK's default policy is ``pick_first`` with a shuffled address list (gRFC A62):
+A list of replica addresses gives one channel per replica (``Endpoints``). Every call goes to
+one of them, the current one (a random one at first, so the clients of a pool spread over the
+replicas), and the client sticks to it: the replica that granted a claim also serves its
+renewals and commit (store/held.py saves that commit a read; store/leases.py reuses only
+leases the replica itself refreshed), which ``round_robin`` over the addresses would lose for
+every call. When a try fails in a way the SDK retries (UNAVAILABLE, DEADLINE_EXCEEDED,
+RESOURCE_EXHAUSTED), the client moves on to the next replica, so the retry goes elsewhere.
+That covers a replica that answers UNAVAILABLE itself (its etcd is unreachable: the server
+answers StoreUnavailable), which gRPC's own failover never leaves, since its connection is
+fine.
 
-- each client sticks to one replica, so the replica that granted a claim also serves its
-  renewals and commit (store/held.py saves that commit a read; store/leases.py reuses only
-  leases the replica itself refreshed); ``round_robin`` would spread one claim's calls over
-  every replica and lose both;
-- the shuffle spreads the clients of a pool over the replicas;
-- when the replica's connection fails, the channel connects to the next address, so a retry
-  goes to a replica that is up.
+One address, or a DNS name that resolves to several, is one channel, and gRPC balances: the
+policy is ``pick_first`` with a shuffled address list (gRFC A62), which sticks to one address and
+moves on only when its connection fails.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from coordinator.errors import InvalidArgument
 
@@ -69,3 +74,97 @@ def _family(endpoint: str) -> str:
             "'dns:///coordinator.example:7070'"
         ) from None
     return f"ipv{address.version}"
+
+
+def endpoint_targets(target: str | Sequence[str]) -> list[str]:
+    """One gRPC target per replica named: several ``host:port`` addresses (a list, or
+    comma-separated, or an ``ipv4:``/``ipv6:`` URI of several) give one each; one address or
+    any other URI (a DNS name) gives one."""
+    whole = channel_target(target)
+    scheme, _, addresses = whole.partition(":")
+    if scheme in ("ipv4", "ipv6") and "," in addresses:
+        return [f"{scheme}:{address}" for address in addresses.split(",")]
+    return [whole]
+
+
+class Endpoints:
+    """The channels to the replicas a client was given, used as one channel (the stubs are
+    made on ``channel``): each call goes to the current replica, and ``failed(at)`` moves the
+    client on to the next one after a try at replica ``at`` failed.
+
+    Duck-types the channel methods the generated stubs call, for sync and ``grpc.aio``
+    channels alike; closing the channels is their owner's (their close differs).
+    """
+
+    def __init__(self, channels: Sequence[Any], *, first: int) -> None:
+        self._channels = list(channels)
+        self._current = first % len(self._channels)
+        self._lock = threading.Lock()
+
+    @property
+    def channel(self) -> Any:
+        """What the stubs are made on: the one channel itself, or these endpoints."""
+        return self._channels[0] if len(self._channels) == 1 else self
+
+    @property
+    def current(self) -> int:
+        """The replica calls go to now (its index in the list given)."""
+        return self._current
+
+    def failed(self, at: int) -> None:
+        """A try at replica ``at`` failed and will be retried: move on, unless another call's
+        failure already did (calls failing together move the client once, not once each)."""
+        with self._lock:
+            if self._current == at:
+                self._current = (at + 1) % len(self._channels)
+
+    def unary_unary(self, *args: Any, **kwargs: Any) -> _OnCurrent:
+        """A unary method, sent to the current replica at each call."""
+        return _OnCurrent(self, lambda channel: channel.unary_unary(*args, **kwargs))
+
+    def unary_stream(self, *args: Any, **kwargs: Any) -> _OnCurrent:
+        """A server-streaming method, opened on the current replica at each call."""
+        return _OnCurrent(self, lambda channel: channel.unary_stream(*args, **kwargs))
+
+    def stream_unary(self, *args: Any, **kwargs: Any) -> _OnCurrent:
+        """A client-streaming method (none in the API; for completeness)."""
+        return _OnCurrent(self, lambda channel: channel.stream_unary(*args, **kwargs))
+
+    def stream_stream(self, *args: Any, **kwargs: Any) -> _OnCurrent:
+        """A bidirectional method (none in the API; for completeness)."""
+        return _OnCurrent(self, lambda channel: channel.stream_stream(*args, **kwargs))
+
+    def multi_callable(self, at: int, make: Callable[[Any], Any], made: list[Any]) -> Any:
+        """``make``'s multi-callable on replica ``at``, made once (``made`` is its cache)."""
+        if made[at] is None:
+            made[at] = make(self._channels[at])
+        return made[at]
+
+    @property
+    def count(self) -> int:
+        """How many replicas."""
+        return len(self._channels)
+
+
+class _OnCurrent:
+    """One method's multi-callable on every replica (made when first used), each call sent to
+    the replica that is current when it is made."""
+
+    def __init__(self, endpoints: Endpoints, make: Callable[[Any], Any]) -> None:
+        self._endpoints = endpoints
+        self._make = make
+        self._made: list[Any] = [None] * endpoints.count
+
+    def _now(self) -> Any:
+        return self._endpoints.multi_callable(self._endpoints.current, self._make, self._made)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._now()(*args, **kwargs)
+
+    def with_call(self, *args: Any, **kwargs: Any) -> Any:
+        """The sync API's ``with_call`` (client interceptors use it)."""
+        return self._now().with_call(*args, **kwargs)
+
+    def future(self, *args: Any, **kwargs: Any) -> Any:
+        """The sync API's ``future`` (client interceptors use it)."""
+        return self._now().future(*args, **kwargs)

@@ -11,7 +11,6 @@ revoked credentials) if the server decided to end it.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -38,10 +37,6 @@ from coordinator.server.tls import PeerProperties
 CURRENT_STREAM: ContextVar[StreamGuard | None] = ContextVar("coordinator_stream", default=None)
 """Set by the interceptor for the handler of a long-lived call; read through ``stream_alive``."""
 
-# How long a follower found behind may stay stuck in a send before its call is cancelled (a
-# client that stopped reading would otherwise hold its handler thread for ever).
-STUCK_SEND_GRACE = 10.0
-
 Check = Callable[[str, Metadata, PeerProperties], Identity]
 """``AuthInterceptor.check``: a call's credentials and role, checked again."""
 
@@ -53,15 +48,18 @@ def stream_alive(context: grpc.ServicerContext) -> Callable[[], bool]:
     return context.is_active if guard is None else guard.alive
 
 
-def cut_when_stuck(context: grpc.ServicerContext) -> Callable[[], None]:
-    """``on_behind`` for a follow stream: cancel the call if its thread is still stuck sending
-    (to a client that stopped reading) ``STUCK_SEND_GRACE`` seconds later. A reader that is
-    merely slow gets there first and ends with RESOURCE_EXHAUSTED and its resume position."""
+def cut_when_stuck(message: Callable[[], str]) -> Callable[[], None]:
+    """``on_behind`` for a follow stream's handler (call it on the handler's thread): counts the
+    stream as ended behind, and has the sweep cut it RESOURCE_EXHAUSTED with ``message()`` if
+    its thread is still stuck sending (to a client that stopped reading) ``stuck_grace`` later.
+    A reader that is merely slow gets there first: its handler ends it RESOURCE_EXHAUSTED with
+    the resume position in trailing metadata. Nothing for a call the interceptor did not admit
+    (a server built without it has no sweep)."""
+    guard = CURRENT_STREAM.get()
 
     def on_behind() -> None:
-        timer = threading.Timer(STUCK_SEND_GRACE, context.cancel)
-        timer.daemon = True
-        timer.start()
+        if guard is not None:
+            guard.fell_behind(message)
 
     return on_behind
 

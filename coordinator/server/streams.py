@@ -20,9 +20,11 @@ more than ``max_streams`` of them, ``max_workers`` are always left for unary cal
 past the total is refused RESOURCE_EXHAUSTED by grpc instead of queueing unseen.
 
 A handler ends its stream by seeing ``StreamGuard.alive()`` turn false (WatchEvents passes it to
-``events.follow``). A handler that does not look - blocked sending to a caller that stopped
-reading, or a stream that never asks (reflection, health Watch) - is cancelled by the sweep
-``stuck_grace`` seconds after its end was decided.
+``events.follow``); a follower that fell behind ends itself with the position to resume after
+(``StreamGuard.fell_behind`` only counts it). A handler that does not look - blocked sending to
+a caller that stopped reading, or a stream that never asks (reflection, health Watch) - is cut
+by the sweep ``stuck_grace`` seconds after its end was decided, with the status it would have
+ended with (``cut``), not a bare CANCELLED.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class EndReason(Enum):
     MAX_AGE = "max_age"
     UNAUTHENTICATED = "unauthenticated"
     PERMISSION_DENIED = "permission_denied"
+    BEHIND = "behind"  # a follower's buffer stayed full: it read too slowly, or not at all
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,8 @@ class StreamGuard:
         self._lock = threading.Lock()
         self._ending: StreamEnding | None = None
         self._ended_at = 0.0
+        self._behind: Callable[[], str] | None = None
+        self._behind_at = 0.0
         self._cancelled = False
 
     def alive(self) -> bool:
@@ -164,20 +169,57 @@ class StreamGuard:
         self._metrics.count_stream_ended(reason.value)
         log.info("stream ended by the server", principal=self.principal, reason=reason.value)
 
+    def fell_behind(self, message: Callable[[], str]) -> None:
+        """The stream's follower fell behind for good (called on its watch's thread). Its
+        handler ends the stream RESOURCE_EXHAUSTED with the position to resume after as soon as
+        it asks for the next event; one stuck sending to a caller that stopped reading cannot
+        ask, and is cut ``stuck_grace`` later with RESOURCE_EXHAUSTED and ``message()`` (read
+        then, so it names the last event that left)."""
+        with self._lock:
+            if self._behind is not None:
+                return
+            self._behind, self._behind_at = message, self._monotonic()
+        self._metrics.count_stream_ended(EndReason.BEHIND.value)
+        log.info("stream fell behind", principal=self.principal)
+
     def _cancel_if_stuck(self, now: float) -> None:
         with self._lock:
-            stuck = (
-                self._ending is not None
-                and not self._cancelled
-                and now - self._ended_at >= self._stuck_grace
-            )
-            self._cancelled = self._cancelled or stuck
-        if stuck:
+            due = None if self._cancelled else self._cut_due(now)
+            self._cancelled = self._cancelled or due is not None
+        if due is not None:
             # The handler cannot look (blocked in a send the caller does not read, or a stream
-            # that never asks): cancelling the call is the only way to get its thread back.
-            log.warning("stream did not end in time; cancelled", principal=self.principal)
+            # that never asks): cutting the call is the only way to get its thread back.
+            code, message = due
+            log.warning("stream did not end in time; cut", principal=self.principal)
             self._metrics.count_stream_ended("cancelled")
-            self._context.cancel()  # type: ignore[no-untyped-call]  # untyped in the stubs
+            cut(self._context, code, message())
+
+    def _cut_due(self, now: float) -> tuple[grpc.StatusCode, Callable[[], str]] | None:
+        """The status to cut the call with, once its end was decided ``stuck_grace`` ago."""
+        ending = self._ending
+        if ending is not None and now - self._ended_at >= self._stuck_grace:
+            return ending.code, lambda: ending.message
+        if self._behind is not None and now - self._behind_at >= self._stuck_grace:
+            return grpc.StatusCode.RESOURCE_EXHAUSTED, self._behind
+        return None
+
+
+def cut(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> None:
+    """End ``context``'s call now with ``code`` and ``message``, whatever its handler is doing.
+
+    From another thread grpc's public ``ServicerContext`` can only cancel, which the caller
+    hears as a bare CANCELLED. The core call underneath takes a status: HTTP/2 then sends it
+    right after the messages already handed to the transport (every one the caller will read)
+    and drops the one stuck behind flow control, so a caller that stopped reading reads what it
+    was sent and then ``code``. Only grpc-status and grpc-message go this way (no custom
+    trailing metadata), so ``message`` names what the caller needs. Falls back to ``cancel()``
+    should grpc's internals move (tests/lifecycle/test_lossless_events.py pins the status).
+    """
+    call = getattr(getattr(context, "_rpc_event", None), "call", None)  # grpc's own, no API
+    if call is None:
+        context.cancel()  # type: ignore[no-untyped-call]  # untyped in the stubs
+        return
+    call.cancel(code.value[0], message)
 
 
 class OpenStreams:

@@ -225,15 +225,21 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
             for event in events.history(flt, after=after):
                 yield event_wire.event_to_proto(event)
             return
+        # The last event whose send completed: grpc's sync server asks for the next event only
+        # once the previous one left, so the caller has every event up to it.
+        delivered = [after]
         followed = events.follow(
             flt,
             after=after,
             alive=stream_interceptor.stream_alive(context),
-            on_behind=stream_interceptor.cut_when_stuck(context),
+            on_behind=stream_interceptor.cut_when_stuck(
+                lambda: str(StreamBehind(delivered[0], events.inbox_events))
+            ),
         )
         try:
             for event in followed:
                 yield event_wire.event_to_proto(event)
+                delivered[0] = event.position
         except StreamBehind as exc:
             context.set_trailing_metadata(event_wire.resume_after_to_metadata(exc.position))
             raise

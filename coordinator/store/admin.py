@@ -3,9 +3,10 @@ status (of the keyspace, or of one queue's tasks)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
-from coordinator.domain.records import StagedResult, decode
+from coordinator.domain.records import StagedResult, TaskRecord, decode
 from coordinator.domain.states import UNCOMMITTED_STATES
 from coordinator.errors import FailedPrecondition, ResourceExhausted
 from coordinator.store.context import StoreContext, claim_from_kv, epoch_from_kv, task_from_kv
@@ -17,6 +18,9 @@ from coordinator.store.versions import VersionStore
 _CAS_TRIES = 8
 # etcd allows 128 operations per txn.
 _READ_BATCH = 100
+# Staged values read per round trip: each may hold MAX_RESULT_BYTES (512 KiB, about 700 KB
+# encoded), and a response must stay under gRPC's 4 MB message limit.
+_VALUES_PER_READ = 4
 MAX_PAUSED_QUEUES = 64
 """Queues paused one by one at once: every claim reads their keys (store/claims.py), so the
 set stays small; pausing every queue is the global pause. Two admins pausing a new queue at
@@ -123,16 +127,14 @@ class AdminStore:
             get(keys.epoch),
             get(keys.claims_paused),
             get_prefix(keys.claims_prefix, count_only=True),
-            get_prefix(keys.staging_prefix),
         ]
         snap = kv.read(*reads, *([get(keys.queue_paused(queue))] if queue else []))
-        staged = [decode(StagedResult, item.value) for item in snap.range_kvs(3)]
         status = DrainStatus(
             epoch=epoch_from_kv(snap.range_one(0)),
             claims_paused=snap.range_one(1) is not None,
             active_leases=snap.range_count(2),
             unknown_effects=0,
-            staged_uncommitted=self._count_pending(staged, snap.revision, queue),
+            staged_uncommitted=self._count_pending(snap.revision, queue),
         )
         if not queue:
             return status
@@ -141,17 +143,45 @@ class AdminStore:
             active_leases=count_claimed(self._ctx, queue, snap.revision),
             unknown_effects=count_open_effects(self._ctx, queue, snap.revision),
             queue=queue,
-            queue_paused=snap.range_one(4) is not None,
+            queue_paused=snap.range_one(3) is not None,
         )
 
-    def _count_pending(self, staged: list[StagedResult], revision: int, queue: str) -> int:
+    def _count_pending(self, revision: int, queue: str) -> int:
         """Staged results that can still become canonical: the task is still at that revision,
         not yet committed, and the staging attempt still holds the task's live claim (only the
         holder can commit). A result staged for a revision that was committed, cancelled or
         superseded by new input, or by an attempt whose claim ended (expired, revoked,
         released), can never become canonical, so it does not hold up a drain. With ``queue``,
-        only those of that queue's tasks."""
-        task_ids = sorted({s.task_id for s in staged})
+        only those of that queue's tasks. All read at ``revision``.
+
+        A staged value may be 512 KiB, so they are never listed whole (a handful passed gRPC's
+        4 MB message limit): the staging keys are paged keys only, and only the values of the
+        live holders' results are read, a few at a time, for the revision they were staged at.
+        """
+        pending = 0
+        for page in self._staged_keys(revision):
+            pending += self._of_current_revision(self._held(page, revision, queue), revision)
+        return pending
+
+    def _staged_keys(self, revision: int) -> Iterator[list[tuple[str, str, str]]]:
+        """Every staged result's (key, task_id, attempt_id) at ``revision``, page by page."""
+        kv, prefix = self._ctx.kv, self._ctx.keys.staging_prefix
+        start, end = prefix, kv.prefix_end(prefix)
+        while True:
+            page, _ = kv.range_page(
+                start, end, limit=_READ_BATCH, revision=revision, keys_only=True
+            )
+            yield [(item.key, *_staged_ids(item.key.removeprefix(prefix))) for item in page]
+            if len(page) < _READ_BATCH:
+                return
+            start = page[-1].key + "\0"
+
+    def _held(
+        self, staged: list[tuple[str, str, str]], revision: int, queue: str
+    ) -> list[tuple[str, TaskRecord]]:
+        """The staged results (key, task) whose attempt holds its uncommitted task's live claim
+        (of ``queue``'s tasks, with one)."""
+        task_ids = sorted({task_id for _, task_id, _ in staged})
         tasks, holders = {}, {}
         batch_size = _READ_BATCH // 2  # two reads per task
         for start in range(0, len(task_ids), batch_size):
@@ -168,12 +198,29 @@ class AdminStore:
                 claim_kv = snap.range_one(len(batch) + i)
                 if claim_kv is not None:
                     holders[task_id] = claim_from_kv(claim_kv).attempt_id
-        return sum(
-            1
-            for s in staged
-            if (task := tasks.get(s.task_id)) is not None
-            and task.revision == s.revision
+        return [
+            (key, task)
+            for key, task_id, attempt_id in staged
+            if (task := tasks.get(task_id)) is not None
             and task.state in UNCOMMITTED_STATES
             and (not queue or task.queue == queue)
-            and holders.get(s.task_id) == s.attempt_id
-        )
+            and holders.get(task_id) == attempt_id
+        ]
+
+    def _of_current_revision(self, held: list[tuple[str, TaskRecord]], revision: int) -> int:
+        """How many of the ``held`` results were staged for their task's current revision."""
+        count = 0
+        for start in range(0, len(held), _VALUES_PER_READ):
+            batch = held[start : start + _VALUES_PER_READ]
+            snap = self._ctx.kv.read(*(get(key, revision=revision) for key, _ in batch))
+            for i, (_, task) in enumerate(batch):
+                item = snap.range_one(i)
+                if item is not None and decode(StagedResult, item.value).revision == task.revision:
+                    count += 1
+        return count
+
+
+def _staged_ids(rest: str) -> tuple[str, str]:
+    """(task_id, attempt_id) of a staging key past its prefix: ids never contain "/"."""
+    task_id, _, attempt_id = rest.partition("/")
+    return task_id, attempt_id

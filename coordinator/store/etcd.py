@@ -434,6 +434,7 @@ def _chunks(requests: list[Any]) -> Iterator[list[Any]]:
     if run:
         yield run
 
+
 def _reading(call: Any) -> Callable[[], LeaseReading | None]:
     """The answer of a pending LeaseTimeToLive (TTL -1, or NOT_FOUND: the lease is gone)."""
 

@@ -48,6 +48,8 @@ WHOLE_LOG = EventPosition.start_of(1)
 # that far behind before its stream is ended.
 INBOX_EVENTS = 10_000
 PATIENCE_SECONDS = 10.0
+FOLLOW_POLL = 0.5
+"""Seconds at most between a follower's looks at whether its stream should go on."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,11 @@ class EventLog:
         self._identity: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
 
+    @property
+    def inbox_events(self) -> int:
+        """Events a follower may have waiting before it is held back (then found behind)."""
+        return self._inbox_events
+
     def history(
         self, flt: EventFilter, *, after: EventPosition = WHOLE_LOG
     ) -> Iterator[StoredEvent]:
@@ -123,7 +130,7 @@ class EventLog:
         after: EventPosition = WHOLE_LOG,
         alive: Callable[[], bool],
         on_behind: Callable[[], None] = lambda: None,
-        poll: float = 0.5,
+        poll: float = FOLLOW_POLL,
     ) -> Iterator[StoredEvent]:
         """Every matching event after ``after``, then each new one as it is written, until
         ``alive()`` turns false (checked at least every ``poll`` seconds). Raises

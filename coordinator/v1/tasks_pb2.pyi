@@ -713,8 +713,10 @@ class WatchEventsRequest(_message.Message):
 
     @_builtins.property
     def after(self) -> Global___EventPosition:
-        """Events strictly after this position (the position of the last event received). Not
-        together with from_revision.
+        """Events strictly after this position: the position of the last event received, or the
+        one a RESOURCE_EXHAUSTED end handed over (possibly a revision boundary: task_id empty,
+        prev_state_version -1, meaning from the start of that revision). Not together with
+        from_revision.
         """
 
     def __init__(

@@ -221,7 +221,10 @@ class TaskServiceServicer:
         from_revision = revision + 1 would skip the rest of that revision.
         A follower that reads too slowly (its server-side buffer stays full) is ended with
         RESOURCE_EXHAUSTED; the trailing metadata "coordinator-resume-after-bin" holds the
-        EventPosition to resume after.
+        EventPosition to resume after. One that stopped reading altogether (the server's send is
+        blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
+        already sent; that status carries no trailing metadata, and its message names the last
+        event sent. Either way, resuming after the last event received loses and repeats nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -106,7 +106,10 @@ class TaskServiceStub:
     from_revision = revision + 1 would skip the rest of that revision.
     A follower that reads too slowly (its server-side buffer stays full) is ended with
     RESOURCE_EXHAUSTED; the trailing metadata "coordinator-resume-after-bin" holds the
-    EventPosition to resume after.
+    EventPosition to resume after. One that stopped reading altogether (the server's send is
+    blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
+    already sent; that status carries no trailing metadata, and its message names the last
+    event sent. Either way, resuming after the last event received loses and repeats nothing.
     """
     ListClaims: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.ListClaimsRequest, _tasks_pb2.ListClaimsResponse]
     """The live claims (a claim key on a lease etcd still has), in task id order, a page at a
@@ -198,7 +201,10 @@ class TaskServiceAsyncStub(TaskServiceStub):
     from_revision = revision + 1 would skip the rest of that revision.
     A follower that reads too slowly (its server-side buffer stays full) is ended with
     RESOURCE_EXHAUSTED; the trailing metadata "coordinator-resume-after-bin" holds the
-    EventPosition to resume after.
+    EventPosition to resume after. One that stopped reading altogether (the server's send is
+    blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
+    already sent; that status carries no trailing metadata, and its message names the last
+    event sent. Either way, resuming after the last event received loses and repeats nothing.
     """
     ListClaims: _aio.UnaryUnaryMultiCallable[_tasks_pb2.ListClaimsRequest, _tasks_pb2.ListClaimsResponse]  # type: ignore[assignment]
     """The live claims (a claim key on a lease etcd still has), in task id order, a page at a
@@ -359,7 +365,10 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
         from_revision = revision + 1 would skip the rest of that revision.
         A follower that reads too slowly (its server-side buffer stays full) is ended with
         RESOURCE_EXHAUSTED; the trailing metadata "coordinator-resume-after-bin" holds the
-        EventPosition to resume after.
+        EventPosition to resume after. One that stopped reading altogether (the server's send is
+        blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
+        already sent; that status carries no trailing metadata, and its message names the last
+        event sent. Either way, resuming after the last event received loses and repeats nothing.
         """
 
     @_abc_1.abstractmethod

@@ -3,17 +3,19 @@ or expired while its stream is open ends that stream UNAUTHENTICATED, and only t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
 
-from coordinator.domain.stream_limits import StreamLimits
+from coordinator.config import Config
 from coordinator.server import build_server
 from coordinator.server.auth import TokenAuth
 from coordinator.server.tokens import TokenFile, token_hash
 from coordinator.store import Store
+from coordinator.store.events import FOLLOW_POLL
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 from tests.auth.conftest import TokenRing
 from tests.conftest import GRPC_OPTIONS
@@ -22,19 +24,22 @@ from tests.lifecycle.support import create
 
 RELOAD = 0.2
 FOLLOW = tasks_pb2.WatchEventsRequest(follow=True)
+LIMITS = Config(token_reload_interval=RELOAD, insecure=True).stream_limits
+SLACK = 1.0
+ENDS_WITHIN = RELOAD + RELOAD + FOLLOW_POLL + SLACK
+"""How soon a revoked token's stream must end, from the configured interval (not a latency
+figure): the file's change is seen within RELOAD, every stream is re-checked at least every
+RELOAD (serve's sweep, derived from the setting), a follower's handler looks every FOLLOW_POLL,
+and SLACK covers scheduling on a busy machine. A sweep that ignored the setting fails it."""
 
 
 @pytest.fixture
 def tasks(store: Store, ring: TokenRing) -> Iterator[tasks_pb2_grpc.TaskServiceStub]:
-    """TaskService of a server that reloads the token file every RELOAD seconds, as deployed
-    (the sweep then re-checks every stream at that interval)."""
+    """TaskService of a server that reloads the token file every RELOAD seconds, with the
+    stream limits ``serve`` derives from that setting (the sweep re-checks at that interval)."""
     auth = TokenAuth(TokenFile(ring.path, reload_interval=RELOAD))
     server, port = build_server(
-        store,
-        listen="127.0.0.1:0",
-        max_workers=8,
-        streams=StreamLimits(sweep_interval=RELOAD),
-        auth=auth,
+        store, listen="127.0.0.1:0", max_workers=8, streams=LIMITS, auth=auth
     )
     channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS)
     try:
@@ -61,7 +66,9 @@ def test_a_revoked_tokens_stream_ends_unauthenticated(
     assert next_of(revoked).task_id == next_of(kept).task_id == "t-1"
 
     ring.revoke("worker-a")
+    revoked_at = time.monotonic()
     error = _ended(revoked)
+    assert time.monotonic() - revoked_at <= ENDS_WITHIN
     assert error.code() == grpc.StatusCode.UNAUTHENTICATED
     assert error.details() == "unknown or revoked bearer token"
 

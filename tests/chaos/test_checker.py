@@ -257,3 +257,25 @@ def test_a_flood_stream_refused_otherwise_than_resource_exhausted_is_reported() 
     assert rules(verdict) == [("stream-refused-wrongly", "")]
     assert verdict.violations[0].detail == "refused DEADLINE_EXCEEDED, not RESOURCE_EXHAUSTED"
     assert verdict.streams_refused == 1
+
+
+def unread(outcome: str, reason: str = "") -> Operation:
+    return Operation(
+        "u-1", "operator-abuse", OpKind.UNREAD, "", 1.0, 5.0, Observed(outcome), reason=reason
+    )
+
+
+def test_a_stream_nobody_read_must_be_ended_by_its_age_or_its_buffer() -> None:
+    for how in ("max_age", "behind"):
+        verdict = check(Evidence([*CLEAN, unread("ENDED", how)], DONE_BY_B, frozenset({"t1"})))
+        assert (verdict.violations, dict(verdict.unread_ended)) == ((), {how: 1})
+    never = Operation("u-1", "operator-abuse", OpKind.UNREAD, "", 1.0, None, Observed.INFO)
+    for wrong, said in (
+        (unread("ENDED", "CANCELLED"), "ENDED CANCELLED"),  # cut without its status
+        (unread("ABANDONED", "still open"), "ABANDONED still open"),  # never ended
+        (never, "info (no status)"),  # the run died before the heal
+    ):
+        verdict = check(Evidence([*CLEAN, wrong], DONE_BY_B, frozenset({"t1"})))
+        assert rules(verdict) == [("unread-stream-not-ended", "")]
+        assert verdict.violations[0].detail.startswith(f"a stream nobody read ended {said},")
+        assert dict(verdict.unread_ended) == {}

@@ -43,6 +43,8 @@ def test_the_coordinator_passes_each_scenario(name: str, tmp_path: Path) -> None
         assert result.verdict.fenced.get("EPOCH_CHANGED", 0) >= 1, table([result])
     if name == "abuse":  # the flood met both caps, and was told so RESOURCE_EXHAUSTED
         assert result.verdict.streams_refused >= 1, table([result])
+        # The stream nobody read was ended by its maximum age (its buffer cannot fill first).
+        assert dict(result.verdict.unread_ended) == {"max_age": 1}, table([result])
     if name == "cancel-race":  # holders of cancelled tasks heard CANCELLED at commit
         assert result.verdict.fenced.get("CANCELLED", 0) >= 1, table([result])
     if name == "input-change-race":  # holders of changed tasks were refused at commit

@@ -44,6 +44,22 @@ def test_after_resumes_strictly_after_that_event() -> None:
     assert resume_point(from_revision=0, after=after) is after
 
 
+@given(positions)
+def test_every_position_a_follower_can_be_told_to_resume_after_is_accepted(
+    position: EventPosition,
+) -> None:
+    # A follower ended behind is told its cursor: the position it was asked to start after (an
+    # event, or the start of from_revision), an event it passed, or the end of a stretch it
+    # read from the keys (store/events.py). Each must be taken back as after.
+    told = (
+        position,
+        EventPosition.start_of(position.revision),
+        EventPosition.end_of(position.revision),
+    )
+    for cursor in told:
+        assert resume_point(from_revision=0, after=cursor) == cursor
+
+
 @pytest.mark.parametrize(
     ("from_revision", "after", "message"),
     [
@@ -51,6 +67,8 @@ def test_after_resumes_strictly_after_that_event() -> None:
         (3, EventPosition(5, "t", 3), "either from_revision or after"),
         (0, EventPosition(0, "t", 3), "after must be the position of an event"),
         (0, EventPosition(5, "", 3), "after must be the position of an event"),
+        (0, EventPosition(5, "", 0), "after must be the position of an event"),  # revision only
+        (0, EventPosition(0, "", -1), "after must be the position of an event"),
         (0, EventPosition(5, "t", -1), "after must be the position of an event"),
     ],
 )

@@ -3,6 +3,8 @@ keyspace reads, and caller metadata for the gRPC tests."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from coordinator.domain.decisions import ClaimLimits, Fence
@@ -98,3 +100,21 @@ def events(store: Store, etcd_client: Any, task_id: str) -> list[EventRecord]:
         for value, meta in etcd_client.get_prefix(store.ctx.keys.events_prefix(task_id))
     }
     return [decode(EventRecord, found[key]) for key in sorted(found)]
+
+
+WRITERS = 16
+"""Threads that write at once when a test wants group commit to share revisions."""
+
+
+def create_concurrently(store: Store, names: list[str], *, queue: str = "burst") -> None:
+    """Create ``names`` in ``queue`` from WRITERS threads at once, so group commit puts
+    several creations in one etcd revision."""
+    start = threading.Barrier(WRITERS)
+
+    def write(chunk: list[str]) -> None:
+        start.wait()
+        for name in chunk:
+            create(store, name, queue=queue)
+
+    with ThreadPoolExecutor(WRITERS) as pool:
+        list(pool.map(write, [names[i::WRITERS] for i in range(WRITERS)]))

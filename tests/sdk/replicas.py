@@ -20,9 +20,21 @@ COMMAND = [sys.executable, "-c", "from coordinator.cli import main; main()"]
 class Replica:
     """One coordinator replica: a serve process whose restarts keep its port (as a pod's do)."""
 
-    def __init__(self, etcd: EtcdProcess, prefix: str, logs: Path, name: str) -> None:
+    def __init__(
+        self,
+        etcd: EtcdProcess,
+        prefix: str,
+        logs: Path,
+        name: str,
+        *,
+        etcd_endpoint: str = "",
+        etcd_timeout: float = 5.0,
+    ) -> None:
+        """``etcd_endpoint``: reach etcd there instead (a proxy the test can cut)."""
         self.port = free_port()
-        self._args = ["serve", "--etcd", etcd.endpoint, "--prefix", prefix, "--insecure"]
+        endpoint = etcd_endpoint or etcd.endpoint
+        self._args = ["serve", "--etcd", endpoint, "--prefix", prefix, "--insecure"]
+        self._args += ["--etcd-timeout", str(etcd_timeout)]
         self._args += ["--listen", self.target, "--metrics-listen", "127.0.0.1:0"]
         self._args += ["--min-ttl", "1", "--shutdown-grace", "0"]
         self._logs, self._name = logs, name

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from coordinator.errors import InvalidArgument
 from coordinator.sdk._budget import MIN_TRY_TIMEOUT, out_of_time, retry_deadline, try_timeout
-from coordinator.sdk._target import channel_target
+from coordinator.sdk._target import Endpoints, channel_target, endpoint_targets
 
 seconds = st.floats(min_value=0, max_value=1e6, allow_nan=False)
 
@@ -80,3 +80,32 @@ def test_a_replica_list_grpc_cannot_resolve_is_refused_with_the_way_out(
         channel_target(given_target)
     if "several" in message:
         assert "dns:///" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("given_target", "targets"),
+    [
+        ("localhost:7070", ["localhost:7070"]),
+        ("dns:///coordinator.example:7070", ["dns:///coordinator.example:7070"]),
+        ("10.0.0.1:7070, 10.0.0.2:7071", ["ipv4:10.0.0.1:7070", "ipv4:10.0.0.2:7071"]),
+        ("ipv4:10.0.0.1:7070,10.0.0.2:7070", ["ipv4:10.0.0.1:7070", "ipv4:10.0.0.2:7070"]),
+        (["[::1]:7070", "[::2]:7070"], ["ipv6:[::1]:7070", "ipv6:[::2]:7070"]),
+    ],
+)
+def test_each_replica_given_gets_a_channel_of_its_own(
+    given_target: str | list[str], targets: list[str]
+) -> None:
+    assert endpoint_targets(given_target) == targets
+
+
+def test_a_failed_try_moves_the_client_on_once_however_many_calls_failed_there() -> None:
+    endpoints = Endpoints(["a", "b", "c"], first=1)
+    assert endpoints.current == 1
+    for _ in range(5):  # five calls that all tried b fail together
+        endpoints.failed(1)
+    assert endpoints.current == 2  # moved on once, not five times
+    endpoints.failed(2)
+    assert endpoints.current == 0  # round the list
+    alone = Endpoints(["a"], first=0)
+    alone.failed(0)
+    assert (alone.current, alone.channel) == (0, "a")  # one replica: its channel itself

@@ -8,6 +8,7 @@ OutcomeUnknown when it gives up on a call that may have landed.
 
 from __future__ import annotations
 
+import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
+from chaos.proxy import TcpProxy
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import (
     Claim,
@@ -25,6 +27,9 @@ from coordinator.sdk import (
     TransportError,
     WorkerClient,
 )
+from coordinator.sdk._rpc import Rpc
+from coordinator.sdk.aio._rpc import AsyncRpc
+from coordinator.v1 import admin_pb2
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
 from tests.sdk.replicas import Replica, replicas
@@ -153,3 +158,63 @@ def test_calls_move_to_the_replica_that_is_up(
         outcome = claim.commit(b"result")  # reaches a, which did not grant the claim
         assert outcome.committed, outcome
         assert client.get_task("t1").result_commit_id == outcome.result_commit_id
+
+
+def test_a_retry_after_a_replica_answers_unavailable_itself_goes_to_another(
+    etcd: EtcdProcess, prefix: str, tmp_path: Path
+) -> None:
+    # "sick" reaches etcd through a proxy the test cuts: its process and its connections are
+    # fine, and it answers every call UNAVAILABLE itself (StoreUnavailable), which gRPC's own
+    # failover (a connection that fails) never leaves.
+    proxy = TcpProxy(etcd.endpoint)
+    sick = Replica(etcd, prefix, tmp_path, "sick", etcd_endpoint=proxy.endpoint, etcd_timeout=1)
+    well = Replica(etcd, prefix, tmp_path, "well")
+    try:
+        sick.start()
+        well.start()
+        proxy.drop()
+        once = RetryPolicy(attempts=1)
+        alone = Rpc(sick.target, principal="w", retry=once, channel_options=GRPC_OPTIONS)
+        with pytest.raises(OutcomeUnknown, match=r"^UNAVAILABLE: etcd"):
+            alone.call(alone.admin.GetEpoch, admin_pb2.GetEpochRequest())
+        alone.close()
+        counter = CallCounter()
+        rpc = Rpc(
+            [sick.target, well.target],
+            principal="w",
+            retry=QUICK,
+            channel_options=GRPC_OPTIONS,
+            interceptors=[counter],
+            pick=_sick_first,
+        )
+        # The first try is answered UNAVAILABLE by sick; the retry goes to well and answers.
+        assert rpc.call(rpc.admin.GetEpoch, admin_pb2.GetEpochRequest()).epoch >= 1
+        assert counter.calls["GetEpoch"] == 2
+        # The client stays with the replica that answered.
+        rpc.call(rpc.admin.GetEpoch, admin_pb2.GetEpochRequest())
+        assert counter.calls["GetEpoch"] == 3
+        rpc.close()
+        assert asyncio.run(_async_epoch([sick.target, well.target])) == (0, 1)
+    finally:
+        sick.stop()
+        well.stop()
+        proxy.close()
+
+
+def _sick_first(count: int) -> int:
+    """Start on the first replica given (the sick one), not a random one."""
+    del count
+    return 0
+
+
+async def _async_epoch(targets: list[str]) -> tuple[int, int]:
+    """The asyncio transport the same way: (replica it started on, replica that answered)."""
+    rpc = AsyncRpc(
+        targets, principal="w", retry=QUICK, channel_options=GRPC_OPTIONS, pick=_sick_first
+    )
+    try:
+        started = rpc.endpoints.current
+        await rpc.call(rpc.admin.GetEpoch, admin_pb2.GetEpochRequest())
+        return started, rpc.endpoints.current
+    finally:
+        await rpc.close()

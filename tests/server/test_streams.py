@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,6 +206,52 @@ def test_streams_past_their_caps_are_refused_and_unary_calls_keep_answering(
     assert probe.failures == []
 
 
+def test_calls_past_the_servers_concurrency_limit_are_refused_resource_exhausted(
+    serve: Serve, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 2 threads for unary calls + 2 for streams: grpc's maximum_concurrent_rpcs is 4.
+    channel = serve(StreamLimits(max_streams=2, max_per_principal=8), max_workers=2)
+    create(store, "t-1")
+    tasks = tasks_pb2_grpc.TaskServiceStub(channel)
+    health = health_pb2_grpc.HealthStub(channel)
+    check = health_pb2.HealthCheckRequest()
+    serving = health_pb2.HealthCheckResponse.SERVING
+    # Streams alone never reach the limit: past their own bound they are refused by it, and
+    # the unary threads stay free (what docs/operations.md promises).
+    streams = _open(tasks, "reader", 3)
+    assert len(streams.admitted) == 2
+    assert [code for code, _ in streams.refused] == [grpc.StatusCode.RESOURCE_EXHAUSTED]
+    assert SERVER_FULL in streams.refused[0][1]
+    assert health.Check(check, timeout=5).status == serving
+    # Two unary calls held in their handlers take the two unary threads: the replica is full.
+    inside, release = threading.Semaphore(0), threading.Event()
+    real_get = store.tasks.get
+
+    def held_get(task_id: str) -> Any:
+        inside.release()
+        release.wait(30)
+        return real_get(task_id)
+
+    monkeypatch.setattr(store.tasks, "get", held_get)
+    get = tasks_pb2.GetTaskRequest(task_id="t-1")
+    with ThreadPoolExecutor(2) as pool:
+        held = [pool.submit(tasks.GetTask, get, metadata=PM, timeout=30) for _ in range(2)]
+        try:
+            for _ in held:
+                assert inside.acquire(timeout=10), "a held call never reached its handler"
+            for call in (lambda: health.Check(check, timeout=5), lambda: tasks.GetTask(get)):
+                with pytest.raises(grpc.RpcError) as info:
+                    call()  # refused at once, typed: not queued past its deadline
+                assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert info.value.details() == "Concurrent RPC limit exceeded!"
+        finally:
+            release.set()
+        assert [f.result().task.task_id for f in held] == ["t-1", "t-1"]
+    assert health.Check(check, timeout=5).status == serving  # capacity is back
+    for stream in streams.admitted:
+        cancel(stream)
+
+
 def test_a_stream_past_its_max_age_ends_unavailable_naming_the_setting(
     serve: Serve, store: Store
 ) -> None:
@@ -257,8 +304,11 @@ def test_events_follow_resumes_after_max_age_without_repeating_an_event(
         process.wait(timeout=10)
 
 
-def test_a_stream_that_never_checks_is_cancelled_after_its_age(serve: Serve, store: Store) -> None:
-    # gRPC's health Watch never asks whether to go on: the sweep cancels it.
+def test_a_stream_that_never_checks_is_cut_after_its_age_with_the_age_status(
+    serve: Serve, store: Store
+) -> None:
+    # gRPC's health Watch never asks whether to go on: the sweep cuts it, with the status it
+    # would have ended with (what clients retry), not a bare CANCELLED.
     channel = serve(StreamLimits(max_age=1.0, sweep_interval=0.1, stuck_grace=0.2))
     before = _open_gauge(store)
     call = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=30)
@@ -266,8 +316,12 @@ def test_a_stream_that_never_checks_is_cancelled_after_its_age(serve: Serve, sto
     with pytest.raises(grpc.RpcError) as info:
         for _ in call:  # a status every health interval, until the cancel
             pass
-    assert info.value.code() == grpc.StatusCode.CANCELLED
-    eventually(lambda: _open_gauge(store) == before, message="the cancelled stream kept its slot")
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert (info.value.details() or "").startswith("stream reached its maximum age (1 s")
+    ended = store.ctx.metrics.registry.get_sample_value
+    assert ended("coordinator_streams_ended_total", {"reason": "max_age"}) == 1
+    assert ended("coordinator_streams_ended_total", {"reason": "cancelled"}) == 1
+    eventually(lambda: _open_gauge(store) == before, message="the cut stream kept its slot")
 
 
 def test_unauthenticated_streams_share_one_principal_cap(serve: Serve, store: Store) -> None:

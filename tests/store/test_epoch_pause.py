@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+import coordinator.store.admin as admin_module
 from coordinator.domain.digests import digest_of
 from coordinator.domain.states import FenceReason, Outcome, TaskState
+from coordinator.domain.validation import MAX_RESULT_BYTES
 from coordinator.errors import FailedPrecondition
 from coordinator.store import Store
 from tests.store.support import (
@@ -114,6 +116,26 @@ def test_drain_status_counts_active_leases_and_staged_uncommitted_results(store:
     )
     store.tasks.cancel("t2", by="admin", reason="rollback")
     assert counts() == (True, 1, 1, 2, False)
+
+
+def test_drain_status_counts_staged_results_far_past_the_message_limit(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 12 results of the largest size a worker may stage: 6 MiB, past gRPC's 4 MB message limit
+    # that one read of every staged value would hit.
+    big = bytes(MAX_RESULT_BYTES)
+    fences = []
+    for n in range(12):
+        create(store, f"t{n:02}")
+        fences.append(claim(store, f"t{n:02}"))
+        store.acceptance.stage_result(
+            fences[-1], principal="w1", result_digest=digest_of(big), result=big, result_ref=""
+        )
+    # One released: its staged result can never be committed.
+    store.acceptance.release(fences[0], principal="w1", reason="giving it back")
+    monkeypatch.setattr(admin_module, "_READ_BATCH", 5)  # the staging keys in pages of 5
+    status = store.admin.drain_status()
+    assert (status.active_leases, status.staged_uncommitted) == (11, 11)
 
 
 def test_drain_completes_once_leases_end_and_staged_results_are_committed(store: Store) -> None:

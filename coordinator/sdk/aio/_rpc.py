@@ -8,16 +8,18 @@ sleeps with ``asyncio.sleep``, so a call waiting out its backoff never blocks th
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import grpc
 from grpc import aio
 from tenacity import AsyncRetrying
 
-from coordinator.sdk._rpc import Caller, CallPlan, Req, Resp, RetryPolicy
+from coordinator.sdk._rpc import Caller, CallPlan, Req, Resp, RetryPolicy, is_transport
+from coordinator.sdk._target import Endpoints
 from coordinator.sdk.auth import bearer_header
 from coordinator.v1 import admin_pb2_grpc, tasks_pb2_grpc, worker_pb2_grpc
 
@@ -44,6 +46,7 @@ class AsyncRpc(Caller):
         credentials: grpc.ChannelCredentials | None = None,
         token: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        pick: Callable[[int], int] = random.randrange,
     ) -> None:
         # Every call goes through ``call``, so the token rides in its metadata (the sync SDK
         # needs an interceptor because its CLI also opens streams on the channel).
@@ -54,15 +57,21 @@ class AsyncRpc(Caller):
             channel_options=channel_options,
             clock=clock,
             metadata=() if token is None else (bearer_header(token),),
+            pick=pick,
         )
-        if credentials is not None:
-            self._channel = aio.secure_channel(self.target, credentials, options=self._options)
-        else:
-            self._channel = aio.insecure_channel(self.target, options=self._options)
+        self._channels = [
+            aio.secure_channel(t, credentials, options=self._options)
+            if credentials is not None
+            else aio.insecure_channel(t, options=self._options)
+            for t in self.targets
+        ]
+        # One channel per replica given, a retry moving on to the next (sdk/_target.py).
+        self.endpoints = Endpoints(self._channels, first=self.first)
+        channel = cast(aio.Channel, self.endpoints.channel)
         # The generated stubs are typed as their async variants on an aio channel.
-        self.worker = worker_pb2_grpc.WorkerServiceStub(self._channel)
-        self.tasks = tasks_pb2_grpc.TaskServiceStub(self._channel)
-        self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+        self.worker = worker_pb2_grpc.WorkerServiceStub(channel)
+        self.tasks = tasks_pb2_grpc.TaskServiceStub(channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(channel)
 
     async def call(
         self,
@@ -84,30 +93,39 @@ class AsyncRpc(Caller):
             lease_left=lease_left,
             hint=hint,
         )
+        at = self.endpoints.current
         try:
             return await method(request, timeout=plan.per_try, metadata=plan.metadata)
         except grpc.RpcError as exc:
             plan.first_failed(exc)
+            self.endpoints.failed(at)  # the retry goes to the next replica
         try:
             answer: Resp = await AsyncRetrying(**plan.controls())(
-                _retry_once, plan, method, request
+                _retry_once, plan, self.endpoints, method, request
             )
         except grpc.RpcError as exc:
             raise plan.given_up(exc) from exc
         return answer
 
     async def close(self) -> None:
-        """Close the channel; calls in flight fail with CANCELLED."""
-        await self._channel.close(None)
+        """Close the channels; calls in flight fail with CANCELLED."""
+        for channel in self._channels:
+            await channel.close(None)
 
 
 async def _retry_once(
-    plan: CallPlan, method: aio.UnaryUnaryMultiCallable[Req, Resp], request: Req
+    plan: CallPlan,
+    endpoints: Endpoints,
+    method: aio.UnaryUnaryMultiCallable[Req, Resp],
+    request: Req,
 ) -> Resp:
-    """One retry of an asyncio call (tenacity awaits it)."""
+    """One retry of an asyncio call (tenacity awaits it); a failed one moves the client on."""
     timeout = plan.next_timeout()
+    at = endpoints.current
     try:
         return await method(request, timeout=timeout, metadata=plan.metadata)
     except grpc.RpcError as exc:
         plan.failed(exc)
+        if is_transport(exc):
+            endpoints.failed(at)
         raise
