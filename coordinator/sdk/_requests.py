@@ -48,13 +48,23 @@ def claim_request(
 
 
 def claim_next_request(
-    queue: str, *, ttl: timedelta, epoch: int, wait: float = 0.0
+    queue: str, *, ttl: timedelta, epoch: int, wait: float = 0.0, max_tasks: int = 1
 ) -> worker_pb2.ClaimNextRequest:
-    """A claim of ``queue``'s next ready task under the scheduler ``epoch`` (a long poll of up
-    to ``wait`` seconds when it is not 0)."""
+    """A claim of ``queue``'s next ready task (up to ``max_tasks`` of them) under the scheduler
+    ``epoch`` (a long poll of up to ``wait`` seconds when it is not 0)."""
+    if not 1 <= max_tasks <= MAX_TASKS:
+        raise InvalidArgument(f"max_tasks must be 1 to {MAX_TASKS}, got {max_tasks}")
     return worker_pb2.ClaimNextRequest(
-        queue=queue, scheduler_epoch=epoch, ttl_seconds=ttl_seconds(ttl), wait_seconds=wait
+        queue=queue,
+        scheduler_epoch=epoch,
+        ttl_seconds=ttl_seconds(ttl),
+        wait_seconds=wait,
+        max_tasks=max_tasks if max_tasks > 1 else 0,
     )
+
+
+MAX_TASKS = 64
+"""Tasks one call may claim (the server's bound)."""
 
 
 def epoch_moved(response: worker_pb2.ClaimResponse) -> bool:

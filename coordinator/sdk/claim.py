@@ -29,6 +29,7 @@ from coordinator.errors import CoordinatorError
 from coordinator.sdk._flag import Flag
 from coordinator.sdk._held import HeldClaim, LostCallback
 from coordinator.sdk._renewer import Renewer
+from coordinator.sdk._requests import claim_next_request
 from coordinator.sdk._rpc import Req, Resp, Rpc
 from coordinator.sdk.attempt import WorkerMethod
 from coordinator.sdk.effects import Downstream, EffectOutcome, run_effect
@@ -39,8 +40,9 @@ from coordinator.sdk.types import (
     ReleaseOutcome,
     StageOutcome,
     ToolAuthorization,
+    TransportError,
 )
-from coordinator.v1 import worker_pb2
+from coordinator.v1 import types_pb2, worker_pb2
 
 __all__ = ["Claim", "LostCallback"]
 
@@ -113,6 +115,45 @@ class Claim(HeldClaim):
         """
         request = self._commit_request(result, result_ref, result_digest, evidence)
         return self._committed(self.call(lambda worker: worker.Commit, request))
+
+    def commit_and_next(
+        self,
+        result: bytes,
+        *,
+        queue: str,
+        ttl: timedelta,
+        max_tasks: int = 1,
+        on_lost: LostCallback | None = None,
+        result_ref: str = "",
+        result_digest: str | None = None,
+        evidence: Sequence[str] = (),
+    ) -> tuple[CommitOutcome, list[Claim]]:
+        """``commit``, and in the same call claim up to ``max_tasks`` ready tasks of ``queue``
+        (CommitRequest.next): one round trip per task of a busy queue instead of two. Returns
+        the commit's outcome and the claims won (none when nothing was ready, or the epoch
+        moved on: claim with ``WorkerClient.claim_next`` then, which follows the new epoch).
+
+        Not retried as one call: if its answer is lost, ``commit`` alone is retried (its next
+        claim, if one was granted, is held by nobody and expires with its lease)."""
+        request = self._commit_request(result, result_ref, result_digest, evidence)
+        request.next.CopyFrom(
+            claim_next_request(
+                queue, ttl=ttl, epoch=self.fence.scheduler_epoch, max_tasks=max_tasks
+            )
+        )
+        sent = self._clock()
+        try:
+            response = self._rpc.call(
+                self._rpc.worker.Commit, request, retry=False, lease_left=self.remaining()
+            )
+        except TransportError:
+            return self.commit(
+                result, result_ref=result_ref, result_digest=result_digest, evidence=evidence
+            ), []
+        outcome = self._committed(response)
+        return outcome, claims_of(
+            self._rpc, response.next, sent_at=sent, on_lost=on_lost, renewer=self._renewer
+        )
 
     def stage(
         self, result: bytes, *, result_ref: str = "", result_digest: str | None = None
@@ -250,3 +291,30 @@ class Claim(HeldClaim):
 
     def __repr__(self) -> str:
         return f"Claim({self._describe()})"
+
+
+def claims_of(
+    rpc: Rpc,
+    response: worker_pb2.ClaimResponse,
+    *,
+    sent_at: float,
+    on_lost: LostCallback | None = None,
+    safety_margin: timedelta | None = None,
+    renewer: Renewer | None = None,
+) -> list[Claim]:
+    """The claims a ClaimNext answer (or a commit's next) won: its own, then more_claims; none
+    when it was not CLAIMED."""
+    if response.outcome != types_pb2.OUTCOME_CLAIMED:
+        return []
+    won = [response, *(more for more in response.more_claims if more.outcome == response.outcome)]
+    return [
+        Claim(
+            rpc,
+            claim,
+            sent_at=sent_at,
+            on_lost=on_lost,
+            safety_margin=safety_margin,
+            renewer=renewer,
+        )
+        for claim in won
+    ]

@@ -38,7 +38,7 @@ from coordinator.sdk._requests import (
 )
 from coordinator.sdk._rpc import RetryPolicy, Rpc
 from coordinator.sdk.auth import BearerToken
-from coordinator.sdk.claim import Claim, LostCallback
+from coordinator.sdk.claim import Claim, LostCallback, claims_of
 from coordinator.sdk.effects import EffectInfo
 from coordinator.sdk.managed import DEFAULT_GRACE
 from coordinator.sdk.rediscover import ListedJob, Rediscovered, list_jobs, rediscover, resume_claim
@@ -167,6 +167,45 @@ class WorkerClient:
             safety_margin=safety_margin,
             timeout=self._rpc.policy.timeout.total_seconds() + waited if waited else None,
         )
+
+    def claim_many(
+        self,
+        queue: str = "default",
+        *,
+        ttl: timedelta,
+        max_tasks: int,
+        on_lost: LostCallback | None = None,
+        safety_margin: timedelta | None = None,
+        wait: timedelta | None = None,
+    ) -> list[Claim] | ClaimRefused:
+        """Claim up to ``max_tasks`` (at most 64) ready tasks of ``queue`` in one call, each a
+        claim of its own; the refusal (NO_READY_TASK, ...) when it won none. ``wait`` long-polls
+        for the first task as ``claim_next`` does; the others are whatever is ready then."""
+        waited = wait.total_seconds() if wait is not None else 0.0
+        request = claim_next_request(
+            queue, ttl=ttl, epoch=self._pinned_epoch(), wait=waited, max_tasks=max_tasks
+        )
+        sent_at = time.monotonic()
+        timeout = self._rpc.policy.timeout.total_seconds() + waited if waited else None
+        response = self._rpc.call(
+            self._rpc.worker.ClaimNext, request, hint=CLAIM_HINT, timeout=timeout
+        )
+        if epoch_moved(response) and repinned(request, self.epoch()):
+            sent_at = time.monotonic()
+            response = self._rpc.call(
+                self._rpc.worker.ClaimNext, request, hint=CLAIM_HINT, timeout=timeout
+            )
+        if waited:
+            sent_at = time.monotonic()  # a long poll's leases start when it wins (see below)
+        won = claims_of(
+            self._rpc,
+            response,
+            sent_at=sent_at,
+            on_lost=on_lost,
+            safety_margin=safety_margin,
+            renewer=self._renewer,
+        )
+        return won or ClaimRefused.from_proto(response)
 
     def _claimed(
         self,

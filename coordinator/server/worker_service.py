@@ -7,14 +7,16 @@ lives in protos/coordinator/v1/worker.proto; the rules live in the domain and th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
 import grpc
 
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.roles import Role
 from coordinator.domain.validation import non_negative, task_id
-from coordinator.errors import CoordinatorError, PermissionDenied
+from coordinator.errors import CoordinatorError, InvalidArgument, PermissionDenied
 from coordinator.logging import bound, note
 from coordinator.server import common_wire, effect_wire, job_wire, task_wire, worker_wire
 from coordinator.server.identity import identity_of, principal_of
@@ -56,22 +58,28 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.ClaimNextRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ClaimResponse:
         """Claim the next ready task of a queue, waiting up to wait_seconds for one."""
-        queue = task_wire.parse_queue_or_default(request.queue)
-        epoch = common_wire.parse_epoch("scheduler_epoch", request.scheduler_epoch)
-        ttl = worker_wire.parse_ttl("ttl_seconds", request.ttl_seconds)
-        wait = worker_wire.parse_wait_seconds(request.wait_seconds, self._max_claim_wait)
+        next_claim = _parse_next(request, "", self._max_claim_wait)
         principal = principal_of(context)
+        return self._claim_batch(next_claim, principal, stream_alive(context))
+
+    def _claim_batch(
+        self, next_claim: _NextClaim, principal: str, alive: Callable[[], bool]
+    ) -> worker_pb2.ClaimResponse:
+        queue, epoch = next_claim.queue, next_claim.epoch
         with bound(queue=queue, epoch=epoch, principal=principal):
-            result = self._store.long_poll.claim_next(
+            results = self._store.long_poll.claim_batch(
                 queue,
                 principal=principal,
                 epoch=epoch,
-                ttl=ttl,
-                wait=wait,
-                alive=stream_alive(context),
+                ttl=next_claim.ttl,
+                wait=next_claim.wait,
+                alive=alive,
+                max_tasks=next_claim.max_tasks,
             )
-            _note_claim(result)
-        return worker_wire.claim_to_proto(result)
+            _note_claim(results[0])
+            if len(results) > 1:
+                note(claimed=len(results))
+        return worker_wire.batch_to_proto(results)
 
     @rpc
     def Renew(  # noqa: N802
@@ -153,6 +161,14 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
             request.result, request.result_digest, request.result_ref
         )
         evidence = job_wire.parse_evidence(list(request.evidence))
+        next_claim = None
+        if request.HasField("next"):
+            if request.next.wait_seconds:
+                raise InvalidArgument(
+                    "next.wait_seconds must be 0: a commit never waits for its next task "
+                    "(long-poll with ClaimNext once the queue runs dry)"
+                )
+            next_claim = _parse_next(request.next, "next.", 0.0)
         principal = principal_of(context)
         with _bound(fence, principal):
             result = self._store.acceptance.commit(
@@ -165,7 +181,10 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 evidence=evidence,
             )
             _note_verdict(result.verdict, commit_id=result.result_commit_id, digest=digest)
-        return worker_wire.commit_to_proto(result)
+        response = worker_wire.commit_to_proto(result)
+        if next_claim is not None:
+            response.next.CopyFrom(self._claim_batch(next_claim, principal, stream_alive(context)))
+        return response
 
     @rpc
     def Release(  # noqa: N802
@@ -399,3 +418,28 @@ def _note_claim(result: ClaimResult) -> None:
 
 def _renewed_ok(answer: RenewAnswer) -> bool:
     return not isinstance(answer, CoordinatorError) and answer.verdict.accepted
+
+
+@dataclass(frozen=True)
+class _NextClaim:
+    """A ClaimNext's request, parsed: from ClaimNext itself or from a Commit's ``next``."""
+
+    queue: str
+    epoch: int
+    ttl: int
+    wait: float
+    max_tasks: int
+
+
+def _parse_next(request: worker_pb2.ClaimNextRequest, field: str, max_wait: float) -> _NextClaim:
+    """Every field checked (``field`` prefixes the names in errors)."""
+    try:
+        return _NextClaim(
+            queue=task_wire.parse_queue_or_default(request.queue),
+            epoch=common_wire.parse_epoch("scheduler_epoch", request.scheduler_epoch),
+            ttl=worker_wire.parse_ttl("ttl_seconds", request.ttl_seconds),
+            wait=worker_wire.parse_wait_seconds(request.wait_seconds, max_wait),
+            max_tasks=worker_wire.parse_max_tasks("max_tasks", request.max_tasks),
+        )
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{field}{exc}") from None

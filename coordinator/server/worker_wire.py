@@ -79,6 +79,24 @@ def parse_wait_seconds(value: float, limit: float) -> float:
     return value
 
 
+MAX_TASKS_PER_CLAIM = 64
+"""Tasks one ClaimNext (or a commit's next) may claim."""
+
+
+def parse_max_tasks(field: str, value: int) -> int:
+    """How many tasks a ClaimNext claims at most: 0 (one) to MAX_TASKS_PER_CLAIM."""
+    if not 0 <= value <= MAX_TASKS_PER_CLAIM:
+        raise InvalidArgument(f"{field} must be 0 to {MAX_TASKS_PER_CLAIM}, got {value}")
+    return max(value, 1)
+
+
+def batch_to_proto(results: Sequence[ClaimResult]) -> worker_pb2.ClaimResponse:
+    """ClaimResponse for a batch: the first claim's own fields, the others in more_claims."""
+    response = claim_to_proto(results[0])
+    response.more_claims.extend(claim_to_proto(result) for result in results[1:])
+    return response
+
+
 def parse_renewal(request: worker_pb2.RenewRequest) -> Renewal:
     """One renewal: the fence, the progress marker and a checkpoint (if set)."""
     return Renewal(

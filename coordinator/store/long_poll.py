@@ -160,6 +160,31 @@ class LongPoll:
             self._waiters.notify(queue)
         return result
 
+    def claim_batch(
+        self,
+        queue: str,
+        *,
+        principal: str,
+        epoch: int,
+        ttl: int,
+        wait: float,
+        alive: Callable[[], bool],
+        max_tasks: int,
+    ) -> list[ClaimResult]:
+        """Up to ``max_tasks`` tasks of ``queue``: the first as ``claim_next`` wins it (waiting
+        up to ``wait``), then, once it is CLAIMED, whatever else is ready at once; each its own
+        claim txn. The first result is always there (a refusal, NO_READY_TASK)."""
+        first = self.claim_next(
+            queue, principal=principal, epoch=epoch, ttl=ttl, wait=wait, alive=alive
+        )
+        results = [first]
+        while len(results) < max_tasks and results[-1].verdict.outcome is Outcome.CLAIMED:
+            more = self._claims.claim_next(queue, principal=principal, epoch=epoch, ttl=ttl)
+            if more.verdict.outcome is not Outcome.CLAIMED:
+                break
+            results.append(more)
+        return results
+
     def _wait_for_turns(
         self,
         queue: str,

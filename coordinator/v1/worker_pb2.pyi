@@ -104,12 +104,20 @@ class ClaimNextRequest(_message.Message):
     SCHEDULER_EPOCH_FIELD_NUMBER: _builtins.int
     TTL_SECONDS_FIELD_NUMBER: _builtins.int
     WAIT_SECONDS_FIELD_NUMBER: _builtins.int
+    MAX_TASKS_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     scheduler_epoch: _builtins.int
     ttl_seconds: _builtins.int
     wait_seconds: _builtins.float
     """How long to wait for a task when none is ready: 0 (answer at once) to the server's
     max_claim_wait (at most 20 s). Give the call a deadline longer than this.
+    """
+    max_tasks: _builtins.int
+    """Claim up to this many tasks in one call (0 or 1: one; at most 64). Each is a claim of its
+    own (its own transaction, generation, attempt and lease: exactly what that many ClaimNext
+    calls would have won); the first comes in the response's own fields, the others in
+    more_claims. A wait applies to the first only: once one is won the call takes whatever
+    else is ready and answers.
     """
     def __init__(
         self,
@@ -118,10 +126,11 @@ class ClaimNextRequest(_message.Message):
         scheduler_epoch: _builtins.int = ...,
         ttl_seconds: _builtins.int = ...,
         wait_seconds: _builtins.float = ...,
+        max_tasks: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue", "scheduler_epoch", b"scheduler_epoch", "ttl_seconds", b"ttl_seconds", "wait_seconds", b"wait_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_tasks", b"max_tasks", "queue", b"queue", "scheduler_epoch", b"scheduler_epoch", "ttl_seconds", b"ttl_seconds", "wait_seconds", b"wait_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -145,6 +154,7 @@ class ClaimResponse(_message.Message):
     STATE_VERSION_FIELD_NUMBER: _builtins.int
     LEASE_REMAINING_FIELD_NUMBER: _builtins.int
     CHECKPOINT_FIELD_NUMBER: _builtins.int
+    MORE_CLAIMS_FIELD_NUMBER: _builtins.int
     outcome: _types_pb2.Outcome.ValueType
     reason: _types_pb2.FenceReason.ValueType
     message: _builtins.str
@@ -182,6 +192,12 @@ class ClaimResponse(_message.Message):
         clocks (what the SDK schedules its keepalive and retries from).
         """
 
+    @_builtins.property
+    def more_claims(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClaimResponse]:
+        """With ClaimNextRequest.max_tasks > 1: the further tasks this call claimed, each a CLAIMED
+        response of its own (never nested further).
+        """
+
     def __init__(
         self,
         *,
@@ -199,10 +215,11 @@ class ClaimResponse(_message.Message):
         state_version: _builtins.int = ...,
         lease_remaining: _duration_pb2.Duration | None = ...,
         checkpoint: _builtins.bytes = ...,
+        more_claims: _abc.Iterable[Global___ClaimResponse] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["claim_deadline", b"claim_deadline", "fence", b"fence", "lease_expires_at", b"lease_expires_at", "lease_remaining", b"lease_remaining"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "claim_deadline", b"claim_deadline", "fence", b"fence", "input", b"input", "input_digest", b"input_digest", "lease_expires_at", b"lease_expires_at", "lease_remaining", b"lease_remaining", "message", b"message", "outcome", b"outcome", "reason", b"reason", "state_version", b"state_version", "task_revision", b"task_revision", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "claim_deadline", b"claim_deadline", "fence", b"fence", "input", b"input", "input_digest", b"input_digest", "lease_expires_at", b"lease_expires_at", "lease_remaining", b"lease_remaining", "message", b"message", "more_claims", b"more_claims", "outcome", b"outcome", "reason", b"reason", "state_version", b"state_version", "task_revision", b"task_revision", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -501,6 +518,7 @@ class CommitRequest(_message.Message):
     RESULT_FIELD_NUMBER: _builtins.int
     RESULT_REF_FIELD_NUMBER: _builtins.int
     EVIDENCE_FIELD_NUMBER: _builtins.int
+    NEXT_FIELD_NUMBER: _builtins.int
     input_digest: _builtins.str
     """The input digest the worker executed on; a mismatch yields STALE_INPUT."""
     result_digest: _builtins.str
@@ -514,6 +532,15 @@ class CommitRequest(_message.Message):
         characters), kept in the canonical result record.
         """
 
+    @_builtins.property
+    def next(self) -> Global___ClaimNextRequest:
+        """Optional: once the commit is answered (whatever its outcome), claim the next task(s) in the
+        same call, exactly as ClaimNext(next) would: one round trip per task of a busy queue
+        instead of two. wait_seconds must be 0 (a commit never waits; long-poll with ClaimNext when
+        the queue runs dry). If the answer is lost and the commit retried, the first call's claim
+        is held by nobody: it expires with its lease (an EXPIRED attempt of that task's budget).
+        """
+
     def __init__(
         self,
         *,
@@ -523,10 +550,11 @@ class CommitRequest(_message.Message):
         result: _builtins.bytes = ...,
         result_ref: _builtins.str = ...,
         evidence: _abc.Iterable[_builtins.str] | None = ...,
+        next: Global___ClaimNextRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["fence", b"fence"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fence", b"fence", "next", b"next"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["evidence", b"evidence", "fence", b"fence", "input_digest", b"input_digest", "result", b"result", "result_digest", b"result_digest", "result_ref", b"result_ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evidence", b"evidence", "fence", b"fence", "input_digest", b"input_digest", "next", b"next", "result", b"result", "result_digest", b"result_digest", "result_ref", b"result_ref"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -541,12 +569,17 @@ class CommitResponse(_message.Message):
     MESSAGE_FIELD_NUMBER: _builtins.int
     RESULT_COMMIT_ID_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
+    NEXT_FIELD_NUMBER: _builtins.int
     outcome: _types_pb2.Outcome.ValueType
     reason: _types_pb2.FenceReason.ValueType
     message: _builtins.str
     result_commit_id: _builtins.str
     """"{attempt_id}@{claim_generation}" of the canonical commit (set when COMMITTED)."""
     state: _types_pb2.TaskState.ValueType
+    @_builtins.property
+    def next(self) -> Global___ClaimResponse:
+        """What CommitRequest.next claimed (NO_READY_TASK when nothing was ready); unset without next."""
+
     def __init__(
         self,
         *,
@@ -555,10 +588,11 @@ class CommitResponse(_message.Message):
         message: _builtins.str = ...,
         result_commit_id: _builtins.str = ...,
         state: _types_pb2.TaskState.ValueType = ...,
+        next: Global___ClaimResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next", b"next"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "outcome", b"outcome", "reason", b"reason", "result_commit_id", b"result_commit_id", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "next", b"next", "outcome", b"outcome", "reason", b"reason", "result_commit_id", b"result_commit_id", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,99 @@
+"""The SDK's batched claims and commit-then-next: ``claim_many`` and ``commit_and_next``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import grpc
+import pytest
+
+from coordinator.etcd_process import EtcdProcess
+from coordinator.sdk import Claim, ClaimRefused, Outcome, TaskState
+from tests.helpers import eventually
+from tests.sdk.support import QUEUE, CallCounter, Served, served
+
+TTL = timedelta(seconds=30)
+
+
+@pytest.fixture
+def coordinator(etcd: EtcdProcess, prefix: str) -> Iterator[Served]:
+    with served(etcd.endpoint, prefix) as running:
+        with running.client("producer") as producer:
+            for n in range(6):
+                producer.create_task(f"t{n}", input=f"in-{n}".encode(), queue=QUEUE)
+        yield running
+
+
+def test_claim_many_then_commit_and_next_take_one_call_per_task(coordinator: Served) -> None:
+    counter = CallCounter()
+    with coordinator.client("w", interceptors=[counter]) as worker:
+        claims = worker.claim_many(QUEUE, ttl=TTL, max_tasks=2)
+        assert isinstance(claims, list) and len(claims) == 2
+        done: list[str] = []
+        for first in claims:
+            held: Claim | None = first
+            while held is not None:
+                with held:
+                    outcome, more = held.commit_and_next(b"ok", queue=QUEUE, ttl=TTL)
+                assert outcome.committed
+                done.append(held.task_id)
+                held = more[0] if more else None
+        assert sorted(done) == [f"t{n}" for n in range(6)]
+        assert isinstance(worker.claim_many(QUEUE, ttl=TTL, max_tasks=5), ClaimRefused)
+    # One ClaimNext for two claims and one for the empty queue; a Commit per task, nothing else.
+    assert (counter.calls.get("ClaimNext"), counter.calls.get("Commit")) == (2, 6)
+
+
+def test_after_an_epoch_bump_the_commit_is_fenced_and_no_next_is_won(coordinator: Served) -> None:
+    with coordinator.client("w") as worker, coordinator.client("admin") as admin:
+        claim = worker.claim_next(QUEUE, ttl=TTL)
+        assert isinstance(claim, Claim)
+        admin.bump_epoch()
+        outcome, more = claim.commit_and_next(b"late", queue=QUEUE, ttl=TTL)
+        assert (outcome.outcome, more) == (Outcome.FENCED, [])
+        again = worker.claim_next(QUEUE, ttl=TTL)  # follows the new epoch by itself
+        assert isinstance(again, Claim) and again.fence.scheduler_epoch == 2
+
+
+class _Unavailable(grpc.RpcError):
+    """A call whose answer was lost on the way back (``result()`` raises it)."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "connection reset"
+
+    def result(self) -> None:
+        raise self
+
+
+class _LoseFirstCommitAnswer(grpc.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    def __init__(self) -> None:
+        self.lost = False
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        call = continuation(details, request)
+        if details.method.endswith("/Commit") and not self.lost:
+            call.result()  # it landed on the server
+            self.lost = True
+            return _Unavailable()
+        return call
+
+
+def test_a_lost_answer_is_retried_as_a_plain_commit_and_its_next_claim_expires(
+    coordinator: Served,
+) -> None:
+    lose = _LoseFirstCommitAnswer()
+    with coordinator.client("w", interceptors=[lose]) as worker:
+        claim = worker.claim_next(QUEUE, ttl=timedelta(seconds=2))
+        assert isinstance(claim, Claim)
+        outcome, more = claim.commit_and_next(b"ok", queue=QUEUE, ttl=timedelta(seconds=2))
+        assert lose.lost and outcome.committed and more == []
+        tasks = [worker.get_task(f"t{n}") for n in range(6)]
+        orphans = [t for t in tasks if t.state is TaskState.CLAIMED]
+        assert len(orphans) == 1  # granted by the lost answer, held by nobody
+        # Its lease runs out and the task is claimable again (an EXPIRED attempt).
+        eventually(lambda: worker.get_task(orphans[0].task_id).state is TaskState.READY, timeout=15)
