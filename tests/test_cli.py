@@ -14,13 +14,14 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from click.testing import CliRunner
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from coordinator.cli import main
 from coordinator.cli.local_up import state_file
@@ -347,3 +348,47 @@ def _free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+@pytest.fixture
+def not_etcd() -> Iterator[str]:
+    """A gRPC server that is not etcd (health only): every etcd call is UNIMPLEMENTED."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(None)
+
+
+def test_serve_against_a_grpc_server_that_is_not_etcd_exits_2_naming_it(
+    not_etcd: str, prefix: str
+) -> None:
+    args = ["serve", "--etcd", not_etcd, "--prefix", prefix, "--insecure"]
+    args += ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
+    result = subprocess.run(
+        [*COMMAND, *args], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2, result.stderr  # a bad setting: waiting cannot help
+    assert f"Error: etcd: {not_etcd} answered but refused the first request" in result.stderr
+    assert "UNIMPLEMENTED" in result.stderr
+    assert "is it an etcd v3 client endpoint (--etcd / COORDINATOR_ETCD)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_against_a_plain_tcp_port_waits_as_for_an_absent_etcd(
+    prefix: str, tmp_path: Path, processes: list[Process]
+) -> None:
+    with socket.socket() as silent:  # accepts connections (the kernel does) and says nothing
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        endpoint = f"127.0.0.1:{silent.getsockname()[1]}"
+        args = ["serve", "--etcd", endpoint, "--prefix", prefix, "--insecure"]
+        args += ["--etcd-timeout", "1", "--listen", "127.0.0.1:0"]
+        env = {"COORDINATOR_METRICS_LISTEN": "127.0.0.1:0"}
+        serve = Process(args, tmp_path / "serve.log", env)
+        processes.append(serve)
+        eventually(lambda: "etcd not reachable; waiting" in serve.logs(), timeout=20)
+        assert serve.proc.poll() is None
+        assert serve.terminate() == 0, serve.logs()
+    assert "Traceback" not in serve.logs()
