@@ -8,6 +8,7 @@ import json
 import os
 import queue
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -241,6 +242,42 @@ def test_up_serves_and_stops_cleanly_on_sigterm(tmp_path: Path, processes: list[
     assert not _accepts_connections(etcd_endpoint), "the embedded etcd outlived `up`"
     events = [r.get("event") for r in _records(up)]
     assert events.index("shutting down") < events.index("stopped")
+
+
+def test_up_hands_a_second_terminal_its_environment(
+    tmp_path: Path, processes: list[Process]
+) -> None:
+    data = tmp_path / "data"
+    up = Process(["up", "--listen", "127.0.0.1:0", "--data-dir", str(data)], tmp_path / "up.log")
+    processes.append(up)
+    address = up.expect(r"listening on (\S+)")[1]
+    etcd_endpoint = up.expect(r"etcd at (\S+)")[1]
+    printed = up.expect(r"^  export .*")[0].strip()
+    exports = (
+        f"export COORDINATOR_TARGET={address} COORDINATOR_INSECURE=1 "
+        f"COORDINATOR_ETCD={etcd_endpoint}"
+    )
+    assert printed == exports
+    assert (data / "env").read_text() == exports + "\n"  # `. <data-dir>/env` in a shell
+    asked = CliRunner().invoke(main, ["up", "--print-env"], catch_exceptions=False)
+    assert (asked.exit_code, asked.output) == (0, exports + "\n")
+    # What the line gives a shell works: the etcd named is the one `up` runs.
+    sourced = subprocess.run(
+        ["bash", "-c", f'eval "$({shlex.join(COMMAND)} up --print-env)"; echo "$COORDINATOR_ETCD"'],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert sourced.stdout.strip() == etcd_endpoint
+    assert _accepts_connections(etcd_endpoint)
+
+    assert up.terminate() == 0, up.logs()
+    assert not (data / "env").exists(), "`up` left an env file naming a server that is gone"
+    gone = CliRunner().invoke(main, ["up", "--print-env"])
+    assert gone.exit_code == 1 and gone.stdout == "", gone.output
+    assert "no `coordinator up` is running" in gone.stderr
 
 
 def test_serve_uses_env_settings_and_exits_zero_on_sigterm(
