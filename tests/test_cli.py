@@ -19,6 +19,7 @@ from concurrent import futures
 from pathlib import Path
 from typing import Any
 
+import click
 import grpc
 import pytest
 from click.testing import CliRunner
@@ -46,6 +47,40 @@ def test_serve_help_lists_every_setting_and_its_env_var() -> None:
         assert f"COORDINATOR_{name.upper().replace('-', '_')}" in result.output
     for name in ("stall-timeout", "log-level"):
         assert f"--{name}" in result.output
+
+
+def _commands(
+    command: click.Command, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    """Every command and subcommand of the CLI, with the words that name it."""
+    yield path, command
+    if isinstance(command, click.Group):
+        for name, sub in sorted(command.commands.items()):
+            yield from _commands(sub, (*path, name))
+
+
+def test_every_help_explains_each_option_in_plain_text() -> None:
+    walked = list(_commands(main))
+    assert len(walked) > 40  # every group was walked
+    for path, command in walked:
+        shown = CliRunner().invoke(main, [*path, "--help"], terminal_width=100)
+        assert shown.exit_code == 0, (path, shown.output)
+        assert command.help, f"`coordinator {' '.join(path)}` has no help"
+        assert "``" not in shown.output, f"reST markup in `coordinator {' '.join(path)} --help`"
+        bare = [
+            param.opts[0]
+            for param in command.params
+            if isinstance(param, click.Option) and not param.hidden and not param.help
+        ]
+        assert bare == [], f"`coordinator {' '.join(path)}`: options without help: {bare}"
+
+
+def test_the_top_level_help_says_where_to_start() -> None:
+    shown = CliRunner().invoke(main, ["--help"], terminal_width=100)
+    assert shown.exit_code == 0
+    said = " ".join(shown.output.split())  # click wraps it
+    assert "New here? `coordinator demo`" in said
+    assert "`coordinator up` starts a local playground" in said
 
 
 def test_up_help() -> None:
