@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from coordinator.cli import main
-from coordinator.cli.local_up import state_file
+from coordinator.cli.local_up import STATE_DIR_ENV, state_file
 from coordinator.config import Config, parse_endpoints
 from coordinator.errors import ConfigError
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
@@ -313,6 +313,28 @@ def test_up_hands_a_second_terminal_its_environment(
     gone = CliRunner().invoke(main, ["up", "--print-env"])
     assert gone.exit_code == 1 and gone.stdout == "", gone.output
     assert "no `coordinator up` is running" in gone.stderr
+
+
+def test_without_up_or_a_target_the_cli_says_that_up_is_not_running(tmp_path: Path) -> None:
+    # A second terminal whose `coordinator up` is not (or no longer) running.
+    env: dict[str, str | None] = {STATE_DIR_ENV: str(tmp_path)}  # nothing published here
+    env |= dict.fromkeys(
+        ("COORDINATOR_TARGET", "COORDINATOR_TOKEN", "COORDINATOR_INSECURE", "COORDINATOR_ETCD")
+    )
+    for verb in (["epoch", "show"], ["tasks", "list"], ["events"], ["drain"], ["jobs"]):
+        shown = CliRunner().invoke(main, verb, env=env)
+        assert shown.exit_code == 2, (verb, shown.output)
+        assert "no `coordinator up` is running (start one in another terminal)" in shown.stderr
+        assert "no credentials" not in shown.stderr  # not what is missing
+    if _accepts_connections("127.0.0.1:2379"):
+        pytest.skip("an etcd answers on the default 127.0.0.1:2379 here")
+    checked = CliRunner().invoke(main, ["doctor"], env=env)
+    assert checked.exit_code == 1, checked.output
+    assert "Connection refused" in checked.stderr
+    assert (
+        "(no --etcd given and no `coordinator up` running, so 127.0.0.1:2379 was tried: start "
+        "`coordinator up`, or give --etcd HOST:PORT)"
+    ) in checked.stderr
 
 
 def test_serve_uses_env_settings_and_exits_zero_on_sigterm(

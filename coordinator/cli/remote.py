@@ -94,15 +94,25 @@ def remote_options(func: F) -> F:
 def remote_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """Pop the connection options out of a command's keyword arguments. Without a target, the
     running ``coordinator up`` (cli/local_up.py) is the target, insecure like it, unless
-    credentials were given."""
+    credentials were given. With neither a target, nor credentials, nor an ``up`` running, a
+    usage error (exit 2) says so: most likely ``up`` is not (or no longer) running."""
     names = ("target", "token", "ca", "cert", "key", "insecure", "principal")
     remote = {name: settings.pop(name) for name in names}
     if remote["target"] is None:
         local = discover()
-        remote["target"] = local.target if local is not None else DEFAULT_TARGET
         credentials = remote["token"] or remote["cert"]
+        if local is None and not credentials and not remote["insecure"]:
+            raise click.UsageError(NOTHING_TO_TALK_TO)
+        remote["target"] = local.target if local is not None else DEFAULT_TARGET
         remote["insecure"] = remote["insecure"] or (local is not None and not credentials)
     return remote
+
+
+NOTHING_TO_TALK_TO = (
+    "no coordinator to talk to: no `coordinator up` is running (start one in another "
+    "terminal); for another server give --target (or COORDINATOR_TARGET) and --token, "
+    "--cert/--key or --insecure"
+)
 
 
 class Remote:
