@@ -308,6 +308,21 @@ def test_up_hands_a_second_terminal_its_environment(
     assert sourced.stdout.strip() == etcd_endpoint
     assert _accepts_connections(etcd_endpoint)
 
+    # Typed twice: the second `up` says the first one runs, and starts nothing.
+    again = subprocess.run(
+        [*COMMAND, "up", "--listen", address],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert again.returncode == 2, again.stderr
+    assert f"a `coordinator up` is already running on {address} (pid {up.proc.pid})" in (
+        " ".join(again.stderr.split())
+    )
+    assert again.stdout == "" and "Traceback" not in again.stderr
+
     assert up.terminate() == 0, up.logs()
     assert not (data / "env").exists(), "`up` left an env file naming a server that is gone"
     gone = CliRunner().invoke(main, ["up", "--print-env"])

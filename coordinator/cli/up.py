@@ -103,6 +103,7 @@ def up(
         "insecure": True,
     }
     build_config(**settings)  # refuse bad settings before starting etcd
+    _refuse_a_second_up(listen)
     with _exit_on_signal():
         try:
             etcd = EtcdProcess(binary=find_etcd_binary(etcd_bin), data_dir=data_dir)
@@ -139,6 +140,17 @@ def up(
                 withdraw(os.getpid())
                 env_file.unlink(missing_ok=True)
     raise SystemExit(code)
+
+
+def _refuse_a_second_up(listen: str) -> None:
+    """Exit 2 if a running ``up`` already listens on ``listen`` (typed twice, most likely):
+    said plainly, before an etcd is started for nothing and gRPC fails to bind."""
+    running = discover()
+    if running is not None and running.target == listen:
+        raise click.UsageError(
+            f"a `coordinator up` is already running on {listen} (pid {running.pid}): use it "
+            "(`coordinator up --print-env` prints its environment), or stop it first"
+        )
 
 
 def _print_env() -> None:
