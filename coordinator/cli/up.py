@@ -128,8 +128,11 @@ def up(
                 click.echo(f"coordinator: etcd at {etcd.endpoint} (data: {where})")
                 click.echo(
                     "coordinator: the CLI verbs and `coordinator doctor` find this server by "
-                    f"themselves ({published}); other programs, in another terminal, need "
-                    f'`eval "$(coordinator up --print-env)"` (or `. {env_file}`), which is:'
+                    f"themselves ({published})"
+                )
+                click.echo(
+                    "coordinator: other programs take its environment, in another terminal: "
+                    f'`eval "$(coordinator up --print-env)"` (or `. {env_file}`):'
                 )
                 click.echo(f"  {local.exports()}")
                 click.echo("coordinator: press Ctrl-C to stop")
