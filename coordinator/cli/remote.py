@@ -31,7 +31,23 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 
 def remote_options(func: F) -> F:
     """Add the connection options; the command receives them as one ``remote`` dict."""
-    options = [
+    return remote_options_as("operator")(func)
+
+
+def remote_options_as(principal: str) -> Callable[[F], F]:
+    """``remote_options`` whose --principal (insecure mode) defaults to ``principal``: a
+    worker's claims should not read "by operator" in the events."""
+
+    def add(func: F) -> F:
+        for option in reversed(_options(principal)):
+            func = option(func)
+        return func
+
+    return add
+
+
+def _options(principal: str) -> list[Callable[[F], F]]:
+    return [
         click.option(
             "--target",
             envvar="COORDINATOR_TARGET",
@@ -81,14 +97,11 @@ def remote_options(func: F) -> F:
         ),
         click.option(
             "--principal",
-            default="operator",
+            default=principal,
             show_default=True,
             help="With --insecure: the principal to act as.",
         ),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
 
 
 def remote_settings(settings: dict[str, Any]) -> dict[str, Any]:

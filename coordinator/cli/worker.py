@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from coordinator.cli.ready_http import ReadyEndpoint
-from coordinator.cli.remote import channel_credentials, remote_options, remote_settings
+from coordinator.cli.remote import channel_credentials, remote_options_as, remote_settings
 from coordinator.errors import CoordinatorError
 from coordinator.logging import LEVELS, configure_logging
 from coordinator.sdk import WorkerClient
@@ -109,7 +109,7 @@ def load_handler(spec: str) -> Handler:
     show_default=True,
     help="Lowest level written to stderr (JSON lines).",
 )
-@remote_options
+@remote_options_as("worker")
 def worker(
     handler: str,
     queues: tuple[str, ...],
