@@ -120,7 +120,7 @@ def test_the_demo_tells_its_story_as_it_happens() -> None:
     command += ["--etcd-bin", str(find_etcd_binary())]
     done = subprocess.run(command, capture_output=True, text=True, timeout=90, check=False)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
-    story = " ".join(done.stdout.split())  # rich wraps long lines
+    lines = done.stdout.splitlines()  # one line per step, never wrapped (a log keeps them)
     steps = [
         "created 6 tasks in queue 'demo'",
         "is now FROZEN (SIGSTOP)",
@@ -131,7 +131,7 @@ def test_the_demo_tells_its_story_as_it_happens() -> None:
         "all 6 tasks DONE",
         "already sent (looked up by its effect key) and did not send it again",
     ]
-    at = [story.find(step) for step in steps]
+    at = [next((n for n, line in enumerate(lines) if step in line), -1) for step in steps]
     assert -1 not in at, [s for s, i in zip(steps, at, strict=True) if i == -1]
     assert at == sorted(at), "the steps are told out of order"
     quiet = subprocess.run(

@@ -459,7 +459,9 @@ def demo(
     started = time.monotonic()
 
     def narrate(line: str) -> None:
-        console.print(f"[dim]{time.monotonic() - started:5.1f}s[/] {line}", highlight=False)
+        # One line per step, whatever the width: a terminal wraps it, a log keeps it whole.
+        stamp = f"[dim]{time.monotonic() - started:5.1f}s[/]"
+        console.print(f"{stamp} {line}", highlight=False, soft_wrap=True)
 
     try:
         report = run_demo(
