@@ -65,6 +65,11 @@ class StoreUnavailable(CoordinatorError):
     """etcd could not be reached or did not answer in time; the call may be retried."""
 
 
+class StoreRefused(CoordinatorError):
+    """etcd (or whatever answers at its endpoint) refused the request itself: a malformed txn,
+    auth, quota, or a server that is not etcd at all. Retrying the same request cannot help."""
+
+
 class LeaseGone(CoordinatorError):
     """etcd no longer has the lease a write was to be attached to. Nothing was written."""
 

@@ -8,22 +8,25 @@ import json
 import os
 import queue
 import re
+import shlex
 import signal
 import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
+import click
 import grpc
 import pytest
 from click.testing import CliRunner
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from coordinator.cli import main
-from coordinator.cli.local_up import state_file
+from coordinator.cli.local_up import STATE_DIR_ENV, state_file
 from coordinator.config import Config, parse_endpoints
 from coordinator.errors import ConfigError
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
@@ -44,6 +47,40 @@ def test_serve_help_lists_every_setting_and_its_env_var() -> None:
         assert f"COORDINATOR_{name.upper().replace('-', '_')}" in result.output
     for name in ("stall-timeout", "log-level"):
         assert f"--{name}" in result.output
+
+
+def _commands(
+    command: click.Command, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    """Every command and subcommand of the CLI, with the words that name it."""
+    yield path, command
+    if isinstance(command, click.Group):
+        for name, sub in sorted(command.commands.items()):
+            yield from _commands(sub, (*path, name))
+
+
+def test_every_help_explains_each_option_in_plain_text() -> None:
+    walked = list(_commands(main))
+    assert len(walked) > 40  # every group was walked
+    for path, command in walked:
+        shown = CliRunner().invoke(main, [*path, "--help"], terminal_width=100)
+        assert shown.exit_code == 0, (path, shown.output)
+        assert command.help, f"`coordinator {' '.join(path)}` has no help"
+        assert "``" not in shown.output, f"reST markup in `coordinator {' '.join(path)} --help`"
+        bare = [
+            param.opts[0]
+            for param in command.params
+            if isinstance(param, click.Option) and not param.hidden and not param.help
+        ]
+        assert bare == [], f"`coordinator {' '.join(path)}`: options without help: {bare}"
+
+
+def test_the_top_level_help_says_where_to_start() -> None:
+    shown = CliRunner().invoke(main, ["--help"], terminal_width=100)
+    assert shown.exit_code == 0
+    said = " ".join(shown.output.split())  # click wraps it
+    assert "New here? `coordinator demo`" in said
+    assert "`coordinator up` starts a local playground" in said
 
 
 def test_up_help() -> None:
@@ -242,6 +279,79 @@ def test_up_serves_and_stops_cleanly_on_sigterm(tmp_path: Path, processes: list[
     assert events.index("shutting down") < events.index("stopped")
 
 
+def test_up_hands_a_second_terminal_its_environment(
+    tmp_path: Path, processes: list[Process]
+) -> None:
+    data = tmp_path / "data"
+    up = Process(["up", "--listen", "127.0.0.1:0", "--data-dir", str(data)], tmp_path / "up.log")
+    processes.append(up)
+    address = up.expect(r"listening on (\S+)")[1]
+    etcd_endpoint = up.expect(r"etcd at (\S+)")[1]
+    printed = up.expect(r"^  export .*")[0].strip()
+    exports = (
+        f"export COORDINATOR_TARGET={address} COORDINATOR_INSECURE=1 "
+        f"COORDINATOR_ETCD={etcd_endpoint}"
+    )
+    assert printed == exports
+    assert (data / "env").read_text() == exports + "\n"  # `. <data-dir>/env` in a shell
+    asked = CliRunner().invoke(main, ["up", "--print-env"], catch_exceptions=False)
+    assert (asked.exit_code, asked.output) == (0, exports + "\n")
+    # What the line gives a shell works: the etcd named is the one `up` runs.
+    sourced = subprocess.run(
+        ["bash", "-c", f'eval "$({shlex.join(COMMAND)} up --print-env)"; echo "$COORDINATOR_ETCD"'],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert sourced.stdout.strip() == etcd_endpoint
+    assert _accepts_connections(etcd_endpoint)
+
+    # Typed twice: the second `up` says the first one runs, and starts nothing.
+    again = subprocess.run(
+        [*COMMAND, "up", "--listen", address],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert again.returncode == 2, again.stderr
+    assert f"a `coordinator up` is already running on {address} (pid {up.proc.pid})" in (
+        " ".join(again.stderr.split())
+    )
+    assert again.stdout == "" and "Traceback" not in again.stderr
+
+    assert up.terminate() == 0, up.logs()
+    assert not (data / "env").exists(), "`up` left an env file naming a server that is gone"
+    gone = CliRunner().invoke(main, ["up", "--print-env"])
+    assert gone.exit_code == 1 and gone.stdout == "", gone.output
+    assert "no `coordinator up` is running" in gone.stderr
+
+
+def test_without_up_or_a_target_the_cli_says_that_up_is_not_running(tmp_path: Path) -> None:
+    # A second terminal whose `coordinator up` is not (or no longer) running.
+    env: dict[str, str | None] = {STATE_DIR_ENV: str(tmp_path)}  # nothing published here
+    env |= dict.fromkeys(
+        ("COORDINATOR_TARGET", "COORDINATOR_TOKEN", "COORDINATOR_INSECURE", "COORDINATOR_ETCD")
+    )
+    for verb in (["epoch", "show"], ["tasks", "list"], ["events"], ["drain"], ["jobs"]):
+        shown = CliRunner().invoke(main, verb, env=env)
+        assert shown.exit_code == 2, (verb, shown.output)
+        assert "no `coordinator up` is running (start one in another terminal)" in shown.stderr
+        assert "no credentials" not in shown.stderr  # not what is missing
+    if _accepts_connections("127.0.0.1:2379"):
+        pytest.skip("an etcd answers on the default 127.0.0.1:2379 here")
+    checked = CliRunner().invoke(main, ["doctor"], env=env)
+    assert checked.exit_code == 1, checked.output
+    assert "Connection refused" in checked.stderr
+    assert (
+        "(no --etcd given and no `coordinator up` running, so 127.0.0.1:2379 was tried: start "
+        "`coordinator up`, or give --etcd HOST:PORT)"
+    ) in checked.stderr
+
+
 def test_serve_uses_env_settings_and_exits_zero_on_sigterm(
     etcd: EtcdProcess, prefix: str, tmp_path: Path, processes: list[Process]
 ) -> None:
@@ -347,3 +457,47 @@ def _free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+@pytest.fixture
+def not_etcd() -> Iterator[str]:
+    """A gRPC server that is not etcd (health only): every etcd call is UNIMPLEMENTED."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(None)
+
+
+def test_serve_against_a_grpc_server_that_is_not_etcd_exits_2_naming_it(
+    not_etcd: str, prefix: str
+) -> None:
+    args = ["serve", "--etcd", not_etcd, "--prefix", prefix, "--insecure"]
+    args += ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
+    result = subprocess.run(
+        [*COMMAND, *args], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2, result.stderr  # a bad setting: waiting cannot help
+    assert f"Error: etcd: {not_etcd} answered but refused the first request" in result.stderr
+    assert "UNIMPLEMENTED" in result.stderr
+    assert "is it an etcd v3 client endpoint (--etcd / COORDINATOR_ETCD)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_against_a_plain_tcp_port_waits_as_for_an_absent_etcd(
+    prefix: str, tmp_path: Path, processes: list[Process]
+) -> None:
+    with socket.socket() as silent:  # accepts connections (the kernel does) and says nothing
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        endpoint = f"127.0.0.1:{silent.getsockname()[1]}"
+        args = ["serve", "--etcd", endpoint, "--prefix", prefix, "--insecure"]
+        args += ["--etcd-timeout", "1", "--listen", "127.0.0.1:0"]
+        env = {"COORDINATOR_METRICS_LISTEN": "127.0.0.1:0"}
+        serve = Process(args, tmp_path / "serve.log", env)
+        processes.append(serve)
+        eventually(lambda: "etcd not reachable; waiting" in serve.logs(), timeout=20)
+        assert serve.proc.poll() is None
+        assert serve.terminate() == 0, serve.logs()
+    assert "Traceback" not in serve.logs()

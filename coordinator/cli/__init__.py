@@ -24,7 +24,12 @@ from coordinator.cli.versions import versions
 from coordinator.cli.worker import worker
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="New here? `coordinator demo` shows the fencing story in ten seconds; "
+    "`coordinator up` starts a local playground (the README's quickstart goes on from there). "
+    "Every command takes --help.",
+)
 @click.version_option(package_name="coordinator", prog_name="coordinator")
 def main() -> None:
     """An etcd-backed, fenced task-claim coordinator (claim.v1)."""

@@ -79,8 +79,20 @@ def _secret(path: str | None) -> str:
     help="The coordinator runs --insecure: people sign in by naming a principal.",
 )
 @click.option("--ca", envvar="COORDINATOR_CA", default=None, metavar="FILE", help="PEM CA (TLS).")
-@click.option("--cert", envvar="COORDINATOR_CLIENT_CERT", default=None, metavar="FILE")
-@click.option("--key", envvar="COORDINATOR_CLIENT_KEY", default=None, metavar="FILE")
+@click.option(
+    "--cert",
+    envvar="COORDINATOR_CLIENT_CERT",
+    default=None,
+    metavar="FILE",
+    help="PEM client certificate for mutual TLS (with --key); it only secures the channel.",
+)
+@click.option(
+    "--key",
+    envvar="COORDINATOR_CLIENT_KEY",
+    default=None,
+    metavar="FILE",
+    help="PEM key of --cert.",
+)
 @click.option(
     "--secret-file",
     envvar="COORDINATOR_CONSOLE_SECRET_FILE",

@@ -420,8 +420,20 @@ def render(report: Report, console: Console) -> None:
 
 
 @click.command()
-@click.option("--tasks", type=click.IntRange(1, 500), default=20, show_default=True)
-@click.option("--workers", type=click.IntRange(2, 32), default=3, show_default=True)
+@click.option(
+    "--tasks",
+    type=click.IntRange(1, 500),
+    default=20,
+    show_default=True,
+    help="Tasks to create (each sends one email).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(2, 32),
+    default=3,
+    show_default=True,
+    help="Worker processes (worker-1 is the one frozen).",
+)
 @click.option(
     "--ttl", type=click.IntRange(1, 10), default=2, show_default=True, help="Lease TTL, seconds."
 )
@@ -447,7 +459,9 @@ def demo(
     started = time.monotonic()
 
     def narrate(line: str) -> None:
-        console.print(f"[dim]{time.monotonic() - started:5.1f}s[/] {line}", highlight=False)
+        # One line per step, whatever the width: a terminal wraps it, a log keeps it whole.
+        stamp = f"[dim]{time.monotonic() - started:5.1f}s[/]"
+        console.print(f"{stamp} {line}", highlight=False, soft_wrap=True)
 
     try:
         report = run_demo(

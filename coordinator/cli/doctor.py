@@ -22,7 +22,7 @@ from coordinator.doctor import LAGGING, Finding, Repair, Snapshot, check, confir
 from coordinator.doctor.findings import Problem
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.retention import DEFAULT_RETENTION, parse_duration
-from coordinator.errors import ConfigError, CoordinatorError
+from coordinator.errors import ConfigError, CoordinatorError, StoreUnavailable
 from coordinator.store.etcd import EtcdKV, delete, mod_revision_is, put
 
 _PAGE = 1000
@@ -125,9 +125,15 @@ def doctor(
     """Check a keyspace: task records vs their indexes (ready, delayed, deadline, ...), claim
     keys, results, events and edges."""
     keys = Keyspace(prefix)
+    guessed = ""  # why etcd is where it is tried, if nobody said so
     if etcd is None:
         local = discover()
         etcd = local.etcd if local is not None else ",".join(DEFAULT_ETCD)
+        if local is None:
+            guessed = (
+                f" (no --etcd given and no `coordinator up` running, so {etcd} was tried: "
+                "start `coordinator up`, or give --etcd HOST:PORT)"
+            )
     try:
         retention_s = parse_duration("retention", retention)
     except ConfigError as exc:
@@ -142,6 +148,8 @@ def doctor(
             password=etcd_password,
         )
         kv.get(keys.prefix + "/")  # a refused credential fails here, not in the middle
+    except StoreUnavailable as exc:
+        raise click.ClickException(f"{exc}{guessed}") from exc
     except CoordinatorError as exc:
         raise click.ClickException(str(exc)) from exc
     try:

@@ -96,6 +96,8 @@ def drain(timeout: float, interval: float, reason: str, queue: str, **settings: 
     """Pause claims (of --queue only, if given), then wait until active leases, UNKNOWN effects
     and staged-but-uncommitted results (of that queue's tasks) are all zero (exit 0), or until
     --timeout (exit 1)."""
+    # Its messages print with soft_wrap: a command to copy (the resume hint) stays on one line
+    # in a log or a narrow terminal, never cut by a newline rich would insert.
     console = Console()
     with connect(**remote_settings(settings)) as remote:
         _pause(remote, console, reason, queue)
@@ -114,17 +116,17 @@ def drain(timeout: float, interval: float, reason: str, queue: str, **settings: 
             console.line()  # rich leaves the last frame unterminated off a terminal
         if status.drained:
             what = f"queue {queue}" if queue else "pools"
-            console.print(f"drained at epoch {status.epoch}: safe to switch {what}")
-            console.print(resume_hint(queue))
+            console.print(f"drained at epoch {status.epoch}: safe to switch {what}", soft_wrap=True)
+            console.print(resume_hint(queue), soft_wrap=True)
             return
         left = ", ".join(f"{label} {count}" for label, count in _counts(status) if count)
         if not _paused(status):
             left = ", ".join(filter(None, ["claims are no longer paused", left]))
-        console.print(f"[red]not drained after {timeout:.0f}s[/red]: {left}")
+        console.print(f"[red]not drained after {timeout:.0f}s[/red]: {left}", soft_wrap=True)
         for line in _claimed(remote, queue):
-            console.print(f"  {line}")
+            console.print(f"  {line}", soft_wrap=True)
         if _paused(status):
-            console.print(resume_hint(queue))
+            console.print(resume_hint(queue), soft_wrap=True)
     raise SystemExit(1)
 
 
@@ -132,9 +134,13 @@ def _pause(remote: Remote, console: Console, reason: str, queue: str) -> None:
     """Pause claims (of ``queue``), keeping a pause already there and its reason."""
     epoch = remote.call(remote.admin.GetEpoch, admin_pb2.GetEpochRequest())
     if epoch.claims_paused:
-        console.print("claims were already paused: their pause and its reason are kept")
+        console.print(
+            "claims were already paused: their pause and its reason are kept", soft_wrap=True
+        )
     elif queue and queue in epoch.paused_queues:
-        console.print(f"claims of queue {queue} were already paused: that pause is kept")
+        console.print(
+            f"claims of queue {queue} were already paused: that pause is kept", soft_wrap=True
+        )
     else:
         request = admin_pb2.PauseClaimsRequest(reason=reason, queue=queue)
         remote.call(remote.admin.PauseClaims, request)

@@ -95,7 +95,13 @@ def resolve(
 
 @effects.command()
 @click.argument("task_id")
-@click.option("--resolution", type=click.Choice(sorted(_RESOLUTIONS)), required=True)
+@click.option(
+    "--resolution",
+    type=click.Choice(sorted(_RESOLUTIONS)),
+    required=True,
+    help="What became of the task's uncertain effects: absent (they did not happen) or "
+    "committed (they did).",
+)
 @click.option("--reason", default="", help="Why (in the event and on every resolved effect).")
 @remote_options
 def approve(task_id: str, resolution: str, reason: str, **settings: Any) -> None:

@@ -31,7 +31,23 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 
 def remote_options(func: F) -> F:
     """Add the connection options; the command receives them as one ``remote`` dict."""
-    options = [
+    return remote_options_as("operator")(func)
+
+
+def remote_options_as(principal: str) -> Callable[[F], F]:
+    """``remote_options`` whose --principal (insecure mode) defaults to ``principal``: a
+    worker's claims should not read "by operator" in the events."""
+
+    def add(func: F) -> F:
+        for option in reversed(_options(principal)):
+            func = option(func)
+        return func
+
+    return add
+
+
+def _options(principal: str) -> list[Callable[[F], F]]:
+    return [
         click.option(
             "--target",
             envvar="COORDINATOR_TARGET",
@@ -81,28 +97,35 @@ def remote_options(func: F) -> F:
         ),
         click.option(
             "--principal",
-            default="operator",
+            default=principal,
             show_default=True,
             help="With --insecure: the principal to act as.",
         ),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
 
 
 def remote_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """Pop the connection options out of a command's keyword arguments. Without a target, the
     running ``coordinator up`` (cli/local_up.py) is the target, insecure like it, unless
-    credentials were given."""
+    credentials were given. With neither a target, nor credentials, nor an ``up`` running, a
+    usage error (exit 2) says so: most likely ``up`` is not (or no longer) running."""
     names = ("target", "token", "ca", "cert", "key", "insecure", "principal")
     remote = {name: settings.pop(name) for name in names}
     if remote["target"] is None:
         local = discover()
-        remote["target"] = local.target if local is not None else DEFAULT_TARGET
         credentials = remote["token"] or remote["cert"]
+        if local is None and not credentials and not remote["insecure"]:
+            raise click.UsageError(NOTHING_TO_TALK_TO)
+        remote["target"] = local.target if local is not None else DEFAULT_TARGET
         remote["insecure"] = remote["insecure"] or (local is not None and not credentials)
     return remote
+
+
+NOTHING_TO_TALK_TO = (
+    "no coordinator to talk to: no `coordinator up` is running (start one in another "
+    "terminal); for another server give --target (or COORDINATOR_TARGET) and --token, "
+    "--cert/--key or --insecure"
+)
 
 
 class Remote:

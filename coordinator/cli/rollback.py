@@ -26,12 +26,17 @@ def claims() -> None:
 
 
 @claims.command()
-@click.option("--reason", default="paused by an operator", show_default=True)
+@click.option(
+    "--reason",
+    default="paused by an operator",
+    show_default=True,
+    help="Why, stored with the pause (`coordinator drain` keeps it).",
+)
 @click.option("--queue", "queues", multiple=True, help=_QUEUE_HELP)
 @remote_options
 def pause(reason: str, queues: tuple[str, ...], **settings: Any) -> None:
-    """Refuse new claims (CLAIMS_PAUSED) until ``claims resume``: of every queue, or with
-    --queue of those queues only (the others claim on)."""
+    """Refuse new claims (CLAIMS_PAUSED) until `coordinator claims resume`: of every queue,
+    or with --queue of those queues only (the others claim on)."""
     with connect(**remote_settings(settings)) as remote:
         for queue in queues or ("",):
             request = admin_pb2.PauseClaimsRequest(reason=reason, queue=queue)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import sys
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -322,7 +323,10 @@ def result(
     task_id: str, revision: int, out: IO[bytes] | None, as_json: bool, **settings: Any
 ) -> None:
     """Print the committed result of a task revision: the payload on stdout (text only; else
-    --out), the commit, attempt, fence, digest and evidence on stderr."""
+    --out), the commit, attempt, fence, digest and evidence on stderr.
+
+    On a terminal a payload without a final newline gets one, so the prompt does not stick to
+    it; piped or redirected, stdout is the payload's exact bytes."""
     if as_json and out is not None:
         raise click.UsageError("--json carries the payload itself: drop --out")
     request = tasks_pb2.GetResultRequest(task_id=task_id, revision=revision)
@@ -342,7 +346,8 @@ def result(
         out.write(payload)
         click.echo(f"wrote {len(payload)} bytes to {out.name}", err=True)
     else:
-        click.echo(payload, nl=False)
+        on_terminal = sys.stdout.isatty()
+        click.echo(payload, nl=on_terminal and not payload.endswith(b"\n"))
 
 
 # --- cancel / accept / reject ------------------------------------------------------------------

@@ -40,7 +40,12 @@ def _principal(ctx: click.Context, param: click.Parameter, value: str) -> str:
         raise click.BadParameter(str(exc)) from exc
 
 
-_PRINCIPAL = click.option("--principal", required=True, callback=_principal)
+_PRINCIPAL = click.option(
+    "--principal",
+    required=True,
+    callback=_principal,
+    help="Who (the name the server's logs, events and role checks use).",
+)
 _ROLES = click.option(
     "--role", "roles", type=_ROLE, multiple=True, required=True, help="Repeat for several."
 )
@@ -81,7 +86,8 @@ def token() -> None:
 def new(
     principal: str, roles: tuple[str, ...], path: Path, expires_in: int | None, note: str
 ) -> None:
-    """Create a token for PRINCIPAL with the given roles; prints the token (only this once)."""
+    """Create a token for --principal with the --role(s) given; prints the token (only this
+    once: the file keeps its hash)."""
     doc = _load(path)
     secret = secrets.token_urlsafe(32)
     entry: dict[str, Any] = {"principal": principal, "roles": sorted(set(roles))}
@@ -99,7 +105,7 @@ def new(
 @_PRINCIPAL
 @_FILE
 def revoke(principal: str, path: Path) -> None:
-    """Remove every token of PRINCIPAL (and its certificate entry)."""
+    """Remove every token of --principal (and its certificate entry)."""
     doc = _load(path)
     before = len(doc["tokens"])
     doc["tokens"] = {h: e for h, e in doc["tokens"].items() if e.get("principal") != principal}
@@ -116,8 +122,8 @@ def revoke(principal: str, path: Path) -> None:
 @_ROLES
 @_FILE
 def cert(principal: str, roles: tuple[str, ...], path: Path) -> None:
-    """Grant roles to the client-certificate principal PRINCIPAL (its URI or DNS SAN; its CN
-    only if it has no SAN)."""
+    """Grant roles to the client-certificate principal --principal (its URI or DNS SAN; its
+    CN only if it has no SAN)."""
     doc = _load(path)
     doc["certificates"][principal] = {"roles": sorted(set(roles))}
     write_token_file(path, doc)

@@ -3,6 +3,11 @@
 The etcd runs on free loopback ports (coordinator.etcd_process); Ctrl-C or SIGTERM stops the
 server gracefully first, then etcd, and exits 0. The server runs in insecure mode (callers name
 their own principal and roles) and therefore only on a loopback address; it says so.
+
+While it runs, a second terminal finds it: the CLI verbs by themselves (cli/local_up.py), other
+programs by the environment it prints, writes to ``<data-dir>/env`` and, for
+``eval "$(coordinator up --print-env)"``, hands to anyone who asks. On exit it removes both the
+state file and the env file, so neither points at a server that is gone.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from types import FrameType
 
 import click
 
-from coordinator.cli.local_up import LocalUp, publish, withdraw
+from coordinator.cli.local_up import LocalUp, discover, publish, state_file, withdraw
 from coordinator.cli.serve import build_config, limit_options, run
 from coordinator.config import DEFAULT_LISTEN, is_loopback
 from coordinator.errors import CoordinatorError
@@ -56,8 +61,15 @@ from coordinator.etcd_process import EtcdProcess, find_etcd_binary
     metavar="ADDR",
     help="Prometheus /metrics listen address (port 0, the default, picks a free one).",
 )
+@click.option(
+    "--print-env",
+    is_flag=True,
+    help="Print the export line of the `coordinator up` already running and exit (exit 1 if "
+    'none runs): `eval "$(coordinator up --print-env)"` points another shell at it.',
+)
 @limit_options
 def up(
+    print_env: bool,
     etcd_bin: str | None,
     data_dir: Path | None,
     listen: str,
@@ -69,6 +81,9 @@ def up(
     log_level: str,
 ) -> None:
     """Start a local etcd and a coordinator server in this process; Ctrl-C stops both."""
+    if print_env:
+        _print_env()
+        return
     if not is_loopback(listen):
         raise click.BadParameter(
             f"{listen!r} is not a loopback address: `coordinator up` is a local playground "
@@ -88,6 +103,7 @@ def up(
         "insecure": True,
     }
     build_config(**settings)  # refuse bad settings before starting etcd
+    _refuse_a_second_up(listen)
     with _exit_on_signal():
         try:
             etcd = EtcdProcess(binary=find_etcd_binary(etcd_bin), data_dir=data_dir)
@@ -98,10 +114,12 @@ def up(
             config = build_config(etcd=(etcd.endpoint,), **settings)
             where = str(etcd.data_dir) if data_dir is not None else "temporary"
 
+            env_file = etcd.data_dir / "env"
+
             def ready(address: str) -> None:
                 local = LocalUp(target=address, etcd=etcd.endpoint, pid=os.getpid())
                 published = publish(local)
-                (etcd.data_dir / "env").write_text(local.exports() + "\n")
+                env_file.write_text(local.exports() + "\n")
                 click.echo(f"coordinator: listening on {address}")
                 click.echo(
                     "coordinator: INSECURE mode: no authentication, callers name their own "
@@ -110,7 +128,11 @@ def up(
                 click.echo(f"coordinator: etcd at {etcd.endpoint} (data: {where})")
                 click.echo(
                     "coordinator: the CLI verbs and `coordinator doctor` find this server by "
-                    f"themselves ({published}); other programs, in another terminal:"
+                    f"themselves ({published})"
+                )
+                click.echo(
+                    "coordinator: other programs take its environment, in another terminal: "
+                    f'`eval "$(coordinator up --print-env)"` (or `. {env_file}`):'
                 )
                 click.echo(f"  {local.exports()}")
                 click.echo("coordinator: press Ctrl-C to stop")
@@ -119,7 +141,30 @@ def up(
                 code = run(config, ready=ready)
             finally:
                 withdraw(os.getpid())
+                env_file.unlink(missing_ok=True)
     raise SystemExit(code)
+
+
+def _refuse_a_second_up(listen: str) -> None:
+    """Exit 2 if a running ``up`` already listens on ``listen`` (typed twice, most likely):
+    said plainly, before an etcd is started for nothing and gRPC fails to bind."""
+    running = discover()
+    if running is not None and running.target == listen:
+        raise click.UsageError(
+            f"a `coordinator up` is already running on {listen} (pid {running.pid}): use it "
+            "(`coordinator up --print-env` prints its environment), or stop it first"
+        )
+
+
+def _print_env() -> None:
+    """The running ``up``'s export line on stdout, or exit 1 saying none runs."""
+    local = discover()
+    if local is None:
+        raise click.ClickException(
+            f"no `coordinator up` is running (none published in {state_file()}): start one in "
+            "another terminal first"
+        )
+    click.echo(local.exports())
 
 
 @contextmanager

@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from coordinator.cli.ready_http import ReadyEndpoint
-from coordinator.cli.remote import channel_credentials, remote_options, remote_settings
+from coordinator.cli.remote import channel_credentials, remote_options_as, remote_settings
 from coordinator.errors import CoordinatorError
 from coordinator.logging import LEVELS, configure_logging
 from coordinator.sdk import WorkerClient
@@ -34,18 +34,22 @@ def load_handler(spec: str) -> Handler:
     ``python -m``); a usage error if it cannot be found or called."""
     module_name, _, name = spec.partition(":")
     if not module_name or not name:
-        raise click.BadParameter(f"expected MODULE:FUNCTION, got {spec!r}", param_hint="HANDLER")
+        raise click.BadParameter(
+            f"expected MODULE:FUNCTION, got {spec!r}", param_hint="MODULE:FUNCTION"
+        )
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.BadParameter(
-            f"cannot import {module_name!r}: {exc}", param_hint="HANDLER"
+            f"cannot import {module_name!r}: {exc}", param_hint="MODULE:FUNCTION"
         ) from exc
     handler = getattr(module, name, None)
     if not callable(handler):
-        raise click.BadParameter(f"{module_name!r} has no function {name!r}", param_hint="HANDLER")
+        raise click.BadParameter(
+            f"{module_name!r} has no function {name!r}", param_hint="MODULE:FUNCTION"
+        )
     return handler  # type: ignore[no-any-return]
 
 
@@ -98,8 +102,14 @@ def load_handler(spec: str) -> Handler:
     metavar="HOST:PORT",
     help="Also answer HTTP GETs here: 200 while claiming, 503 once stopping.",
 )
-@click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
-@remote_options
+@click.option(
+    "--log-level",
+    type=click.Choice(LEVELS),
+    default="info",
+    show_default=True,
+    help="Lowest level written to stderr (JSON lines).",
+)
+@remote_options_as("worker")
 def worker(
     handler: str,
     queues: tuple[str, ...],
@@ -111,8 +121,9 @@ def worker(
     log_level: str,
     **settings: Any,
 ) -> None:
-    """Run HANDLER (``module:function``, called with the Claim and a Cancellation; what it
-    returns is committed) over the queues until SIGTERM, then shut down within --grace."""
+    """Run the handler MODULE:FUNCTION over the --queue(s) until SIGTERM, then shut down
+    within --grace. It is called with the Claim and a Cancellation; what it returns is
+    committed, an exception it raises reports a retryable failure."""
     configure_logging(log_level)
     function = load_handler(handler)
     if not queues:

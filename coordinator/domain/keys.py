@@ -1,4 +1,9 @@
-"""The etcd key layout under one prefix (see DESIGN.md, Keyspace). Pure string building."""
+"""The etcd key layout under one prefix (default ``/coordinator``). Pure string building.
+
+Every key the coordinator reads or writes is named here and nowhere else, so a task's record,
+its index keys and its event, which one transaction changes together, cannot drift apart by a
+typo in some caller.
+"""
 
 from __future__ import annotations
 

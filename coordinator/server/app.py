@@ -281,6 +281,7 @@ def _store_for(
     both on the way out. None if told to stop while waiting."""
     opened = wait_for_store(
         lambda: _open_store(config),
+        etcd=config.etcd,
         stop=stop,
         listen=config.listen,
         tls=tls,

@@ -5,13 +5,17 @@ did not answer yet would be restarted with a growing back-off (CrashLoopBackOff)
 Instead it serves health while it waits: liveness SERVING (the process is fine), readiness ("",
 every service) NOT_SERVING (no Service routes calls to it), and retries, logging the cause every
 few seconds, until etcd answers or it is told to stop.
+
+Something that answers at the endpoint but refuses the first request (a server that is not etcd,
+wrong etcd credentials) will not get better by waiting: that is a bad setting, reported as one
+(exit 2) with the endpoint and the cause, not a traceback.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from typing import TypeVar
 
@@ -19,7 +23,7 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from coordinator.errors import ConfigError, StoreUnavailable
+from coordinator.errors import ConfigError, StoreRefused, StoreUnavailable
 from coordinator.server.tls import ServerTLS
 
 log = structlog.get_logger(__name__)
@@ -35,6 +39,7 @@ LOG_SECONDS = 5.0
 def wait_for_store(
     open_store: Callable[[], T],
     *,
+    etcd: Sequence[str],
     stop: threading.Event,
     listen: str,
     tls: ServerTLS | None,
@@ -43,9 +48,10 @@ def wait_for_store(
     readiness: tuple[str, ...],
 ) -> T | None:
     """``open_store()`` once etcd answers (StoreUnavailable means "not yet"); None if ``stop``
-    is set first. Meanwhile a health-only server answers on the replica's ports."""
+    is set first. Meanwhile a health-only server answers on the replica's ports. A refusal
+    (StoreRefused) raises ConfigError naming the ``etcd`` endpoints."""
     try:
-        return open_store()
+        return _refusal_is_a_setting(open_store, etcd)
     except StoreUnavailable as exc:
         first_error = str(exc)
     server = _health_only(listen, tls, health_listen, liveness, readiness)
@@ -54,7 +60,7 @@ def wait_for_store(
         last_log = time.monotonic()
         while not stop.wait(RETRY_SECONDS):
             try:
-                store = open_store()
+                store = _refusal_is_a_setting(open_store, etcd)
             except StoreUnavailable as exc:
                 if time.monotonic() - last_log >= LOG_SECONDS:
                     log.warning("etcd still not reachable; waiting", error=str(exc))
@@ -65,6 +71,21 @@ def wait_for_store(
         return None
     finally:
         server.stop(None).wait()
+
+
+def _refusal_is_a_setting(open_store: Callable[[], T], etcd: Sequence[str]) -> T:
+    try:
+        return open_store()
+    except StoreRefused as exc:
+        raise ConfigError(refused_error(etcd, exc)) from exc
+
+
+def refused_error(etcd: Sequence[str], exc: StoreRefused) -> str:
+    """What to say when the etcd endpoint answers but refuses the coordinator's first request."""
+    return (
+        f"etcd: {', '.join(etcd)} answered but refused the first request ({exc}): is it an etcd "
+        "v3 client endpoint (--etcd / COORDINATOR_ETCD), and are the etcd credentials right?"
+    )
 
 
 def _health_only(

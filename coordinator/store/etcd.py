@@ -1,9 +1,10 @@
 """A thin, typed adapter over the ``etcd3`` client: transactions that report their revision.
 
 The library's ``transaction()`` hides the response header, and the claim generation *is* that
-header's revision, so transactions go through the generated KV stub directly (as DESIGN.md
-prescribes for calls the client lacks). Every gRPC error is translated here, once, into
-StoreUnavailable; callers never see grpc or etcd3 exceptions.
+header's revision, so transactions go through the client's generated KV stub directly: a call
+the client lacks is made through its stubs, never through a client of our own. Every gRPC error
+is translated here, once: an outage into StoreUnavailable, a request etcd refused into
+StoreRefused; callers never see grpc or etcd3 exceptions.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import grpc
 from etcd3 import etcdrpc, utils
 
 from coordinator.domain.live_claims import LeaseReading
-from coordinator.errors import CoordinatorError, LeaseGone, StoreUnavailable
+from coordinator.errors import LeaseGone, StoreRefused, StoreUnavailable
 from coordinator.store.group_commit import MAX_BATCH_BYTES, MAX_TXN_OPS, GroupCommit
 from coordinator.store.watch import PrefixWatch, WatchEvent
 
@@ -237,9 +238,7 @@ class EtcdKV:
         )
         try:
             response = self._send_txn(batch)
-        except StoreUnavailable:
-            raise
-        except CoordinatorError:  # etcd refused the batch (a lower --max-txn-ops): one by one
+        except StoreRefused:  # etcd refused the batch (a lower --max-txn-ops): one by one
             return [self._one(request) for request in requests]
         revision = int(response.header.revision)
         return [
@@ -404,7 +403,7 @@ class EtcdKV:
         if code not in _TRANSIENT:
             # etcd refused the request itself (a malformed txn, auth, quota): retrying the same
             # request cannot help, so it must not look like an outage.
-            raise CoordinatorError(f"etcd refused {what}: {code.name}: {exc.details()}") from exc
+            raise StoreRefused(f"etcd refused {what}: {code.name}: {exc.details()}") from exc
         # The client's own handler marks the endpoint failed, so the next call fails over to
         # another member; it then raises its own exception, which we replace with ours.
         with contextlib.suppress(Exception):

@@ -1,11 +1,12 @@
 """Claim leases, reused: the lease a finished short claim leaves empty carries the next claim.
 
-Every claim holds its own etcd lease and the claim key dies with it (DESIGN.md). Granting a
-lease per claim and revoking it at commit are two raft proposals per cycle, as much etcd work as
-the claim and the commit txns together. When a claim ends by its holder's own commit or release
-(or a claim txn loses its race), the txn that ended it deleted the only key on the lease, so the
-lease is as good as a fresh grant, minus the time it has run. This replica keeps such a lease for
-its next claim of the same TTL instead of revoking it:
+Every claim holds its own etcd lease and the claim key dies with it: expiry is what reclaims the
+work of a holder that stopped renewing. Granting a lease per claim and revoking it at commit are
+two raft proposals per cycle, as much etcd work as the claim and the commit txns together. When
+a claim ends by its holder's own commit or release (or a claim txn loses its race), the txn that
+ended it deleted the only key on the lease, so the lease is as good as a fresh grant, minus the
+time it has run. This replica keeps such a lease for its next claim of the same TTL instead of
+revoking it:
 
 - one claim at a time per lease, so the per-claim TTL, the renewal bounds and the fencing token
   (the claim key's create revision) are exactly as with a fresh lease;

@@ -3,8 +3,13 @@ exit codes (0 done, 1 refused by the server, 2 bad options, nothing sent)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
+import os
+import pty
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -316,6 +321,36 @@ def test_result_prints_the_payload_and_what_committed_it(
         "committed_at": as_json["committed_at"],
         "evidence": ["job-1"],
     }
+
+
+def _on_a_terminal(args: list[str]) -> bytes:
+    """What the CLI writes to stdout when stdout is a terminal (a pty; its \\n comes out \\r\\n)."""
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", "from coordinator.cli import main; main()", *args],
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+        os.close(follower)
+        assert done.returncode == 0, done.stderr
+        chunks = []
+        with contextlib.suppress(OSError):  # EIO once everything written was read
+            while chunk := os.read(leader, 4096):
+                chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(leader)
+
+
+def test_result_on_a_terminal_ends_its_line(store: Store, server: str) -> None:
+    create(store, "t")
+    finish(store, "t", "w1")  # commits RESULT, which has no final newline
+    assert not RESULT.endswith(b"\n")
+    shown = _on_a_terminal(["tasks", "result", "t", "--target", server, "--insecure"])
+    assert shown == RESULT + b"\r\n"  # the prompt starts on a line of its own
 
 
 def test_a_binary_result_needs_out(store: Store, cli: Cli, tmp_path: Path) -> None:

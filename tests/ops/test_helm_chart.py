@@ -3,7 +3,8 @@ and checked for what matters in a cluster: probes on the real ports, a configura
 accepts, flags that exist, bundled etcd members addressed by their pod DNS names, a hardened
 security context, no secret in plain text, and a termination grace longer than the drain; the
 required image and token file, the example worker pool with its KEDA or HPA scaling, and the
-alerts, whose every metric the server exports.
+alerts, whose every metric the server exports. The NOTES a `helm install` prints (rendered by a
+client-side dry run) give Python that parses and imports what it uses, and commands that exist.
 
 ``kubectl apply --dry-run=client`` is not run: kubectl needs a cluster's API discovery even for
 a client-side dry run (it fails at once without one), and the custom kinds (ScaledObject,
@@ -14,12 +15,17 @@ Skipped when helm is missing (scripts/install-helm.sh installs it into .tools/bi
 
 from __future__ import annotations
 
+import ast
 import base64
+import builtins
+import inspect
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import textwrap
 import tomllib
 from collections.abc import Iterator
 from functools import cache
@@ -31,6 +37,7 @@ import yaml
 from click.testing import CliRunner
 from cryptography import x509
 
+from coordinator import sdk
 from coordinator.cli import main as cli
 from coordinator.cli.console import console as console_command
 from coordinator.cli.etcd_auth import etcd_auth as etcd_auth_command
@@ -167,6 +174,57 @@ def test_args_and_env_name_settings_that_exist(values: Path) -> None:
         assert used and set(used) <= flags, used
         for env in container.get("env", []):
             assert env["name"].removeprefix("COORDINATOR_").lower() in SETTINGS, env["name"]
+
+
+@cache
+def notes(values: Path) -> str:
+    """The NOTES.txt that `helm install` prints for release "rel" (``helm template`` renders
+    no NOTES; a client-side dry run needs no cluster)."""
+    args = ["install", "rel", str(CHART), "--namespace", NAMESPACE, "--dry-run=client"]
+    result = _run(*args, "-f", str(values))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split("\nNOTES:\n", 1)[1]
+
+
+def _notes_snippet(text: str) -> str:
+    """The Python the NOTES give a worker: the indented lines after step 3's heading."""
+    after = text.split("3. Give worker-1.token", 1)[1].split("\n", 1)[1]
+    return textwrap.dedent(after.split("\n\n", 1)[0])
+
+
+@pytest.mark.parametrize(
+    "values", [v for v in VALUES if v.stem != "insecure-values"], ids=lambda p: p.stem
+)
+def test_the_notes_python_snippet_runs_as_printed(values: Path) -> None:
+    snippet = _notes_snippet(notes(values))
+    tree = ast.parse(snippet)  # valid Python, indentation and all
+    imported = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    assert "os" in imported  # os.environ["COORDINATOR_TOKEN"]
+    assert used - imported - set(dir(builtins)) == set(), snippet
+    # Every keyword it passes is one the SDK takes.
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        if isinstance(call.func, ast.Name) and call.func.id in ("WorkerClient", "tls_credentials"):
+            taken = inspect.signature(getattr(sdk, call.func.id)).parameters
+            assert {k.arg for k in call.keywords} <= set(taken), ast.unparse(call)
+
+
+@pytest.mark.parametrize("values", VALUES, ids=lambda p: p.stem)
+def test_the_notes_commands_exist_with_the_options_they_pass(values: Path) -> None:
+    # The indented lines are the ones to type (the first line names the chart, not a command).
+    lines = [line.strip() for line in notes(values).splitlines() if line.startswith(" ")]
+    commands = [
+        shlex.split(line.split(">")[0]) for line in lines if line.startswith("coordinator ")
+    ]
+    assert commands, "the NOTES name no coordinator command"
+    for command in commands:  # an unknown command or option fails before --help is honoured
+        shown = CliRunner().invoke(cli, [*command[1:], "--help"])
+        assert shown.exit_code == 0, f"{shlex.join(command)}: {shown.output}"
 
 
 @pytest.mark.parametrize("values", VALUES, ids=lambda p: p.stem)

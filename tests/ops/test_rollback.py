@@ -196,3 +196,36 @@ def test_drain_pauses_or_keeps_the_operators_pause_and_says_how_to_resume(
     assert again.exit_code == 0, again.output
     assert "claims were already paused: their pause and its reason are kept" in again.output
     assert again.output.rstrip().endswith(RESUME_HINT)
+
+
+def _pause_reason(store: Store, queue: str = "") -> bytes | None:
+    """The reason stored with the global pause (or ``queue``'s); None when not paused."""
+    keys = store.ctx.keys
+    kept = store.ctx.kv.get(keys.queue_paused(queue) if queue else keys.claims_paused)
+    return None if kept is None else kept.value
+
+
+def test_drain_keeps_the_reason_the_operator_paused_with(
+    secured: str, ring: TokenRing, store: Store
+) -> None:
+    admin_token = ring.tokens["admin-1"]
+    paused = _cli(secured, admin_token, "claims", "pause", "--reason", "db migration")
+    assert paused.exit_code == 0, paused.output
+    drained = _cli(secured, admin_token, "drain", "--timeout", "5", "--interval", "0.1")
+    assert drained.exit_code == 0, drained.output
+    assert _pause_reason(store) == b"db migration"  # not drain's own "drain"
+    assert "claims were already paused: their pause and its reason are kept" in drained.output
+    assert drained.output.rstrip().endswith(RESUME_HINT)  # `coordinator claims resume`
+
+    # One queue the same way: its pause and reason stay, and the hint names that queue.
+    _cli(secured, admin_token, "claims", "resume")
+    pause = ("claims", "pause", "--queue", "emails", "--reason", "bad template")
+    assert _cli(secured, admin_token, *pause).exit_code == 0
+    drain = ("drain", "--queue", "emails", "--timeout", "5", "--interval", "0.1")
+    drained = _cli(secured, admin_token, *drain)
+    assert drained.exit_code == 0, drained.output
+    assert (_pause_reason(store), _pause_reason(store, "emails")) == (None, b"bad template")
+    assert "claims of queue emails were already paused: that pause is kept" in drained.output
+    assert drained.output.rstrip().endswith(
+        "`coordinator claims resume --queue emails` lets workers claim them again"
+    )

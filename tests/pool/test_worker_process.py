@@ -42,9 +42,10 @@ def producer(coordinator: Served) -> Iterator[WorkerClient]:
 
 
 def start_worker(
-    target: str, tmp_path: Path, *, max_concurrent: int, grace: float
+    target: str, tmp_path: Path, *, max_concurrent: int, grace: float, principal: str = "pool-1"
 ) -> subprocess.Popen[bytes]:
-    """``coordinator worker tests.pool.handlers:gated`` on QUEUE, logging to tmp_path."""
+    """``coordinator worker tests.pool.handlers:gated`` on QUEUE, logging to tmp_path (an empty
+    ``principal``: no --principal, the verb's default)."""
     args = [
         "worker",
         "tests.pool.handlers:gated",
@@ -61,9 +62,9 @@ def start_worker(
         "--target",
         target,
         "--insecure",
-        "--principal",
-        "pool-1",
     ]
+    if principal:
+        args += ["--principal", principal]
     with (tmp_path / "worker.log").open("wb") as log:
         env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
         return subprocess.Popen([*COMMAND, *args], cwd=ROOT, stderr=log, env=env)
@@ -133,7 +134,7 @@ def test_a_handler_deaf_to_cancellation_is_cut_off_at_the_grace(
 ) -> None:
     producer.create_task("deaf", queue=QUEUE, input=f"stubborn {tmp_path / 'never'}".encode())
     grace = 1.0
-    proc = start_worker(coordinator.target, tmp_path, max_concurrent=1, grace=grace)
+    proc = start_worker(coordinator.target, tmp_path, max_concurrent=1, grace=grace, principal="")
     try:
         eventually(lambda: claimed(producer) == {"deaf"}, timeout=30)
         proc.send_signal(signal.SIGTERM)
@@ -144,6 +145,8 @@ def test_a_handler_deaf_to_cancellation_is_cut_off_at_the_grace(
             proc.kill()
     task = producer.get_task("deaf")
     assert (task.state, ends(producer, "deaf")) == (TaskState.READY, [AttemptEnd.FAILED])
+    # Without --principal the claims are a worker's, not "operator"'s (the other verbs' default).
+    assert [a.owner_id for a in producer.attempts("deaf")] == ["worker"]
     assert not (tmp_path / "ready").exists()
     log = (tmp_path / "worker.log").read_text()
     assert '"cut_off": 1' in log, log

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.errors import CoordinatorError, StoreUnavailable
+from coordinator.errors import StoreRefused, StoreUnavailable
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import EtcdKV
 from coordinator.store.etcd import put
@@ -13,7 +13,7 @@ from coordinator.store.etcd import put
 def test_a_txn_etcd_refuses_is_not_reported_as_an_outage(etcd: EtcdProcess, prefix: str) -> None:
     kv = EtcdKV.connect([etcd.endpoint])
     key = f"{prefix}/k"
-    with pytest.raises(CoordinatorError, match="etcd refused txn: INVALID_ARGUMENT") as caught:
+    with pytest.raises(StoreRefused, match="etcd refused txn: INVALID_ARGUMENT") as caught:
         kv.txn((), [put(key, b"1"), put(key, b"2")])  # etcd: duplicate key given in txn request
     assert not isinstance(caught.value, StoreUnavailable)
     assert kv.get(key) is None
