@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import grpc
 from grpc import aio
@@ -43,6 +43,7 @@ class AsyncRpc(Caller):
         channel_options: Sequence[tuple[str, Any]] | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         token: str | None = None,
+        interceptors: Sequence[aio.UnaryUnaryClientInterceptor[Any, Any]] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         # Every call goes through ``call``, so the token rides in its metadata (the sync SDK
@@ -55,10 +56,16 @@ class AsyncRpc(Caller):
             clock=clock,
             metadata=() if token is None else (bearer_header(token),),
         )
+        # The stubs leave aio.ClientInterceptor untyped: every unary interceptor is one.
+        chain = cast(Sequence[aio.ClientInterceptor], interceptors)
         if credentials is not None:
-            self._channel = aio.secure_channel(self.target, credentials, options=self._options)
+            self._channel = aio.secure_channel(
+                self.target, credentials, options=self._options, interceptors=chain
+            )
         else:
-            self._channel = aio.insecure_channel(self.target, options=self._options)
+            self._channel = aio.insecure_channel(
+                self.target, options=self._options, interceptors=chain
+            )
         # The generated stubs are typed as their async variants on an aio channel.
         self.worker = worker_pb2_grpc.WorkerServiceStub(self._channel)
         self.tasks = tasks_pb2_grpc.TaskServiceStub(self._channel)
