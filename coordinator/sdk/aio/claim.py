@@ -22,6 +22,7 @@ from typing import Self
 from coordinator.errors import CoordinatorError
 from coordinator.sdk._held import HeldClaim, LostCallback
 from coordinator.sdk._rpc import Req, Resp
+from coordinator.sdk.aio._events import wait_for
 from coordinator.sdk.aio._rpc import AsyncRpc, AsyncWorkerMethod
 from coordinator.sdk.aio.effects import AsyncDownstream, run_effect
 from coordinator.sdk.effects import EffectOutcome
@@ -33,16 +34,6 @@ from coordinator.sdk.types import (
     ToolAuthorization,
 )
 from coordinator.v1 import worker_pb2
-
-
-async def _wait(event: asyncio.Event, seconds: float | None) -> bool:
-    """Wait until ``event`` is set or ``seconds`` pass; whether it is set."""
-    try:
-        async with asyncio.timeout(seconds):
-            await event.wait()
-    except TimeoutError:
-        pass
-    return event.is_set()
 
 
 class AsyncClaim(HeldClaim):
@@ -79,7 +70,7 @@ class AsyncClaim(HeldClaim):
 
     async def wait_lost(self, timeout: timedelta | None = None) -> bool:
         """Wait until the claim is lost or ``timeout`` passes; returns ``is_lost()``."""
-        return await _wait(self._lost, timeout.total_seconds() if timeout is not None else None)
+        return await wait_for(self._lost, timeout.total_seconds() if timeout is not None else None)
 
     # --- acceptance points ----------------------------------------------------------------
 
@@ -210,7 +201,7 @@ class AsyncClaim(HeldClaim):
     async def _keepalive(self) -> None:
         next_at = self._next_renewal(self._clock(), accepted=True)
         try:
-            while not await _wait(self._stop, max(next_at - self._clock(), 0.0)):
+            while not await wait_for(self._stop, max(next_at - self._clock(), 0.0)):
                 sent = self._clock()
                 next_at = self._next_renewal(sent, await self._renew_once(sent))
         except Exception as exc:
