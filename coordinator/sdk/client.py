@@ -315,9 +315,16 @@ class WorkerClient:
         )
         return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.UpdateInput, request).task)
 
-    def retry_task(self, task_id: str, *, reason: str = "") -> TaskInfo:
-        """Send a FAILED task back to READY with a fresh attempt budget (pm or admin)."""
+    def retry_task(
+        self, task_id: str, *, reason: str = "", schedule_to_close: timedelta | None = None
+    ) -> TaskInfo:
+        """Send a FAILED task back to READY with a fresh attempt budget (pm or admin).
+
+        ``schedule_to_close`` gives it a new deadline, that long from now; a task whose own
+        deadline passed (TIMED_OUT) needs one (FailedPrecondition without)."""
         request = tasks_pb2.RetryTaskRequest(task_id=task_id, reason=reason)
+        if schedule_to_close is not None:
+            request.schedule_to_close.FromTimedelta(schedule_to_close)
         return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.RetryTask, request).task)
 
     # --- admin ------------------------------------------------------------------------------

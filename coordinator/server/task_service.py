@@ -17,7 +17,7 @@ import grpc
 from coordinator.domain.validation import non_negative, task_id
 from coordinator.errors import StreamBehind
 from coordinator.logging import note
-from coordinator.server import common_wire, event_wire, stream_interceptor, task_wire
+from coordinator.server import common_wire, event_wire, queue_wire, stream_interceptor, task_wire
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc, stream_rpc
 from coordinator.store import Store
@@ -145,8 +145,13 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         """Send a FAILED task back to READY with a fresh attempt budget."""
         tid = task_id(request.task_id)
         reason = common_wire.parse_text("reason", request.reason)
+        deadline = queue_wire.parse_schedule_to_close(
+            request.schedule_to_close, present=request.HasField("schedule_to_close")
+        )
         principal = principal_of(context)
-        task = self._store.dead_letters.retry(tid, by=principal, reason=reason)
+        task = self._store.dead_letters.retry(
+            tid, by=principal, reason=reason, schedule_to_close=deadline
+        )
         note(task_id=tid, state=task.state.name, attempt=task.attempt, reason=reason)
         return tasks_pb2.RetryTaskResponse(task=task_wire.task_to_proto(task))
 
