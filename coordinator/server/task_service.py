@@ -62,7 +62,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         first = max(1, task.attempt - GET_TASK_ATTEMPTS + 1)
         attempts = self._store.tasks.attempts(tid, first=first, count=GET_TASK_ATTEMPTS)
         return tasks_pb2.GetTaskResponse(
-            task=task_wire.task_to_proto(task),
+            task=task_wire.task_with_attempts_to_proto(task, attempts),
             attempts=[task_wire.attempt_to_proto(a) for a in attempts],
             attempt_count=task.attempt,
         )

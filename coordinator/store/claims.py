@@ -15,6 +15,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from coordinator.domain.checkpoints import resumable_checkpoint
 from coordinator.domain.decisions import Fence, FenceView, Verdict, clamp_ttl, decide_claim
 from coordinator.domain.keys import task_id_from_ready_key
 from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode
@@ -137,13 +138,10 @@ def claim_write(
 
 
 def handed_checkpoint(read: ClaimRead) -> bytes:
-    """The checkpoint a new attempt starts from: the previous attempt's, if it ran on the same
-    input (a checkpoint of another input is no place to resume from). The new attempt keeps it
-    until it writes its own, so an attempt that never checkpoints does not lose it."""
-    previous, task = read.attempt, read.task
-    if previous is None or previous.revision != task.revision:
-        return b""
-    return previous.checkpoint
+    """The checkpoint a new attempt starts from (domain/checkpoints.py): the previous
+    attempt's, if it ran on the same revision; the new attempt keeps it until it writes its
+    own."""
+    return resumable_checkpoint(read.task, read.attempt)
 
 
 class ClaimStore:

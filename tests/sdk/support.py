@@ -45,9 +45,7 @@ def served(
     """Start a store on ``prefix`` (counting on ``metrics``, else the process's) and a server
     for it; stop both on exit."""
     kv = EtcdKV.connect([endpoint])
-    store = Store.open(
-        kv, keys=Keyspace(prefix), limits=LIMITS, scan_interval=1.0, metrics=metrics
-    )
+    store = Store.open(kv, keys=Keyspace(prefix), limits=LIMITS, scan_interval=1.0, metrics=metrics)
     store.start()
     server, port = build_server(store, listen=listen)
     try:

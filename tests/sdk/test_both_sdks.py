@@ -408,3 +408,5 @@ def test_a_checkpoint_the_server_kept_is_not_sent_again(sdk: Sdk, coordinator: S
         assert claim.commit(b"done").committed
     assert marks.count(True) == 1
     assert [r.checkpoint for r in sent.of("Renew") if r.HasField("checkpoint")] == [b"step-1"]
+    task = worker.get_task("t1")
+    assert (task.checkpoint_size, [a.checkpoint_size for a in task.attempts]) == (6, [6])
