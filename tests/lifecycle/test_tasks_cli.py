@@ -276,7 +276,7 @@ def test_get_shows_the_size_of_the_checkpoint_a_next_attempt_resumes_from(
     fence = claim(store, "t", "w1")
     store.acceptance.renew(fence, principal="w1", progress="p", checkpoint=b"rows 0-9")
     store.acceptance.release(fence, principal="w1", reason="again")
-    claim(store, "t", "w2")  # handed the checkpoint, has written none of its own
+    second = claim(store, "t", "w2")  # handed the checkpoint, has written none of its own
     head, attempts = cli("get", "t").stdout.split("\n\n")
     fields = dict(line.split(None, 1) for line in head.splitlines() if " / " not in line)
     assert fields["checkpoint"] == "8 bytes"
@@ -290,6 +290,11 @@ def test_get_shows_the_size_of_the_checkpoint_a_next_attempt_resumes_from(
     assert [a["checkpoint_size"] for a in as_json["attempts"]] == [8, 8]
     listed = json.loads(cli("list", "--json").stdout.splitlines()[0])
     assert listed["checkpoint_size"] is None  # a list reads no attempt: not known, not 0
+    # The latest attempt's own checkpoint is the one a next attempt resumes from.
+    store.acceptance.renew(second, principal="w2", progress="p", checkpoint=b"rows 0-999")
+    as_json = json.loads(cli("get", "t", "--json").stdout)
+    assert as_json["task"]["checkpoint_size"] == 10
+    assert [a["checkpoint_size"] for a in as_json["attempts"]] == [8, 10]
 
 
 def test_get_of_an_unknown_task_exits_1_with_the_servers_message(cli: Cli) -> None:
