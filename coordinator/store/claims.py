@@ -240,6 +240,10 @@ class ClaimStore:
         if task.state is TaskState.READY:
             # Our own replica drops the hint at once; the watch does it for the others.
             self._ready.discard(keys.ready(task.queue, task.priority, task.ready_seq, task.task_id))
+        elif task.state is TaskState.CLAIMED:
+            # A takeover ended the expired attempt and starts the next at once: a retry, as the
+            # reclaimer counts one when it gets there first (refuse_takeover allowed it now).
+            self._ctx.metrics.count_retry(task.queue, LEASE_EXPIRED.end.name.lower(), wait=0.0)
         fence = Fence(
             task.task_id,
             attempt.attempt_id,
