@@ -10,10 +10,11 @@ from typing import Any
 from coordinator.clock import ManualClock
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.records import EventRecord, decode
+from coordinator.domain.retry import attempts_counted
 from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, Outcome, TaskState
 from coordinator.store import Store, TaskSpec
 from tests.helpers import eventually
-from tests.store.support import StoreFactory, claim, claim_result
+from tests.store.support import LIMITS, StoreFactory, claim, claim_result
 
 BACKOFF = (("initial_backoff", 10.0), ("backoff_multiplier", 2.0), ("max_backoff", 300.0))
 
@@ -197,3 +198,32 @@ def test_a_pass_reads_only_the_due_part_of_the_delayed_index(
         TaskState.READY,
         TaskState.DELAYED,
     )
+
+
+def test_stalled_and_renew_limited_attempts_count_against_the_budget(
+    make_store: StoreFactory, clock: ManualClock
+) -> None:
+    store = make_store()  # the reclaimer follows the claim keys' expiry
+    _create(store, "t", ("max_attempts", 2))
+    # Attempt 1 stalls: no new progress marker for longer than stall_timeout. Its renewal is
+    # refused and keeps nothing alive, so the lease runs out (etcd's real TTL, ~2 s).
+    stalled = claim(store, "t", ttl=1)
+    clock.advance(LIMITS.stall_timeout + 1)
+    renewed = store.acceptance.renew(stalled, principal="w1", progress="")
+    assert renewed.verdict.outcome is Outcome.STALLED
+    eventually(lambda: _state(store, "t", TaskState.CLAIMED, TaskState.READY) is TaskState.READY)
+    assert attempts_counted(store.tasks.get("t")) == 1  # one of the two is used
+    # Attempt 2 reaches max_claim_duration: its renewal is refused RENEW_LIMIT, the lease runs
+    # out, and the budget is spent.
+    limited = claim(store, "t", ttl=1)
+    clock.advance(LIMITS.max_claim_duration)
+    renewed = store.acceptance.renew(limited, principal="w1", progress="step 2")
+    assert renewed.verdict.outcome is Outcome.RENEW_LIMIT
+    eventually(lambda: _state(store, "t", TaskState.CLAIMED, TaskState.FAILED) is TaskState.FAILED)
+    task = store.tasks.get("t")
+    assert (task.dead_letter_reason, task.attempt, task.last_error) == (
+        DeadLetterReason.EXHAUSTED,
+        2,
+        "lease expired",
+    )
+    assert [a.end for a in store.tasks.attempts("t")] == [AttemptEnd.EXPIRED] * 2
