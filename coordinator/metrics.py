@@ -154,6 +154,14 @@ class Metrics:
             ["queue", "end", "delayed"],
             registry=registry,
         )
+        self.backoff_wait = Histogram(
+            "coordinator_retry_backoff_seconds",
+            "Seconds a retried task waits before it is READY again (DELAYED by its backoff or a "
+            "Fail's delay; 0 for a retry READY at once), by queue, observed with each retry.",
+            ["queue"],
+            buckets=(0, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600, 21600, 86400),
+            registry=registry,
+        )
         self.dead_lettered = Counter(
             "coordinator_tasks_dead_lettered",
             "Tasks moved to FAILED, by queue and reason (exhausted, non_retryable, timed_out).",
@@ -257,9 +265,11 @@ class Metrics:
             registry=registry,
         )
 
-    def count_retry(self, queue: str, end: str, *, delayed: bool) -> None:
-        """Count one attempt end followed by another attempt."""
-        self.retries.labels(queue=queue, end=end, delayed=str(delayed).lower()).inc()
+    def count_retry(self, queue: str, end: str, *, wait: float) -> None:
+        """Count one attempt end followed by another attempt, READY after ``wait`` seconds
+        (0: at once), and observe the wait."""
+        self.retries.labels(queue=queue, end=end, delayed=str(wait > 0).lower()).inc()
+        self.backoff_wait.labels(queue=queue).observe(max(wait, 0.0))
 
     def count_dead_letter(self, queue: str, reason: str) -> None:
         """Count one task moved to FAILED."""

@@ -151,11 +151,12 @@ def task_fields(task: TaskInfo) -> list[tuple[str, str]]:
         ("generation / epoch", f"{task.claim_generation} / {task.scheduler_epoch}"),
         ("cancel_generation", str(task.cancel_generation)),
         ("result", f"{task.result_commit_id} {task.result_digest}" if task.result_digest else "-"),
+        ("checkpoint", _size(task.checkpoint_size)),
         ("created / updated", f"{when(task.created_at)} / {when(task.updated_at)}"),
     ]
 
 
-ATTEMPT_HEADERS = ("#", "ATTEMPT", "OWNER", "GEN", "EPOCH", "STARTED", "ENDED", "END")
+ATTEMPT_HEADERS = ("#", "ATTEMPT", "OWNER", "GEN", "EPOCH", "STARTED", "ENDED", "END", "CHECKPOINT")
 
 
 def attempt_row(attempt: AttemptInfo) -> tuple[str, ...]:
@@ -169,6 +170,7 @@ def attempt_row(attempt: AttemptInfo) -> tuple[str, ...]:
         when(attempt.started_at),
         when(attempt.ended_at),
         attempt.end.name,
+        _size(attempt.checkpoint_size),
     )
 
 
@@ -185,6 +187,11 @@ def result_fields(result: ResultInfo) -> list[tuple[str, str]]:
         ("ref", result.result_ref or "-"),
         ("evidence", ", ".join(result.evidence) or "-"),
     ]
+
+
+def _size(checkpoint_size: int | None) -> str:
+    """A checkpoint's size in bytes, '-' for none (or not known)."""
+    return f"{checkpoint_size} bytes" if checkpoint_size else "-"
 
 
 def _yes(flag: bool) -> str:

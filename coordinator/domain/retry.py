@@ -21,7 +21,7 @@ from typing import Any
 
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op
-from coordinator.errors import InvalidArgument
+from coordinator.errors import FailedPrecondition, InvalidArgument
 
 MAX_ATTEMPTS = 10_000
 MAX_BACKOFF = 7 * 86400.0
@@ -130,6 +130,22 @@ def policy_fields(policy: RetryPolicy) -> dict[str, Any]:
 def attempts_counted(task: TaskRecord) -> int:
     """Attempts of ``task`` counted against its max_attempts (since its budget began)."""
     return task.attempt - task.attempts_base
+
+
+def retried_deadline(task: TaskRecord, now: float, schedule_to_close: float) -> float:
+    """The deadline of ``task`` sent back to the queue at ``now`` (RetryTask): ``now +
+    schedule_to_close`` when one is given, else its own (0: none). FailedPrecondition when its
+    own has passed and no new one is given: the task would be refused every claim and fail
+    TIMED_OUT again at the next deadline pass, so the retry could never run."""
+    if schedule_to_close:
+        return now + schedule_to_close
+    if task.deadline and task.deadline <= now:
+        reason = task.dead_letter_reason.name
+        raise FailedPrecondition(
+            f"task {task.task_id!r} ({reason}) has a schedule_to_close deadline that passed "
+            f"{now - task.deadline:.0f} s ago; retry it with a new schedule_to_close (from now)"
+        )
+    return task.deadline
 
 
 COUNTED_ENDS = frozenset({AttemptEnd.EXPIRED, AttemptEnd.RELEASED, AttemptEnd.FAILED})

@@ -7,11 +7,11 @@ The sync ``WorkerClient`` (sdk/client.py) and the asyncio ``AsyncWorkerClient``
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from coordinator.domain.digests import digest_of
 from coordinator.errors import InvalidArgument
-from coordinator.sdk.types import TaskInfo
+from coordinator.sdk.types import TaskInfo, TaskRetryPolicy
 from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
 
 CLAIM_HINT = "a claim that landed holds the task until its lease expires; claim it again after that"
@@ -67,6 +67,21 @@ MAX_TASKS = 64
 """Tasks one call may claim (the server's bound)."""
 
 
+def long_poll(wait: timedelta | None, call_timeout: timedelta) -> tuple[float, float | None]:
+    """A ClaimNext's ``wait_seconds`` and its deadline: a long poll's call may take its wait
+    plus one try's ``call_timeout``; a plain one (None) keeps the policy's deadline."""
+    waited = wait.total_seconds() if wait is not None else 0.0
+    return waited, call_timeout.total_seconds() + waited if waited else None
+
+
+def lease_clock_start(sent_at: float, answered_at: float, timeout: float | None) -> float:
+    """When a claim's lease clock starts: at the send, so it can only run early; but a long
+    poll (``timeout`` set) is granted its lease only when it wins, up to its wait later, so
+    its clock starts at the answer's arrival (late by the answer's flight, which the claim's
+    safety margin covers), or the whole wait would be taken off the lease."""
+    return answered_at if timeout is not None else sent_at
+
+
 def epoch_moved(response: worker_pb2.ClaimResponse) -> bool:
     """Whether a claim was refused only because the scheduler epoch moved on."""
     return (
@@ -92,9 +107,13 @@ def create_request(
     priority: int,
     requires_review: bool,
     non_replayable: bool,
+    retry_policy: TaskRetryPolicy | None = None,
+    not_before: datetime | None = None,
+    schedule_to_close: timedelta | None = None,
 ) -> tasks_pb2.CreateTaskRequest:
-    """A create of a READY task (an empty ``task_id``: the server generates one)."""
-    return tasks_pb2.CreateTaskRequest(
+    """A create of a READY task (an empty ``task_id``: the server generates one), DELAYED
+    until ``not_before`` if set, with its own ``retry_policy`` and ``schedule_to_close``."""
+    request = tasks_pb2.CreateTaskRequest(
         task_id=task_id,
         queue=queue,
         priority=priority,
@@ -103,6 +122,13 @@ def create_request(
         requires_review=requires_review,
         non_replayable=non_replayable,
     )
+    if retry_policy is not None:
+        request.retry_policy.CopyFrom(retry_policy.to_proto())
+    if not_before is not None:
+        request.not_before.FromDatetime(not_before)
+    if schedule_to_close is not None:
+        request.schedule_to_close.FromTimedelta(schedule_to_close)
+    return request
 
 
 def create_is_retried(task_id: str, idempotency_key: str) -> bool:

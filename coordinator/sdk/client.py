@@ -34,6 +34,8 @@ from coordinator.sdk._requests import (
     create_request,
     epoch_moved,
     is_this_create,
+    lease_clock_start,
+    long_poll,
     repinned,
 )
 from coordinator.sdk._rpc import RetryPolicy, Rpc
@@ -158,14 +160,14 @@ class WorkerClient:
         With ``wait`` (at most the server's max_claim_wait, 20 s by default) it is a long poll:
         the server waits that long for a task to become ready and answers with the first one
         it wins, so a worker loop needs no sleep between empty claims."""
-        waited = wait.total_seconds() if wait is not None else 0.0
+        waited, timeout = long_poll(wait, self._rpc.policy.timeout)
         request = claim_next_request(queue, ttl=ttl, epoch=self._pinned_epoch(), wait=waited)
         return self._claimed(
             self._rpc.worker.ClaimNext,
             request,
             on_lost=on_lost,
             safety_margin=safety_margin,
-            timeout=self._rpc.policy.timeout.total_seconds() + waited if waited else None,
+            timeout=timeout,
         )
 
     def claim_many(
@@ -216,21 +218,16 @@ class WorkerClient:
         safety_margin: timedelta | None,
         timeout: float | None = None,
     ) -> Claim | ClaimRefused:
-        # The lease clock starts before the request leaves, so it can only run early. A long
-        # poll's lease is granted only when it wins, up to its wait later: its clock starts at
-        # the answer's arrival instead (late by the answer's flight, which the job's safety
-        # margin covers), or the whole wait would be taken off the lease.
+        # The lease clock (``lease_clock_start``): from the send, or a long poll's answer.
         sent_at = time.monotonic()
         response = self._rpc.call(method, request, hint=CLAIM_HINT, timeout=timeout)
-        if timeout is not None:
-            sent_at = time.monotonic()
+        sent_at = lease_clock_start(sent_at, time.monotonic(), timeout)
         if epoch_moved(response) and repinned(request, self.epoch()):
             # Once only: a second refusal means the epoch moved again meanwhile, and the next
             # claim will follow that one.
             sent_at = time.monotonic()
             response = self._rpc.call(method, request, hint=CLAIM_HINT, timeout=timeout)
-            if timeout is not None:
-                sent_at = time.monotonic()
+            sent_at = lease_clock_start(sent_at, time.monotonic(), timeout)
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
             return ClaimRefused.from_proto(response)
         return Claim(
@@ -277,13 +274,10 @@ class WorkerClient:
             priority=priority,
             requires_review=requires_review,
             non_replayable=non_replayable,
+            retry_policy=retry_policy,
+            not_before=not_before,
+            schedule_to_close=schedule_to_close,
         )
-        if retry_policy is not None:
-            request.retry_policy.CopyFrom(retry_policy.to_proto())
-        if not_before is not None:
-            request.not_before.FromDatetime(not_before)
-        if schedule_to_close is not None:
-            request.schedule_to_close.FromTimedelta(schedule_to_close)
         retry = create_is_retried(task_id, idempotency_key)
         try:
             response = self._rpc.call(
@@ -368,9 +362,16 @@ class WorkerClient:
         )
         return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.UpdateInput, request).task)
 
-    def retry_task(self, task_id: str, *, reason: str = "") -> TaskInfo:
-        """Send a FAILED task back to READY with a fresh attempt budget (pm or admin)."""
+    def retry_task(
+        self, task_id: str, *, reason: str = "", schedule_to_close: timedelta | None = None
+    ) -> TaskInfo:
+        """Send a FAILED task back to READY with a fresh attempt budget (pm or admin).
+
+        ``schedule_to_close`` gives it a new deadline, that long from now; a task whose own
+        deadline passed (TIMED_OUT) needs one (FailedPrecondition without)."""
         request = tasks_pb2.RetryTaskRequest(task_id=task_id, reason=reason)
+        if schedule_to_close is not None:
+            request.schedule_to_close.FromTimedelta(schedule_to_close)
         return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.RetryTask, request).task)
 
     # --- admin ------------------------------------------------------------------------------

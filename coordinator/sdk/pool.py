@@ -34,7 +34,6 @@ so the process still exits) and whatever it commits later is refused, its claim 
 from __future__ import annotations
 
 import contextlib
-import enum
 import os
 import signal
 import threading
@@ -46,9 +45,20 @@ from datetime import timedelta
 
 import structlog
 
-from coordinator.domain import validation
-from coordinator.errors import CoordinatorError, InvalidArgument
+from coordinator.errors import CoordinatorError
 from coordinator.sdk._flag import Flag
+from coordinator.sdk._pool import (
+    GIVE_BACK_TIMEOUT,
+    MAX_CONCURRENT,
+    MAX_QUEUES,
+    SHUTDOWN_ERROR,
+    UNFINISHED,
+    Ending,
+    PollBackoff,
+    PoolReport,
+    check_options,
+    cut_off_reason,
+)
 from coordinator.sdk.cancellation import Cancellation, CancelReason
 from coordinator.sdk.claim import Claim
 from coordinator.sdk.client import WorkerClient
@@ -60,48 +70,18 @@ log = structlog.get_logger(__name__)
 Handler = Callable[[Claim, Cancellation], bytes | None]
 """Does one claim's work; returns the result to commit, or None having ended the claim itself."""
 
-MAX_CONCURRENT = 256
-MAX_QUEUES = 32
-GIVE_BACK_TIMEOUT = timedelta(seconds=10)
-"""How long the cut-off at the end of the grace waits for its releases: the pod's
-terminationGracePeriodSeconds must exceed the grace plus this (the chart's 60 s + 15 s does)."""
-
-SHUTDOWN_ERROR = "WorkerShutdown"
-"""The error code of a claim given back because the shutdown grace ran out."""
-
-
-class Ending(enum.Enum):
-    """How one claim of the pool ended."""
-
-    COMMITTED = "committed"
-    RELEASED = "released"
-    FAILED = "failed"  # reported through claim.fail (retryable): the retry policy decides
-    LOST = "lost"
-    CUT_OFF = "cut_off"  # still running when the grace ran out; the pool gave its claim back
-    UNSETTLED = "unsettled"  # the coordinator could not be told: the lease expires instead
-
-
-@dataclass(frozen=True)
-class PollBackoff:
-    """How long a claim loop waits after a claim that got nothing: doubles up to ``maximum``."""
-
-    initial: timedelta = timedelta(milliseconds=50)
-    maximum: timedelta = timedelta(seconds=2)
-
-    def after(self, delay: float) -> float:
-        """The wait after one more empty poll, given the last one (seconds)."""
-        return min(delay * 2, self.maximum.total_seconds())
-
-
-@dataclass(frozen=True)
-class PoolReport:
-    """How many of the pool's claims ended which way (``Ending``), once it has shut down."""
-
-    endings: dict[Ending, int]
-
-    def count(self, ending: Ending) -> int:
-        """Jobs that ended ``ending``."""
-        return self.endings.get(ending, 0)
+__all__ = [
+    "GIVE_BACK_TIMEOUT",
+    "MAX_CONCURRENT",
+    "MAX_QUEUES",
+    "SHUTDOWN_ERROR",
+    "Ending",
+    "Handler",
+    "PollBackoff",
+    "PoolReport",
+    "WorkerPool",
+    "stop_on_signals",
+]
 
 
 @dataclass(eq=False)
@@ -136,14 +116,7 @@ class WorkerPool:
         poll: PollBackoff | None = None,
         long_poll: timedelta = timedelta(seconds=10),
     ) -> None:
-        if not 1 <= len(queues) <= MAX_QUEUES or len(set(queues)) != len(queues):
-            raise InvalidArgument(f"give 1 to {MAX_QUEUES} distinct queues, got {list(queues)}")
-        for queue in queues:
-            validation.queue(queue)
-        if not 1 <= max_concurrent <= MAX_CONCURRENT:
-            raise InvalidArgument(f"max_concurrent must be 1 to {MAX_CONCURRENT}")
-        if grace < timedelta(0):
-            raise InvalidArgument(f"grace must not be negative, got {grace}")
+        check_options(queues, max_concurrent, grace)
         self._client, self._handler = client, handler
         self._queues = tuple(queues)
         self._ttl, self._grace = ttl, grace
@@ -300,7 +273,7 @@ class WorkerPool:
                 return Ending.LOST
             if error is not None:
                 return _give_back(claim, error)
-            claim.release("the handler returned no result")
+            claim.release(UNFINISHED)
             return Ending.COMMITTED if claim.committed else Ending.RELEASED
         except CoordinatorError as exc:
             log.warning("could not settle the claim", task_id=claim.task_id, error=str(exc))
@@ -324,7 +297,7 @@ class WorkerPool:
     def _cut_off(self, left_over: list[_Running]) -> None:
         """Cancel the handlers still running and give their claims back, in parallel, for at
         most GIVE_BACK_TIMEOUT (a claim not settled by then expires with its lease)."""
-        why = f"the shutdown grace of {self._grace.total_seconds():g}s ran out"
+        why = cut_off_reason(self._grace)
         for running in left_over:
             running.cancel.cancel(CancelReason.SHUTDOWN, why)
         threads = [

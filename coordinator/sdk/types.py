@@ -267,6 +267,8 @@ class AttemptInfo:
     # The error its holder reported (end FAILED).
     error_code: str = ""
     error_message: str = ""
+    # Bytes of the checkpoint kept with it (its own, or the one it was handed).
+    checkpoint_size: int = 0
 
     @classmethod
     def from_proto(cls, msg: types_pb2.Attempt) -> Self:
@@ -282,6 +284,7 @@ class AttemptInfo:
             end=AttemptEnd(msg.end),
             error_code=msg.error_code,
             error_message=msg.error_message,
+            checkpoint_size=msg.checkpoint_size,
         )
 
 
@@ -360,6 +363,9 @@ class TaskInfo:
     dead_letter_reason: DeadLetterReason = DeadLetterReason.NONE
     # created_at + schedule_to_close, if it has one.
     deadline: datetime | None = None
+    # Bytes of the checkpoint its next attempt resumes from (get_task); None where the answer
+    # did not say (list_tasks and the other calls that read no attempt).
+    checkpoint_size: int | None = None
 
     @classmethod
     def from_proto(cls, msg: types_pb2.Task, attempts: tuple[types_pb2.Attempt, ...] = ()) -> Self:
@@ -396,6 +402,7 @@ class TaskInfo:
             last_error=msg.last_error,
             dead_letter_reason=DeadLetterReason(msg.dead_letter_reason),
             deadline=timestamp(msg.deadline),
+            checkpoint_size=msg.checkpoint_size if msg.HasField("checkpoint_size") else None,
         )
 
 

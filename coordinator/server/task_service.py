@@ -17,7 +17,14 @@ import grpc
 from coordinator.domain.validation import non_negative, task_id
 from coordinator.errors import StreamBehind
 from coordinator.logging import note
-from coordinator.server import claim_wire, common_wire, event_wire, stream_interceptor, task_wire
+from coordinator.server import (
+    claim_wire,
+    common_wire,
+    event_wire,
+    queue_wire,
+    stream_interceptor,
+    task_wire,
+)
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc, stream_rpc
 from coordinator.store import Store
@@ -62,7 +69,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         first = max(1, task.attempt - GET_TASK_ATTEMPTS + 1)
         attempts = self._store.tasks.attempts(tid, first=first, count=GET_TASK_ATTEMPTS)
         return tasks_pb2.GetTaskResponse(
-            task=task_wire.task_to_proto(task),
+            task=task_wire.task_with_attempts_to_proto(task, attempts),
             attempts=[task_wire.attempt_to_proto(a) for a in attempts],
             attempt_count=task.attempt,
         )
@@ -145,8 +152,13 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         """Send a FAILED task back to READY with a fresh attempt budget."""
         tid = task_id(request.task_id)
         reason = common_wire.parse_text("reason", request.reason)
+        deadline = queue_wire.parse_schedule_to_close(
+            request.schedule_to_close, present=request.HasField("schedule_to_close")
+        )
         principal = principal_of(context)
-        task = self._store.dead_letters.retry(tid, by=principal, reason=reason)
+        task = self._store.dead_letters.retry(
+            tid, by=principal, reason=reason, schedule_to_close=deadline
+        )
         note(task_id=tid, state=task.state.name, attempt=task.attempt, reason=reason)
         return tasks_pb2.RetryTaskResponse(task=task_wire.task_to_proto(task))
 

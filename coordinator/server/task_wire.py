@@ -3,9 +3,10 @@ attempt and result records as protos. Pure and mechanical (see common_wire)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from coordinator.domain import validation
+from coordinator.domain.checkpoints import resumable_checkpoint
 from coordinator.domain.graph import check_dependencies
 from coordinator.domain.lineage import thread_key
 from coordinator.domain.records import AttemptRecord, ResultRecord, TaskRecord
@@ -148,8 +149,9 @@ def parse_attempt_page_token(value: str) -> int:
 # --- domain -> proto -------------------------------------------------------------------------
 
 
-def task_to_proto(task: TaskRecord) -> types_pb2.Task:
-    """A task record on the wire, with its state_version and its work-queue fields."""
+def task_to_proto(task: TaskRecord, *, checkpoint_size: int | None = None) -> types_pb2.Task:
+    """A task record on the wire, with its state_version and its work-queue fields;
+    ``checkpoint_size`` where the caller read the latest attempt (unset otherwise)."""
     return types_pb2.Task(
         task_id=task.task_id,
         revision=task.revision,
@@ -181,7 +183,17 @@ def task_to_proto(task: TaskRecord) -> types_pb2.Task:
         dead_letter_reason=types_pb2.DeadLetterReason.ValueType(int(task.dead_letter_reason)),
         attempts_counted=attempts_counted(task),
         deadline=timestamp_to_proto(task.deadline),
+        checkpoint_size=checkpoint_size,
     )
+
+
+def task_with_attempts_to_proto(
+    task: TaskRecord, attempts: Sequence[AttemptRecord]
+) -> types_pb2.Task:
+    """A task on the wire with what its latest attempts (oldest first) tell: the size of the
+    checkpoint its next attempt resumes from."""
+    latest = attempts[-1] if attempts else None
+    return task_to_proto(task, checkpoint_size=len(resumable_checkpoint(task, latest)))
 
 
 def attempt_to_proto(attempt: AttemptRecord) -> types_pb2.Attempt:
@@ -198,6 +210,7 @@ def attempt_to_proto(attempt: AttemptRecord) -> types_pb2.Attempt:
         error_code=attempt.error_code,
         error_message=attempt.error_message,
         error_details=attempt.error_details,
+        checkpoint_size=len(attempt.checkpoint),
     )
 
 

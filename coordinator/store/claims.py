@@ -15,6 +15,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from coordinator.domain.checkpoints import resumable_checkpoint
 from coordinator.domain.decisions import Fence, FenceView, Verdict, clamp_ttl, decide_claim
 from coordinator.domain.keys import task_id_from_ready_key
 from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode
@@ -137,13 +138,10 @@ def claim_write(
 
 
 def handed_checkpoint(read: ClaimRead) -> bytes:
-    """The checkpoint a new attempt starts from: the previous attempt's, if it ran on the same
-    input (a checkpoint of another input is no place to resume from). The new attempt keeps it
-    until it writes its own, so an attempt that never checkpoints does not lose it."""
-    previous, task = read.attempt, read.task
-    if previous is None or previous.revision != task.revision:
-        return b""
-    return previous.checkpoint
+    """The checkpoint a new attempt starts from (domain/checkpoints.py): the previous
+    attempt's, if it ran on the same revision; the new attempt keeps it until it writes its
+    own."""
+    return resumable_checkpoint(read.task, read.attempt)
 
 
 class ClaimStore:
@@ -242,6 +240,10 @@ class ClaimStore:
         if task.state is TaskState.READY:
             # Our own replica drops the hint at once; the watch does it for the others.
             self._ready.discard(keys.ready(task.queue, task.priority, task.ready_seq, task.task_id))
+        elif task.state is TaskState.CLAIMED:
+            # A takeover ended the expired attempt and starts the next at once: a retry, as the
+            # reclaimer counts one when it gets there first (refuse_takeover allowed it now).
+            self._ctx.metrics.count_retry(task.queue, LEASE_EXPIRED.end.name.lower(), wait=0.0)
         fence = Fence(
             task.task_id,
             attempt.attempt_id,

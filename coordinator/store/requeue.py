@@ -78,6 +78,7 @@ def settled(ctx: StoreContext, ready: ReadyIndex, after: TaskRecord, ended: Atte
             last_error=ended.error,
         )
         return
-    ctx.metrics.count_retry(after.queue, end, delayed=after.state is TaskState.DELAYED)
+    wait = after.not_before - after.updated_at if after.state is TaskState.DELAYED else 0.0
+    ctx.metrics.count_retry(after.queue, end, wait=wait)
     if after.state is TaskState.READY:
         ready.add(ctx.keys.ready(after.queue, after.priority, after.ready_seq, after.task_id))

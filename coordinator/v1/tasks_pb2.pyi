@@ -510,18 +510,26 @@ class RetryTaskRequest(_message.Message):
 
     TASK_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    SCHEDULE_TO_CLOSE_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     reason: _builtins.str
     """Why (recorded in the event; at most 1024 characters)."""
+    @_builtins.property
+    def schedule_to_close(self) -> _duration_pb2.Duration:
+        """A new deadline across the retried task's attempts, from now (1 s to 365 days), as
+        CreateTask.schedule_to_close; unset: the task keeps its own (which must not have passed).
+        """
+
     def __init__(
         self,
         *,
         task_id: _builtins.str = ...,
         reason: _builtins.str = ...,
+        schedule_to_close: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schedule_to_close", b"schedule_to_close"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "schedule_to_close", b"schedule_to_close", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -172,8 +172,11 @@ class TaskServiceServicer:
     def RetryTask(self, request, context):
         """Sends a FAILED task (the dead letter) back to READY with a fresh attempt budget (pm/admin);
         writes a "retry" event naming the caller and the reason. Repeating it is harmless: a task
-        that is READY, DELAYED or CLAIMED with no attempt counted since is returned unchanged.
-        FAILED_PRECONDITION for a task in any other state; NOT_FOUND for an unknown id.
+        whose latest transition is that retry (READY since) is returned unchanged.
+        schedule_to_close, if set, replaces the task's deadline (now + it); a task whose deadline
+        passed (DEAD_LETTER_REASON_TIMED_OUT, or timed out since it failed) needs one:
+        FAILED_PRECONDITION without, as it could never be claimed. FAILED_PRECONDITION for a task
+        in any other state than FAILED (one never dead-lettered too); NOT_FOUND for an unknown id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -73,8 +73,11 @@ class TaskServiceStub:
     RetryTask: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.RetryTaskRequest, _tasks_pb2.RetryTaskResponse]
     """Sends a FAILED task (the dead letter) back to READY with a fresh attempt budget (pm/admin);
     writes a "retry" event naming the caller and the reason. Repeating it is harmless: a task
-    that is READY, DELAYED or CLAIMED with no attempt counted since is returned unchanged.
-    FAILED_PRECONDITION for a task in any other state; NOT_FOUND for an unknown id.
+    whose latest transition is that retry (READY since) is returned unchanged.
+    schedule_to_close, if set, replaces the task's deadline (now + it); a task whose deadline
+    passed (DEAD_LETTER_REASON_TIMED_OUT, or timed out since it failed) needs one:
+    FAILED_PRECONDITION without, as it could never be claimed. FAILED_PRECONDITION for a task
+    in any other state than FAILED (one never dead-lettered too); NOT_FOUND for an unknown id.
     """
     Accept: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.AcceptRequest, _tasks_pb2.AcceptResponse]
     """Accepts the committed result of `revision` of a task in REVIEW: REVIEW -> DONE, which
@@ -168,8 +171,11 @@ class TaskServiceAsyncStub(TaskServiceStub):
     RetryTask: _aio.UnaryUnaryMultiCallable[_tasks_pb2.RetryTaskRequest, _tasks_pb2.RetryTaskResponse]  # type: ignore[assignment]
     """Sends a FAILED task (the dead letter) back to READY with a fresh attempt budget (pm/admin);
     writes a "retry" event naming the caller and the reason. Repeating it is harmless: a task
-    that is READY, DELAYED or CLAIMED with no attempt counted since is returned unchanged.
-    FAILED_PRECONDITION for a task in any other state; NOT_FOUND for an unknown id.
+    whose latest transition is that retry (READY since) is returned unchanged.
+    schedule_to_close, if set, replaces the task's deadline (now + it); a task whose deadline
+    passed (DEAD_LETTER_REASON_TIMED_OUT, or timed out since it failed) needs one:
+    FAILED_PRECONDITION without, as it could never be claimed. FAILED_PRECONDITION for a task
+    in any other state than FAILED (one never dead-lettered too); NOT_FOUND for an unknown id.
     """
     Accept: _aio.UnaryUnaryMultiCallable[_tasks_pb2.AcceptRequest, _tasks_pb2.AcceptResponse]  # type: ignore[assignment]
     """Accepts the committed result of `revision` of a task in REVIEW: REVIEW -> DONE, which
@@ -308,8 +314,11 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_tasks_pb2.RetryTaskResponse, _abc.Awaitable[_tasks_pb2.RetryTaskResponse]]:
         """Sends a FAILED task (the dead letter) back to READY with a fresh attempt budget (pm/admin);
         writes a "retry" event naming the caller and the reason. Repeating it is harmless: a task
-        that is READY, DELAYED or CLAIMED with no attempt counted since is returned unchanged.
-        FAILED_PRECONDITION for a task in any other state; NOT_FOUND for an unknown id.
+        whose latest transition is that retry (READY since) is returned unchanged.
+        schedule_to_close, if set, replaces the task's deadline (now + it); a task whose deadline
+        passed (DEAD_LETTER_REASON_TIMED_OUT, or timed out since it failed) needs one:
+        FAILED_PRECONDITION without, as it could never be claimed. FAILED_PRECONDITION for a task
+        in any other state than FAILED (one never dead-lettered too); NOT_FOUND for an unknown id.
         """
 
     @_abc_1.abstractmethod

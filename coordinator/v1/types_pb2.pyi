@@ -493,6 +493,7 @@ class Task(_message.Message):
     DEAD_LETTER_REASON_FIELD_NUMBER: _builtins.int
     ATTEMPTS_COUNTED_FIELD_NUMBER: _builtins.int
     DEADLINE_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_SIZE_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     revision: _builtins.int
     """Business revision: bumped by an input change (and by a review rejection)."""
@@ -527,6 +528,12 @@ class Task(_message.Message):
     attempts_counted: _builtins.int
     """Attempts counted against retry_policy.max_attempts (since creation, the last input change
     or the last RetryTask); attempt counts them all.
+    """
+    checkpoint_size: _builtins.int
+    """Bytes of the checkpoint the task's work stands at: its latest attempt's (written by a
+    renewal, or handed to it by the attempt before), the one its next attempt of this revision
+    resumes from; 0 when there is none. Set by GetTask, which reads the attempts; left unset in
+    answers that carry no attempt (ListTasks, CreateTask, ...): see Attempt.checkpoint_size.
     """
     @_builtins.property
     def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
@@ -581,12 +588,15 @@ class Task(_message.Message):
         dead_letter_reason: Global___DeadLetterReason.ValueType = ...,
         attempts_counted: _builtins.int = ...,
         deadline: _timestamp_pb2.Timestamp | None = ...,
+        checkpoint_size: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline", b"deadline", "next_eligible_at", b"next_eligible_at", "retry_policy", b"retry_policy", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_checkpoint_size", b"_checkpoint_size", "checkpoint_size", b"checkpoint_size", "created_at", b"created_at", "deadline", b"deadline", "next_eligible_at", b"next_eligible_at", "retry_policy", b"retry_policy", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_id", b"attempt_id", "attempts_counted", b"attempts_counted", "cancel_generation", b"cancel_generation", "claim_generation", b"claim_generation", "created_at", b"created_at", "dead_letter_reason", b"dead_letter_reason", "deadline", b"deadline", "depends_on", b"depends_on", "input", b"input", "input_digest", b"input_digest", "last_error", b"last_error", "next_eligible_at", b"next_eligible_at", "non_replayable", b"non_replayable", "owner_id", b"owner_id", "parent_task_id", b"parent_task_id", "priority", b"priority", "queue", b"queue", "requires_review", b"requires_review", "result_commit_id", b"result_commit_id", "result_digest", b"result_digest", "retry_policy", b"retry_policy", "revision", b"revision", "root_task_id", b"root_task_id", "scheduler_epoch", b"scheduler_epoch", "state", b"state", "state_version", b"state_version", "task_id", b"task_id", "thread_key", b"thread_key", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_checkpoint_size", b"_checkpoint_size", "attempt", b"attempt", "attempt_id", b"attempt_id", "attempts_counted", b"attempts_counted", "cancel_generation", b"cancel_generation", "checkpoint_size", b"checkpoint_size", "claim_generation", b"claim_generation", "created_at", b"created_at", "dead_letter_reason", b"dead_letter_reason", "deadline", b"deadline", "depends_on", b"depends_on", "input", b"input", "input_digest", b"input_digest", "last_error", b"last_error", "next_eligible_at", b"next_eligible_at", "non_replayable", b"non_replayable", "owner_id", b"owner_id", "parent_task_id", b"parent_task_id", "priority", b"priority", "queue", b"queue", "requires_review", b"requires_review", "result_commit_id", b"result_commit_id", "result_digest", b"result_digest", "retry_policy", b"retry_policy", "revision", b"revision", "root_task_id", b"root_task_id", "scheduler_epoch", b"scheduler_epoch", "state", b"state", "state_version", b"state_version", "task_id", b"task_id", "thread_key", b"thread_key", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__checkpoint_size: _TypeAlias = _typing.Literal["checkpoint_size"]  # noqa: Y015
+    _WhichOneofArgType__checkpoint_size: _TypeAlias = _typing.Literal["_checkpoint_size", b"_checkpoint_size"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__checkpoint_size) -> _WhichOneofReturnType__checkpoint_size | None: ...
 
 Global___Task: _TypeAlias = Task  # noqa: Y015
 
@@ -607,6 +617,7 @@ class Attempt(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     ERROR_DETAILS_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_SIZE_FIELD_NUMBER: _builtins.int
     attempt_id: _builtins.str
     attempt: _builtins.int
     owner_id: _builtins.str
@@ -618,6 +629,10 @@ class Attempt(_message.Message):
     """The error its holder reported (end FAILED), or why the coordinator ended it."""
     error_message: _builtins.str
     error_details: _builtins.bytes
+    checkpoint_size: _builtins.int
+    """Bytes of the checkpoint kept with this attempt (its own, or the one it was handed); the
+    checkpoint itself goes only to the next attempt (ClaimResponse.checkpoint).
+    """
     @_builtins.property
     def started_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -636,10 +651,11 @@ class Attempt(_message.Message):
         error_code: _builtins.str = ...,
         error_message: _builtins.str = ...,
         error_details: _builtins.bytes = ...,
+        checkpoint_size: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ended_at", b"ended_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_id", b"attempt_id", "claim_generation", b"claim_generation", "end", b"end", "ended_at", b"ended_at", "error_code", b"error_code", "error_details", b"error_details", "error_message", b"error_message", "owner_id", b"owner_id", "scheduler_epoch", b"scheduler_epoch", "started_at", b"started_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_id", b"attempt_id", "checkpoint_size", b"checkpoint_size", "claim_generation", b"claim_generation", "end", b"end", "ended_at", b"ended_at", "error_code", b"error_code", "error_details", b"error_details", "error_message", b"error_message", "owner_id", b"owner_id", "scheduler_epoch", b"scheduler_epoch", "started_at", b"started_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

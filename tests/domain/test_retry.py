@@ -21,10 +21,11 @@ from coordinator.domain.retry import (
     decide_retry,
     policy_fields,
     refuse_takeover,
+    retried_deadline,
     retry_move,
 )
 from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, TaskState
-from coordinator.errors import InvalidArgument
+from coordinator.errors import FailedPrecondition, InvalidArgument
 
 NOW = 1_700_000_000.0
 
@@ -171,3 +172,27 @@ def test_unset_fields_come_from_the_queue_then_the_server() -> None:
     assert defaults.resolve("emails", {"max_attempts": 0}).max_attempts == 0
     with pytest.raises(InvalidArgument, match=r"retry_policy\.initial_backoff"):
         defaults.resolve("other", {"initial_backoff": 600.0})
+
+
+@given(
+    deadline=st.one_of(st.just(0.0), st.floats(NOW - 1000, NOW + 1000)),
+    schedule_to_close=st.one_of(st.just(0.0), st.floats(1, 86400)),
+)
+def test_a_retried_task_gets_a_new_deadline_keeps_a_live_one_and_never_a_passed_one(
+    deadline: float, schedule_to_close: float
+) -> None:
+    task = TaskRecord(
+        task_id="t",
+        queue="q",
+        input_digest="d",
+        state=TaskState.FAILED,
+        deadline=deadline,
+        dead_letter_reason=DeadLetterReason.TIMED_OUT,
+    )
+    if schedule_to_close:
+        assert retried_deadline(task, NOW, schedule_to_close) == NOW + schedule_to_close
+    elif deadline and deadline <= NOW:
+        with pytest.raises(FailedPrecondition, match="retry it with a new schedule_to_close"):
+            retried_deadline(task, NOW, schedule_to_close)
+    else:
+        assert retried_deadline(task, NOW, schedule_to_close) == deadline

@@ -244,9 +244,20 @@ def test_get_shows_the_task_and_its_latest_attempts(
     assert fields["attempt"] == f"22 {task.attempt_id}"
     lines = attempts.splitlines()
     assert lines[0] == "attempts: 22 (the latest 20; --attempts lists every one)"
-    assert lines[1].split() == ["#", "ATTEMPT", "OWNER", "GEN", "EPOCH", "STARTED", "ENDED", "END"]
+    assert lines[1].split() == [
+        "#",
+        "ATTEMPT",
+        "OWNER",
+        "GEN",
+        "EPOCH",
+        "STARTED",
+        "ENDED",
+        "END",
+        "CHECKPOINT",
+    ]
     assert [line.split()[0] for line in lines[2:]] == [str(n) for n in range(3, 23)]
-    assert all(line.split()[-1] == "RELEASED" for line in lines[2:])
+    assert all(line.split()[-2:] == ["RELEASED", "-"] for line in lines[2:])
+    assert fields["checkpoint"] == "-"
 
     monkeypatch.setattr(tasks_cli, "ATTEMPTS_PAGE", 5)  # 22 attempts: five pages
     every = cli("get", "t", "--attempts").stdout.split("\n\n")[1].splitlines()
@@ -261,6 +272,34 @@ def test_get_shows_the_task_and_its_latest_attempts(
     all_json = json.loads(cli("get", "t", "--json", "--attempts").stdout)
     assert [a["attempt"] for a in all_json["attempts"]] == list(range(1, 23))
     assert {a["end"] for a in all_json["attempts"]} == {"RELEASED"}
+
+
+def test_get_shows_the_size_of_the_checkpoint_a_next_attempt_resumes_from(
+    store: Store, cli: Cli
+) -> None:
+    store.tasks.create(TaskSpec(task_id="t", input=b"in"), by="pm")
+    fence = claim(store, "t", "w1")
+    store.renewals.renew(fence, principal="w1", progress="p", checkpoint=b"rows 0-9")
+    store.acceptance.release(fence, principal="w1", reason="again")
+    second = claim(store, "t", "w2")  # handed the checkpoint, has written none of its own
+    head, attempts = cli("get", "t").stdout.split("\n\n")
+    fields = dict(line.split(None, 1) for line in head.splitlines() if " / " not in line)
+    assert fields["checkpoint"] == "8 bytes"
+    rows = [line.split() for line in attempts.splitlines()[2:]]
+    assert [(row[0], row[-3], row[-2:]) for row in rows] == [
+        ("1", "RELEASED", ["8", "bytes"]),
+        ("2", "RUNNING", ["8", "bytes"]),
+    ]
+    as_json = json.loads(cli("get", "t", "--json").stdout)
+    assert as_json["task"]["checkpoint_size"] == 8
+    assert [a["checkpoint_size"] for a in as_json["attempts"]] == [8, 8]
+    listed = json.loads(cli("list", "--json").stdout.splitlines()[0])
+    assert listed["checkpoint_size"] is None  # a list reads no attempt: not known, not 0
+    # The latest attempt's own checkpoint is the one a next attempt resumes from.
+    store.renewals.renew(second, principal="w2", progress="p", checkpoint=b"rows 0-999")
+    as_json = json.loads(cli("get", "t", "--json").stdout)
+    assert as_json["task"]["checkpoint_size"] == 10
+    assert [a["checkpoint_size"] for a in as_json["attempts"]] == [8, 10]
 
 
 def test_get_of_an_unknown_task_exits_1_with_the_servers_message(cli: Cli) -> None:

@@ -1,6 +1,7 @@
 """The per-queue autoscaling gauges of two real ``coordinator serve`` replicas on one keyspace,
-scraped over HTTP and read with GetStats while tasks are created, claimed and committed over
-gRPC: both replicas export the same figures, the ones the keyspace holds."""
+scraped over HTTP and read with GetStats while tasks are created, claimed, committed and
+reclaimed (a claim left to expire) over gRPC: both replicas export the same figures, the ones
+the keyspace holds."""
 
 from __future__ import annotations
 
@@ -119,3 +120,16 @@ def test_two_replicas_export_the_same_queue_gauges(two: tuple[Served, Served]) -
         )
         assert committed.outcome == types_pb2.OUTCOME_COMMITTED
         _both_report(two, {"scale": (2, 0), "other": (1, 0)})
+
+        # A claim left to expire: the reclaimer (on whichever replica gets there first) puts
+        # the task back, and both replicas count it ready again, not claimed.
+        left = worker.ClaimNext(
+            worker_pb2.ClaimNextRequest(queue="other", scheduler_epoch=epoch, ttl_seconds=3),
+            metadata=WORKER,
+        )
+        assert (left.outcome, left.fence.task_id) == (types_pb2.OUTCOME_CLAIMED, "o1")
+        _both_report(two, {"scale": (2, 0), "other": (0, 1)})
+        _both_report(two, {"scale": (2, 0), "other": (1, 0)})
+        reclaimed = tasks.GetTask(tasks_pb2.GetTaskRequest(task_id="o1"))
+        assert reclaimed.task.state == types_pb2.TASK_STATE_READY
+        assert [a.end for a in reclaimed.attempts] == [types_pb2.ATTEMPT_END_EXPIRED]

@@ -42,9 +42,11 @@ from coordinator.cli import main as cli
 from coordinator.cli.console import console as console_command
 from coordinator.cli.etcd_auth import etcd_auth as etcd_auth_command
 from coordinator.cli.serve import serve
+from coordinator.cli.worker import worker as worker_command
 from coordinator.config import SETTINGS, Config
 from coordinator.errors import CoordinatorError
 from coordinator.metrics import REGISTRY
+from coordinator.sdk.pool import GIVE_BACK_TIMEOUT
 from coordinator.server import metrics_http
 from coordinator.server.app import LIVENESS_SERVICE
 from coordinator.server.tokens import TokenFile, token_hash
@@ -842,7 +844,16 @@ def test_the_worker_pool_reaches_every_replica_and_outlasts_its_own_grace(values
     env = {e["name"]: e.get("value") for e in container["env"]}
     grace = float(env["COORDINATOR_SHUTDOWN_GRACE"])
     assert grace == given.get("shutdownGraceSeconds", 60)
-    assert pod["terminationGracePeriodSeconds"] > grace
+    # The grace, then the give-back of what still runs, all before the kubelet's kill.
+    assert pod["terminationGracePeriodSeconds"] > grace + GIVE_BACK_TIMEOUT.total_seconds()
+    # Ready while claiming: the probe tests for the file `coordinator worker` keeps, which
+    # lives on a writable mount.
+    ready = env["COORDINATOR_READY_FILE"]
+    (option,) = [o for o in worker_command.params if o.name == "ready_file"]
+    assert option.envvar == "COORDINATOR_READY_FILE"
+    assert container["readinessProbe"]["exec"]["command"] == ["test", "-f", ready]
+    mounts = [m["mountPath"] for m in container["volumeMounts"]]
+    assert any(ready.startswith(mount.rstrip("/") + "/") for mount in mounts), (ready, mounts)
     # The headless Service (every replica), by its full name and port.
     headless = _one(manifests, "Service", "rel-coordinator-headless")
     port = {p["name"]: p["port"] for p in headless["spec"]["ports"]}["grpc"]
@@ -913,8 +924,18 @@ def test_the_worker_pool_is_off_by_default_and_refuses_a_short_grace() -> None:
         "workerPool.enabled=true,workerPool.image.repository=w,workerPool.image.tag=v1,"
         "workerPool.tokenSecret.name=pool-token"
     )
-    message = _refusal(*REQUIRED, pool + ",workerPool.terminationGracePeriodSeconds=60")
-    assert "workerPool.terminationGracePeriodSeconds (60) must exceed" in message
+    # 60 s of grace (the default) and 10 s of give-back: 70 is too short, 71 is enough.
+    assert GIVE_BACK_TIMEOUT.total_seconds() == 10
+    message = _refusal(*REQUIRED, pool + ",workerPool.terminationGracePeriodSeconds=70")
+    assert (
+        "workerPool.terminationGracePeriodSeconds (70) must exceed "
+        "workerPool.shutdownGraceSeconds + 10 s (70)"
+    ) in message
+    enough = render(None, pool + ",workerPool.terminationGracePeriodSeconds=71")
+    assert _pool(enough)[1]["terminationGracePeriodSeconds"] == 71
+    no_probe = _pool(render(None, pool + ",workerPool.readyFile="))[2]
+    assert "readinessProbe" not in no_probe
+    assert "COORDINATOR_READY_FILE" not in {e["name"] for e in no_probe["env"]}
     both = ",workerPool.autoscaling.keda.enabled=true,workerPool.autoscaling.hpa.enabled=true"
     assert "enable keda or hpa, not both" in _refusal(*REQUIRED, pool + both)
     no_token = pool.replace("pool-token", "")

@@ -9,21 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
+
+import grpc
+from grpc import aio
 
 from coordinator.sdk import (
     ClaimRefused,
     CommitOutcome,
     Downstream,
     EffectOutcome,
+    FailOutcome,
     LostCallback,
     LostReason,
     ReleaseOutcome,
     RetryPolicy,
     TaskInfo,
+    TaskRetryPolicy,
     WorkerClient,
 )
 from coordinator.sdk.aio import AsyncClaim, AsyncWorkerClient, ThreadedDownstream
@@ -44,10 +49,17 @@ class Held(Protocol):
     def lost_reason(self) -> LostReason | None: ...
     @property
     def committed(self) -> bool: ...
+    @property
+    def ttl(self) -> timedelta: ...
     def is_lost(self) -> bool: ...
+    def remaining(self) -> timedelta: ...
+    def checkpoint(self, data: bytes) -> None: ...
     def wait_lost(self, timeout: timedelta) -> bool: ...
     def commit(self, result: bytes) -> CommitOutcome: ...
     def release(self, reason: str = "") -> ReleaseOutcome: ...
+    def fail(
+        self, error: BaseException | str, *, retryable: bool = True, delay: timedelta | None = None
+    ) -> FailOutcome: ...
     def effect(
         self, node_id: str, effect_slot: str, payload: bytes, downstream: Downstream
     ) -> EffectOutcome: ...
@@ -61,8 +73,17 @@ class Worker(Protocol):
     def claim(
         self, task_id: str, *, ttl: timedelta, on_lost: LostCallback | None = None
     ) -> Held | ClaimRefused: ...
-    def claim_next(self, queue: str, *, ttl: timedelta) -> Held | ClaimRefused: ...
-    def create_task(self, task_id: str, *, input: bytes, queue: str) -> TaskInfo: ...
+    def claim_next(
+        self, queue: str, *, ttl: timedelta, wait: timedelta | None = None
+    ) -> Held | ClaimRefused: ...
+    def create_task(
+        self,
+        task_id: str,
+        *,
+        input: bytes,
+        queue: str,
+        retry_policy: TaskRetryPolicy | None = None,
+    ) -> TaskInfo: ...
     def get_task(self, task_id: str) -> TaskInfo: ...
     def epoch(self) -> int: ...
     def close(self) -> None: ...
@@ -87,6 +108,55 @@ class LoopThread:
         self.loop.close()
 
 
+class Sent:
+    """The requests a client sent, by method name (``Renew``, ...), oldest first: an
+    interceptor of the client's own SDK records them (``Sdk.client(..., sent=...)``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: dict[str, list[Any]] = {}
+
+    def record(self, method: str | bytes, request: Any) -> None:
+        """Keep one request of ``method`` (a full gRPC method path)."""
+        name = (method.decode() if isinstance(method, bytes) else method).rsplit("/", 1)[-1]
+        with self._lock:
+            self._requests.setdefault(name, []).append(request)
+
+    def of(self, name: str) -> list[Any]:
+        """The requests of method ``name`` so far."""
+        with self._lock:
+            return list(self._requests.get(name, ()))
+
+    def renewals(self) -> list[Any]:
+        """Every RenewRequest sent, alone (Renew: the asyncio SDK) or in a RenewMany (the sync
+        SDK's keepalive loop), oldest first."""
+        with self._lock:
+            many = [r for batch in self._requests.get("RenewMany", ()) for r in batch.renewals]
+            return [*self._requests.get("Renew", ()), *many]
+
+
+class _SyncRecorder(grpc.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    def __init__(self, sent: Sent) -> None:
+        self._sent = sent
+
+    def intercept_unary_unary(
+        self, continuation: Callable[..., Any], details: Any, request: Any
+    ) -> Any:
+        self._sent.record(details.method, request)
+        return continuation(details, request)
+
+
+class _AsyncRecorder(aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    def __init__(self, sent: Sent) -> None:
+        self._sent = sent
+
+    async def intercept_unary_unary(
+        self, continuation: Callable[..., Any], client_call_details: Any, request: Any
+    ) -> Any:
+        self._sent.record(client_call_details.method, request)
+        return await continuation(client_call_details, request)
+
+
 class _AsyncHeld:
     """An AsyncClaim driven from the test's thread."""
 
@@ -97,9 +167,16 @@ class _AsyncHeld:
     renewals = property(lambda self: self.claim.renewals)
     lost_reason = property(lambda self: self.claim.lost_reason)
     committed = property(lambda self: self.claim.committed)
+    ttl = property(lambda self: self.claim.ttl)
 
     def is_lost(self) -> bool:
         return self.claim.is_lost()
+
+    def remaining(self) -> timedelta:
+        return self.claim.remaining()
+
+    def checkpoint(self, data: bytes) -> None:
+        self.claim.checkpoint(data)
 
     def wait_lost(self, timeout: timedelta) -> bool:
         return self._loop.run(self.claim.wait_lost(timeout))
@@ -109,6 +186,11 @@ class _AsyncHeld:
 
     def release(self, reason: str = "") -> ReleaseOutcome:
         return self._loop.run(self.claim.release(reason))
+
+    def fail(
+        self, error: BaseException | str, *, retryable: bool = True, delay: timedelta | None = None
+    ) -> FailOutcome:
+        return self._loop.run(self.claim.fail(error, retryable=retryable, delay=delay))
 
     def effect(
         self, node_id: str, effect_slot: str, payload: bytes, downstream: Downstream
@@ -132,12 +214,23 @@ class _AsyncHeld:
 class _AsyncWorker:
     """An AsyncWorkerClient driven from the test's thread."""
 
-    def __init__(self, loop: LoopThread, target: str, principal: str, policy: RetryPolicy) -> None:
+    def __init__(
+        self,
+        loop: LoopThread,
+        target: str,
+        principal: str,
+        policy: RetryPolicy,
+        interceptors: Sequence[aio.UnaryUnaryClientInterceptor[Any, Any]],
+    ) -> None:
         self._loop = loop
 
         async def connect() -> AsyncWorkerClient:  # a grpc.aio channel is made on its loop
             return AsyncWorkerClient(
-                target, principal=principal, channel_options=GRPC_OPTIONS, retry=policy
+                target,
+                principal=principal,
+                channel_options=GRPC_OPTIONS,
+                retry=policy,
+                interceptors=interceptors,
             )
 
         self.client = loop.run(connect())
@@ -150,11 +243,23 @@ class _AsyncWorker:
     ) -> Held | ClaimRefused:
         return self._held(self._loop.run(self.client.claim(task_id, ttl=ttl, on_lost=on_lost)))
 
-    def claim_next(self, queue: str, *, ttl: timedelta) -> Held | ClaimRefused:
-        return self._held(self._loop.run(self.client.claim_next(queue, ttl=ttl)))
+    def claim_next(
+        self, queue: str, *, ttl: timedelta, wait: timedelta | None = None
+    ) -> Held | ClaimRefused:
+        return self._held(self._loop.run(self.client.claim_next(queue, ttl=ttl, wait=wait)))
 
-    def create_task(self, task_id: str, *, input: bytes, queue: str) -> TaskInfo:
-        return self._loop.run(self.client.create_task(task_id, input=input, queue=queue))
+    def create_task(
+        self,
+        task_id: str,
+        *,
+        input: bytes,
+        queue: str,
+        retry_policy: TaskRetryPolicy | None = None,
+    ) -> TaskInfo:
+        create = self.client.create_task(
+            task_id, input=input, queue=queue, retry_policy=retry_policy
+        )
+        return self._loop.run(create)
 
     def get_task(self, task_id: str) -> TaskInfo:
         return self._loop.run(self.client.get_task(task_id))
@@ -175,17 +280,30 @@ class Sdk:
         self._workers: list[Worker] = []
 
     def client(
-        self, target: str | Sequence[str], principal: str, *, retry: RetryPolicy | None = None
+        self,
+        target: str | Sequence[str],
+        principal: str,
+        *,
+        retry: RetryPolicy | None = None,
+        sent: Sent | None = None,
     ) -> Worker:
-        """A client of this SDK, closed with the Sdk."""
+        """A client of this SDK, closed with the Sdk; ``sent`` records every request it
+        sends."""
         policy = retry or RetryPolicy(attempts=3)
         worker: Worker
         if self._loop is None:
             worker = WorkerClient(
-                target, principal=principal, channel_options=GRPC_OPTIONS, retry=policy
+                target,
+                principal=principal,
+                channel_options=GRPC_OPTIONS,
+                retry=policy,
+                interceptors=[_SyncRecorder(sent)] if sent is not None else (),
             )
         else:
-            worker = _AsyncWorker(self._loop, str(target), principal, policy)
+            recorders: list[aio.UnaryUnaryClientInterceptor[Any, Any]] = (
+                [_AsyncRecorder(sent)] if sent is not None else []
+            )
+            worker = _AsyncWorker(self._loop, str(target), principal, policy, recorders)
         self._workers.append(worker)
         return worker
 

@@ -11,6 +11,7 @@ import grpc
 
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.keys import Keyspace
+from coordinator.metrics import Metrics
 from coordinator.sdk import RetryPolicy, WorkerClient
 from coordinator.server import build_server
 from coordinator.store import EtcdKV, Store
@@ -38,10 +39,13 @@ class Served:
 
 
 @contextmanager
-def served(endpoint: str, prefix: str, *, listen: str = "127.0.0.1:0") -> Iterator[Served]:
-    """Start a store on ``prefix`` and a server for it; stop both on exit."""
+def served(
+    endpoint: str, prefix: str, *, listen: str = "127.0.0.1:0", metrics: Metrics | None = None
+) -> Iterator[Served]:
+    """Start a store on ``prefix`` (counting on ``metrics``, else the process's) and a server
+    for it; stop both on exit."""
     kv = EtcdKV.connect([endpoint])
-    store = Store.open(kv, keys=Keyspace(prefix), limits=LIMITS, scan_interval=1.0)
+    store = Store.open(kv, keys=Keyspace(prefix), limits=LIMITS, scan_interval=1.0, metrics=metrics)
     store.start()
     server, port = build_server(store, listen=listen)
     try:

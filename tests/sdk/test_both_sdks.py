@@ -4,18 +4,23 @@ Every test runs twice, once per SDK (tests/sdk/both.py), against a real coordina
 session etcd: claim and commit; a paused holder (a frozen process, and a claim never renewed)
 whose late commit is FENCED/SUPERSEDED while a takeover commits; a loss reported once; the
 epoch followed by itself; OutcomeUnknown against TransportError from a stopped coordinator;
-an effect performed once, then SKIPPED by a second attempt.
+an effect performed once, then SKIPPED by a second attempt; fail (with a delay, non-retryable,
+fenced); an exception leaving the claim's block (a retryable failure) against a stop (a
+release); a long poll; a checkpoint sent once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
-from datetime import timedelta
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +28,13 @@ import pytest
 
 from coordinator.demo.outbox import OutboxProcess
 from coordinator.domain.effects import effect_id
-from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
+from coordinator.domain.states import (
+    AttemptEnd,
+    DeadLetterReason,
+    FenceReason,
+    Outcome,
+    TaskState,
+)
 from coordinator.etcd_process import EtcdProcess, free_port
 from coordinator.sdk import (
     ClaimRefused,
@@ -33,12 +44,13 @@ from coordinator.sdk import (
     LostReason,
     OutcomeUnknown,
     RetryPolicy,
+    TaskRetryPolicy,
     TransportError,
     WorkerClient,
 )
 from coordinator.sdk._rpc import ATTEMPT_HINT
 from tests.helpers import eventually
-from tests.sdk.both import Held, Sdk, Worker
+from tests.sdk.both import Held, Sdk, Sent, Worker
 from tests.sdk.replicas import replicas
 from tests.sdk.support import QUEUE, Served, served_with_task
 
@@ -265,3 +277,136 @@ def test_a_free_port_is_a_transport_error_before_any_coordinator_exists(sdk: Sdk
         worker.epoch()
     assert type(raised.value) is TransportError
     assert str(raised.value).endswith("no try reached a coordinator")
+
+
+NO_BACKOFF = TaskRetryPolicy(initial_backoff=timedelta(0))
+"""A retry policy under which only a fail's own delay keeps a task waiting."""
+
+
+def test_a_fail_with_a_delay_keeps_the_task_out_of_ready_until_then(
+    sdk: Sdk, coordinator: Served
+) -> None:
+    worker = sdk.client(coordinator.target, "worker-a")
+    worker.create_task("t2", input=b"x", queue="later", retry_policy=NO_BACKOFF)
+    first = worker.claim_next("later", ttl=timedelta(seconds=30))
+    assert not isinstance(first, ClaimRefused), first
+    before = datetime.now(UTC)
+    with first:
+        failed = first.fail("Flaky", retryable=True, delay=timedelta(seconds=2))
+    assert (failed.outcome, failed.state) == (Outcome.OK, TaskState.DELAYED)
+    assert failed.next_eligible_at is not None
+    assert failed.next_eligible_at >= before + timedelta(seconds=2)
+    assert not first.is_lost()
+    refused = worker.claim_next("later", ttl=TTL)
+    assert isinstance(refused, ClaimRefused) and refused.outcome is Outcome.NO_READY_TASK
+    task = worker.get_task("t2")
+    assert (task.state, task.next_eligible_at) == (TaskState.DELAYED, failed.next_eligible_at)
+
+    def claimable() -> Held | None:
+        claim = worker.claim_next("later", ttl=timedelta(seconds=30))
+        return None if isinstance(claim, ClaimRefused) else claim
+
+    with eventually(claimable, timeout=15, message="t2 never became claimable") as again:
+        assert again.commit(b"done").committed
+    attempts = worker.get_task("t2").attempts
+    assert [a.end for a in attempts] == [AttemptEnd.FAILED, AttemptEnd.COMMITTED]
+    assert attempts[1].started_at is not None
+    assert attempts[1].started_at >= failed.next_eligible_at
+
+
+def test_a_non_retryable_fail_dead_letters_and_a_superseded_one_is_fenced_once(
+    sdk: Sdk, coordinator: Served
+) -> None:
+    worker, rescuer = sdk.client(coordinator.target, "a"), sdk.client(coordinator.target, "b")
+    seen: list[LostReason] = []
+    stale = claimed(worker, on_lost=seen.append)  # never entered: no keepalive
+    with take_over(rescuer) as fresh:
+        failed = fresh.fail("BadInput", retryable=False)
+    assert (failed.outcome, failed.state) == (Outcome.OK, TaskState.FAILED)
+    assert not fresh.is_lost()
+    late = stale.fail(ValueError("too late"))
+    assert (late.outcome, late.reason) == (Outcome.FENCED, FenceReason.SUPERSEDED)
+    assert [(r.outcome, r.reason, r.source) for r in seen] == [
+        (Outcome.FENCED, FenceReason.SUPERSEDED, LossSource.FAIL)
+    ]
+    task = rescuer.get_task("t1")
+    assert (task.state, task.dead_letter_reason) == (
+        TaskState.FAILED,
+        DeadLetterReason.NON_RETRYABLE,
+    )
+    assert [(a.end, a.error_code) for a in task.attempts] == [
+        (AttemptEnd.EXPIRED, ""),
+        (AttemptEnd.FAILED, "BadInput"),
+    ]
+
+
+def test_an_exception_leaving_the_block_is_a_retryable_failure(
+    sdk: Sdk, coordinator: Served
+) -> None:
+    worker = sdk.client(coordinator.target, "worker-a")
+    with pytest.raises(ValueError, match="boom"), claimed(worker, ttl=timedelta(seconds=30)):
+        raise ValueError("boom")
+    task = worker.get_task("t1")
+    assert [(a.end, a.error_code, a.error_message) for a in task.attempts] == [
+        (AttemptEnd.FAILED, "ValueError", "boom")
+    ]
+    assert task.state in (TaskState.READY, TaskState.DELAYED)  # another attempt, by its backoff
+    assert task.last_error == "ValueError: boom"
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit, asyncio.CancelledError])
+def test_a_stop_leaving_the_block_releases_the_task(
+    sdk: Sdk, coordinator: Served, stop: type[BaseException]
+) -> None:
+    worker = sdk.client(coordinator.target, "worker-a")
+    with pytest.raises(stop), claimed(worker, ttl=timedelta(seconds=30)):
+        raise stop()
+    task = worker.get_task("t1")
+    assert [a.end for a in task.attempts] == [AttemptEnd.RELEASED]
+    assert task.state is TaskState.READY
+
+
+def test_a_long_poll_waits_for_a_task_and_its_lease_starts_at_the_answer(
+    sdk: Sdk, coordinator: Served, producer: WorkerClient
+) -> None:
+    # A try's deadline shorter than the wait: the poll must get its wait on top of it.
+    short = RetryPolicy(attempts=1, timeout=timedelta(seconds=0.5))
+    worker = sdk.client(coordinator.target, "worker-a", retry=short)
+    empty = worker.claim_next("idle", ttl=TTL, wait=timedelta(seconds=1.5))
+    assert isinstance(empty, ClaimRefused) and empty.outcome is Outcome.NO_READY_TASK
+    assert "had no ready task for 1.5 s" in empty.message
+    with ThreadPoolExecutor(max_workers=1) as background:
+        polling = background.submit(
+            worker.claim_next, "polled", ttl=timedelta(seconds=30), wait=timedelta(seconds=15)
+        )
+        eventually(lambda: coordinator.store.long_poll.waiting() == 1)
+        created_at = time.monotonic()  # the request left before this: the poll is waiting
+        producer.create_task("t2", input=b"x", queue="polled")
+        claim = polling.result(timeout=30)
+    assert not isinstance(claim, ClaimRefused), claim
+    left, now = claim.remaining(), time.monotonic()
+    # The lease clock started at the answer, after the create: at most the time since the
+    # create has run off the lease, not the time the poll waited before it.
+    assert left > claim.ttl - timedelta(seconds=now - created_at)
+    with claim:
+        assert claim.commit(b"done").committed
+
+
+def test_a_checkpoint_the_server_kept_is_not_sent_again(sdk: Sdk, coordinator: Served) -> None:
+    sent = Sent()
+    worker = sdk.client(coordinator.target, "worker-a", sent=sent)
+    with claimed(worker) as claim:
+        claim.checkpoint(b"step-1")
+
+        def carried() -> list[bool] | None:
+            marks = [r.HasField("checkpoint") for r in sent.renewals()]
+            # The renewal that carried it, and two more after its answer.
+            return marks if True in marks and len(marks) - marks.index(True) >= 3 else None
+
+        marks = eventually(carried, timeout=15, message="no renewals after the checkpoint")
+        assert not claim.is_lost()
+        assert claim.commit(b"done").committed
+    assert marks.count(True) == 1
+    assert [r.checkpoint for r in sent.renewals() if r.HasField("checkpoint")] == [b"step-1"]
+    task = worker.get_task("t1")
+    assert (task.checkpoint_size, [a.checkpoint_size for a in task.attempts]) == (6, [6])

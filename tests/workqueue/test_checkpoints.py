@@ -100,7 +100,14 @@ def test_the_sdk_sends_the_latest_checkpoint_and_the_next_job_resumes_from_it(
             claim.checkpoint(b"rows 0-199 done")  # only the latest is sent
             eventually(lambda: claim.renewals >= 1, message="no renewal was accepted")
             claim.release("rebalancing")
+        task = client.get_task("t1")
+        assert task.checkpoint_size == len(b"rows 0-199 done")
+        assert [a.checkpoint_size for a in task.attempts] == [15]
         again = client.claim("t1", ttl=timedelta(seconds=3))
         assert isinstance(again, Claim)
         assert again.previous_checkpoint == b"rows 0-199 done"
         again.release("done with the test")
+        assert [a.checkpoint_size for a in client.get_task("t1").attempts] == [15, 15]
+        assert [t.checkpoint_size for t in client.list_tasks()] == [None]  # reads no attempt
+        client.update_input("t1", input=b"new")  # new work: nothing to resume from
+        assert client.get_task("t1").checkpoint_size == 0

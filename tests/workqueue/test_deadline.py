@@ -13,6 +13,7 @@ from coordinator.clock import ManualClock
 from coordinator.domain.digests import digest_of
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, Outcome, TaskState
+from coordinator.errors import FailedPrecondition
 from coordinator.store import Store, TaskSpec
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 from tests.helpers import eventually
@@ -173,3 +174,47 @@ def test_every_acceptance_point_refuses_from_the_deadline_on_before_any_pass_ran
     assert probe() == before
     assert store.deadlines.time_out_due() == 1  # the pass still moves it, once
     assert store.tasks.get("t").state is TaskState.FAILED
+
+
+def test_a_timed_out_task_is_retried_only_with_a_new_deadline(
+    make_store: StoreFactory, clock: ManualClock, etcd_client: Any
+) -> None:
+    store = make_store(reclaim=False)  # passes by hand
+    _create(store, "t")
+    clock.advance(60)
+    assert store.deadlines.time_out_due() == 1
+    keys = store.ctx.keys
+
+    def probe() -> tuple[int, int]:
+        metas = [meta for _, meta in etcd_client.get_prefix(keys.prefix + "/")]
+        return len(metas), max(m.mod_revision for m in metas)
+
+    before = probe()
+    with pytest.raises(FailedPrecondition, match="retry it with a new schedule_to_close"):
+        store.dead_letters.retry("t", by="pm", reason="again")
+    assert probe() == before  # refused: nothing written
+
+    retried = store.dead_letters.retry("t", by="pm", reason="again", schedule_to_close=120.0)
+    assert (retried.state, retried.deadline) == (TaskState.READY, clock.now() + 120)
+    deadline_keys = [m.key.decode() for _, m in etcd_client.get_prefix(keys.deadlines_prefix)]
+    assert deadline_keys == [keys.deadline(clock.now() + 120, "t")]  # the old one is gone
+    clock.advance(119)
+    assert store.deadlines.time_out_due() == 0  # the next pass leaves it alone
+    claim(store, "t")
+    clock.advance(1)
+    assert store.deadlines.time_out_due() == 1  # the new deadline is the one enforced
+    assert store.tasks.get("t").dead_letter_reason is DeadLetterReason.TIMED_OUT
+
+
+def test_a_failed_task_keeps_its_deadline_when_retried_before_it(
+    make_store: StoreFactory, clock: ManualClock
+) -> None:
+    store = make_store(reclaim=False)
+    _create(store, "t")
+    fence = claim(store, "t")
+    report = FailureReport(retryable=False, code="BadInput")
+    failed = store.failures.fail(fence, principal="w1", report=report)
+    assert failed.verdict.outcome is Outcome.OK
+    deadline = store.tasks.get("t").deadline
+    retried = store.dead_letters.retry("t", by="pm", reason="fixed")
+    assert (retried.state, retried.deadline) == (TaskState.READY, deadline)

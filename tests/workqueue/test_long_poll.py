@@ -15,12 +15,13 @@ import pytest
 from coordinator.domain.states import Outcome
 from coordinator.etcd_process import EtcdProcess
 from coordinator.server import PRINCIPAL_METADATA_KEY, build_server
-from coordinator.store import EtcdKV, Keyspace, Store, TaskSpec
+from coordinator.store import EtcdKV, Keyspace, Store, TaskSpec, long_poll
 from coordinator.store.long_poll import LongPoll, ReadyWaiters
 from coordinator.store.types import ClaimResult
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
+from tests.store.support import StoreFactory
 
 Probe = Callable[[], tuple[int, int]]
 
@@ -195,3 +196,47 @@ def test_a_winner_hands_the_turn_on_so_a_backlog_is_not_left_waiting(
         got = [f.result(timeout=10) for f in (first, second)]
     assert [r.verdict.outcome for r in got] == [Outcome.CLAIMED, Outcome.CLAIMED]
     assert sorted(r.fence.task_id for r in got if r.fence) == ["t0", "t1"]
+
+
+@pytest.fixture
+def replicas(make_store: StoreFactory) -> Iterator[list[tuple[Store, grpc.Channel]]]:
+    """Two replicas on this test's prefix: each a store and a server, with a channel to it."""
+    made: list[tuple[Store, grpc.Channel]] = []
+    servers: list[grpc.Server] = []
+    try:
+        for _ in range(2):
+            store = make_store()
+            server, port = build_server(store, listen="127.0.0.1:0", max_workers=8)
+            servers.append(server)
+            made.append((store, grpc.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS)))
+        yield made
+    finally:
+        for _, channel in made:
+            channel.close()
+        for server in servers:
+            server.stop(grace=None).wait()
+
+
+def test_a_waiter_on_one_replica_is_woken_by_a_task_made_ready_through_another(
+    replicas: list[tuple[Store, grpc.Channel]],
+    pool: futures.ThreadPoolExecutor,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No try of its own while it waits: only a wake-up from replica A's ready index (fed by
+    # its etcd watch) can end the poll with a task before its 20 s are over (then it tries once
+    # more); the answer is awaited for half of that, a bound on liveness, not a latency.
+    monkeypatch.setattr(long_poll, "_SLICE", 3600.0)
+    (a, channel_a), (b, channel_b) = replicas
+    waiting = pool.submit(
+        worker_pb2_grpc.WorkerServiceStub(channel_a).ClaimNext,
+        _poll(20),
+        metadata=_who("w1"),
+        timeout=30,
+    )
+    eventually(partial(_waiting, a, 1), message="the poll did not wait on replica A")
+    assert b.long_poll.waiting() == 0
+    tasks_b = tasks_pb2_grpc.TaskServiceStub(channel_b)
+    tasks_b.CreateTask(tasks_pb2.CreateTaskRequest(task_id="t"), metadata=_who("pm"))
+    answer = waiting.result(timeout=10)
+    assert (answer.outcome, answer.fence.task_id) == (types_pb2.OUTCOME_CLAIMED, "t")
+    assert a.tasks.get("t").owner_id == "w1"

@@ -7,15 +7,20 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 from coordinator.clock import ManualClock
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.records import EventRecord, decode
+from coordinator.domain.retry import attempts_counted
 from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, Outcome, TaskState
 from coordinator.store import Store, TaskSpec
+from coordinator.store.etcd import KV
 from tests.helpers import eventually
-from tests.store.support import StoreFactory, claim, claim_result
+from tests.store.support import LIMITS, StoreFactory, claim, claim_result
 
 BACKOFF = (("initial_backoff", 10.0), ("backoff_multiplier", 2.0), ("max_backoff", 300.0))
+NOT_DUE = 150  # DELAYED tasks not yet due: a pass that read them would show it
 
 
 def _create(store: Store, task_id: str, *policy: tuple[str, Any], not_before: float = 0) -> None:
@@ -183,17 +188,58 @@ def test_two_replicas_promoting_the_same_due_tasks_move_each_once(
 
 
 def test_a_pass_reads_only_the_due_part_of_the_delayed_index(
+    make_store: StoreFactory, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_store(reclaim=False)  # no loops: passes by hand
+    for n in range(NOT_DUE):
+        _create(store, f"later-{n}", not_before=clock.now() + 3600)
+    for n in range(3):
+        _create(store, f"soon-{n}", not_before=clock.now() + 1)
+    keys, kv = store.ctx.keys, store.ctx.kv
+    read_range = kv.range_page
+    returned: list[int] = []  # keys of the delayed index each range read returned
+
+    def spy(start: str, end: str, **options: Any) -> tuple[list[KV], int]:
+        found, revision = read_range(start, end, **options)
+        if start.startswith(keys.delayed_prefix):
+            returned.append(len(found))
+        return found, revision
+
+    monkeypatch.setattr(kv, "range_page", spy)
+    assert store.promoter.promote_due() == 0
+    clock.advance(1)
+    assert store.promoter.promote_due() == 3
+    assert store.promoter.promote_due() == 0
+    # Each pass read only the due keys (none, the three, none), never the NOT_DUE others.
+    assert returned == [0, 3, 0]
+    assert {store.tasks.get(f"soon-{n}").state for n in range(3)} == {TaskState.READY}
+    assert store.tasks.get("later-0").state is TaskState.DELAYED
+
+
+def test_stalled_and_renew_limited_attempts_count_against_the_budget(
     make_store: StoreFactory, clock: ManualClock
 ) -> None:
-    store = make_store(reclaim=False)
-    _create(store, "soon", not_before=clock.now() + 1)
-    _create(store, "later", not_before=clock.now() + 3600)
-    clock.advance(1)
-    keys = store.ctx.keys
-    due, _ = store.ctx.kv.range_page(keys.delayed_prefix, keys.delayed_due_end(clock.now()))
-    assert [kv.key.rsplit("/", 1)[1] for kv in due] == ["soon"]
-    assert store.promoter.promote_due() == 1
-    assert (store.tasks.get("soon").state, store.tasks.get("later").state) == (
-        TaskState.READY,
-        TaskState.DELAYED,
+    store = make_store()  # the reclaimer follows the claim keys' expiry
+    _create(store, "t", ("max_attempts", 2))
+    # Attempt 1 stalls: no new progress marker for longer than stall_timeout. Its renewal is
+    # refused and keeps nothing alive, so the lease runs out (etcd's real TTL, ~2 s).
+    stalled = claim(store, "t", ttl=1)
+    clock.advance(LIMITS.stall_timeout + 1)
+    renewed = store.renewals.renew(stalled, principal="w1", progress="")
+    assert renewed.verdict.outcome is Outcome.STALLED
+    eventually(lambda: _state(store, "t", TaskState.CLAIMED, TaskState.READY) is TaskState.READY)
+    assert attempts_counted(store.tasks.get("t")) == 1  # one of the two is used
+    # Attempt 2 reaches max_claim_duration: its renewal is refused RENEW_LIMIT, the lease runs
+    # out, and the budget is spent.
+    limited = claim(store, "t", ttl=1)
+    clock.advance(LIMITS.max_claim_duration)
+    renewed = store.renewals.renew(limited, principal="w1", progress="step 2")
+    assert renewed.verdict.outcome is Outcome.RENEW_LIMIT
+    eventually(lambda: _state(store, "t", TaskState.CLAIMED, TaskState.FAILED) is TaskState.FAILED)
+    task = store.tasks.get("t")
+    assert (task.dead_letter_reason, task.attempt, task.last_error) == (
+        DeadLetterReason.EXHAUSTED,
+        2,
+        "lease expired",
     )
+    assert [a.end for a in store.tasks.attempts("t")] == [AttemptEnd.EXPIRED] * 2

@@ -161,6 +161,17 @@ def test_bad_work_queue_fields_are_refused_naming_the_field(
             grpc.StatusCode.FAILED_PRECONDITION,
             "task 'up' is CANCELLED; only a FAILED task can be retried",
         ),
+        (
+            # Never dead-lettered: READY with no attempt counted, yet no retry to repeat.
+            tasks_pb2.RetryTaskRequest(task_id="fresh"),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "task 'fresh' is READY; only a FAILED task can be retried",
+        ),
+        (
+            tasks_pb2.RetryTaskRequest(task_id="up", schedule_to_close=Duration(seconds=0)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "schedule_to_close must be 1 s to 31536000 s (365 days), got 0 s",
+        ),
     ],
 )
 def test_bad_retry_task_requests_write_nothing(
@@ -172,6 +183,7 @@ def test_bad_retry_task_requests_write_nothing(
 ) -> None:
     tasks.CreateTask(tasks_pb2.CreateTaskRequest(task_id="up"), metadata=PM)
     tasks.CancelTask(tasks_pb2.CancelTaskRequest(task_id="up"), metadata=PM)
+    tasks.CreateTask(tasks_pb2.CreateTaskRequest(task_id="fresh"), metadata=PM)
     before = keyspace()
     with pytest.raises(grpc.RpcError) as refused:
         tasks.RetryTask(request_, metadata=PM)

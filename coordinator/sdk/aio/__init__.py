@@ -18,11 +18,22 @@
 
 Results, refusals and exceptions are the sync SDK's types (import them from
 ``coordinator.sdk``); a client and its claims belong to the event loop they were made on.
-Managed jobs (``Claim.run``) are not offered here: they are process-based, use the sync SDK.
+``AsyncWorkerPool`` (sdk/aio/pool.py) runs an async handler over queues as the thread pool
+does. Managed jobs (``Claim.run``) are not offered here: they are process-based, use the sync
+SDK.
 """
 
 from coordinator.sdk.aio.claim import AsyncClaim
 from coordinator.sdk.aio.client import AsyncWorkerClient
 from coordinator.sdk.aio.effects import AsyncDownstream, ThreadedDownstream
+from coordinator.sdk.aio.pool import AsyncHandler, AsyncWorkerPool, stop_on_signals
 
-__all__ = ["AsyncClaim", "AsyncDownstream", "AsyncWorkerClient", "ThreadedDownstream"]
+__all__ = [
+    "AsyncClaim",
+    "AsyncDownstream",
+    "AsyncHandler",
+    "AsyncWorkerClient",
+    "AsyncWorkerPool",
+    "ThreadedDownstream",
+    "stop_on_signals",
+]

@@ -45,6 +45,7 @@ class AsyncRpc(Caller):
         channel_options: Sequence[tuple[str, Any]] | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         token: str | None = None,
+        interceptors: Sequence[aio.UnaryUnaryClientInterceptor[Any, Any]] = (),
         clock: Callable[[], float] = time.monotonic,
         pick: Callable[[int], int] = random.randrange,
     ) -> None:
@@ -59,10 +60,12 @@ class AsyncRpc(Caller):
             metadata=() if token is None else (bearer_header(token),),
             pick=pick,
         )
+        # The stubs leave aio.ClientInterceptor untyped: every unary interceptor is one.
+        chain = cast(Sequence[aio.ClientInterceptor], interceptors)
         self._channels = [
-            aio.secure_channel(t, credentials, options=self._options)
+            aio.secure_channel(t, credentials, options=self._options, interceptors=chain)
             if credentials is not None
-            else aio.insecure_channel(t, options=self._options)
+            else aio.insecure_channel(t, options=self._options, interceptors=chain)
             for t in self.targets
         ]
         # One channel per replica given, a retry moving on to the next (sdk/_target.py).

@@ -22,30 +22,27 @@ from typing import Self
 from coordinator.errors import CoordinatorError
 from coordinator.sdk._held import HeldClaim, LostCallback
 from coordinator.sdk._rpc import Req, Resp
+from coordinator.sdk.aio._events import wait_for
 from coordinator.sdk.aio._rpc import AsyncRpc, AsyncWorkerMethod
 from coordinator.sdk.aio.effects import AsyncDownstream, run_effect
 from coordinator.sdk.effects import EffectOutcome
-from coordinator.sdk.types import CommitOutcome, ReleaseOutcome, StageOutcome, ToolAuthorization
+from coordinator.sdk.types import (
+    CommitOutcome,
+    FailOutcome,
+    ReleaseOutcome,
+    StageOutcome,
+    ToolAuthorization,
+)
 from coordinator.v1 import worker_pb2
-
-
-async def _wait(event: asyncio.Event, seconds: float | None) -> bool:
-    """Wait until ``event`` is set or ``seconds`` pass; whether it is set."""
-    try:
-        async with asyncio.timeout(seconds):
-            await event.wait()
-    except TimeoutError:
-        pass
-    return event.is_set()
 
 
 class AsyncClaim(HeldClaim):
     """One claimed task, for asyncio: the credential, the input, the lease clock and the
     keepalive task.
 
-    Use it as an async context manager: entering starts the keepalive; leaving stops it and
-    releases the task if the claim was neither committed, released nor lost. Built by
-    AsyncWorkerClient.
+    Use it as an async context manager: entering starts the keepalive; leaving stops it and,
+    if the claim was neither committed, released nor lost, reports an escaping exception as a
+    retryable failure or else releases the task (as ``Claim``). Built by AsyncWorkerClient.
     """
 
     def __init__(
@@ -73,7 +70,7 @@ class AsyncClaim(HeldClaim):
 
     async def wait_lost(self, timeout: timedelta | None = None) -> bool:
         """Wait until the claim is lost or ``timeout`` passes; returns ``is_lost()``."""
-        return await _wait(self._lost, timeout.total_seconds() if timeout is not None else None)
+        return await wait_for(self._lost, timeout.total_seconds() if timeout is not None else None)
 
     # --- acceptance points ----------------------------------------------------------------
 
@@ -114,6 +111,25 @@ class AsyncClaim(HeldClaim):
         """Give the task back (READY again); as ``Claim.release``."""
         request = self._release_request(reason)
         return self._released(await self.call(lambda worker: worker.Release, request))
+
+    async def fail(
+        self,
+        error: BaseException | str,
+        *,
+        retryable: bool = True,
+        delay: timedelta | None = None,
+        message: str = "",
+        details: bytes = b"",
+    ) -> FailOutcome:
+        """Report that this attempt failed; as ``Claim.fail``: the task's retry policy decides
+        whether it runs again (READY now, or DELAYED until its backoff or ``delay``, whichever
+        is later) or ends FAILED. ``error`` is an exception (type name, text and traceback go
+        along) or an error code. Ends the claim; FENCED / CANCELLED / STALE_INPUT mark it lost
+        (unless this attempt had already ended itself)."""
+        request = self._fail_request(
+            error, retryable=retryable, delay=delay, message=message, details=details
+        )
+        return self._failed(await self.call(lambda worker: worker.Fail, request))
 
     async def effect(
         self,
@@ -169,7 +185,14 @@ class AsyncClaim(HeldClaim):
             why = self._leaving(exc)
             if why is not None:
                 try:
-                    await self.release(why)
+                    # As ``Claim.__exit__``: an error of the work is a retryable failure (the
+                    # retry policy counts it); leaving otherwise, or by KeyboardInterrupt /
+                    # SystemExit / CancelledError (the worker stopping, not the task failing),
+                    # gives the task back.
+                    if isinstance(exc, Exception):
+                        await self.fail(exc, retryable=True)
+                    else:
+                        await self.release(why)
                 except CoordinatorError as error:
                     self._release_failed(error)
         finally:
@@ -178,7 +201,7 @@ class AsyncClaim(HeldClaim):
     async def _keepalive(self) -> None:
         next_at = self.next_renewal(self._clock(), accepted=True)
         try:
-            while not await _wait(self._stop, max(next_at - self._clock(), 0.0)):
+            while not await wait_for(self._stop, max(next_at - self._clock(), 0.0)):
                 sent = self._clock()
                 next_at = self.next_renewal(sent, await self._renew_once(sent))
         except Exception as exc:
@@ -195,7 +218,8 @@ class AsyncClaim(HeldClaim):
         except CoordinatorError as exc:
             self.renewal_failed(exc)
             return False
-        return self.renewed(sent, response)
+        # The request goes along: a checkpoint the server kept is not sent again.
+        return self.renewed(sent, response, request)
 
     def __repr__(self) -> str:
         return f"AsyncClaim({self._describe()})"

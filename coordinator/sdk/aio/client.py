@@ -1,4 +1,4 @@
-"""AsyncWorkerClient: claims tasks and hands back AsyncJobs; the producer calls a worker needs.
+"""AsyncWorkerClient: claims tasks and hands back AsyncClaims; the producer calls a worker needs.
 
 The asyncio twin of ``WorkerClient`` (sdk/client.py), with the same requests and answers
 (sdk/_requests.py), retries and errors (sdk/_rpc.py). It pins the scheduler epoch it first
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
@@ -30,23 +30,26 @@ from coordinator.sdk._requests import (
     create_request,
     epoch_moved,
     is_this_create,
+    lease_clock_start,
+    long_poll,
     repinned,
 )
 from coordinator.sdk._rpc import RetryPolicy
 from coordinator.sdk.aio._rpc import AsyncRpc
 from coordinator.sdk.aio.claim import AsyncClaim
-from coordinator.sdk.types import ClaimRefused, TaskInfo, outcome_of
+from coordinator.sdk.types import ClaimRefused, TaskInfo, TaskRetryPolicy, outcome_of
 from coordinator.v1 import admin_pb2, tasks_pb2, worker_pb2
 
 
 class AsyncWorkerClient:
     """A ``grpc.aio`` connection to a coordinator, acting as one principal.
 
-    ``target``, ``credentials``, ``token`` and ``retry`` mean what they mean for
-    ``WorkerClient``: every call has a deadline and is retried on UNAVAILABLE /
-    DEADLINE_EXCEEDED / RESOURCE_EXHAUSTED for up to ``RetryPolicy.budget`` (behind a claim's
-    fence, no longer than the lease); a call given up after a try that may have landed raises
-    OutcomeUnknown, one no try of which reached a coordinator a plain TransportError.
+    ``target``, ``credentials``, ``token``, ``retry`` and ``interceptors`` (``grpc.aio`` ones
+    here) mean what they mean for ``WorkerClient``: every call has a deadline and is retried on
+    UNAVAILABLE / DEADLINE_EXCEEDED / RESOURCE_EXHAUSTED for up to ``RetryPolicy.budget``
+    (behind a claim's fence, no longer than the lease); a call given up after a try that may
+    have landed raises OutcomeUnknown, one no try of which reached a coordinator a plain
+    TransportError.
 
     Make it inside the event loop that uses it (``async with AsyncWorkerClient(...)``).
     """
@@ -60,6 +63,7 @@ class AsyncWorkerClient:
         credentials: grpc.ChannelCredentials | None = None,
         retry: RetryPolicy | None = None,
         token: str | None = None,
+        interceptors: Sequence[aio.UnaryUnaryClientInterceptor[Any, Any]] = (),
     ) -> None:
         self._rpc = AsyncRpc(
             target,
@@ -68,6 +72,7 @@ class AsyncWorkerClient:
             channel_options=channel_options,
             credentials=credentials,
             token=token,
+            interceptors=interceptors,
         )
         self._epoch: int | None = None
 
@@ -118,12 +123,22 @@ class AsyncWorkerClient:
         ttl: timedelta,
         on_lost: LostCallback | None = None,
         safety_margin: timedelta | None = None,
+        wait: timedelta | None = None,
     ) -> AsyncClaim | ClaimRefused:
         """Claim the next ready task of ``queue``; NO_READY_TASK comes back as a ClaimRefused.
-        Like ``claim``, it follows a new epoch by itself."""
-        request = claim_next_request(queue, ttl=ttl, epoch=await self._pinned_epoch())
+        Like ``claim``, it follows a new epoch by itself.
+
+        With ``wait`` (at most the server's max_claim_wait, 20 s by default) it is a long poll,
+        as ``WorkerClient.claim_next``: the server waits that long for a task to become ready;
+        only this coroutine waits, never the loop."""
+        waited, timeout = long_poll(wait, self._rpc.policy.timeout)
+        request = claim_next_request(queue, ttl=ttl, epoch=await self._pinned_epoch(), wait=waited)
         return await self._claimed(
-            self._rpc.worker.ClaimNext, request, on_lost=on_lost, safety_margin=safety_margin
+            self._rpc.worker.ClaimNext,
+            request,
+            on_lost=on_lost,
+            safety_margin=safety_margin,
+            timeout=timeout,
         )
 
     async def _claimed(
@@ -133,14 +148,17 @@ class AsyncWorkerClient:
         *,
         on_lost: LostCallback | None,
         safety_margin: timedelta | None,
+        timeout: float | None = None,
     ) -> AsyncClaim | ClaimRefused:
-        # The lease clock starts before the request leaves, so it can only run early.
+        # The lease clock (``lease_clock_start``): from the send, or a long poll's answer.
         sent_at = time.monotonic()
-        response = await self._rpc.call(method, request, hint=CLAIM_HINT)
+        response = await self._rpc.call(method, request, hint=CLAIM_HINT, timeout=timeout)
+        sent_at = lease_clock_start(sent_at, time.monotonic(), timeout)
         if epoch_moved(response) and repinned(request, await self.epoch()):
             # Once only, as the sync client: a second refusal means the epoch moved again.
             sent_at = time.monotonic()
-            response = await self._rpc.call(method, request, hint=CLAIM_HINT)
+            response = await self._rpc.call(method, request, hint=CLAIM_HINT, timeout=timeout)
+            sent_at = lease_clock_start(sent_at, time.monotonic(), timeout)
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
             return ClaimRefused.from_proto(response)
         return AsyncClaim(
@@ -159,9 +177,13 @@ class AsyncWorkerClient:
         requires_review: bool = False,
         non_replayable: bool = False,
         idempotency_key: str = "",
+        retry_policy: TaskRetryPolicy | None = None,
+        not_before: datetime | None = None,
+        schedule_to_close: timedelta | None = None,
     ) -> TaskInfo:
         """Create a READY task; as ``WorkerClient.create_task`` (retried only with an explicit
-        id or an ``idempotency_key``; with an id, the same task found existing is returned)."""
+        id or an ``idempotency_key``; with an id, the same task found existing is returned;
+        ``retry_policy``, ``not_before`` and ``schedule_to_close`` as there)."""
         request = create_request(
             task_id,
             input=input,
@@ -169,6 +191,9 @@ class AsyncWorkerClient:
             priority=priority,
             requires_review=requires_review,
             non_replayable=non_replayable,
+            retry_policy=retry_policy,
+            not_before=not_before,
+            schedule_to_close=schedule_to_close,
         )
         retry = create_is_retried(task_id, idempotency_key)
         try:
@@ -207,7 +232,7 @@ class AsyncWorkerClient:
     # --- lifetime ---------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close the channel. Jobs of this client stop renewing and will be lost."""
+        """Close the channel. Claims of this client stop renewing and will be lost."""
         await self._rpc.close()
 
     async def __aenter__(self) -> Self:

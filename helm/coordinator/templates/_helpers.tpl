@@ -143,8 +143,12 @@ app.kubernetes.io/component: etcd
 {{- end -}}
 {{- $pool := .Values.workerPool -}}
 {{- if $pool.enabled -}}
-{{- if le (int $pool.terminationGracePeriodSeconds) (int $pool.shutdownGraceSeconds) -}}
-{{- fail (printf "workerPool.terminationGracePeriodSeconds (%d) must exceed workerPool.shutdownGraceSeconds (%d): the kubelet would kill workers still releasing their claims" (int $pool.terminationGracePeriodSeconds) (int $pool.shutdownGraceSeconds)) -}}
+{{- /* 10: the worker's GIVE_BACK_TIMEOUT (coordinator/sdk/_pool.py), how long it gives back
+       what is still running after the grace before it exits. */ -}}
+{{- $giveBack := 10 -}}
+{{- $needed := add (int $pool.shutdownGraceSeconds) $giveBack -}}
+{{- if le (int $pool.terminationGracePeriodSeconds) $needed -}}
+{{- fail (printf "workerPool.terminationGracePeriodSeconds (%d) must exceed workerPool.shutdownGraceSeconds + %d s (%d): after its grace the worker takes up to %d s to give back the claims still running, and the kubelet would kill it mid-way (those tasks would wait out their leases)" (int $pool.terminationGracePeriodSeconds) $giveBack $needed $giveBack) -}}
 {{- end -}}
 {{- if not .Values.service.headless -}}
 {{- fail "workerPool needs service.headless: the pool dials dns:///<fullname>-headless to spread over the replicas" -}}

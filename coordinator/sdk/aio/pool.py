@@ -1,0 +1,372 @@
+"""AsyncWorkerPool: an async handler run over one or more queues, up to ``max_concurrent``
+claims at once, every one a task on one event loop and one AsyncWorkerClient.
+
+    async def handle(claim: AsyncClaim) -> bytes | None:
+        ...                                    # CancelledError: the claim was lost, or the
+        return result                          # grace ran out; the pool commits the result
+
+    async def main() -> None:
+        async with AsyncWorkerClient(target, principal="pool-1") as client:
+            pool = AsyncWorkerPool(client, handle, queues=["emails"], max_concurrent=8)
+            stop_on_signals(pool)              # SIGTERM / SIGINT: pool.stop()
+            report = await pool.run()          # returns once shut down
+
+    asyncio.run(main())
+
+The thread pool's semantics (sdk/pool.py), on asyncio: one claim loop per queue, which claims
+only when a slot is free, with a long poll (``wait=long_poll``) and the same backoff after an
+empty answer; what the handler returns is committed, an exception gives the task back as a
+retryable failure (``claim.fail(error, retryable=True)``), None releases a claim the handler did
+not end itself. ``stop()`` stops claiming at once and marks the pool unready, lets running
+handlers finish until ``grace`` has passed, then cancels the rest and gives their claims back (a
+retryable failure) within ``GIVE_BACK_TIMEOUT``; ``run()`` then returns.
+
+Where asyncio differs from threads: the handler runs as its own task, so the pool cancels it
+(CancelledError inside the handler) when its claim is lost (``on_lost``) and when the grace runs
+out; there is no Cancellation object, and ``pool.stopping`` tells a handler the shutdown has
+begun. A handler that swallows CancelledError runs on until it returns, but its claim was given
+back: whatever it commits then is refused (and, as any such task, it holds ``asyncio.run`` up
+at exit). Handlers must not block the loop (``asyncio.to_thread``
+for blocking work): a blocked loop renews no claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections import Counter
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import structlog
+
+from coordinator.errors import CoordinatorError
+from coordinator.sdk._pool import (
+    GIVE_BACK_TIMEOUT,
+    SHUTDOWN_ERROR,
+    UNFINISHED,
+    Ending,
+    PollBackoff,
+    PoolReport,
+    check_options,
+    cut_off_reason,
+)
+from coordinator.sdk.aio._events import wait_for
+from coordinator.sdk.aio.claim import AsyncClaim
+from coordinator.sdk.aio.client import AsyncWorkerClient
+from coordinator.sdk.readiness import Readiness
+from coordinator.sdk.types import LostReason, TransportError
+
+log = structlog.get_logger(__name__)
+
+AsyncHandler = Callable[[AsyncClaim], Coroutine[Any, Any, bytes | None]]
+"""Does one claim's work; returns the result to commit, or None having ended the claim itself."""
+
+
+@dataclass(eq=False)
+class _Running:
+    """One claim of the pool, from the claim to its ending."""
+
+    queue: str
+    claim: AsyncClaim | None = None
+    # The pool's task for this claim (handler, then settling), and the handler's own task.
+    work: asyncio.Task[None] | None = None
+    handler: asyncio.Task[bytes | None] | None = None
+    # Set when the grace ran out: the cut-off settles this claim, the work task does not.
+    abandoned: bool = False
+
+    def lost(self, reason: LostReason) -> None:
+        """The claim's on_lost (called on the loop): cancel the handler."""
+        if self.handler is not None:
+            self.handler.cancel(f"claim lost: {reason}")
+
+
+class AsyncWorkerPool:
+    """Runs ``handler`` over ``queues`` with at most ``max_concurrent`` claims at once."""
+
+    def __init__(
+        self,
+        client: AsyncWorkerClient,
+        handler: AsyncHandler,
+        *,
+        queues: Sequence[str],
+        max_concurrent: int = 1,
+        ttl: timedelta = timedelta(seconds=30),
+        grace: timedelta = timedelta(seconds=30),
+        readiness: Iterable[Readiness] = (),
+        poll: PollBackoff | None = None,
+        long_poll: timedelta = timedelta(seconds=10),
+    ) -> None:
+        check_options(queues, max_concurrent, grace)
+        self._client, self._handler = client, handler
+        self._queues = tuple(queues)
+        self._ttl, self._grace = ttl, grace
+        self._readiness = tuple(readiness)
+        self._poll = poll or PollBackoff()
+        self._long_poll = long_poll
+        self._stopping = asyncio.Event()
+        self._changed = asyncio.Event()  # a slot came free, or the pool is stopping
+        self._max_concurrent = self._free = max_concurrent
+        self._running: set[_Running] = set()
+        self._endings: Counter[Ending] = Counter()
+        self._fatal: CoordinatorError | None = None
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the pool stopped claiming: a handler has until the grace runs out."""
+        return self._stopping.is_set()
+
+    def held(self) -> int:
+        """How many claims the pool is running now."""
+        return len(self._running)
+
+    def stop(self) -> None:
+        """Stop claiming now and shut down (``run`` returns once done). Idempotent. Call it on
+        the pool's loop: from another thread, ``loop.call_soon_threadsafe(pool.stop)``."""
+        self._stopping.set()
+        self._changed.set()
+
+    async def run(self) -> PoolReport:
+        """Claim and run claims until ``stop()``, then shut down as the module says. Raises the
+        error that stopped a claim loop (bad credentials, an unknown queue name, ...) once
+        shut down."""
+        loop = asyncio.get_running_loop()
+        loops = [loop.create_task(self._claim_loop(q), name=f"claim-{q}") for q in self._queues]
+        try:
+            self._set_ready(True)
+            log.info(
+                "pool claiming", queues=list(self._queues), max_concurrent=self._max_concurrent
+            )
+            await self._stopping.wait()
+            self._set_ready(False)
+            deadline = loop.time() + self._grace.total_seconds()
+            log.info("pool stopping: no new claims", running=self.held(), grace=str(self._grace))
+            await self._cut_off(await self._wait_for_handlers(deadline))
+            # A loop in a long poll gives back whatever it claims now; none outlives the grace.
+            await asyncio.wait(loops, timeout=max(deadline - loop.time(), 0.0))
+        finally:
+            for task in loops:
+                task.cancel()
+        report = PoolReport(dict(self._endings))
+        log.info("pool stopped", **{e.value: n for e, n in report.endings.items()})
+        if self._fatal is not None:
+            raise self._fatal
+        return report
+
+    # --- claiming ---------------------------------------------------------------------------
+
+    async def _claim_loop(self, queue: str) -> None:
+        loop = asyncio.get_running_loop()
+        delay = self._poll.initial.total_seconds()
+        refused = ""
+        while await self._take_slot():
+            running = _Running(queue)
+            sent = loop.time()
+            try:
+                got = await self._claim(running)
+            except CoordinatorError as exc:
+                self._give_slot()
+                self._fail(queue, exc)
+                return
+            if isinstance(got, AsyncClaim):
+                running.claim, delay = got, self._poll.initial.total_seconds()
+                if not self._start(running):  # claimed while stopping: never run it
+                    await self._settle_cut_off(running, "claimed as the pool stopped")
+                    self._give_slot()
+                continue
+            self._give_slot()
+            if got != refused:  # once per change: an idle queue must not flood the log
+                log.info("nothing claimed", queue=queue, why=got)
+                refused = got
+            # A long poll that already waited on the server counts towards the backoff.
+            await wait_for(self._stopping, max(delay - (loop.time() - sent), 0.0))
+            delay = self._poll.after(delay)
+
+    async def _claim(self, running: _Running) -> AsyncClaim | str:
+        """One ClaimNext: the AsyncClaim, or why nothing was claimed. Raises the errors no
+        retry cures (CoordinatorError other than TransportError)."""
+        try:
+            got = await self._client.claim_next(
+                running.queue, ttl=self._ttl, on_lost=running.lost, wait=self._long_poll
+            )
+        except TransportError as exc:
+            return f"unreachable: {exc}"
+        return got if isinstance(got, AsyncClaim) else got.outcome.name
+
+    async def _take_slot(self) -> bool:
+        """Wait for a free slot; False once stopping."""
+        while self._free == 0 and not self._stopping.is_set():
+            self._changed.clear()  # no await between the check and the wait: no wake-up lost
+            await self._changed.wait()
+        if self._stopping.is_set():
+            return False
+        self._free -= 1
+        return True
+
+    def _give_slot(self) -> None:
+        self._free += 1
+        self._changed.set()
+
+    def _fail(self, queue: str, exc: CoordinatorError) -> None:
+        """A claim refused for a reason no retry cures: stop the whole pool, loudly."""
+        log.error("claim loop failed; stopping the pool", queue=queue, error=str(exc))
+        if self._fatal is None:
+            self._fatal = exc
+        self.stop()
+
+    # --- running ----------------------------------------------------------------------------
+
+    def _start(self, running: _Running) -> bool:
+        if self._stopping.is_set():
+            return False
+        self._running.add(running)
+        name = f"claim-{running.claim.task_id}" if running.claim is not None else "claim"
+        running.work = asyncio.get_running_loop().create_task(self._work(running), name=name)
+        return True
+
+    async def _work(self, running: _Running) -> None:
+        claim = running.claim
+        assert claim is not None
+        claim.start()
+        handler = running.handler = asyncio.get_running_loop().create_task(
+            self._handler(claim), name=f"handler-{claim.task_id}"
+        )
+        if claim.is_lost():  # lost before its handler existed to be cancelled
+            handler.cancel()
+        # Waiting never cancels the handler: only a loss or the cut-off does.
+        await asyncio.wait([handler])
+        if running.abandoned:
+            return  # the cut-off settled this claim; this answer came too late
+        result, error = _outcome(handler, claim)
+        ending = await self._settle(claim, result, error)
+        if running in self._running:
+            self._running.discard(running)
+            self._endings[ending] += 1
+            self._give_slot()
+
+    async def _settle(
+        self, claim: AsyncClaim, result: bytes | None, error: Exception | None
+    ) -> Ending:
+        """Commit the result, or give the task back; how the claim ended."""
+        try:
+            if result is not None and error is None and not claim.is_lost():
+                await claim.commit(result)
+            if claim.committed:
+                return Ending.COMMITTED
+            if claim.is_lost():
+                return Ending.LOST
+            if error is not None:
+                return await _give_back(claim, error)
+            await claim.release(UNFINISHED)
+            return Ending.COMMITTED if claim.committed else Ending.RELEASED
+        except CoordinatorError as exc:
+            log.warning("could not settle the claim", task_id=claim.task_id, error=str(exc))
+            return Ending.COMMITTED if claim.committed else Ending.UNSETTLED
+        finally:
+            await claim.close()
+
+    # --- shutting down ----------------------------------------------------------------------
+
+    async def _wait_for_handlers(self, deadline: float) -> list[_Running]:
+        """Wait until every claim settled or ``deadline``; the ones still running, abandoned."""
+        works = [r.work for r in self._running if r.work is not None]
+        if works:
+            left = deadline - asyncio.get_running_loop().time()
+            await asyncio.wait(works, timeout=max(left, 0.0))
+        left_over = list(self._running)
+        for running in left_over:
+            running.abandoned = True
+            self._running.discard(running)
+        return left_over
+
+    async def _cut_off(self, left_over: list[_Running]) -> None:
+        """Cancel the handlers still running and give their claims back, concurrently, for at
+        most GIVE_BACK_TIMEOUT (a claim not settled by then expires with its lease)."""
+        if not left_over:
+            return
+        why = cut_off_reason(self._grace)
+        for running in left_over:
+            if running.handler is not None:
+                running.handler.cancel(why)
+        loop = asyncio.get_running_loop()
+        give_backs = [loop.create_task(self._settle_cut_off(r, why)) for r in left_over]
+        _, late = await asyncio.wait(give_backs, timeout=GIVE_BACK_TIMEOUT.total_seconds())
+        for task in late:
+            task.cancel()  # counted UNSETTLED by _settle_cut_off
+        if late:
+            await asyncio.wait(late)
+        for running in left_over:  # waiting on a handler deaf to its cancellation: stop waiting
+            if running.work is not None:
+                running.work.cancel()
+
+    async def _settle_cut_off(self, running: _Running, why: str) -> None:
+        claim = running.claim
+        assert claim is not None
+        ending = Ending.UNSETTLED
+        try:
+            ending = await _give_back(claim, SHUTDOWN_ERROR, why)
+            if claim.committed:  # the handler's commit landed first: the store decided
+                ending = Ending.COMMITTED
+            elif ending is not Ending.LOST:
+                ending = Ending.CUT_OFF
+        except CoordinatorError as exc:
+            log.warning("could not give the claim back", task_id=claim.task_id, error=str(exc))
+        finally:
+            self._endings[ending] += 1
+            await claim.close()
+
+    def _set_ready(self, ready: bool) -> None:
+        for signal_ in self._readiness:
+            if ready:
+                signal_.set_ready(True)  # a probe that cannot be set is a setup error: raise
+                continue
+            try:
+                signal_.set_ready(False)
+            except OSError as exc:
+                log.warning("could not clear readiness", readiness=repr(signal_), error=str(exc))
+
+
+def _outcome(
+    handler: asyncio.Task[bytes | None], claim: AsyncClaim
+) -> tuple[bytes | None, Exception | None]:
+    """What the finished ``handler`` left: its result, or its exception (a cancelled handler
+    left neither: its claim was lost, or it gave up itself)."""
+    if handler.cancelled():
+        return None, None
+    error = handler.exception()
+    if error is None:
+        return handler.result(), None
+    if not isinstance(error, Exception):  # KeyboardInterrupt, SystemExit: the worker stops,
+        return None, None  # not the task failing: the claim is released
+    log.error("handler raised", task_id=claim.task_id, exc_info=error)
+    return None, error
+
+
+async def _give_back(claim: AsyncClaim, error: Exception | str, message: str = "") -> Ending:
+    """Fail the attempt, retryable: the task's retry policy decides what follows."""
+    await claim.fail(error, retryable=True, message=message)
+    return Ending.LOST if claim.is_lost() else Ending.FAILED
+
+
+def stop_on_signals(
+    pool: AsyncWorkerPool, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
+) -> Callable[[], None]:
+    """Make ``signals`` stop ``pool``; returns a function removing the handlers. Call it on the
+    running loop of the main thread (asyncio runs its signal handlers there, as loop
+    callbacks, so they may call ``stop()`` directly)."""
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: signal.Signals) -> None:
+        log.info("signal received: stopping", signal=signum.name)
+        pool.stop()
+
+    for signum in signals:
+        loop.add_signal_handler(signum, on_signal, signum)
+
+    def restore() -> None:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+
+    return restore
