@@ -25,7 +25,13 @@ from coordinator.cli.remote import channel_credentials, remote_options_as, remot
 from coordinator.errors import CoordinatorError
 from coordinator.logging import LEVELS, configure_logging
 from coordinator.sdk import WorkerClient
-from coordinator.sdk.pool import MAX_CONCURRENT, Handler, WorkerPool, stop_on_signals
+from coordinator.sdk.pool import (
+    MAX_CLAIM_BATCH,
+    MAX_CONCURRENT,
+    Handler,
+    WorkerPool,
+    stop_on_signals,
+)
 from coordinator.sdk.readiness import Readiness, ReadyFile
 
 
@@ -103,6 +109,18 @@ def load_handler(spec: str) -> Handler:
     help="Also answer HTTP GETs here: 200 while claiming, 503 once stopping.",
 )
 @click.option(
+    "--claim-batch",
+    type=click.IntRange(1, MAX_CLAIM_BATCH),
+    default=1,
+    show_default=True,
+    help="Claim up to this many tasks in one call when as many claims are free.",
+)
+@click.option(
+    "--commit-then-next",
+    is_flag=True,
+    help="Claim the next task in the same call as each commit (one call a task when busy).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(LEVELS),
     default="info",
@@ -118,6 +136,8 @@ def worker(
     ttl: int,
     ready_file: str | None,
     ready_listen: str | None,
+    claim_batch: int,
+    commit_then_next: bool,
     log_level: str,
     **settings: Any,
 ) -> None:
@@ -156,6 +176,8 @@ def worker(
                 ttl=timedelta(seconds=ttl),
                 grace=timedelta(seconds=grace),
                 readiness=readiness,
+                claim_batch=claim_batch,
+                commit_then_next=commit_then_next,
             )
             restore = stop_on_signals(pool)
             try:

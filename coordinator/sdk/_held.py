@@ -440,7 +440,7 @@ class HeldClaim:
         renewal and the caller's commit can see it together) returns only once ``on_lost`` has
         run (at most REPORT_WAIT): whatever call tells the caller the claim is lost, the
         callback has been told first."""
-        lost = LostReason(outcome, reason, message, source)
+        lost = LostReason(outcome, reason, message, source, self.task_id)
         with self._lock:
             if self._state.finished:
                 return

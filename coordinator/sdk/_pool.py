@@ -17,6 +17,8 @@ from coordinator.domain import validation
 from coordinator.errors import InvalidArgument
 
 MAX_CONCURRENT = 256
+MAX_CLAIM_BATCH = 64
+"""Tasks one claim of a pool may win at once (the server claims at most 64 a call)."""
 MAX_QUEUES = 32
 GIVE_BACK_TIMEOUT = timedelta(seconds=10)
 """How long the cut-off at the end of the grace waits for its releases: the pod's

@@ -16,7 +16,13 @@ runs. A claim loop that got nothing polls again after a backoff that doubles up 
 already waited that long on the server is sent again at once. An older server ignores the wait
 and answers at once: the backoff then applies as before.
 
-Each claim runs on its own thread with its keepalive. The handler gets the Claim and a
+With ``claim_batch=N`` a loop with several free slots claims up to N tasks in one call
+(``claim_many``), and with ``commit_then_next`` each commit claims the next task of its queue in
+the same call (``commit_and_next``), which then keeps the slot: a busy queue costs one call a
+task instead of two.
+
+Each claim's handler runs on its own thread; the client's one keepalive loop renews every claim.
+The handler gets the Claim and a
 Cancellation (sdk/cancellation.py), set when the claim is lost (``on_lost``) or when the
 shutdown grace runs out. What the handler returns is committed; an exception gives the task
 back as a retryable failure, ``claim.fail(error, retryable=True)`` (the task's retry policy
@@ -45,10 +51,11 @@ from datetime import timedelta
 
 import structlog
 
-from coordinator.errors import CoordinatorError
+from coordinator.errors import CoordinatorError, InvalidArgument
 from coordinator.sdk._flag import Flag
 from coordinator.sdk._pool import (
     GIVE_BACK_TIMEOUT,
+    MAX_CLAIM_BATCH,
     MAX_CONCURRENT,
     MAX_QUEUES,
     SHUTDOWN_ERROR,
@@ -72,6 +79,7 @@ Handler = Callable[[Claim, Cancellation], bytes | None]
 
 __all__ = [
     "GIVE_BACK_TIMEOUT",
+    "MAX_CLAIM_BATCH",
     "MAX_CONCURRENT",
     "MAX_QUEUES",
     "SHUTDOWN_ERROR",
@@ -100,6 +108,28 @@ class _Running:
         self.cancel.cancel(CancelReason.LOST, str(reason))
 
 
+@dataclass(eq=False)
+class _Runnings:
+    """The claims one ClaimNext of ``slots`` tasks wins, each routed its own loss."""
+
+    queue: str
+    stopping: Flag
+    slots: int
+    by_task: dict[str, _Running] = field(default_factory=dict)
+
+    def won(self, claims: list[Claim]) -> list[_Running]:
+        """A _Running per claim won (losses reported from now on reach its handler)."""
+        runnings = [_Running(self.queue, Cancellation(self.stopping), claim) for claim in claims]
+        self.by_task.update((r.claim.task_id, r) for r in runnings if r.claim is not None)
+        return runnings
+
+    def lost(self, reason: LostReason) -> None:
+        """The batch's on_lost: cancel the handler of the claim that was lost."""
+        running = self.by_task.get(reason.task_id)
+        if running is not None:
+            running.lost(reason)
+
+
 class WorkerPool:
     """Runs ``handler`` over ``queues`` with at most ``max_concurrent`` claims at once."""
 
@@ -115,8 +145,13 @@ class WorkerPool:
         readiness: Iterable[Readiness] = (),
         poll: PollBackoff | None = None,
         long_poll: timedelta = timedelta(seconds=10),
+        claim_batch: int = 1,
+        commit_then_next: bool = False,
     ) -> None:
         check_options(queues, max_concurrent, grace)
+        if not 1 <= claim_batch <= MAX_CLAIM_BATCH:
+            raise InvalidArgument(f"claim_batch must be 1 to {MAX_CLAIM_BATCH}, got {claim_batch}")
+        self._claim_batch, self._commit_then_next = claim_batch, commit_then_next
         self._client, self._handler = client, handler
         self._queues = tuple(queues)
         self._ttl, self._grace = ttl, grace
@@ -173,22 +208,24 @@ class WorkerPool:
     def _claim_loop(self, queue: str) -> None:
         delay = self._poll.initial.total_seconds()
         refused = ""
-        while self._take_slot():
-            running = _Running(queue, Cancellation(self._stopping))
+        while slots := self._take_slots():
+            runnings = _Runnings(queue, self._stopping, slots)
             sent = time.monotonic()
             try:
-                got = self._claim(running)
+                got = self._claim(runnings)
             except CoordinatorError as exc:
-                self._give_slot()
+                self._give_slot(slots)
                 self._fail(queue, exc)
                 return
-            if isinstance(got, Claim):
-                running.claim, delay = got, self._poll.initial.total_seconds()
-                if not self._start(running):  # claimed while stopping: never run it
-                    self._settle_cut_off(running, "claimed as the pool stopped")
-                    self._give_slot()
+            if isinstance(got, list):
+                delay = self._poll.initial.total_seconds()
+                self._give_slot(slots - len(got))
+                for running in runnings.won(got):
+                    if not self._start(running):  # claimed while stopping: never run it
+                        self._settle_cut_off(running, "claimed as the pool stopped")
+                        self._give_slot()
                 continue
-            self._give_slot()
+            self._give_slot(slots)
             if got != refused:  # once per change: an idle queue must not flood the log
                 log.info("nothing claimed", queue=queue, why=got)
                 refused = got
@@ -196,30 +233,44 @@ class WorkerPool:
             self._stopping.wait(max(delay - (time.monotonic() - sent), 0.0))
             delay = self._poll.after(delay)
 
-    def _claim(self, running: _Running) -> Claim | str:
-        """One ClaimNext: the Claim, or why nothing was claimed. Raises the errors no retry
-        cures (CoordinatorError other than TransportError)."""
+    def _claim(self, runnings: _Runnings) -> list[Claim] | str:
+        """One ClaimNext for as many tasks as slots were taken: the Claims, or why nothing was
+        claimed. Raises the errors no retry cures (CoordinatorError other than
+        TransportError)."""
         try:
-            got = self._client.claim_next(
-                running.queue, ttl=self._ttl, on_lost=running.lost, wait=self._long_poll
+            if runnings.slots == 1:
+                got = self._client.claim_next(
+                    runnings.queue, ttl=self._ttl, on_lost=runnings.lost, wait=self._long_poll
+                )
+                return [got] if isinstance(got, Claim) else got.outcome.name
+            many = self._client.claim_many(
+                runnings.queue,
+                ttl=self._ttl,
+                max_tasks=runnings.slots,
+                on_lost=runnings.lost,
+                wait=self._long_poll,
             )
         except TransportError as exc:
             return f"unreachable: {exc}"
-        return got if isinstance(got, Claim) else got.outcome.name
+        return many if isinstance(many, list) else many.outcome.name
 
-    def _take_slot(self) -> bool:
-        """Wait for a free slot; False once stopping."""
+    def _take_slots(self) -> int:
+        """Wait for a free slot and take it, with up to ``claim_batch`` - 1 more that are free
+        now; 0 once stopping."""
         with self._cond:
             while self._free == 0 and not self._stopping.is_set():
                 self._cond.wait()
             if self._stopping.is_set():
-                return False
-            self._free -= 1
-            return True
+                return 0
+            taken = min(self._free, self._claim_batch)
+            self._free -= taken
+            return taken
 
-    def _give_slot(self) -> None:
+    def _give_slot(self, count: int = 1) -> None:
+        if count <= 0:
+            return
         with self._cond:
-            self._free += 1
+            self._free += count
             self._cond.notify_all()
 
     def _fail(self, queue: str, exc: CoordinatorError) -> None:
@@ -242,6 +293,13 @@ class WorkerPool:
         return True
 
     def _work(self, running: _Running) -> None:
+        current: _Running | None = running
+        while current is not None:  # with commit_then_next, a commit hands the slot on
+            current = self._run_one(current)
+
+    def _run_one(self, running: _Running) -> _Running | None:
+        """Run the handler on ``running``'s claim and settle it; the claim its commit won
+        (commit_then_next), which keeps the slot, or None."""
         claim = running.claim
         assert claim is not None
         claim.start()
@@ -253,20 +311,40 @@ class WorkerPool:
             error = exc
         with self._cond:
             if running.abandoned:
-                return  # the cut-off settled this claim; this answer came too late
-        ending = self._settle(claim, result, error)
+                return None  # the cut-off settled this claim; this answer came too late
+        successor = _Running(running.queue, Cancellation(self._stopping))
+        ending = self._settle(claim, result, error, successor if self._commit_then_next else None)
+        return self._hand_over(running, ending, successor)
+
+    def _hand_over(self, running: _Running, ending: Ending, successor: _Running) -> _Running | None:
+        """Count ``running``'s ending; its slot goes to ``successor`` if its commit won one and
+        the pool still runs, else it is freed (a successor won while stopping is given back)."""
+        keep = successor.claim is not None
         with self._cond:
             if running in self._running:
                 self._running.discard(running)
                 self._endings[ending] += 1
+                if keep and not self._stopping.is_set():
+                    self._running.add(successor)
+                    return successor
                 self._free += 1
                 self._cond.notify_all()
+        if keep:
+            self._settle_cut_off(successor, "claimed as the pool stopped")
+        return None
 
-    def _settle(self, claim: Claim, result: bytes | None, error: Exception | None) -> Ending:
-        """Commit the result, or give the task back; how the claim ended."""
+    def _settle(
+        self,
+        claim: Claim,
+        result: bytes | None,
+        error: Exception | None,
+        successor: _Running | None,
+    ) -> Ending:
+        """Commit the result (claiming ``successor``'s task in the same call, if given), or
+        give the task back; how the claim ended."""
         try:
             if result is not None and error is None and not claim.is_lost():
-                claim.commit(result)
+                self._commit(claim, result, successor)
             if claim.committed:
                 return Ending.COMMITTED
             if claim.is_lost():
@@ -280,6 +358,15 @@ class WorkerPool:
             return Ending.COMMITTED if claim.committed else Ending.UNSETTLED
         finally:
             claim.close()
+
+    def _commit(self, claim: Claim, result: bytes, successor: _Running | None) -> None:
+        if successor is None or self._stopping.is_set():
+            claim.commit(result)
+            return
+        _, won = claim.commit_and_next(
+            result, queue=successor.queue, ttl=self._ttl, on_lost=successor.lost
+        )
+        successor.claim = won[0] if won else None
 
     # --- shutting down ----------------------------------------------------------------------
 

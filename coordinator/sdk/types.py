@@ -80,6 +80,8 @@ class LostReason:
     reason: FenceReason
     message: str
     source: LossSource
+    # The claim's task, so one callback can serve many claims (a pool's batch of claims).
+    task_id: str = ""
 
     def __str__(self) -> str:
         reason = f"/{self.reason.name}" if self.reason is not FenceReason.NONE else ""
