@@ -14,6 +14,7 @@ MAX_TEXT_CHARS = 1024
 _TASK_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _QUEUE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _ATTEMPT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_ERROR_CODE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _DOT_SEGMENTS = frozenset({".", ".."})
 
 
@@ -93,4 +94,16 @@ def text(field: str, value: str, limit: int = MAX_TEXT_CHARS) -> str:
     """A free-text field no longer than ``limit`` characters."""
     if len(value) > limit:
         raise InvalidArgument(f"{field} is {len(value)} characters, the limit is {limit}")
+    return value
+
+
+def error_code(value: str, field: str = "error_code") -> str:
+    """An error code a worker reports (an exception type, an error name such as 'BadInput')."""
+    if not value:
+        raise InvalidArgument(f"{field} is required (an error name such as 'TimeoutError')")
+    if not _ERROR_CODE.fullmatch(value):
+        raise InvalidArgument(
+            f"{field} must be 1-128 characters of [A-Za-z0-9._:-] (a name, not a sentence: put "
+            f"the sentence in the message), got {value[:140]!r}"
+        )
     return value

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
+from coordinator.domain import validation
 from coordinator.domain.digests import digest_of
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
@@ -304,7 +305,7 @@ class HeldClaim:
             message = message or str(error)
             details = details or "".join(traceback.format_exception(error)).encode()
         else:
-            code = error
+            code = validation.error_code(error, "error")  # refused here, before any call
         request = worker_pb2.FailRequest(
             fence=fence_to_proto(self.fence),
             retryable=retryable,

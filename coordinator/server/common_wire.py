@@ -14,7 +14,6 @@ happened) becomes an unset field.
 
 from __future__ import annotations
 
-import re
 from typing import TypedDict
 
 from google.protobuf.duration_pb2 import Duration
@@ -29,7 +28,6 @@ from coordinator.v1 import types_pb2
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
-_ERROR_CODE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 # --- domain -> proto -------------------------------------------------------------------------
 
@@ -122,13 +120,7 @@ def parse_content_digest(field: str, value: str, data: bytes) -> str:
 
 def parse_error_code(field: str, value: str) -> str:
     """An error code a worker reports (an exception type, an error name)."""
-    if not value:
-        raise InvalidArgument(f"{field} is required (an error name such as 'TimeoutError')")
-    if not _ERROR_CODE.fullmatch(value):
-        raise InvalidArgument(
-            f"{field} must be 1-128 characters of [A-Za-z0-9._:-], got {value[:140]!r}"
-        )
-    return value
+    return validation.error_code(value, field)
 
 
 def parse_duration(field: str, value: Duration) -> float:

@@ -14,6 +14,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.domain.digests import digest_of
 from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
+from coordinator.errors import InvalidArgument
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import (
     PRINCIPAL_METADATA,
@@ -339,3 +340,14 @@ def test_a_renewal_that_meets_its_own_commit_is_not_a_loss(
         assert claim.renewals == renewals
         assert claim.commit(b"done").committed
     assert seen == []
+
+
+def test_a_sentence_as_error_code_is_refused_before_any_call(
+    worker: WorkerClient, other: WorkerClient
+) -> None:
+    with claim_t1(worker) as claim:
+        with pytest.raises(InvalidArgument, match="a name, not a sentence"):
+            claim.fail("the input is empty", retryable=False)
+        assert not claim.is_lost()  # nothing was sent: the claim is still held
+        assert claim.fail("EmptyInput", retryable=False, message="the input is empty").recorded
+    assert other.get_task("t1").state is TaskState.FAILED
