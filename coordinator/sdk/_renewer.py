@@ -8,8 +8,11 @@ tenth of its interval (a renewal a little early costs nothing: the TTL is restor
 send), in calls of at most MAX_BATCH claims and MAX_BYTES of requests. A call's deadline is the
 longest lease left among its claims (past it every one of them is lost by the local clock), and
 a coordinator that cannot be reached loses a claim only once its own lease ran out by the local
-clock, as before. A coordinator that has no RenewMany
-(UNIMPLEMENTED: an older version) is renewed one Renew per claim, from the same loop.
+clock, as before. A coordinator that has no RenewMany (UNIMPLEMENTED: an older version) is
+renewed one Renew per claim, from the same loop.
+
+``Schedule`` is the pure part (which claims are due, in which calls, what each answer is); the
+sync ``Renewer`` here runs it on a thread, sdk/aio/_renewer.py on the event loop.
 
 Measured (``python -m bench``, phase ``held``): what 10,000 held claims cost the client, the
 coordinator and etcd.
@@ -21,7 +24,7 @@ import heapq
 import itertools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 import structlog
@@ -68,27 +71,131 @@ class Renewable(Protocol):
         """The loop failed on this claim: it must not look held."""
 
 
+Due = tuple[Renewable, worker_pb2.RenewRequest, float]
+"""A claim due for renewal, its request, and how long that request may take."""
+Answer = worker_pb2.RenewResponse | CoordinatorError
+"""A renewal's answer, or what failed it."""
+
+
+class Schedule:
+    """When each claim of a client is due, oldest first (not thread-safe: the loop guards it)."""
+
+    def __init__(self) -> None:
+        self._due: list[tuple[float, int, Renewable]] = []  # a heap of (when, order, claim)
+        self._order = itertools.count()
+        self.batched = True  # until the coordinator answers UNIMPLEMENTED
+
+    def add(self, claim: Renewable, when: float) -> None:
+        """Renew ``claim`` at ``when`` (monotonic seconds)."""
+        heapq.heappush(self._due, (when, next(self._order), claim))
+
+    def next_due(self) -> float | None:
+        """When the first wanted claim is due (claims no longer wanted are dropped)."""
+        while self._due and not self._due[0][2].keepalive_wanted():
+            heapq.heappop(self._due)
+        return self._due[0][0] if self._due else None
+
+    def take(self, now: float, policy: RetryPolicy) -> list[list[Due]]:
+        """Every wanted claim due within EARLY of its interval, with its request, in calls."""
+        taken: list[Due] = []
+        kept: list[tuple[float, int, Renewable]] = []
+        for entry in self._due:
+            when, _, claim = entry
+            if not claim.keepalive_wanted():
+                continue
+            if when <= now + EARLY * claim.renewal_interval():
+                request, timeout = claim.renewal_request(policy)
+                taken.append((claim, request, timeout))
+            else:
+                kept.append(entry)
+        heapq.heapify(kept)
+        self._due = kept
+        return list(_batches(taken))
+
+    def wanted(self) -> int:
+        """How many claims are kept alive."""
+        return sum(1 for _, _, claim in self._due if claim.keepalive_wanted())
+
+    def call(self, batch: list[Due]) -> tuple[worker_pb2.RenewManyRequest, float]:
+        """The RenewMany for ``batch`` and its deadline (the longest lease left in it)."""
+        request = worker_pb2.RenewManyRequest(renewals=[r for _, r, _ in batch])
+        return request, max(t for _, _, t in batch)
+
+    def again(self, renewed: list[tuple[Renewable, float]]) -> None:
+        """Schedule the next renewal of each claim that still wants one."""
+        for claim, when in renewed:
+            if claim.keepalive_wanted():
+                self.add(claim, when)
+
+
+def apply(
+    batch: list[Due], answers: Sequence[Answer], sent: float
+) -> list[tuple[Renewable, float]]:
+    """Hand each claim its answer (which may report a loss: call it with no lock held); each
+    claim with when to renew it next."""
+    renewed: list[tuple[Renewable, float]] = []
+    for (claim, request, _), answer in zip(batch, answers, strict=True):
+        if isinstance(answer, CoordinatorError):
+            claim.renewal_failed(answer)
+            accepted = False
+        else:
+            accepted = claim.renewed(sent, answer, request)
+        renewed.append((claim, claim.next_renewal(sent, accepted)))
+    return renewed
+
+
+def answers_of(response: worker_pb2.RenewManyResponse) -> list[Answer]:
+    """Each item's RenewResponse, or its error as the exception a lone Renew would raise."""
+    out: list[Answer] = []
+    for result in response.results:
+        if result.HasField("error"):
+            out.append(error_of(result.error.code, result.error.message))
+        else:
+            renewal: worker_pb2.RenewResponse = result.renewal
+            out.append(renewal)
+    return out
+
+
+def crashed(batch: list[Due], exc: Exception) -> None:
+    """A bug in the loop: no claim of ``batch`` may look held with nobody renewing it."""
+    log.exception("keepalive loop failed")
+    for claim, _, _ in batch:
+        claim.keepalive_crashed(exc)
+
+
+def _batches(due: list[Due]) -> Iterator[list[Due]]:
+    """``due`` in calls of at most MAX_BATCH claims and MAX_BYTES."""
+    current: list[Due] = []
+    size = 0
+    for entry in due:
+        nbytes = entry[1].ByteSize()
+        if current and (len(current) >= MAX_BATCH or size + nbytes > MAX_BYTES):
+            yield current
+            current, size = [], 0
+        current.append(entry)
+        size += nbytes
+    if current:
+        yield current
+
+
 class Renewer:
-    """The keepalive loop of one client (see the module docstring). Its thread starts with the
-    first claim and stops with ``close``."""
+    """The keepalive loop of one sync client, on its own thread (see the module docstring). The
+    thread starts with the first claim and stops with ``close``."""
 
     def __init__(self, rpc: Rpc, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._rpc = rpc
         self._clock = clock
         self._cond = threading.Condition()
-        self._due: list[tuple[float, int, Renewable]] = []  # a heap of (when, order, claim)
-        self._order = itertools.count()
+        self._schedule = Schedule()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._batched = True  # until the coordinator answers UNIMPLEMENTED
 
     def add(self, claim: Renewable) -> None:
         """Keep ``claim`` alive from now on (its first renewal at TTL/3 from now)."""
         with self._cond:
             if self._closed:
                 raise CoordinatorError("the client is closed: its claims are not renewed")
-            when = claim.next_renewal(self._clock(), True)
-            heapq.heappush(self._due, (when, next(self._order), claim))
+            self._schedule.add(claim, claim.next_renewal(self._clock(), True))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="keepalive", daemon=True)
                 self._thread.start()
@@ -105,122 +212,50 @@ class Renewer:
 
     def __len__(self) -> int:
         with self._cond:
-            return sum(1 for _, _, claim in self._due if claim.keepalive_wanted())
-
-    # --- the loop ----------------------------------------------------------------------------
+            return self._schedule.wanted()
 
     def _loop(self) -> None:
-        while True:
-            due = self._wait_for_due()
-            if due is None:
-                return
-            for batch in _batches(due):
-                self._renew(batch)
+        while (due := self._wait_for_due()) is not None:
+            for batch in due:
+                sent = self._clock()
+                try:
+                    renewed = apply(batch, self._send(batch), sent)
+                except Exception as exc:
+                    crashed(batch, exc)
+                    continue
+                with self._cond:
+                    if not self._closed:
+                        self._schedule.again(renewed)
 
-    def _wait_for_due(self) -> list[tuple[Renewable, worker_pb2.RenewRequest, float]] | None:
-        """Sleep until a renewal is due; every claim due by then with its request, or None once
-        closed."""
+    def _wait_for_due(self) -> list[list[Due]] | None:
+        """Sleep until a renewal is due; the calls to make, or None once closed."""
         with self._cond:
             while not self._closed:
-                while self._due and not self._due[0][2].keepalive_wanted():
-                    heapq.heappop(self._due)
-                now = self._clock()
-                if self._due and self._due[0][0] <= now:
-                    return self._take(now)
-                self._cond.wait(self._due[0][0] - now if self._due else None)
+                when, now = self._schedule.next_due(), self._clock()
+                if when is not None and when <= now:
+                    return self._schedule.take(now, self._rpc.policy)
+                self._cond.wait(when - now if when is not None else None)
             return None
 
-    def _take(self, now: float) -> list[tuple[Renewable, worker_pb2.RenewRequest, float]]:
-        """Pop every wanted claim due within EARLY of its interval (called with the lock)."""
-        taken: list[tuple[Renewable, worker_pb2.RenewRequest, float]] = []
-        kept: list[tuple[float, int, Renewable]] = []
-        for entry in self._due:
-            when, _, claim = entry
-            if not claim.keepalive_wanted():
-                continue
-            if when <= now + EARLY * claim.renewal_interval():
-                request, timeout = claim.renewal_request(self._rpc.policy)
-                taken.append((claim, request, timeout))
-            else:
-                kept.append(entry)
-        heapq.heapify(kept)
-        self._due = kept
-        return taken
-
-    def _renew(self, batch: list[tuple[Renewable, worker_pb2.RenewRequest, float]]) -> None:
-        sent = self._clock()
-        try:
-            answers = self._send(batch)
-            for (claim, request, _), answer in zip(batch, answers, strict=True):
-                if isinstance(answer, CoordinatorError):
-                    claim.renewal_failed(answer)
-                    accepted = False
-                else:
-                    accepted = claim.renewed(sent, answer, request)
-                self._again(claim, sent, accepted)
-        except Exception as exc:  # a bug: no claim may look held with nobody renewing it
-            log.exception("keepalive loop failed")
-            for claim, _, _ in batch:
-                claim.keepalive_crashed(exc)
-
-    def _send(
-        self, batch: list[tuple[Renewable, worker_pb2.RenewRequest, float]]
-    ) -> Sequence[worker_pb2.RenewResponse | CoordinatorError]:
-        """One answer per claim of ``batch``: its RenewResponse, or the error that failed it."""
-        # Never past the longest lease left in the batch: by then every claim in it is lost by
-        # the local clock anyway; a claim nearer its end is judged by its own clock meanwhile.
-        timeout = max(t for _, _, t in batch)
-        if self._batched:
-            request = worker_pb2.RenewManyRequest(renewals=[r for _, r, _ in batch])
+    def _send(self, batch: list[Due]) -> Sequence[Answer]:
+        """One answer per claim of ``batch``."""
+        if self._schedule.batched:
+            request, timeout = self._schedule.call(batch)
             try:
                 # No SDK retries: this loop is the retry, and each try ends before the lease.
                 response = self._rpc.call(
                     self._rpc.worker.RenewMany, request, retry=False, timeout=timeout
                 )
             except NotSupported:
-                self._batched = False  # an older coordinator: one Renew per claim from now on
+                self._schedule.batched = False  # an older coordinator: one Renew per claim
             except CoordinatorError as exc:
                 return [exc] * len(batch)
             else:
-                return [_item(result) for result in response.results]
-        return [self._lone(request, t) for _, request, t in batch]
+                return answers_of(response)
+        return [self._lone(request, timeout) for _, request, timeout in batch]
 
-    def _lone(
-        self, request: worker_pb2.RenewRequest, timeout: float
-    ) -> worker_pb2.RenewResponse | CoordinatorError:
+    def _lone(self, request: worker_pb2.RenewRequest, timeout: float) -> Answer:
         try:
             return self._rpc.call(self._rpc.worker.Renew, request, retry=False, timeout=timeout)
         except CoordinatorError as exc:
             return exc
-
-    def _again(self, claim: Renewable, sent: float, accepted: bool) -> None:
-        with self._cond:
-            if claim.keepalive_wanted() and not self._closed:
-                when = claim.next_renewal(sent, accepted)
-                heapq.heappush(self._due, (when, next(self._order), claim))
-
-
-def _item(result: worker_pb2.RenewManyResult) -> worker_pb2.RenewResponse | CoordinatorError:
-    if result.HasField("error"):
-        return error_of(result.error.code, result.error.message)
-    renewal: worker_pb2.RenewResponse = result.renewal
-    return renewal
-
-
-def _batches(
-    due: list[tuple[Renewable, worker_pb2.RenewRequest, float]],
-) -> list[list[tuple[Renewable, worker_pb2.RenewRequest, float]]]:
-    """``due`` in calls of at most MAX_BATCH claims and MAX_BYTES."""
-    batches: list[list[tuple[Renewable, worker_pb2.RenewRequest, float]]] = []
-    current: list[tuple[Renewable, worker_pb2.RenewRequest, float]] = []
-    size = 0
-    for entry in due:
-        nbytes = entry[1].ByteSize()
-        if current and (len(current) >= MAX_BATCH or size + nbytes > MAX_BYTES):
-            batches.append(current)
-            current, size = [], 0
-        current.append(entry)
-        size += nbytes
-    if current:
-        batches.append(current)
-    return batches

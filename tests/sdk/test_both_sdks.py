@@ -410,3 +410,27 @@ def test_a_checkpoint_the_server_kept_is_not_sent_again(sdk: Sdk, coordinator: S
     assert [r.checkpoint for r in sent.renewals() if r.HasField("checkpoint")] == [b"step-1"]
     task = worker.get_task("t1")
     assert (task.checkpoint_size, [a.checkpoint_size for a in task.attempts]) == (6, [6])
+
+
+def test_one_keepalive_loop_renews_a_clients_claims_together_in_renew_many(
+    sdk: Sdk, coordinator: Served
+) -> None:
+    sent = Sent()
+    worker = sdk.client(coordinator.target, "worker-a", sent=sent)
+    for n in (2, 3):
+        worker.create_task(f"t{n}", input=b"x", queue=QUEUE)
+    with claimed(worker) as one, claimed_next(worker) as two, claimed_next(worker) as three:
+        held = (one, two, three)
+        eventually(lambda: min(c.renewals for c in held) >= 2, timeout=15)
+        assert not [c for c in held if c.is_lost()]
+    assert sent.of("Renew") == []  # never one call per claim
+    batches = sent.of("RenewMany")
+    assert sum(len(b.renewals) for b in batches) >= 6
+    assert max(len(b.renewals) for b in batches) >= 2  # claims due together share a call
+
+
+def claimed_next(worker: Worker) -> Held:
+    """Claim the next task of QUEUE and insist that it worked."""
+    claim = worker.claim_next(QUEUE, ttl=TTL)
+    assert not isinstance(claim, ClaimRefused), claim
+    return claim

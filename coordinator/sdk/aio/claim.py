@@ -1,10 +1,11 @@
-"""AsyncClaim: a held claim whose keepalive is an asyncio task, and whose calls are awaited.
+"""AsyncClaim: a held claim kept alive by the client's keepalive task, whose calls are awaited.
 
-The same claim as the sync ``Claim`` (sdk/claim.py): the state, the requests and what every answer
-does are shared (sdk/_held.py). The keepalive renews at TTL/3 as a task on the claim's event loop
-and never blocks the caller, as long as the caller does not block the loop: run CPU-bound or
-blocking work with ``asyncio.to_thread`` (a loop blocked past the lease loses the claim, as a
-frozen process would). A loss is reported once: ``is_lost()``, ``await wait_lost()``, and the
+The same claim as the sync ``Claim`` (sdk/claim.py): the state, the requests and what every
+answer does are shared (sdk/_held.py). The keepalive renews at TTL/3 from the client's one
+keepalive task (all its claims due together in one RenewMany, sdk/aio/_renewer.py) and never
+blocks the caller, as long as the caller does not block the loop: run CPU-bound or blocking
+work with ``asyncio.to_thread`` (a loop blocked past the lease loses the claim, as a frozen
+process would). A loss is reported once: ``is_lost()``, ``await wait_lost()``, and the
 ``on_lost`` callback, called on the loop (it must not block either).
 
 An AsyncClaim belongs to the event loop it was claimed on; use it from that loop only.
@@ -23,6 +24,7 @@ from coordinator.errors import CoordinatorError
 from coordinator.sdk._held import HeldClaim, LostCallback
 from coordinator.sdk._rpc import Req, Resp
 from coordinator.sdk.aio._events import wait_for
+from coordinator.sdk.aio._renewer import AsyncRenewer
 from coordinator.sdk.aio._rpc import AsyncRpc, AsyncWorkerMethod
 from coordinator.sdk.aio.effects import AsyncDownstream, run_effect
 from coordinator.sdk.effects import EffectOutcome
@@ -54,6 +56,7 @@ class AsyncClaim(HeldClaim):
         on_lost: LostCallback | None = None,
         safety_margin: timedelta | None = None,
         clock: Callable[[], float] = time.monotonic,
+        renewer: AsyncRenewer | None = None,
     ) -> None:
         super().__init__(
             claim, sent_at=sent_at, on_lost=on_lost, safety_margin=safety_margin, clock=clock
@@ -61,7 +64,11 @@ class AsyncClaim(HeldClaim):
         self._rpc = rpc
         self._stop = asyncio.Event()
         self._lost = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        # The client's keepalive loop (one task for all its claims); an AsyncClaim built
+        # without one gets a loop of its own when its keepalive starts.
+        self._renewer = renewer
+        self._own_renewer = renewer is None
+        self._started = False
 
     def _signal(self, *, lost: bool) -> None:
         self._stop.set()
@@ -155,22 +162,25 @@ class AsyncClaim(HeldClaim):
     # --- keepalive ------------------------------------------------------------------------
 
     def start(self) -> Self:
-        """Start the keepalive task on the running loop (idempotent)."""
-        if self._task is None and not self._stop.is_set():
-            self._task = asyncio.get_running_loop().create_task(
-                self._keepalive(), name=f"keepalive-{self._name}"
-            )
+        """Start the keepalive (idempotent): the client's keepalive task renews this claim from
+        now on (sdk/aio/_renewer.py). Call it on the claim's event loop."""
+        if self._started or self._stop.is_set():
+            return self
+        self._started = True
+        if self._renewer is None:
+            self._renewer = AsyncRenewer(self._rpc, clock=self._clock)
+        self._renewer.add(self)
         return self
 
     async def close(self) -> None:
         """Stop the keepalive without releasing: an uncommitted task is reclaimed on expiry."""
         self._stop.set()
-        task = self._task
-        if task is not None and task is not asyncio.current_task():
-            # A renewal in flight is cancelled: renewing is idempotent, and one that landed
-            # only keeps the lease alive until its TTL.
-            task.cancel()
-            await asyncio.wait([task])
+        if self._own_renewer and self._renewer is not None:
+            await self._renewer.close()
+
+    def keepalive_wanted(self) -> bool:
+        """Whether the keepalive loop should still renew this claim."""
+        return not self._stop.is_set()
 
     async def __aenter__(self) -> Self:
         return self.start()
@@ -197,29 +207,6 @@ class AsyncClaim(HeldClaim):
                     self._release_failed(error)
         finally:
             await self.close()
-
-    async def _keepalive(self) -> None:
-        next_at = self.next_renewal(self._clock(), accepted=True)
-        try:
-            while not await wait_for(self._stop, max(next_at - self._clock(), 0.0)):
-                sent = self._clock()
-                next_at = self.next_renewal(sent, await self._renew_once(sent))
-        except Exception as exc:
-            self.keepalive_crashed(exc)
-
-    async def _renew_once(self, sent: float) -> bool:
-        """One renewal; True if accepted. Marks the claim lost when the answer says so."""
-        request, timeout = self.renewal_request(self._rpc.policy)
-        try:
-            # No SDK retries here: this loop is the retry, and each try ends before the lease.
-            response = await self._rpc.call(
-                self._rpc.worker.Renew, request, retry=False, timeout=timeout
-            )
-        except CoordinatorError as exc:
-            self.renewal_failed(exc)
-            return False
-        # The request goes along: a checkpoint the server kept is not sent again.
-        return self.renewed(sent, response, request)
 
     def __repr__(self) -> str:
         return f"AsyncClaim({self._describe()})"

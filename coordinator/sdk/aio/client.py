@@ -35,6 +35,7 @@ from coordinator.sdk._requests import (
     repinned,
 )
 from coordinator.sdk._rpc import RetryPolicy
+from coordinator.sdk.aio._renewer import AsyncRenewer
 from coordinator.sdk.aio._rpc import AsyncRpc
 from coordinator.sdk.aio.claim import AsyncClaim
 from coordinator.sdk.types import ClaimRefused, TaskInfo, TaskRetryPolicy, outcome_of
@@ -75,6 +76,8 @@ class AsyncWorkerClient:
             interceptors=interceptors,
         )
         self._epoch: int | None = None
+        # One keepalive task renews every claim of this client (sdk/aio/_renewer.py).
+        self._renewer = AsyncRenewer(self._rpc)
 
     @property
     def principal(self) -> str:
@@ -162,7 +165,12 @@ class AsyncWorkerClient:
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
             return ClaimRefused.from_proto(response)
         return AsyncClaim(
-            self._rpc, response, sent_at=sent_at, on_lost=on_lost, safety_margin=safety_margin
+            self._rpc,
+            response,
+            sent_at=sent_at,
+            on_lost=on_lost,
+            safety_margin=safety_margin,
+            renewer=self._renewer,
         )
 
     # --- tasks ------------------------------------------------------------------------------
@@ -232,7 +240,9 @@ class AsyncWorkerClient:
     # --- lifetime ---------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close the channel. Claims of this client stop renewing and will be lost."""
+        """Stop the keepalive task and close the channel. Claims of this client still held
+        stop renewing and will be lost."""
+        await self._renewer.close()
         await self._rpc.close()
 
     async def __aenter__(self) -> Self:
