@@ -4,6 +4,7 @@ runs, ``make test-fast`` leaves the slow marks out."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,9 +16,13 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 
 
 def _planned(target: str) -> list[str]:
+    # Run from within `make test` (as CI does), a nested make would print "Entering directory"
+    # lines and inherit the outer flags: plan as a fresh shell would.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     done = subprocess.run(
-        ["make", "-n", "-B", target],
+        ["make", "--no-print-directory", "-n", "-B", target],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,
