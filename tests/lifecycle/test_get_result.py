@@ -102,7 +102,7 @@ def test_an_older_revision_keeps_its_own_result(store: Store, client: WorkerClie
     assert current.claim_generation == fence.claim_generation > first.claim_generation
 
 
-def _refused(tasks: tasks_pb2_grpc.TaskServiceStub, **fields: Any) -> tuple[Any, str]:
+def _result_error(tasks: tasks_pb2_grpc.TaskServiceStub, **fields: Any) -> tuple[Any, str]:
     with pytest.raises(grpc.RpcError) as info:
         tasks.GetResult(tasks_pb2.GetResultRequest(**fields), metadata=PM)
     return info.value.code(), info.value.details() or ""
@@ -113,22 +113,22 @@ def test_no_result_is_not_found_and_names_the_revisions_that_have_one(
 ) -> None:
     create(store, "t", review=True)
     before = snapshot(store, etcd_client)
-    assert _refused(tasks, task_id="t") == (
+    assert _result_error(tasks, task_id="t") == (
         grpc.StatusCode.NOT_FOUND,
         "task 't' has no committed result for revision 1 (no revision has one yet)",
     )
-    assert _refused(tasks, task_id="nope") == (
+    assert _result_error(tasks, task_id="nope") == (
         grpc.StatusCode.NOT_FOUND,
         "task 'nope' does not exist",
     )
-    assert _refused(tasks, task_id="nope", revision=3) == (
+    assert _result_error(tasks, task_id="nope", revision=3) == (
         grpc.StatusCode.NOT_FOUND,
         "task 'nope' does not exist",
     )
-    code, message = _refused(tasks, task_id="t", revision=-1)
+    code, message = _result_error(tasks, task_id="t", revision=-1)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert "revision" in message
-    code, message = _refused(tasks, task_id="a b")
+    code, message = _result_error(tasks, task_id="a b")
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert "task_id" in message
     assert snapshot(store, etcd_client) == before
@@ -138,12 +138,12 @@ def test_no_result_is_not_found_and_names_the_revisions_that_have_one(
         store.review.reject("t", revision=revision, reviewer="pm", reason="again")
     current = LISTED_REVISIONS + 2
     listed = ", ".join(str(n) for n in range(current - 1, 1, -1))
-    assert _refused(tasks, task_id="t") == (
+    assert _result_error(tasks, task_id="t") == (
         grpc.StatusCode.NOT_FOUND,
         f"task 't' has no committed result for revision {current} "
         f"(revisions with one, latest first: {listed}, ...)",
     )
-    assert _refused(tasks, task_id="t", revision=99) == (
+    assert _result_error(tasks, task_id="t", revision=99) == (
         grpc.StatusCode.NOT_FOUND,
         f"task 't' has no committed result for revision 99 "
         f"(revisions with one, latest first: {listed}, ...)",
