@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,13 @@ from bench.reclaim import run_reclaim
 from bench.report import HEADLINE, markdown, targets
 from bench.retention import run_retention
 from bench.scale import queue_of, run_scale
-from bench.scenarios import CoordinatorScenario, LockScenario, RawFloorScenario, ToozScenario
+from bench.scenarios import (
+    BatchedCoordinatorScenario,
+    CoordinatorScenario,
+    LockScenario,
+    RawFloorScenario,
+    ToozScenario,
+)
 from bench.seed import TaskSeeder
 from bench.throughput import ThroughputPlan, paired_ratio, run_throughput, summarize
 from coordinator.domain.keys import Keyspace
@@ -65,6 +72,7 @@ class Profile:
     scale_sizes: tuple[int, ...]
     scale_samples: int
     held_claims: int
+    held_seconds: float
     events: int
     promote_batches: int
     promote_batch_size: int
@@ -82,6 +90,7 @@ FULL = Profile(
     scale_sizes=(1_000, 100_000),
     scale_samples=100,
     held_claims=10_000,
+    held_seconds=60.0,
     events=100_000,
     promote_batches=10,
     promote_batch_size=20,
@@ -97,6 +106,7 @@ SMOKE = Profile(
     scale_sizes=(100, 1_000),
     scale_samples=10,
     held_claims=100,
+    held_seconds=3.0,
     events=1_000,
     promote_batches=3,
     promote_batch_size=20,
@@ -120,7 +130,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scale-sizes", help="ready-task counts, comma-separated (1000,100000)")
     p.add_argument("--scale-samples", type=int, help="ClaimNext timings per size")
     p.add_argument("--million", action="store_true", help="add 1,000,000 ready tasks to scale")
-    p.add_argument("--held-claims", type=int, help="claims held for the memory reading")
+    p.add_argument("--held-claims", type=int, help="claims held through the SDK (held phase)")
+    p.add_argument("--held-seconds", type=float, help="how long the held phase holds them")
     p.add_argument("--events", type=int, help="events in the log for the events phase")
     p.add_argument("--promote-batches", type=int, help="batches of delayed tasks (promote)")
     p.add_argument("--promote-batch-size", type=int, help="delayed tasks per batch (promote)")
@@ -171,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         "scale_sizes": list(sizes),
         "scale_samples": ns.scale_samples or base.scale_samples,
         "held_claims": ns.held_claims or base.held_claims,
+        "held_seconds": ns.held_seconds or base.held_seconds,
+        "held_ttl_s": 3 if ns.smoke else 30,
         "events": ns.events or base.events,
         "promote_batches": ns.promote_batches or base.promote_batches,
         "promote_batch_size": ns.promote_batch_size or base.promote_batch_size,
@@ -285,7 +298,11 @@ def run_phases(
             seeder.drop(queue_of(size))
         # Each on a coordinator of its own, started fresh: (phase, seconds it needs, run).
         fresh_phases: list[tuple[str, float, Callable[[], dict[str, Any]]]] = [
-            ("held", 20, lambda: held_phase(etcd, seeder, workdir, config)),
+            (
+                "held",
+                2 * config["held_seconds"] + 30,
+                lambda: held_phase(etcd, seeder, workdir, config),
+            ),
             ("events", 30, lambda: events_phase(etcd, kv, workdir, config)),
             ("retention", 60, lambda: retention_phase(etcd, workdir, config)),
         ]
@@ -311,7 +328,8 @@ def retention_phase(etcd: EtcdProcess, workdir: Path, config: dict[str, Any]) ->
 def held_phase(
     etcd: EtcdProcess, seeder: TaskSeeder, workdir: Path, config: dict[str, Any]
 ) -> dict[str, Any]:
-    """The coordinator's memory with N claims held, on a freshly started coordinator."""
+    """N claims held through the SDK on a freshly started coordinator: renewals, CPU, etcd
+    next to a bare lease keepalive, memory (bench/held.py)."""
     fresh = CoordinatorProcess(
         etcd.endpoint,
         prefix=PREFIX,
@@ -320,7 +338,13 @@ def held_phase(
     ).start()
     try:
         return run_held(
-            fresh.target, seeder, Meter(fresh.pid, etcd.pid), count=config["held_claims"]
+            fresh.target,
+            seeder,
+            Meter(fresh.pid, etcd.pid),
+            (etcd.host, etcd.port),
+            count=config["held_claims"],
+            seconds=config["held_seconds"],
+            ttl=timedelta(seconds=config["held_ttl_s"]),
         )
     finally:
         fresh.stop()
@@ -366,6 +390,7 @@ def throughput(
         RawFloorScenario(etcd.host, etcd.port),
         LockScenario(etcd.host, etcd.port),
         ToozScenario(etcd.host, etcd.port),
+        BatchedCoordinatorScenario(coordinator.target, seeder),
     ]
     client = etcd3.client(etcd.host, etcd.port, timeout=60, grpc_options=GRPC_OPTIONS)
 
@@ -382,10 +407,10 @@ def throughput(
     doc["throughput"] = summarize(results)
     doc["skipped"] = {s.key: s.skip_reason for s in scenarios if s.skip_reason}
     doc["ratios"] = {
-        f"a/{other}": {
-            str(level): paired_ratio(results, "a", other, level) for level in plan.levels
+        f"{mine}/{other}": {
+            str(level): paired_ratio(results, mine, other, level) for level in plan.levels
         }
-        for other in ("b", "c", "d")
+        for mine, other in (("a", "b"), ("a", "c"), ("a", "d"), ("e", "b"), ("e", "a"))
     }
 
 
@@ -407,18 +432,35 @@ def headline(doc: dict[str, Any]) -> None:
     doc["promote_claimable_p95_s_after_due"] = (
         promote["claimable_s_after_due"]["p95"] if promote else None
     )
-    held = doc.get("held")
-    doc["coordinator_rss_mib_10k_claims"] = held["coordinator_rss_mib_held"] if held else None
-    if held and held["claims_held"] != 10_000:
-        notes["coordinator_rss_mib_10k_claims"] = f"measured with {held['claims_held']} claims"
+    held = doc.get("held") or {}
+    for key, field in (
+        ("coordinator_rss_mib_10k_claims", "coordinator_rss_mib_held"),
+        ("held_renewals_on_time_ratio", "renewals_on_time_ratio"),
+        ("held_coordinator_cpu_cores", "coordinator_cpu_cores"),
+        ("held_etcd_ms_per_renewal_over_anchor", "etcd_ms_per_renewal_over_anchor"),
+    ):
+        doc[key] = held.get(field)
+        if held and held["claims_held"] != 10_000:
+            notes[key] = f"measured with {held['claims_held']} claims"
+    if held.get("lost"):
+        notes["held_renewals_on_time_ratio"] = f"{held['lost']} claims lost"
     for key, phase in (
         ("reclaim_p95_s_over_ttl", "reclaim"),
         ("promote_claimable_p95_s_after_due", "promote"),
         ("claimnext_100k_over_1k", "scale"),
         ("coordinator_rss_mib_10k_claims", "held"),
+        ("held_renewals_on_time_ratio", "held"),
+        ("held_coordinator_cpu_cores", "held"),
+        ("held_etcd_ms_per_renewal_over_anchor", "held"),
     ):
         if doc[key] is None:
-            reasons[key] = skipped_phases.get(phase, f"the {phase} phase was not run (--only)")
+            ran = phase in doc and doc[phase]
+            reasons[key] = skipped_phases.get(
+                phase,
+                "no renewal in the held window"
+                if ran
+                else f"the {phase} phase was not run (--only)",
+            )
     retention = doc.get("retention") or {}
     doc["etcd_db_mib_at_200k_over_50k"] = retention.get("etcd_db_mib_full_over_quarter")
     doc["throughput_pruner_on_over_off"] = retention.get("pruner_on_over_off")
@@ -447,6 +489,9 @@ def _ratio_headlines(doc: dict[str, Any], reasons: dict[str, str]) -> None:
         doc[key] = value
         if value is None:
             reasons[key] = _no_ratio_reason(doc, other, skipped)
+    doc["ratio_a_b_32_batched"] = ratios.get("e/b", {}).get("32")
+    if doc["ratio_a_b_32_batched"] is None:
+        reasons["ratio_a_b_32_batched"] = _no_ratio_reason(doc, "b", skipped)
 
 
 def _no_ratio_reason(doc: dict[str, Any], other: str, skipped: dict[str, str]) -> str:

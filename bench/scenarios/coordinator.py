@@ -15,7 +15,7 @@ from datetime import timedelta
 from bench.harness import CycleFn, Exhausted, RunSpec, Scenario
 from bench.procs import GRPC_OPTIONS
 from bench.seed import TaskSeeder
-from coordinator.sdk import ClaimRefused, Outcome, WorkerClient
+from coordinator.sdk import Claim, ClaimRefused, Outcome, WorkerClient
 
 RESULT = b"benchmark result: 64 bytes, identical in every scenario of the run."
 """The result every scenario writes."""
@@ -41,9 +41,9 @@ class _Queue:
         self.false_empty = 0
         self._lock = threading.Lock()
 
-    def claimed(self) -> None:
+    def claimed(self, count: int = 1) -> None:
         with self._lock:
-            self._left -= 1
+            self._left -= count
 
     def refused_while_not_empty(self) -> bool:
         """Count a NO_READY_TASK; True if tasks remain (so it was a false 'empty')."""
@@ -119,3 +119,55 @@ def _cycle(client: WorkerClient, queue: _Queue) -> CycleFn:
         return t1 - t0, t2 - t1
 
     return cycle
+
+
+class BatchedCoordinatorScenario(CoordinatorScenario):
+    """e. The coordinator with the batched worker loop: ``claim_many`` fills a worker's hand,
+    then every commit claims the next task in the same call (``commit_and_next``): one call per
+    task of a busy queue instead of two."""
+
+    key = "e"
+    title = "coordinator, batched: claim_many(4) + commit_and_next (one call per task)"
+
+    def prepare(self, spec: RunSpec) -> list[CycleFn]:
+        """Seed the run's queue; one cycle function (and hand of claims) per worker."""
+        self._queue = _Queue(f"tp-{spec.name}", spec.expected_cycles)
+        self._seeder.seed(self._queue.name, spec.expected_cycles)
+        return [_batched_cycle(client, self._queue) for client in self._clients[: spec.level]]
+
+
+BATCH = 4
+"""Tasks a batched worker claims when its hand is empty."""
+
+
+def _batched_cycle(client: WorkerClient, queue: _Queue) -> CycleFn:
+    hand: list[Claim] = []
+
+    def cycle() -> tuple[float, float]:
+        t0 = time.perf_counter()
+        if not hand:
+            hand.extend(_claim_hand(client, queue))
+        t1 = time.perf_counter()
+        outcome, more = hand.pop().commit_and_next(RESULT, queue=queue.name, ttl=TTL)
+        t2 = time.perf_counter()
+        if not outcome.committed:
+            raise RuntimeError(f"commit answered {outcome.outcome.name}/{outcome.reason.name}")
+        queue.claimed(len(more))
+        hand.extend(more)
+        return t1 - t0, t2 - t1
+
+    return cycle
+
+
+def _claim_hand(client: WorkerClient, queue: _Queue) -> list[Claim]:
+    """Up to BATCH claims in one call (asking again after a false 'empty', as a's cycle does)."""
+    for _ in range(_MAX_FALSE_EMPTY):
+        got = client.claim_many(queue.name, ttl=TTL, max_tasks=BATCH)
+        if not isinstance(got, ClaimRefused):
+            queue.claimed(len(got))
+            return got
+        if got.outcome is not Outcome.NO_READY_TASK:
+            raise RuntimeError(f"claim refused: {got.outcome.name}/{got.reason.name}")
+        if not queue.refused_while_not_empty():
+            raise Exhausted(queue.name)
+    raise Exhausted(queue.name)

@@ -79,6 +79,10 @@ def test_targets_say_met_unmet_or_unknown() -> None:
         "etcd_db_mib_at_200k_over_50k": 1.1,
         "throughput_pruner_on_over_off": 0.89,
         "promote_claimable_p95_s_after_due": 1.0,
+        "held_renewals_on_time_ratio": 0.99,
+        "held_coordinator_cpu_cores": 0.26,
+        "held_etcd_ms_per_renewal_over_anchor": 1.0,
+        "ratio_a_b_32_batched": None,
     }
     met = {row["key"]: row["met"] for row in targets(doc)}
     assert met == {
@@ -91,6 +95,10 @@ def test_targets_say_met_unmet_or_unknown() -> None:
         "etcd_db_mib_at_200k_over_50k": True,
         "throughput_pruner_on_over_off": False,
         "promote_claimable_p95_s_after_due": True,
+        "held_renewals_on_time_ratio": True,
+        "held_coordinator_cpu_cores": False,
+        "held_etcd_ms_per_renewal_over_anchor": True,
+        "ratio_a_b_32_batched": None,
     }
 
 
