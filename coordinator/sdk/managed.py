@@ -408,7 +408,7 @@ def run_managed(
         popen.wait()
         _close_refused(rpc, task_id, job_id, response.message)
         reason = FenceReason(response.reason)
-        lost = LostReason(outcome, reason, response.message, LossSource.JOB)
+        lost = LostReason(outcome, reason, response.message, LossSource.JOB, task_id)
         claim.mark_lost(outcome, reason, response.message, LossSource.JOB)
         raise ClaimLost(
             f"job {job_id} of task {task_id} not started: StartJob answered "
