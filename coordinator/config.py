@@ -251,6 +251,15 @@ class Config:
                 "tombstone_retention must be > 0: a tombstone is what refuses a pruned task's id"
             )
         set_(self, "tombstone_retention", tombstone)
+        # Refused, not warned: a tombstone shorter than the idempotency window frees a pruned
+        # id while a client may still retry its create within the window the server promises,
+        # and that late retry silently makes a second task. One setting fixes it at start.
+        if tombstone < self.idempotency_ttl:
+            raise ConfigError(
+                f"tombstone_retention ({tombstone:g}s) must be >= idempotency_ttl "
+                f"({self.idempotency_ttl:g}s): a pruned task's id must stay refused as long as "
+                "a retry of its create may still come"
+            )
         if not self.archive.strip():
             raise ConfigError("archive: give a directory or an s3:// URL")
         _positive("prune_interval", self.prune_interval)

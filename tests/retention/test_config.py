@@ -38,6 +38,19 @@ def test_a_bad_retention_setting_exits_2_naming_it(args: list[str], named: str) 
     assert named in result.output
 
 
+def test_a_tombstone_shorter_than_the_idempotency_window_exits_2_naming_both(
+    captured: list[Config],
+) -> None:
+    result = _serve(["--insecure", "--tombstone-retention", "1h"])  # idempotency: a day
+    assert result.exit_code == 2, result.output
+    assert "tombstone_retention (3600s) must be >= idempotency_ttl (86400s)" in result.output
+    assert captured == []
+    equal = ["--insecure", "--tombstone-retention", "1h", "--idempotency-ttl", "3600"]
+    assert _serve(equal).exit_code == 0
+    assert _serve(["--insecure", "--tombstone-retention", "2d"]).exit_code == 0
+    assert [c.tombstone_retention for c in captured] == [3600.0, 2 * 86400.0]
+
+
 def test_an_archive_that_cannot_be_written_exits_2_naming_it(
     tmp_path: Path,
     captured: list[Config],
