@@ -132,7 +132,8 @@ class Config:
     prune_interval: float = 10.0
     """Seconds between two passes of the pruner."""
     prune_rate: float = 200.0
-    """Tasks pruned per second per replica, at most (pruning must not compete with claims)."""
+    """etcd requests per second one replica's pruner makes, at most: reads, prunes, deferrals
+    and tombstone expiry alike (about one per pruned task; it must not compete with claims)."""
     etcd_quota_bytes: int = DEFAULT_ETCD_QUOTA
     """etcd's --quota-backend-bytes: past it etcd refuses every write (NOSPACE)."""
     etcd_quota_warn_ratio: float = 0.8

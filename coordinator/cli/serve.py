@@ -240,7 +240,8 @@ def _server_options(func: F) -> F:
             type=click.FloatRange(min=0, min_open=True),
             default=_DEFAULTS.prune_rate,
             metavar="TASKS/S",
-            help="Tasks pruned per second per replica, at most.",
+            help="etcd requests per second the pruner makes per replica, at most (reads and "
+            "txns alike; about one per pruned task).",
         ),
         _option(
             "etcd-quota-bytes",

@@ -15,9 +15,13 @@ sink confirmed prunes each task with its own CAS txn (store/prune_ops.py). So:
   its due key moves later (at most an hour), so it is looked at again without being rescanned
   on every pass.
 
-Pruning is paced at ``rate`` tasks per second per replica, so it never competes with claims for
-etcd. The same pass finishes prunes too large for one txn (``{p}/prune-pending/``) and removes
-tombstones past ``tombstone_retention`` (``{p}/tombstone-due/``, in due order, paged).
+Every etcd request a pass makes (index pages, history reads, archive-then-prune txns, deferrals,
+tombstone expiry, unfinished prunes) waits for a slot of one Pacer (store/pacer.py): at most
+``rate`` requests per second per replica, so pruning never competes with claims for etcd however
+much is due at once (a pruned task costs about one request: its prune txn plus its share of the
+batched reads). The same pass finishes prunes too large for one txn (``{p}/prune-pending/``)
+and removes tombstones past ``tombstone_retention`` (``{p}/tombstone-due/``, in due order,
+paged).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import structlog
 
@@ -35,6 +39,7 @@ from coordinator.domain.states import TERMINAL_STATES
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd import delete, get_prefix, mod_revision_is, put
 from coordinator.store.history import TaskHistory, read_histories
+from coordinator.store.pacer import Pacer
 from coordinator.store.prune_ops import finish_pages, prune_txn
 from coordinator.store.retention_index import due_value, finished_at_of
 
@@ -42,7 +47,7 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_INTERVAL = 10.0
 DEFAULT_RATE = 200.0
-"""Tasks pruned per second per replica, at most."""
+"""etcd requests per second the pruner of one replica makes, at most (about one per task)."""
 # Due keys read per page; a page is archived in one sink write.
 _PAGE = 64
 # Tombstones removed per txn (two deletes each; etcd allows 128 operations per txn).
@@ -85,14 +90,15 @@ class Pruner:
         *,
         interval: float = DEFAULT_INTERVAL,
         rate: float = DEFAULT_RATE,
+        pacer: Pacer | None = None,
     ) -> None:
-        self._ctx = ctx
+        self._stop = threading.Event()
+        self._pacer = pacer or Pacer(rate, wait=self._stop.wait)
+        # Every request of the pruner, reads included, goes through the pacer.
+        self._ctx = replace(ctx, kv=ctx.kv.paced(self._pacer.take))
         self._sink = sink
         self._interval = interval
-        self._rate = rate
-        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._next_slot = 0.0
         self._oldest_read_at = -_OLDEST_EVERY
 
     def start(self) -> None:
@@ -178,7 +184,6 @@ class Pruner:
         for due_key, history in ready:
             if self._stop.is_set():
                 return
-            self._pace()
             if self._prune(history, due_key, location):
                 report.pruned += 1
             else:
@@ -255,10 +260,3 @@ class Pruner:
         finished = finished_at_of(head[0].value) if head else 0.0
         self._ctx.metrics.oldest_terminal_age.set(max(0.0, now - finished) if finished else 0.0)
         self._oldest_read_at = time.monotonic()
-
-    def _pace(self) -> None:
-        """Wait for this task's slot: at most ``rate`` prunes per second."""
-        now = time.monotonic()
-        if self._next_slot > now:
-            self._stop.wait(self._next_slot - now)
-        self._next_slot = max(self._next_slot, now) + 1.0 / self._rate
