@@ -58,6 +58,10 @@ class TxnResult:
         """The count of the range operation at ``index``."""
         return int(self.responses[index].response_range.count)
 
+    def range_more(self, index: int) -> bool:
+        """Whether the range operation at ``index`` stopped at its limit with keys left."""
+        return bool(self.responses[index].response_range.more)
+
 
 # --- compares: the only ways the coordinator conditions a write -------------------------------
 

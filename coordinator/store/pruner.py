@@ -29,7 +29,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import structlog
 
@@ -38,7 +38,8 @@ from coordinator.domain.retention import micros
 from coordinator.domain.states import TERMINAL_STATES
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd import delete, get_prefix, mod_revision_is, put
-from coordinator.store.history import TaskHistory, read_histories
+from coordinator.store.history import TaskHistory
+from coordinator.store.history_read import TASKS_PER_READ, read_histories
 from coordinator.store.pacer import Pacer
 from coordinator.store.prune_ops import finish_pages, prune_txn
 from coordinator.store.retention_index import due_value, finished_at_of
@@ -48,8 +49,12 @@ log = structlog.get_logger(__name__)
 DEFAULT_INTERVAL = 10.0
 DEFAULT_RATE = 200.0
 """etcd requests per second the pruner of one replica makes, at most (about one per task)."""
-# Due keys read per page; a page is archived in one sink write.
+# Due keys read per page; a page is archived in one sink write, unless its histories pass
+# _ARCHIVE_BYTES: then in several, so a pass holds at most that much (plus one read's worth).
 _PAGE = 64
+_ARCHIVE_BYTES = 8 << 20
+# Effect-index keys and job records read per page when finishing an unfinished prune.
+_FINISH_EFFECTS, _FINISH_JOBS = 500, 50
 # Tombstones removed per txn (two deletes each; etcd allows 128 operations per txn).
 _TOMBSTONES_PER_TXN = 60
 # A task that may not be pruned yet is looked at again after its retention, at most this long.
@@ -76,6 +81,22 @@ class PassReport:
         return any((self.pruned, self.archived, self.deferred, self.lost, self.finished)) or bool(
             self.tombstones_expired or self.archive_failed
         )
+
+
+@dataclass
+class _Batch:
+    """The archive batch being gathered: due key and history of each task, and their bytes."""
+
+    ready: list[tuple[str, TaskHistory]] = field(default_factory=list)
+    held: int = 0
+
+    def add(self, due_key: str, history: TaskHistory) -> None:
+        self.ready.append((due_key, history))
+        self.held += history.size()
+
+    def take(self) -> list[tuple[str, TaskHistory]]:
+        ready, self.ready, self.held = self.ready, [], 0
+        return ready
 
 
 class Pruner:
@@ -142,26 +163,52 @@ class Pruner:
 
     def _prune_page(self, entries: list[tuple[str, str]], report: PassReport) -> None:
         random.shuffle(entries)  # replicas walking the same page meet less often
-        histories = {h.task_id: h for h in read_histories(self._ctx, [t for _, t in entries])}
-        ready: list[tuple[str, TaskHistory]] = []
-        for due_key, task_id in entries:
-            history = histories.get(task_id)
-            if history is None:  # pruned meanwhile (another replica): its key is dead
-                self._ctx.kv.txn((), [delete(due_key)])
-            elif history.task.state not in TERMINAL_STATES:
-                # It left its terminal state (RetryTask sends a FAILED task back to READY): its
-                # key is dead; the move that makes it terminal again writes a new one.
-                task_key = self._ctx.keys.task(task_id)
-                compare = mod_revision_is(task_key, history.task_kv.mod_revision)
-                self._ctx.kv.txn([compare], [delete(due_key)])
-            elif history.blocker():
-                self._defer(history, due_key)
-                report.deferred += 1
-            else:
-                ready.append((due_key, history))
+        batch = _Batch()
+        for start in range(0, len(entries), TASKS_PER_READ):
+            if not self._prune_chunk(entries[start : start + TASKS_PER_READ], batch, report):
+                return
         # One archive write (one fsync) per page: the sink's cost is per write, not per task.
-        if ready and not self._stop.is_set():
-            self._archive_and_prune(ready, report)
+        if batch.ready and not self._stop.is_set():
+            self._archive_and_prune(batch.take(), report)
+
+    def _prune_chunk(self, chunk: list[tuple[str, str]], batch: _Batch, report: PassReport) -> bool:
+        """Sort one read's worth of due tasks into ``batch``, archiving and pruning it whenever
+        it holds _ARCHIVE_BYTES; False once the sink failed (the pass stops)."""
+        due_keys: dict[str, list[str]] = {}
+        for due_key, task_id in chunk:
+            due_keys.setdefault(task_id, []).append(due_key)
+        # Histories come one by one (a large one is read alone), so the batch bounds them.
+        for history in read_histories(self._ctx, list(due_keys)):
+            for due_key in due_keys.pop(history.task_id):
+                if self._sort(due_key, history.task_id, history, report) is not None:
+                    batch.add(due_key, history)
+            if batch.held >= _ARCHIVE_BYTES and not self._stop.is_set():
+                self._archive_and_prune(batch.take(), report)
+                if report.archive_failed:
+                    return False
+        for task_id, keys in due_keys.items():  # not found: pruned meanwhile
+            for due_key in keys:
+                self._sort(due_key, task_id, None, report)
+        return True
+
+    def _sort(
+        self, due_key: str, task_id: str, history: TaskHistory | None, report: PassReport
+    ) -> TaskHistory | None:
+        """``history`` if it may be pruned now; else its due key is dropped or moved later."""
+        if history is None:  # pruned meanwhile (another replica): its key is dead
+            self._ctx.kv.txn((), [delete(due_key)])
+        elif history.task.state not in TERMINAL_STATES:
+            # It left its terminal state (RetryTask sends a FAILED task back to READY): its
+            # key is dead; the move that makes it terminal again writes a new one.
+            task_key = self._ctx.keys.task(task_id)
+            compare = mod_revision_is(task_key, history.task_kv.mod_revision)
+            self._ctx.kv.txn([compare], [delete(due_key)])
+        elif history.blocker():
+            self._defer(history, due_key)
+            report.deferred += 1
+        else:
+            return history
+        return None
 
     def _archive_and_prune(self, ready: list[tuple[str, TaskHistory]], report: PassReport) -> None:
         """Archive ``ready``, then prune each (nothing if the sink did not confirm)."""
@@ -222,14 +269,23 @@ class Pruner:
         return len(pending)
 
     def _finish(self, task_id: str) -> None:
+        """Delete what is left of a pruned task's effects and jobs, a page at a time."""
         keys, kv = self._ctx.keys, self._ctx.kv
-        snap = kv.read(
-            get_prefix(keys.task_effects_prefix(task_id), keys_only=True),
-            get_prefix(keys.jobs_prefix(task_id)),
-        )
-        effect_index = [item.key for item in snap.range_kvs(0)]
-        for page in finish_pages(self._ctx, task_id, effect_index, snap.range_kvs(1)):
-            kv.txn((), page)
+        while not self._stop.is_set():
+            snap = kv.read(
+                get_prefix(
+                    keys.task_effects_prefix(task_id), keys_only=True, limit=_FINISH_EFFECTS
+                ),
+                get_prefix(keys.jobs_prefix(task_id), limit=_FINISH_JOBS),
+            )
+            effect_index = [item.key for item in snap.range_kvs(0)]
+            last = not (snap.range_more(0) or snap.range_more(1))
+            for page in finish_pages(
+                self._ctx, task_id, effect_index, snap.range_kvs(1), last=last
+            ):
+                kv.txn((), page)
+            if last:
+                return
 
     def _expire_tombstones(self, now: float) -> int:
         """Remove tombstones past their lifetime, one txn per page."""
