@@ -131,7 +131,7 @@ class Config:
     """Where histories go before pruning: a directory (gzip JSON Lines) or s3://bucket/prefix."""
     prune_interval: float = 10.0
     """Seconds between two passes of the pruner."""
-    prune_rate: float = 200.0
+    prune_rate: float = 500.0
     """etcd requests per second one replica's pruner makes, at most: reads, prunes, deferrals
     and tombstone expiry alike (about one per pruned task; it must not compete with claims)."""
     etcd_quota_bytes: int = DEFAULT_ETCD_QUOTA

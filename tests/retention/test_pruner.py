@@ -465,17 +465,28 @@ def test_a_dead_letter_sent_back_to_the_queue_drops_its_prune_key_and_is_kept(
 
 
 class FakeTime:
-    """The pacer's clock: waiting moves it on at once (no test sleeps)."""
+    """The pacer's clock: waiting moves it on at once (no test sleeps). Prune txns are sent
+    from several threads, so each thread's slot (the time it waited until) is its own."""
 
     def __init__(self) -> None:
         self.now = 0.0
+        self._lock = threading.Lock()
+        self._mine = threading.local()
 
     def clock(self) -> float:
-        return self.now
+        with self._lock:
+            self._mine.slot = self.now
+            return self.now
 
     def wait(self, seconds: float) -> bool:
-        self.now += seconds
+        with self._lock:
+            self._mine.slot += seconds
+            self.now = max(self.now, self._mine.slot)
         return False
+
+    def slot(self) -> float:
+        """The slot of this thread's last request."""
+        return float(self._mine.slot)
 
 
 class Recording:
@@ -484,12 +495,14 @@ class Recording:
 
     def __init__(self, inner: Any, time: FakeTime, log: list[float]) -> None:
         self._inner, self._time, self.log = inner, time, log
+        self._lock = threading.Lock()
 
     def paced(self, take: Callable[[], None]) -> Recording:
         return Recording(self._inner.paced(take), self._time, self.log)
 
     def _noted(self, result: Any) -> Any:
-        self.log.append(self._time.now)
+        with self._lock:
+            self.log.append(self._time.slot())
         return result
 
     def txn(self, *args: Any, **kwargs: Any) -> Any:
@@ -533,7 +546,7 @@ def test_the_rate_limit_paces_every_request_of_a_pass_reads_defers_and_expiries_
     assert (report.pruned, report.deferred, report.tombstones_expired) == (40, 1, 20)
     # Every request had a slot of its own, one per 1/rate: the index pages, the batched history
     # reads, the defer txn and the tombstone txn as much as the prune txns.
-    slots = [round(t * rate) for t in log]
+    slots = sorted(round(t * rate) for t in log)
     assert slots == list(range(len(log))), slots
     per_second = Counter(slot // int(rate) for slot in slots)
     assert max(per_second.values()) == rate and len(log) > 40 + 1 + 1
