@@ -228,6 +228,14 @@ def _server_options(func: F) -> F:
             "GetTask names the archive.",
         ),
         _option(
+            "ended-attempt-retention",
+            default="7d",
+            metavar="DURATION",
+            help="How long the staged result and finished job records of an attempt that ended "
+            "while its task stays live are kept before they are archived and removed (0: until "
+            "the task is pruned).",
+        ),
+        _option(
             "archive",
             default=_DEFAULTS.archive,
             metavar="DIR|s3://BUCKET/PREFIX",

@@ -81,18 +81,18 @@ class TaskHistory:
             "state": self.task.state.name,
             "archived_at": archived_at,
             "etcd_revision": self.revision,
-            "task": _entry(self.task_kv),
-            "attempts": [_entry(kv) for kv in self.attempts],
-            "events": [_entry(kv) for kv in self.events],
-            "results": [_entry(kv) for kv in self.results],
-            "staged": [_entry(kv) for kv in self.staged],
-            "effects": [_entry(kv) for kv in self.effects],
-            "jobs": [_entry(kv) for kv in self.jobs],
-            "deps": _entry(self.deps) if self.deps is not None else None,
+            "task": entry(self.task_kv),
+            "attempts": [entry(kv) for kv in self.attempts],
+            "events": [entry(kv) for kv in self.events],
+            "results": [entry(kv) for kv in self.results],
+            "staged": [entry(kv) for kv in self.staged],
+            "effects": [entry(kv) for kv in self.effects],
+            "jobs": [entry(kv) for kv in self.jobs],
+            "deps": entry(self.deps) if self.deps is not None else None,
         }
 
 
-def _entry(kv: KV) -> dict[str, Any]:
+def entry(kv: KV) -> dict[str, Any]:
     """One key as archived: its name, revisions and value (JSON as stored, else base64)."""
     entry: dict[str, Any] = {
         "key": kv.key,

@@ -21,7 +21,8 @@ tombstone expiry, unfinished prunes) waits for a slot of one Pacer (store/pacer.
 much is due at once (a pruned task costs about one request: its prune txn plus its share of the
 batched reads). The same pass finishes prunes too large for one txn (``{p}/prune-pending/``)
 and removes tombstones past ``tombstone_retention`` (``{p}/tombstone-due/``, in due order,
-paged).
+paged), and sweeps the staged results and finished jobs of attempts that ended while their task
+stays live, ``ended_attempt_retention`` after they ended (store/attempt_sweep.py).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import structlog
 from coordinator.archive import ArchiveSink
 from coordinator.domain.retention import micros
 from coordinator.domain.states import TERMINAL_STATES
+from coordinator.store.attempt_sweep import AttemptSweep
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd import delete, get_prefix, mod_revision_is, put
 from coordinator.store.history import TaskHistory
@@ -78,13 +80,14 @@ class PassReport:
     lost: int = 0
     finished: int = 0
     tombstones_expired: int = 0
+    swept: int = 0
     archive_failed: bool = False
 
     @property
     def busy(self) -> bool:
         """Whether the pass did anything worth a log line."""
         return any((self.pruned, self.archived, self.deferred, self.lost, self.finished)) or bool(
-            self.tombstones_expired or self.archive_failed
+            self.tombstones_expired or self.swept or self.archive_failed
         )
 
 
@@ -123,6 +126,7 @@ class Pruner:
         # Every request of the pruner, reads included, goes through the pacer.
         self._ctx = replace(ctx, kv=ctx.kv.paced(self._pacer.take))
         self._sink = sink
+        self._sweep = AttemptSweep(self._ctx, sink, self._stop)
         self._interval = interval
         self._thread: threading.Thread | None = None
         self._oldest_read_at = -math.inf
@@ -163,6 +167,8 @@ class Pruner:
                 break
             start = page[-1].key + "\0"
         report.tombstones_expired = self._expire_tombstones(now)
+        if not report.archive_failed:
+            report.swept = self._sweep.run(now)
         self._observe_oldest(now)
         return report
 

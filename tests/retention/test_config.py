@@ -28,6 +28,7 @@ __all__ = ["captured"]
         (["--retention-per-queue", "q=forever"], "retention_per_queue.q must be a duration"),
         (["--retention-per-queue", "a/b=1h"], "retention_per_queue: 'a/b' is not a queue"),
         (["--tombstone-retention", "0"], "tombstone_retention must be > 0"),
+        (["--ended-attempt-retention", "soon"], "ended_attempt_retention must be a duration"),
         (["--prune-rate", "0"], "--prune-rate"),
         (["--etcd-quota-warn-ratio", "1.5"], "--etcd-quota-warn-ratio"),
     ],
