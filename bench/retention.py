@@ -113,6 +113,7 @@ def _compacting(client: Any) -> Iterator[list[int]]:
 def _coordinator(
     etcd: EtcdProcess, workdir: Path, name: str, retention: str, log: str
 ) -> CoordinatorProcess:
+    """A coordinator of the phase, not yet started."""
     return CoordinatorProcess(
         etcd.endpoint,
         prefix=f"/bench-retention-{name}",
@@ -129,7 +130,7 @@ def _coordinator(
             f"--idempotency-ttl={TOMBSTONE_S}",
             f"--archive={workdir / ('archive-' + name)}",
         ),
-    ).start()
+    )  # started by ``with`` (its __enter__): starting it here too left one running unstopped
 
 
 def checkpoints(tasks: int) -> list[int]:
