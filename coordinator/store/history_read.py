@@ -14,6 +14,9 @@ alone beside ten other tasks. So:
 - a batch etcd cannot answer in one message (tasks with the largest inputs and results) is read
   again one task at a time, each section's first page one record long.
 
+``read_whole`` is the first step alone: it answers only when one message held every history of
+the batch whole, so the pruner sends several at once (a pass is bound by round trips) and holds
+at most that many messages; any other batch it reads with ``read_histories``, page after page.
 The history is accumulated whole (one archive object per task); the pruner bounds how many
 bytes of histories it holds at once (store/pruner.py).
 """
@@ -66,6 +69,26 @@ def read_histories(ctx: StoreContext, task_ids: Sequence[str]) -> Iterator[TaskH
         yield from _read_batch(ctx, task_ids[start : start + TASKS_PER_READ])
 
 
+def read_whole(ctx: StoreContext, task_ids: Sequence[str]) -> list[TaskHistory] | None:
+    """The histories of ``task_ids`` (at most TASKS_PER_READ) if one txn held all of them
+    whole - the common case, bounded by one gRPC message, so several may be read at once -
+    else None: read those with ``read_histories``, one page after the other."""
+    ops: list[RequestOp] = []
+    for task_id in task_ids:
+        ops += _first_reads(ctx.keys, task_id, 0)
+    try:
+        snap = ctx.kv.read(*ops)
+    except StoreUnavailable:
+        raise
+    except CoordinatorError:  # more than one gRPC message holds
+        return None
+    for n in range(len(task_ids)):
+        sections = range(n * _READS_PER_TASK + 1, n * _READS_PER_TASK + 1 + len(_SECTIONS))
+        if any(snap.range_more(i) for i in sections):
+            return None
+    return list(_histories(ctx, snap, task_ids))
+
+
 def _read_batch(
     ctx: StoreContext, task_ids: Sequence[str], *, first: int = 0
 ) -> Iterator[TaskHistory]:
@@ -83,6 +106,12 @@ def _read_batch(
         for task_id in task_ids:
             yield from _read_batch(ctx, [task_id], first=1)
         return
+    yield from _histories(ctx, snap, task_ids)
+
+
+def _histories(
+    ctx: StoreContext, snap: TxnResult, task_ids: Sequence[str]
+) -> Iterator[TaskHistory]:
     for n, task_id in enumerate(task_ids):
         history = _history(ctx, snap, n * _READS_PER_TASK, task_id)
         if history is not None:

@@ -42,7 +42,7 @@ from coordinator.store.attempt_sweep import AttemptSweep
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd import delete, get_prefix, mod_revision_is, put
 from coordinator.store.history import TaskHistory
-from coordinator.store.history_read import TASKS_PER_READ, read_histories
+from coordinator.store.history_read import TASKS_PER_READ, read_histories, read_whole
 from coordinator.store.pacer import Pacer
 from coordinator.store.prune_ops import finish_pages, prune_txn
 from coordinator.store.retention_index import due_value, finished_at_of
@@ -54,8 +54,9 @@ DEFAULT_RATE = 500.0
 """etcd requests per second the pruner of one replica makes, at most (about one per task):
 twice what one replica finishes on 2 cores (about 250 tasks/s), so in the steady state it never
 binds, and a backlog (an outage, a lowered retention, an upgrade) drains at a bounded pace."""
-# Prune txns of one pass in flight at once.
-_PRUNE_THREADS = 8
+# Prune txns in flight at once, and history reads of a page (each at most one 4 MiB message).
+_PRUNE_THREADS = 32
+_READ_AHEAD = 4
 # Due keys read per page; a page is archived in one sink write, unless its histories pass
 # _ARCHIVE_BYTES: then in several, so a pass holds at most that much (plus one read's worth).
 _PAGE = 64
@@ -89,6 +90,11 @@ class PassReport:
         return any((self.pruned, self.archived, self.deferred, self.lost, self.finished)) or bool(
             self.tombstones_expired or self.swept or self.archive_failed
         )
+
+
+def _ids(chunk: list[tuple[str, str]]) -> list[str]:
+    """The distinct task ids of (due key, task id) pairs, in order."""
+    return list(dict.fromkeys(task_id for _, task_id in chunk))
 
 
 @dataclass
@@ -175,21 +181,33 @@ class Pruner:
     def _prune_page(self, entries: list[tuple[str, str]], report: PassReport) -> None:
         random.shuffle(entries)  # replicas walking the same page meet less often
         batch = _Batch()
-        for start in range(0, len(entries), TASKS_PER_READ):
-            if not self._prune_chunk(entries[start : start + TASKS_PER_READ], batch, report):
-                return
+        chunks = [entries[i : i + TASKS_PER_READ] for i in range(0, len(entries), TASKS_PER_READ)]
+        # A pass is bound by etcd's round trips, not by work: the page's reads go out together
+        # (each whole in one message, or None: then read page by page as its turn comes).
+        with ThreadPoolExecutor(_READ_AHEAD, "pruner-read") as pool:
+            reads = [pool.submit(read_whole, self._ctx, _ids(chunk)) for chunk in chunks]
+            for chunk, read in zip(chunks, reads, strict=True):
+                if not self._prune_chunk(chunk, read.result(), batch, report):
+                    return
         # One archive write (one fsync) per page: the sink's cost is per write, not per task.
         if batch.ready and not self._stop.is_set():
             self._archive_and_prune(batch.take(), report)
 
-    def _prune_chunk(self, chunk: list[tuple[str, str]], batch: _Batch, report: PassReport) -> bool:
+    def _prune_chunk(
+        self,
+        chunk: list[tuple[str, str]],
+        read: list[TaskHistory] | None,
+        batch: _Batch,
+        report: PassReport,
+    ) -> bool:
         """Sort one read's worth of due tasks into ``batch``, archiving and pruning it whenever
         it holds _ARCHIVE_BYTES; False once the sink failed (the pass stops)."""
         due_keys: dict[str, list[str]] = {}
         for due_key, task_id in chunk:
             due_keys.setdefault(task_id, []).append(due_key)
-        # Histories come one by one (a large one is read alone), so the batch bounds them.
-        for history in read_histories(self._ctx, list(due_keys)):
+        # Large histories come one by one, read alone, so the batch bounds them.
+        histories = read if read is not None else read_histories(self._ctx, list(due_keys))
+        for history in histories:
             for due_key in due_keys.pop(history.task_id):
                 if self._sort(due_key, history.task_id, history, report) is not None:
                     batch.add(due_key, history)
