@@ -7,7 +7,8 @@ the pruner cost?
    claim -> commit, seeded in chunks, while a compactor compacts etcd's history every few
    seconds **throughout** the run. At a quarter, half, three quarters and all of the tasks
    (50k/100k/150k/200k for a 200k run) the history is compacted, the db defragmented and its
-   size read (Status ``dbSize``) **without waiting for the pruner**: what is there is the steady
+   size read (Status ``dbSize``; the median of the samples after the last three chunks before
+   it) **without waiting for the pruner**: what is there is the steady
    state - the tasks finished within the last retention (plus the pruner's lag) and the
    tombstones of the last tombstone window, i.e. finish rate x (retention + tombstone window) x
    record size, not the count of tasks ever run. ``etcd_db_mib_at_200k_over_50k`` is the last
@@ -48,6 +49,10 @@ TOMBSTONE_S = 10.0
 PRUNE_INTERVAL_S = 1.0
 COMPACT_EVERY_S = 5.0
 CHECKPOINTS = 4
+# Each checkpoint's size is the median of the samples after its last chunks (up to this many):
+# one sample falls anywhere in a pass of the pruner, so a backlog of one pass (~5 s of tasks)
+# comes and goes between two samples.
+SAMPLES = 3
 _CHUNK = 2_000
 _TTL = timedelta(seconds=60)
 _RESULT = b"retention benchmark result"
@@ -151,28 +156,32 @@ def _db_size(
     keys = Keyspace("/bench-retention-db")
     seeder = TaskSeeder(kv, keys)
     marks = checkpoints(tasks)
-    sizes: dict[int, float] = {}
+    samples: dict[int, list[float]] = {m: [] for m in marks}
     keys_left: dict[int, dict[str, int]] = {}
     rates: dict[int, float] = {}
     started = time.monotonic()
     with _coordinator(etcd, workdir, "db", f"{RETENTION_S}s", log) as coordinator:
         done, chunk, segment_start, segment_done = 0, 0, time.monotonic(), 0
-        for mark in marks:
+        for n, mark in enumerate(marks):
+            earliest = max(marks[n - 1] if n else mark // 2, mark - SAMPLES * _CHUNK)
             while done < mark:
                 count = min(_CHUNK, mark - done)
                 queue = f"r{chunk:05d}"
                 seeder.seed(queue, count)
                 _drain_queue(coordinator.target, queue, workers, count)
                 done, chunk = done + count, chunk + 1
+                if done > earliest:
+                    # No wait for the pruner: the steady state is what a running pool has.
+                    samples[mark].append(_defragmented_mib(client))
             rates[mark] = (done - segment_done) / (time.monotonic() - segment_start)
-            # No wait for the pruner: the steady state is what a running pool has.
-            sizes[mark] = _defragmented_mib(client)
             keys_left[mark] = _keys_by_section(kv, keys)
             say(
-                f"retention: {mark} tasks ({rates[mark]:.0f}/s), etcd db {sizes[mark]:.2f} MiB "
-                f"after compaction + defrag; keys {keys_left[mark]}"
+                f"retention: {mark} tasks ({rates[mark]:.0f}/s), etcd db "
+                f"{statistics.median(samples[mark]):.2f} MiB after compaction + defrag "
+                f"(samples {[round(x, 2) for x in samples[mark]]}); keys {keys_left[mark]}"
             )
             segment_start, segment_done = time.monotonic(), done
+    sizes = {m: statistics.median(samples[m]) for m in marks}
     first, last = sizes[marks[0]], sizes[marks[-1]]
     return {
         "retention_tasks": tasks,
@@ -181,6 +190,7 @@ def _db_size(
         "prune_interval_s": PRUNE_INTERVAL_S,
         "compact_every_s": COMPACT_EVERY_S,
         "etcd_db_mib_at": {str(m): round(sizes[m], 3) for m in marks},
+        "etcd_db_mib_samples": {str(m): [round(x, 3) for x in samples[m]] for m in marks},
         "etcd_db_mib_last_over_first": round(last / first, 3) if first else None,
         "finish_rate_per_s": {str(m): round(rates[m], 1) for m in marks},
         "retention_db_phase_s": round(time.monotonic() - started, 1),
