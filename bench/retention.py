@@ -7,7 +7,7 @@ the pruner cost?
    claim -> commit, seeded in chunks, while a compactor compacts etcd's history every few
    seconds **throughout** the run. At a quarter, half, three quarters and all of the tasks
    (50k/100k/150k/200k for a 200k run) the history is compacted, the db defragmented and its
-   size read (Status ``dbSize``; the median of the samples after the last three chunks before
+   size read (Status ``dbSize``; the median of the samples after the last five chunks before
    it) **without waiting for the pruner**: what is there is the steady
    state - the tasks finished within the last retention (plus the pruner's lag) and the
    tombstones of the last tombstone window, i.e. finish rate x (retention + tombstone window) x
@@ -52,7 +52,7 @@ CHECKPOINTS = 4
 # Each checkpoint's size is the median of the samples after its last chunks (up to this many):
 # one sample falls anywhere in a pass of the pruner, so a backlog of one pass (~5 s of tasks)
 # comes and goes between two samples.
-SAMPLES = 3
+SAMPLES = 5
 _CHUNK = 2_000
 _TTL = timedelta(seconds=60)
 _RESULT = b"retention benchmark result"

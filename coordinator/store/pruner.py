@@ -169,10 +169,12 @@ class Pruner:
             page, _ = kv.range_page(start, end, limit=_PAGE)
             if page:
                 self._prune_page([(item.key, item.key.rsplit("/", 1)[1]) for item in page], report)
+            # Between pages, not once a pass: a long pass (a backlog) must not keep tombstones
+            # past their window, or the steady state grows with the pass.
+            report.tombstones_expired += self._expire_tombstones(self._ctx.clock.now())
             if report.archive_failed or len(page) < _PAGE:
                 break
             start = page[-1].key + "\0"
-        report.tombstones_expired = self._expire_tombstones(now)
         if not report.archive_failed:
             report.swept = self._sweep.run(now)
         self._observe_oldest(now)
