@@ -134,7 +134,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--retention-200k",
         action="store_true",
         help="the issue's full size: 200,000 tasks, db measured at 50k/100k/150k/200k "
-        "(about 20 minutes on 2 cores; with --only retention)",
+        "(about 22 minutes on 2 cores; with --only retention)",
     )
     p.add_argument("--retention-duration", type=float, help="seconds per pruner on/off run")
     p.add_argument("--retention-rounds", type=int, help="interleaved pruner on/off rounds")
