@@ -52,7 +52,7 @@ TARGETS: tuple[tuple[str, str, str, Callable[[float], bool]], ...] = (
     ),
     (
         "etcd_db_mib_at_200k_over_50k",
-        "etcd db after defrag, all tasks / a quarter (retention phase)",
+        "etcd db after compaction + defrag, all tasks / a quarter, steady state (retention)",
         "<= 1.1",
         lambda v: v <= 1.1,
     ),

@@ -1,17 +1,24 @@
 """The retention phase: does etcd stay the same size while tasks keep finishing, and what does
 the pruner cost?
 
-1. **db size**: one coordinator with a retention of a few seconds (and its pruner archiving to a
-   local directory; tombstones living 5 s) takes ``tasks`` short tasks through claim ->
-   commit, seeded in chunks. At a quarter of them and at all of them, once every finished task
-   was pruned and its tombstone expired, etcd's history is compacted, the db defragmented, and
-   its size read (Status ``dbSize``): ``etcd_db_mib_at_200k_over_50k`` is the second over the
-   first (target <= 1.1: nothing of a pruned task stays; without retention the db grows with
-   the count). The keys left by section are reported too.
+1. **db size, in the steady state**: one coordinator with a retention of 2 s, tombstones living
+   10 s (and the idempotency window with them, as the server requires), its pruner at the
+   server's default rate archiving to a local directory, takes ``tasks`` short tasks through
+   claim -> commit, seeded in chunks, while a compactor compacts etcd's history every few
+   seconds **throughout** the run. At a quarter, half, three quarters and all of the tasks
+   (50k/100k/150k/200k for a 200k run) the history is compacted, the db defragmented and its
+   size read (Status ``dbSize``; the median of the samples after the last five chunks before
+   it) **without waiting for the pruner**: what is there is the steady
+   state - the tasks finished within the last retention (plus the pruner's lag) and the
+   tombstones of the last tombstone window, i.e. finish rate x (retention + tombstone window) x
+   record size, not the count of tasks ever run. ``etcd_db_mib_at_200k_over_50k`` is the last
+   checkpoint over the first (target <= 1.1: flat). Keys by section and the finish rate of each
+   segment are reported too.
 2. **throughput**: the same cycle for ``duration`` seconds against a coordinator with the pruner
-   on (retention 2 s) and one with it off (retention 0), interleaved ``rounds`` times; the
-   pruner's backlog is drained (off the clock) before each run, so neither run pays for the
-   other: ``throughput_pruner_on_over_off`` is the ratio of the medians (target >= 0.9).
+   on (retention 2 s, the default prune rate) and one with it off (retention 0), interleaved
+   ``rounds`` times, compaction running as in 1; the pruner's backlog is drained (off the clock)
+   before each run, so neither run pays for the other: ``throughput_pruner_on_over_off`` is the
+   ratio of the medians (target >= 0.9).
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -37,7 +45,14 @@ from coordinator.sdk import ClaimRefused, WorkerClient
 from coordinator.store.etcd import EtcdKV
 
 RETENTION_S = 2.0
-TOMBSTONE_S = 5.0
+TOMBSTONE_S = 10.0
+PRUNE_INTERVAL_S = 1.0
+COMPACT_EVERY_S = 5.0
+CHECKPOINTS = 4
+# Each checkpoint's size is the median of the samples after its last chunks (up to this many):
+# one sample falls anywhere in a pass of the pruner, so a backlog of one pass (~5 s of tasks)
+# comes and goes between two samples.
+SAMPLES = 5
 _CHUNK = 2_000
 _TTL = timedelta(seconds=60)
 _RESULT = b"retention benchmark result"
@@ -57,27 +72,53 @@ def run_retention(
     client = etcd3.client(etcd.host, etcd.port, timeout=120, grpc_options=GRPC_OPTIONS)
     kv = EtcdKV.connect([etcd.endpoint], timeout=60)
     try:
-        doc = _db_size(etcd, kv, client, workdir, tasks=tasks, workers=workers, log=log_level)
-        doc.update(
-            _throughput(
-                etcd,
-                kv,
-                workdir,
-                workers=workers,
-                duration=duration,
-                rounds=rounds,
-                log=log_level,
+        with _compacting(client) as compactions:
+            doc = _db_size(etcd, kv, client, workdir, tasks=tasks, workers=workers, log=log_level)
+            doc.update(
+                _throughput(
+                    etcd,
+                    kv,
+                    workdir,
+                    workers=workers,
+                    duration=duration,
+                    rounds=rounds,
+                    log=log_level,
+                )
             )
-        )
+        doc["compactions"] = compactions[0]
         return doc
     finally:
         kv.close()
         client.close()
 
 
+@contextmanager
+def _compacting(client: Any) -> Iterator[list[int]]:
+    """Compact etcd's history every COMPACT_EVERY_S while the block runs (as the chart's etcd
+    does, only more often); yields the count of compactions, read after the block."""
+    stop, count = threading.Event(), [0]
+
+    def run() -> None:
+        while not stop.wait(COMPACT_EVERY_S):
+            try:
+                _compact(client)
+                count[0] += 1
+            except Exception as exc:  # a compaction racing a checkpoint's: the next one
+                say(f"retention: compaction skipped ({type(exc).__name__})")
+
+    thread = threading.Thread(target=run, name="bench-compactor", daemon=True)
+    thread.start()
+    try:
+        yield count
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+
+
 def _coordinator(
     etcd: EtcdProcess, workdir: Path, name: str, retention: str, log: str
 ) -> CoordinatorProcess:
+    """A coordinator of the phase, not yet started."""
     return CoordinatorProcess(
         etcd.endpoint,
         prefix=f"/bench-retention-{name}",
@@ -85,14 +126,21 @@ def _coordinator(
         log_level=log,
         extra_args=(
             f"--retention={retention}",
-            "--prune-interval=0.5",
-            "--prune-rate=100000",
-            # Tombstones last a day by default; a short life lets the run reach the steady state
-            # (live tasks + a retention's worth of pruned ones + a tombstone life's of tombstones).
+            f"--prune-interval={PRUNE_INTERVAL_S}",
+            # The server's default --prune-rate: the limiter is part of what is measured.
+            # Tombstones last a day by default; a short life lets a run reach the steady state
+            # (a tombstone window's worth of tombstones). The idempotency window may not be
+            # longer than it (the server refuses that), so it is as short.
             f"--tombstone-retention={TOMBSTONE_S}s",
+            f"--idempotency-ttl={TOMBSTONE_S}",
             f"--archive={workdir / ('archive-' + name)}",
         ),
-    ).start()
+    )  # started by ``with`` (its __enter__): starting it here too left one running unstopped
+
+
+def checkpoints(tasks: int) -> list[int]:
+    """The task counts the db is measured at: a quarter, half, three quarters and all."""
+    return sorted({max(1, tasks * n // CHECKPOINTS) for n in range(1, CHECKPOINTS + 1)})
 
 
 def _db_size(
@@ -107,37 +155,46 @@ def _db_size(
 ) -> dict[str, Any]:
     keys = Keyspace("/bench-retention-db")
     seeder = TaskSeeder(kv, keys)
-    quarter = max(1, tasks // 4)
-    sizes: dict[int, float] = {}
+    marks = checkpoints(tasks)
+    samples: dict[int, list[float]] = {m: [] for m in marks}
     keys_left: dict[int, dict[str, int]] = {}
+    rates: dict[int, float] = {}
     started = time.monotonic()
     with _coordinator(etcd, workdir, "db", f"{RETENTION_S}s", log) as coordinator:
-        done, chunk = 0, 0
-        while done < tasks:
-            count = min(_CHUNK, tasks - done, (quarter - done) if done < quarter else tasks)
-            queue = f"r{chunk:05d}"
-            seeder.seed(queue, count)
-            _drain_queue(coordinator.target, queue, workers, count)
-            done, chunk = done + count, chunk + 1
-            if done in (quarter, tasks):
-                _wait_pruned(kv, keys)
-                sizes[done] = _defragmented_mib(client)
-                left = _keys_by_section(kv, keys)
-                say(
-                    f"retention: {done} tasks, etcd db {sizes[done]:.1f} MiB after defrag; "
-                    f"keys left {left}"
-                )
-                keys_left[done] = left
-    ratio = sizes[tasks] / sizes[quarter] if sizes.get(quarter) else None
+        done, chunk, segment_start, segment_done = 0, 0, time.monotonic(), 0
+        for n, mark in enumerate(marks):
+            earliest = max(marks[n - 1] if n else mark // 2, mark - SAMPLES * _CHUNK)
+            while done < mark:
+                count = min(_CHUNK, mark - done)
+                queue = f"r{chunk:05d}"
+                seeder.seed(queue, count)
+                _drain_queue(coordinator.target, queue, workers, count)
+                done, chunk = done + count, chunk + 1
+                if done > earliest:
+                    # No wait for the pruner: the steady state is what a running pool has.
+                    samples[mark].append(_defragmented_mib(client))
+            rates[mark] = (done - segment_done) / (time.monotonic() - segment_start)
+            keys_left[mark] = _keys_by_section(kv, keys)
+            say(
+                f"retention: {mark} tasks ({rates[mark]:.0f}/s), etcd db "
+                f"{statistics.median(samples[mark]):.2f} MiB after compaction + defrag "
+                f"(samples {[round(x, 2) for x in samples[mark]]}); keys {keys_left[mark]}"
+            )
+            segment_start, segment_done = time.monotonic(), done
+    sizes = {m: statistics.median(samples[m]) for m in marks}
+    first, last = sizes[marks[0]], sizes[marks[-1]]
     return {
         "retention_tasks": tasks,
         "retention_s": RETENTION_S,
         "tombstone_retention_s": TOMBSTONE_S,
-        "etcd_db_mib_quarter": round(sizes[quarter], 2),
-        "etcd_db_mib_full": round(sizes[tasks], 2),
-        "etcd_db_mib_full_over_quarter": round(ratio, 3) if ratio else None,
+        "prune_interval_s": PRUNE_INTERVAL_S,
+        "compact_every_s": COMPACT_EVERY_S,
+        "etcd_db_mib_at": {str(m): round(sizes[m], 3) for m in marks},
+        "etcd_db_mib_samples": {str(m): [round(x, 3) for x in samples[m]] for m in marks},
+        "etcd_db_mib_last_over_first": round(last / first, 3) if first else None,
+        "finish_rate_per_s": {str(m): round(rates[m], 1) for m in marks},
         "retention_db_phase_s": round(time.monotonic() - started, 1),
-        "keys_left": {str(k): v for k, v in keys_left.items()},
+        "keys_at": {str(k): v for k, v in keys_left.items()},
     }
 
 
@@ -250,24 +307,26 @@ def _timed_cycles(target: str, queue: str, workers: int, duration: float) -> flo
 
 
 def _wait_pruned(kv: EtcdKV, keys: Keyspace, limit: float = 600.0) -> None:
-    """Until the pruner pruned every finished task and their tombstones expired (both indexes
-    empty): what stays then is what a pruned task leaks. Bounded by ``limit``."""
+    """Until the pruner pruned every finished task (the prune index is empty): the backlog of
+    one run is not the next run's cost. Bounded by ``limit``."""
     deadline = time.monotonic() + limit
+    prefix = keys.prune_due_prefix
     while time.monotonic() < deadline:
-        pending = [
-            kv.range_page(prefix, kv.prefix_end(prefix), limit=1, keys_only=True)[0]
-            for prefix in (keys.prune_due_prefix, keys.tombstone_due_prefix)
-        ]
-        if not any(pending):
+        if not kv.range_page(prefix, kv.prefix_end(prefix), limit=1, keys_only=True)[0]:
             return
         time.sleep(0.5)
     raise RuntimeError(f"the pruner did not catch up within {limit:.0f} s")
 
 
-def _defragmented_mib(client: Any) -> float:
-    """Compact etcd's history, defragment, and read the db size (MiB)."""
+def _compact(client: Any) -> None:
+    """Compact etcd's history up to now (returns once the old revisions are dropped)."""
     status = client.maintenancestub.Status(etcdrpc.StatusRequest(), 120)
     client.compact(status.header.revision, physical=True)
+
+
+def _defragmented_mib(client: Any) -> float:
+    """Compact etcd's history, defragment, and read the db size (MiB)."""
+    _compact(client)
     client.defragment()
     size = client.maintenancestub.Status(etcdrpc.StatusRequest(), 120).dbSize
     return float(size) / (1 << 20)

@@ -20,6 +20,7 @@ from typing import Any
 from coordinator.domain import validation
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.retention import (
+    DEFAULT_ENDED_ATTEMPT_RETENTION,
     DEFAULT_RETENTION,
     DEFAULT_TOMBSTONE_RETENTION,
     RetentionPolicy,
@@ -127,12 +128,16 @@ class Config:
     """Per-queue retention overriding ``retention`` (TOML table, or ``q=1h,r=0``)."""
     tombstone_retention: float | str = DEFAULT_TOMBSTONE_RETENTION
     """How long a pruned task's tombstone stays (its id is refused, GetTask names the archive)."""
+    ended_attempt_retention: float | str = DEFAULT_ENDED_ATTEMPT_RETENTION
+    """How long the staged result and finished job records of an attempt that ended while its
+    task stays live are kept before they are archived and removed (0: until the task is)."""
     archive: str = DEFAULT_ARCHIVE
     """Where histories go before pruning: a directory (gzip JSON Lines) or s3://bucket/prefix."""
     prune_interval: float = 10.0
     """Seconds between two passes of the pruner."""
-    prune_rate: float = 200.0
-    """Tasks pruned per second per replica, at most (pruning must not compete with claims)."""
+    prune_rate: float = 500.0
+    """etcd requests per second one replica's pruner makes, at most: reads, prunes, deferrals
+    and tombstone expiry alike (about one per pruned task; it must not compete with claims)."""
     etcd_quota_bytes: int = DEFAULT_ETCD_QUOTA
     """etcd's --quota-backend-bytes: past it etcd refuses every write (NOSPACE)."""
     etcd_quota_warn_ratio: float = 0.8
@@ -251,6 +256,20 @@ class Config:
                 "tombstone_retention must be > 0: a tombstone is what refuses a pruned task's id"
             )
         set_(self, "tombstone_retention", tombstone)
+        set_(
+            self,
+            "ended_attempt_retention",
+            parse_duration("ended_attempt_retention", self.ended_attempt_retention),
+        )
+        # Refused, not warned: a tombstone shorter than the idempotency window frees a pruned
+        # id while a client may still retry its create within the window the server promises,
+        # and that late retry silently makes a second task. One setting fixes it at start.
+        if tombstone < self.idempotency_ttl:
+            raise ConfigError(
+                f"tombstone_retention ({tombstone:g}s) must be >= idempotency_ttl "
+                f"({self.idempotency_ttl:g}s): a pruned task's id must stay refused as long as "
+                "a retry of its create may still come"
+            )
         if not self.archive.strip():
             raise ConfigError("archive: give a directory or an s3:// URL")
         _positive("prune_interval", self.prune_interval)
@@ -354,6 +373,7 @@ class Config:
             default=float(self.retention),
             per_queue=MappingProxyType(dict(self.retention_per_queue)),  # type: ignore[arg-type]
             tombstone=float(self.tombstone_retention),
+            ended_attempt=float(self.ended_attempt_retention),
         )
 
     @property

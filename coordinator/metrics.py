@@ -229,6 +229,12 @@ class Metrics:
             "reused).",
             registry=registry,
         )
+        self.swept_records = Counter(
+            "coordinator_ended_attempt_records_swept",
+            "Staged results and finished job records of ended attempts of live tasks that this "
+            "replica archived and removed after ended_attempt_retention.",
+            registry=registry,
+        )
         self.oldest_terminal_age = Gauge(
             "coordinator_oldest_terminal_task_age_seconds",
             "Seconds since the task first due for pruning became terminal (the oldest terminal task"

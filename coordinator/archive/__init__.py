@@ -17,7 +17,15 @@ from coordinator.archive.sink import (
     ArchiveSink,
     check_sink,
     latest_copies,
+    latest_swept,
     open_sink,
 )
 
-__all__ = ["ArchiveError", "ArchiveSink", "check_sink", "latest_copies", "open_sink"]
+__all__ = [
+    "ArchiveError",
+    "ArchiveSink",
+    "check_sink",
+    "latest_copies",
+    "latest_swept",
+    "open_sink",
+]

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 import click
 
-from coordinator.archive import ArchiveError, ArchiveSink, latest_copies, open_sink
+from coordinator.archive import ArchiveError, ArchiveSink, latest_copies, latest_swept, open_sink
 from coordinator.config import DEFAULT_ARCHIVE
 from coordinator.errors import ConfigError
 
@@ -46,9 +46,10 @@ def _sink(url: str) -> ArchiveSink:
         raise click.BadParameter(str(exc), param_hint="'--archive'") from exc
 
 
-def _copies(sink: ArchiveSink) -> dict[str, dict[str, Any]]:
+def _objects(sink: ArchiveSink, task_id: str) -> list[dict[str, Any]]:
+    """Every archived object of ``task_id``."""
     try:
-        return latest_copies(sink.read())
+        return [o for o in sink.read() if o.get("task_id") == task_id]
     except ArchiveError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -58,14 +59,24 @@ def _copies(sink: ArchiveSink) -> dict[str, dict[str, Any]]:
 @_archive_option
 @click.option("--json", "as_json", is_flag=True, help="Print the archived object as JSON.")
 def show(task_id: str, url: str, as_json: bool) -> None:
-    """Print the archived history of TASK_ID (exit 1 if it is not in the archive)."""
-    found = _copies(_sink(url)).get(task_id)
-    if found is None:
+    """Print the archived history of TASK_ID (exit 1 if it is not in the archive), and the
+    records of its attempts swept earlier (ended attempts of the task while it was live)."""
+    mine = _objects(_sink(url), task_id)
+    found = latest_copies(mine).get(task_id)
+    swept = sorted(latest_swept(mine).values(), key=lambda o: float(o.get("archived_at", 0)))
+    if found is None and not swept:
         raise click.ClickException(f"task {task_id!r} is not in the archive at {url}")
     if as_json:
-        click.echo(json.dumps(found, indent=2, sort_keys=True))
+        for obj in ([found] if found is not None else []) + swept:
+            click.echo(json.dumps(obj, indent=2, sort_keys=True))
         return
-    for line in _summary(found):
+    lines = _summary(found) if found is not None else [f"task {task_id} (not pruned yet)"]
+    lines += [
+        f"ended attempt {o['attempt_id']}: staged {len(o['staged'])} jobs {len(o['jobs'])} "
+        f"(swept {datetime.fromtimestamp(float(o['archived_at']), tz=UTC).isoformat()})"
+        for o in swept
+    ]
+    for line in lines:
         click.echo(line)
 
 
@@ -101,8 +112,13 @@ def _summary(obj: dict[str, Any]) -> list[str]:
     help="Where to write the JSON Lines (one archived task a line).",
 )
 def export(url: str, output: TextIO) -> None:
-    """Write the latest archived copy of every task as JSON Lines, in task id order."""
-    copies = _copies(_sink(url))
-    for task_id in sorted(copies):
-        output.write(json.dumps(copies[task_id], separators=(",", ":"), sort_keys=True) + "\n")
-    click.echo(f"exported {len(copies)} task(s)", err=True)
+    """Write the latest archived copy of every task as JSON Lines, in task id order, then the
+    records of ended attempts swept before their task was pruned (``"kind": "ended_attempt"``)."""
+    sink = _sink(url)
+    try:  # two scans, each keeping only the latest copies, rather than the archive in memory
+        copies, swept = latest_copies(sink.read()), latest_swept(sink.read())
+    except ArchiveError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for obj in [copies[t] for t in sorted(copies)] + [swept[k] for k in sorted(swept)]:
+        output.write(json.dumps(obj, separators=(",", ":"), sort_keys=True) + "\n")
+    click.echo(f"exported {len(copies)} task(s), {len(swept)} swept attempt(s)", err=True)

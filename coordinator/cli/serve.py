@@ -228,6 +228,14 @@ def _server_options(func: F) -> F:
             "GetTask names the archive.",
         ),
         _option(
+            "ended-attempt-retention",
+            default="7d",
+            metavar="DURATION",
+            help="How long the staged result and finished job records of an attempt that ended "
+            "while its task stays live are kept before they are archived and removed (0: until "
+            "the task is pruned).",
+        ),
+        _option(
             "archive",
             default=_DEFAULTS.archive,
             metavar="DIR|s3://BUCKET/PREFIX",
@@ -240,7 +248,8 @@ def _server_options(func: F) -> F:
             type=click.FloatRange(min=0, min_open=True),
             default=_DEFAULTS.prune_rate,
             metavar="TASKS/S",
-            help="Tasks pruned per second per replica, at most.",
+            help="etcd requests per second the pruner makes per replica, at most (reads and "
+            "txns alike; about one per pruned task).",
         ),
         _option(
             "etcd-quota-bytes",

@@ -287,6 +287,16 @@ class Keyspace:
         """Range of the tombstone expiry index, in due-time order."""
         return f"{self.prefix}/tombstone-due/"
 
+    def attempt_sweep(self, due_us: int, task_id: str, attempt_id: str) -> str:
+        """Sweep index: attempt ``attempt_id`` of ``task_id`` ended while the task stays live;
+        at ``due_us`` its staged result and finished job records are archived and removed."""
+        return f"{self.attempt_sweep_prefix}{due_us:020d}/{task_id}/{attempt_id}"
+
+    @property
+    def attempt_sweep_prefix(self) -> str:
+        """Range of the sweep index of ended attempts, in due-time order."""
+        return f"{self.prefix}/attempt-sweep/"
+
     def prune_pending(self, task_id: str) -> str:
         """Written by a prune too large for one txn, deleted by its last page: the records of
         ``task_id`` still to delete (its task key is already gone)."""

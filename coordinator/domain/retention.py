@@ -18,13 +18,17 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from coordinator.domain.records import TaskRecord
-from coordinator.domain.states import TaskState
+from coordinator.domain.states import TERMINAL_STATES, TaskState
 from coordinator.errors import ConfigError
 
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 DEFAULT_TOMBSTONE_RETENTION = 24 * 3600.0
 """A day, like the default idempotency window: a pruned id is refused (a late retry of its
 create cannot make a second task) for that long; after it, the id is free again."""
+
+DEFAULT_ENDED_ATTEMPT_RETENTION = 7 * 24 * 3600.0
+"""How long the staged result and finished job records of an attempt that ended while its task
+stays live (released, expired, failed and retried, sent to review) are kept."""
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 _DURATION = re.compile(r"^\s*(?P<number>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>[smhdw]?)\s*$")
@@ -81,6 +85,21 @@ class RetentionPolicy:
     per_queue: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     tombstone: float = DEFAULT_TOMBSTONE_RETENTION
     """How long a pruned task's tombstone (and with it the refusal of its id) is kept."""
+    ended_attempt: float = DEFAULT_ENDED_ATTEMPT_RETENTION
+    """How long an ended attempt's staged result and finished job records stay while its task
+    is live (0: until the task itself is pruned)."""
+
+    def sweep_at(self, before: TaskRecord | None, after: TaskRecord) -> float | None:
+        """When the records of the attempt that the move ``before`` -> ``after`` ends are due
+        for their sweep; None if the move ends no attempt, ends the task (its prune takes
+        them), or they are kept with the task (lifetime 0)."""
+        if before is None or before.state is not TaskState.CLAIMED or not before.attempt_id:
+            return None
+        if after.state in TERMINAL_STATES or self.ended_attempt <= 0:
+            return None
+        if after.state is TaskState.CLAIMED and after.attempt_id == before.attempt_id:
+            return None  # a renewal or edit of the same attempt
+        return after.updated_at + self.ended_attempt
 
     def for_queue(self, queue: str) -> float:
         """The retention of ``queue`` (0: keep forever)."""

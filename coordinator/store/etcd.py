@@ -10,6 +10,7 @@ StoreRefused; callers never see grpc or etcd3 exceptions.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,10 @@ class TxnResult:
     def range_count(self, index: int) -> int:
         """The count of the range operation at ``index``."""
         return int(self.responses[index].response_range.count)
+
+    def range_more(self, index: int) -> bool:
+        """Whether the range operation at ``index`` stopped at its limit with keys left."""
+        return bool(self.responses[index].response_range.more)
 
 
 # --- compares: the only ways the coordinator conditions a write -------------------------------
@@ -160,6 +165,7 @@ class EtcdKV:
         self._timeout = timeout
         # Concurrent txns of this process share round trips (store/group_commit.py).
         self._batcher = GroupCommit(self._send_txn)
+        self._before: Callable[[], None] | None = None
 
     @classmethod
     def connect(
@@ -205,6 +211,13 @@ class EtcdKV:
         """Close the channels."""
         self._client.close()
 
+    def paced(self, take: Callable[[], None]) -> EtcdKV:
+        """This connection (same channels, same group commit), every txn and range made
+        through the copy first calling ``take`` (a Pacer's: background work's share of etcd)."""
+        twin = copy.copy(self)
+        twin._before = take
+        return twin
+
     def txn(
         self,
         compare: Iterable[Compare],
@@ -215,6 +228,8 @@ class EtcdKV:
         request = etcdrpc.TxnRequest(
             compare=list(compare), success=list(success), failure=list(failure)
         )
+        if self._before is not None:
+            self._before()
         outcome = self._batcher.txn(request)
         return TxnResult(outcome.succeeded, outcome.revision, outcome.responses)
 
@@ -277,6 +292,8 @@ class EtcdKV:
             revision=revision,
             keys_only=keys_only,
         )
+        if self._before is not None:
+            self._before()
         response = self._call(
             "range", lambda: self._client.kvstub.Range(request, self._timeout, **self._auth())
         )

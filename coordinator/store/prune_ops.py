@@ -80,11 +80,17 @@ def prune_txn(
 
 
 def leaf_deletes(
-    ctx: StoreContext, task_id: str, effect_index: Sequence[str], jobs: Sequence[KV]
+    ctx: StoreContext,
+    task_id: str,
+    effect_index: Sequence[str],
+    jobs: Sequence[KV],
+    *,
+    ranges: bool = True,
 ) -> list[RequestOp]:
     """Deletes of the task's effects (``effect_index``: its per-task effect index keys) and
-    managed jobs (their records), each record before its index entry, ending with the two
-    index ranges: any prefix of this list leaves the rest findable."""
+    managed jobs (their records), each record before its index entry, ending (``ranges``: when
+    these are all of them) with the two index ranges: any prefix of this list leaves the rest
+    findable."""
     keys = ctx.keys
     ops: list[RequestOp] = []
     for effect_key in effect_index:
@@ -92,6 +98,8 @@ def leaf_deletes(
     for job_kv in jobs:
         job = decode(JobRecord, job_kv.value)
         ops += [delete(keys.worker_job(job.worker_id, job.job_id)), delete(job_kv.key)]
+    if not ranges:
+        return ops
     ops += [
         delete_prefix(keys.task_effects_prefix(task_id)),
         delete_prefix(keys.jobs_prefix(task_id)),
@@ -100,12 +108,19 @@ def leaf_deletes(
 
 
 def finish_pages(
-    ctx: StoreContext, task_id: str, effect_index: Sequence[str], jobs: Sequence[KV]
+    ctx: StoreContext,
+    task_id: str,
+    effect_index: Sequence[str],
+    jobs: Sequence[KV],
+    *,
+    last: bool = True,
 ) -> list[list[RequestOp]]:
     """The pages that finish an unfinished prune (from what is left of the task, whose key is
-    already gone); the last one deletes the pending marker."""
-    leaves = leaf_deletes(ctx, task_id, effect_index, jobs)
-    leaves.append(delete(ctx.keys.prune_pending(task_id)))
+    already gone); when ``effect_index`` and ``jobs`` are the ``last`` of it, the last page
+    deletes the index ranges and the pending marker."""
+    leaves = leaf_deletes(ctx, task_id, effect_index, jobs, ranges=last)
+    if last:
+        leaves.append(delete(ctx.keys.prune_pending(task_id)))
     return [leaves[i : i + MAX_OPS] for i in range(0, len(leaves), MAX_OPS)]
 
 

@@ -108,7 +108,7 @@ def transition_ops(
     prev_version = before.state_version if before is not None else 0
     ops.append(put(keys.event(after.task_id, prev_version), encode(event)))
     # The prune index (a terminal move) and the pruned-id guard (a create).
-    more_compares, more_ops = retention_ops(ctx, was, after)
+    more_compares, more_ops = retention_ops(ctx, before, after)
     return compares + more_compares, ops + more_ops
 
 

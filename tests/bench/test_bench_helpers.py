@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from bench.cli import headline
 from bench.harness import RunResult
 from bench.procs import CpuSnapshot, cpu_seconds, rss_mib
 from bench.profile import summarize_folded
 from bench.report import targets
+from bench.retention import checkpoints
 from bench.stats import percentile, ratio, spread_ms
 from bench.throughput import paired_ratio, summarize
 
@@ -122,3 +126,32 @@ def test_proc_readings_of_this_process() -> None:
 
     assert cpu_seconds(os.getpid()) > 0
     assert 1 < rss_mib(os.getpid()) < 100_000
+
+
+def test_the_retention_db_is_measured_at_four_checkpoints() -> None:
+    assert checkpoints(200_000) == [50_000, 100_000, 150_000, 200_000]
+    assert checkpoints(400) == [100, 200, 300, 400]
+    assert checkpoints(3) == [1, 2, 3]
+
+
+def test_the_db_headline_is_the_last_checkpoint_over_the_first_with_a_note_below_200k() -> None:
+    retention = {
+        "retention_tasks": 20_000,
+        "etcd_db_mib_at": {"5000": 1.0, "10000": 1.1, "15000": 1.0, "20000": 1.05},
+        "etcd_db_mib_last_over_first": 1.05,
+        "pruner_on_over_off": 0.95,
+    }
+    doc: dict[str, Any] = {
+        "config": {"phases": ["retention"], "levels": []},
+        "retention": retention,
+    }
+    headline(doc)
+    assert (doc["etcd_db_mib_at_200k_over_50k"], doc["throughput_pruner_on_over_off"]) == (
+        1.05,
+        0.95,
+    )
+    assert doc["notes"]["etcd_db_mib_at_200k_over_50k"].startswith("measured at 20000 over 5000")
+    full = {**retention, "retention_tasks": 200_000}
+    doc = {"config": {"phases": ["retention"], "levels": []}, "retention": full}
+    headline(doc)
+    assert "etcd_db_mib_at_200k_over_50k" not in doc["notes"]

@@ -28,6 +28,7 @@ __all__ = ["captured"]
         (["--retention-per-queue", "q=forever"], "retention_per_queue.q must be a duration"),
         (["--retention-per-queue", "a/b=1h"], "retention_per_queue: 'a/b' is not a queue"),
         (["--tombstone-retention", "0"], "tombstone_retention must be > 0"),
+        (["--ended-attempt-retention", "soon"], "ended_attempt_retention must be a duration"),
         (["--prune-rate", "0"], "--prune-rate"),
         (["--etcd-quota-warn-ratio", "1.5"], "--etcd-quota-warn-ratio"),
     ],
@@ -36,6 +37,19 @@ def test_a_bad_retention_setting_exits_2_naming_it(args: list[str], named: str) 
     result = _serve(["--insecure", *args])
     assert result.exit_code == 2, result.output
     assert named in result.output
+
+
+def test_a_tombstone_shorter_than_the_idempotency_window_exits_2_naming_both(
+    captured: list[Config],
+) -> None:
+    result = _serve(["--insecure", "--tombstone-retention", "1h"])  # idempotency: a day
+    assert result.exit_code == 2, result.output
+    assert "tombstone_retention (3600s) must be >= idempotency_ttl (86400s)" in result.output
+    assert captured == []
+    equal = ["--insecure", "--tombstone-retention", "1h", "--idempotency-ttl", "3600"]
+    assert _serve(equal).exit_code == 0
+    assert _serve(["--insecure", "--tombstone-retention", "2d"]).exit_code == 0
+    assert [c.tombstone_retention for c in captured] == [3600.0, 2 * 86400.0]
 
 
 def test_an_archive_that_cannot_be_written_exits_2_naming_it(

@@ -14,7 +14,7 @@ from coordinator.clock import ManualClock
 from coordinator.domain.effects import EffectState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import Store, TaskSpec
-from coordinator.store.history import read_histories
+from coordinator.store.history_read import read_histories
 from coordinator.store.prune_ops import prune_txn
 from tests.retention.conftest import RETENTION
 from tests.retention.test_pruner import PAST, effect, finish, keys_naming, tombstone_keys
@@ -59,7 +59,7 @@ def half_pruned(store: Store) -> str:
     for slot in range(80):
         effect(store, fence, f"s{slot}", EffectState.COMMITTED)
     commit(store, fence)
-    (history,) = read_histories(store.ctx, ["big"])
+    (history,) = list(read_histories(store.ctx, ["big"]))
     due = next(iter(snapshot_due(store)))
     txn = prune_txn(store.ctx, history, due, archive="file:///a", now=store.ctx.clock.now())
     assert txn.pending and store.ctx.kv.txn(txn.compares, txn.ops).succeeded

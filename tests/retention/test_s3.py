@@ -1,5 +1,5 @@
-"""The S3 archive sink against moto's S3 server on loopback (``pip install
-'coordinator[s3-test]'``; skipped with the reason without boto3 and moto)."""
+"""The S3 archive sink against moto's S3 server on loopback (boto3 and moto are in the ``dev``
+extra, so CI runs these; skipped with the reason where they are not installed)."""
 
 from __future__ import annotations
 

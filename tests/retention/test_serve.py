@@ -1,20 +1,25 @@
 """Retention through a real ``coordinator serve``: the pruner thread runs, GetTask of a pruned
-task is NOT_FOUND naming the archive, the id is refused, and ``coordinator archive`` reads the
-history back."""
+task is NOT_FOUND naming the archive, the id is refused, ``coordinator archive`` reads the
+history back, and a replica SIGKILLed after the archive write but before the prune txn loses
+nothing: the next one archives the task again and prunes it."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from coordinator.archive.local import LocalSink
 from coordinator.cli import main
 from coordinator.errors import AlreadyExists, NotFound
 from coordinator.etcd_process import EtcdProcess
@@ -22,17 +27,26 @@ from coordinator.sdk import ClaimRefused, WorkerClient
 from tests.helpers import eventually
 
 COMMAND = [sys.executable, "-c", "from coordinator.cli import main; main()"]
+KILLED_AFTER_ARCHIVE = [
+    sys.executable,
+    "-c",
+    "import tests.retention.killing_sink as k; k.install()\n"
+    "from coordinator.cli import main; main()",
+]
+REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def served(etcd: EtcdProcess, prefix: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """A replica pruning after 1 s into ``tmp_path/archive``: (target, archive dir)."""
-    archive, log = tmp_path / "archive", tmp_path / "serve.log"
+@contextmanager
+def serving(
+    etcd: EtcdProcess, prefix: str, archive: Path, log: Path, command: list[str] = COMMAND
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A replica pruning after 1 s into ``archive``: (target, process)."""
     args = ["serve", "--etcd", etcd.endpoint, "--prefix", prefix, "--insecure"]
     args += ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
     args += ["--retention", "1s", "--prune-interval", "0.2", "--archive", str(archive)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     with log.open("wb") as stderr:
-        process = subprocess.Popen([*COMMAND, *args], stderr=stderr, env=dict(os.environ))
+        process = subprocess.Popen([*command, *args], stderr=stderr, env=env, cwd=REPO)
 
     def listening() -> str | None:
         assert process.poll() is None, log.read_text()
@@ -42,10 +56,19 @@ def served(etcd: EtcdProcess, prefix: str, tmp_path: Path) -> Iterator[tuple[str
         return None
 
     try:
-        yield eventually(listening, timeout=30), archive
+        yield eventually(listening, timeout=30), process
     finally:
-        process.terminate()
+        if process.poll() is None:
+            process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.fixture
+def served(etcd: EtcdProcess, prefix: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A replica pruning after 1 s into ``tmp_path/archive``: (target, archive dir)."""
+    archive = tmp_path / "archive"
+    with serving(etcd, prefix, archive, tmp_path / "serve.log") as (target, _):
+        yield target, archive
 
 
 def test_a_finished_task_is_archived_then_gone_and_its_history_reads_back(
@@ -82,3 +105,54 @@ def test_a_finished_task_is_archived_then_gone_and_its_history_reads_back(
     assert json.loads(line)["results"][0]["value"]["owner_id"] == "pm-1"
     missing = runner.invoke(main, ["archive", "show", "nope", "--archive", str(archive)])
     assert missing.exit_code == 1 and "not in the archive" in missing.output
+
+
+def _finish(target: str, task_id: str) -> None:
+    with WorkerClient(target, principal="pm-1") as client:
+        client.create_task(task_id, input=b"hello")
+        job = client.claim(task_id, ttl=timedelta(seconds=10))
+        assert not isinstance(job, ClaimRefused)
+        with job:
+            job.commit(b"the result")
+
+
+def test_a_replica_killed_between_archive_and_prune_archives_twice_and_loses_nothing(
+    etcd: EtcdProcess, prefix: str, tmp_path: Path, etcd_client: Any
+) -> None:
+    archive = tmp_path / "archive"
+    task_key = f"{prefix}/tasks/t1"
+    with serving(etcd, prefix, archive, tmp_path / "doomed.log", KILLED_AFTER_ARCHIVE) as (
+        target,
+        doomed,
+    ):
+        _finish(target, "t1")
+        eventually(lambda: doomed.poll() is not None, timeout=30, message="not killed")
+        assert doomed.returncode == -signal.SIGKILL
+    (first,) = [o for o in LocalSink(archive).read() if o["task_id"] == "t1"]
+    value, _ = etcd_client.get(task_key)
+    assert value is not None  # archived and fsynced, never pruned: the kill came between
+
+    with (
+        serving(etcd, prefix, archive, tmp_path / "survivor.log") as (target, _),
+        WorkerClient(target, principal="pm-1") as client,
+    ):
+
+        def pruned() -> bool:
+            try:
+                client.get_task("t1")
+            except NotFound:
+                return True
+            return False
+
+        eventually(pruned, timeout=20, message="t1 was not pruned after the restart")
+
+    copies = [o for o in LocalSink(archive).read() if o["task_id"] == "t1"]
+    assert len(copies) == 2  # archived twice ...
+    second = copies[1]
+    for section in ("task", "attempts", "events", "results", "staged", "effects", "jobs"):
+        assert second[section] == first[section], section  # ... the same history, whole
+    assert first["task"]["key"] == task_key and len(first["events"]) == 3
+    left = sorted(m.key.decode() for _, m in etcd_client.get_prefix(prefix + "/"))
+    assert [k for k in left if k.endswith("/t1")] == [
+        k for k in left if "/tombstone" in k and k.endswith("/t1")
+    ]  # nothing of t1 is left but its tombstone
