@@ -60,8 +60,9 @@ MAX_BATCH = 1000
 TRIES = 3
 """Txns one claim's renewal may lose (to a concurrent renewal of the same attempt) before it
 asks the keyspace why."""
-VIEWS = 65536
-"""Claim views a replica remembers for renewals (without task inputs: about 1 KiB each)."""
+VIEWS = 16384
+"""Claim views a replica remembers for renewals (without task inputs, about 1 KiB each: at most
+~16 MiB). A replica renewing more claims than this reads the oldest again: slower, as correct."""
 _READS_PER_TXN = 30  # four gets a claim: 120 of etcd's 128 operations per txn
 
 
