@@ -113,7 +113,7 @@ def _summary(obj: dict[str, Any]) -> list[str]:
 )
 def export(url: str, output: TextIO) -> None:
     """Write the latest archived copy of every task as JSON Lines, in task id order, then the
-    records of ended attempts swept before their task was pruned (``"kind": "ended_attempt"``)."""
+    records of ended attempts swept before their task was pruned ("kind": "ended_attempt")."""
     sink = _sink(url)
     try:  # two scans, each keeping only the latest copies, rather than the archive in memory
         copies, swept = latest_copies(sink.read()), latest_swept(sink.read())
