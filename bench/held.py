@@ -17,6 +17,7 @@ the coordinator's CPU in cores, etcd's CPU per renewal, and the coordinator's me
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import random
 import threading
@@ -27,6 +28,7 @@ from datetime import timedelta
 from typing import Any
 
 import etcd3
+import grpc
 from etcd3 import etcdrpc
 
 from bench.harness import say
@@ -191,8 +193,9 @@ def _anchor(
     stream = client.leasestub.LeaseKeepAlive(feed())
 
     def read() -> None:
-        for _ in stream:
-            answered[0] += 1
+        with contextlib.suppress(grpc.RpcError):  # CANCELLED once the anchor is over
+            for _ in stream:
+                answered[0] += 1
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()

@@ -297,9 +297,9 @@ class Metrics:
         """Count one claim txn tried (or refused before it) with its outcome."""
         self.claims.labels(outcome=outcome.name).inc()
 
-    def count_renewal(self, outcome: Outcome) -> None:
-        """Count one answered Renew."""
-        self.renewals.labels(outcome=outcome.name).inc()
+    def count_renewal(self, outcome: Outcome, count: int = 1) -> None:
+        """Count ``count`` renewals answered ``outcome``."""
+        self.renewals.labels(outcome=outcome.name).inc(count)
 
     def count_fenced_commit(self, reason: FenceReason, *, wasted_seconds: float) -> None:
         """Count a commit refused FENCED and the compute its attempt threw away."""
@@ -324,9 +324,15 @@ class Metrics:
 
     def count_acceptance(self, point: AcceptancePoint, *, validated: bool) -> None:
         """Count one accepted operation at ``point`` (and whether its fence was validated)."""
-        self.fence_accepted.labels(point=point.label).inc()
+        self.count_acceptances(point, accepted=1, validated=int(validated))
+
+    def count_acceptances(self, point: AcceptancePoint, *, accepted: int, validated: int) -> None:
+        """Count ``accepted`` operations at ``point``, ``validated`` of them fence-checked (a
+        batch's, counted once)."""
+        if accepted:
+            self.fence_accepted.labels(point=point.label).inc(accepted)
         if validated:
-            self.fence_validated.labels(point=point.label).inc()
+            self.fence_validated.labels(point=point.label).inc(validated)
 
     def fence_coverage(self) -> list[PointCoverage]:
         """Coverage of every acceptance point, in point order."""

@@ -22,6 +22,7 @@ from etcd3 import etcdrpc, utils
 from coordinator.domain.live_claims import LeaseReading
 from coordinator.errors import LeaseGone, StoreRefused, StoreUnavailable
 from coordinator.store.group_commit import MAX_BATCH_BYTES, MAX_TXN_OPS, GroupCommit
+from coordinator.store.keepalive import LeaseKeepalives
 from coordinator.store.watch import PrefixWatch, WatchEvent
 
 Compare = Any  # etcdrpc.Compare (generated, untyped)
@@ -63,6 +64,24 @@ class TxnResult:
     def range_more(self, index: int) -> bool:
         """Whether the range operation at ``index`` stopped at its limit with keys left."""
         return bool(self.responses[index].response_range.more)
+
+
+@dataclass(frozen=True)
+class NestedTxn:
+    """A txn ready to nest in a batch (``EtcdKV.txn_many``): built once, it can be sent again
+    as it is (a renewal's fence check is the same txn every round)."""
+
+    op: RequestOp  # a RequestOp holding the TxnRequest
+    ops: int  # its largest branch (compares, success, failure)
+    nbytes: int
+
+
+def nested_txn(compare: Sequence[Compare], success: Sequence[RequestOp] = ()) -> NestedTxn:
+    """``compare`` then ``success`` as a txn to nest."""
+    op = etcdrpc.RequestOp(
+        request_txn=etcdrpc.TxnRequest(compare=list(compare), success=list(success))
+    )
+    return NestedTxn(op, max(len(compare), len(success)), op.ByteSize())
 
 
 # --- compares: the only ways the coordinator conditions a write -------------------------------
@@ -165,6 +184,7 @@ class EtcdKV:
         self._timeout = timeout
         # Concurrent txns of this process share round trips (store/group_commit.py).
         self._batcher = GroupCommit(self._send_txn)
+        self._keepalives = LeaseKeepalives()
         self._before: Callable[[], None] | None = None
 
     @classmethod
@@ -209,6 +229,7 @@ class EtcdKV:
 
     def close(self) -> None:
         """Close the channels."""
+        self._keepalives.close()
         self._client.close()
 
     def paced(self, take: Callable[[], None]) -> EtcdKV:
@@ -233,28 +254,23 @@ class EtcdKV:
         outcome = self._batcher.txn(request)
         return TxnResult(outcome.succeeded, outcome.revision, outcome.responses)
 
-    def txn_many(
-        self, txns: Sequence[tuple[Sequence[Compare], Sequence[RequestOp]]]
-    ) -> list[TxnResult]:
+    def txn_many(self, txns: Sequence[NestedTxn]) -> list[TxnResult]:
         """Run independent txns (the caller's promise: none writes a key another compares, reads
         or writes) in as few round trips as etcd's limits allow, each nested in a batch txn as
         group commit nests them (store/group_commit.py) and answered as if it ran alone."""
-        requests = [etcdrpc.TxnRequest(compare=list(c), success=list(ops)) for c, ops in txns]
         results: list[TxnResult] = []
-        for chunk in _chunks(requests):
+        for chunk in _chunks(txns):
             results += self._send_nested(chunk)
         return results
 
-    def _send_nested(self, requests: list[Any]) -> list[TxnResult]:
-        if len(requests) == 1:
-            return [self._one(requests[0])]
-        batch = etcdrpc.TxnRequest(
-            success=[etcdrpc.RequestOp(request_txn=request) for request in requests]
-        )
+    def _send_nested(self, txns: list[NestedTxn]) -> list[TxnResult]:
+        if len(txns) == 1:
+            return [self._one(txns[0].op.request_txn)]
+        batch = etcdrpc.TxnRequest(success=[txn.op for txn in txns])
         try:
             response = self._send_txn(batch)
         except StoreRefused:  # etcd refused the batch (a lower --max-txn-ops): one by one
-            return [self._one(request) for request in requests]
+            return [self._one(txn.op.request_txn) for txn in txns]
         revision = int(response.header.revision)
         return [
             TxnResult(bool(op.response_txn.succeeded), revision, list(op.response_txn.responses))
@@ -329,21 +345,21 @@ class EtcdKV:
 
     def keepalive_many(self, lease_ids: Iterable[int]) -> dict[int, int]:
         """Refresh several leases over one LeaseKeepAlive stream (etcd answers each request in
-        turn); each lease's new TTL, 0 for a lease that is gone."""
+        turn, store/keepalive.py); each lease's new TTL, 0 for a lease that is gone."""
         ids = list(dict.fromkeys(lease_ids))
         if not ids:
             return {}
-        requests = [etcdrpc.LeaseKeepAliveRequest(ID=lease_id) for lease_id in ids]
+        endpoint = self._client.endpoint_in_use
 
         def call() -> dict[int, int]:
-            ttls: dict[int, int] = {}
-            for response in self._client.leasestub.LeaseKeepAlive(
-                iter(requests), self._timeout, **self._auth()
-            ):
-                ttls[int(response.ID)] = int(response.TTL)
-                if len(ttls) == len(ids):
-                    break
-            return ttls
+            return self._keepalives.refresh(
+                endpoint.netloc,
+                endpoint.credentials,
+                ids,
+                timeout=self._timeout,
+                metadata=self._client.metadata,
+                call_credentials=self._client.call_credentials,
+            )
 
         ttls: dict[int, int] = self._call("lease keepalive", call)
         return {lease_id: ttls.get(lease_id, 0) for lease_id in ids}
@@ -431,22 +447,21 @@ class EtcdKV:
 _TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 
-def _chunks(requests: list[Any]) -> Iterator[list[Any]]:
-    """``requests`` in runs that fit one nested txn: a run of n txns leaves each of them
+def _chunks(txns: Sequence[NestedTxn]) -> Iterator[list[NestedTxn]]:
+    """``txns`` in runs that fit one nested txn: a run of n txns leaves each of them
     MAX_TXN_OPS - n operations per branch (etcd's ``checkTxnRequest``), and the whole stays
     below MAX_BATCH_BYTES."""
-    run: list[Any] = []
+    run: list[NestedTxn] = []
     largest = size = 0
-    for request in requests:
-        ops = max(len(request.compare), len(request.success), len(request.failure))
-        nbytes = request.ByteSize()
+    for txn in txns:
         if run and (
-            len(run) + 1 + max(largest, ops) > MAX_TXN_OPS or size + nbytes > MAX_BATCH_BYTES
+            len(run) + 1 + max(largest, txn.ops) > MAX_TXN_OPS
+            or size + txn.nbytes > MAX_BATCH_BYTES
         ):
             yield run
             run, largest, size = [], 0, 0
-        run.append(request)
-        largest, size = max(largest, ops), size + nbytes
+        run.append(txn)
+        largest, size = max(largest, txn.ops), size + txn.nbytes
     if run:
         yield run
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from coordinator.store.etcd import EtcdKV
@@ -74,8 +74,14 @@ class ClaimLeases:
 
     def renewed(self, lease_id: int, ttl: int) -> None:
         """etcd just refreshed ``lease_id`` to ``ttl`` (a renewal through this replica)."""
+        self.renewed_many({lease_id: ttl})
+
+    def renewed_many(self, ttls: Mapping[int, int]) -> None:
+        """etcd just refreshed each lease to its TTL (a batch of renewals, one lock)."""
+        now = self._now()
         with self._lock:
-            self._remember(lease_id, ttl, self._now())
+            for lease_id, ttl in ttls.items():
+                self._remember(lease_id, ttl, now)
 
     def release(self, lease_id: int) -> None:
         """The claim on ``lease_id`` ended and its key was deleted by the caller's txn: keep

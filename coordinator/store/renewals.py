@@ -25,7 +25,7 @@ claims cheap (measured in ``python -m bench``, phase ``held``):
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -50,7 +50,15 @@ from coordinator.store.context import (
     epoch_from_kv,
     task_from_kv,
 )
-from coordinator.store.etcd import Compare, RequestOp, get, mod_revision_is, put
+from coordinator.store.etcd import (
+    Compare,
+    NestedTxn,
+    RequestOp,
+    get,
+    mod_revision_is,
+    nested_txn,
+    put,
+)
 from coordinator.store.fence import fence_compares
 from coordinator.store.held import HeldClaims
 from coordinator.store.types import RenewResult
@@ -80,6 +88,17 @@ RenewAnswer = RenewResult | CoordinatorError
 """A renewal's answer, or the error a lone Renew would have raised for it."""
 
 
+@dataclass
+class _Txns:
+    """A claim's txns, built once and sent again while they stay the same (the fence check is
+    the same every round; the renewal txn while the claim key's mod_revision is)."""
+
+    fence: list[Compare] | None = None
+    check: NestedTxn | None = None
+    quiet: NestedTxn | None = None  # the renewal that writes nothing
+    quiet_for: int = 0  # the claim key's mod_revision it pins
+
+
 @dataclass(frozen=True)
 class _Known:
     """A claim's view and its attempt key's mod_revision (the claim key's is in the view);
@@ -88,18 +107,45 @@ class _Known:
     view: FenceView
     attempt_revision: int
     remembered: bool = False
+    txns: _Txns = field(default_factory=_Txns, compare=False)
 
 
 @dataclass
 class _Plan:
-    """One claim's txn in this round."""
+    """One claim's txn in this round: ``fence`` (fence_compares) then the ``pins`` that make
+    its view current, and the writes."""
 
     index: int
     known: _Known
-    compares: list[Compare]
+    fence: list[Compare]
+    pins: list[Compare]
     ops: list[RequestOp] = field(default_factory=list)
     claim: ClaimRecord | None = None  # written: the marker moved
     attempt_written: bool = False
+
+    @property
+    def compares(self) -> list[Compare]:
+        """Every compare of the txn."""
+        return [*self.fence, *self.pins]
+
+    def txn(self) -> NestedTxn:
+        """The txn to send (the claim's cached one when it writes nothing)."""
+        txns = self.known.txns
+        quiet = not self.ops and len(self.pins) == 1
+        if not quiet:
+            return nested_txn(self.compares, self.ops)
+        claim = self.known.view.claim
+        assert claim is not None
+        if txns.quiet is None or txns.quiet_for != claim.mod_revision:
+            txns.quiet, txns.quiet_for = nested_txn(self.compares), claim.mod_revision
+        return txns.quiet
+
+    def check(self) -> NestedTxn:
+        """The fence alone, to compare again after the keepalive."""
+        txns = self.known.txns
+        if txns.check is None:
+            txns.check = nested_txn(self.fence)
+        return txns.check
 
 
 class RenewViews:
@@ -169,9 +215,11 @@ class Renewals:
             self._apply(renewals, plans, answers, fresh)
         for i in (i for i in todo if i not in answers):
             answers[i] = RenewResult(self._points.diagnose(renewals[i].fence))
-        for answer in answers.values():
-            if isinstance(answer, RenewResult):  # failure rate: not OK / all
-                self._ctx.metrics.count_renewal(answer.verdict.outcome)
+        outcomes = Counter(
+            a.verdict.outcome for a in answers.values() if isinstance(a, RenewResult)
+        )
+        for outcome, count in outcomes.items():  # failure rate: not OK / all
+            self._ctx.metrics.count_renewal(outcome, count)
         return [answers[i] for i in range(len(renewals))]
 
     # --- views -------------------------------------------------------------------------------
@@ -205,7 +253,7 @@ class Renewals:
     def _remembered(self, fence: Fence) -> _Known | None:
         known = self._views.get(fence)
         if known is not None:
-            return replace(known, remembered=True)
+            return known  # kept remembered (_after)
         granted = self._held.peek(fence)  # what this replica's claim txn wrote
         if granted is None:
             return None
@@ -288,15 +336,15 @@ class Renewals:
         claim = k.view.claim
         assert claim is not None
         claim_key = keys.claim(fence.task_id)
-        plan = _Plan(
-            index, k, [*fence_compares(keys, fence), mod_revision_is(claim_key, claim.mod_revision)]
-        )
+        if k.txns.fence is None:
+            k.txns.fence = fence_compares(keys, fence)
+        plan = _Plan(index, k, k.txns.fence, [mod_revision_is(claim_key, claim.mod_revision)])
         if updated is not None:
             plan.ops.append(put(claim_key, encode(updated), lease=claim.lease_id))
             plan.claim = updated
         if renewal.checkpoint is not None:
             attempt_key = keys.attempt(fence.task_id, fence.attempt_id)
-            plan.compares.append(mod_revision_is(attempt_key, k.attempt_revision))
+            plan.pins.append(mod_revision_is(attempt_key, k.attempt_revision))
             if renewal.checkpoint != k.view.attempt.checkpoint:
                 kept = replace(k.view.attempt, checkpoint=renewal.checkpoint)
                 plan.ops.append(put(attempt_key, encode(kept)))
@@ -317,7 +365,7 @@ class Renewals:
         if not plans:
             return
         ctx = self._ctx
-        results = ctx.kv.txn_many([(p.compares, p.ops) for p in plans])
+        results = ctx.kv.txn_many([p.txn() for p in plans])
         landed: list[tuple[_Plan, int]] = []
         for plan, result in zip(plans, results, strict=True):
             if result.succeeded:
@@ -334,15 +382,21 @@ class Renewals:
             if ttls[_lease(plan)] <= 0:  # the lease went away after our txn: ask why
                 ctx.leases.forget(_lease(plan))
                 self._refused(renewals, plan, answers)
-        checks = ctx.kv.txn_many(
-            [(fence_compares(ctx.keys, renewals[p.index].fence), ()) for p, _ in alive]
-        )
+        checks = ctx.kv.txn_many([p.check() for p, _ in alive])  # the fence, again
         now = ctx.clock.now()
+        accepted: dict[int, int] = {}  # lease -> the TTL it was refreshed to
+        validated = 0
         for (plan, revision), check in zip(alive, checks, strict=True):
             if not check.succeeded:
                 self._refused(renewals, plan, answers)
                 continue
-            self._accepted(renewals[plan.index], plan, revision, ttls[_lease(plan)], now, answers)
+            ttl = ttls[_lease(plan)]
+            accepted[_lease(plan)] = ttl
+            validated += self._accepted(renewals[plan.index], plan, revision, ttl, now, answers)
+        ctx.leases.renewed_many(accepted)
+        ctx.metrics.count_acceptances(
+            AcceptancePoint.RENEW, accepted=len(accepted), validated=validated
+        )
 
     def _accepted(
         self,
@@ -352,15 +406,21 @@ class Renewals:
         ttl: int,
         now: float,
         answers: dict[int, RenewAnswer],
-    ) -> None:
-        ctx = self._ctx
+    ) -> bool:
+        """Answer OK; whether the txn that accepted it compared the fence (coverage)."""
+        ctx, fence = self._ctx, renewal.fence
         claim = plan.known.view.claim
         assert claim is not None
-        ctx.leases.renewed(claim.lease_id, ttl)
-        coverage.observe_fence(AcceptancePoint.RENEW, plan.compares, ctx, renewal.fence)
-        self._views.put(renewal.fence, _after(plan, renewal, revision))
+        self._views.put(fence, _after(plan, renewal, revision))
         answers[plan.index] = RenewResult(
             verdict=_OK, ttl=ttl, lease_expires_at=now + ttl, deadline=claim.deadline
+        )
+        return coverage.fence_validated(
+            plan.compares,  # what the accepting txn sent
+            ctx.keys,
+            task_id=fence.task_id,
+            epoch=fence.scheduler_epoch,
+            generation=fence.claim_generation,
         )
 
     def _refused(
@@ -381,16 +441,21 @@ def _lease(plan: _Plan) -> int:
 
 
 def _after(plan: _Plan, renewal: Renewal, revision: int) -> _Known:
-    """The view once ``plan``'s txn landed at ``revision``: what it wrote, as etcd now holds it."""
-    view = plan.known.view
+    """The view once ``plan``'s txn landed at ``revision``: what it wrote, as etcd now holds it
+    (kept to be remembered: the next renewal of the claim decides on it, through its txn)."""
+    known = plan.known
+    written = plan.claim is not None or plan.attempt_written
+    if not written:
+        return known if known.remembered else replace(known, remembered=True)
+    view = known.view
     claim = view.claim
     assert claim is not None
     if plan.claim is not None:
         claim = replace(plan.claim, mod_revision=revision)
-    attempt, attempt_revision = view.attempt, plan.known.attempt_revision
+    attempt, attempt_revision = view.attempt, known.attempt_revision
     if plan.attempt_written and renewal.checkpoint is not None:
         attempt, attempt_revision = replace(attempt, checkpoint=renewal.checkpoint), revision
-    return _Known(replace(view, claim=claim, attempt=attempt), attempt_revision)
+    return _Known(replace(view, claim=claim, attempt=attempt), attempt_revision, True, known.txns)
 
 
 def _duplicates(renewals: Sequence[Renewal]) -> Iterator[tuple[int, CoordinatorError]]:
