@@ -16,7 +16,7 @@ from typing import Any
 
 import etcd3
 
-from coordinator.etcd_process import _free_ports, find_etcd_binary
+from coordinator.etcd_process import find_etcd_binary, free_ports
 
 GRPC_OPTIONS = [("grpc.enable_http_proxy", 0)]
 """Loopback: never route etcd's gRPC through an http_proxy from the environment."""
@@ -57,7 +57,7 @@ class EtcdCluster:
     """Three members with ``--initial-cluster``; ``stop()`` kills every one it started."""
 
     def __init__(self, root: Path, size: int = 3) -> None:
-        ports = _free_ports("127.0.0.1", 2 * size)
+        ports = free_ports("127.0.0.1", 2 * size)
         self.members = [Member(f"m{i}", ports[2 * i], ports[2 * i + 1], root) for i in range(size)]
         self._binary = find_etcd_binary()
         self._initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)

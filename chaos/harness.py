@@ -26,7 +26,7 @@ from chaos.history import EffectWrite, EtcdWrite, Recorder
 from chaos.netns import Netns
 from chaos.proxy import TcpProxy
 from coordinator.demo.outbox import OutboxProcess
-from coordinator.etcd_process import _free_ports
+from coordinator.etcd_process import free_ports
 from coordinator.sdk import PRINCIPAL_METADATA, TaskState, WorkerClient, tls_credentials
 from coordinator.v1 import admin_pb2, admin_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 
@@ -129,7 +129,7 @@ class Replica:
     def __init__(self, name: str, etcd: list[str], root: Path, flags: tuple[str, ...] = ()) -> None:
         self.name = name
         self._flags = flags  # more serve options (a scenario's stream bounds)
-        self.port, self.metrics_port = _free_ports("127.0.0.1", 2)
+        self.port, self.metrics_port = free_ports("127.0.0.1", 2)
         self._etcd, self._log = etcd, root / f"{name}.log"
         self.env: dict[str, str] = {}  # additions to the environment (clock skew)
         self.proc: subprocess.Popen[bytes] | None = None

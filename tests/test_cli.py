@@ -29,7 +29,7 @@ from coordinator.cli import main
 from coordinator.cli.local_up import STATE_DIR_ENV, state_file
 from coordinator.config import Config, parse_endpoints
 from coordinator.errors import ConfigError
-from coordinator.etcd_process import EtcdProcess, find_etcd_binary
+from coordinator.etcd_process import EtcdProcess, find_etcd_binary, free_port
 from coordinator.v1 import admin_pb2, admin_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
@@ -418,7 +418,7 @@ def test_serve_waits_for_etcd_not_ready_then_serves_once_it_answers(
     prefix: str, tmp_path: Path, processes: list[Process]
 ) -> None:
     later = EtcdProcess(binary=find_etcd_binary())  # ports chosen, nothing running yet
-    (port,) = _free_ports(1)
+    port = free_port()
     args = ["serve", "--etcd", later.endpoint, "--prefix", prefix, "--insecure"]
     env = {"COORDINATOR_METRICS_LISTEN": "127.0.0.1:0"}
     serve = Process([*args, "--listen", f"127.0.0.1:{port}"], tmp_path / "serve.log", env)
@@ -438,7 +438,7 @@ def test_serve_waits_for_etcd_not_ready_then_serves_once_it_answers(
 def test_serve_stops_cleanly_while_waiting_for_etcd(
     prefix: str, tmp_path: Path, processes: list[Process]
 ) -> None:
-    (port,) = _free_ports(1)
+    port = free_port()
     args = ["serve", "--etcd", f"127.0.0.1:{port}", "--prefix", prefix, "--insecure"]
     env = {"COORDINATOR_METRICS_LISTEN": "127.0.0.1:0"}
     serve = Process([*args, "--listen", "127.0.0.1:0"], tmp_path / "serve.log", env)
@@ -446,17 +446,6 @@ def test_serve_stops_cleanly_while_waiting_for_etcd(
     eventually(lambda: "etcd not reachable; waiting" in serve.logs(), timeout=10)
     assert serve.terminate() == 0, serve.logs()
     assert "Traceback" not in serve.logs()
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 @pytest.fixture

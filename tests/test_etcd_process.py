@@ -17,9 +17,11 @@ from coordinator.errors import CoordinatorError, EtcdNotFound
 from coordinator.etcd_process import (
     DEFAULT_COMPACTION_RETENTION,
     ENV_ETCD_BIN,
+    LISTEN_PORTS,
     EtcdProcess,
     find_etcd_binary,
     free_port,
+    free_ports,
 )
 from tests.helpers import eventually
 
@@ -116,6 +118,15 @@ def test_free_port_is_bindable() -> None:
     port = free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_free_ports_are_distinct_and_below_the_ephemeral_range() -> None:
+    # Below the range connect() takes source ports from: no outgoing connection can take one
+    # between the pick and the listener's bind.
+    ports = free_ports("127.0.0.1", 40)
+    assert len(set(ports)) == 40
+    low, high = LISTEN_PORTS
+    assert all(low <= port <= high for port in ports)
 
 
 def test_start_put_get_stop() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from chaos.harness import CHANNEL_OPTIONS, TlsFiles
 from chaos.runner import run_scenario
-from coordinator.etcd_process import EtcdProcess, _free_ports
+from coordinator.etcd_process import EtcdProcess, free_ports
 from coordinator.sdk import RetryPolicy, TransportError, WorkerClient
 from tests.auth.certs import CertificateAuthority
 from tests.auth.conftest import TokenRing
@@ -36,7 +36,7 @@ def staging(etcd: EtcdProcess, prefix: str, tmp_path: Path) -> Iterator[tuple[st
     ring = TokenRing(tmp_path / "tokens.json")
     ring.certificates = {"chaos-client": ROLES}
     token = ring.issue("chaos", ROLES)
-    port, metrics = _free_ports("127.0.0.1", 2)
+    port, metrics = free_ports("127.0.0.1", 2)
     target = f"127.0.0.1:{port}"
     args = [
         *("serve", "--etcd", etcd.endpoint, "--listen", target, "--prefix", prefix),
