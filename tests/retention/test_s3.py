@@ -4,7 +4,6 @@ extra, so CI runs these; skipped with the reason where they are not installed)."
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -15,17 +14,12 @@ import pytest
 
 from coordinator.archive import ArchiveError, open_sink
 from coordinator.clock import ManualClock
+from coordinator.etcd_process import free_port
 from tests.helpers import eventually
 from tests.retention.test_pruner import PAST, finish
 
 pytest.importorskip("boto3", reason="the S3 sink needs boto3: pip install 'coordinator[s3]'")
 pytest.importorskip("moto", reason="moto's S3 server stands in for S3: pip install 'moto[server]'")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -39,7 +33,7 @@ def s3_url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         "no_proxy": "127.0.0.1",
     }.items():
         monkeypatch.setenv(name, value)
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
