@@ -260,6 +260,23 @@ class GroupCommit:
         )
 
 
+def in_order_runs(requests: list[TxnRequest]) -> list[list[int]]:
+    """``requests`` (indexes into it) cut into consecutive runs that may each share one batch
+    by the batcher's own rule: sent run after run, they do what the txns would do one after
+    another in their order."""
+    runs: list[list[int]] = []
+    batch = _Batch()
+    for i, request in enumerate(requests):
+        item = _Pending(request)
+        if runs and batch.admit(item):
+            runs[-1].append(i)
+        else:
+            batch = _Batch()
+            batch.admit(item)
+            runs.append([i])
+    return runs
+
+
 def footprint(request: TxnRequest) -> _Footprint:
     """The keys ``request`` compares, reads and writes."""
     reads: list[tuple[bytes, bytes]] = [_span(c.key, c.range_end) for c in request.compare]

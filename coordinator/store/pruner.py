@@ -54,8 +54,7 @@ DEFAULT_RATE = 500.0
 """etcd requests per second the pruner of one replica makes, at most (about one per task):
 twice what one replica finishes on 2 cores (about 250 tasks/s), so in the steady state it never
 binds, and a backlog (an outage, a lowered retention, an upgrade) drains at a bounded pace."""
-# Prune txns in flight at once, and history reads of a page (each at most one 4 MiB message).
-_PRUNE_THREADS = 32
+# History reads of a page in flight at once (each at most one 4 MiB message).
 _READ_AHEAD = 4
 # Due keys read per page; a page is archived in one sink write, unless its histories pass
 # _ARCHIVE_BYTES: then in several, so a pass holds at most that much (plus one read's worth).
@@ -259,27 +258,26 @@ class Pruner:
             return
         self._ctx.metrics.archived_tasks.inc(len(ready))
         report.archived += len(ready)
-        # Several prune txns in flight: one at a time, etcd's latency would cap the pruner
-        # (measured: 75 tasks/s at 13 ms a txn on a loaded 2-core machine, behind a pool
-        # finishing 250/s); the pacer still bounds their rate, and group commit folds the
-        # concurrent txns into shared round trips.
-        with ThreadPoolExecutor(min(_PRUNE_THREADS, len(ready)), "pruner-txn") as pool:
-            done = list(pool.map(lambda item: self._prune(item[1], item[0], location), ready))
-        report.pruned += done.count(True)
-        report.lost += done.count(False)
-
-    def _prune(self, history: TaskHistory, due_key: str, location: str) -> bool | None:
-        """The prune txn of one archived task; False if its CAS failed (it moved, or another
-        replica pruned it first), None if the pruner is stopping."""
+        # The page's prune txns go together (one etcd request when none touches another's
+        # keys; sent one at a time, etcd's latency capped the pruner at 75 tasks/s on a loaded
+        # 2-core machine, and 32 threads through group commit cost a tenth of the coordinator's
+        # CPU under load); each still takes a pacer slot of its own.
         if self._stop.is_set():
-            return None
-        txn = prune_txn(self._ctx, history, due_key, archive=location, now=self._ctx.clock.now())
-        if not self._ctx.kv.txn(txn.compares, txn.ops).succeeded:
-            return False
-        self._ctx.metrics.pruned_tasks.inc()
-        if txn.pending:
-            self._finish(history.task_id)
-        return True
+            return
+        now = self._ctx.clock.now()
+        txns = [
+            prune_txn(self._ctx, history, due_key, archive=location, now=now)
+            for due_key, history in ready
+        ]
+        results = self._ctx.kv.txn_in_order([(txn.compares, txn.ops) for txn in txns])
+        for (_, history), txn, result in zip(ready, txns, results, strict=True):
+            if not result.succeeded:  # it moved, or another replica pruned it first
+                report.lost += 1
+                continue
+            report.pruned += 1
+            self._ctx.metrics.pruned_tasks.inc()
+            if txn.pending:
+                self._finish(history.task_id)
 
     def _defer(self, history: TaskHistory, due_key: str) -> None:
         """Move a blocked task's due key later, so passes do not read it again and again."""

@@ -21,7 +21,7 @@ from tests.store.support import claim, create
 
 
 class FakeTime:
-    """The pacer's clock: waiting moves it on at once (no test sleeps). Prune txns are sent
+    """The pacer's clock: waiting moves it on at once (no test sleeps). History reads are sent
     from several threads, so each thread's slot (the time it waited until) is its own."""
 
     def __init__(self) -> None:
@@ -46,32 +46,48 @@ class FakeTime:
 
 
 class Recording:
-    """The pruner's etcd connection, noting the pacer's time of every request made through it
-    (after its slot was taken, so the time is the slot's)."""
+    """The pruner's etcd connection, noting the pacer's time of every slot taken through it,
+    and every request made through it that took no slot of its own (``unpaced``)."""
 
     def __init__(self, inner: Any, time: FakeTime, log: list[float]) -> None:
         self._inner, self._time, self.log = inner, time, log
+        self.unpaced: list[str] = []
         self._lock = threading.Lock()
+        self._mine = threading.local()  # slots this thread took
 
     def paced(self, take: Callable[[], None]) -> Recording:
-        return Recording(self._inner.paced(take), self._time, self.log)
+        twin = Recording(self._inner, self._time, self.log)
 
-    def _noted(self, result: Any) -> Any:
-        with self._lock:
-            self.log.append(self._time.slot())
+        def noted() -> None:
+            take()
+            with twin._lock:
+                twin.log.append(self._time.slot())
+            twin._mine.taken = getattr(twin._mine, "taken", 0) + 1
+
+        twin._inner = self._inner.paced(noted)
+        return twin
+
+    def _request(self, what: str, call: Callable[[], Any], slots: int = 1) -> Any:
+        before = getattr(self._mine, "taken", 0)
+        result = call()
+        if getattr(self._mine, "taken", 0) - before < slots:
+            self.unpaced.append(what)
         return result
 
     def txn(self, *args: Any, **kwargs: Any) -> Any:
-        return self._noted(self._inner.txn(*args, **kwargs))
+        return self._request("txn", lambda: self._inner.txn(*args, **kwargs))
+
+    def txn_in_order(self, txns: Any) -> Any:
+        return self._request("txn_in_order", lambda: self._inner.txn_in_order(txns), len(txns))
 
     def read(self, *ops: Any) -> Any:
-        return self._noted(self._inner.read(*ops))
+        return self._request("read", lambda: self._inner.read(*ops))
 
     def get(self, key: str) -> Any:
-        return self._noted(self._inner.get(key))
+        return self._request("get", lambda: self._inner.get(key))
 
     def range_page(self, *args: Any, **kwargs: Any) -> Any:
-        return self._noted(self._inner.range_page(*args, **kwargs))
+        return self._request("range_page", lambda: self._inner.range_page(*args, **kwargs))
 
     def prefix_end(self, prefix: str) -> str:
         return str(self._inner.prefix_end(prefix))
@@ -94,14 +110,18 @@ def test_the_rate_limit_paces_every_request_of_a_pass_reads_defers_and_expiries_
     clock.advance(PAST)
     fake, rate = FakeTime(), 10.0
     log: list[float] = []
-    ctx = replace(store.ctx, kv=cast(Any, Recording(store.ctx.kv, fake, log)))
+    recording = Recording(store.ctx.kv, fake, log)
+    ctx = replace(store.ctx, kv=cast(Any, recording))
     pruner = Pruner(ctx, sink, pacer=Pacer(rate, clock=fake.clock, wait=fake.wait))
+    paced = cast(Recording, pruner._ctx.kv)
 
     report = pruner.run_pass()
 
     assert (report.pruned, report.deferred, report.tombstones_expired) == (40, 1, 20)
     # Every request had a slot of its own, one per 1/rate: the index pages, the batched history
-    # reads, the defer txn and the tombstone txn as much as the prune txns.
+    # reads, the defer txn and the tombstone txn as much as the prune txns (a slot each, though
+    # a page of them goes in one request).
+    assert paced.unpaced == []
     slots = sorted(round(t * rate) for t in log)
     assert slots == list(range(len(log))), slots
     per_second = Counter(slot // int(rate) for slot in slots)

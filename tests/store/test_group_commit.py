@@ -14,7 +14,7 @@ from coordinator.errors import CoordinatorError
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import EtcdKV
 from coordinator.store.etcd import create_revision_is, delete, get, get_prefix, put
-from coordinator.store.group_commit import GroupCommit, TxnOutcome
+from coordinator.store.group_commit import GroupCommit, TxnOutcome, in_order_runs
 from tests.helpers import eventually
 
 
@@ -285,3 +285,38 @@ def test_no_write_skew_under_contention(kv: EtcdKV, prefix: str) -> None:
         per_round[round_key] = per_round.get(round_key, 0) + 1
     assert len(per_round) == pairs * rounds
     assert set(per_round.values()) == {1}
+
+
+# --- txns in order, several per round trip (the pruner's page) -------------------------------
+
+
+def test_in_order_runs_cut_where_a_txn_touches_an_earlier_ones_keys() -> None:
+    requests = [
+        _request(success=[put("/a", b"")]),
+        _request(success=[put("/b", b"")]),
+        _request([create_revision_is("/a", 0)], [put("/c", b"")]),  # reads what the first wrote
+        _request(success=[put("/d", b"")]),
+        _request(success=[put("/d", b"")]),  # writes what the fourth wrote
+    ]
+    assert in_order_runs(requests) == [[0, 1], [2, 3], [4]]
+    assert in_order_runs([]) == []
+
+
+def test_txns_in_order_act_one_after_another_and_share_round_trips(kv: EtcdKV, prefix: str) -> None:
+    slots: list[int] = []
+    paced = kv.paced(lambda: slots.append(1))
+    a, b, c = f"{prefix}/a", f"{prefix}/b", f"{prefix}/c"
+    results = paced.txn_in_order(
+        [
+            ([create_revision_is(a, 0)], [put(a, b"1")]),
+            ([create_revision_is(b, 0)], [put(b, b"1")]),
+            # alone, before the first, it would succeed; after it, it must not
+            ([create_revision_is(a, 0)], [put(c, b"from the third")]),
+            ([create_revision_is(f"{prefix}/d", 0)], [put(f"{prefix}/d", b"1")]),
+        ]
+    )
+    assert [r.succeeded for r in results] == [True, True, False, True]
+    assert results[0].revision == results[1].revision  # one request, one revision
+    assert results[2].revision == results[3].revision > results[1].revision
+    assert kv.get(c) is None
+    assert len(slots) == 4  # a slot of the pacer per txn, as if each were sent alone
