@@ -387,7 +387,11 @@ class EtcdKV:
                 call_credentials=self._client.call_credentials,
             )
 
-        ttls: dict[int, int] = self._call("lease keepalive", call)
+        try:
+            ttls: dict[int, int] = self._call("lease keepalive", call)
+        except TimeoutError as exc:  # the stream's own deadline passed without a status
+            message = f"etcd lease keepalive timed out after {self._timeout} s"
+            raise StoreUnavailable(message) from exc
         return {lease_id: ttls.get(lease_id, 0) for lease_id in ids}
 
     def lease_readings(self, lease_ids: Sequence[int]) -> list[LeaseReading | None]:

@@ -4,10 +4,10 @@ A batch of renewals (store/renewals.py) refreshes every lease of the batch on on
 answers each request in turn, so the cost is one message each way per lease. The sync gRPC API
 hands each streamed message between its own threads (a request iterator drained by one, every
 answer a condition wake-up of the reader), measured at 90 to 170 us of coordinator CPU per lease;
-grpc.aio reads the same stream on an event loop at about 60 us (bench phase ``held``, and the
-script in docs/performance.md). So the stream runs here, on a loop thread of its own, over an aio
-channel to the member the sync client is using; its errors are grpc errors as the sync calls'
-are, translated by the caller (store/etcd.py).
+grpc.aio reads the same stream on an event loop at about 60 us (bench phase ``held``). So the
+stream runs here, on a loop thread of its own, over an aio channel to the member the sync
+client is using; its errors are grpc errors as the sync calls' are, translated by the caller
+(store/etcd.py).
 """
 
 from __future__ import annotations
@@ -41,13 +41,18 @@ class LeaseKeepalives:
         call_credentials: grpc.CallCredentials | None,
     ) -> dict[int, int]:
         """Keep ``lease_ids`` alive on the member at ``target``; each one's TTL as etcd
-        answered it (0: gone; a lease etcd did not answer for is missing). Raises grpc.RpcError."""
+        answered it (0: gone; a lease etcd did not answer for is missing). Raises grpc.RpcError,
+        or TimeoutError if the loop itself did not answer in time."""
         loop = self._running_loop()
         future = asyncio.run_coroutine_threadsafe(
             self._refresh(target, credentials, lease_ids, timeout, metadata, call_credentials),
             loop,
         )
-        return future.result(timeout + 1)
+        try:
+            return future.result(timeout + 1)
+        except TimeoutError:
+            future.cancel()
+            raise
 
     async def _refresh(
         self,
