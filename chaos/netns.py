@@ -13,6 +13,7 @@ import contextlib
 import random
 import secrets
 import subprocess
+import time
 from collections.abc import Sequence
 
 IP = "ip"
@@ -66,6 +67,7 @@ class Netns:
         _ip(*inside, "addr", "add", f"{self.ns_ip}/30", "dev", self.ns_if)
         _ip(*inside, "link", "set", self.ns_if, "up")
         _ip(*inside, "link", "set", "lo", "up")
+        self._wait_up()
         return self
 
     def command(self, argv: Sequence[str]) -> list[str]:
@@ -77,8 +79,22 @@ class Netns:
         _ip("link", "set", self.host_if, "down")
 
     def restore(self) -> None:
-        """Bring the link back up."""
+        """Bring the link back up, and wait until both ends say so."""
         _ip("link", "set", self.host_if, "up")
+        self._wait_up()
+
+    def _wait_up(self, timeout: float = 10.0) -> None:
+        """Until both ends of the veth are operationally up: ``ip link set up`` returns before
+        the kernel has the carrier (CI once found the link still down right after a restore)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            host = _ip("-o", "link", "show", self.host_if, check=False).stdout
+            inner = _ip("-n", self.name, "-o", "link", "show", self.ns_if, check=False).stdout
+            if "state UP" in host and "state UP" in inner:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"veth {self.host_if} not up after {timeout} s: {host.strip()}")
+            time.sleep(0.05)
 
     def delete(self) -> None:
         """Remove the veth pair and the namespace (idempotent)."""
