@@ -259,9 +259,9 @@ class Pruner:
         self._ctx.metrics.archived_tasks.inc(len(ready))
         report.archived += len(ready)
         # The page's prune txns go together (one etcd request when none touches another's
-        # keys; sent one at a time, etcd's latency capped the pruner at 75 tasks/s on a loaded
-        # 2-core machine, and 32 threads through group commit cost a tenth of the coordinator's
-        # CPU under load); each still takes a pacer slot of its own.
+        # keys): sent one at a time, etcd's latency capped the pruner at 75 tasks/s on a loaded
+        # 2-core machine, and sent from 32 threads through group commit they were most of the
+        # pruner's CPU under load (py-spy). Each still takes a pacer slot of its own.
         if self._stop.is_set():
             return
         now = self._ctx.clock.now()
