@@ -254,6 +254,10 @@ class EtcdKV:
         request = etcdrpc.TxnRequest(
             compare=list(compare), success=list(success), failure=list(failure)
         )
+        return self._batched(request)
+
+    def _batched(self, request: Any) -> TxnResult:
+        """``request`` (a TxnRequest), paced, through group commit."""
         if self._before is not None:
             self._before()
         outcome = self._batcher.txn(request)
@@ -279,8 +283,7 @@ class EtcdKV:
         results: list[TxnResult] = []
         for run in in_order_runs(requests):
             if len(run) == 1:
-                outcome = self.txn(requests[run[0]].compare, requests[run[0]].success)
-                results.append(outcome)
+                results.append(self._batched(requests[run[0]]))
                 continue
             for _ in run:
                 if self._before is not None:
