@@ -7,26 +7,20 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from coordinator.archive import ArchiveSink
+from tests.retention.sinks import WrappedSink
 
 
-class KillAfterWrite:
+class KillAfterWrite(WrappedSink):
     """Writes through ``inner``, then kills this process with SIGKILL (no cleanup runs)."""
 
-    def __init__(self, inner: ArchiveSink) -> None:
-        self._inner = inner
-        self.url = inner.url
-
     def write(self, objects: Sequence[dict[str, Any]]) -> str:
-        self._inner.write(objects)
+        self.inner.write(objects)
         os.kill(os.getpid(), signal.SIGKILL)
         raise AssertionError("unreachable: the process was killed")
-
-    def read(self) -> Iterator[dict[str, Any]]:
-        return self._inner.read()
 
 
 def install() -> None:

@@ -16,6 +16,7 @@ from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.domain.validation import MAX_INPUT_BYTES, MAX_RESULT_BYTES
 from coordinator.store import Store
 from coordinator.store.etcd import put
+from tests.retention.sinks import WrappedSink
 from tests.retention.test_pruner import PAST, keys_naming, tombstone_keys
 from tests.store.support import claim, commit, create
 
@@ -104,18 +105,16 @@ def test_a_task_with_12000_attempts_is_archived_whole_and_pruned(
     assert archived == held  # every record, each once
 
 
-class CountingSink:
+class CountingSink(WrappedSink):
     """The test's local sink, counting its writes."""
 
     def __init__(self, inner: LocalSink) -> None:
-        self._inner, self.url, self.writes = inner, inner.url, 0
+        super().__init__(inner)
+        self.writes = 0
 
     def write(self, objects: Sequence[dict[str, Any]]) -> str:
         self.writes += 1
-        return self._inner.write(objects)
-
-    def read(self) -> Any:
-        return self._inner.read()
+        return self.inner.write(objects)
 
 
 def test_tasks_with_the_largest_records_are_read_one_by_one_and_archived_in_bounded_writes(

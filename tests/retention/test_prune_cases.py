@@ -17,6 +17,7 @@ from coordinator.domain.states import TaskState
 from coordinator.errors import NotFound
 from coordinator.store.jobs import JobSpec
 from tests.retention.conftest import RETENTION
+from tests.retention.sinks import WrappedSink
 from tests.retention.test_pruner import (
     PAST,
     count,
@@ -90,19 +91,16 @@ def test_an_open_reconciliation_keeps_its_task_until_it_is_closed(
     assert store.pruner.run_pass().pruned == 1
 
 
-class OpensAReconciliation:
+class OpensAReconciliation(WrappedSink):
     """Confirms the archive, and meanwhile a reconciliation opens on the task."""
 
     def __init__(self, inner: LocalSink, etcd_client: Any, key: str) -> None:
-        self._inner, self._client, self._key = inner, etcd_client, key
-        self.url = inner.url
+        super().__init__(inner)
+        self._client, self._key = etcd_client, key
 
     def write(self, objects: Sequence[dict[str, Any]]) -> str:
         self._client.put(self._key, b'{"owner":"w1"}')
-        return self._inner.write(objects)
-
-    def read(self) -> Any:
-        return self._inner.read()
+        return self.inner.write(objects)
 
 
 def test_a_reconciliation_opened_during_the_prune_keeps_the_task(

@@ -22,6 +22,7 @@ from coordinator.store import Store, TaskSpec
 from coordinator.store.history import entry_value
 from coordinator.store.jobs import JobSpec
 from tests.retention.conftest import RETENTION, TOMBSTONE_RETENTION
+from tests.retention.sinks import WrappedSink
 from tests.store.support import claim, commit, create, snapshot
 
 PAST = RETENTION + 1
@@ -266,20 +267,17 @@ def test_a_sink_that_fails_prunes_nothing_and_is_counted_and_logged(
     assert (line["log_level"], line["tasks"]) == ("error", 2) and "disk full" in line["error"]
 
 
-class CrashAfterArchive:
+class CrashAfterArchive(WrappedSink):
     """Confirms the archive, then loses etcd before the prune (a replica dying in between)."""
 
     def __init__(self, inner: LocalSink, store: list[Store]) -> None:
-        self._inner, self._store = inner, store
-        self.url = inner.url
+        super().__init__(inner)
+        self._store = store
 
     def write(self, objects: Sequence[dict[str, Any]]) -> str:
-        location = self._inner.write(objects)
+        location = self.inner.write(objects)
         self._store[0].ctx.kv.close()
         return location
-
-    def read(self) -> Any:
-        return self._inner.read()
 
 
 def test_a_crash_between_archive_and_prune_archives_twice_and_loses_nothing(
@@ -305,12 +303,12 @@ def test_a_crash_between_archive_and_prune_archives_twice_and_loses_nothing(
         survivor.tasks.get("t1")
 
 
-class MovesTheTask:
+class MovesTheTask(WrappedSink):
     """Confirms the archive, and meanwhile the task key is written again (the task moved)."""
 
     def __init__(self, inner: LocalSink, etcd_client: Any, key: str) -> None:
-        self._inner, self._client, self._key = inner, etcd_client, key
-        self.url = inner.url
+        super().__init__(inner)
+        self._client, self._key = etcd_client, key
         self.moved = False
 
     def write(self, objects: Sequence[dict[str, Any]]) -> str:
@@ -318,10 +316,7 @@ class MovesTheTask:
             value, _ = self._client.get(self._key)
             self._client.put(self._key, value)
             self.moved = True
-        return self._inner.write(objects)
-
-    def read(self) -> Any:
-        return self._inner.read()
+        return self.inner.write(objects)
 
 
 def test_a_task_that_moved_during_the_prune_is_kept(
