@@ -3,57 +3,24 @@ message limit whatever its length, and ListAttempts pages through every attempt.
 
 from __future__ import annotations
 
-import dataclasses
-
 import grpc
 import pytest
 
-from coordinator.domain.records import AttemptRecord, TaskRecord, encode
-from coordinator.domain.states import AttemptEnd
 from coordinator.server.task_service import GET_TASK_ATTEMPTS
 from coordinator.store import Store
-from coordinator.store.context import new_attempt_id
-from coordinator.store.etcd import put
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 from tests.lifecycle.support import create, who
+from tests.store.support import past_attempts
 
 READ = who("viewer")
 HISTORY = 12_000
-
-
-def _past_attempts(store: Store, task: TaskRecord, count: int) -> None:
-    """Write ``count`` released attempts straight into etcd, as that many claim/release cycles
-    would have (12,000 real cycles take minutes here), and count them on the task record."""
-    keys = store.ctx.keys
-    records = [
-        AttemptRecord(
-            task_id=task.task_id,
-            attempt_id=new_attempt_id(n),
-            attempt=n,
-            owner_id="w",
-            revision=1,
-            input_digest=task.input_digest,
-            scheduler_epoch=1,
-            ttl=30,
-            started_at=float(n),
-            claim_generation=n,
-            end=AttemptEnd.RELEASED,
-            ended_at=float(n) + 0.5,
-        )
-        for n in range(1, count + 1)
-    ]
-    for start in range(0, count, 100):
-        batch = records[start : start + 100]
-        store.ctx.kv.txn([], [put(keys.attempt(r.task_id, r.attempt_id), encode(r)) for r in batch])
-    record = dataclasses.replace(task, attempt=count)
-    store.ctx.kv.txn([], [put(keys.task(task.task_id), encode(record))])
 
 
 def test_get_task_answers_whatever_the_history_and_list_attempts_pages_through_all(
     store: Store, tasks: tasks_pb2_grpc.TaskServiceStub
 ) -> None:
     task = create(store, "long")
-    _past_attempts(store, task, HISTORY)
+    past_attempts(store, task, HISTORY)  # 12,000 real cycles take minutes here
     # One more real cycle on top: the claim numbers its attempt after the recorded ones.
     claimed = store.claims.claim("long", principal="w", epoch=1, ttl=30)
     assert claimed.fence is not None

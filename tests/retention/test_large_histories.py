@@ -4,29 +4,23 @@ Each is read page by page at one revision, archived whole, and pruned with every
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from coordinator.archive.local import LocalSink
 from coordinator.clock import ManualClock
 from coordinator.domain.digests import digest_of
-from coordinator.domain.records import AttemptRecord, EventRecord, TaskRecord, encode
-from coordinator.domain.states import AttemptEnd, Op, TaskState
+from coordinator.domain.records import EventRecord, TaskRecord, encode
+from coordinator.domain.states import Op, TaskState
 from coordinator.domain.validation import MAX_INPUT_BYTES, MAX_RESULT_BYTES
 from coordinator.store import Store
 from coordinator.store.etcd import put
 from tests.retention.sinks import WrappedSink
 from tests.retention.test_pruner import PAST, keys_naming, tombstone_keys
-from tests.store.support import claim, commit, create
+from tests.store.support import claim, commit, create, past_attempts, write_in_txns
 
 ATTEMPTS = 12_000
 EVENTS = 3_000
-
-
-def _write(store: Store, ops: list[Any]) -> None:
-    for start in range(0, len(ops), 100):
-        store.ctx.kv.txn([], ops[start : start + 100])
 
 
 def _past_history(store: Store, task: TaskRecord) -> None:
@@ -34,25 +28,7 @@ def _past_history(store: Store, task: TaskRecord) -> None:
     ``EVENTS`` events written straight into etcd, as that many cycles would have: far more than
     4 MiB, under keys that sort before the task's real ones."""
     keys, task_id = store.ctx.keys, task.task_id
-    attempts = [
-        AttemptRecord(
-            task_id=task_id,
-            attempt_id=f"a0-{n:06d}",
-            attempt=n,
-            owner_id="w",
-            revision=1,
-            input_digest=task.input_digest,
-            scheduler_epoch=1,
-            ttl=30,
-            started_at=float(n),
-            claim_generation=n,
-            end=AttemptEnd.RELEASED,
-            ended_at=float(n) + 0.5,
-            checkpoint=b"c" * 200,
-        )
-        for n in range(1, ATTEMPTS + 1)
-    ]
-    _write(store, [put(keys.attempt(task_id, a.attempt_id), encode(a)) for a in attempts])
+    past_attempts(store, task, ATTEMPTS, attempt_id=lambda n: f"a0-{n:06d}", checkpoint=b"c" * 200)
     events = [
         EventRecord(
             task_id=task_id,
@@ -66,12 +42,10 @@ def _past_history(store: Store, task: TaskRecord) -> None:
         for n in range(EVENTS)
     ]
     # Event keys are numbered by the task's state version; these sort before the real ones.
-    _write(
+    write_in_txns(
         store,
         [put(f"{keys.events_prefix(task_id)}0{n:08d}", encode(e)) for n, e in enumerate(events)],
     )
-    record = dataclasses.replace(task, attempt=ATTEMPTS)
-    store.ctx.kv.txn([], [put(keys.task(task_id), encode(record))])
 
 
 def test_a_task_with_12000_attempts_is_archived_whole_and_pruned(

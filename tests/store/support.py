@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from coordinator.domain.decisions import ClaimLimits, Fence
 from coordinator.domain.digests import digest_of
-from coordinator.domain.records import EventRecord, ResultRecord, decode
-from coordinator.domain.states import Outcome
+from coordinator.domain.records import (
+    AttemptRecord,
+    EventRecord,
+    ResultRecord,
+    TaskRecord,
+    decode,
+    encode,
+)
+from coordinator.domain.states import AttemptEnd, Outcome
 from coordinator.store import ClaimResult, CommitResult, Store, TaskSpec
+from coordinator.store.context import new_attempt_id
 from coordinator.store.etcd import put
 from coordinator.store.group_commit import GroupCommit
 from tests.helpers import eventually
@@ -157,3 +166,43 @@ def in_one_revision(store: Store, actions: Sequence[Callable[[], object]]) -> No
         assert rounds[0] == 2, f"the actions took {rounds[0] - 1} round trips, not one"
     finally:
         kv._batcher = original
+
+
+def write_in_txns(store: Store, ops: Sequence[Any], per_txn: int = 100) -> None:
+    """``ops`` written straight into etcd, ``per_txn`` a txn (below etcd's 128)."""
+    for start in range(0, len(ops), per_txn):
+        store.ctx.kv.txn([], ops[start : start + per_txn])
+
+
+def past_attempts(
+    store: Store,
+    task: TaskRecord,
+    count: int,
+    *,
+    attempt_id: Callable[[int], str] = new_attempt_id,
+    checkpoint: bytes = b"",
+) -> None:
+    """``count`` released attempts written straight into etcd, as that many claim/release
+    cycles would have (thousands of real cycles take minutes), counted on the task record."""
+    keys = store.ctx.keys
+    records = [
+        AttemptRecord(
+            task_id=task.task_id,
+            attempt_id=attempt_id(n),
+            attempt=n,
+            owner_id="w",
+            revision=1,
+            input_digest=task.input_digest,
+            scheduler_epoch=1,
+            ttl=30,
+            started_at=float(n),
+            claim_generation=n,
+            end=AttemptEnd.RELEASED,
+            ended_at=float(n) + 0.5,
+            checkpoint=checkpoint,
+        )
+        for n in range(1, count + 1)
+    ]
+    write_in_txns(store, [put(keys.attempt(r.task_id, r.attempt_id), encode(r)) for r in records])
+    record = dataclasses.replace(task, attempt=count)
+    store.ctx.kv.txn([], [put(keys.task(task.task_id), encode(record))])
