@@ -297,7 +297,7 @@ class Metrics:
         """Count one claim txn tried (or refused before it) with its outcome."""
         self.claims.labels(outcome=outcome.name).inc()
 
-    def count_renewal(self, outcome: Outcome, count: int = 1) -> None:
+    def count_renewal(self, outcome: Outcome, count: int) -> None:
         """Count ``count`` renewals answered ``outcome``."""
         self.renewals.labels(outcome=outcome.name).inc(count)
 

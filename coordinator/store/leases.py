@@ -72,12 +72,9 @@ class ClaimLeases:
             self._remember(lease_id, granted, now)
         return ClaimLease(lease_id, granted, float(granted))
 
-    def renewed(self, lease_id: int, ttl: int) -> None:
-        """etcd just refreshed ``lease_id`` to ``ttl`` (a renewal through this replica)."""
-        self.renewed_many({lease_id: ttl})
-
     def renewed_many(self, ttls: Mapping[int, int]) -> None:
-        """etcd just refreshed each lease to its TTL (a batch of renewals, one lock)."""
+        """etcd just refreshed each lease to its TTL (renewals through this replica, a batch
+        under one lock)."""
         now = self._now()
         with self._lock:
             for lease_id, ttl in ttls.items():

@@ -85,7 +85,7 @@ def test_a_renewal_through_this_replica_makes_the_lease_young_again(kv: EtcdKV) 
     leases = ClaimLeases(kv, monotonic=clock)
     lease = leases.acquire(30)
     clock.now += 25
-    leases.renewed(lease.lease_id, kv.keepalive(lease.lease_id))
+    leases.renewed_many({lease.lease_id: kv.keepalive(lease.lease_id)})
     clock.now += 2
     leases.release(lease.lease_id)
     again = leases.acquire(30)
