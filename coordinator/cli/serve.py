@@ -9,15 +9,13 @@ anything connects, with exit code 2 and a message naming the setting.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from click.core import ParameterSource
 
 from coordinator.archive import check_sink
+from coordinator.cli.secret_files import secret_from_file
 from coordinator.config import Config, load_config_file, parse_endpoints
 from coordinator.errors import ConfigError, StoreUnavailable
 from coordinator.logging import LEVELS
@@ -365,26 +363,6 @@ def _security_options(func: F) -> F:
     for option in reversed(options):
         func = option(func)
     return func
-
-
-def secret_from_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A secret option's value, else the contents of the file its ``<ENVVAR>_FILE`` names.
-
-    Kubernetes mounts a Secret as files; a secret in an environment variable shows in the pod
-    spec's env, in ``/proc/<pid>/environ`` and in crash reports, so the chart passes paths.
-    """
-    source = ctx.get_parameter_source(param.name) if param.name else None
-    given = source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
-    if given or not isinstance(param.envvar, str):
-        return value
-    variable = f"{param.envvar}_FILE"  # an environment variable: it beats the config file
-    path = os.environ.get(variable)
-    if not path:
-        return value
-    try:
-        return Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise click.BadParameter(f"{variable}: cannot read {path!r}: {exc}", ctx=ctx) from exc
 
 
 def etcd_security_options(func: F) -> F:
