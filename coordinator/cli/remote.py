@@ -18,6 +18,7 @@ import click
 import grpc
 
 from coordinator.cli.local_up import discover
+from coordinator.cli.secret_files import secret_from_file
 from coordinator.errors import CoordinatorError, NotFound
 from coordinator.sdk._rpc import RetryPolicy, Rpc
 from coordinator.sdk.auth import BearerToken, tls_credentials
@@ -62,7 +63,9 @@ def _options(principal: str) -> list[Callable[[F], F]]:
             envvar="COORDINATOR_TOKEN",
             show_envvar=True,
             default=None,
-            help="Bearer token (prefer the env var: a flag shows in ps).",
+            callback=secret_from_file,
+            help="Bearer token (prefer the env var, or COORDINATOR_TOKEN_FILE naming a file that"
+            " holds it: a flag shows in ps).",
         ),
         click.option(
             "--ca",

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from coordinator.archive import check_sink
+from coordinator.cli.secret_files import secret_from_file
 from coordinator.config import Config, load_config_file, parse_endpoints
 from coordinator.errors import ConfigError, StoreUnavailable
 from coordinator.logging import LEVELS
@@ -370,11 +371,18 @@ def etcd_security_options(func: F) -> F:
         _file("etcd-ca-cert", "PEM CA of etcd's server certificates (TLS to etcd)."),
         _file("etcd-cert", "PEM client certificate for etcd (with --etcd-key)."),
         _file("etcd-key", "PEM private key of --etcd-cert."),
-        _option("etcd-user", default=None, help="etcd user name (etcd auth)."),
+        _option(
+            "etcd-user",
+            default=None,
+            callback=secret_from_file,
+            help="etcd user name (etcd auth); or COORDINATOR_ETCD_USER_FILE naming a file.",
+        ),
         _option(
             "etcd-password",
             default=None,
-            help="etcd password; set it by environment variable, not on the command line.",
+            callback=secret_from_file,
+            help="etcd password; set it by environment variable (or COORDINATOR_ETCD_PASSWORD_FILE"
+            " naming a file holding it), not on the command line.",
         ),
     ]
     for option in reversed(options):
