@@ -5,8 +5,9 @@ enum (unknown numbers included), bytes, string, number and bool fields hold arbi
 (bounded sizes, biased to the edges: protobuf's ranges, 2^62, NaN, "..", the live claim's own
 ids), nested messages and repeated fields included. Each goes through a real gRPC channel to a
 real server with bearer tokens (the worker holding the claim for worker calls, an admin for the
-rest). The answer must be a typed status, never INTERNAL or UNKNOWN, and a refused call must
-leave this test's keyspace exactly as it was.
+rest). The answer must be a typed status, never INTERNAL or UNKNOWN; a refused call must leave
+this test's keyspace exactly as it was; and a request holding a Timestamp or Duration that
+breaks protobuf's own rules is never answered OK (issue 24 found {1 s, -5 ns} written).
 
 The store runs on a frozen ManualClock with its background loops off and every lease at 600 s,
 so nothing but the calls themselves writes while the test runs: a change seen around a refused
@@ -57,6 +58,7 @@ TYPED = frozenset(grpc.StatusCode) - {grpc.StatusCode.INTERNAL, grpc.StatusCode.
 EXAMPLES = 60
 STREAM_EXAMPLES = 15
 NO_SCAN = 3600.0
+_TIMES = ("google.protobuf.Timestamp", "google.protobuf.Duration")
 LONG_LEASES = ClaimLimits(min_ttl=600, max_ttl=600)
 """No lease expires while the test runs (etcd would delete the claim key under it)."""
 
@@ -179,7 +181,7 @@ def _message(descriptor: Descriptor, live: dict[str, Any], depth: int = 0) -> An
     good values only the running server has (the claim's Fence by type, an effect id by field
     name), so calls get past the fence."""
     name = descriptor.full_name
-    if name in ("google.protobuf.Timestamp", "google.protobuf.Duration"):
+    if name in _TIMES:
         cls = message_factory.GetMessageClass(descriptor)
         return st.builds(cls, seconds=_SECONDS, nanos=_NANOS)
     arbitrary = st.fixed_dictionaries(
@@ -218,6 +220,23 @@ def _build(descriptor: Descriptor, values: dict[str, Any]) -> Message:
         else:
             setattr(message, name, value)
     return message
+
+
+def _breaks_protobuf(message: Message) -> bool:
+    """Whether a Timestamp or Duration set anywhere in ``message`` breaks protobuf's own rules
+    (its JSON form, which protobuf builds only for a well-formed value, fails)."""
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        for item in value if field.is_repeated else [value]:
+            if field.message_type.full_name in _TIMES:
+                try:
+                    item.ToJsonString()
+                except ValueError:
+                    return True
+            elif _breaks_protobuf(item):
+                return True
+    return False
 
 
 # --- the server ------------------------------------------------------------------------------
@@ -373,6 +392,8 @@ def test_no_request_reaches_internal(
             before = keyspace()
             code, details = _send(channel, method, request, metadata)
             assert code in TYPED, f"{method.name} answered {code.name}: {details}"
+            if _breaks_protobuf(request):
+                assert code is not grpc.StatusCode.OK, "a broken Timestamp or Duration was taken"
             if code is not grpc.StatusCode.OK and code is not grpc.StatusCode.DEADLINE_EXCEEDED:
                 assert keyspace() == before, f"refused {code.name} yet wrote: {details}"
 
