@@ -65,6 +65,12 @@ def refused(
     assert probe() == before
 
 
+def resumes_at(token: str) -> str:
+    """The position a page token resumes at: the part before its check (a token is
+    ``<position>~<check>``, coordinator/server/page_tokens.py)."""
+    return token.partition("~")[0]
+
+
 def as_unary(fake: Callable[..., Any]) -> Any:
     """``fake`` where a gRPC unary method is expected (``Rpc.call``): a test double that
     takes ``(request, *, timeout, metadata)`` like a real multi-callable."""

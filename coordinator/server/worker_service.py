@@ -304,13 +304,15 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     ) -> worker_pb2.ListOpenEffectsResponse:
         """One page of uncertain effects (read-only)."""
         tid = task_id(request.task_id) if request.task_id else ""
-        effects, token = self._store.effects.list_open(
+        rpc = "ListOpenEffects"
+        effects, position = self._store.effects.list_open(
             task_id=tid,
             page_size=common_wire.parse_page_size(request.page_size),
-            page_token=effect_wire.parse_open_effects_page_token(request.page_token, tid),
+            page_token=effect_wire.parse_effects_page_token(request.page_token, tid, rpc),
         )
         return worker_pb2.ListOpenEffectsResponse(
-            effects=[effect_wire.effect_to_proto(e) for e in effects], next_page_token=token
+            effects=[effect_wire.effect_to_proto(e) for e in effects],
+            next_page_token=effect_wire.effects_page_token(position, tid, rpc),
         )
 
     @rpc
@@ -319,12 +321,14 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     ) -> worker_pb2.ListEffectsResponse:
         """One page of effects in every state, from the per-task effect index (read-only)."""
         tid = task_id(request.task_id) if request.task_id else ""
-        token = effect_wire.parse_open_effects_page_token(request.page_token, tid, "ListEffects")
-        effects, next_token = self._store.effects.list_all(
+        rpc = "ListEffects"
+        token = effect_wire.parse_effects_page_token(request.page_token, tid, rpc)
+        effects, position = self._store.effects.list_all(
             task_id=tid, page_size=common_wire.parse_page_size(request.page_size), page_token=token
         )
         return worker_pb2.ListEffectsResponse(
-            effects=[effect_wire.effect_to_proto(e) for e in effects], next_page_token=next_token
+            effects=[effect_wire.effect_to_proto(e) for e in effects],
+            next_page_token=effect_wire.effects_page_token(position, tid, rpc),
         )
 
     @rpc

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.domain import validation
@@ -157,14 +156,7 @@ def parse_failure_report(request: worker_pb2.FailRequest) -> FailureReport:
 def _parse_requeue_delay(request: worker_pb2.FailRequest) -> float:
     if not request.HasField("requeue_delay"):
         return 0.0
-    return _at_most("requeue_delay", request.requeue_delay, MAX_REQUEUE_DELAY)
-
-
-def _at_most(field: str, value: Duration, limit: float) -> float:
-    total = parse_duration(field, value)
-    if total > limit:
-        raise InvalidArgument(f"{field} must be at most {limit:g} s, got {total:g} s")
-    return total
+    return parse_duration("requeue_delay", request.requeue_delay, at_most=MAX_REQUEUE_DELAY)
 
 
 # --- domain -> proto -------------------------------------------------------------------------

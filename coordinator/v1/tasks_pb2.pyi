@@ -198,7 +198,9 @@ class ListAttemptsRequest(_message.Message):
     page_size: _builtins.int
     """1-1000; 0 means 100."""
     page_token: _builtins.str
-    """Empty for the first page, else next_page_token of the previous one."""
+    """Empty for the first page, else next_page_token of the previous one, unchanged and with the
+    same filters: any other token is INVALID_ARGUMENT (it is opaque and carries a check).
+    """
     def __init__(
         self,
         *,
@@ -256,6 +258,9 @@ class ListTasksRequest(_message.Message):
     page_size: _builtins.int
     """1-1000; 100 when 0."""
     page_token: _builtins.str
+    """Empty for the first page, else next_page_token of the previous one, unchanged and with the
+    same filters: any other token is INVALID_ARGUMENT (it is opaque and carries a check).
+    """
     root_task_id: _builtins.str
     """Lineage filters (combinable with each other and with queue and state)."""
     parent_task_id: _builtins.str
@@ -863,7 +868,9 @@ class ListClaimsRequest(_message.Message):
     page_size: _builtins.int
     """1-100; 0 means 50. Each claim on the page costs one LeaseTimeToLive call to etcd."""
     page_token: _builtins.str
-    """Empty for the first page, else next_page_token of the previous one."""
+    """Empty for the first page, else next_page_token of the previous one, unchanged and with the
+    same filters: any other token is INVALID_ARGUMENT (it is opaque and carries a check).
+    """
     def __init__(
         self,
         *,
@@ -1021,7 +1028,9 @@ class ListDependenciesRequest(_message.Message):
     page_size: _builtins.int
     """Dependents per page: 1-1000; 0 means 100."""
     page_token: _builtins.str
-    """Empty for the first page, else next_page_token of the previous one."""
+    """Empty for the first page, else next_page_token of the previous one, unchanged and with the
+    same filters: any other token is INVALID_ARGUMENT (it is opaque and carries a check).
+    """
     def __init__(
         self,
         *,

@@ -979,7 +979,9 @@ class ListOpenEffectsRequest(_message.Message):
     page_size: _builtins.int
     """1-1000; 0 means 100."""
     page_token: _builtins.str
-    """Empty for the first page, else next_page_token of the previous one."""
+    """Empty for the first page, else next_page_token of the previous one, unchanged and with the
+    same filters: any other token is INVALID_ARGUMENT (it is opaque and carries a check).
+    """
     def __init__(
         self,
         *,
@@ -1007,7 +1009,9 @@ class ListEffectsRequest(_message.Message):
     page_size: _builtins.int
     """1-1000; 0 means 100."""
     page_token: _builtins.str
-    """Empty for the first page, else next_page_token of the previous one."""
+    """Empty for the first page, else next_page_token of the previous one, unchanged and with the
+    same filters: any other token is INVALID_ARGUMENT (it is opaque and carries a check).
+    """
     def __init__(
         self,
         *,

@@ -14,7 +14,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from coordinator.console.routes.common import Context, attempt
+from coordinator.console.routes.common import Context, attempt, page_token
 from coordinator.console.settings import ConsoleSettings
 from coordinator.sdk._rpc import Rpc
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2
@@ -85,7 +85,7 @@ def tasks(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
         if _known(state_name)
         else types_pb2.TASK_STATE_UNSPECIFIED
     )
-    token = request.query_params.get("page_token", "")[:128]
+    token = page_token(request, "page_token")
     reply = rpc.call(
         rpc.tasks.ListTasks,
         tasks_pb2.ListTasksRequest(
