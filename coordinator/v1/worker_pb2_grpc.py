@@ -188,7 +188,10 @@ class WorkerServiceServicer:
 
     def StageResult(self, request, context):
         """Stages a result in the attempt's own isolated area. Any attempt of the caller may stage,
-        even a fenced one; staging never becomes canonical by itself. Outcome: OK.
+        even a fenced one (current says whether it still holds the claim); staging never becomes
+        canonical by itself. The one exception is the deadline: past the task's
+        schedule_to_close the stage is refused FENCED (DEADLINE_EXCEEDED) and nothing is written.
+        Outcomes: OK, FENCED (reason DEADLINE_EXCEEDED only).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -198,7 +201,8 @@ class WorkerServiceServicer:
         """Makes the result canonical in one transaction: fence compares, canonical result, task state
         (DONE, or REVIEW when review is required), event, claim key removed, lease revoked.
         Outcomes: COMMITTED (also for a retry of the same attempt and digest), FENCED,
-        STALE_INPUT, CANCELLED. Exactly one canonical commit per task revision, ever.
+        STALE_INPUT, CANCELLED: claim.v1's four, and no other (a passed deadline is FENCED with
+        reason DEADLINE_EXCEEDED). Exactly one canonical commit per task revision, ever.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -27,6 +27,7 @@ from coordinator.sdk import (
     LostReason,
     ReleaseOutcome,
     RetryPolicy,
+    StageOutcome,
     TaskInfo,
     TaskRetryPolicy,
     WorkerClient,
@@ -56,6 +57,7 @@ class Held(Protocol):
     def checkpoint(self, data: bytes) -> None: ...
     def wait_lost(self, timeout: timedelta) -> bool: ...
     def commit(self, result: bytes) -> CommitOutcome: ...
+    def stage(self, result: bytes) -> StageOutcome: ...
     def release(self, reason: str = "") -> ReleaseOutcome: ...
     def fail(
         self, error: BaseException | str, *, retryable: bool = True, delay: timedelta | None = None
@@ -183,6 +185,9 @@ class _AsyncHeld:
 
     def commit(self, result: bytes) -> CommitOutcome:
         return self._loop.run(self.claim.commit(result))
+
+    def stage(self, result: bytes) -> StageOutcome:
+        return self._loop.run(self.claim.stage(result))
 
     def release(self, reason: str = "") -> ReleaseOutcome:
         return self._loop.run(self.claim.release(reason))
