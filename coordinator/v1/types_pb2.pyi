@@ -669,7 +669,9 @@ Global___Attempt: _TypeAlias = Attempt  # noqa: Y015
 
 @_typing.final
 class Effect(_message.Message):
-    """One side-effect slot of a task revision: effect_id = H(task_id, revision, node_id, slot)."""
+    """One side-effect slot of a task revision: effect_id = H(task_id, created_revision, revision,
+    node_id, slot) (see WorkerService.PrepareEffect).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -698,7 +700,9 @@ class Effect(_message.Message):
     RECONCILE_ESCALATED_AT_FIELD_NUMBER: _builtins.int
     RECONCILE_NAMED_FIELD_NUMBER: _builtins.int
     effect_id: _builtins.str
-    """"eff-" + 64 hex digits; the idempotency key every generation sends downstream."""
+    """"eff-" + 64 hex digits; the idempotency key every generation sends downstream, unique per
+    task incarnation, revision, node and slot: what a downstream dedupes on.
+    """
     task_id: _builtins.str
     task_revision: _builtins.int
     node_id: _builtins.str

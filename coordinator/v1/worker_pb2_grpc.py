@@ -230,8 +230,13 @@ class WorkerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PrepareEffect(self, request, context):
-        """Side-effect slots. effect_id = H(task_id, task revision, node_id, effect_slot): no attempt,
-        no payload, so every generation of a task revision sends the same idempotency key.
+        """Side-effect slots. effect_id = H(task_id, created_revision, task revision, node_id,
+        effect_slot): no attempt, no payload, so every generation of a task revision sends the same
+        idempotency key. created_revision is the etcd revision that created the task, so a task id
+        created again after its tombstone expired never shares an effect id with the archived task
+        (tasks created before this rule keep H(task_id, task revision, node_id, effect_slot), the
+        ids their effects were prepared with). A downstream dedupes on effect_id and nothing else;
+        the id comes back in PrepareEffectResponse.effect_id.
 
         Binds (or looks up) the slot's effect and says what to do. An acceptance point: the fence
         is compared in the txn that writes the effect. The first prepare creates PREPARED with the
