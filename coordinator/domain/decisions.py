@@ -209,7 +209,8 @@ _ENDED: dict[AttemptEnd, Verdict] = {
     AttemptEnd.TIMED_OUT: Verdict(
         Outcome.FENCED,
         FenceReason.DEADLINE_EXCEEDED,
-        "the task's schedule_to_close deadline passed; it is FAILED (TIMED_OUT)",
+        "the task's schedule_to_close deadline passed: no attempt is current, and the task "
+        "is FAILED (TIMED_OUT) by the deadline pass",
     ),
     AttemptEnd.RELEASED: Verdict(
         Outcome.FENCED, FenceReason.RELEASED, "the attempt released the task"
