@@ -13,7 +13,7 @@ from coordinator.clock import ManualClock
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import ClaimRefused, LossSource, LostReason, WorkerClient
+from coordinator.sdk import ClaimLost, ClaimRefused, LossSource, LostReason, WorkerClient
 from coordinator.server import build_server
 from coordinator.store import EtcdKV, Store
 from tests.conftest import GRPC_OPTIONS
@@ -77,3 +77,6 @@ def test_a_stage_and_a_commit_past_the_deadline_lose_the_claim_deadline_exceeded
     assert [(r.outcome, r.reason, r.source) for r in seen] == [(*fenced, LossSource.STAGE)]
     assert claim.is_lost() and claim.lost_reason == seen[0]
     assert "schedule_to_close deadline passed" in str(seen[0])
+    with pytest.raises(ClaimLost) as lost:
+        claim.check()  # what a handler calls before its next step
+    assert lost.value.reason == seen[0] and "FENCED/DEADLINE_EXCEEDED (stage)" in str(lost.value)
