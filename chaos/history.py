@@ -71,7 +71,6 @@ class Observed(StrEnum):
     PAYLOAD_CONFLICT = "PAYLOAD_CONFLICT"
     NEEDS_APPROVAL = "NEEDS_APPROVAL"
     RECONCILING = "RECONCILING"
-    TIMED_OUT = "TIMED_OUT"
     # How an effect call ended (EffectStatus).
     EXECUTED = "EXECUTED"
     SKIPPED = "SKIPPED"

@@ -20,11 +20,9 @@ from coordinator.domain.states import Op as Transition
 from coordinator.domain.states import TaskState
 
 COMMITTED, FENCED, CLAIMED = Observed.COMMITTED, Observed.FENCED, Observed.CLAIMED
-REFUSED = frozenset(
-    {FENCED, Observed.CANCELLED, Observed.STALE_INPUT, Observed.TIMED_OUT, Observed.LOST}
-)
+REFUSED = frozenset({FENCED, Observed.CANCELLED, Observed.STALE_INPUT, Observed.LOST})
 """Outcomes that leave nothing canonical behind (LOST: an indefinite commit that did not land;
-TIMED_OUT: the task's schedule_to_close passed)."""
+a passed schedule_to_close is FENCED, reason DEADLINE_EXCEEDED)."""
 ANY: frozenset[Observed] = frozenset(Observed)
 """The model does not constrain this operation: every outcome is allowed."""
 

@@ -10,6 +10,9 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
+from coordinator.domain.effect_ids import effect_id
+from coordinator.domain.keys import Keyspace
+
 T = TypeVar("T")
 
 Probe = Callable[[], tuple[int, int]]
@@ -86,3 +89,13 @@ def next_of(call: grpc.CallIterator[T]) -> T:
 def cancel(call: grpc.Call) -> None:
     """Cancel ``call`` (the typing stubs leave ``cancel`` untyped)."""
     call.cancel()  # type: ignore[no-untyped-call]
+
+
+def slot_effect_id(
+    etcd_client: Any, prefix: str, task_id: str, node_id: str, effect_slot: str, revision: int = 1
+) -> str:
+    """The effect id the coordinator gives a slot of ``task_id`` (a task created by this
+    release, so its incarnation, the task key's create_revision, is in the id)."""
+    _, meta = etcd_client.get(Keyspace(prefix).task(task_id))
+    assert meta is not None, f"task {task_id!r} does not exist"
+    return effect_id(task_id, meta.create_revision, revision, node_id, effect_slot)

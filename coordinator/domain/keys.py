@@ -204,7 +204,7 @@ class Keyspace:
     # --- side effects (issue 3, store/effects.py) ---------------------------------------------
 
     def effect(self, effect_id: str) -> str:
-        """One effect record (effect_id = H(task, revision, node, slot))."""
+        """One effect record (effect_id: domain/effect_ids.py)."""
         return f"{self.effects_prefix}{effect_id}"
 
     @property

@@ -51,7 +51,8 @@ class Outcome(_Named):
     PAYLOAD_CONFLICT = 14
     NEEDS_APPROVAL = 15
     RECONCILING = 16
-    TIMED_OUT = 17
+    # 17 was TIMED_OUT: reserved. A passed schedule_to_close deadline answers FENCED with
+    # FenceReason.DEADLINE_EXCEEDED, so Commit keeps claim.v1's four outcomes.
 
 
 class FenceReason(_Named):
@@ -65,6 +66,8 @@ class FenceReason(_Named):
     ALREADY_COMMITTED = 5
     TASK_MOVED = 6
     FAILED = 7
+    # The task's schedule_to_close deadline passed: no attempt is current any more.
+    DEADLINE_EXCEEDED = 8
 
 
 class AttemptEnd(_Named):

@@ -256,9 +256,17 @@ class HeldClaim:
             result_ref=result_ref,
         )
 
-    @staticmethod
-    def _staged(response: worker_pb2.StageResultResponse) -> StageOutcome:
-        return StageOutcome(outcome_of(response.outcome), response.current, response.message)
+    def _staged(self, response: worker_pb2.StageResultResponse) -> StageOutcome:
+        """A refusal (the task's deadline passed) marks the claim lost."""
+        answer = StageOutcome(
+            outcome_of(response.outcome),
+            response.current,
+            response.message,
+            FenceReason(response.reason),
+        )
+        if not answer.staged:
+            self.mark_lost(answer.outcome, answer.reason, answer.message, LossSource.STAGE)
+        return answer
 
     def _authorize_request(self, tool: str, action: str) -> worker_pb2.AuthorizeToolRequest:
         return worker_pb2.AuthorizeToolRequest(

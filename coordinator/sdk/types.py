@@ -70,6 +70,8 @@ class LossSource(StrEnum):
     ERROR = "error"
     # A StartJob (managed job, sdk/managed.py) answered FENCED, CANCELLED or STALE_INPUT.
     JOB = "job"
+    # A StageResult was refused: the task's deadline passed (FENCED, DEADLINE_EXCEEDED).
+    STAGE = "stage"
 
 
 @dataclass(frozen=True)
@@ -205,11 +207,18 @@ class ToolAuthorization:
 
 @dataclass(frozen=True)
 class StageOutcome:
-    """The answer to a stage: always OK; ``current`` says whether the claim was still held."""
+    """The answer to a stage: OK (``current`` says whether the claim was still held), or
+    FENCED with reason DEADLINE_EXCEEDED once the task's deadline passed (nothing staged)."""
 
     outcome: Outcome
     current: bool
     message: str = ""
+    reason: FenceReason = FenceReason.NONE
+
+    @property
+    def staged(self) -> bool:
+        """Whether the result was written to the attempt's staging area."""
+        return self.outcome is Outcome.OK
 
 
 @dataclass(frozen=True)

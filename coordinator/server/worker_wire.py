@@ -13,7 +13,6 @@ from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.failures import FailureReport
 from coordinator.errors import CoordinatorError, InvalidArgument
 from coordinator.server.common_wire import (
-    outcome_to_proto,
     parse_content_digest,
     parse_digest,
     parse_duration,
@@ -222,12 +221,9 @@ def authorize_to_proto(verdict: Verdict) -> worker_pb2.AuthorizeToolResponse:
 
 
 def stage_to_proto(staged: StagingResult) -> worker_pb2.StageResultResponse:
-    """StageResultResponse: the outcome, and whether the staged result is the current one."""
-    return worker_pb2.StageResultResponse(
-        outcome=outcome_to_proto(staged.verdict.outcome),
-        message=staged.verdict.message,
-        current=staged.current,
-    )
+    """StageResultResponse: the outcome (with its reason), and whether the staged result is
+    the current one."""
+    return worker_pb2.StageResultResponse(**verdict_fields(staged.verdict), current=staged.current)
 
 
 def release_to_proto(verdict: Verdict) -> worker_pb2.ReleaseResponse:

@@ -6,7 +6,8 @@ deleted by the transitions themselves, store/transition.py), so the tasks whose 
 are one range from the start of the index to now: O(passed) per pass. Each time-out is a CAS on
 the task as read; a CLAIMED task's claim is ended in the same txn (its claim key deleted, its
 attempt closed TIMED_OUT), so the holder's next acceptance point fails its fence compares and
-reads TIMED_OUT. Every replica runs the pass (store/promoter.py's loop); a task moves once.
+reads FENCED (DEADLINE_EXCEEDED). Every replica runs the pass (store/promoter.py's loop); a task
+moves once.
 """
 
 from __future__ import annotations

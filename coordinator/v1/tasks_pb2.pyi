@@ -88,8 +88,8 @@ class CreateTaskRequest(_message.Message):
     def schedule_to_close(self) -> _duration_pb2.Duration:
         """Optional: the longest the task may take from its creation, across every attempt (1 s to
         365 days). Past it the task moves to FAILED (DEAD_LETTER_REASON_TIMED_OUT) whatever state
-        it waits in; a running attempt is ended (ATTEMPT_END_TIMED_OUT) and its holder's next call
-        is answered OUTCOME_TIMED_OUT.
+        it waits in; a running attempt is ended (ATTEMPT_END_TIMED_OUT) and its holder's calls are
+        answered OUTCOME_FENCED with FENCE_REASON_DEADLINE_EXCEEDED from the deadline on.
         """
 
     def __init__(

@@ -167,10 +167,6 @@ class _OutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Outcome.Value
     owner or an admin resolves it (ResolveEffect) or it escalates to NEEDS_APPROVAL at its
     deadline. ClaimNext skips such a task. No credential, nothing written.
     """
-    OUTCOME_TIMED_OUT: _Outcome.ValueType  # 17
-    """The task's schedule_to_close deadline passed: it is FAILED (DEAD_LETTER_REASON_TIMED_OUT)
-    and this attempt was ended; stop working on it. Nothing was written.
-    """
 
 class Outcome(_Outcome, metaclass=_OutcomeEnumTypeWrapper):
     """The typed result of a worker-side call. Business outcomes are results, never errors."""
@@ -219,10 +215,6 @@ principal, or the one takeover it allows was used): the task is not handed out u
 owner or an admin resolves it (ResolveEffect) or it escalates to NEEDS_APPROVAL at its
 deadline. ClaimNext skips such a task. No credential, nothing written.
 """
-OUTCOME_TIMED_OUT: Outcome.ValueType  # 17
-"""The task's schedule_to_close deadline passed: it is FAILED (DEAD_LETTER_REASON_TIMED_OUT)
-and this attempt was ended; stop working on it. Nothing was written.
-"""
 Global___Outcome: _TypeAlias = Outcome  # noqa: Y015
 
 class _FenceReason:
@@ -246,6 +238,12 @@ class _FenceReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FenceReas
     """The attempt's claim ended for a reason not covered above (task moved on)."""
     FENCE_REASON_FAILED: _FenceReason.ValueType  # 7
     """The holder reported the attempt failed (WorkerService.Fail)."""
+    FENCE_REASON_DEADLINE_EXCEEDED: _FenceReason.ValueType  # 8
+    """The task's schedule_to_close deadline passed: it is (or is about to be) FAILED
+    (DEAD_LETTER_REASON_TIMED_OUT) and no attempt is current; stop working on it. Every
+    acceptance point answers it from the deadline on, before or after the deadline pass ended
+    the attempt (ATTEMPT_END_TIMED_OUT), and writes nothing.
+    """
 
 class FenceReason(_FenceReason, metaclass=_FenceReasonEnumTypeWrapper):
     """Why a call was FENCED (or CANCELLED / STALE_INPUT, where it adds detail)."""
@@ -265,6 +263,12 @@ FENCE_REASON_TASK_MOVED: FenceReason.ValueType  # 6
 """The attempt's claim ended for a reason not covered above (task moved on)."""
 FENCE_REASON_FAILED: FenceReason.ValueType  # 7
 """The holder reported the attempt failed (WorkerService.Fail)."""
+FENCE_REASON_DEADLINE_EXCEEDED: FenceReason.ValueType  # 8
+"""The task's schedule_to_close deadline passed: it is (or is about to be) FAILED
+(DEAD_LETTER_REASON_TIMED_OUT) and no attempt is current; stop working on it. Every
+acceptance point answers it from the deadline on, before or after the deadline pass ended
+the attempt (ATTEMPT_END_TIMED_OUT), and writes nothing.
+"""
 Global___FenceReason: _TypeAlias = FenceReason  # noqa: Y015
 
 class _AttemptEnd:
@@ -553,7 +557,9 @@ class Task(_message.Message):
 
     @_builtins.property
     def deadline(self) -> _timestamp_pb2.Timestamp:
-        """created_at + schedule_to_close: past it the task is FAILED (TIMED_OUT) whatever runs."""
+        """created_at + schedule_to_close: past it the task is FAILED (TIMED_OUT) whatever runs, and
+        its holder's calls are FENCED (FENCE_REASON_DEADLINE_EXCEEDED).
+        """
 
     def __init__(
         self,
@@ -663,7 +669,9 @@ Global___Attempt: _TypeAlias = Attempt  # noqa: Y015
 
 @_typing.final
 class Effect(_message.Message):
-    """One side-effect slot of a task revision: effect_id = H(task_id, revision, node_id, slot)."""
+    """One side-effect slot of a task revision: effect_id = H(task_id, created_revision, revision,
+    node_id, slot) (see WorkerService.PrepareEffect).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -692,7 +700,9 @@ class Effect(_message.Message):
     RECONCILE_ESCALATED_AT_FIELD_NUMBER: _builtins.int
     RECONCILE_NAMED_FIELD_NUMBER: _builtins.int
     effect_id: _builtins.str
-    """"eff-" + 64 hex digits; the idempotency key every generation sends downstream."""
+    """"eff-" + 64 hex digits; the idempotency key every generation sends downstream, unique per
+    task incarnation, revision, node and slot: what a downstream dedupes on.
+    """
     task_id: _builtins.str
     task_revision: _builtins.int
     node_id: _builtins.str

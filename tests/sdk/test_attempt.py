@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from coordinator.domain.decisions import Fence
-from coordinator.domain.effects import effect_id
 from coordinator.domain.jobs import JobState
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.etcd_process import EtcdProcess
@@ -35,8 +34,6 @@ from coordinator.sdk.effects import run_effect
 from coordinator.sdk.managed import run_managed
 from tests.conftest import GRPC_OPTIONS
 from tests.sdk.support import QUEUE, Served, served
-
-KEY = effect_id("t1", 1, "notify", "email")
 
 
 @dataclass
@@ -102,14 +99,17 @@ def cancel(coordinator: Served) -> None:
         pm.cancel_task("t1", reason="not needed")
 
 
-def test_an_effect_goes_through_the_attempt_and_its_key_stays_on_it(attempt: Forwarding) -> None:
+def test_an_effect_goes_through_the_attempt_and_its_key_stays_on_it(
+    coordinator: Served, attempt: Forwarding
+) -> None:
+    key = coordinator.effect_id("t1", "notify", "email")
     down = Recording()
     outcome = run_effect(attempt, "notify", "email", b"hello", down)
-    assert (outcome.status, outcome.sent, outcome.effect_id) == (EffectStatus.EXECUTED, True, KEY)
+    assert (outcome.status, outcome.sent, outcome.effect_id) == (EffectStatus.EXECUTED, True, key)
     assert attempt.calls == ["PrepareEffect", "RecordEffect"]
-    assert down.executed == [KEY]
-    assert attempt.sent_keys.first_send(KEY) is False  # this attempt's ledger has it
-    assert attempt.claim.sent_keys.first_send(KEY) is True  # the Claim's own ledger is another
+    assert down.executed == [key]
+    assert attempt.sent_keys.first_send(key) is False  # this attempt's ledger has it
+    assert attempt.claim.sent_keys.first_send(key) is True  # the Claim's own ledger is another
     assert attempt.losses == []
 
 
