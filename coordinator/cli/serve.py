@@ -28,8 +28,8 @@ _DEFAULTS = Config()
 
 
 def _option(name: str, *, help: str, **kwargs: Any) -> Callable[[F], F]:
-    """``--name``, also read from ``COORDINATOR_NAME`` and config key ``name``; --help shows all
-    three."""
+    """``--name``, also read from ``COORDINATOR_NAME`` (--help shows both; ``serve`` adds its
+    config key, see ``config_keys``)."""
     key = name.replace("-", "_")
     envvar = "COORDINATOR_" + key.upper()
     kwargs.setdefault("show_default", kwargs.get("default") not in (None, False))
@@ -38,7 +38,7 @@ def _option(name: str, *, help: str, **kwargs: Any) -> Callable[[F], F]:
         key,
         envvar=envvar,
         show_envvar=True,
-        help=f"{help} Config key: {key}.",
+        help=help,
         **kwargs,
     )
 
@@ -382,6 +382,15 @@ def etcd_security_options(func: F) -> F:
     return func
 
 
+def config_keys(command: click.Command) -> click.Command:
+    """Name each option's config file key in its --help. Only here: ``up``, ``doctor`` and
+    ``etcd-auth`` share these options but read no config file, so the key would mislead there."""
+    for param in command.params:
+        if isinstance(param, click.Option) and param.expose_value:
+            param.help = f"{param.help} Config key: {param.name}."
+    return command
+
+
 def _load_config_file(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     """Eager ``--config``: the file's settings become the defaults the other options fall back
     to (so a flag or an environment variable still wins)."""
@@ -449,6 +458,7 @@ def run(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
         raise click.ClickException(str(exc)) from exc
 
 
+@config_keys
 @click.command()
 @click.option(
     "--config",
