@@ -116,6 +116,27 @@ def test_up_help() -> None:
     assert "--etcd-bin" in result.output and "--data-dir" in result.output
 
 
+def test_a_setting_from_the_environment_that_conflicts_is_named(tmp_path: Path) -> None:
+    # The shell of `eval "$(coordinator up --print-env)"` keeps COORDINATOR_INSECURE=1.
+    env = {"COORDINATOR_INSECURE": "1"}
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text("{}")
+    result = CliRunner().invoke(main, ["serve", "--token-file", str(tokens)], env=env)
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "insecure cannot be combined with token_file" in said
+    assert "insecure from the environment variable COORDINATOR_INSECURE" in said
+    assert "token_file from --token-file" in said
+    result = CliRunner().invoke(
+        main, ["tasks", "list", "--target", "127.0.0.1:1", "--token", "tok"], env=env
+    )
+    assert result.exit_code == 2, result.output
+    assert (
+        "the environment variable COORDINATOR_INSECURE says to send no credentials, but "
+        "--token gives some: drop one of them" in " ".join(result.output.split())
+    )
+
+
 def test_up_on_a_remote_address_points_to_serve_with_tokens() -> None:
     result = CliRunner().invoke(main, ["up", "--listen", "0.0.0.0:7070"])
     assert result.exit_code == 2, result.output

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from coordinator.archive import check_sink
+from coordinator.cli.origins import with_origins
 from coordinator.config import Config, load_config_file, parse_endpoints
 from coordinator.errors import ConfigError, StoreUnavailable
 from coordinator.logging import LEVELS
@@ -431,7 +432,7 @@ def build_config(**settings: Any) -> Config:
     try:
         return Config(**settings)
     except ConfigError as exc:
-        raise click.BadParameter(str(exc)) from exc
+        raise click.BadParameter(with_origins(str(exc))) from exc
 
 
 def preflight(config: Config) -> None:
@@ -444,7 +445,7 @@ def preflight(config: Config) -> None:
             tls.credentials()
         check_sink(config.archive)
     except ConfigError as exc:
-        raise click.BadParameter(str(exc)) from exc
+        raise click.BadParameter(with_origins(str(exc))) from exc
 
 
 def run(config: Config, *, ready: Callable[[str], None] | None = None) -> int:

@@ -42,6 +42,7 @@ from coordinator.sdk._rpc import RetryPolicy, Rpc
 from coordinator.sdk.auth import BearerToken
 from coordinator.sdk.claim import Claim, LostCallback, claims_of
 from coordinator.sdk.effects import EffectInfo
+from coordinator.sdk.environment import connection
 from coordinator.sdk.managed import DEFAULT_GRACE
 from coordinator.sdk.rediscover import ListedJob, Rediscovered, list_jobs, rediscover, resume_claim
 from coordinator.sdk.types import (
@@ -62,6 +63,12 @@ class WorkerClient:
     or a gRPC URI such as ``dns:///coordinator.example:7070`` (every address the name resolves
     to); the client sticks to one replica and moves to another when it fails (sdk/_target.py).
 
+    What is not passed is read from the environment the CLI reads (sdk/environment.py):
+    ``COORDINATOR_TARGET`` (else 127.0.0.1:50051), ``COORDINATOR_TOKEN``, and TLS from
+    ``COORDINATOR_CA`` / ``COORDINATOR_CLIENT_CERT`` / ``COORDINATOR_CLIENT_KEY``. ``token``:
+    a bearer token sent on every call (the server then takes the principal from it and ignores
+    ``principal``).
+
     Every call has a deadline and is retried on UNAVAILABLE / DEADLINE_EXCEEDED (and on
     RESOURCE_EXHAUSTED: a replica at its concurrency bound ran nothing) only, for up to
     ``RetryPolicy.budget`` (15 s by default) and, behind a claim's fence, no longer than the lease
@@ -72,7 +79,7 @@ class WorkerClient:
 
     def __init__(
         self,
-        target: str | Sequence[str],
+        target: str | Sequence[str] | None = None,
         *,
         principal: str,
         channel_options: Sequence[tuple[str, Any]] | None = None,
@@ -81,16 +88,20 @@ class WorkerClient:
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor[Any, Any]] = (),
         token: str | None = None,
     ) -> None:
-        # ``token``: a bearer token sent on every call (coordinator.sdk.auth); the server then
-        # takes the principal from the token and ignores ``principal``.
-        if token is not None:
-            interceptors = [BearerToken(token), *interceptors]
-        self._rpc = Rpc(
+        chosen = connection(
             target,
+            token=token,
+            credentials=credentials,
+            token_given=any(isinstance(i, BearerToken) for i in interceptors),
+        )
+        if chosen.token is not None:
+            interceptors = [BearerToken(chosen.token), *interceptors]
+        self._rpc = Rpc(
+            chosen.target,
             principal=principal,
             retry=retry or RetryPolicy(),
             channel_options=channel_options,
-            credentials=credentials,
+            credentials=chosen.credentials,
             interceptors=interceptors,
         )
         self._epoch: int | None = None

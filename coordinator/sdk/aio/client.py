@@ -38,6 +38,7 @@ from coordinator.sdk._rpc import RetryPolicy
 from coordinator.sdk.aio._renewer import AsyncRenewer
 from coordinator.sdk.aio._rpc import AsyncRpc
 from coordinator.sdk.aio.claim import AsyncClaim
+from coordinator.sdk.environment import connection
 from coordinator.sdk.types import ClaimRefused, TaskInfo, TaskRetryPolicy, outcome_of
 from coordinator.v1 import admin_pb2, tasks_pb2, worker_pb2
 
@@ -46,7 +47,8 @@ class AsyncWorkerClient:
     """A ``grpc.aio`` connection to a coordinator, acting as one principal.
 
     ``target``, ``credentials``, ``token``, ``retry`` and ``interceptors`` (``grpc.aio`` ones
-    here) mean what they mean for ``WorkerClient``: every call has a deadline and is retried on
+    here) mean what they mean for ``WorkerClient``, read from the same ``COORDINATOR_*``
+    environment when not passed (sdk/environment.py): every call has a deadline and is retried on
     UNAVAILABLE / DEADLINE_EXCEEDED / RESOURCE_EXHAUSTED for up to ``RetryPolicy.budget``
     (behind a claim's fence, no longer than the lease); a call given up after a try that may
     have landed raises OutcomeUnknown, one no try of which reached a coordinator a plain
@@ -57,7 +59,7 @@ class AsyncWorkerClient:
 
     def __init__(
         self,
-        target: str | Sequence[str],
+        target: str | Sequence[str] | None = None,
         *,
         principal: str,
         channel_options: Sequence[tuple[str, Any]] | None = None,
@@ -66,13 +68,14 @@ class AsyncWorkerClient:
         token: str | None = None,
         interceptors: Sequence[aio.UnaryUnaryClientInterceptor[Any, Any]] = (),
     ) -> None:
+        chosen = connection(target, token=token, credentials=credentials)
         self._rpc = AsyncRpc(
-            target,
+            chosen.target,
             principal=principal,
             retry=retry or RetryPolicy(),
             channel_options=channel_options,
-            credentials=credentials,
-            token=token,
+            credentials=chosen.credentials,
+            token=chosen.token,
             interceptors=interceptors,
         )
         self._epoch: int | None = None
