@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         Outcome,
         TaskState,
     )
+    from coordinator.sdk._duration import Duration
     from coordinator.sdk._rpc import PRINCIPAL_METADATA, RetryPolicy
     from coordinator.sdk.aio.effects import ThreadedDownstream
     from coordinator.sdk.auth import BearerToken, tls_credentials
@@ -84,6 +85,7 @@ _EXPORTS: dict[str, str] = {
     "FenceReason": "coordinator.domain.states",
     "Outcome": "coordinator.domain.states",
     "TaskState": "coordinator.domain.states",
+    "Duration": "coordinator.sdk._duration",
     "PRINCIPAL_METADATA": "coordinator.sdk._rpc",
     "RetryPolicy": "coordinator.sdk._rpc",
     "BearerToken": "coordinator.sdk.auth",
@@ -148,6 +150,7 @@ __all__ = [
     "DownstreamRefused",
     "DownstreamResult",
     "DownstreamUncertain",
+    "Duration",
     "EffectInfo",
     "EffectOutcome",
     "EffectState",

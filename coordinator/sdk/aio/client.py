@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
@@ -19,6 +19,7 @@ from grpc import aio
 
 from coordinator.domain.states import Outcome
 from coordinator.errors import AlreadyExists, NotFound
+from coordinator.sdk._duration import Duration
 from coordinator.sdk._held import LostCallback
 from coordinator.sdk._requests import (
     CLAIM_HINT,
@@ -105,10 +106,10 @@ class AsyncWorkerClient:
         self,
         task_id: str,
         *,
-        ttl: timedelta,
+        ttl: Duration,
         expected_state_version: int = 0,
         on_lost: LostCallback | None = None,
-        safety_margin: timedelta | None = None,
+        safety_margin: Duration | None = None,
     ) -> AsyncClaim | ClaimRefused:
         """Claim one task: an AsyncClaim (``async with`` it to run the keepalive) or the typed
         refusal; as ``WorkerClient.claim``."""
@@ -126,10 +127,10 @@ class AsyncWorkerClient:
         self,
         queue: str = "default",
         *,
-        ttl: timedelta,
+        ttl: Duration,
         on_lost: LostCallback | None = None,
-        safety_margin: timedelta | None = None,
-        wait: timedelta | None = None,
+        safety_margin: Duration | None = None,
+        wait: Duration | None = None,
     ) -> AsyncClaim | ClaimRefused:
         """Claim the next ready task of ``queue``; NO_READY_TASK comes back as a ClaimRefused.
         Like ``claim``, it follows a new epoch by itself.
@@ -153,7 +154,7 @@ class AsyncWorkerClient:
         request: AnyClaim,
         *,
         on_lost: LostCallback | None,
-        safety_margin: timedelta | None,
+        safety_margin: Duration | None,
         timeout: float | None = None,
     ) -> AsyncClaim | ClaimRefused:
         # The lease clock (``lease_clock_start``): from the send, or a long poll's answer.
@@ -190,7 +191,7 @@ class AsyncWorkerClient:
         idempotency_key: str = "",
         retry_policy: TaskRetryPolicy | None = None,
         not_before: datetime | None = None,
-        schedule_to_close: timedelta | None = None,
+        schedule_to_close: Duration | None = None,
     ) -> TaskInfo:
         """Create a READY task; as ``WorkerClient.create_task`` (retried only with an explicit
         id or an ``idempotency_key``; with an id, the same task found existing is returned;
