@@ -1,5 +1,5 @@
 """Where a command's setting came from (its flag, its environment variable, the config file), so
-that a refusal can say so.
+that a refusal can say so; and, in --help, which config file key sets it where one is read.
 
 A setting can reach a command without being typed: ``eval "$(coordinator up --print-env)"``
 leaves ``COORDINATOR_INSECURE=1`` in the shell, and a later ``serve --token-file`` was refused
@@ -49,3 +49,12 @@ def with_origins(message: str) -> str:
             if where is not None:
                 found.append(f"{param.name} from {where}")
     return f"{message} ({'; '.join(found)})" if found else message
+
+
+def config_keys(command: click.Command) -> click.Command:
+    """Name each option's config file key in its --help. Only here: ``up``, ``doctor`` and
+    ``etcd-auth`` share these options but read no config file, so the key would mislead there."""
+    for param in command.params:
+        if isinstance(param, click.Option) and param.expose_value:
+            param.help = f"{param.help} Config key: {param.name}."
+    return command

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from coordinator.archive import check_sink
-from coordinator.cli.origins import with_origins
+from coordinator.cli.origins import config_keys, with_origins
 from coordinator.config import Config, load_config_file, parse_endpoints
 from coordinator.errors import ConfigError, StoreUnavailable
 from coordinator.logging import LEVELS
@@ -381,15 +381,6 @@ def etcd_security_options(func: F) -> F:
     for option in reversed(options):
         func = option(func)
     return func
-
-
-def config_keys(command: click.Command) -> click.Command:
-    """Name each option's config file key in its --help. Only here: ``up``, ``doctor`` and
-    ``etcd-auth`` share these options but read no config file, so the key would mislead there."""
-    for param in command.params:
-        if isinstance(param, click.Option) and param.expose_value:
-            param.help = f"{param.help} Config key: {param.name}."
-    return command
 
 
 def _load_config_file(ctx: click.Context, param: click.Parameter, value: str | None) -> None:

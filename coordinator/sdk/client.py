@@ -64,11 +64,8 @@ class WorkerClient:
     or a gRPC URI such as ``dns:///coordinator.example:7070`` (every address the name resolves
     to); the client sticks to one replica and moves to another when it fails (sdk/_target.py).
 
-    What is not passed is read from the environment the CLI reads (sdk/environment.py):
-    ``COORDINATOR_TARGET`` (else 127.0.0.1:50051), ``COORDINATOR_TOKEN``, and TLS from
-    ``COORDINATOR_CA`` / ``COORDINATOR_CLIENT_CERT`` / ``COORDINATOR_CLIENT_KEY``. ``token``:
-    a bearer token sent on every call (the server then takes the principal from it and ignores
-    ``principal``).
+    ``target``, ``token`` (a bearer token: the server then ignores ``principal``) and TLS
+    ``credentials`` not passed come from the CLI's ``COORDINATOR_*`` variables (sdk/environment.py).
 
     Every call has a deadline and is retried on UNAVAILABLE / DEADLINE_EXCEEDED (and on
     RESOURCE_EXHAUSTED: a replica at its concurrency bound ran nothing) only, for up to
