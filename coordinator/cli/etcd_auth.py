@@ -41,7 +41,7 @@ from coordinator.etcd_auth import AuthPlan, EtcdAuthError, EtcdTLS, ensure_auth
     "--root-password",
     envvar="COORDINATOR_ETCD_ROOT_PASSWORD",
     show_envvar=True,
-    callback=secret_from_file,
+    callback=secret_from_file("COORDINATOR_ETCD_ROOT_PASSWORD_FILE"),
     help="etcd root's password; set it by environment variable (or"
     " COORDINATOR_ETCD_ROOT_PASSWORD_FILE naming a file holding it), not on the command line.",
 )

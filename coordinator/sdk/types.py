@@ -23,6 +23,7 @@ from coordinator.domain.states import (
     TaskState,
 )
 from coordinator.errors import CoordinatorError
+from coordinator.sdk._duration import DurationField
 from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
 
 
@@ -304,9 +305,10 @@ class TaskRetryPolicy:
     """A task's retry policy (None fields: the queue's, else the server's default)."""
 
     max_attempts: int | None = None
-    initial_backoff: timedelta | None = None
+    # Durations take seconds too (sdk/_duration.py).
+    initial_backoff: DurationField[timedelta | None] = DurationField(None)
     backoff_multiplier: float | None = None
-    max_backoff: timedelta | None = None
+    max_backoff: DurationField[timedelta | None] = DurationField(None)
     non_retryable_errors: tuple[str, ...] = ()
 
     def to_proto(self) -> types_pb2.RetryPolicy:

@@ -80,7 +80,7 @@ def test_the_cli_reads_the_token_from_the_file_coordinator_token_file_names(
     """The chart mounts a token as a file and names it, never putting it in the environment."""
     token_file = tmp_path / "token"
     token_file.write_text(ring.tokens["pm-1"] + "\n")
-    env = {"COORDINATOR_TOKEN_FILE": str(token_file), "COORDINATOR_TARGET": secured}
+    env = {"COORDINATOR_CLIENT_TOKEN_FILE": str(token_file), "COORDINATOR_TARGET": secured}
     with capture_logs():
         result = CliRunner().invoke(main, ["tasks", "result", "t-1"], env=env)
     assert (result.exit_code, result.stdout) == (0, "the report")

@@ -889,7 +889,7 @@ def test_the_worker_pool_reaches_every_replica_and_outlasts_its_own_grace(values
     )
     assert headless["spec"]["clusterIP"] == "None"
     assert env["COORDINATOR_QUEUE"] == given["queue"]
-    assert _secret_files(pod, container)["COORDINATOR_TOKEN"] == (
+    assert _secret_files(pod, container)["COORDINATOR_CLIENT_TOKEN"] == (
         given["tokenSecret"]["name"],
         given["tokenSecret"].get("key", "token"),
     )

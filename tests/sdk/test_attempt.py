@@ -24,6 +24,7 @@ from coordinator.sdk import (
     Claim,
     ClaimLost,
     DownstreamResult,
+    Duration,
     EffectStatus,
     LossSource,
     RetryPolicy,
@@ -53,7 +54,7 @@ class Forwarding:
         self.calls.append(type(request).__name__.removesuffix("Request"))
         return self.claim.call(method, request)
 
-    def check(self, *, margin: timedelta | None = None) -> None:
+    def check(self, *, margin: Duration | None = None) -> None:
         self.claim.check(margin=margin)
 
     def mark_lost(
