@@ -48,6 +48,24 @@ def stream_alive(context: grpc.ServicerContext) -> Callable[[], bool]:
     return context.is_active if guard is None else guard.alive
 
 
+class CallerOf:
+    """``coordinator.store.Caller`` over a gRPC call: there while ``stream_alive`` says so, and
+    told of the call's end by gRPC's own end-of-call callback (its poller thread calls it when
+    the caller cancels or its deadline passes), not by a periodic look."""
+
+    def __init__(self, context: grpc.ServicerContext) -> None:
+        self._context = context
+        self._alive = stream_alive(context)
+
+    def alive(self) -> bool:
+        """Whether the answer can still reach the caller."""
+        return self._alive()
+
+    def on_end(self, callback: Callable[[], None]) -> bool:
+        """Run ``callback`` when the call ends; False when it has ended already."""
+        return bool(self._context.add_callback(callback))
+
+
 def cut_when_stuck(message: Callable[[], str]) -> Callable[[], None]:
     """``on_behind`` for a follow stream's handler (call it on the handler's thread): counts the
     stream as ended behind, and has the sweep cut it RESOURCE_EXHAUSTED with ``message()`` if

@@ -29,6 +29,7 @@ from coordinator.store.effects import EffectStore
 from coordinator.store.etcd import EtcdKV
 from coordinator.store.events import EventFilter, EventLog, StoredEvent
 from coordinator.store.failures import Failures
+from coordinator.store.give_back import GiveBacks
 from coordinator.store.held import HeldClaims
 from coordinator.store.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
 from coordinator.store.idempotency import IdempotencyStore
@@ -49,6 +50,7 @@ from coordinator.store.results import ResultStore
 from coordinator.store.review import ReviewStore
 from coordinator.store.tasks import TaskStore
 from coordinator.store.types import (
+    Caller,
     ClaimResult,
     CommitResult,
     DrainStatus,
@@ -70,6 +72,7 @@ class Store:
     results: ResultStore
     claims: ClaimStore
     long_poll: LongPoll
+    give_backs: GiveBacks
     acceptance: AcceptancePoints
     renewals: Renewals
     failures: Failures
@@ -132,6 +135,7 @@ class Store:
         # reconciliation decides before a hold for approval.
         gates = (QueuePauseGate(), ReconcileGate(reconcile), ApprovalGate(ctx, ready))
         claims = ClaimStore(ctx, ready, held, gates)
+        give_backs = GiveBacks(ctx, ready, held, acceptance)
         return cls(
             ctx=ctx,
             ready=ready,
@@ -139,7 +143,8 @@ class Store:
             tasks=TaskStore(ctx, ready, dependencies),
             results=ResultStore(ctx),
             claims=claims,
-            long_poll=LongPoll(claims, waiters),
+            long_poll=LongPoll(claims, waiters, give_backs),
+            give_backs=give_backs,
             acceptance=acceptance,
             renewals=Renewals(ctx, acceptance, held, RenewViews()),
             failures=Failures(ctx, ready, held, acceptance),
@@ -199,6 +204,7 @@ class Store:
 
 
 __all__ = [
+    "Caller",
     "ClaimLimits",
     "ClaimResult",
     "CommitResult",

@@ -20,7 +20,7 @@ from coordinator.store.long_poll import LongPoll, ReadyWaiters
 from coordinator.store.types import ClaimResult
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
-from tests.helpers import eventually
+from tests.helpers import InProcessCaller, eventually
 from tests.store.support import StoreFactory
 
 Probe = Callable[[], tuple[int, int]]
@@ -178,15 +178,15 @@ def test_a_winner_hands_the_turn_on_so_a_backlog_is_not_left_waiting(
     for n in range(2):
         store.tasks.create(TaskSpec(task_id=f"t{n}"), by="pm")
     waiters = ReadyWaiters(4, store.ctx.metrics)
-    poll = LongPoll(store.claims, waiters)
+    poll = LongPoll(store.claims, waiters, store.give_backs)
 
     def claim(who: str) -> ClaimResult:
         epoch = store.admin.epoch()
         return poll.claim_next(
-            "default", principal=who, epoch=epoch, ttl=30, wait=3.0, alive=lambda: True
+            "default", principal=who, epoch=epoch, ttl=30, wait=3.0, caller=InProcessCaller()
         )
 
-    with waiters.enter("default"):
+    with waiters.enter("default", InProcessCaller()):
         first = pool.submit(claim, "a")
         eventually(lambda: waiters.count() == 2, message="a is not waiting")
         second = pool.submit(claim, "b")
