@@ -104,6 +104,14 @@ class InProcessCaller:
             self._callbacks.append(callback)
             return True
 
+    def answer_lost(self) -> bool:
+        """An in-process call's answer always arrives."""
+        return False
+
+    def replayable(self) -> bool:
+        """No idempotency key."""
+        return False
+
     def leave(self) -> None:
         """The call ends: every callback runs, once."""
         with self._lock:

@@ -193,6 +193,7 @@ class Store:
         self.promoter.close()
         if self.pruner is not None:
             self.pruner.close()
+        self.give_backs.close()
         self.ready.close()
 
     def queue_report(self, *, cap: int = MAX_REPORTED_QUEUES) -> QueueReport:

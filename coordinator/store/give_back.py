@@ -15,6 +15,7 @@ anything have touched the task since the claim.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import NoReturn
 
@@ -51,13 +52,36 @@ class GiveBacks:
         self._ready = ready
         self._held = held
         self._acceptance = acceptance
+        # One thread: give-backs found after the call ended are rare, each one small txn.
+        self._late = ThreadPoolExecutor(max_workers=1, thread_name_prefix="give-back")
 
     def deliver(self, results: list[ClaimResult], caller: Caller, *, by: str) -> list[ClaimResult]:
         """``results`` when their answer can still reach ``caller``; else every claim among
-        them is given back and Undelivered raised (so no replay stores the answer)."""
-        if not any(r.fence is not None for r in results) or caller.alive():
+        them is given back and Undelivered raised (so no replay stores the answer).
+
+        The answer can still be lost after this look: the caller leaves while it is sent, or
+        left already and the replica has not heard yet (measured on a loaded host: a cancel
+        heard 0.25 s late, so the claim was answered into a cancelled call and its attempt
+        later expired, counted). So once the call ended, if gRPC says the answer never went out,
+        the claims are given back then, unless a retry would replay them (``replayable``)."""
+        claimed = [r for r in results if r.fence is not None]
+        if not claimed:
             return results
-        self.undelivered(results, by=by)
+        if not caller.alive():
+            self.undelivered(results, by=by)
+        if not caller.replayable():
+
+            def ended() -> None:
+                if caller.answer_lost():  # on gRPC's thread: the txns run on our own
+                    self._late.submit(self.give_back_all, claimed, by=by)
+
+            if not caller.on_end(ended):
+                ended()
+        return results
+
+    def close(self) -> None:
+        """Finish the give-backs of answers found lost (the store is closing)."""
+        self._late.shutdown(wait=True)
 
     def undelivered(self, results: list[ClaimResult], *, by: str) -> NoReturn:
         """Give back the claims among ``results``, which nobody will receive, and raise

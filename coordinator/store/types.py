@@ -71,6 +71,16 @@ class Caller(Protocol):
         it ends; False, and no call, when it has ended already."""
         ...
 
+    def answer_lost(self) -> bool:
+        """Once the call ended: whether its answer never went out (gRPC saw the caller cancel,
+        or its deadline pass, before the answer was sent). False when it cannot tell."""
+        ...
+
+    def replayable(self) -> bool:
+        """Whether a retry of the call is answered with this call's answer (an idempotency
+        key): then a lost answer is recovered by the retry, not given back."""
+        ...
+
 
 @dataclass(frozen=True)
 class RenewResult:

@@ -19,7 +19,7 @@ from coordinator.domain.idempotency import IDEMPOTENCY_METADATA_KEY
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.metrics import Metrics
-from coordinator.server import PRINCIPAL_METADATA_KEY, build_server
+from coordinator.server import PRINCIPAL_METADATA_KEY, build_server, stream_interceptor
 from coordinator.store import EtcdKV, EventFilter, Keyspace, Store, TaskSpec, long_poll
 from coordinator.store.types import ClaimResult
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
@@ -188,3 +188,57 @@ def test_a_claim_by_id_whose_caller_left_is_given_back_too(
         eventually(lambda: store.tasks.get("t").state is TaskState.READY, message="kept")
     assert _attempts(store, "t") == [(1, AttemptEnd.UNDELIVERED)]
     assert sample(metrics, UNDELIVERED, queue="default") == 1
+
+
+@pytest.mark.parametrize("key", ["", "poll-2"], ids=["no-key", "idempotency-key"])
+def test_an_answer_lost_after_the_last_look_is_given_back_once_the_call_ended(
+    store: Store,
+    worker: worker_pb2_grpc.WorkerServiceStub,
+    held: _HeldClaim,
+    monkeypatch: pytest.MonkeyPatch,
+    metrics: Metrics,
+    key: str,
+) -> None:
+    # The replica has not heard that its caller left (measured: a cancel heard 0.25 s late on
+    # a loaded host), so it answers into a call gRPC then finds cancelled. Without a key the
+    # claim is given back once the call ended; with one it stays for the retry to replay.
+    # A ClaimNext that does not wait: no waiter whose end-of-call callback is heard first.
+    monkeypatch.setattr(stream_interceptor.CallerOf, "alive", lambda self: True)
+    store.tasks.create(TaskSpec(task_id="t"), by="pm")
+    with futures.ThreadPoolExecutor(1) as pool:
+        call = pool.submit(worker.ClaimNext, _poll(0), metadata=_who("left", key), timeout=1)
+        eventually(lambda: held.claimed, message="the claim txn did not land")
+        _deadline_exceeded(call.result)
+        held.go.set()
+    lost = held.claimed[0]
+    assert lost.fence is not None
+    if not key:
+        eventually(lambda: store.tasks.get("t").state is TaskState.READY, message="kept")
+        assert _attempts(store, "t") == [(1, AttemptEnd.UNDELIVERED)]
+        assert sample(metrics, UNDELIVERED, queue="default") == 1
+        return
+    held.claimed.clear()
+    retry = worker.ClaimNext(_poll(0), metadata=_who("left", key), timeout=30)
+    assert (retry.outcome, retry.fence.attempt_id) == (
+        types_pb2.OUTCOME_CLAIMED,
+        lost.fence.attempt_id,
+    )
+    assert held.claimed == []  # replayed: no claim txn ran
+    assert store.tasks.get("t").state is TaskState.CLAIMED
+    assert sample(metrics, UNDELIVERED, queue="default") == 0
+
+
+def test_a_delivered_claim_is_not_given_back_when_its_call_ends(
+    store: Store, worker: worker_pb2_grpc.WorkerServiceStub, metrics: Metrics
+) -> None:
+    # gRPC's own account of the call (answer_lost reads it) says "closed", not "cancelled".
+    store.tasks.create(TaskSpec(task_id="t"), by="pm")
+    answer = worker.ClaimNext(_poll(4), metadata=_who("live"), timeout=30)
+    assert answer.outcome == types_pb2.OUTCOME_CLAIMED
+    # Another call through the same path after it, so the first one's end has been handled.
+    store.tasks.create(TaskSpec(task_id="u"), by="pm")
+    second = worker.ClaimNext(_poll(4), metadata=_who("live"), timeout=30)
+    assert second.outcome == types_pb2.OUTCOME_CLAIMED
+    store.give_backs.close()  # every give-back found after a call's end has run
+    assert store.tasks.get("t").state is TaskState.CLAIMED
+    assert sample(metrics, UNDELIVERED, queue="default") == 0
