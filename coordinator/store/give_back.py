@@ -73,7 +73,10 @@ class GiveBacks:
 
             def ended() -> None:
                 if caller.answer_lost():  # on gRPC's thread: the txns run on our own
-                    self._late.submit(self.give_back_all, claimed, by=by)
+                    try:
+                        self._late.submit(self.give_back_all, claimed, by=by)
+                    except RuntimeError:  # the store is closing: the leases expire instead
+                        log.warning("lost claim answer not given back: the store is closing")
 
             if not caller.on_end(ended):
                 ended()

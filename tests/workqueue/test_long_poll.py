@@ -240,3 +240,23 @@ def test_a_waiter_on_one_replica_is_woken_by_a_task_made_ready_through_another(
     answer = waiting.result(timeout=10)
     assert (answer.outcome, answer.fence.task_id) == (types_pb2.OUTCOME_CLAIMED, "t")
     assert a.tasks.get("t").owner_id == "w1"
+
+
+def test_a_waiter_whose_caller_leaves_passes_its_wake_up_on_and_frees_its_place(
+    store: Store,
+) -> None:
+    # No etcd involved: the line alone. A ready key woke the head; its caller leaves before it
+    # looked, so the wake-up goes to the next waiter, and the place is free at once.
+    waiters = ReadyWaiters(2, store.ctx.metrics)
+    first, second = InProcessCaller(), InProcessCaller()
+    with waiters.enter("q", first) as head, waiters.enter("q", second) as behind:
+        waiters.notify("q")
+        first.leave()
+        assert (head.gone, waiters.count()) == (True, 1)
+        assert waiters.wait(behind, 0) is True
+        with waiters.enter("q", InProcessCaller()):  # the freed place, under a cap of 2
+            assert waiters.count() == 2
+        assert waiters.hand(behind, second.alive) is True  # served: out of the line
+        assert waiters.count() == 0
+        second.leave()  # its call ends after it was served: nothing to undo
+    assert waiters.count() == 0
