@@ -2,7 +2,8 @@
 
 Where to look: the claim txn is in ``claims.py`` (the gates before it in ``claim_gates.py``),
 the fence compares in ``fence.py``, the acceptance points (renew, authorize, stage, commit,
-release) in ``acceptance.py``.
+release) in ``acceptance.py``; a long poll in ``long_poll.py``, and a claim whose answer could
+not be delivered given back in ``give_back.py``.
 """
 
 from __future__ import annotations
