@@ -17,6 +17,7 @@ import pytest
 
 from coordinator.domain.idempotency import IDEMPOTENCY_METADATA_KEY
 from coordinator.domain.states import AttemptEnd, Op, TaskState
+from coordinator.domain.stream_limits import StreamLimits
 from coordinator.etcd_process import EtcdProcess
 from coordinator.metrics import Metrics
 from coordinator.server import PRINCIPAL_METADATA_KEY, build_server, stream_interceptor
@@ -29,6 +30,7 @@ from tests.workqueue.test_metrics import sample
 
 UNDELIVERED = "coordinator_claims_undelivered_total"
 ABANDONED = "coordinator_claim_waiters_abandoned_total"
+OPEN = "coordinator_streams_open"
 
 
 @pytest.fixture(autouse=True)
@@ -86,7 +88,9 @@ def test_fifty_abandoned_polls_leave_their_places_at_once_and_a_live_caller_is_a
     kv = EtcdKV.connect([etcd.endpoint], timeout=5.0)
     store = Store.open(kv, keys=Keyspace(prefix), max_claim_waiters=4, metrics=metrics)
     store.start()
-    server, port = build_server(store, listen="127.0.0.1:0", max_workers=8)
+    # Both bounds a waiting poll counts against are 4: the waiters' and the streams'.
+    limits = StreamLimits(max_streams=4, max_per_principal=4)
+    server, port = build_server(store, listen="127.0.0.1:0", max_workers=8, streams=limits)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS) as channel:
             worker = worker_pb2_grpc.WorkerServiceStub(channel)
@@ -95,6 +99,7 @@ def test_fifty_abandoned_polls_leave_their_places_at_once_and_a_live_caller_is_a
                 eventually(lambda: store.long_poll.waiting() == 1, message=f"w{n} not waiting")
                 cancel(call)
                 eventually(lambda: store.long_poll.waiting() == 0, message=f"w{n} kept its place")
+                eventually(lambda: sample(metrics, OPEN) == 0, message=f"w{n} kept its stream")
             assert sample(metrics, ABANDONED) == 50
             live = worker.ClaimNext.future(_poll(20), metadata=_who("live"), timeout=30)
             eventually(lambda: store.long_poll.waiting() == 1, message="live not admitted")
