@@ -161,6 +161,9 @@ def spend(  # noqa: PLR0911
             detail = f"attempt {after.attempts} of a task whose budget is {budget}"
             return after, Breach(Rule.CLAIM_BEYOND_BUDGET, detail)
         return after, None
+    if write.op is Transition.GIVE_BACK:
+        # A claim whose answer reached nobody, given back: its attempt is not counted.
+        return replace(state, attempts=max(state.attempts - 1, 0)), None
     if write.op is Transition.COMMIT and state.failed:
         return state, Breach(Rule.WRITE_AFTER_DEAD_LETTER, "a commit accepted on a FAILED task")
     if write.op is Transition.DEAD_LETTER:

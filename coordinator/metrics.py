@@ -178,6 +178,19 @@ class Metrics:
             "Long-poll ClaimNext calls waiting for a task on this replica now (max_claim_waiters).",
             registry=registry,
         )
+        self.claims_undelivered = Counter(
+            "coordinator_claims_undelivered",
+            "Claims whose answer could not reach their caller (it cancelled, its deadline passed)"
+            " and that were given back at once, by queue: READY again, the attempt not counted.",
+            ["queue"],
+            registry=registry,
+        )
+        self.claim_waiters_abandoned = Counter(
+            "coordinator_claim_waiters_abandoned",
+            "Long-poll ClaimNext calls whose caller left (cancelled, deadline passed) while they "
+            "waited: each left the line and freed its place the moment its call ended.",
+            registry=registry,
+        )
         self.streams_open = Gauge(
             "coordinator_streams_open",
             "Long-lived calls (streams, long polls) open on this replica now, each holding a "
@@ -276,6 +289,10 @@ class Metrics:
         (0: at once), and observe the wait."""
         self.retries.labels(queue=queue, end=end, delayed=str(wait > 0).lower()).inc()
         self.backoff_wait.labels(queue=queue).observe(max(wait, 0.0))
+
+    def count_undelivered(self, queue: str) -> None:
+        """Count one claim given back because its answer could not be delivered."""
+        self.claims_undelivered.labels(queue=queue).inc()
 
     def count_dead_letter(self, queue: str, reason: str) -> None:
         """Count one task moved to FAILED."""

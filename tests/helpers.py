@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -99,3 +100,40 @@ def slot_effect_id(
     _, meta = etcd_client.get(Keyspace(prefix).task(task_id))
     assert meta is not None, f"task {task_id!r} does not exist"
     return effect_id(task_id, meta.create_revision, revision, node_id, effect_slot)
+
+
+class InProcessCaller:
+    """A ``coordinator.store.Caller`` for calls made in the test's own process: there until
+    ``leave()``, which runs the end-of-call callbacks as gRPC would."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] | None = []
+
+    def alive(self) -> bool:
+        """Whether ``leave`` was not called yet."""
+        with self._lock:
+            return self._callbacks is not None
+
+    def on_end(self, callback: Callable[[], None]) -> bool:
+        """Keep ``callback`` for ``leave``; False once it was called."""
+        with self._lock:
+            if self._callbacks is None:
+                return False
+            self._callbacks.append(callback)
+            return True
+
+    def answer_lost(self) -> bool:
+        """An in-process call's answer always arrives."""
+        return False
+
+    def replayable(self) -> bool:
+        """No idempotency key."""
+        return False
+
+    def leave(self) -> None:
+        """The call ends: every callback runs, once."""
+        with self._lock:
+            callbacks, self._callbacks = self._callbacks or [], None
+        for callback in callbacks:
+            callback()

@@ -221,6 +221,11 @@ _ENDED: dict[AttemptEnd, Verdict] = {
     AttemptEnd.COMMITTED: Verdict(
         Outcome.FENCED, FenceReason.ALREADY_COMMITTED, "the attempt has committed already"
     ),
+    AttemptEnd.UNDELIVERED: Verdict(
+        Outcome.FENCED,
+        FenceReason.RELEASED,
+        "the claim's answer could not be delivered (its caller had left); the task was given back",
+    ),
 }
 
 

@@ -81,6 +81,8 @@ class AttemptEnd(_Named):
     STALE_INPUT = 5
     FAILED = 6
     TIMED_OUT = 7
+    # The claim's answer could not reach its caller (it had left): given back, not counted.
+    UNDELIVERED = 8
 
 
 class DeadLetterReason(IntEnum):
@@ -117,6 +119,9 @@ class Op(StrEnum):
     # The task's schedule_to_close deadline passed (store/deadlines.py): FAILED, whatever runs.
     TIME_OUT = "time_out"
     RECLAIM = "reclaim"
+    # A claim whose answer could not reach its caller (it cancelled, its deadline passed) is
+    # given back in the next txn: READY again, the attempt not counted (store/give_back.py).
+    GIVE_BACK = "give_back"
     CANCEL = "cancel"
     UPDATE_INPUT = "update_input"
     # Lifecycle (review and dependencies).
@@ -163,6 +168,8 @@ TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
     (TaskState.DELAYED, Op.TIME_OUT): TaskState.FAILED,
     (TaskState.NEEDS_APPROVAL, Op.TIME_OUT): TaskState.FAILED,
     (TaskState.CLAIMED, Op.RECLAIM): TaskState.READY,
+    # The claim's answer never left the server: the task goes back where it stood.
+    (TaskState.CLAIMED, Op.GIVE_BACK): TaskState.READY,
     (TaskState.READY, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.CLAIMED, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.REVIEW, Op.CANCEL): TaskState.CANCELLED,

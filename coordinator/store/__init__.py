@@ -2,7 +2,8 @@
 
 Where to look: the claim txn is in ``claims.py`` (the gates before it in ``claim_gates.py``),
 the fence compares in ``fence.py``, the acceptance points (renew, authorize, stage, commit,
-release) in ``acceptance.py``.
+release) in ``acceptance.py``; a long poll in ``long_poll.py``, and a claim whose answer could
+not be delivered given back in ``give_back.py``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from coordinator.store.effects import EffectStore
 from coordinator.store.etcd import EtcdKV
 from coordinator.store.events import EventFilter, EventLog, StoredEvent
 from coordinator.store.failures import Failures
+from coordinator.store.give_back import GiveBacks
 from coordinator.store.held import HeldClaims
 from coordinator.store.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
 from coordinator.store.idempotency import IdempotencyStore
@@ -49,6 +51,7 @@ from coordinator.store.results import ResultStore
 from coordinator.store.review import ReviewStore
 from coordinator.store.tasks import TaskStore
 from coordinator.store.types import (
+    Caller,
     ClaimResult,
     CommitResult,
     DrainStatus,
@@ -70,6 +73,7 @@ class Store:
     results: ResultStore
     claims: ClaimStore
     long_poll: LongPoll
+    give_backs: GiveBacks
     acceptance: AcceptancePoints
     renewals: Renewals
     failures: Failures
@@ -132,6 +136,7 @@ class Store:
         # reconciliation decides before a hold for approval.
         gates = (QueuePauseGate(), ReconcileGate(reconcile), ApprovalGate(ctx, ready))
         claims = ClaimStore(ctx, ready, held, gates)
+        give_backs = GiveBacks(ctx, ready, held, acceptance)
         return cls(
             ctx=ctx,
             ready=ready,
@@ -139,7 +144,8 @@ class Store:
             tasks=TaskStore(ctx, ready, dependencies),
             results=ResultStore(ctx),
             claims=claims,
-            long_poll=LongPoll(claims, waiters),
+            long_poll=LongPoll(claims, waiters, give_backs),
+            give_backs=give_backs,
             acceptance=acceptance,
             renewals=Renewals(ctx, acceptance, held, RenewViews()),
             failures=Failures(ctx, ready, held, acceptance),
@@ -188,6 +194,7 @@ class Store:
         self.promoter.close()
         if self.pruner is not None:
             self.pruner.close()
+        self.give_backs.close()
         self.ready.close()
 
     def queue_report(self, *, cap: int = MAX_REPORTED_QUEUES) -> QueueReport:
@@ -199,6 +206,7 @@ class Store:
 
 
 __all__ = [
+    "Caller",
     "ClaimLimits",
     "ClaimResult",
     "CommitResult",

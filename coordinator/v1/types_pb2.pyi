@@ -290,6 +290,12 @@ class _AttemptEndEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AttemptEnd
     """Its holder reported a failure (WorkerService.Fail); the attempt carries the error."""
     ATTEMPT_END_TIMED_OUT: _AttemptEnd.ValueType  # 7
     """The task's schedule_to_close deadline passed while it ran."""
+    ATTEMPT_END_UNDELIVERED: _AttemptEnd.ValueType  # 8
+    """The claim's answer never reached its caller: the caller of Claim or ClaimNext had left
+    (cancelled, its deadline passed) by the time the claim txn landed, so the server gave the
+    task back in the next txn (READY again, claim key and lease gone). Such an attempt is not
+    counted against the task's retry budget and starts no backoff; nobody ever held its fence.
+    """
 
 class AttemptEnd(_AttemptEnd, metaclass=_AttemptEndEnumTypeWrapper):
     """How an attempt ended."""
@@ -307,6 +313,12 @@ ATTEMPT_END_FAILED: AttemptEnd.ValueType  # 6
 """Its holder reported a failure (WorkerService.Fail); the attempt carries the error."""
 ATTEMPT_END_TIMED_OUT: AttemptEnd.ValueType  # 7
 """The task's schedule_to_close deadline passed while it ran."""
+ATTEMPT_END_UNDELIVERED: AttemptEnd.ValueType  # 8
+"""The claim's answer never reached its caller: the caller of Claim or ClaimNext had left
+(cancelled, its deadline passed) by the time the claim txn landed, so the server gave the
+task back in the next txn (READY again, claim key and lease gone). Such an attempt is not
+counted against the task's retry budget and starts no backoff; nobody ever held its fence.
+"""
 Global___AttemptEnd: _TypeAlias = AttemptEnd  # noqa: Y015
 
 class _EffectState:

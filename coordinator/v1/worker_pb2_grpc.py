@@ -134,6 +134,9 @@ class WorkerServiceServicer:
         claim key is gone (expired). Grants an etcd lease with ttl clamped to the server's
         [min_ttl, max_ttl]. Outcomes: CLAIMED, ALREADY_CLAIMED, STALE_STATE_VERSION,
         NOT_CLAIMABLE, CLAIMS_PAUSED, FENCED (reason EPOCH_CHANGED: the caller's epoch is old).
+        A claim whose caller is gone when its txn lands (cancelled, deadline passed) cannot be
+        answered: it is given back at once (READY, attempt ATTEMPT_END_UNDELIVERED, not counted
+        against the retry budget) and the call ends CANCELLED, so an idempotency key stores nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -147,7 +150,8 @@ class WorkerServiceServicer:
         over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
         so it counts against the stream bounds (max_streams, max_streams_per_principal,
         max_stream_age) and the replica's max_claim_waiters: past them it is refused
-        RESOURCE_EXHAUSTED naming the bound.
+        RESOURCE_EXHAUSTED naming the bound. A waiter whose call ends leaves its line (and frees
+        its place) at once; a task won for a caller that is gone is given back as for Claim.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -52,6 +52,9 @@ class WorkerServiceStub:
     claim key is gone (expired). Grants an etcd lease with ttl clamped to the server's
     [min_ttl, max_ttl]. Outcomes: CLAIMED, ALREADY_CLAIMED, STALE_STATE_VERSION,
     NOT_CLAIMABLE, CLAIMS_PAUSED, FENCED (reason EPOCH_CHANGED: the caller's epoch is old).
+    A claim whose caller is gone when its txn lands (cancelled, deadline passed) cannot be
+    answered: it is given back at once (READY, attempt ATTEMPT_END_UNDELIVERED, not counted
+    against the retry budget) and the call ends CANCELLED, so an idempotency key stores nothing.
     """
     ClaimNext: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ClaimNextRequest, _worker_pb2.ClaimResponse]
     """Claims the next ready task of a queue (highest priority first, FIFO within a priority;
@@ -61,7 +64,8 @@ class WorkerServiceStub:
     over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
     so it counts against the stream bounds (max_streams, max_streams_per_principal,
     max_stream_age) and the replica's max_claim_waiters: past them it is refused
-    RESOURCE_EXHAUSTED naming the bound.
+    RESOURCE_EXHAUSTED naming the bound. A waiter whose call ends leaves its line (and frees
+    its place) at once; a task won for a caller that is gone is given back as for Claim.
     """
     Renew: _grpc.UnaryUnaryMultiCallable[_worker_pb2.RenewRequest, _worker_pb2.RenewResponse]
     """Keeps the claim's lease alive. Bounded: restores at most the granted TTL and never past
@@ -197,6 +201,9 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     claim key is gone (expired). Grants an etcd lease with ttl clamped to the server's
     [min_ttl, max_ttl]. Outcomes: CLAIMED, ALREADY_CLAIMED, STALE_STATE_VERSION,
     NOT_CLAIMABLE, CLAIMS_PAUSED, FENCED (reason EPOCH_CHANGED: the caller's epoch is old).
+    A claim whose caller is gone when its txn lands (cancelled, deadline passed) cannot be
+    answered: it is given back at once (READY, attempt ATTEMPT_END_UNDELIVERED, not counted
+    against the retry budget) and the call ends CANCELLED, so an idempotency key stores nothing.
     """
     ClaimNext: _aio.UnaryUnaryMultiCallable[_worker_pb2.ClaimNextRequest, _worker_pb2.ClaimResponse]  # type: ignore[assignment]
     """Claims the next ready task of a queue (highest priority first, FIFO within a priority;
@@ -206,7 +213,8 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
     so it counts against the stream bounds (max_streams, max_streams_per_principal,
     max_stream_age) and the replica's max_claim_waiters: past them it is refused
-    RESOURCE_EXHAUSTED naming the bound.
+    RESOURCE_EXHAUSTED naming the bound. A waiter whose call ends leaves its line (and frees
+    its place) at once; a task won for a caller that is gone is given back as for Claim.
     """
     Renew: _aio.UnaryUnaryMultiCallable[_worker_pb2.RenewRequest, _worker_pb2.RenewResponse]  # type: ignore[assignment]
     """Keeps the claim's lease alive. Bounded: restores at most the granted TTL and never past
@@ -345,6 +353,9 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         claim key is gone (expired). Grants an etcd lease with ttl clamped to the server's
         [min_ttl, max_ttl]. Outcomes: CLAIMED, ALREADY_CLAIMED, STALE_STATE_VERSION,
         NOT_CLAIMABLE, CLAIMS_PAUSED, FENCED (reason EPOCH_CHANGED: the caller's epoch is old).
+        A claim whose caller is gone when its txn lands (cancelled, deadline passed) cannot be
+        answered: it is given back at once (READY, attempt ATTEMPT_END_UNDELIVERED, not counted
+        against the retry budget) and the call ends CANCELLED, so an idempotency key stores nothing.
         """
 
     @_abc_1.abstractmethod
@@ -360,7 +371,8 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
         so it counts against the stream bounds (max_streams, max_streams_per_principal,
         max_stream_age) and the replica's max_claim_waiters: past them it is refused
-        RESOURCE_EXHAUSTED naming the bound.
+        RESOURCE_EXHAUSTED naming the bound. A waiter whose call ends leaves its line (and frees
+        its place) at once; a task won for a caller that is gone is given back as for Claim.
         """
 
     @_abc_1.abstractmethod

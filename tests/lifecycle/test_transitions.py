@@ -177,8 +177,18 @@ def test_the_attempts_cover_every_operation_of_this_issue_and_the_core() -> None
 
 
 _EFFECT_OPS = {"hold_for_approval", "approve_retry", "escalate_reconcile"}  # tests/reconcile
-# The retry policy's moves, the delayed index and RetryTask: tests/workqueue.
-_QUEUE_OPS = {"fail", "dead_letter", "backoff", "promote", "create_delayed", "retry", "time_out"}
+# The retry policy's moves, the delayed index, RetryTask and an undelivered claim given back:
+# tests/workqueue.
+_QUEUE_OPS = {
+    "fail",
+    "dead_letter",
+    "backoff",
+    "promote",
+    "create_delayed",
+    "retry",
+    "time_out",
+    "give_back",
+}
 
 
 @pytest.mark.parametrize(("state", "op"), ILLEGAL, ids=lambda v: getattr(v, "name", str(v)))

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.store import ClaimResult, EventFilter, Store, TaskSpec
 from coordinator.store.etcd import delete, put
-from tests.helpers import eventually
+from tests.helpers import InProcessCaller, eventually
 from tests.store.support import StoreFactory, claim, commit, create, in_one_revision
 
 N = 6
@@ -145,7 +145,7 @@ def test_tasks_ready_in_one_revision_wake_as_many_long_poll_waiters(
 
     def wait_for_a_task() -> ClaimResult:
         return reader.long_poll.claim_next(
-            "q", principal="w", epoch=1, ttl=30, wait=30.0, alive=lambda: True
+            "q", principal="w", epoch=1, ttl=30, wait=30.0, caller=InProcessCaller()
         )
 
     with ThreadPoolExecutor(N) as pool:
