@@ -168,6 +168,13 @@ class Metrics:
             ["queue", "reason"],
             registry=registry,
         )
+        self.overdue = Counter(
+            "coordinator_tasks_overdue",
+            "WAITING tasks marked overdue (schedule_to_close passed while their upstreams were "
+            "not DONE): still WAITING, not failed.",
+            ["queue"],
+            registry=registry,
+        )
         self.promoted = Counter(
             "coordinator_tasks_promoted",
             "DELAYED tasks moved to READY by this replica's promoter when their time came.",
@@ -276,6 +283,10 @@ class Metrics:
         (0: at once), and observe the wait."""
         self.retries.labels(queue=queue, end=end, delayed=str(wait > 0).lower()).inc()
         self.backoff_wait.labels(queue=queue).observe(max(wait, 0.0))
+
+    def count_overdue(self, queue: str) -> None:
+        """Count one WAITING task marked overdue (its schedule_to_close passed)."""
+        self.overdue.labels(queue=queue).inc()
 
     def count_dead_letter(self, queue: str, reason: str) -> None:
         """Count one task moved to FAILED."""

@@ -111,8 +111,12 @@ class Op(StrEnum):
     CREATE_DELAYED = "create_delayed"
     # An operator sends a FAILED task back to the queue with a fresh attempt budget.
     RETRY = "retry"
-    # The task's schedule_to_close deadline passed (store/deadlines.py): FAILED, whatever runs.
+    # The task's schedule_to_close deadline passed (store/deadlines.py): FAILED, for a task that
+    # can run (a WAITING one is marked overdue instead).
     TIME_OUT = "time_out"
+    # A WAITING task's schedule_to_close passed: marked overdue, still WAITING (not a failure:
+    # it could not run, so nothing it did failed).
+    MARK_OVERDUE = "mark_overdue"
     RECLAIM = "reclaim"
     CANCEL = "cancel"
     UPDATE_INPUT = "update_input"
@@ -123,6 +127,9 @@ class Op(StrEnum):
     BLOCK = "block"
     UNBLOCK = "unblock"
     SET_DEPENDENCIES = "set_dependencies"
+    # A WAITING task's set of FAILED or CANCELLED upstreams changed (an upstream was
+    # dead-lettered or cancelled, or retried): still WAITING, its blocked_by rewritten.
+    MARK_BLOCKED = "mark_blocked"
     # Side effects of non-replayable tasks (store/effects.py).
     HOLD_FOR_APPROVAL = "hold_for_approval"
     APPROVE_RETRY = "approve_retry"
@@ -153,8 +160,10 @@ TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
     (TaskState.DELAYED, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.DELAYED, Op.UPDATE_INPUT): TaskState.DELAYED,
     (TaskState.FAILED, Op.RETRY): TaskState.READY,
-    # schedule_to_close: past it no result is wanted any more, whichever state the task waits in.
-    (TaskState.WAITING, Op.TIME_OUT): TaskState.FAILED,
+    # schedule_to_close: past it no result is wanted any more from a task that can run. A
+    # WAITING task could not run, so its deadline is no business failure: it is marked overdue
+    # and keeps waiting (domain/waiting.py).
+    (TaskState.WAITING, Op.MARK_OVERDUE): TaskState.WAITING,
     (TaskState.READY, Op.TIME_OUT): TaskState.FAILED,
     (TaskState.CLAIMED, Op.TIME_OUT): TaskState.FAILED,
     (TaskState.DELAYED, Op.TIME_OUT): TaskState.FAILED,
@@ -175,6 +184,10 @@ TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
     (TaskState.WAITING, Op.UNBLOCK): TaskState.READY,
     (TaskState.READY, Op.SET_DEPENDENCIES): TaskState.READY,
     (TaskState.WAITING, Op.SET_DEPENDENCIES): TaskState.WAITING,
+    # An upstream FAILED or CANCELLED blocks its dependents, visibly, without ending them: a
+    # retried upstream may still commit (store/releaser.py). Ending them is an operator's
+    # CancelTask with cascade.
+    (TaskState.WAITING, Op.MARK_BLOCKED): TaskState.WAITING,
     (TaskState.WAITING, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.WAITING, Op.UPDATE_INPUT): TaskState.WAITING,
     # Non-replayable tasks (store/effects.py): a claim that finds an uncertain effect of an

@@ -12,6 +12,7 @@ from coordinator.domain.lineage import thread_key
 from coordinator.domain.records import AttemptRecord, ResultRecord, TaskRecord
 from coordinator.domain.retry import attempts_counted
 from coordinator.domain.states import TaskState
+from coordinator.domain.waiting import waiting_reason
 from coordinator.errors import InvalidArgument
 from coordinator.server.common_wire import (
     parse_content_digest,
@@ -184,6 +185,9 @@ def task_to_proto(task: TaskRecord, *, checkpoint_size: int | None = None) -> ty
         attempts_counted=attempts_counted(task),
         deadline=timestamp_to_proto(task.deadline),
         checkpoint_size=checkpoint_size,
+        blocked_by=list(task.blocked_by),
+        waiting_reason=types_pb2.WaitingReason.ValueType(int(waiting_reason(task))),
+        overdue_at=timestamp_to_proto(task.overdue_at),
     )
 
 

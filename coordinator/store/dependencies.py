@@ -25,6 +25,7 @@ from coordinator.domain.graph import (
 )
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import Op, TaskState
+from coordinator.domain.waiting import blocking
 from coordinator.errors import FailedPrecondition, NotFound
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd import Compare, RequestOp, delete, get, mod_revision_is, put
@@ -197,7 +198,9 @@ class DependencyStore:
                     "while it is READY or WAITING (nobody executes it yet)"
                 )
             upstreams = self.upstreams(depends_on)
-            check_upstreams(upstreams)
+            # A kept edge to a FAILED or CANCELLED upstream stays (the task stays blocked by
+            # it); only a new one is refused, as at creation.
+            check_upstreams([u for u in upstreams if u.task_id not in task.depends_on])
             guards = self.check_acyclic(task_id, depends_on)
             if tuple(depends_on) == task.depends_on:
                 return task
@@ -212,6 +215,7 @@ class DependencyStore:
                 ctx.clock.now(),
                 depends_on=tuple(depends_on),
                 satisfied_by=() if waiting_on else satisfied_by(upstreams),
+                blocked_by=blocking(upstreams) if waiting_on else (),
             )
             compares, ops = transition_ops(
                 ctx, task, after, op, by=by, detail=edges_detail(depends_on)

@@ -24,6 +24,7 @@ from coordinator.domain.states import (
     is_legal,
     next_state,
 )
+from coordinator.domain.waiting import WaitingReason
 from coordinator.v1 import types_pb2
 
 # (python enum, proto enum, prefix of the proto value names, python name of proto value 0)
@@ -32,6 +33,7 @@ WIRE = [
     (Outcome, types_pb2.Outcome, "OUTCOME_", None),
     (FenceReason, types_pb2.FenceReason, "FENCE_REASON_", "NONE"),
     (AttemptEnd, types_pb2.AttemptEnd, "ATTEMPT_END_", "RUNNING"),
+    (WaitingReason, types_pb2.WaitingReason, "WAITING_REASON_", "NONE"),
 ]
 FROM_STATES: list[TaskState | None] = [None, *TaskState]
 

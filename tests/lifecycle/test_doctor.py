@@ -275,16 +275,19 @@ def test_doctor_exits_one_and_names_the_problem_in_text(
     eventually(lambda: store.tasks.get("t").state is TaskState.READY)
 
 
-def test_a_waiting_task_of_a_cancelled_upstream_left_beyond_the_window(
+def test_a_waiting_task_of_a_cancelled_upstream_left_unmarked_beyond_the_window(
     doctor: Doctor, store: Store
 ) -> None:
     create(store, "up")
     create(store, "down", depends_on=("up",))
-    store.tasks.cancel("up", by="pm", reason="dropped")  # the releaser is closed: no cascade
-    assert doctor.problems(window="0.3") == [(Problem.CANCEL_OVERDUE.value, "down", False)]
-    assert "upstream that will never be DONE (up (CANCELLED))" in doctor.run().output
+    store.tasks.cancel("up", by="pm", reason="dropped")  # the releaser is closed: no mark
+    assert doctor.problems(window="0.3") == [(Problem.BLOCKED_MARK_OVERDUE.value, "down", False)]
+    assert "marked blocked by () but its FAILED or CANCELLED upstreams are (up)" in (
+        doctor.run().output
+    )
     store.releaser.scan()  # a replica comes back and does its job
     assert doctor.problems() == []
+    assert store.tasks.get("down").blocked_by == ("up",)
 
 
 def test_effect_indexes_missing_and_orphaned_are_repaired_from_the_effect_record(
