@@ -5,6 +5,7 @@ still runs when its upstreams are DONE. Real etcd and server, a manual clock."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from coordinator.clock import ManualClock
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import DeadLetterReason, Op, Outcome, TaskState
 from coordinator.metrics import Metrics
+from coordinator.sdk.types import TaskInfo
 from coordinator.store import Store, TaskSpec
 from coordinator.v1 import admin_pb2, admin_pb2_grpc, tasks_pb2, tasks_pb2_grpc, types_pb2
 from tests.helpers import eventually
@@ -171,3 +173,15 @@ def test_a_task_released_before_its_deadline_keeps_it_and_times_out_as_before(
     eventually(lambda: store.tasks.get("down").state is TaskState.FAILED, timeout=5)
     down = store.tasks.get("down")
     assert (down.dead_letter_reason, down.overdue_at) == (DeadLetterReason.TIMED_OUT, 0.0)
+
+
+def test_the_sdk_shows_the_blocked_and_overdue_marks() -> None:
+    wire = types_pb2.Task(task_id="t", state=types_pb2.TASK_STATE_WAITING, blocked_by=["a", "b"])
+    wire.overdue_at.FromSeconds(1_700_000_000)
+    info = TaskInfo.from_proto(wire)
+    assert (info.blocked_by, info.overdue_at) == (
+        ("a", "b"),
+        datetime.fromtimestamp(1_700_000_000, tz=UTC),
+    )
+    wire.ClearField("overdue_at")
+    assert TaskInfo.from_proto(wire).overdue_at is None

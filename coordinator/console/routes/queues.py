@@ -77,7 +77,8 @@ def _oldest_ready(stats: admin_pb2.GetStatsResponse | None) -> Context:
 
 
 def tasks(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
-    """One page of tasks, filtered by queue and state (the queues page links here)."""
+    """One page of tasks, filtered by queue, state, blocked and overdue (the queues page links
+    here)."""
     queue = request.query_params.get("queue", "")[:64]
     state_name = request.query_params.get("state", "")
     state = (
@@ -86,15 +87,25 @@ def tasks(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
         else types_pb2.TASK_STATE_UNSPECIFIED
     )
     token = request.query_params.get("page_token", "")[:128]
+    # WAITING tasks blocked by a FAILED or CANCELLED upstream, or overdue (ListTasks filters).
+    blocked = request.query_params.get("blocked") == "1"
+    overdue = request.query_params.get("overdue") == "1"
     reply = rpc.call(
         rpc.tasks.ListTasks,
         tasks_pb2.ListTasksRequest(
-            queue=queue, state=state, page_size=settings.page_size, page_token=token
+            queue=queue,
+            state=state,
+            page_size=settings.page_size,
+            page_token=token,
+            blocked=blocked,
+            overdue=overdue,
         ),
     )
     return {
         "queue": queue,
         "state": state_name if state else "",
+        "blocked": blocked,
+        "overdue": overdue,
         "states": [n.removeprefix("TASK_STATE_") for n in types_pb2.TaskState.keys()[1:]],
         "tasks": reply.tasks,
         "next_page_token": reply.next_page_token,
