@@ -17,6 +17,7 @@ from coordinator.doctor.findings import (
     RepairWrite,
     Snapshot,
 )
+from coordinator.doctor.marks import check_marks
 from coordinator.doctor.orphans import check_orphans
 from coordinator.doctor.parsed import Parsed, decode_or_report, identity_keys, parse
 from coordinator.doctor.retention import check_retention
@@ -46,6 +47,7 @@ def check(snap: Snapshot, keys: Keyspace, *, retention: float = DEFAULT_RETENTIO
         findings += _check_task(parsed, keys, task_id)
     findings += check_orphans(parsed, keys)
     findings += check_due_orphans(parsed, keys)
+    findings += check_marks(parsed, keys)
     findings += check_effects(parsed, keys)
     findings += check_retention(parsed, keys, retention=retention)
     return findings

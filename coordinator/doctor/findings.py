@@ -20,6 +20,11 @@ class Problem(StrEnum):
     CLAIMED_INDEX_ORPHAN = "claimed-index-orphan"
     WAITING_INDEX_MISSING = "waiting-index-missing"
     WAITING_INDEX_ORPHAN = "waiting-index-orphan"
+    # The mark indexes of WAITING tasks (coordinator/doctor/marks.py).
+    BLOCKED_INDEX_MISSING = "blocked-index-missing"
+    BLOCKED_INDEX_ORPHAN = "blocked-index-orphan"
+    OVERDUE_INDEX_MISSING = "overdue-index-missing"
+    OVERDUE_INDEX_ORPHAN = "overdue-index-orphan"
     CLAIM_KEY_MISMATCH = "claim-key-mismatch"
     CLAIM_EXPIRED_UNRECLAIMED = "claim-expired-unreclaimed"
     ATTEMPT_MISMATCH = "attempt-mismatch"

@@ -290,6 +290,31 @@ def test_a_waiting_task_of_a_cancelled_upstream_left_unmarked_beyond_the_window(
     assert store.tasks.get("down").blocked_by == ("up",)
 
 
+def test_the_blocked_and_overdue_mark_indexes_are_checked_against_the_record(
+    doctor: Doctor, store: Store, etcd_client: Any
+) -> None:
+    create(store, "up")
+    create(store, "down", depends_on=("up",))
+    create(store, "other")
+    store.tasks.cancel("up", by="pm", reason="dropped")
+    store.releaser.scan()  # marks "down" blocked (the watch is closed)
+    keys = store.ctx.keys
+    assert etcd_client.get(keys.blocked("down"))[0] == b"default"
+    assert doctor.problems() == []
+    etcd_client.delete(keys.blocked("down"))
+    etcd_client.put(keys.overdue("other"), b"default")  # READY: never overdue
+    etcd_client.put(keys.overdue("ghost"), b"default")
+    assert doctor.problems() == [
+        (Problem.BLOCKED_INDEX_MISSING.value, "down", True),
+        (Problem.OVERDUE_INDEX_ORPHAN.value, "other", True),
+        (Problem.OVERDUE_INDEX_ORPHAN.value, "ghost", True),  # of a task that does not exist
+    ]
+    assert doctor.run("--repair").exit_code == 0
+    assert doctor.problems() == []
+    assert etcd_client.get(keys.blocked("down"))[0] == b"default"
+    assert etcd_client.get(keys.overdue("other"))[0] is None
+
+
 def test_effect_indexes_missing_and_orphaned_are_repaired_from_the_effect_record(
     doctor: Doctor, store: Store, etcd_client: Any
 ) -> None:
