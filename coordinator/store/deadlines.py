@@ -48,7 +48,8 @@ class Deadlines:
         self._ctx = ctx
 
     def time_out_due(self) -> int:
-        """One pass: time out every task whose deadline passed; returns how many it moved."""
+        """One pass: time out every task whose deadline passed (a WAITING one: marked
+        overdue); returns how many it moved or marked."""
         ctx, keys = self._ctx, self._ctx.keys
         now = ctx.clock.now()
         start, end = keys.deadlines_prefix, keys.deadlines_due_end(now)

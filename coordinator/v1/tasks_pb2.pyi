@@ -87,8 +87,9 @@ class CreateTaskRequest(_message.Message):
     @_builtins.property
     def schedule_to_close(self) -> _duration_pb2.Duration:
         """Optional: the longest the task may take from its creation, across every attempt (1 s to
-        365 days). Past it the task moves to FAILED (DEAD_LETTER_REASON_TIMED_OUT) whatever state
-        it waits in; a running attempt is ended (ATTEMPT_END_TIMED_OUT) and its holder's next call
+        365 days). Past it a task that can run moves to FAILED (DEAD_LETTER_REASON_TIMED_OUT); a
+        WAITING task is marked overdue instead (Task.overdue_at) and its release waives the
+        deadline, since it could not run (Task.deadline); a running attempt is ended (ATTEMPT_END_TIMED_OUT) and its holder's next call
         is answered OUTCOME_TIMED_OUT.
         """
 
