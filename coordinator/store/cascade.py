@@ -15,6 +15,9 @@ is skipped. A call cut short is finished by repeating it.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterator
+
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import Op, TaskState
 from coordinator.errors import FailedPrecondition
@@ -24,7 +27,8 @@ from coordinator.store.tasks import TaskStore
 from coordinator.store.transition import transition, transition_ops
 
 MAX_CASCADE = 1000
-"""Dependents one cascade cancels at most: each is its own txn, and the walk holds them all."""
+"""Dependents one cascade cancels at most: each is its own txn, and the walk holds them all
+before the first is written."""
 
 # Records read per txn (etcd allows 128 operations in one).
 _BATCH = 100
@@ -52,34 +56,39 @@ class Cascade:
         return task, cancelled
 
     def walk(self, task_id: str) -> list[str]:
-        """Every WAITING task downstream of ``task_id`` through WAITING tasks, breadth first."""
+        """Every WAITING task downstream of ``task_id`` through WAITING tasks, breadth first.
+        Only WAITING ones are remembered (at most ``MAX_CASCADE``): another dependent met twice
+        is read twice, which costs less than holding every id of a wide graph."""
         seen: set[str] = {task_id}
         order: list[str] = []
-        frontier = [task_id]
+        frontier = deque([task_id])
         while frontier:
-            found = self._dependents(frontier, room=MAX_CASCADE + 1 - len(order))
-            fresh = [d for d in found if d not in seen]
-            seen.update(fresh)
-            frontier = [t.task_id for t in self._waiting(fresh)]
-            order += frontier
-            if len(order) > MAX_CASCADE:
-                raise FailedPrecondition(
-                    f"the WAITING graph below task {task_id!r} has more than {MAX_CASCADE} "
-                    "tasks; a cascade cancels at most that many: cancel with cascade further "
-                    "down first (ListDependencies shows the dependents), then this task"
-                )
+            for page in self._dependent_pages(frontier.popleft()):
+                waiting = [t.task_id for t in self._waiting([d for d in page if d not in seen])]
+                seen.update(waiting)
+                order += waiting
+                frontier.extend(waiting)
+                if len(order) > MAX_CASCADE:
+                    raise FailedPrecondition(
+                        f"the WAITING graph below task {task_id!r} has more than {MAX_CASCADE} "
+                        "tasks; a cascade cancels at most that many: cancel with cascade "
+                        "further down first (ListDependencies shows the dependents), then "
+                        "this task"
+                    )
         return order
 
-    def _dependents(self, upstreams: list[str], *, room: int) -> list[str]:
-        """The dependents of ``upstreams`` from their reverse edges, at most ``room`` per
-        upstream (more than that refuses the cascade anyway)."""
+    def _dependent_pages(self, upstream: str) -> Iterator[list[str]]:
+        """The dependents of ``upstream`` from its reverse edges, a page at a time."""
         kv, keys = self._ctx.kv, self._ctx.keys
-        found: list[str] = []
-        for upstream in upstreams:
-            prefix = keys.dependents_prefix(upstream)
-            edges, _ = kv.range_page(prefix, kv.prefix_end(prefix), limit=room, keys_only=True)
-            found += [item.key.removeprefix(prefix) for item in edges]
-        return list(dict.fromkeys(found))
+        prefix = keys.dependents_prefix(upstream)
+        start, end = prefix, kv.prefix_end(prefix)
+        while True:
+            edges, _ = kv.range_page(start, end, limit=_BATCH, keys_only=True)
+            if edges:
+                yield [item.key.removeprefix(prefix) for item in edges]
+            if len(edges) < _BATCH:
+                return
+            start = edges[-1].key + "\0"
 
     def _waiting(self, task_ids: list[str]) -> list[TaskRecord]:
         """The records of ``task_ids`` that exist and are WAITING, in order."""

@@ -153,3 +153,15 @@ def test_a_cascade_past_its_bound_is_refused_and_writes_nothing(
         TaskState.WAITING,
         TaskState.WAITING,
     ]
+
+
+def test_a_cascade_pages_through_dependents_that_are_not_waiting(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cascade, "_BATCH", 2)  # the first page holds only ended dependents
+    create(store, "up")
+    for n in range(4):
+        create(store, f"down{n}", depends_on=("up",))
+    for ended in ("down0", "down1"):
+        store.tasks.cancel(ended, by="pm", reason="")
+    assert store.cascade.cancel("up", by="pm", reason="")[1] == ["down2", "down3"]
