@@ -108,7 +108,7 @@ class DependencyStore:
     def _known(self, task_ids: Sequence[str]) -> tuple[dict[str, TaskRecord], set[str]]:
         """The records of ``task_ids`` that exist, a pruned one as its tombstone's stand-in
         (it counts with its final state: DONE still releases, CANCELLED or FAILED still
-        cancels; state_version 0, so a txn that compares it holds only while the task key
+        blocks; state_version 0, so a txn that compares it holds only while the task key
         stays absent), and the ids that were pruned."""
         found = self._records(task_ids)
         pruned = read_tombstones(self._ctx, [t for t in task_ids if t not in found])
