@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from coordinator.domain.graph import satisfied_by
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import TaskState, _Named
 
@@ -78,7 +79,7 @@ def settle(task: TaskRecord, upstreams: Sequence[TaskRecord]) -> Settlement:
     if blocked != task.blocked_by:
         return Reblock(blocked)
     if all(u.state is TaskState.DONE for u in upstreams):
-        return Release(tuple(f"{u.task_id}@{u.revision}" for u in upstreams))
+        return Release(satisfied_by(upstreams))
     return KeepWaiting()
 
 
