@@ -92,6 +92,18 @@ class DeadLetterReason(IntEnum):
     TIMED_OUT = 3
 
 
+class WaitingReason(_Named):
+    """Why a task is WAITING (domain/waiting.py decides which)."""
+
+    # The task is not WAITING.
+    NONE = 0
+    # Some upstream is not DONE yet, and none is FAILED or CANCELLED.
+    UPSTREAMS_PENDING = 1
+    # Some upstream is FAILED or CANCELLED (Task.blocked_by names them): blocked until it is
+    # retried and commits, or the edge is removed, or an operator cancels the task.
+    UPSTREAM_FAILED = 2
+
+
 class Op(StrEnum):
     """The operation that caused a transition, recorded in every event."""
 

@@ -21,22 +21,10 @@ from dataclasses import dataclass, replace
 
 from coordinator.domain.graph import satisfied_by
 from coordinator.domain.records import TaskRecord
-from coordinator.domain.states import TaskState, _Named
+from coordinator.domain.states import TaskState, WaitingReason
 
 # Upstream states that can never release a dependent unless an operator acts.
 _BLOCKING = frozenset({TaskState.FAILED, TaskState.CANCELLED})
-
-
-class WaitingReason(_Named):
-    """Why a task is WAITING (the wire enum WaitingReason has the same values)."""
-
-    # The task is not WAITING.
-    NONE = 0
-    # Some upstream is not DONE yet, and none is FAILED or CANCELLED.
-    UPSTREAMS_PENDING = 1
-    # Some upstream is FAILED or CANCELLED (Task.blocked_by names them): blocked until it is
-    # retried and commits, or the edge is removed, or an operator cancels the task.
-    UPSTREAM_FAILED = 2
 
 
 def waiting_reason(task: TaskRecord) -> WaitingReason:

@@ -21,10 +21,10 @@ from coordinator.domain.states import (
     Op,
     Outcome,
     TaskState,
+    WaitingReason,
     is_legal,
     next_state,
 )
-from coordinator.domain.waiting import WaitingReason
 from coordinator.v1 import types_pb2
 
 # (python enum, proto enum, prefix of the proto value names, python name of proto value 0)

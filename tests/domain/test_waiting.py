@@ -10,12 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator.domain.records import TaskRecord
-from coordinator.domain.states import TaskState
+from coordinator.domain.states import TaskState, WaitingReason
 from coordinator.domain.waiting import (
     KeepWaiting,
     Reblock,
     Release,
-    WaitingReason,
     blocking,
     describe_blocked,
     is_overdue,

@@ -9,8 +9,8 @@ import grpc
 import pytest
 
 from coordinator.domain.failures import FailureReport
-from coordinator.domain.states import Op, TaskState
-from coordinator.domain.waiting import WaitingReason, waiting_reason
+from coordinator.domain.states import Op, TaskState, WaitingReason
+from coordinator.domain.waiting import waiting_reason
 from coordinator.errors import FailedPrecondition
 from coordinator.store import Store, cascade
 from coordinator.store.releaser import RELEASER
