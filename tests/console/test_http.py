@@ -205,6 +205,12 @@ def test_the_task_page_and_lists_mark_a_dependent_blocked_by_a_cancelled_upstrea
     )
     assert re.search(r'id="task-blocked"[^>]*>blocked by fetch</span>', page)
     assert 'id="task-overdue"' not in page  # no deadline passed
+    queues = eventually(
+        lambda: text if "s-blocked" in (text := client.get("/queues").text) else None
+    )
+    assert '<a class="state s-blocked" href="/tasks?queue=default&amp;blocked=1">1 blocked</a>' in (
+        queues
+    )
     listed = client.get("/tasks?blocked=1").text
     assert re.findall(r'<a href="/tasks/([^"]+)">', listed) == ["merge"]
     assert '<span class="state s-WAITING">WAITING</span> <span class="state s-blocked">blocked' in (
