@@ -198,8 +198,7 @@ class DependencyStore:
                     "while it is READY or WAITING (nobody executes it yet)"
                 )
             upstreams = self.upstreams(depends_on)
-            # A kept edge to a FAILED or CANCELLED upstream stays (the task stays blocked by
-            # it); only a new one is refused, as at creation.
+            # Only a new edge to a FAILED or CANCELLED upstream is refused: a kept one blocks.
             check_upstreams([u for u in upstreams if u.task_id not in task.depends_on])
             guards = self.check_acyclic(task_id, depends_on)
             if tuple(depends_on) == task.depends_on:

@@ -194,10 +194,8 @@ class TaskStore:
         """Tasks in id order after ``page_token``, filtered; returns the page and the next token.
 
         A lineage filter (parent, else root, else thread) walks its identity index, so it costs
-        the size of that family, not of the keyspace. ``blocked`` keeps WAITING tasks with a
-        FAILED or CANCELLED upstream, ``overdue`` tasks marked overdue while WAITING (both
-        filter the scan: the per-queue counts come from their indexes). Queue and state alone
-        scan the task
+        the size of that family, not of the keyspace. ``blocked`` and ``overdue`` (the marks of
+        domain/waiting.py) filter like queue and state, which alone scan the task
         records: both change with the task (state) or are few (queues), and an index per state
         would add writes to every transition for a listing that operators page through anyway.
         """
