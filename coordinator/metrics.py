@@ -168,6 +168,13 @@ class Metrics:
             ["queue", "reason"],
             registry=registry,
         )
+        self.overdue = Counter(
+            "coordinator_tasks_overdue",
+            "WAITING tasks marked overdue (schedule_to_close passed while their upstreams were "
+            "not DONE): still WAITING, not failed.",
+            ["queue"],
+            registry=registry,
+        )
         self.promoted = Counter(
             "coordinator_tasks_promoted",
             "DELAYED tasks moved to READY by this replica's promoter when their time came.",
@@ -293,6 +300,10 @@ class Metrics:
     def count_undelivered(self, queue: str) -> None:
         """Count one claim given back because its answer could not be delivered."""
         self.claims_undelivered.labels(queue=queue).inc()
+
+    def count_overdue(self, queue: str) -> None:
+        """Count one WAITING task marked overdue (its schedule_to_close passed)."""
+        self.overdue.labels(queue=queue).inc()
 
     def count_dead_letter(self, queue: str, reason: str) -> None:
         """Count one task moved to FAILED."""

@@ -363,17 +363,23 @@ def _changed(task: TaskInfo, line: str, as_json: bool) -> None:
 @tasks.command()
 @click.argument("task_id", metavar="TASK_ID", callback=_task_argument)
 @click.option("--reason", default="", help="Why (kept in the event).")
+@click.option(
+    "--cascade",
+    is_flag=True,
+    help="Also cancel every WAITING task below it (at most 1000; a FAILED task stays FAILED).",
+)
 @_json_option
 @remote_options
-def cancel(task_id: str, reason: str, as_json: bool, **settings: Any) -> None:
+def cancel(task_id: str, reason: str, cascade: bool, as_json: bool, **settings: Any) -> None:
     """Cancel a task: a worker holding it hears CANCELLED at its next call."""
-    request = tasks_pb2.CancelTaskRequest(task_id=task_id, reason=reason)
+    request = tasks_pb2.CancelTaskRequest(task_id=task_id, reason=reason, cascade=cascade)
     with connect(**remote_settings(settings)) as remote:
         reply = remote.call(remote.tasks.CancelTask, request, idempotency_key=_fresh_key())
     task = TaskInfo.from_proto(reply.task)
-    _changed(
-        task, f"{task.task_id} {task.state} (cancel_generation {task.cancel_generation})", as_json
-    )
+    line = f"{task.task_id} {task.state} (cancel_generation {task.cancel_generation})"
+    if cascade:
+        line += "\ncancelled below it: " + (", ".join(reply.cascaded) or "nothing")
+    _changed(task, line, as_json)
 
 
 _revision_option = click.option(

@@ -86,12 +86,20 @@ class TaskRecord:
     # "{code}: {message}"); and, while FAILED, why.
     last_error: str = ""
     dead_letter_reason: DeadLetterReason = DeadLetterReason.NONE
-    # created_at + schedule_to_close (0: none): past it the task is FAILED whatever runs; its
-    # key in the deadline index sorts by it while the task waits for a result.
+    # created_at + schedule_to_close (0: none): past it a task that can run is FAILED; its key
+    # in the deadline index sorts by it while the task waits for a result (domain/waiting.py:
+    # a WAITING task is marked overdue instead, and released without it).
     deadline: float = 0.0
     # The effect id scheme; a record written before schemes existed reads V1, and its effects
     # keep the ids they were prepared with. TaskStore.create writes V2.
     effect_ids: EffectIdScheme = EffectIdScheme.V1
+    # While WAITING: the upstreams (in depends_on order) that are FAILED or CANCELLED, so this
+    # task cannot be released until they are retried or its edges change. Set and cleared by
+    # the releaser; empty outside WAITING.
+    blocked_by: tuple[str, ...] = ()
+    # When the deadline passed while the task was WAITING (0: never). Kept after the release,
+    # which waived the deadline: it says why the task runs without one.
+    overdue_at: float = 0.0
     # etcd mod_revision of the task key; never stored, attached on decode.
     state_version: int = field(default=0, compare=False)
     # etcd create_revision of the task key: which incarnation of the task id this is (an id

@@ -379,6 +379,10 @@ class TaskInfo:
     # Bytes of the checkpoint its next attempt resumes from (get_task); None where the answer
     # did not say (list_tasks and the other calls that read no attempt).
     checkpoint_size: int | None = None
+    # While WAITING: its FAILED or CANCELLED upstreams (blocked until retried and DONE); and
+    # when its deadline passed while it waited (overdue: not failed, the deadline is waived).
+    blocked_by: tuple[str, ...] = ()
+    overdue_at: datetime | None = None
 
     @classmethod
     def from_proto(cls, msg: types_pb2.Task, attempts: tuple[types_pb2.Attempt, ...] = ()) -> Self:
@@ -416,6 +420,8 @@ class TaskInfo:
             dead_letter_reason=DeadLetterReason(msg.dead_letter_reason),
             deadline=timestamp(msg.deadline),
             checkpoint_size=msg.checkpoint_size if msg.HasField("checkpoint_size") else None,
+            blocked_by=tuple(msg.blocked_by),
+            overdue_at=timestamp(msg.overdue_at),
         )
 
 

@@ -59,7 +59,13 @@ class CallerOf:
         self._alive = stream_alive(context)
 
     def alive(self) -> bool:
-        """Whether the answer can still reach the caller."""
+        """Whether the answer can still reach the caller: the call is active and its deadline
+        (if any) has not passed by this server's clock. gRPC's core marks a call inactive a
+        timer tick after its deadline; asking for the time left closes that window, in which
+        a claim would be answered to a caller whose deadline had already passed."""
+        remaining = self._context.time_remaining()
+        if remaining is not None and remaining <= 0:
+            return False
         return self._alive()
 
     def on_end(self, callback: Callable[[], None]) -> bool:

@@ -104,6 +104,8 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
             root=task_wire.parse_optional_id("root_task_id", request.root_task_id),
             parent=task_wire.parse_optional_id("parent_task_id", request.parent_task_id),
             thread=task_wire.parse_optional_thread(request.thread_key),
+            blocked=request.blocked,
+            overdue=request.overdue,
             page_size=common_wire.parse_page_size(request.page_size),
             page_token=task_wire.parse_page_token(request.page_token, filters),
         )
@@ -126,13 +128,23 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
     def CancelTask(  # noqa: N802
         self, request: tasks_pb2.CancelTaskRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.CancelTaskResponse:
-        """Cancel the task; a live claim's next acceptance point gets CANCELLED."""
+        """Cancel the task (with cascade, its WAITING graph too); a live claim's next
+        acceptance point gets CANCELLED."""
         tid = task_id(request.task_id)
         reason = common_wire.parse_text("reason", request.reason)
         principal = principal_of(context)
-        task = self._store.tasks.cancel(tid, by=principal, reason=reason)
-        note(task_id=tid, cancel_generation=task.cancel_generation, reason=reason)
-        return tasks_pb2.CancelTaskResponse(task=task_wire.task_to_proto(task))
+        cascaded: list[str] = []
+        if request.cascade:
+            task, cascaded = self._store.cascade.cancel(tid, by=principal, reason=reason)
+        else:
+            task = self._store.tasks.cancel(tid, by=principal, reason=reason)
+        note(
+            task_id=tid,
+            cancel_generation=task.cancel_generation,
+            reason=reason,
+            cascaded=len(cascaded),
+        )
+        return tasks_pb2.CancelTaskResponse(task=task_wire.task_to_proto(task), cascaded=cascaded)
 
     @rpc
     def UpdateInput(  # noqa: N802

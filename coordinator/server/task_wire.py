@@ -12,6 +12,7 @@ from coordinator.domain.lineage import thread_key
 from coordinator.domain.records import AttemptRecord, ResultRecord, TaskRecord
 from coordinator.domain.retry import attempts_counted
 from coordinator.domain.states import TaskState
+from coordinator.domain.waiting import waiting_reason
 from coordinator.errors import InvalidArgument
 from coordinator.server import page_tokens
 from coordinator.server.common_wire import (
@@ -140,6 +141,8 @@ def list_tasks_filters(request: tasks_pb2.ListTasksRequest) -> page_tokens.Filte
         "root_task_id": request.root_task_id,
         "parent_task_id": request.parent_task_id,
         "thread_key": request.thread_key,
+        "blocked": request.blocked,
+        "overdue": request.overdue,
     }
 
 
@@ -206,6 +209,9 @@ def task_to_proto(task: TaskRecord, *, checkpoint_size: int | None = None) -> ty
         attempts_counted=attempts_counted(task),
         deadline=timestamp_to_proto(task.deadline),
         checkpoint_size=checkpoint_size,
+        blocked_by=list(task.blocked_by),
+        waiting_reason=types_pb2.WaitingReason.ValueType(int(waiting_reason(task))),
+        overdue_at=timestamp_to_proto(task.overdue_at),
     )
 
 

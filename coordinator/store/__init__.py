@@ -19,8 +19,9 @@ from coordinator.domain.retention import RetentionPolicy
 from coordinator.metrics import METRICS, Metrics
 from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.admin import AdminStore
+from coordinator.store.cascade import Cascade
 from coordinator.store.claim_gates import ApprovalGate, QueuePauseGate, ReconcileGate
-from coordinator.store.claimed_index import ClaimedIndex
+from coordinator.store.claimed_index import ClaimedIndex, QueueCountIndex
 from coordinator.store.claims import ClaimStore
 from coordinator.store.context import StoreContext
 from coordinator.store.dead_letters import DeadLetters
@@ -69,7 +70,10 @@ class Store:
     ctx: StoreContext
     ready: ReadyIndex
     claimed: ClaimedIndex
+    blocked: QueueCountIndex
+    overdue: QueueCountIndex
     tasks: TaskStore
+    cascade: Cascade
     results: ResultStore
     claims: ClaimStore
     long_poll: LongPoll
@@ -137,11 +141,15 @@ class Store:
         gates = (QueuePauseGate(), ReconcileGate(reconcile), ApprovalGate(ctx, ready))
         claims = ClaimStore(ctx, ready, held, gates)
         give_backs = GiveBacks(ctx, ready, held, acceptance)
+        tasks = TaskStore(ctx, ready, dependencies)
         return cls(
             ctx=ctx,
             ready=ready,
             claimed=ClaimedIndex(ctx),
-            tasks=TaskStore(ctx, ready, dependencies),
+            blocked=QueueCountIndex(ctx, ctx.keys.blocked_prefix),
+            overdue=QueueCountIndex(ctx, ctx.keys.overdue_prefix),
+            tasks=tasks,
+            cascade=Cascade(ctx, tasks),
             results=ResultStore(ctx),
             claims=claims,
             long_poll=LongPoll(claims, waiters, give_backs),
@@ -177,6 +185,8 @@ class Store:
         self.admin.ensure_initialized()
         self.ready.start()
         self.claimed.start()
+        self.blocked.start()
+        self.overdue.start()
         if reclaim:
             self.reclaimer.start()
             self.releaser.start()
@@ -191,6 +201,8 @@ class Store:
         self.releaser.close()
         self.sweeper.close()
         self.claimed.close()
+        self.blocked.close()
+        self.overdue.close()
         self.promoter.close()
         if self.pruner is not None:
             self.pruner.close()
@@ -198,10 +210,16 @@ class Store:
         self.ready.close()
 
     def queue_report(self, *, cap: int = MAX_REPORTED_QUEUES) -> QueueReport:
-        """Ready, oldest ready age and claimed per queue, from this replica's watch-fed
-        indexes (no etcd read; every replica following the same keys reports the same)."""
+        """Ready, oldest ready age, claimed, blocked and overdue per queue, from this replica's
+        watch-fed indexes (no etcd read; every replica following the same keys reports the
+        same)."""
         return queue_report(
-            self.ready.heads(), self.claimed.counts(), self.ctx.clock.now(), cap=cap
+            self.ready.heads(),
+            self.claimed.counts(),
+            self.ctx.clock.now(),
+            cap=cap,
+            blocked=self.blocked.counts(),
+            overdue=self.overdue.counts(),
         )
 
 

@@ -189,13 +189,16 @@ class TaskStore:
         root: str = "",
         parent: str = "",
         thread: str = "",
+        blocked: bool = False,
+        overdue: bool = False,
         page_size: int = 100,
         page_token: str = "",
     ) -> tuple[list[TaskRecord], str]:
         """Tasks in id order after ``page_token``, filtered; returns the page and the next token.
 
         A lineage filter (parent, else root, else thread) walks its identity index, so it costs
-        the size of that family, not of the keyspace. Queue and state alone scan the task
+        the size of that family, not of the keyspace. ``blocked`` and ``overdue`` (the marks of
+        domain/waiting.py) filter like queue and state, which alone scan the task
         records: both change with the task (state) or are few (queues), and an index per state
         would add writes to every transition for a listing that operators page through anyway.
         """
@@ -217,6 +220,8 @@ class TaskStore:
                 and (not root or task.root_task_id == root)
                 and (not parent or task.parent_task_id == parent)
                 and (not thread or task.thread_key == thread)
+                and (not blocked or bool(task.blocked_by))
+                and (not overdue or bool(task.overdue_at))
             )
 
         start = prefix + page_token + "\0" if page_token else prefix

@@ -461,6 +461,14 @@ def test_review_and_cancel_print_the_new_state(store: Store, cli: Cli) -> None:
         1,
         "Error: FAILED_PRECONDITION: task 't' is DONE; it cannot be cancelled\n",
     )
+    create(store, "v")
+    create(store, "w", depends_on=("v",))
+    cascaded = cli("cancel", "v", "--cascade")
+    assert (cascaded.exit_code, cascaded.stdout) == (
+        0,
+        "v CANCELLED (cancel_generation 1)\ncancelled below it: w\n",
+    )
+    assert store.tasks.get("w").state is TaskState.CANCELLED
 
 
 def test_deps_shows_and_sets_upstreams(store: Store, cli: Cli) -> None:

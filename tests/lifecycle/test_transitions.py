@@ -189,6 +189,8 @@ _QUEUE_OPS = {
     "time_out",
     "give_back",
 }
+# Marks on a WAITING task (blocked, overdue): tests/workqueue/test_blocked_dependents.py.
+_QUEUE_OPS |= {"mark_blocked", "mark_overdue"}
 
 
 @pytest.mark.parametrize(("state", "op"), ILLEGAL, ids=lambda v: getattr(v, "name", str(v)))

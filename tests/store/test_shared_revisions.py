@@ -87,7 +87,7 @@ def test_the_releaser_releases_every_dependent_of_upstreams_done_in_one_revision
     eventually(lambda: _states(releaser, downs) == [TaskState.READY] * N, timeout=10)
 
 
-def test_the_releaser_cancels_every_dependent_of_upstreams_cancelled_in_shared_revisions(
+def test_the_releaser_marks_every_dependent_of_upstreams_cancelled_in_shared_revisions(
     make_store: StoreFactory,
 ) -> None:
     canceller = make_store(reclaim=False)
@@ -109,7 +109,12 @@ def test_the_releaser_cancels_every_dependent_of_upstreams_cancelled_in_shared_r
         list(pool.map(cancel_all, [ups[i::WRITERS] for i in range(WRITERS)]))
     revisions = [r for up in ups for r in _event_revisions(canceller, [up], "cancel")]
     assert len(set(revisions)) < len(revisions), "no cancels shared a revision: proves nothing"
-    eventually(lambda: _states(releaser, downs) == [TaskState.CANCELLED] * len(downs), timeout=10)
+    # Blocked, each by its own upstream, and still WAITING: a cancel never cascades by itself.
+    eventually(
+        lambda: [releaser.tasks.get(d).blocked_by for d in downs] == [(u,) for u in ups],
+        timeout=10,
+    )
+    assert _states(releaser, downs) == [TaskState.WAITING] * len(downs)
 
 
 def test_the_claimed_index_and_queue_gauges_count_claims_made_and_ended_in_one_revision(
