@@ -180,6 +180,7 @@ def task_to_proto(task: TaskRecord, *, checkpoint_size: int | None = None) -> ty
         retry_policy=policy_to_proto(task),
         next_eligible_at=timestamp_to_proto(task.not_before),
         last_error=task.last_error,
+        last_error_code=task.last_error_code,
         dead_letter_reason=types_pb2.DeadLetterReason.ValueType(int(task.dead_letter_reason)),
         attempts_counted=attempts_counted(task),
         deadline=timestamp_to_proto(task.deadline),

@@ -94,6 +94,7 @@ def claim_write(
         owner_id=principal,
         lease_id=lease.lease_id,
         last_error=LEASE_EXPIRED.error if takeover else task.last_error,
+        last_error_code="" if takeover else task.last_error_code,
     )
     claim = ClaimRecord(
         attempt_id=attempt_id,

@@ -967,6 +967,7 @@ ALERTS = {
     "CoordinatorQueuesLeftOut",
     "CoordinatorEtcdNearQuota",
     "CoordinatorTasksDeadLettered",
+    "CoordinatorQueueFailing",
 }
 
 
