@@ -128,7 +128,10 @@ def retry_failed(request: Request, form: Mapping[str, str], rpc: Rpc) -> Flash:
     since = form.get("since", "").strip()
     if since:
         retry.failed_since.FromDatetime(parse_since(since, datetime.now(UTC)))
-    reply = rpc.call(rpc.tasks.RetryTasks, retry, idempotency_key=form.get("idem", ""))
+    # Only a real retry carries the form's key (a double submission applies once); a preview
+    # writes nothing, and the page it leads to renders a fresh key for the Retry after it.
+    key = "" if dry_run else form.get("idem", "")
+    reply = rpc.call(rpc.tasks.RetryTasks, retry, idempotency_key=key)
     verb = "would retry" if dry_run else "retried"
     ids = list(reply.retried)
     named = ", ".join(ids[:_NAMED]) + (
