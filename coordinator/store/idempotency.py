@@ -37,7 +37,7 @@ from coordinator.domain.idempotency import (
 from coordinator.domain.records import decode, encode
 from coordinator.errors import AlreadyExists, CoordinatorError
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import create_revision_is, delete, mod_revision_is, put
+from coordinator.store.etcd import create_revision_is, delete, get, mod_revision_is, put
 
 DEFAULT_TTL = 24 * 3600.0
 DEFAULT_PENDING_TTL = 60.0
@@ -113,22 +113,27 @@ class IdempotencyStore:
         etcd_key = ctx.keys.idem(principal, key)
         deadline = time.monotonic() + self._wait
         while True:
-            kv = ctx.kv.get(etcd_key)
-            existing = decode(IdemRecord, kv.value, mod_revision=kv.mod_revision) if kv else None
+            # One round trip: reserve the key if it is free, else read what holds it. Every
+            # claim the SDK sends is keyed, and a read before the reserve cost each of them
+            # one more etcd round trip (claim_next's median went from 5.6 to 7.5-9.7 ms).
+            record = IdemRecord(method, digest, IdemState.PENDING, ctx.clock.now())
+            result = ctx.kv.txn(
+                [create_revision_is(etcd_key, 0)],
+                [put(etcd_key, encode(record), lease=self._pending.lease())],
+                [get(etcd_key)],
+            )
+            if result.succeeded:
+                return Reservation(etcd_key, method, digest, result.revision)
+            kv = result.range_one(0)
+            assert kv is not None  # the compare failed: the key exists at the txn's revision
+            existing = decode(IdemRecord, kv.value, mod_revision=kv.mod_revision)
             action = decide(existing, method=method, digest=digest)
-            if action is IdemAction.REPLAY and existing is not None:
+            if action is IdemAction.REPLAY:
                 return existing.response
-            if action is IdemAction.CONFLICT and existing is not None:
+            if action is IdemAction.CONFLICT:
                 raise KeyReused(conflict_message(key, existing, method))
-            if action is IdemAction.RUN:
-                record = IdemRecord(method, digest, IdemState.PENDING, ctx.clock.now())
-                result = ctx.kv.txn(
-                    [create_revision_is(etcd_key, 0)],
-                    [put(etcd_key, encode(record), lease=self._pending.lease())],
-                )
-                if result.succeeded:
-                    return Reservation(etcd_key, method, digest, result.revision)
-                continue  # a duplicate reserved it first: read what it stored
+            # IN_FLIGHT: the same request runs; wait for its response (then the next txn fails
+            # again and reads it), or for its key to be freed (then the next txn reserves it).
             if time.monotonic() >= deadline:
                 raise RequestInFlight(
                     f"a request with idempotency key {key!r} is still in progress; retry shortly"
