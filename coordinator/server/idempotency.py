@@ -159,8 +159,12 @@ class IdempotencyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
                     "idempotency reservation lost before its response was stored", key=reserved.key
                 )
         except CoordinatorError as exc:
-            # The call itself succeeded; failing it now would invite a second execution.
+            # The call itself succeeded; failing it now would invite a second execution. The
+            # key is freed, or a retry would meet it PENDING and get ABORTED until its lease
+            # ends: an answer etcd refuses to store (a claim batch's inputs past its request
+            # size) is then answered as an unkeyed call would be, by running again.
             log.warning("idempotent response not stored", key=reserved.key, error=str(exc))
+            self._forget(reserved)
         return response
 
     def _forget(self, reserved: Reservation) -> None:

@@ -169,6 +169,25 @@ def test_a_keyed_claim_batch_is_replayed_whole_and_kept_only_as_long_as_a_lease(
     assert _kept_for(store, etcd_client, "w1", "commit-plain") > 24 * 3600
 
 
+def test_an_answer_too_large_to_store_frees_its_key_so_a_retry_runs_again(
+    tasks: tasks_pb2_grpc.TaskServiceStub,
+    worker: worker_pb2_grpc.WorkerServiceStub,
+    store: Store,
+    etcd_client: Any,
+) -> None:
+    # Eight inputs of 250 kB: the batch's answer is past what etcd takes in one request.
+    for n in range(8):
+        request = tasks_pb2.CreateTaskRequest(task_id=f"big{n}", queue="big", input=b"x" * 250_000)
+        tasks.CreateTask(request, metadata=who("pm-1"))
+    poll = worker_pb2.ClaimNextRequest(queue="big", scheduler_epoch=1, ttl_seconds=30, max_tasks=8)
+    won = worker.ClaimNext(poll, metadata=who("w1", key="big-batch"))
+    assert len(won.more_claims) == 7
+    assert etcd_client.get(store.ctx.keys.idem("w1", "big-batch"))[1] is None  # not kept PENDING
+    # The retry runs as an unkeyed one would (nothing left to claim), never ABORTED.
+    again = worker.ClaimNext(poll, metadata=who("w1", key="big-batch"))
+    assert again.outcome == types_pb2.OUTCOME_NO_READY_TASK
+
+
 def test_concurrent_duplicates_execute_once(
     tasks: tasks_pb2_grpc.TaskServiceStub, store: Store
 ) -> None:
