@@ -109,36 +109,46 @@ class IdempotencyStore:
         """Reserve ``key`` for this request (a Reservation: run it), or the stored response of
         the same earlier request (bytes: return them). KeyReused for a different request under
         the key; RequestInFlight if the same request is still running after a short wait."""
-        ctx = self._ctx
-        etcd_key = ctx.keys.idem(principal, key)
+        etcd_key = self._ctx.keys.idem(principal, key)
         deadline = time.monotonic() + self._wait
-        while True:
-            # One round trip: reserve the key if it is free, else read what holds it. Every
-            # claim the SDK sends is keyed, and a read before the reserve cost each of them
-            # one more etcd round trip (claim_next's median went from 5.6 to 7.5-9.7 ms).
-            record = IdemRecord(method, digest, IdemState.PENDING, ctx.clock.now())
-            result = ctx.kv.txn(
-                [create_revision_is(etcd_key, 0)],
-                [put(etcd_key, encode(record), lease=self._pending.lease())],
-                [get(etcd_key)],
-            )
-            if result.succeeded:
-                return Reservation(etcd_key, method, digest, result.revision)
-            kv = result.range_one(0)
-            assert kv is not None  # the compare failed: the key exists at the txn's revision
-            existing = decode(IdemRecord, kv.value, mod_revision=kv.mod_revision)
-            action = decide(existing, method=method, digest=digest)
+        held = self._take(etcd_key, method, digest)
+        while not isinstance(held, Reservation):
+            action = decide(held, method=method, digest=digest)
             if action is IdemAction.REPLAY:
-                return existing.response
+                return held.response
             if action is IdemAction.CONFLICT:
-                raise KeyReused(conflict_message(key, existing, method))
-            # IN_FLIGHT: the same request runs; wait for its response (then the next txn fails
-            # again and reads it), or for its key to be freed (then the next txn reserves it).
+                raise KeyReused(conflict_message(key, held, method))
             if time.monotonic() >= deadline:
                 raise RequestInFlight(
                     f"a request with idempotency key {key!r} is still in progress; retry shortly"
                 )
             time.sleep(_POLL)
+            # The same request is in flight: read until it stored its response, and take the
+            # key if it was freed meanwhile (its call failed, or its replica died).
+            kv = self._ctx.kv.get(etcd_key)
+            held = (
+                decode(IdemRecord, kv.value, mod_revision=kv.mod_revision)
+                if kv
+                else self._take(etcd_key, method, digest)
+            )
+        return held
+
+    def _take(self, etcd_key: str, method: str, digest: str) -> Reservation | IdemRecord:
+        """Reserve the key if it is free, else read what holds it: one round trip. Every claim
+        the SDK sends is keyed, and a read before the reserve cost each of them one more etcd
+        round trip (claim_next's median went from 5.6 to 7.5-9.7 ms)."""
+        ctx = self._ctx
+        record = IdemRecord(method, digest, IdemState.PENDING, ctx.clock.now())
+        result = ctx.kv.txn(
+            [create_revision_is(etcd_key, 0)],
+            [put(etcd_key, encode(record), lease=self._pending.lease())],
+            [get(etcd_key)],
+        )
+        if result.succeeded:
+            return Reservation(etcd_key, method, digest, result.revision)
+        kv = result.range_one(0)
+        assert kv is not None  # the compare failed: the key exists at the txn's revision
+        return decode(IdemRecord, kv.value, mod_revision=kv.mod_revision)
 
     def complete(self, reservation: Reservation, response: bytes, *, claims: bool = False) -> bool:
         """Store the response for replays, for ``claim_ttl`` if it hands out ``claims`` (see
