@@ -67,7 +67,8 @@ class WorkerClient:
     ``RetryPolicy.budget`` (15 s by default) and, behind a claim's fence, no longer than the lease
     lasts; other gRPC errors raise the coordinator's exceptions (NotFound, ...). A call given
     up after a try that may have landed raises OutcomeUnknown (a TransportError) saying what to
-    repeat to learn its outcome.
+    repeat to learn its outcome. Every claim call carries an idempotency key of its own: a
+    retry of one whose answer was lost gets that answer, the same attempt, not a second one.
     """
 
     def __init__(

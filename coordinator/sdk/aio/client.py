@@ -51,7 +51,7 @@ class AsyncWorkerClient:
     UNAVAILABLE / DEADLINE_EXCEEDED / RESOURCE_EXHAUSTED for up to ``RetryPolicy.budget``
     (behind a claim's fence, no longer than the lease); a call given up after a try that may
     have landed raises OutcomeUnknown, one no try of which reached a coordinator a plain
-    TransportError.
+    TransportError; a claim's retry gets the same attempt as a lost answer carried.
 
     Make it inside the event loop that uses it (``async with AsyncWorkerClient(...)``).
     """
