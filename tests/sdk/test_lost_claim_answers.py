@@ -115,6 +115,22 @@ def test_a_long_polls_lost_answer_is_replayed_with_its_lease_clock_from_the_firs
     assert (task.state, task.attempt) == (TaskState.DONE, 1)
 
 
+def test_a_claim_sent_again_under_a_new_epoch_is_a_new_call_with_a_new_key(
+    sdk: Sdk, coordinator: Served, producer: WorkerClient
+) -> None:
+    producer.create_task("t1", input=b"x", queue=QUEUE)
+    keys = LostAnswers("Claim", 0)  # loses nothing: records the keys
+    worker = sdk.client(coordinator.target, "w", retry=FAST, lost=keys)
+    assert worker.epoch() == 1
+    producer.bump_epoch()
+    claim = worker.claim("t1", ttl=TTL)  # refused EPOCH_CHANGED, re-pinned, sent again
+    assert not isinstance(claim, ClaimRefused), claim
+    # The same key on a changed request would be refused (ALREADY_EXISTS): a key of its own.
+    assert len(keys.keys) == 2 and keys.keys[0] != keys.keys[1]
+    with claim:
+        assert claim.commit(b"done").committed
+
+
 def test_the_lease_clock_of_a_long_poll_answered_on_a_retry_starts_at_the_first_send() -> None:
     # A plain claim: from the send, however many tries.
     assert lease_clock_start(10.0, 12.0, None) == 10.0
