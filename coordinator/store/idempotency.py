@@ -7,14 +7,15 @@ the reservation after an error, so a corrected retry can run. Both compare the r
 mod_revision, so they never touch a key someone else reserved since.
 
 Expiry: a PENDING reservation lives on a short lease (a replica that dies mid-call frees the key
-within ``pending_ttl``); a stored response lives on a long one (``ttl``, default 24 h), except the
-answer of a call that hands out claims (``complete(..., claims=True)``), kept only ``claim_ttl``
-(the longest lease a claim can have). Such an answer is worth replaying only while the lease it
-granted can still be alive: later, a replay would hand back a dead claim where a fresh run gives
-a live one. It also carries the task's input (up to 256 KiB, and up to 64 of them in a batch):
-the SDK keys every claim, and a day of a busy queue's inputs would fill etcd. Leases are shared
-by all keys written within one window of time (1 % of the TTL), so a busy replica grants a lease
-per window, not per request; a key then lives between its TTL and the TTL + window.
+within ``pending_ttl``); a stored response lives on a long one (``ttl``, default 24 h), except
+the answer of a call that hands out claims (``complete(..., claims=True)``), kept only as long
+as the longest lease a claim can have (``limits.max_ttl``). Such an answer is worth replaying
+only while the lease it granted can still be alive: later, a replay would hand back a dead claim
+where a fresh run gives a live one. It also carries the task's input (up to 256 KiB, and up to
+64 of them in a batch): the SDK keys every claim, and a day of a busy queue's inputs would fill
+etcd. Leases are shared by all keys written within one window of time (1 % of the TTL), so a
+busy replica grants a lease per window, not per request; a key then lives between its TTL and
+the TTL + window.
 
 Limit: the response is stored after the call's own txn, not inside it. If a replica dies between
 the two, the reservation expires and a retry runs the call again; every call here is itself
@@ -93,15 +94,14 @@ class IdempotencyStore:
         ctx: StoreContext,
         *,
         ttl: float = DEFAULT_TTL,
-        claim_ttl: float | None = None,
         pending_ttl: float = DEFAULT_PENDING_TTL,
         wait: float = DEFAULT_WAIT,
     ) -> None:
         self._ctx = ctx
         self._done = _LeaseWindow(ctx, ttl)
-        # Never longer than ``ttl``: an operator's shorter window holds for claims too.
-        longest_lease = float(ctx.limits.max_ttl) if claim_ttl is None else claim_ttl
-        self._claims = _LeaseWindow(ctx, min(ttl, longest_lease))
+        # A claim's answer: the longest lease, never longer than ``ttl`` (an operator's shorter
+        # window holds for claims too).
+        self._claims = _LeaseWindow(ctx, min(ttl, float(ctx.limits.max_ttl)))
         self._pending = _LeaseWindow(ctx, pending_ttl)
         self._wait = wait
 
@@ -151,8 +151,9 @@ class IdempotencyStore:
         return decode(IdemRecord, kv.value, mod_revision=kv.mod_revision)
 
     def complete(self, reservation: Reservation, response: bytes, *, claims: bool = False) -> bool:
-        """Store the response for replays, for ``claim_ttl`` if it hands out ``claims`` (see
-        the module docstring), else ``ttl``; False if the reservation was lost meanwhile."""
+        """Store the response for replays: as long as the longest lease if it hands out
+        ``claims`` (see the module docstring), else ``ttl``; False if the reservation was lost
+        meanwhile."""
         ctx = self._ctx
         record = IdemRecord(
             reservation.method,
