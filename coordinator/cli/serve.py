@@ -202,7 +202,8 @@ def _server_options(func: F) -> F:
         _seconds(
             "idempotency-ttl",
             _DEFAULTS.idempotency_ttl,
-            "How long responses of requests with an idempotency key are kept.",
+            "How long responses of requests with an idempotency key are kept (those that hand "
+            "out claims: at most --max-ttl).",
         ),
         _seconds(
             "reconcile-timeout",

@@ -30,7 +30,8 @@ from typing import Protocol
 import structlog
 
 from coordinator.errors import CoordinatorError
-from coordinator.sdk._rpc import RetryPolicy, Rpc, error_of
+from coordinator.sdk._rpc import RetryPolicy, Rpc
+from coordinator.sdk._status import error_of
 from coordinator.sdk.types import NotSupported
 from coordinator.v1 import worker_pb2
 

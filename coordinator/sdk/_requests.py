@@ -7,6 +7,7 @@ The sync ``WorkerClient`` (sdk/client.py) and the asyncio ``AsyncWorkerClient``
 from __future__ import annotations
 
 import math
+import secrets
 from datetime import datetime, timedelta
 
 from coordinator.domain.digests import digest_of
@@ -26,6 +27,16 @@ CREATE_HINT = (
 
 AnyClaim = worker_pb2.ClaimRequest | worker_pb2.ClaimNextRequest
 """A claim of one task or of a queue's next one."""
+
+
+def claim_key() -> str:
+    """A new idempotency key for one logical call that claims (Claim, ClaimNext, Commit with
+    ``next``): every transport retry of that call sends it, so a retry whose first try landed
+    gets that try's answer, the same attempt, instead of starting another that burns a try
+    of the task's retry budget. Never reused: a call sent again with a changed request (a new
+    epoch) is another call. 16 characters (96 random bits), as the server keeps each key in
+    etcd, per principal, for as long as the longest lease."""
+    return secrets.token_urlsafe(12)
 
 
 def ttl_seconds(ttl: Duration) -> int:
@@ -75,12 +86,17 @@ def long_poll(wait: Duration | None, call_timeout: timedelta) -> tuple[float, fl
     return waited, call_timeout.total_seconds() + waited if waited else None
 
 
-def lease_clock_start(sent_at: float, answered_at: float, timeout: float | None) -> float:
+def lease_clock_start(
+    sent_at: float, answered_at: float, timeout: float | None, *, tries: int = 1
+) -> float:
     """When a claim's lease clock starts: at the send, so it can only run early; but a long
     poll (``timeout`` set) is granted its lease only when it wins, up to its wait later, so
     its clock starts at the answer's arrival (late by the answer's flight, which the claim's
-    safety margin covers), or the whole wait would be taken off the lease."""
-    return answered_at if timeout is not None else sent_at
+    safety margin covers), or the whole wait would be taken off the lease. A long poll
+    answered after more than one try may carry an earlier try's grant (a replay, made up to
+    the whole wait before the answer): its clock starts at the first send, and the first
+    renewal sets it right."""
+    return answered_at if timeout is not None and tries == 1 else sent_at
 
 
 def epoch_moved(response: worker_pb2.ClaimResponse) -> bool:

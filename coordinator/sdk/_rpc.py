@@ -1,7 +1,7 @@
-"""The SDK's transport: one channel, the three service stubs, deadlines, retries, error mapping.
+"""The SDK's transport: one channel, the three service stubs, deadlines, retries.
 
 The decisions are pure and shared with the asyncio transport (coordinator.sdk.aio): the policy
-(``RetryPolicy``), what a status means (``translate``), and one call's tries (``CallPlan``);
+(``RetryPolicy``), what a status means (sdk/_status.py), and one call's tries (``CallPlan``);
 ``Rpc`` only sends the tries on a sync channel.
 
 Every call carries the caller's principal in metadata and a deadline. Transport failures
@@ -15,9 +15,10 @@ Why retrying is safe: every worker call is idempotent per attempt. A renew only 
 lease alive; a repeated commit of the same attempt and digest answers COMMITTED again (the
 contract says so); a repeated stage overwrites the attempt's own staging key with the same
 bytes; authorize writes nothing; a repeated release answers FENCED/RELEASED without a second
-transition. A claim whose response was lost cannot be answered twice, but it grants nothing
-twice either: the orphaned claim's lease simply expires after its TTL and the task is
-reclaimed. Task creation is retried only with an explicit task id (see WorkerClient).
+transition. A claim is the exception: every Claim / ClaimNext (and Commit with ``next``) carries
+an idempotency key of its own, one per logical call, so a retry whose first try landed gets that
+try's answer, the same attempt, instead of starting another (ABORTED, the first try still
+running, is retried too). Task creation is retried only with an explicit task id or a key.
 """
 
 from __future__ import annotations
@@ -43,19 +44,18 @@ from tenacity.stop import stop_base
 
 from coordinator import __version__, request_ids
 from coordinator.domain.idempotency import IDEMPOTENCY_METADATA_KEY
-from coordinator.errors import (
-    AlreadyExists,
-    CoordinatorError,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-    Unauthenticated,
-)
+from coordinator.errors import CoordinatorError, InvalidArgument
 from coordinator.sdk import _budget
 from coordinator.sdk._duration import DurationField
+from coordinator.sdk._status import (
+    ATTEMPT_HINT,
+    REPEAT_HINT,
+    is_retried,
+    is_transport,
+    never_sent,
+    translate,
+)
 from coordinator.sdk._target import LB_OPTION, Endpoints, channel_target, endpoint_targets
-from coordinator.sdk.types import NotSupported, OutcomeUnknown, TransportError
 from coordinator.v1 import admin_pb2_grpc, tasks_pb2_grpc, worker_pb2_grpc
 
 PRINCIPAL_METADATA = "x-coordinator-principal"
@@ -63,37 +63,6 @@ PRINCIPAL_METADATA = "x-coordinator-principal"
 
 SDK_VERSION_METADATA = "x-coordinator-sdk-version"
 """The gRPC metadata key that names this SDK's version (the server's version gate reads it)."""
-
-TRANSPORT_CODES = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-    }
-)
-"""The only status codes the SDK retries: the call may not have reached the coordinator, or a
-replica at its concurrency bound refused it before running it (RESOURCE_EXHAUSTED: a burst past
-the bound is retried, never taken for a lost claim)."""
-
-# How gRPC's load balancers fail a call they could not give any connection (pick_first,
-# round_robin): no stream was opened, so the request never left. Any other transport failure
-# (a connection reset mid-call, a deadline) may have reached a coordinator.
-_NEVER_SENT = ("failed to connect to all addresses", "connections to all backends failing")
-
-ATTEMPT_HINT = "retry the same call on the same attempt to learn it"
-"""What OutcomeUnknown tells the caller of a call behind a claim's fence."""
-REPEAT_HINT = "repeat the same call to learn it (a create: with the same task id or key)"
-"""What OutcomeUnknown tells the caller of any other call."""
-
-_ERRORS: dict[grpc.StatusCode, type[CoordinatorError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
-    grpc.StatusCode.NOT_FOUND: NotFound,
-    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
-    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
-    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
-    grpc.StatusCode.UNIMPLEMENTED: NotSupported,
-}
 
 # A restarted coordinator is found again within a second, not after gRPC's default backoff
 # (which grows to two minutes); callers may override any of these.
@@ -144,47 +113,6 @@ class RetryPolicy:
         return self.attempts != 1 and self.budget > timedelta(0)
 
 
-def is_transport(exc: BaseException) -> bool:
-    """Whether ``exc`` is a gRPC failure that may not have reached the coordinator."""
-    return isinstance(exc, grpc.RpcError) and exc.code() in TRANSPORT_CODES
-
-
-def never_sent(exc: grpc.RpcError) -> bool:
-    """Whether ``exc`` failed before any connection took the request, or a replica refused to
-    run it (RESOURCE_EXHAUSTED is answered before the handler runs): it cannot have landed."""
-    details = exc.details() or ""
-    if exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return True
-    return exc.code() is grpc.StatusCode.UNAVAILABLE and details.startswith(_NEVER_SENT)
-
-
-def error_of(code: str, message: str) -> CoordinatorError:
-    """The coordinator exception for an error a batch answered for one of its items (a gRPC
-    status code's name and its message), as ``translate`` maps a call's status."""
-    status: grpc.StatusCode | None = getattr(grpc.StatusCode, code, None)
-    kind = _ERRORS.get(status, CoordinatorError) if status is not None else CoordinatorError
-    return kind(f"{code}: {message}")
-
-
-def translate(
-    exc: grpc.RpcError, *, maybe_sent: bool | None = None, hint: str = REPEAT_HINT
-) -> CoordinatorError:
-    """The coordinator exception for a gRPC error. A transport code becomes OutcomeUnknown
-    (with ``hint``, what to repeat) if a try of the call ``maybe_sent`` its request to a
-    coordinator, a TransportError saying so if none did, a bare TransportError if the caller
-    does not know (a broken stream)."""
-    code = exc.code()
-    name = code.name if code is not None else "UNKNOWN"
-    message = f"{name}: {exc.details()}"
-    if code not in TRANSPORT_CODES:
-        return _ERRORS.get(code, CoordinatorError)(message)
-    if maybe_sent is None:
-        return TransportError(message, code=name)
-    if maybe_sent:
-        return OutcomeUnknown(f"{message}; outcome unknown, not failed; {hint}", code=name)
-    return TransportError(f"{message}; no try reached a coordinator", code=name)
-
-
 class _OutOfTime(stop_base):
     """tenacity's stop: the next try would start after the call's deadline."""
 
@@ -208,15 +136,25 @@ def channel_options_of(options: Sequence[tuple[str, Any]] | None) -> list[tuple[
     return list({**_DEFAULT_CHANNEL_OPTIONS, **dict(options or ())}.items())
 
 
+class Tries:
+    """How many tries one call took, for a caller that asks (``Rpc.call(..., tries=...)``): a
+    keyed claim answered by a retry may carry an earlier try's grant, made before it was sent."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
 class CallPlan:
     """One logical call and its tries: the metadata and deadlines they carry, which failure is
     tried again and until when, and what a call given up raises.
 
     Pure (no channel): the sync transport (``Rpc``) and the asyncio one (``sdk.aio``) drive
-    it the same way. The first try runs outside tenacity, whose setup and bookkeeping (a
-    Future and a Condition per try) cost more CPU than the rest of the call's Python side, and
-    most calls succeed on it; ``first_failed`` either raises the final error or arms the
-    retries, which count that try as the first of the policy's attempts.
+    it the same way; ``tries`` counts them. The first try runs outside tenacity, whose setup
+    and bookkeeping (a Future and a Condition per try) cost more CPU than the rest of the
+    call's Python side, and most calls succeed on it; ``first_failed`` either raises the final
+    error or arms the retries, which count that try as the first of the policy's attempts.
     """
 
     __slots__ = (
@@ -224,6 +162,7 @@ class CallPlan:
         "_replay",
         "deadline",
         "hint",
+        "keyed",
         "lease_left",
         "maybe_sent",
         "metadata",
@@ -231,6 +170,7 @@ class CallPlan:
         "policy",
         "retry",
         "start",
+        "tries",
     )
 
     def __init__(
@@ -244,8 +184,11 @@ class CallPlan:
         idempotency_key: str,
         lease_left: timedelta | None,
         hint: str,
+        tries: Tries | None = None,
     ) -> None:
         self.policy, self._clock, self.retry = policy, clock, retry
+        self.tries = tries or Tries()
+        self.tries.count = 1
         self.start = clock()
         self.per_try = timeout if timeout is not None else policy.timeout.total_seconds()
         self.hint = hint or (REPEAT_HINT if lease_left is None else ATTEMPT_HINT)
@@ -255,6 +198,7 @@ class CallPlan:
             *metadata,
             (request_ids.METADATA_KEY, request_ids.current() or request_ids.new()),
         )
+        self.keyed = bool(idempotency_key)
         if idempotency_key:
             self.metadata += ((IDEMPOTENCY_METADATA_KEY, idempotency_key),)
         self.deadline = 0.0
@@ -264,8 +208,9 @@ class CallPlan:
     def first_failed(self, exc: grpc.RpcError) -> None:
         """The first try failed with ``exc``: raise the final error, or arm the retries (the
         failure is re-raised as tenacity's first try, so it counts as one)."""
-        if not (self.retry and self.policy.retries and is_transport(exc)):
-            raise translate(exc, maybe_sent=not never_sent(exc), hint=self.hint) from exc
+        if not (self.retry and self.policy.retries and is_retried(exc, keyed=self.keyed)):
+            sent = not never_sent(exc)
+            raise translate(exc, maybe_sent=sent, hint=self.hint, keyed=self.keyed) from exc
         self._replay = exc
         # Once any try may have reached a coordinator, the call's outcome is unknown for good.
         self.maybe_sent = not never_sent(exc)
@@ -274,12 +219,13 @@ class CallPlan:
         )
 
     def controls(self) -> dict[str, Any]:
-        """tenacity's retry, stop and wait for the retries: transport failures only, until the
-        next try would start after the deadline or the policy's attempts are spent."""
+        """tenacity's retry, stop and wait for the retries: transport failures only (and a keyed
+        call's ABORTED), until the next try would start after the deadline or the policy's
+        attempts are spent."""
         initial = self.policy.initial_backoff.total_seconds()
         attempts = self.policy.attempts
         return {
-            "retry": retry_if_exception(is_transport),
+            "retry": retry_if_exception(lambda exc: is_retried(exc, keyed=self.keyed)),
             "stop": (stop_after_attempt(attempts) if attempts else stop_never)
             | _OutOfTime(self.deadline, self._clock),
             # initial, 2x, 4x ... up to max_backoff, plus up to one initial of jitter so that
@@ -296,6 +242,7 @@ class CallPlan:
         if self._replay is not None:
             failed, self._replay = self._replay, None
             raise failed
+        self.tries.count += 1
         return _budget.try_timeout(self._clock(), self.deadline, self.per_try)
 
     def failed(self, exc: grpc.RpcError) -> None:
@@ -304,7 +251,7 @@ class CallPlan:
 
     def given_up(self, exc: grpc.RpcError) -> CoordinatorError:
         """What the call raises when its last try failed with ``exc``."""
-        return translate(exc, maybe_sent=self.maybe_sent, hint=self.hint)
+        return translate(exc, maybe_sent=self.maybe_sent, hint=self.hint, keyed=self.keyed)
 
 
 class Caller:
@@ -341,6 +288,7 @@ class Caller:
         idempotency_key: str,
         lease_left: timedelta | None,
         hint: str,
+        tries: Tries | None,
     ) -> CallPlan:
         return CallPlan(
             self.policy,
@@ -351,6 +299,7 @@ class Caller:
             idempotency_key=idempotency_key,
             lease_left=lease_left,
             hint=hint,
+            tries=tries,
         )
 
 
@@ -399,13 +348,14 @@ class Rpc(Caller):
         idempotency_key: str = "",
         lease_left: timedelta | None = None,
         hint: str = "",
+        tries: Tries | None = None,
     ) -> Resp:
         """Call ``method`` with the deadline, the principal and (if ``retry``) the retries;
         an ``idempotency_key`` goes with every try, so the server replays a landed one.
 
         ``lease_left``: the call is made behind a claim's fence with this much lease left, and
         stops retrying when it runs out, before the budget if sooner. ``hint`` replaces what an
-        OutcomeUnknown tells the caller to repeat.
+        OutcomeUnknown tells the caller to repeat. ``tries`` (if given) counts the tries made.
 
         Raises OutcomeUnknown when a failed try may have reached a coordinator, TransportError
         when none did, the mapped exception for any other status.
@@ -416,6 +366,7 @@ class Rpc(Caller):
             idempotency_key=idempotency_key,
             lease_left=lease_left,
             hint=hint,
+            tries=tries,
         )
         at = self.endpoints.current
         try:

@@ -29,7 +29,7 @@ from coordinator.sdk._duration import Duration, timeout_seconds
 from coordinator.sdk._flag import Flag
 from coordinator.sdk._held import HeldClaim, LostCallback
 from coordinator.sdk._renewer import Renewer
-from coordinator.sdk._requests import claim_next_request
+from coordinator.sdk._requests import claim_key, claim_next_request
 from coordinator.sdk._rpc import Req, Resp, Rpc
 from coordinator.sdk.attempt import WorkerMethod
 from coordinator.sdk.effects import Downstream, EffectOutcome, run_effect
@@ -133,8 +133,10 @@ class Claim(HeldClaim):
         the commit's outcome and the claims won (none when nothing was ready, or the epoch
         moved on: claim with ``WorkerClient.claim_next`` then, which follows the new epoch).
 
-        Not retried as one call: if its answer is lost, ``commit`` alone is retried (its next
-        claim, if one was granted, is held by nobody and expires with its lease)."""
+        Retried as one call under a key of its own (``claim_key``): a retry whose first try
+        landed gets that try's answer, next claims included, so a lost answer costs no
+        attempt. Given up (TransportError), ``commit`` alone is tried; a next claim the lost
+        answer carried is then held by nobody and expires with its lease."""
         request = self._commit_request(result, result_ref, result_digest, evidence)
         request.next.CopyFrom(
             claim_next_request(
@@ -144,7 +146,10 @@ class Claim(HeldClaim):
         sent = self._clock()
         try:
             response = self._rpc.call(
-                self._rpc.worker.Commit, request, retry=False, lease_left=self.remaining()
+                self._rpc.worker.Commit,
+                request,
+                idempotency_key=claim_key(),
+                lease_left=self.remaining(),
             )
         except TransportError:
             return self.commit(

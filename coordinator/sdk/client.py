@@ -21,14 +21,15 @@ import grpc
 from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectState
 from coordinator.domain.jobs import JobRecord
-from coordinator.domain.states import Outcome, TaskState
+from coordinator.domain.states import TaskState
 from coordinator.errors import AlreadyExists, NotFound
-from coordinator.sdk._duration import Duration, as_timedelta, timeout_seconds
+from coordinator.sdk._duration import Duration, as_timedelta
 from coordinator.sdk._renewer import Renewer
 from coordinator.sdk._requests import (
     CLAIM_HINT,
     CREATE_HINT,
     AnyClaim,
+    claim_key,
     claim_next_request,
     claim_request,
     create_is_retried,
@@ -39,7 +40,7 @@ from coordinator.sdk._requests import (
     long_poll,
     repinned,
 )
-from coordinator.sdk._rpc import RetryPolicy, Rpc
+from coordinator.sdk._rpc import RetryPolicy, Rpc, Tries
 from coordinator.sdk.auth import BearerToken
 from coordinator.sdk.claim import Claim, LostCallback, claims_of
 from coordinator.sdk.effects import EffectInfo
@@ -52,7 +53,6 @@ from coordinator.sdk.types import (
     ResultInfo,
     TaskInfo,
     TaskRetryPolicy,
-    outcome_of,
 )
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
 
@@ -72,7 +72,8 @@ class WorkerClient:
     ``RetryPolicy.budget`` (15 s by default) and, behind a claim's fence, no longer than the lease
     lasts; other gRPC errors raise the coordinator's exceptions (NotFound, ...). A call given
     up after a try that may have landed raises OutcomeUnknown (a TransportError) saying what to
-    repeat to learn its outcome.
+    repeat to learn its outcome. Every claim call carries an idempotency key of its own: a
+    retry of one whose answer was lost gets that answer, the same attempt, not a second one.
     """
 
     def __init__(
@@ -192,31 +193,13 @@ class WorkerClient:
         """Claim up to ``max_tasks`` (at most 64) ready tasks of ``queue`` in one call, each a
         claim of its own; the refusal (NO_READY_TASK, ...) when it won none. ``wait`` long-polls
         for the first task as ``claim_next`` does; the others are whatever is ready then."""
-        waited = timeout_seconds(wait, "wait") or 0.0
+        waited, timeout = long_poll(wait, self._rpc.policy.timeout)
         request = claim_next_request(
             queue, ttl=ttl, epoch=self._pinned_epoch(), wait=waited, max_tasks=max_tasks
         )
-        sent_at = time.monotonic()
-        timeout = self._rpc.policy.timeout.total_seconds() + waited if waited else None
-        response = self._rpc.call(
-            self._rpc.worker.ClaimNext, request, hint=CLAIM_HINT, timeout=timeout
+        return self._claimed_all(
+            self._rpc.worker.ClaimNext, request, on_lost, safety_margin, timeout
         )
-        if epoch_moved(response) and repinned(request, self.epoch()):
-            sent_at = time.monotonic()
-            response = self._rpc.call(
-                self._rpc.worker.ClaimNext, request, hint=CLAIM_HINT, timeout=timeout
-            )
-        if waited:
-            sent_at = time.monotonic()  # a long poll's leases start when it wins (see below)
-        won = claims_of(
-            self._rpc,
-            response,
-            sent_at=sent_at,
-            on_lost=on_lost,
-            safety_margin=safety_margin,
-            renewer=self._renewer,
-        )
-        return won or ClaimRefused.from_proto(response)
 
     def _claimed(
         self,
@@ -227,19 +210,23 @@ class WorkerClient:
         safety_margin: Duration | None,
         timeout: float | None = None,
     ) -> Claim | ClaimRefused:
-        # The lease clock (``lease_clock_start``): from the send, or a long poll's answer.
-        sent_at = time.monotonic()
-        response = self._rpc.call(method, request, hint=CLAIM_HINT, timeout=timeout)
-        sent_at = lease_clock_start(sent_at, time.monotonic(), timeout)
+        won = self._claimed_all(method, request, on_lost, safety_margin, timeout)
+        return won[0] if isinstance(won, list) else won
+
+    def _claimed_all(
+        self,
+        method: grpc.UnaryUnaryMultiCallable[Any, worker_pb2.ClaimResponse],
+        request: AnyClaim,
+        on_lost: LostCallback | None,
+        safety_margin: Duration | None,
+        timeout: float | None,
+    ) -> list[Claim] | ClaimRefused:
+        """The claims one claim won, following a new epoch once: a second refusal means the
+        epoch moved again meanwhile, and the next claim follows it."""
+        response, sent_at = self._send_claim(method, request, timeout)
         if epoch_moved(response) and repinned(request, self.epoch()):
-            # Once only: a second refusal means the epoch moved again meanwhile, and the next
-            # claim will follow that one.
-            sent_at = time.monotonic()
-            response = self._rpc.call(method, request, hint=CLAIM_HINT, timeout=timeout)
-            sent_at = lease_clock_start(sent_at, time.monotonic(), timeout)
-        if outcome_of(response.outcome) is not Outcome.CLAIMED:
-            return ClaimRefused.from_proto(response)
-        return Claim(
+            response, sent_at = self._send_claim(method, request, timeout)
+        won = claims_of(
             self._rpc,
             response,
             sent_at=sent_at,
@@ -247,6 +234,21 @@ class WorkerClient:
             safety_margin=safety_margin,
             renewer=self._renewer,
         )
+        return won or ClaimRefused.from_proto(response)
+
+    def _send_claim(
+        self,
+        method: grpc.UnaryUnaryMultiCallable[Any, worker_pb2.ClaimResponse],
+        request: AnyClaim,
+        timeout: float | None,
+    ) -> tuple[worker_pb2.ClaimResponse, float]:
+        """A claim sent as one call under a key of its own (``claim_key``: a re-pinned request
+        is another call): its answer, and when its lease clock starts (``lease_clock_start``)."""
+        sent_at, tries, key = time.monotonic(), Tries(), claim_key()
+        response = self._rpc.call(
+            method, request, hint=CLAIM_HINT, timeout=timeout, idempotency_key=key, tries=tries
+        )
+        return response, lease_clock_start(sent_at, time.monotonic(), timeout, tries=tries.count)
 
     # --- tasks ------------------------------------------------------------------------------
 

@@ -8,6 +8,10 @@ ALREADY_EXISTS; a duplicate that arrives while the first still runs waits briefl
 ABORTED. Business outcomes (FENCED, ALREADY_CLAIMED, ...) are responses and are stored like any
 response; errors are not stored: the key is freed so a corrected retry can run.
 
+The answer of a call that hands out claims (Claim, ClaimNext, Commit with ``next``) is kept only
+as long as the longest lease (store/idempotency.py says why): the SDK keys every such call, so a
+retry whose first try's answer was lost gets the same attempt instead of starting another.
+
 Which methods mutate is decided here, once: every unary method of the coordinator's services
 is mutating unless ``READ_ONLY`` lists it, so an RPC added later gets keys without an edit.
 Calls without the metadata key pass straight through. The interceptor must run after the auth
@@ -66,9 +70,22 @@ READ_ONLY = frozenset(
 """The methods that change nothing: a key sent with them is ignored."""
 
 
+CLAIMING = frozenset(
+    {"/coordinator.v1.WorkerService/Claim", "/coordinator.v1.WorkerService/ClaimNext"}
+)
+"""The methods whose every answer may hand out claims (Commit does when it carries ``next``)."""
+
+_COMMIT = "/coordinator.v1.WorkerService/Commit"
+
+
 def is_mutating(method: str) -> bool:
     """Whether ``method`` (a full gRPC path) takes idempotency keys."""
     return method.startswith(SERVICES) and method not in READ_ONLY
+
+
+def hands_out_claims(method: str, request: Any) -> bool:
+    """Whether a call of ``method`` with ``request`` may answer with claims."""
+    return method in CLAIMING or (method == _COMMIT and request.HasField("next"))
 
 
 class IdempotencyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
@@ -116,7 +133,8 @@ class IdempotencyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             if isinstance(reserved, bytes):
                 note(idempotent_replay=True, idempotency_key=key)
                 return reserved
-            return self._run(reserved, run, serialize, request, context)
+            claims = hands_out_claims(method, request)
+            return self._run(reserved, run, serialize, request, context, claims=claims)
 
         return behavior
 
@@ -127,6 +145,8 @@ class IdempotencyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         serialize: Callable[[Any], bytes],
         request: Any,
         context: grpc.ServicerContext,
+        *,
+        claims: bool,
     ) -> bytes:
         try:
             response = serialize(run(request, context))
@@ -135,13 +155,17 @@ class IdempotencyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             self._forget(reserved)
             raise
         try:
-            if not self._store.complete(reserved, response):
+            if not self._store.complete(reserved, response, claims=claims):
                 log.warning(
                     "idempotency reservation lost before its response was stored", key=reserved.key
                 )
         except CoordinatorError as exc:
-            # The call itself succeeded; failing it now would invite a second execution.
+            # The call itself succeeded; failing it now would invite a second execution. The
+            # key is freed, or a retry would meet it PENDING and get ABORTED until its lease
+            # ends: an answer etcd refuses to store (a claim batch's inputs past its request
+            # size) is then answered as an unkeyed call would be, by running again.
             log.warning("idempotent response not stored", key=reserved.key, error=str(exc))
+            self._forget(reserved)
         return response
 
     def _forget(self, reserved: Reservation) -> None:

@@ -9,7 +9,9 @@ Every mutating call takes an optional idempotency key in the gRPC metadata key
 the same key with the same request returns the stored response without running again; the
 same key with a different request is ALREADY_EXISTS; a duplicate arriving while the first
 still runs is ABORTED (retry). Errors are not stored. Keys expire after the server's
-idempotency TTL (default 24 h).
+idempotency TTL (default 24 h), except those of calls that hand out claims (Claim, ClaimNext,
+Commit with next): kept only as long as the longest lease (max_ttl), past which a replay could
+only return a dead claim. The SDK sends a key of its own with every one of those calls.
 """
 
 from collections import abc as _abc

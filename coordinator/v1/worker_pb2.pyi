@@ -544,8 +544,10 @@ class CommitRequest(_message.Message):
         """Optional: once the commit is answered (whatever its outcome), claim the next task(s) in the
         same call, exactly as ClaimNext(next) would: one round trip per task of a busy queue
         instead of two. wait_seconds must be 0 (a commit never waits; long-poll with ClaimNext when
-        the queue runs dry). If the answer is lost and the commit retried, the first call's claim
-        is held by nobody: it expires with its lease (an EXPIRED attempt of that task's budget).
+        the queue runs dry). If the answer is lost, a retry under the same idempotency key (the SDK
+        sends one) gets it again, the claims included; a retry without one commits again and claims
+        afresh, and the first call's claim is held by nobody: it expires with its lease (an EXPIRED
+        attempt of that task's budget).
         """
 
     def __init__(

@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 import pytest
 
+from coordinator.domain.digests import digest_of
 from coordinator.domain.keys import Keyspace
 from coordinator.server import build_server
 from coordinator.server.idempotency import READ_ONLY, is_mutating
@@ -26,7 +27,7 @@ from coordinator.v1 import (
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
 from tests.lifecycle.conftest import StoreFactory
-from tests.lifecycle.support import snapshot, who
+from tests.lifecycle.support import LIMITS, RESULT, snapshot, who
 
 PM = who("pm-1", key="create-csv-export")
 
@@ -114,6 +115,77 @@ def test_business_outcomes_are_stored_and_replayed(
     # w2's retry is answered with its stored outcome: it does not silently claim now.
     assert worker.Claim(claim, metadata=who("w2", key="claim-t2")) == lost
     assert store.tasks.get("t").attempt == 1
+
+
+def _kept_for(store: Store, etcd_client: Any, principal: str, key: str) -> int:
+    """The granted TTL of the lease a stored response lives on."""
+    lease = etcd_client.get(store.ctx.keys.idem(principal, key))[1].lease_id
+    return int(etcd_client.get_lease_info(lease).grantedTTL)
+
+
+def test_a_keyed_claim_batch_is_replayed_whole_and_kept_only_as_long_as_a_lease(
+    tasks: tasks_pb2_grpc.TaskServiceStub,
+    worker: worker_pb2_grpc.WorkerServiceStub,
+    store: Store,
+    etcd_client: Any,
+) -> None:
+    for name in ("b0", "b1", "b2", "b3"):
+        _create(tasks, who("pm-1"), task_id=name, queue="batch")
+    poll = worker_pb2.ClaimNextRequest(
+        queue="batch", scheduler_epoch=1, ttl_seconds=30, wait_seconds=5, max_tasks=2
+    )
+    keyed = who("w1", key="poll-1")
+    won = worker.ClaimNext(poll, metadata=keyed)
+    assert [won.outcome, *(m.outcome for m in won.more_claims)] == [types_pb2.OUTCOME_CLAIMED] * 2
+    before = snapshot(store, etcd_client)
+    # Its answer was lost: the retry gets both claims again, and nothing is written.
+    assert worker.ClaimNext(poll, metadata=keyed) == won
+    assert snapshot(store, etcd_client) == before
+    # A commit that claims the next task is a claim too; a plain commit is not.
+    commit = worker_pb2.CommitRequest(
+        fence=won.fence,
+        input_digest=won.input_digest,
+        result_digest=digest_of(RESULT),
+        result=RESULT,
+        next=worker_pb2.ClaimNextRequest(queue="batch", scheduler_epoch=1, ttl_seconds=30),
+    )
+    committed = worker.Commit(commit, metadata=who("w1", key="commit-next"))
+    assert committed.next.outcome == types_pb2.OUTCOME_CLAIMED
+    assert worker.Commit(commit, metadata=who("w1", key="commit-next")) == committed
+    plain = worker_pb2.CommitRequest(
+        fence=won.more_claims[0].fence,
+        input_digest=won.more_claims[0].input_digest,
+        result_digest=digest_of(RESULT),
+        result=RESULT,
+    )
+    worker.Commit(plain, metadata=who("w1", key="commit-plain"))
+    tried = {name: store.tasks.get(name).attempt for name in ("b0", "b1", "b2", "b3")}
+    assert sorted(tried.values()) == [0, 1, 1, 1]  # one attempt per claim handed out
+    # A replay is worth something only while the lease it granted can live (LIMITS.max_ttl,
+    # plus the lease window's second or two); other answers are kept idempotency_ttl.
+    longest = LIMITS.max_ttl + 2
+    assert _kept_for(store, etcd_client, "w1", "poll-1") <= longest
+    assert _kept_for(store, etcd_client, "w1", "commit-next") <= longest
+    assert _kept_for(store, etcd_client, "w1", "commit-plain") > 24 * 3600
+
+
+def test_an_answer_too_large_to_store_frees_its_key_so_a_retry_runs_again(
+    tasks: tasks_pb2_grpc.TaskServiceStub,
+    worker: worker_pb2_grpc.WorkerServiceStub,
+    store: Store,
+    etcd_client: Any,
+) -> None:
+    # Eight inputs of 250 kB: the batch's answer is past what etcd takes in one request.
+    for n in range(8):
+        request = tasks_pb2.CreateTaskRequest(task_id=f"big{n}", queue="big", input=b"x" * 250_000)
+        tasks.CreateTask(request, metadata=who("pm-1"))
+    poll = worker_pb2.ClaimNextRequest(queue="big", scheduler_epoch=1, ttl_seconds=30, max_tasks=8)
+    won = worker.ClaimNext(poll, metadata=who("w1", key="big-batch"))
+    assert len(won.more_claims) == 7
+    assert etcd_client.get(store.ctx.keys.idem("w1", "big-batch"))[1] is None  # not kept PENDING
+    # The retry runs as an unkeyed one would (nothing left to claim), never ABORTED.
+    again = worker.ClaimNext(poll, metadata=who("w1", key="big-batch"))
+    assert again.outcome == types_pb2.OUTCOME_NO_READY_TASK
 
 
 def test_concurrent_duplicates_execute_once(

@@ -117,7 +117,10 @@ def test_a_pool_of_one_runs_one_claim_at_a_time_and_commits_each(
     ready = ReadyFile(tmp_path / "ready")
     pool, running = pools.start(handle, readiness=[ready])
     eventually(lambda: list(states(producer).values()).count(TaskState.CLAIMED) == 1)
-    assert ready.path.exists() and pool.held() == 1
+    # The task is CLAIMED in etcd before its answer reaches the pool (the server stores the
+    # answer of a keyed claim first): wait for the pool to hold it.
+    eventually(lambda: pool.held() == 1)
+    assert ready.path.exists()
     pools.call(gate.set)
     eventually(lambda: set(states(producer).values()) == {TaskState.DONE})
     report = stopped(pools, pool, running)

@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 import grpc
 from grpc import aio
 
+from coordinator.domain.idempotency import IDEMPOTENCY_METADATA_KEY
 from coordinator.sdk import (
     ClaimRefused,
     CommitOutcome,
@@ -160,6 +161,58 @@ class _AsyncRecorder(aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
         return await continuation(client_call_details, request)
 
 
+class LostAnswers:
+    """Loses the answer of the first ``count`` tries of ``method`` after the server ran them
+    (UNAVAILABLE, as a connection reset on the way back), in either SDK; ``keys`` are the
+    idempotency keys every try of ``method`` carried, in order."""
+
+    def __init__(self, method: str, count: int) -> None:
+        self.method, self.count = method, count
+        self.keys: list[str] = []
+
+    def lose(self, method: str | bytes, metadata: Any) -> bool:
+        """Note a try of ``method`` that ran; whether its answer is to be lost."""
+        name = (method.decode() if isinstance(method, bytes) else method).rsplit("/", 1)[-1]
+        if name != self.method:
+            return False
+        self.keys.append(dict(metadata or ()).get(IDEMPOTENCY_METADATA_KEY, ""))
+        return len(self.keys) <= self.count
+
+
+def _lost_answer() -> aio.AioRpcError:
+    return aio.AioRpcError(
+        grpc.StatusCode.UNAVAILABLE, aio.Metadata(), aio.Metadata(), "the answer was lost", None
+    )
+
+
+class _SyncLoser(grpc.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    def __init__(self, lost: LostAnswers) -> None:
+        self._lost = lost
+
+    def intercept_unary_unary(
+        self, continuation: Callable[..., Any], details: Any, request: Any
+    ) -> Any:
+        call = continuation(details, request)
+        if self._lost.lose(details.method, details.metadata):
+            call.result()  # it ran on the server...
+            raise _lost_answer()  # ...and its answer never came back
+        return call
+
+
+class _AsyncLoser(aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    def __init__(self, lost: LostAnswers) -> None:
+        self._lost = lost
+
+    async def intercept_unary_unary(
+        self, continuation: Callable[..., Any], client_call_details: Any, request: Any
+    ) -> Any:
+        call = await continuation(client_call_details, request)
+        if self._lost.lose(client_call_details.method, client_call_details.metadata):
+            await call
+            raise _lost_answer()
+        return call
+
+
 class _AsyncHeld:
     """An AsyncClaim driven from the test's thread."""
 
@@ -295,24 +348,28 @@ class Sdk:
         *,
         retry: RetryPolicy | None = None,
         sent: Sent | None = None,
+        lost: LostAnswers | None = None,
     ) -> Worker:
         """A client of this SDK, closed with the Sdk; ``sent`` records every request it
-        sends."""
+        sends, ``lost`` loses the answers it says."""
         policy = retry or RetryPolicy(attempts=3)
         worker: Worker
         if self._loop is None:
+            sync: list[grpc.UnaryUnaryClientInterceptor[Any, Any]] = []
+            sync += [_SyncRecorder(sent)] if sent is not None else []
+            sync += [_SyncLoser(lost)] if lost is not None else []
             worker = WorkerClient(
                 target,
                 principal=principal,
                 channel_options=GRPC_OPTIONS,
                 retry=policy,
-                interceptors=[_SyncRecorder(sent)] if sent is not None else (),
+                interceptors=sync,
             )
         else:
-            recorders: list[aio.UnaryUnaryClientInterceptor[Any, Any]] = (
-                [_AsyncRecorder(sent)] if sent is not None else []
-            )
-            worker = _AsyncWorker(self._loop, str(target), principal, policy, recorders)
+            chain: list[aio.UnaryUnaryClientInterceptor[Any, Any]] = []
+            chain += [_AsyncRecorder(sent)] if sent is not None else []
+            chain += [_AsyncLoser(lost)] if lost is not None else []
+            worker = _AsyncWorker(self._loop, str(target), principal, policy, chain)
         self._workers.append(worker)
         return worker
 

@@ -47,7 +47,7 @@ from coordinator.sdk import (
     TransportError,
     WorkerClient,
 )
-from coordinator.sdk._rpc import ATTEMPT_HINT
+from coordinator.sdk._status import ATTEMPT_HINT
 from tests.helpers import eventually
 from tests.sdk.both import Held, Sdk, Sent, Worker
 from tests.sdk.replicas import replicas

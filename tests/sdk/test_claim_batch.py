@@ -11,7 +11,6 @@ import pytest
 
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import Claim, ClaimRefused, Outcome, TaskState
-from tests.helpers import eventually
 from tests.sdk.support import QUEUE, CallCounter, Served, served
 
 TTL = timedelta(seconds=30)
@@ -70,30 +69,53 @@ class _Unavailable(grpc.RpcError):
         raise self
 
 
-class _LoseFirstCommitAnswer(grpc.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
-    def __init__(self) -> None:
+class _LoseFirstAnswer(grpc.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    """Loses the answer of the first call of ``method`` after the server ran it."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
         self.lost = False
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         call = continuation(details, request)
-        if details.method.endswith("/Commit") and not self.lost:
+        if details.method.endswith(self.method) and not self.lost:
             call.result()  # it landed on the server
             self.lost = True
             return _Unavailable()
         return call
 
 
-def test_a_lost_answer_is_retried_as_a_plain_commit_and_its_next_claim_expires(
+def test_a_lost_answer_is_replayed_with_its_next_claim_which_costs_no_attempt(
     coordinator: Served,
 ) -> None:
-    lose = _LoseFirstCommitAnswer()
+    lose = _LoseFirstAnswer("/Commit")
     with coordinator.client("w", interceptors=[lose]) as worker:
         claim = worker.claim_next(QUEUE, ttl=timedelta(seconds=2))
         assert isinstance(claim, Claim)
         outcome, more = claim.commit_and_next(b"ok", queue=QUEUE, ttl=timedelta(seconds=2))
-        assert lose.lost and outcome.committed and more == []
+        # The retry, under the same key, got the lost answer: the commit and the claim it won.
+        assert lose.lost and outcome.committed and len(more) == 1
         tasks = [worker.get_task(f"t{n}") for n in range(6)]
-        orphans = [t for t in tasks if t.state is TaskState.CLAIMED]
-        assert len(orphans) == 1  # granted by the lost answer, held by nobody
-        # Its lease runs out and the task is claimable again (an EXPIRED attempt).
-        eventually(lambda: worker.get_task(orphans[0].task_id).state is TaskState.READY, timeout=15)
+        held = [t for t in tasks if t.state is TaskState.CLAIMED]
+        assert [t.task_id for t in held] == [more[0].task_id]  # no claim held by nobody
+        assert (held[0].attempt, held[0].attempt_id) == (1, more[0].fence.attempt_id)
+        with more[0]:
+            assert more[0].commit(b"next").committed
+
+
+def test_a_lost_claim_many_answer_is_replayed_with_the_same_attempts(coordinator: Served) -> None:
+    lose = _LoseFirstAnswer("/ClaimNext")
+    with coordinator.client("w", interceptors=[lose]) as worker:
+        claims = worker.claim_many(QUEUE, ttl=TTL, max_tasks=3, wait=timedelta(seconds=5))
+        assert lose.lost and isinstance(claims, list) and len(claims) == 3
+        tasks = [worker.get_task(f"t{n}") for n in range(6)]
+        held = {t.task_id: t for t in tasks if t.state is TaskState.CLAIMED}
+        # Exactly the three the retry handed back, each on its first attempt.
+        assert sorted(held) == sorted(c.task_id for c in claims)
+        for claim in claims:
+            assert (held[claim.task_id].attempt, held[claim.task_id].attempt_id) == (
+                1,
+                claim.fence.attempt_id,
+            )
+            with claim:
+                assert claim.commit(b"done").committed

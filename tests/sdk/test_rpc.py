@@ -19,10 +19,11 @@ import tenacity
 
 from coordinator import __version__, request_ids
 from coordinator.domain.idempotency import IDEMPOTENCY_METADATA_KEY
-from coordinator.errors import NotFound, PermissionDenied
+from coordinator.errors import CoordinatorError, NotFound, PermissionDenied
 from coordinator.sdk import PRINCIPAL_METADATA, Claim, OutcomeUnknown, RetryPolicy, TransportError
 from coordinator.sdk._budget import MIN_TRY_TIMEOUT
-from coordinator.sdk._rpc import ATTEMPT_HINT, REPEAT_HINT, SDK_VERSION_METADATA, Rpc
+from coordinator.sdk._rpc import SDK_VERSION_METADATA, Rpc, Tries
+from coordinator.sdk._status import ATTEMPT_HINT, REPEAT_HINT
 from coordinator.v1 import types_pb2, worker_pb2
 from tests.helpers import as_unary
 
@@ -167,6 +168,37 @@ def test_a_retry_answered_with_another_error_is_final(rpc: Rpc, sleeps: list[flo
     with pytest.raises(PermissionDenied, match="PERMISSION_DENIED: scripted"):
         rpc.call(as_unary(method), None)
     assert (len(method.tries), len(sleeps)) == (2, 1)
+
+
+ABORTED = grpc.StatusCode.ABORTED
+
+
+def test_a_keyed_call_retries_its_duplicate_refused_while_the_first_try_runs(
+    rpc: Rpc, sleeps: list[float]
+) -> None:
+    # UNAVAILABLE: the answer was lost; ABORTED: the retry met the first try still running
+    # (server/idempotency.py); then the stored answer. The tries say how many were made.
+    method, tries = Scripted(UNAVAILABLE, ABORTED), Tries()
+    assert rpc.call(as_unary(method), None, idempotency_key="k1", tries=tries) == "ok"
+    assert (len(method.tries), tries.count, len(sleeps)) == (3, 3, 2)
+    assert {dict(metadata)[IDEMPOTENCY_METADATA_KEY] for _, metadata in method.tries} == {"k1"}
+
+
+def test_a_keyed_call_given_up_on_aborted_is_an_unknown_outcome(
+    rpc: Rpc, sleeps: list[float]
+) -> None:
+    method = Scripted(*[ABORTED] * 10)
+    with pytest.raises(OutcomeUnknown, match="ABORTED: scripted; outcome unknown, not failed"):
+        rpc.call(as_unary(method), None, idempotency_key="k1")
+    assert (len(method.tries), len(sleeps)) == (4, 3)
+
+
+def test_an_unkeyed_aborted_is_final(rpc: Rpc, sleeps: list[float]) -> None:
+    method, tries = Scripted(ABORTED), Tries()
+    with pytest.raises(CoordinatorError, match="ABORTED: scripted") as raised:
+        rpc.call(as_unary(method), None, tries=tries)
+    assert not isinstance(raised.value, TransportError)
+    assert (len(method.tries), tries.count, sleeps) == (1, 1, [])
 
 
 @pytest.fixture

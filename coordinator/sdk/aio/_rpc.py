@@ -18,7 +18,8 @@ import grpc
 from grpc import aio
 from tenacity import AsyncRetrying
 
-from coordinator.sdk._rpc import Caller, CallPlan, Req, Resp, RetryPolicy, is_transport
+from coordinator.sdk._rpc import Caller, CallPlan, Req, Resp, RetryPolicy, Tries
+from coordinator.sdk._status import is_transport
 from coordinator.sdk._target import Endpoints
 from coordinator.sdk.auth import bearer_header
 from coordinator.v1 import admin_pb2_grpc, tasks_pb2_grpc, worker_pb2_grpc
@@ -86,15 +87,17 @@ class AsyncRpc(Caller):
         idempotency_key: str = "",
         lease_left: timedelta | None = None,
         hint: str = "",
+        tries: Tries | None = None,
     ) -> Resp:
         """Call ``method`` as the sync ``Rpc.call`` does (same deadlines, retries, request id,
-        idempotency key and errors), awaiting every try and backoff."""
+        idempotency key, errors and ``tries``), awaiting every try and backoff."""
         plan = self._plan(
             retry=retry,
             timeout=timeout,
             idempotency_key=idempotency_key,
             lease_left=lease_left,
             hint=hint,
+            tries=tries,
         )
         at = self.endpoints.current
         try:

@@ -25,6 +25,7 @@ from coordinator.sdk._requests import (
     CLAIM_HINT,
     CREATE_HINT,
     AnyClaim,
+    claim_key,
     claim_next_request,
     claim_request,
     create_is_retried,
@@ -35,7 +36,7 @@ from coordinator.sdk._requests import (
     long_poll,
     repinned,
 )
-from coordinator.sdk._rpc import RetryPolicy
+from coordinator.sdk._rpc import RetryPolicy, Tries
 from coordinator.sdk.aio._renewer import AsyncRenewer
 from coordinator.sdk.aio._rpc import AsyncRpc
 from coordinator.sdk.aio.claim import AsyncClaim
@@ -53,7 +54,7 @@ class AsyncWorkerClient:
     UNAVAILABLE / DEADLINE_EXCEEDED / RESOURCE_EXHAUSTED for up to ``RetryPolicy.budget``
     (behind a claim's fence, no longer than the lease); a call given up after a try that may
     have landed raises OutcomeUnknown, one no try of which reached a coordinator a plain
-    TransportError.
+    TransportError; a claim's retry gets the same attempt as a lost answer carried.
 
     Make it inside the event loop that uses it (``async with AsyncWorkerClient(...)``).
     """
@@ -157,15 +158,10 @@ class AsyncWorkerClient:
         safety_margin: Duration | None,
         timeout: float | None = None,
     ) -> AsyncClaim | ClaimRefused:
-        # The lease clock (``lease_clock_start``): from the send, or a long poll's answer.
-        sent_at = time.monotonic()
-        response = await self._rpc.call(method, request, hint=CLAIM_HINT, timeout=timeout)
-        sent_at = lease_clock_start(sent_at, time.monotonic(), timeout)
+        response, sent_at = await self._send_claim(method, request, timeout)
         if epoch_moved(response) and repinned(request, await self.epoch()):
             # Once only, as the sync client: a second refusal means the epoch moved again.
-            sent_at = time.monotonic()
-            response = await self._rpc.call(method, request, hint=CLAIM_HINT, timeout=timeout)
-            sent_at = lease_clock_start(sent_at, time.monotonic(), timeout)
+            response, sent_at = await self._send_claim(method, request, timeout)
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
             return ClaimRefused.from_proto(response)
         return AsyncClaim(
@@ -176,6 +172,25 @@ class AsyncWorkerClient:
             safety_margin=safety_margin,
             renewer=self._renewer,
         )
+
+    async def _send_claim(
+        self,
+        method: aio.UnaryUnaryMultiCallable[Any, worker_pb2.ClaimResponse],
+        request: AnyClaim,
+        timeout: float | None,
+    ) -> tuple[worker_pb2.ClaimResponse, float]:
+        """A claim sent as one call under a key of its own (``claim_key``: a re-pinned request
+        is another call): its answer, and when its lease clock starts (``lease_clock_start``)."""
+        sent_at, tries = time.monotonic(), Tries()
+        response = await self._rpc.call(
+            method,
+            request,
+            hint=CLAIM_HINT,
+            timeout=timeout,
+            idempotency_key=claim_key(),
+            tries=tries,
+        )
+        return response, lease_clock_start(sent_at, time.monotonic(), timeout, tries=tries.count)
 
     # --- tasks ------------------------------------------------------------------------------
 
