@@ -39,6 +39,7 @@ from coordinator.sdk._requests import (
     repinned,
 )
 from coordinator.sdk._rpc import RetryPolicy, Rpc
+from coordinator.sdk.abort import Abort
 from coordinator.sdk.auth import BearerToken
 from coordinator.sdk.claim import Claim, LostCallback, claims_of
 from coordinator.sdk.effects import EffectInfo
@@ -153,13 +154,15 @@ class WorkerClient:
         on_lost: LostCallback | None = None,
         safety_margin: timedelta | None = None,
         wait: timedelta | None = None,
+        abort: Abort | None = None,
     ) -> Claim | ClaimRefused:
         """Claim the next ready task of ``queue``; NO_READY_TASK comes back as a ClaimRefused.
         Like ``claim``, it follows a new epoch by itself.
 
         With ``wait`` (at most the server's max_claim_wait, 20 s by default) it is a long poll:
         the server waits that long for a task to become ready and answers with the first one
-        it wins, so a worker loop needs no sleep between empty claims."""
+        it wins, so a worker loop needs no sleep between empty claims. ``abort.abort()``
+        (sdk/abort.py) ends it at once from another thread: CallAborted."""
         waited, timeout = long_poll(wait, self._rpc.policy.timeout)
         request = claim_next_request(queue, ttl=ttl, epoch=self._pinned_epoch(), wait=waited)
         return self._claimed(
@@ -168,6 +171,7 @@ class WorkerClient:
             on_lost=on_lost,
             safety_margin=safety_margin,
             timeout=timeout,
+            abort=abort,
         )
 
     def claim_many(
@@ -179,10 +183,12 @@ class WorkerClient:
         on_lost: LostCallback | None = None,
         safety_margin: timedelta | None = None,
         wait: timedelta | None = None,
+        abort: Abort | None = None,
     ) -> list[Claim] | ClaimRefused:
         """Claim up to ``max_tasks`` (at most 64) ready tasks of ``queue`` in one call, each a
         claim of its own; the refusal (NO_READY_TASK, ...) when it won none. ``wait`` long-polls
-        for the first task as ``claim_next`` does; the others are whatever is ready then."""
+        for the first task, and ``abort`` ends it, as in ``claim_next``; the others are whatever
+        is ready then."""
         waited = wait.total_seconds() if wait is not None else 0.0
         request = claim_next_request(
             queue, ttl=ttl, epoch=self._pinned_epoch(), wait=waited, max_tasks=max_tasks
@@ -190,12 +196,12 @@ class WorkerClient:
         sent_at = time.monotonic()
         timeout = self._rpc.policy.timeout.total_seconds() + waited if waited else None
         response = self._rpc.call(
-            self._rpc.worker.ClaimNext, request, hint=CLAIM_HINT, timeout=timeout
+            self._rpc.worker.ClaimNext, request, hint=CLAIM_HINT, timeout=timeout, abort=abort
         )
         if epoch_moved(response) and repinned(request, self.epoch()):
             sent_at = time.monotonic()
             response = self._rpc.call(
-                self._rpc.worker.ClaimNext, request, hint=CLAIM_HINT, timeout=timeout
+                self._rpc.worker.ClaimNext, request, hint=CLAIM_HINT, timeout=timeout, abort=abort
             )
         if waited:
             sent_at = time.monotonic()  # a long poll's leases start when it wins (see below)
@@ -217,16 +223,19 @@ class WorkerClient:
         on_lost: LostCallback | None,
         safety_margin: timedelta | None,
         timeout: float | None = None,
+        abort: Abort | None = None,
     ) -> Claim | ClaimRefused:
         # The lease clock (``lease_clock_start``): from the send, or a long poll's answer.
         sent_at = time.monotonic()
-        response = self._rpc.call(method, request, hint=CLAIM_HINT, timeout=timeout)
+        response = self._rpc.call(method, request, hint=CLAIM_HINT, timeout=timeout, abort=abort)
         sent_at = lease_clock_start(sent_at, time.monotonic(), timeout)
         if epoch_moved(response) and repinned(request, self.epoch()):
             # Once only: a second refusal means the epoch moved again meanwhile, and the next
             # claim will follow that one.
             sent_at = time.monotonic()
-            response = self._rpc.call(method, request, hint=CLAIM_HINT, timeout=timeout)
+            response = self._rpc.call(
+                method, request, hint=CLAIM_HINT, timeout=timeout, abort=abort
+            )
             sent_at = lease_clock_start(sent_at, time.monotonic(), timeout)
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
             return ClaimRefused.from_proto(response)

@@ -197,7 +197,9 @@ class LongPoll:
         # Nobody ahead: try at once; else wait for a turn, in arrival order.
         turn = self._waiters.first_in_line(queue, waiter)
         while True:
-            if turn:
+            # Never claim for a caller that left (a stopping pool cancels its polls): the task
+            # would be CLAIMED by nobody until its lease ran out.
+            if turn and alive():
                 result = attempt()
                 if result.verdict.outcome is not Outcome.NO_READY_TASK:
                     return result

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from coordinator.domain.states import Outcome
+from coordinator.domain.states import Outcome, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.server import PRINCIPAL_METADATA_KEY, build_server
 from coordinator.store import EtcdKV, Keyspace, Store, TaskSpec, long_poll
@@ -196,6 +196,31 @@ def test_a_winner_hands_the_turn_on_so_a_backlog_is_not_left_waiting(
         got = [f.result(timeout=10) for f in (first, second)]
     assert [r.verdict.outcome for r in got] == [Outcome.CLAIMED, Outcome.CLAIMED]
     assert sorted(r.fence.task_id for r in got if r.fence) == ["t0", "t1"]
+
+
+def test_a_waiter_whose_caller_left_claims_nothing_when_a_task_comes(
+    store: Store, pool: futures.ThreadPoolExecutor
+) -> None:
+    # A stopping pool cancels its long polls; a task given back a moment later must not be
+    # claimed for a caller that is no longer there (CLAIMED by nobody until its lease ends).
+    waiters = ReadyWaiters(4, store.ctx.metrics)
+    poll = LongPoll(store.claims, waiters)
+    gone = [False]
+    waiting = pool.submit(
+        poll.claim_next,
+        "default",
+        principal="left",
+        epoch=store.admin.epoch(),
+        ttl=30,
+        wait=20.0,
+        alive=lambda: not gone[0],
+    )
+    eventually(lambda: waiters.count() == 1, message="the poll is not waiting")
+    gone[0] = True
+    store.tasks.create(TaskSpec(task_id="t"), by="pm")
+    waiters.notify("default")
+    assert waiting.result(timeout=10).verdict.outcome is Outcome.NO_READY_TASK
+    assert store.tasks.get("t").state is TaskState.READY
 
 
 @pytest.fixture
