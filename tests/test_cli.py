@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from coordinator.cli import main
-from coordinator.cli.local_up import STATE_DIR_ENV, state_file
+from coordinator.cli.local_up import STATE_DIR_ENV, record_file
 from coordinator.config import Config, parse_endpoints
 from coordinator.errors import ConfigError
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary, free_port
@@ -270,10 +270,10 @@ def test_up_serves_and_stops_cleanly_on_sigterm(tmp_path: Path, processes: list[
     assert "epoch 1" in shown.output
     checked = CliRunner().invoke(main, ["doctor", "--json"], catch_exceptions=False)
     assert checked.exit_code == 0, checked.output
-    assert state_file().exists()
+    assert record_file(up.proc.pid).exists()
 
     assert up.terminate() == 0, up.logs()
-    assert not state_file().exists(), "`up` left its state file behind"
+    assert not record_file(up.proc.pid).exists(), "`up` left its record behind"
     assert not _accepts_connections(etcd_endpoint), "the embedded etcd outlived `up`"
     events = [r.get("event") for r in _records(up)]
     assert events.index("shutting down") < events.index("stopped")
