@@ -10,11 +10,12 @@ Instead each process that ties a child starts one reaper on first use: a tiny Py
 (``python -S``, no imports beyond the standard library) in a session of its own, whose stdin is
 a pipe only this process holds open. This process tells it, one JSON line each, which children
 to kill and which directories to remove when this process is gone, and which to forget once it
-stopped or removed them itself. When the pipe reads end-of-file (this process exited, however
-it died), the reaper SIGKILLs every child still registered, through a pidfd taken when the child
-was registered (so a reused pid is never hit), waits for each to end, removes the directories
-and exits. A process forked without exec keeps the pipe open too: its parent's children then
-die when both are gone.
+stopped or removed them itself (a child that ended is dropped by the reaper anyway, so it holds
+one pidfd per live child only). When the pipe reads end-of-file (this process exited, however
+it died), the reaper SIGKILLs every child still registered, and the process group it leads (a
+child started in a session of its own), through a pidfd taken when the child was registered (so
+a reused pid is never hit), waits for each to end, removes the directories and exits. A process
+forked without exec keeps the pipe open too: its parent's children then die when both are gone.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ kids, dirs = {}, set()
 for line in sys.stdin:
     op, arg = json.loads(line)
     if op == "kill":
+        for pid, fd in list(kids.items()):  # those that ended: only live children are held
+            if select.select([fd], [], [], 0)[0]:
+                os.close(kids.pop(pid))
         try:
             kids[arg] = os.pidfd_open(arg)
         except OSError:
@@ -43,7 +47,12 @@ for line in sys.stdin:
         dirs.add(arg)
     elif op == "keep":
         dirs.discard(arg)
-for fd in kids.values():
+for pid, fd in kids.items():
+    try:
+        if not select.select([fd], [], [], 0)[0]:  # alive: its pid cannot have been reused
+            os.killpg(pid, signal.SIGKILL)  # the group it leads too (its own session)
+    except OSError:
+        pass
     try:
         signal.pidfd_send_signal(fd, signal.SIGKILL)
         select.select([fd], [], [], 10.0)

@@ -25,6 +25,7 @@ import pytest
 from click.testing import CliRunner
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from coordinator import lifeline
 from coordinator.cli import main
 from coordinator.cli.local_up import STATE_DIR_ENV, record_file
 from coordinator.config import Config, parse_endpoints
@@ -173,6 +174,7 @@ class Process:
                 text=True,
                 env={**os.environ, **(env or {})},
             )
+            lifeline.kill_with_parent(self.proc.pid)  # dies with this test run
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self) -> None:

@@ -139,7 +139,7 @@ class Store:
             tasks=TaskStore(ctx, ready, dependencies),
             results=ResultStore(ctx),
             claims=claims,
-            long_poll=LongPoll(claims, waiters),
+            long_poll=LongPoll(claims, waiters, acceptance),
             acceptance=acceptance,
             renewals=Renewals(ctx, acceptance, held, RenewViews()),
             failures=Failures(ctx, ready, held, acceptance),

@@ -24,6 +24,7 @@ from coordinator.domain.decisions import Verdict
 from coordinator.domain.states import Outcome
 from coordinator.errors import ResourceExhausted
 from coordinator.metrics import Metrics
+from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.claims import ClaimStore
 from coordinator.store.types import ClaimResult
 
@@ -113,6 +114,10 @@ class ReadyWaiters:
             return self._count
 
 
+CALLER_LEFT = "the caller left before its claim was answered"
+"""The release reason of a claim won for a caller that was gone by then."""
+
+
 class LongPoll:
     """ClaimNext that may wait for a task (``wait`` seconds, bounded by the servicer)."""
 
@@ -120,11 +125,13 @@ class LongPoll:
         self,
         claims: ClaimStore,
         waiters: ReadyWaiters,
+        acceptance: AcceptancePoints,
         *,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._claims = claims
         self._waiters = waiters
+        self._acceptance = acceptance
         self._monotonic = monotonic
 
     def waiting(self) -> int:
@@ -183,7 +190,19 @@ class LongPoll:
             if more.verdict.outcome is not Outcome.CLAIMED:
                 break
             results.append(more)
+        if not alive():
+            self._give_back(results, principal)
         return results
+
+    def _give_back(self, results: list[ClaimResult], principal: str) -> None:
+        # The caller left (a stopping worker cancelled its poll) while the claims were made: no
+        # answer reaches it, so nobody would hold them until their leases ran out. Released now,
+        # the tasks are READY again at once (each release counts as an attempt, as an expiry
+        # would). A caller that leaves after this check still misses its answer: a window of
+        # one response write, not of a whole claim.
+        for result in results:
+            if result.fence is not None:
+                self._acceptance.release(result.fence, principal=principal, reason=CALLER_LEFT)
 
     def _wait_for_turns(
         self,

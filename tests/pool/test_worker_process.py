@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from coordinator import lifeline
 from coordinator.domain.states import AttemptEnd, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import WorkerClient
@@ -75,9 +76,12 @@ def start_worker(
         args += ["--principal", principal]
     env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
     if output is not None:
-        return subprocess.Popen([*COMMAND, *args], cwd=ROOT, stdout=output, stderr=output, env=env)
-    with (tmp_path / "worker.log").open("wb") as log:
-        return subprocess.Popen([*COMMAND, *args], cwd=ROOT, stderr=log, env=env)
+        proc = subprocess.Popen([*COMMAND, *args], cwd=ROOT, stdout=output, stderr=output, env=env)
+    else:
+        with (tmp_path / "worker.log").open("wb") as log:
+            proc = subprocess.Popen([*COMMAND, *args], cwd=ROOT, stderr=log, env=env)
+    lifeline.kill_with_parent(proc.pid)  # dies with this test run
+    return proc
 
 
 def claimed(client: WorkerClient) -> set[str]:
@@ -146,7 +150,9 @@ def test_a_handler_deaf_to_cancellation_is_cut_off_at_the_grace(
     grace = 1.0
     proc = start_worker(coordinator.target, tmp_path, max_concurrent=1, grace=grace, principal="")
     try:
-        eventually(lambda: claimed(producer) == {"deaf"}, timeout=30)
+        # The handler runs: the worker holds the claim (a SIGTERM while the claim's answer is
+        # still on its way is another case: the poll is cancelled, see sdk/abort.py).
+        eventually((tmp_path / "deaf.started").exists, timeout=30)
         proc.send_signal(signal.SIGTERM)
         # The handler thread is still looping: the process exits anyway, claim given back.
         assert exit_code(proc, tmp_path, grace) == 0
@@ -174,7 +180,7 @@ def _stops_with_dead_output(
         coordinator.target, tmp_path, max_concurrent=1, grace=grace, output=output, ttl=600
     )
     try:
-        eventually(lambda: claimed(producer) == {"held"}, timeout=30)
+        eventually((tmp_path / "held.started").exists, timeout=30)  # claim held
         if close:
             assert proc.stdout is not None and proc.stderr is not None
             proc.stdout.close()  # the pipes' reader is gone: every write now fails EPIPE

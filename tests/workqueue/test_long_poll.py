@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from coordinator.domain.states import Outcome, TaskState
+from coordinator.domain.states import AttemptEnd, Outcome, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.server import PRINCIPAL_METADATA_KEY, build_server
 from coordinator.store import EtcdKV, Keyspace, Store, TaskSpec, long_poll
@@ -178,7 +178,7 @@ def test_a_winner_hands_the_turn_on_so_a_backlog_is_not_left_waiting(
     for n in range(2):
         store.tasks.create(TaskSpec(task_id=f"t{n}"), by="pm")
     waiters = ReadyWaiters(4, store.ctx.metrics)
-    poll = LongPoll(store.claims, waiters)
+    poll = LongPoll(store.claims, waiters, store.acceptance)
 
     def claim(who: str) -> ClaimResult:
         epoch = store.admin.epoch()
@@ -204,7 +204,7 @@ def test_a_waiter_whose_caller_left_claims_nothing_when_a_task_comes(
     # A stopping pool cancels its long polls; a task given back a moment later must not be
     # claimed for a caller that is no longer there (CLAIMED by nobody until its lease ends).
     waiters = ReadyWaiters(4, store.ctx.metrics)
-    poll = LongPoll(store.claims, waiters)
+    poll = LongPoll(store.claims, waiters, store.acceptance)
     gone = [False]
     waiting = pool.submit(
         poll.claim_next,
@@ -221,6 +221,26 @@ def test_a_waiter_whose_caller_left_claims_nothing_when_a_task_comes(
     waiters.notify("default")
     assert waiting.result(timeout=10).verdict.outcome is Outcome.NO_READY_TASK
     assert store.tasks.get("t").state is TaskState.READY
+
+
+def test_claims_won_for_a_caller_that_left_are_given_back_at_once(store: Store) -> None:
+    # The caller left while its claims were being made (it is gone when they are answered):
+    # nobody would hold them, so they are released, READY again, not CLAIMED until expiry.
+    for n in range(2):
+        store.tasks.create(TaskSpec(task_id=f"t{n}"), by="pm")
+    results = store.long_poll.claim_batch(
+        "default",
+        principal="left",
+        epoch=store.admin.epoch(),
+        ttl=30,
+        wait=0.0,
+        alive=lambda: False,
+        max_tasks=2,
+    )
+    assert [r.verdict.outcome for r in results] == [Outcome.CLAIMED, Outcome.CLAIMED]
+    for n in range(2):
+        assert store.tasks.get(f"t{n}").state is TaskState.READY
+        assert [a.end for a in store.tasks.attempts(f"t{n}")] == [AttemptEnd.RELEASED]
 
 
 @pytest.fixture
