@@ -33,18 +33,15 @@ releases it.
 flight are aborted, so a shutdown never claims, sdk/abort.py) and marks the pool unready, lets
 running handlers finish until ``grace`` has passed, then cancels the rest and gives their claims
 back (a retryable failure, as for an error; their renewals stop first) within
-``GIVE_BACK_TIMEOUT``; ``run()`` then returns. The signal path never depends on a log line: a
-log write that fails (a dead pipe, a full disk) is counted, not raised (coordinator/logging.py).
-A handler thread that ignores its cancellation
-cannot be stopped from outside (Python has no thread kill): it is abandoned (a daemon thread,
-so the process still exits) and whatever it commits later is refused, its claim being gone.
+``GIVE_BACK_TIMEOUT``; ``run()`` then returns. The signal path never depends on a log line
+(sdk/_signals.py): a log write that fails (a dead pipe, a full disk) is counted, not raised
+(coordinator/logging.py). A handler thread that ignores its cancellation cannot be stopped from
+outside (Python has no thread kill): it is abandoned (a daemon thread, so the process still
+exits) and whatever it commits later is refused, its claim being gone.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import threading
 import time
 from collections import Counter
@@ -69,6 +66,7 @@ from coordinator.sdk._pool import (
     check_options,
     cut_off_reason,
 )
+from coordinator.sdk._signals import stop_on_signals
 from coordinator.sdk.abort import Abort, CallAborted
 from coordinator.sdk.cancellation import Cancellation, CancelReason
 from coordinator.sdk.claim import Claim
@@ -225,7 +223,7 @@ class WorkerPool:
             sent = time.monotonic()
             try:
                 got = self._claim(runnings)
-            except CallAborted:  # stop() ended the poll: nothing was claimed
+            except CallAborted:  # stop() ended the poll (and what it may have won: sdk/abort.py)
                 self._give_slot(slots)
                 return
             except CoordinatorError as exc:
@@ -452,38 +450,3 @@ def _give_back(claim: Claim, error: Exception | str, message: str = "") -> Endin
     claim.close()  # no renewal of a claim being given back: its lease only ends sooner
     claim.fail(error, retryable=True, message=message)
     return Ending.LOST if claim.is_lost() else Ending.FAILED
-
-
-def stop_on_signals(
-    pool: WorkerPool, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
-) -> Callable[[], None]:
-    """Make ``signals`` stop ``pool``; returns a function restoring the previous handlers.
-    Call it from the main thread (Python runs signal handlers there only).
-
-    The handler only writes the signal number to a pipe: it runs between two bytecodes of the
-    main thread, which may be holding one of the pool's locks at that moment, so it must take
-    none. A thread reading the pipe calls ``stop()``.
-    """
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-
-    def on_signal(signum: int, frame: object) -> None:
-        with contextlib.suppress(BlockingIOError):  # a full pipe already holds a wake-up
-            os.write(write_fd, bytes([signum]))
-
-    def watch() -> None:
-        while data := os.read(read_fd, 16):
-            # Stop first: the log line after it must never decide whether the pool stops.
-            pool.stop()
-            log.info("signal received: stopping", signal=signal.Signals(data[0]).name)
-        os.close(read_fd)
-
-    previous = {signum: signal.signal(signum, on_signal) for signum in signals}
-    threading.Thread(target=watch, name="pool-signals", daemon=True).start()
-
-    def restore() -> None:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        os.close(write_fd)  # the watcher reads end-of-file and ends
-
-    return restore

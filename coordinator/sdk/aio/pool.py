@@ -180,7 +180,7 @@ class AsyncWorkerPool:
             except asyncio.CancelledError:
                 if not self._stopping.is_set():
                     raise
-                self._give_slot()  # stop() cancelled the poll: nothing was claimed
+                self._give_slot()  # stop() cancelled the poll (what it may have won: sdk/abort.py)
                 return
             except CoordinatorError as exc:
                 self._give_slot()
