@@ -74,11 +74,13 @@ protos: venv
 helm:
 	bash scripts/install-helm.sh
 
-# Lint and render the chart for every values file CI cares about (tests/ops/test_helm_chart.py
-# then checks the rendered manifests).
+# Lint and render the chart for every values file CI cares about, then the policy scan (checkov,
+# accepted checks in helm/coordinator/ci/checkov.yaml); tests/ops/test_helm_chart.py and
+# test_chart_policy.py then check the rendered manifests.
 chart: helm
-	@echo "== chart (helm lint + template) =="
+	@echo "== chart (helm lint + template + policy scan) =="
 	for values in helm/coordinator/ci/*-values.yaml; do \
 		.tools/bin/helm lint --strict helm/coordinator -f $$values && \
 		.tools/bin/helm template ci helm/coordinator -f $$values >/dev/null || exit 1; \
 	done
+	bash scripts/scan-chart.sh

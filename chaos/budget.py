@@ -2,12 +2,13 @@
 state.
 
 Every claim starts an attempt counted against the task's ``max_attempts``, from its creation
-(RetryTask and an input change start a fresh budget). Per task, etcd's log replayed in revision
-order (``chaos/model.py``'s ``spend``) allows no claim beyond the budget, no claim or commit once
-the task is FAILED, and no dead letter before the budget is used. A task the scenario poisoned
-(its worker dies on every attempt) must end FAILED for an exhausted budget after exactly
-``max_attempts`` claims; FAILED so is also a legitimate end for any other task (``lost_tasks``
-in chaos/checker.py accepts it), every other FAILED is a lost task.
+(RetryTask and an input change start a fresh budget), except one given back because its
+answer reached nobody (``give_back``: the attempt is not counted). Per task, etcd's log
+replayed in revision order (``chaos/model.py``'s ``spend``) allows no claim beyond the budget,
+no claim or commit once the task is FAILED, and no dead letter before the budget is used. A
+task the scenario poisoned (its worker dies on every attempt) must end FAILED for an exhausted
+budget after exactly ``max_attempts`` claims; FAILED so is also a legitimate end for any other
+task (``lost_tasks`` in chaos/checker.py accepts it), every other FAILED is a lost task.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from chaos.abuse_check import (
     unread_streams_ended,
 )
 from chaos.budget import budget_replay, missing_dead_letter
+from chaos.delivery_check import abandoned_polls, undelivered_claims
 from chaos.follow_check import follower_agreement
 from chaos.history import INFO, EffectWrite, EtcdWrite, Observed, Operation, OpKind
 from chaos.linearizability import (
@@ -42,6 +43,7 @@ from chaos.linearizability import (
 from chaos.model import CLAIMED, COMMITTED, FENCED, TaskModel, allows, step
 from chaos.violation import SETTLED, FinalTask, Rule, Violation, commit_id
 from coordinator.domain.states import FenceReason, TaskState
+from coordinator.domain.states import Op as Transition
 
 __all__ = [  # FinalTask and Violation live in chaos/violation.py; the checker re-exports them
     "CheckReport",
@@ -108,6 +110,11 @@ class CheckReport:
     # Streams nobody read that the server ended, by the bound that did (the abuse scenario).
     unread_ended: Mapping[str, int] = field(default_factory=dict)
     dead_lettered: int = 0  # tasks FAILED for an exhausted retry budget (the poison scenario)
+    abandoned_polls: int = 0  # long polls their callers left first (the long-poll-cancel scenario)
+    # Claims of abandoned polls made before their caller left whose answer was lost on its way
+    # (counted: the server cannot see it; chaos/delivery_check.py).
+    lost_in_flight: int = 0
+    given_back: int = 0  # claims the replicas gave back undelivered (give_back in etcd's log)
 
     @property
     def ok(self) -> bool:
@@ -175,6 +182,10 @@ def check(evidence: Evidence) -> CheckReport:
             violations += _history_rules(task, task_ops, writes_of.get(task, []), final)
     if evidence.followed is not None and evidence.writes is not None:
         violations += follower_agreement(evidence.followed, evidence.writes)
+    in_flight = 0
+    if evidence.writes is not None:  # claims nobody received, against the log
+        undelivered, in_flight = undelivered_claims(evidence.ops, evidence.writes)
+        violations += undelivered
     for task in sorted(evidence.poisoned):
         poisoned_writes = None
         if evidence.writes is not None:
@@ -208,6 +219,9 @@ def check(evidence: Evidence) -> CheckReport:
         streams_refused=sum(refused_at_the_caps(o) for o in ops),
         unread_ended=unread_streams_ended(ops),
         dead_lettered=sum(t.dead_lettered for t in evidence.final.values()),
+        abandoned_polls=abandoned_polls(evidence.ops),
+        lost_in_flight=in_flight,
+        given_back=sum(w.op is Transition.GIVE_BACK for w in evidence.writes or ()),
     )
 
 

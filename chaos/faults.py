@@ -1,4 +1,5 @@
-"""Faults: small classes with ``name``, ``available``, ``inject`` and ``heal``.
+"""Faults: small classes with ``name``, ``available``, ``inject`` and ``heal`` (the interface is
+chaos/fault.py's ``Fault``).
 
 ``worker_flags`` are passed to the first worker of a scenario (the worker acts out the precise
 moment: it stops or kills itself right after its downstream call); ``all_worker_flags`` go to
@@ -19,7 +20,9 @@ from pathlib import Path
 import grpc
 
 from chaos import clock_skew, netns
+from chaos.abandon import AbandonPolls
 from chaos.cluster import Member
+from chaos.fault import Fault, wait_until
 from chaos.flood import NonReader, StreamFlood
 from chaos.harness import TTL, Harness, stopped
 from chaos.history import End, Observed, OpKind, load
@@ -28,40 +31,6 @@ from coordinator.sdk import TaskInfo, TaskRetryPolicy, TaskState, WorkerClient
 
 PAST_TTL = 2 * TTL + 1.5
 """How long a pause lasts: past the lease TTL and the reclaimer's scan."""
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``check`` until true; TimeoutError naming ``what`` otherwise."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-class Fault:
-    """The interface: inject, heal, name, available."""
-
-    name = "none"
-    proxied = False  # replicas reach etcd through chaos/proxy.py
-    server_side = False  # needs the coordinator's or etcd's processes (not with --target)
-    worker_flags: tuple[str, ...] = ()
-    all_worker_flags: tuple[str, ...] = ()
-    skews: tuple[str, ...] = ()  # libfaketime offsets for replicas and workers (clock skew)
-    partition = False  # w0 runs in a network namespace of its own (chaos/netns.py)
-    replica_flags: tuple[str, ...] = ()  # more `coordinator serve` options for the replicas
-    local_only = ""  # why it must not run against a deployed coordinator ("" : it may)
-    poisoned: frozenset[str] = frozenset()  # tasks it made poison: each must be dead-lettered
-
-    def available(self) -> str:
-        """Empty when this machine can run the fault; else the reason it cannot."""
-        return ""
-
-    def inject(self, h: Harness) -> None:
-        """Put the fault in place."""
-
-    def heal(self, h: Harness) -> None:
-        """Undo it."""
 
 
 class PauseWorker(Fault):
@@ -469,6 +438,7 @@ FAULTS: dict[str, Callable[[], Fault]] = {
         PartitionWorker,
         AbuseStreams,
         PoisonTask,
+        AbandonPolls,
     )
 }
 """Every scenario, by name: one fault each."""

@@ -71,7 +71,6 @@ class Observed(StrEnum):
     PAYLOAD_CONFLICT = "PAYLOAD_CONFLICT"
     NEEDS_APPROVAL = "NEEDS_APPROVAL"
     RECONCILING = "RECONCILING"
-    TIMED_OUT = "TIMED_OUT"
     # How an effect call ended (EffectStatus).
     EXECUTED = "EXECUTED"
     SKIPPED = "SKIPPED"
@@ -93,6 +92,9 @@ class Observed(StrEnum):
 
 INFO = Observed.INFO
 """The outcome of an operation whose effect is unknown."""
+ABANDONED = "abandoned"
+"""The reason of a call whose caller left before an answer came (an abandoned long poll:
+chaos/abandon.py)."""
 
 INVOKE = "invoke"
 """The ``type`` of an invocation line (every other line is a completion: ``End``)."""
@@ -117,6 +119,9 @@ class Operation:
     effect_key: str = ""
     request_id: str = ""  # the x-request-id the call carried (coordinator.request_ids)
     applied_at: int = 0  # the etcd revision of the write it made, once matched in etcd's history
+    # The recording process's wall clock at completion (None: never ended), for comparing with
+    # the replicas' event times (EtcdWrite.at) on one host.
+    end_wall: float | None = None
 
     @property
     def indefinite(self) -> bool:
@@ -251,6 +256,7 @@ def pair(lines: Iterable[dict[str, Any]]) -> list[Operation]:
                 op=OpKind(inv["op"]),
                 start=float(inv["time"]),
                 end=float(end["time"]) if end else None,
+                end_wall=float(end["wall"]) if end and "wall" in end else None,
                 outcome=outcome,
                 **fields,
             )

@@ -82,7 +82,8 @@ def settle_effects(ops: Iterable[Operation], writes: Sequence[EffectWrite]) -> l
         if not (op.indefinite and op.op is OpKind.EFFECT and op.request_id):
             settled.append(op)
             continue
-        # Of that effect key (recorded at invocation); an older history names only the task.
+        # Of that effect key when the invocation named one; else (the chaos worker's: the key
+        # comes only with the answer) of the task.
         found = [
             w
             for w in mine.get(op.request_id, ())

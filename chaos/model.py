@@ -20,11 +20,9 @@ from coordinator.domain.states import Op as Transition
 from coordinator.domain.states import TaskState
 
 COMMITTED, FENCED, CLAIMED = Observed.COMMITTED, Observed.FENCED, Observed.CLAIMED
-REFUSED = frozenset(
-    {FENCED, Observed.CANCELLED, Observed.STALE_INPUT, Observed.TIMED_OUT, Observed.LOST}
-)
+REFUSED = frozenset({FENCED, Observed.CANCELLED, Observed.STALE_INPUT, Observed.LOST})
 """Outcomes that leave nothing canonical behind (LOST: an indefinite commit that did not land;
-TIMED_OUT: the task's schedule_to_close passed)."""
+a passed schedule_to_close is FENCED, reason DEADLINE_EXCEEDED)."""
 ANY: frozenset[Observed] = frozenset(Observed)
 """The model does not constrain this operation: every outcome is allowed."""
 
@@ -163,6 +161,9 @@ def spend(  # noqa: PLR0911
             detail = f"attempt {after.attempts} of a task whose budget is {budget}"
             return after, Breach(Rule.CLAIM_BEYOND_BUDGET, detail)
         return after, None
+    if write.op is Transition.GIVE_BACK:
+        # A claim whose answer reached nobody, given back: its attempt is not counted.
+        return replace(state, attempts=max(state.attempts - 1, 0)), None
     if write.op is Transition.COMMIT and state.failed:
         return state, Breach(Rule.WRITE_AFTER_DEAD_LETTER, "a commit accepted on a FAILED task")
     if write.op is Transition.DEAD_LETTER:

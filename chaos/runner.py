@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chaos.checker import CheckReport, Evidence, check
-from chaos.faults import FAULTS, Fault
+from chaos.fault import Fault
+from chaos.faults import FAULTS
 from chaos.follower import Follower
 from chaos.harness import Harness, TlsFiles
 from chaos.health import ClusterUnhealthy, require_healthy
@@ -215,7 +216,8 @@ def run_naive(*, root: Path | None = None) -> Result:
 
     from chaos import naive
     from chaos.cluster import EtcdCluster
-    from chaos.faults import PAST_TTL, wait_until
+    from chaos.fault import wait_until
+    from chaos.faults import PAST_TTL
     from chaos.harness import REPO, stopped
 
     root = root or Path(tempfile.mkdtemp(prefix="chaos-naive-"))

@@ -69,6 +69,9 @@ class Rule(StrEnum):
     STREAM_REFUSED_WRONGLY = "stream-refused-wrongly"
     # A stream nobody read that the server did not end by a bound (the abuse scenario).
     UNREAD_STREAM_NOT_ENDED = "unread-stream-not-ended"
+    # A claim nobody received (the long-poll-cancel scenario, chaos/delivery_check.py).
+    UNDELIVERED_ATTEMPT_COUNTED = "undelivered-attempt-counted"
+    DELIVERED_CLAIM_GIVEN_BACK = "delivered-claim-given-back"
     # The downstream's counts and the replicas' counters.
     DUPLICATE_EFFECT = "duplicate-effect"
     FENCE_COVERAGE = "fence-coverage"

@@ -29,7 +29,6 @@ from types import FrameType
 import click
 
 from chaos.history import End, Observed, OpKind, Recorder
-from coordinator.domain.effects import effect_id
 from coordinator.errors import CoordinatorError
 from coordinator.logging import configure_logging
 from coordinator.sdk import (
@@ -96,9 +95,10 @@ class ChaosWorker:
     def effect(self, claim: Claim) -> None:
         """The task's one email, through the outbox, recorded."""
         assert self.outbox is not None
-        # Its effect key, known before the call: an indefinite call is settled by it.
-        key = effect_id(claim.task_id, claim.task_revision, EFFECT_NODE, EFFECT_SLOT)
-        op = self.rec.invoke(OpKind.EFFECT, effect_key=key, **_claim_fields(claim))
+        # The effect key comes with the answer (it names the task's incarnation, which a worker
+        # does not know): an indefinite call is settled by its request id among its task's
+        # effect writes (chaos/linearizability.py), and each task has this one slot.
+        op = self.rec.invoke(OpKind.EFFECT, **_claim_fields(claim))
         payload = f"task {claim.task_id} is done".encode()  # the same draft from every attempt
         try:
             with self.rec.bound(op):

@@ -24,8 +24,8 @@ from coordinator.domain.retention import (
     DEFAULT_RETENTION,
     DEFAULT_TOMBSTONE_RETENTION,
     RetentionPolicy,
-    parse_duration,
     parse_per_queue,
+    parse_setting_duration,
 )
 from coordinator.domain.retry import RetryDefaults, RetryPolicy, check_policy
 from coordinator.domain.stream_limits import StreamLimits
@@ -244,13 +244,13 @@ class Config:
     def _check_retention(self) -> None:
         # Normalized in place (the dataclass is frozen): flags and files give text.
         set_ = object.__setattr__
-        set_(self, "retention", parse_duration("retention", self.retention))
+        set_(self, "retention", parse_setting_duration("retention", self.retention))
         set_(
             self,
             "retention_per_queue",
             MappingProxyType(parse_per_queue("retention_per_queue", self.retention_per_queue)),
         )
-        tombstone = parse_duration("tombstone_retention", self.tombstone_retention)
+        tombstone = parse_setting_duration("tombstone_retention", self.tombstone_retention)
         if tombstone <= 0:
             raise ConfigError(
                 "tombstone_retention must be > 0: a tombstone is what refuses a pruned task's id"
@@ -259,7 +259,7 @@ class Config:
         set_(
             self,
             "ended_attempt_retention",
-            parse_duration("ended_attempt_retention", self.ended_attempt_retention),
+            parse_setting_duration("ended_attempt_retention", self.ended_attempt_retention),
         )
         # Refused, not warned: a tombstone shorter than the idempotency window frees a pruned
         # id while a client may still retry its create within the window the server promises,

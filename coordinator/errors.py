@@ -61,6 +61,12 @@ class StreamBehind(ResourceExhausted):
         self.position = position
 
 
+class Undelivered(CoordinatorError):
+    """A claim's answer could not reach its caller (it cancelled, its deadline passed, or the
+    server is ending the call), so the claim was given back (gRPC CANCELLED). Raised rather
+    than answered so that nothing stores the answer for a replay (an idempotency key)."""
+
+
 class StoreUnavailable(CoordinatorError):
     """etcd could not be reached or did not answer in time; the call may be retried."""
 

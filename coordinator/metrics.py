@@ -168,6 +168,13 @@ class Metrics:
             ["queue", "reason"],
             registry=registry,
         )
+        self.overdue = Counter(
+            "coordinator_tasks_overdue",
+            "WAITING tasks marked overdue (schedule_to_close passed while their upstreams were "
+            "not DONE): still WAITING, not failed.",
+            ["queue"],
+            registry=registry,
+        )
         self.promoted = Counter(
             "coordinator_tasks_promoted",
             "DELAYED tasks moved to READY by this replica's promoter when their time came.",
@@ -176,6 +183,19 @@ class Metrics:
         self.claim_waiters = Gauge(
             "coordinator_claim_waiters",
             "Long-poll ClaimNext calls waiting for a task on this replica now (max_claim_waiters).",
+            registry=registry,
+        )
+        self.claims_undelivered = Counter(
+            "coordinator_claims_undelivered",
+            "Claims whose answer could not reach their caller (it cancelled, its deadline passed)"
+            " and that were given back at once, by queue: READY again, the attempt not counted.",
+            ["queue"],
+            registry=registry,
+        )
+        self.claim_waiters_abandoned = Counter(
+            "coordinator_claim_waiters_abandoned",
+            "Long-poll ClaimNext calls whose caller left (cancelled, deadline passed) while they "
+            "waited: each left the line and freed its place the moment its call ended.",
             registry=registry,
         )
         self.streams_open = Gauge(
@@ -276,6 +296,14 @@ class Metrics:
         (0: at once), and observe the wait."""
         self.retries.labels(queue=queue, end=end, delayed=str(wait > 0).lower()).inc()
         self.backoff_wait.labels(queue=queue).observe(max(wait, 0.0))
+
+    def count_undelivered(self, queue: str) -> None:
+        """Count one claim given back because its answer could not be delivered."""
+        self.claims_undelivered.labels(queue=queue).inc()
+
+    def count_overdue(self, queue: str) -> None:
+        """Count one WAITING task marked overdue (its schedule_to_close passed)."""
+        self.overdue.labels(queue=queue).inc()
 
     def count_dead_letter(self, queue: str, reason: str) -> None:
         """Count one task moved to FAILED."""

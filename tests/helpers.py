@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -9,6 +10,9 @@ from typing import Any, TypeVar
 import grpc
 import pytest
 from google.protobuf.message import Message
+
+from coordinator.domain.effect_ids import effect_id
+from coordinator.domain.keys import Keyspace
 
 T = TypeVar("T")
 
@@ -65,6 +69,12 @@ def refused(
     assert probe() == before
 
 
+def resumes_at(token: str) -> str:
+    """The position a page token resumes at: the part before its check (a token is
+    ``<position>~<check>``, coordinator/server/page_tokens.py)."""
+    return token.partition("~")[0]
+
+
 def as_unary(fake: Callable[..., Any]) -> Any:
     """``fake`` where a gRPC unary method is expected (``Rpc.call``): a test double that
     takes ``(request, *, timeout, metadata)`` like a real multi-callable."""
@@ -80,3 +90,50 @@ def next_of(call: grpc.CallIterator[T]) -> T:
 def cancel(call: grpc.Call) -> None:
     """Cancel ``call`` (the typing stubs leave ``cancel`` untyped)."""
     call.cancel()  # type: ignore[no-untyped-call]
+
+
+def slot_effect_id(
+    etcd_client: Any, prefix: str, task_id: str, node_id: str, effect_slot: str, revision: int = 1
+) -> str:
+    """The effect id the coordinator gives a slot of ``task_id`` (a task created by this
+    release, so its incarnation, the task key's create_revision, is in the id)."""
+    _, meta = etcd_client.get(Keyspace(prefix).task(task_id))
+    assert meta is not None, f"task {task_id!r} does not exist"
+    return effect_id(task_id, meta.create_revision, revision, node_id, effect_slot)
+
+
+class InProcessCaller:
+    """A ``coordinator.store.Caller`` for calls made in the test's own process: there until
+    ``leave()``, which runs the end-of-call callbacks as gRPC would."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] | None = []
+
+    def alive(self) -> bool:
+        """Whether ``leave`` was not called yet."""
+        with self._lock:
+            return self._callbacks is not None
+
+    def on_end(self, callback: Callable[[], None]) -> bool:
+        """Keep ``callback`` for ``leave``; False once it was called."""
+        with self._lock:
+            if self._callbacks is None:
+                return False
+            self._callbacks.append(callback)
+            return True
+
+    def answer_lost(self) -> bool:
+        """An in-process call's answer always arrives."""
+        return False
+
+    def replayable(self) -> bool:
+        """No idempotency key."""
+        return False
+
+    def leave(self) -> None:
+        """The call ends: every callback runs, once."""
+        with self._lock:
+            callbacks, self._callbacks = self._callbacks or [], None
+        for callback in callbacks:
+            callback()

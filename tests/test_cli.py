@@ -53,10 +53,14 @@ def test_serve_help_lists_every_setting_and_its_env_var() -> None:
 def _commands(
     command: click.Command, path: tuple[str, ...] = ()
 ) -> Iterator[tuple[tuple[str, ...], click.Command]]:
-    """Every command and subcommand of the CLI, with the words that name it."""
+    """Every command and subcommand of the CLI, with the words that name it (through
+    ``get_command``: the top level imports each command only when asked for it)."""
     yield path, command
     if isinstance(command, click.Group):
-        for name, sub in sorted(command.commands.items()):
+        ctx = click.Context(command)
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            assert sub is not None and sub.name == name, (path, name)
             yield from _commands(sub, (*path, name))
 
 
@@ -76,6 +80,29 @@ def test_every_help_explains_each_option_in_plain_text() -> None:
         assert bare == [], f"`coordinator {' '.join(path)}`: options without help: {bare}"
 
 
+def test_config_keys_are_named_only_where_a_config_file_is_read() -> None:
+    # `up`, `doctor` and `etcd-auth` share serve's options but read no --config file.
+    for path, command in _commands(main):
+        shown = CliRunner().invoke(main, [*path, "--help"], terminal_width=100).output
+        reads_a_file = any("--config" in param.opts for param in command.params)
+        assert ("Config key:" in shown) == reads_a_file, path
+    serve_help = CliRunner().invoke(main, ["serve", "--help"], terminal_width=1000).output
+    for key in ("max_ttl", "token_file", "insecure", "etcd_password"):
+        assert f"Config key: {key}." in serve_help
+
+
+def test_a_task_id_is_called_task_id_in_every_verb() -> None:
+    named = 0
+    for path, command in _commands(main):
+        for param in command.params:
+            metavar = param.make_metavar(click.Context(command)).removesuffix("...")
+            assert "TASK" not in metavar.split("/") or metavar == "REV/TASK/VERSION", path
+            if isinstance(param, click.Argument) and param.name == "task_id":
+                assert metavar == "TASK_ID", (path, metavar)
+                named += 1
+    assert named >= 8  # tasks get/result/cancel/accept/reject/deps/retry, effects approve, ...
+
+
 def test_the_top_level_help_says_where_to_start() -> None:
     shown = CliRunner().invoke(main, ["--help"], terminal_width=100)
     assert shown.exit_code == 0
@@ -88,6 +115,27 @@ def test_up_help() -> None:
     result = CliRunner().invoke(main, ["up", "--help"])
     assert result.exit_code == 0, result.output
     assert "--etcd-bin" in result.output and "--data-dir" in result.output
+
+
+def test_a_setting_from_the_environment_that_conflicts_is_named(tmp_path: Path) -> None:
+    # The shell of `eval "$(coordinator up --print-env)"` keeps COORDINATOR_INSECURE=1.
+    env = {"COORDINATOR_INSECURE": "1"}
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text("{}")
+    result = CliRunner().invoke(main, ["serve", "--token-file", str(tokens)], env=env)
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "insecure cannot be combined with token_file" in said
+    assert "insecure from the environment variable COORDINATOR_INSECURE" in said
+    assert "token_file from --token-file" in said
+    result = CliRunner().invoke(
+        main, ["tasks", "list", "--target", "127.0.0.1:1", "--token", "tok"], env=env
+    )
+    assert result.exit_code == 2, result.output
+    assert (
+        "the environment variable COORDINATOR_INSECURE says to send no credentials, but "
+        "--token gives some: drop one of them" in " ".join(result.output.split())
+    )
 
 
 def test_up_on_a_remote_address_points_to_serve_with_tokens() -> None:

@@ -22,6 +22,7 @@ from coordinator import lifeline
 from coordinator.cli.local_up import STATE_DIR_ENV
 from coordinator.cli.remote import DEFAULT_TARGET
 from coordinator.config import DEFAULT_LISTEN
+from coordinator.sdk import environment
 from tests.helpers import eventually
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,11 +56,11 @@ def test_the_quickstart_has_the_blocks_this_test_expects() -> None:
 
 
 def test_the_worker_falls_back_to_the_address_up_listens_on() -> None:
-    # Run without the `eval` line, the worker still finds a default `coordinator up`.
+    # Run without the `eval` line, the worker still finds a default `coordinator up`: it names
+    # no target, and the SDK's fallback is where `up` listens by default.
     (worker,) = [b.body for b in quickstart() if b.kind == "file worker.py"]
-    fallback = re.search(r'os\.environ\.get\("COORDINATOR_TARGET", "([^"]+)"\)', worker)
-    assert fallback is not None, worker
-    assert fallback[1] == DEFAULT_LISTEN == DEFAULT_TARGET
+    assert 'WorkerClient(principal="worker-1")' in worker, worker
+    assert DEFAULT_LISTEN == DEFAULT_TARGET == environment.DEFAULT_TARGET
 
 
 def _bash(body: str, cwd: Path, env: dict[str, str], timeout: float = 120) -> str:

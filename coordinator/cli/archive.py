@@ -1,7 +1,7 @@
 """``coordinator archive show|export``: read back what the pruner archived.
 
 Both read the sink directly (the same ``--archive`` a replica writes to; no coordinator or etcd
-needed), so they also work after a task's tombstone expired. ``show TASK`` prints the latest
+needed), so they also work after a task's tombstone expired. ``show TASK_ID`` prints the latest
 copy of one task (a task archived twice, after a crash or by two racing replicas, has identical
 copies); ``export`` writes the latest copy of every task, one JSON object a line, for ``jq`` or
 another store. Reading scans the whole archive: O(archive), meant for an operator, not a hot

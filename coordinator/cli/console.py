@@ -19,6 +19,7 @@ from coordinator.cli.local_up import discover
 from coordinator.cli.remote import DEFAULT_TARGET
 from coordinator.config import is_loopback
 from coordinator.errors import CoordinatorError
+from coordinator.sdk import environment as env
 from coordinator.sdk.auth import tls_credentials
 
 # uvicorn's bounds: requests handled at once (past it: 503), and how long an idle keep-alive
@@ -58,7 +59,7 @@ def _secret(path: str | None) -> str:
 @click.command()
 @click.option(
     "--target",
-    envvar="COORDINATOR_TARGET",
+    envvar=env.TARGET,
     show_envvar=True,
     default=None,
     metavar="HOST:PORT",
@@ -74,21 +75,21 @@ def _secret(path: str | None) -> str:
 @click.option(
     "--insecure",
     is_flag=True,
-    envvar="COORDINATOR_INSECURE",
+    envvar=env.INSECURE,
     show_envvar=True,
     help="The coordinator runs --insecure: people sign in by naming a principal.",
 )
-@click.option("--ca", envvar="COORDINATOR_CA", default=None, metavar="FILE", help="PEM CA (TLS).")
+@click.option("--ca", envvar=env.CA, default=None, metavar="FILE", help="PEM CA (TLS).")
 @click.option(
     "--cert",
-    envvar="COORDINATOR_CLIENT_CERT",
+    envvar=env.CLIENT_CERT,
     default=None,
     metavar="FILE",
     help="PEM client certificate for mutual TLS (with --key); it only secures the channel.",
 )
 @click.option(
     "--key",
-    envvar="COORDINATOR_CLIENT_KEY",
+    envvar=env.CLIENT_KEY,
     default=None,
     metavar="FILE",
     help="PEM key of --cert.",

@@ -21,7 +21,7 @@ from coordinator.config import DEFAULT_ETCD, DEFAULT_PREFIX, parse_endpoints
 from coordinator.doctor import LAGGING, Finding, Repair, Snapshot, check, confirm
 from coordinator.doctor.findings import Problem
 from coordinator.domain.keys import Keyspace
-from coordinator.domain.retention import DEFAULT_RETENTION, parse_duration
+from coordinator.domain.retention import DEFAULT_RETENTION, parse_setting_duration
 from coordinator.errors import ConfigError, CoordinatorError, StoreUnavailable
 from coordinator.store.etcd import EtcdKV, delete, mod_revision_is, put
 
@@ -135,7 +135,7 @@ def doctor(
                 "start `coordinator up`, or give --etcd HOST:PORT)"
             )
     try:
-        retention_s = parse_duration("retention", retention)
+        retention_s = parse_setting_duration("retention", retention)
     except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="'--retention'") from exc
     try:

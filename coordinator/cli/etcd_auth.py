@@ -1,16 +1,18 @@
 """``coordinator etcd-auth``: turn on etcd auth with a coordinator user limited to its prefix.
 
 The chart's bundled etcd runs it as a Job at every install and upgrade (coordinator.etcd_auth
-says what it leaves behind). Passwords come from environment variables (a Kubernetes Secret),
-never from the command line: ``COORDINATOR_ETCD_ROOT_PASSWORD`` for root and
-``COORDINATOR_ETCD_PASSWORD`` for the coordinator's user - the same variable ``coordinator
-serve`` reads. Exit code 0 when etcd is in that state, 1 (with the reason) when not.
+says what it leaves behind). Passwords come from environment variables or the files they
+name (a mounted Kubernetes Secret), never from the command line:
+``COORDINATOR_ETCD_ROOT_PASSWORD`` (or ``..._FILE``) for root and ``COORDINATOR_ETCD_PASSWORD``
+(or ``..._FILE``) for the coordinator's user - the same variables ``coordinator serve`` reads.
+Exit code 0 when etcd is in that state, 1 (with the reason) when not.
 """
 
 from __future__ import annotations
 
 import click
 
+from coordinator.cli.secret_files import secret_from_file
 from coordinator.cli.serve import etcd_security_options
 from coordinator.config import DEFAULT_ETCD, DEFAULT_PREFIX, check_address, parse_endpoints
 from coordinator.errors import ConfigError
@@ -39,14 +41,15 @@ from coordinator.etcd_auth import AuthPlan, EtcdAuthError, EtcdTLS, ensure_auth
     "--root-password",
     envvar="COORDINATOR_ETCD_ROOT_PASSWORD",
     show_envvar=True,
-    required=True,
-    help="etcd root's password; set it by environment variable, not on the command line.",
+    callback=secret_from_file("COORDINATOR_ETCD_ROOT_PASSWORD_FILE"),
+    help="etcd root's password; set it by environment variable (or"
+    " COORDINATOR_ETCD_ROOT_PASSWORD_FILE naming a file holding it), not on the command line.",
 )
 @etcd_security_options
 def etcd_auth(
     etcd: str,
     prefix: str,
-    root_password: str,
+    root_password: str | None,
     etcd_ca_cert: str | None,
     etcd_cert: str | None,
     etcd_key: str | None,
@@ -56,6 +59,11 @@ def etcd_auth(
     """Enable etcd auth (idempotent): root, and --etcd-user with --etcd-password on --prefix."""
     if not etcd_user:
         raise click.BadParameter("--etcd-user: name the coordinator's etcd user")
+    if not root_password:
+        raise click.BadParameter(
+            "--root-password: set COORDINATOR_ETCD_ROOT_PASSWORD or"
+            " COORDINATOR_ETCD_ROOT_PASSWORD_FILE"
+        )
     endpoints = parse_endpoints(etcd)
     try:
         for endpoint in endpoints:

@@ -12,9 +12,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from coordinator.errors import ConfigError
-from coordinator.server.bounded_http import BoundedHttpServer, HttpLimits
-
-_LIMITS = HttpLimits(read_timeout=5.0, max_connections=8, workers=1)
 
 
 class ReadyEndpoint:
@@ -28,8 +25,13 @@ class ReadyEndpoint:
             sock = socket.create_server((host, int(port)), family=family)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"--ready-listen: cannot bind {listen!r}: {exc}") from exc
+        # Imported here: the server package (and the store behind it) would otherwise load for
+        # every `coordinator worker`, also those that serve no readiness endpoint.
+        from coordinator.server.bounded_http import BoundedHttpServer, HttpLimits
+
+        limits = HttpLimits(read_timeout=5.0, max_connections=8, workers=1)
         self._ready = False
-        self._server = BoundedHttpServer(self._app, sock, _LIMITS)
+        self._server = BoundedHttpServer(self._app, sock, limits)
         self.port = self._server.port
 
     def set_ready(self, ready: bool) -> None:

@@ -18,7 +18,10 @@ import click
 import grpc
 
 from coordinator.cli.local_up import discover
+from coordinator.cli.origins import origin
+from coordinator.cli.secret_files import secret_from_file
 from coordinator.errors import CoordinatorError, NotFound
+from coordinator.sdk import environment as env
 from coordinator.sdk._rpc import RetryPolicy, Rpc
 from coordinator.sdk.auth import BearerToken, tls_credentials
 
@@ -26,7 +29,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
-DEFAULT_TARGET = "127.0.0.1:50051"
+DEFAULT_TARGET = env.DEFAULT_TARGET
 
 
 def remote_options(func: F) -> F:
@@ -50,7 +53,7 @@ def _options(principal: str) -> list[Callable[[F], F]]:
     return [
         click.option(
             "--target",
-            envvar="COORDINATOR_TARGET",
+            envvar=env.TARGET,
             show_envvar=True,
             default=None,
             metavar="HOST:PORT",
@@ -59,14 +62,16 @@ def _options(principal: str) -> list[Callable[[F], F]]:
         ),
         click.option(
             "--token",
-            envvar="COORDINATOR_TOKEN",
+            envvar=env.TOKEN,
             show_envvar=True,
             default=None,
-            help="Bearer token (prefer the env var: a flag shows in ps).",
+            callback=secret_from_file(env.CLIENT_TOKEN_FILE),
+            help=f"Bearer token (prefer the env var, or {env.CLIENT_TOKEN_FILE} naming a file"
+            " that holds it: a flag shows in ps).",
         ),
         click.option(
             "--ca",
-            envvar="COORDINATOR_CA",
+            envvar=env.CA,
             show_envvar=True,
             default=None,
             metavar="FILE",
@@ -74,7 +79,7 @@ def _options(principal: str) -> list[Callable[[F], F]]:
         ),
         click.option(
             "--cert",
-            envvar="COORDINATOR_CLIENT_CERT",
+            envvar=env.CLIENT_CERT,
             show_envvar=True,
             default=None,
             metavar="FILE",
@@ -82,7 +87,7 @@ def _options(principal: str) -> list[Callable[[F], F]]:
         ),
         click.option(
             "--key",
-            envvar="COORDINATOR_CLIENT_KEY",
+            envvar=env.CLIENT_KEY,
             show_envvar=True,
             default=None,
             metavar="FILE",
@@ -91,7 +96,7 @@ def _options(principal: str) -> list[Callable[[F], F]]:
         click.option(
             "--insecure",
             is_flag=True,
-            envvar="COORDINATOR_INSECURE",
+            envvar=env.INSECURE,
             show_envvar=True,
             help="Send no credentials, only --principal (servers started with --insecure).",
         ),
@@ -176,22 +181,38 @@ def channel_credentials(
     *, token: str | None, ca: str | None, cert: str | None, key: str | None, insecure: bool
 ) -> grpc.ChannelCredentials | None:
     """The TLS credentials the options ask for (None: plaintext); a usage error (exit 2) if
-    the options do not add up."""
-    if insecure and (token or cert):
-        raise click.UsageError("--insecure sends no credentials; drop --token/--cert")
+    the options do not add up, naming for each whether it came from its flag or from its
+    environment variable (a COORDINATOR_INSECURE left by ``up --print-env``, say)."""
+    settings = env.ClientSettings(
+        token=_given("token", token),
+        cert=_given("cert", cert),
+        key=_given("key", key),
+        insecure=_given("insecure", "1" if insecure else None),
+    )
+    problem = settings.problem()
+    if problem is not None:
+        raise click.UsageError(problem)
     if not insecure and not token and not cert:
         raise click.UsageError(
             "no credentials: give --token (or COORDINATOR_TOKEN), --cert/--key, or --insecure "
             "for a server running without authentication"
         )
-    if (cert is None) != (key is None):
-        raise click.UsageError("--cert and --key go together")
     if not (ca or cert):
         return None
     try:
         return tls_credentials(ca=ca, cert=cert, key=key)
     except OSError as exc:
         raise click.UsageError(f"cannot read a TLS file: {exc}") from exc
+
+
+def _given(name: str, value: str | None) -> env.Setting | None:
+    """A connection option's value as a Setting: its flag, or the environment variable it was
+    read from (click knows which)."""
+    if not value:
+        return None
+    ctx = click.get_current_context(silent=True)
+    where = origin(ctx, name) if ctx is not None else None
+    return env.Setting(value, where or f"--{name}")
 
 
 @contextmanager

@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 import click
 
 from coordinator.archive import check_sink
+from coordinator.cli.origins import config_keys, with_origins
+from coordinator.cli.secret_files import secret_from_file
 from coordinator.config import Config, load_config_file, parse_endpoints
 from coordinator.errors import ConfigError, StoreUnavailable
 from coordinator.logging import LEVELS
@@ -28,8 +30,8 @@ _DEFAULTS = Config()
 
 
 def _option(name: str, *, help: str, **kwargs: Any) -> Callable[[F], F]:
-    """``--name``, also read from ``COORDINATOR_NAME`` and config key ``name``; --help shows all
-    three."""
+    """``--name``, also read from ``COORDINATOR_NAME`` (--help shows both; ``serve`` adds its
+    config key, see ``config_keys``)."""
     key = name.replace("-", "_")
     envvar = "COORDINATOR_" + key.upper()
     kwargs.setdefault("show_default", kwargs.get("default") not in (None, False))
@@ -38,7 +40,7 @@ def _option(name: str, *, help: str, **kwargs: Any) -> Callable[[F], F]:
         key,
         envvar=envvar,
         show_envvar=True,
-        help=f"{help} Config key: {key}.",
+        help=help,
         **kwargs,
     )
 
@@ -370,11 +372,18 @@ def etcd_security_options(func: F) -> F:
         _file("etcd-ca-cert", "PEM CA of etcd's server certificates (TLS to etcd)."),
         _file("etcd-cert", "PEM client certificate for etcd (with --etcd-key)."),
         _file("etcd-key", "PEM private key of --etcd-cert."),
-        _option("etcd-user", default=None, help="etcd user name (etcd auth)."),
+        _option(
+            "etcd-user",
+            default=None,
+            callback=secret_from_file("COORDINATOR_ETCD_USER_FILE"),
+            help="etcd user name (etcd auth); or COORDINATOR_ETCD_USER_FILE naming a file.",
+        ),
         _option(
             "etcd-password",
             default=None,
-            help="etcd password; set it by environment variable, not on the command line.",
+            callback=secret_from_file("COORDINATOR_ETCD_PASSWORD_FILE"),
+            help="etcd password; set it by environment variable (or COORDINATOR_ETCD_PASSWORD_FILE"
+            " naming a file holding it), not on the command line.",
         ),
     ]
     for option in reversed(options):
@@ -422,7 +431,7 @@ def build_config(**settings: Any) -> Config:
     try:
         return Config(**settings)
     except ConfigError as exc:
-        raise click.BadParameter(str(exc)) from exc
+        raise click.BadParameter(with_origins(str(exc))) from exc
 
 
 def preflight(config: Config) -> None:
@@ -435,7 +444,7 @@ def preflight(config: Config) -> None:
             tls.credentials()
         check_sink(config.archive)
     except ConfigError as exc:
-        raise click.BadParameter(str(exc)) from exc
+        raise click.BadParameter(with_origins(str(exc))) from exc
 
 
 def run(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
@@ -449,6 +458,7 @@ def run(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
         raise click.ClickException(str(exc)) from exc
 
 
+@config_keys
 @click.command()
 @click.option(
     "--config",

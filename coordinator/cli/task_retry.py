@@ -1,4 +1,4 @@
-"""``coordinator tasks retry TASK``: send a FAILED task (the dead letter) back to the queue.
+"""``coordinator tasks retry TASK_ID``: send a FAILED task (the dead letter) back to the queue.
 
 TaskService.RetryTask (pm or admin): READY again with a fresh attempt budget, one "retry" event
 naming the caller and ``--reason``; ``--schedule-to-close`` gives it a new deadline (required

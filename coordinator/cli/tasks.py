@@ -116,7 +116,7 @@ def _read_input(text: str | None, file: IO[bytes] | None) -> bytes:
 @click.option(
     "--depends-on",
     multiple=True,
-    metavar="TASK",
+    metavar="TASK_ID",
     callback=_task_id,
     help="An upstream task (repeatable): the task WAITs until every one is DONE.",
 )
@@ -254,7 +254,7 @@ def _all_attempts(remote: Remote, task_id: str) -> Any:
 
 
 @tasks.command()
-@click.argument("task_id", metavar="TASK", callback=_task_argument)
+@click.argument("task_id", metavar="TASK_ID", callback=_task_argument)
 @click.option(
     "--attempts", "every_attempt", is_flag=True, help="Every attempt, not only the latest 20."
 )
@@ -303,7 +303,7 @@ def _get_json(task: TaskInfo, count: int, pages: Any) -> None:
 
 
 @tasks.command()
-@click.argument("task_id", metavar="TASK", callback=_task_argument)
+@click.argument("task_id", metavar="TASK_ID", callback=_task_argument)
 @click.option(
     "--revision",
     type=click.IntRange(min=0),
@@ -361,19 +361,25 @@ def _changed(task: TaskInfo, line: str, as_json: bool) -> None:
 
 
 @tasks.command()
-@click.argument("task_id", metavar="TASK", callback=_task_argument)
+@click.argument("task_id", metavar="TASK_ID", callback=_task_argument)
 @click.option("--reason", default="", help="Why (kept in the event).")
+@click.option(
+    "--cascade",
+    is_flag=True,
+    help="Also cancel every WAITING task below it (at most 1000; a FAILED task stays FAILED).",
+)
 @_json_option
 @remote_options
-def cancel(task_id: str, reason: str, as_json: bool, **settings: Any) -> None:
+def cancel(task_id: str, reason: str, cascade: bool, as_json: bool, **settings: Any) -> None:
     """Cancel a task: a worker holding it hears CANCELLED at its next call."""
-    request = tasks_pb2.CancelTaskRequest(task_id=task_id, reason=reason)
+    request = tasks_pb2.CancelTaskRequest(task_id=task_id, reason=reason, cascade=cascade)
     with connect(**remote_settings(settings)) as remote:
         reply = remote.call(remote.tasks.CancelTask, request, idempotency_key=_fresh_key())
     task = TaskInfo.from_proto(reply.task)
-    _changed(
-        task, f"{task.task_id} {task.state} (cancel_generation {task.cancel_generation})", as_json
-    )
+    line = f"{task.task_id} {task.state} (cancel_generation {task.cancel_generation})"
+    if cascade:
+        line += "\ncancelled below it: " + (", ".join(reply.cascaded) or "nothing")
+    _changed(task, line, as_json)
 
 
 _revision_option = click.option(
@@ -385,7 +391,7 @@ _revision_option = click.option(
 
 
 @tasks.command()
-@click.argument("task_id", metavar="TASK", callback=_task_argument)
+@click.argument("task_id", metavar="TASK_ID", callback=_task_argument)
 @_revision_option
 @_json_option
 @remote_options
@@ -405,7 +411,7 @@ def _reason(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 
 @tasks.command()
-@click.argument("task_id", metavar="TASK", callback=_task_argument)
+@click.argument("task_id", metavar="TASK_ID", callback=_task_argument)
 @_revision_option
 @click.option("--reason", required=True, callback=_reason, help="Why (kept in the event).")
 @_json_option
@@ -424,12 +430,12 @@ def reject(task_id: str, revision: int, reason: str, as_json: bool, **settings: 
 
 
 @tasks.command()
-@click.argument("task_id", metavar="TASK", callback=_task_argument)
+@click.argument("task_id", metavar="TASK_ID", callback=_task_argument)
 @click.option(
     "--set",
     "upstreams",
     multiple=True,
-    metavar="TASK",
+    metavar="TASK_ID",
     callback=_task_id,
     help="Replace the upstreams with these (repeatable).",
 )

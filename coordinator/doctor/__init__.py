@@ -14,9 +14,9 @@ result, a broken event chain, edges that disagree) is reported and never repaire
 which side is right is what the seed forbids ("preserve the conflict").
 
 Three findings depend on time rather than on one snapshot: a CLAIMED task whose claim key is
-gone (the reclaimer's job), a WAITING task whose upstreams are all DONE and one with an upstream
-that will never be DONE (the releaser's job: release it, or cancel it). They are ``lagging``
-findings: the runner reports them only if they persist, unchanged, across a
+gone (the reclaimer's job), a WAITING task whose upstreams are all DONE and one whose blocked
+mark disagrees with its upstreams' states (the releaser's job: release it, or mark it). They
+are ``lagging`` findings: the runner reports them only if they persist, unchanged, across a
 second snapshot taken a reclaim window later (``confirm``).
 """
 

@@ -17,10 +17,10 @@ from coordinator.doctor.findings import (
     RepairWrite,
     Snapshot,
 )
+from coordinator.doctor.marks import check_marks
 from coordinator.doctor.orphans import check_orphans
 from coordinator.doctor.parsed import Parsed, decode_or_report, identity_keys, parse
 from coordinator.doctor.retention import check_retention
-from coordinator.domain.graph import describe_never_done, never_done
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import (
     AttemptRecord,
@@ -31,6 +31,7 @@ from coordinator.domain.records import (
 )
 from coordinator.domain.retention import DEFAULT_RETENTION
 from coordinator.domain.states import AttemptEnd, Op, TaskState
+from coordinator.domain.waiting import blocking
 from coordinator.store.dependencies import edges_of
 from coordinator.store.etcd import KV
 
@@ -46,6 +47,7 @@ def check(snap: Snapshot, keys: Keyspace, *, retention: float = DEFAULT_RETENTIO
         findings += _check_task(parsed, keys, task_id)
     findings += check_orphans(parsed, keys)
     findings += check_due_orphans(parsed, keys)
+    findings += check_marks(parsed, keys)
     findings += check_effects(parsed, keys)
     findings += check_retention(parsed, keys, retention=retention)
     return findings
@@ -399,15 +401,15 @@ def _check_edges(
                 )
             )
     upstreams = [parsed.tasks[u][1] for u in task.depends_on if u in parsed.tasks]
-    dead = never_done(upstreams)
-    if task.state is TaskState.WAITING and dead:
+    blocked = blocking(upstreams)
+    if task.state is TaskState.WAITING and blocked != task.blocked_by:
         out.append(
             Finding(
-                Problem.CANCEL_OVERDUE,
+                Problem.BLOCKED_MARK_OVERDUE,
                 tid,
-                f"task {tid} is WAITING on an upstream that will never be DONE "
-                f"({describe_never_done(dead)}) and no releaser cancelled it (is any replica "
-                "running?)",
+                f"task {tid} is WAITING marked blocked by ({', '.join(task.blocked_by)}) but its "
+                f"FAILED or CANCELLED upstreams are ({', '.join(blocked)}) and no releaser "
+                "updated the mark (is any replica running?)",
                 (kv.key,),
                 state_version=kv.mod_revision,
             )

@@ -20,6 +20,11 @@ class Problem(StrEnum):
     CLAIMED_INDEX_ORPHAN = "claimed-index-orphan"
     WAITING_INDEX_MISSING = "waiting-index-missing"
     WAITING_INDEX_ORPHAN = "waiting-index-orphan"
+    # The mark indexes of WAITING tasks (coordinator/doctor/marks.py).
+    BLOCKED_INDEX_MISSING = "blocked-index-missing"
+    BLOCKED_INDEX_ORPHAN = "blocked-index-orphan"
+    OVERDUE_INDEX_MISSING = "overdue-index-missing"
+    OVERDUE_INDEX_ORPHAN = "overdue-index-orphan"
     CLAIM_KEY_MISMATCH = "claim-key-mismatch"
     CLAIM_EXPIRED_UNRECLAIMED = "claim-expired-unreclaimed"
     ATTEMPT_MISMATCH = "attempt-mismatch"
@@ -33,7 +38,9 @@ class Problem(StrEnum):
     REVERSE_EDGE_MISSING = "reverse-edge-missing"
     REVERSE_EDGE_ORPHAN = "reverse-edge-orphan"
     RELEASE_OVERDUE = "release-overdue"
-    CANCEL_OVERDUE = "cancel-overdue"
+    # A WAITING task whose blocked_by disagrees with its upstreams' states (no releaser wrote
+    # the mark yet).
+    BLOCKED_MARK_OVERDUE = "blocked-mark-overdue"
     IDENTITY_INDEX_MISSING = "identity-index-missing"
     IDENTITY_INDEX_ORPHAN = "identity-index-orphan"
     OPEN_EFFECT_INDEX_MISSING = "open-effect-index-missing"
@@ -56,7 +63,7 @@ class Problem(StrEnum):
 
 
 LAGGING = frozenset(
-    {Problem.CLAIM_EXPIRED_UNRECLAIMED, Problem.RELEASE_OVERDUE, Problem.CANCEL_OVERDUE}
+    {Problem.CLAIM_EXPIRED_UNRECLAIMED, Problem.RELEASE_OVERDUE, Problem.BLOCKED_MARK_OVERDUE}
 )
 """Findings that only count when they persist across the reclaim window."""
 

@@ -25,6 +25,8 @@ class Parsed:
     claims: dict[str, KV] = field(default_factory=dict)
     claimed: dict[str, KV] = field(default_factory=dict)
     waiting: dict[str, KV] = field(default_factory=dict)
+    blocked: dict[str, KV] = field(default_factory=dict)
+    overdue: dict[str, KV] = field(default_factory=dict)
     attempts: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
     results: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
     events: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
@@ -67,7 +69,7 @@ def parse(snap: Snapshot, keys: Keyspace) -> Parsed:  # noqa: C901, PLR0912
                 parsed.tasks[rest] = (kv, task)
         elif section == "ready":
             parsed.ready[parts[-1]].append(kv)
-        elif section in ("claims", "claimed", "waiting", "deps"):
+        elif section in ("claims", "claimed", "waiting", "deps", "blocked", "overdue"):
             getattr(parsed, section)[rest] = kv
         elif section in ("attempts", "results", "events"):
             getattr(parsed, section)[parts[0]].append(kv)

@@ -145,9 +145,10 @@ def check_fence(view: FenceView, fence: Fence, *, now: float) -> Verdict:
     if not, why.
 
     Past the task's schedule_to_close deadline no attempt is current, even before the deadline
-    pass has moved the task to FAILED: no result or effect lands after the deadline. The order
-    matters only for the reported reason: cancellation, the deadline and input changes are the
-    most specific, then the epoch, then the generation.
+    pass has moved the task to FAILED: no result or effect lands after the deadline. That is
+    FENCED with reason DEADLINE_EXCEEDED, never an outcome of its own, so Commit answers only
+    claim.v1's four outcomes. The order matters only for the reported reason: cancellation,
+    the deadline and input changes are the most specific, then the epoch, then the generation.
     """
     task = view.task
     moved = _task_moved_on(view, fence, now)
@@ -171,7 +172,8 @@ def check_fence(view: FenceView, fence: Fence, *, now: float) -> Verdict:
 
 
 def _task_moved_on(view: FenceView, fence: Fence, now: float) -> Verdict | None:
-    """CANCELLED, TIMED_OUT or STALE_INPUT when the task itself left the attempt behind."""
+    """CANCELLED, FENCED (DEADLINE_EXCEEDED) or STALE_INPUT when the task itself left the
+    attempt behind."""
     task, attempt = view.task, view.attempt
     if task.state is TaskState.CANCELLED or task.cancel_generation != fence.cancel_generation:
         return Verdict(
@@ -205,8 +207,10 @@ def _lost_claim(attempt: AttemptRecord, fence: Fence) -> Verdict:
 
 _ENDED: dict[AttemptEnd, Verdict] = {
     AttemptEnd.TIMED_OUT: Verdict(
-        Outcome.TIMED_OUT,
-        message="the task's schedule_to_close deadline passed; it is FAILED (TIMED_OUT)",
+        Outcome.FENCED,
+        FenceReason.DEADLINE_EXCEEDED,
+        "the task's schedule_to_close deadline passed: no attempt is current, and the task "
+        "is FAILED (TIMED_OUT) by the deadline pass",
     ),
     AttemptEnd.RELEASED: Verdict(
         Outcome.FENCED, FenceReason.RELEASED, "the attempt released the task"
@@ -217,7 +221,25 @@ _ENDED: dict[AttemptEnd, Verdict] = {
     AttemptEnd.COMMITTED: Verdict(
         Outcome.FENCED, FenceReason.ALREADY_COMMITTED, "the attempt has committed already"
     ),
+    AttemptEnd.UNDELIVERED: Verdict(
+        Outcome.FENCED,
+        FenceReason.RELEASED,
+        "the claim's answer could not be delivered (its caller had left); the task was given back",
+    ),
 }
+
+
+def decide_stage(view: FenceView, *, now: float) -> Verdict:
+    """Whether the attempt may stage a result at ``now``: any attempt of the caller may, even a
+    fenced one (staging is never canonical), except once the task's deadline has ended it.
+
+    Past schedule_to_close the attempt's work is over at every acceptance point alike, so a
+    stage is refused FENCED (DEADLINE_EXCEEDED) and writes nothing, as commit would be.
+    """
+    ended = view.attempt.end is AttemptEnd.TIMED_OUT
+    if ended or (view.task.deadline and now >= view.task.deadline):
+        return _ENDED[AttemptEnd.TIMED_OUT]
+    return Verdict(Outcome.OK)
 
 
 @dataclass(frozen=True)

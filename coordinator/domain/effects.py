@@ -1,15 +1,13 @@
-"""Side-effect slots as pure rules: the effect id, the record, and what prepare and record decide.
+"""Side-effect slots as pure rules: the record, and what prepare and record decide.
 
 A side effect (an email, a git push, a cloud resource) belongs to a *slot* of a task revision,
-never to an attempt: ``effect_id = H(task_id, revision, node_id, effect_slot)``. Every
-generation of that revision sends the same id downstream as its idempotency key, so a takeover
-can ask the downstream what the previous owner did instead of doing it again. The first prepare
-binds the payload digest; a different digest is a PAYLOAD_CONFLICT, whatever state the effect
-is in: only a new task revision or a new slot creates another effect.
-
-The task revision is part of the id because a new revision is new business input (an input
-change, a review rejection): its effects are new effects. Attempts and generations are not,
-so a retry or a takeover of the same revision lands on the same record.
+never to an attempt: ``effect_id = H(task_id, created_revision, revision, node_id,
+effect_slot)`` (domain/effect_ids.py). Every generation of that revision sends the same id
+downstream as its idempotency key, so a takeover can ask the downstream what the previous owner
+did instead of doing it again. The first prepare binds the payload digest; a different digest
+is a PAYLOAD_CONFLICT, whatever state the effect is in: only a new task revision or a new slot
+(or a new task under a reused id) creates another effect. Attempts and generations are not in
+the id, so a retry or a takeover of the same revision lands on the same record.
 
 Nothing here does I/O; ``coordinator.store.effects`` turns these decisions into etcd txns.
 The integer values of the enums equal the wire enums in types.proto.
@@ -17,7 +15,6 @@ The integer values of the enums equal the wire enums in types.proto.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -120,8 +117,10 @@ class EffectRecord:
 
 @dataclass(frozen=True)
 class PrepareRequest:
-    """A validated PrepareEffect of the generation that holds the claim."""
+    """A validated PrepareEffect of the generation that holds the claim; ``effect_id`` is the
+    slot's id by the task's scheme (effect_ids.effect_id_of)."""
 
+    effect_id: str
     task_id: str
     revision: int
     node_id: str
@@ -145,24 +144,13 @@ class PrepareDecision:
     write: EffectRecord | None = None
 
 
-def effect_id(task_id: str, revision: int, node_id: str, effect_slot: str) -> str:
-    """``eff-`` + sha256 over the length-prefixed parts: stable across attempts, and two
-    different tuples never share an encoding (("a", "bc") and ("ab", "c") differ)."""
-    h = hashlib.sha256(b"coordinator.effect.v1")
-    for part in (task_id, str(revision), node_id, effect_slot):
-        data = part.encode()
-        h.update(len(data).to_bytes(4, "big"))
-        h.update(data)
-    return "eff-" + h.hexdigest()
-
-
 def decide_prepare(
     existing: EffectRecord | None, req: PrepareRequest, now: float
 ) -> PrepareDecision:
     """What a prepare of ``req`` does to the slot's effect (the fence was checked before)."""
     if existing is None:
         fresh = EffectRecord(
-            effect_id=effect_id(req.task_id, req.revision, req.node_id, req.effect_slot),
+            effect_id=req.effect_id,
             task_id=req.task_id,
             task_revision=req.revision,
             node_id=req.node_id,
@@ -371,6 +359,5 @@ __all__ = [
     "decide_hold",
     "decide_prepare",
     "decide_record",
-    "effect_id",
     "resolve",
 ]

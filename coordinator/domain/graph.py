@@ -88,7 +88,8 @@ _NEVER_DONE = (TaskState.CANCELLED, TaskState.FAILED)
 
 
 def never_done(upstreams: Sequence[TaskRecord]) -> list[TaskRecord]:
-    """The upstreams that can never become DONE (CANCELLED or FAILED are final)."""
+    """The upstreams that will not become DONE unless an operator acts (CANCELLED is final, a
+    FAILED one only a RetryTask revives)."""
     return [u for u in upstreams if u.state in _NEVER_DONE]
 
 
@@ -98,13 +99,14 @@ def describe_never_done(dead: Sequence[TaskRecord]) -> str:
 
 
 def check_upstreams(upstreams: Sequence[TaskRecord]) -> None:
-    """Refuse an edge to an upstream that can never become DONE (CANCELLED or FAILED): the
-    dependent would wait forever."""
+    """Refuse a new edge to an upstream that is CANCELLED or FAILED: the dependent would be
+    blocked from the start (an existing edge to one stays: the dependent is marked blocked,
+    domain/waiting.py)."""
     dead = never_done(upstreams)
     if dead:
         raise FailedPrecondition(
-            f"depends_on names tasks that will never be DONE: {describe_never_done(dead)}; a "
-            "dependent would wait forever"
+            f"depends_on names tasks that are not going to be DONE: {describe_never_done(dead)}; "
+            "a dependent would be blocked from the start (RetryTask a FAILED upstream first)"
         )
 
 

@@ -160,6 +160,25 @@ class Keyspace:
         """Range of the waiting index."""
         return f"{self.prefix}/waiting/"
 
+    def blocked(self, task_id: str) -> str:
+        """Blocked index (value: the queue): a WAITING task with a FAILED or CANCELLED
+        upstream (domain/waiting.py)."""
+        return f"{self.blocked_prefix}{task_id}"
+
+    @property
+    def blocked_prefix(self) -> str:
+        """Range of the blocked index."""
+        return f"{self.prefix}/blocked/"
+
+    def overdue(self, task_id: str) -> str:
+        """Overdue index (value: the queue): a WAITING task past its schedule_to_close."""
+        return f"{self.overdue_prefix}{task_id}"
+
+    @property
+    def overdue_prefix(self) -> str:
+        """Range of the overdue index."""
+        return f"{self.prefix}/overdue/"
+
     def deps(self, task_id: str) -> str:
         """A task's outgoing edges (JSON list); rewritten only when its edges change, so the
         cycle check can compare it without aborting on unrelated state changes."""
@@ -204,7 +223,7 @@ class Keyspace:
     # --- side effects (issue 3, store/effects.py) ---------------------------------------------
 
     def effect(self, effect_id: str) -> str:
-        """One effect record (effect_id = H(task, revision, node, slot))."""
+        """One effect record (effect_id: domain/effect_ids.py)."""
         return f"{self.effects_prefix}{effect_id}"
 
     @property

@@ -15,12 +15,21 @@ import json
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from enum import Enum
+from enum import Enum, IntEnum
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, TaskState
 
 T = TypeVar("T")
+
+
+class EffectIdScheme(IntEnum):
+    """How a task's effect ids are made (domain/effect_ids.py); fixed when the task is created."""
+
+    # H(task_id, revision, node, slot): tasks created before ids named the task's incarnation.
+    V1 = 1
+    # H(task_id, created_revision, revision, node, slot): every task created since.
+    V2 = 2
 
 
 @dataclass(frozen=True)
@@ -77,11 +86,25 @@ class TaskRecord:
     # "{code}: {message}"); and, while FAILED, why.
     last_error: str = ""
     dead_letter_reason: DeadLetterReason = DeadLetterReason.NONE
-    # created_at + schedule_to_close (0: none): past it the task is FAILED whatever runs; its
-    # key in the deadline index sorts by it while the task waits for a result.
+    # created_at + schedule_to_close (0: none): past it a task that can run is FAILED; its key
+    # in the deadline index sorts by it while the task waits for a result (domain/waiting.py:
+    # a WAITING task is marked overdue instead, and released without it).
     deadline: float = 0.0
+    # The effect id scheme; a record written before schemes existed reads V1, and its effects
+    # keep the ids they were prepared with. TaskStore.create writes V2.
+    effect_ids: EffectIdScheme = EffectIdScheme.V1
+    # While WAITING: the upstreams (in depends_on order) that are FAILED or CANCELLED, so this
+    # task cannot be released until they are retried or its edges change. Set and cleared by
+    # the releaser; empty outside WAITING.
+    blocked_by: tuple[str, ...] = ()
+    # When the deadline passed while the task was WAITING (0: never). Kept after the release,
+    # which waived the deadline: it says why the task runs without one.
+    overdue_at: float = 0.0
     # etcd mod_revision of the task key; never stored, attached on decode.
     state_version: int = field(default=0, compare=False)
+    # etcd create_revision of the task key: which incarnation of the task id this is (an id
+    # created again after its tombstone expired is another); never stored, attached on decode.
+    created_revision: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -268,6 +291,7 @@ def _converter(hint: Any) -> Callable[[Any], Any] | None:
 __all__ = [
     "AttemptRecord",
     "ClaimRecord",
+    "EffectIdScheme",
     "EventRecord",
     "ResultRecord",
     "StagedResult",

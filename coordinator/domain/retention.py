@@ -34,7 +34,7 @@ _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 _DURATION = re.compile(r"^\s*(?P<number>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>[smhdw]?)\s*$")
 
 
-def parse_duration(setting: str, value: object) -> float:
+def parse_setting_duration(setting: str, value: object) -> float:
     """Seconds from ``90``, ``"90"``, ``"90s"``, ``"15m"``, ``"1h"``, ``"7d"`` or ``"2w"``;
     ConfigError naming ``setting`` for anything else (negative numbers included)."""
     if isinstance(value, bool):
@@ -73,7 +73,7 @@ def parse_per_queue(setting: str, value: object) -> dict[str, float]:
     for queue, duration in pairs:
         if not queue or "/" in queue:
             raise ConfigError(f"{setting}: {queue!r} is not a queue name")
-        out[queue] = parse_duration(f"{setting}.{queue}", duration)
+        out[queue] = parse_setting_duration(f"{setting}.{queue}", duration)
     return out
 
 

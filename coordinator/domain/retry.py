@@ -4,7 +4,9 @@ An attempt that ends without a result - its lease expired (stalled and renew-lim
 end this way too), its holder released it, or its holder reported a failure - asks
 ``decide_retry``: another attempt, no earlier than its backoff (``Requeue``), or none, and the
 task is FAILED, the dead letter (``DeadLetter``). The reclaimer, a claim that takes over an
-expired attempt, Release and Fail all call it, so one rule decides for all of them.
+expired attempt, Release and Fail all call it, so one rule decides for all of them. An attempt
+whose claim answer never reached its caller (UNDELIVERED, store/give_back.py) asks it too, and
+is always ``Uncounted``: nobody ran it, so it spends nothing of the budget and waits no backoff.
 
 A task's policy is resolved when it is created (its own fields, else its queue's, else the
 server's: ``RetryDefaults.resolve``) and stored with the task, so every replica decides alike
@@ -151,6 +153,9 @@ def retried_deadline(task: TaskRecord, now: float, schedule_to_close: float) -> 
 COUNTED_ENDS = frozenset({AttemptEnd.EXPIRED, AttemptEnd.RELEASED, AttemptEnd.FAILED})
 """Attempt ends that ask for another attempt. A commit, a cancel and an input change end an
 attempt too, but the task does not go back to the queue by the retry policy after them."""
+UNCOUNTED_ENDS = frozenset({AttemptEnd.UNDELIVERED})
+"""Attempt ends that send the task back without counting the attempt: no worker ever held it
+(its claim answer could not be delivered), so it is no try of the task."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,8 @@ class AttemptEnded:
 
 LEASE_EXPIRED = AttemptEnded(AttemptEnd.EXPIRED, "lease expired")
 """The end of an attempt whose lease expired (stalled and renew-limited claims end so too)."""
+UNDELIVERED = AttemptEnded(AttemptEnd.UNDELIVERED, "the claim's answer could not be delivered")
+"""The end of an attempt whose claim answer could not reach its caller (it had left)."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +193,12 @@ class DeadLetter:
     detail: str
 
 
-RetryDecision = Requeue | DeadLetter
+@dataclass(frozen=True)
+class Uncounted:
+    """The attempt never reached a worker: claimable again at once, not counted, no backoff."""
+
+
+RetryDecision = Requeue | DeadLetter | Uncounted
 """One case per thing the task can become after an attempt ended without a result."""
 
 
@@ -195,6 +207,10 @@ def decide_retry(
 ) -> RetryDecision:
     """What follows an attempt that ended without a result at ``now``, the task having had
     ``attempts`` attempts (this one included) counted against ``policy``."""
+    if ended.end in UNCOUNTED_ENDS:
+        # Before any budget or non-retryable check: an attempt nobody ran can exhaust nothing,
+        # even the last one of its budget.
+        return Uncounted()
     if ended.end not in COUNTED_ENDS:
         raise ValueError(f"an attempt ended {ended.end.name} is not retried by the policy")
     plural = "attempt" if attempts == 1 else "attempts"
@@ -219,9 +235,19 @@ class RetryMove:
     detail: str
     not_before: float = 0.0
     dead_letter_reason: DeadLetterReason = DeadLetterReason.NONE
+    # The ended attempt is not counted against the policy (``Uncounted``).
+    uncounted: bool = False
 
-    def changes(self, ended: AttemptEnded) -> dict[str, Any]:
-        """The task record fields this move sets."""
+    def changes(self, task: TaskRecord, ended: AttemptEnded) -> dict[str, Any]:
+        """The fields of ``task`` (whose attempt ended as ``ended``) this move sets."""
+        if self.uncounted:
+            # The budget begins one attempt later, so attempts_counted is what it was before
+            # the claim; last_error stays the last real error (an undelivered answer is none).
+            return {
+                "not_before": 0.0,
+                "dead_letter_reason": DeadLetterReason.NONE,
+                "attempts_base": task.attempts_base + 1,
+            }
         return {
             "not_before": self.not_before,
             "last_error": ended.error,
@@ -234,6 +260,8 @@ def retry_move(
 ) -> RetryMove:
     """The move for ``decision``: ``at_once`` (to READY) when the next attempt may start now,
     BACKOFF (to DELAYED until it may) or DEAD_LETTER (to FAILED)."""
+    if isinstance(decision, Uncounted):
+        return RetryMove(at_once, ended.error, uncounted=True)
     if isinstance(decision, DeadLetter):
         return RetryMove(Op.DEAD_LETTER, decision.detail, dead_letter_reason=decision.reason)
     if decision.at <= now:

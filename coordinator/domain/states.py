@@ -51,7 +51,8 @@ class Outcome(_Named):
     PAYLOAD_CONFLICT = 14
     NEEDS_APPROVAL = 15
     RECONCILING = 16
-    TIMED_OUT = 17
+    # 17 was TIMED_OUT: reserved. A passed schedule_to_close deadline answers FENCED with
+    # FenceReason.DEADLINE_EXCEEDED, so Commit keeps claim.v1's four outcomes.
 
 
 class FenceReason(_Named):
@@ -65,6 +66,8 @@ class FenceReason(_Named):
     ALREADY_COMMITTED = 5
     TASK_MOVED = 6
     FAILED = 7
+    # The task's schedule_to_close deadline passed: no attempt is current any more.
+    DEADLINE_EXCEEDED = 8
 
 
 class AttemptEnd(_Named):
@@ -78,6 +81,8 @@ class AttemptEnd(_Named):
     STALE_INPUT = 5
     FAILED = 6
     TIMED_OUT = 7
+    # The claim's answer could not reach its caller (it had left): given back, not counted.
+    UNDELIVERED = 8
 
 
 class DeadLetterReason(IntEnum):
@@ -90,6 +95,18 @@ class DeadLetterReason(IntEnum):
     NON_RETRYABLE = 2
     # Its schedule_to_close deadline passed.
     TIMED_OUT = 3
+
+
+class WaitingReason(_Named):
+    """Why a task is WAITING (domain/waiting.py decides which)."""
+
+    # The task is not WAITING.
+    NONE = 0
+    # Some upstream is not DONE yet, and none is FAILED or CANCELLED.
+    UPSTREAMS_PENDING = 1
+    # Some upstream is FAILED or CANCELLED (Task.blocked_by names them): blocked until it is
+    # retried and commits, or the edge is removed, or an operator cancels the task.
+    UPSTREAM_FAILED = 2
 
 
 class Op(StrEnum):
@@ -111,9 +128,16 @@ class Op(StrEnum):
     CREATE_DELAYED = "create_delayed"
     # An operator sends a FAILED task back to the queue with a fresh attempt budget.
     RETRY = "retry"
-    # The task's schedule_to_close deadline passed (store/deadlines.py): FAILED, whatever runs.
+    # The task's schedule_to_close deadline passed (store/deadlines.py): FAILED, for a task that
+    # can run (a WAITING one is marked overdue instead).
     TIME_OUT = "time_out"
+    # A WAITING task's schedule_to_close passed: marked overdue, still WAITING (not a failure:
+    # it could not run, so nothing it did failed).
+    MARK_OVERDUE = "mark_overdue"
     RECLAIM = "reclaim"
+    # A claim whose answer could not reach its caller (it cancelled, its deadline passed) is
+    # given back in the next txn: READY again, the attempt not counted (store/give_back.py).
+    GIVE_BACK = "give_back"
     CANCEL = "cancel"
     UPDATE_INPUT = "update_input"
     # Lifecycle (review and dependencies).
@@ -123,6 +147,9 @@ class Op(StrEnum):
     BLOCK = "block"
     UNBLOCK = "unblock"
     SET_DEPENDENCIES = "set_dependencies"
+    # A WAITING task's set of FAILED or CANCELLED upstreams changed (an upstream was
+    # dead-lettered or cancelled, or retried): still WAITING, its blocked_by rewritten.
+    MARK_BLOCKED = "mark_blocked"
     # Side effects of non-replayable tasks (store/effects.py).
     HOLD_FOR_APPROVAL = "hold_for_approval"
     APPROVE_RETRY = "approve_retry"
@@ -153,13 +180,17 @@ TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
     (TaskState.DELAYED, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.DELAYED, Op.UPDATE_INPUT): TaskState.DELAYED,
     (TaskState.FAILED, Op.RETRY): TaskState.READY,
-    # schedule_to_close: past it no result is wanted any more, whichever state the task waits in.
-    (TaskState.WAITING, Op.TIME_OUT): TaskState.FAILED,
+    # schedule_to_close: past it no result is wanted any more from a task that can run. A
+    # WAITING task could not run, so its deadline is no business failure: it is marked overdue
+    # and keeps waiting (domain/waiting.py).
+    (TaskState.WAITING, Op.MARK_OVERDUE): TaskState.WAITING,
     (TaskState.READY, Op.TIME_OUT): TaskState.FAILED,
     (TaskState.CLAIMED, Op.TIME_OUT): TaskState.FAILED,
     (TaskState.DELAYED, Op.TIME_OUT): TaskState.FAILED,
     (TaskState.NEEDS_APPROVAL, Op.TIME_OUT): TaskState.FAILED,
     (TaskState.CLAIMED, Op.RECLAIM): TaskState.READY,
+    # The claim's answer never left the server: the task goes back where it stood.
+    (TaskState.CLAIMED, Op.GIVE_BACK): TaskState.READY,
     (TaskState.READY, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.CLAIMED, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.REVIEW, Op.CANCEL): TaskState.CANCELLED,
@@ -175,6 +206,10 @@ TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
     (TaskState.WAITING, Op.UNBLOCK): TaskState.READY,
     (TaskState.READY, Op.SET_DEPENDENCIES): TaskState.READY,
     (TaskState.WAITING, Op.SET_DEPENDENCIES): TaskState.WAITING,
+    # An upstream FAILED or CANCELLED blocks its dependents, visibly, without ending them: a
+    # retried upstream may still commit (store/releaser.py). Ending them is an operator's
+    # CancelTask with cascade.
+    (TaskState.WAITING, Op.MARK_BLOCKED): TaskState.WAITING,
     (TaskState.WAITING, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.WAITING, Op.UPDATE_INPUT): TaskState.WAITING,
     # Non-replayable tasks (store/effects.py): a claim that finds an uncertain effect of an

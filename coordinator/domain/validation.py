@@ -17,6 +17,17 @@ _ATTEMPT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _ERROR_CODE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _DOT_SEGMENTS = frozenset({".", ".."})
 
+# protobuf's own ranges (google/protobuf/timestamp.proto and duration.proto): a value outside
+# them is no Timestamp or Duration at all, whatever the field. Checked before any arithmetic, so
+# a hostile value never reaches datetime/timedelta (which raise, and answered INTERNAL).
+TIMESTAMP_MIN_SECONDS = -62_135_596_800
+"""0001-01-01T00:00:00Z."""
+TIMESTAMP_MAX_SECONDS = 253_402_300_799
+"""9999-12-31T23:59:59Z."""
+DURATION_MAX_SECONDS = 315_576_000_000
+"""About 10,000 years, either sign."""
+MAX_NANOS = 999_999_999
+
 
 def no_dot_segments(field: str, value: str) -> str:
     """``value`` unless it, or any of its ``/``-separated parts, is ``.`` or ``..``.
@@ -107,3 +118,41 @@ def error_code(value: str, field: str = "error_code") -> str:
             f"the sentence in the message), got {value[:140]!r}"
         )
     return value
+
+
+def timestamp(field: str, seconds: int, nanos: int) -> float:
+    """Seconds since the epoch of a Timestamp that keeps protobuf's rules (0001-01-01 to
+    9999-12-31, nanos 0 to 999,999,999); the field's own bounds are its parser's."""
+    if not TIMESTAMP_MIN_SECONDS <= seconds <= TIMESTAMP_MAX_SECONDS:
+        raise InvalidArgument(
+            f"{field} is not a valid Timestamp: seconds must be {TIMESTAMP_MIN_SECONDS} to "
+            f"{TIMESTAMP_MAX_SECONDS} (0001-01-01 to 9999-12-31), got {seconds}"
+        )
+    if not 0 <= nanos <= MAX_NANOS:
+        raise InvalidArgument(
+            f"{field} is not a valid Timestamp: nanos must be 0 to {MAX_NANOS}, got {nanos}"
+        )
+    return seconds + nanos / 1e9
+
+
+def duration(field: str, seconds: int, nanos: int) -> float:
+    """Seconds of a Duration that keeps protobuf's rules (at most 315,576,000,000 s either
+    way, |nanos| at most 999,999,999, nanos of the sign of seconds); the field's own bounds are
+    its parser's."""
+    if not -DURATION_MAX_SECONDS <= seconds <= DURATION_MAX_SECONDS:
+        raise InvalidArgument(
+            f"{field} is not a valid Duration: seconds must be -{DURATION_MAX_SECONDS} to "
+            f"{DURATION_MAX_SECONDS}, got {seconds}"
+        )
+    if not -MAX_NANOS <= nanos <= MAX_NANOS:
+        raise InvalidArgument(
+            f"{field} is not a valid Duration: nanos must be -{MAX_NANOS} to {MAX_NANOS}, "
+            f"got {nanos}"
+        )
+    # {1 s, -5 ns} is no duration: protobuf keeps the parts of one sign (-1.5 s is {-1, -5e8}).
+    if (seconds > 0 and nanos < 0) or (seconds < 0 and nanos > 0):
+        raise InvalidArgument(
+            f"{field} is not a valid Duration: nanos ({nanos}) must have the sign of seconds "
+            f"({seconds})"
+        )
+    return seconds + nanos / 1e9

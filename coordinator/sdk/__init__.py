@@ -13,56 +13,126 @@
 
 The same SDK for asyncio (``grpc.aio``) is ``coordinator.sdk.aio``.
 
-Everything importable from here is public; modules starting with ``_`` are not.
+Everything importable from here is public; modules starting with ``_`` are not. Each name is
+imported when first used (PEP 562): a program, or a CLI verb, that needs only the transport and
+the result types does not pay for the pools, managed jobs and effects (``_EXPORTS``).
 """
 
-from coordinator.domain.decisions import Fence
-from coordinator.domain.effects import EffectState
-from coordinator.domain.jobs import JobRecord, JobState, RediscoverAction
-from coordinator.domain.states import (
-    AttemptEnd,
-    DeadLetterReason,
-    FenceReason,
-    Outcome,
-    TaskState,
-)
-from coordinator.sdk._rpc import PRINCIPAL_METADATA, RetryPolicy
-from coordinator.sdk.auth import BearerToken, tls_credentials
-from coordinator.sdk.cancellation import Cancellation, CancelReason
-from coordinator.sdk.claim import Claim, LostCallback
-from coordinator.sdk.client import WorkerClient
-from coordinator.sdk.effects import (
-    Downstream,
-    DownstreamRefused,
-    DownstreamResult,
-    DownstreamUncertain,
-    EffectInfo,
-    EffectOutcome,
-    EffectStatus,
-    HttpDownstream,
-    LookupUnsupported,
-)
-from coordinator.sdk.managed import JobResult, ManagedProcess
-from coordinator.sdk.pool import Ending, PollBackoff, PoolReport, WorkerPool, stop_on_signals
-from coordinator.sdk.readiness import Readiness, ReadyFile
-from coordinator.sdk.rediscover import ListedJob, Rediscovered
-from coordinator.sdk.types import (
-    AttemptInfo,
-    ClaimLost,
-    ClaimRefused,
-    CommitOutcome,
-    FailOutcome,
-    LossSource,
-    LostReason,
-    OutcomeUnknown,
-    ReleaseOutcome,
-    ResultInfo,
-    StageOutcome,
-    TaskInfo,
-    TaskRetryPolicy,
-    ToolAuthorization,
-    TransportError,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from coordinator.domain.decisions import Fence
+    from coordinator.domain.effects import EffectState
+    from coordinator.domain.jobs import JobRecord, JobState, RediscoverAction
+    from coordinator.domain.states import (
+        AttemptEnd,
+        DeadLetterReason,
+        FenceReason,
+        Outcome,
+        TaskState,
+    )
+    from coordinator.sdk._duration import Duration
+    from coordinator.sdk._rpc import PRINCIPAL_METADATA, RetryPolicy
+    from coordinator.sdk.aio.effects import ThreadedDownstream
+    from coordinator.sdk.auth import BearerToken, tls_credentials
+    from coordinator.sdk.cancellation import Cancellation, CancelReason
+    from coordinator.sdk.claim import Claim, LostCallback
+    from coordinator.sdk.client import WorkerClient
+    from coordinator.sdk.effects import (
+        Downstream,
+        DownstreamRefused,
+        DownstreamResult,
+        DownstreamUncertain,
+        EffectInfo,
+        EffectOutcome,
+        EffectStatus,
+        HttpDownstream,
+        LookupUnsupported,
+    )
+    from coordinator.sdk.managed import JobResult, ManagedProcess
+    from coordinator.sdk.pool import Ending, PollBackoff, PoolReport, WorkerPool, stop_on_signals
+    from coordinator.sdk.readiness import Readiness, ReadyFile
+    from coordinator.sdk.rediscover import ListedJob, Rediscovered
+    from coordinator.sdk.types import (
+        AttemptInfo,
+        ClaimLost,
+        ClaimRefused,
+        CommitOutcome,
+        FailOutcome,
+        LossSource,
+        LostReason,
+        OutcomeUnknown,
+        ReleaseOutcome,
+        ResultInfo,
+        StageOutcome,
+        TaskInfo,
+        TaskRetryPolicy,
+        ToolAuthorization,
+        TransportError,
+    )
+
+_EXPORTS: dict[str, str] = {
+    "Fence": "coordinator.domain.decisions",
+    "EffectState": "coordinator.domain.effects",
+    "JobRecord": "coordinator.domain.jobs",
+    "JobState": "coordinator.domain.jobs",
+    "RediscoverAction": "coordinator.domain.jobs",
+    "AttemptEnd": "coordinator.domain.states",
+    "DeadLetterReason": "coordinator.domain.states",
+    "FenceReason": "coordinator.domain.states",
+    "Outcome": "coordinator.domain.states",
+    "TaskState": "coordinator.domain.states",
+    "Duration": "coordinator.sdk._duration",
+    "PRINCIPAL_METADATA": "coordinator.sdk._rpc",
+    "RetryPolicy": "coordinator.sdk._rpc",
+    "BearerToken": "coordinator.sdk.auth",
+    "tls_credentials": "coordinator.sdk.auth",
+    "Cancellation": "coordinator.sdk.cancellation",
+    "CancelReason": "coordinator.sdk.cancellation",
+    "Claim": "coordinator.sdk.claim",
+    "LostCallback": "coordinator.sdk.claim",
+    "WorkerClient": "coordinator.sdk.client",
+    "Downstream": "coordinator.sdk.effects",
+    "DownstreamRefused": "coordinator.sdk.effects",
+    "DownstreamResult": "coordinator.sdk.effects",
+    "DownstreamUncertain": "coordinator.sdk.effects",
+    "EffectInfo": "coordinator.sdk.effects",
+    "EffectOutcome": "coordinator.sdk.effects",
+    "EffectStatus": "coordinator.sdk.effects",
+    "HttpDownstream": "coordinator.sdk.effects",
+    "LookupUnsupported": "coordinator.sdk.effects",
+    "JobResult": "coordinator.sdk.managed",
+    "ManagedProcess": "coordinator.sdk.managed",
+    "Ending": "coordinator.sdk.pool",
+    "PollBackoff": "coordinator.sdk.pool",
+    "PoolReport": "coordinator.sdk.pool",
+    "WorkerPool": "coordinator.sdk.pool",
+    "stop_on_signals": "coordinator.sdk.pool",
+    "Readiness": "coordinator.sdk.readiness",
+    "ReadyFile": "coordinator.sdk.readiness",
+    "ListedJob": "coordinator.sdk.rediscover",
+    "Rediscovered": "coordinator.sdk.rediscover",
+    "AttemptInfo": "coordinator.sdk.types",
+    "ClaimLost": "coordinator.sdk.types",
+    "ClaimRefused": "coordinator.sdk.types",
+    "CommitOutcome": "coordinator.sdk.types",
+    "FailOutcome": "coordinator.sdk.types",
+    "LossSource": "coordinator.sdk.types",
+    "LostReason": "coordinator.sdk.types",
+    "OutcomeUnknown": "coordinator.sdk.types",
+    "ReleaseOutcome": "coordinator.sdk.types",
+    "ResultInfo": "coordinator.sdk.types",
+    "StageOutcome": "coordinator.sdk.types",
+    "TaskInfo": "coordinator.sdk.types",
+    "TaskRetryPolicy": "coordinator.sdk.types",
+    "ToolAuthorization": "coordinator.sdk.types",
+    "TransportError": "coordinator.sdk.types",
+    "ThreadedDownstream": "coordinator.sdk.aio.effects",
+}
+"""Every public name and the module that defines it."""
 
 __all__ = [
     "PRINCIPAL_METADATA",
@@ -80,6 +150,7 @@ __all__ = [
     "DownstreamRefused",
     "DownstreamResult",
     "DownstreamUncertain",
+    "Duration",
     "EffectInfo",
     "EffectOutcome",
     "EffectState",
@@ -113,6 +184,7 @@ __all__ = [
     "TaskInfo",
     "TaskRetryPolicy",
     "TaskState",
+    "ThreadedDownstream",
     "ToolAuthorization",
     "TransportError",
     "WorkerClient",
@@ -120,3 +192,17 @@ __all__ = [
     "stop_on_signals",
     "tls_credentials",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use (then cached here)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

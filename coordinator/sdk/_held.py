@@ -21,6 +21,7 @@ from coordinator.domain import validation
 from coordinator.domain.digests import digest_of
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
+from coordinator.sdk._duration import Duration, as_optional, as_timedelta
 from coordinator.sdk._flag import Flag
 from coordinator.sdk._rpc import RetryPolicy
 from coordinator.sdk.attempt import SentKeys
@@ -96,7 +97,7 @@ class HeldClaim:
         *,
         sent_at: float,
         on_lost: LostCallback | None,
-        safety_margin: timedelta | None,
+        safety_margin: Duration | None,
         clock: Callable[[], float],
     ) -> None:
         self._clock = clock
@@ -112,7 +113,8 @@ class HeldClaim:
         # Wire (seconds, nanos), as the lease end below: most claims never read either.
         deadline, lease = claim.claim_deadline, claim.lease_expires_at
         self._claim_deadline = (deadline.seconds, deadline.nanos)
-        self.safety_margin = safety_margin if safety_margin is not None else self.ttl / 4
+        margin = as_optional(safety_margin, "safety_margin")
+        self.safety_margin = margin if margin is not None else self.ttl / 4
         # A reused lease has less left than the TTL: the server says how much, clock-free.
         left = (
             claim.lease_remaining.ToNanoseconds() / 1e9 if claim.HasField("lease_remaining") else 0
@@ -192,7 +194,7 @@ class HeldClaim:
             left = self._state.expires_at - self._clock()
         return timedelta(seconds=max(left, 0.0))
 
-    def check(self, *, margin: timedelta | None = None) -> None:
+    def check(self, *, margin: Duration | None = None) -> None:
         """Raise ClaimLost unless the claim is held with more than ``margin`` left on the lease.
 
         Call it before an expensive or irreversible step. ``margin`` defaults to the claim's
@@ -204,7 +206,8 @@ class HeldClaim:
             raise ClaimLost(f"claim {self._name} is lost: {lost}", reason=lost)
         if finished:
             raise ClaimLost(f"claim {self._name} is {finished}: nothing left to work on")
-        left, need = self.remaining(), margin if margin is not None else self.safety_margin
+        given = as_optional(margin, "margin")
+        left, need = self.remaining(), given if given is not None else self.safety_margin
         if left < need:
             raise ClaimLost(
                 f"claim {self._name} has {left.total_seconds():.2f}s left on its lease, "
@@ -256,9 +259,17 @@ class HeldClaim:
             result_ref=result_ref,
         )
 
-    @staticmethod
-    def _staged(response: worker_pb2.StageResultResponse) -> StageOutcome:
-        return StageOutcome(outcome_of(response.outcome), response.current, response.message)
+    def _staged(self, response: worker_pb2.StageResultResponse) -> StageOutcome:
+        """A refusal (the task's deadline passed) marks the claim lost."""
+        answer = StageOutcome(
+            outcome_of(response.outcome),
+            response.current,
+            response.message,
+            FenceReason(response.reason),
+        )
+        if not answer.staged:
+            self.mark_lost(answer.outcome, answer.reason, answer.message, LossSource.STAGE)
+        return answer
 
     def _authorize_request(self, tool: str, action: str) -> worker_pb2.AuthorizeToolRequest:
         return worker_pb2.AuthorizeToolRequest(
@@ -294,7 +305,7 @@ class HeldClaim:
         error: BaseException | str,
         *,
         retryable: bool,
-        delay: timedelta | None,
+        delay: Duration | None,
         message: str,
         details: bytes,
     ) -> worker_pb2.FailRequest:
@@ -315,7 +326,7 @@ class HeldClaim:
             error_details=details[-_MAX_ERROR_DETAILS:],
         )
         if delay is not None:
-            request.requeue_delay.FromTimedelta(delay)
+            request.requeue_delay.FromTimedelta(as_timedelta(delay, "delay"))
         return request
 
     def _failed(self, response: worker_pb2.FailResponse) -> FailOutcome:

@@ -15,6 +15,7 @@ from datetime import timedelta
 
 from coordinator.domain import validation
 from coordinator.errors import InvalidArgument
+from coordinator.sdk._duration import DurationField
 
 MAX_CONCURRENT = 256
 MAX_CLAIM_BATCH = 64
@@ -46,8 +47,9 @@ class Ending(enum.Enum):
 class PollBackoff:
     """How long a claim loop waits after a claim that got nothing: doubles up to ``maximum``."""
 
-    initial: timedelta = timedelta(milliseconds=50)
-    maximum: timedelta = timedelta(seconds=2)
+    # Both take seconds too (sdk/_duration.py).
+    initial: DurationField[timedelta] = DurationField(timedelta(milliseconds=50))
+    maximum: DurationField[timedelta] = DurationField(timedelta(seconds=2))
 
     def after(self, delay: float) -> float:
         """The wait after one more empty poll, given the last one (seconds)."""

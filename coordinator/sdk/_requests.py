@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 from coordinator.domain.digests import digest_of
 from coordinator.errors import InvalidArgument
+from coordinator.sdk._duration import Duration, as_timedelta
 from coordinator.sdk.types import TaskInfo, TaskRetryPolicy
 from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
 
@@ -27,16 +28,16 @@ AnyClaim = worker_pb2.ClaimRequest | worker_pb2.ClaimNextRequest
 """A claim of one task or of a queue's next one."""
 
 
-def ttl_seconds(ttl: timedelta) -> int:
+def ttl_seconds(ttl: Duration) -> int:
     """A lease TTL in whole seconds, rounded up (the wire carries integers)."""
-    seconds = ttl.total_seconds()
+    seconds = as_timedelta(ttl, "ttl").total_seconds()
     if seconds <= 0:
         raise InvalidArgument(f"ttl must be positive, got {ttl}")
     return math.ceil(seconds)
 
 
 def claim_request(
-    task_id: str, *, ttl: timedelta, epoch: int, expected_state_version: int
+    task_id: str, *, ttl: Duration, epoch: int, expected_state_version: int
 ) -> worker_pb2.ClaimRequest:
     """A claim of ``task_id`` under the scheduler ``epoch``."""
     return worker_pb2.ClaimRequest(
@@ -48,7 +49,7 @@ def claim_request(
 
 
 def claim_next_request(
-    queue: str, *, ttl: timedelta, epoch: int, wait: float = 0.0, max_tasks: int = 1
+    queue: str, *, ttl: Duration, epoch: int, wait: float = 0.0, max_tasks: int = 1
 ) -> worker_pb2.ClaimNextRequest:
     """A claim of ``queue``'s next ready task (up to ``max_tasks`` of them) under the scheduler
     ``epoch`` (a long poll of up to ``wait`` seconds when it is not 0)."""
@@ -67,10 +68,10 @@ MAX_TASKS = 64
 """Tasks one call may claim (the server's bound)."""
 
 
-def long_poll(wait: timedelta | None, call_timeout: timedelta) -> tuple[float, float | None]:
+def long_poll(wait: Duration | None, call_timeout: timedelta) -> tuple[float, float | None]:
     """A ClaimNext's ``wait_seconds`` and its deadline: a long poll's call may take its wait
     plus one try's ``call_timeout``; a plain one (None) keeps the policy's deadline."""
-    waited = wait.total_seconds() if wait is not None else 0.0
+    waited = as_timedelta(wait, "wait").total_seconds() if wait is not None else 0.0
     return waited, call_timeout.total_seconds() + waited if waited else None
 
 
@@ -109,7 +110,7 @@ def create_request(
     non_replayable: bool,
     retry_policy: TaskRetryPolicy | None = None,
     not_before: datetime | None = None,
-    schedule_to_close: timedelta | None = None,
+    schedule_to_close: Duration | None = None,
 ) -> tasks_pb2.CreateTaskRequest:
     """A create of a READY task (an empty ``task_id``: the server generates one), DELAYED
     until ``not_before`` if set, with its own ``retry_policy`` and ``schedule_to_close``."""
@@ -127,7 +128,8 @@ def create_request(
     if not_before is not None:
         request.not_before.FromDatetime(not_before)
     if schedule_to_close is not None:
-        request.schedule_to_close.FromTimedelta(schedule_to_close)
+        deadline = as_timedelta(schedule_to_close, "schedule_to_close")
+        request.schedule_to_close.FromTimedelta(deadline)
     return request
 
 

@@ -53,6 +53,7 @@ from coordinator.errors import (
     Unauthenticated,
 )
 from coordinator.sdk import _budget
+from coordinator.sdk._duration import DurationField
 from coordinator.sdk._target import LB_OPTION, Endpoints, channel_target, endpoint_targets
 from coordinator.sdk.abort import Abort, CallAborted
 from coordinator.sdk.types import NotSupported, OutcomeUnknown, TransportError
@@ -120,15 +121,15 @@ class RetryPolicy:
     a longer outage is reported (OutcomeUnknown / TransportError) rather than waited out.
     """
 
-    # Deadline of one try of one call.
-    timeout: timedelta = timedelta(seconds=10)
+    # Deadline of one try of one call. Every duration here takes seconds too (sdk/_duration.py).
+    timeout: DurationField[timedelta] = DurationField(timedelta(seconds=10))
     # How long one call keeps retrying transport failures, its first try included.
-    budget: timedelta = timedelta(seconds=15)
+    budget: DurationField[timedelta] = DurationField(timedelta(seconds=15))
     # At most this many tries per call, the first included (1: no retries; None: the budget
     # alone bounds them).
     attempts: int | None = None
-    initial_backoff: timedelta = timedelta(milliseconds=100)
-    max_backoff: timedelta = timedelta(seconds=2)
+    initial_backoff: DurationField[timedelta] = DurationField(timedelta(milliseconds=100))
+    max_backoff: DurationField[timedelta] = DurationField(timedelta(seconds=2))
 
     def __post_init__(self) -> None:
         if self.attempts is not None and self.attempts < 1:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Protocol, TypeAlias
 
 import grpc
 
 from coordinator.domain.decisions import Fence
 from coordinator.domain.states import FenceReason, Outcome
+from coordinator.sdk._duration import Duration
 from coordinator.sdk._rpc import Req, Resp
 from coordinator.sdk.types import LossSource
 from coordinator.v1 import worker_pb2_grpc
@@ -78,6 +78,6 @@ class HeldAttempt(FencedAttempt, Protocol):
         the lease runs out."""
         ...
 
-    def check(self, *, margin: timedelta | None = None) -> None:
+    def check(self, *, margin: Duration | None = None) -> None:
         """Raise ClaimLost unless the attempt is held with more than ``margin`` of lease left."""
         ...

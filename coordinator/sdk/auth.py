@@ -3,8 +3,8 @@
     client = WorkerClient(
         "coordinator.example:50051",
         principal="worker-1",
-        token=os.environ["COORDINATOR_TOKEN"],
-        credentials=tls_credentials(ca="ca.pem"),
+        token=token,  # not given: COORDINATOR_TOKEN (sdk/environment.py)
+        credentials=tls_credentials(ca="ca.pem"),  # not given: COORDINATOR_CA, ...
     )
 
 The token rides in ``authorization: Bearer <token>`` metadata, added by a client interceptor

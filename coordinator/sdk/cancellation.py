@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import enum
 import threading
-from datetime import timedelta
 
+from coordinator.sdk._duration import Duration, timeout_seconds
 from coordinator.sdk._flag import Flag
 
 
@@ -54,9 +54,9 @@ class Cancellation:
         """Whether the handler should stop now. Never blocks."""
         return self._flag.is_set()
 
-    def wait_for_cancelled(self, timeout: timedelta | None = None) -> bool:
+    def wait_for_cancelled(self, timeout: Duration | None = None) -> bool:
         """Block until cancelled or ``timeout`` passes; returns ``is_cancelled()``."""
-        return self._flag.wait(timeout.total_seconds() if timeout is not None else None)
+        return self._flag.wait(timeout_seconds(timeout))
 
     def is_shutting_down(self) -> bool:
         """Whether the pool stopped claiming (SIGTERM): finish within the grace period."""

@@ -21,11 +21,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
 from types import TracebackType
 from typing import Self
 
 from coordinator.errors import CoordinatorError
+from coordinator.sdk._duration import Duration, timeout_seconds
 from coordinator.sdk._flag import Flag
 from coordinator.sdk._held import HeldClaim, LostCallback
 from coordinator.sdk._renewer import Renewer
@@ -61,7 +61,7 @@ class Claim(HeldClaim):
         *,
         sent_at: float,
         on_lost: LostCallback | None = None,
-        safety_margin: timedelta | None = None,
+        safety_margin: Duration | None = None,
         clock: Callable[[], float] = time.monotonic,
         renewer: Renewer | None = None,
     ) -> None:
@@ -82,9 +82,9 @@ class Claim(HeldClaim):
         if lost:
             self._lost.set()
 
-    def wait_lost(self, timeout: timedelta | None = None) -> bool:
+    def wait_lost(self, timeout: Duration | None = None) -> bool:
         """Block until the claim is lost or ``timeout`` passes; returns ``is_lost()``."""
-        return self._lost.wait(timeout.total_seconds() if timeout is not None else None)
+        return self._lost.wait(timeout_seconds(timeout))
 
     # --- acceptance points ----------------------------------------------------------------
 
@@ -121,7 +121,7 @@ class Claim(HeldClaim):
         result: bytes,
         *,
         queue: str,
-        ttl: timedelta,
+        ttl: Duration,
         max_tasks: int = 1,
         on_lost: LostCallback | None = None,
         result_ref: str = "",
@@ -179,7 +179,7 @@ class Claim(HeldClaim):
         error: BaseException | str,
         *,
         retryable: bool = True,
-        delay: timedelta | None = None,
+        delay: Duration | None = None,
         message: str = "",
         details: bytes = b"",
     ) -> FailOutcome:
@@ -228,7 +228,7 @@ class Claim(HeldClaim):
         *,
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
-        grace: timedelta = DEFAULT_GRACE,
+        grace: Duration = DEFAULT_GRACE,
         log_dir: str | os.PathLike[str] | None = None,
     ) -> ManagedProcess:
         """Run ``argv`` as a managed job bound to this attempt (sdk/managed.py).
@@ -299,7 +299,7 @@ def claims_of(
     *,
     sent_at: float,
     on_lost: LostCallback | None = None,
-    safety_margin: timedelta | None = None,
+    safety_margin: Duration | None = None,
     renewer: Renewer | None = None,
 ) -> list[Claim]:
     """The claims a ClaimNext answer (or a commit's next) won: its own, then more_claims; none

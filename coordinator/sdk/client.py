@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
@@ -23,6 +23,7 @@ from coordinator.domain.effects import EffectState
 from coordinator.domain.jobs import JobRecord
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.errors import AlreadyExists, NotFound
+from coordinator.sdk._duration import Duration, as_timedelta, timeout_seconds
 from coordinator.sdk._renewer import Renewer
 from coordinator.sdk._requests import (
     CLAIM_HINT,
@@ -43,6 +44,7 @@ from coordinator.sdk.abort import Abort
 from coordinator.sdk.auth import BearerToken
 from coordinator.sdk.claim import Claim, LostCallback, claims_of
 from coordinator.sdk.effects import EffectInfo
+from coordinator.sdk.environment import connection
 from coordinator.sdk.managed import DEFAULT_GRACE
 from coordinator.sdk.rediscover import ListedJob, Rediscovered, list_jobs, rediscover, resume_claim
 from coordinator.sdk.types import (
@@ -63,6 +65,9 @@ class WorkerClient:
     or a gRPC URI such as ``dns:///coordinator.example:7070`` (every address the name resolves
     to); the client sticks to one replica and moves to another when it fails (sdk/_target.py).
 
+    ``target``, ``token`` (a bearer token: the server then ignores ``principal``) and TLS
+    ``credentials`` not passed come from the CLI's ``COORDINATOR_*`` variables (sdk/environment.py).
+
     Every call has a deadline and is retried on UNAVAILABLE / DEADLINE_EXCEEDED (and on
     RESOURCE_EXHAUSTED: a replica at its concurrency bound ran nothing) only, for up to
     ``RetryPolicy.budget`` (15 s by default) and, behind a claim's fence, no longer than the lease
@@ -73,7 +78,7 @@ class WorkerClient:
 
     def __init__(
         self,
-        target: str | Sequence[str],
+        target: str | Sequence[str] | None = None,
         *,
         principal: str,
         channel_options: Sequence[tuple[str, Any]] | None = None,
@@ -82,16 +87,20 @@ class WorkerClient:
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor[Any, Any]] = (),
         token: str | None = None,
     ) -> None:
-        # ``token``: a bearer token sent on every call (coordinator.sdk.auth); the server then
-        # takes the principal from the token and ignores ``principal``.
-        if token is not None:
-            interceptors = [BearerToken(token), *interceptors]
-        self._rpc = Rpc(
+        chosen = connection(
             target,
+            token=token,
+            credentials=credentials,
+            token_given=any(isinstance(i, BearerToken) for i in interceptors),
+        )
+        if chosen.token is not None:
+            interceptors = [BearerToken(chosen.token), *interceptors]
+        self._rpc = Rpc(
+            chosen.target,
             principal=principal,
             retry=retry or RetryPolicy(),
             channel_options=channel_options,
-            credentials=credentials,
+            credentials=chosen.credentials,
             interceptors=interceptors,
         )
         self._epoch: int | None = None
@@ -125,10 +134,10 @@ class WorkerClient:
         self,
         task_id: str,
         *,
-        ttl: timedelta,
+        ttl: Duration,
         expected_state_version: int = 0,
         on_lost: LostCallback | None = None,
-        safety_margin: timedelta | None = None,
+        safety_margin: Duration | None = None,
     ) -> Claim | ClaimRefused:
         """Claim one task. A Claim (enter it to start the keepalive) or the typed refusal.
 
@@ -150,10 +159,10 @@ class WorkerClient:
         self,
         queue: str = "default",
         *,
-        ttl: timedelta,
+        ttl: Duration,
         on_lost: LostCallback | None = None,
-        safety_margin: timedelta | None = None,
-        wait: timedelta | None = None,
+        safety_margin: Duration | None = None,
+        wait: Duration | None = None,
         abort: Abort | None = None,
     ) -> Claim | ClaimRefused:
         """Claim the next ready task of ``queue``; NO_READY_TASK comes back as a ClaimRefused.
@@ -178,18 +187,18 @@ class WorkerClient:
         self,
         queue: str = "default",
         *,
-        ttl: timedelta,
+        ttl: Duration,
         max_tasks: int,
         on_lost: LostCallback | None = None,
-        safety_margin: timedelta | None = None,
-        wait: timedelta | None = None,
+        safety_margin: Duration | None = None,
+        wait: Duration | None = None,
         abort: Abort | None = None,
     ) -> list[Claim] | ClaimRefused:
         """Claim up to ``max_tasks`` (at most 64) ready tasks of ``queue`` in one call, each a
         claim of its own; the refusal (NO_READY_TASK, ...) when it won none. ``wait`` long-polls
         for the first task, and ``abort`` ends it, as in ``claim_next``; the others are whatever
         is ready then."""
-        waited = wait.total_seconds() if wait is not None else 0.0
+        waited = timeout_seconds(wait, "wait") or 0.0
         request = claim_next_request(
             queue, ttl=ttl, epoch=self._pinned_epoch(), wait=waited, max_tasks=max_tasks
         )
@@ -221,7 +230,7 @@ class WorkerClient:
         request: AnyClaim,
         *,
         on_lost: LostCallback | None,
-        safety_margin: timedelta | None,
+        safety_margin: Duration | None,
         timeout: float | None = None,
         abort: Abort | None = None,
     ) -> Claim | ClaimRefused:
@@ -262,7 +271,7 @@ class WorkerClient:
         idempotency_key: str = "",
         retry_policy: TaskRetryPolicy | None = None,
         not_before: datetime | None = None,
-        schedule_to_close: timedelta | None = None,
+        schedule_to_close: Duration | None = None,
     ) -> TaskInfo:
         """Create a READY task; an empty ``task_id`` lets the server generate one.
 
@@ -372,7 +381,7 @@ class WorkerClient:
         return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.UpdateInput, request).task)
 
     def retry_task(
-        self, task_id: str, *, reason: str = "", schedule_to_close: timedelta | None = None
+        self, task_id: str, *, reason: str = "", schedule_to_close: Duration | None = None
     ) -> TaskInfo:
         """Send a FAILED task back to READY with a fresh attempt budget (pm or admin).
 
@@ -380,7 +389,9 @@ class WorkerClient:
         deadline passed (TIMED_OUT) needs one (FailedPrecondition without)."""
         request = tasks_pb2.RetryTaskRequest(task_id=task_id, reason=reason)
         if schedule_to_close is not None:
-            request.schedule_to_close.FromTimedelta(schedule_to_close)
+            request.schedule_to_close.FromTimedelta(
+                as_timedelta(schedule_to_close, "schedule_to_close")
+            )
         return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.RetryTask, request).task)
 
     # --- admin ------------------------------------------------------------------------------
@@ -413,14 +424,14 @@ class WorkerClient:
         return list_jobs(self._rpc, worker_id)
 
     def rediscover(
-        self, worker_id: str = "", *, grace: timedelta = DEFAULT_GRACE
+        self, worker_id: str = "", *, grace: Duration = DEFAULT_GRACE
     ) -> list[Rediscovered]:
         """After a restart: re-attach this worker's running jobs of current attempts, kill those
         of superseded attempts (pid and start time checked), record the ones that ended."""
         return rediscover(self._rpc, worker_id, grace=grace)
 
     def resume(
-        self, record: JobRecord, *, ttl: timedelta, on_lost: LostCallback | None = None
+        self, record: JobRecord, *, ttl: Duration, on_lost: LostCallback | None = None
     ) -> Claim:
         """A Claim for the still-current attempt of a re-attached job (``rediscover``), to renew
         its claim and commit after a restart; ``bind`` it to the job's handle."""

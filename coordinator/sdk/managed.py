@@ -44,6 +44,7 @@ from coordinator.domain.jobs import (
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
 from coordinator.sdk import _proc
+from coordinator.sdk._duration import Duration, as_timedelta, timeout_seconds
 from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.attempt import HeldAttempt
 from coordinator.sdk.types import (
@@ -156,13 +157,13 @@ class ManagedProcess:
         rpc: Rpc,
         record: JobRecord,
         *,
-        grace: timedelta,
+        grace: Duration,
         popen: subprocess.Popen[bytes] | None = None,
         claim: HeldAttempt | None = None,
     ) -> None:
         self._rpc = rpc
         self.record = record
-        self.grace = grace
+        self.grace = as_timedelta(grace, "grace")
         self._popen = popen
         self._claim = claim
         self._kill_reason: str | None = None
@@ -206,9 +207,9 @@ class ManagedProcess:
         """Kill this (re-attached) job when ``claim`` is lost or ends."""
         self._claim = claim
 
-    def wait(self, timeout: timedelta | None = None) -> JobResult | None:
+    def wait(self, timeout: Duration | None = None) -> JobResult | None:
         """Block until the job ended and its end was recorded; None on timeout."""
-        self._done.wait(timeout.total_seconds() if timeout is not None else None)
+        self._done.wait(timeout_seconds(timeout))
         return self._result
 
     def kill(self, reason: str = "killed by the caller") -> JobResult:
@@ -355,7 +356,7 @@ def run_managed(
     *,
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
-    grace: timedelta = DEFAULT_GRACE,
+    grace: Duration = DEFAULT_GRACE,
     log_dir: str | os.PathLike[str] | None = None,
 ) -> ManagedProcess:
     """Start ``argv`` as a managed job of ``claim`` (see the module doc); ``rpc`` records its end

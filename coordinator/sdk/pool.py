@@ -52,6 +52,7 @@ from datetime import timedelta
 import structlog
 
 from coordinator.errors import CoordinatorError, InvalidArgument
+from coordinator.sdk._duration import Duration, as_timedelta
 from coordinator.sdk._flag import Flag
 from coordinator.sdk._pool import (
     GIVE_BACK_TIMEOUT,
@@ -142,14 +143,16 @@ class WorkerPool:
         *,
         queues: Sequence[str],
         max_concurrent: int = 1,
-        ttl: timedelta = timedelta(seconds=30),
-        grace: timedelta = timedelta(seconds=30),
+        ttl: Duration = timedelta(seconds=30),
+        grace: Duration = timedelta(seconds=30),
         readiness: Iterable[Readiness] = (),
         poll: PollBackoff | None = None,
-        long_poll: timedelta = timedelta(seconds=10),
+        long_poll: Duration = timedelta(seconds=10),
         claim_batch: int = 1,
         commit_then_next: bool = False,
     ) -> None:
+        ttl, grace = as_timedelta(ttl, "ttl"), as_timedelta(grace, "grace")
+        long_poll = as_timedelta(long_poll, "long_poll")
         check_options(queues, max_concurrent, grace)
         if not 1 <= claim_batch <= MAX_CLAIM_BATCH:
             raise InvalidArgument(f"claim_batch must be 1 to {MAX_CLAIM_BATCH}, got {claim_batch}")

@@ -21,7 +21,6 @@ import math
 import socket
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 
 import structlog
 
@@ -34,6 +33,7 @@ from coordinator.domain.jobs import (
     decide_rediscover,
 )
 from coordinator.sdk import _proc
+from coordinator.sdk._duration import Duration, as_timedelta
 from coordinator.sdk._renewer import Renewer
 from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.claim import Claim, LostCallback
@@ -71,7 +71,7 @@ def resume_claim(
     record: JobRecord,
     task: TaskInfo,
     *,
-    ttl: timedelta,
+    ttl: Duration,
     on_lost: LostCallback | None = None,
     renewer: Renewer | None = None,
 ) -> Claim:
@@ -97,7 +97,7 @@ def resume_claim(
     claim = worker_pb2.ClaimResponse(
         fence=fence_to_proto(fence),
         attempt=task.attempt,
-        ttl_seconds=max(1, math.ceil(ttl.total_seconds())),
+        ttl_seconds=max(1, math.ceil(as_timedelta(ttl, "ttl").total_seconds())),
         input_digest=task.input_digest,
         input=task.input,
         task_revision=task.revision,
@@ -112,7 +112,7 @@ def list_jobs(rpc: Rpc, worker_id: str = "") -> list[ListedJob]:
 
 
 def rediscover(
-    rpc: Rpc, worker_id: str = "", *, grace: timedelta = DEFAULT_GRACE, host: str | None = None
+    rpc: Rpc, worker_id: str = "", *, grace: Duration = DEFAULT_GRACE, host: str | None = None
 ) -> list[Rediscovered]:
     """Act on every job record of a (restarted) worker; see the module doc."""
     here = host if host is not None else socket.gethostname()
@@ -129,7 +129,7 @@ def rediscover(
         if action is RediscoverAction.REATTACH:
             process = ManagedProcess(rpc, record, grace=grace)._start()
         elif action is RediscoverAction.KILL:
-            gone = kill_unowned(record, grace)
+            gone = kill_unowned(record, as_timedelta(grace, "grace"))
             detail = f"its attempt (generation {record.claim_generation}) no longer holds the claim"
             result = finish(rpc, record, JobState.KILLED, 0, detail + ("" if gone else "; stuck"))
             after = result.record or record

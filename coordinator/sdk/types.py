@@ -23,6 +23,7 @@ from coordinator.domain.states import (
     TaskState,
 )
 from coordinator.errors import CoordinatorError
+from coordinator.sdk._duration import DurationField
 from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
 
 
@@ -70,6 +71,8 @@ class LossSource(StrEnum):
     ERROR = "error"
     # A StartJob (managed job, sdk/managed.py) answered FENCED, CANCELLED or STALE_INPUT.
     JOB = "job"
+    # A StageResult was refused: the task's deadline passed (FENCED, DEADLINE_EXCEEDED).
+    STAGE = "stage"
 
 
 @dataclass(frozen=True)
@@ -205,11 +208,18 @@ class ToolAuthorization:
 
 @dataclass(frozen=True)
 class StageOutcome:
-    """The answer to a stage: always OK; ``current`` says whether the claim was still held."""
+    """The answer to a stage: OK (``current`` says whether the claim was still held), or
+    FENCED with reason DEADLINE_EXCEEDED once the task's deadline passed (nothing staged)."""
 
     outcome: Outcome
     current: bool
     message: str = ""
+    reason: FenceReason = FenceReason.NONE
+
+    @property
+    def staged(self) -> bool:
+        """Whether the result was written to the attempt's staging area."""
+        return self.outcome is Outcome.OK
 
 
 @dataclass(frozen=True)
@@ -295,9 +305,10 @@ class TaskRetryPolicy:
     """A task's retry policy (None fields: the queue's, else the server's default)."""
 
     max_attempts: int | None = None
-    initial_backoff: timedelta | None = None
+    # Durations take seconds too (sdk/_duration.py).
+    initial_backoff: DurationField[timedelta | None] = DurationField(None)
     backoff_multiplier: float | None = None
-    max_backoff: timedelta | None = None
+    max_backoff: DurationField[timedelta | None] = DurationField(None)
     non_retryable_errors: tuple[str, ...] = ()
 
     def to_proto(self) -> types_pb2.RetryPolicy:
@@ -368,6 +379,10 @@ class TaskInfo:
     # Bytes of the checkpoint its next attempt resumes from (get_task); None where the answer
     # did not say (list_tasks and the other calls that read no attempt).
     checkpoint_size: int | None = None
+    # While WAITING: its FAILED or CANCELLED upstreams (blocked until retried and DONE); and
+    # when its deadline passed while it waited (overdue: not failed, the deadline is waived).
+    blocked_by: tuple[str, ...] = ()
+    overdue_at: datetime | None = None
 
     @classmethod
     def from_proto(cls, msg: types_pb2.Task, attempts: tuple[types_pb2.Attempt, ...] = ()) -> Self:
@@ -405,6 +420,8 @@ class TaskInfo:
             dead_letter_reason=DeadLetterReason(msg.dead_letter_reason),
             deadline=timestamp(msg.deadline),
             checkpoint_size=msg.checkpoint_size if msg.HasField("checkpoint_size") else None,
+            blocked_by=tuple(msg.blocked_by),
+            overdue_at=timestamp(msg.overdue_at),
         )
 
 

@@ -32,6 +32,8 @@ def stats_to_proto(points: list[PointCoverage], queues: QueueReport) -> admin_pb
                 ready_tasks=q.ready,
                 oldest_ready_age_seconds=q.oldest_ready_age,
                 claimed_tasks=q.claimed,
+                blocked_tasks=q.blocked,
+                overdue_tasks=q.overdue,
             )
             for q in queues.queues
         ],

@@ -6,6 +6,7 @@ from __future__ import annotations
 from coordinator.domain import validation
 from coordinator.domain.live_claims import LiveClaim
 from coordinator.errors import InvalidArgument
+from coordinator.server import page_tokens
 from coordinator.server.common_wire import timestamp_to_proto
 from coordinator.store.live_claims import ClaimsPage
 from coordinator.v1 import tasks_pb2
@@ -29,14 +30,12 @@ def parse_claims_page_size(value: int) -> int:
     return value
 
 
-def parse_claims_page_token(value: str) -> str:
-    """A ListClaims page token (the task id the previous page ended at); empty: the first."""
-    if not value:
-        return ""
-    try:
-        return validation.task_id(value, "page_token")
-    except InvalidArgument:
-        raise InvalidArgument(f"page_token {value[:60]!r} is not one ListClaims returned") from None
+def parse_claims_page_token(value: str, queue: str) -> str:
+    """A ListClaims page token (the task id the previous page ended at) of the same ``queue``
+    filter; empty: the first page."""
+    return page_tokens.parse(
+        "ListClaims", {"queue": queue}, value, lambda tid: validation.task_id(tid, "page_token")
+    )
 
 
 # --- domain -> proto -------------------------------------------------------------------------
@@ -66,10 +65,10 @@ def live_claim_to_proto(live: LiveClaim) -> tasks_pb2.LiveClaim:
     )
 
 
-def claims_page_to_proto(page: ClaimsPage) -> tasks_pb2.ListClaimsResponse:
-    """ListClaimsResponse of one page."""
+def claims_page_to_proto(page: ClaimsPage, queue: str) -> tasks_pb2.ListClaimsResponse:
+    """ListClaimsResponse of one page of ``queue``'s claims (empty: every queue's)."""
     return tasks_pb2.ListClaimsResponse(
         claims=[live_claim_to_proto(c) for c in page.claims],
-        next_page_token=page.next_page_token,
+        next_page_token=page_tokens.issue("ListClaims", {"queue": queue}, page.next_page_token),
         read_at=timestamp_to_proto(page.read_at),
     )

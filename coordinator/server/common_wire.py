@@ -123,11 +123,32 @@ def parse_error_code(field: str, value: str) -> str:
     return validation.error_code(value, field)
 
 
-def parse_duration(field: str, value: Duration) -> float:
-    """A non-negative duration in seconds."""
-    if value.seconds < 0 or value.nanos < 0:
-        raise InvalidArgument(f"{field} must be >= 0, got {value.ToTimedelta()}")
-    return value.ToNanoseconds() / 1e9
+def parse_timestamp(field: str, value: Timestamp) -> float:
+    """Seconds since the epoch of a Timestamp field, refused unless it keeps protobuf's rules;
+    every Timestamp a request carries goes through here before its field's own bounds."""
+    return validation.timestamp(field, value.seconds, value.nanos)
+
+
+def parse_duration(
+    field: str,
+    value: Duration,
+    *,
+    at_least: float = 0.0,
+    at_most: float | None = None,
+    note: str = "",
+) -> float:
+    """Seconds of a Duration field: protobuf's rules, then the field's bounds (``at_least`` to
+    ``at_most`` seconds; ``note`` says the upper bound in words). Every Duration a request
+    carries goes through here."""
+    seconds = validation.duration(field, value.seconds, value.nanos)
+    if at_most is None:
+        if seconds < at_least:
+            raise InvalidArgument(f"{field} must be >= {at_least:g} s, got {seconds:g} s")
+    elif not at_least <= seconds <= at_most:
+        raise InvalidArgument(
+            f"{field} must be {at_least:g} s to {at_most:.0f} s{note}, got {seconds:g} s"
+        )
+    return seconds
 
 
 def parse_text(field: str, value: str) -> str:

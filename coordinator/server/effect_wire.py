@@ -9,6 +9,7 @@ from coordinator.domain import effects as domain
 from coordinator.domain import reconcile, validation
 from coordinator.domain.effects import EffectAction, EffectRecord, EffectState
 from coordinator.errors import InvalidArgument
+from coordinator.server import page_tokens
 from coordinator.server.common_wire import parse_digest, timestamp_to_proto, verdict_fields
 from coordinator.store.effects import PrepareResult, RecordResult
 from coordinator.v1 import types_pb2, worker_pb2
@@ -21,20 +22,21 @@ def parse_effect_id(value: str) -> str:
     return domain.check_effect_id(value)
 
 
-def parse_open_effects_page_token(value: str, task: str, rpc: str = "ListOpenEffects") -> str:
-    """A ListOpenEffects (or ListEffects) page token (``task_id/effect_id`` of the previous
-    page's last effect), of ``task`` when the listing is one task's; empty: the first page."""
-    if not value:
-        return ""
+def parse_effects_page_token(value: str, task: str, rpc: str) -> str:
+    """A ListOpenEffects or ListEffects page token (``task_id/effect_id`` of the previous
+    page's last effect) of the same ``task`` filter; empty: the first page."""
+    return page_tokens.parse(rpc, {"task_id": task}, value, _effect_position)
+
+
+def effects_page_token(position: str, task: str, rpc: str) -> str:
+    """The next_page_token of a ListOpenEffects or ListEffects page that ended at ``position``."""
+    return page_tokens.issue(rpc, {"task_id": task}, position)
+
+
+def _effect_position(value: str) -> None:
     tid, _, eid = value.partition("/")
-    try:
-        validation.task_id(tid, "page_token")
-        domain.check_effect_id(eid)
-    except InvalidArgument:
-        raise InvalidArgument(f"page_token {value[:60]!r} is not one {rpc} returned") from None
-    if task and tid != task:
-        raise InvalidArgument(f"page_token {value[:60]!r} is not of task {task!r}")
-    return value
+    validation.task_id(tid, "page_token")
+    domain.check_effect_id(eid)
 
 
 def parse_node_id(value: str) -> str:

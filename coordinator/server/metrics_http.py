@@ -93,14 +93,15 @@ class KeyspaceCollector(Collector):
 
 
 class QueueCollector(Collector):
-    """Ready, oldest ready age and claimed per queue, from the store's in-memory indexes."""
+    """Ready, oldest ready age, claimed, blocked and overdue per queue, from the store's
+    in-memory indexes."""
 
     def __init__(self, store: Store, *, cap: int = MAX_REPORTED_QUEUES) -> None:
         self._store = store
         self._cap = cap
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        """Yield the three per-queue gauges and the count of queues left out by the cap."""
+        """Yield the five per-queue gauges and the count of queues left out by the cap."""
         report = self._store.queue_report(cap=self._cap)
         ready = GaugeMetricFamily(
             "coordinator_queue_ready_tasks", "READY tasks of the queue now.", labels=["queue"]
@@ -113,13 +114,23 @@ class QueueCollector(Collector):
         claimed = GaugeMetricFamily(
             "coordinator_queue_claimed_tasks", "CLAIMED tasks of the queue now.", labels=["queue"]
         )
+        blocked = GaugeMetricFamily(
+            "coordinator_queue_blocked_tasks",
+            "WAITING tasks of the queue blocked by a FAILED or CANCELLED upstream now.",
+            labels=["queue"],
+        )
+        overdue = GaugeMetricFamily(
+            "coordinator_queue_overdue_tasks",
+            "WAITING tasks of the queue past their schedule_to_close now (not failed).",
+            labels=["queue"],
+        )
         for stats in report.queues:
             ready.add_metric([stats.queue], stats.ready)
             age.add_metric([stats.queue], stats.oldest_ready_age)
             claimed.add_metric([stats.queue], stats.claimed)
-        yield ready
-        yield age
-        yield claimed
+            blocked.add_metric([stats.queue], stats.blocked)
+            overdue.add_metric([stats.queue], stats.overdue)
+        yield from (ready, age, claimed, blocked, overdue)
         yield GaugeMetricFamily(
             "coordinator_queues_left_out",
             f"Queues with work not reported per queue: more than {self._cap} have work "

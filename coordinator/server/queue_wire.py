@@ -15,7 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.retry import MAX_NON_RETRYABLE, policy_of
 from coordinator.errors import InvalidArgument
-from coordinator.server.common_wire import parse_duration, parse_error_code
+from coordinator.server.common_wire import parse_duration, parse_error_code, parse_timestamp
 from coordinator.v1 import types_pb2
 
 MAX_NOT_BEFORE_AHEAD = 30 * 86400.0
@@ -59,7 +59,7 @@ def parse_not_before(value: Timestamp, *, present: bool, now: float) -> float:
     """When a new task may first be claimed (0: at once); at most 30 days ahead."""
     if not present:
         return 0.0
-    at = value.ToNanoseconds() / 1e9
+    at = parse_timestamp("not_before", value)
     if at < 0:
         raise InvalidArgument(f"not_before must be a time after 1970, got {value.ToJsonString()}")
     if at - now > MAX_NOT_BEFORE_AHEAD:
@@ -77,13 +77,9 @@ def parse_schedule_to_close(value: Duration, *, present: bool) -> float:
     """A task's deadline from its creation, 1 s to 365 days (0: none)."""
     if not present:
         return 0.0
-    seconds = value.ToNanoseconds() / 1e9
-    if not 1 <= seconds <= MAX_SCHEDULE_TO_CLOSE:
-        raise InvalidArgument(
-            f"schedule_to_close must be 1 s to {MAX_SCHEDULE_TO_CLOSE:.0f} s (365 days), "
-            f"got {seconds:g} s"
-        )
-    return seconds
+    return parse_duration(
+        "schedule_to_close", value, at_least=1.0, at_most=MAX_SCHEDULE_TO_CLOSE, note=" (365 days)"
+    )
 
 
 def policy_to_proto(task: TaskRecord) -> types_pb2.RetryPolicy:

@@ -17,11 +17,12 @@ from typing import Any
 
 import grpc
 
+from coordinator.domain.idempotency import IDEMPOTENCY_METADATA_KEY
 from coordinator.domain.roles import Identity
 from coordinator.domain.stream_limits import UNAUTHENTICATED_CALLERS
 from coordinator.errors import CoordinatorError, Unauthenticated
 from coordinator.server.auth import Metadata, call_metadata, peer_properties
-from coordinator.server.handlers import Handler, rebuilt, streams_responses
+from coordinator.server.handlers import Handler, metadata_value, rebuilt, streams_responses
 from coordinator.server.identity import CURRENT_IDENTITY
 from coordinator.server.status import status_code_of
 from coordinator.server.streams import (
@@ -46,6 +47,47 @@ def stream_alive(context: grpc.ServicerContext) -> Callable[[], bool]:
     ``context.is_active`` for a call the interceptor did not admit (a server built without it)."""
     guard = CURRENT_STREAM.get()
     return context.is_active if guard is None else guard.alive
+
+
+class CallerOf:
+    """``coordinator.store.Caller`` over a gRPC call: there while ``stream_alive`` says so, and
+    told of the call's end by gRPC's own end-of-call callback (its poller thread calls it when
+    the caller cancels or its deadline passes), not by a periodic look."""
+
+    def __init__(self, context: grpc.ServicerContext) -> None:
+        self._context = context
+        self._alive = stream_alive(context)
+
+    def alive(self) -> bool:
+        """Whether the answer can still reach the caller: the call is active and its deadline
+        (if any) has not passed by this server's clock. gRPC's core marks a call inactive a
+        timer tick after its deadline; asking for the time left closes that window, in which
+        a claim would be answered to a caller whose deadline had already passed."""
+        remaining = self._context.time_remaining()
+        if remaining is not None and remaining <= 0:
+            return False
+        return self._alive()
+
+    def on_end(self, callback: Callable[[], None]) -> bool:
+        """Run ``callback`` when the call ends; False when it has ended already."""
+        return bool(self._context.add_callback(callback))
+
+    def answer_lost(self) -> bool:
+        """Once the call ended: whether gRPC's core reported it cancelled (its close came with
+        ``cancelled``: the caller cancelled, or its deadline passed, before the status went
+        out). grpc's public ``ServicerContext`` cannot tell that from an answer delivered, so
+        this reads the call state grpc keeps (``_state.client``: "cancelled" or "closed"),
+        as ``streams.cut`` reads its call; False should grpc's internals move, which only
+        leaves such a lost answer to expire (tests/workqueue/test_abandoned_polls.py pins it)."""
+        state = getattr(self._context, "_state", None)  # grpc's own, no API
+        return getattr(state, "client", None) == "cancelled"
+
+    def replayable(self) -> bool:
+        """Whether the call carries an idempotency key (its answer is stored for a retry)."""
+        return (
+            metadata_value(self._context.invocation_metadata(), IDEMPOTENCY_METADATA_KEY)
+            is not None
+        )
 
 
 def cut_when_stuck(message: Callable[[], str]) -> Callable[[], None]:

@@ -21,6 +21,7 @@ from coordinator.server import (
     claim_wire,
     common_wire,
     event_wire,
+    page_tokens,
     queue_wire,
     stream_interceptor,
     task_wire,
@@ -82,12 +83,13 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         tid = task_id(request.task_id)
         task = self._store.tasks.get(tid)
         size = common_wire.parse_page_size(request.page_size)
-        first = task_wire.parse_attempt_page_token(request.page_token)
+        first = task_wire.parse_attempt_page_token(request.page_token, tid)
         attempts = self._store.tasks.attempts(tid, first=first, count=size)
         following = first + size
+        position = str(following) if following <= task.attempt else ""
         return tasks_pb2.ListAttemptsResponse(
             attempts=[task_wire.attempt_to_proto(a) for a in attempts],
-            next_page_token=str(following) if following <= task.attempt else "",
+            next_page_token=page_tokens.issue("ListAttempts", {"task_id": tid}, position),
         )
 
     @rpc
@@ -95,17 +97,21 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         self, request: tasks_pb2.ListTasksRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.ListTasksResponse:
         """One page of tasks in id order."""
-        tasks, token = self._store.tasks.list(
+        filters = task_wire.list_tasks_filters(request)
+        tasks, position = self._store.tasks.list(
             queue=task_wire.parse_queue_filter(request.queue),
             state=task_wire.parse_state_filter(request.state),
             root=task_wire.parse_optional_id("root_task_id", request.root_task_id),
             parent=task_wire.parse_optional_id("parent_task_id", request.parent_task_id),
             thread=task_wire.parse_optional_thread(request.thread_key),
+            blocked=request.blocked,
+            overdue=request.overdue,
             page_size=common_wire.parse_page_size(request.page_size),
-            page_token=task_wire.parse_page_token(request.page_token),
+            page_token=task_wire.parse_page_token(request.page_token, filters),
         )
         return tasks_pb2.ListTasksResponse(
-            tasks=[task_wire.task_to_proto(t) for t in tasks], next_page_token=token
+            tasks=[task_wire.task_to_proto(t) for t in tasks],
+            next_page_token=page_tokens.issue("ListTasks", filters, position),
         )
 
     @rpc
@@ -122,13 +128,23 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
     def CancelTask(  # noqa: N802
         self, request: tasks_pb2.CancelTaskRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.CancelTaskResponse:
-        """Cancel the task; a live claim's next acceptance point gets CANCELLED."""
+        """Cancel the task (with cascade, its WAITING graph too); a live claim's next
+        acceptance point gets CANCELLED."""
         tid = task_id(request.task_id)
         reason = common_wire.parse_text("reason", request.reason)
         principal = principal_of(context)
-        task = self._store.tasks.cancel(tid, by=principal, reason=reason)
-        note(task_id=tid, cancel_generation=task.cancel_generation, reason=reason)
-        return tasks_pb2.CancelTaskResponse(task=task_wire.task_to_proto(task))
+        cascaded: list[str] = []
+        if request.cascade:
+            task, cascaded = self._store.cascade.cancel(tid, by=principal, reason=reason)
+        else:
+            task = self._store.tasks.cancel(tid, by=principal, reason=reason)
+        note(
+            task_id=tid,
+            cancel_generation=task.cancel_generation,
+            reason=reason,
+            cascaded=len(cascaded),
+        )
+        return tasks_pb2.CancelTaskResponse(task=task_wire.task_to_proto(task), cascaded=cascaded)
 
     @rpc
     def UpdateInput(  # noqa: N802
@@ -207,12 +223,13 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         self, request: tasks_pb2.ListClaimsRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.ListClaimsResponse:
         """One page of live claims with their leases as etcd reports them (read-only)."""
+        queue = task_wire.parse_queue_filter(request.queue)
         page = self._store.live_claims.page(
-            queue=task_wire.parse_queue_filter(request.queue),
+            queue=queue,
             page_size=claim_wire.parse_claims_page_size(request.page_size),
-            page_token=claim_wire.parse_claims_page_token(request.page_token),
+            page_token=claim_wire.parse_claims_page_token(request.page_token, queue),
         )
-        return claim_wire.claims_page_to_proto(page)
+        return claim_wire.claims_page_to_proto(page, queue)
 
     @rpc
     def ListDependencies(  # noqa: N802
@@ -221,9 +238,9 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         """A task's upstreams and one page of its dependents, with their states."""
         tid = task_id(request.task_id)
         size = common_wire.parse_page_size(request.page_size)
-        token = task_wire.parse_optional_id("page_token", request.page_token)
+        token = task_wire.parse_dependents_page_token(request.page_token, tid)
         found = self._store.dependencies.neighbours(tid, page_size=size, page_token=token)
-        return task_wire.neighbours_to_proto(found)
+        return task_wire.neighbours_to_proto(found, tid)
 
     @stream_rpc
     def WatchEvents(  # noqa: N802

@@ -12,7 +12,9 @@ from coordinator.domain.lineage import thread_key
 from coordinator.domain.records import AttemptRecord, ResultRecord, TaskRecord
 from coordinator.domain.retry import attempts_counted
 from coordinator.domain.states import TaskState
+from coordinator.domain.waiting import waiting_reason
 from coordinator.errors import InvalidArgument
+from coordinator.server import page_tokens
 from coordinator.server.common_wire import (
     parse_content_digest,
     task_state_to_proto,
@@ -130,19 +132,42 @@ def parse_state_filter(value: int) -> TaskState | None:
         raise InvalidArgument(f"state {value} is not a known TaskState") from None
 
 
-def parse_page_token(value: str) -> str:
-    """A page token as returned by ListTasks (the last task id of the previous page)."""
-    return validation.task_id(value, "page_token") if value else ""
+def list_tasks_filters(request: tasks_pb2.ListTasksRequest) -> page_tokens.Filters:
+    """The fields a ListTasks page token is bound to (as sent: a changed filter is another
+    listing)."""
+    return {
+        "queue": request.queue,
+        "state": request.state,
+        "root_task_id": request.root_task_id,
+        "parent_task_id": request.parent_task_id,
+        "thread_key": request.thread_key,
+        "blocked": request.blocked,
+        "overdue": request.overdue,
+    }
 
 
-def parse_attempt_page_token(value: str) -> int:
-    """A ListAttempts page token (the attempt number the page starts at); empty: the first."""
-    if not value:
-        return 1
+def parse_page_token(value: str, filters: page_tokens.Filters) -> str:
+    """A ListTasks page token: the task id the next page starts after; empty: the first."""
+    return page_tokens.parse("ListTasks", filters, value, _task_position)
+
+
+def parse_attempt_page_token(value: str, task_id: str) -> int:
+    """A ListAttempts page token: the attempt number the page starts at; empty: the first."""
+    return int(page_tokens.parse("ListAttempts", {"task_id": task_id}, value, _attempt_number) or 1)
+
+
+def parse_dependents_page_token(value: str, task_id: str) -> str:
+    """A ListDependencies page token: the dependent the next page starts after."""
+    return page_tokens.parse("ListDependencies", {"task_id": task_id}, value, _task_position)
+
+
+def _task_position(value: str) -> str:
+    return validation.task_id(value, "page_token")
+
+
+def _attempt_number(value: str) -> int:
     if not value.isdigit() or len(value) > 9 or int(value) < 1:
-        raise InvalidArgument(
-            f"page_token {value[:40]!r} is not one ListAttempts returned (an attempt number)"
-        )
+        raise InvalidArgument(f"page_token {value[:40]!r} is not an attempt number")
     return int(value)
 
 
@@ -184,6 +209,9 @@ def task_to_proto(task: TaskRecord, *, checkpoint_size: int | None = None) -> ty
         attempts_counted=attempts_counted(task),
         deadline=timestamp_to_proto(task.deadline),
         checkpoint_size=checkpoint_size,
+        blocked_by=list(task.blocked_by),
+        waiting_reason=types_pb2.WaitingReason.ValueType(int(waiting_reason(task))),
+        overdue_at=timestamp_to_proto(task.overdue_at),
     )
 
 
@@ -243,11 +271,13 @@ def task_node_to_proto(task: TaskRecord, *, pruned: bool = False) -> tasks_pb2.T
     )
 
 
-def neighbours_to_proto(found: Neighbours) -> tasks_pb2.ListDependenciesResponse:
-    """ListDependenciesResponse: every upstream, one page of dependents."""
+def neighbours_to_proto(found: Neighbours, task_id: str) -> tasks_pb2.ListDependenciesResponse:
+    """ListDependenciesResponse of ``task_id``: every upstream, one page of dependents."""
     pruned = found.pruned
     return tasks_pb2.ListDependenciesResponse(
         upstreams=[task_node_to_proto(t, pruned=t.task_id in pruned) for t in found.upstreams],
         dependents=[task_node_to_proto(t) for t in found.dependents],
-        next_page_token=found.next_page_token,
+        next_page_token=page_tokens.issue(
+            "ListDependencies", {"task_id": task_id}, found.next_page_token
+        ),
     )

@@ -7,7 +7,6 @@ lives in protos/coordinator/v1/worker.proto; the rules live in the domain and th
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
@@ -21,8 +20,8 @@ from coordinator.logging import bound, note
 from coordinator.server import common_wire, effect_wire, job_wire, task_wire, worker_wire
 from coordinator.server.identity import identity_of, principal_of
 from coordinator.server.status import rpc
-from coordinator.server.stream_interceptor import stream_alive
-from coordinator.store import ClaimResult, Renewal, RenewAnswer, Store
+from coordinator.server.stream_interceptor import CallerOf
+from coordinator.store import Caller, ClaimResult, Renewal, RenewAnswer, Store
 from coordinator.v1 import worker_pb2, worker_pb2_grpc
 
 
@@ -51,6 +50,8 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 tid, principal=principal, epoch=epoch, ttl=ttl, expected_state_version=expected
             )
             _note_claim(result)
+            # A caller gone by now would never hear of the claim: given back, not answered.
+            self._store.give_backs.deliver([result], CallerOf(context), by=principal)
         return worker_wire.claim_to_proto(result)
 
     @rpc
@@ -60,10 +61,10 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         """Claim the next ready task of a queue, waiting up to wait_seconds for one."""
         next_claim = _parse_next(request, "", self._max_claim_wait)
         principal = principal_of(context)
-        return self._claim_batch(next_claim, principal, stream_alive(context))
+        return self._claim_batch(next_claim, principal, CallerOf(context))
 
     def _claim_batch(
-        self, next_claim: _NextClaim, principal: str, alive: Callable[[], bool]
+        self, next_claim: _NextClaim, principal: str, caller: Caller
     ) -> worker_pb2.ClaimResponse:
         queue, epoch = next_claim.queue, next_claim.epoch
         with bound(queue=queue, epoch=epoch, principal=principal):
@@ -73,7 +74,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 epoch=epoch,
                 ttl=next_claim.ttl,
                 wait=next_claim.wait,
-                alive=alive,
+                caller=caller,
                 max_tasks=next_claim.max_tasks,
             )
             _note_claim(results[0])
@@ -183,7 +184,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
             _note_verdict(result.verdict, commit_id=result.result_commit_id, digest=digest)
         response = worker_wire.commit_to_proto(result)
         if next_claim is not None:
-            response.next.CopyFrom(self._claim_batch(next_claim, principal, stream_alive(context)))
+            response.next.CopyFrom(self._claim_batch(next_claim, principal, CallerOf(context)))
         return response
 
     @rpc
@@ -304,13 +305,15 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     ) -> worker_pb2.ListOpenEffectsResponse:
         """One page of uncertain effects (read-only)."""
         tid = task_id(request.task_id) if request.task_id else ""
-        effects, token = self._store.effects.list_open(
+        rpc = "ListOpenEffects"
+        effects, position = self._store.effects.list_open(
             task_id=tid,
             page_size=common_wire.parse_page_size(request.page_size),
-            page_token=effect_wire.parse_open_effects_page_token(request.page_token, tid),
+            page_token=effect_wire.parse_effects_page_token(request.page_token, tid, rpc),
         )
         return worker_pb2.ListOpenEffectsResponse(
-            effects=[effect_wire.effect_to_proto(e) for e in effects], next_page_token=token
+            effects=[effect_wire.effect_to_proto(e) for e in effects],
+            next_page_token=effect_wire.effects_page_token(position, tid, rpc),
         )
 
     @rpc
@@ -319,12 +322,14 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     ) -> worker_pb2.ListEffectsResponse:
         """One page of effects in every state, from the per-task effect index (read-only)."""
         tid = task_id(request.task_id) if request.task_id else ""
-        token = effect_wire.parse_open_effects_page_token(request.page_token, tid, "ListEffects")
-        effects, next_token = self._store.effects.list_all(
+        rpc = "ListEffects"
+        token = effect_wire.parse_effects_page_token(request.page_token, tid, rpc)
+        effects, position = self._store.effects.list_all(
             task_id=tid, page_size=common_wire.parse_page_size(request.page_size), page_token=token
         )
         return worker_pb2.ListEffectsResponse(
-            effects=[effect_wire.effect_to_proto(e) for e in effects], next_page_token=next_token
+            effects=[effect_wire.effect_to_proto(e) for e in effects],
+            next_page_token=effect_wire.effects_page_token(position, tid, rpc),
         )
 
     @rpc

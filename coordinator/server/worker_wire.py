@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.domain import validation
@@ -14,7 +13,6 @@ from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.failures import FailureReport
 from coordinator.errors import CoordinatorError, InvalidArgument
 from coordinator.server.common_wire import (
-    outcome_to_proto,
     parse_content_digest,
     parse_digest,
     parse_duration,
@@ -157,14 +155,7 @@ def parse_failure_report(request: worker_pb2.FailRequest) -> FailureReport:
 def _parse_requeue_delay(request: worker_pb2.FailRequest) -> float:
     if not request.HasField("requeue_delay"):
         return 0.0
-    return _at_most("requeue_delay", request.requeue_delay, MAX_REQUEUE_DELAY)
-
-
-def _at_most(field: str, value: Duration, limit: float) -> float:
-    total = parse_duration(field, value)
-    if total > limit:
-        raise InvalidArgument(f"{field} must be at most {limit:g} s, got {total:g} s")
-    return total
+    return parse_duration("requeue_delay", request.requeue_delay, at_most=MAX_REQUEUE_DELAY)
 
 
 # --- domain -> proto -------------------------------------------------------------------------
@@ -230,12 +221,9 @@ def authorize_to_proto(verdict: Verdict) -> worker_pb2.AuthorizeToolResponse:
 
 
 def stage_to_proto(staged: StagingResult) -> worker_pb2.StageResultResponse:
-    """StageResultResponse: the outcome, and whether the staged result is the current one."""
-    return worker_pb2.StageResultResponse(
-        outcome=outcome_to_proto(staged.verdict.outcome),
-        message=staged.verdict.message,
-        current=staged.current,
-    )
+    """StageResultResponse: the outcome (with its reason), and whether the staged result is
+    the current one."""
+    return worker_pb2.StageResultResponse(**verdict_fields(staged.verdict), current=staged.current)
 
 
 def release_to_proto(verdict: Verdict) -> worker_pb2.ReleaseResponse:

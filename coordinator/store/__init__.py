@@ -2,7 +2,8 @@
 
 Where to look: the claim txn is in ``claims.py`` (the gates before it in ``claim_gates.py``),
 the fence compares in ``fence.py``, the acceptance points (renew, authorize, stage, commit,
-release) in ``acceptance.py``.
+release) in ``acceptance.py``; a long poll in ``long_poll.py``, and a claim whose answer could
+not be delivered given back in ``give_back.py``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from coordinator.domain.retention import RetentionPolicy
 from coordinator.metrics import METRICS, Metrics
 from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.admin import AdminStore
+from coordinator.store.cascade import Cascade
 from coordinator.store.claim_gates import ApprovalGate, QueuePauseGate, ReconcileGate
-from coordinator.store.claimed_index import ClaimedIndex
+from coordinator.store.claimed_index import ClaimedIndex, QueueCountIndex
 from coordinator.store.claims import ClaimStore
 from coordinator.store.context import StoreContext
 from coordinator.store.dead_letters import DeadLetters
@@ -29,6 +31,7 @@ from coordinator.store.effects import EffectStore
 from coordinator.store.etcd import EtcdKV
 from coordinator.store.events import EventFilter, EventLog, StoredEvent
 from coordinator.store.failures import Failures
+from coordinator.store.give_back import GiveBacks
 from coordinator.store.held import HeldClaims
 from coordinator.store.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
 from coordinator.store.idempotency import IdempotencyStore
@@ -49,6 +52,7 @@ from coordinator.store.results import ResultStore
 from coordinator.store.review import ReviewStore
 from coordinator.store.tasks import TaskStore
 from coordinator.store.types import (
+    Caller,
     ClaimResult,
     CommitResult,
     DrainStatus,
@@ -66,10 +70,14 @@ class Store:
     ctx: StoreContext
     ready: ReadyIndex
     claimed: ClaimedIndex
+    blocked: QueueCountIndex
+    overdue: QueueCountIndex
     tasks: TaskStore
+    cascade: Cascade
     results: ResultStore
     claims: ClaimStore
     long_poll: LongPoll
+    give_backs: GiveBacks
     acceptance: AcceptancePoints
     renewals: Renewals
     failures: Failures
@@ -132,14 +140,20 @@ class Store:
         # reconciliation decides before a hold for approval.
         gates = (QueuePauseGate(), ReconcileGate(reconcile), ApprovalGate(ctx, ready))
         claims = ClaimStore(ctx, ready, held, gates)
+        give_backs = GiveBacks(ctx, ready, held, acceptance)
+        tasks = TaskStore(ctx, ready, dependencies)
         return cls(
             ctx=ctx,
             ready=ready,
             claimed=ClaimedIndex(ctx),
-            tasks=TaskStore(ctx, ready, dependencies),
+            blocked=QueueCountIndex(ctx, ctx.keys.blocked_prefix),
+            overdue=QueueCountIndex(ctx, ctx.keys.overdue_prefix),
+            tasks=tasks,
+            cascade=Cascade(ctx, tasks),
             results=ResultStore(ctx),
             claims=claims,
-            long_poll=LongPoll(claims, waiters, acceptance),
+            long_poll=LongPoll(claims, waiters, give_backs),
+            give_backs=give_backs,
             acceptance=acceptance,
             renewals=Renewals(ctx, acceptance, held, RenewViews()),
             failures=Failures(ctx, ready, held, acceptance),
@@ -171,6 +185,8 @@ class Store:
         self.admin.ensure_initialized()
         self.ready.start()
         self.claimed.start()
+        self.blocked.start()
+        self.overdue.start()
         if reclaim:
             self.reclaimer.start()
             self.releaser.start()
@@ -185,20 +201,30 @@ class Store:
         self.releaser.close()
         self.sweeper.close()
         self.claimed.close()
+        self.blocked.close()
+        self.overdue.close()
         self.promoter.close()
         if self.pruner is not None:
             self.pruner.close()
+        self.give_backs.close()
         self.ready.close()
 
     def queue_report(self, *, cap: int = MAX_REPORTED_QUEUES) -> QueueReport:
-        """Ready, oldest ready age and claimed per queue, from this replica's watch-fed
-        indexes (no etcd read; every replica following the same keys reports the same)."""
+        """Ready, oldest ready age, claimed, blocked and overdue per queue, from this replica's
+        watch-fed indexes (no etcd read; every replica following the same keys reports the
+        same)."""
         return queue_report(
-            self.ready.heads(), self.claimed.counts(), self.ctx.clock.now(), cap=cap
+            self.ready.heads(),
+            self.claimed.counts(),
+            self.ctx.clock.now(),
+            cap=cap,
+            blocked=self.blocked.counts(),
+            overdue=self.overdue.counts(),
         )
 
 
 __all__ = [
+    "Caller",
     "ClaimLimits",
     "ClaimResult",
     "CommitResult",

@@ -20,6 +20,7 @@ from coordinator.domain.decisions import (
     check_fence,
     check_owner,
     decide_commit,
+    decide_stage,
 )
 from coordinator.domain.records import (
     AttemptRecord,
@@ -145,9 +146,14 @@ class AcceptancePoints:
     def stage_result(
         self, fence: Fence, *, principal: str, result_digest: str, result: bytes, result_ref: str
     ) -> StagingResult:
-        """Stage into the attempt's own area: allowed even after fencing, never canonical."""
+        """Stage into the attempt's own area: allowed even after fencing, never canonical;
+        refused (nothing written) once the task's deadline has passed (decide_stage)."""
         view = self.view(fence)
         check_owner(view, fence, principal)
+        now = self._ctx.clock.now()
+        allowed = decide_stage(view, now=now)
+        if not allowed.accepted:
+            return StagingResult(allowed)
         staged = StagedResult(
             task_id=fence.task_id,
             attempt_id=fence.attempt_id,
@@ -155,15 +161,15 @@ class AcceptancePoints:
             claim_generation=fence.claim_generation,
             result_digest=result_digest,
             size=len(result),
-            staged_at=self._ctx.clock.now(),
+            staged_at=now,
             result=result,
             result_ref=result_ref,
         )
         self._ctx.kv.txn(
             (), [put(self._ctx.keys.staging(fence.task_id, fence.attempt_id), encode(staged))]
         )
-        current = check_fence(view, fence, now=self._ctx.clock.now()).accepted
-        return StagingResult(Verdict(Outcome.OK), current=current)
+        current = check_fence(view, fence, now=now).accepted
+        return StagingResult(allowed, current=current)
 
     def commit(
         self,

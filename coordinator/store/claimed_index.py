@@ -1,4 +1,5 @@
-"""A watch-fed, in-memory copy of the claimed index, counted per queue.
+"""Watch-fed, in-memory copies of the per-queue indexes (claimed, blocked, overdue), counted
+per queue.
 
 The claimed index (``{prefix}/claimed/{task_id}``) exists exactly while a task is CLAIMED, and
 its value is the task's queue (store/transition.py writes it). Counting claims per queue from
@@ -8,7 +9,9 @@ paged load at start and one watch event per claim and per claim end, like the re
 It keeps task id -> queue rather than a counter per queue: a deletion carries no value, and a
 set is idempotent, so a reload or a replayed event can never make a count drift. A key with an
 empty value (written by a coordinator older than this one, which put no queue there) counts in
-no queue until its claim ends (at most ``max_claim_duration``).
+no queue until its claim ends (at most ``max_claim_duration``). The blocked and overdue
+indexes (WAITING tasks with a FAILED or CANCELLED upstream, or past their schedule_to_close)
+carry the queue the same way and are counted by the same class.
 """
 
 from __future__ import annotations
@@ -22,17 +25,17 @@ from coordinator.store.prefix_copy import PrefixCopy
 from coordinator.store.watch import WatchEvent
 
 
-class ClaimedIndex(PrefixCopy):
-    """Claimed tasks per queue, kept current by a watch on ``{prefix}/claimed/``."""
+class QueueCountIndex(PrefixCopy):
+    """Tasks per queue in one index whose values are queues, kept current by a watch."""
 
-    def __init__(self, ctx: StoreContext) -> None:
-        super().__init__(ctx, ctx.keys.claimed_prefix, keys_only=False)
+    def __init__(self, ctx: StoreContext, prefix: str) -> None:
+        super().__init__(ctx, prefix, keys_only=False)
         self._lock = threading.Lock()
         self._queue_of: dict[str, str] = {}
         self._counts: Counter[str] = Counter()
 
     def counts(self) -> dict[str, int]:
-        """Claimed tasks per queue (queues with none are absent)."""
+        """Tasks per queue (queues with none are absent)."""
         with self._lock:
             return dict(self._counts)
 
@@ -44,7 +47,7 @@ class ClaimedIndex(PrefixCopy):
             self._counts = Counter(queue_of.values())
 
     def apply(self, events: list[WatchEvent]) -> None:
-        """Claimed keys written (a claim) or deleted (its end)."""
+        """Index keys written (a claim, a mark) or deleted (its end)."""
         with self._lock:
             for event in events:
                 task_id = _task_id(event.key)
@@ -60,6 +63,13 @@ class ClaimedIndex(PrefixCopy):
             self._counts[queue] -= 1
             if not self._counts[queue]:
                 del self._counts[queue]
+
+
+class ClaimedIndex(QueueCountIndex):
+    """Claimed tasks per queue, kept current by a watch on ``{prefix}/claimed/``."""
+
+    def __init__(self, ctx: StoreContext) -> None:
+        super().__init__(ctx, ctx.keys.claimed_prefix)
 
 
 def _task_id(key: str) -> str:

@@ -271,6 +271,7 @@ class ClaimStore:
             deadline=write.claim.deadline,
             lease_remaining=lease.remaining,
             checkpoint=attempt.checkpoint,
+            ready_seq=task.ready_seq,
         )
 
     def claim_next(self, queue: str, *, principal: str, epoch: int, ttl: int) -> ClaimResult:

@@ -33,8 +33,11 @@ class StoreContext:
 
 
 def task_from_kv(kv: KV) -> TaskRecord:
-    """Decode a task; while CLAIMED its generation is the claim txn's revision (mod_revision)."""
-    task = decode(TaskRecord, kv.value, state_version=kv.mod_revision)
+    """Decode a task; while CLAIMED its generation is the claim txn's revision (mod_revision);
+    its incarnation (created_revision) is the key's create_revision."""
+    task = decode(
+        TaskRecord, kv.value, state_version=kv.mod_revision, created_revision=kv.create_revision
+    )
     if task.state is TaskState.CLAIMED and task.claim_generation == 0:
         task = replace(task, claim_generation=kv.mod_revision)
     return task

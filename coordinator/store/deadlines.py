@@ -1,4 +1,5 @@
-"""schedule_to_close: a task whose deadline passed moves to FAILED (TIMED_OUT), whatever runs.
+"""schedule_to_close: a task that can run and whose deadline passed moves to FAILED (TIMED_OUT);
+a WAITING one is marked overdue instead.
 
 A task created with a schedule_to_close has a key in the deadline index,
 ``{p}/deadlines/{deadline_ms:015d}/{task_id}``, for as long as it waits for a result (written and
@@ -6,7 +7,12 @@ deleted by the transitions themselves, store/transition.py), so the tasks whose 
 are one range from the start of the index to now: O(passed) per pass. Each time-out is a CAS on
 the task as read; a CLAIMED task's claim is ended in the same txn (its claim key deleted, its
 attempt closed TIMED_OUT), so the holder's next acceptance point fails its fence compares and
-reads TIMED_OUT. Every replica runs the pass (store/promoter.py's loop); a task moves once.
+reads FENCED (DEADLINE_EXCEEDED). Every replica runs the pass (store/promoter.py's loop); a task
+moves once.
+
+A WAITING task could not run, so its deadline is no business failure (domain/waiting.py): the
+pass marks it overdue (``overdue_at``, a ``mark_overdue`` event, the overdue metric and index)
+and it stays WAITING, out of the deadline index; its release later waives the deadline.
 """
 
 from __future__ import annotations
@@ -37,13 +43,14 @@ _PAGE = 50
 
 
 class Deadlines:
-    """Moves tasks past their schedule_to_close deadline to FAILED."""
+    """Moves tasks past their schedule_to_close deadline to FAILED (WAITING ones: overdue)."""
 
     def __init__(self, ctx: StoreContext) -> None:
         self._ctx = ctx
 
     def time_out_due(self) -> int:
-        """One pass: time out every task whose deadline passed; returns how many it moved."""
+        """One pass: time out every task whose deadline passed (a WAITING one: marked
+        overdue); returns how many it moved or marked."""
         ctx, keys = self._ctx, self._ctx.keys
         now = ctx.clock.now()
         start, end = keys.deadlines_prefix, keys.deadlines_due_end(now)
@@ -54,9 +61,27 @@ class Deadlines:
         for task in tasks:
             if task.state not in UNCOMMITTED_STATES or not task.deadline or task.deadline > now:
                 continue  # moved on meanwhile, or not quite due: the next pass
-            if self._write(task, now):
+            write = self._mark_overdue if task.state is TaskState.WAITING else self._write
+            if write(task, now):
                 moved += 1
         return moved
+
+    def _mark_overdue(self, task: TaskRecord, now: float) -> bool:
+        """A WAITING task past its deadline: marked overdue, still WAITING."""
+        ctx = self._ctx
+        after = transition(task, Op.MARK_OVERDUE, now, overdue_at=now)
+        detail = (
+            f"schedule_to_close deadline passed {now - task.deadline:.0f} s ago while WAITING: "
+            "overdue, not failed; it runs when its upstreams are DONE"
+        )
+        compares, ops = transition_ops(
+            ctx, task, after, Op.MARK_OVERDUE, by=DEADLINES, detail=detail
+        )
+        if not ctx.kv.txn(compares, ops).succeeded:
+            return False  # released, cancelled or edited meanwhile: the next pass reads again
+        ctx.metrics.count_overdue(task.queue)
+        log.warning("waiting task overdue", task_id=task.task_id, queue=task.queue)
+        return True
 
     def _write(self, task: TaskRecord, now: float) -> bool:
         ctx, keys = self._ctx, self._ctx.keys

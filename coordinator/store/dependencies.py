@@ -25,6 +25,7 @@ from coordinator.domain.graph import (
 )
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import Op, TaskState
+from coordinator.domain.waiting import blocking
 from coordinator.errors import FailedPrecondition, NotFound
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd import Compare, RequestOp, delete, get, mod_revision_is, put
@@ -107,7 +108,7 @@ class DependencyStore:
     def _known(self, task_ids: Sequence[str]) -> tuple[dict[str, TaskRecord], set[str]]:
         """The records of ``task_ids`` that exist, a pruned one as its tombstone's stand-in
         (it counts with its final state: DONE still releases, CANCELLED or FAILED still
-        cancels; state_version 0, so a txn that compares it holds only while the task key
+        blocks; state_version 0, so a txn that compares it holds only while the task key
         stays absent), and the ids that were pruned."""
         found = self._records(task_ids)
         pruned = read_tombstones(self._ctx, [t for t in task_ids if t not in found])
@@ -197,7 +198,8 @@ class DependencyStore:
                     "while it is READY or WAITING (nobody executes it yet)"
                 )
             upstreams = self.upstreams(depends_on)
-            check_upstreams(upstreams)
+            # Only a new edge to a FAILED or CANCELLED upstream is refused: a kept one blocks.
+            check_upstreams([u for u in upstreams if u.task_id not in task.depends_on])
             guards = self.check_acyclic(task_id, depends_on)
             if tuple(depends_on) == task.depends_on:
                 return task
@@ -212,6 +214,7 @@ class DependencyStore:
                 ctx.clock.now(),
                 depends_on=tuple(depends_on),
                 satisfied_by=() if waiting_on else satisfied_by(upstreams),
+                blocked_by=blocking(upstreams) if waiting_on else (),
             )
             compares, ops = transition_ops(
                 ctx, task, after, op, by=by, detail=edges_detail(depends_on)

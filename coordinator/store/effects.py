@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from coordinator import request_ids
 from coordinator.domain.decisions import Fence, Verdict, check_fence, check_owner
+from coordinator.domain.effect_ids import effect_id_of
 from coordinator.domain.effects import (
     EffectAction,
     EffectRecord,
@@ -31,7 +32,6 @@ from coordinator.domain.effects import (
     decide_hold,
     decide_prepare,
     decide_record,
-    effect_id,
     resolve,
 )
 from coordinator.domain.reconcile import Reconciliation, check_named_owner, open_on_unknown
@@ -240,9 +240,11 @@ class EffectStore:
             verdict = check_fence(view, fence, now=ctx.clock.now())
             if not verdict.accepted:
                 return PrepareResult(verdict)
+            revision = view.attempt.revision
             request = PrepareRequest(
+                effect_id=effect_id_of(view.task, revision, node_id, effect_slot),
                 task_id=fence.task_id,
-                revision=view.attempt.revision,
+                revision=revision,
                 node_id=node_id,
                 effect_slot=effect_slot,
                 payload_digest=payload_digest,
@@ -374,8 +376,7 @@ class EffectStore:
         raise FailedPrecondition(f"task {task_id!r} kept changing; approve again")
 
     def _read(self, request: PrepareRequest) -> EffectRecord | None:
-        eid = effect_id(request.task_id, request.revision, request.node_id, request.effect_slot)
-        kv = self._ctx.kv.get(self._ctx.keys.effect(eid))
+        kv = self._ctx.kv.get(self._ctx.keys.effect(request.effect_id))
         return effect_from_kv(kv) if kv is not None else None
 
 

@@ -10,6 +10,14 @@ A waiter that loses the task (to a claim through another replica) takes its plac
 again. The line's head also tries every ``_SLICE`` seconds on its own, so a signal lost to a
 race never leaves a ready task waiting for the deadline. Past ``max_waiters`` waiting on the
 replica a new one is refused RESOURCE_EXHAUSTED: each waiter holds a server thread.
+
+A waiter whose call ends (its caller cancelled, its deadline passed) leaves the line the moment
+gRPC says so (``Caller.on_end``), not at its next look: it frees its place under
+``max_waiters`` at once, passes on a signal it had taken, and its handler wakes and returns,
+freeing the call's stream slot. A waiter that won a task is handed it only under the same lock
+that callback takes, and only if its caller is still there (``ReadyWaiters.hand``); otherwise
+the claim is given back at once (store/give_back.py). Before this, a departed caller was
+noticed every 2 s: it went on claiming tasks nobody received, and its slot stayed taken.
 """
 
 from __future__ import annotations
@@ -24,20 +32,24 @@ from coordinator.domain.decisions import Verdict
 from coordinator.domain.states import Outcome
 from coordinator.errors import ResourceExhausted
 from coordinator.metrics import Metrics
-from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.claims import ClaimStore
-from coordinator.store.types import ClaimResult
+from coordinator.store.give_back import GiveBacks
+from coordinator.store.types import Caller, ClaimResult
 
-# A waiter checks whether its caller is still there (and the head of a line tries) this often:
-# a safety net for a signal lost to a race, not the way waiters learn of tasks (the signal is).
+# The head of a line tries this often on its own: a safety net for a signal lost to a race, not
+# the way waiters learn of tasks (the signal is) nor of their caller leaving (``on_end`` is).
 _SLICE = 2.0
 
 
 class _Waiter:
-    """One waiting ClaimNext: signalled when a ready key arrived for it."""
+    """One waiting ClaimNext: signalled when a ready key arrived for it; ``gone`` when its call
+    ended while it stood in line. Both change only under ``ReadyWaiters``' lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
         self.signalled = False
+        self.in_line = True
+        self.gone = False
         self.event = threading.Event()
 
 
@@ -52,9 +64,10 @@ class ReadyWaiters:
         self._count = 0
 
     @contextmanager
-    def enter(self, queue: str) -> Iterator[_Waiter]:
-        """Take a place at the end of ``queue``'s line for the duration."""
-        waiter = _Waiter()
+    def enter(self, queue: str, caller: Caller) -> Iterator[_Waiter]:
+        """Take a place at the end of ``queue``'s line for the duration, or until ``caller``'s
+        call ends."""
+        waiter = _Waiter(queue)
         with self._lock:
             if self._count >= self.max_waiters:
                 self._metrics.count_stream_refused("claim_waiters_full")
@@ -66,25 +79,64 @@ class ReadyWaiters:
             self._lines.setdefault(queue, deque()).append(waiter)
             self._count += 1
             self._metrics.claim_waiters.inc()
+        # Registered once in line, so the callback always finds what to undo; a call that
+        # ended before it was registered is gone already.
+        if not caller.on_end(lambda: self._abandon(waiter)):
+            self._abandon(waiter)
         try:
             yield waiter
         finally:
             with self._lock:
-                line = self._lines[queue]
-                line.remove(waiter)
-                if not line:
-                    del self._lines[queue]  # no entry kept per past queue
-                self._count -= 1
-                self._metrics.claim_waiters.dec()
+                self._leave(waiter)
+
+    def _leave(self, waiter: _Waiter) -> bool:
+        """Take ``waiter`` out of its line if it still stands there (the lock held); whether
+        it did."""
+        if not waiter.in_line:
+            return False
+        waiter.in_line = False
+        line = self._lines[waiter.queue]
+        line.remove(waiter)
+        if not line:
+            del self._lines[waiter.queue]  # no entry kept per past queue
+        self._count -= 1
+        self._metrics.claim_waiters.dec()
+        return True
+
+    def _abandon(self, waiter: _Waiter) -> None:
+        """``waiter``'s call ended (gRPC's callback, on its own thread): out of the line now,
+        and its handler woken to return. Nothing when it had left the line already."""
+        with self._lock:
+            if not self._leave(waiter):
+                return
+            waiter.gone = True
+            self._metrics.claim_waiters_abandoned.inc()
+            if waiter.signalled:  # a ready key had signalled it: the next waiter takes it
+                self._signal_first(waiter.queue)
+        waiter.event.set()
+
+    def hand(self, waiter: _Waiter, alive: Callable[[], bool]) -> bool:
+        """Whether the task ``waiter`` won may be handed to it: its caller is still there,
+        checked under the lock its end-of-call callback takes, so either the waiter is served
+        (out of the line, the callback finds nothing to do) or it is gone (and the claim must
+        be given back), never both."""
+        with self._lock:
+            if waiter.gone or not alive():
+                return False
+            self._leave(waiter)
+            return True
 
     def notify(self, queue: str) -> None:
         """A ready key arrived in ``queue``: signal its first waiter not yet signalled."""
         with self._lock:
-            for waiter in self._lines.get(queue, ()):
-                if not waiter.signalled:
-                    waiter.signalled = True
-                    waiter.event.set()
-                    return
+            self._signal_first(queue)
+
+    def _signal_first(self, queue: str) -> None:
+        for waiter in self._lines.get(queue, ()):
+            if not waiter.signalled:
+                waiter.signalled = True
+                waiter.event.set()
+                return
 
     def notify_all(self) -> None:
         """The ready index was reloaded: every waiter looks again."""
@@ -114,10 +166,6 @@ class ReadyWaiters:
             return self._count
 
 
-CALLER_LEFT = "the caller left before its claim was answered"
-"""The release reason of a claim won for a caller that was gone by then."""
-
-
 class LongPoll:
     """ClaimNext that may wait for a task (``wait`` seconds, bounded by the servicer)."""
 
@@ -125,13 +173,13 @@ class LongPoll:
         self,
         claims: ClaimStore,
         waiters: ReadyWaiters,
-        acceptance: AcceptancePoints,
+        give_backs: GiveBacks,
         *,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._claims = claims
         self._waiters = waiters
-        self._acceptance = acceptance
+        self._give_backs = give_backs
         self._monotonic = monotonic
 
     def waiting(self) -> int:
@@ -139,17 +187,11 @@ class LongPoll:
         return self._waiters.count()
 
     def claim_next(
-        self,
-        queue: str,
-        *,
-        principal: str,
-        epoch: int,
-        ttl: int,
-        wait: float,
-        alive: Callable[[], bool],
+        self, queue: str, *, principal: str, epoch: int, ttl: int, wait: float, caller: Caller
     ) -> ClaimResult:
         """The first task of ``queue`` this call wins within ``wait`` seconds, else
-        NO_READY_TASK; ``alive`` false (the caller left, the server ends the call) ends it."""
+        NO_READY_TASK; the call ending (``caller``) ends the wait, and a task won for a caller
+        that is gone is given back (Undelivered is raised)."""
 
         def attempt() -> ClaimResult:
             return self._claims.claim_next(queue, principal=principal, epoch=epoch, ttl=ttl)
@@ -157,8 +199,10 @@ class LongPoll:
         if wait <= 0:
             return attempt()
         deadline = self._monotonic() + wait
-        with self._waiters.enter(queue) as waiter:
-            result = self._wait_for_turns(queue, waiter, attempt, wait, deadline, alive)
+        with self._waiters.enter(queue, caller) as waiter:
+            result = self._wait_for_turns(queue, waiter, attempt, wait, deadline, caller)
+            if result.fence is not None and not self._waiters.hand(waiter, caller.alive):
+                self._give_backs.undelivered([result], by=principal)
         if result.verdict.outcome is not Outcome.NO_READY_TASK:
             # Ready keys that arrived before their waiters (a backlog, a batch promoted at once)
             # signalled nobody, so the index may hold more: a winner hands the turn on to the
@@ -175,14 +219,15 @@ class LongPoll:
         epoch: int,
         ttl: int,
         wait: float,
-        alive: Callable[[], bool],
+        caller: Caller,
         max_tasks: int,
     ) -> list[ClaimResult]:
         """Up to ``max_tasks`` tasks of ``queue``: the first as ``claim_next`` wins it (waiting
         up to ``wait``), then, once it is CLAIMED, whatever else is ready at once; each its own
-        claim txn. The first result is always there (a refusal, NO_READY_TASK)."""
+        claim txn. The first result is always there (a refusal, NO_READY_TASK). Should the
+        caller be gone by the end, every claim is given back and Undelivered raised."""
         first = self.claim_next(
-            queue, principal=principal, epoch=epoch, ttl=ttl, wait=wait, alive=alive
+            queue, principal=principal, epoch=epoch, ttl=ttl, wait=wait, caller=caller
         )
         results = [first]
         while len(results) < max_tasks and results[-1].verdict.outcome is Outcome.CLAIMED:
@@ -190,19 +235,7 @@ class LongPoll:
             if more.verdict.outcome is not Outcome.CLAIMED:
                 break
             results.append(more)
-        if not alive():
-            self._give_back(results, principal)
-        return results
-
-    def _give_back(self, results: list[ClaimResult], principal: str) -> None:
-        # The caller left (a stopping worker cancelled its poll) while the claims were made: no
-        # answer reaches it, so nobody would hold them until their leases ran out. Released now,
-        # the tasks are READY again at once (each release counts as an attempt, as an expiry
-        # would). A caller that leaves after this check still misses its answer: a window of
-        # one response write, not of a whole claim.
-        for result in results:
-            if result.fence is not None:
-                self._acceptance.release(result.fence, principal=principal, reason=CALLER_LEFT)
+        return self._give_backs.deliver(results, caller, by=principal)
 
     def _wait_for_turns(
         self,
@@ -211,24 +244,23 @@ class LongPoll:
         attempt: Callable[[], ClaimResult],
         wait: float,
         deadline: float,
-        alive: Callable[[], bool],
+        caller: Caller,
     ) -> ClaimResult:
-        # Nobody ahead: try at once; else wait for a turn, in arrival order.
+        # Nobody ahead: try at once; else wait for a turn, in arrival order. A waiter whose call
+        # ended tries nothing more: what it won would reach nobody.
         turn = self._waiters.first_in_line(queue, waiter)
-        while True:
-            # Never claim for a caller that left (a stopping pool cancels its polls): the task
-            # would be CLAIMED by nobody until its lease ran out.
-            if turn and alive():
+        while not waiter.gone:
+            if turn:
                 result = attempt()
                 if result.verdict.outcome is not Outcome.NO_READY_TASK:
                     return result
             left = deadline - self._monotonic()
-            if left <= 0 or not alive():
-                return ClaimResult(
-                    Verdict(
-                        Outcome.NO_READY_TASK,
-                        message=f"queue {queue!r} had no ready task for {wait:g} s",
-                    )
-                )
+            if left <= 0 or not caller.alive():
+                break
             signalled = self._waiters.wait(waiter, min(left, _SLICE))
             turn = signalled or self._waiters.first_in_line(queue, waiter)
+        return ClaimResult(
+            Verdict(
+                Outcome.NO_READY_TASK, message=f"queue {queue!r} had no ready task for {wait:g} s"
+            )
+        )

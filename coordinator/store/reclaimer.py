@@ -85,7 +85,7 @@ class Reclaimer(WatchScanLoop):
             by=RECLAIMER,
             epoch=task.scheduler_epoch,
             detail=retry.detail,
-            **retry.changes(LEASE_EXPIRED),
+            **retry.changes(task, LEASE_EXPIRED),
         )
         if not ctx.kv.txn(move.compares, move.ops).succeeded:
             return False

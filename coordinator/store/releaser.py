@@ -1,5 +1,5 @@
-"""The releaser: moves a WAITING task to READY once every upstream is DONE, and cancels it
-once an upstream can never be DONE.
+"""The releaser: moves a WAITING task to READY once every upstream is DONE, and marks it
+blocked while an upstream is FAILED or CANCELLED.
 
 A watch on the event log sees each transition to DONE at once and releases that task's
 dependents (found through the reverse-edge index, never by scanning tasks); a periodic scan of
@@ -7,9 +7,12 @@ the waiting index catches whatever a watch gap missed. Each release is a CAS tha
 dependent and every upstream record as read, so an upstream that moved on meanwhile (a new
 round) aborts it, and every replica can run this loop at the same time.
 
-An upstream that ends CANCELLED or FAILED would never release its dependents, so they are
-cancelled too, by the same kind of CAS, with an event naming the upstream; their own
-cancellation events carry it further down the graph. A dependent never waits forever.
+An upstream that ends FAILED or CANCELLED does not end its dependents ("not ready" is not
+"failed", domain/waiting.py): each stays WAITING with ``blocked_by`` naming it, written by the
+same kind of CAS with a ``mark_blocked`` event, so it is visibly blocked (listed, counted per
+queue) instead of silently waiting. A RetryTask of the upstream is an event too: the mark is
+cleared, and the upstream's commit releases the dependents as usual, with no other call.
+Ending the graph below a task is an operator's act (CancelTask with cascade, store/cascade.py).
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ import functools
 
 import structlog
 
-from coordinator.domain.graph import describe_never_done, never_done, satisfied_by, unmet
 from coordinator.domain.records import EventRecord, TaskRecord, decode
 from coordinator.domain.states import Op, TaskState
+from coordinator.domain.waiting import Reblock, Release, describe_blocked, settle
 from coordinator.errors import NotFound
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.dependencies import DependencyStore
@@ -37,7 +40,8 @@ RELEASER = "coordinator:releaser"
 # Upstreams whose dependents are counted in one txn (etcd allows 128 operations per txn).
 _UPSTREAMS_PER_READ = 64
 
-# The upstream states after which a dependent is released (DONE) or cancelled (the others).
+# The upstream states after which a dependent is released (DONE) or marked blocked (the
+# others); leaving FAILED (a RetryTask) clears the mark.
 _SETTLES_DEPENDENTS = frozenset({TaskState.DONE, TaskState.CANCELLED, TaskState.FAILED})
 
 # A release whose CAS lost (the dependent was edited meanwhile) reads again this often.
@@ -45,8 +49,8 @@ _TRIES = 3
 
 
 class Releaser(WatchScanLoop):
-    """Watch + scan loop that releases dependents whose upstreams are all DONE (and cancels
-    those with an upstream that never will be)."""
+    """Watch + scan loop that releases dependents whose upstreams are all DONE (and marks
+    those with a FAILED or CANCELLED upstream blocked, or no longer blocked)."""
 
     name = "releaser"
 
@@ -95,12 +99,13 @@ class Releaser(WatchScanLoop):
         if read is None:
             return False
         task, upstreams = read
-        dead = never_done(upstreams)
-        if dead:
-            return self._try_cancel(task, upstreams, dead)
-        if unmet(upstreams):
-            return False
-        return self._unblock(task, upstreams)
+        match settle(task, upstreams):
+            case Release(rounds):
+                return self._unblock(task, upstreams, rounds)
+            case Reblock(blocked):
+                return self._mark_blocked(task, upstreams, blocked)
+            case _:
+                return False
 
     def _read_waiting(self, task_id: str) -> tuple[TaskRecord, list[TaskRecord]] | None:
         """The WAITING task and its upstreams as they are now; None if it is not WAITING (or
@@ -118,11 +123,12 @@ class Releaser(WatchScanLoop):
             log.warning("dependent has a missing upstream", task_id=task_id, error=str(exc))
             return None
 
-    def _unblock(self, task: TaskRecord, upstreams: list[TaskRecord]) -> bool | None:
+    def _unblock(
+        self, task: TaskRecord, upstreams: list[TaskRecord], rounds: tuple[str, ...]
+    ) -> bool | None:
         """WAITING -> READY, as long as every upstream is still at the round read. True:
         released; None: the CAS lost, read again."""
         ctx = self._ctx
-        rounds = satisfied_by(upstreams)
         after = transition(task, Op.UNBLOCK, ctx.clock.now(), satisfied_by=rounds)
         compares, ops = transition_ops(
             ctx, task, after, Op.UNBLOCK, by=RELEASER, detail="released by " + ", ".join(rounds)
@@ -136,25 +142,33 @@ class Releaser(WatchScanLoop):
         log.info("released dependent", task_id=task_id, satisfied_by=list(rounds))
         return True
 
-    def _try_cancel(
-        self, task: TaskRecord, upstreams: list[TaskRecord], dead: list[TaskRecord]
+    def _mark_blocked(
+        self, task: TaskRecord, upstreams: list[TaskRecord], blocked: tuple[str, ...]
     ) -> bool | None:
-        """Cancel a WAITING dependent of an upstream that will never be DONE. False: released
-        nothing (cancelled); None: the CAS lost, read again."""
+        """Rewrite a WAITING dependent's ``blocked_by`` as its upstreams stand now (it stays
+        WAITING). False: released nothing; None: the CAS lost, or the mark was cleared: read
+        again."""
         ctx = self._ctx
-        after = transition(
-            task, Op.CANCEL, ctx.clock.now(), cancel_generation=task.cancel_generation + 1
+        after = transition(task, Op.MARK_BLOCKED, ctx.clock.now(), blocked_by=blocked)
+        detail = describe_blocked(task.task_id, upstreams, blocked)
+        compares, ops = transition_ops(
+            ctx, task, after, Op.MARK_BLOCKED, by=RELEASER, detail=detail
         )
-        detail = f"upstream will never be DONE: {describe_never_done(dead)}"
-        compares, ops = transition_ops(ctx, task, after, Op.CANCEL, by=RELEASER, detail=detail)
         compares += [mod_revision_is(ctx.keys.task(u.task_id), u.state_version) for u in upstreams]
         if not ctx.kv.txn(compares, ops).succeeded:
             return None
-        log.info("cancelled dependent", task_id=task.task_id, reason=detail)
-        return False
+        log.info(
+            "dependent blocked" if blocked else "dependent unblocked",
+            task_id=task.task_id,
+            blocked_by=list(blocked),
+        )
+        # Cleared: read again at once, since the upstreams may all be DONE already (a retried
+        # upstream that committed before this pass ran).
+        return False if blocked else None
 
     def handle(self, item: str) -> None:
-        """An upstream became DONE, CANCELLED or FAILED: settle its dependents."""
+        """An upstream became DONE, CANCELLED or FAILED, or left FAILED: settle its
+        dependents."""
         self.release_dependents(item)
 
     def handle_many(self, items: list[str]) -> None:
@@ -171,7 +185,8 @@ class Releaser(WatchScanLoop):
                     self._run(upstream, functools.partial(self.handle, upstream))
 
     def items_from(self, events: list[WatchEvent]) -> list[str]:
-        """Tasks whose transition event says they became DONE, CANCELLED or FAILED."""
+        """Tasks whose transition event says they became DONE, CANCELLED or FAILED, or left
+        FAILED (a RetryTask: their dependents are no longer blocked by them)."""
         done = []
         for event in events:
             if event.deleted:
@@ -180,6 +195,6 @@ class Releaser(WatchScanLoop):
                 record = decode(EventRecord, event.value)
             except Exception:  # a malformed event is doctor's business, not the watch's
                 continue
-            if record.to_state in _SETTLES_DEPENDENTS:
+            if record.to_state in _SETTLES_DEPENDENTS or record.from_state is TaskState.FAILED:
                 done.append(record.task_id)
         return done

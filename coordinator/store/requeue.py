@@ -41,7 +41,7 @@ def ending_txn(
         now,
         claim_generation=fence.claim_generation,
         lease_id=0,
-        **retry.changes(ended),
+        **retry.changes(task, ended),
     )
     compares, ops = transition_ops(
         ctx,

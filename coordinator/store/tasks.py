@@ -14,7 +14,7 @@ from dataclasses import replace
 from coordinator.domain.digests import check_digest
 from coordinator.domain.graph import check_dependencies, check_upstreams, satisfied_by, unmet
 from coordinator.domain.lineage import Lineage, decide_lineage, index_value, thread_key
-from coordinator.domain.records import AttemptRecord, TaskRecord, encode
+from coordinator.domain.records import AttemptRecord, EffectIdScheme, TaskRecord, encode
 from coordinator.domain.retry import policy_fields
 from coordinator.domain.states import AttemptEnd, Op, TaskState, is_legal, next_state
 from coordinator.errors import AlreadyExists, FailedPrecondition, InvalidArgument
@@ -87,6 +87,7 @@ class TaskStore:
                 ready_at=now if state is TaskState.READY else 0.0,
                 not_before=spec.not_before if delayed else 0.0,
                 deadline=now + spec.schedule_to_close if spec.schedule_to_close else 0.0,
+                effect_ids=EffectIdScheme.V2,
                 **policy_fields(policy),
             )
             detail = edges_detail(depends_on) if depends_on else ""
@@ -104,7 +105,9 @@ class TaskStore:
                     self._ready.add(
                         ctx.keys.ready(task.queue, task.priority, task.ready_seq, task_id)
                     )
-                return replace(task, state_version=result.revision)
+                return replace(
+                    task, state_version=result.revision, created_revision=result.revision
+                )
             if result.range_one(0) is not None:
                 raise AlreadyExists(f"task {task_id!r} already exists")
             pruned = result.range_one(1)
@@ -186,13 +189,16 @@ class TaskStore:
         root: str = "",
         parent: str = "",
         thread: str = "",
+        blocked: bool = False,
+        overdue: bool = False,
         page_size: int = 100,
         page_token: str = "",
     ) -> tuple[list[TaskRecord], str]:
         """Tasks in id order after ``page_token``, filtered; returns the page and the next token.
 
         A lineage filter (parent, else root, else thread) walks its identity index, so it costs
-        the size of that family, not of the keyspace. Queue and state alone scan the task
+        the size of that family, not of the keyspace. ``blocked`` and ``overdue`` (the marks of
+        domain/waiting.py) filter like queue and state, which alone scan the task
         records: both change with the task (state) or are few (queues), and an index per state
         would add writes to every transition for a listing that operators page through anyway.
         """
@@ -214,6 +220,8 @@ class TaskStore:
                 and (not root or task.root_task_id == root)
                 and (not parent or task.parent_task_id == parent)
                 and (not thread or task.thread_key == thread)
+                and (not blocked or bool(task.blocked_by))
+                and (not overdue or bool(task.overdue_at))
             )
 
         start = prefix + page_token + "\0" if page_token else prefix

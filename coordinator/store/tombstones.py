@@ -2,7 +2,7 @@
 
 A pruned task's key is gone, but its tombstone (domain/retention.py) says how it ended and where
 its history went, for ``tombstone_retention``. A dependency on it is settled by its final state
-(a DONE upstream still releases, a CANCELLED one still cancels), and its id is refused.
+(a DONE upstream still releases, a CANCELLED one still blocks), and its id is refused.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from coordinator import request_ids
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import AttemptRecord, EventRecord, TaskRecord, encode
 from coordinator.domain.states import UNCOMMITTED_STATES, AttemptEnd, Op, TaskState, next_state
+from coordinator.domain.waiting import released
 from coordinator.store.context import StoreContext, attempt_from_kv
 from coordinator.store.etcd import (
     Compare,
@@ -39,6 +40,8 @@ def transition(before: TaskRecord, op: Op, now: float, **changes: Any) -> TaskRe
         after = replace(after, ready_seq=0)
     if state is not TaskState.DELAYED:
         after = replace(after, not_before=0.0)
+    if before.state is TaskState.WAITING and state is not TaskState.WAITING:
+        after = released(after, now)
     return after
 
 
@@ -92,6 +95,10 @@ def transition_ops(
         ops.append(delete(keys.waiting(after.task_id)))
     if after.state is TaskState.WAITING and was is not TaskState.WAITING:
         ops.append(put(keys.waiting(after.task_id), b""))
+    # The blocked and overdue indexes count WAITING tasks per queue (the queue as value) and
+    # let doctor and the console find them without reading every record.
+    ops += _moved(ctx, blocked_key, before, after, value=after.queue.encode())
+    ops += _moved(ctx, overdue_key, before, after, value=after.queue.encode())
     event = EventRecord(
         task_id=after.task_id,
         op=op,
@@ -117,17 +124,19 @@ def _moved(
     index_key: Callable[[Keyspace, TaskRecord], str | None],
     before: TaskRecord | None,
     after: TaskRecord,
+    *,
+    value: bytes = b"",
 ) -> list[RequestOp]:
     """The writes that move a task's key in one index (``index_key``: None when the task is
-    not in it) from ``before`` to ``after``. etcd refuses a txn that names one key twice, so an
-    unchanged key is left alone."""
+    not in it) from ``before`` to ``after``, with ``value``. etcd refuses a txn that names one
+    key twice, so an unchanged key is left alone."""
     old = index_key(ctx.keys, before) if before is not None else None
     new = index_key(ctx.keys, after)
     ops = []
     if old is not None and old != new:
         ops.append(delete(old))
     if new is not None and new != old:
-        ops.append(put(new, b""))
+        ops.append(put(new, value))
     return ops
 
 
@@ -139,10 +148,28 @@ def _ready_key(keys: Keyspace, task: TaskRecord) -> str | None:
 
 def deadline_key(keys: Keyspace, task: TaskRecord) -> str | None:
     """The deadline-index key ``task`` has: while it awaits a result, if it has a deadline
-    (doctor checks the index against it)."""
+    (doctor checks the index against it). A WAITING task marked overdue leaves the index: its
+    deadline was handled (domain/waiting.py), and a pass must not read it again and again."""
     if not task.deadline or task.state not in UNCOMMITTED_STATES:
         return None
+    if task.state is TaskState.WAITING and task.overdue_at:
+        return None
     return keys.deadline(task.deadline, task.task_id)
+
+
+def blocked_key(keys: Keyspace, task: TaskRecord) -> str | None:
+    """The blocked-index key ``task`` has: while it is WAITING with a FAILED or CANCELLED
+    upstream."""
+    if task.state is not TaskState.WAITING or not task.blocked_by:
+        return None
+    return keys.blocked(task.task_id)
+
+
+def overdue_key(keys: Keyspace, task: TaskRecord) -> str | None:
+    """The overdue-index key ``task`` has: while it is WAITING past its schedule_to_close."""
+    if task.state is not TaskState.WAITING or not task.overdue_at:
+        return None
+    return keys.overdue(task.task_id)
 
 
 def delayed_key(keys: Keyspace, task: TaskRecord) -> str | None:

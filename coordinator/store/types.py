@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.records import TaskRecord
@@ -51,6 +52,34 @@ class ClaimResult:
     lease_remaining: float = 0.0
     # The last checkpoint an earlier attempt of this task revision left (b"": none).
     checkpoint: bytes = b""
+    # The task's place in the ready index before this claim (0: it was not READY, a takeover):
+    # a claim given back undelivered (store/give_back.py) returns it there, not to the end.
+    ready_seq: int = 0
+
+
+class Caller(Protocol):
+    """The call a claim answers, as the store sees it (the server adapts gRPC's context): a
+    claim is given back when its caller is gone (store/give_back.py)."""
+
+    def alive(self) -> bool:
+        """Whether the answer can still reach the caller (it is there and the server is not
+        ending the call)."""
+        ...
+
+    def on_end(self, callback: Callable[[], None]) -> bool:
+        """Have ``callback`` called (on another thread, promptly) when the call ends, however
+        it ends; False, and no call, when it has ended already."""
+        ...
+
+    def answer_lost(self) -> bool:
+        """Once the call ended: whether its answer never went out (gRPC saw the caller cancel,
+        or its deadline pass, before the answer was sent). False when it cannot tell."""
+        ...
+
+    def replayable(self) -> bool:
+        """Whether a retry of the call is answered with this call's answer (an idempotency
+        key): then a lost answer is recovered by the retry, not given back."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -431,11 +431,17 @@ class QueueStats(_message.Message):
     READY_TASKS_FIELD_NUMBER: _builtins.int
     OLDEST_READY_AGE_SECONDS_FIELD_NUMBER: _builtins.int
     CLAIMED_TASKS_FIELD_NUMBER: _builtins.int
+    BLOCKED_TASKS_FIELD_NUMBER: _builtins.int
+    OVERDUE_TASKS_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     ready_tasks: _builtins.int
     oldest_ready_age_seconds: _builtins.float
     """Seconds the queue's longest-waiting READY task has waited (0 when none is ready)."""
     claimed_tasks: _builtins.int
+    blocked_tasks: _builtins.int
+    """WAITING tasks blocked by a FAILED or CANCELLED upstream (Task.waiting_reason)."""
+    overdue_tasks: _builtins.int
+    """WAITING tasks whose schedule_to_close passed (Task.overdue_at)."""
     def __init__(
         self,
         *,
@@ -443,10 +449,12 @@ class QueueStats(_message.Message):
         ready_tasks: _builtins.int = ...,
         oldest_ready_age_seconds: _builtins.float = ...,
         claimed_tasks: _builtins.int = ...,
+        blocked_tasks: _builtins.int = ...,
+        overdue_tasks: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["claimed_tasks", b"claimed_tasks", "oldest_ready_age_seconds", b"oldest_ready_age_seconds", "queue", b"queue", "ready_tasks", b"ready_tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocked_tasks", b"blocked_tasks", "claimed_tasks", b"claimed_tasks", "oldest_ready_age_seconds", b"oldest_ready_age_seconds", "overdue_tasks", b"overdue_tasks", "queue", b"queue", "ready_tasks", b"ready_tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

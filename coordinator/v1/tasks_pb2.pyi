@@ -87,9 +87,11 @@ class CreateTaskRequest(_message.Message):
     @_builtins.property
     def schedule_to_close(self) -> _duration_pb2.Duration:
         """Optional: the longest the task may take from its creation, across every attempt (1 s to
-        365 days). Past it the task moves to FAILED (DEAD_LETTER_REASON_TIMED_OUT) whatever state
-        it waits in; a running attempt is ended (ATTEMPT_END_TIMED_OUT) and its holder's next call
-        is answered OUTCOME_TIMED_OUT.
+        365 days). Past it a task that can run moves to FAILED (DEAD_LETTER_REASON_TIMED_OUT): a
+        running attempt is ended (ATTEMPT_END_TIMED_OUT) and its holder's calls are answered
+        OUTCOME_FENCED with FENCE_REASON_DEADLINE_EXCEEDED from the deadline on. A WAITING task is
+        marked overdue instead (Task.overdue_at) and its release waives the deadline, since it
+        could not run (Task.deadline).
         """
 
     def __init__(
@@ -198,7 +200,9 @@ class ListAttemptsRequest(_message.Message):
     page_size: _builtins.int
     """1-1000; 0 means 100."""
     page_token: _builtins.str
-    """Empty for the first page, else next_page_token of the previous one."""
+    """Empty for the first page, else next_page_token of the previous one, unchanged and with the
+    same filters: any other token is INVALID_ARGUMENT (it is opaque and carries a check).
+    """
     def __init__(
         self,
         *,
@@ -251,16 +255,27 @@ class ListTasksRequest(_message.Message):
     ROOT_TASK_ID_FIELD_NUMBER: _builtins.int
     PARENT_TASK_ID_FIELD_NUMBER: _builtins.int
     THREAD_KEY_FIELD_NUMBER: _builtins.int
+    BLOCKED_FIELD_NUMBER: _builtins.int
+    OVERDUE_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     state: _types_pb2.TaskState.ValueType
     page_size: _builtins.int
     """1-1000; 100 when 0."""
     page_token: _builtins.str
+    """Empty for the first page, else next_page_token of the previous one, unchanged and with the
+    same filters: any other token is INVALID_ARGUMENT (it is opaque and carries a check).
+    """
     root_task_id: _builtins.str
     """Lineage filters (combinable with each other and with queue and state)."""
     parent_task_id: _builtins.str
     thread_key: _builtins.str
     """Normalized like CreateTaskRequest.thread_key before matching."""
+    blocked: _builtins.bool
+    """Only WAITING tasks blocked by a FAILED or CANCELLED upstream (Task.blocked_by not empty)."""
+    overdue: _builtins.bool
+    """Only tasks marked overdue (Task.overdue_at set: their schedule_to_close passed while they
+    were WAITING); with state WAITING, the ones still waiting.
+    """
     def __init__(
         self,
         *,
@@ -271,10 +286,12 @@ class ListTasksRequest(_message.Message):
         root_task_id: _builtins.str = ...,
         parent_task_id: _builtins.str = ...,
         thread_key: _builtins.str = ...,
+        blocked: _builtins.bool = ...,
+        overdue: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "parent_task_id", b"parent_task_id", "queue", b"queue", "root_task_id", b"root_task_id", "state", b"state", "thread_key", b"thread_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocked", b"blocked", "overdue", b"overdue", "page_size", b"page_size", "page_token", b"page_token", "parent_task_id", b"parent_task_id", "queue", b"queue", "root_task_id", b"root_task_id", "state", b"state", "thread_key", b"thread_key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -417,17 +434,27 @@ class CancelTaskRequest(_message.Message):
 
     TASK_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    CASCADE_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     reason: _builtins.str
+    cascade: _builtins.bool
+    """Also cancel every WAITING task downstream of it (its WAITING dependents, theirs, ...),
+    each with its own event naming this task. A dependent is never cancelled otherwise: an
+    upstream that ends FAILED or CANCELLED only blocks it (WaitingReason). At most 1000 tasks
+    per call: a larger graph is refused (FAILED_PRECONDITION, nothing written); cancel a
+    task further down with cascade first. Repeating the call after a partial failure
+    finishes the cascade (the task itself being CANCELLED already).
+    """
     def __init__(
         self,
         *,
         task_id: _builtins.str = ...,
         reason: _builtins.str = ...,
+        cascade: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cascade", b"cascade", "reason", b"reason", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -438,16 +465,22 @@ class CancelTaskResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TASK_FIELD_NUMBER: _builtins.int
+    CASCADED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def task(self) -> _types_pb2.Task: ...
+    @_builtins.property
+    def cascaded(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """With cascade: the ids of the dependents this call cancelled, in the order it walked them."""
+
     def __init__(
         self,
         *,
         task: _types_pb2.Task | None = ...,
+        cascaded: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cascaded", b"cascaded", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -863,7 +896,9 @@ class ListClaimsRequest(_message.Message):
     page_size: _builtins.int
     """1-100; 0 means 50. Each claim on the page costs one LeaseTimeToLive call to etcd."""
     page_token: _builtins.str
-    """Empty for the first page, else next_page_token of the previous one."""
+    """Empty for the first page, else next_page_token of the previous one, unchanged and with the
+    same filters: any other token is INVALID_ARGUMENT (it is opaque and carries a check).
+    """
     def __init__(
         self,
         *,
@@ -1021,7 +1056,9 @@ class ListDependenciesRequest(_message.Message):
     page_size: _builtins.int
     """Dependents per page: 1-1000; 0 means 100."""
     page_token: _builtins.str
-    """Empty for the first page, else next_page_token of the previous one."""
+    """Empty for the first page, else next_page_token of the previous one, unchanged and with the
+    same filters: any other token is INVALID_ARGUMENT (it is opaque and carries a check).
+    """
     def __init__(
         self,
         *,

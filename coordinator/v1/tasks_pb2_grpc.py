@@ -136,7 +136,8 @@ class TaskServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListTasks(self, request, context):
-        """Lists tasks in id order, filtered by root, parent, thread, queue and state, paginated.
+        """Lists tasks in id order, filtered by root, parent, thread, queue, state, blocked and
+        overdue, paginated.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -155,7 +156,8 @@ class TaskServiceServicer:
     def CancelTask(self, request, context):
         """Bumps cancel_generation and moves the task to CANCELLED in one transaction; a live claim
         is ended, so the holder's next renew, authorize or commit gets CANCELLED.
-        FAILED_PRECONDITION if the task is already DONE.
+        FAILED_PRECONDITION if the task is already DONE (or FAILED, without cascade). Its WAITING
+        dependents are not cancelled (they are marked blocked) unless cascade is set.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -54,7 +54,9 @@ class TaskServiceStub:
     ListAttempts: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.ListAttemptsRequest, _tasks_pb2.ListAttemptsResponse]
     """A task's attempts, oldest first, a page at a time. NOT_FOUND for an unknown id."""
     ListTasks: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.ListTasksRequest, _tasks_pb2.ListTasksResponse]
-    """Lists tasks in id order, filtered by root, parent, thread, queue and state, paginated."""
+    """Lists tasks in id order, filtered by root, parent, thread, queue, state, blocked and
+    overdue, paginated.
+    """
     GetResult: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.GetResultRequest, _tasks_pb2.GetResultResponse]
     """The canonical result of one revision of a task, as its commit wrote it: what a reviewer
     accepts or rejects (pm/admin). revision 0 means the task's current revision. NOT_FOUND for
@@ -64,7 +66,8 @@ class TaskServiceStub:
     CancelTask: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.CancelTaskRequest, _tasks_pb2.CancelTaskResponse]
     """Bumps cancel_generation and moves the task to CANCELLED in one transaction; a live claim
     is ended, so the holder's next renew, authorize or commit gets CANCELLED.
-    FAILED_PRECONDITION if the task is already DONE.
+    FAILED_PRECONDITION if the task is already DONE (or FAILED, without cascade). Its WAITING
+    dependents are not cancelled (they are marked blocked) unless cascade is set.
     """
     UpdateInput: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.UpdateInputRequest, _tasks_pb2.UpdateInputResponse]
     """Replaces the input: new input_digest, revision + 1, READY. A live claim is ended, so its
@@ -152,7 +155,9 @@ class TaskServiceAsyncStub(TaskServiceStub):
     ListAttempts: _aio.UnaryUnaryMultiCallable[_tasks_pb2.ListAttemptsRequest, _tasks_pb2.ListAttemptsResponse]  # type: ignore[assignment]
     """A task's attempts, oldest first, a page at a time. NOT_FOUND for an unknown id."""
     ListTasks: _aio.UnaryUnaryMultiCallable[_tasks_pb2.ListTasksRequest, _tasks_pb2.ListTasksResponse]  # type: ignore[assignment]
-    """Lists tasks in id order, filtered by root, parent, thread, queue and state, paginated."""
+    """Lists tasks in id order, filtered by root, parent, thread, queue, state, blocked and
+    overdue, paginated.
+    """
     GetResult: _aio.UnaryUnaryMultiCallable[_tasks_pb2.GetResultRequest, _tasks_pb2.GetResultResponse]  # type: ignore[assignment]
     """The canonical result of one revision of a task, as its commit wrote it: what a reviewer
     accepts or rejects (pm/admin). revision 0 means the task's current revision. NOT_FOUND for
@@ -162,7 +167,8 @@ class TaskServiceAsyncStub(TaskServiceStub):
     CancelTask: _aio.UnaryUnaryMultiCallable[_tasks_pb2.CancelTaskRequest, _tasks_pb2.CancelTaskResponse]  # type: ignore[assignment]
     """Bumps cancel_generation and moves the task to CANCELLED in one transaction; a live claim
     is ended, so the holder's next renew, authorize or commit gets CANCELLED.
-    FAILED_PRECONDITION if the task is already DONE.
+    FAILED_PRECONDITION if the task is already DONE (or FAILED, without cascade). Its WAITING
+    dependents are not cancelled (they are marked blocked) unless cascade is set.
     """
     UpdateInput: _aio.UnaryUnaryMultiCallable[_tasks_pb2.UpdateInputRequest, _tasks_pb2.UpdateInputResponse]  # type: ignore[assignment]
     """Replaces the input: new input_digest, revision + 1, READY. A live claim is ended, so its
@@ -271,7 +277,9 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _tasks_pb2.ListTasksRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_tasks_pb2.ListTasksResponse, _abc.Awaitable[_tasks_pb2.ListTasksResponse]]:
-        """Lists tasks in id order, filtered by root, parent, thread, queue and state, paginated."""
+        """Lists tasks in id order, filtered by root, parent, thread, queue, state, blocked and
+        overdue, paginated.
+        """
 
     @_abc_1.abstractmethod
     def GetResult(
@@ -293,7 +301,8 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_tasks_pb2.CancelTaskResponse, _abc.Awaitable[_tasks_pb2.CancelTaskResponse]]:
         """Bumps cancel_generation and moves the task to CANCELLED in one transaction; a live claim
         is ended, so the holder's next renew, authorize or commit gets CANCELLED.
-        FAILED_PRECONDITION if the task is already DONE.
+        FAILED_PRECONDITION if the task is already DONE (or FAILED, without cascade). Its WAITING
+        dependents are not cancelled (they are marked blocked) unless cascade is set.
         """
 
     @_abc_1.abstractmethod

@@ -33,7 +33,10 @@ class _TaskStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TaskState.V
     DESCRIPTOR: _descriptor.EnumDescriptor
     TASK_STATE_UNSPECIFIED: _TaskState.ValueType  # 0
     TASK_STATE_WAITING: _TaskState.ValueType  # 1
-    """Dependencies are not DONE yet. "Not ready" is not "failed": never handed to a worker."""
+    """Dependencies are not DONE yet. "Not ready" is not "failed": never handed to a worker.
+    Task.waiting_reason says whether an upstream is FAILED or CANCELLED (blocked), and
+    Task.overdue_at whether its schedule_to_close passed meanwhile; neither ends the task.
+    """
     TASK_STATE_READY: _TaskState.ValueType  # 2
     """Claimable; listed in the ready index of its queue."""
     TASK_STATE_CLAIMED: _TaskState.ValueType  # 3
@@ -62,7 +65,10 @@ class TaskState(_TaskState, metaclass=_TaskStateEnumTypeWrapper):
 
 TASK_STATE_UNSPECIFIED: TaskState.ValueType  # 0
 TASK_STATE_WAITING: TaskState.ValueType  # 1
-"""Dependencies are not DONE yet. "Not ready" is not "failed": never handed to a worker."""
+"""Dependencies are not DONE yet. "Not ready" is not "failed": never handed to a worker.
+Task.waiting_reason says whether an upstream is FAILED or CANCELLED (blocked), and
+Task.overdue_at whether its schedule_to_close passed meanwhile; neither ends the task.
+"""
 TASK_STATE_READY: TaskState.ValueType  # 2
 """Claimable; listed in the ready index of its queue."""
 TASK_STATE_CLAIMED: TaskState.ValueType  # 3
@@ -101,7 +107,9 @@ class _DeadLetterReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Dead
     non-retryable.
     """
     DEAD_LETTER_REASON_TIMED_OUT: _DeadLetterReason.ValueType  # 3
-    """Its schedule_to_close deadline passed."""
+    """Its schedule_to_close deadline passed while it could run (READY, CLAIMED, DELAYED or
+    NEEDS_APPROVAL; a WAITING task is marked overdue instead, never FAILED by its deadline).
+    """
 
 class DeadLetterReason(_DeadLetterReason, metaclass=_DeadLetterReasonEnumTypeWrapper):
     """Why a task is FAILED."""
@@ -114,8 +122,42 @@ DEAD_LETTER_REASON_NON_RETRYABLE: DeadLetterReason.ValueType  # 2
 non-retryable.
 """
 DEAD_LETTER_REASON_TIMED_OUT: DeadLetterReason.ValueType  # 3
-"""Its schedule_to_close deadline passed."""
+"""Its schedule_to_close deadline passed while it could run (READY, CLAIMED, DELAYED or
+NEEDS_APPROVAL; a WAITING task is marked overdue instead, never FAILED by its deadline).
+"""
 Global___DeadLetterReason: _TypeAlias = DeadLetterReason  # noqa: Y015
+
+class _WaitingReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _WaitingReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WaitingReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    WAITING_REASON_UNSPECIFIED: _WaitingReason.ValueType  # 0
+    """The task is not WAITING."""
+    WAITING_REASON_UPSTREAMS_PENDING: _WaitingReason.ValueType  # 1
+    """Some upstream is not DONE yet, and none is FAILED or CANCELLED."""
+    WAITING_REASON_UPSTREAM_FAILED: _WaitingReason.ValueType  # 2
+    """Some upstream is FAILED or CANCELLED (Task.blocked_by names them): the task is blocked,
+    never claimable, and is not ended by it. It waits again by itself once a FAILED upstream
+    is retried (RetryTask), and is released when every upstream is DONE. SetDependencies can
+    drop the edge; CancelTask{cascade: true} on the upstream ends the graph below it.
+    """
+
+class WaitingReason(_WaitingReason, metaclass=_WaitingReasonEnumTypeWrapper):
+    """Why a task is WAITING."""
+
+WAITING_REASON_UNSPECIFIED: WaitingReason.ValueType  # 0
+"""The task is not WAITING."""
+WAITING_REASON_UPSTREAMS_PENDING: WaitingReason.ValueType  # 1
+"""Some upstream is not DONE yet, and none is FAILED or CANCELLED."""
+WAITING_REASON_UPSTREAM_FAILED: WaitingReason.ValueType  # 2
+"""Some upstream is FAILED or CANCELLED (Task.blocked_by names them): the task is blocked,
+never claimable, and is not ended by it. It waits again by itself once a FAILED upstream
+is retried (RetryTask), and is released when every upstream is DONE. SetDependencies can
+drop the edge; CancelTask{cascade: true} on the upstream ends the graph below it.
+"""
+Global___WaitingReason: _TypeAlias = WaitingReason  # noqa: Y015
 
 class _Outcome:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -167,10 +209,6 @@ class _OutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Outcome.Value
     owner or an admin resolves it (ResolveEffect) or it escalates to NEEDS_APPROVAL at its
     deadline. ClaimNext skips such a task. No credential, nothing written.
     """
-    OUTCOME_TIMED_OUT: _Outcome.ValueType  # 17
-    """The task's schedule_to_close deadline passed: it is FAILED (DEAD_LETTER_REASON_TIMED_OUT)
-    and this attempt was ended; stop working on it. Nothing was written.
-    """
 
 class Outcome(_Outcome, metaclass=_OutcomeEnumTypeWrapper):
     """The typed result of a worker-side call. Business outcomes are results, never errors."""
@@ -219,10 +257,6 @@ principal, or the one takeover it allows was used): the task is not handed out u
 owner or an admin resolves it (ResolveEffect) or it escalates to NEEDS_APPROVAL at its
 deadline. ClaimNext skips such a task. No credential, nothing written.
 """
-OUTCOME_TIMED_OUT: Outcome.ValueType  # 17
-"""The task's schedule_to_close deadline passed: it is FAILED (DEAD_LETTER_REASON_TIMED_OUT)
-and this attempt was ended; stop working on it. Nothing was written.
-"""
 Global___Outcome: _TypeAlias = Outcome  # noqa: Y015
 
 class _FenceReason:
@@ -246,6 +280,12 @@ class _FenceReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FenceReas
     """The attempt's claim ended for a reason not covered above (task moved on)."""
     FENCE_REASON_FAILED: _FenceReason.ValueType  # 7
     """The holder reported the attempt failed (WorkerService.Fail)."""
+    FENCE_REASON_DEADLINE_EXCEEDED: _FenceReason.ValueType  # 8
+    """The task's schedule_to_close deadline passed: it is (or is about to be) FAILED
+    (DEAD_LETTER_REASON_TIMED_OUT) and no attempt is current; stop working on it. Every
+    acceptance point answers it from the deadline on, before or after the deadline pass ended
+    the attempt (ATTEMPT_END_TIMED_OUT), and writes nothing.
+    """
 
 class FenceReason(_FenceReason, metaclass=_FenceReasonEnumTypeWrapper):
     """Why a call was FENCED (or CANCELLED / STALE_INPUT, where it adds detail)."""
@@ -265,6 +305,12 @@ FENCE_REASON_TASK_MOVED: FenceReason.ValueType  # 6
 """The attempt's claim ended for a reason not covered above (task moved on)."""
 FENCE_REASON_FAILED: FenceReason.ValueType  # 7
 """The holder reported the attempt failed (WorkerService.Fail)."""
+FENCE_REASON_DEADLINE_EXCEEDED: FenceReason.ValueType  # 8
+"""The task's schedule_to_close deadline passed: it is (or is about to be) FAILED
+(DEAD_LETTER_REASON_TIMED_OUT) and no attempt is current; stop working on it. Every
+acceptance point answers it from the deadline on, before or after the deadline pass ended
+the attempt (ATTEMPT_END_TIMED_OUT), and writes nothing.
+"""
 Global___FenceReason: _TypeAlias = FenceReason  # noqa: Y015
 
 class _AttemptEnd:
@@ -286,6 +332,12 @@ class _AttemptEndEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AttemptEnd
     """Its holder reported a failure (WorkerService.Fail); the attempt carries the error."""
     ATTEMPT_END_TIMED_OUT: _AttemptEnd.ValueType  # 7
     """The task's schedule_to_close deadline passed while it ran."""
+    ATTEMPT_END_UNDELIVERED: _AttemptEnd.ValueType  # 8
+    """The claim's answer never reached its caller: the caller of Claim or ClaimNext had left
+    (cancelled, its deadline passed) by the time the claim txn landed, so the server gave the
+    task back in the next txn (READY again, claim key and lease gone). Such an attempt is not
+    counted against the task's retry budget and starts no backoff; nobody ever held its fence.
+    """
 
 class AttemptEnd(_AttemptEnd, metaclass=_AttemptEndEnumTypeWrapper):
     """How an attempt ended."""
@@ -303,6 +355,12 @@ ATTEMPT_END_FAILED: AttemptEnd.ValueType  # 6
 """Its holder reported a failure (WorkerService.Fail); the attempt carries the error."""
 ATTEMPT_END_TIMED_OUT: AttemptEnd.ValueType  # 7
 """The task's schedule_to_close deadline passed while it ran."""
+ATTEMPT_END_UNDELIVERED: AttemptEnd.ValueType  # 8
+"""The claim's answer never reached its caller: the caller of Claim or ClaimNext had left
+(cancelled, its deadline passed) by the time the claim txn landed, so the server gave the
+task back in the next txn (READY again, claim key and lease gone). Such an attempt is not
+counted against the task's retry budget and starts no backoff; nobody ever held its fence.
+"""
 Global___AttemptEnd: _TypeAlias = AttemptEnd  # noqa: Y015
 
 class _EffectState:
@@ -494,6 +552,9 @@ class Task(_message.Message):
     ATTEMPTS_COUNTED_FIELD_NUMBER: _builtins.int
     DEADLINE_FIELD_NUMBER: _builtins.int
     CHECKPOINT_SIZE_FIELD_NUMBER: _builtins.int
+    BLOCKED_BY_FIELD_NUMBER: _builtins.int
+    WAITING_REASON_FIELD_NUMBER: _builtins.int
+    OVERDUE_AT_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     revision: _builtins.int
     """Business revision: bumped by an input change (and by a review rejection)."""
@@ -535,6 +596,8 @@ class Task(_message.Message):
     resumes from; 0 when there is none. Set by GetTask, which reads the attempts; left unset in
     answers that carry no attempt (ListTasks, CreateTask, ...): see Attempt.checkpoint_size.
     """
+    waiting_reason: Global___WaitingReason.ValueType
+    """Why the task is WAITING (UNSPECIFIED when it is not)."""
     @_builtins.property
     def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -553,7 +616,25 @@ class Task(_message.Message):
 
     @_builtins.property
     def deadline(self) -> _timestamp_pb2.Timestamp:
-        """created_at + schedule_to_close: past it the task is FAILED (TIMED_OUT) whatever runs."""
+        """created_at + schedule_to_close: past it a task that can run is FAILED (TIMED_OUT), and its
+        holder's calls are FENCED (FENCE_REASON_DEADLINE_EXCEEDED). A WAITING task is marked
+        overdue instead (overdue_at) and stays WAITING; when it is released later the deadline is
+        waived (cleared here) so that it runs: it was spent waiting on upstreams the task could not
+        help.
+        """
+
+    @_builtins.property
+    def blocked_by(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """While WAITING: the upstreams (in depends_on order) that are FAILED or CANCELLED, written by
+        the releaser shortly after they ended (and cleared when a FAILED one is retried); empty
+        otherwise. At most 50 (the depends_on bound).
+        """
+
+    @_builtins.property
+    def overdue_at(self) -> _timestamp_pb2.Timestamp:
+        """When its schedule_to_close passed while it was WAITING (unset: never). Kept after its
+        release, which waived the deadline: it says why the task runs without one.
+        """
 
     def __init__(
         self,
@@ -589,10 +670,13 @@ class Task(_message.Message):
         attempts_counted: _builtins.int = ...,
         deadline: _timestamp_pb2.Timestamp | None = ...,
         checkpoint_size: _builtins.int | None = ...,
+        blocked_by: _abc.Iterable[_builtins.str] | None = ...,
+        waiting_reason: Global___WaitingReason.ValueType = ...,
+        overdue_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_checkpoint_size", b"_checkpoint_size", "checkpoint_size", b"checkpoint_size", "created_at", b"created_at", "deadline", b"deadline", "next_eligible_at", b"next_eligible_at", "retry_policy", b"retry_policy", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_checkpoint_size", b"_checkpoint_size", "checkpoint_size", b"checkpoint_size", "created_at", b"created_at", "deadline", b"deadline", "next_eligible_at", b"next_eligible_at", "overdue_at", b"overdue_at", "retry_policy", b"retry_policy", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_checkpoint_size", b"_checkpoint_size", "attempt", b"attempt", "attempt_id", b"attempt_id", "attempts_counted", b"attempts_counted", "cancel_generation", b"cancel_generation", "checkpoint_size", b"checkpoint_size", "claim_generation", b"claim_generation", "created_at", b"created_at", "dead_letter_reason", b"dead_letter_reason", "deadline", b"deadline", "depends_on", b"depends_on", "input", b"input", "input_digest", b"input_digest", "last_error", b"last_error", "next_eligible_at", b"next_eligible_at", "non_replayable", b"non_replayable", "owner_id", b"owner_id", "parent_task_id", b"parent_task_id", "priority", b"priority", "queue", b"queue", "requires_review", b"requires_review", "result_commit_id", b"result_commit_id", "result_digest", b"result_digest", "retry_policy", b"retry_policy", "revision", b"revision", "root_task_id", b"root_task_id", "scheduler_epoch", b"scheduler_epoch", "state", b"state", "state_version", b"state_version", "task_id", b"task_id", "thread_key", b"thread_key", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_checkpoint_size", b"_checkpoint_size", "attempt", b"attempt", "attempt_id", b"attempt_id", "attempts_counted", b"attempts_counted", "blocked_by", b"blocked_by", "cancel_generation", b"cancel_generation", "checkpoint_size", b"checkpoint_size", "claim_generation", b"claim_generation", "created_at", b"created_at", "dead_letter_reason", b"dead_letter_reason", "deadline", b"deadline", "depends_on", b"depends_on", "input", b"input", "input_digest", b"input_digest", "last_error", b"last_error", "next_eligible_at", b"next_eligible_at", "non_replayable", b"non_replayable", "overdue_at", b"overdue_at", "owner_id", b"owner_id", "parent_task_id", b"parent_task_id", "priority", b"priority", "queue", b"queue", "requires_review", b"requires_review", "result_commit_id", b"result_commit_id", "result_digest", b"result_digest", "retry_policy", b"retry_policy", "revision", b"revision", "root_task_id", b"root_task_id", "scheduler_epoch", b"scheduler_epoch", "state", b"state", "state_version", b"state_version", "task_id", b"task_id", "thread_key", b"thread_key", "updated_at", b"updated_at", "waiting_reason", b"waiting_reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__checkpoint_size: _TypeAlias = _typing.Literal["checkpoint_size"]  # noqa: Y015
     _WhichOneofArgType__checkpoint_size: _TypeAlias = _typing.Literal["_checkpoint_size", b"_checkpoint_size"]  # noqa: Y015
@@ -663,7 +747,9 @@ Global___Attempt: _TypeAlias = Attempt  # noqa: Y015
 
 @_typing.final
 class Effect(_message.Message):
-    """One side-effect slot of a task revision: effect_id = H(task_id, revision, node_id, slot)."""
+    """One side-effect slot of a task revision: effect_id = H(task_id, created_revision, revision,
+    node_id, slot) (see WorkerService.PrepareEffect).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -692,7 +778,9 @@ class Effect(_message.Message):
     RECONCILE_ESCALATED_AT_FIELD_NUMBER: _builtins.int
     RECONCILE_NAMED_FIELD_NUMBER: _builtins.int
     effect_id: _builtins.str
-    """"eff-" + 64 hex digits; the idempotency key every generation sends downstream."""
+    """"eff-" + 64 hex digits; the idempotency key every generation sends downstream, unique per
+    task incarnation, revision, node and slot: what a downstream dedupes on.
+    """
     task_id: _builtins.str
     task_revision: _builtins.int
     node_id: _builtins.str

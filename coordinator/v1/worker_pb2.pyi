@@ -12,8 +12,11 @@ and that fence.cancel_generation is the task's. The owner is always the authenti
 caller: a worker cannot renew, stage or commit another principal's attempt
 (PERMISSION_DENIED). Business outcomes come back as Outcome values, never as gRPC errors;
 gRPC errors mean bad input (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION,
-PERMISSION_DENIED) or an unavailable store (UNAVAILABLE), and write nothing. Any acceptance
-point of an attempt ended by the task's schedule_to_close deadline answers TIMED_OUT.
+PERMISSION_DENIED) or an unavailable store (UNAVAILABLE), and write nothing. From the task's
+schedule_to_close deadline on, every acceptance point of its attempt (Renew, RenewMany,
+AuthorizeTool, StageResult, Commit, Release, Fail, PrepareEffect, RecordEffect, StartJob)
+answers FENCED with reason DEADLINE_EXCEEDED and writes nothing, whether or not the deadline
+pass has ended the attempt yet.
 """
 
 from collections import abc as _abc
@@ -489,20 +492,24 @@ class StageResultResponse(_message.Message):
     OUTCOME_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     CURRENT_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     outcome: _types_pb2.Outcome.ValueType
     message: _builtins.str
     current: _builtins.bool
     """Whether the attempt still holds the claim at the time of staging (informational)."""
+    reason: _types_pb2.FenceReason.ValueType
+    """With FENCED: DEADLINE_EXCEEDED."""
     def __init__(
         self,
         *,
         outcome: _types_pb2.Outcome.ValueType = ...,
         message: _builtins.str = ...,
         current: _builtins.bool = ...,
+        reason: _types_pb2.FenceReason.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["current", b"current", "message", b"message", "outcome", b"outcome"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current", b"current", "message", b"message", "outcome", b"outcome", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -979,7 +986,9 @@ class ListOpenEffectsRequest(_message.Message):
     page_size: _builtins.int
     """1-1000; 0 means 100."""
     page_token: _builtins.str
-    """Empty for the first page, else next_page_token of the previous one."""
+    """Empty for the first page, else next_page_token of the previous one, unchanged and with the
+    same filters: any other token is INVALID_ARGUMENT (it is opaque and carries a check).
+    """
     def __init__(
         self,
         *,
@@ -1007,7 +1016,9 @@ class ListEffectsRequest(_message.Message):
     page_size: _builtins.int
     """1-1000; 0 means 100."""
     page_token: _builtins.str
-    """Empty for the first page, else next_page_token of the previous one."""
+    """Empty for the first page, else next_page_token of the previous one, unchanged and with the
+    same filters: any other token is INVALID_ARGUMENT (it is opaque and carries a check).
+    """
     def __init__(
         self,
         *,

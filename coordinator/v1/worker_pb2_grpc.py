@@ -134,6 +134,9 @@ class WorkerServiceServicer:
         claim key is gone (expired). Grants an etcd lease with ttl clamped to the server's
         [min_ttl, max_ttl]. Outcomes: CLAIMED, ALREADY_CLAIMED, STALE_STATE_VERSION,
         NOT_CLAIMABLE, CLAIMS_PAUSED, FENCED (reason EPOCH_CHANGED: the caller's epoch is old).
+        A claim whose caller is gone when its txn lands (cancelled, deadline passed) cannot be
+        answered: it is given back at once (READY, attempt ATTEMPT_END_UNDELIVERED, not counted
+        against the retry budget) and the call ends CANCELLED, so an idempotency key stores nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -147,7 +150,8 @@ class WorkerServiceServicer:
         over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
         so it counts against the stream bounds (max_streams, max_streams_per_principal,
         max_stream_age) and the replica's max_claim_waiters: past them it is refused
-        RESOURCE_EXHAUSTED naming the bound.
+        RESOURCE_EXHAUSTED naming the bound. A waiter whose call ends leaves its line (and frees
+        its place) at once; a task won for a caller that is gone is given back as for Claim.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -188,7 +192,10 @@ class WorkerServiceServicer:
 
     def StageResult(self, request, context):
         """Stages a result in the attempt's own isolated area. Any attempt of the caller may stage,
-        even a fenced one; staging never becomes canonical by itself. Outcome: OK.
+        even a fenced one (current says whether it still holds the claim); staging never becomes
+        canonical by itself. The one exception is the deadline: past the task's
+        schedule_to_close the stage is refused FENCED (DEADLINE_EXCEEDED) and nothing is written.
+        Outcomes: OK, FENCED (reason DEADLINE_EXCEEDED only).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -198,7 +205,8 @@ class WorkerServiceServicer:
         """Makes the result canonical in one transaction: fence compares, canonical result, task state
         (DONE, or REVIEW when review is required), event, claim key removed, lease revoked.
         Outcomes: COMMITTED (also for a retry of the same attempt and digest), FENCED,
-        STALE_INPUT, CANCELLED. Exactly one canonical commit per task revision, ever.
+        STALE_INPUT, CANCELLED: claim.v1's four, and no other (a passed deadline is FENCED with
+        reason DEADLINE_EXCEEDED). Exactly one canonical commit per task revision, ever.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -226,8 +234,13 @@ class WorkerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PrepareEffect(self, request, context):
-        """Side-effect slots. effect_id = H(task_id, task revision, node_id, effect_slot): no attempt,
-        no payload, so every generation of a task revision sends the same idempotency key.
+        """Side-effect slots. effect_id = H(task_id, created_revision, task revision, node_id,
+        effect_slot): no attempt, no payload, so every generation of a task revision sends the same
+        idempotency key. created_revision is the etcd revision that created the task, so a task id
+        created again after its tombstone expired never shares an effect id with the archived task
+        (tasks created before this rule keep H(task_id, task revision, node_id, effect_slot), the
+        ids their effects were prepared with). A downstream dedupes on effect_id and nothing else;
+        the id comes back in PrepareEffectResponse.effect_id.
 
         Binds (or looks up) the slot's effect and says what to do. An acceptance point: the fence
         is compared in the txn that writes the effect. The first prepare creates PREPARED with the

@@ -12,8 +12,11 @@ and that fence.cancel_generation is the task's. The owner is always the authenti
 caller: a worker cannot renew, stage or commit another principal's attempt
 (PERMISSION_DENIED). Business outcomes come back as Outcome values, never as gRPC errors;
 gRPC errors mean bad input (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION,
-PERMISSION_DENIED) or an unavailable store (UNAVAILABLE), and write nothing. Any acceptance
-point of an attempt ended by the task's schedule_to_close deadline answers TIMED_OUT.
+PERMISSION_DENIED) or an unavailable store (UNAVAILABLE), and write nothing. From the task's
+schedule_to_close deadline on, every acceptance point of its attempt (Renew, RenewMany,
+AuthorizeTool, StageResult, Commit, Release, Fail, PrepareEffect, RecordEffect, StartJob)
+answers FENCED with reason DEADLINE_EXCEEDED and writes nothing, whether or not the deadline
+pass has ended the attempt yet.
 """
 
 from collections import abc as _abc
@@ -49,6 +52,9 @@ class WorkerServiceStub:
     claim key is gone (expired). Grants an etcd lease with ttl clamped to the server's
     [min_ttl, max_ttl]. Outcomes: CLAIMED, ALREADY_CLAIMED, STALE_STATE_VERSION,
     NOT_CLAIMABLE, CLAIMS_PAUSED, FENCED (reason EPOCH_CHANGED: the caller's epoch is old).
+    A claim whose caller is gone when its txn lands (cancelled, deadline passed) cannot be
+    answered: it is given back at once (READY, attempt ATTEMPT_END_UNDELIVERED, not counted
+    against the retry budget) and the call ends CANCELLED, so an idempotency key stores nothing.
     """
     ClaimNext: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ClaimNextRequest, _worker_pb2.ClaimResponse]
     """Claims the next ready task of a queue (highest priority first, FIFO within a priority;
@@ -58,7 +64,8 @@ class WorkerServiceStub:
     over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
     so it counts against the stream bounds (max_streams, max_streams_per_principal,
     max_stream_age) and the replica's max_claim_waiters: past them it is refused
-    RESOURCE_EXHAUSTED naming the bound.
+    RESOURCE_EXHAUSTED naming the bound. A waiter whose call ends leaves its line (and frees
+    its place) at once; a task won for a caller that is gone is given back as for Claim.
     """
     Renew: _grpc.UnaryUnaryMultiCallable[_worker_pb2.RenewRequest, _worker_pb2.RenewResponse]
     """Keeps the claim's lease alive. Bounded: restores at most the granted TTL and never past
@@ -83,13 +90,17 @@ class WorkerServiceStub:
     """
     StageResult: _grpc.UnaryUnaryMultiCallable[_worker_pb2.StageResultRequest, _worker_pb2.StageResultResponse]
     """Stages a result in the attempt's own isolated area. Any attempt of the caller may stage,
-    even a fenced one; staging never becomes canonical by itself. Outcome: OK.
+    even a fenced one (current says whether it still holds the claim); staging never becomes
+    canonical by itself. The one exception is the deadline: past the task's
+    schedule_to_close the stage is refused FENCED (DEADLINE_EXCEEDED) and nothing is written.
+    Outcomes: OK, FENCED (reason DEADLINE_EXCEEDED only).
     """
     Commit: _grpc.UnaryUnaryMultiCallable[_worker_pb2.CommitRequest, _worker_pb2.CommitResponse]
     """Makes the result canonical in one transaction: fence compares, canonical result, task state
     (DONE, or REVIEW when review is required), event, claim key removed, lease revoked.
     Outcomes: COMMITTED (also for a retry of the same attempt and digest), FENCED,
-    STALE_INPUT, CANCELLED. Exactly one canonical commit per task revision, ever.
+    STALE_INPUT, CANCELLED: claim.v1's four, and no other (a passed deadline is FENCED with
+    reason DEADLINE_EXCEEDED). Exactly one canonical commit per task revision, ever.
     """
     Release: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ReleaseRequest, _worker_pb2.ReleaseResponse]
     """Gives the task back (READY); the attempt is recorded as RELEASED. Outcomes: OK, FENCED,
@@ -105,8 +116,13 @@ class WorkerServiceStub:
     the reason), CANCELLED, STALE_INPUT. A fenced Fail writes nothing.
     """
     PrepareEffect: _grpc.UnaryUnaryMultiCallable[_worker_pb2.PrepareEffectRequest, _worker_pb2.PrepareEffectResponse]
-    """Side-effect slots. effect_id = H(task_id, task revision, node_id, effect_slot): no attempt,
-    no payload, so every generation of a task revision sends the same idempotency key.
+    """Side-effect slots. effect_id = H(task_id, created_revision, task revision, node_id,
+    effect_slot): no attempt, no payload, so every generation of a task revision sends the same
+    idempotency key. created_revision is the etcd revision that created the task, so a task id
+    created again after its tombstone expired never shares an effect id with the archived task
+    (tasks created before this rule keep H(task_id, task revision, node_id, effect_slot), the
+    ids their effects were prepared with). A downstream dedupes on effect_id and nothing else;
+    the id comes back in PrepareEffectResponse.effect_id.
 
     Binds (or looks up) the slot's effect and says what to do. An acceptance point: the fence
     is compared in the txn that writes the effect. The first prepare creates PREPARED with the
@@ -185,6 +201,9 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     claim key is gone (expired). Grants an etcd lease with ttl clamped to the server's
     [min_ttl, max_ttl]. Outcomes: CLAIMED, ALREADY_CLAIMED, STALE_STATE_VERSION,
     NOT_CLAIMABLE, CLAIMS_PAUSED, FENCED (reason EPOCH_CHANGED: the caller's epoch is old).
+    A claim whose caller is gone when its txn lands (cancelled, deadline passed) cannot be
+    answered: it is given back at once (READY, attempt ATTEMPT_END_UNDELIVERED, not counted
+    against the retry budget) and the call ends CANCELLED, so an idempotency key stores nothing.
     """
     ClaimNext: _aio.UnaryUnaryMultiCallable[_worker_pb2.ClaimNextRequest, _worker_pb2.ClaimResponse]  # type: ignore[assignment]
     """Claims the next ready task of a queue (highest priority first, FIFO within a priority;
@@ -194,7 +213,8 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
     so it counts against the stream bounds (max_streams, max_streams_per_principal,
     max_stream_age) and the replica's max_claim_waiters: past them it is refused
-    RESOURCE_EXHAUSTED naming the bound.
+    RESOURCE_EXHAUSTED naming the bound. A waiter whose call ends leaves its line (and frees
+    its place) at once; a task won for a caller that is gone is given back as for Claim.
     """
     Renew: _aio.UnaryUnaryMultiCallable[_worker_pb2.RenewRequest, _worker_pb2.RenewResponse]  # type: ignore[assignment]
     """Keeps the claim's lease alive. Bounded: restores at most the granted TTL and never past
@@ -219,13 +239,17 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     """
     StageResult: _aio.UnaryUnaryMultiCallable[_worker_pb2.StageResultRequest, _worker_pb2.StageResultResponse]  # type: ignore[assignment]
     """Stages a result in the attempt's own isolated area. Any attempt of the caller may stage,
-    even a fenced one; staging never becomes canonical by itself. Outcome: OK.
+    even a fenced one (current says whether it still holds the claim); staging never becomes
+    canonical by itself. The one exception is the deadline: past the task's
+    schedule_to_close the stage is refused FENCED (DEADLINE_EXCEEDED) and nothing is written.
+    Outcomes: OK, FENCED (reason DEADLINE_EXCEEDED only).
     """
     Commit: _aio.UnaryUnaryMultiCallable[_worker_pb2.CommitRequest, _worker_pb2.CommitResponse]  # type: ignore[assignment]
     """Makes the result canonical in one transaction: fence compares, canonical result, task state
     (DONE, or REVIEW when review is required), event, claim key removed, lease revoked.
     Outcomes: COMMITTED (also for a retry of the same attempt and digest), FENCED,
-    STALE_INPUT, CANCELLED. Exactly one canonical commit per task revision, ever.
+    STALE_INPUT, CANCELLED: claim.v1's four, and no other (a passed deadline is FENCED with
+    reason DEADLINE_EXCEEDED). Exactly one canonical commit per task revision, ever.
     """
     Release: _aio.UnaryUnaryMultiCallable[_worker_pb2.ReleaseRequest, _worker_pb2.ReleaseResponse]  # type: ignore[assignment]
     """Gives the task back (READY); the attempt is recorded as RELEASED. Outcomes: OK, FENCED,
@@ -241,8 +265,13 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     the reason), CANCELLED, STALE_INPUT. A fenced Fail writes nothing.
     """
     PrepareEffect: _aio.UnaryUnaryMultiCallable[_worker_pb2.PrepareEffectRequest, _worker_pb2.PrepareEffectResponse]  # type: ignore[assignment]
-    """Side-effect slots. effect_id = H(task_id, task revision, node_id, effect_slot): no attempt,
-    no payload, so every generation of a task revision sends the same idempotency key.
+    """Side-effect slots. effect_id = H(task_id, created_revision, task revision, node_id,
+    effect_slot): no attempt, no payload, so every generation of a task revision sends the same
+    idempotency key. created_revision is the etcd revision that created the task, so a task id
+    created again after its tombstone expired never shares an effect id with the archived task
+    (tasks created before this rule keep H(task_id, task revision, node_id, effect_slot), the
+    ids their effects were prepared with). A downstream dedupes on effect_id and nothing else;
+    the id comes back in PrepareEffectResponse.effect_id.
 
     Binds (or looks up) the slot's effect and says what to do. An acceptance point: the fence
     is compared in the txn that writes the effect. The first prepare creates PREPARED with the
@@ -324,6 +353,9 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         claim key is gone (expired). Grants an etcd lease with ttl clamped to the server's
         [min_ttl, max_ttl]. Outcomes: CLAIMED, ALREADY_CLAIMED, STALE_STATE_VERSION,
         NOT_CLAIMABLE, CLAIMS_PAUSED, FENCED (reason EPOCH_CHANGED: the caller's epoch is old).
+        A claim whose caller is gone when its txn lands (cancelled, deadline passed) cannot be
+        answered: it is given back at once (READY, attempt ATTEMPT_END_UNDELIVERED, not counted
+        against the retry budget) and the call ends CANCELLED, so an idempotency key stores nothing.
         """
 
     @_abc_1.abstractmethod
@@ -339,7 +371,8 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
         so it counts against the stream bounds (max_streams, max_streams_per_principal,
         max_stream_age) and the replica's max_claim_waiters: past them it is refused
-        RESOURCE_EXHAUSTED naming the bound.
+        RESOURCE_EXHAUSTED naming the bound. A waiter whose call ends leaves its line (and frees
+        its place) at once; a task won for a caller that is gone is given back as for Claim.
         """
 
     @_abc_1.abstractmethod
@@ -388,7 +421,10 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_worker_pb2.StageResultResponse, _abc.Awaitable[_worker_pb2.StageResultResponse]]:
         """Stages a result in the attempt's own isolated area. Any attempt of the caller may stage,
-        even a fenced one; staging never becomes canonical by itself. Outcome: OK.
+        even a fenced one (current says whether it still holds the claim); staging never becomes
+        canonical by itself. The one exception is the deadline: past the task's
+        schedule_to_close the stage is refused FENCED (DEADLINE_EXCEEDED) and nothing is written.
+        Outcomes: OK, FENCED (reason DEADLINE_EXCEEDED only).
         """
 
     @_abc_1.abstractmethod
@@ -400,7 +436,8 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         """Makes the result canonical in one transaction: fence compares, canonical result, task state
         (DONE, or REVIEW when review is required), event, claim key removed, lease revoked.
         Outcomes: COMMITTED (also for a retry of the same attempt and digest), FENCED,
-        STALE_INPUT, CANCELLED. Exactly one canonical commit per task revision, ever.
+        STALE_INPUT, CANCELLED: claim.v1's four, and no other (a passed deadline is FENCED with
+        reason DEADLINE_EXCEEDED). Exactly one canonical commit per task revision, ever.
         """
 
     @_abc_1.abstractmethod
@@ -434,8 +471,13 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _worker_pb2.PrepareEffectRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_worker_pb2.PrepareEffectResponse, _abc.Awaitable[_worker_pb2.PrepareEffectResponse]]:
-        """Side-effect slots. effect_id = H(task_id, task revision, node_id, effect_slot): no attempt,
-        no payload, so every generation of a task revision sends the same idempotency key.
+        """Side-effect slots. effect_id = H(task_id, created_revision, task revision, node_id,
+        effect_slot): no attempt, no payload, so every generation of a task revision sends the same
+        idempotency key. created_revision is the etcd revision that created the task, so a task id
+        created again after its tombstone expired never shares an effect id with the archived task
+        (tasks created before this rule keep H(task_id, task revision, node_id, effect_slot), the
+        ids their effects were prepared with). A downstream dedupes on effect_id and nothing else;
+        the id comes back in PrepareEffectResponse.effect_id.
 
         Binds (or looks up) the slot's effect and says what to do. An acceptance point: the fence
         is compared in the txn that writes the effect. The first prepare creates PREPARED with the

@@ -4,6 +4,7 @@ with bearer tokens, through the SDK and the CLI."""
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -71,3 +72,22 @@ def test_the_cli_sends_the_token_and_reports_the_refusal(
         "Error: PERMISSION_DENIED: principal 'worker-a' (roles: worker) may not call "
         "/coordinator.v1.TaskService/GetResult; allowed roles: admin,pm\n"
     )
+
+
+def test_the_cli_reads_the_token_from_the_file_coordinator_token_file_names(
+    ring: TokenRing, secured: str, committed: str, tmp_path: Path
+) -> None:
+    """The chart mounts a token as a file and names it, never putting it in the environment."""
+    token_file = tmp_path / "token"
+    token_file.write_text(ring.tokens["pm-1"] + "\n")
+    env = {"COORDINATOR_CLIENT_TOKEN_FILE": str(token_file), "COORDINATOR_TARGET": secured}
+    with capture_logs():
+        result = CliRunner().invoke(main, ["tasks", "result", "t-1"], env=env)
+    assert (result.exit_code, result.stdout) == (0, "the report")
+    assert f"commit              {committed}\n" in result.stderr
+    # A token given directly wins over the file (here: a worker's, refused).
+    env["COORDINATOR_TOKEN"] = ring.tokens["worker-a"]
+    with capture_logs():
+        result = CliRunner().invoke(main, ["tasks", "result", "t-1"], env=env)
+    assert result.exit_code == 1
+    assert "principal 'worker-a'" in result.stderr

@@ -11,11 +11,12 @@ from __future__ import annotations
 from chaos.checker import CheckReport, Evidence, FinalTask, check
 from chaos.history import INFO, EffectWrite, Observed, Operation, OpKind
 from chaos.linearizability import SETTLED_BY_HISTORY, settle_effects
-from coordinator.domain.effects import EffectState, effect_id
+from coordinator.domain.effect_ids import effect_id
+from coordinator.domain.effects import EffectState
 from coordinator.domain.states import TaskState
 
-KEY = effect_id("t1", 1, "notify", "email")
-OTHER = effect_id("t2", 1, "notify", "email")
+KEY = effect_id("t1", 1, 1, "notify", "email")
+OTHER = effect_id("t2", 1, 1, "notify", "email")
 DONE = {"t1": FinalTask("t1", TaskState.DONE, revision=1, result_commit_id="a-1@10")}
 
 
@@ -104,7 +105,9 @@ def test_without_the_effect_history_an_info_effect_stays_indefinite() -> None:
     assert settled(answered, [ew(12, "PREPARED", "eb")]).outcome == "EXECUTED"
 
 
-def test_an_older_history_without_the_key_is_matched_by_task() -> None:
+def test_an_invocation_without_the_key_is_matched_by_task() -> None:
+    # The chaos worker's invocations name no key: the id names the task's incarnation, which a
+    # worker learns only from the PrepareEffect answer (and older histories named none either).
     history = [op("2", "effect", 1.0, None, INFO, rid="eb")]
     assert settled(history, [ew(12, "UNKNOWN", "eb")]).outcome == "UNKNOWN"
     assert settled(history, [ew(12, "UNKNOWN", "eb", OTHER, task="t2")]).outcome == "LOST"

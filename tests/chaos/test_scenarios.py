@@ -59,6 +59,8 @@ def test_the_coordinator_passes_each_scenario(name: str, tmp_path: Path) -> None
         assert result.verdict.fenced.get("SUPERSEDED", 0) >= 1, table([result])
     else:
         assert result.verdict.dead_lettered == 0, table([result])
+    # Callers left their long polls (none cost an attempt: the checker's delivery rules).
+    assert name != "long-poll-cancel" or result.verdict.abandoned_polls >= 1, table([result])
     if name == "worker-partition":  # the cut-off worker's commit after the heal was refused
         late = sum(result.verdict.fenced.get(r, 0) for r in ("SUPERSEDED", "LEASE_EXPIRED"))
         assert late >= 1, table([result])

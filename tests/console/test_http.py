@@ -16,6 +16,7 @@ from coordinator.store import EventFilter, Store
 from coordinator.v1 import admin_pb2, admin_pb2_grpc, tasks_pb2
 from tests.console.conftest import Stack, flash_text
 from tests.console.http_client import csrf_of, signed_in
+from tests.helpers import eventually
 from tests.store.support import create, in_one_revision
 
 
@@ -187,3 +188,31 @@ def test_the_task_page_draws_its_upstreams_and_dependents_with_their_states(
     assert nodes("upstreams") == [("fetch", "READY"), ("clean", "DONE")]  # depends_on order
     assert nodes("dependents") == [("report", "WAITING")]
     assert '<strong class="mono">merge</strong> <span class="state s-WAITING">' in graph
+
+
+def test_the_task_page_and_lists_mark_a_dependent_blocked_by_a_cancelled_upstream(
+    stack: Stack,
+) -> None:
+    with stack.stubs("pm-1") as pm:
+        for task_id, upstreams in [("fetch", ()), ("merge", ("fetch",))]:
+            request = tasks_pb2.CreateTaskRequest(task_id=task_id, input=b"i", depends_on=upstreams)
+            pm.tasks.CreateTask(request, metadata=pm.metadata)
+        cancel = tasks_pb2.CancelTaskRequest(task_id="fetch", reason="dropped")
+        pm.tasks.CancelTask(cancel, metadata=pm.metadata)
+    client = signed_in(stack.url, stack.token("pm-1"))
+    page = eventually(
+        lambda: text if "task-blocked" in (text := client.get("/tasks/merge").text) else None
+    )
+    assert re.search(r'id="task-blocked"[^>]*>blocked by fetch</span>', page)
+    assert 'id="task-overdue"' not in page  # no deadline passed
+    queues = eventually(
+        lambda: text if "s-blocked" in (text := client.get("/queues").text) else None
+    )
+    assert '<a class="state s-blocked" href="/tasks?queue=default&amp;blocked=1">1 blocked</a>' in (
+        queues
+    )
+    listed = client.get("/tasks?blocked=1").text
+    assert re.findall(r'<a href="/tasks/([^"]+)">', listed) == ["merge"]
+    assert '<span class="state s-WAITING">WAITING</span> <span class="state s-blocked">blocked' in (
+        listed
+    )

@@ -18,6 +18,7 @@ from coordinator.domain.decisions import (
     check_fence,
     decide_commit,
     decide_renew,
+    decide_stage,
 )
 from coordinator.domain.records import ClaimRecord
 from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
@@ -240,10 +241,27 @@ def test_renew_is_bounded(
     assert verdict.reason is FenceReason.NONE
 
 
-def test_a_commit_decided_after_the_deadline_is_refused_timed_out() -> None:
+@given(
+    deadline=st.sampled_from([0.0, NOW - 1, NOW, NOW + 1]),
+    end=st.sampled_from(AttemptEnd),
+    superseded=st.booleans(),
+)
+def test_a_stage_is_refused_only_once_the_deadline_ended_the_attempt(
+    deadline: float, end: AttemptEnd, superseded: bool
+) -> None:
+    """Any attempt may stage, a fenced one too; past the deadline (or once the deadline pass
+    ended the attempt) the stage is FENCED, DEADLINE_EXCEEDED, like every acceptance point."""
+    task = replace(TASK, deadline=deadline, claim_generation=GEN + 1 if superseded else GEN)
+    view = FenceView(task, replace(ATTEMPT, end=end), CLAIM, 1)
+    past = bool(deadline and deadline <= NOW) or end is AttemptEnd.TIMED_OUT
+    fenced = (Outcome.FENCED, FenceReason.DEADLINE_EXCEEDED)
+    assert pair(decide_stage(view, now=NOW)) == (fenced if past else (Outcome.OK, FenceReason.NONE))
+
+
+def test_a_commit_decided_after_the_deadline_is_fenced_deadline_exceeded() -> None:
     view = replace(HOLDER, task=replace(TASK, deadline=NOW))
     decision = decide_commit(view, FENCE, input_digest=D1, result_digest=R1, now=NOW)
     assert decision == CommitRefuse(check_fence(view, FENCE, now=NOW))
-    assert pair(decision.verdict) == (Outcome.TIMED_OUT, FenceReason.NONE)
+    assert pair(decision.verdict) == (Outcome.FENCED, FenceReason.DEADLINE_EXCEEDED)
     early = decide_commit(view, FENCE, input_digest=D1, result_digest=R1, now=NOW - 1)
     assert isinstance(early, CommitWrite)

@@ -212,10 +212,13 @@ def test_check_fence_cases(case: str) -> None:
 
 
 def test_no_attempt_is_current_once_the_tasks_deadline_has_passed() -> None:
-    """The holder is refused TIMED_OUT from the deadline on, even before the deadline pass
-    moved the task: no result or effect lands after schedule_to_close."""
+    """The holder is refused FENCED (DEADLINE_EXCEEDED) from the deadline on, even before the
+    deadline pass moved the task: no result or effect lands after schedule_to_close."""
     timed = replace(HOLDER, task=replace(TASK, deadline=NOW))
-    assert pair(check_fence(timed, FENCE, now=NOW)) == (Outcome.TIMED_OUT, FenceReason.NONE)
+    assert pair(check_fence(timed, FENCE, now=NOW)) == (
+        Outcome.FENCED,
+        FenceReason.DEADLINE_EXCEEDED,
+    )
     assert check_fence(timed, FENCE, now=NOW - 0.001).accepted
     # A deadline of 0 is none; a cancel names the more specific reason.
     assert check_fence(HOLDER, FENCE, now=1e12).accepted
@@ -269,13 +272,13 @@ def test_check_fence_is_ok_only_when_every_part_matches(
     )
     assert verdict.accepted == every_part == (verdict.outcome is Outcome.OK)
     assert (verdict.reason is not FenceReason.NONE) == (verdict.outcome is Outcome.FENCED)
+    # claim.v1's answers only: a passed deadline is FENCED with a reason, not an outcome.
     assert verdict.outcome in (
         Outcome.OK,
         Outcome.FENCED,
         Outcome.CANCELLED,
         Outcome.STALE_INPUT,
-        Outcome.TIMED_OUT,
     )
-    # Only an attempt the task's deadline ended reads TIMED_OUT (tests/workqueue).
-    if verdict.outcome is Outcome.TIMED_OUT:
+    # Only an attempt the task's deadline ended reads DEADLINE_EXCEEDED (tests/workqueue).
+    if verdict.reason is FenceReason.DEADLINE_EXCEEDED:
         assert end is AttemptEnd.TIMED_OUT

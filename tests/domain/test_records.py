@@ -29,7 +29,10 @@ from coordinator.domain.states import Op, TaskState
 
 RECORDS = [TaskRecord, ClaimRecord, AttemptRecord, ResultRecord, StagedResult, EventRecord]
 # The etcd-assigned fields: never stored, attached on decode from the key's metadata.
-METADATA = {TaskRecord: {"state_version"}, ClaimRecord: {"generation", "mod_revision"}}
+METADATA = {
+    TaskRecord: {"state_version", "created_revision"},
+    ClaimRecord: {"generation", "mod_revision"},
+}
 
 
 def _strategy(hint: Any) -> st.SearchStrategy[Any]:

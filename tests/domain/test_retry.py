@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,11 +13,15 @@ from coordinator.domain.retry import (
     COUNTED_ENDS,
     LEASE_EXPIRED,
     MAX_BACKOFF,
+    UNCOUNTED_ENDS,
+    UNDELIVERED,
     AttemptEnded,
     DeadLetter,
     Requeue,
     RetryDefaults,
     RetryPolicy,
+    Uncounted,
+    attempts_counted,
     check_policy,
     decide_after,
     decide_retry,
@@ -92,7 +98,7 @@ def test_unlimited_attempts_are_never_exhausted(attempts: int, ended: AttemptEnd
 
 
 @pytest.mark.parametrize(
-    "end", [e for e in AttemptEnd if e not in COUNTED_ENDS], ids=lambda e: e.name
+    "end", [e for e in AttemptEnd if e not in COUNTED_ENDS | UNCOUNTED_ENDS], ids=lambda e: e.name
 )
 def test_ends_that_do_not_ask_for_another_attempt_are_a_bug_here(end: AttemptEnd) -> None:
     with pytest.raises(ValueError, match=f"ended {end.name} is not retried"):
@@ -105,6 +111,7 @@ def test_the_move_follows_the_decision(
 ) -> None:
     decision = decide_retry(policy, attempts, ended, NOW)
     move = retry_move(decision, ended, at_once=Op.RECLAIM, now=NOW)
+    assert not isinstance(decision, Uncounted)  # a counted end is never uncounted
     if isinstance(decision, DeadLetter):
         assert (move.op, move.dead_letter_reason, move.detail) == (
             Op.DEAD_LETTER,
@@ -115,7 +122,30 @@ def test_the_move_follows_the_decision(
         assert (move.op, move.not_before) == (Op.RECLAIM, 0.0)
     else:
         assert (move.op, move.not_before) == (Op.BACKOFF, decision.at)
-    assert move.changes(ended)["last_error"] == "boom"
+    changes = move.changes(_task(policy, attempt=attempts, base=1), ended)
+    assert (changes["last_error"], "attempts_base" in changes) == ("boom", False)
+
+
+@given(policies, st.integers(1, 10_000), st.integers(0, 10_000), st.text(max_size=20))
+def test_an_undelivered_attempt_is_never_counted_whatever_the_policy_and_budget(
+    policy: RetryPolicy, attempt: int, base: int, last_error: str
+) -> None:
+    # Even the last attempt of a budget, and a task whose policy would back off or dead-letter:
+    # nobody ran it, so it spends nothing, starts no backoff and fails nothing.
+    assert decide_retry(policy, attempt, UNDELIVERED, NOW) == Uncounted()
+    task = replace(
+        _task(policy, attempt=attempt, base=min(base, attempt - 1)), last_error=last_error
+    )
+    move = decide_after(task, UNDELIVERED, NOW, at_once=Op.GIVE_BACK)
+    assert (move.op, move.not_before, move.dead_letter_reason) == (
+        Op.GIVE_BACK,
+        0.0,
+        DeadLetterReason.NONE,
+    )
+    after = replace(task, **move.changes(task, UNDELIVERED))
+    # attempts_counted is what it was before the claim that started this attempt.
+    assert attempts_counted(after) == attempts_counted(task) - 1
+    assert after.last_error == last_error  # the last real error stays
 
 
 def _task(policy: RetryPolicy, *, attempt: int, base: int = 0) -> TaskRecord:

@@ -21,6 +21,7 @@ from coordinator.domain.states import (
     Op,
     Outcome,
     TaskState,
+    WaitingReason,
     is_legal,
     next_state,
 )
@@ -32,6 +33,7 @@ WIRE = [
     (Outcome, types_pb2.Outcome, "OUTCOME_", None),
     (FenceReason, types_pb2.FenceReason, "FENCE_REASON_", "NONE"),
     (AttemptEnd, types_pb2.AttemptEnd, "ATTEMPT_END_", "RUNNING"),
+    (WaitingReason, types_pb2.WaitingReason, "WAITING_REASON_", "NONE"),
 ]
 FROM_STATES: list[TaskState | None] = [None, *TaskState]
 

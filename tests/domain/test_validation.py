@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+from hypothesis import given
+from hypothesis import strategies as st
 
 from coordinator.domain import validation as v
 from coordinator.domain.effects import check_name
@@ -96,3 +100,72 @@ def test_dot_parts_of_slashed_names_are_refused(value: str) -> None:
         check_name("node_id", value)
     with pytest.raises(InvalidArgument, match="thread_key must not be"):
         thread_key(value)
+
+
+# Seconds and nanos as the wire carries them (int64, int32), biased to the edges of protobuf's
+# own ranges, where an off-by-one hides.
+_EDGES = [0, 1, -1, v.MAX_NANOS, v.MAX_NANOS + 1, -v.MAX_NANOS, -v.MAX_NANOS - 1]
+_SECONDS = st.one_of(
+    st.sampled_from(
+        [
+            *_EDGES,
+            v.TIMESTAMP_MIN_SECONDS,
+            v.TIMESTAMP_MIN_SECONDS - 1,
+            v.TIMESTAMP_MAX_SECONDS,
+            v.TIMESTAMP_MAX_SECONDS + 1,
+            v.DURATION_MAX_SECONDS,
+            v.DURATION_MAX_SECONDS + 1,
+            -v.DURATION_MAX_SECONDS,
+            -v.DURATION_MAX_SECONDS - 1,
+            2**62,
+            -(2**62),
+            2**63 - 1,
+            -(2**63),
+        ]
+    ),
+    st.integers(-(2**63), 2**63 - 1),
+)
+_NANOS = st.one_of(st.sampled_from([*_EDGES, 2 * 10**9]), st.integers(-(2**31), 2**31 - 1))
+
+
+def _protobuf_accepts(message: Timestamp | Duration) -> bool:
+    """protobuf's own verdict: its JSON form exists only for a well-formed value."""
+    try:
+        message.ToJsonString()
+    except ValueError:
+        return False
+    return True
+
+
+@given(seconds=_SECONDS, nanos=_NANOS)
+def test_a_timestamp_is_refused_exactly_when_protobuf_refuses_it(seconds: int, nanos: int) -> None:
+    message = Timestamp(seconds=seconds, nanos=nanos)
+    if _protobuf_accepts(message):
+        assert v.timestamp("at", seconds, nanos) == seconds + nanos / 1e9
+    else:
+        with pytest.raises(InvalidArgument, match=r"^at is not a valid Timestamp: "):
+            v.timestamp("at", seconds, nanos)
+
+
+@given(seconds=_SECONDS, nanos=_NANOS)
+def test_a_duration_is_refused_exactly_when_protobuf_refuses_it(seconds: int, nanos: int) -> None:
+    message = Duration(seconds=seconds, nanos=nanos)
+    if _protobuf_accepts(message):
+        assert v.duration("d", seconds, nanos) == seconds + nanos / 1e9
+    else:
+        with pytest.raises(InvalidArgument, match=r"^d is not a valid Duration: "):
+            v.duration("d", seconds, nanos)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "nanos", "message"),
+    [
+        (1, -5, r"nanos \(-5\) must have the sign of seconds \(1\)"),
+        (-1, 5, r"nanos \(5\) must have the sign of seconds \(-1\)"),
+        (0, 10**9, "nanos must be -999999999 to 999999999, got 1000000000"),
+        (-(2**62), 0, "seconds must be -315576000000 to 315576000000, got -4611686018427387904"),
+    ],
+)
+def test_a_broken_duration_names_what_is_wrong(seconds: int, nanos: int, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=f"^requeue_delay is not a valid Duration: {message}"):
+        v.duration("requeue_delay", seconds, nanos)

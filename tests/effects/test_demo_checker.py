@@ -8,10 +8,11 @@ import pytest
 
 from coordinator.cli.demo import verify
 from coordinator.domain.digests import digest_of
-from coordinator.domain.effects import EffectRecord, EffectState, effect_id
+from coordinator.domain.effect_ids import effect_id
+from coordinator.domain.effects import EffectRecord, EffectState
 from coordinator.domain.records import ResultRecord
 
-KEY = effect_id("t", 1, "notify", "email")
+KEY = effect_id("t", 1, 1, "notify", "email")
 # Sent by generation 5 (response lost), reconciled and recorded by generation 9.
 RECONCILED = EffectRecord(
     effect_id=KEY,

@@ -1,4 +1,5 @@
-"""coordinator.domain.effects: the effect id, and what prepare, record and the hold decide."""
+"""coordinator.domain.effects: what prepare, record and the hold decide (the effect id itself:
+tests/domain/test_effect_ids.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,9 @@ from dataclasses import replace
 from enum import IntEnum
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from coordinator.domain.digests import digest_of
+from coordinator.domain.effect_ids import effect_id
 from coordinator.domain.effects import (
     EffectAction,
     EffectRecord,
@@ -20,7 +20,6 @@ from coordinator.domain.effects import (
     decide_hold,
     decide_prepare,
     decide_record,
-    effect_id,
     resolve,
 )
 from coordinator.domain.records import TaskRecord, decode, encode
@@ -32,10 +31,12 @@ from coordinator.v1 import admin_pb2, types_pb2
 X, Y = digest_of(b"payload X"), digest_of(b"payload Y")
 A_GEN, B_GEN = 10, 20
 NOW = 1_700_000_000.0
+CREATED = 7  # the task key's create_revision
 
 
 def request(digest: str = X, generation: int = A_GEN, revision: int = 1) -> PrepareRequest:
-    return PrepareRequest("t1", revision, "notify", "email", digest, generation, "a1", "w1")
+    eid = effect_id("t1", CREATED, revision, "notify", "email")
+    return PrepareRequest(eid, "t1", revision, "notify", "email", digest, generation, "a1", "w1")
 
 
 def prepared(state: EffectState = EffectState.PREPARED, **changes: object) -> EffectRecord:
@@ -72,50 +73,6 @@ def test_the_new_outcomes_are_on_the_wire() -> None:
     assert int(types_pb2.OUTCOME_NEEDS_APPROVAL) == int(Outcome.NEEDS_APPROVAL) == 15
 
 
-# --- the effect id ------------------------------------------------------------------------
-
-
-def test_effect_id_is_stable_and_well_formed() -> None:
-    eid = effect_id("t1", 1, "notify", "email")
-    assert eid == effect_id("t1", 1, "notify", "email")
-    assert check_effect_id(eid) == eid
-    # Pinned: the id is the idempotency key downstream, so it must never change across releases.
-    assert eid == "eff-" + _sha_of_parts("t1", "1", "notify", "email")
-
-
-def _sha_of_parts(*parts: str) -> str:
-    import hashlib
-
-    h = hashlib.sha256(b"coordinator.effect.v1")
-    for part in parts:
-        h.update(len(part.encode()).to_bytes(4, "big") + part.encode())
-    return h.hexdigest()
-
-
-def test_effect_id_depends_on_revision_node_and_slot_only() -> None:
-    base = effect_id("t1", 1, "notify", "email")
-    assert effect_id("t1", 2, "notify", "email") != base  # a new revision: a new effect
-    assert effect_id("t1", 1, "notify", "email-2") != base  # a new slot: a new effect
-    assert effect_id("t1", 1, "other", "email") != base
-    assert effect_id("t2", 1, "notify", "email") != base
-
-
-def test_the_encoding_is_length_prefixed() -> None:
-    assert effect_id("a", 1, "bc", "d") != effect_id("ab", 1, "c", "d")
-    assert effect_id("t", 1, "n", "s/x") != effect_id("t", 1, "n/s", "x")
-    assert effect_id("t", 11, "n", "s") != effect_id("t1", 1, "n", "s")
-
-
-@given(
-    st.tuples(st.text(max_size=6), st.integers(1, 99), st.text(max_size=6), st.text(max_size=6)),
-    st.tuples(st.text(max_size=6), st.integers(1, 99), st.text(max_size=6), st.text(max_size=6)),
-)
-def test_different_tuples_never_share_an_id(
-    a: tuple[str, int, str, str], b: tuple[str, int, str, str]
-) -> None:
-    assert (effect_id(*a) == effect_id(*b)) == (a == b)
-
-
 # --- prepare ------------------------------------------------------------------------------
 
 
@@ -125,7 +82,7 @@ def test_a_first_prepare_binds_the_digest_and_executes() -> None:
     assert decision.write is not None
     assert decision.write.state is EffectState.PREPARED
     assert (decision.write.payload_digest, decision.write.prepared_generation) == (X, A_GEN)
-    assert decision.write.effect_id == effect_id("t1", 1, "notify", "email")
+    assert decision.write.effect_id == effect_id("t1", CREATED, 1, "notify", "email")
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from coordinator.domain.digests import digest_of
-from coordinator.domain.effects import effect_id
+from coordinator.domain.effect_ids import effect_id
 from coordinator.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 from tests import helpers
 from tests.helpers import Probe
@@ -65,7 +65,7 @@ def test_every_effect_of_a_task_is_listed_with_its_state(
 
     first = worker.ListEffects(worker_pb2.ListEffectsRequest(task_id="t-1", page_size=3))
     assert [e.effect_id for e in first.effects] == sorted(ids.values())[:3]
-    assert first.next_page_token == f"t-1/{sorted(ids.values())[2]}"
+    assert helpers.resumes_at(first.next_page_token) == f"t-1/{sorted(ids.values())[2]}"
     rest = worker.ListEffects(
         worker_pb2.ListEffectsRequest(task_id="t-1", page_token=first.next_page_token)
     )
@@ -81,7 +81,7 @@ def test_every_effect_of_a_task_is_listed_with_its_state(
         ({"page_size": 1001}, "page_size"),
         ({"task_id": "bad id"}, "task_id"),
         ({"page_token": "t-1/not-an-effect"}, "not one ListEffects returned"),
-        ({"task_id": "t-2", "page_token": f"t-1/{effect_id('t-1', 1, 'n', 's')}"}, "t-2"),
+        ({"task_id": "t-2", "page_token": f"t-1/{effect_id('t-1', 1, 1, 'n', 's')}"}, "t-2"),
     ],
 )
 def test_bad_input_is_refused_naming_the_field_and_writes_nothing(

@@ -3,12 +3,16 @@ a settled effect leaves the listing, and bad input is refused with the field nam
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 import pytest
 
 from coordinator.domain.digests import digest_of
-from coordinator.domain.effects import effect_id
+from coordinator.domain.effect_ids import effect_id
 from coordinator.v1 import types_pb2, worker_pb2, worker_pb2_grpc
+from tests import helpers
+from tests.helpers import slot_effect_id
 
 WORKER_A = (("x-coordinator-principal", "worker-a"),)
 
@@ -25,14 +29,18 @@ def _prepare(worker: worker_pb2_grpc.WorkerServiceStub, fence: types_pb2.Fence, 
 
 
 def test_pages_through_the_uncertain_effects_and_drops_settled_ones(
-    claimed: worker_pb2.ClaimResponse, worker: worker_pb2_grpc.WorkerServiceStub
+    claimed: worker_pb2.ClaimResponse,
+    worker: worker_pb2_grpc.WorkerServiceStub,
+    etcd_client: Any,
+    prefix: str,
 ) -> None:
     ids = sorted(_prepare(worker, claimed.fence, slot) for slot in ("a", "b", "c"))
-    assert ids == sorted(effect_id("t-1", 1, "notify", s) for s in ("a", "b", "c"))
+    slots = ("a", "b", "c")
+    assert ids == sorted(slot_effect_id(etcd_client, prefix, "t-1", "notify", s) for s in slots)
 
     first = worker.ListOpenEffects(worker_pb2.ListOpenEffectsRequest(page_size=2))
     assert [e.effect_id for e in first.effects] == ids[:2]
-    assert first.next_page_token == f"t-1/{ids[1]}"
+    assert helpers.resumes_at(first.next_page_token) == f"t-1/{ids[1]}"
     second = worker.ListOpenEffects(
         worker_pb2.ListOpenEffectsRequest(page_size=2, page_token=first.next_page_token)
     )
@@ -58,7 +66,7 @@ def test_pages_through_the_uncertain_effects_and_drops_settled_ones(
         ({"page_size": 1001}, "page_size"),
         ({"task_id": "bad id"}, "task_id"),
         ({"page_token": "t-1/not-an-effect"}, "page_token"),
-        ({"task_id": "t-2", "page_token": f"t-1/{effect_id('t-1', 1, 'n', 's')}"}, "t-2"),
+        ({"task_id": "t-2", "page_token": f"t-1/{effect_id('t-1', 1, 1, 'n', 's')}"}, "t-2"),
     ],
 )
 def test_refuses_bad_input(

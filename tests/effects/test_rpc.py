@@ -11,18 +11,18 @@ import pytest
 
 from coordinator import request_ids
 from coordinator.domain.digests import digest_of
+from coordinator.domain.effect_ids import effect_id
 from coordinator.domain.effects import (
     MAX_ETAG_CHARS,
     MAX_REF_CHARS,
     EffectRecord,
     EffectState,
-    effect_id,
 )
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import decode, encode
 from coordinator.v1 import admin_pb2, admin_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
 from tests import helpers
-from tests.helpers import Probe
+from tests.helpers import Probe, slot_effect_id
 
 Claim = worker_pb2.ClaimResponse
 
@@ -34,7 +34,13 @@ WORKER_A = (("x-coordinator-principal", "worker-a"),)
 # Every bad request is sent as the claim's holder, so the one bad field is all that is wrong.
 refused = partial(helpers.refused, metadata=WORKER_A)
 X = digest_of(b"payload X")
-NEVER = effect_id("t-1", 1, "notify", "never-prepared")
+NEVER = effect_id("t-1", 1, 1, "notify", "never-prepared")
+
+
+@pytest.fixture
+def email(claimed: Claim, etcd_client: Any, prefix: str) -> str:
+    """The effect id of t-1's slot notify/email."""
+    return slot_effect_id(etcd_client, prefix, "t-1", "notify", "email")
 
 
 def prepare_request(claim: Claim, **changes: Any) -> worker_pb2.PrepareEffectRequest:
@@ -52,13 +58,14 @@ def test_prepare_record_get_and_stats_over_the_wire(
     claimed: Claim,
     worker: worker_pb2_grpc.WorkerServiceStub,
     admin: admin_pb2_grpc.AdminServiceStub,
+    email: str,
 ) -> None:
     prepared = worker.PrepareEffect(prepare_request(claimed), metadata=WORKER_A)
     assert (prepared.outcome, prepared.action) == (
         types_pb2.OUTCOME_OK,
         types_pb2.EFFECT_ACTION_EXECUTE,
     )
-    assert prepared.effect_id == effect_id("t-1", 1, "notify", "email")
+    assert prepared.effect_id == email
     assert prepared.effect.state == types_pb2.EFFECT_STATE_PREPARED
     assert prepared.effect.prepared_generation == claimed.fence.claim_generation
     assert admin.DrainStatus(admin_pb2.DrainStatusRequest()).unknown_effects == 1
@@ -99,10 +106,14 @@ def test_prepare_record_get_and_stats_over_the_wire(
 
 
 def test_each_effect_write_carries_the_request_id_of_its_call(
-    claimed: Claim, worker: worker_pb2_grpc.WorkerServiceStub, etcd_client: Any, prefix: str
+    claimed: Claim,
+    worker: worker_pb2_grpc.WorkerServiceStub,
+    etcd_client: Any,
+    prefix: str,
+    email: str,
 ) -> None:
     def stored() -> EffectRecord:
-        value, _ = etcd_client.get(Keyspace(prefix).effect(effect_id("t-1", 1, "notify", "email")))
+        value, _ = etcd_client.get(Keyspace(prefix).effect(email))
         return decode(EffectRecord, value)
 
     prepared = worker.PrepareEffect(
@@ -172,10 +183,10 @@ def test_prepare_refuses_an_unknown_task(
     )
 
 
-def record_request(claim: Claim, **changes: Any) -> worker_pb2.RecordEffectRequest:
+def record_request(claim: Claim, email: str, **changes: Any) -> worker_pb2.RecordEffectRequest:
     fields: dict[str, Any] = {
         "fence": claim.fence,
-        "effect_id": effect_id("t-1", 1, "notify", "email"),
+        "effect_id": email,
         "state": types_pb2.EFFECT_STATE_COMMITTED,
         "external_ref": "msg-1",
     }
@@ -204,20 +215,21 @@ def test_record_refuses_bad_input(
     claimed: Claim,
     worker: worker_pb2_grpc.WorkerServiceStub,
     keyspace: Probe,
+    email: str,
     changes: dict[str, Any],
     code: grpc.StatusCode,
     named: str,
 ) -> None:
     worker.PrepareEffect(prepare_request(claimed), metadata=WORKER_A)  # "email" exists
-    refused(worker.RecordEffect, record_request(claimed, **changes), code, named, keyspace)
+    refused(worker.RecordEffect, record_request(claimed, email, **changes), code, named, keyspace)
 
 
 def test_record_refuses_a_move_the_state_does_not_allow(
-    claimed: Claim, worker: worker_pb2_grpc.WorkerServiceStub, keyspace: Probe
+    claimed: Claim, worker: worker_pb2_grpc.WorkerServiceStub, keyspace: Probe, email: str
 ) -> None:
     worker.PrepareEffect(prepare_request(claimed), metadata=WORKER_A)
-    worker.RecordEffect(record_request(claimed), metadata=WORKER_A)
-    request = record_request(claimed, state=types_pb2.EFFECT_STATE_ABSENT, external_ref="")
+    worker.RecordEffect(record_request(claimed, email), metadata=WORKER_A)
+    request = record_request(claimed, email, state=types_pb2.EFFECT_STATE_ABSENT, external_ref="")
     refused(worker.RecordEffect, request, PRECONDITION, "is COMMITTED", keyspace)
 
 

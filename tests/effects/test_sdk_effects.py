@@ -16,7 +16,6 @@ import pytest
 
 from coordinator.demo.outbox import OutboxProcess
 from coordinator.domain.digests import digest_of
-from coordinator.domain.effects import effect_id
 from coordinator.domain.states import Op
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import (
@@ -36,7 +35,6 @@ from tests.sdk.support import QUEUE, Served, served
 from tests.store.support import events
 
 X, Y = b"to: ops\n\nthe report is ready (draft X)", b"to: ops\n\nthe report is ready (draft Y)"
-KEY = effect_id("t1", 1, "notify", "email")
 TTL = timedelta(seconds=1)  # etcd grants 2 s
 
 
@@ -52,9 +50,11 @@ def outbox() -> Iterator[OutboxProcess]:
         yield running
 
 
-def create(coordinator: Served, *, non_replayable: bool = False) -> None:
+def create(coordinator: Served, *, non_replayable: bool = False) -> str:
+    """Create t1; the effect id of its slot notify/email (the downstream's key)."""
     with coordinator.client("pm") as pm:
         pm.create_task("t1", input=b"input", queue=QUEUE, non_replayable=non_replayable)
+    return coordinator.effect_id("t1", "notify", "email")
 
 
 def take_over(client: WorkerClient) -> Claim:
@@ -70,39 +70,39 @@ def take_over(client: WorkerClient) -> Claim:
 def test_unknown_then_absent_then_sent_once_and_the_late_owner_is_fenced(
     coordinator: Served, outbox: OutboxProcess
 ) -> None:
-    create(coordinator)
+    key = create(coordinator)
     with coordinator.client("A") as a, coordinator.client("B") as b:
         job_a = a.claim("t1", ttl=TTL)
         assert isinstance(job_a, Claim)
         # A's call is held by the downstream before it is performed; A gives up: UNKNOWN.
-        outbox.stall(KEY)
+        outbox.stall(key)
         lost = job_a.effect("notify", "email", X, HttpDownstream(outbox.url, timeout=0.5))
         assert (lost.status, lost.effect_id, lost.sent, lost.recorded) == (
             EffectStatus.UNCERTAIN,
-            KEY,
+            key,
             True,
             True,
         )
-        assert a.get_effect(KEY).state is EffectState.UNKNOWN
+        assert a.get_effect(key).state is EffectState.UNKNOWN
 
         # A's lease runs out (no keepalive); B takes over, looks the key up (absent), records
         # ABSENT, and sends X with the same key: performed once.
         job_b = take_over(b)
         assert job_b.generation > job_a.generation
         done = job_b.effect("notify", "email", X, HttpDownstream(outbox.url))
-        assert (done.status, done.effect_id, done.sent) == (EffectStatus.EXECUTED, KEY, True)
-        assert outbox.performed(KEY) == 1
+        assert (done.status, done.effect_id, done.sent) == (EffectStatus.EXECUTED, key, True)
+        assert outbox.performed(key) == 1
         counts = outbox.counts()
-        assert counts["lookups"] == {KEY: 1}
-        effect = b.get_effect(KEY)
+        assert counts["lookups"] == {key: 1}
+        effect = b.get_effect(key)
         assert (effect.state, effect.external_ref) == (EffectState.COMMITTED, done.external_ref)
         assert effect.prepared_generation == job_b.generation
 
         # A's held call finally reaches the downstream: its generation is below the floor B's
         # lookup set, so it is refused, not performed.
-        outbox.release(KEY)
-        eventually(lambda: outbox.counts()["calls"].get(KEY) == 2, timeout=10)
-        assert outbox.performed(KEY) == 1
+        outbox.release(key)
+        eventually(lambda: outbox.counts()["calls"].get(key) == 2, timeout=10)
+        assert outbox.performed(key) == 1
 
         # A returns late: prepare and record with the old generation are FENCED.
         late = job_a.effect("notify", "email", X, HttpDownstream(outbox.url))
@@ -114,12 +114,12 @@ def test_unknown_then_absent_then_sent_once_and_the_late_owner_is_fenced(
         )
         assert job_a.is_lost()
         assert job_b.commit(b"the report").committed
-    assert outbox.performed(KEY) == 1
-    assert set(outbox.counts()["performed"]) == {KEY}  # no other key was ever invented
+    assert outbox.performed(key) == 1
+    assert set(outbox.counts()["performed"]) == {key}  # no other key was ever invented
 
 
 def test_a_committed_slot_is_skipped(coordinator: Served, outbox: OutboxProcess) -> None:
-    create(coordinator)
+    key = create(coordinator)
     down = HttpDownstream(outbox.url)
     with coordinator.client("A") as a, coordinator.client("B") as b:
         job_a = a.claim("t1", ttl=timedelta(seconds=30))
@@ -141,13 +141,13 @@ def test_a_committed_slot_is_skipped(coordinator: Served, outbox: OutboxProcess)
             digest_of(X),
             False,
         )
-    assert outbox.counts()["calls"] == {KEY: 1}
+    assert outbox.counts()["calls"] == {key: 1}
 
 
 def test_a_non_replayable_task_waits_for_approval_then_runs_again(
     coordinator: Served, etcd_client: Any
 ) -> None:
-    create(coordinator, non_replayable=True)
+    key = create(coordinator, non_replayable=True)
     with OutboxProcess(idempotent=False) as plain, coordinator.client("A") as a:
         down = HttpDownstream(plain.url)
         job_a = a.claim("t1", ttl=timedelta(seconds=30))
@@ -158,7 +158,7 @@ def test_a_non_replayable_task_waits_for_approval_then_runs_again(
         # Trying again in the same attempt reconciles; this downstream cannot tell: no send.
         again = job_a.effect("notify", "email", X, down)
         assert (again.status, again.sent) == (EffectStatus.UNCERTAIN, False)
-        assert plain.performed(KEY) == 1
+        assert plain.performed(key) == 1
         assert job_a.release("the send timed out").released
 
         with coordinator.client("B") as b, coordinator.client("ops-anna") as ops:
@@ -174,7 +174,7 @@ def test_a_non_replayable_task_waits_for_approval_then_runs_again(
                 "t1", resolution=EffectState.COMMITTED, reason="the mail is in the sent folder"
             )
             assert task.state is TaskState.READY
-            assert [(e.effect_id, e.state) for e in resolved] == [(KEY, EffectState.COMMITTED)]
+            assert [(e.effect_id, e.state) for e in resolved] == [(key, EffectState.COMMITTED)]
             last = events(coordinator.store, etcd_client, "t1")[-1]
             assert (last.op, last.by) == (Op.APPROVE_RETRY, "ops-anna")
 
@@ -183,7 +183,7 @@ def test_a_non_replayable_task_waits_for_approval_then_runs_again(
             skipped = job_b.effect("notify", "email", X, down)
             assert (skipped.status, skipped.sent) == (EffectStatus.SKIPPED, False)
             assert job_b.commit(b"done").committed
-        assert plain.performed(KEY) == 1
+        assert plain.performed(key) == 1
 
 
 @dataclass
@@ -205,7 +205,7 @@ class CrashingDownstream:
 
 
 def test_one_attempt_never_sends_a_key_twice(coordinator: Served) -> None:
-    create(coordinator)
+    key = create(coordinator)
     down = CrashingDownstream()
     with coordinator.client("A") as a:
         claim = a.claim("t1", ttl=timedelta(seconds=30))
@@ -220,4 +220,4 @@ def test_one_attempt_never_sends_a_key_twice(coordinator: Served) -> None:
             False,
             "msg-from-lookup",
         )
-    assert (down.executed, down.looked_up) == ([KEY], [KEY])
+    assert (down.executed, down.looked_up) == ([key], [key])

@@ -20,7 +20,6 @@ import pytest
 from coordinator.demo.outbox import OutboxProcess
 from coordinator.demo.worker import EFFECT_NODE, EFFECT_SLOT, WorkerProcess, effect_payload
 from coordinator.domain.digests import digest_of
-from coordinator.domain.effects import effect_id
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import Claim, EffectState, EffectStatus, HttpDownstream, TaskState
 from coordinator.sdk.types import fence_to_proto
@@ -31,7 +30,6 @@ from tests.sdk.support import QUEUE, Served, served
 
 pytestmark = pytest.mark.slow
 
-KEY = effect_id("t1", 1, EFFECT_NODE, EFFECT_SLOT)
 X, Y = effect_payload("t1", "A"), effect_payload("t1", "B")
 
 
@@ -43,12 +41,13 @@ def coordinator(etcd: EtcdProcess, prefix: str) -> Iterator[Served]:
 
 
 def test_a_lost_response_is_reconciled_and_never_sent_twice(coordinator: Served) -> None:
+    key = coordinator.effect_id("t1", EFFECT_NODE, EFFECT_SLOT)
     with OutboxProcess() as outbox:
         outbox.drop(next=1, mode="hang")  # performed, then the answer never comes
         worker_a = WorkerProcess("A", coordinator.target, queue=QUEUE, ttl=1, outbox=outbox.url)
         worker_a.start()
         try:
-            eventually(lambda: outbox.performed(KEY) == 1, timeout=20, message="A never sent")
+            eventually(lambda: outbox.performed(key) == 1, timeout=20, message="A never sent")
             worker_a.signal(signal.SIGKILL)  # right after the downstream performed the call
             worker_a.proc.wait(timeout=10)
         finally:
@@ -58,7 +57,7 @@ def test_a_lost_response_is_reconciled_and_never_sent_twice(coordinator: Served)
         assert worker_a.wait_for("effect", timeout=0) is None  # A never learnt the answer
 
         with coordinator.client("B") as b:
-            effect = b.get_effect(KEY)
+            effect = b.get_effect(key)
             assert (effect.state, effect.payload_digest) == (EffectState.PREPARED, digest_of(X))
             assert effect.prepared_generation == claim_a["generation"]
 
@@ -81,7 +80,7 @@ def test_a_lost_response_is_reconciled_and_never_sent_twice(coordinator: Served)
             assert raw.outcome == types_pb2.OUTCOME_PAYLOAD_CONFLICT
             assert raw.effect.payload_digest == digest_of(X)
             assert raw.action == types_pb2.EFFECT_ACTION_RECONCILE
-            assert raw.effect_id == KEY
+            assert raw.effect_id == key
 
             # The SDK does the same and reconciles X instead of sending Y.
             with job_b:
@@ -95,7 +94,7 @@ def test_a_lost_response_is_reconciled_and_never_sent_twice(coordinator: Served)
                 assert outcome.external_ref.startswith("msg-")
                 assert job_b.commit(b"report by B").committed
 
-            effect = b.get_effect(KEY)
+            effect = b.get_effect(key)
             assert (effect.state, effect.payload_digest, effect.external_ref) == (
                 EffectState.COMMITTED,
                 digest_of(X),
@@ -105,6 +104,6 @@ def test_a_lost_response_is_reconciled_and_never_sent_twice(coordinator: Served)
             assert b.get_task("t1").state is TaskState.DONE
 
         counts = outbox.counts()
-        assert counts["performed"] == {KEY: 1}  # exactly one performed call, ever
-        assert counts["calls"] == {KEY: 1}  # and zero second calls
-        assert counts["lookups"] == {KEY: 1}
+        assert counts["performed"] == {key: 1}  # exactly one performed call, ever
+        assert counts["calls"] == {key: 1}  # and zero second calls
+        assert counts["lookups"] == {key: 1}

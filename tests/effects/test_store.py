@@ -9,7 +9,8 @@ import pytest
 
 from coordinator.domain.decisions import Fence
 from coordinator.domain.digests import digest_of
-from coordinator.domain.effects import EffectAction, EffectState, effect_id
+from coordinator.domain.effect_ids import effect_id_of, legacy_effect_id
+from coordinator.domain.effects import EffectAction, EffectState
 from coordinator.domain.states import AttemptEnd, FenceReason, Op, Outcome, TaskState
 from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
 from coordinator.store import Store, TaskSpec
@@ -75,7 +76,7 @@ def test_a_first_prepare_writes_prepared_and_indexes_it_as_open(
     assert (result.verdict.outcome, result.action) == (Outcome.OK, EffectAction.EXECUTE)
     assert result.effect is not None
     eid = result.effect.effect_id
-    assert eid == effect_id("t1", 1, "notify", "email")
+    assert eid == effect_id_of(store.tasks.get("t1"), 1, "notify", "email")
     stored = store.effects.get(eid)
     assert (stored.state, stored.payload_digest) == (EffectState.PREPARED, X)
     assert (stored.prepared_generation, stored.prepared_attempt_id) == (
@@ -118,7 +119,8 @@ def test_the_effect_id_is_stable_across_attempts_and_new_for_a_new_revision(
     third = claim(store, "t1", principal="w3")
     fresh = prepare(store, third, principal="w3")
     assert fresh.effect is not None
-    assert fresh.effect.effect_id == effect_id("t1", 2, "notify", "email") != eid
+    assert fresh.effect.effect_id == effect_id_of(store.tasks.get("t1"), 2, "notify", "email")
+    assert fresh.effect.effect_id != eid
     assert (fresh.action, fresh.effect.task_revision) == (EffectAction.EXECUTE, 2)
     # Another slot of the same revision is another effect too.
     other = prepare(store, third, principal="w3", slot="email-2")
@@ -218,7 +220,7 @@ def test_bad_records_raise_and_write_nothing(store: Store, etcd_client: Any) -> 
     eid = prepare(store, fence).effect.effect_id  # type: ignore[union-attr]
     record(store, fence, eid, EffectState.COMMITTED, ref="msg-1")
     before = snapshot(store, etcd_client)
-    never = effect_id("t1", 1, "notify", "never-prepared")
+    never = legacy_effect_id("t1", 1, "notify", "never-prepared")
     with pytest.raises(NotFound, match="never prepared"):
         record(store, fence, never, EffectState.COMMITTED)
     with pytest.raises(InvalidArgument, match="belongs to task 't1'"):

@@ -187,8 +187,28 @@ def test_unknown_dependency_ids_are_refused_not_found(store: Store, etcd_client:
 def test_an_upstream_that_can_never_be_done_is_refused(store: Store) -> None:
     create(store, "a")
     store.tasks.cancel("a", by="pm", reason="dropped")
-    with pytest.raises(FailedPrecondition, match=r"never be DONE: a \(CANCELLED\)"):
+    with pytest.raises(FailedPrecondition, match=r"not going to be DONE: a \(CANCELLED\)"):
         create(store, "b", depends_on=("a",))
+
+
+def test_set_dependencies_keeps_an_edge_to_a_cancelled_upstream_and_refuses_a_new_one(
+    store: Store,
+) -> None:
+    create(store, "a")
+    create(store, "b")
+    create(store, "c")
+    down = create(store, "down", depends_on=("a", "b"))
+    store.tasks.cancel("a", by="pm", reason="dropped")
+    store.tasks.cancel("c", by="pm", reason="dropped")
+    eventually(lambda: store.tasks.get("down").blocked_by == ("a",), timeout=5)
+    with pytest.raises(FailedPrecondition, match=r"not going to be DONE: c \(CANCELLED\)"):
+        store.dependencies.set_dependencies("down", ("a", "c"), expected_state_version=0, by="pm")
+    # Dropping "b" keeps the edge to "a": still WAITING, still blocked by it.
+    kept = store.dependencies.set_dependencies("down", ("a",), expected_state_version=0, by="pm")
+    assert (kept.state, kept.blocked_by) == (TaskState.WAITING, ("a",))
+    # Dropping "a" too: nothing blocks it, and with no upstream left it is READY.
+    freed = store.dependencies.set_dependencies("down", (), expected_state_version=0, by="pm")
+    assert (freed.state, freed.blocked_by, down.state) == (TaskState.READY, (), TaskState.WAITING)
 
 
 def test_releasing_is_safe_on_every_replica_at_once(

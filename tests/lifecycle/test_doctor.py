@@ -275,16 +275,44 @@ def test_doctor_exits_one_and_names_the_problem_in_text(
     eventually(lambda: store.tasks.get("t").state is TaskState.READY)
 
 
-def test_a_waiting_task_of_a_cancelled_upstream_left_beyond_the_window(
+def test_a_waiting_task_of_a_cancelled_upstream_left_unmarked_beyond_the_window(
     doctor: Doctor, store: Store
 ) -> None:
     create(store, "up")
     create(store, "down", depends_on=("up",))
-    store.tasks.cancel("up", by="pm", reason="dropped")  # the releaser is closed: no cascade
-    assert doctor.problems(window="0.3") == [(Problem.CANCEL_OVERDUE.value, "down", False)]
-    assert "upstream that will never be DONE (up (CANCELLED))" in doctor.run().output
+    store.tasks.cancel("up", by="pm", reason="dropped")  # the releaser is closed: no mark
+    assert doctor.problems(window="0.3") == [(Problem.BLOCKED_MARK_OVERDUE.value, "down", False)]
+    assert "marked blocked by () but its FAILED or CANCELLED upstreams are (up)" in (
+        doctor.run().output
+    )
     store.releaser.scan()  # a replica comes back and does its job
     assert doctor.problems() == []
+    assert store.tasks.get("down").blocked_by == ("up",)
+
+
+def test_the_blocked_and_overdue_mark_indexes_are_checked_against_the_record(
+    doctor: Doctor, store: Store, etcd_client: Any
+) -> None:
+    create(store, "up")
+    create(store, "down", depends_on=("up",))
+    create(store, "other")
+    store.tasks.cancel("up", by="pm", reason="dropped")
+    store.releaser.scan()  # marks "down" blocked (the watch is closed)
+    keys = store.ctx.keys
+    assert etcd_client.get(keys.blocked("down"))[0] == b"default"
+    assert doctor.problems() == []
+    etcd_client.delete(keys.blocked("down"))
+    etcd_client.put(keys.overdue("other"), b"default")  # READY: never overdue
+    etcd_client.put(keys.overdue("ghost"), b"default")
+    assert doctor.problems() == [
+        (Problem.BLOCKED_INDEX_MISSING.value, "down", True),
+        (Problem.OVERDUE_INDEX_ORPHAN.value, "other", True),
+        (Problem.OVERDUE_INDEX_ORPHAN.value, "ghost", True),  # of a task that does not exist
+    ]
+    assert doctor.run("--repair").exit_code == 0
+    assert doctor.problems() == []
+    assert etcd_client.get(keys.blocked("down"))[0] == b"default"
+    assert etcd_client.get(keys.overdue("other"))[0] is None
 
 
 def test_effect_indexes_missing_and_orphaned_are_repaired_from_the_effect_record(

@@ -122,8 +122,8 @@ def test_the_same_idempotency_key_creates_one_task(store: Store, cli: Cli) -> No
         (["create", "--input-file", "/nonexistent/spec"], "Invalid value for '--input-file'"),
         (["list", "--limit", "0"], "Invalid value for '--limit'"),
         (["list", "--state", "DONEISH"], "Invalid value for '--state'"),
-        (["get", "a b"], "Invalid value for 'TASK'"),
-        (["cancel", ""], "Invalid value for 'TASK': task_id is required"),
+        (["get", "a b"], "Invalid value for 'TASK_ID'"),
+        (["cancel", ""], "Invalid value for 'TASK_ID': task_id is required"),
         (["result", "t", "--revision", "-1"], "Invalid value for '--revision'"),
         (["result", "t", "--json", "--out", "-"], "--json carries the payload itself"),
         (["accept", "t"], "Missing option '--revision'"),
@@ -461,6 +461,14 @@ def test_review_and_cancel_print_the_new_state(store: Store, cli: Cli) -> None:
         1,
         "Error: FAILED_PRECONDITION: task 't' is DONE; it cannot be cancelled\n",
     )
+    create(store, "v")
+    create(store, "w", depends_on=("v",))
+    cascaded = cli("cancel", "v", "--cascade")
+    assert (cascaded.exit_code, cascaded.stdout) == (
+        0,
+        "v CANCELLED (cancel_generation 1)\ncancelled below it: w\n",
+    )
+    assert store.tasks.get("w").state is TaskState.CANCELLED
 
 
 def test_deps_shows_and_sets_upstreams(store: Store, cli: Cli) -> None:

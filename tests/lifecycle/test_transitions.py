@@ -177,8 +177,20 @@ def test_the_attempts_cover_every_operation_of_this_issue_and_the_core() -> None
 
 
 _EFFECT_OPS = {"hold_for_approval", "approve_retry", "escalate_reconcile"}  # tests/reconcile
-# The retry policy's moves, the delayed index and RetryTask: tests/workqueue.
-_QUEUE_OPS = {"fail", "dead_letter", "backoff", "promote", "create_delayed", "retry", "time_out"}
+# The retry policy's moves, the delayed index, RetryTask and an undelivered claim given back:
+# tests/workqueue.
+_QUEUE_OPS = {
+    "fail",
+    "dead_letter",
+    "backoff",
+    "promote",
+    "create_delayed",
+    "retry",
+    "time_out",
+    "give_back",
+}
+# Marks on a WAITING task (blocked, overdue): tests/workqueue/test_blocked_dependents.py.
+_QUEUE_OPS |= {"mark_blocked", "mark_overdue"}
 
 
 @pytest.mark.parametrize(("state", "op"), ILLEGAL, ids=lambda v: getattr(v, "name", str(v)))

@@ -245,3 +245,37 @@ def test_up_is_insecure_and_therefore_loopback_only(monkeypatch: pytest.MonkeyPa
     result = CliRunner().invoke(main, ["up", "--listen", "0.0.0.0:0"])
     assert result.exit_code == 2, result.output
     assert "'0.0.0.0:0' is not a loopback address" in result.output
+
+
+def test_etcd_credentials_may_come_from_files_a_mounted_secret_holds(
+    tmp_path: Path, captured: list[Config]
+) -> None:
+    (tmp_path / "user").write_text("coordinator\n")
+    (tmp_path / "password").write_text("s3cret\n")
+    files = {
+        "COORDINATOR_ETCD_USER_FILE": str(tmp_path / "user"),
+        "COORDINATOR_ETCD_PASSWORD_FILE": str(tmp_path / "password"),
+    }
+    config_file = _file(tmp_path, 'insecure = true\netcd_password = "from-config"')
+    runs = [
+        _serve(["--config", config_file], files),
+        _serve(["--config", config_file], {**files, "COORDINATOR_ETCD_PASSWORD": "from-env"}),
+        _serve(["--config", config_file, "--etcd-password", "from-flag"], files),
+    ]
+    for run in runs:
+        assert run.exit_code == 0, run.output
+    assert [(c.etcd_user, c.etcd_password) for c in captured] == [
+        ("coordinator", "s3cret"),  # the file's variable beats the config file, stripped
+        ("coordinator", "from-env"),
+        ("coordinator", "from-flag"),
+    ]
+
+
+def test_an_unreadable_secret_file_is_refused_naming_its_variable(
+    tmp_path: Path, captured: list[Config]
+) -> None:
+    missing = str(tmp_path / "nope")
+    run = _serve(["--insecure"], {"COORDINATOR_ETCD_PASSWORD_FILE": missing})
+    assert run.exit_code == 2
+    assert "COORDINATOR_ETCD_PASSWORD_FILE" in run.output and missing in run.output
+    assert captured == []

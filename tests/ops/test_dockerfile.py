@@ -9,6 +9,8 @@ import re
 import tomllib
 from pathlib import Path
 
+import click
+
 from coordinator.cli import main
 from coordinator.cli.serve import serve
 
@@ -42,7 +44,7 @@ def test_the_entrypoint_is_coordinator_serve_and_its_flags_exist() -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert entrypoint == ["coordinator", "serve"]
     assert scripts["coordinator"] == "coordinator.cli:main"
-    assert main.commands["serve"] is serve
+    assert main.get_command(click.Context(main), "serve") is serve
     flags = {opt for param in serve.params for opt in param.opts}
     used = [arg for arg in cmd if arg.startswith("-")]
     assert used and set(used) <= flags, used

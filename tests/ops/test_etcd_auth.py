@@ -118,3 +118,29 @@ def test_the_coordinator_user_is_required_and_never_root(etcd: SecureEtcd) -> No
     result = CliRunner().invoke(cli, [*args, "--etcd-user", "root"], env=env)
     assert result.exit_code == 2 and "must not be root" in result.output, result.output
     assert _writes(etcd, "/anything"), "a refused run must change nothing"
+
+
+def test_the_passwords_may_come_from_files_as_the_chart_mounts_them(
+    etcd: SecureEtcd, tmp_path: Path
+) -> None:
+    (tmp_path / "root-password").write_text(ROOT_PASSWORD + "\n")
+    (tmp_path / "password").write_text("pw-files\n")
+    args = ["etcd-auth", "--etcd", etcd.endpoint, "--prefix", "/coord", "--etcd-user", USER]
+    args += [f"--etcd-ca-cert={etcd.ca}", f"--etcd-cert={etcd.client.cert}"]
+    args += [f"--etcd-key={etcd.client.key}"]
+    env = {
+        "COORDINATOR_ETCD_ROOT_PASSWORD_FILE": str(tmp_path / "root-password"),
+        "COORDINATOR_ETCD_PASSWORD_FILE": str(tmp_path / "password"),
+    }
+    result = CliRunner().invoke(cli, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert _writes(etcd, "/coord/x", user=USER, password="pw-files")
+    assert _writes(etcd, "/other/x", user="root", password=ROOT_PASSWORD)
+
+
+def test_without_a_root_password_nothing_is_done(etcd: SecureEtcd) -> None:
+    args = ["etcd-auth", "--etcd", etcd.endpoint, "--prefix", "/coord", "--etcd-user", USER]
+    result = CliRunner().invoke(cli, args, env={"COORDINATOR_ETCD_PASSWORD": "pw"})
+    assert result.exit_code == 2
+    assert "COORDINATOR_ETCD_ROOT_PASSWORD_FILE" in result.output
+    assert _writes(etcd, "/open/after"), "auth must still be off"

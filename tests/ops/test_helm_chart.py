@@ -62,6 +62,10 @@ NAMESPACE = "agents"
 WORKLOADS = frozenset({"Deployment", "StatefulSet", "Job", "CronJob"})
 # The only Secrets the chart renders: the token file given in values (hashes only), and the
 # bundled etcd's generated certificates and passwords.
+# The one secret passed as an environment variable, and why: etcdctl (the defrag CronJob) reads
+# its password only from ETCDCTL_PASSWORD or a flag, and the etcd image has no shell to read a
+# file (the CronJob carries the policy scan's skip with that reason).
+EXEMPT_SECRET_ENV = frozenset({"ETCDCTL_PASSWORD"})
 GENERATED_SECRETS = frozenset(
     {
         "rel-coordinator-tokens",
@@ -175,7 +179,8 @@ def test_args_and_env_name_settings_that_exist(values: Path) -> None:
         used = [a.split("=")[0] for a in container.get("args", []) if a.startswith("--")]
         assert used and set(used) <= flags, used
         for env in container.get("env", []):
-            assert env["name"].removeprefix("COORDINATOR_").lower() in SETTINGS, env["name"]
+            setting = env["name"].removeprefix("COORDINATOR_").removesuffix("_FILE").lower()
+            assert setting in SETTINGS, env["name"]
 
 
 @cache
@@ -302,10 +307,14 @@ def test_no_secret_is_rendered_in_plain_text(values: Path) -> None:
     for manifest in manifests:
         if manifest["kind"] not in WORKLOADS:
             continue
-        for _, container in _containers(manifest):
+        for pod, container in _containers(manifest):
             for env in container.get("env", []):
-                if re.search("PASSWORD|TOKEN|SECRET|KEY", env["name"]):
-                    assert "value" not in env and "secretKeyRef" in env["valueFrom"], env
+                if re.search("PASSWORD|TOKEN|SECRET|KEY", env["name"]) and env["name"] not in (
+                    EXEMPT_SECRET_ENV
+                ):
+                    # As a file of a mounted Secret: the variable names only the path.
+                    assert env["name"].endswith("_FILE"), env
+                    assert env["name"].removesuffix("_FILE") in _secret_files(pod, container)
     config = _config(manifests)
     assert not {"etcd_password", "etcd_user"} & set(config)
 
@@ -448,10 +457,9 @@ def test_tls_mounts_the_files_the_configuration_names() -> None:
     assert secret_of(config["tls_cert"]) == secret_of(config["tls_client_ca"]) == "coordinator-tls"
     assert secret_of(config["etcd_ca_cert"]) == secret_of(config["etcd_key"]) == "etcd-client-tls"
     assert config["token_file"].startswith("/etc/coordinator/auth/")
-    env = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]}
-    assert env == {
-        "COORDINATOR_ETCD_USER": "etcd-credentials",
-        "COORDINATOR_ETCD_PASSWORD": "etcd-credentials",
+    assert _secret_files(pod, container) == {
+        "COORDINATOR_ETCD_USER": ("etcd-credentials", "username"),
+        "COORDINATOR_ETCD_PASSWORD": ("etcd-credentials", "password"),
     }
 
 
@@ -460,7 +468,12 @@ def test_optional_monitoring_objects() -> None:
     monitor = _one(manifests, "ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     policies = {m["metadata"]["name"] for m in manifests if m["kind"] == "NetworkPolicy"}
-    assert policies == {"rel-coordinator", "rel-coordinator-etcd"}
+    assert policies == {
+        "rel-coordinator",
+        "rel-coordinator-etcd",
+        "rel-coordinator-etcd-auth",
+        "rel-coordinator-etcd-defrag",
+    }
     dashboard = json.loads(
         _one(manifests, "ConfigMap", "rel-coordinator-dashboard")["data"]["coordinator.json"]
     )
@@ -520,13 +533,22 @@ def _mounted_secret(pod: Manifest, container: Manifest, path: str) -> str:
     return str(secrets[mounts[str(Path(path).parent)]])
 
 
-def _secret_refs(container: Manifest) -> dict[str, tuple[str, str]]:
-    """Environment variable -> (Secret, key) of every secretKeyRef."""
-    return {
-        e["name"]: (e["valueFrom"]["secretKeyRef"]["name"], e["valueFrom"]["secretKeyRef"]["key"])
-        for e in container.get("env", [])
-        if "secretKeyRef" in e.get("valueFrom", {})
-    }
+def _secret_files(pod: Manifest, container: Manifest) -> dict[str, tuple[str, str]]:
+    """Setting variable -> (Secret, key) of every ``<VARIABLE>_FILE`` naming a file of a
+    mounted Secret (the way the chart passes secrets: never in an environment variable)."""
+    volumes = {v["name"]: v.get("secret") for v in pod.get("volumes", [])}
+    mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+    found = {}
+    for env in container.get("env", []):
+        if not env["name"].endswith("_FILE") or "value" not in env:
+            continue
+        path = Path(env["value"])
+        secret = volumes.get(mounts.get(str(path.parent), ""))
+        if secret is None:
+            continue
+        items = {i["path"]: i["key"] for i in secret.get("items", [])} or {path.name: path.name}
+        found[env["name"].removesuffix("_FILE")] = (secret["secretName"], items[path.name])
+    return found
 
 
 def _certificate(secret: Manifest, key: str) -> x509.Certificate:
@@ -585,7 +607,7 @@ def test_bundled_etcd_auth_is_on_by_default_for_a_coordinator_user() -> None:
     auth_secret = _one(manifests, "Secret", "rel-coordinator-etcd-auth")
     assert base64.b64decode(auth_secret["data"]["username"]) == b"coordinator"
     assert len(base64.b64decode(auth_secret["data"]["root-password"])) == 32
-    assert _secret_refs(container) == {
+    assert _secret_files(pod, container) == {
         "COORDINATOR_ETCD_USER": ("rel-coordinator-etcd-auth", "username"),
         "COORDINATOR_ETCD_PASSWORD": ("rel-coordinator-etcd-auth", "password"),
     }
@@ -601,14 +623,14 @@ def test_bundled_etcd_auth_is_on_by_default_for_a_coordinator_user() -> None:
     for flag in ("--etcd-ca-cert", "--etcd-cert", "--etcd-key"):
         (path,) = [a.split("=", 1)[1] for a in job_args if a.startswith(flag + "=")]
         assert _mounted_secret(job_pod, job_container, path) == client["metadata"]["name"]
-    assert _secret_refs(job_container) == {
+    assert _secret_files(job_pod, job_container) == {
         "COORDINATOR_ETCD_USER": ("rel-coordinator-etcd-auth", "username"),
         "COORDINATOR_ETCD_PASSWORD": ("rel-coordinator-etcd-auth", "password"),
         "COORDINATOR_ETCD_ROOT_PASSWORD": ("rel-coordinator-etcd-auth", "root-password"),
     }
     flags = {opt for param in etcd_auth_command.params for opt in param.opts}
     assert {a.split("=")[0] for a in job_args[1:]} <= flags
-    assert {e["name"] for e in job_container["env"]} <= {
+    assert {e["name"].removesuffix("_FILE") for e in job_container["env"]} <= {
         env for param in etcd_auth_command.params for env in [getattr(param, "envvar", None)]
     }
 
@@ -652,8 +674,8 @@ def test_bundled_etcd_takes_cert_manager_or_existing_certificates() -> None:
     assert set(server["usages"]) == {"server auth", "client auth"}
     for certificate in certificates.values():
         assert certificate["spec"]["issuerRef"]["name"] == "platform-ca"
-    (_, container), *_ = _containers(_coordinator(manifests))
-    assert set(_secret_refs(container).values()) == {
+    (pod, container), *_ = _containers(_coordinator(manifests))
+    assert set(_secret_files(pod, container).values()) == {
         ("coordinator-etcd-credentials", "username"),
         ("coordinator-etcd-credentials", "password"),
     }
@@ -676,9 +698,14 @@ def test_bundled_etcd_takes_cert_manager_or_existing_certificates() -> None:
 
 def test_bundled_etcd_policy_can_be_turned_off_and_external_etcd_is_untouched() -> None:
     manifests = render(None, "etcd.mode=bundled", "etcd.bundled.networkPolicy.enabled=false")
-    assert not [m for m in manifests if m["kind"] == "NetworkPolicy"]
+    assert "rel-coordinator-etcd" not in {
+        m["metadata"]["name"] for m in manifests if m["kind"] == "NetworkPolicy"
+    }
     external = render(None)
-    assert not [m for m in external if m["kind"] in {"Secret", "Job", "NetworkPolicy"}]
+    assert not [m for m in external if m["kind"] in {"Secret", "Job"}]
+    assert {m["metadata"]["name"] for m in external if m["kind"] == "NetworkPolicy"} == {
+        "rel-coordinator"
+    }
     assert not {"etcd_ca_cert", "etcd_cert", "etcd_key"} & set(_config(external))
 
 
@@ -782,7 +809,7 @@ def test_the_image_is_required_with_a_message_saying_what_to_set() -> None:
     assert "image.repository is required: the registry path of the coordinator image" in (
         _refusal(tokens)
     )
-    assert "image.tag is required" in _refusal(image, tokens)
+    assert "image.tag (or image.digest) is required" in _refusal(image, tokens)
     manifests = render(None, "etcd.mode=bundled")
     images = {
         c["image"]
@@ -862,7 +889,7 @@ def test_the_worker_pool_reaches_every_replica_and_outlasts_its_own_grace(values
     )
     assert headless["spec"]["clusterIP"] == "None"
     assert env["COORDINATOR_QUEUE"] == given["queue"]
-    assert _secret_refs(container)["COORDINATOR_TOKEN"] == (
+    assert _secret_files(pod, container)["COORDINATOR_CLIENT_TOKEN"] == (
         given["tokenSecret"]["name"],
         given["tokenSecret"].get("key", "token"),
     )
@@ -873,9 +900,12 @@ def test_the_worker_pool_reaches_every_replica_and_outlasts_its_own_grace(values
     service = _one(manifests, "Service", "rel-coordinator")
     assert not service["spec"]["selector"].items() <= labels.items()
     assert "replicas" not in deployment["spec"], "the autoscaler owns the replica count"
-    policies = [m for m in manifests if m["kind"] == "NetworkPolicy"]
-    for policy in policies:
-        assert _admits(policy, "grpc", labels), "the network policy shuts the pool out"
+    # The coordinator's policy (on by default) admits the pool to its gRPC port: open to every
+    # pod of the namespace (no grpcFrom), or naming the pool's labels.
+    policy = _one(manifests, "NetworkPolicy", "rel-coordinator")
+    grpc = [r for r in policy["spec"]["ingress"] if "grpc" in [p["port"] for p in r["ports"]]]
+    open_to_pods = any("from" not in rule for rule in grpc)
+    assert open_to_pods or _admits(policy, "grpc", labels), "the network policy shuts the pool out"
 
     target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment["metadata"]["name"]}
     if values == "worker-pool-keda":

@@ -24,6 +24,7 @@ from coordinator.sdk import (
     CancelReason,
     Claim,
     ClaimRefused,
+    Duration,
     Ending,
     LostCallback,
     PoolReport,
@@ -198,16 +199,16 @@ class LongPolling(WorkerClient):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.waits: list[timedelta | None] = []
+        self.waits: list[Duration | None] = []
 
     def claim_next(
         self,
         queue: str = "default",
         *,
-        ttl: timedelta,
+        ttl: Duration,
         on_lost: LostCallback | None = None,
-        safety_margin: timedelta | None = None,
-        wait: timedelta | None = None,
+        safety_margin: Duration | None = None,
+        wait: Duration | None = None,
         abort: Abort | None = None,
     ) -> Claim | ClaimRefused:
         self.waits.append(wait)

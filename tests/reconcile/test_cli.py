@@ -5,7 +5,8 @@ from __future__ import annotations
 from click.testing import CliRunner, Result
 
 from coordinator.cli import main
-from coordinator.domain.effects import EffectState, effect_id
+from coordinator.domain.effect_ids import effect_id
+from coordinator.domain.effects import EffectState
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import Store, TaskSpec
@@ -45,7 +46,7 @@ def test_show_then_resolve_an_unknown_effect(etcd: EtcdProcess, prefix: str) -> 
         assert "state ABSENT" in done.output and "reconcile closed" in done.output
         assert coord.store.effects.get(eid).state is EffectState.ABSENT
 
-        never = effect_id("t1", 1, "notify", "never")
+        never = effect_id("t1", 1, 1, "notify", "never")
         missing = cli(coord.target, "show", never)
         assert missing.exit_code == 1 and never in missing.output
         bad = cli(coord.target, "resolve", eid, "--resolution", "maybe")

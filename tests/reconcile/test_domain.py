@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.domain.effects import EffectRecord, EffectState, decide_record, effect_id
+from coordinator.domain.effect_ids import effect_id
+from coordinator.domain.effects import EffectRecord, EffectState, decide_record
 from coordinator.domain.reconcile import (
     ESCALATION,
     Gate,
@@ -26,7 +27,7 @@ from coordinator.errors import FailedPrecondition, InvalidArgument, PermissionDe
 
 NOW = 1_000.0
 TIMEOUT = 600.0
-EID = effect_id("t1", 1, "notify", "email")
+EID = effect_id("t1", 1, 1, "notify", "email")
 
 
 def prepared(**changes: object) -> EffectRecord:

@@ -15,7 +15,8 @@ import pytest
 from coordinator import request_ids
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.digests import digest_of
-from coordinator.domain.effects import MAX_REF_CHARS, EffectRecord, effect_id
+from coordinator.domain.effect_ids import effect_id
+from coordinator.domain.effects import MAX_REF_CHARS, EffectRecord
 from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.states import Op, TaskState
 from coordinator.etcd_process import EtcdProcess
@@ -284,7 +285,7 @@ def test_resolve_effect_refuses_bad_input_and_writes_nothing(
         keyspace,
     )
     refused(resolve, request(reason="x" * 100_000), INVALID, "reason", keyspace)
-    never = effect_id("t-1", 1, "notify", "never")
+    never = effect_id("t-1", 1, 1, "notify", "never")
     refused(resolve, request(effect_id=never), grpc.StatusCode.NOT_FOUND, never, keyspace)
     # While worker-a holds the claim, it reconciles with RecordEffect, behind the fence.
     refused(resolve, request(), PRECONDITION, "live claim", keyspace, metadata=OPS)

@@ -27,6 +27,7 @@ from coordinator.sdk import (
     LostReason,
     ReleaseOutcome,
     RetryPolicy,
+    StageOutcome,
     TaskInfo,
     TaskRetryPolicy,
     WorkerClient,
@@ -52,10 +53,12 @@ class Held(Protocol):
     @property
     def ttl(self) -> timedelta: ...
     def is_lost(self) -> bool: ...
+    def check(self) -> None: ...
     def remaining(self) -> timedelta: ...
     def checkpoint(self, data: bytes) -> None: ...
     def wait_lost(self, timeout: timedelta) -> bool: ...
     def commit(self, result: bytes) -> CommitOutcome: ...
+    def stage(self, result: bytes) -> StageOutcome: ...
     def release(self, reason: str = "") -> ReleaseOutcome: ...
     def fail(
         self, error: BaseException | str, *, retryable: bool = True, delay: timedelta | None = None
@@ -172,6 +175,9 @@ class _AsyncHeld:
     def is_lost(self) -> bool:
         return self.claim.is_lost()
 
+    def check(self) -> None:
+        self.claim.check()
+
     def remaining(self) -> timedelta:
         return self.claim.remaining()
 
@@ -183,6 +189,9 @@ class _AsyncHeld:
 
     def commit(self, result: bytes) -> CommitOutcome:
         return self._loop.run(self.claim.commit(result))
+
+    def stage(self, result: bytes) -> StageOutcome:
+        return self._loop.run(self.claim.stage(result))
 
     def release(self, reason: str = "") -> ReleaseOutcome:
         return self._loop.run(self.claim.release(reason))

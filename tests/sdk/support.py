@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 
 from coordinator.domain.decisions import ClaimLimits
+from coordinator.domain.effect_ids import effect_id_of
 from coordinator.domain.keys import Keyspace
 from coordinator.metrics import Metrics
 from coordinator.sdk import RetryPolicy, WorkerClient
@@ -36,6 +37,11 @@ class Served:
         return WorkerClient(
             self.target, principal=principal, channel_options=GRPC_OPTIONS, **kwargs
         )
+
+    def effect_id(self, task_id: str, node_id: str, effect_slot: str, revision: int = 1) -> str:
+        """The id this coordinator gives a slot of ``task_id`` (it names the task's
+        incarnation, so it is known once the task exists)."""
+        return effect_id_of(self.store.tasks.get(task_id), revision, node_id, effect_slot)
 
 
 @contextmanager

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from coordinator.domain.decisions import Fence
-from coordinator.domain.effects import effect_id
 from coordinator.domain.jobs import JobState
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.etcd_process import EtcdProcess
@@ -25,6 +24,7 @@ from coordinator.sdk import (
     Claim,
     ClaimLost,
     DownstreamResult,
+    Duration,
     EffectStatus,
     LossSource,
     RetryPolicy,
@@ -35,8 +35,6 @@ from coordinator.sdk.effects import run_effect
 from coordinator.sdk.managed import run_managed
 from tests.conftest import GRPC_OPTIONS
 from tests.sdk.support import QUEUE, Served, served
-
-KEY = effect_id("t1", 1, "notify", "email")
 
 
 @dataclass
@@ -56,7 +54,7 @@ class Forwarding:
         self.calls.append(type(request).__name__.removesuffix("Request"))
         return self.claim.call(method, request)
 
-    def check(self, *, margin: timedelta | None = None) -> None:
+    def check(self, *, margin: Duration | None = None) -> None:
         self.claim.check(margin=margin)
 
     def mark_lost(
@@ -102,14 +100,17 @@ def cancel(coordinator: Served) -> None:
         pm.cancel_task("t1", reason="not needed")
 
 
-def test_an_effect_goes_through_the_attempt_and_its_key_stays_on_it(attempt: Forwarding) -> None:
+def test_an_effect_goes_through_the_attempt_and_its_key_stays_on_it(
+    coordinator: Served, attempt: Forwarding
+) -> None:
+    key = coordinator.effect_id("t1", "notify", "email")
     down = Recording()
     outcome = run_effect(attempt, "notify", "email", b"hello", down)
-    assert (outcome.status, outcome.sent, outcome.effect_id) == (EffectStatus.EXECUTED, True, KEY)
+    assert (outcome.status, outcome.sent, outcome.effect_id) == (EffectStatus.EXECUTED, True, key)
     assert attempt.calls == ["PrepareEffect", "RecordEffect"]
-    assert down.executed == [KEY]
-    assert attempt.sent_keys.first_send(KEY) is False  # this attempt's ledger has it
-    assert attempt.claim.sent_keys.first_send(KEY) is True  # the Claim's own ledger is another
+    assert down.executed == [key]
+    assert attempt.sent_keys.first_send(key) is False  # this attempt's ledger has it
+    assert attempt.claim.sent_keys.first_send(key) is True  # the Claim's own ledger is another
     assert attempt.losses == []
 
 

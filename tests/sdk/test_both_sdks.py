@@ -28,7 +28,6 @@ import pytest
 
 from coordinator import lifeline
 from coordinator.demo.outbox import OutboxProcess
-from coordinator.domain.effects import effect_id
 from coordinator.domain.states import (
     AttemptEnd,
     DeadLetterReason,
@@ -252,7 +251,7 @@ def _committed_or_none(claim: Held) -> Any:
 def test_an_effect_is_performed_once_and_skipped_by_a_second_attempt(
     sdk: Sdk, coordinator: Served
 ) -> None:
-    key = effect_id("t1", 1, "notify", "email")
+    key = coordinator.effect_id("t1", "notify", "email")
     with OutboxProcess() as outbox:
         down = HttpDownstream(outbox.url)
         first, second = sdk.client(coordinator.target, "a"), sdk.client(coordinator.target, "b")

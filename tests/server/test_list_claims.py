@@ -126,8 +126,8 @@ def test_pages_in_task_order_filter_by_queue_and_drop_ended_claims(
     }
     first = _list(tasks, page_size=2)
     assert [c.task_id for c in first.claims] == ["a", "b"]
-    assert first.next_page_token == "b"
-    second = _list(tasks, page_size=2, page_token="b")
+    assert helpers.resumes_at(first.next_page_token) == "b"
+    second = _list(tasks, page_size=2, page_token=first.next_page_token)
     assert ([c.task_id for c in second.claims], second.next_page_token) == (["c"], "")
     of_x = _list(tasks, queue="x")
     assert [c.task_id for c in of_x.claims] == ["a", "c"]
@@ -155,7 +155,7 @@ def test_a_filtered_scan_stops_at_its_bound_with_a_token_to_go_on(
         _claim(tasks, worker, admin, task_id, queue)
     monkeypatch.setattr(live_claims, "MAX_SCANNED", 2)
     short = _list(tasks, queue="y")
-    assert (list(short.claims), short.next_page_token) == ([], "b")
+    assert (list(short.claims), helpers.resumes_at(short.next_page_token)) == ([], "b")
     rest = _list(tasks, queue="y", page_token=short.next_page_token)
     assert ([c.task_id for c in rest.claims], rest.next_page_token) == (["c"], "")
 

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.store import ClaimResult, EventFilter, Store, TaskSpec
 from coordinator.store.etcd import delete, put
-from tests.helpers import eventually
+from tests.helpers import InProcessCaller, eventually
 from tests.store.support import StoreFactory, claim, commit, create, in_one_revision
 
 N = 6
@@ -87,7 +87,7 @@ def test_the_releaser_releases_every_dependent_of_upstreams_done_in_one_revision
     eventually(lambda: _states(releaser, downs) == [TaskState.READY] * N, timeout=10)
 
 
-def test_the_releaser_cancels_every_dependent_of_upstreams_cancelled_in_shared_revisions(
+def test_the_releaser_marks_every_dependent_of_upstreams_cancelled_in_shared_revisions(
     make_store: StoreFactory,
 ) -> None:
     canceller = make_store(reclaim=False)
@@ -109,7 +109,12 @@ def test_the_releaser_cancels_every_dependent_of_upstreams_cancelled_in_shared_r
         list(pool.map(cancel_all, [ups[i::WRITERS] for i in range(WRITERS)]))
     revisions = [r for up in ups for r in _event_revisions(canceller, [up], "cancel")]
     assert len(set(revisions)) < len(revisions), "no cancels shared a revision: proves nothing"
-    eventually(lambda: _states(releaser, downs) == [TaskState.CANCELLED] * len(downs), timeout=10)
+    # Blocked, each by its own upstream, and still WAITING: a cancel never cascades by itself.
+    eventually(
+        lambda: [releaser.tasks.get(d).blocked_by for d in downs] == [(u,) for u in ups],
+        timeout=10,
+    )
+    assert _states(releaser, downs) == [TaskState.WAITING] * len(downs)
 
 
 def test_the_claimed_index_and_queue_gauges_count_claims_made_and_ended_in_one_revision(
@@ -145,7 +150,7 @@ def test_tasks_ready_in_one_revision_wake_as_many_long_poll_waiters(
 
     def wait_for_a_task() -> ClaimResult:
         return reader.long_poll.claim_next(
-            "q", principal="w", epoch=1, ttl=30, wait=30.0, alive=lambda: True
+            "q", principal="w", epoch=1, ttl=30, wait=30.0, caller=InProcessCaller()
         )
 
     with ThreadPoolExecutor(N) as pool:

@@ -1,5 +1,6 @@
 """schedule_to_close: past it the task is FAILED (TIMED_OUT) whatever runs, and the holder's
-next acceptance point is refused TIMED_OUT, writing nothing. Manual clock, real etcd."""
+every acceptance point is refused FENCED with reason DEADLINE_EXCEEDED (never an outcome of its
+own: Commit keeps claim.v1's four), writing nothing. Manual clock, real etcd."""
 
 from __future__ import annotations
 
@@ -10,20 +11,99 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from coordinator.clock import ManualClock
+from coordinator.domain.decisions import Fence
 from coordinator.domain.digests import digest_of
+from coordinator.domain.effects import EffectState
 from coordinator.domain.failures import FailureReport
-from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, Outcome, TaskState
+from coordinator.domain.states import (
+    AttemptEnd,
+    DeadLetterReason,
+    FenceReason,
+    Op,
+    Outcome,
+    TaskState,
+)
 from coordinator.errors import FailedPrecondition
 from coordinator.store import Store, TaskSpec
+from coordinator.store.jobs import JobSpec
+from coordinator.store.renewals import Renewal
+from coordinator.store.types import RenewResult
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 from tests.helpers import eventually
 from tests.store.support import StoreFactory, claim, claim_result
 from tests.workqueue.test_retry_policy import _events
 
+DEADLINE_EXCEEDED = (Outcome.FENCED, FenceReason.DEADLINE_EXCEEDED)
+POINTS = (
+    "commit",
+    "renew",
+    "renew_many",
+    "authorize_tool",
+    "stage_result",
+    "fail",
+    "release",
+    "prepare_effect",
+    "record_effect",
+    "start_job",
+)
+
 
 def _create(store: Store, task_id: str, **fields: Any) -> None:
     spec = TaskSpec(task_id=task_id, input=b"x", schedule_to_close=60.0, **fields)
     store.tasks.create(spec, by="pm")
+
+
+def _prepared(store: Store, fence: Fence) -> str:
+    """An effect the holder prepared before the deadline (so RecordEffect has one to record)."""
+    prepared = store.effects.prepare(
+        fence, principal="w1", node_id="n", effect_slot="s", payload_digest=digest_of(b"p")
+    )
+    assert prepared.effect is not None
+    return prepared.effect.effect_id
+
+
+def _every_acceptance_point(store: Store, fence: Fence, effect_id: str) -> dict[str, Any]:
+    """The (outcome, reason) each acceptance point answers ``fence`` now."""
+    digest = store.tasks.get(fence.task_id).input_digest
+    renewed_many = store.renewals.renew_many([Renewal(fence, "p")], principal="w1")[0]
+    assert isinstance(renewed_many, RenewResult)
+    job = JobSpec(job_id="j", host="h", pid=1, start_ticks=1, argv=("x",), log_ref="l")
+    verdicts = {
+        "commit": store.acceptance.commit(
+            fence,
+            principal="w1",
+            input_digest=digest,
+            result_digest=digest_of(b"late"),
+            result=b"late",
+            result_ref="",
+        ).verdict,
+        "renew": store.renewals.renew(fence, principal="w1", progress="p").verdict,
+        "renew_many": renewed_many.verdict,
+        "authorize_tool": store.acceptance.authorize_tool(
+            fence, principal="w1", tool="t", action="a"
+        ),
+        "stage_result": store.acceptance.stage_result(
+            fence, principal="w1", result_digest=digest_of(b"s"), result=b"s", result_ref=""
+        ).verdict,
+        "fail": store.failures.fail(
+            fence, principal="w1", report=FailureReport(retryable=True, code="E")
+        ).verdict,
+        "release": store.acceptance.release(fence, principal="w1", reason="late"),
+        "prepare_effect": store.effects.prepare(
+            fence, principal="w1", node_id="n", effect_slot="s2", payload_digest=digest_of(b"q")
+        ).verdict,
+        "record_effect": store.effects.record(
+            fence,
+            principal="w1",
+            effect_id=effect_id,
+            state=EffectState.COMMITTED,
+            external_ref="r",
+            etag="",
+        ).verdict,
+        "start_job": store.jobs.start(fence, principal="w1", spec=job).verdict,
+    }
+    assert tuple(verdicts) == POINTS
+    return {point: (v.outcome, v.reason) for point, v in verdicts.items()}
 
 
 def test_a_deadline_passing_while_held_fails_the_task_and_refuses_the_holder(
@@ -32,6 +112,7 @@ def test_a_deadline_passing_while_held_fails_the_task_and_refuses_the_holder(
     store = make_store()
     _create(store, "t")
     fence = claim(store, "t")
+    effect_id = _prepared(store, fence)
     assert store.tasks.get("t").deadline == clock.now() + 60
     clock.advance(59.9)
     assert store.deadlines.time_out_due() == 0
@@ -56,17 +137,8 @@ def test_a_deadline_passing_while_held_fails_the_task_and_refuses_the_holder(
         return len(metas), max(m.mod_revision for m in metas)
 
     before = probe()
-    committed = store.acceptance.commit(
-        fence,
-        principal="w1",
-        input_digest=task.input_digest,
-        result_digest=digest_of(b"late"),
-        result=b"late",
-        result_ref="",
-    )
-    assert committed.verdict.outcome is Outcome.TIMED_OUT
-    renewed = store.renewals.renew(fence, principal="w1", progress="p")
-    assert renewed.verdict.outcome is Outcome.TIMED_OUT
+    answers = _every_acceptance_point(store, fence, effect_id)
+    assert answers == dict.fromkeys(POINTS, DEADLINE_EXCEEDED)
     assert probe() == before
     assert list(etcd_client.get_prefix(store.ctx.keys.deadlines_prefix)) == []
 
@@ -133,11 +205,13 @@ def test_a_bad_schedule_to_close_is_refused(
 def test_every_acceptance_point_refuses_from_the_deadline_on_before_any_pass_ran(
     make_store: StoreFactory, clock: ManualClock, etcd_client: Any
 ) -> None:
-    """Between the deadline and the pass that fails the task, the holder is refused TIMED_OUT
-    at every acceptance point, writing nothing: no result lands after schedule_to_close."""
+    """Between the deadline and the pass that fails the task, the holder is refused FENCED
+    (DEADLINE_EXCEEDED) at every acceptance point, writing nothing: no result, stage, effect
+    or job lands after schedule_to_close."""
     store = make_store(reclaim=False)  # no deadline pass runs unless called
     _create(store, "t")
     fence = claim(store, "t")
+    effect_id = _prepared(store, fence)
     clock.advance(60)
     assert store.tasks.get("t").state is TaskState.CLAIMED  # nothing moved it yet
 
@@ -146,31 +220,8 @@ def test_every_acceptance_point_refuses_from_the_deadline_on_before_any_pass_ran
         return len(metas), max(m.mod_revision for m in metas)
 
     before = probe()
-    task = store.tasks.get("t")
-    committed = store.acceptance.commit(
-        fence,
-        principal="w1",
-        input_digest=task.input_digest,
-        result_digest=digest_of(b"late"),
-        result=b"late",
-        result_ref="",
-    )
-    renewed = store.renewals.renew(fence, principal="w1", progress="p")
-    authorized = store.acceptance.authorize_tool(fence, principal="w1", tool="t", action="a")
-    failed = store.failures.fail(
-        fence, principal="w1", report=FailureReport(retryable=True, code="E")
-    )
-    prepared = store.effects.prepare(
-        fence, principal="w1", node_id="n", effect_slot="s", payload_digest=digest_of(b"p")
-    )
-    outcomes = [
-        committed.verdict.outcome,
-        renewed.verdict.outcome,
-        authorized.outcome,
-        failed.verdict.outcome,
-        prepared.verdict.outcome,
-    ]
-    assert outcomes == [Outcome.TIMED_OUT] * 5
+    answers = _every_acceptance_point(store, fence, effect_id)
+    assert answers == dict.fromkeys(POINTS, DEADLINE_EXCEEDED)
     assert probe() == before
     assert store.deadlines.time_out_due() == 1  # the pass still moves it, once
     assert store.tasks.get("t").state is TaskState.FAILED

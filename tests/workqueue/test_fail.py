@@ -172,8 +172,11 @@ def test_another_principals_fail_is_permission_denied(
         ({"error_code": "x" * 129}, "error_code must be 1-128 characters"),
         ({"error_message": "m" * 1025}, "error_message is 1025 characters"),
         ({"error_details": b"d" * (16 * 1024 + 1)}, "error_details is 16385 bytes"),
-        ({"requeue_delay": Duration(seconds=-1)}, "requeue_delay must be >= 0"),
-        ({"requeue_delay": Duration(seconds=86401)}, "requeue_delay must be at most 86400 s"),
+        ({"requeue_delay": Duration(seconds=-1)}, "requeue_delay must be 0 s to 86400 s, got -1 s"),
+        (
+            {"requeue_delay": Duration(seconds=86401)},
+            "requeue_delay must be 0 s to 86400 s, got 86401 s",
+        ),
     ],
     ids=["no-code", "bad-code", "long-code", "long-message", "big-details", "neg-delay", "delay"],
 )

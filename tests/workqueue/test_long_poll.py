@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from coordinator.domain.states import AttemptEnd, Outcome, TaskState
+from coordinator.domain.states import Outcome
 from coordinator.etcd_process import EtcdProcess
 from coordinator.server import PRINCIPAL_METADATA_KEY, build_server
 from coordinator.store import EtcdKV, Keyspace, Store, TaskSpec, long_poll
@@ -20,7 +20,7 @@ from coordinator.store.long_poll import LongPoll, ReadyWaiters
 from coordinator.store.types import ClaimResult
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
-from tests.helpers import eventually
+from tests.helpers import InProcessCaller, eventually
 from tests.store.support import StoreFactory
 
 Probe = Callable[[], tuple[int, int]]
@@ -178,15 +178,15 @@ def test_a_winner_hands_the_turn_on_so_a_backlog_is_not_left_waiting(
     for n in range(2):
         store.tasks.create(TaskSpec(task_id=f"t{n}"), by="pm")
     waiters = ReadyWaiters(4, store.ctx.metrics)
-    poll = LongPoll(store.claims, waiters, store.acceptance)
+    poll = LongPoll(store.claims, waiters, store.give_backs)
 
     def claim(who: str) -> ClaimResult:
         epoch = store.admin.epoch()
         return poll.claim_next(
-            "default", principal=who, epoch=epoch, ttl=30, wait=3.0, alive=lambda: True
+            "default", principal=who, epoch=epoch, ttl=30, wait=3.0, caller=InProcessCaller()
         )
 
-    with waiters.enter("default"):
+    with waiters.enter("default", InProcessCaller()):
         first = pool.submit(claim, "a")
         eventually(lambda: waiters.count() == 2, message="a is not waiting")
         second = pool.submit(claim, "b")
@@ -196,51 +196,6 @@ def test_a_winner_hands_the_turn_on_so_a_backlog_is_not_left_waiting(
         got = [f.result(timeout=10) for f in (first, second)]
     assert [r.verdict.outcome for r in got] == [Outcome.CLAIMED, Outcome.CLAIMED]
     assert sorted(r.fence.task_id for r in got if r.fence) == ["t0", "t1"]
-
-
-def test_a_waiter_whose_caller_left_claims_nothing_when_a_task_comes(
-    store: Store, pool: futures.ThreadPoolExecutor
-) -> None:
-    # A stopping pool cancels its long polls; a task given back a moment later must not be
-    # claimed for a caller that is no longer there (CLAIMED by nobody until its lease ends).
-    waiters = ReadyWaiters(4, store.ctx.metrics)
-    poll = LongPoll(store.claims, waiters, store.acceptance)
-    gone = [False]
-    waiting = pool.submit(
-        poll.claim_next,
-        "default",
-        principal="left",
-        epoch=store.admin.epoch(),
-        ttl=30,
-        wait=20.0,
-        alive=lambda: not gone[0],
-    )
-    eventually(lambda: waiters.count() == 1, message="the poll is not waiting")
-    gone[0] = True
-    store.tasks.create(TaskSpec(task_id="t"), by="pm")
-    waiters.notify("default")
-    assert waiting.result(timeout=10).verdict.outcome is Outcome.NO_READY_TASK
-    assert store.tasks.get("t").state is TaskState.READY
-
-
-def test_claims_won_for_a_caller_that_left_are_given_back_at_once(store: Store) -> None:
-    # The caller left while its claims were being made (it is gone when they are answered):
-    # nobody would hold them, so they are released, READY again, not CLAIMED until expiry.
-    for n in range(2):
-        store.tasks.create(TaskSpec(task_id=f"t{n}"), by="pm")
-    results = store.long_poll.claim_batch(
-        "default",
-        principal="left",
-        epoch=store.admin.epoch(),
-        ttl=30,
-        wait=0.0,
-        alive=lambda: False,
-        max_tasks=2,
-    )
-    assert [r.verdict.outcome for r in results] == [Outcome.CLAIMED, Outcome.CLAIMED]
-    for n in range(2):
-        assert store.tasks.get(f"t{n}").state is TaskState.READY
-        assert [a.end for a in store.tasks.attempts(f"t{n}")] == [AttemptEnd.RELEASED]
 
 
 @pytest.fixture
@@ -285,3 +240,23 @@ def test_a_waiter_on_one_replica_is_woken_by_a_task_made_ready_through_another(
     answer = waiting.result(timeout=10)
     assert (answer.outcome, answer.fence.task_id) == (types_pb2.OUTCOME_CLAIMED, "t")
     assert a.tasks.get("t").owner_id == "w1"
+
+
+def test_a_waiter_whose_caller_leaves_passes_its_wake_up_on_and_frees_its_place(
+    store: Store,
+) -> None:
+    # No etcd involved: the line alone. A ready key woke the head; its caller leaves before it
+    # looked, so the wake-up goes to the next waiter, and the place is free at once.
+    waiters = ReadyWaiters(2, store.ctx.metrics)
+    first, second = InProcessCaller(), InProcessCaller()
+    with waiters.enter("q", first) as head, waiters.enter("q", second) as behind:
+        waiters.notify("q")
+        first.leave()
+        assert (head.gone, waiters.count()) == (True, 1)
+        assert waiters.wait(behind, 0) is True
+        with waiters.enter("q", InProcessCaller()):  # the freed place, under a cap of 2
+            assert waiters.count() == 2
+        assert waiters.hand(behind, second.alive) is True  # served: out of the line
+        assert waiters.count() == 0
+        second.leave()  # its call ends after it was served: nothing to undo
+    assert waiters.count() == 0

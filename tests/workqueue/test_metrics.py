@@ -4,7 +4,6 @@ counted as the reclaimer counts an expiry, dead letters by deadline, long-poll w
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -19,7 +18,7 @@ from coordinator.errors import ResourceExhausted
 from coordinator.etcd_process import EtcdProcess
 from coordinator.metrics import Metrics
 from coordinator.store import EtcdKV, Store, TaskSpec
-from tests.helpers import eventually
+from tests.helpers import InProcessCaller, eventually
 from tests.store.support import StoreFactory, claim
 
 QUEUE = "default"
@@ -124,11 +123,12 @@ def capped(etcd: EtcdProcess, prefix: str, metrics: Metrics) -> Iterator[Store]:
 def test_long_poll_waiters_are_gauged_and_a_refusal_past_the_cap_counted(
     capped: Store, metrics: Metrics
 ) -> None:
-    store, gone = capped, threading.Event()
+    store, callers = capped, {f"w{n}": InProcessCaller() for n in range(3)}
+    callers["w9"] = InProcessCaller()
 
     def poll(principal: str) -> Outcome:
         result = store.long_poll.claim_next(
-            "q", principal=principal, epoch=1, ttl=30, wait=15, alive=lambda: not gone.is_set()
+            "q", principal=principal, epoch=1, ttl=30, wait=15, caller=callers[principal]
         )
         return result.verdict.outcome
 
@@ -143,6 +143,9 @@ def test_long_poll_waiters_are_gauged_and_a_refusal_past_the_cap_counted(
         outcomes = {eventually(lambda: next((w for w in waiting if w.done()), None)).result()}
         assert outcomes == {Outcome.CLAIMED}
         eventually(lambda: sample(metrics, "coordinator_claim_waiters") == 1)
-        gone.set()  # the other caller left: its poll ends, and so does its place
+        for caller in callers.values():  # the other caller left: its poll ends, and its place
+            caller.leave()
         assert sorted(w.result(timeout=20).name for w in waiting) == ["CLAIMED", "NO_READY_TASK"]
     assert sample(metrics, "coordinator_claim_waiters") == 0
+    # Only the one that left while it waited was abandoned (the winner had left the line).
+    assert sample(metrics, "coordinator_claim_waiters_abandoned_total") == 1

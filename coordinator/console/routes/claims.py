@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from coordinator.console.routes.common import Context
+from coordinator.console.routes.common import Context, page_token
 from coordinator.console.settings import ConsoleSettings
 from coordinator.console.views import claim_row
 from coordinator.sdk._rpc import Rpc
@@ -25,7 +25,7 @@ MAX_CLAIMS_PAGE = 100
 def claims(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
     """One page of live claims, optionally of one queue."""
     queue = request.query_params.get("queue", "")[:64]
-    token = request.query_params.get("page_token", "")[:128]
+    token = page_token(request, "page_token")
     reply = rpc.call(
         rpc.tasks.ListClaims,
         tasks_pb2.ListClaimsRequest(

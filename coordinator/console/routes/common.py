@@ -28,6 +28,10 @@ Context = dict[str, Any]
 PageFn = Callable[[Request, Rpc, ConsoleSettings], "Context | Response"]
 ActionFn = Callable[[Request, Mapping[str, str], Rpc], Flash]
 
+PAGE_TOKEN_CHARS = 300
+"""The longest page token a link carries on: longer than any the server issues (a ListEffects
+token, the longest, is at most 210 characters); a cut token would be refused."""
+
 # A form of the console has at most a handful of short fields.
 _MAX_FIELDS = 12
 _MAX_FIELD_BYTES = 4096
@@ -183,3 +187,8 @@ def jinja_environment(env: Environment) -> None:
     env.filters["payload"] = views.payload
     env.filters["position"] = views.position_text
     env.globals["idem"] = idempotency_key
+
+
+def page_token(request: Request, name: str) -> str:
+    """The page token a "next page" link carried in query parameter ``name`` (bounded)."""
+    return request.query_params.get(name, "")[:PAGE_TOKEN_CHARS]

@@ -12,7 +12,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from coordinator.console.routes.common import Context, attempt
+from coordinator.console.routes.common import Context, attempt, page_token
 from coordinator.console.settings import ConsoleSettings
 from coordinator.sdk._rpc import Rpc
 from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
@@ -28,7 +28,7 @@ def inbox(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
         tasks_pb2.ListTasksRequest(
             state=types_pb2.TASK_STATE_REVIEW,
             page_size=min(REVIEW_PAGE, settings.page_size),
-            page_token=request.query_params.get("review", "")[:128],
+            page_token=page_token(request, "review"),
         ),
     )
     reviews = []
@@ -43,7 +43,7 @@ def inbox(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
         tasks_pb2.ListTasksRequest(
             state=types_pb2.TASK_STATE_NEEDS_APPROVAL,
             page_size=settings.page_size,
-            page_token=request.query_params.get("approval", "")[:128],
+            page_token=page_token(request, "approval"),
         ),
     )
     effects: Any
@@ -52,7 +52,7 @@ def inbox(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
             rpc.worker.ListOpenEffects,
             worker_pb2.ListOpenEffectsRequest(
                 page_size=settings.page_size,
-                page_token=request.query_params.get("effects", "")[:300],
+                page_token=page_token(request, "effects"),
             ),
         )
     )

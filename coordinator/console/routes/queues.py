@@ -1,11 +1,11 @@
-"""The queues page: per queue, how many tasks wait in each state, how long the oldest ready
-task has waited, and whether claims are paused.
+"""The queues page: per queue, how many tasks wait in each state (the WAITING ones blocked or
+overdue among them), how long the oldest ready task has waited, and whether claims are paused.
 
 There is no queue listing RPC: the page reads one ListTasks page (at most ``count_cap`` tasks)
 per state of interest and counts by queue. A state whose page was full shows its counts as
 lower bounds ("N+") rather than the console paging through the whole keyspace. The oldest
-ready age is the server's own figure (GetStats, the one behind the
-coordinator_queue_oldest_ready_age_seconds metric; pm and admin may read it)."""
+ready age and the blocked and overdue counts are the server's own figures (GetStats, the ones
+behind the coordinator_queue_* gauges; pm and admin may read them)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from coordinator.console.routes.common import Context, attempt
+from coordinator.console.routes.common import Context, attempt, page_token
 from coordinator.console.settings import ConsoleSettings
 from coordinator.sdk._rpc import Rpc
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2
@@ -67,17 +67,24 @@ def queues(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
 
 
 def _oldest_ready(stats: admin_pb2.GetStatsResponse | None) -> Context:
-    """Seconds the oldest ready task of each queue has waited, and how many busy queues the
+    """Seconds the oldest ready task of each queue has waited, the WAITING tasks blocked by a
+    FAILED or CANCELLED upstream and the overdue ones per queue, and how many busy queues the
     server left out of its report. Only queues with a ready task have an age (GetStats also
     lists the queues that only have claims)."""
     if stats is None:  # the caller's role may not read it: the page says why
-        return {"oldest": {}, "stats_left_out": 0}
+        return {"oldest": {}, "blocked": {}, "overdue": {}, "stats_left_out": 0}
     oldest = {q.queue: q.oldest_ready_age_seconds for q in stats.queues if q.ready_tasks}
-    return {"oldest": oldest, "stats_left_out": stats.queues_left_out}
+    return {
+        "oldest": oldest,
+        "blocked": {q.queue: q.blocked_tasks for q in stats.queues if q.blocked_tasks},
+        "overdue": {q.queue: q.overdue_tasks for q in stats.queues if q.overdue_tasks},
+        "stats_left_out": stats.queues_left_out,
+    }
 
 
 def tasks(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
-    """One page of tasks, filtered by queue and state (the queues page links here)."""
+    """One page of tasks, filtered by queue, state, blocked and overdue (the queues page links
+    here)."""
     queue = request.query_params.get("queue", "")[:64]
     state_name = request.query_params.get("state", "")
     state = (
@@ -85,16 +92,26 @@ def tasks(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
         if _known(state_name)
         else types_pb2.TASK_STATE_UNSPECIFIED
     )
-    token = request.query_params.get("page_token", "")[:128]
+    token = page_token(request, "page_token")
+    # WAITING tasks blocked by a FAILED or CANCELLED upstream, or overdue (ListTasks filters).
+    blocked = request.query_params.get("blocked") == "1"
+    overdue = request.query_params.get("overdue") == "1"
     reply = rpc.call(
         rpc.tasks.ListTasks,
         tasks_pb2.ListTasksRequest(
-            queue=queue, state=state, page_size=settings.page_size, page_token=token
+            queue=queue,
+            state=state,
+            page_size=settings.page_size,
+            page_token=token,
+            blocked=blocked,
+            overdue=overdue,
         ),
     )
     return {
         "queue": queue,
         "state": state_name if state else "",
+        "blocked": blocked,
+        "overdue": overdue,
         "states": [n.removeprefix("TASK_STATE_") for n in types_pb2.TaskState.keys()[1:]],
         "tasks": reply.tasks,
         "next_page_token": reply.next_page_token,

@@ -13,7 +13,7 @@ from typing import Any
 from starlette.requests import Request
 
 from coordinator.console.gateway import Gateway
-from coordinator.console.routes.common import Context, attempt
+from coordinator.console.routes.common import Context, attempt, page_token
 from coordinator.console.session import current
 from coordinator.console.settings import ConsoleSettings
 from coordinator.sdk._rpc import Rpc
@@ -27,7 +27,7 @@ def task(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
     """Everything the console can show about one task."""
     task_id = request.path_params["task_id"]
     got = rpc.call(rpc.tasks.GetTask, tasks_pb2.GetTaskRequest(task_id=task_id))
-    attempts_token = request.query_params.get("attempts", "")[:12]
+    attempts_token = page_token(request, "attempts")
     attempts = rpc.call(
         rpc.tasks.ListAttempts,
         tasks_pb2.ListAttemptsRequest(
@@ -41,7 +41,7 @@ def task(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
             worker_pb2.ListEffectsRequest(
                 task_id=task_id,
                 page_size=settings.page_size,
-                page_token=request.query_params.get("effects", "")[:300],
+                page_token=page_token(request, "effects"),
             ),
         )
     )
@@ -52,7 +52,7 @@ def task(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
             tasks_pb2.ListDependenciesRequest(
                 task_id=task_id,
                 page_size=settings.page_size,
-                page_token=request.query_params.get("dependents", "")[:128],
+                page_token=page_token(request, "dependents"),
             ),
         )
     )

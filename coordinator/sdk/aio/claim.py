@@ -16,11 +16,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from datetime import timedelta
 from types import TracebackType
 from typing import Self
 
 from coordinator.errors import CoordinatorError
+from coordinator.sdk._duration import Duration, timeout_seconds
 from coordinator.sdk._held import HeldClaim, LostCallback
 from coordinator.sdk._rpc import Req, Resp
 from coordinator.sdk.aio._events import wait_for
@@ -54,7 +54,7 @@ class AsyncClaim(HeldClaim):
         *,
         sent_at: float,
         on_lost: LostCallback | None = None,
-        safety_margin: timedelta | None = None,
+        safety_margin: Duration | None = None,
         clock: Callable[[], float] = time.monotonic,
         renewer: AsyncRenewer | None = None,
     ) -> None:
@@ -75,9 +75,9 @@ class AsyncClaim(HeldClaim):
         if lost:
             self._lost.set()
 
-    async def wait_lost(self, timeout: timedelta | None = None) -> bool:
+    async def wait_lost(self, timeout: Duration | None = None) -> bool:
         """Wait until the claim is lost or ``timeout`` passes; returns ``is_lost()``."""
-        return await wait_for(self._lost, timeout.total_seconds() if timeout is not None else None)
+        return await wait_for(self._lost, timeout_seconds(timeout))
 
     # --- acceptance points ----------------------------------------------------------------
 
@@ -124,7 +124,7 @@ class AsyncClaim(HeldClaim):
         error: BaseException | str,
         *,
         retryable: bool = True,
-        delay: timedelta | None = None,
+        delay: Duration | None = None,
         message: str = "",
         details: bytes = b"",
     ) -> FailOutcome:

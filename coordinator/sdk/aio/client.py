@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
@@ -19,6 +19,7 @@ from grpc import aio
 
 from coordinator.domain.states import Outcome
 from coordinator.errors import AlreadyExists, NotFound
+from coordinator.sdk._duration import Duration
 from coordinator.sdk._held import LostCallback
 from coordinator.sdk._requests import (
     CLAIM_HINT,
@@ -38,6 +39,7 @@ from coordinator.sdk._rpc import RetryPolicy
 from coordinator.sdk.aio._renewer import AsyncRenewer
 from coordinator.sdk.aio._rpc import AsyncRpc
 from coordinator.sdk.aio.claim import AsyncClaim
+from coordinator.sdk.environment import connection
 from coordinator.sdk.types import ClaimRefused, TaskInfo, TaskRetryPolicy, outcome_of
 from coordinator.v1 import admin_pb2, tasks_pb2, worker_pb2
 
@@ -46,7 +48,8 @@ class AsyncWorkerClient:
     """A ``grpc.aio`` connection to a coordinator, acting as one principal.
 
     ``target``, ``credentials``, ``token``, ``retry`` and ``interceptors`` (``grpc.aio`` ones
-    here) mean what they mean for ``WorkerClient``: every call has a deadline and is retried on
+    here) mean what they mean for ``WorkerClient``, read from the same ``COORDINATOR_*``
+    environment when not passed (sdk/environment.py): every call has a deadline and is retried on
     UNAVAILABLE / DEADLINE_EXCEEDED / RESOURCE_EXHAUSTED for up to ``RetryPolicy.budget``
     (behind a claim's fence, no longer than the lease); a call given up after a try that may
     have landed raises OutcomeUnknown, one no try of which reached a coordinator a plain
@@ -57,7 +60,7 @@ class AsyncWorkerClient:
 
     def __init__(
         self,
-        target: str | Sequence[str],
+        target: str | Sequence[str] | None = None,
         *,
         principal: str,
         channel_options: Sequence[tuple[str, Any]] | None = None,
@@ -66,13 +69,14 @@ class AsyncWorkerClient:
         token: str | None = None,
         interceptors: Sequence[aio.UnaryUnaryClientInterceptor[Any, Any]] = (),
     ) -> None:
+        chosen = connection(target, token=token, credentials=credentials)
         self._rpc = AsyncRpc(
-            target,
+            chosen.target,
             principal=principal,
             retry=retry or RetryPolicy(),
             channel_options=channel_options,
-            credentials=credentials,
-            token=token,
+            credentials=chosen.credentials,
+            token=chosen.token,
             interceptors=interceptors,
         )
         self._epoch: int | None = None
@@ -102,10 +106,10 @@ class AsyncWorkerClient:
         self,
         task_id: str,
         *,
-        ttl: timedelta,
+        ttl: Duration,
         expected_state_version: int = 0,
         on_lost: LostCallback | None = None,
-        safety_margin: timedelta | None = None,
+        safety_margin: Duration | None = None,
     ) -> AsyncClaim | ClaimRefused:
         """Claim one task: an AsyncClaim (``async with`` it to run the keepalive) or the typed
         refusal; as ``WorkerClient.claim``."""
@@ -123,10 +127,10 @@ class AsyncWorkerClient:
         self,
         queue: str = "default",
         *,
-        ttl: timedelta,
+        ttl: Duration,
         on_lost: LostCallback | None = None,
-        safety_margin: timedelta | None = None,
-        wait: timedelta | None = None,
+        safety_margin: Duration | None = None,
+        wait: Duration | None = None,
     ) -> AsyncClaim | ClaimRefused:
         """Claim the next ready task of ``queue``; NO_READY_TASK comes back as a ClaimRefused.
         Like ``claim``, it follows a new epoch by itself.
@@ -150,7 +154,7 @@ class AsyncWorkerClient:
         request: AnyClaim,
         *,
         on_lost: LostCallback | None,
-        safety_margin: timedelta | None,
+        safety_margin: Duration | None,
         timeout: float | None = None,
     ) -> AsyncClaim | ClaimRefused:
         # The lease clock (``lease_clock_start``): from the send, or a long poll's answer.
@@ -187,7 +191,7 @@ class AsyncWorkerClient:
         idempotency_key: str = "",
         retry_policy: TaskRetryPolicy | None = None,
         not_before: datetime | None = None,
-        schedule_to_close: timedelta | None = None,
+        schedule_to_close: Duration | None = None,
     ) -> TaskInfo:
         """Create a READY task; as ``WorkerClient.create_task`` (retried only with an explicit
         id or an ``idempotency_key``; with an id, the same task found existing is returned;

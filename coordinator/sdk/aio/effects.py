@@ -9,9 +9,9 @@ its steps with awaits, against an ``AsyncDownstream``. A sync ``Downstream`` suc
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import Any, Protocol
 
+from coordinator.sdk._duration import Duration
 from coordinator.sdk._rpc import Req, Resp
 from coordinator.sdk.aio._rpc import AsyncWorkerMethod
 from coordinator.sdk.attempt import FencedAttempt
@@ -75,7 +75,7 @@ class AsyncHeldAttempt(FencedAttempt, Protocol):
         the lease runs out."""
         ...
 
-    def check(self, *, margin: timedelta | None = None) -> None:
+    def check(self, *, margin: Duration | None = None) -> None:
         """Raise ClaimLost unless the attempt is held with more than ``margin`` of lease left."""
         ...
 

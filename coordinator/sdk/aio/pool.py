@@ -44,6 +44,7 @@ from typing import Any
 import structlog
 
 from coordinator.errors import CoordinatorError
+from coordinator.sdk._duration import Duration, as_timedelta
 from coordinator.sdk._pool import (
     GIVE_BACK_TIMEOUT,
     SHUTDOWN_ERROR,
@@ -94,12 +95,14 @@ class AsyncWorkerPool:
         *,
         queues: Sequence[str],
         max_concurrent: int = 1,
-        ttl: timedelta = timedelta(seconds=30),
-        grace: timedelta = timedelta(seconds=30),
+        ttl: Duration = timedelta(seconds=30),
+        grace: Duration = timedelta(seconds=30),
         readiness: Iterable[Readiness] = (),
         poll: PollBackoff | None = None,
-        long_poll: timedelta = timedelta(seconds=10),
+        long_poll: Duration = timedelta(seconds=10),
     ) -> None:
+        ttl, grace = as_timedelta(ttl, "ttl"), as_timedelta(grace, "grace")
+        long_poll = as_timedelta(long_poll, "long_poll")
         check_options(queues, max_concurrent, grace)
         self._client, self._handler = client, handler
         self._queues = tuple(queues)

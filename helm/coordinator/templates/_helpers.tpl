@@ -45,11 +45,25 @@ app.kubernetes.io/component: coordinator
 {{- end -}}
 {{- end -}}
 
-{{/* The coordinator image: repository and tag are both required (no published default). */}}
+{{/* An image reference from {repository, tag, digest}: repository:tag, repository@digest or
+     repository:tag@digest. A digest pins the exact image (a tag can be moved under a running
+     release); called with (list VALUES-PATH IMAGE HINT). */}}
+{{- define "coordinator.imageRef" -}}
+{{- $path := index . 0 -}}{{- $image := index . 1 -}}{{- $hint := index . 2 -}}
+{{- $repository := required (printf "%s.repository is required: %s" $path $hint) $image.repository -}}
+{{- $digest := $image.digest | default "" -}}
+{{- if and $digest (not (regexMatch "^sha256:[0-9a-f]{64}$" $digest)) -}}
+{{- fail (printf "%s.digest must be sha256: and 64 hex digits, got %q" $path $digest) -}}
+{{- end -}}
+{{- if not (or $image.tag $digest) -}}
+{{- fail (printf "%s.tag (or %s.digest) is required: the tag of that image, e.g. --set %s.tag=0.1.0, or its digest, e.g. --set %s.digest=sha256:... (no default: nothing is published under a name the chart could assume)" $path $path $path $path) -}}
+{{- end -}}
+{{- $repository -}}{{- with $image.tag -}}:{{ . }}{{- end -}}{{- with $digest -}}@{{ . }}{{- end -}}
+{{- end -}}
+
+{{/* The coordinator image: repository and a tag or digest are required (no published default). */}}
 {{- define "coordinator.image" -}}
-{{- $repository := required "image.repository is required: the registry path of the coordinator image you built and pushed (docs/deploy.md, The image), e.g. --set image.repository=registry.example/coordinator" .Values.image.repository -}}
-{{- $tag := required "image.tag is required: the tag of that image, e.g. --set image.tag=0.1.0 (no default: nothing is published under a name the chart could assume)" .Values.image.tag -}}
-{{- printf "%s:%s" $repository $tag -}}
+{{- include "coordinator.imageRef" (list "image" .Values.image "the registry path of the coordinator image you built and pushed (docs/deploy.md, The image), e.g. --set image.repository=registry.example/coordinator") -}}
 {{- end -}}
 
 {{- define "coordinator.tokenSecretName" -}}
@@ -259,10 +273,11 @@ app.kubernetes.io/component: worker-pool
 {{- end -}}
 
 {{- define "coordinator.workerPool.image" -}}
-{{- $image := .Values.workerPool.image -}}
-{{- $repository := required "workerPool.image.repository is required: your worker image (with the coordinator SDK installed)" $image.repository -}}
-{{- $tag := required "workerPool.image.tag is required: the tag of your worker image" $image.tag -}}
-{{- printf "%s:%s" $repository $tag -}}
+{{- include "coordinator.imageRef" (list "workerPool.image" .Values.workerPool.image "your worker image (with the coordinator SDK installed)") -}}
+{{- end -}}
+
+{{- define "coordinator.etcd.image" -}}
+{{- include "coordinator.imageRef" (list "etcd.bundled.image" .Values.etcd.bundled.image "the etcd image") -}}
 {{- end -}}
 
 {{/* The gRPC target of the pool: every replica through the headless Service. */}}
@@ -287,4 +302,16 @@ app.kubernetes.io/component: worker-pool
 {{- define "coordinator.workerPool.query" -}}
 {{- $match := printf "%s,queue=%q" (include "coordinator.promSelector" .) .Values.workerPool.queue -}}
 {{- printf "(max(coordinator_queue_ready_tasks{%s}) or vector(0)) + (max(coordinator_queue_claimed_tasks{%s}) or vector(0))" $match $match -}}
+{{- end -}}
+
+{{/* The archive's PVC: the one named in values, else the one the chart creates. */}}
+{{- define "coordinator.archiveClaimName" -}}
+{{- .Values.config.archivePersistentVolumeClaim | default (printf "%s-archive" (include "coordinator.fullname" .)) -}}
+{{- end -}}
+
+{{/* The console's pod labels (its Deployment, Service and NetworkPolicy select on them). */}}
+{{- define "coordinator.console.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "coordinator.name" . }}-console
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: console
 {{- end -}}
