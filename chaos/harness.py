@@ -148,6 +148,9 @@ class Replica:
             *("--metrics-listen", f"127.0.0.1:{self.metrics_port}", "--prefix", PREFIX),
             *("--insecure", "--min-ttl", "1", "--reclaim-scan-interval", "1"),
             *("--log-level", "warning", "--shutdown-grace", "1"),
+            # The scenarios are about fencing under faults, and their budgets assume a task taken
+            # over as soon as its lease expires: no retry backoff (the default is 1 s and more).
+            *("--retry-initial-backoff", "0"),
             *self._flags,
         ]
         code = "from coordinator.cli import main; main()"

@@ -71,17 +71,22 @@ class Config:
     retry_max_attempts: int = RetryPolicy.max_attempts
     """Attempts a task gets unless it or its queue says otherwise (0: unlimited)."""
     retry_initial_backoff: float = RetryPolicy.initial_backoff
-    """Seconds before the first retry of a task (0: at once); later ones multiply it."""
+    """Seconds before the first retry of a task (0: at once); later ones multiply it. The
+    default of 1 s (doubling) keeps a handler that always fails from dead-lettering a queue in
+    seconds."""
     retry_backoff_multiplier: float = RetryPolicy.backoff_multiplier
     """Each retry waits this many times longer than the one before (1-100)."""
     retry_max_backoff: float = RetryPolicy.max_backoff
-    """The longest wait before a retry, in seconds."""
+    """The longest wait before a retry, in seconds (before jitter)."""
+    retry_backoff_jitter: float = RetryPolicy.backoff_jitter
+    """0-1: each wait is lengthened by up to this fraction of itself (fixed per task and
+    attempt), so tasks that failed together come back spread out."""
     retry_non_retryable_errors: str = ""
     """Comma-separated error codes (WorkerService.Fail) that are never retried."""
     queue_retry_policies: str = ""
     """Per-queue defaults: 'QUEUE:field=value,field=value;QUEUE2:...' with the fields
-    max_attempts, initial_backoff, backoff_multiplier, max_backoff and non_retryable_errors
-    (codes separated by '|'); unset fields take the retry_* settings."""
+    max_attempts, initial_backoff, backoff_multiplier, max_backoff, backoff_jitter and
+    non_retryable_errors (codes separated by '|'); unset fields take the retry_* settings."""
     promote_interval: float = 0.25
     """How often each replica moves DELAYED tasks whose time came to READY (seconds)."""
     log_level: str = "info"
@@ -354,6 +359,7 @@ class Config:
             initial_backoff=self.retry_initial_backoff,
             backoff_multiplier=self.retry_backoff_multiplier,
             max_backoff=self.retry_max_backoff,
+            backoff_jitter=self.retry_backoff_jitter,
             non_retryable_errors=tuple(
                 code.strip() for code in self.retry_non_retryable_errors.split(",") if code.strip()
             ),
@@ -447,6 +453,7 @@ _POLICY_FIELDS: dict[str, Callable[[str], Any]] = {
     "initial_backoff": float,
     "backoff_multiplier": float,
     "max_backoff": float,
+    "backoff_jitter": float,
     "non_retryable_errors": lambda text: tuple(c for c in text.split("|") if c),
 }
 

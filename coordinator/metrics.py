@@ -23,6 +23,8 @@ The seed's other figures (README "Metrics" lists each with the question it answe
 * the keyspace gauges (active leases, UNKNOWN/PREPARED effect backlog) are read from etcd on
   scrape (coordinator.server.metrics_http), so they are the same on every replica: aggregate
   them with ``max``, not ``sum``;
+* attempt ends by queue, end and (failed) error code, for "most attempts of this queue fail
+  with the same code" (the chart's CoordinatorQueueFailing alert);
 * RPC latency and errors per method (coordinator.server.rpc_metrics);
 * long-lived calls (coordinator.server.streams): open now, refused by which bound, and ended by
   the server for which reason (no per-principal labels: principals are unbounded).
@@ -30,12 +32,17 @@ The seed's other figures (README "Metrics" lists each with the question it answe
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from enum import IntEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from coordinator.domain.states import FenceReason, Outcome
+
+MAX_CODES_PER_QUEUE = 20
+"""Distinct error codes coordinator_attempt_ends_total labels per queue (the rest: OTHER_CODE)."""
+OTHER_CODE = "other"
 
 
 class AcceptancePoint(IntEnum):
@@ -82,6 +89,9 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         """Create every metric on ``registry`` (a registry holds one set: names are unique)."""
         self.registry = registry
+        # Error codes labelled per queue so far (count_attempt_end's bound).
+        self._codes: dict[str, set[str]] = {}
+        self._codes_lock = threading.Lock()
         self.fence_accepted = Counter(
             "coordinator_fence_accepted",
             "Operations an acceptance point accepted (answered from a txn whose compares held).",
@@ -152,6 +162,15 @@ class Metrics:
             "Attempts that ended without a result and were followed by another, by queue and by how"
             " the attempt ended (expired, released, failed) and whether it waits out a backoff.",
             ["queue", "end", "delayed"],
+            registry=registry,
+        )
+        self.attempt_ends = Counter(
+            "coordinator_attempt_ends",
+            "Attempts that ended, by queue, how (committed, failed, expired, released) and, for a "
+            "failed one, the error code its holder reported (at most "
+            f"{MAX_CODES_PER_QUEUE} codes per queue, later ones counted as 'other'): "
+            "a queue whose attempts mostly fail with one code has a bad handler or downstream.",
+            ["queue", "end", "code"],
             registry=registry,
         )
         self.backoff_wait = Histogram(
@@ -304,6 +323,20 @@ class Metrics:
     def count_overdue(self, queue: str) -> None:
         """Count one WAITING task marked overdue (its schedule_to_close passed)."""
         self.overdue.labels(queue=queue).inc()
+
+    def count_attempt_end(self, queue: str, end: str, code: str = "") -> None:
+        """Count one attempt end; ``code`` (a failed attempt's error code) is folded into
+        "other" once its queue has MAX_CODES_PER_QUEUE others: codes come from workers, and
+        each one kept is a series for as long as the replica runs."""
+        if code:
+            with self._codes_lock:
+                seen = self._codes.setdefault(queue, set())
+                if code not in seen:
+                    if len(seen) >= MAX_CODES_PER_QUEUE:
+                        code = OTHER_CODE
+                    else:
+                        seen.add(code)
+        self.attempt_ends.labels(queue=queue, end=end, code=code).inc()
 
     def count_dead_letter(self, queue: str, reason: str) -> None:
         """Count one task moved to FAILED."""

@@ -17,6 +17,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
+from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.digests import digest_of
 from coordinator.domain.keys import Keyspace
 from coordinator.etcd_process import EtcdProcess
@@ -33,7 +34,7 @@ from coordinator.v1 import (
     worker_pb2_grpc,
 )
 from tests.conftest import GRPC_OPTIONS
-from tests.helpers import Probe
+from tests.helpers import RETRY_AT_ONCE, Probe
 
 INPUT = b'{"prompt": "summarise the design"}'
 """The input of the ``claimed`` task."""
@@ -48,9 +49,17 @@ def metrics() -> Metrics:
 
 @pytest.fixture
 def store(etcd: EtcdProcess, prefix: str, metrics: Metrics) -> Iterator[Store]:
-    """A started store over the session etcd, in this test's own keyspace."""
+    """A started store over the session etcd, in this test's own keyspace, whose tasks are
+    claimable again at once after an attempt ends (RETRY_AT_ONCE: these tests are about
+    claims, fences and outcomes; the default backoff has tests of its own)."""
     kv = EtcdKV.connect([etcd.endpoint], timeout=5.0)
-    store = Store.open(kv, keys=Keyspace(prefix), scan_interval=1.0, metrics=metrics)
+    store = Store.open(
+        kv,
+        keys=Keyspace(prefix),
+        limits=ClaimLimits(retry=RETRY_AT_ONCE),
+        scan_interval=1.0,
+        metrics=metrics,
+    )
     store.start()
     try:
         yield store

@@ -13,8 +13,14 @@ from google.protobuf.message import Message
 
 from coordinator.domain.effect_ids import effect_id
 from coordinator.domain.keys import Keyspace
+from coordinator.domain.retry import RetryDefaults, RetryPolicy
 
 T = TypeVar("T")
+
+RETRY_AT_ONCE = RetryDefaults(RetryPolicy(initial_backoff=0.0))
+"""Retry defaults for servers in tests about claims, fences and reclaims rather than retry
+timing: an ended attempt's task is claimable again at once. The server's real default (1 s
+doubling, with jitter) is what tests/domain/test_retry.py and tests/workqueue/ exercise."""
 
 Probe = Callable[[], tuple[int, int]]
 """A probe of a test's keyspace: (number of keys, highest mod_revision) under its prefix (the

@@ -301,6 +301,14 @@ def _server_options(func: F) -> F:
             zero=True,
         ),
         _option(
+            "retry-backoff-jitter",
+            type=click.FloatRange(min=0, max=1),
+            default=_DEFAULTS.retry_backoff_jitter,
+            metavar="FRACTION",
+            help="Each retry's wait is lengthened by up to this fraction of itself, so tasks "
+            "that failed together come back spread out.",
+        ),
+        _option(
             "retry-non-retryable-errors",
             default=_DEFAULTS.retry_non_retryable_errors,
             metavar="CODES",
@@ -312,6 +320,7 @@ def _server_options(func: F) -> F:
             metavar="SPEC",
             help="Per-queue retry defaults: 'QUEUE:max_attempts=3,initial_backoff=2;Q2:...' "
             "(fields max_attempts, initial_backoff, backoff_multiplier, max_backoff, "
+            "backoff_jitter, "
             "non_retryable_errors as codes separated by '|').",
         ),
         _seconds(

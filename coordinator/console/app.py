@@ -56,6 +56,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Route("/tasks/{task_id}/reject", action(actions.reject), methods=["POST"]),
         Route("/tasks/{task_id}/approve", action(actions.approve), methods=["POST"]),
         Route("/effects/{effect_id}/resolve", action(actions.resolve), methods=["POST"]),
+        Route("/queues/{queue}/retry-failed", action(actions.retry_failed), methods=["POST"]),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
     middleware = [

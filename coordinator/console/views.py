@@ -98,6 +98,15 @@ def payload(data: bytes, limit: int = 4096) -> str:
     return text + (f" … ({len(data)} bytes)" if len(data) > limit else "")
 
 
+PREVIEW_BYTES = 1024
+"""How much of a task's input a review card shows (the task page shows up to 4 KiB)."""
+
+
+def preview(data: bytes) -> str:
+    """The head of an input for a card: enough to judge the result by, bounded per card."""
+    return payload(data, PREVIEW_BYTES)
+
+
 def position_text(position: tasks_pb2.EventPosition) -> str:
     """``revision/task_id/prev_state_version``: an event's place in the log (as the CLI's
     ``events --after`` takes it)."""

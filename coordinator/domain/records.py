@@ -77,6 +77,8 @@ class TaskRecord:
     backoff_multiplier: float = 2.0
     max_backoff: float = 300.0
     non_retryable_errors: tuple[str, ...] = ()
+    # Read as 0 from a record written before jitter existed: its waits stay as they were.
+    backoff_jitter: float = 0.0
     # The attempt count when the current budget began (a new input, a RetryTask): attempts
     # counted against max_attempts are attempt - attempts_base.
     attempts_base: int = 0
@@ -85,6 +87,9 @@ class TaskRecord:
     # What ended the latest attempt without a result ("lease expired", "released: ...",
     # "{code}: {message}"); and, while FAILED, why.
     last_error: str = ""
+    # The error code its holder reported (Fail) when that attempt failed, "" for any other end:
+    # what a bulk RetryTasks filters on, so it never parses last_error.
+    last_error_code: str = ""
     dead_letter_reason: DeadLetterReason = DeadLetterReason.NONE
     # created_at + schedule_to_close (0: none): past it a task that can run is FAILED; its key
     # in the deadline index sorts by it while the task waits for a result (domain/waiting.py:

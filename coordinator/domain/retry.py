@@ -15,6 +15,7 @@ whatever its configuration.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,7 @@ MAX_ATTEMPTS = 10_000
 MAX_BACKOFF = 7 * 86400.0
 MAX_MULTIPLIER = 100.0
 MAX_NON_RETRYABLE = 32
+MAX_JITTER = 1.0
 
 
 @dataclass(frozen=True)
@@ -37,15 +39,22 @@ class RetryPolicy:
 
     ``max_attempts`` counts every attempt of the task (since its creation, a new input or a
     RetryTask), 0 meaning unlimited; the n-th retry waits ``initial_backoff *
-    backoff_multiplier ** (n - 1)`` seconds, at most ``max_backoff``; a failure whose error code
-    is in ``non_retryable_errors`` is never retried.
+    backoff_multiplier ** (n - 1)`` seconds, at most ``max_backoff``, lengthened by up to
+    ``backoff_jitter`` of itself (``delay``); a failure whose error code is in
+    ``non_retryable_errors`` is never retried.
+
+    The defaults forgive a bad deploy: a handler that fails every time spends 1 + 2 + 4 + 8 =
+    15 s or more before its 5th attempt fails, not the milliseconds of back-to-back retries
+    (which dead-lettered a whole queue in under a second), and the jitter keeps the tasks that
+    failed together from all coming back in the same instant.
     """
 
     max_attempts: int = 5
-    initial_backoff: float = 0.0
+    initial_backoff: float = 1.0
     backoff_multiplier: float = 2.0
     max_backoff: float = 300.0
     non_retryable_errors: tuple[str, ...] = ()
+    backoff_jitter: float = 0.2
 
     def backoff(self, attempts: int) -> float:
         """Seconds to wait after ``attempts`` attempts (>= 1) before the next one starts."""
@@ -56,6 +65,24 @@ class RetryPolicy:
         if self.backoff_multiplier > 1 and exponent * math.log(self.backoff_multiplier) > 50:
             return self.max_backoff
         return min(self.max_backoff, self.initial_backoff * self.backoff_multiplier**exponent)
+
+    def delay(self, attempts: int, key: str) -> float:
+        """``backoff(attempts)`` lengthened by ``backoff_jitter`` times a fraction in [0, 1)
+        drawn from ``key`` (the task id) and ``attempts``: the same task and attempt always get
+        the same wait, so a decision replays alike on every replica and in tests, while tasks
+        that failed together spread out. Applied after the cap, so waits at max_backoff spread
+        too (up to max_backoff * (1 + backoff_jitter))."""
+        base = self.backoff(attempts)
+        if base <= 0 or self.backoff_jitter <= 0:
+            return base
+        return base * (1.0 + self.backoff_jitter * jitter_fraction(key, attempts))
+
+
+def jitter_fraction(key: str, attempts: int) -> float:
+    """A fraction in [0, 1) fixed by ``key`` and ``attempts`` (sha256: uniform, and the same
+    in every process, which Python's salted ``hash`` is not)."""
+    digest = hashlib.sha256(f"{key}#{attempts}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
 def check_policy(policy: RetryPolicy, prefix: str = "") -> None:
@@ -76,6 +103,9 @@ def check_policy(policy: RetryPolicy, prefix: str = "") -> None:
         raise InvalidArgument(
             f"{prefix}backoff_multiplier must be 1 to {MAX_MULTIPLIER:g}, got {multiplier}"
         )
+    jitter = policy.backoff_jitter
+    if not (math.isfinite(jitter) and 0 <= jitter <= MAX_JITTER):
+        raise InvalidArgument(f"{prefix}backoff_jitter must be 0 to {MAX_JITTER:g}, got {jitter}")
     if policy.initial_backoff > policy.max_backoff:
         raise InvalidArgument(
             f"{prefix}initial_backoff ({policy.initial_backoff:g} s) must not exceed "
@@ -86,6 +116,9 @@ def check_policy(policy: RetryPolicy, prefix: str = "") -> None:
         raise InvalidArgument(
             f"{prefix}non_retryable_errors has {len(codes)} codes, the limit is {MAX_NON_RETRYABLE}"
         )
+
+
+_WAITS = frozenset({"initial_backoff", "backoff_multiplier", "max_backoff"})
 
 
 @dataclass(frozen=True)
@@ -101,7 +134,13 @@ class RetryDefaults:
 
     def resolve(self, queue: str, overrides: Mapping[str, Any]) -> RetryPolicy:
         """The policy of a new task of ``queue`` that set the fields in ``overrides``;
-        InvalidArgument naming the request field when the result breaks a bound."""
+        InvalidArgument naming the request field when the result breaks a bound.
+
+        A task that sets any of its waits (initial_backoff, backoff_multiplier, max_backoff)
+        and not backoff_jitter gets no jitter: it waits exactly what it asked for, as it did
+        before jitter existed. Jitter spreads the waits nobody chose."""
+        if _WAITS & overrides.keys() and "backoff_jitter" not in overrides:
+            overrides = {**overrides, "backoff_jitter": 0.0}
         policy = replace(self.for_queue(queue), **overrides)
         check_policy(policy, "retry_policy.")
         return policy
@@ -115,6 +154,7 @@ def policy_of(task: TaskRecord) -> RetryPolicy:
         backoff_multiplier=task.backoff_multiplier,
         max_backoff=task.max_backoff,
         non_retryable_errors=task.non_retryable_errors,
+        backoff_jitter=task.backoff_jitter,
     )
 
 
@@ -126,6 +166,7 @@ def policy_fields(policy: RetryPolicy) -> dict[str, Any]:
         "backoff_multiplier": policy.backoff_multiplier,
         "max_backoff": policy.max_backoff,
         "non_retryable_errors": policy.non_retryable_errors,
+        "backoff_jitter": policy.backoff_jitter,
     }
 
 
@@ -203,10 +244,11 @@ RetryDecision = Requeue | DeadLetter | Uncounted
 
 
 def decide_retry(
-    policy: RetryPolicy, attempts: int, ended: AttemptEnded, now: float
+    policy: RetryPolicy, attempts: int, ended: AttemptEnded, now: float, *, key: str = ""
 ) -> RetryDecision:
     """What follows an attempt that ended without a result at ``now``, the task having had
-    ``attempts`` attempts (this one included) counted against ``policy``."""
+    ``attempts`` attempts (this one included) counted against ``policy``; ``key`` (the task
+    id) draws the backoff's jitter."""
     if ended.end in UNCOUNTED_ENDS:
         # Before any budget or non-retryable check: an attempt nobody ran can exhaust nothing,
         # even the last one of its budget.
@@ -224,7 +266,7 @@ def decide_retry(
             DeadLetterReason.EXHAUSTED,
             f"all {policy.max_attempts} attempts used; last error: {ended.error}",
         )
-    return Requeue(now + max(policy.backoff(attempts), ended.delay))
+    return Requeue(now + max(policy.delay(attempts, key), ended.delay))
 
 
 @dataclass(frozen=True)
@@ -251,6 +293,7 @@ class RetryMove:
         return {
             "not_before": self.not_before,
             "last_error": ended.error,
+            "last_error_code": ended.code,
             "dead_letter_reason": self.dead_letter_reason,
         }
 
@@ -273,7 +316,7 @@ def retry_move(
 
 def decide_after(task: TaskRecord, ended: AttemptEnded, now: float, *, at_once: Op) -> RetryMove:
     """``decide_retry`` on ``task``'s own policy and attempt count, as the move to write."""
-    decision = decide_retry(policy_of(task), attempts_counted(task), ended, now)
+    decision = decide_retry(policy_of(task), attempts_counted(task), ended, now, key=task.task_id)
     return retry_move(decision, ended, at_once=at_once, now=now)
 
 

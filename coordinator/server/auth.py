@@ -83,6 +83,7 @@ ROLE_TABLE: Mapping[str, frozenset[Role]] = {
     _TASKS + "UpdateInput": frozenset({_P, _A}),
     _TASKS + "CancelTask": frozenset({_P, _A}),
     _TASKS + "RetryTask": frozenset({_P, _A}),
+    _TASKS + "RetryTasks": frozenset({_P, _A}),
     _TASKS + "Accept": frozenset({_P, _A}),
     _TASKS + "Reject": frozenset({_P, _A}),
     _TASKS + "SetDependencies": frozenset({_P, _A}),
@@ -94,6 +95,7 @@ ROLE_TABLE: Mapping[str, frozenset[Role]] = {
     _TASKS + "ListAttempts": _ANY,
     _TASKS + "ListTasks": _ANY,
     _TASKS + "WatchEvents": _ANY,
+    _TASKS + "ListEvents": _ANY,
     # Live claims with their leases (the console's claims page), and a task's neighbours in
     # the dependency graph: reads of what GetTask and ListTasks already show, nothing more.
     _TASKS + "ListClaims": _ANY,

@@ -34,6 +34,26 @@ def parse_event_filter(request: tasks_pb2.WatchEventsRequest) -> EventFilter:
     )
 
 
+def parse_list_filter(request: tasks_pb2.ListEventsRequest) -> EventFilter:
+    """Which events a ListEvents request wants (empty fields: any)."""
+    return EventFilter(
+        task_id=parse_optional_id("task_id", request.task_id),
+        root_task_id=parse_optional_id("root_task_id", request.root_task_id),
+        queue=parse_queue_filter(request.queue),
+    )
+
+
+def parse_before(request: tasks_pb2.ListEventsRequest) -> EventPosition | None:
+    """Where a ListEvents page ends (exclusive); None: at the newest event."""
+    if not request.HasField("before"):
+        return None
+    before = request.before
+    if before.revision < 1:
+        raise InvalidArgument(f"before.revision must be >= 1, got {before.revision}")
+    task = validation.task_id(before.task_id, "before.task_id") if before.task_id else ""
+    return EventPosition(before.revision, task, before.prev_state_version)
+
+
 def parse_ops(values: Iterable[str]) -> frozenset[Op]:
     """An operation filter: each value a known operation name."""
     names = list(values)

@@ -50,6 +50,7 @@ READ_ONLY = frozenset(
         "/coordinator.v1.TaskService/ListAttempts",
         "/coordinator.v1.TaskService/ListTasks",
         "/coordinator.v1.TaskService/WatchEvents",
+        "/coordinator.v1.TaskService/ListEvents",
         "/coordinator.v1.TaskService/ListClaims",
         "/coordinator.v1.TaskService/ListDependencies",
         "/coordinator.v1.AdminService/GetEpoch",

@@ -179,6 +179,37 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         return tasks_pb2.RetryTaskResponse(task=task_wire.task_to_proto(task))
 
     @rpc
+    def RetryTasks(  # noqa: N802
+        self, request: tasks_pb2.RetryTasksRequest, context: grpc.ServicerContext
+    ) -> tasks_pb2.RetryTasksResponse:
+        """Retry a queue's matching dead letters, one bounded page in id order."""
+        picked = queue_wire.parse_dead_letter_filter(request)
+        limit = queue_wire.parse_bulk_limit(request.limit)
+        filters = queue_wire.retry_tasks_filters(request)
+        token = task_wire.parse_retry_page_token(request.page_token, filters)
+        reason = common_wire.parse_text("reason", request.reason)
+        deadline = queue_wire.parse_schedule_to_close(
+            request.schedule_to_close, present=request.HasField("schedule_to_close")
+        )
+        page = self._store.dead_letters.retry_many(
+            picked,
+            limit=limit,
+            page_token=token,
+            dry_run=request.dry_run,
+            by=principal_of(context),
+            reason=reason,
+            schedule_to_close=deadline,
+        )
+        note(
+            queue=picked.queue,
+            retried=len(page.retried),
+            skipped=len(page.skipped),
+            dry_run=request.dry_run,
+            next_page_token=page.next_page_token,
+        )
+        return queue_wire.bulk_retry_to_proto(page, filters)
+
+    @rpc
     def Accept(  # noqa: N802
         self, request: tasks_pb2.AcceptRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.AcceptResponse:
@@ -230,6 +261,20 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
             page_token=claim_wire.parse_claims_page_token(request.page_token, queue),
         )
         return claim_wire.claims_page_to_proto(page, queue)
+
+    @rpc
+    def ListEvents(  # noqa: N802
+        self, request: tasks_pb2.ListEventsRequest, context: grpc.ServicerContext
+    ) -> tasks_pb2.ListEventsResponse:
+        """One page of the event log, newest first."""
+        flt = event_wire.parse_list_filter(request)
+        before = event_wire.parse_before(request)
+        size = common_wire.parse_page_size(request.page_size)
+        found = self._store.events.newest(flt, before=before, count=size)
+        reply = tasks_pb2.ListEventsResponse(events=[event_wire.event_to_proto(e) for e in found])
+        if len(found) == size:
+            reply.next_before.CopyFrom(event_wire.position_to_proto(found[-1].position))
+        return reply
 
     @rpc
     def ListDependencies(  # noqa: N802

@@ -151,6 +151,11 @@ def parse_page_token(value: str, filters: page_tokens.Filters) -> str:
     return page_tokens.parse("ListTasks", filters, value, _task_position)
 
 
+def parse_retry_page_token(value: str, filters: page_tokens.Filters) -> str:
+    """A RetryTasks page token: the task id the next pass starts after; empty: the first."""
+    return page_tokens.parse("RetryTasks", filters, value, _task_position)
+
+
 def parse_attempt_page_token(value: str, task_id: str) -> int:
     """A ListAttempts page token: the attempt number the page starts at; empty: the first."""
     return int(page_tokens.parse("ListAttempts", {"task_id": task_id}, value, _attempt_number) or 1)
@@ -205,6 +210,7 @@ def task_to_proto(task: TaskRecord, *, checkpoint_size: int | None = None) -> ty
         retry_policy=policy_to_proto(task),
         next_eligible_at=timestamp_to_proto(task.not_before),
         last_error=task.last_error,
+        last_error_code=task.last_error_code,
         dead_letter_reason=types_pb2.DeadLetterReason.ValueType(int(task.dead_letter_reason)),
         attempts_counted=attempts_counted(task),
         deadline=timestamp_to_proto(task.deadline),

@@ -275,6 +275,7 @@ class AcceptancePoints:
         ctx.leases.release(task.lease_id)  # our txn deleted its only key
         coverage.observe_fence(AcceptancePoint.COMMIT, compares, self._ctx, fence)
         self._ctx.metrics.observe_attempts(task.attempt)
+        self._ctx.metrics.count_attempt_end(task.queue, "committed")
         if task.ready_at:
             self._ctx.metrics.observe_ready_to_commit(now - task.ready_at)
         return CommitResult(Verdict(Outcome.COMMITTED), after.result_commit_id, after.state)

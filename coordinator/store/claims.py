@@ -94,6 +94,7 @@ def claim_write(
         owner_id=principal,
         lease_id=lease.lease_id,
         last_error=LEASE_EXPIRED.error if takeover else task.last_error,
+        last_error_code="" if takeover else task.last_error_code,
     )
     claim = ClaimRecord(
         attempt_id=attempt_id,
@@ -243,7 +244,9 @@ class ClaimStore:
         elif task.state is TaskState.CLAIMED:
             # A takeover ended the expired attempt and starts the next at once: a retry, as the
             # reclaimer counts one when it gets there first (refuse_takeover allowed it now).
-            self._ctx.metrics.count_retry(task.queue, LEASE_EXPIRED.end.name.lower(), wait=0.0)
+            expired = LEASE_EXPIRED.end.name.lower()
+            self._ctx.metrics.count_attempt_end(task.queue, expired)
+            self._ctx.metrics.count_retry(task.queue, expired, wait=0.0)
         fence = Fence(
             task.task_id,
             attempt.attempt_id,

@@ -123,6 +123,23 @@ class EventLog:
         for events, _ in self._passes(flt, after):
             yield from events
 
+    def newest(
+        self, flt: EventFilter, *, before: EventPosition | None, count: int
+    ) -> list[StoredEvent]:
+        """The ``count`` newest matching events before ``before`` (None: the newest of the
+        log), newest first. One keys-only pass over the range, as a history pass costs, with a
+        heap of ``count`` positions: a page to read back through, bounded whatever the log."""
+        horizon = [0]
+        candidates = self._candidates(flt, WHOLE_LOG, horizon)
+        if before is not None:
+            candidates = (pair for pair in candidates if pair[0] < before)
+        chosen = heapq.nlargest(count, candidates, key=lambda pair: pair[0])
+        found: list[StoredEvent] = []
+        for start in range(0, len(chosen), _LOAD):
+            loaded = self._load([key for _, key in chosen[start : start + _LOAD]])
+            found += [e for e in loaded if self.matches(flt, e)]
+        return found
+
     def follow(
         self,
         flt: EventFilter,

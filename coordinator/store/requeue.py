@@ -65,6 +65,7 @@ def ending_txn(
 def settled(ctx: StoreContext, ready: ReadyIndex, after: TaskRecord, ended: AttemptEnded) -> None:
     """``after`` was written by a retry decision on an attempt that ended as ``ended``."""
     end = ended.end.name.lower()
+    ctx.metrics.count_attempt_end(after.queue, end, ended.code)
     if after.state is TaskState.FAILED:
         reason = after.dead_letter_reason.name.lower()
         ctx.metrics.count_dead_letter(after.queue, reason)

@@ -589,6 +589,120 @@ class RetryTaskResponse(_message.Message):
 Global___RetryTaskResponse: _TypeAlias = RetryTaskResponse  # noqa: Y015
 
 @_typing.final
+class RetryTasksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    FAILED_SINCE_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    SCHEDULE_TO_CLOSE_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """The queue (required)."""
+    state: _types_pb2.TaskState.ValueType
+    """FAILED (or unset, meaning FAILED): only a dead letter can be retried."""
+    error_code: _builtins.str
+    """Only tasks whose latest attempt failed with this code (Task.last_error_code); empty: any."""
+    limit: _builtins.int
+    """Tasks retried (dry_run: listed) by this call: 1-1000; 100 when 0."""
+    page_token: _builtins.str
+    """The previous response's next_page_token; empty: from the first task id."""
+    dry_run: _builtins.bool
+    """List what would be retried; write nothing."""
+    reason: _builtins.str
+    """Why (recorded in each task's retry event; at most 1024 characters)."""
+    @_builtins.property
+    def failed_since(self) -> _timestamp_pb2.Timestamp:
+        """Only tasks that failed at or after this time (Task.updated_at); unset: any."""
+
+    @_builtins.property
+    def schedule_to_close(self) -> _duration_pb2.Duration:
+        """As RetryTaskRequest.schedule_to_close, for every task retried."""
+
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        state: _types_pb2.TaskState.ValueType = ...,
+        error_code: _builtins.str = ...,
+        failed_since: _timestamp_pb2.Timestamp | None = ...,
+        limit: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        dry_run: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+        schedule_to_close: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failed_since", b"failed_since", "schedule_to_close", b"schedule_to_close"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "error_code", b"error_code", "failed_since", b"failed_since", "limit", b"limit", "page_token", b"page_token", "queue", b"queue", "reason", b"reason", "schedule_to_close", b"schedule_to_close", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryTasksRequest: _TypeAlias = RetryTasksRequest  # noqa: Y015
+
+@_typing.final
+class SkippedTask(_message.Message):
+    """One matching task the call did not retry, and why."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SkippedTask: _TypeAlias = SkippedTask  # noqa: Y015
+
+@_typing.final
+class RetryTasksResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RETRIED_FIELD_NUMBER: _builtins.int
+    SKIPPED_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    SCANNED_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Where the next call resumes; empty when the scan reached the last task."""
+    scanned: _builtins.int
+    """Task records this call read (matching or not)."""
+    @_builtins.property
+    def retried(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The task ids retried (dry_run: that would be), in id order."""
+
+    @_builtins.property
+    def skipped(self) -> _containers.RepeatedCompositeFieldContainer[Global___SkippedTask]: ...
+    def __init__(
+        self,
+        *,
+        retried: _abc.Iterable[_builtins.str] | None = ...,
+        skipped: _abc.Iterable[Global___SkippedTask] | None = ...,
+        next_page_token: _builtins.str = ...,
+        scanned: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "retried", b"retried", "scanned", b"scanned", "skipped", b"skipped"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryTasksResponse: _TypeAlias = RetryTasksResponse  # noqa: Y015
+
+@_typing.final
 class AcceptRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -778,6 +892,70 @@ class WatchEventsRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WatchEventsRequest: _TypeAlias = WatchEventsRequest  # noqa: Y015
+
+@_typing.final
+class ListEventsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    ROOT_TASK_ID_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    BEFORE_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    """Filters, as WatchEventsRequest's; empty fields match every event."""
+    root_task_id: _builtins.str
+    queue: _builtins.str
+    page_size: _builtins.int
+    """1-1000; 100 when 0."""
+    @_builtins.property
+    def before(self) -> Global___EventPosition:
+        """Events strictly before this position (a previous page's next_before); unset: the newest."""
+
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        root_task_id: _builtins.str = ...,
+        queue: _builtins.str = ...,
+        before: Global___EventPosition | None = ...,
+        page_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["before", b"before"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["before", b"before", "page_size", b"page_size", "queue", b"queue", "root_task_id", b"root_task_id", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEventsRequest: _TypeAlias = ListEventsRequest  # noqa: Y015
+
+@_typing.final
+class ListEventsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    NEXT_BEFORE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskEvent]:
+        """Newest first."""
+
+    @_builtins.property
+    def next_before(self) -> Global___EventPosition:
+        """The oldest event returned, when older ones may remain; unset at the start of the log."""
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___TaskEvent] | None = ...,
+        next_before: Global___EventPosition | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next_before", b"next_before"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "next_before", b"next_before"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEventsResponse: _TypeAlias = ListEventsResponse  # noqa: Y015
 
 @_typing.final
 class EventPosition(_message.Message):

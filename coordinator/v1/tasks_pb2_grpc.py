@@ -74,6 +74,11 @@ class TaskServiceStub:
                 request_serializer=coordinator_dot_v1_dot_tasks__pb2.RetryTaskRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_tasks__pb2.RetryTaskResponse.FromString,
                 _registered_method=True)
+        self.RetryTasks = channel.unary_unary(
+                '/coordinator.v1.TaskService/RetryTasks',
+                request_serializer=coordinator_dot_v1_dot_tasks__pb2.RetryTasksRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_tasks__pb2.RetryTasksResponse.FromString,
+                _registered_method=True)
         self.Accept = channel.unary_unary(
                 '/coordinator.v1.TaskService/Accept',
                 request_serializer=coordinator_dot_v1_dot_tasks__pb2.AcceptRequest.SerializeToString,
@@ -93,6 +98,11 @@ class TaskServiceStub:
                 '/coordinator.v1.TaskService/WatchEvents',
                 request_serializer=coordinator_dot_v1_dot_tasks__pb2.WatchEventsRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_tasks__pb2.TaskEvent.FromString,
+                _registered_method=True)
+        self.ListEvents = channel.unary_unary(
+                '/coordinator.v1.TaskService/ListEvents',
+                request_serializer=coordinator_dot_v1_dot_tasks__pb2.ListEventsRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_tasks__pb2.ListEventsResponse.FromString,
                 _registered_method=True)
         self.ListClaims = channel.unary_unary(
                 '/coordinator.v1.TaskService/ListClaims',
@@ -184,6 +194,20 @@ class TaskServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RetryTasks(self, request, context):
+        """Bulk recovery after a bad deploy (pm/admin): RetryTask on every FAILED task of one queue
+        that matches the filters, in id order after page_token. One call scans at most 5000 task
+        records and retries at most `limit` tasks; next_page_token (empty: the end) resumes where it
+        stopped, and re-running from the start is safe too: a task already retried is READY, so it
+        no longer matches. A task that changed or cannot be retried (its deadline passed and no
+        schedule_to_close is given) is reported in `skipped` with why, never an error of the call.
+        dry_run lists what would be retried and writes nothing. INVALID_ARGUMENT for a missing
+        queue, a state other than FAILED, a bad error code or a limit out of range.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Accept(self, request, context):
         """Accepts the committed result of `revision` of a task in REVIEW: REVIEW -> DONE, which
         releases its dependents. Reviewer role; the caller must not be the principal whose attempt
@@ -230,6 +254,17 @@ class TaskServiceServicer:
         blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
         already sent; that status carries no trailing metadata, and its message names the last
         event sent. Either way, resuming after the last event received loses and repeats nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListEvents(self, request, context):
+        """The event log newest first, a page at a time: what a person reads back through (the
+        console's events page). Returns at most page_size events (1-1000; 100 when 0) before
+        `before` (unset: the newest events), newest first; next_before, set when older events may
+        remain, is the `before` of the next page. Each call reads the keys of the range once (the
+        task's events with task_id, else the whole log) and keeps only a page of them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -306,6 +341,11 @@ def add_TaskServiceServicer_to_server(servicer, server):
                     request_deserializer=coordinator_dot_v1_dot_tasks__pb2.RetryTaskRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_tasks__pb2.RetryTaskResponse.SerializeToString,
             ),
+            'RetryTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryTasks,
+                    request_deserializer=coordinator_dot_v1_dot_tasks__pb2.RetryTasksRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_tasks__pb2.RetryTasksResponse.SerializeToString,
+            ),
             'Accept': grpc.unary_unary_rpc_method_handler(
                     servicer.Accept,
                     request_deserializer=coordinator_dot_v1_dot_tasks__pb2.AcceptRequest.FromString,
@@ -325,6 +365,11 @@ def add_TaskServiceServicer_to_server(servicer, server):
                     servicer.WatchEvents,
                     request_deserializer=coordinator_dot_v1_dot_tasks__pb2.WatchEventsRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_tasks__pb2.TaskEvent.SerializeToString,
+            ),
+            'ListEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEvents,
+                    request_deserializer=coordinator_dot_v1_dot_tasks__pb2.ListEventsRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_tasks__pb2.ListEventsResponse.SerializeToString,
             ),
             'ListClaims': grpc.unary_unary_rpc_method_handler(
                     servicer.ListClaims,
@@ -564,6 +609,33 @@ class TaskService:
             _registered_method=True)
 
     @staticmethod
+    def RetryTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.TaskService/RetryTasks',
+            coordinator_dot_v1_dot_tasks__pb2.RetryTasksRequest.SerializeToString,
+            coordinator_dot_v1_dot_tasks__pb2.RetryTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Accept(request,
             target,
             options=(),
@@ -661,6 +733,33 @@ class TaskService:
             '/coordinator.v1.TaskService/WatchEvents',
             coordinator_dot_v1_dot_tasks__pb2.WatchEventsRequest.SerializeToString,
             coordinator_dot_v1_dot_tasks__pb2.TaskEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coordinator.v1.TaskService/ListEvents',
+            coordinator_dot_v1_dot_tasks__pb2.ListEventsRequest.SerializeToString,
+            coordinator_dot_v1_dot_tasks__pb2.ListEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -82,6 +82,16 @@ class TaskServiceStub:
     FAILED_PRECONDITION without, as it could never be claimed. FAILED_PRECONDITION for a task
     in any other state than FAILED (one never dead-lettered too); NOT_FOUND for an unknown id.
     """
+    RetryTasks: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.RetryTasksRequest, _tasks_pb2.RetryTasksResponse]
+    """Bulk recovery after a bad deploy (pm/admin): RetryTask on every FAILED task of one queue
+    that matches the filters, in id order after page_token. One call scans at most 5000 task
+    records and retries at most `limit` tasks; next_page_token (empty: the end) resumes where it
+    stopped, and re-running from the start is safe too: a task already retried is READY, so it
+    no longer matches. A task that changed or cannot be retried (its deadline passed and no
+    schedule_to_close is given) is reported in `skipped` with why, never an error of the call.
+    dry_run lists what would be retried and writes nothing. INVALID_ARGUMENT for a missing
+    queue, a state other than FAILED, a bad error code or a limit out of range.
+    """
     Accept: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.AcceptRequest, _tasks_pb2.AcceptResponse]
     """Accepts the committed result of `revision` of a task in REVIEW: REVIEW -> DONE, which
     releases its dependents. Reviewer role; the caller must not be the principal whose attempt
@@ -116,6 +126,13 @@ class TaskServiceStub:
     blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
     already sent; that status carries no trailing metadata, and its message names the last
     event sent. Either way, resuming after the last event received loses and repeats nothing.
+    """
+    ListEvents: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.ListEventsRequest, _tasks_pb2.ListEventsResponse]
+    """The event log newest first, a page at a time: what a person reads back through (the
+    console's events page). Returns at most page_size events (1-1000; 100 when 0) before
+    `before` (unset: the newest events), newest first; next_before, set when older events may
+    remain, is the `before` of the next page. Each call reads the keys of the range once (the
+    task's events with task_id, else the whole log) and keeps only a page of them.
     """
     ListClaims: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.ListClaimsRequest, _tasks_pb2.ListClaimsResponse]
     """The live claims (a claim key on a lease etcd still has), in task id order, a page at a
@@ -183,6 +200,16 @@ class TaskServiceAsyncStub(TaskServiceStub):
     FAILED_PRECONDITION without, as it could never be claimed. FAILED_PRECONDITION for a task
     in any other state than FAILED (one never dead-lettered too); NOT_FOUND for an unknown id.
     """
+    RetryTasks: _aio.UnaryUnaryMultiCallable[_tasks_pb2.RetryTasksRequest, _tasks_pb2.RetryTasksResponse]  # type: ignore[assignment]
+    """Bulk recovery after a bad deploy (pm/admin): RetryTask on every FAILED task of one queue
+    that matches the filters, in id order after page_token. One call scans at most 5000 task
+    records and retries at most `limit` tasks; next_page_token (empty: the end) resumes where it
+    stopped, and re-running from the start is safe too: a task already retried is READY, so it
+    no longer matches. A task that changed or cannot be retried (its deadline passed and no
+    schedule_to_close is given) is reported in `skipped` with why, never an error of the call.
+    dry_run lists what would be retried and writes nothing. INVALID_ARGUMENT for a missing
+    queue, a state other than FAILED, a bad error code or a limit out of range.
+    """
     Accept: _aio.UnaryUnaryMultiCallable[_tasks_pb2.AcceptRequest, _tasks_pb2.AcceptResponse]  # type: ignore[assignment]
     """Accepts the committed result of `revision` of a task in REVIEW: REVIEW -> DONE, which
     releases its dependents. Reviewer role; the caller must not be the principal whose attempt
@@ -217,6 +244,13 @@ class TaskServiceAsyncStub(TaskServiceStub):
     blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
     already sent; that status carries no trailing metadata, and its message names the last
     event sent. Either way, resuming after the last event received loses and repeats nothing.
+    """
+    ListEvents: _aio.UnaryUnaryMultiCallable[_tasks_pb2.ListEventsRequest, _tasks_pb2.ListEventsResponse]  # type: ignore[assignment]
+    """The event log newest first, a page at a time: what a person reads back through (the
+    console's events page). Returns at most page_size events (1-1000; 100 when 0) before
+    `before` (unset: the newest events), newest first; next_before, set when older events may
+    remain, is the `before` of the next page. Each call reads the keys of the range once (the
+    task's events with task_id, else the whole log) and keeps only a page of them.
     """
     ListClaims: _aio.UnaryUnaryMultiCallable[_tasks_pb2.ListClaimsRequest, _tasks_pb2.ListClaimsResponse]  # type: ignore[assignment]
     """The live claims (a claim key on a lease etcd still has), in task id order, a page at a
@@ -331,6 +365,22 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
         """
 
     @_abc_1.abstractmethod
+    def RetryTasks(
+        self,
+        request: _tasks_pb2.RetryTasksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tasks_pb2.RetryTasksResponse, _abc.Awaitable[_tasks_pb2.RetryTasksResponse]]:
+        """Bulk recovery after a bad deploy (pm/admin): RetryTask on every FAILED task of one queue
+        that matches the filters, in id order after page_token. One call scans at most 5000 task
+        records and retries at most `limit` tasks; next_page_token (empty: the end) resumes where it
+        stopped, and re-running from the start is safe too: a task already retried is READY, so it
+        no longer matches. A task that changed or cannot be retried (its deadline passed and no
+        schedule_to_close is given) is reported in `skipped` with why, never an error of the call.
+        dry_run lists what would be retried and writes nothing. INVALID_ARGUMENT for a missing
+        queue, a state other than FAILED, a bad error code or a limit out of range.
+        """
+
+    @_abc_1.abstractmethod
     def Accept(
         self,
         request: _tasks_pb2.AcceptRequest,
@@ -387,6 +437,19 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
         blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
         already sent; that status carries no trailing metadata, and its message names the last
         event sent. Either way, resuming after the last event received loses and repeats nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def ListEvents(
+        self,
+        request: _tasks_pb2.ListEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tasks_pb2.ListEventsResponse, _abc.Awaitable[_tasks_pb2.ListEventsResponse]]:
+        """The event log newest first, a page at a time: what a person reads back through (the
+        console's events page). Returns at most page_size events (1-1000; 100 when 0) before
+        `before` (unset: the newest events), newest first; next_before, set when older events may
+        remain, is the `before` of the next page. Each call reads the keys of the range once (the
+        task's events with task_id, else the whole log) and keeps only a page of them.
         """
 
     @_abc_1.abstractmethod

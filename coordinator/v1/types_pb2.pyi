@@ -426,8 +426,13 @@ class RetryPolicy(_message.Message):
     """How often a task is tried and how far apart its attempts start. Every attempt that ends
     without a result counts: its lease expired (stalled and renew-limited claims included), its
     holder released it or reported a failure. After the n-th such end the next attempt starts no
-    earlier than initial_backoff * backoff_multiplier^(n-1), at most max_backoff (and no earlier
-    than a Fail's requeue_delay); the task is DELAYED meanwhile.
+    earlier than initial_backoff * backoff_multiplier^(n-1), at most max_backoff, lengthened by
+    up to backoff_jitter of itself (a fraction fixed by the task id and n, so tasks that failed
+    together come back spread out) and no earlier than a Fail's requeue_delay; the task is
+    DELAYED meanwhile. The server's defaults (unless configured otherwise): 5 attempts, 1 s
+    doubling to at most 300 s, jitter 0.2, so a handler that fails every time spends at least
+    1 + 2 + 4 + 8 = 15 s before its task is FAILED. An explicit initial_backoff of 0 retries at
+    once.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -437,10 +442,13 @@ class RetryPolicy(_message.Message):
     BACKOFF_MULTIPLIER_FIELD_NUMBER: _builtins.int
     MAX_BACKOFF_FIELD_NUMBER: _builtins.int
     NON_RETRYABLE_ERRORS_FIELD_NUMBER: _builtins.int
+    BACKOFF_JITTER_FIELD_NUMBER: _builtins.int
     max_attempts: _builtins.int
     """Attempts in all (0-10000); 0 means unlimited and is taken only when set explicitly."""
     backoff_multiplier: _builtins.float
     """1-100."""
+    backoff_jitter: _builtins.float
+    """0-1: the largest fraction of a wait that jitter adds."""
     @_builtins.property
     def initial_backoff(self) -> _duration_pb2.Duration:
         """0-604800 s; not above max_backoff."""
@@ -463,15 +471,20 @@ class RetryPolicy(_message.Message):
         backoff_multiplier: _builtins.float | None = ...,
         max_backoff: _duration_pb2.Duration | None = ...,
         non_retryable_errors: _abc.Iterable[_builtins.str] | None = ...,
+        backoff_jitter: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_backoff_multiplier", b"_backoff_multiplier", "_max_attempts", b"_max_attempts", "backoff_multiplier", b"backoff_multiplier", "initial_backoff", b"initial_backoff", "max_attempts", b"max_attempts", "max_backoff", b"max_backoff"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_backoff_jitter", b"_backoff_jitter", "_backoff_multiplier", b"_backoff_multiplier", "_max_attempts", b"_max_attempts", "backoff_jitter", b"backoff_jitter", "backoff_multiplier", b"backoff_multiplier", "initial_backoff", b"initial_backoff", "max_attempts", b"max_attempts", "max_backoff", b"max_backoff"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_backoff_multiplier", b"_backoff_multiplier", "_max_attempts", b"_max_attempts", "backoff_multiplier", b"backoff_multiplier", "initial_backoff", b"initial_backoff", "max_attempts", b"max_attempts", "max_backoff", b"max_backoff", "non_retryable_errors", b"non_retryable_errors"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_backoff_jitter", b"_backoff_jitter", "_backoff_multiplier", b"_backoff_multiplier", "_max_attempts", b"_max_attempts", "backoff_jitter", b"backoff_jitter", "backoff_multiplier", b"backoff_multiplier", "initial_backoff", b"initial_backoff", "max_attempts", b"max_attempts", "max_backoff", b"max_backoff", "non_retryable_errors", b"non_retryable_errors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__backoff_jitter: _TypeAlias = _typing.Literal["backoff_jitter"]  # noqa: Y015
+    _WhichOneofArgType__backoff_jitter: _TypeAlias = _typing.Literal["_backoff_jitter", b"_backoff_jitter"]  # noqa: Y015
     _WhichOneofReturnType__backoff_multiplier: _TypeAlias = _typing.Literal["backoff_multiplier"]  # noqa: Y015
     _WhichOneofArgType__backoff_multiplier: _TypeAlias = _typing.Literal["_backoff_multiplier", b"_backoff_multiplier"]  # noqa: Y015
     _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
     _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__backoff_jitter) -> _WhichOneofReturnType__backoff_jitter | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__backoff_multiplier) -> _WhichOneofReturnType__backoff_multiplier | None: ...
     @_typing.overload
@@ -555,6 +568,7 @@ class Task(_message.Message):
     BLOCKED_BY_FIELD_NUMBER: _builtins.int
     WAITING_REASON_FIELD_NUMBER: _builtins.int
     OVERDUE_AT_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_CODE_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     revision: _builtins.int
     """Business revision: bumped by an input change (and by a review rejection)."""
@@ -598,6 +612,10 @@ class Task(_message.Message):
     """
     waiting_reason: Global___WaitingReason.ValueType
     """Why the task is WAITING (UNSPECIFIED when it is not)."""
+    last_error_code: _builtins.str
+    """The error code the holder reported (WorkerService.Fail) when the latest attempt failed; empty
+    when it ended otherwise (expired, released). TaskService.RetryTasks filters on it.
+    """
     @_builtins.property
     def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -673,10 +691,11 @@ class Task(_message.Message):
         blocked_by: _abc.Iterable[_builtins.str] | None = ...,
         waiting_reason: Global___WaitingReason.ValueType = ...,
         overdue_at: _timestamp_pb2.Timestamp | None = ...,
+        last_error_code: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_checkpoint_size", b"_checkpoint_size", "checkpoint_size", b"checkpoint_size", "created_at", b"created_at", "deadline", b"deadline", "next_eligible_at", b"next_eligible_at", "overdue_at", b"overdue_at", "retry_policy", b"retry_policy", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_checkpoint_size", b"_checkpoint_size", "attempt", b"attempt", "attempt_id", b"attempt_id", "attempts_counted", b"attempts_counted", "blocked_by", b"blocked_by", "cancel_generation", b"cancel_generation", "checkpoint_size", b"checkpoint_size", "claim_generation", b"claim_generation", "created_at", b"created_at", "dead_letter_reason", b"dead_letter_reason", "deadline", b"deadline", "depends_on", b"depends_on", "input", b"input", "input_digest", b"input_digest", "last_error", b"last_error", "next_eligible_at", b"next_eligible_at", "non_replayable", b"non_replayable", "overdue_at", b"overdue_at", "owner_id", b"owner_id", "parent_task_id", b"parent_task_id", "priority", b"priority", "queue", b"queue", "requires_review", b"requires_review", "result_commit_id", b"result_commit_id", "result_digest", b"result_digest", "retry_policy", b"retry_policy", "revision", b"revision", "root_task_id", b"root_task_id", "scheduler_epoch", b"scheduler_epoch", "state", b"state", "state_version", b"state_version", "task_id", b"task_id", "thread_key", b"thread_key", "updated_at", b"updated_at", "waiting_reason", b"waiting_reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_checkpoint_size", b"_checkpoint_size", "attempt", b"attempt", "attempt_id", b"attempt_id", "attempts_counted", b"attempts_counted", "blocked_by", b"blocked_by", "cancel_generation", b"cancel_generation", "checkpoint_size", b"checkpoint_size", "claim_generation", b"claim_generation", "created_at", b"created_at", "dead_letter_reason", b"dead_letter_reason", "deadline", b"deadline", "depends_on", b"depends_on", "input", b"input", "input_digest", b"input_digest", "last_error", b"last_error", "last_error_code", b"last_error_code", "next_eligible_at", b"next_eligible_at", "non_replayable", b"non_replayable", "overdue_at", b"overdue_at", "owner_id", b"owner_id", "parent_task_id", b"parent_task_id", "priority", b"priority", "queue", b"queue", "requires_review", b"requires_review", "result_commit_id", b"result_commit_id", "result_digest", b"result_digest", "retry_policy", b"retry_policy", "revision", b"revision", "root_task_id", b"root_task_id", "scheduler_epoch", b"scheduler_epoch", "state", b"state", "state_version", b"state_version", "task_id", b"task_id", "thread_key", b"thread_key", "updated_at", b"updated_at", "waiting_reason", b"waiting_reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__checkpoint_size: _TypeAlias = _typing.Literal["checkpoint_size"]  # noqa: Y015
     _WhichOneofArgType__checkpoint_size: _TypeAlias = _typing.Literal["_checkpoint_size", b"_checkpoint_size"]  # noqa: Y015

@@ -189,6 +189,10 @@ def served_coordinator(
             "127.0.0.1:0",
             "--token-file",
             str(ring.path),
+            # A released task is claimable again at once (the pages, not retry timing, are
+            # under test; the default backoff would make it DELAYED for a second and more).
+            "--retry-initial-backoff",
+            "0",
         ],
         tmp_path / "serve.log",
         env={"COORDINATOR_INSECURE": "", "COORDINATOR_CONFIG": ""},

@@ -46,6 +46,8 @@ def test_the_inbox_shows_a_review_and_accepting_it_makes_the_task_done(
     browser.get(f"{stack.url}/inbox")
     card = browser.find_element(By.CSS_SELECTOR, '#reviews article[data-task="report-1"]')
     assert "Q3 numbers: all green" in card.text  # the reviewer reads what they accept
+    # ... next to the input it was made from.
+    assert card.find_element(By.CSS_SELECTOR, "details.input pre").text == "draft"
     assert "committed by\nworker-a" in card.text
     screenshot(browser, "inbox-review")
 
@@ -82,7 +84,7 @@ def test_rejecting_from_the_inbox_needs_a_reason_and_opens_a_new_round(
     with stack.client("pm-1") as pm:
         assert pm.get_task("report-3").revision == 2
     browser.get(f"{stack.url}/events?task=report-3")
-    rejected = browser.find_element(By.CSS_SELECTOR, "#event-rows tr:last-child")
+    rejected = browser.find_element(By.CSS_SELECTOR, "#event-rows tr:first-child")  # newest
     assert "REVIEW → READY" in rejected.text and "pm-1" in rejected.text
     assert "wrong quarter" in rejected.text
 
@@ -133,6 +135,12 @@ def _needs_approval(stack: Stack, task_id: str) -> str:
     return prepared
 
 
+def _choose(browser: WebDriver, scope: str, resolution: str) -> None:
+    """Pick a resolution in the form under ``scope`` (the console pre-selects none)."""
+    radio = f'{scope} input[name="resolution"][value="{resolution}"]'
+    browser.find_element(By.CSS_SELECTOR, radio).click()
+
+
 def test_a_worker_sees_the_approve_button_and_the_server_refuses_it(
     stack: Stack, browser: WebDriver
 ) -> None:
@@ -141,6 +149,8 @@ def test_a_worker_sees_the_approve_button_and_the_server_refuses_it(
     browser.get(f"{stack.url}/inbox")
     listed = browser.find_element(By.CSS_SELECTOR, f'#effects article[data-effect="{effect_id}"]')
     assert "PREPARED" in listed.text
+    card = '#approvals article[data-task="mail-1"]'
+    _choose(browser, card, "absent")
     press(browser, _button(browser, "button.approve", "mail-1"))
     assert flash(browser).startswith("PERMISSION_DENIED: ")
     assert "ApproveRetry" in flash(browser)
@@ -150,9 +160,43 @@ def test_a_worker_sees_the_approve_button_and_the_server_refuses_it(
     press(browser, browser.find_element(By.CSS_SELECTOR, ".signout button"))
     sign_in(browser, stack.url, stack.token("admin-1"))
     browser.get(f"{stack.url}/inbox")
+    _choose(browser, card, "absent")
     press(browser, _button(browser, "button.approve", "mail-1"))
     assert flash(browser) == "approved a retry of mail-1: now READY, 1 effect(s) resolved"
     assert stack.state("mail-1")[0] is TaskState.READY
+
+
+def test_approve_and_resolve_pre_select_nothing_and_warn_on_a_non_replayable_send_again(
+    stack: Stack, browser: WebDriver
+) -> None:
+    effect_id = _needs_approval(stack, "charge-1")
+    sign_in(browser, stack.url, stack.token("admin-1"))
+    browser.get(f"{stack.url}/inbox")
+    approval = browser.find_element(By.CSS_SELECTOR, '#approvals article[data-task="charge-1"]')
+    effect = browser.find_element(By.CSS_SELECTOR, f'#effects article[data-effect="{effect_id}"]')
+    for form in (approval, effect):
+        radios = form.find_elements(By.CSS_SELECTOR, 'input[name="resolution"]')
+        assert [r.get_attribute("value") for r in radios] == ["committed", "absent"]
+        assert not [r for r in radios if r.is_selected()]  # an explicit choice is required
+        warning = form.find_element(By.CSS_SELECTOR, "fieldset.resolution .warn").text
+        assert warning.startswith("NON_REPLAYABLE task: if the effect did happen")
+    screenshot(browser, "inbox-non-replayable-choice")
+
+    # The browser will not send the form without a choice ...
+    approval.find_element(By.CSS_SELECTOR, "button.approve").click()
+    assert browser.find_elements(By.CSS_SELECTOR, '#approvals article[data-task="charge-1"]')
+    assert stack.state("charge-1")[0] is TaskState.NEEDS_APPROVAL
+    # ... and the task page asks the same way.
+    browser.get(f"{stack.url}/tasks/charge-1")
+    page_form = browser.find_element(By.CSS_SELECTOR, "form[action$='/approve']")
+    assert not [
+        r for r in page_form.find_elements(By.CSS_SELECTOR, "input[type=radio]") if r.is_selected()
+    ]
+    assert "NON_REPLAYABLE task" in page_form.text
+    _choose(browser, "form[action$='/approve']", "committed")
+    press(browser, page_form.find_element(By.CSS_SELECTOR, "button.approve"))
+    assert flash(browser) == "approved a retry of charge-1: now READY, 1 effect(s) resolved"
+    assert _effect_states(stack, "charge-1") == {effect_id: "EFFECT_STATE_COMMITTED"}
 
 
 def _unknown_effect(stack: Stack, task_id: str) -> str:
@@ -184,6 +228,7 @@ def test_an_unknown_effect_is_resolved_from_the_inbox_by_an_admin_only(
     browser.get(f"{stack.url}/inbox")
     assert "UNKNOWN" in browser.find_element(By.CSS_SELECTOR, card).text
     assert "reconcile owner worker-a" in browser.find_element(By.CSS_SELECTOR, card).text
+    _choose(browser, card, "committed")
     press(browser, browser.find_element(By.CSS_SELECTOR, f"{card} button.resolve"))
     assert flash(browser).startswith("PERMISSION_DENIED: ") and "ResolveEffect" in flash(browser)
     assert _effect_states(stack, "notify-1") == {effect_id: "EFFECT_STATE_UNKNOWN"}
@@ -192,6 +237,12 @@ def test_an_unknown_effect_is_resolved_from_the_inbox_by_an_admin_only(
     sign_in(browser, stack.url, stack.token("admin-1"))
     browser.get(f"{stack.url}/inbox")
     form = browser.find_element(By.CSS_SELECTOR, card)
+    # Not a non-replayable task: no warning, and still no choice made for the admin.
+    assert not form.find_elements(By.CSS_SELECTOR, ".warn")
+    assert not [
+        r for r in form.find_elements(By.CSS_SELECTOR, "input[type=radio]") if r.is_selected()
+    ]
+    _choose(browser, card, "absent")
     form.find_element(By.NAME, "reason").send_keys("the gateway has no record of it")
     screenshot(browser, "inbox-unknown-effect")
     press(browser, form.find_element(By.CSS_SELECTOR, "button.resolve"))
@@ -330,19 +381,6 @@ def test_the_claims_page_counts_the_lease_down_and_shows_progress_and_renewals(
     assert browser.find_element(By.ID, "no-claims").text == "No live claims."
 
 
-def test_the_events_page_follows_new_events_live(stack: Stack, browser: WebDriver) -> None:
-    with stack.client("pm-1") as pm:
-        pm.create_task("early", queue="q", input=b"x")
-        sign_in(browser, stack.url, stack.token("pm-1"))
-        browser.get(f"{stack.url}/events")
-        assert browser.find_elements(By.CSS_SELECTOR, 'tr[data-position$="/early/0"]')
-        eventually(lambda: browser.find_element(By.ID, "live-status").text.startswith("Live"))
-        pm.create_task("late", queue="q", input=b"y")
-    live = eventually(lambda: browser.find_elements(By.CSS_SELECTOR, 'tr[data-position*="/late/"]'))
-    assert "- → READY" in live[0].text and "pm-1" in live[0].text
-    screenshot(browser, "events")
-
-
 LONG_ID = "a-task-with-a-rather-long-identifier-0123456789"
 
 
@@ -361,6 +399,7 @@ def test_every_page_fits_a_phone_and_is_screenshotted_at_its_width(
     pages = [
         ("queues", "/queues"),
         ("tasks", "/tasks?queue=q"),
+        ("dead-letters", "/tasks?queue=q&state=FAILED"),
         ("claims", "/claims"),
         ("task", f"/tasks/{LONG_ID}"),
         ("task-review", "/tasks/report-9"),

@@ -108,6 +108,24 @@ def test_accept_with_the_csrf_token_applies_and_shows_the_outcome(stack: Stack) 
     assert stack.state("t-1") == (TaskState.DONE, 1)
 
 
+def test_approve_or_resolve_without_a_resolution_is_refused_and_changes_nothing(
+    stack: Stack,
+) -> None:
+    """The form pre-selects nothing; a post that chose nothing (a script, an old page) is
+    refused by the console itself with what to choose, before any call."""
+    stack.review_task("t-1")
+    client = signed_in(stack.url, stack.token("admin-1"))
+    csrf = csrf_of(client.get("/inbox").text)
+    for path in ("/tasks/t-1/approve", "/effects/e-1/resolve"):
+        reply = client.post(path, data={"csrf": csrf, "back": "/inbox"})
+        assert reply.status_code == 303
+        assert flash_text(client.get("/inbox").text) == (
+            "choose what happened downstream: committed (it happened: skip it) or absent (it "
+            "did not: send again); nothing was changed"
+        )
+    assert stack.state("t-1") == (TaskState.REVIEW, 1)
+
+
 def test_signing_out_ends_the_session(stack: Stack) -> None:
     client = signed_in(stack.url, stack.token("pm-1"))
     csrf = csrf_of(client.get("/queues").text)
@@ -159,7 +177,8 @@ def test_a_stream_resumed_inside_a_shared_revision_sends_the_rest_of_it_once(
     (revision,) = shared
     client = signed_in(stack.url, stack.token("pm-1"))
     page = client.get("/events").text
-    assert [f"{revision}/{t}/0" for t in "abc"] == re.findall(r'data-position="([^"]+)"', page)
+    # Newest first: within one revision too, the reverse of the position order.
+    assert [f"{revision}/{t}/0" for t in "cba"] == re.findall(r'data-position="([^"]+)"', page)
 
     with stack.client("pm-1") as pm:  # after the browser's connection dropped
         pm.create_task("d", queue="q", input=b"later")

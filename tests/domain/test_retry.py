@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -25,6 +26,7 @@ from coordinator.domain.retry import (
     check_policy,
     decide_after,
     decide_retry,
+    jitter_fraction,
     policy_fields,
     refuse_takeover,
     retried_deadline,
@@ -42,6 +44,7 @@ policies = st.builds(
     backoff_multiplier=st.floats(1, 10),
     max_backoff=st.floats(60, MAX_BACKOFF),
     non_retryable_errors=st.lists(st.sampled_from(["Bad", "Fatal"]), max_size=2).map(tuple),
+    backoff_jitter=st.floats(0, 1),
 )
 ends = st.builds(
     AttemptEnded,
@@ -68,7 +71,7 @@ def test_the_decision_is_exactly_the_rules(
             f"all {policy.max_attempts} attempts used; last error: boom",
         )
     else:
-        assert decision == Requeue(NOW + max(policy.backoff(attempts), ended.delay))
+        assert decision == Requeue(NOW + max(policy.delay(attempts, ""), ended.delay))
 
 
 @given(policies, st.integers(1, 10_000))
@@ -89,6 +92,45 @@ def test_backoff_grows_with_each_attempt_and_stays_within_its_bounds(
 def test_backoff_by_example() -> None:
     policy = RetryPolicy(initial_backoff=2, backoff_multiplier=3, max_backoff=50)
     assert [policy.backoff(n) for n in range(1, 6)] == [2, 6, 18, 50, 50]
+
+
+@given(policies, st.integers(1, 10_000), st.text(max_size=20))
+def test_jitter_only_lengthens_a_wait_within_its_fraction_and_is_fixed_per_task_and_attempt(
+    policy: RetryPolicy, attempts: int, key: str
+) -> None:
+    base, delay = policy.backoff(attempts), policy.delay(attempts, key)
+    assert base <= delay <= base * (1 + policy.backoff_jitter)
+    assert delay == policy.delay(attempts, key)  # the same on every replica and every replay
+    assert 0 <= jitter_fraction(key, attempts) < 1
+
+
+def test_jitter_spreads_the_tasks_that_failed_together() -> None:
+    policy = RetryPolicy()  # the server's default: 1 s doubling, jitter 0.2
+    waits = [policy.delay(1, f"task-{n}") for n in range(100)]
+    assert min(waits) >= 1.0 and max(waits) < 1.2
+    assert len(set(waits)) == 100
+    # Spread over the range, not bunched: each fifth of it gets some of them.
+    assert {int((w - 1.0) / 0.04) for w in waits} == {0, 1, 2, 3, 4}
+    assert RetryPolicy(backoff_jitter=0).delay(3, "t") == 4.0
+
+
+def test_the_default_policy_cannot_dead_letter_a_task_in_under_15_seconds() -> None:
+    """A handler that fails every time: each Fail comes the instant its attempt is claimed,
+    and still the 5th (last) attempt cannot start before 1 + 2 + 4 + 8 s have passed."""
+    policy, now, starts = RetryPolicy(), NOW, [NOW]
+    failed = AttemptEnded(AttemptEnd.FAILED, "Bug: always", code="Bug")
+    for attempts in range(1, 6):
+        decision = decide_retry(policy, attempts, failed, now, key="t1")
+        if attempts == 5:
+            assert isinstance(decision, DeadLetter)
+            assert decision.reason is DeadLetterReason.EXHAUSTED
+            break
+        assert isinstance(decision, Requeue)
+        now = decision.at
+        starts.append(now)
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert all(base <= g < base * 1.2 for g, base in zip(gaps, (1, 2, 4, 8), strict=True))
+    assert starts[-1] - starts[0] >= 15.0
 
 
 @given(st.integers(1, 10_000), ends.filter(lambda e: e.retryable and not e.code))
@@ -161,7 +203,7 @@ def _task(policy: RetryPolicy, *, attempt: int, base: int = 0) -> TaskRecord:
 
 
 def test_a_task_counts_its_attempts_since_its_budget_began() -> None:
-    policy = RetryPolicy(max_attempts=3)
+    policy = RetryPolicy(max_attempts=3, initial_backoff=0)
     assert decide_after(_task(policy, attempt=3), LEASE_EXPIRED, NOW, at_once=Op.RECLAIM).op is (
         Op.DEAD_LETTER
     )
@@ -170,8 +212,10 @@ def test_a_task_counts_its_attempts_since_its_budget_began() -> None:
 
 
 def test_a_takeover_is_refused_while_the_policy_delays_or_ends_the_task() -> None:
-    assert refuse_takeover(_task(RetryPolicy(), attempt=1), NOW) == ""
-    delayed = refuse_takeover(_task(RetryPolicy(initial_backoff=5), attempt=1), NOW)
+    assert refuse_takeover(_task(RetryPolicy(initial_backoff=0), attempt=1), NOW) == ""
+    delayed = refuse_takeover(
+        _task(RetryPolicy(initial_backoff=5, backoff_jitter=0), attempt=1), NOW
+    )
     assert "next attempt in 5 s" in delayed
     used_up = refuse_takeover(_task(RetryPolicy(max_attempts=1), attempt=1), NOW)
     assert "all 1 attempts used" in used_up
@@ -187,6 +231,8 @@ def test_a_takeover_is_refused_while_the_policy_delays_or_ends_the_task() -> Non
         (RetryPolicy(backoff_multiplier=0.5), "retry_policy.backoff_multiplier must be 1 to"),
         (RetryPolicy(initial_backoff=10, max_backoff=5), "must not exceed retry_policy.max_"),
         (RetryPolicy(non_retryable_errors=("E",) * 33), "has 33 codes, the limit is 32"),
+        (RetryPolicy(backoff_jitter=1.5), "retry_policy.backoff_jitter must be 0 to 1"),
+        (RetryPolicy(backoff_jitter=float("nan")), "retry_policy.backoff_jitter must be 0 to 1"),
     ],
 )
 def test_a_policy_out_of_bounds_names_its_field(policy: RetryPolicy, message: str) -> None:
@@ -202,6 +248,24 @@ def test_unset_fields_come_from_the_queue_then_the_server() -> None:
     assert defaults.resolve("emails", {"max_attempts": 0}).max_attempts == 0
     with pytest.raises(InvalidArgument, match=r"retry_policy\.initial_backoff"):
         defaults.resolve("other", {"initial_backoff": 600.0})
+
+
+def test_a_task_that_sets_its_waits_keeps_them_exactly_and_one_that_does_not_gets_jitter() -> None:
+    defaults = RetryDefaults()
+    assert defaults.resolve("q", {}) == RetryPolicy(
+        max_attempts=5,
+        initial_backoff=1.0,
+        backoff_multiplier=2.0,
+        max_backoff=300.0,
+        backoff_jitter=0.2,
+    )
+    assert defaults.resolve("q", {"max_attempts": 3}).backoff_jitter == 0.2
+    for wait in ("initial_backoff", "backoff_multiplier", "max_backoff"):
+        exact = defaults.resolve("q", {wait: 10.0})
+        assert exact.backoff_jitter == 0.0
+        assert exact.delay(2, "t") == exact.backoff(2)
+    chosen = defaults.resolve("q", {"initial_backoff": 10.0, "backoff_jitter": 0.5})
+    assert chosen.backoff_jitter == 0.5
 
 
 @given(

@@ -13,8 +13,11 @@ from coordinator.domain.records import EventRecord, TaskRecord, decode
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.server.identity import PRINCIPAL_METADATA_KEY, ROLES_METADATA_KEY
 from coordinator.store import Store, TaskSpec
+from tests.helpers import RETRY_AT_ONCE
 
-LIMITS = ClaimLimits(min_ttl=1, max_ttl=30, max_claim_duration=600.0, stall_timeout=300.0)
+LIMITS = ClaimLimits(
+    min_ttl=1, max_ttl=30, max_claim_duration=600.0, stall_timeout=300.0, retry=RETRY_AT_ONCE
+)
 NO_SCAN = 3600.0
 RESULT = b"the report"
 

@@ -997,6 +997,7 @@ ALERTS = {
     "CoordinatorQueuesLeftOut",
     "CoordinatorEtcdNearQuota",
     "CoordinatorTasksDeadLettered",
+    "CoordinatorQueueFailing",
 }
 
 

@@ -53,9 +53,15 @@ refused = partial(helpers.refused, metadata=A)
 
 @pytest.fixture
 def store(etcd: EtcdProcess, prefix: str, metrics: Metrics) -> Iterator[Store]:
-    """The server's store: a 2 s reconcile timeout, no takeover, a sweep every 0.1 s."""
+    """The server's store: a 2 s reconcile timeout, no takeover, a sweep every 0.1 s, a task
+    claimable again at once after its attempt ends (RETRY_AT_ONCE)."""
     kv = EtcdKV.connect([etcd.endpoint], timeout=5.0)
-    limits = ClaimLimits(min_ttl=1, reconcile_timeout=RECONCILE_TIMEOUT, reconcile_handoffs=0)
+    limits = ClaimLimits(
+        min_ttl=1,
+        reconcile_timeout=RECONCILE_TIMEOUT,
+        reconcile_handoffs=0,
+        retry=helpers.RETRY_AT_ONCE,
+    )
     store = Store.open(kv, keys=Keyspace(prefix), limits=limits, scan_interval=0.1, metrics=metrics)
     store.start()
     try:

@@ -17,9 +17,12 @@ from coordinator.sdk import RetryPolicy, WorkerClient
 from coordinator.server import build_server
 from coordinator.store import EtcdKV, Store
 from tests.conftest import GRPC_OPTIONS
+from tests.helpers import RETRY_AT_ONCE
 
 # Short limits: etcd itself raises TTLs below ~2 s, so a 1 s claim is granted 2 s.
-LIMITS = ClaimLimits(min_ttl=1, max_ttl=30, max_claim_duration=600.0, stall_timeout=300.0)
+LIMITS = ClaimLimits(
+    min_ttl=1, max_ttl=30, max_claim_duration=600.0, stall_timeout=300.0, retry=RETRY_AT_ONCE
+)
 QUEUE = "q"
 
 

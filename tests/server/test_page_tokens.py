@@ -103,6 +103,12 @@ LISTINGS: list[Listing] = [
         {"task_id": "t-1"},
         EFFECT,
     ),
+    (
+        "RetryTasks",
+        lambda token: tasks_pb2.RetryTasksRequest(queue="default", dry_run=True, page_token=token),
+        {"queue": "default"},
+        "t-1",
+    ),
 ]
 
 

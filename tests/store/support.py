@@ -22,10 +22,12 @@ from coordinator.store import ClaimResult, CommitResult, Store, TaskSpec
 from coordinator.store.context import new_attempt_id
 from coordinator.store.etcd import put
 from coordinator.store.group_commit import GroupCommit
-from tests.helpers import eventually
+from tests.helpers import RETRY_AT_ONCE, eventually
 
 # Short limits for tests: TTLs in [1, 30] s (etcd itself raises TTLs below ~2 s).
-LIMITS = ClaimLimits(min_ttl=1, max_ttl=30, max_claim_duration=600.0, stall_timeout=300.0)
+LIMITS = ClaimLimits(
+    min_ttl=1, max_ttl=30, max_claim_duration=600.0, stall_timeout=300.0, retry=RETRY_AT_ONCE
+)
 # Long enough that no periodic scan runs during a test: reclaims come from the watch or scan().
 NO_SCAN = 3600.0
 

@@ -17,6 +17,7 @@ from coordinator.store import ClaimResult, Store
 from coordinator.store.claim_gates import ClaimRead
 from coordinator.store.claims import HERD_SPREAD, ClaimStore
 from coordinator.store.held import HeldClaims
+from tests.helpers import RETRY_AT_ONCE
 from tests.store.support import (
     StoreFactory,
     claim,
@@ -163,7 +164,7 @@ def test_ttl_is_clamped_and_etcd_grants_the_clamp(
     requested: int,
     granted: int,
 ) -> None:
-    store = make_store(limits=ClaimLimits(min_ttl=min_ttl, max_ttl=30))
+    store = make_store(limits=ClaimLimits(min_ttl=min_ttl, max_ttl=30, retry=RETRY_AT_ONCE))
     create(store, "t1")
     result = claim_result(store, "t1", ttl=requested)
     assert result.verdict.outcome is Outcome.CLAIMED

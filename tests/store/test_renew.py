@@ -14,6 +14,7 @@ from coordinator.domain.records import ClaimRecord, decode
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import InvalidArgument, PermissionDenied
 from coordinator.store import RenewResult, Store
+from tests.helpers import RETRY_AT_ONCE
 from tests.store.support import (
     StoreFactory,
     claim,
@@ -59,7 +60,9 @@ def test_renew_reports_the_claim_deadline(store: Store, clock: ManualClock) -> N
 def test_renew_cannot_pass_max_claim_duration(
     make_store: StoreFactory, clock: ManualClock, etcd_client: Any
 ) -> None:
-    limits = ClaimLimits(min_ttl=1, max_ttl=30, max_claim_duration=100.0, stall_timeout=0.0)
+    limits = ClaimLimits(
+        min_ttl=1, max_ttl=30, max_claim_duration=100.0, stall_timeout=0.0, retry=RETRY_AT_ONCE
+    )
     store = make_store(limits=limits)
     create(store, "t1")
     fence = claim(store, "t1", ttl=10)
@@ -80,7 +83,9 @@ def test_renew_cannot_pass_max_claim_duration(
 def test_renew_with_unchanged_progress_past_stall_timeout_is_stalled(
     make_store: StoreFactory, clock: ManualClock, etcd_client: Any
 ) -> None:
-    limits = ClaimLimits(min_ttl=1, max_ttl=30, max_claim_duration=1000.0, stall_timeout=10.0)
+    limits = ClaimLimits(
+        min_ttl=1, max_ttl=30, max_claim_duration=1000.0, stall_timeout=10.0, retry=RETRY_AT_ONCE
+    )
     store = make_store(limits=limits)
     create(store, "t1")
     fence = claim(store, "t1")

@@ -14,11 +14,13 @@ from coordinator.domain.records import AttemptRecord, ClaimRecord, decode
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError, InvalidArgument, NotFound, PermissionDenied
 from coordinator.store import Renewal, RenewAnswer, Store
-from tests.helpers import eventually
+from tests.helpers import RETRY_AT_ONCE, eventually
 from tests.store.support import StoreFactory, claim, create, raw, wait_claim_gone
 
 # Claims end 100 s after they start and stall after 40 s without progress (manual clock).
-LIMITS = ClaimLimits(min_ttl=1, max_ttl=30, max_claim_duration=100.0, stall_timeout=40.0)
+LIMITS = ClaimLimits(
+    min_ttl=1, max_ttl=30, max_claim_duration=100.0, stall_timeout=40.0, retry=RETRY_AT_ONCE
+)
 
 Answer = tuple[Outcome, FenceReason] | type[CoordinatorError]
 

@@ -17,7 +17,7 @@ from coordinator.domain.states import Op, Outcome, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import EtcdKV, Store, TaskSpec
 from coordinator.store.context import attempt_from_kv
-from tests.helpers import eventually
+from tests.helpers import RETRY_AT_ONCE, eventually
 
 REPLICAS = 3
 
@@ -29,7 +29,7 @@ def replicas(etcd: EtcdProcess, prefix: str) -> Iterator[list[Store]]:
         store = Store.open(
             EtcdKV.connect([etcd.endpoint]),
             keys=Keyspace(prefix),
-            limits=ClaimLimits(min_ttl=1, max_ttl=10),
+            limits=ClaimLimits(min_ttl=1, max_ttl=10, retry=RETRY_AT_ONCE),
             scan_interval=0.2,
         )
         store.start()

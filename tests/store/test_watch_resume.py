@@ -13,7 +13,7 @@ from coordinator.domain.keys import Keyspace
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import EtcdKV, Store, TaskSpec
-from tests.helpers import eventually
+from tests.helpers import RETRY_AT_ONCE, eventually
 
 
 def test_ready_index_and_reclaimer_follow_across_an_etcd_restart(tmp_path: Path) -> None:
@@ -21,7 +21,10 @@ def test_ready_index_and_reclaimer_follow_across_an_etcd_restart(tmp_path: Path)
     kv = EtcdKV.connect([etcd.endpoint], timeout=3)
     # A scan interval far beyond the test: only the watch can reclaim in time.
     store = Store.open(
-        kv, keys=Keyspace("/restart"), limits=ClaimLimits(min_ttl=1, max_ttl=10), scan_interval=600
+        kv,
+        keys=Keyspace("/restart"),
+        limits=ClaimLimits(min_ttl=1, max_ttl=10, retry=RETRY_AT_ONCE),
+        scan_interval=600,
     )
     try:
         store.start()

@@ -89,6 +89,9 @@ def test_a_takeover_counts_its_retry_as_the_reclaimer_counts_an_expiry(
     assert store.reclaimer.scan() == 1  # "reclaimed" by the reclaimer's path
     assert store.tasks.get("reclaimed").state is TaskState.READY
     assert (retries(metrics, "expired", "false"), waits(metrics)) == (2, 2)
+    # Both ended attempts count as expired attempt ends too, whichever path ended them.
+    ends = sample(metrics, "coordinator_attempt_ends_total", queue=QUEUE, end="expired", code="")
+    assert ends == 2
 
 
 def test_a_deadline_passing_counts_a_timed_out_dead_letter(

@@ -185,6 +185,7 @@ def jinja_environment(env: Environment) -> None:
     env.filters["when"] = views.when
     env.filters["duration"] = views.duration
     env.filters["payload"] = views.payload
+    env.filters["preview"] = views.preview
     env.filters["position"] = views.position_text
     env.globals["idem"] = idempotency_key
 

@@ -1,5 +1,6 @@
-"""The event log: a page of past events (from the start, or after a position) and a live
-server-sent-events stream that the page's script appends as they happen.
+"""The event log: a page of past events, newest first (ListEvents; "older" pages back from the
+oldest shown, "newest" returns to the top), and on the newest page a live server-sent-events
+stream whose events the page's script puts on top as they happen.
 
 The stream is WatchEvents with follow, made with the viewer's credentials. Each SSE message's
 id is the event's position, so when a stream ends (the server closes it after
@@ -37,28 +38,25 @@ def _request(request: Request, *, follow: bool, after: str) -> tasks_pb2.WatchEv
 
 
 def events(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
-    """One page of events after ``after`` (the start of the log without it)."""
-    after = request.query_params.get("after", "")
-    credentials = session.current(request)
-    assert credentials is not None  # page() let the request in signed in
-    watch = _request(request, follow=False, after=after)
-    found: list[tasks_pb2.TaskEvent] = []
-    more = False
-    gateway = console_of(request).gateway
-    with gateway.watch(credentials, watch, timeout=settings.rpc_timeout) as stream:
-        for event in stream:
-            if len(found) == settings.page_size:
-                more = True
-                break
-            found.append(event)
-    last = views.position_text(found[-1].position) if found else after
+    """One page of events newest first, before ``before`` (the newest without it)."""
+    before = request.query_params.get("before", "")
+    listed = tasks_pb2.ListEventsRequest(
+        task_id=request.query_params.get("task", "")[:128],
+        queue=request.query_params.get("queue", "")[:64],
+        page_size=settings.page_size,
+    )
+    if before:
+        listed.before.CopyFrom(views.parse_position(before))
+    reply = rpc.call(rpc.tasks.ListEvents, listed)
+    found = list(reply.events)
     return {
         "events": found,
-        "more": more,
-        "after": after,
-        "last": last,
-        "task": watch.task_id,
-        "queue": watch.queue,
+        "older": views.position_text(reply.next_before) if reply.HasField("next_before") else "",
+        "before": before,
+        # The live stream starts after the newest event shown (the whole log when none is).
+        "newest": views.position_text(found[0].position) if found else "",
+        "task": listed.task_id,
+        "queue": listed.queue,
     }
 
 

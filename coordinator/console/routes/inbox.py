@@ -56,12 +56,27 @@ def inbox(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
             ),
         )
     )
+    listed = effects.effects if effects is not None else []
     return {
         "reviews": reviews,
         "review_next": review.next_page_token,
         "approvals": approvals.tasks,
         "approval_next": approvals.next_page_token,
-        "effects": effects.effects if effects is not None else [],
+        "effects": listed,
         "effects_next": effects.next_page_token if effects is not None else "",
         "effects_refused": effects_refused,
+        "non_replayable": _non_replayable(rpc, {e.task_id for e in listed}),
     }
+
+
+def _non_replayable(rpc: Rpc, task_ids: set[str]) -> dict[str, bool]:
+    """Whether each task is NON_REPLAYABLE (one GetTask per task of the page, so at most a
+    page's worth), for the warning next to "send again"; a task that cannot be read is left
+    out, and its form warns as if it might be."""
+    found: dict[str, bool] = {}
+    for task_id in sorted(task_ids):
+        read = tasks_pb2.GetTaskRequest(task_id=task_id)
+        reply, _ = attempt(partial(rpc.call, rpc.tasks.GetTask, read))
+        if reply is not None:
+            found[task_id] = reply.task.non_replayable
+    return found

@@ -14,6 +14,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from coordinator.console.routes.actions import RETRY_PAGE
 from coordinator.console.routes.common import Context, attempt, page_token
 from coordinator.console.settings import ConsoleSettings
 from coordinator.sdk._rpc import Rpc
@@ -115,6 +116,7 @@ def tasks(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
         "states": [n.removeprefix("TASK_STATE_") for n in types_pb2.TaskState.keys()[1:]],
         "tasks": reply.tasks,
         "next_page_token": reply.next_page_token,
+        "retry_page": RETRY_PAGE,
     }
 
 

@@ -34,7 +34,8 @@ function refreshLive(live) {
   tickCounts();
 }
 
-// Events: follow the live stream; the browser resumes after the last id on reconnect.
+// Events (newest first): follow the live stream and put each new event on top; the browser
+// resumes after the last id on reconnect.
 const MAX_ROWS = 500;
 
 function cell(label, text, href) {
@@ -54,7 +55,7 @@ function cell(label, text, href) {
 function followEvents(status) {
   const rows = document.getElementById("event-rows");
   const source = new EventSource(status.dataset.stream);
-  source.addEventListener("open", () => { status.textContent = "Live: new events appear below."; });
+  source.addEventListener("open", () => { status.textContent = "Live: new events appear on top."; });
   source.addEventListener("task", (msg) => {
     const e = JSON.parse(msg.data);
     const tr = document.createElement("tr");
@@ -63,8 +64,9 @@ function followEvents(status) {
       cell("at", e.at), cell("task", e.task_id, "/tasks/" + encodeURIComponent(e.task_id)),
       cell("transition", e.from + " → " + e.to), cell("op", e.op), cell("by", e.by),
       cell("gen / epoch", e.generation + " / " + e.epoch), cell("detail", e.detail));
-    rows.appendChild(tr);
-    while (rows.children.length > MAX_ROWS) rows.removeChild(rows.firstElementChild);
+    tr.lastElementChild.className = "detail";
+    rows.insertBefore(tr, rows.firstElementChild);
+    while (rows.children.length > MAX_ROWS) rows.removeChild(rows.lastElementChild);
   });
   source.addEventListener("refused", (msg) => {
     status.textContent = JSON.parse(msg.data);
