@@ -47,13 +47,17 @@ lint: venv
 	@echo "== types (mypy --strict) =="
 	$(BIN)/mypy
 
+# Every phase runs even when an earlier one failed (one failure must never hide another, e.g.
+# the chaos phase behind an integration failure); the target fails at the end, naming them.
 test: venv etcd chaos-tools browser lint chart
-	@echo "== unit (pure domain rules) =="
-	$(BIN)/pytest -q $(UNIT)
-	@echo "== integration (real etcd, real gRPC) =="
-	$(BIN)/pytest -q $(addprefix --ignore=,$(UNIT) $(CHAOS))
-	@echo "== chaos (real processes, signals) =="
-	$(BIN)/pytest -q $(CHAOS)
+	@failed=""; \
+	echo "== unit (pure domain rules) =="; \
+	$(BIN)/pytest -q $(UNIT) || failed="$$failed unit"; \
+	echo "== integration (real etcd, real gRPC) =="; \
+	$(BIN)/pytest -q $(addprefix --ignore=,$(UNIT) $(CHAOS)) || failed="$$failed integration"; \
+	echo "== chaos (real processes, signals) =="; \
+	$(BIN)/pytest -q $(CHAOS) || failed="$$failed chaos"; \
+	if [ -n "$$failed" ]; then echo "failed phases:$$failed"; exit 1; fi
 
 # Everything but the slow marks (real-process tests that pause workers past their TTL).
 test-fast: venv etcd lint

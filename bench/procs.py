@@ -25,6 +25,7 @@ from typing import Self
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from coordinator import lifeline
 from coordinator.etcd_process import free_port, terminate_group
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -203,6 +204,7 @@ class CoordinatorProcess:
                 cwd=self._cwd,
                 start_new_session=True,
             )
+        lifeline.kill_with_parent(self._proc.pid)  # even if the bench is SIGKILLed
         self._wait_serving(timeout)
         return self
 
@@ -227,6 +229,7 @@ class CoordinatorProcess:
         """SIGTERM (graceful), then SIGKILL after 10 s."""
         if self._proc is not None:
             terminate_group(self._proc, 10.0)
+            lifeline.spare(self._proc.pid)
 
     def __enter__(self) -> Self:
         return self.start()

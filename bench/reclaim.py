@@ -37,6 +37,7 @@ from bench.procs import GRPC_OPTIONS
 from bench.scenarios.coordinator import RESULT
 from bench.seed import TaskSeeder, task_id
 from bench.stats import percentile
+from coordinator import lifeline
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import TaskRecord, decode
 from coordinator.domain.states import TaskState
@@ -135,6 +136,7 @@ class Holder:
             text=True,
             env=env,
         )
+        lifeline.kill_with_parent(self.proc.pid)  # even if the bench is SIGKILLed
         self._lines: queue.Queue[dict[str, Any]] = queue.Queue()
         threading.Thread(target=self._read, name=f"read-{name}", daemon=True).start()
 
@@ -173,6 +175,7 @@ class Holder:
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
             self.proc.wait()
+        lifeline.spare(self.proc.pid)
 
 
 def _one_sample(

@@ -16,6 +16,7 @@ from typing import Any
 
 import etcd3
 
+from coordinator import lifeline
 from coordinator.etcd_process import find_etcd_binary, free_ports
 
 GRPC_OPTIONS = [("grpc.enable_http_proxy", 0)]
@@ -97,6 +98,8 @@ class EtcdCluster:
             member.proc = subprocess.Popen(
                 args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
+        # Its own session escapes a group kill: tied, it dies even if the run is SIGKILLed.
+        lifeline.kill_with_parent(member.proc.pid)
 
     def client(self, member: Member | None = None) -> Any:
         """An etcd3 client of one member (the first running one by default)."""
@@ -137,3 +140,4 @@ class EtcdCluster:
             member.signal(signal.SIGKILL)
             if member.proc is not None:
                 member.proc.wait()
+                lifeline.spare(member.proc.pid)

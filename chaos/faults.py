@@ -272,7 +272,9 @@ class EtcdDrop(Fault):
 class ClockSkew(Fault):
     """Replicas and workers with wall clocks 5 minutes off, half ahead and half behind
     (libfaketime; never etcd): must change nothing. The harness starts them skewed
-    (chaos/clock_skew.py); the scenario adds no other fault, so every commit must land."""
+    (chaos/clock_skew.py); the scenario adds no other fault, so the history must pass the
+    checker, and a commit may be refused only as any slow worker's is (SUPERSEDED,
+    LEASE_EXPIRED: a loaded machine, not the skew, let its lease run out)."""
 
     name = "clock-skew"
     skews = ("+5m", "-5m")

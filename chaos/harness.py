@@ -25,6 +25,7 @@ from chaos.health import etcd_problems, replica_problems
 from chaos.history import EffectWrite, EtcdWrite, Recorder
 from chaos.netns import Netns
 from chaos.proxy import TcpProxy
+from coordinator import lifeline
 from coordinator.demo.outbox import OutboxProcess
 from coordinator.etcd_process import free_ports
 from coordinator.sdk import PRINCIPAL_METADATA, TaskState, WorkerClient, tls_credentials
@@ -50,6 +51,7 @@ def _stop(proc: subprocess.Popen[Any] | None, grace: float = 5.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    lifeline.spare(proc.pid)
 
 
 def stopped(pid: int) -> bool:
@@ -159,6 +161,7 @@ class Replica:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env} if self.env else None,
             )
+        lifeline.kill_with_parent(self.proc.pid)  # even if the run is SIGKILLed
 
     def coverage(self) -> list[Coverage]:
         """Its fence-check counters (AdminService.GetStats)."""
@@ -278,6 +281,7 @@ class Harness:
             stderr=(self.root / f"{name}.err").open("ab"),
             env={**os.environ, **env} if (env := self._skewed(len(self.workers))) else None,
         )
+        lifeline.kill_with_parent(proc.pid)  # even if the run is SIGKILLed
         self.workers[name] = proc
         return proc
 

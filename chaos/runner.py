@@ -25,6 +25,7 @@ from chaos.follower import Follower
 from chaos.harness import Harness, TlsFiles
 from chaos.health import ClusterUnhealthy, require_healthy
 from chaos.history import EtcdWrite, load
+from coordinator import lifeline
 
 WORKERS = 4
 PRODUCE_EVERY = 0.1
@@ -228,6 +229,7 @@ def run_naive(*, root: Path | None = None) -> Result:
         args = ["--etcd", cluster.endpoints[0], "--name", name, "--task", "t1"]
         args += ["--history", str(root / f"{name}.jsonl"), *flags]
         procs.append(subprocess.Popen([sys.executable, "-m", "chaos.naive", *args], cwd=REPO))
+        lifeline.kill_with_parent(procs[-1].pid)  # even if the run is SIGKILLed
         return procs[-1]
 
     try:

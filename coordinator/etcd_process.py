@@ -25,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from coordinator import lifeline
 from coordinator.errors import CoordinatorError, EtcdNotFound
 
 ENV_ETCD_BIN = "COORDINATOR_ETCD_BIN"
@@ -126,8 +127,10 @@ def terminate_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
 def _reap(proc: subprocess.Popen[bytes], scratch: Path | None) -> None:
     """Last-resort cleanup run by weakref.finalize (also at interpreter exit)."""
     terminate_group(proc, 5.0)
+    lifeline.spare(proc.pid)
     if scratch is not None:
         shutil.rmtree(scratch, ignore_errors=True)
+        lifeline.keep(scratch)
 
 
 DEFAULT_COMPACTION_RETENTION = timedelta(hours=1)
@@ -147,6 +150,8 @@ class EtcdProcess:
 
     With no ``data_dir`` the data lives in a temporary directory that ``stop()`` removes; a given
     ``data_dir`` is kept, so a later ``start()`` reopens the same store (the ports are kept too).
+    etcd dies with its owner even if the owner is SIGKILLed, and its temporary directory goes
+    with it (coordinator/lifeline.py).
     etcd compacts history older than ``compaction_retention`` periodically; None turns
     compaction off (for tests that read old revisions). The backend quota is etcd's default.
     """
@@ -298,8 +303,12 @@ class EtcdProcess:
                 env=env,
                 start_new_session=True,
             )
-        # If the owner forgets stop() (or the interpreter exits), leave no orphan etcd behind.
+        # If the owner forgets stop() (or the interpreter exits), leave no orphan etcd behind;
+        # if the owner is SIGKILLed, its reaper does it (coordinator/lifeline.py).
         self._finalizer = weakref.finalize(self, _reap, self._proc, self._tmp)
+        lifeline.kill_with_parent(self._proc.pid)
+        if self._tmp is not None:
+            lifeline.remove_with_parent(self._tmp)
 
     def _wait_healthy(self) -> None:
         # Bypass any http_proxy from the environment: this is loopback.
@@ -333,8 +342,10 @@ class EtcdProcess:
             self._finalizer = None
         if self._proc is not None:
             terminate_group(self._proc, timeout)
+            lifeline.spare(self._proc.pid)
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
+            lifeline.keep(self._tmp)
             self._tmp = None
 
     def __enter__(self) -> Self:

@@ -5,10 +5,15 @@ that every line logged during the call (ours and the store's) carries them, and 
 line the call-log interceptor writes when the call ends (coordinator.server.call_log); ``note``
 adds a field to that line only. Records from the
 standard library (grpc, etcd3) go through the same renderer, so stderr is JSON throughout.
+
+Every line goes through one ``SafeStream``: a log write that fails (a closed pipe, a full disk)
+is counted as lost, never raised, because the code that logs includes the signal path
+and the shutdown of a worker, which must not die or wedge on a dead log pipe.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
@@ -16,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -30,11 +35,67 @@ _SHARED: list[structlog.typing.Processor] = [
 ]
 
 
+class SafeStream:
+    """A text stream whose write errors are swallowed and counted, never raised.
+
+    A worker's stderr may be a pipe whose reader died or a file on a full disk: a log line
+    that raises there would kill whichever thread logged it, the thread that turns SIGTERM
+    into a shutdown included (issue 29: a worker deaf to SIGTERM, renewing its claims until
+    ``kill -9``). Each later write is still tried (a disk may get space back); the first one
+    that gets through is preceded by a line saying how many were lost.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        """Wrap ``stream`` (stderr, as it is when logging is configured)."""
+        self._stream = stream
+        self._lock = threading.Lock()
+        self._lost = 0
+        self._unreported = 0
+
+    @property
+    def lost(self) -> int:
+        """Lines lost to write errors since this stream was made."""
+        with self._lock:
+            return self._lost
+
+    def write(self, text: str) -> int:
+        """Write ``text`` and flush it (each log line is one call); len(text) even if lost."""
+        with self._lock:
+            if self._unreported and self._put(_lost_line(self._unreported)):
+                self._unreported = 0
+            if not self._put(text):
+                self._lost += 1
+                self._unreported += 1
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing to do: every write flushed already."""
+
+    def _put(self, text: str) -> bool:
+        # A failed flush may leave the text in the stream's buffer (bounded by its size): it
+        # comes out later if the stream recovers, though it was counted as lost.
+        try:
+            self._stream.write(text)
+            self._stream.flush()
+        except (OSError, ValueError):  # EPIPE, ENOSPC, EIO; ValueError: the stream was closed
+            return False
+        return True
+
+
+def _lost_line(count: int) -> str:
+    """The JSON line that reports ``count`` log lines lost to write errors."""
+    return (
+        json.dumps({"event": "log lines lost: stderr could not be written", "lost": count}) + "\n"
+    )
+
+
 def configure_logging(level: str = "info") -> None:
-    """Send structlog and stdlib logging to stderr as JSON lines at ``level`` and above."""
+    """Send structlog and stdlib logging to stderr as JSON lines at ``level`` and above (through
+    one SafeStream: a log write never raises)."""
     if level not in LEVELS:
         raise ValueError(f"log level must be one of {', '.join(LEVELS)}, got {level!r}")
     threshold = logging.getLevelNamesMapping()[level.upper()]
+    stream = SafeStream(sys.stderr)
     structlog.configure(
         processors=[
             *_SHARED,
@@ -43,12 +104,13 @@ def configure_logging(level: str = "info") -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(threshold),
-        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
+        # WriteLogger calls only write() and flush(), the two methods SafeStream has.
+        logger_factory=structlog.WriteLoggerFactory(file=cast(TextIO, stream)),
         # Not cached: a later configure_logging (tests, `coordinator up`) must take effect on
         # module-level loggers that were already used.
         cache_logger_on_first_use=False,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[

@@ -25,8 +25,9 @@ import pytest
 from click.testing import CliRunner
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from coordinator import lifeline
 from coordinator.cli import main
-from coordinator.cli.local_up import STATE_DIR_ENV, state_file
+from coordinator.cli.local_up import STATE_DIR_ENV, record_file
 from coordinator.config import Config, parse_endpoints
 from coordinator.errors import ConfigError
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary, free_port
@@ -97,7 +98,8 @@ def test_a_task_id_is_called_task_id_in_every_verb() -> None:
             metavar = param.make_metavar(click.Context(command)).removesuffix("...")
             assert "TASK" not in metavar.split("/") or metavar == "REV/TASK/VERSION", path
             if isinstance(param, click.Argument) and param.name == "task_id":
-                assert metavar == "TASK_ID", (path, metavar)
+                # An optional one (`tasks retry [TASK_ID]` or `--queue`) shows in brackets.
+                assert metavar.removeprefix("[").removesuffix("]") == "TASK_ID", (path, metavar)
                 named += 1
     assert named >= 8  # tasks get/result/cancel/accept/reject/deps/retry, effects approve, ...
 
@@ -221,6 +223,7 @@ class Process:
                 text=True,
                 env={**os.environ, **(env or {})},
             )
+            lifeline.kill_with_parent(self.proc.pid)  # dies with this test run
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self) -> None:
@@ -318,10 +321,10 @@ def test_up_serves_and_stops_cleanly_on_sigterm(tmp_path: Path, processes: list[
     assert "epoch 1" in shown.output
     checked = CliRunner().invoke(main, ["doctor", "--json"], catch_exceptions=False)
     assert checked.exit_code == 0, checked.output
-    assert state_file().exists()
+    assert record_file(up.proc.pid).exists()
 
     assert up.terminate() == 0, up.logs()
-    assert not state_file().exists(), "`up` left its state file behind"
+    assert not record_file(up.proc.pid).exists(), "`up` left its record behind"
     assert not _accepts_connections(etcd_endpoint), "the embedded etcd outlived `up`"
     events = [r.get("event") for r in _records(up)]
     assert events.index("shutting down") < events.index("stopped")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from coordinator import lifeline
 from coordinator.cli.demo import verify
 from coordinator.domain.records import ResultRecord
 from coordinator.etcd_process import find_etcd_binary
@@ -155,6 +156,7 @@ def test_ctrl_c_stops_the_demo_and_everything_it_started(to: str) -> None:
         start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
     )
+    lifeline.kill_with_parent(proc.pid)  # dies with this test run
     assert proc.stdout is not None
     started: list[int] = []
     try:

@@ -1,6 +1,6 @@
 """The two commands of a fresh machine, as make would run them (``make -n -B``: every recipe
 printed, none run): ``make demo`` installs the runtime only, ``make test`` says which phase
-runs, ``make test-fast`` leaves the slow marks out."""
+runs, and runs them all even when one fails, ``make test-fast`` leaves the slow marks out."""
 
 from __future__ import annotations
 
@@ -47,3 +47,38 @@ def test_make_test_announces_each_phase_in_order() -> None:
 
 def test_make_test_fast_skips_the_slow_marks() -> None:
     assert _planned("test-fast")[-1] == '.venv/bin/pytest -q -m "not slow"'
+
+
+# Stands in for pytest: says what it was asked to run, and fails the integration phase (the
+# only one that ignores the others' directories).
+_FAILING_INTEGRATION = """#!/bin/sh
+echo "ran pytest $*"
+case "$*" in *--ignore=*) exit 1;; esac
+"""
+
+
+def test_make_test_runs_the_chaos_phase_after_a_failed_one_and_then_fails(tmp_path: Path) -> None:
+    fake = tmp_path / "pytest"
+    fake.write_text(_FAILING_INTEGRATION)
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    # -o: the prerequisites (venv, lint, chart, ...) count as done; only the phases run.
+    skip = [f"-o{target}" for target in ("venv", "etcd", "chaos-tools", "browser", "lint", "chart")]
+    done = subprocess.run(
+        ["make", "--no-print-directory", *skip, "test", f"BIN={tmp_path}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    lines = done.stdout.splitlines()
+    assert [line.split(" ")[1] for line in lines if line.startswith("== ")] == [
+        "unit",
+        "integration",
+        "chaos",
+    ]
+    assert "ran pytest -q tests/chaos tests/chaos_lite" in lines  # not hidden by the failure
+    assert lines[-1] == "failed phases: integration"
+    assert done.returncode != 0

@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from coordinator import lifeline
 from coordinator.cli.local_up import STATE_DIR_ENV
 from coordinator.cli.remote import DEFAULT_TARGET
 from coordinator.config import DEFAULT_LISTEN
@@ -90,6 +91,7 @@ def _start_up(body: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen[str
         text=True,
         start_new_session=True,
     )
+    lifeline.kill_with_parent(up.pid)  # dies with this test run
     assert up.stdout is not None
     for line in up.stdout:
         if "press Ctrl-C" in line:

@@ -127,7 +127,7 @@ def console(
             f"the console needs its extra: pip install 'coordinator[console]' ({exc})"
         ) from exc
     if target is None:
-        local = discover()
+        local = discover(flag="--target (or COORDINATOR_TARGET)")
         target = local.target if local is not None else DEFAULT_TARGET
         insecure = insecure or local is not None
     credentials = None

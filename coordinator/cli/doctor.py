@@ -127,7 +127,7 @@ def doctor(
     keys = Keyspace(prefix)
     guessed = ""  # why etcd is where it is tried, if nobody said so
     if etcd is None:
-        local = discover()
+        local = discover(flag="--etcd (or COORDINATOR_ETCD)")
         etcd = local.etcd if local is not None else ",".join(DEFAULT_ETCD)
         if local is None:
             guessed = (

@@ -113,11 +113,12 @@ def remote_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """Pop the connection options out of a command's keyword arguments. Without a target, the
     running ``coordinator up`` (cli/local_up.py) is the target, insecure like it, unless
     credentials were given. With neither a target, nor credentials, nor an ``up`` running, a
-    usage error (exit 2) says so: most likely ``up`` is not (or no longer) running."""
+    usage error (exit 2) says so: most likely ``up`` is not (or no longer) running; with several
+    running, a usage error names them and asks for --target."""
     names = ("target", "token", "ca", "cert", "key", "insecure", "principal")
     remote = {name: settings.pop(name) for name in names}
     if remote["target"] is None:
-        local = discover()
+        local = discover(flag="--target (or COORDINATOR_TARGET)")
         credentials = remote["token"] or remote["cert"]
         if local is None and not credentials and not remote["insecure"]:
             raise click.UsageError(NOTHING_TO_TALK_TO)

@@ -6,8 +6,11 @@ their own principal and roles) and therefore only on a loopback address; it says
 
 While it runs, a second terminal finds it: the CLI verbs by themselves (cli/local_up.py), other
 programs by the environment it prints, writes to ``<data-dir>/env`` and, for
-``eval "$(coordinator up --print-env)"``, hands to anyone who asks. On exit it removes both the
-state file and the env file, so neither points at a server that is gone.
+``eval "$(coordinator up --print-env)"``, hands to anyone who asks. Any number may run at once,
+each with a record of its own; with several, ``--print-env --target ADDR`` picks one. On exit
+it removes its own record and the env file, so neither points at a server that is gone; if it is
+SIGKILLed, its etcd and temporary data directory still go (coordinator/lifeline.py), and the
+next reader drops its record.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from types import FrameType
 
 import click
 
-from coordinator.cli.local_up import LocalUp, discover, publish, state_file, withdraw
+from coordinator.cli.local_up import LocalUp, discover, publish, running, state_dir, withdraw
 from coordinator.cli.serve import build_config, limit_options, run
 from coordinator.config import DEFAULT_LISTEN, is_loopback
 from coordinator.errors import CoordinatorError
@@ -67,9 +70,16 @@ from coordinator.etcd_process import EtcdProcess, find_etcd_binary
     help="Print the export line of the `coordinator up` already running and exit (exit 1 if "
     'none runs): `eval "$(coordinator up --print-env)"` points another shell at it.',
 )
+@click.option(
+    "--target",
+    default=None,
+    metavar="ADDR",
+    help="With --print-env: the `coordinator up` listening on ADDR, when several run.",
+)
 @limit_options
 def up(
     print_env: bool,
+    target: str | None,
     etcd_bin: str | None,
     data_dir: Path | None,
     listen: str,
@@ -82,8 +92,10 @@ def up(
 ) -> None:
     """Start a local etcd and a coordinator server in this process; Ctrl-C stops both."""
     if print_env:
-        _print_env()
+        _print_env(target)
         return
+    if target is not None:
+        raise click.UsageError("--target only picks the `up` whose --print-env to show")
     if not is_loopback(listen):
         raise click.BadParameter(
             f"{listen!r} is not a loopback address: `coordinator up` is a local playground "
@@ -148,23 +160,31 @@ def up(
 def _refuse_a_second_up(listen: str) -> None:
     """Exit 2 if a running ``up`` already listens on ``listen`` (typed twice, most likely):
     said plainly, before an etcd is started for nothing and gRPC fails to bind."""
-    running = discover()
-    if running is not None and running.target == listen:
+    first = discover(target=listen)
+    if first is not None:
         raise click.UsageError(
-            f"a `coordinator up` is already running on {listen} (pid {running.pid}): use it "
+            f"a `coordinator up` is already running on {listen} (pid {first.pid}): use it "
             "(`coordinator up --print-env` prints its environment), or stop it first"
         )
 
 
-def _print_env() -> None:
-    """The running ``up``'s export line on stdout, or exit 1 saying none runs."""
-    local = discover()
-    if local is None:
+def _print_env(target: str | None) -> None:
+    """The export line of the running ``up`` (the one on ``target`` if given) on stdout; exit 1
+    saying none runs (there), exit 2 naming the choices if several run and none was picked."""
+    local = discover(target=target)
+    if local is not None:
+        click.echo(local.exports())
+        return
+    others = running()
+    if target is not None and others:
         raise click.ClickException(
-            f"no `coordinator up` is running (none published in {state_file()}): start one in "
-            "another terminal first"
+            f"no `coordinator up` is running on {target}; running: "
+            + "; ".join(up.describe() for up in others)
         )
-    click.echo(local.exports())
+    raise click.ClickException(
+        f"no `coordinator up` is running (none published in {state_dir()}): start "
+        "one in another terminal first"
+    )
 
 
 @contextmanager

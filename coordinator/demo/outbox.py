@@ -41,6 +41,8 @@ from urllib.error import HTTPError
 
 import click
 
+from coordinator import lifeline
+
 KEY_HEADER = "Idempotency-Key"
 GENERATION_HEADER = "X-Fencing-Generation"
 # How long a hung response or a stalled send is held at most (the sender has long given up).
@@ -269,6 +271,7 @@ class OutboxProcess:
         self.proc = subprocess.Popen(
             args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
+        lifeline.kill_with_parent(self.proc.pid)  # even if its starter is SIGKILLed
         assert self.proc.stdout is not None
         self.url = self.proc.stdout.readline().strip()
         if not self.url.startswith("http://"):

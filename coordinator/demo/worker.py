@@ -33,6 +33,7 @@ from typing import Any
 
 import click
 
+from coordinator import lifeline
 from coordinator.errors import CoordinatorError
 from coordinator.logging import configure_logging
 from coordinator.sdk import Claim, ClaimLost, ClaimRefused, HttpDownstream, Outcome, WorkerClient
@@ -195,6 +196,7 @@ class WorkerProcess:
             stderr=subprocess.DEVNULL,
             text=True,
         )
+        lifeline.kill_with_parent(self.proc.pid)  # even if the demo is SIGKILLed
         self._reader = threading.Thread(target=self._read, name=f"read-{name}", daemon=True)
 
     def start(self, on_holding: Callable[[Record], None] | None = None) -> None:

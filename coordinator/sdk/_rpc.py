@@ -56,6 +56,7 @@ from coordinator.sdk._status import (
     translate,
 )
 from coordinator.sdk._target import LB_OPTION, Endpoints, channel_target, endpoint_targets
+from coordinator.sdk.abort import Abort, CallAborted
 from coordinator.v1 import admin_pb2_grpc, tasks_pb2_grpc, worker_pb2_grpc
 
 PRINCIPAL_METADATA = "x-coordinator-principal"
@@ -349,9 +350,11 @@ class Rpc(Caller):
         lease_left: timedelta | None = None,
         hint: str = "",
         tries: Tries | None = None,
+        abort: Abort | None = None,
     ) -> Resp:
         """Call ``method`` with the deadline, the principal and (if ``retry``) the retries;
         an ``idempotency_key`` goes with every try, so the server replays a landed one.
+        ``abort``: ``abort.abort()`` ends the call at once (CallAborted).
 
         ``lease_left``: the call is made behind a claim's fence with this much lease left, and
         stops retrying when it runs out, before the budget if sooner. ``hint`` replaces what an
@@ -370,13 +373,13 @@ class Rpc(Caller):
         )
         at = self.endpoints.current
         try:
-            return method(request, timeout=plan.per_try, metadata=plan.metadata)
+            return _send(method, request, plan.per_try, plan.metadata, abort)
         except grpc.RpcError as exc:
             plan.first_failed(exc)
             self.endpoints.failed(at)  # the retry goes to the next replica
         try:
             answer: Resp = Retrying(**plan.controls())(
-                _retry_once, plan, self.endpoints, method, request
+                _retry_once, plan, self.endpoints, method, request, abort
             )
         except grpc.RpcError as exc:
             raise plan.given_up(exc) from exc
@@ -388,17 +391,38 @@ class Rpc(Caller):
             channel.close()
 
 
+def _send(
+    method: grpc.UnaryUnaryMultiCallable[Req, Resp],
+    request: Req,
+    timeout: float | None,
+    metadata: tuple[tuple[str, str], ...],
+    abort: Abort | None,
+) -> Resp:
+    """One try of a call; with ``abort``, as a future that ``abort.abort()`` cancels."""
+    if abort is None:
+        return method(request, timeout=timeout, metadata=metadata)
+    if abort.aborted():
+        raise CallAborted("the call was aborted before it was sent")
+    call = method.future(request, timeout=timeout, metadata=metadata)
+    with abort.watching(call):
+        try:
+            return call.result()
+        except grpc.FutureCancelledError as exc:
+            raise CallAborted("the call was aborted in flight") from exc
+
+
 def _retry_once(
     plan: CallPlan,
     endpoints: Endpoints,
     method: grpc.UnaryUnaryMultiCallable[Req, Resp],
     request: Req,
+    abort: Abort | None = None,
 ) -> Resp:
     """One retry of a sync call (tenacity calls it); a failed one moves the client on."""
     timeout = plan.next_timeout()
     at = endpoints.current
     try:
-        return method(request, timeout=timeout, metadata=plan.metadata)
+        return _send(method, request, timeout, plan.metadata, abort)
     except grpc.RpcError as exc:
         plan.failed(exc)
         if is_transport(exc):

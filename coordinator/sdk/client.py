@@ -41,6 +41,7 @@ from coordinator.sdk._requests import (
     repinned,
 )
 from coordinator.sdk._rpc import RetryPolicy, Rpc, Tries
+from coordinator.sdk.abort import Abort
 from coordinator.sdk.auth import BearerToken
 from coordinator.sdk.claim import Claim, LostCallback, claims_of
 from coordinator.sdk.effects import EffectInfo
@@ -163,13 +164,15 @@ class WorkerClient:
         on_lost: LostCallback | None = None,
         safety_margin: Duration | None = None,
         wait: Duration | None = None,
+        abort: Abort | None = None,
     ) -> Claim | ClaimRefused:
         """Claim the next ready task of ``queue``; NO_READY_TASK comes back as a ClaimRefused.
         Like ``claim``, it follows a new epoch by itself.
 
         With ``wait`` (at most the server's max_claim_wait, 20 s by default) it is a long poll:
         the server waits that long for a task to become ready and answers with the first one
-        it wins, so a worker loop needs no sleep between empty claims."""
+        it wins, so a worker loop needs no sleep between empty claims. ``abort.abort()``
+        (sdk/abort.py) ends it at once from another thread: CallAborted."""
         waited, timeout = long_poll(wait, self._rpc.policy.timeout)
         request = claim_next_request(queue, ttl=ttl, epoch=self._pinned_epoch(), wait=waited)
         return self._claimed(
@@ -178,6 +181,7 @@ class WorkerClient:
             on_lost=on_lost,
             safety_margin=safety_margin,
             timeout=timeout,
+            abort=abort,
         )
 
     def claim_many(
@@ -189,16 +193,18 @@ class WorkerClient:
         on_lost: LostCallback | None = None,
         safety_margin: Duration | None = None,
         wait: Duration | None = None,
+        abort: Abort | None = None,
     ) -> list[Claim] | ClaimRefused:
         """Claim up to ``max_tasks`` (at most 64) ready tasks of ``queue`` in one call, each a
         claim of its own; the refusal (NO_READY_TASK, ...) when it won none. ``wait`` long-polls
-        for the first task as ``claim_next`` does; the others are whatever is ready then."""
+        for the first task, and ``abort`` ends it, as in ``claim_next``; the others are whatever
+        is ready then."""
         waited, timeout = long_poll(wait, self._rpc.policy.timeout)
         request = claim_next_request(
             queue, ttl=ttl, epoch=self._pinned_epoch(), wait=waited, max_tasks=max_tasks
         )
         return self._claimed_all(
-            self._rpc.worker.ClaimNext, request, on_lost, safety_margin, timeout
+            self._rpc.worker.ClaimNext, request, on_lost, safety_margin, timeout, abort
         )
 
     def _claimed(
@@ -209,8 +215,9 @@ class WorkerClient:
         on_lost: LostCallback | None,
         safety_margin: Duration | None,
         timeout: float | None = None,
+        abort: Abort | None = None,
     ) -> Claim | ClaimRefused:
-        won = self._claimed_all(method, request, on_lost, safety_margin, timeout)
+        won = self._claimed_all(method, request, on_lost, safety_margin, timeout, abort)
         return won[0] if isinstance(won, list) else won
 
     def _claimed_all(
@@ -220,12 +227,13 @@ class WorkerClient:
         on_lost: LostCallback | None,
         safety_margin: Duration | None,
         timeout: float | None,
+        abort: Abort | None = None,
     ) -> list[Claim] | ClaimRefused:
         """The claims one claim won, following a new epoch once: a second refusal means the
         epoch moved again meanwhile, and the next claim follows it."""
-        response, sent_at = self._send_claim(method, request, timeout)
+        response, sent_at = self._send_claim(method, request, timeout, abort)
         if epoch_moved(response) and repinned(request, self.epoch()):
-            response, sent_at = self._send_claim(method, request, timeout)
+            response, sent_at = self._send_claim(method, request, timeout, abort)
         won = claims_of(
             self._rpc,
             response,
@@ -241,12 +249,19 @@ class WorkerClient:
         method: grpc.UnaryUnaryMultiCallable[Any, worker_pb2.ClaimResponse],
         request: AnyClaim,
         timeout: float | None,
+        abort: Abort | None = None,
     ) -> tuple[worker_pb2.ClaimResponse, float]:
         """A claim sent as one call under a key of its own (``claim_key``: a re-pinned request
         is another call): its answer, and when its lease clock starts (``lease_clock_start``)."""
         sent_at, tries, key = time.monotonic(), Tries(), claim_key()
         response = self._rpc.call(
-            method, request, hint=CLAIM_HINT, timeout=timeout, idempotency_key=key, tries=tries
+            method,
+            request,
+            hint=CLAIM_HINT,
+            timeout=timeout,
+            idempotency_key=key,
+            tries=tries,
+            abort=abort,
         )
         return response, lease_clock_start(sent_at, time.monotonic(), timeout, tries=tries.count)
 

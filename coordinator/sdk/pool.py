@@ -29,19 +29,19 @@ back as a retryable failure, ``claim.fail(error, retryable=True)`` (the task's r
 decides what follows). A handler that returns None has ended the claim itself, or the pool
 releases it.
 
-``stop()`` (SIGTERM through ``stop_on_signals``) stops claiming at once and marks the pool
-unready, lets running handlers finish until ``grace`` has passed, then cancels the rest and
-gives their claims back (a retryable failure, as for an error) within
-``GIVE_BACK_TIMEOUT``; ``run()`` then returns. A handler thread that ignores its cancellation
-cannot be stopped from outside (Python has no thread kill): it is abandoned (a daemon thread,
-so the process still exits) and whatever it commits later is refused, its claim being gone.
+``stop()`` (SIGTERM through ``stop_on_signals``) stops claiming at once (the long polls in
+flight are aborted, so a shutdown never claims, sdk/abort.py) and marks the pool unready, lets
+running handlers finish until ``grace`` has passed, then cancels the rest and gives their claims
+back (a retryable failure, as for an error; their renewals stop first) within
+``GIVE_BACK_TIMEOUT``; ``run()`` then returns. The signal path never depends on a log line
+(sdk/_signals.py): a log write that fails (a dead pipe, a full disk) is counted, not raised
+(coordinator/logging.py). A handler thread that ignores its cancellation cannot be stopped from
+outside (Python has no thread kill): it is abandoned (a daemon thread, so the process still
+exits) and whatever it commits later is refused, its claim being gone.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import threading
 import time
 from collections import Counter
@@ -67,6 +67,8 @@ from coordinator.sdk._pool import (
     check_options,
     cut_off_reason,
 )
+from coordinator.sdk._signals import stop_on_signals
+from coordinator.sdk.abort import Abort, CallAborted
 from coordinator.sdk.cancellation import Cancellation, CancelReason
 from coordinator.sdk.claim import Claim
 from coordinator.sdk.client import WorkerClient
@@ -162,6 +164,10 @@ class WorkerPool:
         self._poll = poll or PollBackoff()
         self._long_poll = long_poll
         self._stopping = Flag()
+        # A shutdown never claims: stop() aborts the long polls in flight, which would else win
+        # the very tasks the cut-off gives back (issue 29), and the server claims nothing for a
+        # caller that left (store/long_poll.py).
+        self._polls = Abort()
         self._cond = threading.Condition()
         self._max_concurrent = self._free = max_concurrent
         self._running: set[_Running] = set()
@@ -177,6 +183,7 @@ class WorkerPool:
         """Stop claiming now and shut down (``run`` returns once done). Idempotent; not from
         a signal handler (it takes a lock): use ``stop_on_signals``."""
         self._stopping.set()
+        self._polls.abort()
         with self._cond:
             self._cond.notify_all()
 
@@ -195,10 +202,13 @@ class WorkerPool:
         self._stopping.wait()
         self._set_ready(False)
         deadline = time.monotonic() + self._grace.total_seconds()
+        # A loop whose claim was answered as the stop came gives it back: it has as long as a
+        # cut-off claim has (abandoned mid-way, the claim would wait out its lease).
+        end = deadline + GIVE_BACK_TIMEOUT.total_seconds()
         log.info("pool stopping: no new claims", running=self.held(), grace=str(self._grace))
         self._cut_off(self._wait_for_handlers(deadline))
-        for loop in loops:  # one in a long poll: whatever it claims now, it gives back
-            loop.join(max(deadline - time.monotonic(), 0.0))
+        for loop in loops:
+            loop.join(max(end - time.monotonic(), 0.0))
         with self._cond:
             report = PoolReport(dict(self._endings))
         log.info("pool stopped", **{e.value: n for e, n in report.endings.items()})
@@ -216,6 +226,9 @@ class WorkerPool:
             sent = time.monotonic()
             try:
                 got = self._claim(runnings)
+            except CallAborted:  # stop() ended the poll (and what it may have won: sdk/abort.py)
+                self._give_slot(slots)
+                return
             except CoordinatorError as exc:
                 self._give_slot(slots)
                 self._fail(queue, exc)
@@ -243,7 +256,11 @@ class WorkerPool:
         try:
             if runnings.slots == 1:
                 got = self._client.claim_next(
-                    runnings.queue, ttl=self._ttl, on_lost=runnings.lost, wait=self._long_poll
+                    runnings.queue,
+                    ttl=self._ttl,
+                    on_lost=runnings.lost,
+                    wait=self._long_poll,
+                    abort=self._polls,
                 )
                 return [got] if isinstance(got, Claim) else got.outcome.name
             many = self._client.claim_many(
@@ -252,6 +269,7 @@ class WorkerPool:
                 max_tasks=runnings.slots,
                 on_lost=runnings.lost,
                 wait=self._long_poll,
+                abort=self._polls,
             )
         except TransportError as exc:
             return f"unreachable: {exc}"
@@ -432,39 +450,6 @@ def _give_back(claim: Claim, error: Exception | str, message: str = "") -> Endin
     """Fail the attempt, retryable: the task's retry policy decides what follows. ``error``:
     the handler's exception (its type names the failure, its traceback goes along) or an error
     code with ``message``."""
+    claim.close()  # no renewal of a claim being given back: its lease only ends sooner
     claim.fail(error, retryable=True, message=message)
     return Ending.LOST if claim.is_lost() else Ending.FAILED
-
-
-def stop_on_signals(
-    pool: WorkerPool, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
-) -> Callable[[], None]:
-    """Make ``signals`` stop ``pool``; returns a function restoring the previous handlers.
-    Call it from the main thread (Python runs signal handlers there only).
-
-    The handler only writes the signal number to a pipe: it runs between two bytecodes of the
-    main thread, which may be holding one of the pool's locks at that moment, so it must take
-    none. A thread reading the pipe calls ``stop()``.
-    """
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-
-    def on_signal(signum: int, frame: object) -> None:
-        with contextlib.suppress(BlockingIOError):  # a full pipe already holds a wake-up
-            os.write(write_fd, bytes([signum]))
-
-    def watch() -> None:
-        while data := os.read(read_fd, 16):
-            log.info("signal received: stopping", signal=signal.Signals(data[0]).name)
-            pool.stop()
-        os.close(read_fd)
-
-    previous = {signum: signal.signal(signum, on_signal) for signum in signals}
-    threading.Thread(target=watch, name="pool-signals", daemon=True).start()
-
-    def restore() -> None:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        os.close(write_fd)  # the watcher reads end-of-file and ends
-
-    return restore

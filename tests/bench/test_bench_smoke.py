@@ -1,8 +1,9 @@
 """A smoke run of ``python -m bench`` so the benchmark never rots.
 
 It runs the whole benchmark at tiny sizes (own etcd, own coordinator, every phase) and checks
-the JSON it writes: the keys the issue requires and sane types. No timing is asserted: these
-figures come from a loaded CI machine and mean nothing; only that every part ran.
+the JSON it writes: the keys the issue requires and sane types. No timing is asserted and no time
+budget applies: these figures come from a loaded CI machine and mean nothing, and a smoke run
+has no wall-time bound (bench/cli.py), so a slow machine makes it slower, never skip a phase.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import pytest
 from bench.report import HEADLINE
 
 REPO = Path(__file__).resolve().parents[2]
+# Only against a hang (a wedged child), far beyond any run: the smoke sizes are fixed and tiny.
+HANG_GUARD = 1800
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +32,7 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_GUARD,
         check=False,
     )
     assert proc.returncode == 0, f"bench failed:\n{proc.stderr[-4000:]}"
@@ -91,6 +94,7 @@ def test_the_other_phases_report_their_figures(smoke: tuple[dict[str, Any], str]
     assert "Delayed tasks (" in stdout
     assert doc["held"]["claims_held"] == config["held_claims"]
     assert [row["key"] for row in doc["targets"]] == list(HEADLINE)
+    assert config["budget_s"] is None  # no wall-time bound: every phase ran, however slowly
     assert doc["skipped_phases"] == {}
     assert "| scenario | workers | cycles/s |" in stdout
     assert "| target (issue item 4) |" in stdout

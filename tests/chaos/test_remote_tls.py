@@ -13,6 +13,7 @@ import pytest
 
 from chaos.harness import CHANNEL_OPTIONS, TlsFiles
 from chaos.runner import run_scenario
+from coordinator import lifeline
 from coordinator.etcd_process import EtcdProcess, free_ports
 from coordinator.sdk import RetryPolicy, TransportError, WorkerClient
 from tests.auth.certs import CertificateAuthority
@@ -48,6 +49,7 @@ def staging(etcd: EtcdProcess, prefix: str, tmp_path: Path) -> Iterator[tuple[st
     code = "from coordinator.cli import main; main()"
     log = (tmp_path / "serve.log").open("ab")
     proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=log, stderr=log)
+    lifeline.kill_with_parent(proc.pid)  # dies with this test run
     tls = TlsFiles(str(ca.pem.cert), str(client.cert), str(client.key))
     try:
         with WorkerClient(

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from coordinator import lifeline
 from coordinator.domain.jobs import JobRecord, JobState, RediscoverAction
 from coordinator.domain.records import decode
 from coordinator.etcd_process import EtcdProcess
@@ -91,6 +92,7 @@ def test_restart_kills_the_superseded_orphan_and_reattaches_the_current_job(
         stdout=subprocess.PIPE,
         text=True,
     )
+    lifeline.kill_with_parent(worker.pid)  # dies with this test run
     lines: list[dict[str, Any]] = []
     reader = threading.Thread(
         target=lambda: lines.extend(json.loads(line) for line in worker.stdout or ()),

@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 from click.testing import CliRunner
 
+from coordinator import lifeline
 from coordinator.cli import main
 from coordinator.domain.states import Op, TaskState
 from coordinator.store import Store
@@ -196,6 +197,7 @@ def test_events_cli_follow_prints_events_live(store: Store, server: str) -> None
         stderr=subprocess.DEVNULL,
         text=True,
     )
+    lifeline.kill_with_parent(process.pid)  # dies with this test run
     lines: queue.Queue[str] = queue.Queue()
 
     def pump() -> None:
@@ -225,6 +227,7 @@ def test_events_follow_against_a_wrong_address_says_why_it_cannot_follow() -> No
         stderr=subprocess.PIPE,
         text=True,
     )
+    lifeline.kill_with_parent(process.pid)  # dies with this test run
     try:
         assert process.stderr is not None
         line = process.stderr.readline()

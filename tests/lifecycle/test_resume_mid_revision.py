@@ -24,6 +24,7 @@ import grpc
 import pytest
 
 from chaos.follower import Follower
+from coordinator import lifeline
 from coordinator.domain.positions import EventPosition
 from coordinator.errors import StoreUnavailable
 from coordinator.sdk import PRINCIPAL_METADATA
@@ -74,6 +75,7 @@ class _Cli:
             stderr=subprocess.PIPE,
             text=True,
         )
+        lifeline.kill_with_parent(self._process.pid)  # dies with this test run
         self.out: queue.Queue[str] = queue.Queue()
         self.err: queue.Queue[str] = queue.Queue()
         assert self._process.stdout is not None and self._process.stderr is not None

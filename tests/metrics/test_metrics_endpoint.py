@@ -21,6 +21,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from coordinator import lifeline
 from coordinator.domain.digests import digest_of
 from coordinator.etcd_process import EtcdProcess
 from coordinator.v1 import (
@@ -60,6 +61,7 @@ class Served:
             self.process = subprocess.Popen(
                 [*COMMAND, *args], stdout=subprocess.DEVNULL, stderr=stderr, env=dict(os.environ)
             )
+            lifeline.kill_with_parent(self.process.pid)  # dies with this test run
         serving = eventually(self._serving, timeout=30, message="serve did not start")
         self.target: str = serving["listen"]
         self.metrics_url = f"http://{serving['metrics']}/metrics"

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from coordinator import lifeline
 from coordinator.errors import CoordinatorError
 from coordinator.etcd_process import find_etcd_binary, free_port
 from coordinator.store import EtcdKV
@@ -89,6 +90,7 @@ def tls_etcd(
             stdout=log,
             stderr=log,
         )
+        lifeline.kill_with_parent(proc.pid)  # dies with this test run
     etcd = SecureEtcd(f"127.0.0.1:{client_port}", certs.ca, certs.client)
     try:
         eventually(lambda: _answers(etcd), timeout=30, message="TLS etcd never answered")

@@ -1,7 +1,8 @@
 """Handlers the ``coordinator worker`` processes of these tests run (``tests.pool.handlers:...``).
 
 A task's input says what its handler does: ``gate <path>`` works until ``path`` exists, giving
-up when cancelled; ``stubborn <path>`` does the same but never looks at its cancellation.
+up when cancelled; ``stubborn <path>`` does the same but never looks at its cancellation. Each
+first creates ``<task id>.started`` beside ``path``: the worker holds the claim from then on.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def gated(claim: Claim, cancel: Cancellation) -> bytes | None:
     """Finish (result ``done <task id>``) once the gate file in the input exists."""
     mode, _, path = claim.input.decode().partition(" ")
     gate = Path(path)
+    (gate.parent / f"{claim.task_id}.started").touch()
     if mode == "stubborn":
         started = time.monotonic()
         while not gate.exists() and time.monotonic() - started < _STUBBORN_LIMIT:

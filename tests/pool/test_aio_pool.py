@@ -227,6 +227,34 @@ def test_stop_claims_nothing_more_lets_handlers_finish_then_cuts_off_at_the_grac
     assert states(producer)["deaf"] is TaskState.READY
 
 
+@pytest.mark.parametrize("run", range(5))
+def test_a_shutdown_never_claims_the_task_it_just_gave_back(
+    pools: Pools, producer: WorkerClient, run: int
+) -> None:
+    # A free slot keeps the claim loop in a long poll when the stop comes; the claim cut off at
+    # the grace becomes READY at once (no backoff): the poll must not win it back. Repeated,
+    # since the race was lost 2 runs in 5 (issue 29).
+    producer.create_task("held", queue="q", input=b"in", retry_policy=NO_BACKOFF)
+
+    started: list[str] = []
+
+    async def handle(claim: AsyncClaim) -> bytes:
+        started.append(claim.task_id)
+        await asyncio.Event().wait()  # until cut off
+        return b"never"
+
+    pool, running = pools.start(
+        handle, max_concurrent=2, grace=timedelta(0), long_poll=timedelta(seconds=10)
+    )
+    eventually(lambda: started == ["held"])  # the pool holds the claim
+    report = stopped(pools, pool, running)
+    assert report.endings == {Ending.CUT_OFF: 1}
+    assert states(producer) == {"held": TaskState.READY}
+    assert [(a.end, a.error_code) for a in producer.attempts("held")] == [
+        (AttemptEnd.FAILED, SHUTDOWN_ERROR)
+    ]
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

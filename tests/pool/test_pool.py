@@ -29,9 +29,12 @@ from coordinator.sdk import (
     LostCallback,
     PoolReport,
     ReadyFile,
+    TaskRetryPolicy,
     WorkerClient,
     WorkerPool,
 )
+from coordinator.sdk.abort import Abort
+from coordinator.sdk.pool import SHUTDOWN_ERROR
 from tests.helpers import eventually
 from tests.sdk.support import Served, served
 
@@ -206,10 +209,11 @@ class LongPolling(WorkerClient):
         on_lost: LostCallback | None = None,
         safety_margin: Duration | None = None,
         wait: Duration | None = None,
+        abort: Abort | None = None,
     ) -> Claim | ClaimRefused:
         self.waits.append(wait)
         return super().claim_next(
-            queue, ttl=ttl, on_lost=on_lost, safety_margin=safety_margin, wait=wait
+            queue, ttl=ttl, on_lost=on_lost, safety_margin=safety_margin, wait=wait, abort=abort
         )
 
 
@@ -223,6 +227,43 @@ def test_the_pool_long_polls(
         eventually(lambda: states(producer) == {"t1": TaskState.DONE})
         stop(pool, running)
     assert client.waits and set(client.waits) == {timedelta(seconds=3)}
+
+
+@pytest.mark.parametrize("run", range(5))
+def test_a_shutdown_never_claims_the_task_it_just_gave_back(
+    coordinator: Served, producer: WorkerClient, background: ThreadPoolExecutor, run: int
+) -> None:
+    # A free slot keeps the claim loop in a long poll when the stop comes; the claim cut off at
+    # the grace becomes READY at once (no backoff): the poll must not win it back, and the
+    # claim must not be left CLAIMED when run() returns (issue 29, seen on the asyncio pool).
+    no_backoff = TaskRetryPolicy(initial_backoff=timedelta(0))
+    producer.create_task("held", queue="q", input=b"in", retry_policy=no_backoff)
+
+    started = threading.Event()
+
+    def handle(claim: Claim, cancel: Cancellation) -> bytes | None:
+        started.set()
+        cancel.wait_for_cancelled(timedelta(seconds=60))
+        return None
+
+    with coordinator.client("pool-1") as client:
+        pool = WorkerPool(
+            client,
+            handle,
+            queues=["q"],
+            max_concurrent=2,
+            ttl=TTL,
+            grace=timedelta(0),
+            long_poll=timedelta(seconds=10),
+        )
+        running = background.submit(pool.run)
+        assert started.wait(30)  # the pool holds the claim
+        report = stop(pool, running)
+    assert report.endings == {Ending.CUT_OFF: 1}
+    assert states(producer) == {"held": TaskState.READY}
+    assert [(a.end, a.error_code) for a in producer.attempts("held")] == [
+        (AttemptEnd.FAILED, SHUTDOWN_ERROR)
+    ]
 
 
 def done(claim: Claim, cancel: Cancellation) -> bytes:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from coordinator import lifeline
 from coordinator.domain.states import AttemptEnd, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import WorkerClient
@@ -42,10 +43,18 @@ def producer(coordinator: Served) -> Iterator[WorkerClient]:
 
 
 def start_worker(
-    target: str, tmp_path: Path, *, max_concurrent: int, grace: float, principal: str = "pool-1"
+    target: str,
+    tmp_path: Path,
+    *,
+    max_concurrent: int,
+    grace: float,
+    principal: str = "pool-1",
+    output: int | None = None,
+    ttl: int = 30,
 ) -> subprocess.Popen[bytes]:
     """``coordinator worker tests.pool.handlers:gated`` on QUEUE, logging to tmp_path (an empty
-    ``principal``: no --principal, the verb's default)."""
+    ``principal``: no --principal, the verb's default), or with stdout and stderr both going to
+    ``output`` (subprocess.PIPE, or a file descriptor) if given."""
     args = [
         "worker",
         "tests.pool.handlers:gated",
@@ -56,7 +65,7 @@ def start_worker(
         "--grace",
         str(grace),
         "--ttl",
-        "30",
+        str(ttl),
         "--ready-file",
         str(tmp_path / "ready"),
         "--target",
@@ -65,9 +74,14 @@ def start_worker(
     ]
     if principal:
         args += ["--principal", principal]
-    with (tmp_path / "worker.log").open("wb") as log:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
-        return subprocess.Popen([*COMMAND, *args], cwd=ROOT, stderr=log, env=env)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
+    if output is not None:
+        proc = subprocess.Popen([*COMMAND, *args], cwd=ROOT, stdout=output, stderr=output, env=env)
+    else:
+        with (tmp_path / "worker.log").open("wb") as log:
+            proc = subprocess.Popen([*COMMAND, *args], cwd=ROOT, stderr=log, env=env)
+    lifeline.kill_with_parent(proc.pid)  # dies with this test run
+    return proc
 
 
 def claimed(client: WorkerClient) -> set[str]:
@@ -136,7 +150,9 @@ def test_a_handler_deaf_to_cancellation_is_cut_off_at_the_grace(
     grace = 1.0
     proc = start_worker(coordinator.target, tmp_path, max_concurrent=1, grace=grace, principal="")
     try:
-        eventually(lambda: claimed(producer) == {"deaf"}, timeout=30)
+        # The handler runs: the worker holds the claim (a SIGTERM while the claim's answer is
+        # still on its way is another case: the poll is cancelled, see sdk/abort.py).
+        eventually((tmp_path / "deaf.started").exists, timeout=30)
         proc.send_signal(signal.SIGTERM)
         # The handler thread is still looping: the process exits anyway, claim given back.
         assert exit_code(proc, tmp_path, grace) == 0
@@ -150,3 +166,43 @@ def test_a_handler_deaf_to_cancellation_is_cut_off_at_the_grace(
     assert not (tmp_path / "ready").exists()
     log = (tmp_path / "worker.log").read_text()
     assert '"cut_off": 1' in log, log
+
+
+def _stops_with_dead_output(
+    coordinator: Served, producer: WorkerClient, tmp_path: Path, output: int, close: bool
+) -> None:
+    """A worker whose stdout and stderr cannot be written (``output``; the read end closed if
+    ``close``) still stops on SIGTERM within its grace and gives its claim back at once."""
+    producer.create_task("held", queue=QUEUE, input=f"gate {tmp_path / 'never'}".encode())
+    grace = 1.0
+    # A TTL far longer than the test waits: the claim must be given back, not left to expire.
+    proc = start_worker(
+        coordinator.target, tmp_path, max_concurrent=1, grace=grace, output=output, ttl=600
+    )
+    try:
+        eventually((tmp_path / "held.started").exists, timeout=30)  # claim held
+        if close:
+            assert proc.stdout is not None and proc.stderr is not None
+            proc.stdout.close()  # the pipes' reader is gone: every write now fails EPIPE
+            proc.stderr.close()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=grace + GIVE_BACK_TIMEOUT.total_seconds() + 20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0
+    task = producer.get_task("held")
+    assert (task.state, ends(producer, "held")) == (TaskState.READY, [AttemptEnd.FAILED])
+
+
+def test_sigterm_stops_a_worker_whose_log_pipe_was_closed(
+    coordinator: Served, producer: WorkerClient, tmp_path: Path
+) -> None:
+    _stops_with_dead_output(coordinator, producer, tmp_path, subprocess.PIPE, close=True)
+
+
+def test_sigterm_stops_a_worker_whose_log_disk_is_full(
+    coordinator: Served, producer: WorkerClient, tmp_path: Path
+) -> None:
+    with open("/dev/full", "wb") as full:  # the stand-in for a full disk: writes fail ENOSPC
+        _stops_with_dead_output(coordinator, producer, tmp_path, full.fileno(), close=False)

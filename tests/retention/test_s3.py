@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from coordinator import lifeline
 from coordinator.archive import ArchiveError, open_sink
 from coordinator.clock import ManualClock
 from coordinator.etcd_process import free_port
@@ -40,6 +41,7 @@ def s3_url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         stderr=subprocess.DEVNULL,
         env=dict(os.environ),
     )
+    lifeline.kill_with_parent(server.pid)  # dies with this test run
     endpoint = f"http://127.0.0.1:{port}"
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 

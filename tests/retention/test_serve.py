@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from coordinator import lifeline
 from coordinator.archive.local import LocalSink
 from coordinator.cli import main
 from coordinator.errors import AlreadyExists, NotFound
@@ -47,6 +48,7 @@ def serving(
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with log.open("wb") as stderr:
         process = subprocess.Popen([*command, *args], stderr=stderr, env=env, cwd=REPO)
+        lifeline.kill_with_parent(process.pid)  # dies with this test run
 
     def listening() -> str | None:
         assert process.poll() is None, log.read_text()

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from coordinator import lifeline
 from coordinator.etcd_process import EtcdProcess, free_port
 from tests.helpers import eventually
 
@@ -54,6 +55,7 @@ class Replica:
             self._proc = subprocess.Popen(
                 [*COMMAND, *self._args], stdout=subprocess.DEVNULL, stderr=out, env=dict(os.environ)
             )
+            lifeline.kill_with_parent(self._proc.pid)  # dies with this test run
         eventually(lambda: self._serving(log), timeout=60, message=f"{self._name} did not serve")
 
     def _serving(self, log: Path) -> bool:

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from coordinator import lifeline
 from coordinator.demo.outbox import OutboxProcess
 from coordinator.domain.states import (
     AttemptEnd,
@@ -145,6 +146,7 @@ def test_a_frozen_worker_process_is_fenced_superseded_while_the_takeover_commits
             stderr=err,
             text=True,
         )
+        lifeline.kill_with_parent(sleeper.pid)  # dies with this test run
     assert sleeper.stdin is not None and sleeper.stdout is not None
     try:
         holding = json.loads(sleeper.stdout.readline() or "{}")

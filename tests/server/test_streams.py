@@ -19,6 +19,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from coordinator import lifeline
 from coordinator.domain.digests import digest_of
 from coordinator.domain.stream_limits import StreamLimits
 from coordinator.server import build_server
@@ -282,6 +283,7 @@ def test_events_follow_resumes_after_max_age_without_repeating_an_event(
         stderr=subprocess.PIPE,
         text=True,
     )
+    lifeline.kill_with_parent(process.pid)  # dies with this test run
     out: queue.Queue[str] = queue.Queue()
     err: queue.Queue[str] = queue.Queue()
     assert process.stdout is not None and process.stderr is not None

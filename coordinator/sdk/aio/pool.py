@@ -17,9 +17,10 @@ The thread pool's semantics (sdk/pool.py), on asyncio: one claim loop per queue,
 only when a slot is free, with a long poll (``wait=long_poll``) and the same backoff after an
 empty answer; what the handler returns is committed, an exception gives the task back as a
 retryable failure (``claim.fail(error, retryable=True)``), None releases a claim the handler did
-not end itself. ``stop()`` stops claiming at once and marks the pool unready, lets running
-handlers finish until ``grace`` has passed, then cancels the rest and gives their claims back (a
-retryable failure) within ``GIVE_BACK_TIMEOUT``; ``run()`` then returns.
+not end itself. ``stop()`` stops claiming at once (the long polls in flight are cancelled, so a
+shutdown never claims) and marks the pool unready, lets running handlers finish until ``grace``
+has passed, then cancels the rest and gives their claims back (a retryable failure; their
+renewals stop first) within ``GIVE_BACK_TIMEOUT``; ``run()`` then returns.
 
 Where asyncio differs from threads: the handler runs as its own task, so the pool cancels it
 (CancelledError inside the handler) when its claim is lost (``on_lost``) and when the grace runs
@@ -111,6 +112,7 @@ class AsyncWorkerPool:
         self._long_poll = long_poll
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()  # a slot came free, or the pool is stopping
+        self._polls: set[asyncio.Task[AsyncClaim | str]] = set()  # ClaimNext calls in flight
         self._max_concurrent = self._free = max_concurrent
         self._running: set[_Running] = set()
         self._endings: Counter[Ending] = Counter()
@@ -130,6 +132,11 @@ class AsyncWorkerPool:
         the pool's loop: from another thread, ``loop.call_soon_threadsafe(pool.stop)``."""
         self._stopping.set()
         self._changed.set()
+        # A shutdown never claims: a long poll left running would win the very tasks the
+        # cut-off gives back (issue 29: 2 runs in 5). Cancelled, the call ends on the server
+        # too, which claims nothing for a caller that left (store/long_poll.py).
+        for poll in self._polls:
+            poll.cancel("the pool is stopping")
 
     async def run(self) -> PoolReport:
         """Claim and run claims until ``stop()``, then shut down as the module says. Raises the
@@ -145,10 +152,12 @@ class AsyncWorkerPool:
             await self._stopping.wait()
             self._set_ready(False)
             deadline = loop.time() + self._grace.total_seconds()
+            # A loop whose claim was answered as the stop came gives it back: it has as long as
+            # a cut-off claim has (cancelled mid-way, the claim would wait out its lease).
+            end = deadline + GIVE_BACK_TIMEOUT.total_seconds()
             log.info("pool stopping: no new claims", running=self.held(), grace=str(self._grace))
             await self._cut_off(await self._wait_for_handlers(deadline))
-            # A loop in a long poll gives back whatever it claims now; none outlives the grace.
-            await asyncio.wait(loops, timeout=max(deadline - loop.time(), 0.0))
+            await asyncio.wait(loops, timeout=max(end - loop.time(), 0.0))
         finally:
             for task in loops:
                 task.cancel()
@@ -167,12 +176,21 @@ class AsyncWorkerPool:
         while await self._take_slot():
             running = _Running(queue)
             sent = loop.time()
+            poll = loop.create_task(self._claim(running), name=f"claim-next-{queue}")
+            self._polls.add(poll)
             try:
-                got = await self._claim(running)
+                got = await poll
+            except asyncio.CancelledError:
+                if not self._stopping.is_set():
+                    raise
+                self._give_slot()  # stop() cancelled the poll (what it may have won: sdk/abort.py)
+                return
             except CoordinatorError as exc:
                 self._give_slot()
                 self._fail(queue, exc)
                 return
+            finally:
+                self._polls.discard(poll)
             if isinstance(got, AsyncClaim):
                 running.claim, delay = got, self._poll.initial.total_seconds()
                 if not self._start(running):  # claimed while stopping: never run it
@@ -349,6 +367,7 @@ def _outcome(
 
 async def _give_back(claim: AsyncClaim, error: Exception | str, message: str = "") -> Ending:
     """Fail the attempt, retryable: the task's retry policy decides what follows."""
+    await claim.close()  # no renewal of a claim being given back: its lease only ends sooner
     await claim.fail(error, retryable=True, message=message)
     return Ending.LOST if claim.is_lost() else Ending.FAILED
 
@@ -362,8 +381,9 @@ def stop_on_signals(
     loop = asyncio.get_running_loop()
 
     def on_signal(signum: signal.Signals) -> None:
-        log.info("signal received: stopping", signal=signum.name)
+        # Stop first: the log line after it must never decide whether the pool stops.
         pool.stop()
+        log.info("signal received: stopping", signal=signum.name)
 
     for signum in signals:
         loop.add_signal_handler(signum, on_signal, signum)

@@ -1,0 +1,57 @@
+"""``stop_on_signals`` for the thread pool: SIGTERM / SIGINT stop a WorkerPool, never waiting on
+a lock or on a log line."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+
+class Stoppable(Protocol):
+    """What a signal stops (a WorkerPool)."""
+
+    def stop(self) -> None:
+        """Stop; idempotent."""
+
+
+def stop_on_signals(
+    pool: Stoppable, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
+) -> Callable[[], None]:
+    """Make ``signals`` stop ``pool``; returns a function restoring the previous handlers.
+    Call it from the main thread (Python runs signal handlers there only).
+
+    The handler only writes the signal number to a pipe: it runs between two bytecodes of the
+    main thread, which may be holding one of the pool's locks at that moment, so it must take
+    none. A thread reading the pipe calls ``stop()``.
+    """
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+
+    def on_signal(signum: int, frame: object) -> None:
+        with contextlib.suppress(BlockingIOError):  # a full pipe already holds a wake-up
+            os.write(write_fd, bytes([signum]))
+
+    def watch() -> None:
+        while data := os.read(read_fd, 16):
+            # Stop first: the log line after it must never decide whether the pool stops.
+            pool.stop()
+            log.info("signal received: stopping", signal=signal.Signals(data[0]).name)
+        os.close(read_fd)
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in signals}
+    threading.Thread(target=watch, name="pool-signals", daemon=True).start()
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        os.close(write_fd)  # the watcher reads end-of-file and ends
+
+    return restore
