@@ -58,16 +58,6 @@ TTL = timedelta(seconds=1)  # etcd grants 2 s
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=["sync", "async"])
-def sdk(request: pytest.FixtureRequest) -> Iterator[Sdk]:
-    """The SDK under test: its clients are closed after the test."""
-    made = Sdk(request.param)
-    try:
-        yield made
-    finally:
-        made.close()
-
-
 @pytest.fixture
 def coordinator(etcd: EtcdProcess, prefix: str) -> Iterator[Served]:
     """A coordinator on this test's prefix with one READY task "t1"."""

@@ -23,16 +23,6 @@ from tests.store.support import LIMITS, NO_SCAN
 SCHEDULE_TO_CLOSE = timedelta(seconds=60)
 
 
-@pytest.fixture(params=["sync", "async"])
-def sdk(request: pytest.FixtureRequest) -> Iterator[Sdk]:
-    """The SDK under test: its clients are closed after the test."""
-    made = Sdk(request.param)
-    try:
-        yield made
-    finally:
-        made.close()
-
-
 @pytest.fixture
 def clock() -> ManualClock:
     """The coordinator's clock."""

@@ -31,16 +31,6 @@ FAST = RetryPolicy(
 )
 
 
-@pytest.fixture(params=["sync", "async"])
-def sdk(request: pytest.FixtureRequest) -> Iterator[Sdk]:
-    """The SDK under test: its clients are closed after the test."""
-    made = Sdk(request.param)
-    try:
-        yield made
-    finally:
-        made.close()
-
-
 @pytest.fixture
 def coordinator(etcd: EtcdProcess, prefix: str) -> Iterator[Served]:
     """A coordinator on this test's prefix."""
