@@ -142,6 +142,11 @@ class Config:
     """etcd's --quota-backend-bytes: past it etcd refuses every write (NOSPACE)."""
     etcd_quota_warn_ratio: float = 0.8
     """Warn (log and coordinator_etcd_quota_ratio) when etcd's db passes this share of it."""
+    etcd_quota_high_water: float = 0.8
+    """Above this share of the quota the space guard refuses writes that only add data
+    (creates, input changes, checkpoints, staged results, idempotency keys) so the pool drains."""
+    etcd_space_interval: float = 5.0
+    """Seconds between two readings of etcd's db size and alarms (the space guard's state)."""
     # --- authentication (see coordinator.server.auth) ---------------------------------------
     token_file: str | None = None
     """JSON token file: token hashes -> principal, roles; certificate principals -> roles."""
@@ -275,10 +280,11 @@ class Config:
         _positive("prune_interval", self.prune_interval)
         _positive("prune_rate", self.prune_rate)
         _positive("etcd_quota_bytes", self.etcd_quota_bytes)
-        if not 0 < self.etcd_quota_warn_ratio <= 1:
-            raise ConfigError(
-                f"etcd_quota_warn_ratio must be in (0, 1], got {self.etcd_quota_warn_ratio}"
-            )
+        for name in ("etcd_quota_warn_ratio", "etcd_quota_high_water"):
+            ratio = getattr(self, name)
+            if not 0 < ratio <= 1:
+                raise ConfigError(f"{name} must be in (0, 1], got {ratio}")
+        _positive("etcd_space_interval", self.etcd_space_interval)
 
     def _check_auth(self) -> None:
         _together("tls_cert", self.tls_cert, "tls_key", self.tls_key)

@@ -268,6 +268,19 @@ def _server_options(func: F) -> F:
             help="Warn when etcd's db size passes this share of --etcd-quota-bytes.",
         ),
         _option(
+            "etcd-quota-high-water",
+            type=click.FloatRange(min=0, max=1, min_open=True),
+            default=_DEFAULTS.etcd_quota_high_water,
+            metavar="RATIO",
+            help="Above this share of --etcd-quota-bytes refuse writes that only add data "
+            "(creates, checkpoints, staging, idempotency keys); commits and claims go on.",
+        ),
+        _seconds(
+            "etcd-space-interval",
+            _DEFAULTS.etcd_space_interval,
+            "Seconds between readings of etcd's db size and alarms (the space guard).",
+        ),
+        _option(
             "reconcile-handoffs",
             type=click.IntRange(min=0),
             default=_DEFAULTS.reconcile_handoffs,

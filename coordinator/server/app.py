@@ -49,6 +49,7 @@ from coordinator.server.version_gate import VersionGateInterceptor, refuse_old_c
 from coordinator.server.worker_service import WorkerService
 from coordinator.store import EtcdKV, Keyspace, Store
 from coordinator.store.db_size import DbSizeWatch
+from coordinator.store.space_guard import SpaceGuard
 from coordinator.store.versions import VersionStore
 from coordinator.v1 import (
     admin_pb2,
@@ -297,6 +298,8 @@ def _store_for(
         kv,
         quota_bytes=config.etcd_quota_bytes,
         warn_ratio=config.etcd_quota_warn_ratio,
+        high_water=config.etcd_quota_high_water,
+        interval=config.etcd_space_interval,
         metrics=store.ctx.metrics,
     )
     db_size.start()
@@ -314,6 +317,8 @@ def _open_store(config: Config) -> tuple[EtcdKV, Store]:
     """A connection and a started store; StoreUnavailable (nothing left open) while etcd does
     not answer."""
     kv = EtcdKV.connect(list(config.etcd), timeout=config.etcd_timeout, **config.etcd_security())
+    # Refused writers are told to come back after the next reading of etcd's space.
+    kv.space = SpaceGuard(retry_after=config.etcd_space_interval)
     try:
         store = Store.open(
             kv,

@@ -30,6 +30,7 @@ from coordinator.domain.idempotency import (
     decide,
 )
 from coordinator.domain.records import decode, encode
+from coordinator.domain.space import WriteKind
 from coordinator.errors import AlreadyExists, CoordinatorError
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd import create_revision_is, delete, mod_revision_is, put
@@ -96,10 +97,19 @@ class IdempotencyStore:
         self._pending = _LeaseWindow(ctx, pending_ttl)
         self._wait = wait
 
-    def reserve(self, principal: str, key: str, *, method: str, digest: str) -> Reservation | bytes:
+    def reserve(
+        self,
+        principal: str,
+        key: str,
+        *,
+        method: str,
+        digest: str,
+        kind: WriteKind = WriteKind.GROWTH,
+    ) -> Reservation | bytes:
         """Reserve ``key`` for this request (a Reservation: run it), or the stored response of
         the same earlier request (bytes: return them). KeyReused for a different request under
-        the key; RequestInFlight if the same request is still running after a short wait."""
+        the key; RequestInFlight if the same request is still running after a short wait. A new
+        key is a write of ``kind`` for the space guard (SpaceRefused above high water)."""
         ctx = self._ctx
         etcd_key = ctx.keys.idem(principal, key)
         deadline = time.monotonic() + self._wait
@@ -116,6 +126,7 @@ class IdempotencyStore:
                 result = ctx.kv.txn(
                     [create_revision_is(etcd_key, 0)],
                     [put(etcd_key, encode(record), lease=self._pending.lease())],
+                    kind=kind,
                 )
                 if result.succeeded:
                     return Reservation(etcd_key, method, digest, result.revision)

@@ -38,6 +38,7 @@ from coordinator.domain.decisions import (
     decide_renew,
 )
 from coordinator.domain.records import ClaimRecord, encode
+from coordinator.domain.space import WriteKind
 from coordinator.domain.states import Outcome
 from coordinator.errors import CoordinatorError, InvalidArgument, NotFound
 from coordinator.metrics import AcceptancePoint
@@ -365,7 +366,11 @@ class Renewals:
         if not plans:
             return
         ctx = self._ctx
-        results = ctx.kv.txn_many([p.txn() for p in plans])
+        # A new checkpoint only adds data: the space guard refuses it above high water.
+        growth = any(plan.attempt_written for plan in plans)
+        results = ctx.kv.txn_many(
+            [p.txn() for p in plans], kind=WriteKind.GROWTH if growth else WriteKind.DRAIN
+        )
         landed: list[tuple[_Plan, int]] = []
         for plan, result in zip(plans, results, strict=True):
             if result.succeeded:
