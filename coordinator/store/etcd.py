@@ -274,15 +274,10 @@ class EtcdKV:
         outcome = self._batcher.txn(request)
         return TxnResult(outcome.succeeded, outcome.revision, outcome.responses)
 
-    def txn_many(
-        self, txns: Sequence[NestedTxn], *, kind: WriteKind = WriteKind.DRAIN
-    ) -> list[TxnResult]:
+    def txn_many(self, txns: Sequence[NestedTxn]) -> list[TxnResult]:
         """Run independent txns (the caller's promise: none writes a key another compares, reads
         or writes) in as few round trips as etcd's limits allow, each nested in a batch txn as
-        group commit nests them (store/group_commit.py) and answered as if it ran alone. A
-        ``kind`` of GROWTH is refused as ``txn`` refuses it."""
-        if kind is not WriteKind.DRAIN:
-            self.space.admit(kind)
+        group commit nests them (store/group_commit.py) and answered as if it ran alone."""
         results: list[TxnResult] = []
         for chunk in _chunks(txns):
             results += self._send_nested([txn.op for txn in chunk])

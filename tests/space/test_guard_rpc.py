@@ -86,12 +86,19 @@ def test_above_high_water_growth_is_refused_and_the_pool_drains(
         fence=fence, result_digest=digest_of(RESULT), result=RESULT
     )
     refused(worker.StageResult, stage, EXHAUSTED, "space guard", probe, metadata=WORKER)
+    # A new checkpoint is not kept, but the claim is renewed: a filling etcd costs no claim.
+    before = probe()
     checkpoint = worker_pb2.RenewRequest(fence=fence, checkpoint=b"step 3 of 9")
-    refused(worker.Renew, checkpoint, EXHAUSTED, "space guard", probe, metadata=WORKER)
+    kept = worker.Renew(checkpoint, metadata=WORKER)
+    assert kept.outcome == types_pb2.OUTCOME_OK and kept.ttl_seconds > 0, kept.message
+    assert "space guard" in kept.checkpoint_refused and "retry after" in kept.checkpoint_refused
+    assert probe() == before
+    plain = worker_pb2.RenewRequest(fence=fence)
+    batch = worker.RenewMany(worker_pb2.RenewManyRequest(renewals=[plain]), metadata=WORKER)
+    assert batch.results[0].renewal.outcome == types_pb2.OUTCOME_OK
+    assert not batch.results[0].renewal.checkpoint_refused
 
-    # The pool drains: renew, commit, claim the next task and commit it.
-    renewed = worker.Renew(worker_pb2.RenewRequest(fence=fence), metadata=WORKER)
-    assert renewed.outcome == types_pb2.OUTCOME_OK, renewed.message
+    # The pool drains: commit, claim the next task and commit it.
     assert _commit(worker, fence).outcome == types_pb2.OUTCOME_COMMITTED
     assert _commit(worker, _claim(worker, admin, "t-2")).outcome == types_pb2.OUTCOME_COMMITTED
     refusals = metrics.registry.get_sample_value(
