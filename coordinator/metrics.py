@@ -285,6 +285,13 @@ class Metrics:
             ["state"],
             registry=registry,
         )
+        self.write_budget_refusals = Counter(
+            "coordinator_write_budget_refusals_total",
+            "Writes refused (a call) or not kept (a checkpoint) because their caller's write "
+            "budget was spent, by what (input, staged_result, checkpoint).",
+            ["what"],
+            registry=registry,
+        )
         self.rpc_duration = Histogram(
             "coordinator_rpc_duration_seconds",
             "Seconds a unary RPC took in the server (after authentication), by method.",

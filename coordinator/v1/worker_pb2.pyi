@@ -283,10 +283,10 @@ class RenewResponse(_message.Message):
     as the SDK does, not from a comparison of clocks).
     """
     checkpoint_refused: _builtins.str
-    """Set when OK but the request's new checkpoint was not kept: etcd's database is above the
-    coordinator's high-water mark (the space guard), so writes that only add data are refused.
-    The lease was renewed all the same and the stored checkpoint is unchanged; the text names
-    the guard and when to retry. Send the checkpoint again later.
+    """Set when OK but the request's new checkpoint was not kept: the caller's write budget is
+    spent, or etcd's database is above the coordinator's high-water mark (the space guard). The
+    lease was renewed all the same and the stored checkpoint is unchanged; the text names the
+    budget or the guard and when to retry. Send the checkpoint again later.
     """
     @_builtins.property
     def lease_expires_at(self) -> _timestamp_pb2.Timestamp: ...
