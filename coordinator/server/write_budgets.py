@@ -66,6 +66,11 @@ class WriteBudgets:
         self._lock = threading.Lock()
         self._buckets: OrderedDict[str, Bucket] = OrderedDict()
 
+    @property
+    def active(self) -> bool:
+        """Whether any role has a budget (without one, nothing is wrapped)."""
+        return any(not policy.unbounded for policy in self._policies.values())
+
     def charge(self, identity: Identity, what: str, nbytes: int) -> None:
         """Take ``nbytes`` of ``what`` from the caller's budget; BudgetExceeded if they do not
         fit (nothing taken)."""
@@ -104,7 +109,7 @@ class WriteBudgetInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         """Wrap the measured unary methods and the renewals; others pass through."""
         handler = continuation(details)
         method = details.method
-        if handler is None or handler.unary_unary is None:
+        if handler is None or handler.unary_unary is None or not self._budgets.active:
             return handler
         run = handler.unary_unary
         budgets = self._budgets
