@@ -149,7 +149,7 @@ class Config:
     (creates, input changes, checkpoints, staged results, idempotency keys) so the pool drains."""
     etcd_space_interval: float = 5.0
     """Seconds between two readings of etcd's db size and alarms (the space guard's state)."""
-    write_budget_worker: float = 1024 * 1024
+    write_budget_worker: float = 256 * 1024
     """Bytes per second a principal with the worker role may add (staged results,
     checkpoints), over a rolling write_budget_window; 0: no budget."""
     write_budget_pm: float = 1024 * 1024

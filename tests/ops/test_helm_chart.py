@@ -453,7 +453,7 @@ def test_the_space_guard_reads_the_quota_etcd_really_has() -> None:
     assert (external["etcd_quota_high_water"], external["etcd_space_interval"]) == (0.8, 5.0)
     budgets = {k: v for k, v in external.items() if k.startswith("write_budget_")}
     assert budgets == {
-        "write_budget_worker": float(1 << 20),
+        "write_budget_worker": float(256 << 10),
         "write_budget_pm": float(1 << 20),
         "write_budget_admin": 0.0,
         "write_budget_window": 60.0,
