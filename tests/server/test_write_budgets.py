@@ -112,3 +112,13 @@ def test_a_worker_past_its_budget_keeps_its_claim_without_the_checkpoint(
     refused(
         worker.StageResult, huge, EXHAUSTED, "more than a whole window", keyspace, metadata=WORKER
     )
+
+
+def test_a_replay_of_a_keyed_create_is_answered_not_charged_again(
+    tasks: tasks_pb2_grpc.TaskServiceStub,
+) -> None:
+    keyed = (*PM_A, ("idempotency-key", "create-k-1"))
+    first = tasks.CreateTask(_create("k-1", 9000), metadata=keyed)
+    again = tasks.CreateTask(_create("k-1", 9000), metadata=keyed)  # 1,000 bytes left: a replay
+    assert again.task.task_id == first.task.task_id == "k-1"
+    assert again == first
