@@ -14,11 +14,13 @@ import pytest
 from etcd3 import etcdrpc
 
 from coordinator.domain.space import SpaceState
-from coordinator.errors import SpaceRefused
+from coordinator.errors import SpaceRefused, StoreRefused
+from coordinator.etcd_process import EtcdProcess
 from coordinator.metrics import Metrics
 from coordinator.store import EtcdKV
 from coordinator.store.db_size import DbSizeWatch
 from coordinator.store.etcd import delete, get, nested_txn, put
+from coordinator.store.space_guard import SpaceGuard
 from tests.space.conftest import QUOTA, fill
 
 
@@ -120,3 +122,35 @@ def test_the_guard_clears_once_etcd_is_compacted_defragmented_and_disarmed(
     watch.check()
     assert _state(kv) is SpaceState.CLEAR
     assert kv.txn([], [put("/after", b"v")]).succeeded
+
+
+class _AlarmsHidden(EtcdKV):
+    """An EtcdKV of a user etcd will not list alarms to (some etcd versions keep the
+    Maintenance API to the root role); everything else is the real connection."""
+
+    def nospace_alarm(self) -> bool:
+        raise StoreRefused("etcd refused alarm list: PERMISSION_DENIED: permission denied")
+
+
+def test_without_the_alarm_list_a_tripped_guard_holds_until_the_db_shrinks(
+    raw: Any, quota_etcd: EtcdProcess, metrics: Metrics
+) -> None:
+    kv = _AlarmsHidden.connect([quota_etcd.endpoint])
+    kv.space = SpaceGuard(metrics=metrics)
+    try:
+        fill(raw)
+        with pytest.raises(SpaceRefused):  # etcd's refusal trips the guard
+            kv.txn([], [put("/first", b"v")])
+        watch = _watch(kv, metrics)
+        watch.check()
+        assert _state(kv) is SpaceState.NOSPACE  # not cleared on a guess: the db is still big
+        revision = raw.delete_prefix("/filler/").header.revision
+        raw.compact(revision, physical=True)
+        raw.defragment()
+        for alarm in raw.list_alarms():
+            raw.disarm_alarm(alarm.member_id)
+        watch.check()
+        assert _state(kv) is SpaceState.CLEAR
+        assert kv.txn([], [put("/after", b"v")]).succeeded
+    finally:
+        kv.close()
