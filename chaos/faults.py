@@ -26,6 +26,7 @@ from chaos.fault import Fault, wait_until
 from chaos.flood import NonReader, StreamFlood
 from chaos.harness import TTL, Harness, stopped
 from chaos.history import End, Observed, OpKind, load
+from chaos.hostile import HostileTenant
 from coordinator.errors import CoordinatorError, FailedPrecondition
 from coordinator.sdk import TaskInfo, TaskRetryPolicy, TaskState, WorkerClient
 
@@ -439,6 +440,7 @@ FAULTS: dict[str, Callable[[], Fault]] = {
         AbuseStreams,
         PoisonTask,
         AbandonPolls,
+        HostileTenant,
     )
 }
 """Every scenario, by name: one fault each."""

@@ -28,7 +28,9 @@ from coordinator.domain.retention import (
     parse_setting_duration,
 )
 from coordinator.domain.retry import RetryDefaults, RetryPolicy, check_policy
+from coordinator.domain.roles import Role
 from coordinator.domain.stream_limits import StreamLimits
+from coordinator.domain.write_budget import BudgetPolicy
 from coordinator.errors import ConfigError, InvalidArgument
 from coordinator.logging import LEVELS
 
@@ -148,6 +150,20 @@ class Config:
     """etcd's --quota-backend-bytes: past it etcd refuses every write (NOSPACE)."""
     etcd_quota_warn_ratio: float = 0.8
     """Warn (log and coordinator_etcd_quota_ratio) when etcd's db passes this share of it."""
+    etcd_quota_high_water: float = 0.8
+    """Above this share of the quota the space guard refuses writes that only add data
+    (creates, input changes, checkpoints, staged results, idempotency keys) so the pool drains."""
+    etcd_space_interval: float = 5.0
+    """Seconds between two readings of etcd's db size and alarms (the space guard's state)."""
+    write_budget_worker: float = 256 * 1024
+    """Bytes per second a principal with the worker role may add (staged results,
+    checkpoints), over a rolling write_budget_window; 0: no budget."""
+    write_budget_pm: float = 1024 * 1024
+    """Bytes per second a principal with the pm role may add (task inputs); 0: no budget."""
+    write_budget_admin: float = 0.0
+    """Bytes per second a principal with the admin role may add; 0 (the default): no budget."""
+    write_budget_window: float = 60.0
+    """The rolling window of the write budgets: a full budget holds rate x window bytes."""
     # --- authentication (see coordinator.server.auth) ---------------------------------------
     token_file: str | None = None
     """JSON token file: token hashes -> principal, roles; certificate principals -> roles."""
@@ -281,10 +297,16 @@ class Config:
         _positive("prune_interval", self.prune_interval)
         _positive("prune_rate", self.prune_rate)
         _positive("etcd_quota_bytes", self.etcd_quota_bytes)
-        if not 0 < self.etcd_quota_warn_ratio <= 1:
-            raise ConfigError(
-                f"etcd_quota_warn_ratio must be in (0, 1], got {self.etcd_quota_warn_ratio}"
-            )
+        for name in ("etcd_quota_warn_ratio", "etcd_quota_high_water"):
+            ratio = getattr(self, name)
+            if not 0 < ratio <= 1:
+                raise ConfigError(f"{name} must be in (0, 1], got {ratio}")
+        _positive("etcd_space_interval", self.etcd_space_interval)
+        for role in Role:
+            rate = getattr(self, f"write_budget_{role.value}")
+            if rate < 0:
+                raise ConfigError(f"write_budget_{role.value} must be >= 0, got {rate}")
+        _positive("write_budget_window", self.write_budget_window)
 
     def _check_auth(self) -> None:
         _together("tls_cert", self.tls_cert, "tls_key", self.tls_key)
@@ -394,6 +416,16 @@ class Config:
             # Credentials are checked at least as often as the token file may change.
             sweep_interval=min(1.0, self.token_reload_interval),
         )
+
+    @property
+    def write_budgets(self) -> Mapping[Role, BudgetPolicy]:
+        """Each role's write budget (coordinator.server.write_budgets)."""
+        return {
+            role: BudgetPolicy(
+                getattr(self, f"write_budget_{role.value}"), self.write_budget_window
+            )
+            for role in Role
+        }
 
 
 SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(Config))

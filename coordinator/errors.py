@@ -61,6 +61,12 @@ class StreamBehind(ResourceExhausted):
         self.position = position
 
 
+class SpaceRefused(ResourceExhausted):
+    """The space guard (store/space_guard.py) refused a write because etcd's database is above
+    its high-water mark or etcd's NOSPACE alarm is active; the message names which and when to
+    retry. Nothing was sent to etcd."""
+
+
 class Undelivered(CoordinatorError):
     """A claim's answer could not reach its caller (it cancelled, its deadline passed, or the
     server is ending the call), so the claim was given back (gRPC CANCELLED). Raised rather

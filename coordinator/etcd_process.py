@@ -153,7 +153,8 @@ class EtcdProcess:
     etcd dies with its owner even if the owner is SIGKILLed, and its temporary directory goes
     with it (coordinator/lifeline.py).
     etcd compacts history older than ``compaction_retention`` periodically; None turns
-    compaction off (for tests that read old revisions). The backend quota is etcd's default.
+    compaction off (for tests that read old revisions). ``quota_backend_bytes`` is etcd's
+    backend quota (None: etcd's default, 2 GiB), small only in tests that fill etcd on purpose.
     """
 
     def __init__(
@@ -166,6 +167,7 @@ class EtcdProcess:
         name: str = "coordinator",
         start_timeout: float = 30.0,
         compaction_retention: timedelta | None = DEFAULT_COMPACTION_RETENTION,
+        quota_backend_bytes: int | None = None,
     ) -> None:
         """Pick the ports; nothing runs before ``start()``. ValueError on a retention that is
         not a whole number of seconds >= 1 (etcd's periodic mode takes no less)."""
@@ -176,6 +178,7 @@ class EtcdProcess:
                 f"compaction_retention must be whole seconds >= 1, got {compaction_retention}"
             )
         self._compaction = compaction_retention
+        self._quota = quota_backend_bytes
         self._binary = Path(binary) if binary is not None else find_etcd_binary()
         self._host = host
         self._name = name
@@ -255,6 +258,7 @@ class EtcdProcess:
             f"--initial-cluster={self._name}={peer_url}",
             "--initial-cluster-state=new",
             *self._compaction_args(),
+            *([f"--quota-backend-bytes={self._quota}"] if self._quota is not None else []),
             "--logger=zap",
             "--log-outputs=stderr",
         ]

@@ -291,6 +291,26 @@ class Metrics:
             "etcd database size over etcd_quota_bytes; at 1.0 etcd refuses every write (NOSPACE).",
             registry=registry,
         )
+        self.space_state = Gauge(
+            "coordinator_space_guard_state",
+            "The space guard's state: 0 clear, 1 above the high-water mark (writes that only "
+            "add data refused), 2 etcd's NOSPACE alarm active (every put refused).",
+            registry=registry,
+        )
+        self.space_refusals = Counter(
+            "coordinator_space_refusals_total",
+            "Writes the space guard refused before sending them to etcd, by state "
+            "(high_water, nospace).",
+            ["state"],
+            registry=registry,
+        )
+        self.write_budget_refusals = Counter(
+            "coordinator_write_budget_refusals_total",
+            "Writes refused (a call) or not kept (a checkpoint) because their caller's write "
+            "budget was spent, by what (input, staged_result, checkpoint).",
+            ["what"],
+            registry=registry,
+        )
         self.rpc_duration = Histogram(
             "coordinator_rpc_duration_seconds",
             "Seconds a unary RPC took in the server (after authentication), by method.",

@@ -269,6 +269,39 @@ def _server_options(func: F) -> F:
             help="Warn when etcd's db size passes this share of --etcd-quota-bytes.",
         ),
         _option(
+            "etcd-quota-high-water",
+            type=click.FloatRange(min=0, max=1, min_open=True),
+            default=_DEFAULTS.etcd_quota_high_water,
+            metavar="RATIO",
+            help="Above this share of --etcd-quota-bytes refuse writes that only add data "
+            "(creates, checkpoints, staging, idempotency keys); commits and claims go on.",
+        ),
+        *(
+            _option(
+                f"write-budget-{role}",
+                type=click.FloatRange(min=0),
+                default=getattr(_DEFAULTS, f"write_budget_{role}"),
+                metavar="BYTES/S",
+                help=f"Bytes per second a principal with the {role} role may add to etcd "
+                f"({what}), over --write-budget-window; 0: no budget.",
+            )
+            for role, what in (
+                ("worker", "staged results, checkpoints"),
+                ("pm", "task inputs"),
+                ("admin", "task inputs"),
+            )
+        ),
+        _seconds(
+            "write-budget-window",
+            _DEFAULTS.write_budget_window,
+            "The write budgets' rolling window: a full budget holds rate x window bytes.",
+        ),
+        _seconds(
+            "etcd-space-interval",
+            _DEFAULTS.etcd_space_interval,
+            "Seconds between readings of etcd's db size and alarms (the space guard).",
+        ),
+        _option(
             "reconcile-handoffs",
             type=click.IntRange(min=0),
             default=_DEFAULTS.reconcile_handoffs,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent import futures
 from contextlib import contextmanager
 from types import FrameType
@@ -21,7 +21,9 @@ from grpc_reflection.v1alpha import reflection
 
 from coordinator.archive import open_sink
 from coordinator.config import Config
+from coordinator.domain.roles import Role
 from coordinator.domain.stream_limits import StreamLimits
+from coordinator.domain.write_budget import BudgetPolicy
 from coordinator.errors import ConfigError, CoordinatorError
 from coordinator.logging import configure_logging
 from coordinator.server.admin_service import AdminService
@@ -47,8 +49,10 @@ from coordinator.server.tls import ServerTLS
 from coordinator.server.undecodable import UndecodableInterceptor
 from coordinator.server.version_gate import VersionGateInterceptor, refuse_old_coordinator
 from coordinator.server.worker_service import WorkerService
+from coordinator.server.write_budgets import WriteBudgetInterceptor, WriteBudgets
 from coordinator.store import EtcdKV, Keyspace, Store
 from coordinator.store.db_size import DbSizeWatch
+from coordinator.store.space_guard import SpaceGuard
 from coordinator.store.versions import VersionStore
 from coordinator.v1 import (
     admin_pb2,
@@ -85,6 +89,7 @@ def build_server(
     auth: Authenticator | None = None,
     tls: ServerTLS | None = None,
     health_listen: str | None = None,
+    write_budgets: Mapping[Role, BudgetPolicy] | None = None,
 ) -> tuple[grpc.Server, int]:
     """Build, bind and start a server for ``store``; returns it with its bound port.
 
@@ -95,7 +100,9 @@ def build_server(
     ``health_listen`` then adds a plaintext port for kubelet probes, where the authenticator
     admits health checks only. The "liveness" health service is SERVING while the process
     serves, whatever etcd does: a liveness probe must not restart every replica for an etcd
-    outage (readiness, on "", takes them out of the Service instead).
+    outage (readiness, on "", takes them out of the Service instead). ``write_budgets``
+    bounds the bytes each principal adds to etcd, per role (coordinator.server.write_budgets;
+    None: no budget).
 
     The server is already started (do not call ``start()`` again); ``server.stop(grace)`` ends
     it and the health checker with it. Health is SERVING only while etcd answers: a checker reads
@@ -133,6 +140,8 @@ def build_server(
             StreamLimitInterceptor(open_streams, auth_interceptor.check),
             VersionGateInterceptor(VersionStore(store.ctx).read),  # minimum SDK, cached read
             IdempotencyInterceptor(store.idempotency),
+            # Inside idempotency: a replay of a keyed create is answered, not charged again.
+            WriteBudgetInterceptor(WriteBudgets(write_budgets or {}, metrics=store.ctx.metrics)),
             RequestIdInterceptor(),  # innermost: the handler's thread, for the event it writes
         ],
         maximum_concurrent_rpcs=threads,
@@ -238,6 +247,7 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
             auth=auth,
             tls=tls,
             health_listen=config.health_listen,
+            write_budgets=config.write_budgets,
         )
         try:  # after the gRPC bind, so a taken gRPC port is the error reported first
             metrics = start_metrics(
@@ -297,6 +307,8 @@ def _store_for(
         kv,
         quota_bytes=config.etcd_quota_bytes,
         warn_ratio=config.etcd_quota_warn_ratio,
+        high_water=config.etcd_quota_high_water,
+        interval=config.etcd_space_interval,
         metrics=store.ctx.metrics,
     )
     db_size.start()
@@ -314,6 +326,8 @@ def _open_store(config: Config) -> tuple[EtcdKV, Store]:
     """A connection and a started store; StoreUnavailable (nothing left open) while etcd does
     not answer."""
     kv = EtcdKV.connect(list(config.etcd), timeout=config.etcd_timeout, **config.etcd_security())
+    # Refused writers are told to come back after the next reading of etcd's space.
+    kv.space = SpaceGuard(retry_after=config.etcd_space_interval)
     try:
         store = Store.open(
             kv,

@@ -31,6 +31,7 @@ from coordinator.domain.idempotency import (
     idempotency_key,
     request_digest,
 )
+from coordinator.domain.space import WriteKind
 from coordinator.errors import CoordinatorError
 from coordinator.logging import note
 from coordinator.server.handlers import metadata_value, unary_handler
@@ -68,6 +69,17 @@ READ_ONLY = frozenset(
     }
 )
 """The methods that change nothing: a key sent with them is ignored."""
+
+GROWTH_METHODS = frozenset(
+    {
+        "/coordinator.v1.TaskService/CreateTask",
+        "/coordinator.v1.TaskService/UpdateInput",
+        "/coordinator.v1.WorkerService/StageResult",
+    }
+)
+"""The keyed methods that only add data: their new key is growth too, refused by the space
+guard above etcd's high-water mark before the call runs. A key on any other call (a commit, a
+release) is part of draining the pool and goes on."""
 
 
 CLAIMING = frozenset(
@@ -125,7 +137,8 @@ class IdempotencyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
                 key = idempotency_key(raw_key)
                 principal = principal_of(context)
                 digest = request_digest(method, request.SerializeToString(deterministic=True))
-                reserved = store.reserve(principal, key, method=method, digest=digest)
+                kind = WriteKind.GROWTH if method in GROWTH_METHODS else WriteKind.DRAIN
+                reserved = store.reserve(principal, key, method=method, digest=digest, kind=kind)
             except RequestInFlight as exc:
                 _abort(context, grpc.StatusCode.ABORTED, str(exc))
             except CoordinatorError as exc:

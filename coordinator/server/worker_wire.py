@@ -200,6 +200,7 @@ def renew_to_proto(result: RenewResult) -> worker_pb2.RenewResponse:
         ttl_seconds=result.ttl,
         lease_expires_at=timestamp_to_proto(result.lease_expires_at),
         claim_deadline=timestamp_to_proto(result.deadline),
+        checkpoint_refused=result.checkpoint_refused,
     )
 
 

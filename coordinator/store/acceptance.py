@@ -31,6 +31,7 @@ from coordinator.domain.records import (
     encode,
 )
 from coordinator.domain.retry import AttemptEnded
+from coordinator.domain.space import WriteKind
 from coordinator.domain.states import AttemptEnd, FenceReason, Op, Outcome
 from coordinator.errors import NotFound
 from coordinator.metrics import AcceptancePoint
@@ -166,7 +167,9 @@ class AcceptancePoints:
             result_ref=result_ref,
         )
         self._ctx.kv.txn(
-            (), [put(self._ctx.keys.staging(fence.task_id, fence.attempt_id), encode(staged))]
+            (),
+            [put(self._ctx.keys.staging(fence.task_id, fence.attempt_id), encode(staged))],
+            kind=WriteKind.GROWTH,
         )
         current = check_fence(view, fence, now=now).accepted
         return StagingResult(allowed, current=current)

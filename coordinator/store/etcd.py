@@ -20,6 +20,7 @@ import grpc
 from etcd3 import etcdrpc, utils
 
 from coordinator.domain.live_claims import LeaseReading
+from coordinator.domain.space import WriteKind
 from coordinator.errors import LeaseGone, StoreRefused, StoreUnavailable
 from coordinator.store.group_commit import (
     MAX_BATCH_BYTES,
@@ -28,6 +29,7 @@ from coordinator.store.group_commit import (
     in_order_runs,
 )
 from coordinator.store.keepalive import LeaseKeepalives
+from coordinator.store.space_guard import SpaceGuard
 from coordinator.store.watch import PrefixWatch, WatchEvent
 
 Compare = Any  # etcdrpc.Compare (generated, untyped)
@@ -184,9 +186,13 @@ def get_newest(prefix: str) -> RequestOp:
 class EtcdKV:
     """The coordinator's view of etcd: txns, ranges, leases and watches."""
 
-    def __init__(self, client: Any, *, timeout: float = 5.0) -> None:
+    def __init__(
+        self, client: Any, *, timeout: float = 5.0, space: SpaceGuard | None = None
+    ) -> None:
         self._client = client
         self._timeout = timeout
+        # Every txn passes the space guard on its way out (_send_txn), nested or not.
+        self.space = space if space is not None else SpaceGuard()
         # Concurrent txns of this process share round trips (store/group_commit.py).
         self._batcher = GroupCommit(self._send_txn)
         self._keepalives = LeaseKeepalives()
@@ -249,11 +255,16 @@ class EtcdKV:
         compare: Iterable[Compare],
         success: Iterable[RequestOp] = (),
         failure: Iterable[RequestOp] = (),
+        *,
+        kind: WriteKind = WriteKind.DRAIN,
     ) -> TxnResult:
-        """Run one etcd transaction."""
+        """Run one etcd transaction; a ``kind`` of GROWTH (it only adds data) is refused above
+        the space guard's high-water mark (SpaceRefused, nothing sent)."""
         request = etcdrpc.TxnRequest(
             compare=list(compare), success=list(success), failure=list(failure)
         )
+        if kind is not WriteKind.DRAIN:
+            self.space.admit(kind)
         return self._batched(request)
 
     def _batched(self, request: Any) -> TxnResult:
@@ -313,6 +324,9 @@ class EtcdKV:
         )
 
     def _send_txn(self, request: Any) -> Any:
+        # The one door to etcd's Txn: at NOSPACE nothing that puts goes through, however deeply
+        # nested (etcd's own quota check prices top-level puts only).
+        self.space.admit_txn(request)
         return self._call(
             "txn", lambda: self._client.kvstub.Txn(request, self._timeout, **self._auth())
         )
@@ -352,6 +366,7 @@ class EtcdKV:
     def grant(self, ttl: int) -> tuple[int, int]:
         """Grant a lease of ``ttl`` seconds; returns its id and the TTL etcd actually granted
         (etcd raises TTLs below its own minimum, about 2 s with default election settings)."""
+        self.space.admit(WriteKind.DRAIN, puts=True)  # etcd refuses grants at NOSPACE too
         request = etcdrpc.LeaseGrantRequest(TTL=ttl, ID=0)
         response = self._call(
             "lease grant",
@@ -431,6 +446,15 @@ class EtcdKV:
         )
         return int(response.dbSize)
 
+    def nospace_alarm(self) -> bool:
+        """Whether etcd's NOSPACE alarm is raised (on any member: etcd keeps one alarm list)."""
+        request = etcdrpc.AlarmRequest(action=etcdrpc.AlarmRequest.GET, memberID=0)
+        response = self._call(
+            "alarm list",
+            lambda: self._client.maintenancestub.Alarm(request, self._timeout, **self._auth()),
+        )
+        return any(alarm.alarm == etcdrpc.NOSPACE for alarm in response.alarms)
+
     def watch_prefix(
         self,
         prefix: str,
@@ -466,6 +490,9 @@ class EtcdKV:
         code = exc.code()
         if code is grpc.StatusCode.NOT_FOUND and "lease not found" in (exc.details() or ""):
             raise LeaseGone(f"etcd refused {what}: {exc.details()}") from exc
+        if code is grpc.StatusCode.RESOURCE_EXHAUSTED and _NOSPACE in (exc.details() or ""):
+            # The alarm went up between two readings: trip the guard now, answer typed.
+            raise self.space.tripped() from exc
         if code not in _TRANSIENT:
             # etcd refused the request itself (a malformed txn, auth, quota): retrying the same
             # request cannot help, so it must not look like an outage.
@@ -477,6 +504,7 @@ class EtcdKV:
         raise StoreUnavailable(f"etcd {what} failed: {code.name}: {exc.details()}") from exc
 
 
+_NOSPACE = "database space exceeded"  # etcd's ErrNoSpace ("etcdserver: mvcc: ...")
 _TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 

@@ -36,6 +36,7 @@ from coordinator.domain.idempotency import (
     decide,
 )
 from coordinator.domain.records import decode, encode
+from coordinator.domain.space import WriteKind
 from coordinator.errors import AlreadyExists, CoordinatorError
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd import create_revision_is, delete, get, mod_revision_is, put
@@ -105,13 +106,22 @@ class IdempotencyStore:
         self._pending = _LeaseWindow(ctx, pending_ttl)
         self._wait = wait
 
-    def reserve(self, principal: str, key: str, *, method: str, digest: str) -> Reservation | bytes:
+    def reserve(
+        self,
+        principal: str,
+        key: str,
+        *,
+        method: str,
+        digest: str,
+        kind: WriteKind = WriteKind.GROWTH,
+    ) -> Reservation | bytes:
         """Reserve ``key`` for this request (a Reservation: run it), or the stored response of
         the same earlier request (bytes: return them). KeyReused for a different request under
-        the key; RequestInFlight if the same request is still running after a short wait."""
+        the key; RequestInFlight if the same request is still running after a short wait. A new
+        key is a write of ``kind`` for the space guard (SpaceRefused above high water)."""
         etcd_key = self._ctx.keys.idem(principal, key)
         deadline = time.monotonic() + self._wait
-        held = self._take(etcd_key, method, digest)
+        held = self._take(etcd_key, method, digest, kind)
         while not isinstance(held, Reservation):
             action = decide(held, method=method, digest=digest)
             if action is IdemAction.REPLAY:
@@ -129,11 +139,13 @@ class IdempotencyStore:
             held = (
                 decode(IdemRecord, kv.value, mod_revision=kv.mod_revision)
                 if kv
-                else self._take(etcd_key, method, digest)
+                else self._take(etcd_key, method, digest, kind)
             )
         return held
 
-    def _take(self, etcd_key: str, method: str, digest: str) -> Reservation | IdemRecord:
+    def _take(
+        self, etcd_key: str, method: str, digest: str, kind: WriteKind
+    ) -> Reservation | IdemRecord:
         """Reserve the key if it is free, else read what holds it: one round trip. Every claim
         the SDK sends is keyed, and a read before the reserve cost each of them one more etcd
         round trip (claim_next's median went from 5.6 to 7.5-9.7 ms)."""
@@ -143,6 +155,7 @@ class IdempotencyStore:
             [create_revision_is(etcd_key, 0)],
             [put(etcd_key, encode(record), lease=self._pending.lease())],
             [get(etcd_key)],
+            kind=kind,
         )
         if result.succeeded:
             return Reservation(etcd_key, method, digest, result.revision)

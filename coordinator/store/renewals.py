@@ -38,8 +38,9 @@ from coordinator.domain.decisions import (
     decide_renew,
 )
 from coordinator.domain.records import ClaimRecord, encode
+from coordinator.domain.space import WriteKind
 from coordinator.domain.states import Outcome
-from coordinator.errors import CoordinatorError, InvalidArgument, NotFound
+from coordinator.errors import CoordinatorError, InvalidArgument, NotFound, SpaceRefused
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.acceptance import AcceptancePoints
@@ -122,6 +123,7 @@ class _Plan:
     ops: list[RequestOp] = field(default_factory=list)
     claim: ClaimRecord | None = None  # written: the marker moved
     attempt_written: bool = False
+    checkpoint_refused: str = ""  # the space guard's refusal of a new checkpoint
 
     @property
     def compares(self) -> list[Compare]:
@@ -329,6 +331,16 @@ class Renewals:
                 answers[i] = RenewResult(verdict)
         return plans
 
+    def _checkpoint_refusal(self) -> str:
+        """The space guard's refusal of a new checkpoint (it only adds data), "" if allowed.
+        Only the checkpoint is refused: the renewal goes on, or the claim would be lost to a
+        filling etcd, and the answer says the checkpoint was not kept (checkpoint_refused)."""
+        try:
+            self._ctx.kv.space.admit(WriteKind.GROWTH)
+        except SpaceRefused as exc:
+            return str(exc)
+        return ""
+
     def _plan(self, index: int, k: _Known, renewal: Renewal, updated: ClaimRecord | None) -> _Plan:
         """The claim's txn: the fence, the claim key as viewed (so the view is current when it
         lands), and the writes a changed marker or checkpoint needs."""
@@ -346,6 +358,8 @@ class Renewals:
             attempt_key = keys.attempt(fence.task_id, fence.attempt_id)
             plan.pins.append(mod_revision_is(attempt_key, k.attempt_revision))
             if renewal.checkpoint != k.view.attempt.checkpoint:
+                plan.checkpoint_refused = self._checkpoint_refusal()
+            if renewal.checkpoint != k.view.attempt.checkpoint and not plan.checkpoint_refused:
                 kept = replace(k.view.attempt, checkpoint=renewal.checkpoint)
                 plan.ops.append(put(attempt_key, encode(kept)))
                 plan.attempt_written = True
@@ -413,7 +427,11 @@ class Renewals:
         assert claim is not None
         self._views.put(fence, _after(plan, renewal, revision))
         answers[plan.index] = RenewResult(
-            verdict=_OK, ttl=ttl, lease_expires_at=now + ttl, deadline=claim.deadline
+            verdict=_OK,
+            ttl=ttl,
+            lease_expires_at=now + ttl,
+            deadline=claim.deadline,
+            checkpoint_refused=plan.checkpoint_refused,
         )
         return coverage.fence_validated(
             plan.compares,  # what the accepting txn sent

@@ -16,6 +16,7 @@ from coordinator.domain.graph import check_dependencies, check_upstreams, satisf
 from coordinator.domain.lineage import Lineage, decide_lineage, index_value, thread_key
 from coordinator.domain.records import AttemptRecord, EffectIdScheme, TaskRecord, encode
 from coordinator.domain.retry import policy_fields
+from coordinator.domain.space import WriteKind
 from coordinator.domain.states import AttemptEnd, Op, TaskState, is_legal, next_state
 from coordinator.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from coordinator.store.context import StoreContext, attempt_from_kv, new_task_id, task_from_kv
@@ -98,7 +99,10 @@ class TaskStore:
             ops += self._deps.edge_ops(task_id, (), depends_on)
             ops += self._identity_ops(task)
             result = ctx.kv.txn(
-                compares, ops, [get(ctx.keys.task(task_id)), get(ctx.keys.tombstone(task_id))]
+                compares,
+                ops,
+                [get(ctx.keys.task(task_id)), get(ctx.keys.tombstone(task_id))],
+                kind=WriteKind.GROWTH,
             )
             if result.succeeded:
                 if state is TaskState.READY:
@@ -304,15 +308,23 @@ class TaskStore:
                 attempts_base=task.attempt,  # new input, new attempt budget
             )
             if self._write_ending_claim(
-                task, after, Op.UPDATE_INPUT, AttemptEnd.STALE_INPUT, by, ""
+                task, after, Op.UPDATE_INPUT, AttemptEnd.STALE_INPUT, by, "", WriteKind.GROWTH
             ):
                 return self.get(task_id)
         raise FailedPrecondition(f"task {task_id!r} kept changing; update again")
 
     def _write_ending_claim(
-        self, task: TaskRecord, after: TaskRecord, op: Op, end: AttemptEnd, by: str, detail: str
+        self,
+        task: TaskRecord,
+        after: TaskRecord,
+        op: Op,
+        end: AttemptEnd,
+        by: str,
+        detail: str,
+        kind: WriteKind = WriteKind.DRAIN,
     ) -> bool:
-        """Write a producer transition; if the task was CLAIMED, end that claim in the same txn."""
+        """Write a producer transition; if the task was CLAIMED, end that claim in the same txn.
+        A new input (``kind`` GROWTH) is refused above the space guard's high-water mark."""
         ctx, keys = self._ctx, self._ctx.keys
         compares, ops = transition_ops(
             ctx,
@@ -331,7 +343,7 @@ class TaskStore:
                 delete(keys.claim(task.task_id)),
                 *self._close_attempt(task, end, after.updated_at),
             ]
-        if not ctx.kv.txn(compares, ops).succeeded:
+        if not ctx.kv.txn(compares, ops, kind=kind).succeeded:
             return False
         if claimed:
             ctx.leases.revoke(task.lease_id)

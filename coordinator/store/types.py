@@ -90,6 +90,8 @@ class RenewResult:
     ttl: int = 0
     lease_expires_at: float = 0.0
     deadline: float = 0.0
+    checkpoint_refused: str = ""
+    """Why the renewal's new checkpoint was not kept (the space guard); "" when it was."""
 
 
 @dataclass(frozen=True)

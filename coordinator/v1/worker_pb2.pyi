@@ -273,6 +273,7 @@ class RenewResponse(_message.Message):
     TTL_SECONDS_FIELD_NUMBER: _builtins.int
     LEASE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
     CLAIM_DEADLINE_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_REFUSED_FIELD_NUMBER: _builtins.int
     outcome: _types_pb2.Outcome.ValueType
     reason: _types_pb2.FenceReason.ValueType
     message: _builtins.str
@@ -280,6 +281,12 @@ class RenewResponse(_message.Message):
     """Set when OK: the TTL the renewal restored (the lease's granted TTL), and when the lease now
     ends by the server's clock (schedule the next renewal from the send time plus ttl_seconds,
     as the SDK does, not from a comparison of clocks).
+    """
+    checkpoint_refused: _builtins.str
+    """Set when OK but the request's new checkpoint was not kept: the caller's write budget is
+    spent, or etcd's database is above the coordinator's high-water mark (the space guard). The
+    lease was renewed all the same and the stored checkpoint is unchanged; the text names the
+    budget or the guard and when to retry. Send the checkpoint again later.
     """
     @_builtins.property
     def lease_expires_at(self) -> _timestamp_pb2.Timestamp: ...
@@ -296,10 +303,11 @@ class RenewResponse(_message.Message):
         ttl_seconds: _builtins.int = ...,
         lease_expires_at: _timestamp_pb2.Timestamp | None = ...,
         claim_deadline: _timestamp_pb2.Timestamp | None = ...,
+        checkpoint_refused: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["claim_deadline", b"claim_deadline", "lease_expires_at", b"lease_expires_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["claim_deadline", b"claim_deadline", "lease_expires_at", b"lease_expires_at", "message", b"message", "outcome", b"outcome", "reason", b"reason", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_refused", b"checkpoint_refused", "claim_deadline", b"claim_deadline", "lease_expires_at", b"lease_expires_at", "message", b"message", "outcome", b"outcome", "reason", b"reason", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

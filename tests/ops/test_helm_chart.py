@@ -442,6 +442,24 @@ def test_external_etcd_is_the_default() -> None:
     assert _config(manifests)["etcd"] == ["etcd:2379"]
 
 
+def test_the_space_guard_reads_the_quota_etcd_really_has() -> None:
+    # A guard that assumed etcd's default 2 GiB would refuse creates at 1.6 GiB of an 8 GiB etcd.
+    bundled = render(CHART / "ci" / "bundled-etcd-values.yaml")
+    etcd_args = _one(bundled, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]["args"]
+    quota = next(a for a in etcd_args if a.startswith("--quota-backend-bytes="))
+    assert _config(bundled)["etcd_quota_bytes"] == int(quota.partition("=")[2]) == 8 << 30
+    external = _config(render(None, "config.etcdQuotaBytes=4294967296"))
+    assert external["etcd_quota_bytes"] == 4 << 30
+    assert (external["etcd_quota_high_water"], external["etcd_space_interval"]) == (0.8, 5.0)
+    budgets = {k: v for k, v in external.items() if k.startswith("write_budget_")}
+    assert budgets == {
+        "write_budget_worker": float(256 << 10),
+        "write_budget_pm": float(1 << 20),
+        "write_budget_admin": 0.0,
+        "write_budget_window": 60.0,
+    }
+
+
 def test_tls_mounts_the_files_the_configuration_names() -> None:
     manifests = render(CHART / "ci" / "tls-values.yaml")
     config = _config(manifests)

@@ -1,0 +1,84 @@
+"""The space guard's rule: which writes may reach etcd as its database fills.
+
+etcd stops every write at its quota (the ``NOSPACE`` alarm) and only an operator's compaction,
+defragmentation and disarm bring it back; worse, it prices a txn by its top-level puts only
+(``costTxnReq``), so a put nested in a txn's ``RequestTxn`` passes even an active alarm. The
+coordinator therefore decides for itself, from etcd's db size and alarms, before anything is
+sent:
+
+* below the high-water mark every write goes through;
+* above it, writes that only grow the keyspace (creates, input changes, checkpoints, staged
+  results, new idempotency keys) are refused, while the writes that move work towards its end
+  (claims, renewals, commits, releases, fails, the pruner's deletes) go on, so the pool drains
+  instead of stopping;
+* at an active NOSPACE alarm no txn that puts a key goes to etcd, nested or not; txns that only
+  read, compare or delete still do (etcd itself lets those through, and they are what frees
+  space once etcd is compacted).
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class SpaceState(enum.Enum):
+    """How full etcd is, as the guard last saw it."""
+
+    CLEAR = "clear"
+    HIGH_WATER = "high_water"
+    NOSPACE = "nospace"
+
+
+class WriteKind(enum.Enum):
+    """What a txn does to the keyspace's size."""
+
+    DRAIN = "drain"
+    """Moves work towards its end, or reads (claims, renewals, commits, releases, prunes)."""
+    GROWTH = "growth"
+    """Only adds data (creates, input changes, checkpoints, staging, idempotency keys)."""
+
+
+class SpaceVerdict(enum.Enum):
+    """The guard's answer for one txn."""
+
+    ALLOW = "allow"
+    REFUSE_HIGH_WATER = "refuse_high_water"
+    REFUSE_NOSPACE = "refuse_nospace"
+
+
+def space_state(
+    *, db_size: int, quota_bytes: int, high_water: float, nospace_alarm: bool
+) -> SpaceState:
+    """The state from one reading: an active alarm wins over any size (it stays raised after a
+    defragmentation until an operator disarms it), then the share of the quota."""
+    if nospace_alarm:
+        return SpaceState.NOSPACE
+    if db_size >= high_water * quota_bytes:
+        return SpaceState.HIGH_WATER
+    return SpaceState.CLEAR
+
+
+def decide_write(kind: WriteKind, state: SpaceState, *, puts: bool) -> SpaceVerdict:
+    """Whether a txn of ``kind`` (``puts``: whether it, or any txn nested in it, puts a key)
+    may go to etcd in ``state``."""
+    if state is SpaceState.NOSPACE and (puts or kind is WriteKind.GROWTH):
+        return SpaceVerdict.REFUSE_NOSPACE
+    if state is not SpaceState.CLEAR and kind is WriteKind.GROWTH:
+        return SpaceVerdict.REFUSE_HIGH_WATER
+    return SpaceVerdict.ALLOW
+
+
+def refusal_message(verdict: SpaceVerdict, *, retry_after: float) -> str:
+    """The typed refusal's message: which guard refused, why, and when to try again."""
+    if verdict is SpaceVerdict.REFUSE_NOSPACE:
+        return (
+            "space guard: etcd's NOSPACE alarm is active, so no write goes to etcd; an operator "
+            "must compact, defragment and disarm etcd (docs/retention.md); "
+            f"retry after {retry_after:g} s"
+        )
+    return (
+        "space guard: etcd's database is above its high-water mark, so writes that only add "
+        "data (creates, input changes, checkpoints, staged results, idempotency keys) are "
+        "refused while claims, commits and releases drain the pool; "
+        f"retry after {retry_after:g} s"
+    )

@@ -1,0 +1,103 @@
+"""Per-principal write budgets: how many bytes of data a caller may add to etcd, and when.
+
+A token bucket per principal: it holds at most ``rate x window`` bytes and refills at ``rate``
+bytes per second, so a caller may write a burst of a window's worth, then ``rate`` on average
+over any rolling window. What it counts is what only adds data: task inputs (CreateTask,
+UpdateInput), staged results and checkpoints. The space guard (domain/space.py) stops everyone
+once etcd is nearly full; the budget stops one caller long before, so one token cannot fill
+etcd for all the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from coordinator.domain.roles import Role
+
+
+@dataclass(frozen=True)
+class BudgetPolicy:
+    """``rate`` bytes per second over a rolling ``window`` of seconds; a rate of 0 is no
+    budget at all."""
+
+    rate: float
+    window: float
+
+    @property
+    def unbounded(self) -> bool:
+        """Whether this policy lets everything through."""
+        return self.rate <= 0
+
+    @property
+    def capacity(self) -> float:
+        """The bytes a full bucket holds: one window's worth."""
+        return self.rate * self.window
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A principal's budget left (bytes) at time ``at``."""
+
+    left: float
+    at: float
+
+
+@dataclass(frozen=True)
+class Spent:
+    """The write fits: the bucket after it."""
+
+    bucket: Bucket
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The write does not fit now: seconds until it would (``never``: it is larger than a
+    whole window's budget, so waiting cannot help)."""
+
+    retry_after: float
+    never: bool = False
+
+
+def spend(bucket: Bucket | None, policy: BudgetPolicy, nbytes: int, now: float) -> Spent | Refused:
+    """Take ``nbytes`` from ``bucket`` (None: a principal not seen yet, full) under ``policy``."""
+    if policy.unbounded:
+        return Spent(Bucket(0.0, now))
+    capacity = policy.capacity
+    if bucket is None:
+        left = capacity
+    else:  # a clock that went back refills nothing
+        left = min(capacity, bucket.left + max(0.0, now - bucket.at) * policy.rate)
+    if nbytes <= left:
+        return Spent(Bucket(left - nbytes, now))
+    if nbytes > capacity:
+        return Refused(retry_after=0.0, never=True)
+    return Refused(retry_after=(nbytes - left) / policy.rate)
+
+
+def policy_for(roles: Iterable[Role], policies: Mapping[Role, BudgetPolicy]) -> BudgetPolicy:
+    """The budget of a caller with ``roles``: its most generous role's (an unbounded one wins;
+    a caller with no budgeted role has none)."""
+    chosen = [policies[role] for role in roles if role in policies]
+    if not chosen or any(policy.unbounded for policy in chosen):
+        return BudgetPolicy(rate=0.0, window=0.0)
+    return max(chosen, key=lambda policy: (policy.rate, policy.window))
+
+
+def refusal_message(
+    principal: str, role_setting: str, policy: BudgetPolicy, nbytes: int, refused: Refused
+) -> str:
+    """The typed refusal's message: whose budget, its size, and when (or whether) to retry."""
+    budget = (
+        f"write budget of {principal!r} ({policy.rate:g} bytes/s over {policy.window:g} s, "
+        f"{role_setting})"
+    )
+    if refused.never:
+        return (
+            f"{budget}: this call writes {nbytes} bytes, more than a whole window allows; "
+            f"send less or raise {role_setting}"
+        )
+    return (
+        f"{budget} is spent: this call writes {nbytes} bytes; "
+        f"retry after {refused.retry_after:.1f} s"
+    )

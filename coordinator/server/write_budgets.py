@@ -1,0 +1,159 @@
+"""Per-principal write budgets at the door: the bytes a call adds to etcd are charged to its
+caller before the handler runs (domain/write_budget.py holds the rule).
+
+CreateTask and UpdateInput (the input) and StageResult (the result) past the budget are refused
+``RESOURCE_EXHAUSTED`` naming the budget and when to retry; nothing runs, so nothing is
+written. A renewal's checkpoint past the budget is taken out of the request instead and the
+renewal runs without it: refusing the renewal would cost the claim (the SDK treats a refused
+item as lost), so the answer's ``checkpoint_refused`` says the checkpoint was not kept.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+import grpc
+
+from coordinator.domain.roles import Identity, Role
+from coordinator.domain.write_budget import (
+    Bucket,
+    BudgetPolicy,
+    Refused,
+    policy_for,
+    refusal_message,
+    spend,
+)
+from coordinator.errors import ResourceExhausted
+from coordinator.metrics import Metrics
+from coordinator.server.handlers import Handler, unary_handler
+from coordinator.server.identity import identity_of
+from coordinator.v1 import types_pb2
+
+PRINCIPALS = 65536
+"""Principals whose buckets a replica remembers; the least recently seen is forgotten first
+(it starts again with a full bucket: tokens, hence principals, are an operator's to hand out)."""
+
+_MEASURED: dict[str, tuple[str, Callable[[Any], int]]] = {
+    "/coordinator.v1.TaskService/CreateTask": ("input", lambda r: len(r.input)),
+    "/coordinator.v1.TaskService/UpdateInput": ("input", lambda r: len(r.input)),
+    "/coordinator.v1.WorkerService/StageResult": ("staged_result", lambda r: len(r.result)),
+}
+_RENEW = "/coordinator.v1.WorkerService/Renew"
+_RENEW_MANY = "/coordinator.v1.WorkerService/RenewMany"
+
+
+class BudgetExceeded(ResourceExhausted):
+    """A call would write more than its caller's write budget allows now."""
+
+
+class WriteBudgets:
+    """Every principal's bucket on this replica, under per-role policies."""
+
+    def __init__(
+        self,
+        policies: Mapping[Role, BudgetPolicy],
+        *,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._policies = dict(policies)
+        self._metrics = metrics
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._buckets: OrderedDict[str, Bucket] = OrderedDict()
+
+    @property
+    def active(self) -> bool:
+        """Whether any role has a budget (without one, nothing is wrapped)."""
+        return any(not policy.unbounded for policy in self._policies.values())
+
+    def charge(self, identity: Identity, what: str, nbytes: int) -> None:
+        """Take ``nbytes`` of ``what`` from the caller's budget; BudgetExceeded if they do not
+        fit (nothing taken)."""
+        policy = policy_for(identity.roles, self._policies)
+        if policy.unbounded or nbytes <= 0:
+            return
+        principal = identity.principal
+        with self._lock:
+            outcome = spend(self._buckets.get(principal), policy, nbytes, self._clock())
+            if not isinstance(outcome, Refused):
+                self._buckets[principal] = outcome.bucket
+                self._buckets.move_to_end(principal)
+                while len(self._buckets) > PRINCIPALS:
+                    self._buckets.popitem(last=False)
+                return
+        self._metrics.write_budget_refusals.labels(what).inc()
+        setting = self._setting_of(identity, policy)
+        raise BudgetExceeded(refusal_message(principal, setting, policy, nbytes, outcome))
+
+    def _setting_of(self, identity: Identity, policy: BudgetPolicy) -> str:
+        role = next(r for r in sorted(identity.roles) if self._policies.get(r) == policy)
+        return f"write_budget_{role.value}"
+
+
+class WriteBudgetInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Charges the growth calls' bytes before their handlers run (see the module docstring)."""
+
+    def __init__(self, budgets: WriteBudgets) -> None:
+        self._budgets = budgets
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        """Wrap the measured unary methods and the renewals; others pass through."""
+        handler = continuation(details)
+        method = details.method
+        if handler is None or handler.unary_unary is None or not self._budgets.active:
+            return handler
+        run = handler.unary_unary
+        budgets = self._budgets
+        if method in _MEASURED:
+            what, measure = _MEASURED[method]
+
+            def charged(request: Any, context: grpc.ServicerContext) -> Any:
+                try:
+                    budgets.charge(identity_of(context), what, measure(request))
+                except BudgetExceeded as exc:
+                    _abort(context, str(exc))
+                return run(request, context)
+
+            return unary_handler(handler, charged)
+        if method in (_RENEW, _RENEW_MANY):
+
+            def renewed(request: Any, context: grpc.ServicerContext) -> Any:
+                items = [request] if method == _RENEW else list(request.renewals)
+                refused = self._strip(identity_of(context), items)
+                response = run(request, context)
+                answers = [response] if method == _RENEW else [r.renewal for r in response.results]
+                for i, message in refused.items():
+                    if answers[i].outcome == types_pb2.OUTCOME_OK:
+                        answers[i].checkpoint_refused = message
+                return response
+
+            return unary_handler(handler, renewed)
+        return handler
+
+    def _strip(self, identity: Identity, renewals: list[Any]) -> dict[int, str]:
+        """Charge each renewal's checkpoint; take out those past the budget. Their refusals,
+        by index."""
+        refused: dict[int, str] = {}
+        for i, renewal in enumerate(renewals):
+            if not renewal.HasField("checkpoint"):
+                continue
+            try:
+                self._budgets.charge(identity, "checkpoint", len(renewal.checkpoint))
+            except BudgetExceeded as exc:
+                renewal.ClearField("checkpoint")
+                refused[i] = str(exc)
+        return refused
+
+
+def _abort(context: grpc.ServicerContext, message: str) -> NoReturn:
+    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+    raise AssertionError("context.abort returned")  # grpc's abort always raises

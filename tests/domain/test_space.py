@@ -1,0 +1,74 @@
+"""The space guard's rule (domain/space.py), every case of kind x state x puts."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from coordinator.domain.space import (
+    SpaceState,
+    SpaceVerdict,
+    WriteKind,
+    decide_write,
+    refusal_message,
+    space_state,
+)
+
+ALLOW, HIGH, NOSPACE = (
+    SpaceVerdict.ALLOW,
+    SpaceVerdict.REFUSE_HIGH_WATER,
+    SpaceVerdict.REFUSE_NOSPACE,
+)
+
+# (kind, state, puts) -> verdict: the whole table, so a changed row fails by name.
+TABLE = {
+    (WriteKind.DRAIN, SpaceState.CLEAR, False): ALLOW,
+    (WriteKind.DRAIN, SpaceState.CLEAR, True): ALLOW,
+    (WriteKind.GROWTH, SpaceState.CLEAR, False): ALLOW,
+    (WriteKind.GROWTH, SpaceState.CLEAR, True): ALLOW,
+    # Above high water the pool drains: claims, renewals, commits, releases, prunes go on.
+    (WriteKind.DRAIN, SpaceState.HIGH_WATER, False): ALLOW,
+    (WriteKind.DRAIN, SpaceState.HIGH_WATER, True): ALLOW,
+    (WriteKind.GROWTH, SpaceState.HIGH_WATER, False): HIGH,
+    (WriteKind.GROWTH, SpaceState.HIGH_WATER, True): HIGH,
+    # At NOSPACE only what puts nothing (reads, compares, deletes) goes to etcd.
+    (WriteKind.DRAIN, SpaceState.NOSPACE, False): ALLOW,
+    (WriteKind.DRAIN, SpaceState.NOSPACE, True): NOSPACE,
+    (WriteKind.GROWTH, SpaceState.NOSPACE, False): NOSPACE,
+    (WriteKind.GROWTH, SpaceState.NOSPACE, True): NOSPACE,
+}
+
+
+def test_the_table_covers_every_case() -> None:
+    assert set(TABLE) == set(itertools.product(WriteKind, SpaceState, (False, True)))
+
+
+@pytest.mark.parametrize(("case", "verdict"), TABLE.items(), ids=str)
+def test_decide_write(case: tuple[WriteKind, SpaceState, bool], verdict: SpaceVerdict) -> None:
+    kind, state, puts = case
+    assert decide_write(kind, state, puts=puts) is verdict
+
+
+@pytest.mark.parametrize(
+    ("size", "alarm", "state"),
+    [
+        (0, False, SpaceState.CLEAR),
+        (799, False, SpaceState.CLEAR),
+        (800, False, SpaceState.HIGH_WATER),  # the mark itself is above
+        (2000, False, SpaceState.HIGH_WATER),  # past the quota, alarm not (yet) raised
+        (0, True, SpaceState.NOSPACE),  # defragmented but not disarmed: etcd still refuses
+        (900, True, SpaceState.NOSPACE),
+    ],
+)
+def test_space_state(size: int, alarm: bool, state: SpaceState) -> None:
+    got = space_state(db_size=size, quota_bytes=1000, high_water=0.8, nospace_alarm=alarm)
+    assert got is state
+
+
+def test_refusals_name_the_guard_the_cause_and_when_to_retry() -> None:
+    high = refusal_message(HIGH, retry_after=5.0)
+    full = refusal_message(NOSPACE, retry_after=2.5)
+    assert high.startswith("space guard:") and "high-water" in high and "retry after 5 s" in high
+    assert full.startswith("space guard:") and "NOSPACE" in full and "retry after 2.5 s" in full
+    assert "defragment" in full
