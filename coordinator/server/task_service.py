@@ -96,7 +96,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
     def ListTasks(  # noqa: N802
         self, request: tasks_pb2.ListTasksRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.ListTasksResponse:
-        """One page of tasks in id order."""
+        """One page of tasks in id order (summaries without inputs unless asked)."""
         filters = task_wire.list_tasks_filters(request)
         tasks, position = self._store.tasks.list(
             queue=task_wire.parse_queue_filter(request.queue),
@@ -108,6 +108,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
             overdue=request.overdue,
             page_size=common_wire.parse_page_size(request.page_size),
             page_token=task_wire.parse_page_token(request.page_token, filters),
+            include_input=request.include_input,
         )
         return tasks_pb2.ListTasksResponse(
             tasks=[task_wire.task_to_proto(t) for t in tasks],

@@ -20,8 +20,9 @@ from coordinator.domain.states import AttemptEnd, Op, TaskState, is_legal, next_
 from coordinator.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from coordinator.store.context import StoreContext, attempt_from_kv, new_task_id, task_from_kv
 from coordinator.store.dependencies import DependencyStore, edges_detail
-from coordinator.store.etcd import KV, RequestOp, delete, get, get_prefix, mod_revision_is, put
+from coordinator.store.etcd import RequestOp, delete, get, get_prefix, mod_revision_is, put
 from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.task_list import read_page
 from coordinator.store.tombstones import read_tombstones, task_not_found, tombstone_from_kv
 from coordinator.store.transition import ready_seq, transition, transition_ops
 from coordinator.store.types import TaskSpec
@@ -193,8 +194,11 @@ class TaskStore:
         overdue: bool = False,
         page_size: int = 100,
         page_token: str = "",
+        include_input: bool = False,
     ) -> tuple[list[TaskRecord], str]:
-        """Tasks in id order after ``page_token``, filtered; returns the page and the next token.
+        """Tasks in id order after ``page_token``, filtered; returns the page and the next token
+        (store/task_list.py: a page may be short and still have one). Inputs are left out
+        unless ``include_input``.
 
         A lineage filter (parent, else root, else thread) walks its identity index, so it costs
         the size of that family, not of the keyspace. ``blocked`` and ``overdue`` (the marks of
@@ -202,7 +206,7 @@ class TaskStore:
         records: both change with the task (state) or are few (queues), and an index per state
         would add writes to every transition for a listing that operators page through anyway.
         """
-        kv, keys = self._ctx.kv, self._ctx.keys
+        keys = self._ctx.keys
         thread = thread_key(thread) if thread else ""
         if parent:
             prefix = keys.identity_prefix("parent", parent)
@@ -224,35 +228,15 @@ class TaskStore:
                 and (not overdue or bool(task.overdue_at))
             )
 
-        start = prefix + page_token + "\0" if page_token else prefix
-        end = kv.prefix_end(prefix)
-        found: builtins.list[TaskRecord] = []
-        while len(found) < page_size:
-            page, _ = kv.range_page(
-                start, end, limit=page_size, keys_only=prefix != keys.tasks_prefix
-            )
-            for task in self._tasks_of(page, indexed=prefix != keys.tasks_prefix):
-                if wanted(task):
-                    found.append(task)
-                    if len(found) == page_size:
-                        return found, task.task_id
-            if len(page) < page_size:
-                return found, ""
-            start = page[-1].key + "\0"
-        return found, ""
-
-    def _tasks_of(self, page: builtins.list[KV], *, indexed: bool) -> builtins.list[TaskRecord]:
-        """The task records of a page of task keys, or of identity-index keys (read in one
-        consistent batch per 100; an index entry whose task is gone is skipped: doctor's)."""
-        if not indexed:
-            return [task_from_kv(item) for item in page]
-        ids = [item.key.rsplit("/", 1)[1] for item in page]
-        tasks: builtins.list[TaskRecord] = []
-        for start in range(0, len(ids), 100):
-            batch = ids[start : start + 100]
-            snap = self._ctx.kv.read(*(get(self._ctx.keys.task(t)) for t in batch))
-            tasks += [task_from_kv(kv) for i in range(len(batch)) if (kv := snap.range_one(i))]
-        return tasks
+        page = read_page(
+            self._ctx,
+            prefix,
+            page_token,
+            wanted,
+            page_size=page_size,
+            include_input=include_input,
+        )
+        return page.tasks, page.position
 
     def cancel(self, task_id: str, *, by: str, reason: str) -> TaskRecord:
         """Cancel: cancel_generation + 1, CANCELLED, a live claim ended."""
