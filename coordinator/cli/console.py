@@ -103,6 +103,16 @@ def _secret(path: str | None) -> str:
     help="Key that signs session cookies (>= 32 characters) [default: random per process].",
 )
 @click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    envvar="COORDINATOR_CONSOLE_ALLOWED_HOSTS",
+    show_envvar=True,
+    metavar="NAME",
+    help="A host name the console answers to (repeat; others get 400) [default: any; with "
+    "--insecure only localhost, 127.0.0.1 and ::1].",
+)
+@click.option(
     "--secure-cookie",
     is_flag=True,
     help="Mark the session cookie Secure (serve it over HTTPS, e.g. behind a TLS proxy).",
@@ -115,6 +125,7 @@ def console(
     cert: str | None,
     key: str | None,
     secret_file: str | None,
+    allowed_hosts: tuple[str, ...],
     secure_cookie: bool,
 ) -> None:
     """Serve the web console: queues, live claims, tasks, the review inbox, live events."""
@@ -130,6 +141,12 @@ def console(
         local = discover()
         target = local.target if local is not None else DEFAULT_TARGET
         insecure = insecure or local is not None
+    if insecure and not is_loopback(listen):
+        # Without tokens anyone who reaches the port signs in as any principal with every role.
+        raise click.UsageError(
+            f"--insecure serves a console anyone can sign in to as anyone: listen on loopback "
+            f"(e.g. 127.0.0.1:8080), not {listen}"
+        )
     credentials = None
     if ca or cert:
         try:
@@ -140,6 +157,7 @@ def console(
         target=target,
         secret_key=_secret(secret_file),
         insecure=insecure,
+        allowed_hosts=allowed_hosts,
         channel_credentials=credentials,
         secure_cookie=secure_cookie,
     )

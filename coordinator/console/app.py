@@ -16,6 +16,7 @@ from starlette.templating import Jinja2Templates
 
 from coordinator.console.gateway import Gateway
 from coordinator.console.guards import Guards
+from coordinator.console.hosts import HostGuard, HostPolicy
 from coordinator.console.routes import actions, claims, events, inbox, queues, signin, task
 from coordinator.console.routes.common import Console, action, jinja_environment, page
 from coordinator.console.settings import ConsoleSettings
@@ -59,6 +60,10 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
     middleware = [
+        Middleware(
+            HostGuard,
+            policy=HostPolicy(insecure=settings.insecure, allowed=settings.allowed_hosts),
+        ),
         Middleware(Guards, max_body_bytes=settings.max_body_bytes),
         Middleware(
             SessionMiddleware,
