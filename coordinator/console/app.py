@@ -20,6 +20,7 @@ from coordinator.console.hosts import HostGuard, HostPolicy
 from coordinator.console.routes import actions, claims, events, inbox, queues, signin, task
 from coordinator.console.routes.common import Console, action, jinja_environment, page
 from coordinator.console.settings import ConsoleSettings
+from coordinator.console.signed_out import SignedOut
 
 _HERE = Path(__file__).parent
 SESSION_COOKIE = "coordinator_console"
@@ -76,6 +77,9 @@ def build_app(settings: ConsoleSettings) -> Starlette:
     ]
     app = Starlette(routes=routes, middleware=middleware)
     app.state.console = Console(
-        settings=settings, gateway=Gateway(settings), templates=Jinja2Templates(env=env)
+        settings=settings,
+        gateway=Gateway(settings),
+        templates=Jinja2Templates(env=env),
+        signed_out=SignedOut(lifetime=settings.session_seconds),
     )
     return app

@@ -39,7 +39,7 @@ def _request(request: Request, *, follow: bool, after: str) -> tasks_pb2.WatchEv
 def events(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
     """One page of events after ``after`` (the start of the log without it)."""
     after = request.query_params.get("after", "")
-    credentials = session.current(request)
+    credentials = session.current(request, console_of(request).signed_out)
     assert credentials is not None  # page() let the request in signed in
     watch = _request(request, follow=False, after=after)
     found: list[tasks_pb2.TaskEvent] = []
@@ -82,7 +82,7 @@ def event_data(event: tasks_pb2.TaskEvent) -> str:
 
 async def stream(request: Request) -> Response:
     """``text/event-stream`` of new events (resumes after Last-Event-ID or ``after``)."""
-    credentials = session.current(request)
+    credentials = session.current(request, console_of(request).signed_out)
     if credentials is None:
         return PlainTextResponse("sign in first", 401)
     console = console_of(request)
