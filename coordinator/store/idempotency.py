@@ -11,6 +11,11 @@ within ``pending_ttl``); a stored response lives on a long one (``ttl``, default
 shared by all keys written within one window of time (1 % of the TTL), so a busy replica grants
 a lease per window, not per request; a key then lives between ``ttl`` and ``ttl`` + window.
 
+Bound: a principal holds at most ``max_keys`` keys (default ``MAX_KEYS_PER_PRINCIPAL``); a
+request with a new key past it is refused RESOURCE_EXHAUSTED before it runs (1,000 distinct keys
+from one caller were 1,000 records kept 24 h, with no end). The count is read with the key, so
+concurrent first uses of new keys by one principal may pass it by their number, never more.
+
 Limit: the response is stored after the call's own txn, not inside it. If a replica dies between
 the two, the reservation expires and a retry runs the call again; every call here is itself
 safe to repeat (creates refuse a taken id, commits of the same digest answer COMMITTED, ...).
@@ -30,15 +35,24 @@ from coordinator.domain.idempotency import (
     decide,
 )
 from coordinator.domain.records import decode, encode
-from coordinator.errors import AlreadyExists, CoordinatorError
+from coordinator.errors import AlreadyExists, CoordinatorError, ResourceExhausted
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import create_revision_is, delete, mod_revision_is, put
+from coordinator.store.etcd import (
+    create_revision_is,
+    delete,
+    get,
+    get_prefix,
+    mod_revision_is,
+    put,
+)
 
 DEFAULT_TTL = 24 * 3600.0
 DEFAULT_PENDING_TTL = 60.0
 # How long a duplicate waits for the first request's response before ABORTED.
 DEFAULT_WAIT = 2.0
 _POLL = 0.05
+MAX_KEYS_PER_PRINCIPAL = 10_000
+"""Idempotency keys one principal holds at once (each kept ``ttl`` after its request)."""
 
 
 class KeyReused(AlreadyExists):
@@ -90,8 +104,11 @@ class IdempotencyStore:
         ttl: float = DEFAULT_TTL,
         pending_ttl: float = DEFAULT_PENDING_TTL,
         wait: float = DEFAULT_WAIT,
+        max_keys: int = MAX_KEYS_PER_PRINCIPAL,
     ) -> None:
         self._ctx = ctx
+        self._ttl = ttl
+        self._max_keys = max_keys
         self._done = _LeaseWindow(ctx, ttl)
         self._pending = _LeaseWindow(ctx, pending_ttl)
         self._wait = wait
@@ -103,10 +120,19 @@ class IdempotencyStore:
         ctx = self._ctx
         etcd_key = ctx.keys.idem(principal, key)
         deadline = time.monotonic() + self._wait
+        held = ctx.keys.idem(principal, "")
         while True:
-            kv = ctx.kv.get(etcd_key)
+            snap = ctx.kv.read(get(etcd_key), get_prefix(held, count_only=True))
+            kv = snap.range_one(0)
             existing = decode(IdemRecord, kv.value, mod_revision=kv.mod_revision) if kv else None
             action = decide(existing, method=method, digest=digest)
+            if action is IdemAction.RUN and snap.range_count(1) >= self._max_keys:
+                raise ResourceExhausted(
+                    f"principal {principal!r} holds {self._max_keys} idempotency keys, the "
+                    f"limit: each is kept {self._ttl / 3600:g} h after its request; reuse a key "
+                    "only for a retry, send this request without one, or retry after older keys "
+                    "expire"
+                )
             if action is IdemAction.REPLAY and existing is not None:
                 return existing.response
             if action is IdemAction.CONFLICT and existing is not None:

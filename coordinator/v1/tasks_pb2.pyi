@@ -9,7 +9,8 @@ Every mutating call takes an optional idempotency key in the gRPC metadata key
 the same key with the same request returns the stored response without running again; the
 same key with a different request is ALREADY_EXISTS; a duplicate arriving while the first
 still runs is ABORTED (retry). Errors are not stored. Keys expire after the server's
-idempotency TTL (default 24 h).
+idempotency TTL (default 24 h). A principal holds at most 10,000 keys at once: a request with
+a new key past that is RESOURCE_EXHAUSTED and does not run.
 """
 
 from collections import abc as _abc

@@ -11,9 +11,12 @@ import grpc
 import pytest
 
 from coordinator.domain.keys import Keyspace
+from coordinator.errors import ResourceExhausted
 from coordinator.server import build_server
 from coordinator.server.idempotency import READ_ONLY, is_mutating
+from coordinator.server.status import status_code_of
 from coordinator.store import Store
+from coordinator.store.idempotency import IdempotencyStore, Reservation
 from coordinator.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -238,3 +241,23 @@ def test_every_mutating_rpc_takes_idempotency_keys() -> None:
     assert mutating == methods - READ_ONLY
     assert "/coordinator.v1.TaskService/Accept" in mutating
     assert "/coordinator.v1.WorkerService/Commit" in mutating
+
+
+def test_a_principal_holds_a_bounded_number_of_keys(store: Store) -> None:
+    keys = IdempotencyStore(store.ctx, max_keys=3)
+    for n in range(3):
+        reserved = keys.reserve("pm-1", f"k{n}", method="/m", digest=f"d{n}")
+        assert isinstance(reserved, Reservation)
+        assert keys.complete(reserved, b"response")
+    with pytest.raises(ResourceExhausted) as refused:
+        keys.reserve("pm-1", "k3", method="/m", digest="d3")
+    assert str(refused.value) == (
+        "principal 'pm-1' holds 3 idempotency keys, the limit: each is kept 24 h after its "
+        "request; reuse a key only for a retry, send this request without one, or retry after "
+        "older keys expire"
+    )
+    assert status_code_of(refused.value) is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert store.ctx.kv.get(store.ctx.keys.idem("pm-1", "k3")) is None  # nothing written
+    # A retry under a held key still replays, and another principal has its own bound.
+    assert keys.reserve("pm-1", "k0", method="/m", digest="d0") == b"response"
+    assert isinstance(keys.reserve("pm-2", "k0", method="/m", digest="d0"), Reservation)
