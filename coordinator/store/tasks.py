@@ -9,6 +9,7 @@ STALE_INPUT.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Iterator
 from dataclasses import replace
 
 from coordinator.domain.digests import check_digest
@@ -22,7 +23,7 @@ from coordinator.store.context import StoreContext, attempt_from_kv, new_task_id
 from coordinator.store.dependencies import DependencyStore, edges_detail
 from coordinator.store.etcd import RequestOp, delete, get, get_prefix, mod_revision_is, put
 from coordinator.store.ready_index import ReadyIndex
-from coordinator.store.task_list import read_page
+from coordinator.store.task_list import READ_BYTES, read_page
 from coordinator.store.tombstones import read_tombstones, task_not_found, tombstone_from_kv
 from coordinator.store.transition import ready_seq, transition, transition_ops
 from coordinator.store.types import TaskSpec
@@ -31,8 +32,14 @@ from coordinator.store.types import TaskSpec
 _CAS_TRIES = 8
 ATTEMPTS_PAGE = 100
 """Attempts read at once unless asked otherwise."""
-# Range reads in one read txn (etcd refuses a txn of more than 128 operations by default).
-_READS_PER_TXN = 100
+MAX_ATTEMPT_RECORD_BYTES = 128 * 1024
+"""The largest stored attempt record: a 64 KiB checkpoint and 16 KiB of error details (the
+WorkerService limits), both base64 in JSON (~107 KiB), a 1,024-character error message that
+JSON may escape to 6 bytes each, and its ids."""
+# Attempt numbers read in one read txn: the most whose records cannot pass READ_BYTES (24). At
+# 100 a read of attempts with maximal checkpoints was ~11 MiB, past the 4 MiB message limit,
+# and ListAttempts answered INTERNAL.
+_READS_PER_TXN = READ_BYTES // MAX_ATTEMPT_RECORD_BYTES
 
 
 class TaskStore:
@@ -165,22 +172,37 @@ class TaskStore:
     def attempts(
         self, task_id: str, *, first: int = 1, count: int = ATTEMPTS_PAGE
     ) -> list[AttemptRecord]:
-        """The task's attempts numbered ``first`` to ``first + count - 1``, oldest first.
+        """The task's attempts numbered ``first`` to ``first + count - 1``, oldest first."""
+        return builtins.list(self._attempts(task_id, first, first + count))
 
-        A task's history has no bound (every claim adds an attempt), so it is read a page at a
-        time: attempt ids start with their number (``a{n}-``), so each number is one small
-        prefix range, and a page is one read per ``_READS_PER_TXN`` numbers.
-        """
+    def attempts_page(
+        self, task_id: str, *, first: int, count: int, max_bytes: int
+    ) -> tuple[list[AttemptRecord], int]:
+        """Like ``attempts``, but stopping before the attempts' error details and messages
+        (what ListAttempts sends of them) pass ``max_bytes`` (at least one is returned: 16 KiB
+        of details and a message fit any budget); returns them and the number to go on from.
+        A page of 1,000 attempts with maximal details was 16 MiB, past the message limit."""
+        found: builtins.list[AttemptRecord] = []
+        sent = 0
+        for attempt in self._attempts(task_id, first, first + count):
+            sent += len(attempt.error_details) + len(attempt.error_message.encode()) + 256
+            if found and sent > max_bytes:
+                return found, attempt.attempt
+            found.append(attempt)
+        return found, first + count
+
+    def _attempts(self, task_id: str, first: int, end: int) -> Iterator[AttemptRecord]:
+        """Attempts numbered ``first`` to ``end - 1``. A task's history has no bound (every
+        claim adds an attempt), so it is read a page at a time: attempt ids start with their
+        number (``a{n}-``), so each number is one small prefix range, and a read covers
+        ``_READS_PER_TXN`` numbers."""
         ctx = self._ctx
         prefix = ctx.keys.attempts_prefix(task_id)
-        found: builtins.list[AttemptRecord] = []
-        end = first + count
         for start in range(first, end, _READS_PER_TXN):
             numbers = range(start, min(end, start + _READS_PER_TXN))
             snap = ctx.kv.read(*(get_prefix(f"{prefix}a{n}-") for n in numbers))
             for index in range(len(numbers)):
-                found.extend(attempt_from_kv(kv) for kv in snap.range_kvs(index))
-        return found
+                yield from (attempt_from_kv(kv) for kv in snap.range_kvs(index))
 
     def list(
         self,

@@ -229,7 +229,9 @@ class ListAttemptsResponse(_message.Message):
     """Empty after the last page."""
     @_builtins.property
     def attempts(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Attempt]:
-        """Oldest first."""
+        """Oldest first. A page stops before its attempts' error details and messages pass about
+        3 MiB, so it may be shorter than page_size and still have a next_page_token.
+        """
 
     def __init__(
         self,

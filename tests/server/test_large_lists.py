@@ -7,14 +7,21 @@ in bounded reads, leave inputs out unless asked, and stop before a page passes i
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
+from coordinator.domain.records import AttemptRecord, encode
 from coordinator.domain.validation import MAX_INPUT_BYTES
+from coordinator.server.worker_wire import MAX_CHECKPOINT_BYTES, MAX_ERROR_DETAILS
 from coordinator.store import Store, task_list
+from coordinator.store.context import attempt_from_kv
+from coordinator.store.etcd import put
 from coordinator.store.task_list import MAX_RECORD_BYTES, PAGE_BYTES, READ_BYTES, VALUES_PER_READ
+from coordinator.store.tasks import MAX_ATTEMPT_RECORD_BYTES
 from coordinator.store.types import TaskSpec
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2
+from tests.store.support import claim
 
 PM = (("x-coordinator-principal", "pm-1"),)
 LARGE = 100
@@ -99,3 +106,58 @@ def test_a_sparse_filter_answers_short_pages_that_resume(
     monkeypatch.setattr(task_list, "SCAN_KEYS", 40)
     pages = list(_pages(tasks, tasks_pb2.ListTasksRequest(queue="tiny")))
     assert [[t.task_id for t in p.tasks] for p in pages] == [[], [], ["tiny-1", "tiny-2"]]
+
+
+def _first_attempt(store: Store) -> AttemptRecord:
+    """Claim t-1: its first attempt's record (the others are copies of it, written as is)."""
+    fence = claim(store, "t-1")
+    stored = store.ctx.kv.get(store.ctx.keys.attempt("t-1", fence.attempt_id))
+    assert stored is not None
+    return attempt_from_kv(stored)
+
+
+def test_attempts_with_maximal_checkpoints_and_details_list_in_bounded_pages(
+    store: Store, tasks: tasks_pb2_grpc.TaskServiceStub
+) -> None:
+    # 60 attempts of the largest legal record (a 64 KiB checkpoint, 16 KiB of error details):
+    # one read of 100 attempt numbers was ~11 MiB and ListAttempts answered INTERNAL.
+    store.tasks.create(TaskSpec(task_id="t-1", input=b"x"), by="pm-1")
+    record = _first_attempt(store)
+    for n in range(2, 61):
+        big = replace(
+            record,
+            attempt_id=f"a{n}-x",
+            attempt=n,
+            checkpoint=b"c" * MAX_CHECKPOINT_BYTES,
+            error_details=b"d" * MAX_ERROR_DETAILS,
+            error_message="m" * 1024,
+        )
+        store.ctx.kv.txn((), [put(store.ctx.keys.attempt("t-1", big.attempt_id), encode(big))])
+    assert len(encode(big)) + 8 * 1024 <= MAX_ATTEMPT_RECORD_BYTES
+    listed: list[int] = []
+    token = ""
+    pages = 0
+    while True:
+        request = tasks_pb2.ListAttemptsRequest(task_id="t-1", page_size=1000, page_token=token)
+        reply = tasks.ListAttempts(request, metadata=PM)
+        assert reply.ByteSize() <= PAGE_BYTES + 64 * 1024
+        listed += [a.attempt for a in reply.attempts]
+        pages += 1
+        token = reply.next_page_token
+        if not token:
+            break
+    assert listed == list(range(1, 61))
+    assert pages == 1  # 60 x 17 KiB of details: one page within the budget
+    assert len(store.tasks.attempts("t-1", count=100)) == 60  # GetTask's read holds too
+
+
+def test_a_page_of_attempts_stops_at_its_byte_budget(store: Store) -> None:
+    store.tasks.create(TaskSpec(task_id="t-1", input=b"x"), by="pm-1")
+    record = _first_attempt(store)
+    for n in range(2, 6):
+        big = replace(record, attempt_id=f"a{n}-x", attempt=n, error_details=b"d" * 1000)
+        store.ctx.kv.txn((), [put(store.ctx.keys.attempt("t-1", big.attempt_id), encode(big))])
+    page, following = store.tasks.attempts_page("t-1", first=1, count=100, max_bytes=2600)
+    assert ([a.attempt for a in page], following) == ([1, 2], 3)
+    page, following = store.tasks.attempts_page("t-1", first=3, count=100, max_bytes=10**6)
+    assert ([a.attempt for a in page], following) == ([3, 4, 5], 103)
