@@ -40,6 +40,7 @@ from coordinator.store.etcd import (
     put,
 )
 from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.task_list import VALUES_PER_READ
 from coordinator.store.tombstones import read_tombstones, task_not_found
 from coordinator.store.transition import transition, transition_ops
 from coordinator.store.types import Neighbours
@@ -134,10 +135,11 @@ class DependencyStore:
         return found, set(pruned)
 
     def _records(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
-        """The task records of ``task_ids`` that exist, by id (read in batches)."""
+        """The task records of ``task_ids`` that exist, by id (read ``VALUES_PER_READ`` at a
+        time: a record holds its input, and 100 of them were a read past the message limit)."""
         found: dict[str, TaskRecord] = {}
-        for start in range(0, len(task_ids), _BATCH):
-            batch = task_ids[start : start + _BATCH]
+        for start in range(0, len(task_ids), VALUES_PER_READ):
+            batch = task_ids[start : start + VALUES_PER_READ]
             snap = self._ctx.kv.read(*(get(self._ctx.keys.task(t)) for t in batch))
             for index, task_id in enumerate(batch):
                 kv = snap.range_one(index)

@@ -161,3 +161,25 @@ def test_a_page_of_attempts_stops_at_its_byte_budget(store: Store) -> None:
     assert ([a.attempt for a in page], following) == ([1, 2], 3)
     page, following = store.tasks.attempts_page("t-1", first=3, count=100, max_bytes=10**6)
     assert ([a.attempt for a in page], following) == ([3, 4, 5], 103)
+
+
+def test_claims_and_dependencies_of_tasks_with_max_inputs_list(
+    store: Store, tasks: tasks_pb2_grpc.TaskServiceStub
+) -> None:
+    # Both read the task records (inputs and all) in batches of 50 and 100: past 4 MiB.
+    data = b"i" * MAX_INPUT_BYTES
+    ids = [f"up-{n:02d}" for n in range(30)]
+    for task_id in ids:
+        store.tasks.create(TaskSpec(task_id=task_id, queue="big", input=data), by="pm-1")
+    store.tasks.create(TaskSpec(task_id="down", input=data, depends_on=tuple(ids)), by="pm-1")
+    for task_id in ids[:20]:
+        claim(store, task_id)
+    claims = tasks.ListClaims(tasks_pb2.ListClaimsRequest(queue="big"), metadata=PM)
+    assert sorted(c.task_id for c in claims.claims) == ids[:20]
+    request = tasks_pb2.ListDependenciesRequest(task_id="down", page_size=1000)
+    graph = tasks.ListDependencies(request, metadata=PM)
+    assert sorted(n.task_id for n in graph.upstreams) == ids
+    dependents = tasks_pb2.ListDependenciesRequest(task_id="up-00")
+    assert [n.task_id for n in tasks.ListDependencies(dependents, metadata=PM).dependents] == [
+        "down"
+    ]
