@@ -46,6 +46,16 @@ def _bind(listen: str) -> socket.socket:
     return sock
 
 
+def _loopback_if_insecure(insecure: bool, listen: str) -> None:
+    """Refuse (exit 2) an insecure console off loopback: without tokens, anyone who reaches
+    the port signs in as any principal with every role."""
+    if insecure and not is_loopback(listen):
+        raise click.UsageError(
+            f"--insecure serves a console anyone can sign in to as anyone: listen on loopback "
+            f"(e.g. 127.0.0.1:8080), not {listen}"
+        )
+
+
 def _secret(path: str | None) -> str:
     if path is None:
         # Sessions then last as long as this process: a restart signs everyone out.
@@ -141,12 +151,7 @@ def console(
         local = discover()
         target = local.target if local is not None else DEFAULT_TARGET
         insecure = insecure or local is not None
-    if insecure and not is_loopback(listen):
-        # Without tokens anyone who reaches the port signs in as any principal with every role.
-        raise click.UsageError(
-            f"--insecure serves a console anyone can sign in to as anyone: listen on loopback "
-            f"(e.g. 127.0.0.1:8080), not {listen}"
-        )
+    _loopback_if_insecure(insecure, listen)
     credentials = None
     if ca or cert:
         try:
