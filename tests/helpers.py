@@ -129,6 +129,9 @@ class InProcessCaller:
             self._callbacks.append(callback)
             return True
 
+    def confirm(self) -> None:
+        """In-process calls carry no credentials to revoke."""
+
     def answer_lost(self) -> bool:
         """An in-process call's answer always arrives."""
         return False

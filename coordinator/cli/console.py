@@ -46,6 +46,16 @@ def _bind(listen: str) -> socket.socket:
     return sock
 
 
+def _loopback_if_insecure(insecure: bool, listen: str) -> None:
+    """Refuse (exit 2) an insecure console off loopback: without tokens, anyone who reaches
+    the port signs in as any principal with every role."""
+    if insecure and not is_loopback(listen):
+        raise click.UsageError(
+            f"--insecure serves a console anyone can sign in to as anyone: listen on loopback "
+            f"(e.g. 127.0.0.1:8080), not {listen}"
+        )
+
+
 def _secret(path: str | None) -> str:
     if path is None:
         # Sessions then last as long as this process: a restart signs everyone out.
@@ -103,6 +113,16 @@ def _secret(path: str | None) -> str:
     help="Key that signs session cookies (>= 32 characters) [default: random per process].",
 )
 @click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    envvar="COORDINATOR_CONSOLE_ALLOWED_HOSTS",
+    show_envvar=True,
+    metavar="NAME",
+    help="A host name the console answers to (repeat; others get 400) [default: any; with "
+    "--insecure only localhost, 127.0.0.1 and ::1].",
+)
+@click.option(
     "--secure-cookie",
     is_flag=True,
     help="Mark the session cookie Secure (serve it over HTTPS, e.g. behind a TLS proxy).",
@@ -115,6 +135,7 @@ def console(
     cert: str | None,
     key: str | None,
     secret_file: str | None,
+    allowed_hosts: tuple[str, ...],
     secure_cookie: bool,
 ) -> None:
     """Serve the web console: queues, live claims, tasks, the review inbox, live events."""
@@ -130,6 +151,7 @@ def console(
         local = discover(flag="--target (or COORDINATOR_TARGET)")
         target = local.target if local is not None else DEFAULT_TARGET
         insecure = insecure or local is not None
+    _loopback_if_insecure(insecure, listen)
     credentials = None
     if ca or cert:
         try:
@@ -140,6 +162,7 @@ def console(
         target=target,
         secret_key=_secret(secret_file),
         insecure=insecure,
+        allowed_hosts=allowed_hosts,
         channel_credentials=credentials,
         secure_cookie=secure_cookie,
     )

@@ -217,15 +217,18 @@ def list_tasks(queue: str, state: str | None, limit: int, as_json: bool, **setti
             token = reply.next_page_token
             if not token or len(found) >= limit:
                 break
-        # A full last page leaves a token even when nothing follows: look before saying so.
-        more = bool(token) and bool(
-            remote.call(
+        # A full last page leaves a token even when nothing follows: look before saying so. A
+        # page may also come back empty with a token (the server stops scanning a sparse
+        # filter after a bound): then more may follow.
+        more = False
+        if token:
+            probe = remote.call(
                 remote.tasks.ListTasks,
                 tasks_pb2.ListTasksRequest(
                     queue=queue, state=wanted, page_size=1, page_token=token
                 ),
-            ).tasks
-        )
+            )
+            more = bool(probe.tasks) or bool(probe.next_page_token)
     if as_json:
         for task in found:
             click.echo(json.dumps(_list_json(task)))

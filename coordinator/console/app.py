@@ -16,9 +16,11 @@ from starlette.templating import Jinja2Templates
 
 from coordinator.console.gateway import Gateway
 from coordinator.console.guards import Guards
+from coordinator.console.hosts import HostGuard, HostPolicy
 from coordinator.console.routes import actions, claims, events, inbox, queues, signin, task
 from coordinator.console.routes.common import Console, action, jinja_environment, page
 from coordinator.console.settings import ConsoleSettings
+from coordinator.console.signed_out import SignedOut
 
 _HERE = Path(__file__).parent
 SESSION_COOKIE = "coordinator_console"
@@ -60,6 +62,10 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
     middleware = [
+        Middleware(
+            HostGuard,
+            policy=HostPolicy(insecure=settings.insecure, allowed=settings.allowed_hosts),
+        ),
         Middleware(Guards, max_body_bytes=settings.max_body_bytes),
         Middleware(
             SessionMiddleware,
@@ -72,6 +78,9 @@ def build_app(settings: ConsoleSettings) -> Starlette:
     ]
     app = Starlette(routes=routes, middleware=middleware)
     app.state.console = Console(
-        settings=settings, gateway=Gateway(settings), templates=Jinja2Templates(env=env)
+        settings=settings,
+        gateway=Gateway(settings),
+        templates=Jinja2Templates(env=env),
+        signed_out=SignedOut(lifetime=settings.session_seconds),
     )
     return app

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import hmac
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 
+from coordinator.console.signed_out import SignedOut
 from coordinator.domain.roles import check_principal
 from coordinator.errors import InvalidArgument
 
 _CSRF, _TOKEN, _PRINCIPAL, _FLASH = "csrf", "token", "principal", "flash"
+_ID, _SIGNED_IN_AT = "sid", "signed_in_at"
 # Bearer tokens the coordinator issues are ~32 characters; anything this long is not one.
 MAX_TOKEN_CHARS = 512
 # A flash is a server message (a status line); kept short so the cookie stays small.
@@ -81,10 +84,18 @@ def csrf_matches(request: Request, submitted: str) -> bool:
     return isinstance(expected, str) and hmac.compare_digest(expected, submitted)
 
 
-def current(request: Request) -> Credentials | None:
-    """The signed-in person's credentials, or None."""
+def current(request: Request, ended: SignedOut) -> Credentials | None:
+    """The signed-in person's credentials, or None (also for a session that signed out, or
+    one from before session ids: its cookie is forgotten)."""
     principal = request.session.get(_PRINCIPAL)
     if not isinstance(principal, str):
+        return None
+    session_id, signed_in_at = request.session.get(_ID), request.session.get(_SIGNED_IN_AT)
+    if not isinstance(session_id, str) or not isinstance(signed_in_at, (int, float)):
+        request.session.clear()
+        return None
+    if ended.is_ended(session_id, float(signed_in_at)):
+        request.session.clear()
         return None
     token = request.session.get(_TOKEN)
     return Credentials(principal=principal, token=token if isinstance(token, str) else None)
@@ -94,14 +105,19 @@ def sign_in(request: Request, credentials: Credentials) -> None:
     """Start a fresh session for ``credentials`` (a new CSRF token too: nothing carried over
     from before sign-in)."""
     request.session.clear()
+    request.session[_ID] = secrets.token_urlsafe(16)
+    request.session[_SIGNED_IN_AT] = time.time()
     request.session[_PRINCIPAL] = credentials.principal
     if credentials.token is not None:
         request.session[_TOKEN] = credentials.token
     csrf_token(request)
 
 
-def sign_out(request: Request) -> None:
-    """Forget everything (the cookie is cleared)."""
+def sign_out(request: Request, ended: SignedOut) -> None:
+    """End the session: the cookie is cleared, and a copy of it is refused from now on."""
+    session_id, signed_in_at = request.session.get(_ID), request.session.get(_SIGNED_IN_AT)
+    if isinstance(session_id, str) and isinstance(signed_in_at, (int, float)):
+        ended.end(session_id, float(signed_in_at))
     request.session.clear()
 
 

@@ -18,6 +18,9 @@ class ConsoleSettings:
     secret_key: str
     # A server started --insecure: people name a principal instead of pasting a token.
     insecure: bool = False
+    # Host names the console answers to (console/hosts.py): ignored when insecure (loopback
+    # names only); empty otherwise: any.
+    allowed_hosts: tuple[str, ...] = ()
     # TLS to the coordinator (None: plaintext, e.g. loopback or a mesh that encrypts).
     channel_credentials: grpc.ChannelCredentials | None = None
     # Mark the session cookie Secure (the console is served over HTTPS, e.g. behind a proxy).

@@ -79,9 +79,23 @@ def find_cycle(
     return None
 
 
+CYCLE_ENDS_SHOWN = 3
+"""Tasks named at each end of a long cycle in a refusal."""
+
+
 def format_cycle(path: Sequence[str]) -> str:
-    """``a -> b -> c -> a``."""
-    return " -> ".join(path)
+    """``a -> b -> c -> a``; a cycle of more than ``2 * CYCLE_ENDS_SHOWN`` tasks names its first
+    and last few and its length: ``a -> b -> c -> ... -> x -> y -> a (a cycle of 5000 tasks)``.
+
+    A cycle through a 5,000-task chain was named in full, a 100 KB status message that gRPC
+    refused to carry (the caller read RESOURCE_EXHAUSTED and retried as if nothing had reached
+    the server); the message now stays under a kilobyte whatever the cycle.
+    """
+    tasks = len(path) - 1  # the path starts and ends with the same task
+    if tasks <= 2 * CYCLE_ENDS_SHOWN:
+        return " -> ".join(path)
+    shown = [*path[:CYCLE_ENDS_SHOWN], "...", *path[-CYCLE_ENDS_SHOWN:]]
+    return " -> ".join(shown) + f" (a cycle of {tasks} tasks)"
 
 
 _NEVER_DONE = (TaskState.CANCELLED, TaskState.FAILED)

@@ -211,8 +211,12 @@ class Keyspace:
             return f"{self.prefix}/index/{kind}/"
         return f"{self.prefix}/index/"
 
-    def idem(self, principal: str, key: str) -> str:
-        """A stored response of a keyed request, scoped to the calling principal."""
+    def idem(self, principal: str, key: str, *, claims: bool = False) -> str:
+        """A stored response of a keyed request, scoped to the calling principal; those of
+        calls that hand out ``claims`` apart (they live only as long as a lease, and are not
+        counted against the principal's bound: store/idempotency.py)."""
+        if claims:
+            return f"{self.prefix}/idem-claims/{principal}/{key}"
         return f"{self.idem_prefix}{principal}/{key}"
 
     @property

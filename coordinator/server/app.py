@@ -137,7 +137,9 @@ def build_server(
             UndecodableInterceptor(),
             auth_interceptor,
             CallLogInterceptor(SERVICE_NAMES),
-            StreamLimitInterceptor(open_streams, auth_interceptor.check),
+            StreamLimitInterceptor(
+                open_streams, auth_interceptor.check, refresh=auth_interceptor.refresh
+            ),
             VersionGateInterceptor(VersionStore(store.ctx).read),  # minimum SDK, cached read
             IdempotencyInterceptor(store.idempotency),
             # Inside idempotency: a replay of a keyed create is answered, not charged again.

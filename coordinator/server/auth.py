@@ -137,6 +137,10 @@ class Authenticator(Protocol):
         """The caller; Unauthenticated (or InvalidArgument for malformed metadata) if not."""
         ...
 
+    def refresh(self) -> None:
+        """Take in a credential change now rather than at the next periodic reload."""
+        ...
+
 
 class InsecureAuth:
     """No authentication: the caller names its principal and roles in metadata.
@@ -161,6 +165,9 @@ class InsecureAuth:
             if roles_text is None
             else parse_roles(ROLES_METADATA_KEY, roles_text.split(",")),
         )
+
+    def refresh(self) -> None:
+        """Nothing to refresh: callers name themselves."""
 
 
 class TokenAuth:
@@ -204,6 +211,10 @@ class TokenAuth:
             "no credentials: send 'authorization: Bearer <token>'"
             + (" or a client certificate" if self._client_certificates else "")
         )
+
+    def refresh(self) -> None:
+        """Re-read the token file now if it changed (one ``stat`` when it did not)."""
+        self._tokens.reload()
 
     def _by_token(self, authorization: str) -> Identity:
         scheme, _, token = authorization.strip().partition(" ")
@@ -251,6 +262,10 @@ class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         if handler is None or method.startswith(OPEN_SERVICES):
             return handler
         return _wrap(handler, lambda context: self._admit(method, context))
+
+    def refresh(self) -> None:
+        """Take in a credential change now (``Authenticator.refresh``)."""
+        self._auth.refresh()
 
     def check(self, method: str, metadata: Metadata, peer: PeerProperties) -> Identity:
         """The caller's identity if it may call ``method``; Unauthenticated, InvalidArgument or

@@ -12,7 +12,9 @@ event-loop thread holds every connection while its request arrives, and a fixed 
 * at most ``max_connections`` are open. Past that, the oldest connection still waiting for its
   request is closed to admit the new one (a scraper sends its request at once, so a flood of
   idle connections cannot lock it out); if every open connection is being answered, the new
-  one gets ``503`` and is closed.
+  one gets ``503`` and is closed;
+* a request head of more than ``MAX_HEADERS`` header lines gets ``431``, one of a header line
+  http.client refuses ``400``, never a traceback.
 
 One request per connection (``Connection: close``): Prometheus reconnects per scrape anyway.
 """
@@ -28,7 +30,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from http.client import parse_headers
+from http.client import HTTPException, parse_headers
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import unquote
@@ -44,6 +46,14 @@ MAX_HEAD_BYTES = 16 * 1024
 
 _REFUSED = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+_TOO_MANY_HEADERS = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+    b"Content-Length: 0\r\nConnection: close\r\n\r\n"
+)
+MAX_HEADERS = 99
+"""Header lines a request may carry: http.client's parser allows 100 lines with the empty one
+that ends them, and past that raised HTTPException, no ValueError, so every such request logged
+a traceback."""
 
 
 @dataclass(frozen=True)
@@ -175,9 +185,12 @@ class BoundedHttpServer:
     def _respond(self, head: bytes) -> bytes:
         """The whole HTTP response of the app to one request head (runs in a worker)."""
         out = io.BytesIO()
+        # The head ends with an empty line: a request line, its headers, then two CRLFs.
+        if head.count(b"\r\n") - 2 > MAX_HEADERS:
+            return _TOO_MANY_HEADERS
         try:
             environ = self._environ | _environ_of(head)
-        except ValueError:
+        except (ValueError, HTTPException):  # not HTTP, or a header line http.client refuses
             return _BAD_REQUEST
         handler = _Handler(io.BytesIO(), out, sys.stderr, environ, multithread=True)
         handler.run(self._app)

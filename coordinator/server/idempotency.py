@@ -138,7 +138,10 @@ class IdempotencyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
                 principal = principal_of(context)
                 digest = request_digest(method, request.SerializeToString(deterministic=True))
                 kind = WriteKind.GROWTH if method in GROWTH_METHODS else WriteKind.DRAIN
-                reserved = store.reserve(principal, key, method=method, digest=digest, kind=kind)
+                claims = hands_out_claims(method, request)
+                reserved = store.reserve(
+                    principal, key, method=method, digest=digest, kind=kind, claims=claims
+                )
             except RequestInFlight as exc:
                 _abort(context, grpc.StatusCode.ABORTED, str(exc))
             except CoordinatorError as exc:
@@ -146,7 +149,6 @@ class IdempotencyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             if isinstance(reserved, bytes):
                 note(idempotent_replay=True, idempotency_key=key)
                 return reserved
-            claims = hands_out_claims(method, request)
             return self._run(reserved, run, serialize, request, context, claims=claims)
 
         return behavior

@@ -57,6 +57,7 @@ class CallerOf:
     def __init__(self, context: grpc.ServicerContext) -> None:
         self._context = context
         self._alive = stream_alive(context)
+        self._guard = CURRENT_STREAM.get()
 
     def alive(self) -> bool:
         """Whether the answer can still reach the caller: the call is active and its deadline
@@ -67,6 +68,12 @@ class CallerOf:
         if remaining is not None and remaining <= 0:
             return False
         return self._alive()
+
+    def confirm(self) -> None:
+        """The caller's credentials checked now, the token file re-read if it changed
+        (``StreamGuard.confirm``); nothing for a call the interceptor did not admit."""
+        if self._guard is not None:
+            self._guard.confirm()
 
     def on_end(self, callback: Callable[[], None]) -> bool:
         """Run ``callback`` when the call ends; False when it has ended already."""
@@ -115,10 +122,12 @@ class StreamLimitInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         streams: OpenStreams,
         check: Check,
         *,
+        refresh: Callable[[], None] = lambda: None,
         long_polls: LongPolls = LONG_POLLS,
     ) -> None:
         self._streams = streams
         self._check = check
+        self._refresh = refresh
         self._long_polls = long_polls
 
     def intercept_service(
@@ -152,7 +161,9 @@ class StreamLimitInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         # Metadata and peer are fixed for the life of a call; the token file is not.
         metadata, peer = call_metadata(context), peer_properties(context)
 
-        def recheck() -> None:
+        def recheck(fresh: bool) -> None:
+            if fresh:
+                self._refresh()
             now = self._check(method, metadata, peer)
             if now.principal != identity.principal:
                 raise Unauthenticated(

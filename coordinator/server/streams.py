@@ -93,8 +93,9 @@ class StreamEnding:
     message: str
 
 
-Recheck = Callable[[], None]
-"""Authenticates a call's credentials again; raises Unauthenticated or PermissionDenied."""
+Recheck = Callable[[bool], None]
+"""Authenticates a call's credentials again (``True``: taking in a changed token file first,
+not at its next periodic reload); raises Unauthenticated or PermissionDenied."""
 
 
 class StreamGuard:
@@ -145,12 +146,26 @@ class StreamGuard:
             self._end_at_max_age()
         elif self._recheck is not None:
             try:
-                self._recheck()
+                self._recheck(False)
             except Unauthenticated as exc:
                 self._end(EndReason.UNAUTHENTICATED, grpc.StatusCode.UNAUTHENTICATED, str(exc))
             except PermissionDenied as exc:
                 self._end(EndReason.PERMISSION_DENIED, grpc.StatusCode.PERMISSION_DENIED, str(exc))
         self._cancel_if_stuck(now)
+
+    def confirm(self) -> None:
+        """Check the caller's credentials now (a long poll that won a task, before it is
+        handed over): if they no longer hold, the call is ended and the refusal raised."""
+        if self._recheck is None:
+            return
+        try:
+            self._recheck(True)
+        except Unauthenticated as exc:
+            self._end(EndReason.UNAUTHENTICATED, grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            raise
+        except PermissionDenied as exc:
+            self._end(EndReason.PERMISSION_DENIED, grpc.StatusCode.PERMISSION_DENIED, str(exc))
+            raise
 
     def _end_at_max_age(self) -> None:
         self._end(

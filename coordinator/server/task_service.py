@@ -29,6 +29,7 @@ from coordinator.server import (
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc, stream_rpc
 from coordinator.store import Store
+from coordinator.store.task_list import PAGE_BYTES
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 
 GET_TASK_ATTEMPTS = 20
@@ -84,8 +85,9 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         task = self._store.tasks.get(tid)
         size = common_wire.parse_page_size(request.page_size)
         first = task_wire.parse_attempt_page_token(request.page_token, tid)
-        attempts = self._store.tasks.attempts(tid, first=first, count=size)
-        following = first + size
+        attempts, following = self._store.tasks.attempts_page(
+            tid, first=first, count=size, max_bytes=PAGE_BYTES
+        )
         position = str(following) if following <= task.attempt else ""
         return tasks_pb2.ListAttemptsResponse(
             attempts=[task_wire.attempt_to_proto(a) for a in attempts],
@@ -96,7 +98,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
     def ListTasks(  # noqa: N802
         self, request: tasks_pb2.ListTasksRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.ListTasksResponse:
-        """One page of tasks in id order."""
+        """One page of tasks in id order (summaries without inputs unless asked)."""
         filters = task_wire.list_tasks_filters(request)
         tasks, position = self._store.tasks.list(
             queue=task_wire.parse_queue_filter(request.queue),
@@ -108,6 +110,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
             overdue=request.overdue,
             page_size=common_wire.parse_page_size(request.page_size),
             page_token=task_wire.parse_page_token(request.page_token, filters),
+            include_input=request.include_input,
         )
         return tasks_pb2.ListTasksResponse(
             tasks=[task_wire.task_to_proto(t) for t in tasks],

@@ -37,7 +37,6 @@ from coordinator.store.etcd import (
     RequestOp,
     create_revision_is,
     get,
-    get_newest,
     get_prefix,
     put,
 )
@@ -303,8 +302,9 @@ class ClaimStore:
 
     def _read(self, task_id: str, epoch: int, expected_state_version: int) -> ClaimRead:
         """One read: the task, the claim decision, and what the gates and a takeover need -
-        the task's open reconciliations, its newest attempt record and the paused queues
-        (almost always two empty ranges and one small record: no extra round trip)."""
+        the task's open reconciliations and the paused queues (almost always two empty
+        ranges); then, for a task that had an attempt, that attempt's record at the same
+        revision (``_attempt_named``)."""
         keys = self._ctx.keys
         snap = self._ctx.kv.read(
             get(keys.task(task_id)),
@@ -312,7 +312,6 @@ class ClaimStore:
             get(keys.epoch),
             get(keys.claims_paused),
             get_prefix(keys.reconcile_prefix(task_id)),
-            get_newest(keys.attempts_prefix(task_id)),
             # Bounded by PauseClaims (MAX_PAUSED_QUEUES) and empty unless a queue is paused.
             get_prefix(keys.queue_paused_prefix, keys_only=True),
         )
@@ -338,12 +337,23 @@ class ClaimStore:
             why = refuse_takeover(task, self._ctx.clock.now())
             if why:
                 verdict = Verdict(Outcome.NOT_CLAIMABLE, message=why)
-        # Attempts are created by claims only, so the newest is the one the task names.
-        newest = snap.range_one(5)
-        named = task.attempt_id and keys.attempt(task_id, task.attempt_id)
-        attempt = attempt_from_kv(newest) if newest is not None and newest.key == named else None
-        paused = (kv.key.removeprefix(keys.queue_paused_prefix) for kv in snap.range_kvs(6))
+        attempt = self._attempt_named(task, snap.revision)
+        paused = (kv.key.removeprefix(keys.queue_paused_prefix) for kv in snap.range_kvs(5))
         return ClaimRead(task, verdict, tuple(snap.range_kvs(4)), attempt, frozenset(paused))
+
+    def _attempt_named(self, task: TaskRecord, revision: int) -> AttemptRecord | None:
+        """The record of the attempt ``task`` names, read at ``revision`` (the task's read).
+
+        It was read in the same txn as the newest key of the task's attempts range, sorted by
+        create revision: etcd reads the whole range to sort it, so a claim cost grew with the
+        task's attempt count (4 ms -> 35 ms at 7,300 attempts). One key by its name costs the
+        same at any count; a task's first claim (no attempt yet) reads nothing more.
+        """
+        if not task.attempt_id:
+            return None
+        key = self._ctx.keys.attempt(task.task_id, task.attempt_id)
+        found, _ = self._ctx.kv.range_page(key, key + "\0", revision=revision)
+        return attempt_from_kv(found[0]) if found else None
 
     def _lost_race(self, task_id: str, epoch: int, expected_state_version: int) -> Verdict | None:
         """After a failed claim txn: the deterministic outcome for the loser (ALREADY_CLAIMED

@@ -17,6 +17,14 @@ etcd. Leases are shared by all keys written within one window of time (1 % of th
 busy replica grants a lease per window, not per request; a key then lives between its TTL and
 the TTL + window.
 
+Bound: a principal holds at most ``max_keys`` keys (default ``MAX_KEYS_PER_PRINCIPAL``); a
+request with a new key past it is refused RESOURCE_EXHAUSTED before it runs (1,000 distinct keys
+from one caller were 1,000 records kept 24 h, with no end). The count is read with the key, so
+concurrent first uses of new keys by one principal may pass it by their number, never more.
+The keys of calls that hand out claims live apart (``{p}/idem-claims/{principal}/{key}``) and
+are bounded by their lifetime instead (a lease of at most ``max_ttl``): a pool of hundreds of
+workers sharing one token keys every claim, and counting those would refuse its creates.
+
 Limit: the response is stored after the call's own txn, not inside it. If a replica dies between
 the two, the reservation expires and a retry runs the call again; every call here is itself
 safe to repeat (creates refuse a taken id, commits of the same digest answer COMMITTED, ...).
@@ -37,15 +45,24 @@ from coordinator.domain.idempotency import (
 )
 from coordinator.domain.records import decode, encode
 from coordinator.domain.space import WriteKind
-from coordinator.errors import AlreadyExists, CoordinatorError
+from coordinator.errors import AlreadyExists, CoordinatorError, ResourceExhausted
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import create_revision_is, delete, get, mod_revision_is, put
+from coordinator.store.etcd import (
+    create_revision_is,
+    delete,
+    get,
+    get_prefix,
+    mod_revision_is,
+    put,
+)
 
 DEFAULT_TTL = 24 * 3600.0
 DEFAULT_PENDING_TTL = 60.0
 # How long a duplicate waits for the first request's response before ABORTED.
 DEFAULT_WAIT = 2.0
 _POLL = 0.05
+MAX_KEYS_PER_PRINCIPAL = 10_000
+"""Idempotency keys one principal holds at once (each kept ``ttl`` after its request)."""
 
 
 class KeyReused(AlreadyExists):
@@ -97,8 +114,11 @@ class IdempotencyStore:
         ttl: float = DEFAULT_TTL,
         pending_ttl: float = DEFAULT_PENDING_TTL,
         wait: float = DEFAULT_WAIT,
+        max_keys: int = MAX_KEYS_PER_PRINCIPAL,
     ) -> None:
         self._ctx = ctx
+        self._ttl = ttl
+        self._max_keys = max_keys
         self._done = _LeaseWindow(ctx, ttl)
         # A claim's answer: the longest lease, never longer than ``ttl`` (an operator's shorter
         # window holds for claims too).
@@ -114,12 +134,17 @@ class IdempotencyStore:
         method: str,
         digest: str,
         kind: WriteKind = WriteKind.GROWTH,
+        claims: bool = False,
     ) -> Reservation | bytes:
         """Reserve ``key`` for this request (a Reservation: run it), or the stored response of
         the same earlier request (bytes: return them). KeyReused for a different request under
         the key; RequestInFlight if the same request is still running after a short wait. A new
-        key is a write of ``kind`` for the space guard (SpaceRefused above high water)."""
-        etcd_key = self._ctx.keys.idem(principal, key)
+        key is a write of ``kind`` for the space guard (SpaceRefused above high water). The key
+        of a call that hands out ``claims`` lives apart and outside the bound (its answer is
+        kept only as long as a lease), in one round trip: every claim the SDK sends is keyed."""
+        etcd_key = self._ctx.keys.idem(principal, key, claims=claims)
+        if not claims:
+            self._check_bound(principal, etcd_key)
         deadline = time.monotonic() + self._wait
         held = self._take(etcd_key, method, digest, kind)
         while not isinstance(held, Reservation):
@@ -142,6 +167,21 @@ class IdempotencyStore:
                 else self._take(etcd_key, method, digest, kind)
             )
         return held
+
+    def _check_bound(self, principal: str, etcd_key: str) -> None:
+        """ResourceExhausted if ``etcd_key`` is new and ``principal`` already holds
+        ``max_keys`` keys (claim calls' keys, which expire with a lease, are not counted)."""
+        snap = self._ctx.kv.read(
+            get(etcd_key),
+            get_prefix(self._ctx.keys.idem(principal, ""), count_only=True),
+        )
+        if snap.range_one(0) is None and snap.range_count(1) >= self._max_keys:
+            raise ResourceExhausted(
+                f"principal {principal!r} holds {self._max_keys} idempotency keys, the "
+                f"limit: each is kept {self._ttl / 3600:g} h after its request; reuse a key "
+                "only for a retry, send this request without one, or retry after older keys "
+                "expire"
+            )
 
     def _take(
         self, etcd_key: str, method: str, digest: str, kind: WriteKind

@@ -37,12 +37,15 @@ from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.context import StoreContext, epoch_from_kv
 from coordinator.store.etcd import KV, create_revision_is, get, mod_revision_is, put
 from coordinator.store.fence import fence_compares
+from coordinator.store.task_list import VALUES_PER_READ
 
 # A finish whose CAS lost to another finish of the same job reads again (and then finds it
 # terminal); more tries than that mean something else keeps rewriting the record.
 _FINISH_TRIES = 3
 # Each listed job reads three keys (record, claim, task); etcd allows 128 operations per txn.
-_LIST_BATCH = 40
+# Jobs read at once: each with its task record, which holds the task's input (VALUES_PER_READ:
+# at 40, tasks with maximal inputs made a 14 MiB read, past the message limit).
+_LIST_BATCH = VALUES_PER_READ
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,15 @@ from coordinator.domain.records import ClaimRecord, TaskRecord
 from coordinator.domain.states import TaskState
 from coordinator.store.context import StoreContext, claim_from_kv, task_from_kv
 from coordinator.store.etcd import KV, get
+from coordinator.store.task_list import VALUES_PER_READ
 
 MAX_SCANNED = 1000
 """Claimed-index keys one call reads at most: a queue filter among many claims of other queues
 answers a short page (with a token) rather than reading the whole index."""
 # Two reads per claim; etcd refuses a txn of more than 128 operations by default.
-_CLAIMS_PER_READ = 50
+# Claims read at once: each with its task record, which holds the task's input (VALUES_PER_READ:
+# at 50, a page of claimed tasks with maximal inputs was a 17 MiB read, past the message limit).
+_CLAIMS_PER_READ = VALUES_PER_READ
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 
 from coordinator.domain.decisions import Verdict
 from coordinator.domain.states import Outcome
-from coordinator.errors import ResourceExhausted
+from coordinator.errors import CoordinatorError, ResourceExhausted
 from coordinator.metrics import Metrics
 from coordinator.store.claims import ClaimStore
 from coordinator.store.give_back import GiveBacks
@@ -201,8 +201,10 @@ class LongPoll:
         deadline = self._monotonic() + wait
         with self._waiters.enter(queue, caller) as waiter:
             result = self._wait_for_turns(queue, waiter, attempt, wait, deadline, caller)
-            if result.fence is not None and not self._waiters.hand(waiter, caller.alive):
-                self._give_backs.undelivered([result], by=principal)
+            if result.fence is not None:
+                self._confirm(caller, result, principal)
+                if not self._waiters.hand(waiter, caller.alive):
+                    self._give_backs.undelivered([result], by=principal)
         if result.verdict.outcome is not Outcome.NO_READY_TASK:
             # Ready keys that arrived before their waiters (a backlog, a batch promoted at once)
             # signalled nobody, so the index may hold more: a winner hands the turn on to the
@@ -236,6 +238,16 @@ class LongPoll:
                 break
             results.append(more)
         return self._give_backs.deliver(results, caller, by=principal)
+
+    def _confirm(self, caller: Caller, won: ClaimResult, principal: str) -> None:
+        """Give back what a waiter won if its caller's credentials no longer hold, and raise
+        the refusal. The periodic recheck of long-lived calls, and the token file's own reload
+        interval, left a window after a revocation in which a long poll still won a task."""
+        try:
+            caller.confirm()
+        except CoordinatorError:
+            self._give_backs.give_back_all([won], by=principal)
+            raise
 
     def _wait_for_turns(
         self,

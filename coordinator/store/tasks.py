@@ -9,6 +9,7 @@ STALE_INPUT.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Iterator
 from dataclasses import replace
 
 from coordinator.domain.digests import check_digest
@@ -21,8 +22,9 @@ from coordinator.domain.states import AttemptEnd, Op, TaskState, is_legal, next_
 from coordinator.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from coordinator.store.context import StoreContext, attempt_from_kv, new_task_id, task_from_kv
 from coordinator.store.dependencies import DependencyStore, edges_detail
-from coordinator.store.etcd import KV, RequestOp, delete, get, get_prefix, mod_revision_is, put
+from coordinator.store.etcd import RequestOp, delete, get, get_prefix, mod_revision_is, put
 from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.task_list import READ_BYTES, read_page
 from coordinator.store.tombstones import read_tombstones, task_not_found, tombstone_from_kv
 from coordinator.store.transition import ready_seq, transition, transition_ops
 from coordinator.store.types import TaskSpec
@@ -31,8 +33,14 @@ from coordinator.store.types import TaskSpec
 _CAS_TRIES = 8
 ATTEMPTS_PAGE = 100
 """Attempts read at once unless asked otherwise."""
-# Range reads in one read txn (etcd refuses a txn of more than 128 operations by default).
-_READS_PER_TXN = 100
+MAX_ATTEMPT_RECORD_BYTES = 128 * 1024
+"""The largest stored attempt record: a 64 KiB checkpoint and 16 KiB of error details (the
+WorkerService limits), both base64 in JSON (~107 KiB), a 1,024-character error message that
+JSON may escape to 6 bytes each, and its ids."""
+# Attempt numbers read in one read txn: the most whose records cannot pass READ_BYTES (24). At
+# 100 a read of attempts with maximal checkpoints was ~11 MiB, past the 4 MiB message limit,
+# and ListAttempts answered INTERNAL.
+_READS_PER_TXN = READ_BYTES // MAX_ATTEMPT_RECORD_BYTES
 
 
 class TaskStore:
@@ -168,22 +176,37 @@ class TaskStore:
     def attempts(
         self, task_id: str, *, first: int = 1, count: int = ATTEMPTS_PAGE
     ) -> list[AttemptRecord]:
-        """The task's attempts numbered ``first`` to ``first + count - 1``, oldest first.
+        """The task's attempts numbered ``first`` to ``first + count - 1``, oldest first."""
+        return builtins.list(self._attempts(task_id, first, first + count))
 
-        A task's history has no bound (every claim adds an attempt), so it is read a page at a
-        time: attempt ids start with their number (``a{n}-``), so each number is one small
-        prefix range, and a page is one read per ``_READS_PER_TXN`` numbers.
-        """
+    def attempts_page(
+        self, task_id: str, *, first: int, count: int, max_bytes: int
+    ) -> tuple[list[AttemptRecord], int]:
+        """Like ``attempts``, but stopping before the attempts' error details and messages
+        (what ListAttempts sends of them) pass ``max_bytes`` (at least one is returned: 16 KiB
+        of details and a message fit any budget); returns them and the number to go on from.
+        A page of 1,000 attempts with maximal details was 16 MiB, past the message limit."""
+        found: builtins.list[AttemptRecord] = []
+        sent = 0
+        for attempt in self._attempts(task_id, first, first + count):
+            sent += len(attempt.error_details) + len(attempt.error_message.encode()) + 256
+            if found and sent > max_bytes:
+                return found, attempt.attempt
+            found.append(attempt)
+        return found, first + count
+
+    def _attempts(self, task_id: str, first: int, end: int) -> Iterator[AttemptRecord]:
+        """Attempts numbered ``first`` to ``end - 1``. A task's history has no bound (every
+        claim adds an attempt), so it is read a page at a time: attempt ids start with their
+        number (``a{n}-``), so each number is one small prefix range, and a read covers
+        ``_READS_PER_TXN`` numbers."""
         ctx = self._ctx
         prefix = ctx.keys.attempts_prefix(task_id)
-        found: builtins.list[AttemptRecord] = []
-        end = first + count
         for start in range(first, end, _READS_PER_TXN):
             numbers = range(start, min(end, start + _READS_PER_TXN))
             snap = ctx.kv.read(*(get_prefix(f"{prefix}a{n}-") for n in numbers))
             for index in range(len(numbers)):
-                found.extend(attempt_from_kv(kv) for kv in snap.range_kvs(index))
-        return found
+                yield from (attempt_from_kv(kv) for kv in snap.range_kvs(index))
 
     def list(
         self,
@@ -197,8 +220,11 @@ class TaskStore:
         overdue: bool = False,
         page_size: int = 100,
         page_token: str = "",
+        include_input: bool = False,
     ) -> tuple[list[TaskRecord], str]:
-        """Tasks in id order after ``page_token``, filtered; returns the page and the next token.
+        """Tasks in id order after ``page_token``, filtered; returns the page and the next token
+        (store/task_list.py: a page may be short and still have one). Inputs are left out
+        unless ``include_input``.
 
         A lineage filter (parent, else root, else thread) walks its identity index, so it costs
         the size of that family, not of the keyspace. ``blocked`` and ``overdue`` (the marks of
@@ -206,7 +232,7 @@ class TaskStore:
         records: both change with the task (state) or are few (queues), and an index per state
         would add writes to every transition for a listing that operators page through anyway.
         """
-        kv, keys = self._ctx.kv, self._ctx.keys
+        keys = self._ctx.keys
         thread = thread_key(thread) if thread else ""
         if parent:
             prefix = keys.identity_prefix("parent", parent)
@@ -228,35 +254,15 @@ class TaskStore:
                 and (not overdue or bool(task.overdue_at))
             )
 
-        start = prefix + page_token + "\0" if page_token else prefix
-        end = kv.prefix_end(prefix)
-        found: builtins.list[TaskRecord] = []
-        while len(found) < page_size:
-            page, _ = kv.range_page(
-                start, end, limit=page_size, keys_only=prefix != keys.tasks_prefix
-            )
-            for task in self._tasks_of(page, indexed=prefix != keys.tasks_prefix):
-                if wanted(task):
-                    found.append(task)
-                    if len(found) == page_size:
-                        return found, task.task_id
-            if len(page) < page_size:
-                return found, ""
-            start = page[-1].key + "\0"
-        return found, ""
-
-    def _tasks_of(self, page: builtins.list[KV], *, indexed: bool) -> builtins.list[TaskRecord]:
-        """The task records of a page of task keys, or of identity-index keys (read in one
-        consistent batch per 100; an index entry whose task is gone is skipped: doctor's)."""
-        if not indexed:
-            return [task_from_kv(item) for item in page]
-        ids = [item.key.rsplit("/", 1)[1] for item in page]
-        tasks: builtins.list[TaskRecord] = []
-        for start in range(0, len(ids), 100):
-            batch = ids[start : start + 100]
-            snap = self._ctx.kv.read(*(get(self._ctx.keys.task(t)) for t in batch))
-            tasks += [task_from_kv(kv) for i in range(len(batch)) if (kv := snap.range_one(i))]
-        return tasks
+        page = read_page(
+            self._ctx,
+            prefix,
+            page_token,
+            wanted,
+            page_size=page_size,
+            include_input=include_input,
+        )
+        return page.tasks, page.position
 
     def cancel(self, task_id: str, *, by: str, reason: str) -> TaskRecord:
         """Cancel: cancel_generation + 1, CANCELLED, a live claim ended."""

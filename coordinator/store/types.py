@@ -66,6 +66,11 @@ class Caller(Protocol):
         ending the call)."""
         ...
 
+    def confirm(self) -> None:
+        """Check the caller's credentials afresh (a long poll that won a task): raises the
+        refusal (Unauthenticated, PermissionDenied) if they were revoked since the call began."""
+        ...
+
     def on_end(self, callback: Callable[[], None]) -> bool:
         """Have ``callback`` called (on another thread, promptly) when the call ends, however
         it ends; False, and no call, when it has ended already."""

@@ -11,7 +11,9 @@ same key with a different request is ALREADY_EXISTS; a duplicate arriving while 
 still runs is ABORTED (retry). Errors are not stored. Keys expire after the server's
 idempotency TTL (default 24 h), except those of calls that hand out claims (Claim, ClaimNext,
 Commit with next): kept only as long as the longest lease (max_ttl), past which a replay could
-only return a dead claim. The SDK sends a key of its own with every one of those calls.
+only return a dead claim. The SDK sends a key of its own with every one of those calls. A
+principal holds at most 10,000 keys at once (claim calls' keys, which expire with their lease,
+not counted): a request with a new key past that is RESOURCE_EXHAUSTED and does not run.
 """
 
 from collections import abc as _abc
@@ -230,7 +232,9 @@ class ListAttemptsResponse(_message.Message):
     """Empty after the last page."""
     @_builtins.property
     def attempts(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Attempt]:
-        """Oldest first."""
+        """Oldest first. A page stops before its attempts' error details and messages pass about
+        3 MiB, so it may be shorter than page_size and still have a next_page_token.
+        """
 
     def __init__(
         self,
@@ -259,6 +263,7 @@ class ListTasksRequest(_message.Message):
     THREAD_KEY_FIELD_NUMBER: _builtins.int
     BLOCKED_FIELD_NUMBER: _builtins.int
     OVERDUE_FIELD_NUMBER: _builtins.int
+    INCLUDE_INPUT_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     state: _types_pb2.TaskState.ValueType
     page_size: _builtins.int
@@ -278,6 +283,10 @@ class ListTasksRequest(_message.Message):
     """Only tasks marked overdue (Task.overdue_at set: their schedule_to_close passed while they
     were WAITING); with state WAITING, the ones still waiting.
     """
+    include_input: _builtins.bool
+    """Send each task's input too (false: Task.input is empty, input_digest still set; GetTask
+    reads one task's input). With inputs, pages are shorter (see ListTasksResponse).
+    """
     def __init__(
         self,
         *,
@@ -290,10 +299,11 @@ class ListTasksRequest(_message.Message):
         thread_key: _builtins.str = ...,
         blocked: _builtins.bool = ...,
         overdue: _builtins.bool = ...,
+        include_input: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocked", b"blocked", "overdue", b"overdue", "page_size", b"page_size", "page_token", b"page_token", "parent_task_id", b"parent_task_id", "queue", b"queue", "root_task_id", b"root_task_id", "state", b"state", "thread_key", b"thread_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocked", b"blocked", "include_input", b"include_input", "overdue", b"overdue", "page_size", b"page_size", "page_token", b"page_token", "parent_task_id", b"parent_task_id", "queue", b"queue", "root_task_id", b"root_task_id", "state", b"state", "thread_key", b"thread_key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -301,6 +311,11 @@ Global___ListTasksRequest: _TypeAlias = ListTasksRequest  # noqa: Y015
 
 @_typing.final
 class ListTasksResponse(_message.Message):
+    """A page stops at page_size tasks, before its tasks pass about 3 MiB, or after the server
+    scanned about 64 MiB or 10,000 tasks for the filters: a page may then be short, even empty,
+    and still have a next_page_token. Only an empty next_page_token means the listing is done.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TASKS_FIELD_NUMBER: _builtins.int

@@ -234,7 +234,8 @@ class TaskServiceServicer:
         are one transaction that compares every node the check read. INVALID_ARGUMENT for a
         malformed list (empty or malformed ids, duplicates, the task itself, more than 50);
         NOT_FOUND for unknown ids; FAILED_PRECONDITION for a cycle (the message names it:
-        "a -> b -> c -> a"), an upstream that can never be DONE, a stale expected_state_version,
+        "a -> b -> c -> a"; a cycle of more than 6 tasks by its first and last 3 and its length,
+        "a -> b -> c -> ... -> x -> y -> a (a cycle of 5000 tasks)"), an upstream that can never be DONE, a stale expected_state_version,
         or a task in another state.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -11,7 +11,9 @@ same key with a different request is ALREADY_EXISTS; a duplicate arriving while 
 still runs is ABORTED (retry). Errors are not stored. Keys expire after the server's
 idempotency TTL (default 24 h), except those of calls that hand out claims (Claim, ClaimNext,
 Commit with next): kept only as long as the longest lease (max_ttl), past which a replay could
-only return a dead claim. The SDK sends a key of its own with every one of those calls.
+only return a dead claim. The SDK sends a key of its own with every one of those calls. A
+principal holds at most 10,000 keys at once (claim calls' keys, which expire with their lease,
+not counted): a request with a new key past that is RESOURCE_EXHAUSTED and does not run.
 """
 
 from collections import abc as _abc
@@ -112,7 +114,8 @@ class TaskServiceStub:
     are one transaction that compares every node the check read. INVALID_ARGUMENT for a
     malformed list (empty or malformed ids, duplicates, the task itself, more than 50);
     NOT_FOUND for unknown ids; FAILED_PRECONDITION for a cycle (the message names it:
-    "a -> b -> c -> a"), an upstream that can never be DONE, a stale expected_state_version,
+    "a -> b -> c -> a"; a cycle of more than 6 tasks by its first and last 3 and its length,
+    "a -> b -> c -> ... -> x -> y -> a (a cycle of 5000 tasks)"), an upstream that can never be DONE, a stale expected_state_version,
     or a task in another state.
     """
     WatchEvents: _grpc.UnaryStreamMultiCallable[_tasks_pb2.WatchEventsRequest, _tasks_pb2.TaskEvent]
@@ -230,7 +233,8 @@ class TaskServiceAsyncStub(TaskServiceStub):
     are one transaction that compares every node the check read. INVALID_ARGUMENT for a
     malformed list (empty or malformed ids, duplicates, the task itself, more than 50);
     NOT_FOUND for unknown ids; FAILED_PRECONDITION for a cycle (the message names it:
-    "a -> b -> c -> a"), an upstream that can never be DONE, a stale expected_state_version,
+    "a -> b -> c -> a"; a cycle of more than 6 tasks by its first and last 3 and its length,
+    "a -> b -> c -> ... -> x -> y -> a (a cycle of 5000 tasks)"), an upstream that can never be DONE, a stale expected_state_version,
     or a task in another state.
     """
     WatchEvents: _aio.UnaryStreamMultiCallable[_tasks_pb2.WatchEventsRequest, _tasks_pb2.TaskEvent]  # type: ignore[assignment]
@@ -417,7 +421,8 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
         are one transaction that compares every node the check read. INVALID_ARGUMENT for a
         malformed list (empty or malformed ids, duplicates, the task itself, more than 50);
         NOT_FOUND for unknown ids; FAILED_PRECONDITION for a cycle (the message names it:
-        "a -> b -> c -> a"), an upstream that can never be DONE, a stale expected_state_version,
+        "a -> b -> c -> a"; a cycle of more than 6 tasks by its first and last 3 and its length,
+        "a -> b -> c -> ... -> x -> y -> a (a cycle of 5000 tasks)"), an upstream that can never be DONE, a stale expected_state_version,
         or a task in another state.
         """
 

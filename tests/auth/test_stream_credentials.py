@@ -11,12 +11,13 @@ import grpc
 import pytest
 
 from coordinator.config import Config
+from coordinator.domain.states import TaskState
 from coordinator.server import build_server
 from coordinator.server.auth import TokenAuth
 from coordinator.server.tokens import TokenFile, token_hash
 from coordinator.store import Store
 from coordinator.store.events import FOLLOW_POLL
-from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
+from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
 from tests.auth.conftest import TokenRing
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import cancel, eventually, next_of
@@ -100,3 +101,40 @@ def test_an_expired_tokens_stream_ends_unauthenticated(
     error = _ended(call)
     assert error.code() == grpc.StatusCode.UNAUTHENTICATED
     assert error.details() == f"bearer token expired at {expires.isoformat()}"
+
+
+def test_a_long_poll_revoked_while_waiting_wins_nothing(store: Store, ring: TokenRing) -> None:
+    # The token file is re-read and long polls re-checked only every hour here: only the check
+    # made when the poll wins a task can see the revocation.
+    hourly = Config(token_reload_interval=3600, insecure=True).stream_limits
+    auth = TokenAuth(TokenFile(ring.path, reload_interval=3600))
+    server, port = build_server(
+        store, listen="127.0.0.1:0", max_workers=8, streams=hourly, auth=auth
+    )
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS)
+    try:
+        worker = worker_pb2_grpc.WorkerServiceStub(channel)
+        epoch = store.admin.epoch()
+        poll = worker.ClaimNext.future(
+            worker_pb2.ClaimNextRequest(
+                queue="default", scheduler_epoch=epoch, ttl_seconds=30, wait_seconds=20
+            ),
+            metadata=ring.metadata("worker-a"),
+            timeout=30,
+        )
+        eventually(lambda: store.long_poll.waiting() == 1, message="the poll never waited")
+        ring.revoke("worker-a")
+        create(store, "t-1")
+        with pytest.raises(grpc.RpcError) as refused:
+            poll.result()
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert refused.value.details() == "unknown or revoked bearer token"
+        assert store.tasks.get("t-1").state is TaskState.READY  # given back at once
+        again = worker.ClaimNext(
+            worker_pb2.ClaimNextRequest(queue="default", scheduler_epoch=epoch, ttl_seconds=30),
+            metadata=ring.metadata("worker-b"),
+        )
+        assert (again.outcome, again.fence.task_id) == (types_pb2.OUTCOME_CLAIMED, "t-1")
+    finally:
+        channel.close()
+        server.stop(grace=None).wait()

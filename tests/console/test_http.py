@@ -129,8 +129,14 @@ def test_approve_or_resolve_without_a_resolution_is_refused_and_changes_nothing(
 def test_signing_out_ends_the_session(stack: Stack) -> None:
     client = signed_in(stack.url, stack.token("pm-1"))
     csrf = csrf_of(client.get("/queues").text)
+    copied = httpx.Client(base_url=stack.url, follow_redirects=False, cookies=client.cookies)
+    assert copied.get("/queues").status_code == 200  # a copy of the cookie works while signed in
+    other = signed_in(stack.url, stack.token("pm-1"))  # another session of the same person
     assert client.post("/signout", data={"csrf": csrf}).status_code == 303
     assert client.get("/queues").status_code == 303
+    # The copied cookie is refused server-side now, not only cleared in the browser.
+    assert copied.get("/queues").headers["location"] == "/signin?next=/queues"
+    assert other.get("/queues").status_code == 200
 
 
 def test_the_queues_page_counts_delayed_tasks_and_marks_a_paused_queue(stack: Stack) -> None:

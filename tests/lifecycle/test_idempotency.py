@@ -12,9 +12,12 @@ import pytest
 
 from coordinator.domain.digests import digest_of
 from coordinator.domain.keys import Keyspace
+from coordinator.errors import ResourceExhausted
 from coordinator.server import build_server
 from coordinator.server.idempotency import READ_ONLY, is_mutating
+from coordinator.server.status import status_code_of
 from coordinator.store import Store
+from coordinator.store.idempotency import IdempotencyStore, Reservation
 from coordinator.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -117,9 +120,11 @@ def test_business_outcomes_are_stored_and_replayed(
     assert store.tasks.get("t").attempt == 1
 
 
-def _kept_for(store: Store, etcd_client: Any, principal: str, key: str) -> int:
+def _kept_for(
+    store: Store, etcd_client: Any, principal: str, key: str, *, claims: bool = False
+) -> int:
     """The granted TTL of the lease a stored response lives on."""
-    lease = etcd_client.get(store.ctx.keys.idem(principal, key))[1].lease_id
+    lease = etcd_client.get(store.ctx.keys.idem(principal, key, claims=claims))[1].lease_id
     return int(etcd_client.get_lease_info(lease).grantedTTL)
 
 
@@ -164,8 +169,8 @@ def test_a_keyed_claim_batch_is_replayed_whole_and_kept_only_as_long_as_a_lease(
     # A replay is worth something only while the lease it granted can live (LIMITS.max_ttl,
     # plus the lease window's second or two); other answers are kept idempotency_ttl.
     longest = LIMITS.max_ttl + 2
-    assert _kept_for(store, etcd_client, "w1", "poll-1") <= longest
-    assert _kept_for(store, etcd_client, "w1", "commit-next") <= longest
+    assert _kept_for(store, etcd_client, "w1", "poll-1", claims=True) <= longest
+    assert _kept_for(store, etcd_client, "w1", "commit-next", claims=True) <= longest
     assert _kept_for(store, etcd_client, "w1", "commit-plain") > 24 * 3600
 
 
@@ -182,7 +187,8 @@ def test_an_answer_too_large_to_store_frees_its_key_so_a_retry_runs_again(
     poll = worker_pb2.ClaimNextRequest(queue="big", scheduler_epoch=1, ttl_seconds=30, max_tasks=8)
     won = worker.ClaimNext(poll, metadata=who("w1", key="big-batch"))
     assert len(won.more_claims) == 7
-    assert etcd_client.get(store.ctx.keys.idem("w1", "big-batch"))[1] is None  # not kept PENDING
+    kept = store.ctx.keys.idem("w1", "big-batch", claims=True)
+    assert etcd_client.get(kept)[1] is None  # not kept PENDING
     # The retry runs as an unkeyed one would (nothing left to claim), never ABORTED.
     again = worker.ClaimNext(poll, metadata=who("w1", key="big-batch"))
     assert again.outcome == types_pb2.OUTCOME_NO_READY_TASK
@@ -310,3 +316,39 @@ def test_every_mutating_rpc_takes_idempotency_keys() -> None:
     assert mutating == methods - READ_ONLY
     assert "/coordinator.v1.TaskService/Accept" in mutating
     assert "/coordinator.v1.WorkerService/Commit" in mutating
+
+
+def test_a_principal_holds_a_bounded_number_of_keys(store: Store) -> None:
+    keys = IdempotencyStore(store.ctx, max_keys=3)
+    for n in range(3):
+        reserved = keys.reserve("pm-1", f"k{n}", method="/m", digest=f"d{n}")
+        assert isinstance(reserved, Reservation)
+        assert keys.complete(reserved, b"response")
+    with pytest.raises(ResourceExhausted) as refused:
+        keys.reserve("pm-1", "k3", method="/m", digest="d3")
+    assert str(refused.value) == (
+        "principal 'pm-1' holds 3 idempotency keys, the limit: each is kept 24 h after its "
+        "request; reuse a key only for a retry, send this request without one, or retry after "
+        "older keys expire"
+    )
+    assert status_code_of(refused.value) is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert store.ctx.kv.get(store.ctx.keys.idem("pm-1", "k3")) is None  # nothing written
+    # A retry under a held key still replays, and another principal has its own bound.
+    assert keys.reserve("pm-1", "k0", method="/m", digest="d0") == b"response"
+    assert isinstance(keys.reserve("pm-2", "k0", method="/m", digest="d0"), Reservation)
+
+
+def test_claim_calls_keys_live_apart_and_never_count_against_the_bound(store: Store) -> None:
+    """A pool sharing one token keys every claim (the SDK): those keys expire with a lease and
+    must not use up the principal's bound, or its creates would be refused."""
+    keys = IdempotencyStore(store.ctx, max_keys=2)
+    for n in range(5):
+        reserved = keys.reserve("pool", f"c{n}", method="/claim", digest=f"d{n}", claims=True)
+        assert isinstance(reserved, Reservation)
+        assert keys.complete(reserved, b"claimed", claims=True)
+    for n in range(2):
+        assert isinstance(keys.reserve("pool", f"k{n}", method="/m", digest=f"e{n}"), Reservation)
+    with pytest.raises(ResourceExhausted):
+        keys.reserve("pool", "k2", method="/m", digest="e2")
+    assert store.ctx.kv.get(store.ctx.keys.idem("pool", "c0", claims=True)) is not None
+    assert keys.reserve("pool", "c0", method="/claim", digest="d0", claims=True) == b"claimed"

@@ -56,6 +56,14 @@ def test_find_cycle_returns_the_shortest_named_path() -> None:
     assert find_cycle("a", ["b"], {"b": ("c",)}) is None
 
 
+def test_a_long_cycle_is_named_by_its_ends_and_its_length() -> None:
+    assert format_cycle(["a", "b", "c", "d", "e", "f", "a"]) == "a -> b -> c -> d -> e -> f -> a"
+    long = ["t0", *(f"t{n}" for n in range(4999, 0, -1)), "t0"]
+    named = format_cycle(long)
+    assert named == "t0 -> t4999 -> t4998 -> ... -> t2 -> t1 -> t0 (a cycle of 5000 tasks)"
+    assert len(format_cycle(["x" * 128] * 10_001)) < 1024  # bounded whatever the ids
+
+
 def test_check_dependencies_refuses_malformed_lists() -> None:
     assert check_dependencies("t", ["a", "b"]) == ("a", "b")
     assert check_dependencies("", []) == ()

@@ -381,6 +381,17 @@ def test_the_console_runs_apart_and_talks_to_the_coordinator_service() -> None:
     assert not [m for m in render(None) if "console" in m["metadata"]["name"]]  # off by default
 
 
+def test_the_console_answers_the_configured_host_names() -> None:
+    manifests = render(None, "console.enabled=true", "console.allowedHosts={a.example,b.example}")
+    console = _one(manifests, "Deployment", "rel-coordinator-console")
+    (container,) = console["spec"]["template"]["spec"]["containers"]
+    hosts = [a for a in container["args"] if a.startswith("--allowed-host")]
+    assert hosts == ["--allowed-host=a.example", "--allowed-host=b.example"]
+    unset = _one(render(None, "console.enabled=true"), "Deployment", "rel-coordinator-console")
+    (container,) = unset["spec"]["template"]["spec"]["containers"]
+    assert not [a for a in container["args"] if a.startswith("--allowed-host")]
+
+
 def _console_files(manifests: list[Manifest]) -> dict[str, tuple[str, str]]:
     """Console flag -> (the Secret mounted where it points, the key projected to that file)."""
     console = _one(manifests, "Deployment", "rel-coordinator-console")

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.server.bounded_http import BoundedHttpServer, HttpLimits
+from coordinator.server.bounded_http import MAX_HEADERS, BoundedHttpServer, HttpLimits
 from coordinator.server.metrics_http import start_metrics
 from coordinator.server.tls import ServerTLS
 from coordinator.store import Store
@@ -153,3 +153,27 @@ def test_metrics_over_tls_serve_the_grpc_certificate(store: Store, tmp_path: Pat
             _get(metrics.port)
     finally:
         metrics.close()
+
+
+def _raw(port: int, head: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(10)
+        sock.sendall(head)
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+        return answer
+
+
+def test_too_many_headers_get_431_without_a_traceback(
+    stack: ExitStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = _serve(HttpLimits())
+    stack.callback(server.close)
+    headers = b"".join(b"X-H%d: v\r\n" % n for n in range(MAX_HEADERS + 1))
+    answer = _raw(server.port, b"GET /metrics HTTP/1.1\r\n" + headers + b"\r\n")
+    assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
+    at_the_limit = b"".join(b"X-H%d: v\r\n" % n for n in range(MAX_HEADERS))
+    answer = _raw(server.port, b"GET /metrics HTTP/1.1\r\n" + at_the_limit + b"\r\n")
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert "Traceback" not in capsys.readouterr().err

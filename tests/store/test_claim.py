@@ -248,17 +248,19 @@ def test_claim_next_never_picks_a_lower_priority_while_a_higher_is_ready(
     assert result.fence.task_id == "urgent"
 
 
-def test_a_takeover_claim_reads_once_and_closes_the_expired_attempt_in_its_txn(
+def test_a_takeover_claim_reads_the_named_attempt_and_closes_it_in_its_txn(
     make_store: StoreFactory, etcd_client: Any, monkeypatch: pytest.MonkeyPatch, clock: ManualClock
 ) -> None:
-    """The attempt a takeover closes as EXPIRED is read in the decision's read: one read, one
-    lease grant and the claim txn are all the etcd round trips of the claim."""
+    """The attempt a takeover closes as EXPIRED is read by its name at the decision's revision
+    (never the task's whole attempts range): one read, that key, one lease grant and the claim
+    txn are all the etcd round trips of the claim."""
     store = make_store(reclaim=False)  # nobody moves the task to READY: the claim takes it over
     create(store, "t1")
     old = claim(store, "t1", principal="A", ttl=1)
     wait_claim_gone(store, etcd_client, "t1")
-    kv, trips = store.ctx.kv, []
-    txn, grant = kv.txn, kv.grant
+    kv = store.ctx.kv
+    trips: list[object] = []
+    txn, grant, range_page = kv.txn, kv.grant, kv.range_page
 
     def counted_txn(compares: Any, success: Any = (), failure: Any = ()) -> Any:
         trips.append("txn" if compares else "read")  # a read is a compare-less txn
@@ -268,11 +270,17 @@ def test_a_takeover_claim_reads_once_and_closes_the_expired_attempt_in_its_txn(
         trips.append("grant")
         return grant(ttl)
 
+    def counted_range(start: str, end: str, **options: Any) -> Any:
+        trips.append(("range", start, end))
+        return range_page(start, end, **options)
+
     monkeypatch.setattr(kv, "txn", counted_txn)
     monkeypatch.setattr(kv, "grant", counted_grant)
+    monkeypatch.setattr(kv, "range_page", counted_range)
     clock.advance(5.0)
     new = claim(store, "t1", principal="B")
-    assert trips == ["read", "grant", "txn"]
+    named = store.ctx.keys.attempt("t1", old.attempt_id)
+    assert trips == ["read", ("range", named, named + "\0"), "grant", "txn"]
     monkeypatch.undo()
     ended = {a.attempt_id: (a.end, a.ended_at) for a in store.tasks.attempts("t1")}
     assert ended == {

@@ -20,6 +20,7 @@ from coordinator.console import session
 from coordinator.console.gateway import Gateway
 from coordinator.console.session import Credentials, Flash
 from coordinator.console.settings import ConsoleSettings
+from coordinator.console.signed_out import SignedOut
 from coordinator.errors import CoordinatorError
 from coordinator.sdk._rpc import Rpc
 
@@ -44,6 +45,8 @@ class Console:
     settings: ConsoleSettings
     gateway: Gateway
     templates: Jinja2Templates
+    # Sessions ended by sign-out (console/signed_out.py).
+    signed_out: SignedOut
     # Live event streams open now (touched on the event loop only).
     streams: int = field(default=0)
 
@@ -62,7 +65,7 @@ def idempotency_key() -> str:
 def render(request: Request, template: str, context: Context, status_code: int = 200) -> Response:
     """A page with what every page shows: who is signed in, the CSRF token, the last outcome."""
     console = console_of(request)
-    credentials = session.current(request)
+    credentials = session.current(request, console_of(request).signed_out)
     full = {
         "user": credentials.label if credentials else None,
         "csrf": session.csrf_token(request),
@@ -88,7 +91,7 @@ def page(template: str, fn: PageFn) -> Endpoint:
     coordinator is shown on the page with its status code, not as a server error."""
 
     async def endpoint(request: Request) -> Response:
-        credentials = session.current(request)
+        credentials = session.current(request, console_of(request).signed_out)
         if credentials is None:
             back = quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
             return RedirectResponse(f"/signin?next={back}", status_code=303)
@@ -149,7 +152,7 @@ def action(fn: ActionFn) -> Endpoint:
         form = await read_form(request)
         if isinstance(form, Response):
             return form
-        credentials = session.current(request)
+        credentials = session.current(request, console_of(request).signed_out)
         if credentials is None:
             return PlainTextResponse("refused: sign in first", 401)
         console = console_of(request)

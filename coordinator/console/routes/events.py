@@ -80,7 +80,7 @@ def event_data(event: tasks_pb2.TaskEvent) -> str:
 
 async def stream(request: Request) -> Response:
     """``text/event-stream`` of new events (resumes after Last-Event-ID or ``after``)."""
-    credentials = session.current(request)
+    credentials = session.current(request, console_of(request).signed_out)
     if credentials is None:
         return PlainTextResponse("sign in first", 401)
     console = console_of(request)

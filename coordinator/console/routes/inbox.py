@@ -29,6 +29,9 @@ def inbox(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
             state=types_pb2.TASK_STATE_REVIEW,
             page_size=min(REVIEW_PAGE, settings.page_size),
             page_token=page_token(request, "review"),
+            # A review card shows the input the result was made from (its first KiB); the
+            # server keeps the page within its byte budget.
+            include_input=True,
         ),
     )
     reviews = []

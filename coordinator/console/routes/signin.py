@@ -53,5 +53,5 @@ async def signout(request: Request) -> Response:
     form = await read_form(request)
     if isinstance(form, Response):
         return form
-    session.sign_out(request)
+    session.sign_out(request, console_of(request).signed_out)
     return RedirectResponse("/signin", status_code=303)

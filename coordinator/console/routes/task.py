@@ -13,7 +13,7 @@ from typing import Any
 from starlette.requests import Request
 
 from coordinator.console.gateway import Gateway
-from coordinator.console.routes.common import Context, attempt, page_token
+from coordinator.console.routes.common import Context, attempt, console_of, page_token
 from coordinator.console.session import current
 from coordinator.console.settings import ConsoleSettings
 from coordinator.sdk._rpc import Rpc
@@ -92,7 +92,7 @@ def _events(
 ) -> tuple[list[tasks_pb2.TaskEvent], bool]:
     """The task's first ``page_size`` events (a non-following stream, cut short: the events
     page pages on from the last one), and whether there are more."""
-    credentials = current(request)
+    credentials = current(request, console_of(request).signed_out)
     assert credentials is not None  # page() let the request in signed in
     gateway: Gateway = request.app.state.console.gateway
     found: list[tasks_pb2.TaskEvent] = []
