@@ -142,10 +142,11 @@ class Store:
         claims = ClaimStore(ctx, ready, held, gates)
         give_backs = GiveBacks(ctx, ready, held, acceptance)
         tasks = TaskStore(ctx, ready, dependencies)
+        claimed = ClaimedIndex(ctx)
         return cls(
             ctx=ctx,
             ready=ready,
-            claimed=ClaimedIndex(ctx),
+            claimed=claimed,
             blocked=QueueCountIndex(ctx, ctx.keys.blocked_prefix),
             overdue=QueueCountIndex(ctx, ctx.keys.overdue_prefix),
             tasks=tasks,
@@ -155,7 +156,7 @@ class Store:
             long_poll=LongPoll(claims, waiters, give_backs),
             give_backs=give_backs,
             acceptance=acceptance,
-            renewals=Renewals(ctx, acceptance, held, RenewViews()),
+            renewals=Renewals(ctx, acceptance, held, RenewViews(), claimed),
             failures=Failures(ctx, ready, held, acceptance),
             dead_letters=DeadLetters(ctx, ready),
             deadlines=deadlines,
