@@ -88,6 +88,12 @@ class Config:
     """One of debug, info, warning, error, critical."""
     max_workers: int = 32
     """gRPC handler threads kept for unary calls (streams have max_streams more of their own)."""
+    max_calls_per_principal: int = 8
+    """Unary calls one principal may run at once on a replica (of max_workers threads); past
+    it, RESOURCE_EXHAUSTED, so one principal's flood leaves threads to the others."""
+    renew_rate_per_principal: float = 2000.0
+    """Claims one principal may renew a second on a replica (Renew and RenewMany items, bursts
+    of twice that); past it, RESOURCE_EXHAUSTED with when to retry."""
     max_streams: int = 32
     """Long-lived calls (WatchEvents and other streams) open at once; each holds a thread."""
     max_streams_per_principal: int = 8
@@ -212,6 +218,8 @@ class Config:
                 f"log_level must be one of {', '.join(LEVELS)}, got {self.log_level!r}"
             )
         _positive("max_workers", self.max_workers)
+        _positive("max_calls_per_principal", self.max_calls_per_principal)
+        _positive("renew_rate_per_principal", self.renew_rate_per_principal)
         _positive("max_streams", self.max_streams)
         _positive("max_streams_per_principal", self.max_streams_per_principal)
         _positive("max_stream_age", self.max_stream_age)

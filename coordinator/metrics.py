@@ -117,7 +117,7 @@ class Metrics:
             "coordinator_calls_refused",
             "Calls refused RESOURCE_EXHAUSTED before they ran, by the bound that refused them "
             "(principal_share: the caller held its share of the replica's threads; "
-            "history_reads, history_reads_principal: concurrent history replays).",
+            "renew_rate: it renewed past its rate).",
             ["reason"],
             registry=registry,
         )

@@ -21,11 +21,8 @@ claims cheap (measured in ``python -m bench``, phase ``held``):
 * A claim whose txn failed is read and decided again, up to the tries a lone Renew gets, so
   every claim gets exactly the answer a lone Renew would have given it.
 
-A fence this replica does not remember is first screened by the claimed index
-(domain/fence_screen.py): one that names no claim that can be live is answered FENCED from
-memory, before any etcd work, so made-up fences cost a dict lookup each (50 callers sending 1,000
-of them had every legitimate claim expire while each was read from etcd). A fence whose
-generation the index has not seen yet costs one read of etcd's revision for the whole batch.
+A fence this replica does not remember is first screened (store/renew_screen.py): one that names
+no claim that can be live is answered FENCED from memory, before any etcd work.
 """
 
 from __future__ import annotations
