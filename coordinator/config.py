@@ -98,6 +98,11 @@ class Config:
     """Long-lived calls (WatchEvents and other streams) open at once; each holds a thread."""
     max_streams_per_principal: int = 8
     """Long-lived calls one principal may hold open at once."""
+    max_replays: int = 4
+    """Replays of the event log's past (WatchEvents from the start, or without follow) running
+    at once on a replica; each holds a few MB while it runs. Past it, RESOURCE_EXHAUSTED."""
+    max_replays_per_principal: int = 2
+    """Replays of the event log's past one principal may run at once on a replica."""
     max_stream_age: float = 600.0
     """Seconds after which a stream is ended UNAVAILABLE; its caller resumes where it was."""
     max_claim_wait: float = 20.0
@@ -223,6 +228,8 @@ class Config:
         _positive("max_streams", self.max_streams)
         _positive("max_streams_per_principal", self.max_streams_per_principal)
         _positive("max_stream_age", self.max_stream_age)
+        _positive("max_replays", self.max_replays)
+        _positive("max_replays_per_principal", self.max_replays_per_principal)
         if not 0 < self.max_claim_wait <= 20:
             raise ConfigError(f"max_claim_wait must be > 0 and <= 20, got {self.max_claim_wait}")
         _positive("max_claim_waiters", self.max_claim_waiters)

@@ -117,7 +117,8 @@ class Metrics:
             "coordinator_calls_refused",
             "Calls refused RESOURCE_EXHAUSTED before they ran, by the bound that refused them "
             "(principal_share: the caller held its share of the replica's threads; "
-            "renew_rate: it renewed past its rate).",
+            "renew_rate: it renewed past its rate; replays, replays_principal: replays of the "
+            "event log's past at once).",
             ["reason"],
             registry=registry,
         )

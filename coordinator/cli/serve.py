@@ -182,6 +182,21 @@ def _server_options(func: F) -> F:
             metavar="N",
             help="Long-lived calls one principal may hold open; past it, RESOURCE_EXHAUSTED.",
         ),
+        _option(
+            "max-replays",
+            type=click.IntRange(min=1),
+            default=_DEFAULTS.max_replays,
+            metavar="N",
+            help="Replays of the event log's past running at once; past it, RESOURCE_EXHAUSTED.",
+        ),
+        _option(
+            "max-replays-per-principal",
+            type=click.IntRange(min=1),
+            default=_DEFAULTS.max_replays_per_principal,
+            metavar="N",
+            help="Replays of the event log's past one principal may run at once; past it, "
+            "RESOURCE_EXHAUSTED.",
+        ),
         _seconds(
             "max-stream-age",
             _DEFAULTS.max_stream_age,

@@ -337,6 +337,8 @@ def _open_store(config: Config) -> tuple[EtcdKV, Store]:
             prune_rate=config.prune_rate,
             promote_interval=config.promote_interval,
             max_claim_waiters=config.max_claim_waiters,
+            max_replays=config.max_replays,
+            max_replays_per_principal=config.max_replays_per_principal,
         )
         refuse_old_coordinator(VersionStore(store.ctx))  # before anything runs or writes
         store.start()

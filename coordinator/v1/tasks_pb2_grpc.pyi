@@ -116,6 +116,11 @@ class TaskServiceStub:
     blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
     already sent; that status carries no trailing metadata, and its message names the last
     event sent. Either way, resuming after the last event received loses and repeats nothing.
+    A replay of the log's past read from its keys (without follow, or a follow whose watch
+    history etcd compacted) runs within a replay slot: at most max_replays at once on a
+    replica and max_replays_per_principal of one caller; past them the call is refused
+    RESOURCE_EXHAUSTED naming the setting, before anything is read (a follow whose catch-up is
+    refused resumes after its last event received, as above).
     """
     ListClaims: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.ListClaimsRequest, _tasks_pb2.ListClaimsResponse]
     """The live claims (a claim key on a lease etcd still has), in task id order, a page at a
@@ -217,6 +222,11 @@ class TaskServiceAsyncStub(TaskServiceStub):
     blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
     already sent; that status carries no trailing metadata, and its message names the last
     event sent. Either way, resuming after the last event received loses and repeats nothing.
+    A replay of the log's past read from its keys (without follow, or a follow whose watch
+    history etcd compacted) runs within a replay slot: at most max_replays at once on a
+    replica and max_replays_per_principal of one caller; past them the call is refused
+    RESOURCE_EXHAUSTED naming the setting, before anything is read (a follow whose catch-up is
+    refused resumes after its last event received, as above).
     """
     ListClaims: _aio.UnaryUnaryMultiCallable[_tasks_pb2.ListClaimsRequest, _tasks_pb2.ListClaimsResponse]  # type: ignore[assignment]
     """The live claims (a claim key on a lease etcd still has), in task id order, a page at a
@@ -387,6 +397,11 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
         blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
         already sent; that status carries no trailing metadata, and its message names the last
         event sent. Either way, resuming after the last event received loses and repeats nothing.
+        A replay of the log's past read from its keys (without follow, or a follow whose watch
+        history etcd compacted) runs within a replay slot: at most max_replays at once on a
+        replica and max_replays_per_principal of one caller; past them the call is refused
+        RESOURCE_EXHAUSTED naming the setting, before anything is read (a follow whose catch-up is
+        refused resumes after its last event received, as above).
         """
 
     @_abc_1.abstractmethod
