@@ -62,11 +62,6 @@ class CallShares:
             if not self._running[principal]:
                 del self._running[principal]
 
-    def running(self, principal: str) -> int:
-        """Calls of ``principal`` running now."""
-        with self._lock:
-            return self._running[principal]
-
 
 class CallShareInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     """Runs each authenticated unary call within its principal's share (``CallShares``).

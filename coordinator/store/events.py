@@ -117,6 +117,11 @@ class EventLog:
         self._lock = threading.Lock()
 
     @property
+    def replays_running(self) -> int:
+        """Replays of the log's past holding a slot now (store/replay_slots.py)."""
+        return self._slots.running()
+
+    @property
     def inbox_events(self) -> int:
         """Events a follower may have waiting before it is held back (then found behind)."""
         return self._inbox_events

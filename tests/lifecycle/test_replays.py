@@ -90,11 +90,11 @@ def test_replays_past_the_slots_are_refused_typed_and_freed_slots_admit_again(
     assert "max_replays_per_principal" in refused("reader-1")
     held.append(replay("reader-2"))
     assert "(max_replays)" in refused("reader-3")
-    assert store.events._slots.running() == 3  # the refused ones took no slot
+    assert store.events.replays_running == 3  # the refused ones took no slot
     release.set()
     for call in held:
         assert len(list(call)) == 1  # the rest of the log: the second event
-    eventually(lambda: store.events._slots.running() == 0)
+    eventually(lambda: store.events.replays_running == 0)
     assert len(list(tasks.WatchEvents(WHOLE, metadata=who("reader-3")))) == 2
     channel.close()
 
