@@ -95,10 +95,21 @@ class Config:
     """One of debug, info, warning, error, critical."""
     max_workers: int = 32
     """gRPC handler threads kept for unary calls (streams have max_streams more of their own)."""
+    max_calls_per_principal: int = 8
+    """Unary calls one principal may run at once on a replica (of max_workers threads); past
+    it, RESOURCE_EXHAUSTED, so one principal's flood leaves threads to the others."""
+    renew_rate_per_principal: float = 2000.0
+    """Claims one principal may renew a second on a replica (Renew and RenewMany items, bursts
+    of twice that); past it, RESOURCE_EXHAUSTED with when to retry."""
     max_streams: int = 32
     """Long-lived calls (WatchEvents and other streams) open at once; each holds a thread."""
     max_streams_per_principal: int = 8
     """Long-lived calls one principal may hold open at once."""
+    max_replays: int = 4
+    """Replays of the event log's past (WatchEvents from the start, or without follow) running
+    at once on a replica; each holds a few MB while it runs. Past it, RESOURCE_EXHAUSTED."""
+    max_replays_per_principal: int = 2
+    """Replays of the event log's past one principal may run at once on a replica."""
     max_stream_age: float = 600.0
     """Seconds after which a stream is ended UNAVAILABLE; its caller resumes where it was."""
     max_claim_wait: float = 20.0
@@ -234,9 +245,13 @@ class Config:
                 f"log_level must be one of {', '.join(LEVELS)}, got {self.log_level!r}"
             )
         _positive("max_workers", self.max_workers)
+        _positive("max_calls_per_principal", self.max_calls_per_principal)
+        _positive("renew_rate_per_principal", self.renew_rate_per_principal)
         _positive("max_streams", self.max_streams)
         _positive("max_streams_per_principal", self.max_streams_per_principal)
         _positive("max_stream_age", self.max_stream_age)
+        _positive("max_replays", self.max_replays)
+        _positive("max_replays_per_principal", self.max_replays_per_principal)
         if not 0 < self.max_claim_wait <= 20:
             raise ConfigError(f"max_claim_wait must be > 0 and <= 20, got {self.max_claim_wait}")
         _positive("max_claim_waiters", self.max_claim_waiters)

@@ -117,6 +117,21 @@ class Metrics:
             ["outcome"],
             registry=registry,
         )
+        self.renewals_screened = Counter(
+            "coordinator_renewals_screened",
+            "Renewals answered FENCED from the claimed index, with no etcd read (fences that "
+            "name no live claim: a surge means made-up or long-dead fences).",
+            registry=registry,
+        )
+        self.calls_refused = Counter(
+            "coordinator_calls_refused",
+            "Calls refused RESOURCE_EXHAUSTED before they ran, by the bound that refused them "
+            "(principal_share: the caller held its share of the replica's threads; "
+            "renew_rate: it renewed past its rate; replays, replays_principal: replays of the "
+            "event log's past at once).",
+            ["reason"],
+            registry=registry,
+        )
         self.fenced_commits = Counter(
             "coordinator_fenced_commits",
             "Commits refused FENCED, by the fence reason.",
@@ -381,6 +396,14 @@ class Metrics:
     def count_renewal(self, outcome: Outcome, count: int) -> None:
         """Count ``count`` renewals answered ``outcome``."""
         self.renewals.labels(outcome=outcome.name).inc(count)
+
+    def count_screened_renewals(self, count: int) -> None:
+        """Count ``count`` renewals refused from the claimed index without a read."""
+        self.renewals_screened.inc(count)
+
+    def count_call_refused(self, reason: str) -> None:
+        """Count one call refused RESOURCE_EXHAUSTED by a bound before it ran."""
+        self.calls_refused.labels(reason=reason).inc()
 
     def count_fenced_commit(self, reason: FenceReason, *, wasted_seconds: float) -> None:
         """Count a commit refused FENCED and the compute its attempt threw away."""

@@ -152,6 +152,22 @@ def _server_options(func: F) -> F:
             help="gRPC handler threads kept for unary calls (streams get --max-streams more).",
         ),
         _option(
+            "max-calls-per-principal",
+            type=click.IntRange(min=1),
+            default=_DEFAULTS.max_calls_per_principal,
+            metavar="N",
+            help="Unary calls one principal may run at once (of --max-workers); past it, "
+            "RESOURCE_EXHAUSTED.",
+        ),
+        _option(
+            "renew-rate-per-principal",
+            type=click.FloatRange(min=0, min_open=True),
+            default=_DEFAULTS.renew_rate_per_principal,
+            metavar="N",
+            help="Claims one principal may renew a second on this replica; past it, "
+            "RESOURCE_EXHAUSTED.",
+        ),
+        _option(
             "max-streams",
             type=click.IntRange(min=1),
             default=_DEFAULTS.max_streams,
@@ -165,6 +181,21 @@ def _server_options(func: F) -> F:
             default=_DEFAULTS.max_streams_per_principal,
             metavar="N",
             help="Long-lived calls one principal may hold open; past it, RESOURCE_EXHAUSTED.",
+        ),
+        _option(
+            "max-replays",
+            type=click.IntRange(min=1),
+            default=_DEFAULTS.max_replays,
+            metavar="N",
+            help="Replays of the event log's past running at once; past it, RESOURCE_EXHAUSTED.",
+        ),
+        _option(
+            "max-replays-per-principal",
+            type=click.IntRange(min=1),
+            default=_DEFAULTS.max_replays_per_principal,
+            metavar="N",
+            help="Replays of the event log's past one principal may run at once; past it, "
+            "RESOURCE_EXHAUSTED.",
         ),
         _seconds(
             "max-stream-age",

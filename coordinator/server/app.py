@@ -37,8 +37,10 @@ from coordinator.server.auth import (
 )
 from coordinator.server.bounded_http import HttpLimits
 from coordinator.server.call_log import CallLogInterceptor
+from coordinator.server.call_shares import CallShareInterceptor, CallShares
 from coordinator.server.idempotency import IdempotencyInterceptor
 from coordinator.server.metrics_http import start_metrics
+from coordinator.server.renew_budget import RENEW_RATE
 from coordinator.server.request_ids import RequestIdInterceptor
 from coordinator.server.rpc_metrics import RpcMetricsInterceptor
 from coordinator.server.startup import bind_error, wait_for_store
@@ -84,6 +86,8 @@ def build_server(
     *,
     listen: str = "127.0.0.1:0",
     max_workers: int = 32,
+    calls_per_principal: int = 8,
+    renew_rate: float = RENEW_RATE,
     streams: StreamLimits | None = None,
     health_interval: float = 3.0,
     auth: Authenticator | None = None,
@@ -93,7 +97,9 @@ def build_server(
 ) -> tuple[grpc.Server, int]:
     """Build, bind and start a server for ``store``; returns it with its bound port.
 
-    ``max_workers`` threads are kept for unary calls; long-lived calls (streams) get
+    ``max_workers`` threads are kept for unary calls, at most ``calls_per_principal`` of them
+    for one principal at once (coordinator.server.call_shares), which renews at most
+    ``renew_rate`` claims a second (coordinator.server.renew_budget); long-lived calls (streams) get
     ``streams.max_streams`` more and are bounded by ``streams`` (coordinator.server.streams).
     ``auth`` authenticates every call (coordinator.server.auth); without one the server is
     insecure and refuses a non-loopback ``listen``. ``tls`` serves TLS (mutual with a client CA);
@@ -127,10 +133,10 @@ def build_server(
         # Metrics run outermost, so auth and version-gate refusals are counted too. An
         # undecodable body is refused next, before auth: it costs no token lookup and logs no
         # traceback. Then auth: every later interceptor and servicer sees the caller. The
-        # stream bounds count per principal, so they come right after auth (and before
-        # anything reads etcd). Idempotency keys are scoped to the authenticated principal, so
-        # they come after auth. The call log comes right after auth too: it names the principal
-        # and logs every later refusal.
+        # stream bounds and the unary share count per principal, so they come right after auth
+        # (and before anything reads etcd). Idempotency keys are scoped to the authenticated
+        # principal, so they come after auth. The call log comes right after auth too: it names
+        # the principal and logs every later refusal.
         interceptors=[
             # Real methods only get labels: unknown ones pass by.
             RpcMetricsInterceptor(store.ctx.metrics),
@@ -140,6 +146,7 @@ def build_server(
             StreamLimitInterceptor(
                 open_streams, auth_interceptor.check, refresh=auth_interceptor.refresh
             ),
+            CallShareInterceptor(CallShares(calls_per_principal, store.ctx.metrics)),
             VersionGateInterceptor(VersionStore(store.ctx).read),  # minimum SDK, cached read
             IdempotencyInterceptor(store.idempotency),
             # Inside idempotency: a replay of a keyed create is answered, not charged again.
@@ -153,7 +160,8 @@ def build_server(
         options=[("grpc.so_reuseport", 0)],
     )
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(
-        WorkerService(store, max_claim_wait=limits.max_claim_wait), server
+        WorkerService(store, max_claim_wait=limits.max_claim_wait, renew_rate=renew_rate),
+        server,
     )
     tasks_pb2_grpc.add_TaskServiceServicer_to_server(TaskService(store), server)
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(store), server)
@@ -244,6 +252,8 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
             store,
             listen=config.listen,
             max_workers=config.max_workers,
+            calls_per_principal=config.max_calls_per_principal,
+            renew_rate=config.renew_rate_per_principal,
             streams=config.stream_limits,
             health_interval=config.health_interval,
             auth=auth,
@@ -343,6 +353,8 @@ def _open_store(config: Config) -> tuple[EtcdKV, Store]:
             prune_rate=config.prune_rate,
             promote_interval=config.promote_interval,
             max_claim_waiters=config.max_claim_waiters,
+            max_replays=config.max_replays,
+            max_replays_per_principal=config.max_replays_per_principal,
         )
         refuse_old_coordinator(VersionStore(store.ctx))  # before anything runs or writes
         store.start()

@@ -297,9 +297,9 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         """The event log from a revision, then (with follow) live."""
         flt = event_wire.parse_event_filter(request)
         after = event_wire.parse_resume_point(request)
-        events = self._store.events
+        events, principal = self._store.events, principal_of(context)
         if not request.follow:
-            for event in events.history(flt, after=after):
+            for event in events.history(flt, after=after, principal=principal):
                 yield event_wire.event_to_proto(event)
             return
         # The last event whose send completed: grpc's sync server asks for the next event only
@@ -312,6 +312,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
             on_behind=stream_interceptor.cut_when_stuck(
                 lambda: str(StreamBehind(delivered[0], events.inbox_events))
             ),
+            principal=principal,
         )
         try:
             for event in followed:

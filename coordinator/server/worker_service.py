@@ -7,6 +7,7 @@ lives in protos/coordinator/v1/worker.proto; the rules live in the domain and th
 
 from __future__ import annotations
 
+import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ from coordinator.errors import CoordinatorError, InvalidArgument, PermissionDeni
 from coordinator.logging import bound, note
 from coordinator.server import common_wire, effect_wire, job_wire, task_wire, worker_wire
 from coordinator.server.identity import identity_of, principal_of
+from coordinator.server.renew_budget import RENEW_RATE, RenewBudgets
 from coordinator.server.status import rpc
 from coordinator.server.stream_interceptor import CallerOf
 from coordinator.store import Caller, ClaimResult, Renewal, RenewAnswer, Store
@@ -31,9 +33,12 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     Method names are the proto's (hence ``noqa: N802``): grpc dispatches by them.
     """
 
-    def __init__(self, store: Store, *, max_claim_wait: float = 20.0) -> None:
+    def __init__(
+        self, store: Store, *, max_claim_wait: float = 20.0, renew_rate: float = RENEW_RATE
+    ) -> None:
         self._store = store
         self._max_claim_wait = max_claim_wait
+        self._renew_budgets = RenewBudgets(renew_rate, store.ctx.metrics, time.monotonic)
 
     @rpc
     def Claim(  # noqa: N802
@@ -87,8 +92,9 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.RenewRequest, context: grpc.ServicerContext
     ) -> worker_pb2.RenewResponse:
         """Keep the claim's lease alive, within the server's bounds."""
-        renewal = worker_wire.parse_renewal(request)
         principal = principal_of(context)
+        self._renew_budgets.take(principal, 1)
+        renewal = worker_wire.parse_renewal(request)
         with _bound(renewal.fence, principal):
             result = self._store.renewals.renew(
                 renewal.fence,
@@ -104,8 +110,9 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.RenewManyRequest, context: grpc.ServicerContext
     ) -> worker_pb2.RenewManyResponse:
         """Renew many claims of the caller, each exactly as Renew would."""
-        parsed = worker_wire.parse_renewals(request)
         principal = principal_of(context)
+        self._renew_budgets.take(principal, len(request.renewals))  # before the parse: its cost
+        parsed = worker_wire.parse_renewals(request)
         renewals = [item for item in parsed if isinstance(item, Renewal)]
         with bound(principal=principal, renewals=len(parsed)):
             answers = iter(self._store.renewals.renew_many(renewals, principal=principal))

@@ -48,6 +48,11 @@ from coordinator.store.reclaimer import Reclaimer
 from coordinator.store.reconcile import ReconcileStore, ReconcileSweeper
 from coordinator.store.releaser import Releaser
 from coordinator.store.renewals import Renewal, Renewals, RenewAnswer, RenewViews
+from coordinator.store.replay_slots import (
+    MAX_REPLAYS,
+    MAX_REPLAYS_PER_PRINCIPAL,
+    ReplaySlots,
+)
 from coordinator.store.results import ResultStore
 from coordinator.store.review import ReviewStore
 from coordinator.store.tasks import TaskStore
@@ -115,10 +120,13 @@ class Store:
         promote_interval: float = 0.25,
         max_claim_waiters: int = 16,
         metrics: Metrics | None = None,
+        max_replays: int = MAX_REPLAYS,
+        max_replays_per_principal: int = MAX_REPLAYS_PER_PRINCIPAL,
     ) -> Store:
         """Wire the parts (nothing runs until ``start``). Without ``archive`` no pruner runs
         here (terminal tasks are still indexed for whichever replica prunes). ``metrics``
-        (default: the process-wide ones) count what the store and a server over it do."""
+        (default: the process-wide ones) count what the store and a server over it do.
+        ``max_replays`` (``_per_principal``) bound the event log replays running at once."""
         ctx = StoreContext(
             kv,
             keys or Keyspace(),
@@ -142,10 +150,11 @@ class Store:
         claims = ClaimStore(ctx, ready, held, gates)
         give_backs = GiveBacks(ctx, ready, held, acceptance)
         tasks = TaskStore(ctx, ready, dependencies)
+        claimed = ClaimedIndex(ctx)
         return cls(
             ctx=ctx,
             ready=ready,
-            claimed=ClaimedIndex(ctx),
+            claimed=claimed,
             blocked=QueueCountIndex(ctx, ctx.keys.blocked_prefix),
             overdue=QueueCountIndex(ctx, ctx.keys.overdue_prefix),
             tasks=tasks,
@@ -155,7 +164,7 @@ class Store:
             long_poll=LongPoll(claims, waiters, give_backs),
             give_backs=give_backs,
             acceptance=acceptance,
-            renewals=Renewals(ctx, acceptance, held, RenewViews()),
+            renewals=Renewals(ctx, acceptance, held, RenewViews(), claimed),
             failures=Failures(ctx, ready, held, acceptance),
             dead_letters=DeadLetters(ctx, ready),
             deadlines=deadlines,
@@ -165,7 +174,14 @@ class Store:
             dependencies=dependencies,
             review=ReviewStore(ctx, ready),
             releaser=Releaser(ctx, ready, dependencies, scan_interval=scan_interval),
-            events=EventLog(ctx),
+            events=EventLog(
+                ctx,
+                slots=ReplaySlots(
+                    ctx.metrics,
+                    max_replays=max_replays,
+                    max_per_principal=max_replays_per_principal,
+                ),
+            ),
             idempotency=IdempotencyStore(ctx, ttl=idempotency_ttl),
             effects=EffectStore(ctx, ready, acceptance),
             reconcile=reconcile,

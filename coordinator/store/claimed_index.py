@@ -12,13 +12,19 @@ empty value (written by a coordinator older than this one, which put no queue th
 no queue until its claim ends (at most ``max_claim_duration``). The blocked and overdue
 indexes (WAITING tasks with a FAILED or CANCELLED upstream, or past their schedule_to_close)
 carry the queue the same way and are counted by the same class.
+
+The claimed index also screens renewals (domain/fence_screen.py): every claim txn writes the
+task's key at the claim's generation, so the revision each key was last written at, the last
+revision applied, and the recent claim ends tell whether a fence can name a live claim, without
+asking etcd.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 
+from coordinator.domain.fence_screen import Screen, screen
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd import KV
 from coordinator.store.prefix_copy import PrefixCopy
@@ -65,11 +71,64 @@ class QueueCountIndex(PrefixCopy):
                 del self._counts[queue]
 
 
-class ClaimedIndex(QueueCountIndex):
-    """Claimed tasks per queue, kept current by a watch on ``{prefix}/claimed/``."""
+ENDED = 16384
+"""Claim ends remembered (task id and the revision its key was last written at, ~150 bytes
+each): a renewal racing its own claim's end within the last ENDED ends is read, so it gets the
+exact reason (ALREADY_COMMITTED, RELEASED...). An older end is refused from memory."""
 
-    def __init__(self, ctx: StoreContext) -> None:
+
+class ClaimedIndex(QueueCountIndex):
+    """Claimed tasks per queue, kept current by a watch on ``{prefix}/claimed/``, and the
+    screen of renewals' fences (``screen``)."""
+
+    def __init__(self, ctx: StoreContext, *, ended: int = ENDED) -> None:
         super().__init__(ctx, ctx.keys.claimed_prefix)
+        self._screen_lock = threading.Lock()
+        self._written: dict[str, int] = {}
+        self._ended: OrderedDict[str, int] = OrderedDict()
+        self._ended_capacity = ended
+        self._seen_through = 0  # 0: not loaded yet, nothing is screened
+
+    def screen(self, task_id: str, generation: int) -> Screen:
+        """Whether a fence of ``task_id`` at ``generation`` may name a live claim (READ
+        before the first load: a copy that knows nothing screens nothing)."""
+        with self._screen_lock:
+            if not self._seen_through:
+                return Screen.READ
+            return screen(
+                generation,
+                seen_through=self._seen_through,
+                written=self._written.get(task_id),
+                ended=self._ended.get(task_id),
+            )
+
+    def replace(self, items: list[KV]) -> None:
+        """A full load: also the revision each key was last written at."""
+        super().replace(items)
+        with self._screen_lock:
+            self._written = {_task_id(kv.key): kv.mod_revision for kv in items}
+
+    def loaded(self, revision: int) -> None:
+        """The load's revision: every claim at or before it is in the copy."""
+        with self._screen_lock:
+            self._seen_through = revision
+
+    def apply(self, events: list[WatchEvent]) -> None:
+        """Index keys written (a claim) or deleted (its end), remembering recent ends."""
+        super().apply(events)
+        with self._screen_lock:
+            for event in events:
+                task_id = _task_id(event.key)
+                if event.deleted:
+                    last = self._written.pop(task_id, None)
+                    if last is not None:
+                        self._ended[task_id] = last
+                        self._ended.move_to_end(task_id)
+                        if len(self._ended) > self._ended_capacity:
+                            self._ended.popitem(last=False)
+                else:
+                    self._written[task_id] = event.mod_revision
+                self._seen_through = max(self._seen_through, event.mod_revision)
 
 
 def _task_id(key: str) -> str:

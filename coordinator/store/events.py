@@ -17,6 +17,8 @@ Memory per reader is bounded whatever the log's length:
   (and so etcd); one that stays full for ``patience`` seconds ends the stream with
   ``StreamBehind`` carrying the position to resume after. A watch whose history etcd compacted
   falls back to ``history`` passes and then watches on from their horizon.
+- every run of passes holds a replay slot (store/replay_slots.py): a bounded number run at once,
+  per replica and per principal, so the replicas' memory for replays is a few passes.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import heapq
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, replace
 
 from coordinator.domain.positions import EventPosition
@@ -34,12 +36,14 @@ from coordinator.domain.states import Op
 from coordinator.errors import StreamBehind
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd import KV, get
+from coordinator.store.replay_slots import ReplaySlots
 from coordinator.store.watch import WatchEvent
 
 _PAGE = 1000
-# Event positions one history pass selects (~150 bytes each: ~3 MB a reader), and event values
-# read per round trip (etcd refuses more than 128 operations in one txn by default).
-_SELECT = 20_000
+# Event positions one history pass selects (~400 bytes each with their keys, measured with
+# tracemalloc: ~2 MB a replay; 20,000 took ~11 MB a replay, 32 replays +352 MB), and event
+# values read per round trip (etcd refuses more than 128 operations in one txn by default).
+_SELECT = 5_000
 _LOAD = 100
 _IDENTITY_CACHE = 100_000
 WHOLE_LOG = EventPosition.start_of(1)
@@ -102,8 +106,10 @@ class EventLog:
         *,
         inbox_events: int = INBOX_EVENTS,
         patience: float = PATIENCE_SECONDS,
+        slots: ReplaySlots | None = None,
     ) -> None:
         self._ctx = ctx
+        self._slots = slots if slots is not None else ReplaySlots(ctx.metrics)
         self._inbox_events = inbox_events
         self._patience = patience
         # task_id -> (root_task_id, queue): both are fixed at creation, so safe to cache.
@@ -111,16 +117,22 @@ class EventLog:
         self._lock = threading.Lock()
 
     @property
+    def replays_running(self) -> int:
+        """Replays of the log's past holding a slot now (store/replay_slots.py)."""
+        return self._slots.running()
+
+    @property
     def inbox_events(self) -> int:
         """Events a follower may have waiting before it is held back (then found behind)."""
         return self._inbox_events
 
     def history(
-        self, flt: EventFilter, *, after: EventPosition = WHOLE_LOG
+        self, flt: EventFilter, *, after: EventPosition = WHOLE_LOG, principal: str = ""
     ) -> Iterator[StoredEvent]:
         """Every matching event after ``after``, in position order, up to the revision the
-        log was first read at; streamed in passes of bounded size."""
-        for events, _ in self._passes(flt, after):
+        log was first read at; streamed in passes of bounded size, within a replay slot of
+        ``principal`` (ResourceExhausted, before any read, when none is free)."""
+        for events, _ in self._passes(flt, after, principal):
             yield from events
 
     def newest(
@@ -148,11 +160,14 @@ class EventLog:
         alive: Callable[[], bool],
         on_behind: Callable[[], None] = lambda: None,
         poll: float = FOLLOW_POLL,
+        principal: str = "",
     ) -> Iterator[StoredEvent]:
         """Every matching event after ``after``, then each new one as it is written, until
         ``alive()`` turns false (checked at least every ``poll`` seconds). Raises
         ``StreamBehind`` when the reader fell too far behind (``on_behind`` is called the
-        moment that is decided, on the watch's thread: the reader may be stuck sending)."""
+        moment that is decided, on the watch's thread: the reader may be stuck sending). A
+        follow whose watch history etcd compacted reads it in passes, within a replay slot of
+        ``principal``."""
         cursor = after
         while alive():
             inbox = _Inbox(self._inbox_events, self._patience, on_behind)
@@ -184,11 +199,19 @@ class EventLog:
                 inbox.close()
                 watch.close()
             # etcd compacted the revisions the watch needed: read them from the keys instead.
-            for events, horizon in self._passes(flt, cursor):
-                for event in events:
-                    cursor = max(cursor, event.position)
-                    yield event
-                cursor = max(cursor, EventPosition.end_of(horizon))
+            cursor = yield from self._replay(flt, cursor, principal)
+
+    def _replay(
+        self, flt: EventFilter, cursor: EventPosition, principal: str
+    ) -> Generator[StoredEvent, None, EventPosition]:
+        """Every matching event after ``cursor`` read in passes (within a replay slot); returns
+        the position a follower watches on from (the passes' horizon)."""
+        for events, horizon in self._passes(flt, cursor, principal):
+            for event in events:
+                cursor = max(cursor, event.position)
+                yield event
+            cursor = max(cursor, EventPosition.end_of(horizon))
+        return cursor
 
     def matches(self, flt: EventFilter, event: StoredEvent) -> bool:
         """Whether ``event`` passes ``flt`` (root and queue are looked up once per task)."""
@@ -208,11 +231,18 @@ class EventLog:
         return True
 
     def _passes(
-        self, flt: EventFilter, after: EventPosition
+        self, flt: EventFilter, after: EventPosition, principal: str
     ) -> Iterator[tuple[list[StoredEvent], int]]:
         """Passes over the log, each the next ``_SELECT`` events after the last (decoded and
         filtered), with the horizon: the revision of the first read, above which no pass looks
-        (events come later than the reader asked; a follower watches on from there)."""
+        (events come later than the reader asked; a follower watches on from there). Within a
+        replay slot of ``principal``, held until the last pass (or the reader's end)."""
+        with self._slots.hold(principal):
+            yield from self._unbounded_passes(flt, after)
+
+    def _unbounded_passes(
+        self, flt: EventFilter, after: EventPosition
+    ) -> Iterator[tuple[list[StoredEvent], int]]:
         horizon = [0]
         cursor = after
         while True:

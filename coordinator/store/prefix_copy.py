@@ -51,6 +51,10 @@ class PrefixCopy:
         """One watch response's events (a whole number of revisions), in order."""
         raise NotImplementedError
 
+    def loaded(self, revision: int) -> None:
+        """The full load just replaced was read at ``revision`` (the watch follows from the
+        next one). Nothing by default."""
+
     def _reload(self) -> None:
         kv = self._ctx.kv
         items: list[KV] = []
@@ -65,6 +69,7 @@ class PrefixCopy:
                 break
             start = page[-1].key + "\0"
         self.replace(items)
+        self.loaded(revision)
         self._watch = kv.watch_prefix(
             self._root,
             start_revision=revision + 1,

@@ -20,6 +20,9 @@ claims cheap (measured in ``python -m bench``, phase ``held``):
   trip too.
 * A claim whose txn failed is read and decided again, up to the tries a lone Renew gets, so
   every claim gets exactly the answer a lone Renew would have given it.
+
+A fence this replica does not remember is first screened (store/renew_screen.py): one that names
+no claim that can be live is answered FENCED from memory, before any etcd work.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from coordinator.errors import CoordinatorError, InvalidArgument, NotFound, Spac
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.acceptance import AcceptancePoints
+from coordinator.store.claimed_index import ClaimedIndex
 from coordinator.store.context import (
     StoreContext,
     attempt_from_kv,
@@ -62,6 +66,7 @@ from coordinator.store.etcd import (
 )
 from coordinator.store.fence import fence_compares
 from coordinator.store.held import HeldClaims
+from coordinator.store.renew_screen import screen_fences
 from coordinator.store.types import RenewResult
 
 MAX_BATCH = 1000
@@ -182,12 +187,18 @@ class Renewals:
     """Renew and RenewMany (see the module docstring)."""
 
     def __init__(
-        self, ctx: StoreContext, points: AcceptancePoints, held: HeldClaims, views: RenewViews
+        self,
+        ctx: StoreContext,
+        points: AcceptancePoints,
+        held: HeldClaims,
+        views: RenewViews,
+        claimed: ClaimedIndex | None = None,
     ) -> None:
         self._ctx = ctx
         self._points = points
         self._held = held
         self._views = views
+        self._claimed = claimed  # None: every fence is read
 
     def renew(
         self, fence: Fence, *, principal: str, progress: str, checkpoint: bytes | None = None
@@ -206,6 +217,10 @@ class Renewals:
         if len(renewals) > MAX_BATCH:
             raise InvalidArgument(f"at most {MAX_BATCH} renewals per call, got {len(renewals)}")
         answers: dict[int, RenewAnswer] = dict(_duplicates(renewals))
+        if self._claimed is not None:
+            fences = {i: r.fence for i, r in enumerate(renewals) if i not in answers}
+            remembered = {i for i, f in fences.items() if self._remembered(f) is not None}
+            answers.update(screen_fences(self._ctx, self._claimed, fences, skip=remembered))
         todo = list(range(len(renewals)))
         fresh: set[int] = set()  # a remembered view failed them, or their txn lost: read
         for _ in range(TRIES):

@@ -255,6 +255,11 @@ class TaskServiceServicer:
         blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
         already sent; that status carries no trailing metadata, and its message names the last
         event sent. Either way, resuming after the last event received loses and repeats nothing.
+        A replay of the log's past read from its keys (without follow, or a follow whose watch
+        history etcd compacted) runs within a replay slot: at most max_replays at once on a
+        replica and max_replays_per_principal of one caller; past them the call is refused
+        RESOURCE_EXHAUSTED naming the setting, before anything is read (a follow whose catch-up is
+        refused resumes after its last event received, as above).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -131,6 +131,11 @@ class TaskServiceStub:
     blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
     already sent; that status carries no trailing metadata, and its message names the last
     event sent. Either way, resuming after the last event received loses and repeats nothing.
+    A replay of the log's past read from its keys (without follow, or a follow whose watch
+    history etcd compacted) runs within a replay slot: at most max_replays at once on a
+    replica and max_replays_per_principal of one caller; past them the call is refused
+    RESOURCE_EXHAUSTED naming the setting, before anything is read (a follow whose catch-up is
+    refused resumes after its last event received, as above).
     """
     ListEvents: _grpc.UnaryUnaryMultiCallable[_tasks_pb2.ListEventsRequest, _tasks_pb2.ListEventsResponse]
     """The event log newest first, a page at a time: what a person reads back through (the
@@ -250,6 +255,11 @@ class TaskServiceAsyncStub(TaskServiceStub):
     blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
     already sent; that status carries no trailing metadata, and its message names the last
     event sent. Either way, resuming after the last event received loses and repeats nothing.
+    A replay of the log's past read from its keys (without follow, or a follow whose watch
+    history etcd compacted) runs within a replay slot: at most max_replays at once on a
+    replica and max_replays_per_principal of one caller; past them the call is refused
+    RESOURCE_EXHAUSTED naming the setting, before anything is read (a follow whose catch-up is
+    refused resumes after its last event received, as above).
     """
     ListEvents: _aio.UnaryUnaryMultiCallable[_tasks_pb2.ListEventsRequest, _tasks_pb2.ListEventsResponse]  # type: ignore[assignment]
     """The event log newest first, a page at a time: what a person reads back through (the
@@ -444,6 +454,11 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
         blocked by flow control) is cut RESOURCE_EXHAUSTED a few seconds later, after the events
         already sent; that status carries no trailing metadata, and its message names the last
         event sent. Either way, resuming after the last event received loses and repeats nothing.
+        A replay of the log's past read from its keys (without follow, or a follow whose watch
+        history etcd compacted) runs within a replay slot: at most max_replays at once on a
+        replica and max_replays_per_principal of one caller; past them the call is refused
+        RESOURCE_EXHAUSTED naming the setting, before anything is read (a follow whose catch-up is
+        refused resumes after its last event received, as above).
         """
 
     @_abc_1.abstractmethod

@@ -71,7 +71,9 @@ class WorkerServiceStub:
     """Keeps the claim's lease alive. Bounded: restores at most the granted TTL and never past
     max_claim_duration (RENEW_LIMIT). Carries a progress marker; a claim whose marker has not
     changed for stall_timeout is refused (STALLED). Outcomes: OK, FENCED, CANCELLED, STALLED,
-    RENEW_LIMIT.
+    RENEW_LIMIT. A fence that names no claim the replica's watch-fed claimed index can still
+    hold (a made-up fence, a task that does not exist, a claim that ended long ago) is answered
+    FENCED (reason NONE) without reading etcd; a claim that ended recently gets its exact reason.
     """
     RenewMany: _grpc.UnaryUnaryMultiCallable[_worker_pb2.RenewManyRequest, _worker_pb2.RenewManyResponse]
     """Renews many claims of the caller in one call: each item is exactly a Renew (the same fence
@@ -80,8 +82,8 @@ class WorkerServiceStub:
     limits allow (read-only compares when nothing changed; a write only for a claim whose
     marker or checkpoint changed) and keeps every lease alive over one etcd keepalive stream.
     At most 1000 items (more is INVALID_ARGUMENT, nothing renewed). An item that a Renew would
-    answer with a gRPC error (a malformed fence, another principal's attempt, an unknown task,
-    the same task twice in one call) gets that error in its own result instead, and the other
+    answer with a gRPC error (a malformed fence, another principal's attempt, the same task
+    twice in one call) gets that error in its own result instead, and the other
     items are renewed. The worker SDK sends one RenewMany per renewal round of all its claims.
     """
     AuthorizeTool: _grpc.UnaryUnaryMultiCallable[_worker_pb2.AuthorizeToolRequest, _worker_pb2.AuthorizeToolResponse]
@@ -220,7 +222,9 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     """Keeps the claim's lease alive. Bounded: restores at most the granted TTL and never past
     max_claim_duration (RENEW_LIMIT). Carries a progress marker; a claim whose marker has not
     changed for stall_timeout is refused (STALLED). Outcomes: OK, FENCED, CANCELLED, STALLED,
-    RENEW_LIMIT.
+    RENEW_LIMIT. A fence that names no claim the replica's watch-fed claimed index can still
+    hold (a made-up fence, a task that does not exist, a claim that ended long ago) is answered
+    FENCED (reason NONE) without reading etcd; a claim that ended recently gets its exact reason.
     """
     RenewMany: _aio.UnaryUnaryMultiCallable[_worker_pb2.RenewManyRequest, _worker_pb2.RenewManyResponse]  # type: ignore[assignment]
     """Renews many claims of the caller in one call: each item is exactly a Renew (the same fence
@@ -229,8 +233,8 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     limits allow (read-only compares when nothing changed; a write only for a claim whose
     marker or checkpoint changed) and keeps every lease alive over one etcd keepalive stream.
     At most 1000 items (more is INVALID_ARGUMENT, nothing renewed). An item that a Renew would
-    answer with a gRPC error (a malformed fence, another principal's attempt, an unknown task,
-    the same task twice in one call) gets that error in its own result instead, and the other
+    answer with a gRPC error (a malformed fence, another principal's attempt, the same task
+    twice in one call) gets that error in its own result instead, and the other
     items are renewed. The worker SDK sends one RenewMany per renewal round of all its claims.
     """
     AuthorizeTool: _aio.UnaryUnaryMultiCallable[_worker_pb2.AuthorizeToolRequest, _worker_pb2.AuthorizeToolResponse]  # type: ignore[assignment]
@@ -384,7 +388,9 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         """Keeps the claim's lease alive. Bounded: restores at most the granted TTL and never past
         max_claim_duration (RENEW_LIMIT). Carries a progress marker; a claim whose marker has not
         changed for stall_timeout is refused (STALLED). Outcomes: OK, FENCED, CANCELLED, STALLED,
-        RENEW_LIMIT.
+        RENEW_LIMIT. A fence that names no claim the replica's watch-fed claimed index can still
+        hold (a made-up fence, a task that does not exist, a claim that ended long ago) is answered
+        FENCED (reason NONE) without reading etcd; a claim that ended recently gets its exact reason.
         """
 
     @_abc_1.abstractmethod
@@ -399,8 +405,8 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         limits allow (read-only compares when nothing changed; a write only for a claim whose
         marker or checkpoint changed) and keeps every lease alive over one etcd keepalive stream.
         At most 1000 items (more is INVALID_ARGUMENT, nothing renewed). An item that a Renew would
-        answer with a gRPC error (a malformed fence, another principal's attempt, an unknown task,
-        the same task twice in one call) gets that error in its own result instead, and the other
+        answer with a gRPC error (a malformed fence, another principal's attempt, the same task
+        twice in one call) gets that error in its own result instead, and the other
         items are renewed. The worker SDK sends one RenewMany per renewal round of all its claims.
         """
 

@@ -12,7 +12,7 @@ from coordinator.clock import ManualClock
 from coordinator.domain.decisions import ClaimLimits, Fence
 from coordinator.domain.records import AttemptRecord, ClaimRecord, decode
 from coordinator.domain.states import FenceReason, Outcome
-from coordinator.errors import CoordinatorError, InvalidArgument, NotFound, PermissionDenied
+from coordinator.errors import CoordinatorError, InvalidArgument, PermissionDenied
 from coordinator.store import Renewal, RenewAnswer, Store
 from tests.helpers import RETRY_AT_ONCE, eventually
 from tests.store.support import StoreFactory, claim, create, raw, wait_claim_gone
@@ -93,7 +93,8 @@ def test_each_claim_of_a_mixed_batch_gets_exactly_what_a_lone_renew_answers(
         (Outcome.FENCED, FenceReason.EPOCH_CHANGED),
         PermissionDenied,
         (Outcome.FENCED, FenceReason.LEASE_EXPIRED),
-        NotFound,
+        # No claim of that generation in the claimed index: refused from memory, no read.
+        (Outcome.FENCED, FenceReason.NONE),
         InvalidArgument,
     ]
     # A lone Renew of each (but the duplicate) answers the same, now and through the other
