@@ -17,7 +17,7 @@ from coordinator.store import EtcdKV, EventFilter, Keyspace, Store, StoredEvent,
 from coordinator.store.watch import WatchEvent
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
-from tests.store.support import claim, commit, create
+from tests.store.support import LIMITS, claim, commit, create
 
 READY = "READY"
 
@@ -65,7 +65,9 @@ def test_the_reclaimer_survives_a_compacted_watch_revision(
     kv, client = compacting
     # A scan interval no test waits for: only the rescan on compaction and the new watch can
     # reclaim anything below.
-    store = Store.open(kv, keys=Keyspace("/c"), scan_interval=3600.0)
+    # Retries at once: the default backoff would park each reclaimed task DELAYED, and no
+    # promoter runs here; this test is about the reclaimer finding the claims at all.
+    store = Store.open(kv, keys=Keyspace("/c"), scan_interval=3600.0, limits=LIMITS)
     store.start(reclaim=False)
     try:
         create(store, "hidden")
