@@ -88,11 +88,23 @@ def run_events(
         received = [0] * callers
 
         def read_all(index: int) -> None:
-            # One principal each: the server caps open streams per principal.
+            # One principal each: the server caps open streams per principal. Past its replay
+            # slots (max_replays) a replay is refused RESOURCE_EXHAUSTED before it reads
+            # anything; the reader waits for a slot, as the SDK's retry does, within the bound.
             who = ((PRINCIPAL_METADATA, f"bench-reader-{index}"),)
             request = tasks_pb2.WatchEventsRequest()
-            for _ in stub.WatchEvents(request, metadata=who, timeout=600):
-                received[index] += 1
+            until = time.monotonic() + 600
+            while True:
+                received[index] = 0
+                try:
+                    for _ in stub.WatchEvents(request, metadata=who, timeout=600):
+                        received[index] += 1
+                    return
+                except grpc.RpcError as exc:
+                    refused = exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                    if not refused or time.monotonic() > until:
+                        raise
+                    time.sleep(0.2)
 
         started = time.monotonic()
         with _PeakRss(pid) as during_history:
