@@ -13,7 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from coordinator.domain.rate_budget import Bucket, Budget
 from coordinator.domain.roles import Role
+
+# Bucket is the token bucket's (domain/rate_budget.py): a principal's bytes left at a time.
+__all__ = ["Bucket", "BudgetPolicy", "Refused", "Spent", "policy_for", "refusal_message", "spend"]
 
 
 @dataclass(frozen=True)
@@ -33,14 +37,6 @@ class BudgetPolicy:
     def capacity(self) -> float:
         """The bytes a full bucket holds: one window's worth."""
         return self.rate * self.window
-
-
-@dataclass(frozen=True)
-class Bucket:
-    """A principal's budget left (bytes) at time ``at``."""
-
-    left: float
-    at: float
 
 
 @dataclass(frozen=True)
@@ -64,10 +60,9 @@ def spend(bucket: Bucket | None, policy: BudgetPolicy, nbytes: int, now: float) 
     if policy.unbounded:
         return Spent(Bucket(0.0, now))
     capacity = policy.capacity
-    if bucket is None:
-        left = capacity
-    else:  # a clock that went back refills nothing
-        left = min(capacity, bucket.left + max(0.0, now - bucket.at) * policy.rate)
+    # The token bucket's own refill rule (a clock that went back refills nothing).
+    budget = Budget(policy.rate, capacity)
+    left = budget.refill(bucket or budget.full(now), now).tokens
     if nbytes <= left:
         return Spent(Bucket(left - nbytes, now))
     if nbytes > capacity:
