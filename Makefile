@@ -15,6 +15,8 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 # gRPC, then the chaos runs with real processes and signals.
 UNIT := tests/domain tests/test_protos_fresh.py tests/test_logging.py
 CHAOS := tests/chaos tests/chaos_lite
+# The conformance suite: every scenario of conformance/scenarios/ against every SDK's driver.
+CONFORMANCE := tests/conformance
 
 venv: $(STAMP)
 
@@ -55,7 +57,9 @@ test: venv etcd chaos-tools browser lint chart contract
 	echo "== unit (pure domain rules) =="; \
 	$(BIN)/pytest -q $(UNIT) || failed="$$failed unit"; \
 	echo "== integration (real etcd, real gRPC) =="; \
-	$(BIN)/pytest -q $(addprefix --ignore=,$(UNIT) $(CHAOS)) || failed="$$failed integration"; \
+	$(BIN)/pytest -q $(addprefix --ignore=,$(UNIT) $(CONFORMANCE) $(CHAOS)) || failed="$$failed integration"; \
+	echo "== conformance (every scenario against every SDK's driver) =="; \
+	$(BIN)/pytest -q $(CONFORMANCE) || failed="$$failed conformance"; \
 	echo "== chaos (real processes, signals) =="; \
 	$(BIN)/pytest -q $(CHAOS) || failed="$$failed chaos"; \
 	if [ -n "$$failed" ]; then echo "failed phases:$$failed"; exit 1; fi

@@ -49,6 +49,7 @@ def test_make_test_announces_each_phase_in_order() -> None:
         "contract",
         "unit",
         "integration",
+        "conformance",
         "chaos",
     ]
 
@@ -88,8 +89,10 @@ def test_make_test_runs_the_chaos_phase_after_a_failed_one_and_then_fails(tmp_pa
     assert [line.split(" ")[1] for line in lines if line.startswith("== ")] == [
         "unit",
         "integration",
+        "conformance",
         "chaos",
     ]
+    assert "ran pytest -q tests/conformance" in lines
     assert "ran pytest -q tests/chaos tests/chaos_lite" in lines  # not hidden by the failure
     assert lines[-1] == "failed phases: integration"
     assert done.returncode != 0
