@@ -169,8 +169,13 @@ class Driver:
         return {"state": task.state.name, "attempts": task.attempt}
 
     def get_result(self, args: dict[str, Any]) -> Reply:
-        """get_result {task_id} -> {result}"""
-        return {"result": decode(self._client.get_result(args["task_id"]).result)}
+        """get_result {task_id} -> {result}: null for a task without a committed result,
+        NOT_FOUND for a task that does not exist."""
+        try:
+            return {"result": decode(self._client.get_result(args["task_id"]).result)}
+        except NotFound:
+            self._client.get_task(args["task_id"])  # NotFound: no such task at all
+            return {"result": None}
 
     # --- claims -------------------------------------------------------------------------
 
