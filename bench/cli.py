@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from bench.harness import Scenario, say
 from bench.held import run_held
 from bench.machine import machine
 from bench.phases import PhaseClock
-from bench.procs import GRPC_OPTIONS, CoordinatorProcess, Meter, rss_mib
+from bench.procs import GRPC_OPTIONS, CoordinatorProcess, Meter, rss_mib, scratch_dir
 from bench.promote import run_promote
 from bench.reclaim import run_reclaim
 from bench.report import HEADLINE, markdown, targets
@@ -50,7 +49,6 @@ from bench.scenarios import (
 )
 from bench.seed import TaskSeeder
 from bench.throughput import ThroughputPlan, paired_ratio, run_throughput, summarize
-from coordinator import lifeline
 from coordinator.domain.keys import Keyspace
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 from coordinator.store.etcd import EtcdKV
@@ -224,16 +222,13 @@ def main(argv: list[str] | None = None) -> int:
         "config": config,
     }
     clock = PhaseClock(config["budget_s"], started)
-    with tempfile.TemporaryDirectory(prefix="coordinator-bench-") as tmp:
-        lifeline.remove_with_parent(Path(tmp))  # its logs go even if the bench is SIGKILLed
+    with scratch_dir("coordinator-bench-") as tmp:  # its logs, gone even on a SIGKILL
         try:
             with clock.armed():
-                run_phases(doc, config, Path(tmp), base.reserve, ns.etcd_bin, clock)
+                run_phases(doc, config, tmp, base.reserve, ns.etcd_bin, clock)
         except BaseException:
-            _log_tail(Path(tmp))
+            _log_tail(tmp)
             raise
-        finally:
-            lifeline.keep(Path(tmp))
     if clock.cut_off:
         clock.not_reached(config["phases"], set(doc))
     doc["skipped_phases"] = clock.skipped

@@ -20,7 +20,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from pathlib import Path
 import etcd3
 
 from bench.harness import RunSpec, Scenario, run_workers, say
-from bench.procs import GRPC_OPTIONS, CoordinatorProcess, Meter, cpu_seconds
+from bench.procs import GRPC_OPTIONS, CoordinatorProcess, Meter, cpu_seconds, scratch_dir
 from bench.scenarios import CoordinatorScenario, RawFloorScenario
 from bench.seed import TaskSeeder
 from coordinator.domain.keys import Keyspace
@@ -111,7 +110,7 @@ def compare(
     """Every checkout and the floor, ``rounds`` times each, interleaved."""
     runs = {name: _Runs() for name in [*(c.name for c in checkouts), FLOOR]}
     with (
-        tempfile.TemporaryDirectory(prefix="coordinator-compare-") as tmp,
+        scratch_dir("coordinator-compare-") as tmp,
         EtcdProcess(binary=find_etcd_binary(etcd_bin)) as etcd,
     ):
         kv = EtcdKV.connect([etcd.endpoint], timeout=60)
@@ -123,7 +122,7 @@ def compare(
                 server = CoordinatorProcess(
                     etcd.endpoint,
                     prefix=f"/compare-{c.name}",
-                    log_path=Path(tmp) / f"{c.name}.log",
+                    log_path=tmp / f"{c.name}.log",
                     cwd=c.path,
                     extra_args=c.args,
                 )
