@@ -75,10 +75,16 @@ class PhaseClock:
     def armed(self) -> Iterator[None]:
         """Raise OverBudget in this thread (it must be the main thread: signals are delivered
         there) once the bound passes; once only, and never after the block is left. Swallows
-        the OverBudget it raised: ``cut_off`` says it happened."""
+        the OverBudget it raised: ``cut_off`` says it happened.
+
+        SIGALRM may be someone else's too (pytest-timeout's, in a test): their handler and
+        their timer are put back when the block is left, the timer with what it had left (it
+        rings at once if it came due meanwhile: late, never lost)."""
         if self.budget is None:
             yield
             return
+        outer, _ = signal.getitimer(signal.ITIMER_REAL)
+        outer_due = time.monotonic() + outer
         previous = signal.signal(signal.SIGALRM, self._ring)
         self._armed = True
         signal.setitimer(signal.ITIMER_REAL, max(self.deadline - time.monotonic(), 0.001))
@@ -93,6 +99,8 @@ class PhaseClock:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+            if outer:
+                signal.setitimer(signal.ITIMER_REAL, max(outer_due - time.monotonic(), 0.001))
 
     def _ring(self, signum: int, frame: FrameType | None) -> None:
         if self._armed:  # a ring late for a block already left is ignored

@@ -61,9 +61,32 @@ def test_without_a_budget_every_phase_fits_and_none_is_cut_off() -> None:
 def test_leaving_the_block_disarms_the_bound_and_restores_the_handler() -> None:
     clock = PhaseClock(60, time.monotonic())
     previous = signal.getsignal(signal.SIGALRM)
-    with clock.armed(), clock.phase("quick"):
-        assert signal.getitimer(signal.ITIMER_REAL)[0] > 0
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # it can never ring later
-    assert signal.getsignal(signal.SIGALRM) == previous
-    assert not clock.cut_off
-    assert clock.skipped == {}
+    outer = signal.setitimer(signal.ITIMER_REAL, 0)  # pytest-timeout's, if it runs one
+    try:
+        with clock.armed(), clock.phase("quick"):
+            assert signal.getitimer(signal.ITIMER_REAL)[0] > 0
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # it can never ring later
+        assert signal.getsignal(signal.SIGALRM) == previous
+        assert not clock.cut_off
+        assert clock.skipped == {}
+    finally:
+        if outer[0]:
+            signal.setitimer(signal.ITIMER_REAL, outer[0])
+
+
+def test_a_timer_set_before_is_set_again_with_what_it_had_left() -> None:
+    clock = PhaseClock(60, time.monotonic())
+    outer = signal.setitimer(signal.ITIMER_REAL, 0)  # pytest-timeout's, if it runs one
+    previous = signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 500)
+        with clock.armed(), clock.phase("quick"):
+            assert signal.getitimer(signal.ITIMER_REAL)[0] <= 60  # the budget's, meanwhile
+        left = signal.getitimer(signal.ITIMER_REAL)[0]
+        assert 60 < left <= 500
+        assert signal.getsignal(signal.SIGALRM) == signal.SIG_IGN
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer[0]:
+            signal.setitimer(signal.ITIMER_REAL, outer[0])
