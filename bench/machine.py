@@ -31,7 +31,7 @@ def busier_than(cores: int | None, *readings: list[float]) -> bool:
 def machine(etcd_bin: str | None) -> dict[str, Any]:
     """What this ran on: cores, CPU model, Python, etcd, the checkout."""
     info: dict[str, Any] = {
-        "cpus": _cpu_count(),
+        "cpus": cores(),
         "cpu_model": _cpu_model(),
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -69,7 +69,8 @@ def machine(etcd_bin: str | None) -> dict[str, Any]:
     return info
 
 
-def _cpu_count() -> int | None:
+def cores() -> int | None:
+    """The cores this process may run on (its affinity mask, as ``nproc`` counts them)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
