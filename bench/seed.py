@@ -105,7 +105,7 @@ class TaskSeeder:
                     return
                 if attempt.retry_state.attempt_number > 1 and self._kv.get(first) is not None:
                     return
-                raise RuntimeError(f"seeding failed: task {first} already exists")
+                raise RuntimeError(f"seeding failed: a task of the batch from {first} exists")
 
     def drop(self, queue: str) -> None:
         """Delete the queue's ready keys and every key of its tasks (records, claims, ...)."""

@@ -77,6 +77,6 @@ def test_a_task_that_already_exists_on_the_first_try_is_an_error(
     seeder = TaskSeeder(flaky, keys)
     seeder.seed("q", 1)
     flaky.txns = 2  # no failure injected: only a real duplicate
-    with pytest.raises(RuntimeError, match=r"already exists"):
+    with pytest.raises(RuntimeError, match=r"seeding failed: a task of the batch from .* exists"):
         seeder.seed("q", 1)
     assert _ready(etcd_client, keys, "q") == 1
