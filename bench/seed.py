@@ -38,8 +38,8 @@ from coordinator.store.transition import ready_seq, transition_ops
 
 # Three writes per task; etcd allows 128 operations per txn by default.
 _BATCH = 40
-# Tries of one batch (or drop) while etcd is unavailable, waiting 0.5, 1, 2, 4, 8 s between:
-# about 15 s in all, past etcd's own request timeout (7 s) on a loaded machine, then it gives up.
+# Tries of one batch (or drop) while etcd is unavailable, waiting 0.5, 1, 2, 4, 8 s between (the
+# default backoff): about 15 s in all, past etcd's own request timeout (7 s), then it gives up.
 SEED_ATTEMPTS = 6
 
 TASK_INPUT = b"benchmark task input: 64 bytes of payload, the same for each task."
@@ -58,11 +58,14 @@ def task_id(queue: str, index: int) -> str:
 class TaskSeeder:
     """Writes and drops batches of READY tasks in one keyspace."""
 
-    def __init__(self, kv: EtcdKV, keys: Keyspace) -> None:
+    def __init__(self, kv: EtcdKV, keys: Keyspace, *, backoff: float = 0.5) -> None:
+        """Seed into ``keys`` through ``kv``; a write etcd could not take is tried again after
+        ``backoff`` seconds, doubling (``SEED_ATTEMPTS`` tries in all)."""
         self._kv = kv
         self.keys = keys
         self._ctx = StoreContext(kv, keys, ClaimLimits(), SystemClock(), ClaimLeases(kv))
         self._digest = digest_of(TASK_INPUT)
+        self._backoff = backoff
 
     def seed(self, queue: str, count: int) -> None:
         """Create ``count`` READY tasks in ``queue``, claimable in index order."""
@@ -99,7 +102,7 @@ class TaskSeeder:
         being there means the earlier try wrote the whole batch (the seeder is the only writer
         of these ids), and only a first try that fails its compares is a real duplicate.
         """
-        for attempt in _retrying():
+        for attempt in _retrying(self._backoff):
             with attempt:
                 if self._kv.txn(compares, ops).succeeded:
                     return
@@ -120,17 +123,17 @@ class TaskSeeder:
             keys.results_prefix + queue + ".",
         ]
         deletes = [_delete_prefix(self._kv, prefix) for prefix in families]
-        for attempt in _retrying():  # a delete applied twice deletes nothing more
+        for attempt in _retrying(self._backoff):  # a delete applied twice deletes nothing more
             with attempt:
                 self._kv.txn((), deletes)
 
 
-def _retrying() -> Retrying:
+def _retrying(backoff: float) -> Retrying:
     """Tries of one write while etcd answers StoreUnavailable (bounded: ``SEED_ATTEMPTS``)."""
     return Retrying(
         retry=retry_if_exception_type(StoreUnavailable),
         stop=stop_after_attempt(SEED_ATTEMPTS),
-        wait=wait_exponential(multiplier=0.5, max=8),
+        wait=wait_exponential(multiplier=backoff, max=16 * backoff),
         before_sleep=lambda state: say(
             f"seeding: etcd unavailable ({state.outcome and state.outcome.exception()}), "
             f"try {state.attempt_number + 1} of {SEED_ATTEMPTS}"

@@ -1,5 +1,6 @@
 """bench/seed.py against a real etcd: a transient StoreUnavailable while seeding is retried,
-also when etcd applied the batch before its answer was lost; a real duplicate is not."""
+also when etcd applied the batch before its answer was lost; a real duplicate is not, and an etcd
+that stays unavailable fails the seeding after a bounded number of tries."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bench.seed import TaskSeeder, task_id
+from bench.seed import SEED_ATTEMPTS, TaskSeeder, task_id
 from coordinator.domain.keys import Keyspace
 from coordinator.errors import StoreUnavailable
 from coordinator.etcd_process import EtcdProcess
@@ -80,3 +81,31 @@ def test_a_task_that_already_exists_on_the_first_try_is_an_error(
     with pytest.raises(RuntimeError, match=r"seeding failed: a task of the batch from .* exists"):
         seeder.seed("q", 1)
     assert _ready(etcd_client, keys, "q") == 1
+
+
+class _Unavailable(EtcdKV):
+    """The real connection, whose every txn fails with etcd's timeout before reaching it."""
+
+    txns = 0
+
+    def txn(self, *args: Any, **kwargs: Any) -> TxnResult:
+        self.txns += 1
+        raise StoreUnavailable(TIMED_OUT)
+
+
+def test_an_etcd_that_stays_unavailable_fails_the_seeding_after_the_bounded_tries(
+    etcd: EtcdProcess, etcd_client: Any, prefix: str
+) -> None:
+    kv = _Unavailable.connect([etcd.endpoint], timeout=10)
+    assert isinstance(kv, _Unavailable)
+    keys = Keyspace(prefix)
+    try:
+        with pytest.raises(StoreUnavailable, match="request timed out"):
+            TaskSeeder(kv, keys, backoff=0.0).seed("q", COUNT)
+        assert kv.txns == SEED_ATTEMPTS  # the first batch only, then it gave up
+        with pytest.raises(StoreUnavailable):
+            TaskSeeder(kv, keys, backoff=0.0).drop("q")
+        assert kv.txns == 2 * SEED_ATTEMPTS
+    finally:
+        kv.close()
+    assert _ready(etcd_client, keys, "q") == 0
