@@ -8,8 +8,8 @@ STAMP := $(VENV)/.installed
 # The runtime alone (what `make demo` needs): no linters, type checkers or test tools.
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 
-.PHONY: venv etcd chaos-tools browser lint test test-fast demo protos helm chart buf contract \
-	contract-accept
+.PHONY: venv etcd chaos-tools browser lint test test-fast demo bench protos helm chart buf \
+	contract contract-accept
 
 # The suite in phases (each with a header): pure rules, then everything against a real etcd and
 # gRPC, then the chaos runs with real processes and signals.
@@ -70,6 +70,20 @@ test-fast: venv etcd lint
 
 demo: $(RUNTIME_STAMP) etcd
 	$(BIN)/coordinator demo
+
+# The benchmark (docs/performance.md) with the `bench` extra: tooz and etcd3gw for its scenario d
+# (skipped, with the reason, without them) and py-spy for --profile. Flags go in BENCH_ARGS
+# (say BENCH_ARGS=--smoke); the JSON report lands in bench.json (git ignores it).
+BENCH_STAMP := $(VENV)/.installed-bench
+BENCH_ARGS ?=
+
+$(BENCH_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -e '.[bench]'
+	touch $@
+
+bench: $(BENCH_STAMP) etcd
+	$(BIN)/python -m bench --json bench.json $(BENCH_ARGS)
 
 # protoc looks up its mypy plugins (protoc-gen-mypy*) on PATH.
 protos: venv

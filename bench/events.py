@@ -108,7 +108,10 @@ def run_events(
 
         started = time.monotonic()
         with _PeakRss(pid) as during_history:
-            threads = [threading.Thread(target=read_all, args=(i,)) for i in range(callers)]
+            # Daemons: a phase cut off at the bench's time bound must not hold its exit.
+            threads = [
+                threading.Thread(target=read_all, args=(i,), daemon=True) for i in range(callers)
+            ]
             for thread in threads:
                 thread.start()
             for thread in threads:

@@ -5,8 +5,10 @@ runs, and runs them all even when one fails, ``make test-fast`` leaves the slow 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,15 @@ def test_make_demo_installs_only_what_the_demo_needs() -> None:
     installs = [line for line in planned if "pip install" in line]
     assert installs == [".venv/bin/python -m pip install -e ."], planned  # no '.[dev]' tools
     assert planned[-1] == ".venv/bin/coordinator demo"
+
+
+def test_make_bench_installs_what_scenario_d_needs_then_runs_the_bench() -> None:
+    planned = _planned("bench")
+    assert ".venv/bin/python -m pip install -e '.[bench]'" in planned
+    assert planned[-1].rstrip() == ".venv/bin/python -m bench --json bench.json"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    bench = {re.split(r"[<>=\[ ]", dep)[0] for dep in project["optional-dependencies"]["bench"]}
+    assert {"tooz", "etcd3gw"} <= bench  # what bench/scenarios/tooz_locks.py imports
 
 
 def test_make_test_announces_each_phase_in_order() -> None:
