@@ -50,7 +50,6 @@ TEMPORARY_FUNCTIONS: dict[str, str] = {
 
 MODULE_EXCEPTIONS: dict[str, str] = {
     "cli/serve.py": "to be split in this branch",
-    "config.py": "to be split in this branch",
     "cli/tasks.py": "to be split in this branch",
     "cli/demo.py": "to be split in this branch",
     "metrics.py": "to be split in this branch",

@@ -17,7 +17,8 @@ import click
 
 from coordinator.cli.local_up import discover
 from coordinator.cli.serve import etcd_security_options
-from coordinator.config import DEFAULT_ETCD, DEFAULT_PREFIX, parse_endpoints
+from coordinator.config import DEFAULT_ETCD, DEFAULT_PREFIX
+from coordinator.config_values import parse_endpoints
 from coordinator.doctor import LAGGING, Finding, Repair, Snapshot, check, confirm
 from coordinator.doctor.findings import Problem
 from coordinator.domain.keys import Keyspace

@@ -14,7 +14,8 @@ import click
 
 from coordinator.cli.secret_files import secret_from_file
 from coordinator.cli.serve import etcd_security_options
-from coordinator.config import DEFAULT_ETCD, DEFAULT_PREFIX, check_address, parse_endpoints
+from coordinator.config import DEFAULT_ETCD, DEFAULT_PREFIX
+from coordinator.config_values import check_address, parse_endpoints
 from coordinator.errors import ConfigError
 from coordinator.etcd_auth import AuthPlan, EtcdAuthError, EtcdTLS, ensure_auth
 

@@ -17,7 +17,9 @@ import click
 from coordinator.archive import check_sink
 from coordinator.cli.origins import config_keys, with_origins
 from coordinator.cli.secret_files import secret_from_file
-from coordinator.config import Config, load_config_file, parse_endpoints
+from coordinator.config import Config
+from coordinator.config_file import load_config_file
+from coordinator.config_values import parse_endpoints
 from coordinator.errors import ConfigError, StoreUnavailable
 from coordinator.logging import LEVELS
 from coordinator.server.app import serve as run_server
