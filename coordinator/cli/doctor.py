@@ -16,7 +16,7 @@ from collections.abc import Callable
 import click
 
 from coordinator.cli.local_up import discover
-from coordinator.cli.serve import etcd_security_options
+from coordinator.cli.options import etcd_security_options
 from coordinator.config import DEFAULT_ETCD, DEFAULT_PREFIX
 from coordinator.config_values import parse_endpoints
 from coordinator.doctor import LAGGING, Finding, Repair, Snapshot, check, confirm

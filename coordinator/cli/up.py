@@ -25,7 +25,8 @@ from types import FrameType
 import click
 
 from coordinator.cli.local_up import LocalUp, discover, publish, running, state_dir, withdraw
-from coordinator.cli.serve import build_config, limit_options, run
+from coordinator.cli.options import limit_options
+from coordinator.cli.serve import build_config, run
 from coordinator.config import DEFAULT_LISTEN, is_loopback
 from coordinator.errors import CoordinatorError
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
