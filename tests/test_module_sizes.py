@@ -51,13 +51,7 @@ TEMPORARY_FUNCTIONS: dict[str, str] = {
 MODULE_EXCEPTIONS: dict[str, str] = {}
 """Modules allowed over the limit for good, with the reason."""
 
-FUNCTION_EXCEPTIONS: dict[str, str] = {
-    "cli/console.py::console": "to be split in this branch",
-    "cli/doctor.py::doctor": "to be split in this branch",
-    "cli/up.py::up": "to be split in this branch",
-    "cli/worker.py::worker": "to be split in this branch",
-    "console/routes/task.py::task": "to be split in this branch",
-}
+FUNCTION_EXCEPTIONS: dict[str, str] = {}
 """Functions allowed over the limit for good, with the reason (``module::qualified.name``)."""
 
 
