@@ -332,11 +332,6 @@ class Config:
             raise ConfigError("etcd_cert needs etcd_ca_cert (the CA of etcd's server certificate)")
         require_together("etcd_user", self.etcd_user, "etcd_password", self.etcd_password)
 
-    @property
-    def authenticated(self) -> bool:
-        """Whether callers must authenticate (a token file is configured)."""
-        return self.token_file is not None
-
     def auth_problem(self) -> str | None:
         """Why this config cannot serve (no authentication chosen), or None if it can.
 
