@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from coordinator.config_values import (
+    build_retry_defaults,
     check_address,
+    error_codes,
     parse_retention,
-    queue_policies,
     require_positive,
     require_together,
 )
@@ -29,11 +30,11 @@ from coordinator.domain.retention import (
     DEFAULT_TOMBSTONE_RETENTION,
     RetentionPolicy,
 )
-from coordinator.domain.retry import RetryDefaults, RetryPolicy, check_policy
+from coordinator.domain.retry import RetryDefaults, RetryPolicy
 from coordinator.domain.roles import Role
 from coordinator.domain.stream_limits import StreamLimits
 from coordinator.domain.write_budget import BudgetPolicy
-from coordinator.errors import ConfigError, InvalidArgument
+from coordinator.errors import ConfigError
 from coordinator.logging import LEVELS
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
@@ -376,17 +377,9 @@ class Config:
             backoff_multiplier=self.retry_backoff_multiplier,
             max_backoff=self.retry_max_backoff,
             backoff_jitter=self.retry_backoff_jitter,
-            non_retryable_errors=tuple(
-                code.strip() for code in self.retry_non_retryable_errors.split(",") if code.strip()
-            ),
+            non_retryable_errors=error_codes(self.retry_non_retryable_errors),
         )
-        try:
-            check_policy(server, "retry_")
-        except InvalidArgument as exc:
-            raise ConfigError(str(exc)) from None
-        return RetryDefaults(
-            server, MappingProxyType(queue_policies(self.queue_retry_policies, server))
-        )
+        return build_retry_defaults(server, self.queue_retry_policies)
 
     @property
     def retention_policy(self) -> RetentionPolicy:

@@ -17,7 +17,7 @@ from coordinator.domain.retention import (
     parse_per_queue,
     parse_setting_duration,
 )
-from coordinator.domain.retry import RetryPolicy, check_policy
+from coordinator.domain.retry import RetryDefaults, RetryPolicy, check_policy
 from coordinator.errors import ConfigError, InvalidArgument
 
 _HOST_PORT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]*):(?P<port>[0-9]{1,5})$")
@@ -40,6 +40,21 @@ def check_address(setting: str, value: str, *, allow_port_zero: bool = False) ->
     return value
 
 
+def error_codes(text: str) -> tuple[str, ...]:
+    """Comma-separated error codes (blanks ignored)."""
+    return tuple(code.strip() for code in text.split(",") if code.strip())
+
+
+def build_retry_defaults(server: RetryPolicy, per_queue: str) -> RetryDefaults:
+    """The server's retry policy, checked (ConfigError naming its ``retry_*`` setting), and
+    each queue's from ``queue_retry_policies`` (unset fields take the server's)."""
+    try:
+        check_policy(server, "retry_")
+    except InvalidArgument as exc:
+        raise ConfigError(str(exc)) from None
+    return RetryDefaults(server, MappingProxyType(_queue_policies(per_queue, server)))
+
+
 _POLICY_FIELDS: dict[str, Callable[[str], Any]] = {
     "max_attempts": int,
     "initial_backoff": float,
@@ -50,7 +65,7 @@ _POLICY_FIELDS: dict[str, Callable[[str], Any]] = {
 }
 
 
-def queue_policies(text: str, server: RetryPolicy) -> dict[str, RetryPolicy]:
+def _queue_policies(text: str, server: RetryPolicy) -> dict[str, RetryPolicy]:
     """Parse queue_retry_policies ('QUEUE:field=value,...;...'); ConfigError naming it."""
     policies: dict[str, RetryPolicy] = {}
     for entry in filter(None, (part.strip() for part in text.split(";"))):
