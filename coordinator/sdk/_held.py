@@ -52,6 +52,10 @@ LostCallback = Callable[[LostReason], None]
 _MIN_RENEW_TIMEOUT = 0.2
 
 
+REFUSAL_LOG_INTERVAL = 60.0
+"""Seconds between two log lines about one claim's refused checkpoints (a spent write budget
+refuses every renewal's checkpoint until it refills: one line says so, not one per renewal)."""
+
 REPORT_WAIT = 5.0
 """Seconds a call that sees a loss another thread is reporting waits for its on_lost."""
 
@@ -82,6 +86,11 @@ class _State:
     # The latest checkpoint not yet accepted by a renewal (None: nothing new to send).
     checkpoint: bytes | None = None
     renewals: int = 0
+    # Renewals that came back OK with their checkpoint not kept (checkpoint_refused), the last
+    # refusal's text, and when one was last logged (None: never).
+    checkpoint_refusals: int = 0
+    checkpoint_refusal: str = ""
+    refusal_logged_at: float | None = None
     lost: LostReason | None = None
     # "committed", "released" or "failed" once the caller ended the claim; later losses are not
     # reported.
@@ -177,6 +186,27 @@ class HeldClaim:
         """How many renewals the server accepted."""
         with self._lock:
             return self._state.renewals
+
+    @property
+    def checkpoint_refusals(self) -> int:
+        """How many renewals the server accepted without keeping their checkpoint (a spent
+        write budget, or etcd above the space guard's high water): each time the checkpoint
+        stays pending and the next renewal sends it again."""
+        with self._lock:
+            return self._state.checkpoint_refusals
+
+    @property
+    def last_checkpoint_refusal(self) -> str:
+        """The server's text for the last checkpoint it did not keep (which bound, when to
+        retry); "" if none was refused."""
+        with self._lock:
+            return self._state.checkpoint_refusal
+
+    @property
+    def checkpoint_pending(self) -> bool:
+        """Whether a checkpoint is recorded that no renewal has stored yet."""
+        with self._lock:
+            return self._state.checkpoint is not None
 
     @property
     def sent_keys(self) -> SentKeys:
@@ -397,14 +427,39 @@ class HeldClaim:
         if outcome is not Outcome.OK:
             self.mark_lost(outcome, reason, response.message, LossSource.RENEW)
             return False
+        refused, log_it = response.checkpoint_refused, False
         with self._lock:
             self._state.expires_at = sent + max(response.ttl_seconds, 1)
             lease = response.lease_expires_at
             self._state.lease_expires_at = (lease.seconds, lease.nanos)
             self._state.renewals += 1
             sent_checkpoint = request.checkpoint if request is not None else None
-            if sent_checkpoint and self._state.checkpoint == sent_checkpoint:
+            if refused:
+                # Not kept: it stays pending (only the latest one) for the next renewal.
+                log_it = self._refusal_noted(refused)
+            elif sent_checkpoint and self._state.checkpoint == sent_checkpoint:
                 self._state.checkpoint = None  # kept by the server; nothing newer since
+        if refused and log_it:
+            log.warning(
+                "checkpoint not kept; sent again at the next renewal",
+                claim=self._name,
+                refusals=self.checkpoint_refusals,
+                refused=refused,
+            )
+        return True
+
+    def _refusal_noted(self, refused: str) -> bool:
+        """Count a refused checkpoint (under the lock); whether to log it now (at most once
+        per REFUSAL_LOG_INTERVAL)."""
+        state, now = self._state, self._clock()
+        state.checkpoint_refusals += 1
+        state.checkpoint_refusal = refused
+        if (
+            state.refusal_logged_at is not None
+            and now - state.refusal_logged_at < REFUSAL_LOG_INTERVAL
+        ):
+            return False
+        state.refusal_logged_at = now
         return True
 
     def next_renewal(self, sent: float, accepted: bool) -> float:
