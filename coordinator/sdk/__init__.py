@@ -35,7 +35,7 @@ if TYPE_CHECKING:
         TaskState,
     )
     from coordinator.sdk._duration import Duration
-    from coordinator.sdk._rpc import PRINCIPAL_METADATA, RetryPolicy
+    from coordinator.sdk._rpc import PRINCIPAL_METADATA, CallRetry
     from coordinator.sdk.aio.effects import ThreadedDownstream
     from coordinator.sdk.auth import BearerToken, tls_credentials
     from coordinator.sdk.cancellation import Cancellation, CancelReason
@@ -87,7 +87,7 @@ _EXPORTS: dict[str, str] = {
     "TaskState": "coordinator.domain.states",
     "Duration": "coordinator.sdk._duration",
     "PRINCIPAL_METADATA": "coordinator.sdk._rpc",
-    "RetryPolicy": "coordinator.sdk._rpc",
+    "CallRetry": "coordinator.sdk._rpc",
     "BearerToken": "coordinator.sdk.auth",
     "tls_credentials": "coordinator.sdk.auth",
     "Cancellation": "coordinator.sdk.cancellation",
@@ -139,6 +139,7 @@ __all__ = [
     "AttemptEnd",
     "AttemptInfo",
     "BearerToken",
+    "CallRetry",
     "CancelReason",
     "Cancellation",
     "Claim",
@@ -179,7 +180,6 @@ __all__ = [
     "Rediscovered",
     "ReleaseOutcome",
     "ResultInfo",
-    "RetryPolicy",
     "StageOutcome",
     "TaskInfo",
     "TaskRetryPolicy",

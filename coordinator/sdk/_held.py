@@ -23,7 +23,7 @@ from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
 from coordinator.sdk._duration import Duration, as_optional, as_timedelta
 from coordinator.sdk._flag import Flag
-from coordinator.sdk._rpc import RetryPolicy
+from coordinator.sdk._rpc import CallRetry
 from coordinator.sdk.attempt import SentKeys
 from coordinator.sdk.types import (
     ClaimLost,
@@ -386,7 +386,7 @@ class HeldClaim:
     # --- keepalive: one renewal's request and what its answer does (the client's keepalive
     # loop, sdk/_renewer.py, calls these; callers of the SDK never need them) ------------------
 
-    def renewal_request(self, policy: RetryPolicy) -> tuple[worker_pb2.RenewRequest, float]:
+    def renewal_request(self, policy: CallRetry) -> tuple[worker_pb2.RenewRequest, float]:
         """The next renewal (with the latest progress marker) and its deadline: never past
         the lease by the local clock, never below _MIN_RENEW_TIMEOUT."""
         with self._lock:

@@ -30,7 +30,7 @@ from typing import Protocol
 import structlog
 
 from coordinator.errors import CoordinatorError
-from coordinator.sdk._rpc import RetryPolicy, Rpc
+from coordinator.sdk._rpc import CallRetry, Rpc
 from coordinator.sdk._status import error_of
 from coordinator.sdk.types import NotSupported
 from coordinator.v1 import worker_pb2
@@ -51,7 +51,7 @@ class Renewable(Protocol):
     def keepalive_wanted(self) -> bool:
         """False once the claim ended, was lost or was closed: the loop drops it."""
 
-    def renewal_request(self, policy: RetryPolicy) -> tuple[worker_pb2.RenewRequest, float]:
+    def renewal_request(self, policy: CallRetry) -> tuple[worker_pb2.RenewRequest, float]:
         """The next renewal and the longest it may take (the lease left)."""
 
     def renewed(
@@ -96,7 +96,7 @@ class Schedule:
             heapq.heappop(self._due)
         return self._due[0][0] if self._due else None
 
-    def take(self, now: float, policy: RetryPolicy) -> list[list[Due]]:
+    def take(self, now: float, policy: CallRetry) -> list[list[Due]]:
         """Every wanted claim due within EARLY of its interval, with its request, in calls."""
         taken: list[Due] = []
         kept: list[tuple[float, int, Renewable]] = []

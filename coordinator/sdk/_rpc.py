@@ -1,7 +1,7 @@
 """The SDK's transport: one channel, the three service stubs, deadlines, retries.
 
 The decisions are pure and shared with the asyncio transport (coordinator.sdk.aio): the policy
-(``RetryPolicy``), what a status means (sdk/_status.py), and one call's tries (``CallPlan``);
+(``CallRetry``), what a status means (sdk/_status.py), and one call's tries (``CallPlan``);
 ``Rpc`` only sends the tries on a sync channel.
 
 Every call carries the caller's principal in metadata and a deadline. Transport failures
@@ -79,7 +79,7 @@ Resp = TypeVar("Resp")
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class CallRetry:
     """Deadlines and transport retries of every SDK call.
 
     ``budget`` bounds how long one call keeps retrying, from its first try; a call behind a
@@ -102,11 +102,11 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.attempts is not None and self.attempts < 1:
-            raise InvalidArgument(f"RetryPolicy.attempts must be >= 1, got {self.attempts}")
+            raise InvalidArgument(f"CallRetry.attempts must be >= 1, got {self.attempts}")
         if self.timeout <= timedelta(0):
-            raise InvalidArgument(f"RetryPolicy.timeout must be positive, got {self.timeout}")
+            raise InvalidArgument(f"CallRetry.timeout must be positive, got {self.timeout}")
         if self.budget < timedelta(0):
-            raise InvalidArgument(f"RetryPolicy.budget must not be negative, got {self.budget}")
+            raise InvalidArgument(f"CallRetry.budget must not be negative, got {self.budget}")
 
     @property
     def retries(self) -> bool:
@@ -176,7 +176,7 @@ class CallPlan:
 
     def __init__(
         self,
-        policy: RetryPolicy,
+        policy: CallRetry,
         metadata: tuple[tuple[str, str], ...],
         *,
         clock: Callable[[], float],
@@ -266,7 +266,7 @@ class Caller:
         target: str | Sequence[str],
         *,
         principal: str,
-        retry: RetryPolicy,
+        retry: CallRetry,
         channel_options: Sequence[tuple[str, Any]] | None,
         clock: Callable[[], float],
         metadata: Sequence[tuple[str, str]] = (),
@@ -312,7 +312,7 @@ class Rpc(Caller):
         target: str | Sequence[str],
         *,
         principal: str,
-        retry: RetryPolicy,
+        retry: CallRetry,
         channel_options: Sequence[tuple[str, Any]] | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor[Any, Any]] = (),

@@ -40,7 +40,7 @@ from coordinator.sdk._requests import (
     long_poll,
     repinned,
 )
-from coordinator.sdk._rpc import RetryPolicy, Rpc, Tries
+from coordinator.sdk._rpc import CallRetry, Rpc, Tries
 from coordinator.sdk.abort import Abort
 from coordinator.sdk.auth import BearerToken
 from coordinator.sdk.claim import Claim, LostCallback, claims_of
@@ -70,7 +70,7 @@ class WorkerClient:
 
     Every call has a deadline and is retried on UNAVAILABLE / DEADLINE_EXCEEDED (and on
     RESOURCE_EXHAUSTED: a replica at its concurrency bound ran nothing) only, for up to
-    ``RetryPolicy.budget`` (15 s by default) and, behind a claim's fence, no longer than the lease
+    ``CallRetry.budget`` (15 s by default) and, behind a claim's fence, no longer than the lease
     lasts; other gRPC errors raise the coordinator's exceptions (NotFound, ...). A call given
     up after a try that may have landed raises OutcomeUnknown (a TransportError) saying what to
     repeat to learn its outcome. Every claim call carries an idempotency key of its own: a
@@ -84,7 +84,7 @@ class WorkerClient:
         principal: str,
         channel_options: Sequence[tuple[str, Any]] | None = None,
         credentials: grpc.ChannelCredentials | None = None,
-        retry: RetryPolicy | None = None,
+        retry: CallRetry | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor[Any, Any]] = (),
         token: str | None = None,
     ) -> None:
@@ -99,7 +99,7 @@ class WorkerClient:
         self._rpc = Rpc(
             chosen.target,
             principal=principal,
-            retry=retry or RetryPolicy(),
+            retry=retry or CallRetry(),
             channel_options=channel_options,
             credentials=chosen.credentials,
             interceptors=interceptors,

@@ -19,6 +19,7 @@ from grpc import aio
 
 from coordinator.domain.idempotency import IDEMPOTENCY_METADATA_KEY
 from coordinator.sdk import (
+    CallRetry,
     ClaimRefused,
     CommitOutcome,
     Downstream,
@@ -27,7 +28,6 @@ from coordinator.sdk import (
     LostCallback,
     LostReason,
     ReleaseOutcome,
-    RetryPolicy,
     StageOutcome,
     TaskInfo,
     TaskRetryPolicy,
@@ -293,7 +293,7 @@ class _AsyncWorker:
         loop: LoopThread,
         target: str,
         principal: str,
-        policy: RetryPolicy,
+        policy: CallRetry,
         interceptors: Sequence[aio.UnaryUnaryClientInterceptor[Any, Any]],
     ) -> None:
         self._loop = loop
@@ -358,13 +358,13 @@ class Sdk:
         target: str | Sequence[str],
         principal: str,
         *,
-        retry: RetryPolicy | None = None,
+        retry: CallRetry | None = None,
         sent: Sent | None = None,
         lost: LostAnswers | None = None,
     ) -> Worker:
         """A client of this SDK, closed with the Sdk; ``sent`` records every request it
         sends, ``lost`` loses the answers it says."""
-        policy = retry or RetryPolicy(attempts=3)
+        policy = retry or CallRetry(attempts=3)
         worker: Worker
         if self._loop is None:
             sync: list[grpc.UnaryUnaryClientInterceptor[Any, Any]] = []

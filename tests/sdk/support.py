@@ -15,7 +15,7 @@ from coordinator.domain.keys import Keyspace
 from coordinator.domain.roles import Role
 from coordinator.domain.write_budget import BudgetPolicy
 from coordinator.metrics import Metrics
-from coordinator.sdk import RetryPolicy, WorkerClient
+from coordinator.sdk import CallRetry, WorkerClient
 from coordinator.server import build_server
 from coordinator.store import EtcdKV, Store
 from tests.conftest import GRPC_OPTIONS
@@ -38,7 +38,7 @@ class Served:
 
     def client(self, principal: str, **kwargs: Any) -> WorkerClient:
         """A client of this coordinator (no proxy: it is on loopback)."""
-        kwargs.setdefault("retry", RetryPolicy(attempts=3))
+        kwargs.setdefault("retry", CallRetry(attempts=3))
         return WorkerClient(
             self.target, principal=principal, channel_options=GRPC_OPTIONS, **kwargs
         )

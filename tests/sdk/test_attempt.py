@@ -21,13 +21,13 @@ from coordinator.domain.jobs import JobState
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import (
+    CallRetry,
     Claim,
     ClaimLost,
     DownstreamResult,
     Duration,
     EffectStatus,
     LossSource,
-    RetryPolicy,
 )
 from coordinator.sdk._rpc import Req, Resp, Rpc
 from coordinator.sdk.attempt import SentKeys, WorkerMethod
@@ -134,7 +134,7 @@ def test_a_refused_effect_marks_the_attempt_lost(coordinator: Served, attempt: F
 def rpc(coordinator: Served) -> Iterator[Rpc]:
     """The channel a managed job records its end with (FinishJob carries no fence)."""
     channel = Rpc(
-        coordinator.target, principal="A", retry=RetryPolicy(), channel_options=GRPC_OPTIONS
+        coordinator.target, principal="A", retry=CallRetry(), channel_options=GRPC_OPTIONS
     )
     yield channel
     channel.close()

@@ -18,7 +18,7 @@ import pytest
 from coordinator.domain.idempotency import idempotency_key
 from coordinator.domain.states import AttemptEnd, TaskState
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import ClaimRefused, RetryPolicy, TaskRetryPolicy, WorkerClient
+from coordinator.sdk import CallRetry, ClaimRefused, TaskRetryPolicy, WorkerClient
 from coordinator.sdk._requests import lease_clock_start
 from tests.sdk.both import LostAnswers, Sdk
 from tests.sdk.support import Served, served
@@ -26,7 +26,7 @@ from tests.sdk.support import Served, served
 TTL = timedelta(seconds=30)
 QUEUE = "lost"
 # Retries come quickly, and enough of them to outlast every lost answer.
-FAST = RetryPolicy(
+FAST = CallRetry(
     attempts=10, initial_backoff=timedelta(milliseconds=20), max_backoff=timedelta(seconds=0.1)
 )
 

@@ -18,7 +18,7 @@ import grpc
 from grpc import aio
 from tenacity import AsyncRetrying
 
-from coordinator.sdk._rpc import Caller, CallPlan, Req, Resp, RetryPolicy, Tries
+from coordinator.sdk._rpc import Caller, CallPlan, CallRetry, Req, Resp, Tries
 from coordinator.sdk._status import is_transport
 from coordinator.sdk._target import Endpoints
 from coordinator.sdk.auth import bearer_header
@@ -42,7 +42,7 @@ class AsyncRpc(Caller):
         target: str | Sequence[str],
         *,
         principal: str,
-        retry: RetryPolicy,
+        retry: CallRetry,
         channel_options: Sequence[tuple[str, Any]] | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         token: str | None = None,

@@ -36,7 +36,7 @@ from coordinator.sdk._requests import (
     long_poll,
     repinned,
 )
-from coordinator.sdk._rpc import RetryPolicy, Tries
+from coordinator.sdk._rpc import CallRetry, Tries
 from coordinator.sdk.aio._renewer import AsyncRenewer
 from coordinator.sdk.aio._rpc import AsyncRpc
 from coordinator.sdk.aio.claim import AsyncClaim
@@ -51,7 +51,7 @@ class AsyncWorkerClient:
     ``target``, ``credentials``, ``token``, ``retry`` and ``interceptors`` (``grpc.aio`` ones
     here) mean what they mean for ``WorkerClient``, read from the same ``COORDINATOR_*``
     environment when not passed (sdk/environment.py): every call has a deadline and is retried on
-    UNAVAILABLE / DEADLINE_EXCEEDED / RESOURCE_EXHAUSTED for up to ``RetryPolicy.budget``
+    UNAVAILABLE / DEADLINE_EXCEEDED / RESOURCE_EXHAUSTED for up to ``CallRetry.budget``
     (behind a claim's fence, no longer than the lease); a call given up after a try that may
     have landed raises OutcomeUnknown, one no try of which reached a coordinator a plain
     TransportError; a claim's retry gets the same attempt as a lost answer carried.
@@ -66,7 +66,7 @@ class AsyncWorkerClient:
         principal: str,
         channel_options: Sequence[tuple[str, Any]] | None = None,
         credentials: grpc.ChannelCredentials | None = None,
-        retry: RetryPolicy | None = None,
+        retry: CallRetry | None = None,
         token: str | None = None,
         interceptors: Sequence[aio.UnaryUnaryClientInterceptor[Any, Any]] = (),
     ) -> None:
@@ -74,7 +74,7 @@ class AsyncWorkerClient:
         self._rpc = AsyncRpc(
             chosen.target,
             principal=principal,
-            retry=retry or RetryPolicy(),
+            retry=retry or CallRetry(),
             channel_options=channel_options,
             credentials=chosen.credentials,
             token=chosen.token,
