@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     )
     from coordinator.sdk._duration import Duration
     from coordinator.sdk._rpc import PRINCIPAL_METADATA, CallRetry
+    from coordinator.sdk.admin import AdminCalls
     from coordinator.sdk.aio.effects import ThreadedDownstream
     from coordinator.sdk.auth import BearerToken, tls_credentials
     from coordinator.sdk.cancellation import Cancellation, CancelReason
@@ -88,6 +89,7 @@ _EXPORTS: dict[str, str] = {
     "Duration": "coordinator.sdk._duration",
     "PRINCIPAL_METADATA": "coordinator.sdk._rpc",
     "CallRetry": "coordinator.sdk._rpc",
+    "AdminCalls": "coordinator.sdk.admin",
     "BearerToken": "coordinator.sdk.auth",
     "tls_credentials": "coordinator.sdk.auth",
     "Cancellation": "coordinator.sdk.cancellation",
@@ -136,6 +138,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "PRINCIPAL_METADATA",
+    "AdminCalls",
     "AttemptEnd",
     "AttemptInfo",
     "BearerToken",

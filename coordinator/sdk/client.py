@@ -1,4 +1,5 @@
-"""WorkerClient: claims tasks and hands back Claims; also the producer and admin calls it needs.
+"""WorkerClient: claims tasks and hands back Claims; also the producer calls, and the operator's
+calls apart behind ``client.admin`` (sdk/admin.py).
 
 A client pins the scheduler epoch it first sees (``epoch()`` reads and re-pins it). A new epoch
 is the operator's decision and a worker must follow it, so a claim refused FENCED/EPOCH_CHANGED
@@ -42,6 +43,7 @@ from coordinator.sdk._requests import (
 )
 from coordinator.sdk._rpc import CallRetry, Rpc, Tries
 from coordinator.sdk.abort import Abort
+from coordinator.sdk.admin import AdminCalls
 from coordinator.sdk.auth import BearerToken
 from coordinator.sdk.claim import Claim, LostCallback, claims_of
 from coordinator.sdk.effects import EffectInfo
@@ -108,11 +110,18 @@ class WorkerClient:
         self._epoch_lock = threading.Lock()
         # One keepalive loop renews every claim of this client (sdk/_renewer.py).
         self._renewer = Renewer(self._rpc)
+        self._admin = AdminCalls(self._rpc)
 
     @property
     def principal(self) -> str:
         """The principal every call is made as."""
         return self._rpc.principal
+
+    @property
+    def admin(self) -> AdminCalls:
+        """The operator's calls (bump_epoch, approve_retry) on this connection; the server
+        allows them to the admin role only."""
+        return self._admin
 
     # --- epoch ------------------------------------------------------------------------------
 
@@ -401,28 +410,6 @@ class WorkerClient:
                 as_timedelta(schedule_to_close, "schedule_to_close")
             )
         return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.RetryTask, request).task)
-
-    # --- admin ------------------------------------------------------------------------------
-
-    def bump_epoch(self, *, expected_epoch: int = 0) -> int:
-        """Raise the scheduler epoch (admin): every live claim of the old epoch is fenced."""
-        request = admin_pb2.BumpEpochRequest(expected_epoch=expected_epoch)
-        return self._rpc.call(self._rpc.admin.BumpEpoch, request).epoch
-
-    def approve_retry(
-        self, task_id: str, *, resolution: EffectState, reason: str = ""
-    ) -> tuple[TaskInfo, list[EffectInfo]]:
-        """Let a NEEDS_APPROVAL task run again (admin), deciding what became of its uncertain
-        effects: ABSENT (send again, same key) or COMMITTED (skip them)."""
-        request = admin_pb2.ApproveRetryRequest(
-            task_id=task_id,
-            resolution=types_pb2.EffectState.ValueType(int(resolution)),
-            reason=reason,
-        )
-        response = self._rpc.call(self._rpc.admin.ApproveRetry, request)
-        return TaskInfo.from_proto(response.task), [
-            EffectInfo.from_proto(e) for e in response.effects
-        ]
 
     # --- managed jobs (sdk/managed.py) -------------------------------------------------------
 

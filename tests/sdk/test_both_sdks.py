@@ -186,7 +186,7 @@ def test_an_epoch_bump_fences_the_job_once_and_the_next_claim_follows_it(
     worker = sdk.client(coordinator.target, "worker-a")
     seen: list[LostReason] = []
     with claimed(worker, on_lost=seen.append) as claim:
-        assert producer.bump_epoch() == 2
+        assert producer.admin.bump_epoch() == 2
         assert claim.wait_lost(timedelta(seconds=5))
         assert claim.release().outcome is Outcome.FENCED  # asked, refused, not reported again
     assert [(r.outcome, r.reason, r.source) for r in seen] == [

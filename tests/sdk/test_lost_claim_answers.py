@@ -112,7 +112,7 @@ def test_a_claim_sent_again_under_a_new_epoch_is_a_new_call_with_a_new_key(
     keys = LostAnswers("Claim", 0)  # loses nothing: records the keys
     worker = sdk.client(coordinator.target, "w", retry=FAST, lost=keys)
     assert worker.epoch() == 1
-    producer.bump_epoch()
+    producer.admin.bump_epoch()
     claim = worker.claim("t1", ttl=TTL)  # refused EPOCH_CHANGED, re-pinned, sent again
     assert not isinstance(claim, ClaimRefused), claim
     # The same key on a changed request would be refused (ALREADY_EXISTS): a key of its own.
