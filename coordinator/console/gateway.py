@@ -15,7 +15,8 @@ import grpc
 
 from coordinator.console.session import Credentials
 from coordinator.console.settings import ConsoleSettings
-from coordinator.sdk._rpc import PRINCIPAL_METADATA, CallRetry, Rpc
+from coordinator.sdk._core.calls import PRINCIPAL_METADATA, CallRetry
+from coordinator.sdk._rpc import Rpc
 from coordinator.sdk._status import translate
 from coordinator.sdk.auth import BearerToken
 from coordinator.v1 import tasks_pb2

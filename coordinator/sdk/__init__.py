@@ -34,25 +34,24 @@ if TYPE_CHECKING:
         Outcome,
         TaskState,
     )
+    from coordinator.sdk._core.calls import PRINCIPAL_METADATA, CallRetry
+    from coordinator.sdk._core.effects import (
+        Downstream,
+        DownstreamRefused,
+        DownstreamResult,
+        DownstreamUncertain,
+        EffectOutcome,
+        EffectStatus,
+        LookupUnsupported,
+    )
     from coordinator.sdk._duration import Duration
-    from coordinator.sdk._rpc import PRINCIPAL_METADATA, CallRetry
     from coordinator.sdk.admin import AdminCalls
     from coordinator.sdk.aio.effects import ThreadedDownstream
     from coordinator.sdk.auth import BearerToken, tls_credentials
     from coordinator.sdk.cancellation import Cancellation, CancelReason
     from coordinator.sdk.claim import Claim, LostCallback
     from coordinator.sdk.client import WorkerClient
-    from coordinator.sdk.effects import (
-        Downstream,
-        DownstreamRefused,
-        DownstreamResult,
-        DownstreamUncertain,
-        EffectInfo,
-        EffectOutcome,
-        EffectStatus,
-        HttpDownstream,
-        LookupUnsupported,
-    )
+    from coordinator.sdk.effects import EffectInfo, HttpDownstream
     from coordinator.sdk.managed import JobResult, ManagedProcess
     from coordinator.sdk.pool import Ending, PollBackoff, PoolReport, WorkerPool, stop_on_signals
     from coordinator.sdk.readiness import Readiness, ReadyFile
@@ -87,8 +86,8 @@ _EXPORTS: dict[str, str] = {
     "Outcome": "coordinator.domain.states",
     "TaskState": "coordinator.domain.states",
     "Duration": "coordinator.sdk._duration",
-    "PRINCIPAL_METADATA": "coordinator.sdk._rpc",
-    "CallRetry": "coordinator.sdk._rpc",
+    "PRINCIPAL_METADATA": "coordinator.sdk._core.calls",
+    "CallRetry": "coordinator.sdk._core.calls",
     "AdminCalls": "coordinator.sdk.admin",
     "BearerToken": "coordinator.sdk.auth",
     "tls_credentials": "coordinator.sdk.auth",
@@ -97,15 +96,15 @@ _EXPORTS: dict[str, str] = {
     "Claim": "coordinator.sdk.claim",
     "LostCallback": "coordinator.sdk.claim",
     "WorkerClient": "coordinator.sdk.client",
-    "Downstream": "coordinator.sdk.effects",
-    "DownstreamRefused": "coordinator.sdk.effects",
-    "DownstreamResult": "coordinator.sdk.effects",
-    "DownstreamUncertain": "coordinator.sdk.effects",
+    "Downstream": "coordinator.sdk._core.effects",
+    "DownstreamRefused": "coordinator.sdk._core.effects",
+    "DownstreamResult": "coordinator.sdk._core.effects",
+    "DownstreamUncertain": "coordinator.sdk._core.effects",
     "EffectInfo": "coordinator.sdk.effects",
-    "EffectOutcome": "coordinator.sdk.effects",
-    "EffectStatus": "coordinator.sdk.effects",
+    "EffectOutcome": "coordinator.sdk._core.effects",
+    "EffectStatus": "coordinator.sdk._core.effects",
     "HttpDownstream": "coordinator.sdk.effects",
-    "LookupUnsupported": "coordinator.sdk.effects",
+    "LookupUnsupported": "coordinator.sdk._core.effects",
     "JobResult": "coordinator.sdk.managed",
     "ManagedProcess": "coordinator.sdk.managed",
     "Ending": "coordinator.sdk.pool",

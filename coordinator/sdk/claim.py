@@ -13,7 +13,7 @@ again or re-grants anything by itself: a lost claim stays lost.
 authority on the fence, and its answer carries the reason.
 
 What a claim is apart from its keepalive and channel (its state, the requests it sends, what each
-answer does to it) is in sdk/_held.py, shared with the asyncio ``AsyncClaim``.
+answer does to it) is in sdk/_core/held.py, shared with the asyncio ``AsyncClaim``.
 """
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ from types import TracebackType
 from typing import Self
 
 from coordinator.errors import CoordinatorError
+from coordinator.sdk._core.attempt import WorkerMethod
+from coordinator.sdk._core.calls import Req, Resp
+from coordinator.sdk._core.held import HeldClaim, LostCallback
+from coordinator.sdk._core.requests import claim_key, claim_next_request
 from coordinator.sdk._duration import Duration, timeout_seconds
 from coordinator.sdk._flag import Flag
-from coordinator.sdk._held import HeldClaim, LostCallback
 from coordinator.sdk._renewer import Renewer
-from coordinator.sdk._requests import claim_key, claim_next_request
-from coordinator.sdk._rpc import Req, Resp, Rpc
-from coordinator.sdk.attempt import WorkerMethod
+from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.effects import Downstream, EffectOutcome, run_effect
 from coordinator.sdk.managed import DEFAULT_GRACE, ManagedProcess, run_managed
 from coordinator.sdk.types import (

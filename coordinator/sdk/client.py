@@ -24,9 +24,8 @@ from coordinator.domain.effects import EffectState
 from coordinator.domain.jobs import JobRecord
 from coordinator.domain.states import TaskState
 from coordinator.errors import AlreadyExists, NotFound
-from coordinator.sdk._duration import Duration, as_timedelta
-from coordinator.sdk._renewer import Renewer
-from coordinator.sdk._requests import (
+from coordinator.sdk._core.calls import CallRetry, Tries
+from coordinator.sdk._core.requests import (
     CLAIM_HINT,
     CREATE_HINT,
     AnyClaim,
@@ -41,7 +40,9 @@ from coordinator.sdk._requests import (
     long_poll,
     repinned,
 )
-from coordinator.sdk._rpc import CallRetry, Rpc, Tries
+from coordinator.sdk._duration import Duration, as_timedelta
+from coordinator.sdk._renewer import Renewer
+from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.abort import Abort
 from coordinator.sdk.admin import AdminCalls
 from coordinator.sdk.auth import BearerToken

@@ -44,9 +44,9 @@ from coordinator.domain.jobs import (
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
 from coordinator.sdk import _proc
+from coordinator.sdk._core.attempt import HeldAttempt
 from coordinator.sdk._duration import Duration, as_timedelta, timeout_seconds
 from coordinator.sdk._rpc import Rpc
-from coordinator.sdk.attempt import HeldAttempt
 from coordinator.sdk.types import (
     ClaimLost,
     LossSource,

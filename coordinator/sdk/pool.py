@@ -52,9 +52,7 @@ from datetime import timedelta
 import structlog
 
 from coordinator.errors import CoordinatorError, InvalidArgument
-from coordinator.sdk._duration import Duration, as_timedelta
-from coordinator.sdk._flag import Flag
-from coordinator.sdk._pool import (
+from coordinator.sdk._core.pool import (
     GIVE_BACK_TIMEOUT,
     MAX_CLAIM_BATCH,
     MAX_CONCURRENT,
@@ -67,6 +65,8 @@ from coordinator.sdk._pool import (
     check_options,
     cut_off_reason,
 )
+from coordinator.sdk._duration import Duration, as_timedelta
+from coordinator.sdk._flag import Flag
 from coordinator.sdk._signals import stop_on_signals
 from coordinator.sdk.abort import Abort, CallAborted
 from coordinator.sdk.cancellation import Cancellation, CancelReason

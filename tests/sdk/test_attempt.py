@@ -1,4 +1,4 @@
-"""Effects and managed jobs use a claim only through HeldAttempt (sdk/attempt.py): its fence,
+"""Effects and managed jobs use a claim only through HeldAttempt (sdk/_core/attempt.py): its fence,
 calls behind it, marking it lost, and the effect keys it sent.
 
 They are driven here through an attempt that is not a Claim (it forwards the protocol to one), so
@@ -29,8 +29,9 @@ from coordinator.sdk import (
     EffectStatus,
     LossSource,
 )
-from coordinator.sdk._rpc import Req, Resp, Rpc
-from coordinator.sdk.attempt import SentKeys, WorkerMethod
+from coordinator.sdk._core.attempt import SentKeys, WorkerMethod
+from coordinator.sdk._core.calls import Req, Resp
+from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.effects import run_effect
 from coordinator.sdk.managed import run_managed
 from tests.conftest import GRPC_OPTIONS

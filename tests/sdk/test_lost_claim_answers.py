@@ -19,7 +19,7 @@ from coordinator.domain.idempotency import idempotency_key
 from coordinator.domain.states import AttemptEnd, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import CallRetry, ClaimRefused, TaskRetryPolicy, WorkerClient
-from coordinator.sdk._requests import lease_clock_start
+from coordinator.sdk._core.requests import lease_clock_start
 from tests.sdk.both import LostAnswers, Sdk
 from tests.sdk.support import Served, served
 

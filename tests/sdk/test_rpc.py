@@ -22,7 +22,8 @@ from coordinator.domain.idempotency import IDEMPOTENCY_METADATA_KEY
 from coordinator.errors import CoordinatorError, NotFound, PermissionDenied
 from coordinator.sdk import PRINCIPAL_METADATA, CallRetry, Claim, OutcomeUnknown, TransportError
 from coordinator.sdk._budget import MIN_TRY_TIMEOUT
-from coordinator.sdk._rpc import SDK_VERSION_METADATA, Rpc, Tries
+from coordinator.sdk._core.calls import SDK_VERSION_METADATA, Tries
+from coordinator.sdk._rpc import Rpc
 from coordinator.sdk._status import ATTEMPT_HINT, REPEAT_HINT
 from coordinator.v1 import types_pb2, worker_pb2
 from tests.helpers import as_unary

@@ -1,7 +1,7 @@
 """AsyncClaim: a held claim kept alive by the client's keepalive task, whose calls are awaited.
 
 The same claim as the sync ``Claim`` (sdk/claim.py): the state, the requests and what every
-answer does are shared (sdk/_held.py). The keepalive renews at TTL/3 from the client's one
+answer does are shared (sdk/_core/held.py). The keepalive renews at TTL/3 from the client's one
 keepalive task (all its claims due together in one RenewMany, sdk/aio/_renewer.py) and never
 blocks the caller, as long as the caller does not block the loop: run CPU-bound or blocking
 work with ``asyncio.to_thread`` (a loop blocked past the lease loses the claim, as a frozen
@@ -20,14 +20,14 @@ from types import TracebackType
 from typing import Self
 
 from coordinator.errors import CoordinatorError
+from coordinator.sdk._core.calls import Req, Resp
+from coordinator.sdk._core.effects import EffectOutcome
+from coordinator.sdk._core.held import HeldClaim, LostCallback
 from coordinator.sdk._duration import Duration, timeout_seconds
-from coordinator.sdk._held import HeldClaim, LostCallback
-from coordinator.sdk._rpc import Req, Resp
 from coordinator.sdk.aio._events import wait_for
 from coordinator.sdk.aio._renewer import AsyncRenewer
 from coordinator.sdk.aio._rpc import AsyncRpc, AsyncWorkerMethod
 from coordinator.sdk.aio.effects import AsyncDownstream, run_effect
-from coordinator.sdk.effects import EffectOutcome
 from coordinator.sdk.types import (
     CommitOutcome,
     FailOutcome,

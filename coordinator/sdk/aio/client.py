@@ -1,7 +1,7 @@
 """AsyncWorkerClient: claims tasks and hands back AsyncClaims; the producer calls a worker needs.
 
 The asyncio twin of ``WorkerClient`` (sdk/client.py), with the same requests and answers
-(sdk/_requests.py), retries and errors (sdk/_rpc.py). It pins the scheduler epoch it first
+(sdk/_core/requests.py), retries and errors (sdk/_rpc.py). It pins the scheduler epoch it first
 sees; a claim refused FENCED/EPOCH_CHANGED re-reads it and, if it moved on, is sent once more
 under the new one. Held claims keep the epoch they were claimed under.
 """
@@ -19,9 +19,9 @@ from grpc import aio
 
 from coordinator.domain.states import Outcome
 from coordinator.errors import AlreadyExists, NotFound
-from coordinator.sdk._duration import Duration
-from coordinator.sdk._held import LostCallback
-from coordinator.sdk._requests import (
+from coordinator.sdk._core.calls import CallRetry, Tries
+from coordinator.sdk._core.held import LostCallback
+from coordinator.sdk._core.requests import (
     CLAIM_HINT,
     CREATE_HINT,
     AnyClaim,
@@ -36,7 +36,7 @@ from coordinator.sdk._requests import (
     long_poll,
     repinned,
 )
-from coordinator.sdk._rpc import CallRetry, Tries
+from coordinator.sdk._duration import Duration
 from coordinator.sdk.aio._renewer import AsyncRenewer
 from coordinator.sdk.aio._rpc import AsyncRpc
 from coordinator.sdk.aio.claim import AsyncClaim

@@ -44,8 +44,7 @@ from typing import Any
 import structlog
 
 from coordinator.errors import CoordinatorError
-from coordinator.sdk._duration import Duration, as_timedelta
-from coordinator.sdk._pool import (
+from coordinator.sdk._core.pool import (
     GIVE_BACK_TIMEOUT,
     SHUTDOWN_ERROR,
     UNFINISHED,
@@ -55,6 +54,7 @@ from coordinator.sdk._pool import (
     check_options,
     cut_off_reason,
 )
+from coordinator.sdk._duration import Duration, as_timedelta
 from coordinator.sdk.aio._events import wait_for
 from coordinator.sdk.aio.claim import AsyncClaim
 from coordinator.sdk.aio.client import AsyncWorkerClient

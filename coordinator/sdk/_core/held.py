@@ -21,10 +21,10 @@ from coordinator.domain import validation
 from coordinator.domain.digests import digest_of
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
+from coordinator.sdk._core.attempt import SentKeys
+from coordinator.sdk._core.calls import CallRetry
 from coordinator.sdk._duration import Duration, as_optional, as_timedelta
 from coordinator.sdk._flag import Flag
-from coordinator.sdk._rpc import CallRetry
-from coordinator.sdk.attempt import SentKeys
 from coordinator.sdk.types import (
     ClaimLost,
     CommitOutcome,
