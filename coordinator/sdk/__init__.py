@@ -56,8 +56,8 @@ if TYPE_CHECKING:
     from coordinator.sdk.pool import Ending, PollBackoff, PoolReport, WorkerPool, stop_on_signals
     from coordinator.sdk.readiness import Readiness, ReadyFile
     from coordinator.sdk.rediscover import ListedJob, Rediscovered
+    from coordinator.sdk.tasks import AttemptInfo, ResultInfo, TaskInfo, TaskRetryPolicy
     from coordinator.sdk.types import (
-        AttemptInfo,
         ClaimLost,
         ClaimRefused,
         CommitOutcome,
@@ -66,10 +66,7 @@ if TYPE_CHECKING:
         LostReason,
         OutcomeUnknown,
         ReleaseOutcome,
-        ResultInfo,
         StageOutcome,
-        TaskInfo,
-        TaskRetryPolicy,
         ToolAuthorization,
         TransportError,
     )
@@ -116,7 +113,7 @@ _EXPORTS: dict[str, str] = {
     "ReadyFile": "coordinator.sdk.readiness",
     "ListedJob": "coordinator.sdk.rediscover",
     "Rediscovered": "coordinator.sdk.rediscover",
-    "AttemptInfo": "coordinator.sdk.types",
+    "AttemptInfo": "coordinator.sdk.tasks",
     "ClaimLost": "coordinator.sdk.types",
     "ClaimRefused": "coordinator.sdk.types",
     "CommitOutcome": "coordinator.sdk.types",
@@ -125,10 +122,10 @@ _EXPORTS: dict[str, str] = {
     "LostReason": "coordinator.sdk.types",
     "OutcomeUnknown": "coordinator.sdk.types",
     "ReleaseOutcome": "coordinator.sdk.types",
-    "ResultInfo": "coordinator.sdk.types",
+    "ResultInfo": "coordinator.sdk.tasks",
     "StageOutcome": "coordinator.sdk.types",
-    "TaskInfo": "coordinator.sdk.types",
-    "TaskRetryPolicy": "coordinator.sdk.types",
+    "TaskInfo": "coordinator.sdk.tasks",
+    "TaskRetryPolicy": "coordinator.sdk.tasks",
     "ToolAuthorization": "coordinator.sdk.types",
     "TransportError": "coordinator.sdk.types",
     "ThreadedDownstream": "coordinator.sdk.aio.effects",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from coordinator.domain.effects import EffectState
 from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.effects import EffectInfo
-from coordinator.sdk.types import TaskInfo
+from coordinator.sdk.tasks import TaskInfo
 from coordinator.v1 import admin_pb2, types_pb2
 
 

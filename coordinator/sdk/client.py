@@ -51,13 +51,8 @@ from coordinator.sdk.effects import EffectInfo
 from coordinator.sdk.environment import connection
 from coordinator.sdk.managed import DEFAULT_GRACE
 from coordinator.sdk.rediscover import ListedJob, Rediscovered, list_jobs, rediscover, resume_claim
-from coordinator.sdk.types import (
-    AttemptInfo,
-    ClaimRefused,
-    ResultInfo,
-    TaskInfo,
-    TaskRetryPolicy,
-)
+from coordinator.sdk.tasks import AttemptInfo, ResultInfo, TaskInfo, TaskRetryPolicy
+from coordinator.sdk.types import ClaimRefused
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 SDK = Path(__file__).resolve().parents[2] / "coordinator" / "sdk"
 
 # Leaf modules of the SDK that the core may use: pure types and helpers importing no shell.
-LEAVES = {"types", "_duration", "_status", "_flag", "_budget", "_target"}
+LEAVES = {"types", "tasks", "_duration", "_status", "_flag", "_budget", "_target"}
 # What would make the core do I/O or run something: sockets, processes, an event loop.
 NO_IO = ("asyncio", "grpc.aio", "socket", "http", "subprocess", "os", "signal", "concurrent")
 # The sync shell's modules (the asyncio shell has its own of each, or none).

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from coordinator.domain.digests import digest_of
 from coordinator.errors import InvalidArgument
 from coordinator.sdk._duration import Duration, as_timedelta
-from coordinator.sdk.types import TaskInfo, TaskRetryPolicy
+from coordinator.sdk.tasks import TaskInfo, TaskRetryPolicy
 from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
 
 CLAIM_HINT = "a claim that landed holds the task until its lease expires; claim it again after that"

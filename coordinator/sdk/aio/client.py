@@ -41,7 +41,8 @@ from coordinator.sdk.aio._renewer import AsyncRenewer
 from coordinator.sdk.aio._rpc import AsyncRpc
 from coordinator.sdk.aio.claim import AsyncClaim
 from coordinator.sdk.environment import connection
-from coordinator.sdk.types import ClaimRefused, TaskInfo, TaskRetryPolicy, outcome_of
+from coordinator.sdk.tasks import TaskInfo, TaskRetryPolicy
+from coordinator.sdk.types import ClaimRefused, outcome_of
 from coordinator.v1 import admin_pb2, tasks_pb2, worker_pb2
 
 
