@@ -61,9 +61,15 @@ from coordinator.sdk._core.pool import (
     UNFINISHED,
     Ending,
     PollBackoff,
+    Polling,
     PoolReport,
+    after_handler,
     check_options,
+    cut_off,
     cut_off_reason,
+    given_back,
+    released,
+    unsettled,
 )
 from coordinator.sdk._duration import Duration, as_timedelta
 from coordinator.sdk._flag import Flag
@@ -72,7 +78,7 @@ from coordinator.sdk.abort import Abort, CallAborted
 from coordinator.sdk.cancellation import Cancellation, CancelReason
 from coordinator.sdk.claim import Claim
 from coordinator.sdk.client import WorkerClient
-from coordinator.sdk.readiness import Readiness
+from coordinator.sdk.readiness import Readiness, set_all
 from coordinator.sdk.types import LostReason, TransportError
 
 log = structlog.get_logger(__name__)
@@ -197,10 +203,10 @@ class WorkerPool:
         ]
         for loop in loops:
             loop.start()
-        self._set_ready(True)
+        set_all(self._readiness, True)
         log.info("pool claiming", queues=list(self._queues), max_concurrent=self._max_concurrent)
         self._stopping.wait()
-        self._set_ready(False)
+        set_all(self._readiness, False)
         deadline = time.monotonic() + self._grace.total_seconds()
         # A loop whose claim was answered as the stop came gives it back: it has as long as a
         # cut-off claim has (abandoned mid-way, the claim would wait out its lease).
@@ -219,8 +225,7 @@ class WorkerPool:
     # --- claiming ---------------------------------------------------------------------------
 
     def _claim_loop(self, queue: str) -> None:
-        delay = self._poll.initial.total_seconds()
-        refused = ""
+        polling = Polling(self._poll)
         while slots := self._take_slots():
             runnings = _Runnings(queue, self._stopping, slots)
             sent = time.monotonic()
@@ -234,7 +239,7 @@ class WorkerPool:
                 self._fail(queue, exc)
                 return
             if isinstance(got, list):
-                delay = self._poll.initial.total_seconds()
+                polling.claimed()
                 self._give_slot(slots - len(got))
                 for running in runnings.won(got):
                     if not self._start(running):  # claimed while stopping: never run it
@@ -242,12 +247,10 @@ class WorkerPool:
                         self._give_slot()
                 continue
             self._give_slot(slots)
-            if got != refused:  # once per change: an idle queue must not flood the log
+            log_it, wait = polling.empty(got, time.monotonic() - sent)
+            if log_it:
                 log.info("nothing claimed", queue=queue, why=got)
-                refused = got
-            # A long poll that already waited on the server counts towards the backoff.
-            self._stopping.wait(max(delay - (time.monotonic() - sent), 0.0))
-            delay = self._poll.after(delay)
+            self._stopping.wait(wait)
 
     def _claim(self, runnings: _Runnings) -> list[Claim] | str:
         """One ClaimNext for as many tasks as slots were taken: the Claims, or why nothing was
@@ -366,17 +369,16 @@ class WorkerPool:
         try:
             if result is not None and error is None and not claim.is_lost():
                 self._commit(claim, result, successor)
-            if claim.committed:
-                return Ending.COMMITTED
-            if claim.is_lost():
-                return Ending.LOST
+            ending = after_handler(claim.committed, claim.is_lost())
+            if ending is not None:
+                return ending
             if error is not None:
                 return _give_back(claim, error)
             claim.release(UNFINISHED)
-            return Ending.COMMITTED if claim.committed else Ending.RELEASED
+            return released(claim.committed)
         except CoordinatorError as exc:
             log.warning("could not settle the claim", task_id=claim.task_id, error=str(exc))
-            return Ending.COMMITTED if claim.committed else Ending.UNSETTLED
+            return unsettled(claim.committed)
         finally:
             claim.close()
 
@@ -422,11 +424,7 @@ class WorkerPool:
         claim = running.claim
         assert claim is not None
         try:
-            ending = _give_back(claim, SHUTDOWN_ERROR, why)
-            if claim.committed:  # the handler's commit landed first: the store decided
-                ending = Ending.COMMITTED
-            elif ending is not Ending.LOST:
-                ending = Ending.CUT_OFF
+            ending = cut_off(_give_back(claim, SHUTDOWN_ERROR, why), claim.committed)
         except CoordinatorError as exc:
             log.warning("could not give the claim back", task_id=claim.task_id, error=str(exc))
             ending = Ending.UNSETTLED
@@ -435,16 +433,6 @@ class WorkerPool:
         with self._cond:
             self._endings[ending] += 1
 
-    def _set_ready(self, ready: bool) -> None:
-        for signal_ in self._readiness:
-            if ready:
-                signal_.set_ready(True)  # a probe that cannot be set is a setup error: raise
-                continue
-            try:
-                signal_.set_ready(False)
-            except OSError as exc:
-                log.warning("could not clear readiness", readiness=repr(signal_), error=str(exc))
-
 
 def _give_back(claim: Claim, error: Exception | str, message: str = "") -> Ending:
     """Fail the attempt, retryable: the task's retry policy decides what follows. ``error``:
@@ -452,4 +440,4 @@ def _give_back(claim: Claim, error: Exception | str, message: str = "") -> Endin
     code with ``message``."""
     claim.close()  # no renewal of a claim being given back: its lease only ends sooner
     claim.fail(error, retryable=True, message=message)
-    return Ending.LOST if claim.is_lost() else Ending.FAILED
+    return given_back(claim.is_lost())

@@ -1,5 +1,6 @@
 """What a worker pool is apart from how it runs handlers: its options and their bounds, how a
-claim of it ends, its report, and the backoff of an empty poll. Pure, no I/O.
+claim of it ends, its report, a claim loop's backoff after empty polls, and which ending a
+settled claim counts as. Pure, no I/O.
 
 The thread pool (``WorkerPool``, sdk/pool.py) and the asyncio pool (``AsyncWorkerPool``,
 sdk/aio/pool.py) both use these, so they check the same options, end a claim the same ways and
@@ -83,3 +84,58 @@ def check_options(queues: Sequence[str], max_concurrent: int, grace: timedelta) 
 def cut_off_reason(grace: timedelta) -> str:
     """What a claim given back at the end of the grace says."""
     return f"the shutdown grace of {grace.total_seconds():g}s ran out"
+
+
+class Polling:
+    """One claim loop's wait after empty polls (``PollBackoff``) and which of them to log."""
+
+    def __init__(self, backoff: PollBackoff) -> None:
+        self._backoff = backoff
+        self._delay = backoff.initial.total_seconds()
+        self._refused = ""
+
+    def claimed(self) -> None:
+        """A poll won something: the next empty one waits the initial delay again."""
+        self._delay = self._backoff.initial.total_seconds()
+
+    def empty(self, why: str, waited: float) -> tuple[bool, float]:
+        """A poll that won nothing, for ``why``, after ``waited`` seconds: whether to log it
+        (once per change of reason: an idle queue must not flood the log), and how long to wait
+        before the next one (a long poll that already waited on the server counts towards
+        it)."""
+        log_it, self._refused = why != self._refused, why
+        wait = max(self._delay - waited, 0.0)
+        self._delay = self._backoff.after(self._delay)
+        return log_it, wait
+
+
+def given_back(lost: bool) -> Ending:
+    """A claim the pool failed (retryable) to give it back: LOST if that found it lost."""
+    return Ending.LOST if lost else Ending.FAILED
+
+
+def cut_off(given: Ending, committed: bool) -> Ending:
+    """How a claim given back at the end of the grace ended: COMMITTED if the handler's commit
+    landed first (the store decided), LOST if it was lost, else CUT_OFF."""
+    if committed:
+        return Ending.COMMITTED
+    return given if given is Ending.LOST else Ending.CUT_OFF
+
+
+def after_handler(committed: bool, lost: bool) -> Ending | None:
+    """How a claim ended once its handler's result was committed (or not): None while it is
+    still held, for the pool to fail it (an error) or release it."""
+    if committed:
+        return Ending.COMMITTED
+    return Ending.LOST if lost else None
+
+
+def released(committed: bool) -> Ending:
+    """A claim the pool released: COMMITTED if the release found its own commit had landed."""
+    return Ending.COMMITTED if committed else Ending.RELEASED
+
+
+def unsettled(committed: bool) -> Ending:
+    """A claim the coordinator could not be told about: COMMITTED if its commit is known to
+    have landed, else UNSETTLED (its lease expires)."""
+    return Ending.COMMITTED if committed else Ending.UNSETTLED

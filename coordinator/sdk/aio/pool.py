@@ -50,15 +50,21 @@ from coordinator.sdk._core.pool import (
     UNFINISHED,
     Ending,
     PollBackoff,
+    Polling,
     PoolReport,
+    after_handler,
     check_options,
+    cut_off,
     cut_off_reason,
+    given_back,
+    released,
+    unsettled,
 )
 from coordinator.sdk._duration import Duration, as_timedelta
 from coordinator.sdk.aio._events import wait_for
 from coordinator.sdk.aio.claim import AsyncClaim
 from coordinator.sdk.aio.client import AsyncWorkerClient
-from coordinator.sdk.readiness import Readiness
+from coordinator.sdk.readiness import Readiness, set_all
 from coordinator.sdk.types import LostReason, TransportError
 
 log = structlog.get_logger(__name__)
@@ -145,12 +151,12 @@ class AsyncWorkerPool:
         loop = asyncio.get_running_loop()
         loops = [loop.create_task(self._claim_loop(q), name=f"claim-{q}") for q in self._queues]
         try:
-            self._set_ready(True)
+            set_all(self._readiness, True)
             log.info(
                 "pool claiming", queues=list(self._queues), max_concurrent=self._max_concurrent
             )
             await self._stopping.wait()
-            self._set_ready(False)
+            set_all(self._readiness, False)
             deadline = loop.time() + self._grace.total_seconds()
             # A loop whose claim was answered as the stop came gives it back: it has as long as
             # a cut-off claim has (cancelled mid-way, the claim would wait out its lease).
@@ -171,8 +177,7 @@ class AsyncWorkerPool:
 
     async def _claim_loop(self, queue: str) -> None:
         loop = asyncio.get_running_loop()
-        delay = self._poll.initial.total_seconds()
-        refused = ""
+        polling = Polling(self._poll)
         while await self._take_slot():
             running = _Running(queue)
             sent = loop.time()
@@ -192,18 +197,17 @@ class AsyncWorkerPool:
             finally:
                 self._polls.discard(poll)
             if isinstance(got, AsyncClaim):
-                running.claim, delay = got, self._poll.initial.total_seconds()
+                running.claim = got
+                polling.claimed()
                 if not self._start(running):  # claimed while stopping: never run it
                     await self._settle_cut_off(running, "claimed as the pool stopped")
                     self._give_slot()
                 continue
             self._give_slot()
-            if got != refused:  # once per change: an idle queue must not flood the log
+            log_it, wait = polling.empty(got, loop.time() - sent)
+            if log_it:
                 log.info("nothing claimed", queue=queue, why=got)
-                refused = got
-            # A long poll that already waited on the server counts towards the backoff.
-            await wait_for(self._stopping, max(delay - (loop.time() - sent), 0.0))
-            delay = self._poll.after(delay)
+            await wait_for(self._stopping, wait)
 
     async def _claim(self, running: _Running) -> AsyncClaim | str:
         """One ClaimNext: the AsyncClaim, or why nothing was claimed. Raises the errors no
@@ -274,17 +278,16 @@ class AsyncWorkerPool:
         try:
             if result is not None and error is None and not claim.is_lost():
                 await claim.commit(result)
-            if claim.committed:
-                return Ending.COMMITTED
-            if claim.is_lost():
-                return Ending.LOST
+            ending = after_handler(claim.committed, claim.is_lost())
+            if ending is not None:
+                return ending
             if error is not None:
                 return await _give_back(claim, error)
             await claim.release(UNFINISHED)
-            return Ending.COMMITTED if claim.committed else Ending.RELEASED
+            return released(claim.committed)
         except CoordinatorError as exc:
             log.warning("could not settle the claim", task_id=claim.task_id, error=str(exc))
-            return Ending.COMMITTED if claim.committed else Ending.UNSETTLED
+            return unsettled(claim.committed)
         finally:
             await claim.close()
 
@@ -327,26 +330,12 @@ class AsyncWorkerPool:
         assert claim is not None
         ending = Ending.UNSETTLED
         try:
-            ending = await _give_back(claim, SHUTDOWN_ERROR, why)
-            if claim.committed:  # the handler's commit landed first: the store decided
-                ending = Ending.COMMITTED
-            elif ending is not Ending.LOST:
-                ending = Ending.CUT_OFF
+            ending = cut_off(await _give_back(claim, SHUTDOWN_ERROR, why), claim.committed)
         except CoordinatorError as exc:
             log.warning("could not give the claim back", task_id=claim.task_id, error=str(exc))
         finally:
             self._endings[ending] += 1
             await claim.close()
-
-    def _set_ready(self, ready: bool) -> None:
-        for signal_ in self._readiness:
-            if ready:
-                signal_.set_ready(True)  # a probe that cannot be set is a setup error: raise
-                continue
-            try:
-                signal_.set_ready(False)
-            except OSError as exc:
-                log.warning("could not clear readiness", readiness=repr(signal_), error=str(exc))
 
 
 def _outcome(
@@ -369,7 +358,7 @@ async def _give_back(claim: AsyncClaim, error: Exception | str, message: str = "
     """Fail the attempt, retryable: the task's retry policy decides what follows."""
     await claim.close()  # no renewal of a claim being given back: its lease only ends sooner
     await claim.fail(error, retryable=True, message=message)
-    return Ending.LOST if claim.is_lost() else Ending.FAILED
+    return given_back(claim.is_lost())
 
 
 def stop_on_signals(
