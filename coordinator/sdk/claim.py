@@ -39,10 +39,11 @@ from coordinator.sdk._core.requests import (
 )
 from coordinator.sdk._duration import Duration, timeout_seconds
 from coordinator.sdk._flag import Flag
+from coordinator.sdk._jobstart import run_managed
 from coordinator.sdk._renewer import Renewer
 from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.effects import Downstream, EffectOutcome, run_effect
-from coordinator.sdk.managed import DEFAULT_GRACE, ManagedProcess, run_managed
+from coordinator.sdk.managed import DEFAULT_GRACE, ManagedProcess
 from coordinator.sdk.types import (
     CommitOutcome,
     FailOutcome,

@@ -31,9 +31,9 @@ from coordinator.sdk import (
 )
 from coordinator.sdk._core.attempt import SentKeys, WorkerMethod
 from coordinator.sdk._core.calls import Req, Resp
+from coordinator.sdk._jobstart import run_managed
 from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.effects import run_effect
-from coordinator.sdk.managed import run_managed
 from tests.conftest import GRPC_OPTIONS
 from tests.sdk.support import QUEUE, Served, served
 
