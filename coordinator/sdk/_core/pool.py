@@ -10,13 +10,18 @@ report alike.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+import structlog
+
 from coordinator.domain import validation
-from coordinator.errors import InvalidArgument
-from coordinator.sdk._duration import DurationField
+from coordinator.errors import CoordinatorError, InvalidArgument
+from coordinator.sdk._duration import Duration, DurationField, as_timedelta
+
+log = structlog.get_logger("coordinator.sdk.pool")
 
 MAX_CONCURRENT = 256
 MAX_CLAIM_BATCH = 64
@@ -79,6 +84,78 @@ def check_options(queues: Sequence[str], max_concurrent: int, grace: timedelta) 
         raise InvalidArgument(f"max_concurrent must be 1 to {MAX_CONCURRENT}")
     if grace < timedelta(0):
         raise InvalidArgument(f"grace must not be negative, got {grace}")
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """A pool's options, checked (``of``): what either pool claims, for how long, and how it
+    stops."""
+
+    queues: tuple[str, ...]
+    max_concurrent: int
+    ttl: timedelta
+    grace: timedelta
+    poll: PollBackoff
+    long_poll: timedelta
+
+    @classmethod
+    def of(
+        cls,
+        queues: Sequence[str],
+        *,
+        max_concurrent: int,
+        ttl: Duration,
+        grace: Duration,
+        poll: PollBackoff | None,
+        long_poll: Duration,
+    ) -> PoolSettings:
+        """The settings, or InvalidArgument for what no pool can run (``check_options``)."""
+        grace = as_timedelta(grace, "grace")
+        check_options(queues, max_concurrent, grace)
+        return cls(
+            tuple(queues),
+            max_concurrent,
+            as_timedelta(ttl, "ttl"),
+            grace,
+            poll or PollBackoff(),
+            as_timedelta(long_poll, "long_poll"),
+        )
+
+    def logged(self) -> dict[str, object]:
+        """What a pool's start logs of its settings."""
+        return {"queues": list(self.queues), "max_concurrent": self.max_concurrent}
+
+    def stop_deadlines(self, now: float) -> tuple[float, float]:
+        """When the grace of a stop at ``now`` ends, and when the give-backs after it must be
+        done (a claim loop whose claim was answered as the stop came has that long too)."""
+        deadline = now + self.grace.total_seconds()
+        return deadline, deadline + GIVE_BACK_TIMEOUT.total_seconds()
+
+
+class Tally:
+    """How a pool's claims ended, and the error that stopped it (the first one); not
+    thread-safe: the thread pool counts under its lock, the asyncio pool on its loop."""
+
+    def __init__(self) -> None:
+        self._endings: Counter[Ending] = Counter()
+        self._fatal: CoordinatorError | None = None
+
+    def count(self, ending: Ending) -> None:
+        """One more claim ended ``ending``."""
+        self._endings[ending] += 1
+
+    def failed(self, exc: CoordinatorError) -> None:
+        """A claim loop stopped on ``exc`` (the first one is raised by ``report``)."""
+        if self._fatal is None:
+            self._fatal = exc
+
+    def report(self) -> PoolReport:
+        """The report of a pool that shut down; raises the error that stopped it, if any."""
+        report = PoolReport(dict(self._endings))
+        log.info("pool stopped", **{e.value: n for e, n in report.endings.items()})
+        if self._fatal is not None:
+            raise self._fatal
+        return report
 
 
 def cut_off_reason(grace: timedelta) -> str:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -52,15 +51,16 @@ from coordinator.sdk._core.pool import (
     PollBackoff,
     Polling,
     PoolReport,
+    PoolSettings,
+    Tally,
     after_handler,
-    check_options,
     cut_off,
     cut_off_reason,
     given_back,
     released,
     unsettled,
 )
-from coordinator.sdk._duration import Duration, as_timedelta
+from coordinator.sdk._duration import Duration
 from coordinator.sdk.aio._events import wait_for
 from coordinator.sdk.aio.claim import AsyncClaim
 from coordinator.sdk.aio.client import AsyncWorkerClient
@@ -107,22 +107,22 @@ class AsyncWorkerPool:
         poll: PollBackoff | None = None,
         long_poll: Duration = timedelta(seconds=10),
     ) -> None:
-        ttl, grace = as_timedelta(ttl, "ttl"), as_timedelta(grace, "grace")
-        long_poll = as_timedelta(long_poll, "long_poll")
-        check_options(queues, max_concurrent, grace)
+        self._settings = settings = PoolSettings.of(
+            queues,
+            max_concurrent=max_concurrent,
+            ttl=ttl,
+            grace=grace,
+            poll=poll,
+            long_poll=long_poll,
+        )
         self._client, self._handler = client, handler
-        self._queues = tuple(queues)
-        self._ttl, self._grace = ttl, grace
         self._readiness = tuple(readiness)
-        self._poll = poll or PollBackoff()
-        self._long_poll = long_poll
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()  # a slot came free, or the pool is stopping
         self._polls: set[asyncio.Task[AsyncClaim | str]] = set()  # ClaimNext calls in flight
-        self._max_concurrent = self._free = max_concurrent
+        self._free = settings.max_concurrent
         self._running: set[_Running] = set()
-        self._endings: Counter[Ending] = Counter()
-        self._fatal: CoordinatorError | None = None
+        self._tally = Tally()
 
     @property
     def stopping(self) -> bool:
@@ -149,35 +149,29 @@ class AsyncWorkerPool:
         error that stopped a claim loop (bad credentials, an unknown queue name, ...) once
         shut down."""
         loop = asyncio.get_running_loop()
-        loops = [loop.create_task(self._claim_loop(q), name=f"claim-{q}") for q in self._queues]
+        loops = [
+            loop.create_task(self._claim_loop(q), name=f"claim-{q}") for q in self._settings.queues
+        ]
         try:
             set_all(self._readiness, True)
-            log.info(
-                "pool claiming", queues=list(self._queues), max_concurrent=self._max_concurrent
-            )
+            log.info("pool claiming", **self._settings.logged())
             await self._stopping.wait()
             set_all(self._readiness, False)
-            deadline = loop.time() + self._grace.total_seconds()
-            # A loop whose claim was answered as the stop came gives it back: it has as long as
-            # a cut-off claim has (cancelled mid-way, the claim would wait out its lease).
-            end = deadline + GIVE_BACK_TIMEOUT.total_seconds()
-            log.info("pool stopping: no new claims", running=self.held(), grace=str(self._grace))
+            # (cancelled mid-way, a claim answered as the stop came would wait out its lease)
+            deadline, end = self._settings.stop_deadlines(loop.time())
+            log.info("pool stopping: no new claims", running=self.held())
             await self._cut_off(await self._wait_for_handlers(deadline))
             await asyncio.wait(loops, timeout=max(end - loop.time(), 0.0))
         finally:
             for task in loops:
                 task.cancel()
-        report = PoolReport(dict(self._endings))
-        log.info("pool stopped", **{e.value: n for e, n in report.endings.items()})
-        if self._fatal is not None:
-            raise self._fatal
-        return report
+        return self._tally.report()
 
     # --- claiming ---------------------------------------------------------------------------
 
     async def _claim_loop(self, queue: str) -> None:
         loop = asyncio.get_running_loop()
-        polling = Polling(self._poll)
+        polling = Polling(self._settings.poll)
         while await self._take_slot():
             running = _Running(queue)
             sent = loop.time()
@@ -214,7 +208,10 @@ class AsyncWorkerPool:
         retry cures (CoordinatorError other than TransportError)."""
         try:
             got = await self._client.claim_next(
-                running.queue, ttl=self._ttl, on_lost=running.lost, wait=self._long_poll
+                running.queue,
+                ttl=self._settings.ttl,
+                on_lost=running.lost,
+                wait=self._settings.long_poll,
             )
         except TransportError as exc:
             return f"unreachable: {exc}"
@@ -237,8 +234,7 @@ class AsyncWorkerPool:
     def _fail(self, queue: str, exc: CoordinatorError) -> None:
         """A claim refused for a reason no retry cures: stop the whole pool, loudly."""
         log.error("claim loop failed; stopping the pool", queue=queue, error=str(exc))
-        if self._fatal is None:
-            self._fatal = exc
+        self._tally.failed(exc)
         self.stop()
 
     # --- running ----------------------------------------------------------------------------
@@ -268,7 +264,7 @@ class AsyncWorkerPool:
         ending = await self._settle(claim, result, error)
         if running in self._running:
             self._running.discard(running)
-            self._endings[ending] += 1
+            self._tally.count(ending)
             self._give_slot()
 
     async def _settle(
@@ -310,7 +306,7 @@ class AsyncWorkerPool:
         most GIVE_BACK_TIMEOUT (a claim not settled by then expires with its lease)."""
         if not left_over:
             return
-        why = cut_off_reason(self._grace)
+        why = cut_off_reason(self._settings.grace)
         for running in left_over:
             if running.handler is not None:
                 running.handler.cancel(why)
@@ -334,7 +330,7 @@ class AsyncWorkerPool:
         except CoordinatorError as exc:
             log.warning("could not give the claim back", task_id=claim.task_id, error=str(exc))
         finally:
-            self._endings[ending] += 1
+            self._tally.count(ending)
             await claim.close()
 
 

@@ -7,10 +7,14 @@ from datetime import timedelta
 
 import pytest
 
+from coordinator.errors import InvalidArgument, NotFound, PermissionDenied
 from coordinator.sdk._core.pool import (
+    GIVE_BACK_TIMEOUT,
     Ending,
     PollBackoff,
     Polling,
+    PoolSettings,
+    Tally,
     after_handler,
     cut_off,
     given_back,
@@ -66,3 +70,34 @@ def test_give_back_release_and_unsettled_endings() -> None:
     assert (given_back(False), given_back(True)) == (Ending.FAILED, Ending.LOST)
     assert (released(False), released(True)) == (Ending.RELEASED, Ending.COMMITTED)
     assert (unsettled(False), unsettled(True)) == (Ending.UNSETTLED, Ending.COMMITTED)
+
+
+def test_settings_take_seconds_and_refuse_what_no_pool_can_run() -> None:
+    settings = PoolSettings.of(
+        ["a", "b"], max_concurrent=4, ttl=30, grace=5, poll=None, long_poll=10
+    )
+    assert (settings.ttl, settings.grace, settings.poll) == (
+        timedelta(seconds=30),
+        timedelta(seconds=5),
+        PollBackoff(),
+    )
+    assert settings.stop_deadlines(100.0) == (105.0, 105.0 + GIVE_BACK_TIMEOUT.total_seconds())
+    with pytest.raises(InvalidArgument, match="distinct queues"):
+        PoolSettings.of(["a", "a"], max_concurrent=1, ttl=30, grace=5, poll=None, long_poll=10)
+    with pytest.raises(InvalidArgument, match="max_concurrent must be 1 to 256"):
+        PoolSettings.of(["a"], max_concurrent=0, ttl=30, grace=5, poll=None, long_poll=10)
+
+
+def test_the_tally_reports_the_endings_or_raises_the_first_fatal_error() -> None:
+    tally = Tally()
+    for ending in (Ending.COMMITTED, Ending.COMMITTED, Ending.LOST):
+        tally.count(ending)
+    report = tally.report()
+    assert (report.count(Ending.COMMITTED), report.count(Ending.LOST)) == (2, 1)
+    assert report.count(Ending.CUT_OFF) == 0
+    first, second = NotFound("no queue"), PermissionDenied("no role")
+    tally.failed(first)
+    tally.failed(second)
+    with pytest.raises(NotFound) as raised:
+        tally.report()
+    assert raised.value is first
