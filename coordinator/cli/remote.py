@@ -21,8 +21,8 @@ from coordinator.cli.local_up import discover
 from coordinator.cli.origins import origin
 from coordinator.cli.secret_files import secret_from_file
 from coordinator.errors import CoordinatorError, NotFound
+from coordinator.sdk import CallRetry
 from coordinator.sdk import environment as env
-from coordinator.sdk._core.calls import CallRetry
 from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.auth import BearerToken, tls_credentials
 

@@ -15,7 +15,7 @@ import grpc
 
 from coordinator.console.session import Credentials
 from coordinator.console.settings import ConsoleSettings
-from coordinator.sdk._core.calls import PRINCIPAL_METADATA, CallRetry
+from coordinator.sdk import PRINCIPAL_METADATA, CallRetry
 from coordinator.sdk._rpc import Rpc
 from coordinator.sdk._status import translate
 from coordinator.sdk.auth import BearerToken
