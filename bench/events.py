@@ -24,7 +24,7 @@ from bench.procs import GRPC_OPTIONS, Meter, rss_mib
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import EventRecord, encode
 from coordinator.domain.states import Op, TaskState
-from coordinator.sdk._rpc import PRINCIPAL_METADATA
+from coordinator.sdk import PRINCIPAL_METADATA
 from coordinator.store.etcd import EtcdKV, put
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 

@@ -24,12 +24,6 @@ MAX_FUNCTION_LINES = 60
 _SPLIT_ELSEWHERE = "being split in issue 26 by the store/sdk/server branches"
 
 TEMPORARY_MODULES: dict[str, str] = {
-    "sdk/_held.py": _SPLIT_ELSEWHERE,
-    "sdk/client.py": _SPLIT_ELSEWHERE,
-    "sdk/effects.py": _SPLIT_ELSEWHERE,
-    "sdk/managed.py": _SPLIT_ELSEWHERE,
-    "sdk/pool.py": _SPLIT_ELSEWHERE,
-    "sdk/types.py": _SPLIT_ELSEWHERE,
     "server/worker_service.py": _SPLIT_ELSEWHERE,
     "store/etcd.py": _SPLIT_ELSEWHERE,
     "store/renewals.py": _SPLIT_ELSEWHERE,
@@ -38,7 +32,6 @@ TEMPORARY_MODULES: dict[str, str] = {
 shrinks this list as those branches merge)."""
 
 TEMPORARY_FUNCTIONS: dict[str, str] = {
-    "sdk/managed.py::run_managed": _SPLIT_ELSEWHERE,
     "server/app.py::build_server": _SPLIT_ELSEWHERE,
     "store/__init__.py::Store.open": _SPLIT_ELSEWHERE,
     "store/claims.py::claim_write": _SPLIT_ELSEWHERE,
