@@ -28,7 +28,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator import lifeline
-from coordinator.etcd_process import free_port, terminate_group
+from coordinator.etcd_process import free_port, stop_child_group
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -243,7 +243,7 @@ class CoordinatorProcess:
     def stop(self) -> None:
         """SIGTERM (graceful), then SIGKILL after 10 s."""
         if self._proc is not None:
-            terminate_group(self._proc, 10.0)
+            stop_child_group(self._proc, 10.0)
             lifeline.spare(self._proc.pid)
 
     def __enter__(self) -> Self:
