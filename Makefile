@@ -8,12 +8,16 @@ STAMP := $(VENV)/.installed
 # The runtime alone (what `make demo` needs): no linters, type checkers or test tools.
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 
-.PHONY: venv etcd chaos-tools browser lint test test-fast demo protos helm chart
+.PHONY: venv etcd chaos-tools browser lint test test-fast demo protos helm chart ts-deps ts-test
 
 # The suite in phases (each with a header): pure rules, then everything against a real etcd and
 # gRPC, then the chaos runs with real processes and signals.
 UNIT := tests/domain tests/test_protos_fresh.py tests/test_logging.py
 CHAOS := tests/chaos tests/chaos_lite
+# The TypeScript SDK, built and tested with node and npm (the venv's bin first: a node that
+# scripts/install-node.sh put there).
+TS := sdks/typescript
+TS_PATH := PATH="$(abspath $(BIN)):$$PATH"
 
 venv: $(STAMP)
 
@@ -49,7 +53,7 @@ lint: venv
 
 # Every phase runs even when an earlier one failed (one failure must never hide another, e.g.
 # the chaos phase behind an integration failure); the target fails at the end, naming them.
-test: venv etcd chaos-tools browser lint chart
+test: venv etcd chaos-tools browser lint chart ts-deps
 	@failed=""; \
 	echo "== unit (pure domain rules) =="; \
 	$(BIN)/pytest -q $(UNIT) || failed="$$failed unit"; \
@@ -57,11 +61,26 @@ test: venv etcd chaos-tools browser lint chart
 	$(BIN)/pytest -q $(addprefix --ignore=,$(UNIT) $(CHAOS)) || failed="$$failed integration"; \
 	echo "== chaos (real processes, signals) =="; \
 	$(BIN)/pytest -q $(CHAOS) || failed="$$failed chaos"; \
+	echo "== typescript (the Node SDK against a real coordinator) =="; \
+	(cd $(TS) && $(TS_PATH) npm test) || failed="$$failed typescript"; \
 	if [ -n "$$failed" ]; then echo "failed phases:$$failed"; exit 1; fi
 
 # Everything but the slow marks (real-process tests that pause workers past their TTL).
 test-fast: venv etcd lint
 	$(BIN)/pytest -q -m "not slow"
+
+# node 20+ (installed into the venv when missing, never skipped) and the TypeScript SDK's locked
+# dependencies; re-installed when package-lock.json changes.
+ts-deps: $(TS)/node_modules/.installed
+
+$(TS)/node_modules/.installed: $(TS)/package-lock.json | venv
+	bash scripts/install-node.sh $(VENV)
+	cd $(TS) && $(TS_PATH) npm ci --no-audit --no-fund
+	touch $@
+
+# The TypeScript SDK alone: its build and its tests against a real coordinator.
+ts-test: ts-deps etcd
+	cd $(TS) && $(TS_PATH) npm test
 
 demo: $(RUNTIME_STAMP) etcd
 	$(BIN)/coordinator demo

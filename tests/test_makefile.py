@@ -42,7 +42,7 @@ def test_make_demo_installs_only_what_the_demo_needs() -> None:
 def test_make_test_announces_each_phase_in_order() -> None:
     headers = [line for line in _planned("test") if line.startswith('echo "== ')]
     phases = [line.split("== ")[1].split(" ")[0] for line in headers]
-    assert phases == ["lint", "types", "chart", "unit", "integration", "chaos"]
+    assert phases == ["lint", "types", "chart", "unit", "integration", "chaos", "typescript"]
 
 
 def test_make_test_fast_skips_the_slow_marks() -> None:
@@ -55,15 +55,23 @@ _FAILING_INTEGRATION = """#!/bin/sh
 echo "ran pytest $*"
 case "$*" in *--ignore=*) exit 1;; esac
 """
+# Stands in for npm (the TypeScript phase finds it first on PATH): says what it was asked.
+_NPM = """#!/bin/sh
+echo "ran npm $*"
+"""
 
 
 def test_make_test_runs_the_chaos_phase_after_a_failed_one_and_then_fails(tmp_path: Path) -> None:
-    fake = tmp_path / "pytest"
-    fake.write_text(_FAILING_INTEGRATION)
-    fake.chmod(0o755)
+    for name, script in (("pytest", _FAILING_INTEGRATION), ("npm", _NPM)):
+        fake = tmp_path / name
+        fake.write_text(script)
+        fake.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     # -o: the prerequisites (venv, lint, chart, ...) count as done; only the phases run.
-    skip = [f"-o{target}" for target in ("venv", "etcd", "chaos-tools", "browser", "lint", "chart")]
+    skip = [
+        f"-o{target}"
+        for target in ("venv", "etcd", "chaos-tools", "browser", "lint", "chart", "ts-deps")
+    ]
     done = subprocess.run(
         ["make", "--no-print-directory", *skip, "test", f"BIN={tmp_path}"],
         cwd=ROOT,
@@ -78,7 +86,9 @@ def test_make_test_runs_the_chaos_phase_after_a_failed_one_and_then_fails(tmp_pa
         "unit",
         "integration",
         "chaos",
+        "typescript",
     ]
     assert "ran pytest -q tests/chaos tests/chaos_lite" in lines  # not hidden by the failure
+    assert "ran npm test" in lines
     assert lines[-1] == "failed phases: integration"
     assert done.returncode != 0

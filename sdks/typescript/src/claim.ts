@@ -1,0 +1,474 @@
+/**
+ * A held claim: its fence, its lease clock, an AbortSignal that fires when it is lost, and the
+ * acceptance points (commit, fail, release, stageResult, authorizeTool, effect).
+ *
+ * The client's one keepalive loop (keepalive.ts) renews it at TTL/3 in the background and never
+ * blocks the caller; `progress()` and `checkpoint()` only record the latest value, which the
+ * next renewal carries. A renewal the coordinator refuses (FENCED, CANCELLED, STALLED,
+ * RENEW_LIMIT, STALE_INPUT), or a lease that runs out by the local monotonic clock while
+ * renewals cannot reach the coordinator, marks the claim lost, once: `signal` aborts with a
+ * ClaimLost carrying the reason, `onLost` is called, the keepalive drops it. The SDK never
+ * claims again or re-grants anything by itself: a lost claim stays lost.
+ *
+ * `commit` always asks the coordinator, even for a claim the SDK believes lost: the store is
+ * the one authority on the fence, and its answer carries the reason.
+ */
+import { createHash } from "node:crypto";
+
+import type { MessageInitShape } from "@bufbuild/protobuf";
+
+import { ClaimLost, InvalidArgument } from "./errors.js";
+import type { ClaimResponse, RenewRequest, RenewResponse } from "./gen/coordinator/v1/worker_pb.js";
+import { RenewRequestSchema, WorkerService } from "./gen/coordinator/v1/worker_pb.js";
+import {
+  type CommitOutcome,
+  ClaimRefused,
+  type FailOutcome,
+  FenceReason,
+  type LossSource,
+  type LostReason,
+  Outcome,
+  type ReleaseOutcome,
+  type StageOutcome,
+  type ToolAuthorization,
+  dateOf,
+  describeLoss,
+} from "./outcomes.js";
+import type { Fence } from "./gen/coordinator/v1/types_pb.js";
+import { type CallOptions, type RetryPolicy, type Transport, newKey } from "./transport.js";
+
+/** Called once when a claim is lost, with the reason. */
+export type LostCallback = (lost: LostReason) => void;
+
+/** What a claim's bytes may be given as: bytes, or text (sent as UTF-8). */
+export type Payload = Uint8Array | string;
+
+/** The claims a ClaimResponse (and its more_claims) grants; the client builds them. */
+export type ClaimsOf = (response: ClaimResponse | undefined, sentAt: number) => Claim[];
+
+/** What a Claim needs of its client. */
+export interface ClaimContext {
+  transport: Transport;
+  claimsOf: ClaimsOf;
+  onLost: LostCallback | undefined;
+  safetyMarginSeconds: number | undefined;
+}
+
+// A renewal gets at least this long even when the local lease clock says time is up: the
+// server may still hold the lease (the local clock starts at the send, so it runs early).
+const MIN_RENEW_TIMEOUT = 0.2;
+
+// A renewal or release answered FENCED with these found that this attempt's own commit, release
+// or fail landed (its answer may be lost: OutcomeUnknown): ended by the caller, nothing lost.
+const ENDED_BY_THIS_ATTEMPT: ReadonlyMap<FenceReason, string> = new Map([
+  [FenceReason.ALREADY_COMMITTED, "committed"],
+  [FenceReason.RELEASED, "released"],
+  [FenceReason.FAILED, "failed"],
+]);
+
+// Bounds of what Fail carries (the coordinator refuses more: INVALID_ARGUMENT).
+const MAX_ERROR_MESSAGE = 1024;
+const MAX_ERROR_DETAILS = 16 * 1024;
+const ERROR_CODE = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** Seconds on the monotonic clock every lease computation uses. */
+export const monotonic = (): number => performance.now() / 1000;
+
+/** The bytes of a payload. */
+export function bytesOf(payload: Payload): Uint8Array {
+  return typeof payload === "string" ? new TextEncoder().encode(payload) : payload;
+}
+
+/** "sha256:" + hex, the digest every wire field of that name carries. */
+export function digestOf(data: Uint8Array): string {
+  return `sha256:${createHash("sha256").update(data).digest("hex")}`;
+}
+
+/** One claimed task. Built by WorkerClient; hold it until commit, fail, release or loss. */
+export class Claim {
+  readonly fence: Fence;
+  readonly attempt: number;
+  /** The task's input as claimed. */
+  readonly input: Uint8Array;
+  readonly inputDigest: string;
+  readonly taskRevision: bigint;
+  /** Where an earlier attempt of this task revision left the work (empty: start afresh). */
+  readonly previousCheckpoint: Uint8Array;
+  /** The TTL each renewal restores. */
+  readonly ttlSeconds: number;
+  /** What `check()` demands be left on the lease (a quarter of the TTL unless set). */
+  readonly safetyMarginSeconds: number;
+  /** Aborts, with a ClaimLost whose `reason` says why, the moment the claim is known lost:
+   * pass it to fetch() and tool calls so they stop with the claim. */
+  readonly signal: AbortSignal;
+
+  private readonly ctx: ClaimContext;
+  private readonly controller = new AbortController();
+  private expiresAt: number;
+  private marker = "";
+  private pendingCheckpoint: Uint8Array | undefined;
+  private accepted = 0;
+  private lost: LostReason | undefined;
+  private finished = "";
+
+  constructor(response: ClaimResponse, sentAt: number, ctx: ClaimContext) {
+    if (!response.fence) throw new Error("a CLAIMED answer without a fence");
+    this.ctx = ctx;
+    this.fence = response.fence;
+    this.attempt = response.attempt;
+    this.input = response.input;
+    this.inputDigest = response.inputDigest;
+    this.taskRevision = response.taskRevision;
+    this.previousCheckpoint = response.checkpoint;
+    this.ttlSeconds = Math.max(Number(response.ttlSeconds), 1);
+    this.safetyMarginSeconds = ctx.safetyMarginSeconds ?? this.ttlSeconds / 4;
+    this.signal = this.controller.signal;
+    // A reused lease has less left than the TTL: the server says how much, clock-free.
+    const left = response.leaseRemaining
+      ? Number(response.leaseRemaining.seconds) + response.leaseRemaining.nanos / 1e9
+      : 0;
+    this.expiresAt = sentAt + (left || this.ttlSeconds);
+  }
+
+  /** The claimed task. */
+  get taskId(): string {
+    return this.fence.taskId;
+  }
+
+  /** The claim generation: the fencing token of this attempt. */
+  get generation(): bigint {
+    return this.fence.claimGeneration;
+  }
+
+  /** What lost the claim, or undefined while it is held. */
+  get lostReason(): LostReason | undefined {
+    return this.lost;
+  }
+
+  /** Whether this claim's commit is known to have landed. */
+  get committed(): boolean {
+    return this.finished === "committed";
+  }
+
+  /** How many renewals the coordinator accepted. */
+  get renewals(): number {
+    return this.accepted;
+  }
+
+  /** Whether the claim is known to have lost its task. */
+  isLost(): boolean {
+    return this.lost !== undefined;
+  }
+
+  /** Whether the claim is neither lost nor ended by its own commit, fail or release. */
+  isHeld(): boolean {
+    return this.lost === undefined && !this.finished;
+  }
+
+  /** Seconds left on the lease by the local monotonic clock (0 once it ran out). */
+  remainingSeconds(): number {
+    return Math.max(this.expiresAt - monotonic(), 0);
+  }
+
+  /** The input as UTF-8 text. */
+  inputText(): string {
+    return new TextDecoder().decode(this.input);
+  }
+
+  /** Throw ClaimLost unless the claim is held with more than `marginSeconds` (default: the
+   * safety margin) left on its lease. Call it before an expensive or irreversible step. */
+  check(marginSeconds?: number): void {
+    if (this.lost) throw new ClaimLost(`claim ${this.name} is lost: ${describeLoss(this.lost)}`, this.lost);
+    if (this.finished) throw new ClaimLost(`claim ${this.name} is ${this.finished}: nothing left to work on`);
+    const need = marginSeconds ?? this.safetyMarginSeconds;
+    const left = this.remainingSeconds();
+    if (left < need) {
+      throw new ClaimLost(
+        `claim ${this.name} has ${left.toFixed(2)}s left on its lease, less than the ${need.toFixed(2)}s safety margin`,
+      );
+    }
+  }
+
+  /** Record a progress marker; the next renewal sends the latest one. Never blocks. */
+  progress(marker: string): void {
+    this.marker = marker;
+  }
+
+  /** Record where the work stands (at most 64 KiB); the next renewal stores it with the attempt
+   * and a later attempt of this task revision starts with it as `previousCheckpoint`. */
+  checkpoint(data: Payload): void {
+    this.pendingCheckpoint = bytesOf(data).slice();
+  }
+
+  // --- acceptance points ---------------------------------------------------------------------
+
+  /**
+   * Make `result` canonical for the task revision, behind this claim's fence. COMMITTED ends
+   * the claim; FENCED / STALE_INPUT / CANCELLED mark it lost. With `next`, claims up to
+   * `next.maxTasks` ready tasks of `next.queue` in the same call (under an idempotency key of
+   * its own, so a retry whose first try landed gets the same claims). Transport failures are
+   * retried until the retry budget or the lease runs out; then OutcomeUnknown means a try may
+   * have landed: commit again with the same result to learn it.
+   */
+  async commit(
+    result: Payload,
+    options: {
+      resultRef?: string;
+      evidence?: string[];
+      next?: { queue: string; ttlSeconds: number; maxTasks?: number };
+    } = {},
+  ): Promise<CommitOutcome<Claim>> {
+    const bytes = bytesOf(result);
+    const next = options.next;
+    const sent = monotonic();
+    const response = await this.call(
+      WorkerService.method.commit,
+      {
+        fence: this.fence,
+        inputDigest: this.inputDigest,
+        resultDigest: digestOf(bytes),
+        result: bytes,
+        resultRef: options.resultRef ?? "",
+        evidence: options.evidence ?? [],
+        next: next && {
+          queue: next.queue,
+          schedulerEpoch: this.fence.schedulerEpoch,
+          ttlSeconds: ttlSecondsOf(next.ttlSeconds),
+          maxTasks: maxTasksOf(next.maxTasks ?? 1),
+        },
+      },
+      next ? { idempotencyKey: newKey() } : {},
+    );
+    const committed = response.outcome === Outcome.COMMITTED;
+    if (committed) this.finish("committed");
+    else this.markLost(response.outcome, response.reason, response.message, "commit");
+    const claims = next ? this.ctx.claimsOf(response.next, sent) : [];
+    const refused =
+      next && response.next && claims.length === 0
+        ? new ClaimRefused(response.next.outcome, response.next.reason, response.next.message)
+        : undefined;
+    return {
+      outcome: response.outcome,
+      reason: response.reason,
+      message: response.message,
+      committed,
+      commitId: response.resultCommitId,
+      state: response.state,
+      next: claims,
+      nextRefused: refused,
+    };
+  }
+
+  /**
+   * Report that this attempt failed: `error` is an Error (its name is the error code, its
+   * message the message, its stack the details) or an error code. `retryable: false` sends the
+   * task to the dead letter at once. Recorded ends the claim; FENCED / CANCELLED / STALE_INPUT
+   * mark it lost unless this attempt had already ended itself.
+   */
+  async fail(
+    error: Error | string,
+    options: { retryable?: boolean; delaySeconds?: number; message?: string; details?: Payload } = {},
+  ): Promise<FailOutcome> {
+    const isError = error instanceof Error;
+    const code = isError ? error.name || "Error" : error;
+    if (!ERROR_CODE.test(code)) {
+      throw new InvalidArgument(`error code ${JSON.stringify(code)} must be 1-128 characters of [A-Za-z0-9._:-]`);
+    }
+    const message = options.message ?? (isError ? error.message : "");
+    const details = options.details !== undefined ? bytesOf(options.details) : bytesOf(isError ? (error.stack ?? "") : "");
+    const delay = options.delaySeconds;
+    const response = await this.call(WorkerService.method.fail, {
+      fence: this.fence,
+      retryable: options.retryable ?? true,
+      errorCode: code,
+      errorMessage: message.slice(0, MAX_ERROR_MESSAGE),
+      // The end of a stack is the part that names the failure.
+      errorDetails: details.slice(-MAX_ERROR_DETAILS),
+      requeueDelay: delay === undefined ? undefined : durationOf(delay),
+    });
+    const recorded = response.outcome === Outcome.OK;
+    if (recorded) this.finish("failed");
+    else if (!this.endedByThisAttempt(response.outcome, response.reason)) {
+      this.markLost(response.outcome, response.reason, response.message, "fail");
+    }
+    return {
+      outcome: response.outcome,
+      reason: response.reason,
+      message: response.message,
+      recorded,
+      state: response.state,
+      nextEligibleAt: dateOf(response.nextEligibleAt),
+    };
+  }
+
+  /** Give the task back (READY again). Ends the claim; FENCED / CANCELLED mark it lost, except
+   * when this attempt's own commit or release had landed (an answer lost earlier). */
+  async release(reason = ""): Promise<ReleaseOutcome> {
+    const response = await this.call(WorkerService.method.release, { fence: this.fence, reason });
+    const released = response.outcome === Outcome.OK;
+    if (released) this.finish("released");
+    else if (!this.endedByThisAttempt(response.outcome, response.reason)) {
+      this.markLost(response.outcome, response.reason, response.message, "release");
+    }
+    return { outcome: response.outcome, reason: response.reason, message: response.message, released };
+  }
+
+  /** Stage `result` in this attempt's own area (never canonical by itself). A refusal (the
+   * task's deadline passed) marks the claim lost. */
+  async stageResult(result: Payload, options: { resultRef?: string } = {}): Promise<StageOutcome> {
+    const bytes = bytesOf(result);
+    const response = await this.call(WorkerService.method.stageResult, {
+      fence: this.fence,
+      resultDigest: digestOf(bytes),
+      result: bytes,
+      resultRef: options.resultRef ?? "",
+    });
+    const staged = response.outcome === Outcome.OK;
+    if (!staged) this.markLost(response.outcome, response.reason, response.message, "stage");
+    return {
+      outcome: response.outcome,
+      reason: response.reason,
+      message: response.message,
+      staged,
+      current: response.current,
+    };
+  }
+
+  /** Ask the tool acceptance point before a side effect; run the tool only when `allowed`.
+   * A refusal marks the claim lost. */
+  async authorizeTool(tool: string, action = ""): Promise<ToolAuthorization> {
+    const response = await this.call(WorkerService.method.authorizeTool, { fence: this.fence, tool, action });
+    const allowed = response.outcome === Outcome.OK;
+    if (!allowed) this.markLost(response.outcome, response.reason, response.message, "authorize");
+    return { outcome: response.outcome, reason: response.reason, message: response.message, allowed };
+  }
+
+  /** A call behind this claim's fence: it stops retrying when the lease runs out. */
+  call: Transport["call"] = (method, request, options: CallOptions = {}) =>
+    this.ctx.transport.call(method, request, { leaseLeftSeconds: this.remainingSeconds(), ...options });
+
+  // --- keepalive (keepalive.ts calls these; callers of the SDK never need them) ---------------
+
+  /** False once the claim ended or was lost: the keepalive drops it. */
+  keepaliveWanted(): boolean {
+    return this.isHeld();
+  }
+
+  /** The next renewal (latest progress and checkpoint) and its deadline: never past the lease
+   * by the local clock, never below MIN_RENEW_TIMEOUT. */
+  renewalRequest(policy: RetryPolicy): { request: MessageInitShape<typeof RenewRequestSchema>; timeout: number } {
+    const request: MessageInitShape<typeof RenewRequestSchema> = { fence: this.fence, progress: this.marker };
+    if (this.pendingCheckpoint !== undefined) request.checkpoint = this.pendingCheckpoint;
+    const budget = Math.max(this.remainingSeconds(), MIN_RENEW_TIMEOUT);
+    return { request, timeout: Math.min(policy.timeoutSeconds, budget) };
+  }
+
+  /** Apply a renewal's answer (`request` sent at `sent`); true if it was accepted. */
+  renewed(sent: number, response: RenewResponse, request: MessageInitShape<typeof RenewRequestSchema> | RenewRequest): boolean {
+    if (this.endedByThisAttempt(response.outcome, response.reason)) return false;
+    if (response.outcome !== Outcome.OK) {
+      this.markLost(response.outcome, response.reason, response.message, "renew");
+      return false;
+    }
+    this.expiresAt = sent + Math.max(Number(response.ttlSeconds), 1);
+    this.accepted += 1;
+    // Kept by the server unless refused (a spent write budget): then it is sent again.
+    if (request.checkpoint !== undefined && this.pendingCheckpoint === request.checkpoint && !response.checkpointRefused) {
+      this.pendingCheckpoint = undefined;
+    }
+    return true;
+  }
+
+  /** A renewal failed with `error`: a transport failure loses the claim once the lease ran out
+   * locally; any other error loses it now. */
+  renewalFailed(error: Error, transport: boolean): void {
+    if (!transport) {
+      this.markLost(Outcome.FENCED, FenceReason.UNSPECIFIED, `renewal refused: ${error.message}`, "error");
+    } else if (this.remainingSeconds() <= 0) {
+      this.markLost(
+        Outcome.FENCED,
+        FenceReason.LEASE_EXPIRED,
+        `the lease ran out locally while renewals failed (${error.message})`,
+        "local_expiry",
+      );
+    }
+  }
+
+  /** When to renew next: TTL/3 after `sent`, sooner after a failure (the lease runs out). */
+  nextRenewal(sent: number, accepted: boolean): number {
+    const interval = this.renewalInterval();
+    return sent + (accepted ? interval : interval / 4);
+  }
+
+  /** Seconds between accepted renewals: TTL/3. */
+  renewalInterval(): number {
+    return this.ttlSeconds / 3;
+  }
+
+  /**
+   * Mark the claim lost because the coordinator refused it (`source` says which call): abort
+   * `signal` with a ClaimLost, call `onLost`; once, and not after the claim was committed,
+   * released or failed by its holder. The effect helper calls it too.
+   */
+  markLost(outcome: Outcome, reason: FenceReason, message: string, source: LossSource): void {
+    if (this.finished || this.lost) return;
+    const lost: LostReason = { outcome, reason, message, source, taskId: this.taskId };
+    this.lost = lost;
+    this.controller.abort(new ClaimLost(`claim ${this.name} is lost: ${describeLoss(lost)}`, lost));
+    try {
+      this.ctx.onLost?.(lost);
+    } catch (error) {
+      console.error(`coordinator: onLost of ${this.name} threw`, error);
+    }
+  }
+
+  private endedByThisAttempt(outcome: Outcome, reason: FenceReason): boolean {
+    const how = outcome === Outcome.FENCED ? ENDED_BY_THIS_ATTEMPT.get(reason) : undefined;
+    if (how === undefined) return false;
+    this.finish(how);
+    return true;
+  }
+
+  private finish(how: string): void {
+    if (!this.finished) this.finished = how;
+  }
+
+  private get name(): string {
+    return `${this.taskId}#${this.attempt}`;
+  }
+
+  /** "task#attempt, generation=N, held|lost|committed|..." */
+  toString(): string {
+    const state = this.lost ? "lost" : this.finished || "held";
+    return `Claim(${this.name}, generation=${this.generation}, ${state})`;
+  }
+}
+
+/** The claims of the tasks ClaimResponse granted (none when refused). */
+export function grantedOf(response: ClaimResponse | undefined): ClaimResponse[] {
+  if (!response || response.outcome !== Outcome.CLAIMED) return [];
+  return [response, ...response.moreClaims.filter((more) => more.outcome === Outcome.CLAIMED)];
+}
+
+/** Tasks one call may claim (the coordinator's bound). */
+export const MAX_TASKS = 64;
+
+/** A TTL in whole seconds, rounded up (the wire carries integers); InvalidArgument unless > 0. */
+export function ttlSecondsOf(ttl: number): bigint {
+  if (!(ttl > 0)) throw new InvalidArgument(`ttlSeconds must be positive, got ${ttl}`);
+  return BigInt(Math.ceil(ttl));
+}
+
+/** `max_tasks` on the wire (0 for one); InvalidArgument outside 1..MAX_TASKS. */
+export function maxTasksOf(maxTasks: number): number {
+  if (!Number.isInteger(maxTasks) || maxTasks < 1 || maxTasks > MAX_TASKS) {
+    throw new InvalidArgument(`maxTasks must be 1 to ${MAX_TASKS}, got ${maxTasks}`);
+  }
+  return maxTasks > 1 ? maxTasks : 0;
+}
+
+/** A wire Duration of `seconds`. */
+export function durationOf(seconds: number): { seconds: bigint; nanos: number } {
+  const whole = Math.floor(seconds);
+  return { seconds: BigInt(whole), nanos: Math.round((seconds - whole) * 1e9) };
+}

@@ -1,0 +1,58 @@
+"""A real coordinator for the TypeScript SDK's tests: etcd (EtcdProcess), a store and a gRPC
+server on free loopback ports, as tests/fixtures.py builds them for the Python tests.
+
+Run by test/server.ts with the repo's venv python. Prints one JSON line, {"target", "metrics"}
+(the server's Prometheus text at ``metrics``), then serves until its stdin closes: the node
+test process holds the pipe, so the server, and etcd with it (coordinator/lifeline.py), goes
+when the tests end or die.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+from coordinator.domain.decisions import ClaimLimits
+from coordinator.domain.keys import Keyspace
+from coordinator.domain.retry import RetryDefaults, RetryPolicy
+from coordinator.etcd_process import EtcdProcess, find_etcd_binary
+from coordinator.logging import configure_logging
+from coordinator.metrics import Metrics
+from coordinator.server import build_server
+from coordinator.store import EtcdKV, Store
+
+# Tasks are claimable again at once after an attempt ends (these tests are about claims,
+# fences and outcomes, not backoff), and a TTL may be as short as 1 s (tests wait past it).
+LIMITS = ClaimLimits(min_ttl=1, retry=RetryDefaults(RetryPolicy(initial_backoff=0.0)))
+
+
+def main() -> None:
+    """Serve until stdin closes."""
+    configure_logging("warning")  # stdout carries the address line only
+    registry = CollectorRegistry(auto_describe=True)
+    with EtcdProcess(binary=find_etcd_binary(), compaction_retention=None) as etcd:
+        kv = EtcdKV.connect([etcd.endpoint], timeout=5.0)
+        store = Store.open(
+            kv, keys=Keyspace("/ts"), limits=LIMITS, scan_interval=1.0, metrics=Metrics(registry)
+        )
+        store.start()
+        server, port = build_server(store, listen="127.0.0.1:0", max_workers=16)
+        http, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
+        address = {
+            "target": f"127.0.0.1:{port}",
+            "metrics": f"http://127.0.0.1:{http.server_port}/metrics",
+        }
+        print(json.dumps(address), flush=True)
+        try:
+            sys.stdin.read()
+        finally:
+            http.shutdown()
+            server.stop(grace=None).wait()
+            store.close()
+            kv.close()
+
+
+if __name__ == "__main__":
+    main()
