@@ -13,13 +13,13 @@
  * `commit` always asks the coordinator, even for a claim the SDK believes lost: the store is
  * the one authority on the fence, and its answer carries the reason.
  */
-import { createHash } from "node:crypto";
-
 import type { MessageInitShape } from "@bufbuild/protobuf";
 
+import { type Downstream, type EffectOutcome, runEffect } from "./effects.js";
+import { type Payload, bytesOf, digestOf } from "./payload.js";
 import { ClaimLost, InvalidArgument } from "./errors.js";
 import type { ClaimResponse, RenewRequest, RenewResponse } from "./gen/coordinator/v1/worker_pb.js";
-import { RenewRequestSchema, WorkerService } from "./gen/coordinator/v1/worker_pb.js";
+import { type RenewRequestSchema, WorkerService } from "./gen/coordinator/v1/worker_pb.js";
 import {
   type CommitOutcome,
   ClaimRefused,
@@ -35,15 +35,12 @@ import {
   describeLoss,
 } from "./outcomes.js";
 import type { Fence } from "./gen/coordinator/v1/types_pb.js";
+import { durationOf, maxTasksOf, ttlSecondsOf } from "./requests.js";
 import { type CallOptions, type RetryPolicy, type Transport, newKey } from "./transport.js";
 
 /** Called once when a claim is lost, with the reason. */
 export type LostCallback = (lost: LostReason) => void;
 
-/** What a claim's bytes may be given as: bytes, or text (sent as UTF-8). */
-export type Payload = Uint8Array | string;
-
-/** The claims a ClaimResponse (and its more_claims) grants; the client builds them. */
 export type ClaimsOf = (response: ClaimResponse | undefined, sentAt: number) => Claim[];
 
 /** What a Claim needs of its client. */
@@ -74,16 +71,6 @@ const ERROR_CODE = /^[A-Za-z0-9._:-]{1,128}$/;
 /** Seconds on the monotonic clock every lease computation uses. */
 export const monotonic = (): number => performance.now() / 1000;
 
-/** The bytes of a payload. */
-export function bytesOf(payload: Payload): Uint8Array {
-  return typeof payload === "string" ? new TextEncoder().encode(payload) : payload;
-}
-
-/** "sha256:" + hex, the digest every wire field of that name carries. */
-export function digestOf(data: Uint8Array): string {
-  return `sha256:${createHash("sha256").update(data).digest("hex")}`;
-}
-
 /** One claimed task. Built by WorkerClient; hold it until commit, fail, release or loss. */
 export class Claim {
   readonly fence: Fence;
@@ -110,6 +97,9 @@ export class Claim {
   private accepted = 0;
   private lost: LostReason | undefined;
   private finished = "";
+  // The effect keys this attempt sent downstream: never sent twice within an attempt, even if
+  // the coordinator answers EXECUTE again (a retried prepare whose first answer was lost).
+  private readonly sentKeys = new Set<string>();
 
   constructor(response: ClaimResponse, sentAt: number, ctx: ClaimContext) {
     if (!response.fence) throw new Error("a CLAIMED answer without a fence");
@@ -343,6 +333,28 @@ export class Claim {
     return { outcome: response.outcome, reason: response.reason, message: response.message, allowed };
   }
 
+  /**
+   * Run a side effect behind this claim's fence (effects.ts): prepare, then send through
+   * `downstream` at most once with the effect id as its idempotency key, or skip (already
+   * committed), or reconcile (look the key up; never resend blind), then record the outcome.
+   */
+  effect(
+    nodeId: string,
+    slot: string,
+    payload: Payload,
+    downstream: Downstream,
+    options: { reconcilePrincipal?: string } = {},
+  ): Promise<EffectOutcome> {
+    return runEffect(this, nodeId, slot, payload, downstream, options);
+  }
+
+  /** Record that effect `key` is about to be sent; false if this attempt sent it before. */
+  firstSend(key: string): boolean {
+    if (this.sentKeys.has(key)) return false;
+    this.sentKeys.add(key);
+    return true;
+  }
+
   /** A call behind this claim's fence: it stops retrying when the lease runs out. */
   call: Transport["call"] = (method, request, options: CallOptions = {}) =>
     this.ctx.transport.call(method, request, { leaseLeftSeconds: this.remainingSeconds(), ...options });
@@ -442,33 +454,4 @@ export class Claim {
     const state = this.lost ? "lost" : this.finished || "held";
     return `Claim(${this.name}, generation=${this.generation}, ${state})`;
   }
-}
-
-/** The claims of the tasks ClaimResponse granted (none when refused). */
-export function grantedOf(response: ClaimResponse | undefined): ClaimResponse[] {
-  if (!response || response.outcome !== Outcome.CLAIMED) return [];
-  return [response, ...response.moreClaims.filter((more) => more.outcome === Outcome.CLAIMED)];
-}
-
-/** Tasks one call may claim (the coordinator's bound). */
-export const MAX_TASKS = 64;
-
-/** A TTL in whole seconds, rounded up (the wire carries integers); InvalidArgument unless > 0. */
-export function ttlSecondsOf(ttl: number): bigint {
-  if (!(ttl > 0)) throw new InvalidArgument(`ttlSeconds must be positive, got ${ttl}`);
-  return BigInt(Math.ceil(ttl));
-}
-
-/** `max_tasks` on the wire (0 for one); InvalidArgument outside 1..MAX_TASKS. */
-export function maxTasksOf(maxTasks: number): number {
-  if (!Number.isInteger(maxTasks) || maxTasks < 1 || maxTasks > MAX_TASKS) {
-    throw new InvalidArgument(`maxTasks must be 1 to ${MAX_TASKS}, got ${maxTasks}`);
-  }
-  return maxTasks > 1 ? maxTasks : 0;
-}
-
-/** A wire Duration of `seconds`. */
-export function durationOf(seconds: number): { seconds: bigint; nanos: number } {
-  const whole = Math.floor(seconds);
-  return { seconds: BigInt(whole), nanos: Math.round((seconds - whole) * 1e9) };
 }

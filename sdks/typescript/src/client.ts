@@ -9,7 +9,8 @@
  */
 import * as grpc from "@grpc/grpc-js";
 
-import { Claim, type LostCallback, type Payload, bytesOf, digestOf, grantedOf, maxTasksOf, monotonic, ttlSecondsOf } from "./claim.js";
+import { Claim, type LostCallback, monotonic } from "./claim.js";
+import { type Payload, bytesOf, digestOf } from "./payload.js";
 import { type ConnectionOptions, connection } from "./environment.js";
 import { AlreadyExists, NotFound } from "./errors.js";
 import { AdminService } from "./gen/coordinator/v1/admin_pb.js";
@@ -17,6 +18,7 @@ import { TaskService } from "./gen/coordinator/v1/tasks_pb.js";
 import type { ClaimResponse } from "./gen/coordinator/v1/worker_pb.js";
 import { WorkerService } from "./gen/coordinator/v1/worker_pb.js";
 import { Keepalive } from "./keepalive.js";
+import { grantedOf, maxTasksOf, ttlSecondsOf } from "./requests.js";
 import { ClaimRefused, FenceReason, Outcome, type ResultInfo, type TaskInfo, resultOf, taskOf } from "./outcomes.js";
 import { type CallOptions, DEFAULT_RETRY, type RetryPolicy, Transport, newKey } from "./transport.js";
 

@@ -8,7 +8,8 @@
  * grace on SIGTERM/SIGINT. Connection settings come from options or the `COORDINATOR_*`
  * environment, as for the Python SDK and the CLI.
  */
-export { Claim, type LostCallback, type Payload, digestOf } from "./claim.js";
+export { Claim, type LostCallback } from "./claim.js";
+export { type Payload, digestOf } from "./payload.js";
 export {
   type ClaimNextOptions,
   type ClaimOptions,
@@ -16,6 +17,16 @@ export {
   WorkerClient,
   type WorkerClientOptions,
 } from "./client.js";
+export {
+  type Downstream,
+  DownstreamRefused,
+  type DownstreamResult,
+  DownstreamUncertain,
+  type EffectOutcome,
+  type EffectStatus,
+  HttpDownstream,
+  LookupUnsupported,
+} from "./effects.js";
 export { DEFAULT_TARGET, type TlsOptions } from "./environment.js";
 export {
   AlreadyExists,
