@@ -25,19 +25,47 @@ export class CoordinatorError extends Error {
 export class RpcError extends CoordinatorError {}
 
 /** INVALID_ARGUMENT: the request was malformed or past a bound; nothing was written. */
-export class InvalidArgument extends RpcError {}
+export class InvalidArgument extends RpcError {
+  constructor(message: string, code = "INVALID_ARGUMENT") {
+    super(message, code);
+  }
+}
 /** NOT_FOUND: the task, effect or result does not exist. */
-export class NotFound extends RpcError {}
+export class NotFound extends RpcError {
+  constructor(message: string, code = "NOT_FOUND") {
+    super(message, code);
+  }
+}
 /** ALREADY_EXISTS: e.g. a task id that is taken by another task. */
-export class AlreadyExists extends RpcError {}
+export class AlreadyExists extends RpcError {
+  constructor(message: string, code = "ALREADY_EXISTS") {
+    super(message, code);
+  }
+}
 /** FAILED_PRECONDITION: the state does not allow the call (e.g. an SDK below the minimum). */
-export class FailedPrecondition extends RpcError {}
+export class FailedPrecondition extends RpcError {
+  constructor(message: string, code = "FAILED_PRECONDITION") {
+    super(message, code);
+  }
+}
 /** PERMISSION_DENIED: the caller's principal may not do this. */
-export class PermissionDenied extends RpcError {}
+export class PermissionDenied extends RpcError {
+  constructor(message: string, code = "PERMISSION_DENIED") {
+    super(message, code);
+  }
+}
 /** UNAUTHENTICATED: the bearer token or client certificate was refused. */
-export class Unauthenticated extends RpcError {}
+export class Unauthenticated extends RpcError {
+  constructor(message: string, code = "UNAUTHENTICATED") {
+    super(message, code);
+  }
+}
 /** UNIMPLEMENTED: the coordinator is too old for this call. */
-export class NotSupported extends RpcError {}
+export class NotSupported extends RpcError {
+  constructor(message: string, code = "UNIMPLEMENTED") {
+    super(message, code);
+  }
+}
 
 /** No try of a call is known to have reached a coordinator (or the caller cannot tell). */
 export class TransportError extends CoordinatorError {}
