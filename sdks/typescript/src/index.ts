@@ -63,5 +63,6 @@ export {
   type ToolAuthorization,
   describeLoss,
 } from "./outcomes.js";
+export { type Ending, GIVE_BACK_TIMEOUT, type Handler, type PoolOptions, type PoolReport, SHUTDOWN_ERROR, WorkerPool, stopOnSignals } from "./pool.js";
 export { DEFAULT_RETRY, type RetryPolicy } from "./transport.js";
 export { SDK_VERSION } from "./version.js";
