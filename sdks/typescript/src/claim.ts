@@ -135,6 +135,11 @@ export class Claim {
     return this.lost;
   }
 
+  /** How its holder ended the claim ("committed", "released", "failed"; "" while not). */
+  get ended(): string {
+    return this.finished;
+  }
+
   /** Whether this claim's commit is known to have landed. */
   get committed(): boolean {
     return this.finished === "committed";

@@ -236,7 +236,7 @@ export class WorkerPool {
         await claim.fail(error, { retryable: true });
         return claim.isLost() ? "lost" : "failed";
       }
-      if (!claim.isHeld()) return "released"; // the handler ended it itself
+      if (!claim.isHeld()) return claim.ended === "failed" ? "failed" : "released"; // ended by the handler
       await claim.release("the handler returned no result");
       return claim.committed ? "committed" : "released";
     } catch (error) {
