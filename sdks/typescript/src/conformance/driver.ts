@@ -15,6 +15,7 @@ import {
   CoordinatorError,
   FenceReason,
   type LostReason,
+  NotFound,
   Outcome,
   TaskState,
   WorkerClient,
@@ -83,7 +84,7 @@ class Driver {
       const task = await this.client.getTask(a.task_id as string);
       return { state: TaskState[task.state], attempts: task.attempt };
     },
-    get_result: async (a) => ({ result: decode((await this.client.getResult(a.task_id as string)).result) }),
+    get_result: (a) => this.result(String(a.task_id)),
     claim: (a) => this.claim(a),
     checkpoint: async (a) => {
       this.held(a.claim).checkpoint(encode(a.data));
@@ -116,6 +117,17 @@ class Driver {
   private readonly onLost = (lost: LostReason): void => {
     write({ event: "lost", claim: this.names.get(lost.taskId) ?? lost.taskId, reason: reasonName(lost) });
   };
+
+  /** null for a task without a committed result, NOT_FOUND for a task that does not exist. */
+  private async result(taskId: string): Promise<Reply> {
+    try {
+      return { result: decode((await this.client.getResult(taskId)).result) };
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+      await this.client.getTask(taskId); // NotFound: no such task at all
+      return { result: null };
+    }
+  }
 
   private async claim(a: Args): Promise<Reply> {
     const options = { ttlSeconds: TTL, onLost: this.onLost };
