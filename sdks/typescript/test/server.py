@@ -1,8 +1,10 @@
 """A real coordinator for the TypeScript SDK's tests: etcd (EtcdProcess), a store and a gRPC
 server on free loopback ports, as tests/fixtures.py builds them for the Python tests.
 
-Run by test/server.ts with the repo's venv python. Prints one JSON line, {"target", "metrics"}
-(the server's Prometheus text at ``metrics``), then serves until its stdin closes: the node
+Run by test/server.ts with the repo's venv python. Prints one JSON line, {"target", "metrics",
+"secure"} (the server's Prometheus text at ``metrics``; ``secure``: a second server over the same
+store that demands bearer tokens, with the token of the principal "ts-secure", a worker and a
+producer), then serves until its stdin closes: the node
 test process holds the pipe, so the server, and etcd with it (coordinator/lifeline.py), goes
 when the tests end or die.
 """
@@ -10,10 +12,15 @@ when the tests end or die.
 from __future__ import annotations
 
 import json
+import secrets
 import sys
+import tempfile
+from pathlib import Path
 
+import grpc
 from prometheus_client import CollectorRegistry, start_http_server
 
+from coordinator import lifeline
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.retry import RetryDefaults, RetryPolicy
@@ -21,6 +28,8 @@ from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 from coordinator.logging import configure_logging
 from coordinator.metrics import Metrics
 from coordinator.server import build_server
+from coordinator.server.auth import TokenAuth
+from coordinator.server.tokens import TokenFile, token_hash, write_token_file
 from coordinator.store import EtcdKV, Store
 
 # Tasks are claimable again at once after an attempt ends (these tests are about claims,
@@ -39,10 +48,12 @@ def main() -> None:
         )
         store.start()
         server, port = build_server(store, listen="127.0.0.1:0", max_workers=16)
+        secured, secure_port, token = _secured(store)
         http, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
         address = {
             "target": f"127.0.0.1:{port}",
             "metrics": f"http://127.0.0.1:{http.server_port}/metrics",
+            "secure": {"target": f"127.0.0.1:{secure_port}", "token": token},
         }
         print(json.dumps(address), flush=True)
         try:
@@ -50,8 +61,22 @@ def main() -> None:
         finally:
             http.shutdown()
             server.stop(grace=None).wait()
+            secured.stop(grace=None).wait()
             store.close()
             kv.close()
+
+
+def _secured(store: Store) -> tuple[grpc.Server, int, str]:
+    """A server over ``store`` that demands tokens, and the token of "ts-secure"."""
+    folder = Path(tempfile.mkdtemp(prefix="ts-tokens-"))
+    lifeline.remove_with_parent(folder)  # the token file goes with this process, however it ends
+    token = secrets.token_urlsafe(24)
+    path = folder / "tokens.json"
+    entry = {"principal": "ts-secure", "roles": ["worker", "pm"]}
+    write_token_file(path, {"tokens": {token_hash(token): entry}, "certificates": {}})
+    auth = TokenAuth(TokenFile(path, reload_interval=0.0))
+    server, port = build_server(store, listen="127.0.0.1:0", max_workers=8, auth=auth)
+    return server, port, token
 
 
 if __name__ == "__main__":

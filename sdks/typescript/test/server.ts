@@ -20,6 +20,8 @@ export const PYTHON = process.env.COORDINATOR_PYTHON ?? resolve(ROOT, ".venv/bin
 export interface Server {
   target: string;
   metrics: string;
+  /** A server over the same store that demands bearer tokens; `token` is "ts-secure"'s. */
+  secure: { target: string; token: string };
   process: ChildProcess;
   stop(): Promise<void>;
 }
@@ -34,7 +36,7 @@ export async function startServer(): Promise<Server> {
     lines.once("line", ok);
     child.once("exit", (code) => fail(new Error(`test/server.py exited ${code} before serving`)));
   });
-  const address = JSON.parse(first) as { target: string; metrics: string };
+  const address = JSON.parse(first) as Pick<Server, "target" | "metrics" | "secure">;
   return {
     ...address,
     process: child,
