@@ -59,6 +59,27 @@ test("a token from the options, COORDINATOR_TOKEN or the token file authenticate
   }
 });
 
+test("mutual TLS from the options or the COORDINATOR_CA / _CLIENT_CERT / _CLIENT_KEY variables", async () => {
+  const { target, ca, cert, key } = server.mtls;
+  const ways = [
+    { tls: { ca, cert, key }, env: {} },
+    { env: { COORDINATOR_CA: ca, COORDINATOR_CLIENT_CERT: cert, COORDINATOR_CLIENT_KEY: key } },
+  ];
+  for (const way of ways) {
+    const client = new WorkerClient({ target, principal: "someone-else", ...way });
+    try {
+      const queue = unique("q");
+      await client.createTask({ queue });
+      const claim = await client.claimNext(queue, { ttlSeconds: 5 });
+      assert.ok(claim instanceof Claim, String(claim));
+      await claim.commit("ok");
+      assert.equal((await client.getResult(claim.taskId)).ownerId, "ts-mtls"); // the certificate's
+    } finally {
+      client.close();
+    }
+  }
+});
+
 test("no token, or a wrong one, is UNAUTHENTICATED", async () => {
   for (const token of [undefined, "not-the-token"]) {
     const client = new WorkerClient({ target: server.secure.target, principal: "w", env: {}, ...(token ? { token } : {}) });

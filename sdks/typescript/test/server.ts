@@ -22,6 +22,8 @@ export interface Server {
   metrics: string;
   /** A server over the same store that demands bearer tokens; `token` is "ts-secure"'s. */
   secure: { target: string; token: string };
+  /** A server that demands a client certificate: its CA, and "ts-mtls"'s certificate and key. */
+  mtls: { target: string; ca: string; cert: string; key: string };
   process: ChildProcess;
   stop(): Promise<void>;
 }
@@ -29,6 +31,8 @@ export interface Server {
 /** Start a coordinator; it stops when `stop()` closes its stdin, or when this process dies. */
 export async function startServer(): Promise<Server> {
   const child = spawn(PYTHON, [resolve(ROOT, "sdks/typescript/test/server.py")], {
+    // The repo on the path: the server borrows the Python tests' certificate authority.
+    env: { ...process.env, PYTHONPATH: ROOT },
     stdio: ["pipe", "pipe", process.env.COORDINATOR_TEST_LOGS ? "inherit" : "ignore"],
   });
   const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream });
@@ -36,7 +40,7 @@ export async function startServer(): Promise<Server> {
     lines.once("line", ok);
     child.once("exit", (code) => fail(new Error(`test/server.py exited ${code} before serving`)));
   });
-  const address = JSON.parse(first) as Pick<Server, "target" | "metrics" | "secure">;
+  const address = JSON.parse(first) as Pick<Server, "target" | "metrics" | "secure" | "mtls">;
   return {
     ...address,
     process: child,
