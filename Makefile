@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # The runtime alone (what `make demo` needs): no linters, type checkers or test tools.
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 
-.PHONY: venv etcd chaos-tools browser lint test test-fast demo protos helm chart ts-deps ts-test
+.PHONY: venv etcd chaos-tools browser lint test test-fast demo protos helm chart ts-deps ts-build ts-test
 
 # The suite in phases (each with a header): pure rules, then everything against a real etcd and
 # gRPC, then the chaos runs with real processes and signals.
@@ -53,7 +53,7 @@ lint: venv
 
 # Every phase runs even when an earlier one failed (one failure must never hide another, e.g.
 # the chaos phase behind an integration failure); the target fails at the end, naming them.
-test: venv etcd chaos-tools browser lint chart ts-deps
+test: venv etcd chaos-tools browser lint chart ts-build
 	@failed=""; \
 	echo "== unit (pure domain rules) =="; \
 	$(BIN)/pytest -q $(UNIT) || failed="$$failed unit"; \
@@ -77,6 +77,11 @@ $(TS)/node_modules/.installed: $(TS)/package-lock.json | venv
 	bash scripts/install-node.sh $(VENV)
 	cd $(TS) && $(TS_PATH) npm ci --no-audit --no-fund
 	touch $@
+
+# The TypeScript SDK's dist/ (its conformance driver included), built before any test phase runs
+# so that every phase that starts a TypeScript process finds it current.
+ts-build: ts-deps
+	cd $(TS) && $(TS_PATH) npm run build
 
 # The TypeScript SDK alone: its build and its tests against a real coordinator.
 ts-test: ts-deps etcd
