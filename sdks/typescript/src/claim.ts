@@ -17,9 +17,10 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 
 import { type Downstream, type EffectOutcome, runEffect } from "./effects.js";
 import { type Payload, bytesOf, digestOf } from "./payload.js";
-import { ClaimLost, InvalidArgument } from "./errors.js";
-import type { ClaimResponse, RenewRequest, RenewResponse } from "./gen/coordinator/v1/worker_pb.js";
-import { type RenewRequestSchema, WorkerService } from "./gen/coordinator/v1/worker_pb.js";
+import { ClaimLost, TransportError } from "./errors.js";
+import type { ClaimResponse, CommitResponse, RenewResponse } from "./gen/coordinator/v1/worker_pb.js";
+import { type CommitRequestSchema, WorkerService } from "./gen/coordinator/v1/worker_pb.js";
+import { Lease, type Renewal, monotonic } from "./lease.js";
 import {
   type CommitOutcome,
   ClaimRefused,
@@ -35,13 +36,23 @@ import {
   describeLoss,
 } from "./outcomes.js";
 import type { Fence } from "./gen/coordinator/v1/types_pb.js";
-import { durationOf, maxTasksOf, ttlSecondsOf } from "./requests.js";
+import { type FailOptions, failRequest, maxTasksOf, ttlSecondsOf } from "./requests.js";
 import { type CallOptions, type RetryPolicy, type Transport, newKey } from "./transport.js";
 
 /** Called once when a claim is lost, with the reason. */
 export type LostCallback = (lost: LostReason) => void;
 
 export type ClaimsOf = (response: ClaimResponse | undefined, sentAt: number) => Claim[];
+
+/** Options of a commit. */
+export interface CommitOptions {
+  /** A reference to a result stored elsewhere (the digest is then of `result` as given). */
+  resultRef?: string;
+  /** What the result rests on (job ids, log refs; at most 64). */
+  evidence?: string[];
+  /** Claim the next task(s) of this queue in the same call. */
+  next?: { queue: string; ttlSeconds: number; maxTasks?: number };
+}
 
 /** What a Claim needs of its client. */
 export interface ClaimContext {
@@ -51,10 +62,6 @@ export interface ClaimContext {
   safetyMarginSeconds: number | undefined;
 }
 
-// A renewal gets at least this long even when the local lease clock says time is up: the
-// server may still hold the lease (the local clock starts at the send, so it runs early).
-const MIN_RENEW_TIMEOUT = 0.2;
-
 // A renewal or release answered FENCED with these found that this attempt's own commit, release
 // or fail landed (its answer may be lost: OutcomeUnknown): ended by the caller, nothing lost.
 const ENDED_BY_THIS_ATTEMPT: ReadonlyMap<FenceReason, string> = new Map([
@@ -63,13 +70,6 @@ const ENDED_BY_THIS_ATTEMPT: ReadonlyMap<FenceReason, string> = new Map([
   [FenceReason.FAILED, "failed"],
 ]);
 
-// Bounds of what Fail carries (the coordinator refuses more: INVALID_ARGUMENT).
-const MAX_ERROR_MESSAGE = 1024;
-const MAX_ERROR_DETAILS = 16 * 1024;
-const ERROR_CODE = /^[A-Za-z0-9._:-]{1,128}$/;
-
-/** Seconds on the monotonic clock every lease computation uses. */
-export const monotonic = (): number => performance.now() / 1000;
 
 /** One claimed task. Built by WorkerClient; hold it until commit, fail, release or loss. */
 export class Claim {
@@ -91,10 +91,7 @@ export class Claim {
 
   private readonly ctx: ClaimContext;
   private readonly controller = new AbortController();
-  private expiresAt: number;
-  private marker = "";
-  private pendingCheckpoint: Uint8Array | undefined;
-  private accepted = 0;
+  private readonly lease: Lease;
   private lost: LostReason | undefined;
   private finished = "";
   // The effect keys this attempt sent downstream: never sent twice within an attempt, even if
@@ -117,7 +114,7 @@ export class Claim {
     const left = response.leaseRemaining
       ? Number(response.leaseRemaining.seconds) + response.leaseRemaining.nanos / 1e9
       : 0;
-    this.expiresAt = sentAt + (left || this.ttlSeconds);
+    this.lease = new Lease(this.ttlSeconds, sentAt, left);
   }
 
   /** The claimed task. */
@@ -147,7 +144,7 @@ export class Claim {
 
   /** How many renewals the coordinator accepted. */
   get renewals(): number {
-    return this.accepted;
+    return this.lease.accepted;
   }
 
   /** Whether the claim is known to have lost its task. */
@@ -162,7 +159,7 @@ export class Claim {
 
   /** Seconds left on the lease by the local monotonic clock (0 once it ran out). */
   remainingSeconds(): number {
-    return Math.max(this.expiresAt - monotonic(), 0);
+    return this.lease.remaining();
   }
 
   /** The input as UTF-8 text. */
@@ -186,13 +183,13 @@ export class Claim {
 
   /** Record a progress marker; the next renewal sends the latest one. Never blocks. */
   progress(marker: string): void {
-    this.marker = marker;
+    this.lease.progress(marker);
   }
 
   /** Record where the work stands (at most 64 KiB); the next renewal stores it with the attempt
    * and a later attempt of this task revision starts with it as `previousCheckpoint`. */
   checkpoint(data: Payload): void {
-    this.pendingCheckpoint = bytesOf(data).slice();
+    this.lease.checkpoint(bytesOf(data));
   }
 
   // --- acceptance points ---------------------------------------------------------------------
@@ -205,35 +202,19 @@ export class Claim {
    * retried until the retry budget or the lease runs out; then OutcomeUnknown means a try may
    * have landed: commit again with the same result to learn it.
    */
-  async commit(
-    result: Payload,
-    options: {
-      resultRef?: string;
-      evidence?: string[];
-      next?: { queue: string; ttlSeconds: number; maxTasks?: number };
-    } = {},
-  ): Promise<CommitOutcome<Claim>> {
+  async commit(result: Payload, options: CommitOptions = {}): Promise<CommitOutcome<Claim>> {
     const bytes = bytesOf(result);
     const next = options.next;
     const sent = monotonic();
-    const response = await this.call(
-      WorkerService.method.commit,
-      {
-        fence: this.fence,
-        inputDigest: this.inputDigest,
-        resultDigest: digestOf(bytes),
-        result: bytes,
-        resultRef: options.resultRef ?? "",
-        evidence: options.evidence ?? [],
-        next: next && {
-          queue: next.queue,
-          schedulerEpoch: this.fence.schedulerEpoch,
-          ttlSeconds: ttlSecondsOf(next.ttlSeconds),
-          maxTasks: maxTasksOf(next.maxTasks ?? 1),
-        },
-      },
-      next ? { idempotencyKey: newKey() } : {},
-    );
+    let response: CommitResponse;
+    try {
+      const keyed = next ? { idempotencyKey: newKey() } : {};
+      response = await this.call(WorkerService.method.commit, this.commitRequest(bytes, options), keyed);
+    } catch (error) {
+      // Given up with next: commit alone (a claim the lost answer carried expires unheld).
+      if (!(next && error instanceof TransportError)) throw error;
+      return this.commit(bytes, { resultRef: options.resultRef, evidence: options.evidence });
+    }
     const committed = response.outcome === Outcome.COMMITTED;
     if (committed) this.finish("committed");
     else this.markLost(response.outcome, response.reason, response.message, "commit");
@@ -254,33 +235,32 @@ export class Claim {
     };
   }
 
+  private commitRequest(bytes: Uint8Array, options: CommitOptions): MessageInitShape<typeof CommitRequestSchema> {
+    const next = options.next;
+    return {
+      fence: this.fence,
+      inputDigest: this.inputDigest,
+      resultDigest: digestOf(bytes),
+      result: bytes,
+      resultRef: options.resultRef ?? "",
+      evidence: options.evidence ?? [],
+      next: next && {
+        queue: next.queue,
+        schedulerEpoch: this.fence.schedulerEpoch,
+        ttlSeconds: ttlSecondsOf(next.ttlSeconds),
+        maxTasks: maxTasksOf(next.maxTasks ?? 1),
+      },
+    };
+  }
+
   /**
    * Report that this attempt failed: `error` is an Error (its name is the error code, its
    * message the message, its stack the details) or an error code. `retryable: false` sends the
    * task to the dead letter at once. Recorded ends the claim; FENCED / CANCELLED / STALE_INPUT
    * mark it lost unless this attempt had already ended itself.
    */
-  async fail(
-    error: Error | string,
-    options: { retryable?: boolean; delaySeconds?: number; message?: string; details?: Payload } = {},
-  ): Promise<FailOutcome> {
-    const isError = error instanceof Error;
-    const code = isError ? error.name || "Error" : error;
-    if (!ERROR_CODE.test(code)) {
-      throw new InvalidArgument(`error code ${JSON.stringify(code)} must be 1-128 characters of [A-Za-z0-9._:-]`);
-    }
-    const message = options.message ?? (isError ? error.message : "");
-    const details = options.details !== undefined ? bytesOf(options.details) : bytesOf(isError ? (error.stack ?? "") : "");
-    const delay = options.delaySeconds;
-    const response = await this.call(WorkerService.method.fail, {
-      fence: this.fence,
-      retryable: options.retryable ?? true,
-      errorCode: code,
-      errorMessage: message.slice(0, MAX_ERROR_MESSAGE),
-      // The end of a stack is the part that names the failure.
-      errorDetails: details.slice(-MAX_ERROR_DETAILS),
-      requeueDelay: delay === undefined ? undefined : durationOf(delay),
-    });
+  async fail(error: Error | string, options: FailOptions = {}): Promise<FailOutcome> {
+    const response = await this.call(WorkerService.method.fail, failRequest(this.fence, error, options));
     const recorded = response.outcome === Outcome.OK;
     if (recorded) this.finish("failed");
     else if (!this.endedByThisAttempt(response.outcome, response.reason)) {
@@ -371,28 +351,19 @@ export class Claim {
     return this.isHeld();
   }
 
-  /** The next renewal (latest progress and checkpoint) and its deadline: never past the lease
-   * by the local clock, never below MIN_RENEW_TIMEOUT. */
-  renewalRequest(policy: RetryPolicy): { request: MessageInitShape<typeof RenewRequestSchema>; timeout: number } {
-    const request: MessageInitShape<typeof RenewRequestSchema> = { fence: this.fence, progress: this.marker };
-    if (this.pendingCheckpoint !== undefined) request.checkpoint = this.pendingCheckpoint;
-    const budget = Math.max(this.remainingSeconds(), MIN_RENEW_TIMEOUT);
-    return { request, timeout: Math.min(policy.timeoutSeconds, budget) };
+  /** The next renewal (latest progress and checkpoint) and its deadline. */
+  renewalRequest(policy: RetryPolicy): { request: Renewal; timeout: number } {
+    return this.lease.request(this.fence, policy.timeoutSeconds);
   }
 
   /** Apply a renewal's answer (`request` sent at `sent`); true if it was accepted. */
-  renewed(sent: number, response: RenewResponse, request: MessageInitShape<typeof RenewRequestSchema> | RenewRequest): boolean {
+  renewed(sent: number, response: RenewResponse, request: Renewal): boolean {
     if (this.endedByThisAttempt(response.outcome, response.reason)) return false;
     if (response.outcome !== Outcome.OK) {
       this.markLost(response.outcome, response.reason, response.message, "renew");
       return false;
     }
-    this.expiresAt = sent + Math.max(Number(response.ttlSeconds), 1);
-    this.accepted += 1;
-    // Kept by the server unless refused (a spent write budget): then it is sent again.
-    if (request.checkpoint !== undefined && this.pendingCheckpoint === request.checkpoint && !response.checkpointRefused) {
-      this.pendingCheckpoint = undefined;
-    }
+    this.lease.renewed(sent, response, request);
     return true;
   }
 
@@ -413,13 +384,12 @@ export class Claim {
 
   /** When to renew next: TTL/3 after `sent`, sooner after a failure (the lease runs out). */
   nextRenewal(sent: number, accepted: boolean): number {
-    const interval = this.renewalInterval();
-    return sent + (accepted ? interval : interval / 4);
+    return this.lease.next(sent, accepted);
   }
 
   /** Seconds between accepted renewals: TTL/3. */
   renewalInterval(): number {
-    return this.ttlSeconds / 3;
+    return this.lease.interval();
   }
 
   /**

@@ -9,7 +9,8 @@
  */
 import * as grpc from "@grpc/grpc-js";
 
-import { Claim, type LostCallback, monotonic } from "./claim.js";
+import { Claim, type LostCallback } from "./claim.js";
+import { monotonic } from "./lease.js";
 import { type Payload, bytesOf, digestOf } from "./payload.js";
 import { type ConnectionOptions, connection } from "./environment.js";
 import { AlreadyExists, NotFound } from "./errors.js";

@@ -8,7 +8,8 @@
  * grace on SIGTERM/SIGINT. Connection settings come from options or the `COORDINATOR_*`
  * environment, as for the Python SDK and the CLI.
  */
-export { Claim, type LostCallback } from "./claim.js";
+export { Claim, type CommitOptions, type LostCallback } from "./claim.js";
+export type { FailOptions } from "./requests.js";
 export { type Payload, digestOf } from "./payload.js";
 export {
   type ClaimNextOptions,

@@ -13,7 +13,8 @@
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 
-import { type Claim, monotonic } from "./claim.js";
+import type { Claim } from "./claim.js";
+import { monotonic } from "./lease.js";
 import { CoordinatorError, NotSupported, TransportError } from "./errors.js";
 import type { RenewRequestSchema, RenewResponse } from "./gen/coordinator/v1/worker_pb.js";
 import { WorkerService } from "./gen/coordinator/v1/worker_pb.js";
@@ -126,12 +127,18 @@ export class Keepalive {
     try {
       for (const batch of takeDue(this.schedule, monotonic(), this.transport)) {
         const sent = monotonic();
-        const answers = await this.send(batch);
+        let answers: Answer[];
+        try {
+          answers = await this.send(batch);
+        } catch (error) {
+          answers = batch.map(() => error as Error); // a bug here: no claim may look renewed
+        }
         batch.forEach(({ claim, request }, i) => {
-          const answer = answers[i] as Answer;
+          const answer = answers[i] ?? new Error("no answer for this renewal");
           let accepted = false;
           try {
-            if (answer instanceof Error) claim.renewalFailed(answer, answer instanceof TransportError);
+            if (answer instanceof CoordinatorError) claim.renewalFailed(answer, answer instanceof TransportError);
+            else if (answer instanceof Error) throw answer;
             else accepted = claim.renewed(sent, answer, request);
           } catch (error) {
             // A dead keepalive must never look like a healthy one.
