@@ -76,6 +76,8 @@ export class WorkerPool {
   private readonly cutOff = new AbortController();
   private readonly running = new Map<Claim, Promise<void>>();
   private readonly abandoned = new Set<Claim>();
+  // Give-backs of claims won as the stop came; run() resolves only once they are settled.
+  private readonly givingBack = new Set<Promise<void>>();
   private readonly endings: PoolReport = { committed: 0, released: 0, failed: 0, lost: 0, cut_off: 0, unsettled: 0 };
   private readonly slotWaiters: (() => void)[] = [];
   private free: number;
@@ -133,6 +135,7 @@ export class WorkerPool {
       await Promise.race([Promise.all(this.running.values()), sleep(this.options.graceSeconds)]);
       await this.cutOffRunning();
       await Promise.race([Promise.all(loops), sleep(GIVE_BACK_TIMEOUT)]);
+      await Promise.race([Promise.all(this.givingBack), sleep(GIVE_BACK_TIMEOUT)]);
     } finally {
       clearInterval(alive);
     }
@@ -202,7 +205,8 @@ export class WorkerPool {
   private start(claim: Claim): void {
     if (this.stopping) {
       // Won as the stop came: never run it, give it back at once.
-      void this.giveBack(claim, "claimed as the pool stopped").then(() => this.giveSlots(1));
+      const back = this.giveBack(claim, "claimed as the pool stopped").then(() => this.giveSlots(1));
+      this.givingBack.add(back);
       return;
     }
     const done = this.runOne(claim).finally(() => {

@@ -10,7 +10,7 @@ import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { Claim, TaskState, type WorkerClient, WorkerPool } from "../dist/index.js";
+import { Claim, type ClaimNextOptions, TaskState, WorkerClient, WorkerPool } from "../dist/index.js";
 import { type Server, clientOf, eventually, startServer, unique } from "./server.js";
 
 const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), "pool-worker.js");
@@ -88,4 +88,35 @@ test("a pool stopped while it long-polls an empty queue claims nothing afterward
   assert.deepEqual(await running, { committed: 0, released: 0, failed: 0, lost: 0, cut_off: 0, unsettled: 0 });
   const task = await client.createTask({ queue });
   assert.equal((await client.getTask(task.taskId)).state, TaskState.READY);
+});
+
+test("a claim won as the pool stopped is never run: it is given back at once", async () => {
+  const queue = unique("q");
+  const task = await client.createTask({ queue });
+  let pool: WorkerPool | undefined;
+  // The stop lands between the coordinator granting the claim and the pool receiving it: the
+  // race a SIGTERM during a long poll can hit, made certain here.
+  class StopsAsItWins extends WorkerClient {
+    override async claimNext(q: string, options: ClaimNextOptions & { maxTasks?: number }): Promise<never> {
+      const won = await super.claimNext(q, { ...options, maxTasks: options.maxTasks ?? 1 });
+      pool?.stop();
+      return won as never;
+    }
+  }
+  const racing = new StopsAsItWins({ target: server.target, principal: "racing", env: {} });
+  let ran = 0;
+  pool = new WorkerPool(racing, async () => {
+    ran += 1;
+    return "never";
+  }, { queues: [queue], longPollSeconds: 5 });
+  try {
+    const report = await pool.run();
+    assert.equal(ran, 0);
+    assert.deepEqual(report, { committed: 0, released: 0, failed: 0, lost: 0, cut_off: 1, unsettled: 0 });
+    const back = await client.getTask(task.taskId);
+    assert.equal(back.state, TaskState.READY);
+    assert.match(back.lastError, /WorkerShutdown/);
+  } finally {
+    racing.close();
+  }
 });
