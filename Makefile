@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 
 .PHONY: venv etcd chaos-tools browser lint test test-fast demo bench protos helm chart buf \
-	contract contract-accept
+	contract contract-accept ts-deps ts-build ts-test
 
 # The suite in phases (each with a header): pure rules, then everything against a real etcd and
 # gRPC, then the chaos runs with real processes and signals.
@@ -17,6 +17,10 @@ UNIT := tests/domain tests/test_protos_fresh.py tests/test_logging.py
 CHAOS := tests/chaos tests/chaos_lite
 # The conformance suite: every scenario of conformance/scenarios/ against every SDK's driver.
 CONFORMANCE := tests/conformance
+# The TypeScript SDK, built and tested with node and npm (the venv's bin first: a node that
+# scripts/install-node.sh put there).
+TS := sdks/typescript
+TS_PATH := PATH="$(abspath $(BIN)):$$PATH"
 
 venv: $(STAMP)
 
@@ -52,7 +56,7 @@ lint: venv
 
 # Every phase runs even when an earlier one failed (one failure must never hide another, e.g.
 # the chaos phase behind an integration failure); the target fails at the end, naming them.
-test: venv etcd chaos-tools browser lint chart contract
+test: venv etcd chaos-tools browser lint chart contract ts-build
 	@failed=""; \
 	echo "== unit (pure domain rules) =="; \
 	$(BIN)/pytest -q $(UNIT) || failed="$$failed unit"; \
@@ -62,11 +66,31 @@ test: venv etcd chaos-tools browser lint chart contract
 	$(BIN)/pytest -q $(CONFORMANCE) || failed="$$failed conformance"; \
 	echo "== chaos (real processes, signals) =="; \
 	$(BIN)/pytest -q $(CHAOS) || failed="$$failed chaos"; \
+	echo "== typescript (the Node SDK against a real coordinator) =="; \
+	(cd $(TS) && $(TS_PATH) npm test) || failed="$$failed typescript"; \
 	if [ -n "$$failed" ]; then echo "failed phases:$$failed"; exit 1; fi
 
 # Everything but the slow marks (real-process tests that pause workers past their TTL).
 test-fast: venv etcd lint
 	$(BIN)/pytest -q -m "not slow"
+
+# node 20+ (installed into the venv when missing, never skipped) and the TypeScript SDK's locked
+# dependencies; re-installed when package-lock.json changes.
+ts-deps: $(TS)/node_modules/.installed
+
+$(TS)/node_modules/.installed: $(TS)/package-lock.json | venv
+	bash scripts/install-node.sh $(VENV)
+	cd $(TS) && $(TS_PATH) npm ci --no-audit --no-fund
+	touch $@
+
+# The TypeScript SDK's dist/ (its conformance driver included), built before any test phase runs
+# so that every phase that starts a TypeScript process finds it current.
+ts-build: ts-deps
+	cd $(TS) && $(TS_PATH) npm run build
+
+# The TypeScript SDK alone: its build and its tests against a real coordinator.
+ts-test: ts-deps etcd
+	cd $(TS) && $(TS_PATH) npm test
 
 demo: $(RUNTIME_STAMP) etcd
 	$(BIN)/coordinator demo

@@ -62,6 +62,7 @@ def test_make_test_announces_each_phase_in_order() -> None:
         "integration",
         "conformance",
         "chaos",
+        "typescript",
     ]
 
 
@@ -75,17 +76,31 @@ _FAILING_INTEGRATION = """#!/bin/sh
 echo "ran pytest $*"
 case "$*" in *--ignore=*) exit 1;; esac
 """
+# Stands in for npm (the TypeScript phase finds it first on PATH): says what it was asked.
+_NPM = """#!/bin/sh
+echo "ran npm $*"
+"""
 
 
 def test_make_test_runs_the_chaos_phase_after_a_failed_one_and_then_fails(tmp_path: Path) -> None:
-    fake = tmp_path / "pytest"
-    fake.write_text(_FAILING_INTEGRATION)
-    fake.chmod(0o755)
+    for name, script in (("pytest", _FAILING_INTEGRATION), ("npm", _NPM)):
+        fake = tmp_path / name
+        fake.write_text(script)
+        fake.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     # -o: the prerequisites (venv, lint, chart, ...) count as done; only the phases run.
     skip = [
         f"-o{target}"
-        for target in ("venv", "etcd", "chaos-tools", "browser", "lint", "chart", "contract")
+        for target in (
+            "venv",
+            "etcd",
+            "chaos-tools",
+            "browser",
+            "lint",
+            "chart",
+            "contract",
+            "ts-build",
+        )
     ]
     done = subprocess.run(
         ["make", "--no-print-directory", *skip, "test", f"BIN={tmp_path}"],
@@ -102,8 +117,10 @@ def test_make_test_runs_the_chaos_phase_after_a_failed_one_and_then_fails(tmp_pa
         "integration",
         "conformance",
         "chaos",
+        "typescript",
     ]
     assert "ran pytest -q tests/conformance" in lines
     assert "ran pytest -q tests/chaos tests/chaos_lite" in lines  # not hidden by the failure
+    assert "ran npm test" in lines
     assert lines[-1] == "failed phases: integration"
     assert done.returncode != 0

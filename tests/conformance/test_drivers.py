@@ -1,6 +1,6 @@
 """The harness's side of a driver process (drivers.py), with stand-in drivers: a reply and an
 event are told apart, anything else on stdout is a protocol violation, a driver that dies fails
-the step at once, and only a driver whose build is missing is skipped."""
+the step at once, and so does a driver whose build is missing (no driver is ever skipped)."""
 
 from __future__ import annotations
 
@@ -44,12 +44,10 @@ def test_a_driver_that_dies_fails_the_step_instead_of_hanging(tmp_path: Path) ->
     assert driver.exit() != 0
 
 
-def test_only_a_driver_whose_build_is_missing_is_skipped(tmp_path: Path) -> None:
-    python, typescript = DRIVERS
-    assert python.missing() is None
-    assert typescript.built == TS_DRIVER
-    absent = DriverSpec("ts", ("node", "x.js"), built=tmp_path / "dist" / "driver.js")
-    assert "driver not built" in (absent.missing() or "")
-    (tmp_path / "dist").mkdir()
-    (tmp_path / "dist" / "driver.js").write_text("")
-    assert absent.missing() is None
+def test_a_driver_whose_program_is_missing_fails_instead_of_being_skipped(tmp_path: Path) -> None:
+    _python, typescript = DRIVERS
+    assert typescript.argv[1] == str(TS_DRIVER)
+    driver = _start(tmp_path, "node", str(tmp_path / "dist" / "driver.js"))
+    with pytest.raises(AssertionError, match="the driver exited"):
+        driver.call("held", {})
+    assert driver.exit() != 0

@@ -33,9 +33,6 @@ def harness(server: str, metrics: Metrics) -> Iterator[Harness]:
 @pytest.mark.parametrize("spec", DRIVERS, ids=[spec.name for spec in DRIVERS])
 @pytest.mark.parametrize("path", SCENARIO_FILES, ids=[path.stem for path in SCENARIO_FILES])
 def test_scenario(path: Path, spec: DriverSpec, harness: Harness, tmp_path: Path) -> None:
-    missing = spec.missing()
-    if missing is not None:
-        pytest.skip(missing)
     run = Run(load(path), spec, harness, tmp_path)
     try:
         run.run()

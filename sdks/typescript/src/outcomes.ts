@@ -1,0 +1,165 @@
+/**
+ * Typed results of worker calls. Business outcomes are results, never errors (types.proto):
+ * a FENCED commit is a CommitOutcome whose `committed` is false, with the reason. Enum values
+ * are the proto's own (`Outcome[outcome]` is the name without prefix: "FENCED").
+ */
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+
+import type { TaskResult } from "./gen/coordinator/v1/tasks_pb.js";
+import { FenceReason, Outcome, type Task, type TaskState } from "./gen/coordinator/v1/types_pb.js";
+
+export { EffectAction, EffectState, FenceReason, Outcome, TaskState } from "./gen/coordinator/v1/types_pb.js";
+
+/** Which call learned that a claim was lost. */
+export type LossSource =
+  | "renew"
+  | "commit"
+  | "stage"
+  | "authorize"
+  | "release"
+  | "fail"
+  | "effect"
+  | "local_expiry"
+  | "error";
+
+/** Why a claim was lost: the coordinator's outcome and fence reason, and who learned it. */
+export interface LostReason {
+  readonly outcome: Outcome;
+  readonly reason: FenceReason;
+  readonly message: string;
+  readonly source: LossSource;
+  readonly taskId: string;
+}
+
+/** "FENCED/SUPERSEDED via renew: ..." */
+export function describeLoss(lost: LostReason): string {
+  return `${Outcome[lost.outcome]}/${FenceReason[lost.reason]} via ${lost.source}: ${lost.message}`;
+}
+
+/** A claim the coordinator did not grant (NO_READY_TASK, ALREADY_CLAIMED, CLAIMS_PAUSED, ...). */
+export class ClaimRefused {
+  constructor(
+    readonly outcome: Outcome,
+    readonly reason: FenceReason,
+    readonly message: string,
+  ) {}
+
+  /** "NO_READY_TASK" etc. */
+  toString(): string {
+    return `${Outcome[this.outcome]}${this.reason ? `/${FenceReason[this.reason]}` : ""}: ${this.message}`;
+  }
+}
+
+/** What a fenced call answered: its outcome, the fence reason and a sentence for people. */
+export interface Answer {
+  readonly outcome: Outcome;
+  readonly reason: FenceReason;
+  readonly message: string;
+}
+
+/** A Commit's answer. `committed`: the result is canonical (COMMITTED); otherwise the claim is
+ * lost (FENCED, STALE_INPUT, CANCELLED) and `reason` says why. */
+export interface CommitOutcome<C = unknown> extends Answer {
+  readonly committed: boolean;
+  /** "{attempt_id}@{claim_generation}" of the canonical commit. */
+  readonly commitId: string;
+  /** DONE, or REVIEW when review is required. */
+  readonly state: TaskState;
+  /** What `next` claimed (empty without `next`, or when nothing was ready). */
+  readonly next: C[];
+  /** Why `next` claimed nothing (undefined without `next`, or when it claimed). */
+  readonly nextRefused: ClaimRefused | undefined;
+}
+
+/** A Fail's answer. `recorded`: the failure was recorded and `state` says where the task went
+ * (READY, DELAYED, or FAILED: the dead letter). */
+export interface FailOutcome extends Answer {
+  readonly recorded: boolean;
+  readonly state: TaskState;
+  readonly nextEligibleAt: Date | undefined;
+}
+
+/** A Release's answer. */
+export interface ReleaseOutcome extends Answer {
+  readonly released: boolean;
+}
+
+/** A StageResult's answer; `current`: whether the attempt still held the claim. */
+export interface StageOutcome extends Answer {
+  readonly staged: boolean;
+  readonly current: boolean;
+}
+
+/** An AuthorizeTool answer: run the tool only when `allowed`. */
+export interface ToolAuthorization extends Answer {
+  readonly allowed: boolean;
+}
+
+/** A task as the coordinator stores it. */
+export interface TaskInfo {
+  readonly taskId: string;
+  readonly queue: string;
+  readonly state: TaskState;
+  readonly revision: bigint;
+  readonly stateVersion: bigint;
+  readonly input: Uint8Array;
+  readonly inputDigest: string;
+  /** The attempt number of the latest attempt (0 before the first claim). */
+  readonly attempt: number;
+  readonly claimGeneration: bigint;
+  readonly lastError: string;
+  readonly resultDigest: string;
+}
+
+/** The canonical result of a task revision. */
+export interface ResultInfo {
+  readonly taskId: string;
+  readonly revision: bigint;
+  readonly result: Uint8Array;
+  readonly resultRef: string;
+  readonly resultDigest: string;
+  readonly commitId: string;
+  readonly claimGeneration: bigint;
+  readonly ownerId: string;
+  readonly committedAt: Date | undefined;
+}
+
+/** A wire timestamp as a Date (undefined when unset). */
+export function dateOf(ts: Timestamp | undefined): Date | undefined {
+  if (!ts || (ts.seconds === 0n && ts.nanos === 0)) return undefined;
+  return new Date(Number(ts.seconds) * 1000 + Math.floor(ts.nanos / 1e6));
+}
+
+/** A TaskInfo from the wire. */
+export function taskOf(task: Task | undefined): TaskInfo {
+  if (!task) throw new Error("the coordinator answered without a task");
+  return {
+    taskId: task.taskId,
+    queue: task.queue,
+    state: task.state,
+    revision: task.revision,
+    stateVersion: task.stateVersion,
+    input: task.input,
+    inputDigest: task.inputDigest,
+    attempt: task.attempt,
+    claimGeneration: task.claimGeneration,
+    lastError: task.lastError,
+    resultDigest: task.resultDigest,
+  };
+}
+
+/** A ResultInfo from the wire. */
+export function resultOf(result: TaskResult | undefined): ResultInfo {
+  if (!result) throw new Error("the coordinator answered without a result");
+  return {
+    taskId: result.taskId,
+    revision: result.revision,
+    result: result.result,
+    resultRef: result.resultRef,
+    resultDigest: result.resultDigest,
+    commitId: result.commitId,
+    claimGeneration: result.claimGeneration,
+    ownerId: result.ownerId,
+    committedAt: dateOf(result.committedAt),
+  };
+}

@@ -1,0 +1,283 @@
+/**
+ * WorkerPool: a handler run over one or more queues with N slots, the Python SDK's pool
+ * (coordinator/sdk/pool.py) in Node idioms.
+ *
+ *     const pool = new WorkerPool(client, async (claim, signal) => {
+ *       const answer = await callModel(claim.inputText(), { signal }); // aborted if lost
+ *       return answer;                                                // committed by the pool
+ *     }, { queues: ["emails"], concurrency: 4 });
+ *     stopOnSignals(pool);                                            // SIGTERM / SIGINT
+ *     const report = await pool.run();                                // once shut down
+ *
+ * One client (one connection, one keepalive loop) serves every claim. Each queue has its own
+ * claim loop; a loop claims only when a slot is free (up to `claimBatch` tasks a call), long
+ * polling, and after an empty poll waits a backoff that doubles up to 2 s (a poll that already
+ * waited that long on the server is sent again at once).
+ *
+ * The handler gets the Claim and an AbortSignal that aborts when the claim is lost or the
+ * shutdown grace ran out. What it returns is committed; a throw gives the task back as a
+ * retryable failure (the task's retry policy decides what follows); undefined means it ended
+ * the claim itself, or the pool releases it.
+ *
+ * `stop()` stops claiming at once (the long polls in flight are aborted, so a shutdown never
+ * claims), lets running handlers finish until `graceSeconds` passed, then aborts the rest and
+ * gives their claims back (a retryable failure, WorkerShutdown) within GIVE_BACK_TIMEOUT, as it
+ * does with a claim won as the stop came (never started); `run()` then resolves.
+ */
+import type { Claim } from "./claim.js";
+import type { WorkerClient } from "./client.js";
+import { CallAborted, CoordinatorError, InvalidArgument, TransportError } from "./errors.js";
+import type { Payload } from "./payload.js";
+import { ClaimRefused, Outcome } from "./outcomes.js";
+
+/** Runs one claim: resolves with the result to commit (or undefined: ended or to release). */
+export type Handler = (claim: Claim, signal: AbortSignal) => Promise<Payload | undefined | void>;
+
+/** How one claim of the pool ended. */
+export type Ending = "committed" | "released" | "failed" | "lost" | "cut_off" | "unsettled";
+
+/** How many of the pool's claims ended which way, once it has shut down. */
+export type PoolReport = Record<Ending, number>;
+
+/** What a pool runs with. */
+export interface PoolOptions {
+  /** The queues to claim from (1 to 32, distinct). */
+  queues: string[];
+  /** Claims run at once (1 to 256; default 1). */
+  concurrency?: number;
+  /** Lease TTL of each claim (default 30 s). */
+  ttlSeconds?: number;
+  /** How long running handlers may finish after `stop()` (default 30 s). */
+  graceSeconds?: number;
+  /** Each claim call waits this long on the server for a task (default 10 s). */
+  longPollSeconds?: number;
+  /** Tasks one claim call may win when several slots are free (1 to 64; default 1). */
+  claimBatch?: number;
+}
+
+/** How long the cut-off at the end of the grace waits for its give-backs. */
+export const GIVE_BACK_TIMEOUT = 10;
+/** The error code of a claim given back because the pool stopped. */
+export const SHUTDOWN_ERROR = "WorkerShutdown";
+
+const POLL_INITIAL = 0.05;
+const POLL_MAX = 2;
+
+const sleep = (seconds: number, signal?: AbortSignal): Promise<void> =>
+  new Promise((ok) => {
+    const timer = setTimeout(ok, seconds * 1000).unref();
+    signal?.addEventListener("abort", () => (clearTimeout(timer), ok()), { once: true });
+  });
+
+/** A handler pool over one client (see the module comment). */
+export class WorkerPool {
+  private readonly options: Required<PoolOptions>;
+  private readonly polls = new AbortController();
+  private readonly cutOff = new AbortController();
+  private readonly running = new Map<Claim, Promise<void>>();
+  private readonly abandoned = new Set<Claim>();
+  // Give-backs of claims won as the stop came; run() resolves only once they are settled.
+  private readonly givingBack = new Set<Promise<void>>();
+  private readonly endings: PoolReport = { committed: 0, released: 0, failed: 0, lost: 0, cut_off: 0, unsettled: 0 };
+  private readonly slotWaiters: (() => void)[] = [];
+  private free: number;
+  private fatal: Error | undefined;
+
+  constructor(
+    private readonly client: WorkerClient,
+    private readonly handler: Handler,
+    options: PoolOptions,
+  ) {
+    this.options = { concurrency: 1, ttlSeconds: 30, graceSeconds: 30, longPollSeconds: 10, claimBatch: 1, ...options };
+    const { queues, concurrency, claimBatch, graceSeconds } = this.options;
+    if (queues.length < 1 || queues.length > 32 || new Set(queues).size !== queues.length) {
+      throw new InvalidArgument(`give 1 to 32 distinct queues, got ${JSON.stringify(queues)}`);
+    }
+    if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 256) {
+      throw new InvalidArgument(`concurrency must be 1 to 256, got ${concurrency}`);
+    }
+    if (!Number.isInteger(claimBatch) || claimBatch < 1 || claimBatch > 64) {
+      throw new InvalidArgument(`claimBatch must be 1 to 64, got ${claimBatch}`);
+    }
+    if (!(graceSeconds >= 0)) throw new InvalidArgument(`graceSeconds must not be negative, got ${graceSeconds}`);
+    this.free = concurrency;
+  }
+
+  /** How many claims the pool is running now. */
+  get held(): number {
+    return this.running.size;
+  }
+
+  /** Whether `stop()` was called. */
+  get stopping(): boolean {
+    return this.polls.signal.aborted;
+  }
+
+  /** Stop claiming now and shut down (`run` resolves once done). Idempotent. */
+  stop(): void {
+    this.polls.abort();
+    for (const wake of this.slotWaiters.splice(0)) wake();
+  }
+
+  /** Claim and run claims until `stop()`, then shut down; rejects with the error that stopped a
+   * claim loop (bad credentials, a bad queue name, ...) once shut down. */
+  async run(): Promise<PoolReport> {
+    // A running pool keeps the process alive, as the Python pool's blocked main thread does:
+    // handlers awaiting only the claim's signal and the unref'd keepalive hold no handle, and
+    // node would exit under them (13: an unsettled top-level await) before any SIGTERM came.
+    const alive = setInterval(() => undefined, 1 << 30);
+    try {
+      const loops = this.options.queues.map((queue) => this.claimLoop(queue));
+      await new Promise<void>((ok) => {
+        if (this.stopping) ok();
+        else this.polls.signal.addEventListener("abort", () => ok(), { once: true });
+      });
+      await Promise.race([Promise.all(this.running.values()), sleep(this.options.graceSeconds)]);
+      await this.cutOffRunning();
+      await Promise.race([Promise.all(loops), sleep(GIVE_BACK_TIMEOUT)]);
+      await Promise.race([Promise.all(this.givingBack), sleep(GIVE_BACK_TIMEOUT)]);
+    } finally {
+      clearInterval(alive);
+    }
+    if (this.fatal) throw this.fatal;
+    return { ...this.endings };
+  }
+
+  private async claimLoop(queue: string): Promise<void> {
+    let delay = POLL_INITIAL;
+    for (let slots = await this.takeSlots(); slots > 0; slots = await this.takeSlots()) {
+      const sent = performance.now() / 1000;
+      let won: Claim[] | string;
+      try {
+        won = await this.claim(queue, slots);
+      } catch (error) {
+        this.giveSlots(slots);
+        if (error instanceof CallAborted) return; // stop() ended the poll
+        this.fatal ??= error as Error; // no retry cures it: stop the pool, loudly
+        console.error(`coordinator: claim loop of ${queue} failed; stopping the pool:`, error);
+        this.stop();
+        return;
+      }
+      if (typeof won !== "string") {
+        delay = POLL_INITIAL;
+        this.giveSlots(slots - won.length);
+        for (const claim of won) this.start(claim);
+        continue;
+      }
+      this.giveSlots(slots);
+      // A long poll that already waited on the server counts towards the backoff.
+      await sleep(Math.max(delay - (performance.now() / 1000 - sent), 0), this.polls.signal);
+      delay = Math.min(delay * 2, POLL_MAX);
+    }
+  }
+
+  /** One claim call for up to `slots` tasks: the claims, or why nothing was claimed. */
+  private async claim(queue: string, slots: number): Promise<Claim[] | string> {
+    const options = {
+      ttlSeconds: this.options.ttlSeconds,
+      waitSeconds: this.options.longPollSeconds,
+      signal: this.polls.signal,
+    };
+    try {
+      const won = await this.client.claimNext(queue, { ...options, maxTasks: slots });
+      return won instanceof ClaimRefused ? Outcome[won.outcome] : won;
+    } catch (error) {
+      if (error instanceof TransportError) return `unreachable: ${error.message}`;
+      throw error;
+    }
+  }
+
+  private takeSlots(): Promise<number> {
+    if (this.stopping) return Promise.resolve(0);
+    if (this.free > 0) {
+      const taken = Math.min(this.free, this.options.claimBatch);
+      this.free -= taken;
+      return Promise.resolve(taken);
+    }
+    return new Promise((ok) => this.slotWaiters.push(() => ok(this.takeSlots())));
+  }
+
+  private giveSlots(count: number): void {
+    this.free += Math.max(count, 0);
+    while (this.free > 0 && this.slotWaiters.length > 0) this.slotWaiters.shift()?.();
+  }
+
+  private start(claim: Claim): void {
+    if (this.stopping) {
+      // Won as the stop came: never run it, give it back at once.
+      const back = this.giveBack(claim, "claimed as the pool stopped").then(() => this.giveSlots(1));
+      this.givingBack.add(back);
+      return;
+    }
+    const done = this.runOne(claim).finally(() => {
+      this.running.delete(claim);
+      this.giveSlots(1);
+    });
+    this.running.set(claim, done);
+  }
+
+  private async runOne(claim: Claim): Promise<void> {
+    const signal = AbortSignal.any([claim.signal, this.cutOff.signal]);
+    let result: Payload | undefined | void;
+    let failure: unknown;
+    try {
+      result = await this.handler(claim, signal);
+    } catch (error) {
+      failure = error; // the handler's failure is the task's, never the pool's
+    }
+    if (this.abandoned.has(claim)) return; // the cut-off settled it; this answer came too late
+    this.endings[await this.settle(claim, result, failure)] += 1;
+  }
+
+  /** Commit the result, or give the task back; how the claim ended. */
+  private async settle(claim: Claim, result: Payload | undefined | void, failure: unknown): Promise<Ending> {
+    try {
+      if (result !== undefined && failure === undefined && !claim.isLost()) await claim.commit(result);
+      if (claim.committed) return "committed";
+      if (claim.isLost()) return "lost";
+      if (failure !== undefined) {
+        const error = failure instanceof Error ? failure : new Error(String(failure));
+        await claim.fail(error, { retryable: true });
+        return claim.isLost() ? "lost" : "failed";
+      }
+      if (!claim.isHeld()) return claim.ended === "failed" ? "failed" : "released"; // ended by the handler
+      await claim.release("the handler returned no result");
+      return claim.committed ? "committed" : "released";
+    } catch (error) {
+      if (!(error instanceof CoordinatorError)) throw error;
+      console.error(`coordinator: could not settle ${claim}:`, error.message);
+      return claim.committed ? "committed" : "unsettled";
+    }
+  }
+
+  /** Abort the handlers still running and give their claims back, in parallel. */
+  private async cutOffRunning(): Promise<void> {
+    const left = [...this.running.keys()];
+    if (left.length === 0) return;
+    for (const claim of left) this.abandoned.add(claim);
+    const why = `the shutdown grace of ${this.options.graceSeconds}s ran out`;
+    this.cutOff.abort(new CoordinatorError(why));
+    await Promise.race([Promise.all(left.map((claim) => this.giveBack(claim, why))), sleep(GIVE_BACK_TIMEOUT)]);
+  }
+
+  private async giveBack(claim: Claim, why: string): Promise<void> {
+    let ending: Ending;
+    try {
+      const failed = await claim.fail(SHUTDOWN_ERROR, { retryable: true, message: why });
+      ending = claim.committed ? "committed" : failed.recorded ? "cut_off" : "lost";
+    } catch (error) {
+      console.error(`coordinator: could not give ${claim} back:`, error);
+      ending = "unsettled";
+    }
+    this.endings[ending] += 1;
+  }
+}
+
+/** Stop `pool` on SIGTERM and SIGINT (a pod's shutdown, Ctrl-C); returns what removes them. */
+export function stopOnSignals(pool: WorkerPool, signals: NodeJS.Signals[] = ["SIGTERM", "SIGINT"]): () => void {
+  const stop = (): void => pool.stop();
+  for (const signal of signals) process.on(signal, stop);
+  return () => {
+    for (const signal of signals) process.off(signal, stop);
+  };
+}

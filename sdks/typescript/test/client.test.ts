@@ -1,0 +1,118 @@
+/**
+ * The client against a real coordinator: producer calls, claim and commit, typed refusals, and
+ * bad input refused with the same typed gRPC errors as the Python SDK gets.
+ */
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+
+import {
+  Claim,
+  ClaimRefused,
+  InvalidArgument,
+  NotFound,
+  Outcome,
+  TaskState,
+  TransportError,
+  WorkerClient,
+  digestOf,
+} from "../dist/index.js";
+import { type Server, clientOf, startServer, unique } from "./server.js";
+
+let server: Server;
+let client: WorkerClient;
+
+before(async () => {
+  server = await startServer();
+  client = clientOf(server);
+});
+
+after(async () => {
+  client.close();
+  await server.stop();
+});
+
+test("a created task is claimed, committed, and its result read back", async () => {
+  const queue = unique("q");
+  const created = await client.createTask({ queue, input: '{"prompt":"hi"}' });
+  assert.equal(created.state, TaskState.READY);
+  const claim = await client.claimNext(queue, { ttlSeconds: 10 });
+  assert.ok(claim instanceof Claim, String(claim));
+  assert.equal(claim.taskId, created.taskId);
+  assert.equal(claim.inputText(), '{"prompt":"hi"}');
+  assert.equal((await client.getTask(created.taskId)).state, TaskState.CLAIMED);
+  const outcome = await claim.commit("done");
+  assert.equal(outcome.outcome, Outcome.COMMITTED);
+  assert.ok(outcome.committed && claim.committed);
+  assert.equal(outcome.commitId, `${claim.fence.attemptId}@${claim.generation}`);
+  const result = await client.getResult(created.taskId);
+  assert.equal(new TextDecoder().decode(result.result), "done");
+  assert.equal(result.resultDigest, digestOf(new TextEncoder().encode("done")));
+  assert.equal(result.claimGeneration, claim.generation);
+  assert.equal((await client.getTask(created.taskId)).state, TaskState.DONE);
+});
+
+test("an empty queue answers NO_READY_TASK as a typed refusal, and a held task ALREADY_CLAIMED", async () => {
+  const queue = unique("q");
+  const empty = await client.claimNext(queue, { ttlSeconds: 10 });
+  assert.ok(empty instanceof ClaimRefused);
+  assert.equal(empty.outcome, Outcome.NO_READY_TASK);
+  const task = await client.createTask({ queue });
+  const held = await client.claim(task.taskId, { ttlSeconds: 10 });
+  assert.ok(held instanceof Claim);
+  const other = clientOf(server, "other");
+  const again = await other.claim(task.taskId, { ttlSeconds: 10 });
+  other.close();
+  assert.ok(again instanceof ClaimRefused);
+  assert.equal(again.outcome, Outcome.ALREADY_CLAIMED);
+  assert.equal((await held.release()).released, true);
+});
+
+test("a create with a taskId is safe to repeat: the same task comes back", async () => {
+  const taskId = unique("t");
+  const first = await client.createTask({ taskId, queue: "repeat", input: "x" });
+  const second = await client.createTask({ taskId, queue: "repeat", input: "x" });
+  assert.equal(second.taskId, first.taskId);
+  assert.equal(second.revision, first.revision);
+});
+
+test("bad input is refused INVALID_ARGUMENT / NOT_FOUND, as for the Python SDK", async () => {
+  const oversized = new Uint8Array(2 * 1024 * 1024);
+  await assert.rejects(client.createTask({ queue: unique("q"), input: oversized }), (e: unknown) => {
+    assert.ok(e instanceof InvalidArgument, String(e));
+    assert.equal(e.code, "INVALID_ARGUMENT");
+    return true;
+  });
+  await assert.rejects(client.createTask({ taskId: "no spaces allowed" }), (e: unknown) => {
+    assert.ok(e instanceof InvalidArgument, String(e));
+    assert.match(e.message, /task_id/);
+    return true;
+  });
+  await assert.rejects(client.getTask(unique("missing")), (e: unknown) => e instanceof NotFound);
+  await assert.rejects(client.getTask("bad/id"), (e: unknown) => e instanceof InvalidArgument);
+  await assert.rejects(client.claimNext("q", { ttlSeconds: 0 }), (e: unknown) => e instanceof InvalidArgument);
+  await assert.rejects(client.claimNext("q", { ttlSeconds: 5, maxTasks: 65 }), (e: unknown) => e instanceof InvalidArgument);
+});
+
+test("claimNext with maxTasks claims several tasks in one call, each its own claim", async () => {
+  const queue = unique("q");
+  for (let i = 0; i < 3; i++) await client.createTask({ queue, input: `n${i}` });
+  const claims = await client.claimNext(queue, { ttlSeconds: 10, maxTasks: 5 });
+  assert.ok(Array.isArray(claims), String(claims));
+  assert.equal(claims.length, 3);
+  assert.equal(new Set(claims.map((c) => c.taskId)).size, 3);
+  for (const claim of claims) assert.equal((await claim.commit("ok")).committed, true);
+});
+
+test("a coordinator that is not there is a TransportError (no try reached it), not a hang", async () => {
+  const nowhere = new WorkerClient({
+    target: "127.0.0.1:1",
+    principal: "w",
+    env: {},
+    retry: { budgetSeconds: 0.5, timeoutSeconds: 0.5 },
+  });
+  try {
+    await assert.rejects(nowhere.getTask("t"), (e: unknown) => e instanceof TransportError);
+  } finally {
+    nowhere.close();
+  }
+});

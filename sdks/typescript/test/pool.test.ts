@@ -1,0 +1,122 @@
+/**
+ * WorkerPool against a real coordinator: results committed, failures given back, and a
+ * SIGTERMed worker process that stops within its grace and gives its claims back at once
+ * (the tasks are READY again long before their 30 s leases would have run out).
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { dirname, resolve } from "node:path";
+import { createInterface } from "node:readline";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+import { Claim, type ClaimNextOptions, TaskState, WorkerClient, WorkerPool } from "../dist/index.js";
+import { type Server, clientOf, eventually, startServer, unique } from "./server.js";
+
+const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), "pool-worker.js");
+
+let server: Server;
+let client: WorkerClient;
+
+before(async () => {
+  server = await startServer();
+  client = clientOf(server);
+});
+
+after(async () => {
+  client.close();
+  await server.stop();
+});
+
+test("a pool commits what its handler returns and gives a throwing handler's task back", async () => {
+  const queue = unique("q");
+  const ok = await Promise.all(["ada", "grace", "alan"].map((name) => client.createTask({ queue, input: name })));
+  const bad = await client.createTask({ queue, input: "boom", maxAttempts: 1 });
+  const pool = new WorkerPool(
+    client,
+    async (claim) => {
+      if (claim.inputText() === "boom") throw new RangeError("no such name");
+      return `hello ${claim.inputText()}`;
+    },
+    { queues: [queue], concurrency: 2, ttlSeconds: 10, longPollSeconds: 1 },
+  );
+  const running = pool.run();
+  await eventually(async () => {
+    const states = await Promise.all([...ok, bad].map((t) => client.getTask(t.taskId)));
+    return states.every((t) => t.state === TaskState.DONE || t.state === TaskState.FAILED);
+  }, 30, "every task settled");
+  pool.stop();
+  const report = await running;
+  assert.deepEqual(report, { committed: 3, released: 0, failed: 1, lost: 0, cut_off: 0, unsettled: 0 });
+  const result = await client.getResult(ok[0]?.taskId ?? "");
+  assert.equal(new TextDecoder().decode(result.result), "hello ada");
+  const failed = await client.getTask(bad.taskId);
+  assert.equal(failed.state, TaskState.FAILED);
+  assert.match(failed.lastError, /RangeError/);
+});
+
+test("SIGTERM stops a worker process within its grace and its claims are given back at once", async () => {
+  const queue = unique("q");
+  const tasks = await Promise.all([1, 2].map((n) => client.createTask({ queue, input: String(n) })));
+  const worker = spawn("node", [WORKER], {
+    env: { PATH: process.env.PATH, COORDINATOR_TARGET: server.target, POOL_QUEUE: queue },
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const exited = new Promise<number | null>((ok) => worker.once("exit", (code) => ok(code)));
+  const lines: string[] = [];
+  createInterface({ input: worker.stdout as NodeJS.ReadableStream }).on("line", (line) => lines.push(line));
+  await eventually(() => lines.filter((l) => l.startsWith("running ")).length === 2, 30, "both handlers running");
+  worker.kill("SIGTERM");
+  assert.equal(await exited, 0);
+  const report = JSON.parse(lines.at(-1) ?? "{}") as Record<string, number>;
+  assert.equal(report.cut_off, 2);
+  for (const task of tasks) {
+    const back = await client.getTask(task.taskId);
+    assert.equal(back.state, TaskState.READY); // given back, not left to a 30 s lease
+    assert.match(back.lastError, /WorkerShutdown/);
+    const next = await client.claim(task.taskId, { ttlSeconds: 5 });
+    assert.ok(next instanceof Claim);
+    await next.commit("done elsewhere");
+  }
+});
+
+test("a pool stopped while it long-polls an empty queue claims nothing afterwards", async () => {
+  const queue = unique("q");
+  const pool = new WorkerPool(client, async () => "never", { queues: [queue], longPollSeconds: 15 });
+  const running = pool.run();
+  pool.stop();
+  assert.deepEqual(await running, { committed: 0, released: 0, failed: 0, lost: 0, cut_off: 0, unsettled: 0 });
+  const task = await client.createTask({ queue });
+  assert.equal((await client.getTask(task.taskId)).state, TaskState.READY);
+});
+
+test("a claim won as the pool stopped is never run: it is given back at once", async () => {
+  const queue = unique("q");
+  const task = await client.createTask({ queue });
+  let pool: WorkerPool | undefined;
+  // The stop lands between the coordinator granting the claim and the pool receiving it: the
+  // race a SIGTERM during a long poll can hit, made certain here.
+  class StopsAsItWins extends WorkerClient {
+    override async claimNext(q: string, options: ClaimNextOptions & { maxTasks?: number }): Promise<never> {
+      const won = await super.claimNext(q, { ...options, maxTasks: options.maxTasks ?? 1 });
+      pool?.stop();
+      return won as never;
+    }
+  }
+  const racing = new StopsAsItWins({ target: server.target, principal: "racing", env: {} });
+  let ran = 0;
+  pool = new WorkerPool(racing, async () => {
+    ran += 1;
+    return "never";
+  }, { queues: [queue], longPollSeconds: 5 });
+  try {
+    const report = await pool.run();
+    assert.equal(ran, 0);
+    assert.deepEqual(report, { committed: 0, released: 0, failed: 0, lost: 0, cut_off: 1, unsettled: 0 });
+    const back = await client.getTask(task.taskId);
+    assert.equal(back.state, TaskState.READY);
+    assert.match(back.lastError, /WorkerShutdown/);
+  } finally {
+    racing.close();
+  }
+});
