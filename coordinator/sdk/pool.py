@@ -19,7 +19,8 @@ and answers at once: the backoff then applies as before.
 With ``claim_batch=N`` a loop with several free slots claims up to N tasks in one call
 (``claim_many``), and with ``commit_then_next`` each commit claims the next task of its queue in
 the same call (``commit_and_next``), which then keeps the slot: a busy queue costs one call a
-task instead of two.
+task instead of two. ``MultiSlot.of(n)`` gives both for a pool of n slots (``coordinator worker
+--slots n``).
 
 Each claim's handler runs on its own thread; the client's one keepalive loop renews every claim.
 The handler gets the Claim and a
@@ -59,6 +60,7 @@ from coordinator.sdk._core.pool import (
     SHUTDOWN_ERROR,
     UNFINISHED,
     Ending,
+    MultiSlot,
     PollBackoff,
     Polling,
     PoolReport,
@@ -94,6 +96,7 @@ __all__ = [
     "SHUTDOWN_ERROR",
     "Ending",
     "Handler",
+    "MultiSlot",
     "PollBackoff",
     "PoolReport",
     "WorkerPool",
