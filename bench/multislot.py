@@ -128,6 +128,7 @@ def _multi_slot_run(
     workers = [_Worker(target, queue, plan.workdir / f"{spec.name}-w{i}") for i in range(PROCESSES)]
     try:
         problem = _wait_claiming(workers)
+        say(f"multislot worker pids {' '.join(str(w.proc.pid) for w in workers)}, on {queue}")
         seeder.seed(queue, spec.expected_cycles)
         left, calls, cpu, workers_cpu = _reading(seeder, queue, meter, workers)
         started = time.monotonic()
