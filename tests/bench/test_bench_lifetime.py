@@ -1,6 +1,6 @@
 """``python -m bench`` on a shared machine, as real processes: SIGKILLed mid-run it leaves no etcd,
-no server, no worker process and no directory behind; past its time bound it stops by itself, cleanly, and reports
-what ran.
+no server, no worker process and no directory behind; past its time bound it stops by itself,
+cleanly, and reports what ran.
 
 Each run gets a TMPDIR of its own, so "no directory behind" is exact: it must end empty. The
 phase used is ``promote`` with many small batches: it runs as long as asked while costing the
