@@ -51,7 +51,7 @@ from datetime import timedelta
 
 import structlog
 
-from coordinator.errors import CoordinatorError, InvalidArgument
+from coordinator.errors import CoordinatorError
 from coordinator.sdk._core.pool import (
     GIVE_BACK_TIMEOUT,
     MAX_CLAIM_BATCH,
@@ -67,6 +67,7 @@ from coordinator.sdk._core.pool import (
     PoolSettings,
     Tally,
     after_handler,
+    check_claim_batch,
     cut_off,
     cut_off_reason,
     given_back,
@@ -168,8 +169,7 @@ class WorkerPool:
             poll=poll,
             long_poll=long_poll,
         )
-        if not 1 <= claim_batch <= MAX_CLAIM_BATCH:
-            raise InvalidArgument(f"claim_batch must be 1 to {MAX_CLAIM_BATCH}, got {claim_batch}")
+        check_claim_batch(claim_batch)
         self._claim_batch, self._commit_then_next = claim_batch, commit_then_next
         self._client, self._handler = client, handler
         self._readiness = tuple(readiness)

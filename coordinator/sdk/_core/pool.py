@@ -73,6 +73,12 @@ class PoolReport:
         return self.endings.get(ending, 0)
 
 
+def check_claim_batch(claim_batch: int) -> None:
+    """Refuse (InvalidArgument) a ``claim_batch`` one ClaimNext cannot carry."""
+    if not 1 <= claim_batch <= MAX_CLAIM_BATCH:
+        raise InvalidArgument(f"claim_batch must be 1 to {MAX_CLAIM_BATCH}, got {claim_batch}")
+
+
 @dataclass(frozen=True)
 class MultiSlot:
     """A multi-slot worker's pool options (``coordinator worker --slots N``): N claims at once,
