@@ -1,6 +1,7 @@
 """``python -m bench``: start etcd and a coordinator, run every measurement, report.
 
-Phases, in order: throughput (item 1, the four scenarios interleaved), reclaim latency (item 2),
+Phases, in order: throughput (item 1, the four scenarios interleaved), multi-slot worker
+processes against the raw floor at the same concurrency (bench/multislot.py), reclaim latency,
 delayed tasks claimed after their not_before by long-polling workers (bench/promote.py),
 ClaimNext scale and etcd footprint (item 3), the coordinator's memory with N held claims (item 3)
 and with misbehaving event readers (bench/events.py), each on a freshly started coordinator,
@@ -26,18 +27,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import etcd3
-from etcd3 import etcdrpc
-
 from bench.events import run_events
 from bench.harness import Scenario, say
+from bench.headline import headline
 from bench.held import run_held
 from bench.machine import machine
+from bench.multislot import multislot_need, multislot_phase
 from bench.phases import PhaseClock
-from bench.procs import GRPC_OPTIONS, CoordinatorProcess, Meter, rss_mib, scratch_dir
+from bench.procs import CoordinatorProcess, Meter, etcd_compactor, rss_mib, scratch_dir
 from bench.promote import run_promote
 from bench.reclaim import run_reclaim
-from bench.report import HEADLINE, markdown, targets
+from bench.report import markdown, targets
 from bench.retention import run_retention
 from bench.scale import queue_of, run_scale
 from bench.scenarios import (
@@ -61,7 +61,7 @@ EVENTS_PREFIX = "/coordinator-bench-events"
 # (40/s) stay within what 2 cores claim and commit; at 100 a batch the figure measures the
 # backlog instead (docs/performance.md).
 PROMOTE_DELAY, PROMOTE_SPACING, PROMOTE_WORKERS, PROMOTE_WAIT = 2.0, 0.5, 8, 5.0
-PHASES = ("throughput", "reclaim", "promote", "scale", "held", "events", "retention")
+PHASES = ("throughput", "multislot", "reclaim", "promote", "scale", "held", "events", "retention")
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ FULL = Profile(
     promote_batches=10,
     promote_batch_size=20,
     budget=900.0,
-    reserve=190.0,
+    reserve=290.0,
 )
 SMOKE = Profile(
     levels=(1, 32),
@@ -314,6 +314,16 @@ def first_coordinator_phases(
             end = clock.deadline - reserve
             throughput(doc, plan, coordinator, etcd, seeder, meter, end)
         doc["coordinator_rss_mib_after_throughput"] = round(rss_mib(coordinator.pid), 1)
+    if "multislot" in phases and clock.fits("multislot", multislot_need(config)):
+        with clock.phase("multislot"):
+            doc["multislot"] = multislot_phase(
+                coordinator.target,
+                etcd,
+                seeder,
+                meter,
+                rounds=config["rounds"],
+                duration=config["duration_s"],
+            )
     if "reclaim" in phases and clock.fits("reclaim", 20):
         with clock.phase("reclaim"):
             doc["reclaim"] = run_reclaim(
@@ -428,18 +438,12 @@ def throughput(
         ToozScenario(etcd.host, etcd.port),
         BatchedCoordinatorScenario(coordinator.target, seeder),
     ]
-    client = etcd3.client(etcd.host, etcd.port, timeout=60, grpc_options=GRPC_OPTIONS)
-
-    def compact() -> None:
-        revision = client.maintenancestub.Status(etcdrpc.StatusRequest(), 60).header.revision
-        client.compact(revision, physical=True)  # returns once the history is dropped
-
     try:
-        results = run_throughput(scenarios, plan, meter, compact=compact, deadline=deadline)
+        with etcd_compactor(etcd) as compact:
+            results = run_throughput(scenarios, plan, meter, compact=compact, deadline=deadline)
     finally:
         for scenario in scenarios:
             scenario.close()
-        client.close()
     doc["throughput"] = summarize(results)
     doc["skipped"] = {s.key: s.skip_reason for s in scenarios if s.skip_reason}
     doc["ratios"] = {
@@ -448,98 +452,6 @@ def throughput(
         }
         for mine, other in (("a", "b"), ("a", "c"), ("a", "d"), ("e", "b"), ("e", "a"))
     }
-
-
-def headline(doc: dict[str, Any]) -> None:
-    """The issue's top-level keys; a null one gets its reason in ``doc["reasons"]``."""
-    reasons: dict[str, str] = {}
-    notes: dict[str, str] = {}
-    skipped_phases = doc.get("skipped_phases", {})
-    _ratio_headlines(doc, reasons)
-    reclaim = doc.get("reclaim")
-    doc["reclaim_p95_s_over_ttl"] = reclaim["ready_s_after_ttl"]["p95"] if reclaim else None
-    scale = doc.get("scale")
-    doc["claimnext_100k_over_1k"] = scale["claim_next_ratio_large_over_small"] if scale else None
-    if scale and (min(scale["sizes"]), max(scale["sizes"])) != (1_000, 100_000):
-        notes["claimnext_100k_over_1k"] = (
-            f"measured at {min(scale['sizes'])} vs {max(scale['sizes'])} ready tasks"
-        )
-    promote = doc.get("promote")
-    doc["promote_claimable_p95_s_after_due"] = (
-        promote["claimable_s_after_due"]["p95"] if promote else None
-    )
-    held = doc.get("held") or {}
-    for key, field in (
-        ("coordinator_rss_mib_10k_claims", "coordinator_rss_mib_held"),
-        ("held_renewals_on_time_ratio", "renewals_on_time_ratio"),
-        ("held_coordinator_cpu_cores", "coordinator_cpu_cores"),
-        ("held_etcd_ms_per_renewal_over_anchor", "etcd_ms_per_renewal_over_anchor"),
-    ):
-        doc[key] = held.get(field)
-        if held and held["claims_held"] != 10_000:
-            notes[key] = f"measured with {held['claims_held']} claims"
-    if held.get("lost"):
-        notes["held_renewals_on_time_ratio"] = f"{held['lost']} claims lost"
-    for key, phase in (
-        ("reclaim_p95_s_over_ttl", "reclaim"),
-        ("promote_claimable_p95_s_after_due", "promote"),
-        ("claimnext_100k_over_1k", "scale"),
-        ("coordinator_rss_mib_10k_claims", "held"),
-        ("held_renewals_on_time_ratio", "held"),
-        ("held_coordinator_cpu_cores", "held"),
-        ("held_etcd_ms_per_renewal_over_anchor", "held"),
-    ):
-        if doc[key] is None:
-            ran = phase in doc and doc[phase]
-            reasons[key] = skipped_phases.get(
-                phase,
-                "no renewal in the held window"
-                if ran
-                else f"the {phase} phase was not run (--only)",
-            )
-    retention = doc.get("retention") or {}
-    doc["etcd_db_mib_at_200k_over_50k"] = retention.get("etcd_db_mib_last_over_first")
-    doc["throughput_pruner_on_over_off"] = retention.get("pruner_on_over_off")
-    if retention and retention["retention_tasks"] != 200_000:
-        marks = list(retention["etcd_db_mib_at"])
-        notes["etcd_db_mib_at_200k_over_50k"] = (
-            f"measured at {marks[-1]} over {marks[0]} tasks (--retention-200k for the full size)"
-        )
-    for key in ("etcd_db_mib_at_200k_over_50k", "throughput_pruner_on_over_off"):
-        if doc[key] is None:
-            reasons[key] = skipped_phases.get(
-                "retention", "the retention phase was not run (--only)"
-            )
-    doc["reasons"] = reasons
-    doc["notes"] = notes
-    assert all(k in doc for k in HEADLINE)
-
-
-def _ratio_headlines(doc: dict[str, Any], reasons: dict[str, str]) -> None:
-    """The a/b, a/c, a/d throughput ratios at 32 workers, each null one with its reason."""
-    ratios = doc.get("ratios", {})
-    skipped = doc.get("skipped", {})
-    for other in ("b", "c", "d"):
-        key = f"ratio_a_{other}_32"
-        value = ratios.get(f"a/{other}", {}).get("32")
-        doc[key] = value
-        if value is None:
-            reasons[key] = _no_ratio_reason(doc, other, skipped)
-    doc["ratio_a_b_32_batched"] = ratios.get("e/b", {}).get("32")
-    if doc["ratio_a_b_32_batched"] is None:
-        reasons["ratio_a_b_32_batched"] = _no_ratio_reason(doc, "b", skipped)
-
-
-def _no_ratio_reason(doc: dict[str, Any], other: str, skipped: dict[str, str]) -> str:
-    if "throughput" not in doc["config"]["phases"]:
-        return "the throughput phase was not run (--only)"
-    if "throughput" in doc.get("skipped_phases", {}):
-        return f"the throughput phase was {doc['skipped_phases']['throughput']}"
-    if other in skipped:
-        return f"scenario {other} skipped: {skipped[other]}"
-    if 32 not in doc["config"]["levels"]:
-        return "32 workers is not among --levels"
-    return "no complete round at 32 workers (time budget, or errors)"
 
 
 def _log_tail(workdir: Path) -> None:

@@ -25,6 +25,7 @@ HEADLINE = (
     "held_coordinator_cpu_cores",
     "held_etcd_ms_per_renewal_over_anchor",
     "ratio_a_b_32_batched",
+    "ratio_multislot_b_32",
 )
 """The keys the issues require at the top level of the JSON."""
 
@@ -88,6 +89,12 @@ TARGETS: tuple[tuple[str, str, str, Callable[[float], bool]], ...] = (
         ">= 1.0",
         lambda v: v >= 1.0,
     ),
+    (
+        "ratio_multislot_b_32",
+        "multi-slot workers (4 processes x 8 slots) / raw floor, 32 at once",
+        ">= 1.0",
+        lambda v: v >= 1.0,
+    ),
 )
 
 SCENARIO_NAMES = {
@@ -96,6 +103,7 @@ SCENARIO_NAMES = {
     "c": "c etcd3 Lock",
     "d": "d tooz",
     "e": "e coordinator, batched",
+    "m": "m multi-slot workers",
 }
 
 
@@ -119,14 +127,14 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def markdown(doc: dict[str, Any]) -> str:
     """Every table of the report, as markdown."""
     parts = [_throughput_table(doc), _ratio_table(doc)]
-    if doc.get("reclaim"):
-        parts.append(_reclaim_table(doc["reclaim"]))
-    if doc.get("promote"):
-        parts.append(_promote_line(doc["promote"]))
-    if doc.get("scale"):
-        parts.append(_scale_table(doc["scale"]))
-    if doc.get("held"):
-        parts.append(_held_table(doc["held"]))
+    phases: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
+        ("multislot", _multislot_table),
+        ("reclaim", _reclaim_table),
+        ("promote", _promote_line),
+        ("scale", _scale_table),
+        ("held", _held_table),
+    )
+    parts += [table(doc[phase]) for phase, table in phases if doc.get(phase)]
     parts.append(_targets_table(doc))
     if doc.get("load_average"):
         parts.append(_load_table(doc))
@@ -193,12 +201,26 @@ def _trio(spread: dict[str, Any]) -> str:
 
 
 def _throughput_table(doc: dict[str, Any]) -> str:
+    return _rows_table(doc.get("throughput", []))
+
+
+def _multislot_table(multislot: dict[str, Any]) -> str:
+    return (
+        f"Multi-slot workers: {multislot['processes']} `coordinator worker --slots "
+        f"{multislot['slots']}` processes against the raw floor's "
+        f"{multislot['processes'] * multislot['slots']} workers, side by side (m's client CPU "
+        f"is its worker processes'; m has no per-call latency): m/b "
+        f"{_fmt(multislot['ratio_m_b'], 3)}.\n\n" + _rows_table(multislot["rows"])
+    )
+
+
+def _rows_table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| scenario | workers | cycles/s | claim ms p50 / p95 / p99 | commit ms p50 / p95 / p99 "
         "| CPU ms/cycle client / coordinator / etcd | etcd calls/cycle | errors |",
         "| --- | ---: | ---: | --- | --- | --- | ---: | ---: |",
     ]
-    for row in doc.get("throughput", []):
+    for row in rows:
         cpu = row["cpu_ms_per_cycle"]
         lines.append(
             f"| {SCENARIO_NAMES.get(row['scenario'], row['scenario'])} | {row['workers']} "

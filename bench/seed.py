@@ -32,7 +32,7 @@ from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import Op, TaskState
 from coordinator.errors import StoreUnavailable
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import Compare, EtcdKV, RequestOp
+from coordinator.store.etcd import Compare, EtcdKV, RequestOp, get_prefix
 from coordinator.store.leases import ClaimLeases
 from coordinator.store.transition import ready_seq, transition_ops
 
@@ -109,6 +109,12 @@ class TaskSeeder:
                 if attempt.retry_state.attempt_number > 1 and self._kv.get(first) is not None:
                     return
                 raise RuntimeError(f"seeding failed: a task of the batch from {first} exists")
+
+    def ready(self, queue: str) -> int:
+        """How many of the queue's tasks are READY now (its ready-index keys, counted by etcd)."""
+        return self._kv.read(
+            get_prefix(self.keys.ready_prefix(queue), count_only=True)
+        ).range_count(0)
 
     def drop(self, queue: str) -> None:
         """Delete the queue's ready keys and every key of its tasks (records, claims, ...)."""

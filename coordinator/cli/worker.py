@@ -1,10 +1,12 @@
 """``coordinator worker module:function``: run a handler as a WorkerPool until SIGTERM.
 
 The process a Kubernetes worker pool runs: one connection, ``--max-concurrent`` claims over
-the ``--queue``s, a readiness file (and optionally an HTTP endpoint) while it claims. SIGTERM
-stops claiming at once, lets running handlers finish for ``--grace`` seconds (default: the
-chart's ``COORDINATOR_SHUTDOWN_GRACE``), gives back what is left and exits 0, so the pod's
-``terminationGracePeriodSeconds`` must exceed the grace plus GIVE_BACK_TIMEOUT (10 s).
+the ``--queue``s (``--slots N``: N claims at once, filled by one ClaimNext for all free slots,
+each commit claiming its slot's next task in the same call), a readiness file (and optionally
+an HTTP endpoint) while it claims. SIGTERM stops claiming at once, lets running handlers finish
+for ``--grace`` seconds (default: the chart's ``COORDINATOR_SHUTDOWN_GRACE``), gives back what
+is left and exits 0, so the pod's ``terminationGracePeriodSeconds`` must exceed the grace plus
+GIVE_BACK_TIMEOUT (10 s).
 
 Target and credentials are those of every remote verb (cli/remote.py); with ``--insecure``,
 ``--principal`` names the worker.
@@ -30,6 +32,7 @@ from coordinator.sdk.pool import (
     MAX_CLAIM_BATCH,
     MAX_CONCURRENT,
     Handler,
+    MultiSlot,
     WorkerPool,
     stop_on_signals,
 )
@@ -122,6 +125,14 @@ def load_handler(spec: str) -> Handler:
     help="Claim the next task in the same call as each commit (one call a task when busy).",
 )
 @click.option(
+    "--slots",
+    type=click.IntRange(1, MAX_CONCURRENT),
+    default=None,
+    help="Run this many tasks at once as a multi-slot worker: one ClaimNext claims for every "
+    "free slot and each commit claims its slot's next task in the same call (sets "
+    "--max-concurrent, --claim-batch and --commit-then-next; give those or this).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(LEVELS),
     default="info",
@@ -139,6 +150,7 @@ def worker(
     ready_listen: str | None,
     claim_batch: int,
     commit_then_next: bool,
+    slots: int | None,
     log_level: str,
     **settings: Any,
 ) -> None:
@@ -146,6 +158,7 @@ def worker(
     within --grace. It is called with the Claim and a Cancellation; what it returns is
     committed, an exception it raises reports a retryable failure."""
     configure_logging(log_level)
+    options = _slot_options(slots, MultiSlot(max_concurrent, claim_batch, commit_then_next))
     function = load_handler(handler)
     if not queues:
         raise click.UsageError("give at least one --queue (or COORDINATOR_QUEUE)")
@@ -167,12 +180,12 @@ def worker(
                 client,
                 function,
                 queues=queues,
-                max_concurrent=max_concurrent,
+                max_concurrent=options.max_concurrent,
                 ttl=timedelta(seconds=ttl),
                 grace=timedelta(seconds=grace),
                 readiness=readiness,
-                claim_batch=claim_batch,
-                commit_then_next=commit_then_next,
+                claim_batch=options.claim_batch,
+                commit_then_next=options.commit_then_next,
             )
             restore = stop_on_signals(pool)
             try:
@@ -184,6 +197,19 @@ def worker(
     finally:
         if endpoint is not None:
             endpoint.close()
+
+
+def _slot_options(slots: int | None, given: MultiSlot) -> MultiSlot:
+    """The pool's options: ``--slots``' if given, else the three flags' (a usage error if both
+    were given: which one meant what would be a guess)."""
+    if slots is None:
+        return given
+    context = click.get_current_context()
+    for name in ("max_concurrent", "claim_batch", "commit_then_next"):
+        if context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
+            flag = "--" + name.replace("_", "-")
+            raise click.UsageError(f"--slots sets {flag} itself: give one or the other")
+    return MultiSlot.of(slots)
 
 
 def _credentials(remote: dict[str, Any]) -> grpc.ChannelCredentials | None:

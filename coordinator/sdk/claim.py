@@ -32,6 +32,7 @@ from coordinator.sdk._core.requests import (
     authorize_request,
     claim_key,
     claim_next_request,
+    claims_won,
     commit_request,
     fail_request,
     release_request,
@@ -52,7 +53,7 @@ from coordinator.sdk.types import (
     ToolAuthorization,
     TransportError,
 )
-from coordinator.v1 import types_pb2, worker_pb2
+from coordinator.v1 import worker_pb2
 
 __all__ = ["Claim", "LostCallback"]
 
@@ -335,9 +336,6 @@ def claims_of(
 ) -> list[Claim]:
     """The claims a ClaimNext answer (or a commit's next) won: its own, then more_claims; none
     when it was not CLAIMED."""
-    if response.outcome != types_pb2.OUTCOME_CLAIMED:
-        return []
-    won = [response, *(more for more in response.more_claims if more.outcome == response.outcome)]
     return [
         Claim(
             rpc,
@@ -347,5 +345,5 @@ def claims_of(
             safety_margin=safety_margin,
             renewer=renewer,
         )
-        for claim in won
+        for claim in claims_won(response)
     ]

@@ -19,7 +19,8 @@ and answers at once: the backoff then applies as before.
 With ``claim_batch=N`` a loop with several free slots claims up to N tasks in one call
 (``claim_many``), and with ``commit_then_next`` each commit claims the next task of its queue in
 the same call (``commit_and_next``), which then keeps the slot: a busy queue costs one call a
-task instead of two.
+task instead of two. ``MultiSlot.of(n)`` gives both for a pool of n slots (``coordinator worker
+--slots n``).
 
 Each claim's handler runs on its own thread; the client's one keepalive loop renews every claim.
 The handler gets the Claim and a
@@ -50,7 +51,7 @@ from datetime import timedelta
 
 import structlog
 
-from coordinator.errors import CoordinatorError, InvalidArgument
+from coordinator.errors import CoordinatorError
 from coordinator.sdk._core.pool import (
     GIVE_BACK_TIMEOUT,
     MAX_CLAIM_BATCH,
@@ -59,12 +60,14 @@ from coordinator.sdk._core.pool import (
     SHUTDOWN_ERROR,
     UNFINISHED,
     Ending,
+    MultiSlot,
     PollBackoff,
     Polling,
     PoolReport,
     PoolSettings,
     Tally,
     after_handler,
+    check_claim_batch,
     cut_off,
     cut_off_reason,
     given_back,
@@ -94,6 +97,7 @@ __all__ = [
     "SHUTDOWN_ERROR",
     "Ending",
     "Handler",
+    "MultiSlot",
     "PollBackoff",
     "PoolReport",
     "WorkerPool",
@@ -165,8 +169,7 @@ class WorkerPool:
             poll=poll,
             long_poll=long_poll,
         )
-        if not 1 <= claim_batch <= MAX_CLAIM_BATCH:
-            raise InvalidArgument(f"claim_batch must be 1 to {MAX_CLAIM_BATCH}, got {claim_batch}")
+        check_claim_batch(claim_batch)
         self._claim_batch, self._commit_then_next = claim_batch, commit_then_next
         self._client, self._handler = client, handler
         self._readiness = tuple(readiness)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.cli import headline
 from bench.harness import RunResult
+from bench.headline import headline
 from bench.procs import CpuSnapshot, cpu_seconds, rss_mib
 from bench.profile import summarize_folded
 from bench.report import targets
@@ -87,6 +87,7 @@ def test_targets_say_met_unmet_or_unknown() -> None:
         "held_coordinator_cpu_cores": 0.26,
         "held_etcd_ms_per_renewal_over_anchor": 1.0,
         "ratio_a_b_32_batched": None,
+        "ratio_multislot_b_32": 0.99,
     }
     met = {row["key"]: row["met"] for row in targets(doc)}
     assert met == {
@@ -103,6 +104,7 @@ def test_targets_say_met_unmet_or_unknown() -> None:
         "held_coordinator_cpu_cores": False,
         "held_etcd_ms_per_renewal_over_anchor": True,
         "ratio_a_b_32_batched": None,
+        "ratio_multislot_b_32": False,
     }
 
 
@@ -155,3 +157,19 @@ def test_the_db_headline_is_the_last_checkpoint_over_the_first_with_a_note_below
     doc = {"config": {"phases": ["retention"], "levels": []}, "retention": full}
     headline(doc)
     assert "etcd_db_mib_at_200k_over_50k" not in doc["notes"]
+
+
+def test_the_multislot_headline_is_its_paired_ratio_or_null_with_the_reason() -> None:
+    doc: dict[str, Any] = {"config": {"phases": ["multislot"], "levels": []}}
+    doc["multislot"] = {"ratio_m_b": 1.07, "rows": []}
+    headline(doc)
+    assert doc["ratio_multislot_b_32"] == 1.07
+    doc["multislot"] = {"ratio_m_b": None, "rows": []}
+    headline(doc)
+    assert (
+        doc["reasons"]["ratio_multislot_b_32"]
+        == "no round measured both m and b (see the errors in multislot.rows)"
+    )
+    doc = {"config": {"phases": ["held"], "levels": []}}
+    headline(doc)
+    assert doc["reasons"]["ratio_multislot_b_32"] == "the multislot phase was not run (--only)"

@@ -1,6 +1,6 @@
 """``python -m bench`` on a shared machine, as real processes: SIGKILLed mid-run it leaves no etcd,
-no server and no directory behind; past its time bound it stops by itself, cleanly, and reports
-what ran.
+no server, no worker process and no directory behind; past its time bound it stops by itself,
+cleanly, and reports what ran.
 
 Each run gets a TMPDIR of its own, so "no directory behind" is exact: it must end empty. The
 phase used is ``promote`` with many small batches: it runs as long as asked while costing the
@@ -77,6 +77,34 @@ def test_a_sigkilled_bench_leaves_no_process_and_no_directory(tmp_path: Path) ->
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.slow
+def test_a_sigkilled_bench_leaves_no_multi_slot_worker_behind(tmp_path: Path) -> None:
+    # Killed as its 4 worker processes claim (before the seeding: the test costs little CPU).
+    multislot = ["--only", "multislot", "--duration", "600"]
+    proc, scratch, stderr = _start(tmp_path, *multislot)
+    try:
+        etcd, _, server = eventually(
+            lambda: _started(stderr), timeout=120, message="the bench did not start its servers"
+        )
+        workers = eventually(
+            lambda: _worker_pids(stderr), timeout=120, message="no multi-slot worker claimed"
+        )
+        assert len(workers) == 4 and all(alive(pid) for pid in workers)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        eventually(lambda: _all_gone(scratch, etcd, server), timeout=60, message="left behind")
+        eventually(lambda: not any(alive(pid) for pid in workers), message="a worker still runs")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _worker_pids(stderr: Path) -> list[int] | None:
+    """The multi-slot phase's worker pids once it said so, else None."""
+    found = re.search(r"multislot worker pids ([\d ]+),", stderr.read_text(errors="replace"))
+    return [int(pid) for pid in found[1].split()] if found else None
 
 
 @pytest.mark.slow

@@ -81,6 +81,22 @@ def test_every_scenario_ran_every_level_without_errors(smoke: tuple[dict[str, An
 
 
 @pytest.mark.slow
+def test_the_multislot_phase_ran_both_sides_of_its_ratio(smoke: tuple[dict[str, Any], str]) -> None:
+    doc, stdout = smoke
+    multislot = doc["multislot"]
+    assert (multislot["processes"], multislot["slots"]) == (4, 8)
+    rows = {row["scenario"]: row for row in multislot["rows"]}
+    assert set(rows) == {"b", "m"}
+    for row in rows.values():
+        assert row["workers"] == 32
+        assert row["cycles"] > 0, row
+        assert row["errors"] == 0, row
+        assert all(isinstance(v, float) for v in row["cpu_ms_per_cycle"].values()), row
+    assert doc["ratio_multislot_b_32"] == multislot["ratio_m_b"]
+    assert "Multi-slot workers: 4 `coordinator worker --slots 8` processes" in stdout
+
+
+@pytest.mark.slow
 def test_the_other_phases_report_their_figures(smoke: tuple[dict[str, Any], str]) -> None:
     doc, stdout = smoke
     config = doc["config"]

@@ -51,16 +51,18 @@ def start_worker(
     principal: str = "pool-1",
     output: int | None = None,
     ttl: int = 30,
+    slots: bool = False,
 ) -> subprocess.Popen[bytes]:
     """``coordinator worker tests.pool.handlers:gated`` on QUEUE, logging to tmp_path (an empty
     ``principal``: no --principal, the verb's default), or with stdout and stderr both going to
-    ``output`` (subprocess.PIPE, or a file descriptor) if given."""
+    ``output`` (subprocess.PIPE, or a file descriptor) if given. With ``slots``, a multi-slot
+    worker: ``--slots max_concurrent`` instead of ``--max-concurrent``."""
     args = [
         "worker",
         "tests.pool.handlers:gated",
         "--queue",
         QUEUE,
-        "--max-concurrent",
+        "--slots" if slots else "--max-concurrent",
         str(max_concurrent),
         "--grace",
         str(grace),
@@ -104,15 +106,18 @@ def exit_code(proc: subprocess.Popen[bytes], tmp_path: Path, grace: float) -> in
         pytest.fail(f"the worker did not exit; log:\n{(tmp_path / 'worker.log').read_text()}")
 
 
+@pytest.mark.parametrize("slots", [False, True], ids=["max-concurrent", "slots"])
 def test_sigterm_stops_claiming_commits_the_finished_and_releases_the_rest(
-    coordinator: Served, producer: WorkerClient, tmp_path: Path
+    coordinator: Served, producer: WorkerClient, tmp_path: Path, slots: bool
 ) -> None:
+    # With --slots the three are claimed by one ClaimNext, and the finished ones commit without
+    # claiming a next task: a stopping worker claims nothing, so late-1 and late-2 stay READY.
     gate, never, ready = tmp_path / "gate", tmp_path / "never", tmp_path / "ready"
     for task_id in ("fast-1", "fast-2"):
         producer.create_task(task_id, queue=QUEUE, input=f"gate {gate}".encode())
     producer.create_task("slow", queue=QUEUE, input=f"gate {never}".encode())
     grace = 8.0
-    proc = start_worker(coordinator.target, tmp_path, max_concurrent=3, grace=grace)
+    proc = start_worker(coordinator.target, tmp_path, max_concurrent=3, grace=grace, slots=slots)
     try:
         eventually(lambda: claimed(producer) == {"fast-1", "fast-2", "slow"}, timeout=30)
         assert ready.read_text().startswith("claiming")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -11,6 +12,8 @@ import pytest
 
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import Claim, ClaimRefused, Outcome, TaskState
+from coordinator.sdk.aio import AsyncClaim, AsyncWorkerClient
+from tests.conftest import GRPC_OPTIONS
 from tests.sdk.support import QUEUE, CallCounter, Served, served
 
 TTL = timedelta(seconds=30)
@@ -119,3 +122,27 @@ def test_a_lost_claim_many_answer_is_replayed_with_the_same_attempts(coordinator
             )
             with claim:
                 assert claim.commit(b"done").committed
+
+
+def test_the_asyncio_twin_claims_many_and_commits_with_next_alike(coordinator: Served) -> None:
+    async def run() -> tuple[int, list[str], ClaimRefused | list[AsyncClaim]]:
+        async with AsyncWorkerClient(
+            coordinator.target, principal="w", channel_options=GRPC_OPTIONS
+        ) as worker:
+            claims = await worker.claim_many(QUEUE, ttl=TTL, max_tasks=2)
+            assert isinstance(claims, list)
+            done: list[str] = []
+            for first in claims:
+                held: AsyncClaim | None = first
+                while held is not None:
+                    async with held:
+                        outcome, more = await held.commit_and_next(b"ok", queue=QUEUE, ttl=TTL)
+                    assert outcome.committed
+                    done.append(held.task_id)
+                    held = more[0] if more else None
+            return len(claims), done, await worker.claim_many(QUEUE, ttl=TTL, max_tasks=5)
+
+    first_call, done, after = asyncio.run(run())
+    assert first_call == 2  # one call, two claims
+    assert sorted(done) == [f"t{n}" for n in range(6)]  # the other four came with commits
+    assert isinstance(after, ClaimRefused) and after.outcome is Outcome.NO_READY_TASK

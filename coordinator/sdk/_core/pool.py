@@ -73,6 +73,34 @@ class PoolReport:
         return self.endings.get(ending, 0)
 
 
+def check_claim_batch(claim_batch: int) -> None:
+    """Refuse (InvalidArgument) a ``claim_batch`` one ClaimNext cannot carry."""
+    if not 1 <= claim_batch <= MAX_CLAIM_BATCH:
+        raise InvalidArgument(f"claim_batch must be 1 to {MAX_CLAIM_BATCH}, got {claim_batch}")
+
+
+@dataclass(frozen=True)
+class MultiSlot:
+    """A multi-slot worker's pool options (``coordinator worker --slots N``): N claims at once,
+    every free slot filled by one ClaimNext (``claim_batch``), and each commit claiming its
+    slot's next task in the same call (``commit_then_next``), so one call carries several tasks.
+
+    No commit asks for more than its own slot: the other free slots are already in the claim
+    loop's one long poll, which a commit claiming for them too would race."""
+
+    max_concurrent: int
+    claim_batch: int
+    commit_then_next: bool = True
+
+    @classmethod
+    def of(cls, slots: int) -> MultiSlot:
+        """The options of ``slots`` slots (InvalidArgument out of 1 to MAX_CONCURRENT); one
+        ClaimNext wins at most MAX_CLAIM_BATCH tasks, so more slots fill in several calls."""
+        if not 1 <= slots <= MAX_CONCURRENT:
+            raise InvalidArgument(f"slots must be 1 to {MAX_CONCURRENT}, got {slots}")
+        return cls(slots, min(slots, MAX_CLAIM_BATCH))
+
+
 def check_options(queues: Sequence[str], max_concurrent: int, grace: timedelta) -> None:
     """Refuse (InvalidArgument) what no pool can run: no queue, too many or repeated queues,
     a bad queue name, a concurrency out of bounds, a negative grace."""

@@ -85,6 +85,14 @@ MAX_TASKS = 64
 """Tasks one call may claim (the server's bound)."""
 
 
+def claims_won(response: worker_pb2.ClaimResponse) -> list[worker_pb2.ClaimResponse]:
+    """The claims a ClaimNext answer (or a commit's next) won: its own, then more_claims; none
+    when it was not CLAIMED."""
+    if response.outcome != types_pb2.OUTCOME_CLAIMED:
+        return []
+    return [response, *(more for more in response.more_claims if more.outcome == response.outcome)]
+
+
 def long_poll(wait: Duration | None, call_timeout: timedelta) -> tuple[float, float | None]:
     """A ClaimNext's ``wait_seconds`` and its deadline: a long poll's call may take its wait
     plus one try's ``call_timeout``; a plain one (None) keeps the policy's deadline."""

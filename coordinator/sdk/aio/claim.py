@@ -25,6 +25,9 @@ from coordinator.sdk._core.effects import EffectOutcome
 from coordinator.sdk._core.held import HeldClaim, LostCallback
 from coordinator.sdk._core.requests import (
     authorize_request,
+    claim_key,
+    claim_next_request,
+    claims_won,
     commit_request,
     fail_request,
     release_request,
@@ -41,6 +44,7 @@ from coordinator.sdk.types import (
     ReleaseOutcome,
     StageOutcome,
     ToolAuthorization,
+    TransportError,
 )
 from coordinator.v1 import worker_pb2
 
@@ -115,6 +119,54 @@ class AsyncClaim(HeldClaim):
             evidence=evidence,
         )
         return self._committed(await self.call(lambda worker: worker.Commit, request))
+
+    async def commit_and_next(
+        self,
+        result: bytes,
+        *,
+        queue: str,
+        ttl: Duration,
+        max_tasks: int = 1,
+        on_lost: LostCallback | None = None,
+        result_ref: str = "",
+        result_digest: str | None = None,
+        evidence: Sequence[str] = (),
+    ) -> tuple[CommitOutcome, list[AsyncClaim]]:
+        """``commit``, and in the same call claim up to ``max_tasks`` ready tasks of ``queue``
+        (CommitRequest.next), as ``Claim.commit_and_next``: one logical call under a key of its
+        own, so a retry whose first try landed gets that try's answer, next claims included;
+        given up (TransportError), ``commit`` alone is tried, and a next claim the lost answer
+        carried is held by nobody and expires with its lease."""
+        request = commit_request(
+            self.fence,
+            self.input_digest,
+            result,
+            result_ref=result_ref,
+            result_digest=result_digest,
+            evidence=evidence,
+        )
+        request.next.CopyFrom(
+            claim_next_request(
+                queue, ttl=ttl, epoch=self.fence.scheduler_epoch, max_tasks=max_tasks
+            )
+        )
+        sent = self._clock()
+        try:
+            response = await self._rpc.call(
+                self._rpc.worker.Commit,
+                request,
+                idempotency_key=claim_key(),
+                lease_left=self.remaining(),
+            )
+        except TransportError:
+            outcome = await self.commit(
+                result, result_ref=result_ref, result_digest=result_digest, evidence=evidence
+            )
+            return outcome, []
+        outcome = self._committed(response)
+        return outcome, async_claims_of(
+            self._rpc, response.next, sent_at=sent, on_lost=on_lost, renewer=self._renewer
+        )
 
     async def stage(
         self, result: bytes, *, result_ref: str = "", result_digest: str | None = None
@@ -226,3 +278,27 @@ class AsyncClaim(HeldClaim):
 
     def __repr__(self) -> str:
         return f"AsyncClaim({self._describe()})"
+
+
+def async_claims_of(
+    rpc: AsyncRpc,
+    response: worker_pb2.ClaimResponse,
+    *,
+    sent_at: float,
+    on_lost: LostCallback | None = None,
+    safety_margin: Duration | None = None,
+    renewer: AsyncRenewer | None = None,
+) -> list[AsyncClaim]:
+    """The AsyncClaims a ClaimNext answer (or a commit's next) won: its own, then more_claims;
+    none when it was not CLAIMED."""
+    return [
+        AsyncClaim(
+            rpc,
+            claim,
+            sent_at=sent_at,
+            on_lost=on_lost,
+            safety_margin=safety_margin,
+            renewer=renewer,
+        )
+        for claim in claims_won(response)
+    ]

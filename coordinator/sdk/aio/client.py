@@ -39,7 +39,7 @@ from coordinator.sdk._core.requests import (
 from coordinator.sdk._duration import Duration
 from coordinator.sdk.aio._renewer import AsyncRenewer
 from coordinator.sdk.aio._rpc import AsyncRpc
-from coordinator.sdk.aio.claim import AsyncClaim
+from coordinator.sdk.aio.claim import AsyncClaim, async_claims_of
 from coordinator.sdk.environment import connection
 from coordinator.sdk.tasks import TaskInfo, TaskRetryPolicy
 from coordinator.sdk.types import ClaimRefused, outcome_of
@@ -150,6 +150,32 @@ class AsyncWorkerClient:
             timeout=timeout,
         )
 
+    async def claim_many(
+        self,
+        queue: str = "default",
+        *,
+        ttl: Duration,
+        max_tasks: int,
+        on_lost: LostCallback | None = None,
+        safety_margin: Duration | None = None,
+        wait: Duration | None = None,
+    ) -> list[AsyncClaim] | ClaimRefused:
+        """Claim up to ``max_tasks`` (at most 64) ready tasks of ``queue`` in one call, each a
+        claim of its own; the refusal (NO_READY_TASK, ...) when it won none. As
+        ``WorkerClient.claim_many``: ``wait`` long-polls for the first task, the others are
+        whatever is ready then."""
+        waited, timeout = long_poll(wait, self._rpc.policy.timeout)
+        request = claim_next_request(
+            queue, ttl=ttl, epoch=await self._pinned_epoch(), wait=waited, max_tasks=max_tasks
+        )
+        return await self._claimed_all(
+            self._rpc.worker.ClaimNext,
+            request,
+            on_lost=on_lost,
+            safety_margin=safety_margin,
+            timeout=timeout,
+        )
+
     async def _claimed(
         self,
         method: aio.UnaryUnaryMultiCallable[Any, worker_pb2.ClaimResponse],
@@ -159,13 +185,28 @@ class AsyncWorkerClient:
         safety_margin: Duration | None,
         timeout: float | None = None,
     ) -> AsyncClaim | ClaimRefused:
+        won = await self._claimed_all(
+            method, request, on_lost=on_lost, safety_margin=safety_margin, timeout=timeout
+        )
+        return won[0] if isinstance(won, list) else won
+
+    async def _claimed_all(
+        self,
+        method: aio.UnaryUnaryMultiCallable[Any, worker_pb2.ClaimResponse],
+        request: AnyClaim,
+        *,
+        on_lost: LostCallback | None,
+        safety_margin: Duration | None,
+        timeout: float | None,
+    ) -> list[AsyncClaim] | ClaimRefused:
+        """The claims one claim won, following a new epoch once (a second refusal means the
+        epoch moved again), or its refusal."""
         response, sent_at = await self._send_claim(method, request, timeout)
         if epoch_moved(response) and repinned(request, await self.epoch()):
-            # Once only, as the sync client: a second refusal means the epoch moved again.
             response, sent_at = await self._send_claim(method, request, timeout)
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
             return ClaimRefused.from_proto(response)
-        return AsyncClaim(
+        return async_claims_of(
             self._rpc,
             response,
             sent_at=sent_at,

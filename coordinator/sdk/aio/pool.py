@@ -20,7 +20,8 @@ retryable failure (``claim.fail(error, retryable=True)``), None releases a claim
 not end itself. ``stop()`` stops claiming at once (the long polls in flight are cancelled, so a
 shutdown never claims) and marks the pool unready, lets running handlers finish until ``grace``
 has passed, then cancels the rest and gives their claims back (a retryable failure; their
-renewals stop first) within ``GIVE_BACK_TIMEOUT``; ``run()`` then returns.
+renewals stop first) within ``GIVE_BACK_TIMEOUT``; ``run()`` then returns. ``claim_batch`` and
+``commit_then_next`` batch the calls as there (``MultiSlot.of(n)``: a multi-slot pool).
 
 Where asyncio differs from threads: the handler runs as its own task, so the pool cancels it
 (CancelledError inside the handler) when its claim is lost (``on_lost``) and when the grace runs
@@ -36,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -54,6 +55,7 @@ from coordinator.sdk._core.pool import (
     PoolSettings,
     Tally,
     after_handler,
+    check_claim_batch,
     cut_off,
     cut_off_reason,
     given_back,
@@ -91,6 +93,26 @@ class _Running:
             self.handler.cancel(f"claim lost: {reason}")
 
 
+@dataclass(eq=False)
+class _Batch:
+    """The claims one ClaimNext wins, each routed its own loss."""
+
+    queue: str
+    by_task: dict[str, _Running] = field(default_factory=dict)
+
+    def won(self, claims: list[AsyncClaim]) -> list[_Running]:
+        """A _Running per claim won (losses reported from now on reach its handler)."""
+        runnings = [_Running(self.queue, claim) for claim in claims]
+        self.by_task.update((claim.task_id, r) for claim, r in zip(claims, runnings, strict=True))
+        return runnings
+
+    def lost(self, reason: LostReason) -> None:
+        """The batch's on_lost: cancel the handler of the claim that was lost."""
+        running = self.by_task.get(reason.task_id)
+        if running is not None:
+            running.lost(reason)
+
+
 class AsyncWorkerPool:
     """Runs ``handler`` over ``queues`` with at most ``max_concurrent`` claims at once."""
 
@@ -106,6 +128,8 @@ class AsyncWorkerPool:
         readiness: Iterable[Readiness] = (),
         poll: PollBackoff | None = None,
         long_poll: Duration = timedelta(seconds=10),
+        claim_batch: int = 1,
+        commit_then_next: bool = False,
     ) -> None:
         self._settings = settings = PoolSettings.of(
             queues,
@@ -115,11 +139,13 @@ class AsyncWorkerPool:
             poll=poll,
             long_poll=long_poll,
         )
+        check_claim_batch(claim_batch)
+        self._claim_batch, self._commit_then_next = claim_batch, commit_then_next
         self._client, self._handler = client, handler
         self._readiness = tuple(readiness)
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()  # a slot came free, or the pool is stopping
-        self._polls: set[asyncio.Task[AsyncClaim | str]] = set()  # ClaimNext calls in flight
+        self._polls: set[asyncio.Task[list[AsyncClaim] | str]] = set()  # ClaimNexts in flight
         self._free = settings.max_concurrent
         self._running: set[_Running] = set()
         self._tally = Tally()
@@ -172,64 +198,71 @@ class AsyncWorkerPool:
     async def _claim_loop(self, queue: str) -> None:
         loop = asyncio.get_running_loop()
         polling = Polling(self._settings.poll)
-        while await self._take_slot():
-            running = _Running(queue)
+        while slots := await self._take_slots():
+            batch = _Batch(queue)
             sent = loop.time()
-            poll = loop.create_task(self._claim(running), name=f"claim-next-{queue}")
+            poll = loop.create_task(self._claim(batch, slots), name=f"claim-next-{queue}")
             self._polls.add(poll)
             try:
                 got = await poll
             except asyncio.CancelledError:
                 if not self._stopping.is_set():
                     raise
-                self._give_slot()  # stop() cancelled the poll (what it may have won: sdk/abort.py)
+                self._give_slot(slots)  # stop() cancelled the poll (what it won: sdk/abort.py)
                 return
             except CoordinatorError as exc:
-                self._give_slot()
+                self._give_slot(slots)
                 self._fail(queue, exc)
                 return
             finally:
                 self._polls.discard(poll)
-            if isinstance(got, AsyncClaim):
-                running.claim = got
+            if isinstance(got, list):
                 polling.claimed()
-                if not self._start(running):  # claimed while stopping: never run it
-                    await self._settle_cut_off(running, "claimed as the pool stopped")
-                    self._give_slot()
+                self._give_slot(slots - len(got))
+                for running in batch.won(got):
+                    if not self._start(running):  # claimed while stopping: never run it
+                        await self._settle_cut_off(running, "claimed as the pool stopped")
+                        self._give_slot()
                 continue
-            self._give_slot()
+            self._give_slot(slots)
             log_it, wait = polling.empty(got, loop.time() - sent)
             if log_it:
                 log.info("nothing claimed", queue=queue, why=got)
             await wait_for(self._stopping, wait)
 
-    async def _claim(self, running: _Running) -> AsyncClaim | str:
-        """One ClaimNext: the AsyncClaim, or why nothing was claimed. Raises the errors no
-        retry cures (CoordinatorError other than TransportError)."""
+    async def _claim(self, batch: _Batch, slots: int) -> list[AsyncClaim] | str:
+        """One ClaimNext for ``slots`` tasks: the AsyncClaims, or why nothing was claimed.
+        Raises the errors no retry cures (CoordinatorError other than TransportError)."""
+        ttl, wait = self._settings.ttl, self._settings.long_poll
         try:
-            got = await self._client.claim_next(
-                running.queue,
-                ttl=self._settings.ttl,
-                on_lost=running.lost,
-                wait=self._settings.long_poll,
+            if slots == 1:
+                got = await self._client.claim_next(
+                    batch.queue, ttl=ttl, on_lost=batch.lost, wait=wait
+                )
+                return [got] if isinstance(got, AsyncClaim) else got.outcome.name
+            many = await self._client.claim_many(
+                batch.queue, ttl=ttl, max_tasks=slots, on_lost=batch.lost, wait=wait
             )
         except TransportError as exc:
             return f"unreachable: {exc}"
-        return got if isinstance(got, AsyncClaim) else got.outcome.name
+        return many if isinstance(many, list) else many.outcome.name
 
-    async def _take_slot(self) -> bool:
-        """Wait for a free slot; False once stopping."""
+    async def _take_slots(self) -> int:
+        """Wait for a free slot and take it, with up to ``claim_batch`` - 1 more that are free
+        now; 0 once stopping."""
         while self._free == 0 and not self._stopping.is_set():
             self._changed.clear()  # no await between the check and the wait: no wake-up lost
             await self._changed.wait()
         if self._stopping.is_set():
-            return False
-        self._free -= 1
-        return True
+            return 0
+        taken = min(self._free, self._claim_batch)
+        self._free -= taken
+        return taken
 
-    def _give_slot(self) -> None:
-        self._free += 1
-        self._changed.set()
+    def _give_slot(self, count: int = 1) -> None:
+        if count > 0:
+            self._free += count
+            self._changed.set()
 
     def _fail(self, queue: str, exc: CoordinatorError) -> None:
         """A claim refused for a reason no retry cures: stop the whole pool, loudly."""
@@ -248,6 +281,13 @@ class AsyncWorkerPool:
         return True
 
     async def _work(self, running: _Running) -> None:
+        current: _Running | None = running
+        while current is not None:  # with commit_then_next, a commit hands the slot on
+            current = await self._run_one(current)
+
+    async def _run_one(self, running: _Running) -> _Running | None:
+        """Run the handler on ``running``'s claim and settle it; the claim its commit won
+        (commit_then_next), which keeps the slot and this work task, or None."""
         claim = running.claim
         assert claim is not None
         claim.start()
@@ -259,21 +299,35 @@ class AsyncWorkerPool:
         # Waiting never cancels the handler: only a loss or the cut-off does.
         await asyncio.wait([handler])
         if running.abandoned:
-            return  # the cut-off settled this claim; this answer came too late
+            return None  # the cut-off settled this claim; this answer came too late
         result, error = _outcome(handler, claim)
-        ending = await self._settle(claim, result, error)
-        if running in self._running:
+        successor = _Running(running.queue, work=running.work)
+        ending = await self._settle(
+            claim, result, error, successor if self._commit_then_next else None
+        )
+        if running in self._running:  # (else the cut-off took it over while it settled)
             self._running.discard(running)
             self._tally.count(ending)
+            if successor.claim is not None and not self._stopping.is_set():
+                self._running.add(successor)
+                return successor
             self._give_slot()
+        if successor.claim is not None:  # won as the pool stopped: never run it
+            await self._settle_cut_off(successor, "claimed as the pool stopped")
+        return None
 
     async def _settle(
-        self, claim: AsyncClaim, result: bytes | None, error: Exception | None
+        self,
+        claim: AsyncClaim,
+        result: bytes | None,
+        error: Exception | None,
+        successor: _Running | None,
     ) -> Ending:
-        """Commit the result, or give the task back; how the claim ended."""
+        """Commit the result (claiming ``successor``'s task in the same call, if given), or
+        give the task back; how the claim ended."""
         try:
             if result is not None and error is None and not claim.is_lost():
-                await claim.commit(result)
+                await self._commit(claim, result, successor)
             ending = after_handler(claim.committed, claim.is_lost())
             if ending is not None:
                 return ending
@@ -286,6 +340,15 @@ class AsyncWorkerPool:
             return unsettled(claim.committed)
         finally:
             await claim.close()
+
+    async def _commit(self, claim: AsyncClaim, result: bytes, successor: _Running | None) -> None:
+        if successor is None or self._stopping.is_set():
+            await claim.commit(result)
+            return
+        _, won = await claim.commit_and_next(
+            result, queue=successor.queue, ttl=self._settings.ttl, on_lost=successor.lost
+        )
+        successor.claim = won[0] if won else None
 
     # --- shutting down ----------------------------------------------------------------------
 

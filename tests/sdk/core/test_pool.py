@@ -11,6 +11,7 @@ from coordinator.errors import InvalidArgument, NotFound, PermissionDenied
 from coordinator.sdk._core.pool import (
     GIVE_BACK_TIMEOUT,
     Ending,
+    MultiSlot,
     PollBackoff,
     Polling,
     PoolSettings,
@@ -101,3 +102,13 @@ def test_the_tally_reports_the_endings_or_raises_the_first_fatal_error() -> None
     with pytest.raises(NotFound) as raised:
         tally.report()
     assert raised.value is first
+
+
+def test_a_multi_slot_pool_fills_every_free_slot_in_one_call_and_commits_with_next() -> None:
+    assert MultiSlot.of(8) == MultiSlot(max_concurrent=8, claim_batch=8, commit_then_next=True)
+    assert MultiSlot.of(1) == MultiSlot(1, 1, True)
+    # One ClaimNext wins at most 64 tasks: more slots than that fill in several calls.
+    assert MultiSlot.of(256) == MultiSlot(256, 64, True)
+    for bad in (0, 257):
+        with pytest.raises(InvalidArgument, match=f"slots must be 1 to 256, got {bad}"):
+            MultiSlot.of(bad)

@@ -1,0 +1,118 @@
+"""The report's headline: the issues' top-level keys, read off the phases' figures, each null
+one with its reason (``doc["reasons"]``) and each measured off its nominal size with a note
+(``doc["notes"]``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.report import HEADLINE
+
+
+def headline(doc: dict[str, Any]) -> None:
+    """The issue's top-level keys; a null one gets its reason in ``doc["reasons"]``."""
+    reasons: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    skipped_phases = doc.get("skipped_phases", {})
+    _ratio_headlines(doc, reasons)
+    _multislot_headline(doc, reasons)
+    reclaim = doc.get("reclaim")
+    doc["reclaim_p95_s_over_ttl"] = reclaim["ready_s_after_ttl"]["p95"] if reclaim else None
+    scale = doc.get("scale")
+    doc["claimnext_100k_over_1k"] = scale["claim_next_ratio_large_over_small"] if scale else None
+    if scale and (min(scale["sizes"]), max(scale["sizes"])) != (1_000, 100_000):
+        notes["claimnext_100k_over_1k"] = (
+            f"measured at {min(scale['sizes'])} vs {max(scale['sizes'])} ready tasks"
+        )
+    promote = doc.get("promote")
+    doc["promote_claimable_p95_s_after_due"] = (
+        promote["claimable_s_after_due"]["p95"] if promote else None
+    )
+    held = doc.get("held") or {}
+    for key, field in (
+        ("coordinator_rss_mib_10k_claims", "coordinator_rss_mib_held"),
+        ("held_renewals_on_time_ratio", "renewals_on_time_ratio"),
+        ("held_coordinator_cpu_cores", "coordinator_cpu_cores"),
+        ("held_etcd_ms_per_renewal_over_anchor", "etcd_ms_per_renewal_over_anchor"),
+    ):
+        doc[key] = held.get(field)
+        if held and held["claims_held"] != 10_000:
+            notes[key] = f"measured with {held['claims_held']} claims"
+    if held.get("lost"):
+        notes["held_renewals_on_time_ratio"] = f"{held['lost']} claims lost"
+    for key, phase in (
+        ("reclaim_p95_s_over_ttl", "reclaim"),
+        ("promote_claimable_p95_s_after_due", "promote"),
+        ("claimnext_100k_over_1k", "scale"),
+        ("coordinator_rss_mib_10k_claims", "held"),
+        ("held_renewals_on_time_ratio", "held"),
+        ("held_coordinator_cpu_cores", "held"),
+        ("held_etcd_ms_per_renewal_over_anchor", "held"),
+    ):
+        if doc[key] is None:
+            ran = phase in doc and doc[phase]
+            reasons[key] = skipped_phases.get(
+                phase,
+                "no renewal in the held window"
+                if ran
+                else f"the {phase} phase was not run (--only)",
+            )
+    retention = doc.get("retention") or {}
+    doc["etcd_db_mib_at_200k_over_50k"] = retention.get("etcd_db_mib_last_over_first")
+    doc["throughput_pruner_on_over_off"] = retention.get("pruner_on_over_off")
+    if retention and retention["retention_tasks"] != 200_000:
+        marks = list(retention["etcd_db_mib_at"])
+        notes["etcd_db_mib_at_200k_over_50k"] = (
+            f"measured at {marks[-1]} over {marks[0]} tasks (--retention-200k for the full size)"
+        )
+    for key in ("etcd_db_mib_at_200k_over_50k", "throughput_pruner_on_over_off"):
+        if doc[key] is None:
+            reasons[key] = skipped_phases.get(
+                "retention", "the retention phase was not run (--only)"
+            )
+    doc["reasons"] = reasons
+    doc["notes"] = notes
+    assert all(k in doc for k in HEADLINE)
+
+
+def _ratio_headlines(doc: dict[str, Any], reasons: dict[str, str]) -> None:
+    """The a/b, a/c, a/d throughput ratios at 32 workers, each null one with its reason."""
+    ratios = doc.get("ratios", {})
+    skipped = doc.get("skipped", {})
+    for other in ("b", "c", "d"):
+        key = f"ratio_a_{other}_32"
+        value = ratios.get(f"a/{other}", {}).get("32")
+        doc[key] = value
+        if value is None:
+            reasons[key] = _no_ratio_reason(doc, other, skipped)
+    doc["ratio_a_b_32_batched"] = ratios.get("e/b", {}).get("32")
+    if doc["ratio_a_b_32_batched"] is None:
+        reasons["ratio_a_b_32_batched"] = _no_ratio_reason(doc, "b", skipped)
+
+
+def _no_ratio_reason(doc: dict[str, Any], other: str, skipped: dict[str, str]) -> str:
+    if "throughput" not in doc["config"]["phases"]:
+        return "the throughput phase was not run (--only)"
+    if "throughput" in doc.get("skipped_phases", {}):
+        return f"the throughput phase was {doc['skipped_phases']['throughput']}"
+    if other in skipped:
+        return f"scenario {other} skipped: {skipped[other]}"
+    if 32 not in doc["config"]["levels"]:
+        return "32 workers is not among --levels"
+    return "no complete round at 32 workers (time budget, or errors)"
+
+
+def _multislot_headline(doc: dict[str, Any], reasons: dict[str, str]) -> None:
+    """The multi-slot workers over the raw floor at the same concurrency, or why not."""
+    multislot = doc.get("multislot")
+    doc["ratio_multislot_b_32"] = multislot["ratio_m_b"] if multislot else None
+    if doc["ratio_multislot_b_32"] is not None:
+        return
+    if multislot:
+        reasons["ratio_multislot_b_32"] = (
+            "no round measured both m and b (see the errors in multislot.rows)"
+        )
+    else:
+        reasons["ratio_multislot_b_32"] = doc.get("skipped_phases", {}).get(
+            "multislot", "the multislot phase was not run (--only)"
+        )
