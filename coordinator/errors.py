@@ -62,7 +62,7 @@ class StreamBehind(ResourceExhausted):
 
 
 class SpaceRefused(ResourceExhausted):
-    """The space guard (store/space_guard.py) refused a write because etcd's database is above
+    """The space guard (store/etcd/space_guard.py) refused a write because etcd's database is above
     its high-water mark or etcd's NOSPACE alarm is active; the message names which and when to
     retry. Nothing was sent to etcd."""
 

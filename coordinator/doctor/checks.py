@@ -33,7 +33,7 @@ from coordinator.domain.retention import DEFAULT_RETENTION
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.domain.waiting import blocking
 from coordinator.store.dependencies import edges_of
-from coordinator.store.etcd import KV
+from coordinator.store.etcd.kv import KV
 
 T = TypeVar("T")
 

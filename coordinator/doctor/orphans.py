@@ -7,7 +7,7 @@ from coordinator.doctor.findings import Finding, Guard, Problem, Repair, RepairW
 from coordinator.doctor.parsed import Parsed, identity_keys
 from coordinator.domain.keys import Keyspace
 from coordinator.store.dependencies import edges_of
-from coordinator.store.etcd import KV
+from coordinator.store.etcd.kv import KV
 
 
 def check_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:

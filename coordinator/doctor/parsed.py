@@ -11,7 +11,7 @@ from coordinator.doctor.findings import Finding, Problem, Snapshot
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.lineage import index_value
 from coordinator.domain.records import TaskRecord, decode
-from coordinator.store.etcd import KV
+from coordinator.store.etcd.kv import KV
 
 T = TypeVar("T")
 

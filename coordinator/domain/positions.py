@@ -1,6 +1,6 @@
 """Where an event sits in the log: one position per event, totally ordered.
 
-An etcd revision does not name one event. Group commit (store/group_commit.py) nests several
+An etcd revision does not name one event. Group commit (store/etcd/group_commit.py) nests several
 transition txns in one etcd txn, and the releaser moves several tasks in one txn, so several
 events share a revision. A reader that remembers only the revision it reached, and skips
 everything at or below it, loses the rest of that revision. The position adds what names the

@@ -28,7 +28,8 @@ from coordinator.store.dead_letters import DeadLetters
 from coordinator.store.deadlines import Deadlines
 from coordinator.store.dependencies import DependencyStore
 from coordinator.store.effects import EffectStore
-from coordinator.store.etcd import EtcdKV
+from coordinator.store.etcd.kv import EtcdKV
+from coordinator.store.etcd.leases import ClaimLeases
 from coordinator.store.events import EventFilter, EventLog, StoredEvent
 from coordinator.store.failures import Failures
 from coordinator.store.give_back import GiveBacks
@@ -36,7 +37,6 @@ from coordinator.store.held import HeldClaims
 from coordinator.store.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
 from coordinator.store.idempotency import IdempotencyStore
 from coordinator.store.jobs import JobStore
-from coordinator.store.leases import ClaimLeases
 from coordinator.store.live_claims import LiveClaims
 from coordinator.store.long_poll import LongPoll, ReadyWaiters
 from coordinator.store.promoter import Promoter

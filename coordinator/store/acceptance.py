@@ -43,7 +43,7 @@ from coordinator.store.context import (
     epoch_from_kv,
     task_from_kv,
 )
-from coordinator.store.etcd import (
+from coordinator.store.etcd.kv import (
     Compare,
     create_revision_is,
     delete,

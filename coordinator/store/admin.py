@@ -10,7 +10,14 @@ from coordinator.domain.records import StagedResult, TaskRecord, decode
 from coordinator.domain.states import UNCOMMITTED_STATES
 from coordinator.errors import FailedPrecondition, ResourceExhausted
 from coordinator.store.context import StoreContext, claim_from_kv, epoch_from_kv, task_from_kv
-from coordinator.store.etcd import create_revision_is, delete, get, get_prefix, mod_revision_is, put
+from coordinator.store.etcd.kv import (
+    create_revision_is,
+    delete,
+    get,
+    get_prefix,
+    mod_revision_is,
+    put,
+)
 from coordinator.store.queue_drain import count_claimed, count_open_effects
 from coordinator.store.types import DrainStatus
 from coordinator.store.versions import VersionStore

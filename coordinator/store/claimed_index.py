@@ -26,9 +26,9 @@ from collections import Counter, OrderedDict
 
 from coordinator.domain.fence_screen import Screen, screen
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import KV
+from coordinator.store.etcd.kv import KV
+from coordinator.store.etcd.watch import WatchEvent
 from coordinator.store.prefix_copy import PrefixCopy
-from coordinator.store.watch import WatchEvent
 
 
 class QueueCountIndex(PrefixCopy):

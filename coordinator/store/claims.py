@@ -32,7 +32,7 @@ from coordinator.store.context import (
     new_attempt_id,
     task_from_kv,
 )
-from coordinator.store.etcd import (
+from coordinator.store.etcd.kv import (
     Compare,
     RequestOp,
     create_revision_is,
@@ -40,9 +40,9 @@ from coordinator.store.etcd import (
     get_prefix,
     put,
 )
+from coordinator.store.etcd.leases import ClaimLease
 from coordinator.store.fence import epoch_is
 from coordinator.store.held import HeldClaims
-from coordinator.store.leases import ClaimLease
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
 from coordinator.store.types import ClaimResult

@@ -31,7 +31,7 @@ from coordinator.domain.states import (
 )
 from coordinator.store.context import StoreContext, attempt_from_kv
 from coordinator.store.due_index import due_pass
-from coordinator.store.etcd import RequestOp, delete, put
+from coordinator.store.etcd.kv import RequestOp, delete, put
 from coordinator.store.transition import transition, transition_ops
 
 log = structlog.get_logger(__name__)

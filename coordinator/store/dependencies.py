@@ -29,7 +29,7 @@ from coordinator.domain.states import Op, TaskState
 from coordinator.domain.waiting import blocking
 from coordinator.errors import FailedPrecondition, NotFound
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd import (
+from coordinator.store.etcd.kv import (
     KV,
     Compare,
     RequestOp,

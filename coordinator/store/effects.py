@@ -42,7 +42,7 @@ from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd import (
+from coordinator.store.etcd.kv import (
     KV,
     Compare,
     RequestOp,

@@ -35,9 +35,9 @@ from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.states import Op
 from coordinator.errors import StreamBehind
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd import KV, get
+from coordinator.store.etcd.kv import KV, get
+from coordinator.store.etcd.watch import WatchEvent
 from coordinator.store.replay_slots import ReplaySlots
-from coordinator.store.watch import WatchEvent
 
 _PAGE = 1000
 # Event positions one history pass selects (~400 bytes each with their keys, measured with

@@ -28,7 +28,7 @@ from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.errors import CoordinatorError, Undelivered
 from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import RequestOp, delete, put
+from coordinator.store.etcd.kv import RequestOp, delete, put
 from coordinator.store.fence import fence_compares
 from coordinator.store.held import HeldClaims
 from coordinator.store.ready_index import ReadyIndex

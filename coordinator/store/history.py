@@ -18,7 +18,7 @@ from coordinator.doctor.parsed import identity_keys
 from coordinator.domain.jobs import JobRecord
 from coordinator.domain.records import TaskRecord, decode
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import KV
+from coordinator.store.etcd.kv import KV
 
 ARCHIVE_FORMAT = 1
 """Version of the archive object's layout (``format`` in every object)."""

@@ -13,8 +13,8 @@ import time
 import structlog
 
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import KV
-from coordinator.store.watch import PrefixWatch, WatchEvent
+from coordinator.store.etcd.kv import KV
+from coordinator.store.etcd.watch import PrefixWatch, WatchEvent
 
 log = structlog.get_logger(__name__)
 

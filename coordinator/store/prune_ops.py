@@ -25,7 +25,7 @@ from coordinator.domain.jobs import JobRecord
 from coordinator.domain.records import decode, encode
 from coordinator.domain.retention import Tombstone, micros
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import KV, Compare, RequestOp, delete, mod_revision_is, put
+from coordinator.store.etcd.kv import KV, Compare, RequestOp, delete, mod_revision_is, put
 from coordinator.store.history import TaskHistory
 
 MAX_OPS = 128

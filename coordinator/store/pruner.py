@@ -16,7 +16,7 @@ sink confirmed prunes each task with its own CAS txn (store/prune_ops.py). So:
   on every pass.
 
 Every etcd request a pass makes (index pages, history reads, archive-then-prune txns, deferrals,
-tombstone expiry, unfinished prunes) waits for a slot of one Pacer (store/pacer.py): at most
+tombstone expiry, unfinished prunes) waits for a slot of one Pacer (store/etcd/pacer.py): at most
 ``rate`` requests per second per replica, so pruning never competes with claims for etcd however
 much is due at once (a pruned task costs about one request: its prune txn plus its share of the
 batched reads). The same pass finishes prunes too large for one txn (``{p}/prune-pending/``)
@@ -40,10 +40,10 @@ from coordinator.domain.retention import micros
 from coordinator.domain.states import TERMINAL_STATES
 from coordinator.store.attempt_sweep import AttemptSweep
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import delete, get_prefix, mod_revision_is, put
+from coordinator.store.etcd.kv import delete, get_prefix, mod_revision_is, put
+from coordinator.store.etcd.pacer import Pacer
 from coordinator.store.history import TaskHistory
 from coordinator.store.history_read import TASKS_PER_READ, read_histories, read_whole
-from coordinator.store.pacer import Pacer
 from coordinator.store.prune_ops import finish_pages, prune_txn
 from coordinator.store.retention_index import due_value, finished_at_of
 

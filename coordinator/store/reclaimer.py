@@ -17,11 +17,11 @@ import structlog
 from coordinator.domain.retry import LEASE_EXPIRED, decide_after
 from coordinator.domain.states import Op, TaskState
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd import get
+from coordinator.store.etcd.kv import get
+from coordinator.store.etcd.watch import WatchEvent
 from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.requeue import settled
 from coordinator.store.transition import claimless_move
-from coordinator.store.watch import WatchEvent
 from coordinator.store.watch_loop import WatchScanLoop
 
 log = structlog.get_logger(__name__)

@@ -43,7 +43,7 @@ from coordinator.store.effects import (
     effect_write_ops,
     stamped,
 )
-from coordinator.store.etcd import (
+from coordinator.store.etcd.kv import (
     KV,
     Compare,
     RequestOp,

@@ -19,7 +19,7 @@ from coordinator.domain.fence_screen import Screen, no_claim_message
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.store.claimed_index import ClaimedIndex
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import get
+from coordinator.store.etcd.kv import get
 from coordinator.store.types import RenewResult
 
 

@@ -5,7 +5,7 @@ view, decide within the claim's bounds (domain ``decide_renew``), run a txn behi
 ``fence_compares`` that writes only when the progress marker or the checkpoint changed, keep
 the lease alive, then compare the fence once more: a commit or release landing between the txn
 and the keepalive deletes the claim key but leaves the lease to the replica's pool
-(store/leases.py), so a live lease alone proves nothing.
+(store/etcd/leases.py), so a live lease alone proves nothing.
 
 For a batch these steps run for all its claims together, which is what makes thousands of held
 claims cheap (measured in ``python -m bench``, phase ``held``):
@@ -55,7 +55,7 @@ from coordinator.store.context import (
     epoch_from_kv,
     task_from_kv,
 )
-from coordinator.store.etcd import (
+from coordinator.store.etcd.kv import (
     Compare,
     NestedTxn,
     RequestOp,

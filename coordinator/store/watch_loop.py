@@ -18,7 +18,7 @@ from collections.abc import Callable
 import structlog
 
 from coordinator.store.context import StoreContext
-from coordinator.store.watch import PrefixWatch, WatchEvent
+from coordinator.store.etcd.watch import PrefixWatch, WatchEvent
 
 log = structlog.get_logger(__name__)
 

@@ -16,7 +16,7 @@ from coordinator.domain.validation import MAX_INPUT_BYTES
 from coordinator.server.worker_wire import MAX_CHECKPOINT_BYTES, MAX_ERROR_DETAILS
 from coordinator.store import Store, task_list
 from coordinator.store.context import attempt_from_kv
-from coordinator.store.etcd import put
+from coordinator.store.etcd.kv import put
 from coordinator.store.task_list import MAX_RECORD_BYTES, PAGE_BYTES, READ_BYTES, VALUES_PER_READ
 from coordinator.store.tasks import MAX_ATTEMPT_RECORD_BYTES
 from coordinator.store.types import TaskSpec

@@ -16,8 +16,8 @@ from coordinator.domain.states import AttemptEnd, Outcome, TaskState
 from coordinator.store.claim_gates import ClaimRead
 from coordinator.store.claims import claim_write
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import EtcdKV
-from coordinator.store.leases import ClaimLease, ClaimLeases
+from coordinator.store.etcd.kv import EtcdKV
+from coordinator.store.etcd.leases import ClaimLease, ClaimLeases
 from tests.domain.samples import ATTEMPT, TASK
 from tests.store.support import LIMITS
 

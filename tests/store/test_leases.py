@@ -1,4 +1,5 @@
-"""Claim leases are reused only when that is exactly as good as a fresh grant (store/leases.py)."""
+"""Claim leases are reused only when that is exactly as good as a fresh grant
+(store/etcd/leases.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import EtcdKV, Store
-from coordinator.store.leases import ClaimLeases
+from coordinator.store.etcd.leases import ClaimLeases
 from tests.store.support import claim, claim_result, commit, create, raw, wait_claim_gone
 
 

@@ -22,15 +22,15 @@ from etcd3 import etcdrpc, utils
 from coordinator.domain.live_claims import LeaseReading
 from coordinator.domain.space import WriteKind
 from coordinator.errors import LeaseGone, StoreRefused, StoreUnavailable
-from coordinator.store.group_commit import (
+from coordinator.store.etcd.group_commit import (
     MAX_BATCH_BYTES,
     MAX_TXN_OPS,
     GroupCommit,
     in_order_runs,
 )
-from coordinator.store.keepalive import LeaseKeepalives
-from coordinator.store.space_guard import SpaceGuard
-from coordinator.store.watch import PrefixWatch, WatchEvent
+from coordinator.store.etcd.keepalive import LeaseKeepalives
+from coordinator.store.etcd.space_guard import SpaceGuard
+from coordinator.store.etcd.watch import PrefixWatch, WatchEvent
 
 Compare = Any  # etcdrpc.Compare (generated, untyped)
 RequestOp = Any  # etcdrpc.RequestOp
@@ -193,7 +193,7 @@ class EtcdKV:
         self._timeout = timeout
         # Every txn passes the space guard on its way out (_send_txn), nested or not.
         self.space = space if space is not None else SpaceGuard()
-        # Concurrent txns of this process share round trips (store/group_commit.py).
+        # Concurrent txns of this process share round trips (store/etcd/group_commit.py).
         self._batcher = GroupCommit(self._send_txn)
         self._keepalives = LeaseKeepalives()
         self._before: Callable[[], None] | None = None
@@ -277,7 +277,7 @@ class EtcdKV:
     def txn_many(self, txns: Sequence[NestedTxn]) -> list[TxnResult]:
         """Run independent txns (the caller's promise: none writes a key another compares, reads
         or writes) in as few round trips as etcd's limits allow, each nested in a batch txn as
-        group commit nests them (store/group_commit.py) and answered as if it ran alone."""
+        group commit nests them (store/etcd/group_commit.py) and answered as if it ran alone."""
         results: list[TxnResult] = []
         for chunk in _chunks(txns):
             results += self._send_nested([txn.op for txn in chunk])
@@ -389,7 +389,7 @@ class EtcdKV:
 
     def keepalive_many(self, lease_ids: Iterable[int]) -> dict[int, int]:
         """Refresh several leases over one LeaseKeepAlive stream (etcd answers each request in
-        turn, store/keepalive.py); each lease's new TTL, 0 for a lease that is gone."""
+        turn, store/etcd/keepalive.py); each lease's new TTL, 0 for a lease that is gone."""
         ids = list(dict.fromkeys(lease_ids))
         if not ids:
             return {}
@@ -465,7 +465,7 @@ class EtcdKV:
         deletes_only: bool = False,
     ) -> PrefixWatch:
         """Follow every change (or, with ``deletes_only``, every deletion) under ``prefix`` from
-        ``start_revision`` (see store/watch.py)."""
+        ``start_revision`` (see store/etcd/watch.py)."""
         return PrefixWatch(
             self._client,
             prefix,

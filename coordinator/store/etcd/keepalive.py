@@ -7,7 +7,7 @@ answer a condition wake-up of the reader), measured at 90 to 170 us of coordinat
 grpc.aio reads the same stream on an event loop at about 60 us (bench phase ``held``). So the
 stream runs here, on a loop thread of its own, over an aio channel to the member the sync
 client is using; its errors are grpc errors as the sync calls' are, translated by the caller
-(store/etcd.py).
+(store/etcd/kv.py).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ compaction and defragmentation, so a ratio that stays high with the pruner keepi
 etcd needs a defrag (``etcdctl defrag``), not a shorter retention.
 
 Each reading (with etcd's alarm list) also sets the state of the connection's space guard
-(store/space_guard.py): above ``high_water`` of the quota writes that only add data are refused,
-at an active NOSPACE alarm every put is.
+(store/etcd/space_guard.py): above ``high_water`` of the quota writes that only add data are
+refused, at an active NOSPACE alarm every put is.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import structlog
 from coordinator.domain.space import SpaceState, space_state
 from coordinator.errors import StoreRefused
 from coordinator.metrics import METRICS, Metrics
-from coordinator.store.etcd import EtcdKV
+from coordinator.store.etcd.kv import EtcdKV
 
 log = structlog.get_logger(__name__)
 

@@ -1,7 +1,7 @@
 """The space guard: every txn passes it on its way to etcd (``EtcdKV``), nested or not.
 
 The rule is domain/space.py's; this module holds the state the rule reads and applies it to a
-txn request. The state comes from the db-size watch (store/db_size.py: etcd's Status and its
+txn request. The state comes from the db-size watch (store/etcd/db_size.py: etcd's Status and its
 alarm list, every few seconds) and, sooner, from etcd itself: a NOSPACE refusal of any request
 trips the guard at once, so the nested puts etcd would still accept stop with the first plain
 write etcd refuses, not at the next reading.

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from coordinator.store.etcd import EtcdKV
+from coordinator.store.etcd.kv import EtcdKV
 
 POOL_PER_TTL = 1024
 """Empty leases kept per TTL; more are revoked."""
