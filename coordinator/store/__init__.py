@@ -21,7 +21,6 @@ from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.admin import AdminStore
 from coordinator.store.cascade import Cascade
 from coordinator.store.claim_gates import ApprovalGate, QueuePauseGate, ReconcileGate
-from coordinator.store.claimed_index import ClaimedIndex, QueueCountIndex
 from coordinator.store.claims import ClaimStore
 from coordinator.store.context import StoreContext
 from coordinator.store.dead_letters import DeadLetters
@@ -36,6 +35,8 @@ from coordinator.store.give_back import GiveBacks
 from coordinator.store.held import HeldClaims
 from coordinator.store.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
 from coordinator.store.idempotency import IdempotencyStore
+from coordinator.store.indexes.claimed import ClaimedIndex, QueueCountIndex
+from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.jobs import JobStore
 from coordinator.store.live_claims import LiveClaims
 from coordinator.store.long_poll import LongPoll, ReadyWaiters
@@ -43,7 +44,6 @@ from coordinator.store.promoter import Promoter
 from coordinator.store.pruner import DEFAULT_INTERVAL as DEFAULT_PRUNE_INTERVAL
 from coordinator.store.pruner import DEFAULT_RATE as DEFAULT_PRUNE_RATE
 from coordinator.store.pruner import Pruner
-from coordinator.store.ready_index import ReadyIndex
 from coordinator.store.reclaimer import Reclaimer
 from coordinator.store.reconcile import ReconcileStore, ReconcileSweeper
 from coordinator.store.releaser import Releaser

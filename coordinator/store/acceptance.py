@@ -54,7 +54,7 @@ from coordinator.store.etcd.kv import (
 )
 from coordinator.store.fence import fence_compares
 from coordinator.store.held import HeldClaims
-from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.requeue import ending_txn, settled
 from coordinator.store.transition import transition, transition_ops
 from coordinator.store.types import CommitResult, StagingResult

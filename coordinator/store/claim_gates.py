@@ -17,7 +17,7 @@ from coordinator.domain.states import Outcome, TaskState
 from coordinator.store.context import StoreContext
 from coordinator.store.effects import hold_for_approval
 from coordinator.store.etcd.kv import KV
-from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.reconcile import ReconcileStore
 
 

@@ -43,7 +43,7 @@ from coordinator.store.etcd.kv import (
 from coordinator.store.etcd.leases import ClaimLease
 from coordinator.store.fence import epoch_is
 from coordinator.store.held import HeldClaims
-from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
 from coordinator.store.types import ClaimResult
 

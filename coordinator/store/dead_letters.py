@@ -25,7 +25,7 @@ from coordinator.errors import FailedPrecondition, NotFound
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd.kv import KV, get, get_newest
 from coordinator.store.events import event_from_kv
-from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
 
 _CAS_TRIES = 8

@@ -39,7 +39,7 @@ from coordinator.store.etcd.kv import (
     mod_revision_is,
     put,
 )
-from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.task_list import VALUES_PER_READ
 from coordinator.store.tombstones import read_tombstones, task_not_found
 from coordinator.store.transition import transition, transition_ops

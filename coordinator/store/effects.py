@@ -54,7 +54,7 @@ from coordinator.store.etcd.kv import (
     put,
 )
 from coordinator.store.fence import fence_compares
-from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.transition import (
     claimless_move,
     transition,

@@ -22,7 +22,7 @@ from coordinator.store import coverage
 from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.context import StoreContext
 from coordinator.store.held import HeldClaims
-from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.requeue import ending_txn, settled
 from coordinator.store.types import FailResult
 

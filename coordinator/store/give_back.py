@@ -31,7 +31,7 @@ from coordinator.store.context import StoreContext
 from coordinator.store.etcd.kv import RequestOp, delete, put
 from coordinator.store.fence import fence_compares
 from coordinator.store.held import HeldClaims
-from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
 from coordinator.store.types import Caller, ClaimResult
 

@@ -19,7 +19,7 @@ from coordinator.domain.states import Op, TaskState
 from coordinator.store.context import StoreContext
 from coordinator.store.deadlines import Deadlines
 from coordinator.store.due_index import due_pass
-from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
 
 log = structlog.get_logger(__name__)

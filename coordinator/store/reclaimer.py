@@ -19,10 +19,10 @@ from coordinator.domain.states import Op, TaskState
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd.kv import get
 from coordinator.store.etcd.watch import WatchEvent
-from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.indexes.ready import ReadyIndex
+from coordinator.store.indexes.watch_loop import WatchScanLoop
 from coordinator.store.requeue import settled
 from coordinator.store.transition import claimless_move
-from coordinator.store.watch_loop import WatchScanLoop
 
 log = structlog.get_logger(__name__)
 

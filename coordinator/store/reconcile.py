@@ -54,7 +54,7 @@ from coordinator.store.etcd.kv import (
     mod_revision_is,
     put,
 )
-from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.transition import (
     claimless_move,
 )

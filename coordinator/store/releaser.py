@@ -29,9 +29,9 @@ from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.dependencies import DependencyStore
 from coordinator.store.etcd.kv import get_prefix, mod_revision_is
 from coordinator.store.etcd.watch import WatchEvent
-from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.indexes.ready import ReadyIndex
+from coordinator.store.indexes.watch_loop import WatchScanLoop
 from coordinator.store.transition import transition, transition_ops
-from coordinator.store.watch_loop import WatchScanLoop
 
 log = structlog.get_logger(__name__)
 

@@ -3,7 +3,7 @@
 A fence's claim is decided by a read of its task, attempt and claim keys. A made-up fence costs
 that read too, so a flood of them (50 callers x RenewMany of 1,000) kept etcd and the replica
 busy until legitimate claims expired. The claimed index every replica follows
-(store/claimed_index.py) screens each fence first (domain/fence_screen.py): NO_CLAIM is answered
+(store/indexes/claimed.py) screens each fence first (domain/fence_screen.py): NO_CLAIM is answered
 FENCED without a read; a generation the index has not seen yet costs one read of etcd's
 revision for the whole batch (a generation beyond it was never a claim's); the rest are read as
 before. Fences this replica remembers (claims it granted or renewed) skip the screen: their
@@ -17,9 +17,9 @@ from collections.abc import Collection, Mapping
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.fence_screen import Screen, no_claim_message
 from coordinator.domain.states import FenceReason, Outcome
-from coordinator.store.claimed_index import ClaimedIndex
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.kv import get
+from coordinator.store.indexes.claimed import ClaimedIndex
 from coordinator.store.types import RenewResult
 
 

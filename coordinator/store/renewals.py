@@ -47,7 +47,6 @@ from coordinator.errors import CoordinatorError, InvalidArgument, NotFound, Spac
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.acceptance import AcceptancePoints
-from coordinator.store.claimed_index import ClaimedIndex
 from coordinator.store.context import (
     StoreContext,
     attempt_from_kv,
@@ -66,6 +65,7 @@ from coordinator.store.etcd.kv import (
 )
 from coordinator.store.fence import fence_compares
 from coordinator.store.held import HeldClaims
+from coordinator.store.indexes.claimed import ClaimedIndex
 from coordinator.store.renew_screen import screen_fences
 from coordinator.store.types import RenewResult
 

@@ -13,7 +13,7 @@ from coordinator.domain.states import Op, TaskState
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.kv import Compare, RequestOp, delete, put
 from coordinator.store.fence import fence_compares
-from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
 
 log = structlog.get_logger(__name__)

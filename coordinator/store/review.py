@@ -14,7 +14,7 @@ from coordinator.domain.states import Op, TaskState
 from coordinator.errors import FailedPrecondition, NotFound
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd.kv import KV, create_revision_is
-from coordinator.store.ready_index import ReadyIndex
+from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
 
 _CAS_TRIES = 8

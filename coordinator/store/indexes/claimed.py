@@ -28,7 +28,7 @@ from coordinator.domain.fence_screen import Screen, screen
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.kv import KV
 from coordinator.store.etcd.watch import WatchEvent
-from coordinator.store.prefix_copy import PrefixCopy
+from coordinator.store.indexes.prefix_copy import PrefixCopy
 
 
 class QueueCountIndex(PrefixCopy):

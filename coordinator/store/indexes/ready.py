@@ -22,7 +22,7 @@ from coordinator.domain.queue_stats import ReadyHead
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.kv import KV
 from coordinator.store.etcd.watch import WatchEvent
-from coordinator.store.prefix_copy import PrefixCopy
+from coordinator.store.indexes.prefix_copy import PrefixCopy
 from coordinator.store.transition import ready_time
 
 
