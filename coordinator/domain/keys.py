@@ -280,7 +280,7 @@ class Keyspace:
             return f"{self.prefix}/jobs-by-worker/{worker_id}/"
         return f"{self.prefix}/jobs-by-worker/"
 
-    # --- retention (issue 16, store/retention_index.py, store/pruner.py) ---------------------
+    # --- retention (issue 16, store/retention_index.py, store/retention/pruner.py) ----------------
 
     def prune_due(self, due_us: int, task_id: str) -> str:
         """Prune index: a terminal task due for pruning at ``due_us`` (microseconds), written

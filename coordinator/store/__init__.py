@@ -41,9 +41,6 @@ from coordinator.store.jobs import JobStore
 from coordinator.store.live_claims import LiveClaims
 from coordinator.store.long_poll import LongPoll, ReadyWaiters
 from coordinator.store.promoter import Promoter
-from coordinator.store.pruner import DEFAULT_INTERVAL as DEFAULT_PRUNE_INTERVAL
-from coordinator.store.pruner import DEFAULT_RATE as DEFAULT_PRUNE_RATE
-from coordinator.store.pruner import Pruner
 from coordinator.store.reclaimer import Reclaimer
 from coordinator.store.reconcile import ReconcileStore, ReconcileSweeper
 from coordinator.store.releaser import Releaser
@@ -54,6 +51,9 @@ from coordinator.store.replay_slots import (
     ReplaySlots,
 )
 from coordinator.store.results import ResultStore
+from coordinator.store.retention.pruner import DEFAULT_INTERVAL as DEFAULT_PRUNE_INTERVAL
+from coordinator.store.retention.pruner import DEFAULT_RATE as DEFAULT_PRUNE_RATE
+from coordinator.store.retention.pruner import Pruner
 from coordinator.store.review import ReviewStore
 from coordinator.store.tasks import TaskStore
 from coordinator.store.types import (

@@ -24,8 +24,12 @@ from coordinator.store.context import StoreContext, attempt_from_kv, new_task_id
 from coordinator.store.dependencies import DependencyStore, edges_detail
 from coordinator.store.etcd.kv import RequestOp, delete, get, get_prefix, mod_revision_is, put
 from coordinator.store.indexes.ready import ReadyIndex
+from coordinator.store.retention.tombstones import (
+    read_tombstones,
+    task_not_found,
+    tombstone_from_kv,
+)
 from coordinator.store.task_list import READ_BYTES, read_page
-from coordinator.store.tombstones import read_tombstones, task_not_found, tombstone_from_kv
 from coordinator.store.transition import ready_seq, transition, transition_ops
 from coordinator.store.types import TaskSpec
 

@@ -26,7 +26,7 @@ from coordinator.domain.records import decode, encode
 from coordinator.domain.retention import Tombstone, micros
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.kv import KV, Compare, RequestOp, delete, mod_revision_is, put
-from coordinator.store.history import TaskHistory
+from coordinator.store.retention.history import TaskHistory
 
 MAX_OPS = 128
 """etcd's default ``--max-txn-ops``."""

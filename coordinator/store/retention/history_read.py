@@ -18,7 +18,7 @@ alone beside ten other tasks. So:
 the batch whole, so the pruner sends several at once (a pass is bound by round trips) and holds
 at most that many messages; any other batch it reads with ``read_histories``, page after page.
 The history is accumulated whole (one archive object per task); the pruner bounds how many
-bytes of histories it holds at once (store/pruner.py).
+bytes of histories it holds at once (store/retention/pruner.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from coordinator.domain.keys import Keyspace
 from coordinator.errors import CoordinatorError, StoreUnavailable
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd.kv import KV, RequestOp, TxnResult, get, get_prefix
-from coordinator.store.history import TaskHistory
+from coordinator.store.retention.history import TaskHistory
 
 TASKS_PER_READ = 11
 """Tasks read in one txn (11 ops each; etcd allows 128 operations per txn)."""

@@ -3,8 +3,8 @@
 Every replica runs one, every ``interval`` seconds. A pass reads the prune index
 (``{p}/prune-due/``, written in the txn that made each task terminal; store/retention_index.py)
 up to now, in pages: O(due tasks), never a scan of the tasks. For each page it reads the
-histories at one revision (store/history.py), writes them to the archive sink, and only once the
-sink confirmed prunes each task with its own CAS txn (store/prune_ops.py). So:
+histories at one revision (store/retention/history.py), writes them to the archive sink, and only
+once the sink confirmed prunes each task with its own CAS txn (store/retention/prune_ops.py). So:
 
 - a task that moved since it was read is kept (its CAS fails); two replicas pruning at once
   archive a task once or twice, and exactly one of them prunes it;
@@ -22,7 +22,7 @@ much is due at once (a pruned task costs about one request: its prune txn plus i
 batched reads). The same pass finishes prunes too large for one txn (``{p}/prune-pending/``)
 and removes tombstones past ``tombstone_retention`` (``{p}/tombstone-due/``, in due order,
 paged), and sweeps the staged results and finished jobs of attempts that ended while their task
-stays live, ``ended_attempt_retention`` after they ended (store/attempt_sweep.py).
+stays live, ``ended_attempt_retention`` after they ended (store/retention/attempt_sweep.py).
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ import structlog
 from coordinator.archive import ArchiveSink
 from coordinator.domain.retention import micros
 from coordinator.domain.states import TERMINAL_STATES
-from coordinator.store.attempt_sweep import AttemptSweep
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.kv import delete, get_prefix, mod_revision_is, put
 from coordinator.store.etcd.pacer import Pacer
-from coordinator.store.history import TaskHistory
-from coordinator.store.history_read import TASKS_PER_READ, read_histories, read_whole
-from coordinator.store.prune_ops import finish_pages, prune_txn
+from coordinator.store.retention.attempt_sweep import AttemptSweep
+from coordinator.store.retention.history import TaskHistory
+from coordinator.store.retention.history_read import TASKS_PER_READ, read_histories, read_whole
+from coordinator.store.retention.prune_ops import finish_pages, prune_txn
 from coordinator.store.retention_index import due_value, finished_at_of
 
 log = structlog.get_logger(__name__)

@@ -1,6 +1,6 @@
 """A task's whole history at one revision, and its archive form.
 
-Before a task is pruned everything that belongs to it is read (store/history_read.py): the
+Before a task is pruned everything that belongs to it is read (store/retention/history_read.py): the
 record, its attempts, events, canonical and staged results, managed jobs, effects (found through
 the per-task effect index), its edges and identity-index keys, plus what would stop the prune
 (uncertain effects, open reconciliations, WAITING dependents). The archive object keeps every
