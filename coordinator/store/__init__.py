@@ -19,17 +19,12 @@ from coordinator.domain.retention import RetentionPolicy
 from coordinator.metrics import METRICS, Metrics
 from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.admin import AdminStore
-from coordinator.store.cascade import Cascade
 from coordinator.store.claim_gates import ApprovalGate, QueuePauseGate, ReconcileGate
 from coordinator.store.claims import ClaimStore
 from coordinator.store.context import StoreContext
-from coordinator.store.dead_letters import DeadLetters
-from coordinator.store.deadlines import Deadlines
-from coordinator.store.dependencies import DependencyStore
 from coordinator.store.effects import EffectStore
 from coordinator.store.etcd.kv import EtcdKV
 from coordinator.store.etcd.leases import ClaimLeases
-from coordinator.store.events import EventFilter, EventLog, StoredEvent
 from coordinator.store.failures import Failures
 from coordinator.store.give_back import GiveBacks
 from coordinator.store.held import HeldClaims
@@ -38,24 +33,29 @@ from coordinator.store.idempotency import IdempotencyStore
 from coordinator.store.indexes.claimed import ClaimedIndex, QueueCountIndex
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.jobs import JobStore
-from coordinator.store.live_claims import LiveClaims
-from coordinator.store.long_poll import LongPoll, ReadyWaiters
-from coordinator.store.promoter import Promoter
-from coordinator.store.reclaimer import Reclaimer
-from coordinator.store.reconcile import ReconcileStore, ReconcileSweeper
-from coordinator.store.releaser import Releaser
-from coordinator.store.renewals import Renewal, Renewals, RenewAnswer, RenewViews
-from coordinator.store.replay_slots import (
+from coordinator.store.lifecycle.cascade import Cascade
+from coordinator.store.lifecycle.deadlines import Deadlines
+from coordinator.store.lifecycle.dependencies import DependencyStore
+from coordinator.store.lifecycle.events import EventFilter, EventLog, StoredEvent
+from coordinator.store.lifecycle.promoter import Promoter
+from coordinator.store.lifecycle.releaser import Releaser
+from coordinator.store.lifecycle.replay_slots import (
     MAX_REPLAYS,
     MAX_REPLAYS_PER_PRINCIPAL,
     ReplaySlots,
 )
-from coordinator.store.results import ResultStore
+from coordinator.store.lifecycle.results import ResultStore
+from coordinator.store.lifecycle.retry_task import DeadLetters
+from coordinator.store.lifecycle.review import ReviewStore
+from coordinator.store.lifecycle.tasks import TaskStore
+from coordinator.store.live_claims import LiveClaims
+from coordinator.store.long_poll import LongPoll, ReadyWaiters
+from coordinator.store.reclaimer import Reclaimer
+from coordinator.store.reconcile import ReconcileStore, ReconcileSweeper
+from coordinator.store.renewals import Renewal, Renewals, RenewAnswer, RenewViews
 from coordinator.store.retention.pruner import DEFAULT_INTERVAL as DEFAULT_PRUNE_INTERVAL
 from coordinator.store.retention.pruner import DEFAULT_RATE as DEFAULT_PRUNE_RATE
 from coordinator.store.retention.pruner import Pruner
-from coordinator.store.review import ReviewStore
-from coordinator.store.tasks import TaskStore
 from coordinator.store.types import (
     Caller,
     ClaimResult,

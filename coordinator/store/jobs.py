@@ -37,7 +37,7 @@ from coordinator.store.acceptance import AcceptancePoints
 from coordinator.store.context import StoreContext, epoch_from_kv
 from coordinator.store.etcd.kv import KV, create_revision_is, get, mod_revision_is, put
 from coordinator.store.fence import fence_compares
-from coordinator.store.task_list import VALUES_PER_READ
+from coordinator.store.lifecycle.task_list import VALUES_PER_READ
 
 # A finish whose CAS lost to another finish of the same job reads again (and then finds it
 # terminal); more tries than that mean something else keeps rewriting the record.

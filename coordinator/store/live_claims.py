@@ -16,7 +16,7 @@ from coordinator.domain.records import ClaimRecord, TaskRecord
 from coordinator.domain.states import TaskState
 from coordinator.store.context import StoreContext, claim_from_kv, task_from_kv
 from coordinator.store.etcd.kv import KV, get
-from coordinator.store.task_list import VALUES_PER_READ
+from coordinator.store.lifecycle.task_list import VALUES_PER_READ
 
 MAX_SCANNED = 1000
 """Claimed-index keys one call reads at most: a queue filter among many claims of other queues

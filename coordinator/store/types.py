@@ -22,8 +22,8 @@ class TaskSpec:
     input_digest: str = ""
     requires_review: bool = False
     non_replayable: bool = False
-    # Lineage and dependencies (store/tasks.py): empty root and parent make a root task; the
-    # thread key is already canonical (domain/lineage.py) or empty.
+    # Lineage and dependencies (store/lifecycle/tasks.py): empty root and parent make a root task;
+    # the thread key is already canonical (domain/lineage.py) or empty.
     root_task_id: str = ""
     parent_task_id: str = ""
     thread_key: str = ""

@@ -17,9 +17,9 @@ import structlog
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import Op, TaskState
 from coordinator.store.context import StoreContext
-from coordinator.store.deadlines import Deadlines
-from coordinator.store.due_index import due_pass
 from coordinator.store.indexes.ready import ReadyIndex
+from coordinator.store.lifecycle.deadlines import Deadlines
+from coordinator.store.lifecycle.due_index import due_pass
 from coordinator.store.transition import transition, transition_ops
 
 log = structlog.get_logger(__name__)
@@ -78,8 +78,8 @@ class Promoter:
         return moved
 
     def _loop(self) -> None:
-        # The same thread times out tasks past their deadline (store/deadlines.py): both are
-        # "a range of an index sorted by time, up to now", read at the same cadence.
+        # The same thread times out tasks past their deadline (store/lifecycle/deadlines.py): both
+        # are "a range of an index sorted by time, up to now", read at the same cadence.
         while not self._stop.wait(self._interval):
             for work in (self._deadlines.time_out_due, self.promote_due):
                 try:

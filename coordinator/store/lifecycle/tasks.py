@@ -21,15 +21,15 @@ from coordinator.domain.space import WriteKind
 from coordinator.domain.states import AttemptEnd, Op, TaskState, is_legal, next_state
 from coordinator.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from coordinator.store.context import StoreContext, attempt_from_kv, new_task_id, task_from_kv
-from coordinator.store.dependencies import DependencyStore, edges_detail
 from coordinator.store.etcd.kv import RequestOp, delete, get, get_prefix, mod_revision_is, put
 from coordinator.store.indexes.ready import ReadyIndex
+from coordinator.store.lifecycle.dependencies import DependencyStore, edges_detail
+from coordinator.store.lifecycle.task_list import READ_BYTES, read_page
 from coordinator.store.retention.tombstones import (
     read_tombstones,
     task_not_found,
     tombstone_from_kv,
 )
-from coordinator.store.task_list import READ_BYTES, read_page
 from coordinator.store.transition import ready_seq, transition, transition_ops
 from coordinator.store.types import TaskSpec
 
@@ -227,7 +227,7 @@ class TaskStore:
         include_input: bool = False,
     ) -> tuple[list[TaskRecord], str]:
         """Tasks in id order after ``page_token``, filtered; returns the page and the next token
-        (store/task_list.py: a page may be short and still have one). Inputs are left out
+        (store/lifecycle/task_list.py: a page may be short and still have one). Inputs are left out
         unless ``include_input``.
 
         A lineage filter (parent, else root, else thread) walks its identity index, so it costs

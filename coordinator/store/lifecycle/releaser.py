@@ -12,7 +12,8 @@ An upstream that ends FAILED or CANCELLED does not end its dependents ("not read
 same kind of CAS with a ``mark_blocked`` event, so it is visibly blocked (listed, counted per
 queue) instead of silently waiting. A RetryTask of the upstream is an event too: the mark is
 cleared, and the upstream's commit releases the dependents as usual, with no other call.
-Ending the graph below a task is an operator's act (CancelTask with cascade, store/cascade.py).
+Ending the graph below a task is an operator's act (CancelTask with cascade,
+store/lifecycle/cascade.py).
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from coordinator.domain.states import Op, TaskState
 from coordinator.domain.waiting import Reblock, Release, describe_blocked, settle
 from coordinator.errors import NotFound
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.dependencies import DependencyStore
 from coordinator.store.etcd.kv import get_prefix, mod_revision_is
 from coordinator.store.etcd.watch import WatchEvent
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.indexes.watch_loop import WatchScanLoop
+from coordinator.store.lifecycle.dependencies import DependencyStore
 from coordinator.store.transition import transition, transition_ops
 
 log = structlog.get_logger(__name__)

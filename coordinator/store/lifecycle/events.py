@@ -17,8 +17,8 @@ Memory per reader is bounded whatever the log's length:
   (and so etcd); one that stays full for ``patience`` seconds ends the stream with
   ``StreamBehind`` carrying the position to resume after. A watch whose history etcd compacted
   falls back to ``history`` passes and then watches on from their horizon.
-- every run of passes holds a replay slot (store/replay_slots.py): a bounded number run at once,
-  per replica and per principal, so the replicas' memory for replays is a few passes.
+- every run of passes holds a replay slot (store/lifecycle/replay_slots.py): a bounded number run
+  at once, per replica and per principal, so the replicas' memory for replays is a few passes.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from coordinator.errors import StreamBehind
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd.kv import KV, get
 from coordinator.store.etcd.watch import WatchEvent
-from coordinator.store.replay_slots import ReplaySlots
+from coordinator.store.lifecycle.replay_slots import ReplaySlots
 
 _PAGE = 1000
 # Event positions one history pass selects (~400 bytes each with their keys, measured with
@@ -118,7 +118,7 @@ class EventLog:
 
     @property
     def replays_running(self) -> int:
-        """Replays of the log's past holding a slot now (store/replay_slots.py)."""
+        """Replays of the log's past holding a slot now (store/lifecycle/replay_slots.py)."""
         return self._slots.running()
 
     @property

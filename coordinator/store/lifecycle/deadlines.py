@@ -7,8 +7,8 @@ deleted by the transitions themselves, store/transition.py), so the tasks whose 
 are one range from the start of the index to now: O(passed) per pass. Each time-out is a CAS on
 the task as read; a CLAIMED task's claim is ended in the same txn (its claim key deleted, its
 attempt closed TIMED_OUT), so the holder's next acceptance point fails its fence compares and
-reads FENCED (DEADLINE_EXCEEDED). Every replica runs the pass (store/promoter.py's loop); a task
-moves once.
+reads FENCED (DEADLINE_EXCEEDED). Every replica runs the pass (store/lifecycle/promoter.py's loop);
+a task moves once.
 
 A WAITING task could not run, so its deadline is no business failure (domain/waiting.py): the
 pass marks it overdue (``overdue_at``, a ``mark_overdue`` event, the overdue metric and index)
@@ -30,8 +30,8 @@ from coordinator.domain.states import (
     TaskState,
 )
 from coordinator.store.context import StoreContext, attempt_from_kv
-from coordinator.store.due_index import due_pass
 from coordinator.store.etcd.kv import RequestOp, delete, put
+from coordinator.store.lifecycle.due_index import due_pass
 from coordinator.store.transition import transition, transition_ops
 
 log = structlog.get_logger(__name__)

@@ -40,8 +40,8 @@ from coordinator.store.etcd.kv import (
     put,
 )
 from coordinator.store.indexes.ready import ReadyIndex
+from coordinator.store.lifecycle.task_list import VALUES_PER_READ
 from coordinator.store.retention.tombstones import read_tombstones, task_not_found
-from coordinator.store.task_list import VALUES_PER_READ
 from coordinator.store.transition import transition, transition_ops
 from coordinator.store.types import Neighbours
 

@@ -23,7 +23,7 @@ from coordinator.domain.states import Op, TaskState
 from coordinator.errors import FailedPrecondition
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd.kv import get
-from coordinator.store.tasks import TaskStore
+from coordinator.store.lifecycle.tasks import TaskStore
 from coordinator.store.transition import transition, transition_ops
 
 MAX_CASCADE = 1000
