@@ -136,7 +136,7 @@ class Config:
     """With TLS: a plaintext port that serves only gRPC health (kubelet probes speak no TLS)."""
     idempotency_ttl: float = 24 * 3600.0
     """How long the stored response of a request with an idempotency key is kept (seconds);
-    that of a call that hands out claims at most ``max_ttl`` (store/idempotency.py)."""
+    that of a call that hands out claims at most ``max_ttl`` (store/control/idempotency.py)."""
     # --- retention (see coordinator.store.retention.pruner) ---------------------------------------
     retention: float | str = DEFAULT_RETENTION
     """How long a DONE, CANCELLED or FAILED task stays in etcd before it is archived and

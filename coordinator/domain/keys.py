@@ -214,7 +214,7 @@ class Keyspace:
     def idem(self, principal: str, key: str, *, claims: bool = False) -> str:
         """A stored response of a keyed request, scoped to the calling principal; those of
         calls that hand out ``claims`` apart (they live only as long as a lease, and are not
-        counted against the principal's bound: store/idempotency.py)."""
+        counted against the principal's bound: store/control/idempotency.py)."""
         if claims:
             return f"{self.prefix}/idem-claims/{principal}/{key}"
         return f"{self.idem_prefix}{principal}/{key}"

@@ -18,18 +18,18 @@ from coordinator.domain.queue_stats import MAX_REPORTED_QUEUES, QueueReport, que
 from coordinator.domain.retention import RetentionPolicy
 from coordinator.metrics import METRICS, Metrics
 from coordinator.store.acceptance import AcceptancePoints
-from coordinator.store.admin import AdminStore
 from coordinator.store.claim_gates import ApprovalGate, QueuePauseGate, ReconcileGate
 from coordinator.store.claims import ClaimStore
 from coordinator.store.context import StoreContext
+from coordinator.store.control.admin import AdminStore
+from coordinator.store.control.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
+from coordinator.store.control.idempotency import IdempotencyStore
 from coordinator.store.effects import EffectStore
 from coordinator.store.etcd.kv import EtcdKV
 from coordinator.store.etcd.leases import ClaimLeases
 from coordinator.store.failures import Failures
 from coordinator.store.give_back import GiveBacks
 from coordinator.store.held import HeldClaims
-from coordinator.store.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
-from coordinator.store.idempotency import IdempotencyStore
 from coordinator.store.indexes.claimed import ClaimedIndex, QueueCountIndex
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.jobs import JobStore

@@ -10,6 +10,8 @@ from coordinator.domain.records import StagedResult, TaskRecord, decode
 from coordinator.domain.states import UNCOMMITTED_STATES
 from coordinator.errors import FailedPrecondition, ResourceExhausted
 from coordinator.store.context import StoreContext, claim_from_kv, epoch_from_kv, task_from_kv
+from coordinator.store.control.queue_drain import count_claimed, count_open_effects
+from coordinator.store.control.versions import VersionStore
 from coordinator.store.etcd.kv import (
     create_revision_is,
     delete,
@@ -18,9 +20,7 @@ from coordinator.store.etcd.kv import (
     mod_revision_is,
     put,
 )
-from coordinator.store.queue_drain import count_claimed, count_open_effects
 from coordinator.store.types import DrainStatus
-from coordinator.store.versions import VersionStore
 
 _CAS_TRIES = 8
 # etcd allows 128 operations per txn.
@@ -127,8 +127,8 @@ class AdminStore:
 
     def drain_status(self, queue: str = "") -> DrainStatus:
         """Live claims, and staged results that their task revision may still commit: of the
-        whole keyspace, or of ``queue``'s tasks (store/queue_drain.py). Uncertain effects are
-        counted here only for a queue (the keyspace's: EffectStore.count_open)."""
+        whole keyspace, or of ``queue``'s tasks (store/control/queue_drain.py). Uncertain effects
+        are counted here only for a queue (the keyspace's: EffectStore.count_open)."""
         keys, kv = self._ctx.keys, self._ctx.kv
         reads = [
             get(keys.epoch),
