@@ -136,7 +136,8 @@ class Op(StrEnum):
     MARK_OVERDUE = "mark_overdue"
     RECLAIM = "reclaim"
     # A claim whose answer could not reach its caller (it cancelled, its deadline passed) is
-    # given back in the next txn: READY again, the attempt not counted (store/give_back.py).
+    # given back in the next txn: READY again, the attempt not counted
+    # (store/attempts/give_back.py).
     GIVE_BACK = "give_back"
     CANCEL = "cancel"
     UPDATE_INPUT = "update_input"

@@ -17,7 +17,12 @@ from coordinator.domain.keys import Keyspace
 from coordinator.domain.queue_stats import MAX_REPORTED_QUEUES, QueueReport, queue_report
 from coordinator.domain.retention import RetentionPolicy
 from coordinator.metrics import METRICS, Metrics
-from coordinator.store.acceptance import AcceptancePoints
+from coordinator.store.attempts.acceptance import AcceptancePoints
+from coordinator.store.attempts.failures import Failures
+from coordinator.store.attempts.give_back import GiveBacks
+from coordinator.store.attempts.held import HeldClaims
+from coordinator.store.attempts.reclaimer import Reclaimer
+from coordinator.store.attempts.renewals import Renewal, Renewals, RenewAnswer, RenewViews
 from coordinator.store.claim_gates import ApprovalGate, QueuePauseGate, ReconcileGate
 from coordinator.store.claims import ClaimStore
 from coordinator.store.context import StoreContext
@@ -27,9 +32,6 @@ from coordinator.store.control.idempotency import IdempotencyStore
 from coordinator.store.effects import EffectStore
 from coordinator.store.etcd.kv import EtcdKV
 from coordinator.store.etcd.leases import ClaimLeases
-from coordinator.store.failures import Failures
-from coordinator.store.give_back import GiveBacks
-from coordinator.store.held import HeldClaims
 from coordinator.store.indexes.claimed import ClaimedIndex, QueueCountIndex
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.jobs import JobStore
@@ -50,9 +52,7 @@ from coordinator.store.lifecycle.review import ReviewStore
 from coordinator.store.lifecycle.tasks import TaskStore
 from coordinator.store.live_claims import LiveClaims
 from coordinator.store.long_poll import LongPoll, ReadyWaiters
-from coordinator.store.reclaimer import Reclaimer
 from coordinator.store.reconcile import ReconcileStore, ReconcileSweeper
-from coordinator.store.renewals import Renewal, Renewals, RenewAnswer, RenewViews
 from coordinator.store.retention.pruner import DEFAULT_INTERVAL as DEFAULT_PRUNE_INTERVAL
 from coordinator.store.retention.pruner import DEFAULT_RATE as DEFAULT_PRUNE_RATE
 from coordinator.store.retention.pruner import Pruner

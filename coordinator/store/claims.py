@@ -6,7 +6,7 @@ out of the ready index. Its revision is the claim generation: the fencing token.
 
 A claim's I/O, in order: one read (``_read``: the decision and all a gate or a takeover
 needs), the gates it was given (store/claim_gates.py), a lease, the txn that ``claim_write``
-builds without I/O, then remembering what the txn wrote (store/held.py).
+builds without I/O, then remembering what the txn wrote (store/attempts/held.py).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from coordinator.domain.states import AttemptEnd, Op, Outcome, TaskState
 from coordinator.errors import LeaseGone, NotFound
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
+from coordinator.store.attempts.held import HeldClaims
 from coordinator.store.claim_gates import ClaimGate, ClaimRead
 from coordinator.store.context import (
     StoreContext,
@@ -42,7 +43,6 @@ from coordinator.store.etcd.kv import (
 )
 from coordinator.store.etcd.leases import ClaimLease
 from coordinator.store.fence import epoch_is
-from coordinator.store.held import HeldClaims
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
 from coordinator.store.types import ClaimResult

@@ -40,7 +40,7 @@ from coordinator.domain.states import Op, TaskState
 from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
-from coordinator.store.acceptance import AcceptancePoints
+from coordinator.store.attempts.acceptance import AcceptancePoints
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd.kv import (
     KV,

@@ -33,7 +33,7 @@ from coordinator.domain.states import Outcome
 from coordinator.errors import AlreadyExists, NotFound, PermissionDenied, StoreUnavailable
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
-from coordinator.store.acceptance import AcceptancePoints
+from coordinator.store.attempts.acceptance import AcceptancePoints
 from coordinator.store.context import StoreContext, epoch_from_kv
 from coordinator.store.etcd.kv import KV, create_revision_is, get, mod_revision_is, put
 from coordinator.store.fence import fence_compares

@@ -16,7 +16,7 @@ gRPC says so (``Caller.on_end``), not at its next look: it frees its place under
 ``max_waiters`` at once, passes on a signal it had taken, and its handler wakes and returns,
 freeing the call's stream slot. A waiter that won a task is handed it only under the same lock
 that callback takes, and only if its caller is still there (``ReadyWaiters.hand``); otherwise
-the claim is given back at once (store/give_back.py). Before this, a departed caller was
+the claim is given back at once (store/attempts/give_back.py). Before this, a departed caller was
 noticed every 2 s: it went on claiming tasks nobody received, and its slot stayed taken.
 """
 
@@ -32,8 +32,8 @@ from coordinator.domain.decisions import Verdict
 from coordinator.domain.states import Outcome
 from coordinator.errors import CoordinatorError, ResourceExhausted
 from coordinator.metrics import Metrics
+from coordinator.store.attempts.give_back import GiveBacks
 from coordinator.store.claims import ClaimStore
-from coordinator.store.give_back import GiveBacks
 from coordinator.store.types import Caller, ClaimResult
 
 # The head of a line tries this often on its own: a safety net for a signal lost to a race, not

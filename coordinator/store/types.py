@@ -53,13 +53,13 @@ class ClaimResult:
     # The last checkpoint an earlier attempt of this task revision left (b"": none).
     checkpoint: bytes = b""
     # The task's place in the ready index before this claim (0: it was not READY, a takeover):
-    # a claim given back undelivered (store/give_back.py) returns it there, not to the end.
+    # a claim given back undelivered (store/attempts/give_back.py) returns it there, not to the end.
     ready_seq: int = 0
 
 
 class Caller(Protocol):
     """The call a claim answers, as the store sees it (the server adapts gRPC's context): a
-    claim is given back when its caller is gone (store/give_back.py)."""
+    claim is given back when its caller is gone (store/attempts/give_back.py)."""
 
     def alive(self) -> bool:
         """Whether the answer can still reach the caller (it is there and the server is not

@@ -145,13 +145,18 @@ MUTATIONS = [
     (AcceptancePoint.CLAIM, "coordinator.store.claims", "epoch_is", _no_epoch),
     (
         AcceptancePoint.AUTHORIZE,
-        "coordinator.store.acceptance",
+        "coordinator.store.attempts.acceptance",
         "fence_compares",
         _without_generation,
     ),
     (AcceptancePoint.PREPARE, "coordinator.store.effects", "fence_compares", _without_generation),
-    # Fail's compares are built by the txn that ends a held attempt (store/requeue.py).
-    (AcceptancePoint.FAIL, "coordinator.store.requeue", "fence_compares", _without_generation),
+    # Fail's compares are built by the txn that ends a held attempt (store/attempts/requeue.py).
+    (
+        AcceptancePoint.FAIL,
+        "coordinator.store.attempts.requeue",
+        "fence_compares",
+        _without_generation,
+    ),
     (AcceptancePoint.RECORD, "coordinator.store.effects", "fence_compares", _without_generation),
 ]
 

@@ -14,9 +14,9 @@ from coordinator.domain.decisions import ClaimLimits, Verdict
 from coordinator.domain.states import AttemptEnd, Outcome, TaskState
 from coordinator.errors import NotFound
 from coordinator.store import ClaimResult, Store
+from coordinator.store.attempts.held import HeldClaims
 from coordinator.store.claim_gates import ClaimRead
 from coordinator.store.claims import HERD_SPREAD, ClaimStore
-from coordinator.store.held import HeldClaims
 from tests.helpers import RETRY_AT_ONCE
 from tests.store.support import (
     StoreFactory,

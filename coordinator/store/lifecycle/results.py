@@ -1,7 +1,7 @@
 """Reading the canonical result of a task revision (``{p}/results/{task}/{revision}``).
 
-Only the commit txn writes a result key, at most once per revision (store/acceptance.py); this
-module only reads it back, for the reviewer who has to see what they accept.
+Only the commit txn writes a result key, at most once per revision (store/attempts/acceptance.py);
+this module only reads it back, for the reviewer who has to see what they accept.
 """
 
 from __future__ import annotations

@@ -26,11 +26,11 @@ from coordinator.domain.records import TaskRecord, encode
 from coordinator.domain.retry import UNDELIVERED, decide_after
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.errors import CoordinatorError, Undelivered
-from coordinator.store.acceptance import AcceptancePoints
+from coordinator.store.attempts.acceptance import AcceptancePoints
+from coordinator.store.attempts.held import HeldClaims
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.kv import RequestOp, delete, put
 from coordinator.store.fence import fence_compares
-from coordinator.store.held import HeldClaims
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
 from coordinator.store.types import Caller, ClaimResult

@@ -1,5 +1,5 @@
 """The acceptance points of a held claim: AuthorizeTool, StageResult, Commit, Release (Renew:
-store/renewals.py).
+store/attempts/renewals.py).
 
 Each one reads a FenceView, checks the owner and the fence in the domain (which names the
 reason), then writes behind ``fence_compares`` so the check holds at the write's revision too.
@@ -36,6 +36,8 @@ from coordinator.domain.states import AttemptEnd, FenceReason, Op, Outcome
 from coordinator.errors import NotFound
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
+from coordinator.store.attempts.held import HeldClaims
+from coordinator.store.attempts.requeue import ending_txn, settled
 from coordinator.store.context import (
     StoreContext,
     attempt_from_kv,
@@ -53,9 +55,7 @@ from coordinator.store.etcd.kv import (
     put,
 )
 from coordinator.store.fence import fence_compares
-from coordinator.store.held import HeldClaims
 from coordinator.store.indexes.ready import ReadyIndex
-from coordinator.store.requeue import ending_txn, settled
 from coordinator.store.transition import transition, transition_ops
 from coordinator.store.types import CommitResult, StagingResult
 

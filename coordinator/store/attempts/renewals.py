@@ -21,8 +21,8 @@ claims cheap (measured in ``python -m bench``, phase ``held``):
 * A claim whose txn failed is read and decided again, up to the tries a lone Renew gets, so
   every claim gets exactly the answer a lone Renew would have given it.
 
-A fence this replica does not remember is first screened (store/renew_screen.py): one that names
-no claim that can be live is answered FENCED from memory, before any etcd work.
+A fence this replica does not remember is first screened (store/attempts/renew_screen.py): one that
+names no claim that can be live is answered FENCED from memory, before any etcd work.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ from coordinator.domain.states import Outcome
 from coordinator.errors import CoordinatorError, InvalidArgument, NotFound, SpaceRefused
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
-from coordinator.store.acceptance import AcceptancePoints
+from coordinator.store.attempts.acceptance import AcceptancePoints
+from coordinator.store.attempts.held import HeldClaims
+from coordinator.store.attempts.renew_screen import screen_fences
 from coordinator.store.context import (
     StoreContext,
     attempt_from_kv,
@@ -64,9 +66,7 @@ from coordinator.store.etcd.kv import (
     put,
 )
 from coordinator.store.fence import fence_compares
-from coordinator.store.held import HeldClaims
 from coordinator.store.indexes.claimed import ClaimedIndex
-from coordinator.store.renew_screen import screen_fences
 from coordinator.store.types import RenewResult
 
 MAX_BATCH = 1000

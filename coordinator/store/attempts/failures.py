@@ -1,8 +1,8 @@
 """Fail: the holder reports that its attempt failed.
 
-An acceptance point like Release (store/acceptance.py): the owner and the fence are checked on a
-read, and the txn that closes the attempt as FAILED (with the reported error) and moves the task
-compares the fence again, so a superseded, expired or re-epoched holder writes nothing. Where
+An acceptance point like Release (store/attempts/acceptance.py): the owner and the fence are checked
+on a read, and the txn that closes the attempt as FAILED (with the reported error) and moves the
+task compares the fence again, so a superseded, expired or re-epoched holder writes nothing. Where
 the task goes is the retry decision's (domain/retry.py): READY, DELAYED for its backoff (or the
 requested delay), or FAILED when the failure is not retryable or no attempt is left.
 """
@@ -19,11 +19,11 @@ from coordinator.domain.retry import AttemptEnded
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
-from coordinator.store.acceptance import AcceptancePoints
+from coordinator.store.attempts.acceptance import AcceptancePoints
+from coordinator.store.attempts.held import HeldClaims
+from coordinator.store.attempts.requeue import ending_txn, settled
 from coordinator.store.context import StoreContext
-from coordinator.store.held import HeldClaims
 from coordinator.store.indexes.ready import ReadyIndex
-from coordinator.store.requeue import ending_txn, settled
 from coordinator.store.types import FailResult
 
 log = structlog.get_logger(__name__)
