@@ -224,7 +224,7 @@ class Keyspace:
         """Range of every stored idempotent response."""
         return f"{self.prefix}/idem/"
 
-    # --- side effects (issue 3, store/effects.py) ---------------------------------------------
+    # --- side effects (issue 3, store/effects/effect.py) ------------------------------------------
 
     def effect(self, effect_id: str) -> str:
         """One effect record (effect_id: domain/effect_ids.py)."""
@@ -257,7 +257,7 @@ class Keyspace:
             return f"{self.prefix}/reconcile/{task_id}/"
         return f"{self.prefix}/reconcile/"
 
-    # --- managed jobs (issue 8, store/jobs.py) ------------------------------------------------
+    # --- managed jobs (issue 8, store/effects/jobs.py) --------------------------------------------
 
     def job(self, task_id: str, job_id: str) -> str:
         """One managed job record (authoritative)."""

@@ -151,10 +151,10 @@ class Op(StrEnum):
     # A WAITING task's set of FAILED or CANCELLED upstreams changed (an upstream was
     # dead-lettered or cancelled, or retried): still WAITING, its blocked_by rewritten.
     MARK_BLOCKED = "mark_blocked"
-    # Side effects of non-replayable tasks (store/effects.py).
+    # Side effects of non-replayable tasks (store/effects/effect.py).
     HOLD_FOR_APPROVAL = "hold_for_approval"
     APPROVE_RETRY = "approve_retry"
-    # Owned reconciliation of an UNKNOWN effect past its deadline (store/reconcile.py).
+    # Owned reconciliation of an UNKNOWN effect past its deadline (store/effects/reconcile.py).
     ESCALATE_RECONCILE = "escalate_reconcile"
 
 
@@ -216,13 +216,13 @@ TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
     (TaskState.WAITING, Op.MARK_BLOCKED): TaskState.WAITING,
     (TaskState.WAITING, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.WAITING, Op.UPDATE_INPUT): TaskState.WAITING,
-    # Non-replayable tasks (store/effects.py): a claim that finds an uncertain effect of an
+    # Non-replayable tasks (store/effects/effect.py): a claim that finds an uncertain effect of an
     # earlier attempt parks the task (from READY, or from CLAIMED whose lease expired).
     (TaskState.READY, Op.HOLD_FOR_APPROVAL): TaskState.NEEDS_APPROVAL,
     (TaskState.CLAIMED, Op.HOLD_FOR_APPROVAL): TaskState.NEEDS_APPROVAL,
     (TaskState.NEEDS_APPROVAL, Op.APPROVE_RETRY): TaskState.READY,
     (TaskState.NEEDS_APPROVAL, Op.CANCEL): TaskState.CANCELLED,
-    # Owned reconciliation (store/reconcile.py): an UNKNOWN effect still unresolved at its
+    # Owned reconciliation (store/effects/reconcile.py): an UNKNOWN effect still unresolved at its
     # deadline parks the task for a human (from READY, or from CLAIMED whose claim ended).
     (TaskState.READY, Op.ESCALATE_RECONCILE): TaskState.NEEDS_APPROVAL,
     (TaskState.CLAIMED, Op.ESCALATE_RECONCILE): TaskState.NEEDS_APPROVAL,

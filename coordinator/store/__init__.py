@@ -29,12 +29,13 @@ from coordinator.store.context import StoreContext
 from coordinator.store.control.admin import AdminStore
 from coordinator.store.control.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
 from coordinator.store.control.idempotency import IdempotencyStore
-from coordinator.store.effects import EffectStore
+from coordinator.store.effects.effect import EffectStore
+from coordinator.store.effects.jobs import JobStore
+from coordinator.store.effects.reconcile import ReconcileStore, ReconcileSweeper
 from coordinator.store.etcd.kv import EtcdKV
 from coordinator.store.etcd.leases import ClaimLeases
 from coordinator.store.indexes.claimed import ClaimedIndex, QueueCountIndex
 from coordinator.store.indexes.ready import ReadyIndex
-from coordinator.store.jobs import JobStore
 from coordinator.store.lifecycle.cascade import Cascade
 from coordinator.store.lifecycle.deadlines import Deadlines
 from coordinator.store.lifecycle.dependencies import DependencyStore
@@ -52,7 +53,6 @@ from coordinator.store.lifecycle.review import ReviewStore
 from coordinator.store.lifecycle.tasks import TaskStore
 from coordinator.store.live_claims import LiveClaims
 from coordinator.store.long_poll import LongPoll, ReadyWaiters
-from coordinator.store.reconcile import ReconcileStore, ReconcileSweeper
 from coordinator.store.retention.pruner import DEFAULT_INTERVAL as DEFAULT_PRUNE_INTERVAL
 from coordinator.store.retention.pruner import DEFAULT_RATE as DEFAULT_PRUNE_RATE
 from coordinator.store.retention.pruner import Pruner

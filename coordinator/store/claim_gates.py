@@ -15,10 +15,10 @@ from coordinator.domain.decisions import Verdict
 from coordinator.domain.records import AttemptRecord, TaskRecord
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.store.context import StoreContext
-from coordinator.store.effects import hold_for_approval
+from coordinator.store.effects.effect import hold_for_approval
+from coordinator.store.effects.reconcile import ReconcileStore
 from coordinator.store.etcd.kv import KV
 from coordinator.store.indexes.ready import ReadyIndex
-from coordinator.store.reconcile import ReconcileStore
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class QueuePauseGate:
 
 class ReconcileGate:
     """An UNKNOWN effect's open reconciliation: wait for its owner (RECONCILING), or escalate
-    at its deadline (NEEDS_APPROVAL, written); see store/reconcile.py."""
+    at its deadline (NEEDS_APPROVAL, written); see store/effects/reconcile.py."""
 
     def __init__(self, reconcile: ReconcileStore) -> None:
         self._reconcile = reconcile

@@ -149,7 +149,12 @@ MUTATIONS = [
         "fence_compares",
         _without_generation,
     ),
-    (AcceptancePoint.PREPARE, "coordinator.store.effects", "fence_compares", _without_generation),
+    (
+        AcceptancePoint.PREPARE,
+        "coordinator.store.effects.effect",
+        "fence_compares",
+        _without_generation,
+    ),
     # Fail's compares are built by the txn that ends a held attempt (store/attempts/requeue.py).
     (
         AcceptancePoint.FAIL,
@@ -157,7 +162,12 @@ MUTATIONS = [
         "fence_compares",
         _without_generation,
     ),
-    (AcceptancePoint.RECORD, "coordinator.store.effects", "fence_compares", _without_generation),
+    (
+        AcceptancePoint.RECORD,
+        "coordinator.store.effects.effect",
+        "fence_compares",
+        _without_generation,
+    ),
 ]
 
 

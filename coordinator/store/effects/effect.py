@@ -13,7 +13,8 @@ are hashes, so the effect keys themselves cannot be ranged by task; the index ma
 claim-time check of a non-replayable task and DrainStatus's count a short range over exactly
 the uncertain effects, instead of a scan of every effect ever recorded. Likewise an UNKNOWN
 effect's open reconciliation is indexed under ``{p}/reconcile/{task}/{effect_id}`` (see
-store/reconcile.py), kept in step by ``effect_write_ops`` from the record's reconcile_open flag.
+store/effects/reconcile.py), kept in step by ``effect_write_ops`` from the record's reconcile_open
+flag.
 """
 
 from __future__ import annotations

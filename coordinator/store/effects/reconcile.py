@@ -2,7 +2,7 @@
 deadline, ResolveEffect, and the sweeper that escalates in every replica.
 
 The rules are in ``coordinator.domain.reconcile``. A reconciliation is opened by RecordEffect
-(store/effects.py) in the txn that records UNKNOWN, which also writes the index key
+(store/effects/effect.py) in the txn that records UNKNOWN, which also writes the index key
 ``{p}/reconcile/{task}/{effect}`` (its value: owner and deadline); every txn that closes it
 (a COMMITTED / ABSENT record, ResolveEffect, ApproveRetry, the escalation) deletes that key
 through ``effect_write_ops``. So the claim path reads one short range per re-claimed task, and
@@ -37,7 +37,7 @@ from coordinator.domain.records import TaskRecord, decode
 from coordinator.domain.states import Op, Outcome, TaskState
 from coordinator.errors import FailedPrecondition, NotFound
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.effects import (
+from coordinator.store.effects.effect import (
     effect_from_kv,
     effect_unchanged,
     effect_write_ops,
