@@ -23,8 +23,10 @@ from coordinator.store.attempts.give_back import GiveBacks
 from coordinator.store.attempts.held import HeldClaims
 from coordinator.store.attempts.reclaimer import Reclaimer
 from coordinator.store.attempts.renewals import Renewal, Renewals, RenewAnswer, RenewViews
-from coordinator.store.claim_gates import ApprovalGate, QueuePauseGate, ReconcileGate
-from coordinator.store.claims import ClaimStore
+from coordinator.store.claims.claim import ClaimStore
+from coordinator.store.claims.gates import ApprovalGate, QueuePauseGate, ReconcileGate
+from coordinator.store.claims.live_claims import LiveClaims
+from coordinator.store.claims.long_poll import LongPoll, ReadyWaiters
 from coordinator.store.context import StoreContext
 from coordinator.store.control.admin import AdminStore
 from coordinator.store.control.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
@@ -51,8 +53,6 @@ from coordinator.store.lifecycle.results import ResultStore
 from coordinator.store.lifecycle.retry_task import DeadLetters
 from coordinator.store.lifecycle.review import ReviewStore
 from coordinator.store.lifecycle.tasks import TaskStore
-from coordinator.store.live_claims import LiveClaims
-from coordinator.store.long_poll import LongPoll, ReadyWaiters
 from coordinator.store.retention.pruner import DEFAULT_INTERVAL as DEFAULT_PRUNE_INTERVAL
 from coordinator.store.retention.pruner import DEFAULT_RATE as DEFAULT_PRUNE_RATE
 from coordinator.store.retention.pruner import Pruner

@@ -29,7 +29,7 @@ _READ_BATCH = 100
 # encoded), and a response must stay under gRPC's 4 MB message limit.
 _VALUES_PER_READ = 4
 MAX_PAUSED_QUEUES = 64
-"""Queues paused one by one at once: every claim reads their keys (store/claims.py), so the
+"""Queues paused one by one at once: every claim reads their keys (store/claims/claim.py), so the
 set stays small; pausing every queue is the global pause. Two admins pausing a new queue at
 the same instant may each pass the check, exceeding it by one: a bound on cost, not a rule."""
 

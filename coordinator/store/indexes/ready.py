@@ -37,7 +37,7 @@ class ReadyIndex(PrefixCopy):
         # ClaimNext here picks a different one instead of losing the same race (see take()).
         self._taken: Counter[str] = Counter()
         # Told of each ready key that was not known yet (its queue) and of every reload
-        # (None): the long polls waiting for a task (store/long_poll.py).
+        # (None): the long polls waiting for a task (store/claims/long_poll.py).
         self._listeners: list[Callable[[str | None], None]] = []
 
     def listen(self, listener: Callable[[str | None], None]) -> None:

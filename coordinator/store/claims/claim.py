@@ -5,7 +5,7 @@ creates the claim key on a fresh lease, writes the attempt and the event, and ta
 out of the ready index. Its revision is the claim generation: the fencing token.
 
 A claim's I/O, in order: one read (``_read``: the decision and all a gate or a takeover
-needs), the gates it was given (store/claim_gates.py), a lease, the txn that ``claim_write``
+needs), the gates it was given (store/claims/gates.py), a lease, the txn that ``claim_write``
 builds without I/O, then remembering what the txn wrote (store/attempts/held.py).
 """
 
@@ -25,7 +25,7 @@ from coordinator.errors import LeaseGone, NotFound
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.attempts.held import HeldClaims
-from coordinator.store.claim_gates import ClaimGate, ClaimRead
+from coordinator.store.claims.gates import ClaimGate, ClaimRead
 from coordinator.store.context import (
     StoreContext,
     attempt_from_kv,

@@ -33,7 +33,7 @@ from coordinator.domain.states import Outcome
 from coordinator.errors import CoordinatorError, ResourceExhausted
 from coordinator.metrics import Metrics
 from coordinator.store.attempts.give_back import GiveBacks
-from coordinator.store.claims import ClaimStore
+from coordinator.store.claims.claim import ClaimStore
 from coordinator.store.types import Caller, ClaimResult
 
 # The head of a line tries this often on its own: a safety net for a signal lost to a race, not
