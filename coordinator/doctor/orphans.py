@@ -4,8 +4,9 @@ deleting them)."""
 from __future__ import annotations
 
 from coordinator.doctor.findings import Finding, Guard, Problem, Repair, RepairWrite
-from coordinator.doctor.parsed import Parsed, identity_keys
+from coordinator.doctor.parsed import Parsed
 from coordinator.domain.keys import Keyspace
+from coordinator.domain.lineage import identity_keys
 from coordinator.store.etcd.kv import KV
 from coordinator.store.lifecycle.dependencies import edges_of
 

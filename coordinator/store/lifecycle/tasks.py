@@ -14,7 +14,13 @@ from dataclasses import replace
 
 from coordinator.domain.digests import check_digest
 from coordinator.domain.graph import check_dependencies, check_upstreams, satisfied_by, unmet
-from coordinator.domain.lineage import Lineage, decide_lineage, index_value, thread_key
+from coordinator.domain.lineage import (
+    Lineage,
+    decide_lineage,
+    identity_keys,
+    index_value,
+    thread_key,
+)
 from coordinator.domain.records import AttemptRecord, EffectIdScheme, TaskRecord, encode
 from coordinator.domain.retry import policy_fields
 from coordinator.domain.space import WriteKind
@@ -161,14 +167,7 @@ class TaskStore:
         """Index entries for the lineage filters of ListTasks (identity never changes, so they
         are written once, at creation). No compares are needed for root and parent: a root or
         parent that is pruned meanwhile keeps its lineage in its tombstone."""
-        keys = self._ctx.keys
-        ops = [
-            put(keys.by_identity("root", task.root_task_id, task.task_id), b""),
-            put(keys.by_identity("thread", index_value(task.thread_key), task.task_id), b""),
-        ]
-        if task.parent_task_id:
-            ops.append(put(keys.by_identity("parent", task.parent_task_id, task.task_id), b""))
-        return ops
+        return [put(key, b"") for key in identity_keys(self._ctx.keys, task)]
 
     def get(self, task_id: str) -> TaskRecord:
         """The task, or NotFound."""

@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.doctor.parsed import identity_keys
 from coordinator.domain.jobs import JobRecord
+from coordinator.domain.lineage import identity_keys
 from coordinator.domain.records import TaskRecord, decode
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.kv import KV
