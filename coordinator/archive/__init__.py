@@ -12,14 +12,8 @@ install coordinator[s3]``; imported only when used). ``open_sink(url)`` picks on
 
 from __future__ import annotations
 
-from coordinator.archive.sink import (
-    ArchiveError,
-    ArchiveSink,
-    check_sink,
-    latest_copies,
-    latest_swept,
-    open_sink,
-)
+from coordinator.archive.factory import check_sink, open_sink
+from coordinator.archive.sink import ArchiveError, ArchiveSink, latest_copies, latest_swept
 
 __all__ = [
     "ArchiveError",
