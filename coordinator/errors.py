@@ -8,11 +8,6 @@ boundary with ``raise ... from``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from coordinator.domain.positions import EventPosition
-
 
 class CoordinatorError(Exception):
     """Root of every error the coordinator raises on purpose."""
@@ -45,20 +40,6 @@ class Unauthenticated(CoordinatorError):
 class ResourceExhausted(CoordinatorError):
     """A bounded resource of the server is full (e.g. open streams); retry later or raise the
     setting the message names. Nothing was written."""
-
-
-class StreamBehind(ResourceExhausted):
-    """A follower read its stream too slowly and fell too far behind; it may resume after
-    ``position`` (every matching event up to there was sent)."""
-
-    def __init__(self, position: EventPosition, buffered: int) -> None:
-        super().__init__(
-            f"the stream fell {buffered} events behind and was ended; resume with "
-            f"after = {{revision: {position.revision}, task_id: {position.task_id!r}, "
-            f"prev_state_version: {position.prev_state_version}}} (or the position of the "
-            "last event you received) and read faster, or filter more narrowly"
-        )
-        self.position = position
 
 
 class SpaceRefused(ResourceExhausted):

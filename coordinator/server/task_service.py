@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import grpc
 
+from coordinator.domain.positions import StreamBehind
 from coordinator.domain.validation import non_negative, task_id
-from coordinator.errors import StreamBehind
 from coordinator.logging import note
 from coordinator.server import (
     claim_wire,

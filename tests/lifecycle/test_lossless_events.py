@@ -15,9 +15,8 @@ import grpc
 import pytest
 
 import coordinator.store.lifecycle.events as events_module
-from coordinator.domain.positions import EventPosition
+from coordinator.domain.positions import EventPosition, StreamBehind
 from coordinator.domain.stream_limits import StreamLimits
-from coordinator.errors import StreamBehind
 from coordinator.metrics import Metrics
 from coordinator.server import build_server, event_wire, stream_interceptor
 from coordinator.store import EventFilter, Store

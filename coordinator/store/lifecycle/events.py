@@ -30,10 +30,9 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, replace
 
-from coordinator.domain.positions import EventPosition
+from coordinator.domain.positions import EventPosition, StreamBehind
 from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.states import Op
-from coordinator.errors import StreamBehind
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd.kv import KV, get
 from coordinator.store.etcd.watch import WatchEvent
