@@ -20,9 +20,9 @@ from coordinator.metrics import METRICS, Metrics
 from coordinator.store.attempts.acceptance import AcceptancePoints
 from coordinator.store.attempts.failures import Failures
 from coordinator.store.attempts.give_back import GiveBacks
-from coordinator.store.attempts.held import HeldClaims
 from coordinator.store.attempts.reclaimer import Reclaimer
 from coordinator.store.attempts.renewals import Renewal, Renewals, RenewAnswer, RenewViews
+from coordinator.store.attempts.views import HeldClaims
 from coordinator.store.claims.claim import ClaimStore
 from coordinator.store.claims.gates import ApprovalGate, QueuePauseGate, ReconcileGate
 from coordinator.store.claims.live_claims import LiveClaims
@@ -164,7 +164,7 @@ class Store:
             long_poll=LongPoll(claims, waiters, give_backs),
             give_backs=give_backs,
             acceptance=acceptance,
-            renewals=Renewals(ctx, acceptance, held, RenewViews(), claimed),
+            renewals=Renewals(ctx, held, RenewViews(), claimed),
             failures=Failures(ctx, ready, held, acceptance),
             dead_letters=DeadLetters(ctx, ready),
             deadlines=deadlines,

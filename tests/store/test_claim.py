@@ -14,7 +14,7 @@ from coordinator.domain.decisions import ClaimLimits, Verdict
 from coordinator.domain.states import AttemptEnd, Outcome, TaskState
 from coordinator.errors import NotFound
 from coordinator.store import ClaimResult, Store
-from coordinator.store.attempts.held import HeldClaims
+from coordinator.store.attempts.views import HeldClaims
 from coordinator.store.claims.claim import HERD_SPREAD, ClaimStore
 from coordinator.store.claims.gates import ClaimRead
 from tests.helpers import RETRY_AT_ONCE

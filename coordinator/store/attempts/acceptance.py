@@ -27,30 +27,22 @@ from coordinator.domain.records import (
     ResultRecord,
     StagedResult,
     commit_id,
-    decode,
     encode,
 )
 from coordinator.domain.retry import AttemptEnded
 from coordinator.domain.space import WriteKind
-from coordinator.domain.states import AttemptEnd, FenceReason, Op, Outcome
-from coordinator.errors import NotFound
+from coordinator.domain.states import AttemptEnd, Op, Outcome
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
-from coordinator.store.attempts.held import HeldClaims
 from coordinator.store.attempts.requeue import ending_txn, settled
+from coordinator.store.attempts.views import MOVED, HeldClaims, diagnose, read_view
 from coordinator.store.context import (
     StoreContext,
-    attempt_from_kv,
-    claim_from_kv,
-    epoch_from_kv,
-    task_from_kv,
 )
 from coordinator.store.etcd.kv import (
     Compare,
     create_revision_is,
     delete,
-    get,
-    get_prefix,
     mod_revision_is,
     put,
 )
@@ -83,11 +75,6 @@ class _CommitBasis:
     last: bool = False
 
 
-# Every acceptance point's answer when its compares failed yet the fresh read finds the fence
-# current: something changed and changed back between the two.
-_MOVED = Verdict(Outcome.FENCED, FenceReason.TASK_MOVED, "the task moved on during the call")
-
-
 class AcceptancePoints:
     """Everything a claim holder can do with its fence."""
 
@@ -98,37 +85,8 @@ class AcceptancePoints:
 
     def view(self, fence: Fence, *, with_result: bool = False) -> FenceView:
         """Read task, attempt, live claim and epoch at one revision (and, for commits, the
-        canonical result of the attempt's task revision)."""
-        keys = self._ctx.keys
-        reads = [
-            get(keys.task(fence.task_id)),
-            get(keys.attempt(fence.task_id, fence.attempt_id)),
-            get(keys.claim(fence.task_id)),
-            get(keys.epoch),
-        ]
-        if with_result:
-            # Which revisions have a result, in the same snapshot: the (large) value is fetched
-            # only in the rare case that this attempt's revision has one (a retried commit).
-            reads.append(get_prefix(keys.results_of(fence.task_id), keys_only=True))
-        snap = self._ctx.kv.read(*reads)
-        task_kv, attempt_kv, claim_kv = snap.range_one(0), snap.range_one(1), snap.range_one(2)
-        if task_kv is None:
-            raise NotFound(f"task {fence.task_id!r} does not exist")
-        if attempt_kv is None:
-            raise NotFound(f"attempt {fence.attempt_id!r} of task {fence.task_id!r} does not exist")
-        attempt = attempt_from_kv(attempt_kv)
-        result_kv = None
-        if with_result:
-            result_key = keys.result(fence.task_id, attempt.revision)
-            if any(kv.key == result_key for kv in snap.range_kvs(4)):
-                result_kv = self._ctx.kv.read(get(result_key, revision=snap.revision)).range_one(0)
-        return FenceView(
-            task=task_from_kv(task_kv),
-            attempt=attempt,
-            claim=claim_from_kv(claim_kv) if claim_kv is not None else None,
-            epoch=epoch_from_kv(snap.range_one(3)),
-            result=decode(ResultRecord, result_kv.value) if result_kv is not None else None,
-        )
+        canonical result of the attempt's task revision): ``views.read_view``."""
+        return read_view(self._ctx, fence, with_result=with_result)
 
     def authorize_tool(self, fence: Fence, *, principal: str, tool: str, action: str) -> Verdict:
         """A tool acceptance point: OK only if the fence holds at this revision."""
@@ -211,7 +169,7 @@ class AcceptancePoints:
             if done is not None:
                 return done
         # Our txn lost, yet the read after it would write again: a race, not a rule.
-        return self._refused(view, _MOVED)
+        return self._refused(view, MOVED)
 
     def _commit_bases(self, fence: Fence) -> Iterator[_CommitBasis]:
         """What a commit decides on, each only if the one before did not answer: the view
@@ -307,10 +265,8 @@ class AcceptancePoints:
         return verdict
 
     def diagnose(self, fence: Fence) -> Verdict:
-        """Why the fence compares failed, from a fresh read."""
-        verdict = check_fence(self.view(fence), fence, now=self._ctx.clock.now())
-        # The compares failed yet everything reads as current: a race.
-        return _MOVED if verdict.accepted else verdict
+        """Why the fence compares failed, from a fresh read: ``views.diagnose``."""
+        return diagnose(self._ctx, fence)
 
     def _refused(self, view: FenceView, verdict: Verdict) -> CommitResult:
         """A refused commit; a FENCED one is counted with the compute its attempt threw away

@@ -20,8 +20,8 @@ from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.attempts.acceptance import AcceptancePoints
-from coordinator.store.attempts.held import HeldClaims
 from coordinator.store.attempts.requeue import ending_txn, settled
+from coordinator.store.attempts.views import HeldClaims
 from coordinator.store.context import StoreContext
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.types import FailResult

@@ -27,7 +27,7 @@ from coordinator.domain.retry import UNDELIVERED, decide_after
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.errors import CoordinatorError, Undelivered
 from coordinator.store.attempts.acceptance import AcceptancePoints
-from coordinator.store.attempts.held import HeldClaims
+from coordinator.store.attempts.views import HeldClaims
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.kv import RequestOp, delete, put
 from coordinator.store.fence import fence_compares

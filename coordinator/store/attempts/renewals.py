@@ -10,10 +10,11 @@ and the keepalive deletes the claim key but leaves the lease to the replica's po
 For a batch these steps run for all its claims together, which is what makes thousands of held
 claims cheap (measured in ``python -m bench``, phase ``held``):
 
-* Views this replica knows are not read again (``RenewViews``). A remembered view is used only
-  through a txn that also compares the claim key's mod_revision (and, for a checkpoint, the
-  attempt key's) with the remembered ones, so the txn lands only if the view is exactly
-  current. A refusal decided on a remembered view is never final: a read decides it again.
+* Views this replica knows are not read again (``RenewViews``, read and cached by
+  store/attempts/views.py as acceptance's are). A remembered view is used only through a txn
+  that also compares the claim key's mod_revision (and, for a checkpoint, the attempt key's)
+  with the remembered ones, so the txn lands only if the view is exactly current. A refusal
+  decided on a remembered view is never final: a read decides it again.
 * The txns of the batch share round trips (``EtcdKV.txn_many``: independent nested txns; every
   claim of a batch is a different task, so none writes a key another one compares), the leases
   are kept alive over one etcd keepalive stream, and the after-keepalive compares share a round
@@ -27,8 +28,7 @@ names no claim that can be live is answered FENCED from memory, before any etcd 
 
 from __future__ import annotations
 
-import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -46,21 +46,15 @@ from coordinator.domain.states import Outcome
 from coordinator.errors import CoordinatorError, InvalidArgument, NotFound, SpaceRefused
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
-from coordinator.store.attempts.acceptance import AcceptancePoints
-from coordinator.store.attempts.held import HeldClaims
 from coordinator.store.attempts.renew_screen import screen_fences
+from coordinator.store.attempts.views import FenceCache, HeldClaims, diagnose, read_views
 from coordinator.store.context import (
     StoreContext,
-    attempt_from_kv,
-    claim_from_kv,
-    epoch_from_kv,
-    task_from_kv,
 )
 from coordinator.store.etcd.kv import (
     Compare,
     NestedTxn,
     RequestOp,
-    get,
     mod_revision_is,
     nested_txn,
     put,
@@ -155,32 +149,11 @@ class _Plan:
         return txns.check
 
 
-class RenewViews:
+class RenewViews(FenceCache[_Known]):
     """The views of claims this replica granted or renewed, by fence, oldest dropped first."""
 
     def __init__(self, capacity: int = VIEWS) -> None:
-        self._capacity = capacity
-        self._lock = threading.Lock()
-        self._views: OrderedDict[tuple[str, str, int], _Known] = OrderedDict()
-
-    def get(self, fence: Fence) -> _Known | None:
-        with self._lock:
-            return self._views.get(_key(fence))
-
-    def put(self, fence: Fence, known: _Known) -> None:
-        with self._lock:
-            self._views[_key(fence)] = known
-            self._views.move_to_end(_key(fence))
-            while len(self._views) > self._capacity:
-                self._views.popitem(last=False)
-
-    def drop(self, fence: Fence) -> None:
-        with self._lock:
-            self._views.pop(_key(fence), None)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._views)
+        super().__init__(capacity)
 
 
 class Renewals:
@@ -189,13 +162,11 @@ class Renewals:
     def __init__(
         self,
         ctx: StoreContext,
-        points: AcceptancePoints,
         held: HeldClaims,
         views: RenewViews,
         claimed: ClaimedIndex | None = None,
     ) -> None:
         self._ctx = ctx
-        self._points = points
         self._held = held
         self._views = views
         self._claimed = claimed  # None: every fence is read
@@ -231,7 +202,7 @@ class Renewals:
             plans = self._decide(renewals, known, principal, answers, fresh)
             self._apply(renewals, plans, answers, fresh)
         for i in (i for i in todo if i not in answers):
-            answers[i] = RenewResult(self._points.diagnose(renewals[i].fence))
+            answers[i] = RenewResult(diagnose(self._ctx, renewals[i].fence))
         outcomes = Counter(
             a.verdict.outcome for a in answers.values() if isinstance(a, RenewResult)
         )
@@ -268,7 +239,7 @@ class Renewals:
         return found
 
     def _remembered(self, fence: Fence) -> _Known | None:
-        known = self._views.get(fence)
+        known = self._views.peek(fence)
         if known is not None:
             return known  # kept remembered (_after)
         granted = self._held.peek(fence)  # what this replica's claim txn wrote
@@ -278,38 +249,11 @@ class Renewals:
         return _Known(view, fence.claim_generation, remembered=True)
 
     def _read(self, fences: list[Fence]) -> list[_Known | CoordinatorError]:
-        """Task, attempt, live claim and epoch of each fence, all at one revision."""
-        keys = self._ctx.keys
-        ops: list[RequestOp] = []
-        for fence in fences:
-            ops += [
-                get(keys.task(fence.task_id)),
-                get(keys.attempt(fence.task_id, fence.attempt_id)),
-                get(keys.claim(fence.task_id)),
-            ]
-        ops.append(get(keys.epoch))
-        snap = self._ctx.kv.read(*ops)
-        epoch = epoch_from_kv(snap.range_one(len(ops) - 1))
-        out: list[_Known | CoordinatorError] = []
-        for n, fence in enumerate(fences):
-            task_kv, attempt_kv, claim_kv = (snap.range_one(3 * n + k) for k in range(3))
-            if task_kv is None:
-                out.append(NotFound(f"task {fence.task_id!r} does not exist"))
-            elif attempt_kv is None:
-                out.append(
-                    NotFound(
-                        f"attempt {fence.attempt_id!r} of task {fence.task_id!r} does not exist"
-                    )
-                )
-            else:
-                view = FenceView(
-                    task=replace(task_from_kv(task_kv), input=b""),
-                    attempt=attempt_from_kv(attempt_kv),
-                    claim=claim_from_kv(claim_kv) if claim_kv is not None else None,
-                    epoch=epoch,
-                )
-                out.append(_Known(view, attempt_kv.mod_revision))
-        return out
+        """Each fence's view at one revision, without task inputs (what is remembered)."""
+        return [
+            read if isinstance(read, NotFound) else _Known(read.view, read.attempt_revision)
+            for read in read_views(self._ctx, fences, inputs=False)
+        ]
 
     # --- deciding ----------------------------------------------------------------------------
 
@@ -342,7 +286,7 @@ class Renewals:
             if k.remembered:  # it may be out of date: only a read may refuse
                 fresh.add(i)
             else:
-                self._views.drop(renewal.fence)
+                self._views.take(renewal.fence)
                 answers[i] = RenewResult(verdict)
         return plans
 
@@ -400,7 +344,7 @@ class Renewals:
             if result.succeeded:
                 landed.append((plan, result.revision))
             else:  # fenced meanwhile, a concurrent renewal, or a stale remembered view
-                self._views.drop(renewals[plan.index].fence)
+                self._views.take(renewals[plan.index].fence)
                 fresh.add(plan.index)
         if not landed:
             return
@@ -440,7 +384,7 @@ class Renewals:
         ctx, fence = self._ctx, renewal.fence
         claim = plan.known.view.claim
         assert claim is not None
-        self._views.put(fence, _after(plan, renewal, revision))
+        self._views.remember(fence, _after(plan, renewal, revision))
         answers[plan.index] = RenewResult(
             verdict=_OK,
             ttl=ttl,
@@ -460,8 +404,8 @@ class Renewals:
         self, renewals: Sequence[Renewal], plan: _Plan, answers: dict[int, RenewAnswer]
     ) -> None:
         fence = renewals[plan.index].fence
-        self._views.drop(fence)
-        answers[plan.index] = RenewResult(self._points.diagnose(fence))
+        self._views.take(fence)
+        answers[plan.index] = RenewResult(diagnose(self._ctx, fence))
 
 
 _OK = Verdict(Outcome.OK)
@@ -506,7 +450,3 @@ def _duplicates(renewals: Sequence[Renewal]) -> Iterator[tuple[int, CoordinatorE
             )
         else:
             seen[task_id] = i
-
-
-def _key(fence: Fence) -> tuple[str, str, int]:
-    return fence.task_id, fence.attempt_id, fence.claim_generation

@@ -6,7 +6,7 @@ out of the ready index. Its revision is the claim generation: the fencing token.
 
 A claim's I/O, in order: one read (``_read``: the decision and all a gate or a takeover
 needs), the gates it was given (store/claims/gates.py), a lease, the txn that ``claim_write``
-builds without I/O, then remembering what the txn wrote (store/attempts/held.py).
+builds without I/O, then remembering what the txn wrote (store/attempts/views.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from coordinator.domain.states import AttemptEnd, Op, Outcome, TaskState
 from coordinator.errors import LeaseGone, NotFound
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
-from coordinator.store.attempts.held import HeldClaims
+from coordinator.store.attempts.views import HeldClaims
 from coordinator.store.claims.gates import ClaimGate, ClaimRead
 from coordinator.store.context import (
     StoreContext,
