@@ -30,6 +30,12 @@ def kv(etcd: EtcdProcess) -> Iterator[EtcdKV]:
     client.close()
 
 
+def _keepalive(kv: EtcdKV, lease_id: int) -> int:
+    """The lease's TTL after etcd refreshed it, 0 if etcd no longer has it (the renewals' own
+    keepalive path)."""
+    return kv.keepalive_many([lease_id])[lease_id]
+
+
 def _grants(kv: EtcdKV, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     granted: list[int] = []
     grant = kv.grant
@@ -56,7 +62,7 @@ def test_a_young_released_lease_carries_the_next_claim_and_reports_what_remains(
     second = leases.acquire(30)
     assert (second.lease_id, second.ttl, second.remaining) == (first.lease_id, 30, 21.0)
     assert grants == [first.lease_id]
-    assert kv.keepalive(first.lease_id) == 30  # still alive in etcd: it was never revoked
+    assert _keepalive(kv, first.lease_id) == 30  # still alive in etcd: it was never revoked
 
 
 def test_an_old_lease_is_never_handed_out(kv: EtcdKV, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,7 +84,7 @@ def test_a_lease_released_late_is_revoked_not_pooled(kv: EtcdKV) -> None:
     clock.now += 12
     leases.release(lease.lease_id)
     assert leases.pooled() == 0
-    assert kv.keepalive(lease.lease_id) == 0  # revoked in etcd
+    assert _keepalive(kv, lease.lease_id) == 0  # revoked in etcd
 
 
 def test_a_renewal_through_this_replica_makes_the_lease_young_again(kv: EtcdKV) -> None:
@@ -86,7 +92,7 @@ def test_a_renewal_through_this_replica_makes_the_lease_young_again(kv: EtcdKV) 
     leases = ClaimLeases(kv, monotonic=clock)
     lease = leases.acquire(30)
     clock.now += 25
-    leases.renewed_many({lease.lease_id: kv.keepalive(lease.lease_id)})
+    leases.renewed_many({lease.lease_id: _keepalive(kv, lease.lease_id)})
     clock.now += 2
     leases.release(lease.lease_id)
     again = leases.acquire(30)
@@ -108,7 +114,7 @@ def test_a_leases_nobody_granted_here_is_revoked(kv: EtcdKV) -> None:
     leases = ClaimLeases(kv, monotonic=_Clock())
     leases.release(other)
     assert leases.pooled() == 0
-    assert kv.keepalive(other) == 0
+    assert _keepalive(kv, other) == 0
 
 
 # --- through the store -----------------------------------------------------------------------
@@ -145,7 +151,7 @@ def test_a_pooled_lease_etcd_lost_is_replaced_and_the_claim_succeeds(
     assert result.verdict.outcome is Outcome.CLAIMED
     claim_kv = raw(etcd_client, store.ctx.keys.claim("t2"))
     assert claim_kv.lease_id != lost
-    assert store.ctx.kv.keepalive(claim_kv.lease_id) == 30
+    assert _keepalive(store.ctx.kv, claim_kv.lease_id) == 30
 
 
 def test_one_lost_pooled_lease_empties_the_pool(kv: EtcdKV) -> None:
@@ -167,7 +173,7 @@ def test_a_cancelled_claims_lease_is_revoked_and_never_reused(store: Store) -> N
     lease_id = store.tasks.get("t1").lease_id
     store.tasks.cancel("t1", by="pm", reason="not needed")
     assert store.ctx.leases.pooled() == 0
-    assert store.ctx.kv.keepalive(lease_id) == 0
+    assert _keepalive(store.ctx.kv, lease_id) == 0
     create(store, "t2")
     claim(store, "t2")
     assert store.tasks.get("t2").lease_id != lease_id

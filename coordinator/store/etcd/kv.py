@@ -374,19 +374,6 @@ class EtcdKV:
         )
         return int(response.ID), int(response.TTL)
 
-    def keepalive(self, lease_id: int) -> int:
-        """Refresh a lease to its granted TTL; returns the new TTL, 0 if the lease is gone."""
-        request = etcdrpc.LeaseKeepAliveRequest(ID=lease_id)
-
-        def call() -> int:
-            for response in self._client.leasestub.LeaseKeepAlive(
-                iter([request]), self._timeout, **self._auth()
-            ):
-                return int(response.TTL)
-            return 0
-
-        return int(self._call("lease keepalive", call))
-
     def keepalive_many(self, lease_ids: Iterable[int]) -> dict[int, int]:
         """Refresh several leases over one LeaseKeepAlive stream (etcd answers each request in
         turn, store/etcd/keepalive.py); each lease's new TTL, 0 for a lease that is gone."""

@@ -14,9 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.domain.jobs import JobRecord
 from coordinator.domain.lineage import identity_keys
-from coordinator.domain.records import TaskRecord, decode
+from coordinator.domain.records import TaskRecord
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.kv import KV
 
@@ -47,10 +46,6 @@ class TaskHistory:
     def task_id(self) -> str:
         """The task's id."""
         return self.task.task_id
-
-    def job_records(self) -> list[JobRecord]:
-        """The managed job records (for their per-worker index keys)."""
-        return [decode(JobRecord, kv.value) for kv in self.jobs]
 
     def identity_keys(self, ctx: StoreContext) -> list[str]:
         """The lineage index keys the task was created with."""
