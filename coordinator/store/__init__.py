@@ -1,9 +1,12 @@
 """The store: claim.v1 applied to etcd with transactions.
 
-Where to look: the claim txn is in ``claims.py`` (the gates before it in ``claim_gates.py``),
-the fence compares in ``fence.py``, the acceptance points (renew, authorize, stage, commit,
-release) in ``acceptance.py``; a long poll in ``long_poll.py``, and a claim whose answer could
-not be delivered given back in ``give_back.py``.
+The store is in wings whose imports point one way (docs/architecture.md has a row for each):
+``etcd/`` (plumbing that knows no task), the shared core at this root (``context``, ``types``,
+``fence``, ``transition``), ``indexes/`` (watch-fed replica memory), ``retention/``,
+``control/``, ``lifecycle/``, ``attempts/`` (everything that extends or ends a held attempt),
+``effects/`` and ``claims/``. The claim txn is ``claims/claim.py``, the fence compares
+``fence.py``, the acceptance points ``attempts/acceptance.py``, Renew and RenewMany
+``attempts/renewals.py``. This module only assembles the wings into ``Store``.
 """
 
 from __future__ import annotations
