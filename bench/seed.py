@@ -19,8 +19,9 @@ from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import Op, TaskState
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd.kv import EtcdKV, RequestOp
+from coordinator.store.etcd.kv import EtcdKV
 from coordinator.store.etcd.leases import ClaimLeases
+from coordinator.store.etcd.ops import RequestOp
 from coordinator.store.transition import ready_seq, transition_ops
 
 # Three writes per task; etcd allows 128 operations per txn by default.

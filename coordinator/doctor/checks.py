@@ -33,7 +33,7 @@ from coordinator.domain.records import (
 from coordinator.domain.retention import DEFAULT_RETENTION
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.domain.waiting import blocking
-from coordinator.store.etcd.kv import KV
+from coordinator.store.etcd.ops import KV
 from coordinator.store.lifecycle.dependencies import edges_of
 
 T = TypeVar("T")

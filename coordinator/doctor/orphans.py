@@ -7,7 +7,7 @@ from coordinator.doctor.findings import Finding, Guard, Problem, Repair, RepairW
 from coordinator.doctor.parsed import Parsed
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.lineage import identity_keys
-from coordinator.store.etcd.kv import KV
+from coordinator.store.etcd.ops import KV
 from coordinator.store.lifecycle.dependencies import edges_of
 
 

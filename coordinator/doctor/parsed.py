@@ -10,7 +10,7 @@ from typing import TypeVar
 from coordinator.doctor.findings import Finding, Problem, Snapshot
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import TaskRecord, decode
-from coordinator.store.etcd.kv import KV
+from coordinator.store.etcd.ops import KV
 
 T = TypeVar("T")
 

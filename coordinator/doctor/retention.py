@@ -22,7 +22,7 @@ from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import decode
 from coordinator.domain.retention import micros
 from coordinator.domain.states import TERMINAL_STATES
-from coordinator.store.etcd.kv import KV
+from coordinator.store.etcd.ops import KV
 from coordinator.store.retention.tombstones import tombstone_from_kv
 from coordinator.store.retention_index import due_value
 

@@ -17,7 +17,7 @@ from coordinator.domain.records import TaskRecord
 from coordinator.domain.retention import micros
 from coordinator.domain.states import TERMINAL_STATES
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd.kv import Compare, RequestOp, create_revision_is, put
+from coordinator.store.etcd.ops import Compare, RequestOp, create_revision_is, put
 
 
 def retention_ops(

@@ -18,7 +18,7 @@ from coordinator.domain.failures import FailureReport
 from coordinator.domain.keys import Keyspace
 from coordinator.metrics import AcceptancePoint, Metrics
 from coordinator.store import Store, TaskSpec
-from coordinator.store.etcd.kv import Compare, create_revision_is
+from coordinator.store.etcd.ops import Compare, create_revision_is
 from coordinator.v1 import (
     admin_pb2,
     admin_pb2_grpc,

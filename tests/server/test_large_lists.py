@@ -16,7 +16,7 @@ from coordinator.domain.validation import MAX_INPUT_BYTES
 from coordinator.server.worker_wire import MAX_CHECKPOINT_BYTES, MAX_ERROR_DETAILS
 from coordinator.store import Store
 from coordinator.store.context import attempt_from_kv
-from coordinator.store.etcd.kv import put
+from coordinator.store.etcd.ops import put
 from coordinator.store.lifecycle import task_list
 from coordinator.store.lifecycle.task_list import (
     MAX_RECORD_BYTES,

@@ -19,7 +19,7 @@ from coordinator.etcd_process import EtcdProcess
 from coordinator.metrics import Metrics
 from coordinator.store import EtcdKV
 from coordinator.store.etcd.db_size import DbSizeWatch
-from coordinator.store.etcd.kv import delete, get, nested_txn, put
+from coordinator.store.etcd.ops import delete, get, nested_txn, put
 from coordinator.store.etcd.space_guard import SpaceGuard
 from tests.space.conftest import QUOTA, fill
 

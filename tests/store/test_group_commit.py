@@ -14,7 +14,7 @@ from coordinator.errors import CoordinatorError
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import EtcdKV
 from coordinator.store.etcd.group_commit import GroupCommit, TxnOutcome, in_order_runs
-from coordinator.store.etcd.kv import create_revision_is, delete, get, get_prefix, put
+from coordinator.store.etcd.ops import create_revision_is, delete, get, get_prefix, put
 from tests.helpers import eventually
 
 

@@ -39,13 +39,7 @@ from coordinator.store.attempts.views import MOVED, HeldClaims, diagnose, read_v
 from coordinator.store.context import (
     StoreContext,
 )
-from coordinator.store.etcd.kv import (
-    Compare,
-    create_revision_is,
-    delete,
-    mod_revision_is,
-    put,
-)
+from coordinator.store.etcd.ops import Compare, create_revision_is, delete, mod_revision_is, put
 from coordinator.store.fence import fence_compares
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.transition import transition, transition_ops

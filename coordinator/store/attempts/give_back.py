@@ -29,7 +29,7 @@ from coordinator.errors import CoordinatorError, Undelivered
 from coordinator.store.attempts.acceptance import AcceptancePoints
 from coordinator.store.attempts.views import HeldClaims
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd.kv import RequestOp, delete, put
+from coordinator.store.etcd.ops import RequestOp, delete, put
 from coordinator.store.fence import fence_compares
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.transition import transition, transition_ops

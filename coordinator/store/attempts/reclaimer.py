@@ -18,7 +18,7 @@ from coordinator.domain.retry import LEASE_EXPIRED, decide_after
 from coordinator.domain.states import Op, TaskState
 from coordinator.store.attempts.requeue import settled
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd.kv import get
+from coordinator.store.etcd.ops import get
 from coordinator.store.etcd.watch import WatchEvent
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.indexes.watch_loop import WatchScanLoop

@@ -18,7 +18,7 @@ from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.fence_screen import Screen, no_claim_message
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd.kv import get
+from coordinator.store.etcd.ops import get
 from coordinator.store.indexes.claimed import ClaimedIndex
 from coordinator.store.types import RenewResult
 

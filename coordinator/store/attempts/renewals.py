@@ -51,7 +51,7 @@ from coordinator.store.attempts.views import FenceCache, HeldClaims, diagnose, r
 from coordinator.store.context import (
     StoreContext,
 )
-from coordinator.store.etcd.kv import (
+from coordinator.store.etcd.ops import (
     Compare,
     NestedTxn,
     RequestOp,

@@ -11,7 +11,7 @@ from coordinator.domain.records import AttemptRecord, TaskRecord, encode
 from coordinator.domain.retry import AttemptEnded, decide_after
 from coordinator.domain.states import Op, TaskState
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd.kv import Compare, RequestOp, delete, put
+from coordinator.store.etcd.ops import Compare, RequestOp, delete, put
 from coordinator.store.fence import fence_compares
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.transition import transition, transition_ops

@@ -43,7 +43,7 @@ from coordinator.store.context import (
     epoch_from_kv,
     task_from_kv,
 )
-from coordinator.store.etcd.kv import RequestOp, TxnResult, get, get_prefix
+from coordinator.store.etcd.ops import RequestOp, TxnResult, get, get_prefix
 
 CAPACITY = 4096
 """Views ``HeldClaims`` remembers at most (the oldest go first)."""

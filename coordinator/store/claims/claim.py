@@ -33,15 +33,8 @@ from coordinator.store.context import (
     new_attempt_id,
     task_from_kv,
 )
-from coordinator.store.etcd.kv import (
-    Compare,
-    RequestOp,
-    create_revision_is,
-    get,
-    get_prefix,
-    put,
-)
 from coordinator.store.etcd.leases import ClaimLease
+from coordinator.store.etcd.ops import Compare, RequestOp, create_revision_is, get, get_prefix, put
 from coordinator.store.fence import epoch_is
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.transition import transition, transition_ops

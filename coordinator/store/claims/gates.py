@@ -17,7 +17,7 @@ from coordinator.domain.states import Outcome, TaskState
 from coordinator.store.context import StoreContext
 from coordinator.store.effects.effect import hold_for_approval
 from coordinator.store.effects.reconcile import ReconcileStore
-from coordinator.store.etcd.kv import KV
+from coordinator.store.etcd.ops import KV
 from coordinator.store.indexes.ready import ReadyIndex
 
 

@@ -15,7 +15,7 @@ from coordinator.domain.live_claims import LiveClaim, lease_view
 from coordinator.domain.records import ClaimRecord, TaskRecord
 from coordinator.domain.states import TaskState
 from coordinator.store.context import StoreContext, claim_from_kv, task_from_kv
-from coordinator.store.etcd.kv import KV, get
+from coordinator.store.etcd.ops import KV, get
 from coordinator.store.lifecycle.task_list import VALUES_PER_READ
 
 MAX_SCANNED = 1000

@@ -12,7 +12,7 @@ from coordinator.errors import FailedPrecondition, ResourceExhausted
 from coordinator.store.context import StoreContext, claim_from_kv, epoch_from_kv, task_from_kv
 from coordinator.store.control.queue_drain import count_claimed, count_open_effects
 from coordinator.store.control.versions import VersionStore
-from coordinator.store.etcd.kv import (
+from coordinator.store.etcd.ops import (
     create_revision_is,
     delete,
     get,

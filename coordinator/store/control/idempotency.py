@@ -47,7 +47,7 @@ from coordinator.domain.records import decode, encode
 from coordinator.domain.space import WriteKind
 from coordinator.errors import AlreadyExists, CoordinatorError, ResourceExhausted
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd.kv import (
+from coordinator.store.etcd.ops import (
     create_revision_is,
     delete,
     get,

@@ -14,7 +14,7 @@ that lags by one claim would call a queue drained while that claim still runs.
 from __future__ import annotations
 
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd.kv import get
+from coordinator.store.etcd.ops import get
 
 _PAGE = 1000
 _TASK_BATCH = 100  # reads per txn; etcd allows 128 operations

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from coordinator.domain.versions import VersionRecord, is_below, parse_version
 from coordinator.errors import FailedPrecondition
 from coordinator.store.context import StoreContext, epoch_from_kv
-from coordinator.store.etcd.kv import create_revision_is, get, mod_revision_is, put
+from coordinator.store.etcd.ops import create_revision_is, get, mod_revision_is, put
 
 _CAS_TRIES = 8
 

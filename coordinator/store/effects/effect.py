@@ -43,7 +43,7 @@ from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.attempts.acceptance import AcceptancePoints
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd.kv import (
+from coordinator.store.etcd.ops import (
     KV,
     Compare,
     RequestOp,

@@ -35,7 +35,7 @@ from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.attempts.acceptance import AcceptancePoints
 from coordinator.store.context import StoreContext, epoch_from_kv
-from coordinator.store.etcd.kv import KV, create_revision_is, get, mod_revision_is, put
+from coordinator.store.etcd.ops import KV, create_revision_is, get, mod_revision_is, put
 from coordinator.store.fence import fence_compares
 from coordinator.store.lifecycle.task_list import VALUES_PER_READ
 

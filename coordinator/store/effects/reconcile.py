@@ -43,7 +43,7 @@ from coordinator.store.effects.effect import (
     effect_write_ops,
     stamped,
 )
-from coordinator.store.etcd.kv import (
+from coordinator.store.etcd.ops import (
     KV,
     Compare,
     RequestOp,

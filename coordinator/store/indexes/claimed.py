@@ -26,7 +26,7 @@ from collections import Counter, OrderedDict
 
 from coordinator.domain.fence_screen import Screen, screen
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd.kv import KV
+from coordinator.store.etcd.ops import KV
 from coordinator.store.etcd.watch import WatchEvent
 from coordinator.store.indexes.prefix_copy import PrefixCopy
 

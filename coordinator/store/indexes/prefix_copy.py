@@ -13,7 +13,7 @@ import time
 import structlog
 
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd.kv import KV
+from coordinator.store.etcd.ops import KV
 from coordinator.store.etcd.watch import PrefixWatch, WatchEvent
 
 log = structlog.get_logger(__name__)

@@ -20,7 +20,7 @@ from sortedcontainers import SortedList
 
 from coordinator.domain.queue_stats import ReadyHead
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd.kv import KV
+from coordinator.store.etcd.ops import KV
 from coordinator.store.etcd.watch import WatchEvent
 from coordinator.store.indexes.prefix_copy import PrefixCopy
 from coordinator.store.transition import ready_time

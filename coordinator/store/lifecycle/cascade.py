@@ -22,7 +22,7 @@ from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import Op, TaskState
 from coordinator.errors import FailedPrecondition
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd.kv import get
+from coordinator.store.etcd.ops import get
 from coordinator.store.lifecycle.tasks import TaskStore
 from coordinator.store.transition import transition, transition_ops
 

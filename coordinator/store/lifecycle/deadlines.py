@@ -30,7 +30,7 @@ from coordinator.domain.states import (
     TaskState,
 )
 from coordinator.store.context import StoreContext, attempt_from_kv
-from coordinator.store.etcd.kv import RequestOp, delete, put
+from coordinator.store.etcd.ops import RequestOp, delete, put
 from coordinator.store.lifecycle.due_index import due_pass
 from coordinator.store.transition import transition, transition_ops
 

@@ -15,8 +15,6 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from etcd3 import etcdrpc, utils
-
 from coordinator.domain.graph import (
     check_upstreams,
     find_cycle,
@@ -29,7 +27,7 @@ from coordinator.domain.states import Op, TaskState
 from coordinator.domain.waiting import blocking
 from coordinator.errors import FailedPrecondition, NotFound
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd.kv import (
+from coordinator.store.etcd.ops import (
     KV,
     Compare,
     RequestOp,
@@ -38,6 +36,7 @@ from coordinator.store.etcd.kv import (
     get_prefix,
     mod_revision_is,
     put,
+    range_unchanged_since,
 )
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.lifecycle.task_list import VALUES_PER_READ
@@ -216,7 +215,8 @@ class DependencyStore:
         keys = self._ctx.keys
         if len(graph.versions) <= _PER_NODE_COMPARES:
             return [mod_revision_is(keys.deps(n), v) for n, v in graph.versions.items()]
-        return [_range_unchanged_since(keys.deps_prefix, graph.first_read)]
+        # Deletions are not seen, but removing an edge never closes a cycle.
+        return [range_unchanged_since(keys.deps_prefix, graph.first_read)]
 
     def edge_ops(self, task_id: str, old: Sequence[str], new: Sequence[str]) -> list[RequestOp]:
         """Write the task's deps key and its reverse edges (old -> new)."""
@@ -302,17 +302,4 @@ def _too_large(depends_on: Sequence[str]) -> FailedPrecondition:
     return FailedPrecondition(
         f"the dependency graph reachable from {shown} has more than {MAX_GRAPH_NODES} tasks; "
         "the cycle check refuses to walk it"
-    )
-
-
-def _range_unchanged_since(prefix: str, revision: int) -> Compare:
-    """No key under ``prefix`` was written after ``revision`` (etcd compares every key in the
-    range; an empty range passes). Deletions are not seen, but removing an edge never closes a
-    cycle."""
-    return etcdrpc.Compare(
-        key=prefix.encode(),
-        range_end=utils.prefix_range_end(prefix.encode()),
-        result=etcdrpc.Compare.LESS,
-        target=etcdrpc.Compare.MOD,
-        mod_revision=revision + 1,
     )

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from coordinator.domain.records import TaskRecord
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd.kv import get
+from coordinator.store.etcd.ops import get
 
 PageHandler = Callable[[list[TaskRecord]], int]
 """Moves what it can of a page of due tasks; returns how many it moved."""

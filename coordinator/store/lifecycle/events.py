@@ -34,7 +34,7 @@ from coordinator.domain.positions import EventPosition, StreamBehind
 from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.states import Op
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd.kv import KV, get
+from coordinator.store.etcd.ops import KV, get
 from coordinator.store.etcd.watch import WatchEvent
 from coordinator.store.lifecycle.replay_slots import ReplaySlots
 

@@ -27,7 +27,7 @@ from coordinator.domain.states import Op, TaskState
 from coordinator.domain.waiting import Reblock, Release, describe_blocked, settle
 from coordinator.errors import NotFound
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd.kv import get_prefix, mod_revision_is
+from coordinator.store.etcd.ops import get_prefix, mod_revision_is
 from coordinator.store.etcd.watch import WatchEvent
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.indexes.watch_loop import WatchScanLoop

@@ -9,7 +9,7 @@ from __future__ import annotations
 from coordinator.domain.records import ResultRecord, decode
 from coordinator.errors import NotFound
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd.kv import get, get_prefix
+from coordinator.store.etcd.ops import get, get_prefix
 
 LISTED_REVISIONS = 10
 """Revisions with a result that a NOT_FOUND message names at most (a task's revisions have no

@@ -23,7 +23,7 @@ from coordinator.domain.retry import retried_deadline
 from coordinator.domain.states import DeadLetterReason, Op, TaskState
 from coordinator.errors import FailedPrecondition, NotFound
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd.kv import KV, get, get_newest
+from coordinator.store.etcd.ops import KV, get, get_newest
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.lifecycle.events import event_from_kv
 from coordinator.store.transition import transition, transition_ops

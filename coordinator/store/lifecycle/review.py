@@ -13,7 +13,7 @@ from coordinator.domain.review import ReviewAction, ReviewDecision, check_review
 from coordinator.domain.states import Op, TaskState
 from coordinator.errors import FailedPrecondition, NotFound
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd.kv import KV, create_revision_is
+from coordinator.store.etcd.ops import KV, create_revision_is
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.transition import transition, transition_ops
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.validation import MAX_INPUT_BYTES
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd.kv import get
+from coordinator.store.etcd.ops import get
 
 
 def _base64_len(size: int) -> int:

@@ -27,7 +27,7 @@ from coordinator.domain.space import WriteKind
 from coordinator.domain.states import AttemptEnd, Op, TaskState, is_legal, next_state
 from coordinator.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from coordinator.store.context import StoreContext, attempt_from_kv, new_task_id, task_from_kv
-from coordinator.store.etcd.kv import RequestOp, delete, get, get_prefix, mod_revision_is, put
+from coordinator.store.etcd.ops import RequestOp, delete, get, get_prefix, mod_revision_is, put
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.lifecycle.dependencies import DependencyStore, edges_detail
 from coordinator.store.lifecycle.task_list import READ_BYTES, read_page

@@ -32,7 +32,7 @@ from coordinator.domain.jobs import TERMINAL_JOB_STATES, JobRecord
 from coordinator.domain.records import decode
 from coordinator.domain.retention import micros
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd.kv import KV, RequestOp, delete, get, get_prefix, mod_revision_is
+from coordinator.store.etcd.ops import KV, RequestOp, delete, get, get_prefix, mod_revision_is
 from coordinator.store.retention.history import ARCHIVE_FORMAT, entry
 
 log = structlog.get_logger(__name__)

@@ -17,7 +17,7 @@ from typing import Any
 from coordinator.domain.lineage import identity_keys
 from coordinator.domain.records import TaskRecord
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd.kv import KV
+from coordinator.store.etcd.ops import KV
 
 ARCHIVE_FORMAT = 1
 """Version of the archive object's layout (``format`` in every object)."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from coordinator.domain.keys import Keyspace
 from coordinator.errors import CoordinatorError, StoreUnavailable
 from coordinator.store.context import StoreContext, task_from_kv
-from coordinator.store.etcd.kv import KV, RequestOp, TxnResult, get, get_prefix
+from coordinator.store.etcd.ops import KV, RequestOp, TxnResult, get, get_prefix
 from coordinator.store.retention.history import TaskHistory
 
 TASKS_PER_READ = 11

@@ -19,13 +19,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from etcd3 import etcdrpc, utils
-
 from coordinator.domain.jobs import JobRecord
 from coordinator.domain.records import decode, encode
 from coordinator.domain.retention import Tombstone, micros
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd.kv import KV, Compare, RequestOp, delete, mod_revision_is, put
+from coordinator.store.etcd.ops import (
+    KV,
+    Compare,
+    RequestOp,
+    delete,
+    delete_prefix,
+    mod_revision_is,
+    put,
+    range_empty,
+    range_unchanged_since,
+)
 from coordinator.store.retention.history import TaskHistory
 
 MAX_OPS = 128
@@ -122,35 +130,3 @@ def finish_pages(
     if last:
         leaves.append(delete(ctx.keys.prune_pending(task_id)))
     return [leaves[i : i + MAX_OPS] for i in range(0, len(leaves), MAX_OPS)]
-
-
-def delete_prefix(prefix: str) -> RequestOp:
-    """Delete every key under ``prefix`` (one operation)."""
-    return etcdrpc.RequestOp(
-        request_delete_range=etcdrpc.DeleteRangeRequest(
-            key=prefix.encode(), range_end=utils.prefix_range_end(prefix.encode())
-        )
-    )
-
-
-def range_empty(prefix: str) -> Compare:
-    """No key exists under ``prefix`` (etcd compares every key of the range; an empty range
-    compares as one absent key, whose create_revision is 0)."""
-    return etcdrpc.Compare(
-        key=prefix.encode(),
-        range_end=utils.prefix_range_end(prefix.encode()),
-        result=etcdrpc.Compare.LESS,
-        target=etcdrpc.Compare.CREATE,
-        create_revision=1,
-    )
-
-
-def range_unchanged_since(prefix: str, revision: int) -> Compare:
-    """No key under ``prefix`` was written after ``revision``."""
-    return etcdrpc.Compare(
-        key=prefix.encode(),
-        range_end=utils.prefix_range_end(prefix.encode()),
-        result=etcdrpc.Compare.LESS,
-        target=etcdrpc.Compare.MOD,
-        mod_revision=revision + 1,
-    )

@@ -39,7 +39,7 @@ from coordinator.archive import ArchiveSink
 from coordinator.domain.retention import micros
 from coordinator.domain.states import TERMINAL_STATES
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd.kv import delete, get_prefix, mod_revision_is, put
+from coordinator.store.etcd.ops import delete, get_prefix, mod_revision_is, put
 from coordinator.store.etcd.pacer import Pacer
 from coordinator.store.retention.attempt_sweep import AttemptSweep
 from coordinator.store.retention.history import TaskHistory

@@ -13,7 +13,7 @@ from coordinator.domain.records import decode
 from coordinator.domain.retention import Tombstone
 from coordinator.errors import NotFound
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd.kv import KV, get
+from coordinator.store.etcd.ops import KV, get
 
 # Reads per txn (etcd allows 128 operations in one).
 _BATCH = 100
