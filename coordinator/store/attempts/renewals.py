@@ -231,11 +231,13 @@ class Renewals:
                 found[i] = known
         for start in range(0, len(to_read), _READS_PER_TXN):
             chunk = to_read[start : start + _READS_PER_TXN]
-            for i, read in zip(chunk, self._read([renewals[i].fence for i in chunk]), strict=True):
-                if isinstance(read, CoordinatorError):
+            # Without task inputs: what a renewal decides on, and what it remembers.
+            reads = read_views(self._ctx, [renewals[i].fence for i in chunk], inputs=False)
+            for i, read in zip(chunk, reads, strict=True):
+                if isinstance(read, NotFound):
                     answers[i] = read
                 else:
-                    found[i] = read
+                    found[i] = _Known(read.view, read.attempt_revision)
         return found
 
     def _remembered(self, fence: Fence) -> _Known | None:
@@ -247,13 +249,6 @@ class Renewals:
             return None
         view = replace(granted, task=replace(granted.task, input=b""))
         return _Known(view, fence.claim_generation, remembered=True)
-
-    def _read(self, fences: list[Fence]) -> list[_Known | CoordinatorError]:
-        """Each fence's view at one revision, without task inputs (what is remembered)."""
-        return [
-            read if isinstance(read, NotFound) else _Known(read.view, read.attempt_revision)
-            for read in read_views(self._ctx, fences, inputs=False)
-        ]
 
     # --- deciding ----------------------------------------------------------------------------
 
