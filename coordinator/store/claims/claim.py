@@ -110,6 +110,8 @@ def claim_write(
         started_at=now,
         checkpoint=handed_checkpoint(read),
     )
+    # The task key's mod_revision compare (what this claim read is still current) comes from
+    # transition_ops, as for every move of a task.
     compares, ops = transition_ops(
         ctx, task, after, Op.CLAIM, by=principal, attempt_id=attempt_id, epoch=epoch
     )
