@@ -85,6 +85,7 @@ class FenceCache(Generic[V]):
                 self._weighed -= self._weight(old)
             self._views[key] = view
             self._weighed += self._weight(view)
+            # A budget of 0 weighs nothing: only the count bounds the cache.
             while len(self._views) > self._capacity or self._weighed > self._budget > 0:
                 _, oldest = self._views.popitem(last=False)
                 self._weighed -= self._weight(oldest)
@@ -147,7 +148,8 @@ def read_view(ctx: StoreContext, fence: Fence, *, with_result: bool = False) -> 
     if not with_result:
         return found.view
     result_key = keys.result(fence.task_id, found.view.attempt.revision)
-    if not any(kv.key == result_key for kv in snap.range_kvs(4)):
+    after_epoch = 4  # one fence's three gets, then the epoch, then the result keys
+    if not any(kv.key == result_key for kv in snap.range_kvs(after_epoch)):
         return found.view
     result_kv = ctx.kv.read(get(result_key, revision=snap.revision)).range_one(0)
     result = decode(ResultRecord, result_kv.value) if result_kv is not None else None
