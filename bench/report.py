@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bench.machine import busier_than
+
 HEADLINE = (
     "ratio_a_b_32",
     "ratio_a_c_32",
@@ -126,9 +128,19 @@ def markdown(doc: dict[str, Any]) -> str:
     if doc.get("held"):
         parts.append(_held_table(doc["held"]))
     parts.append(_targets_table(doc))
+    if doc.get("load_average"):
+        parts.append(_load_table(doc))
     skipped = doc.get("skipped") or {}
     reasons = doc.get("reasons") or {}
     notes = [f"- scenario {k} skipped: {v}" for k, v in skipped.items()]
+    notes += [f"- phase {k} {_skip_text(v)}" for k, v in doc.get("skipped_phases", {}).items()]
+    busy = _busy_phases(doc)
+    if busy:
+        notes.append(
+            f"- a busy machine: the 1-minute load was above its {doc['machine']['cpus']} cores "
+            f"around {', '.join(busy)}; other work competed for the CPU there, so those "
+            "figures are noisier (only ratios of runs taken side by side compare)"
+        )
     for row in doc.get("throughput", []):
         false_empty = row.get("counters", {}).get("false_no_ready_task", 0)
         if false_empty:
@@ -140,6 +152,32 @@ def markdown(doc: dict[str, Any]) -> str:
     if notes:
         parts.append("\n".join(notes))
     return "\n\n".join(parts) + "\n"
+
+
+def _skip_text(reason: str) -> str:
+    return reason if reason.startswith("cut off") else f"skipped: {reason}"
+
+
+def _busy_phases(doc: dict[str, Any]) -> list[str]:
+    cores = doc.get("machine", {}).get("cpus")
+    return [
+        phase
+        for phase, load in doc.get("load_average", {}).items()
+        if busier_than(cores, load["before"], load["after"])
+    ]
+
+
+def _load_table(doc: dict[str, Any]) -> str:
+    lines = [
+        f"Load average around each phase (1 / 5 / 15 min; {doc['machine'].get('cpus')} cores):",
+        "",
+        "| phase | before | after |",
+        "| --- | --- | --- |",
+    ]
+    for phase, load in doc["load_average"].items():
+        before, after = (" / ".join(f"{v:.2f}" for v in load[k]) for k in ("before", "after"))
+        lines.append(f"| {phase} | {before} | {after} |")
+    return "\n".join(lines)
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
