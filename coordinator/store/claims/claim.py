@@ -72,7 +72,7 @@ def claim_write(
     """The claim txn of ``principal`` on ``read``: the task to CLAIMED, the claim key on the
     lease, the new attempt, and for a takeover the old attempt closed as EXPIRED. Only builds:
     reads and writes nothing (``ctx`` gives the key layout and the limits)."""
-    keys, limits, task = ctx.keys, ctx.limits, read.task
+    keys, task = ctx.keys, read.task
     number = task.attempt + 1
     takeover = task.state is TaskState.CLAIMED
     after = transition(
@@ -88,27 +88,8 @@ def claim_write(
         last_error=LEASE_EXPIRED.error if takeover else task.last_error,
         last_error_code="" if takeover else task.last_error_code,
     )
-    claim = ClaimRecord(
-        attempt_id=attempt_id,
-        owner_id=principal,
-        lease_id=lease.lease_id,
-        ttl=lease.ttl,
-        claimed_at=now,
-        deadline=now + limits.max_claim_duration,
-        stall_timeout=limits.stall_timeout,
-        progress_at=now,
-    )
-    attempt = AttemptRecord(
-        task_id=task.task_id,
-        attempt_id=attempt_id,
-        attempt=number,
-        owner_id=principal,
-        revision=task.revision,
-        input_digest=task.input_digest,
-        scheduler_epoch=epoch,
-        ttl=lease.ttl,
-        started_at=now,
-        checkpoint=handed_checkpoint(read),
+    claim, attempt = _new_records(
+        ctx, read, principal=principal, epoch=epoch, lease=lease, attempt_id=attempt_id, now=now
     )
     # The task key's mod_revision compare (what this claim read is still current) comes from
     # transition_ops, as for every move of a task.
@@ -130,6 +111,44 @@ def claim_write(
         expired = replace(read.attempt, end=AttemptEnd.EXPIRED, ended_at=now)
         ops.append(put(keys.attempt(task.task_id, expired.attempt_id), encode(expired)))
     return ClaimWrite(after, claim, attempt, compares, ops)
+
+
+def _new_records(
+    ctx: StoreContext,
+    read: ClaimRead,
+    *,
+    principal: str,
+    epoch: int,
+    lease: ClaimLease,
+    attempt_id: str,
+    now: float,
+) -> tuple[ClaimRecord, AttemptRecord]:
+    """The live claim (on ``lease``, within the replica's limits) and the new attempt that
+    ``claim_write`` puts."""
+    task, limits = read.task, ctx.limits
+    claim = ClaimRecord(
+        attempt_id=attempt_id,
+        owner_id=principal,
+        lease_id=lease.lease_id,
+        ttl=lease.ttl,
+        claimed_at=now,
+        deadline=now + limits.max_claim_duration,
+        stall_timeout=limits.stall_timeout,
+        progress_at=now,
+    )
+    attempt = AttemptRecord(
+        task_id=task.task_id,
+        attempt_id=attempt_id,
+        attempt=task.attempt + 1,
+        owner_id=principal,
+        revision=task.revision,
+        input_digest=task.input_digest,
+        scheduler_epoch=epoch,
+        ttl=lease.ttl,
+        started_at=now,
+        checkpoint=handed_checkpoint(read),
+    )
+    return claim, attempt
 
 
 def handed_checkpoint(read: ClaimRead) -> bytes:

@@ -86,27 +86,10 @@ class TaskStore:
             delayed = spec.not_before > now
             op = Op.CREATE_WAITING if waiting_on else Op.CREATE_DELAYED if delayed else Op.CREATE
             state = next_state(None, op)
-            task = TaskRecord(
-                task_id=task_id,
-                queue=spec.queue,
-                input_digest=digest,
-                state=state,
-                priority=spec.priority,
-                input=spec.input,
-                root_task_id=lineage.root_task_id,
-                parent_task_id=lineage.parent_task_id,
-                thread_key=lineage.thread_key,
+            task = replace(
+                _new_task(task_id, spec, digest, lineage, state, now),
                 depends_on=depends_on,
                 satisfied_by=() if waiting_on else satisfied_by(upstreams),
-                requires_review=spec.requires_review,
-                non_replayable=spec.non_replayable,
-                created_at=now,
-                updated_at=now,
-                ready_seq=ready_seq(now) if state is TaskState.READY else 0,
-                ready_at=now if state is TaskState.READY else 0.0,
-                not_before=spec.not_before if delayed else 0.0,
-                deadline=now + spec.schedule_to_close if spec.schedule_to_close else 0.0,
-                effect_ids=EffectIdScheme.V2,
                 **policy_fields(policy),
             )
             detail = edges_detail(depends_on) if depends_on else ""
@@ -368,3 +351,30 @@ class TaskStore:
         if kv is None:
             return []
         return [put(key, encode(replace(attempt_from_kv(kv), end=end, ended_at=now)))]
+
+
+def _new_task(
+    task_id: str, spec: TaskSpec, digest: str, lineage: Lineage, state: TaskState, now: float
+) -> TaskRecord:
+    """The record of a new task in ``state`` with what ``spec``, its checked input digest and
+    ``lineage`` fix for good (``create`` adds the edges and the retry policy)."""
+    return TaskRecord(
+        task_id=task_id,
+        queue=spec.queue,
+        input_digest=digest,
+        state=state,
+        priority=spec.priority,
+        input=spec.input,
+        root_task_id=lineage.root_task_id,
+        parent_task_id=lineage.parent_task_id,
+        thread_key=lineage.thread_key,
+        requires_review=spec.requires_review,
+        non_replayable=spec.non_replayable,
+        created_at=now,
+        updated_at=now,
+        ready_seq=ready_seq(now) if state is TaskState.READY else 0,
+        ready_at=now if state is TaskState.READY else 0.0,
+        not_before=spec.not_before if spec.not_before > now else 0.0,  # delayed, as create saw
+        deadline=now + spec.schedule_to_close if spec.schedule_to_close else 0.0,
+        effect_ids=EffectIdScheme.V2,
+    )
