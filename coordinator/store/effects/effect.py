@@ -287,15 +287,7 @@ class EffectStore:
         for _ in range(_TRIES):
             view = self._points.view(fence)
             check_owner(view, fence, principal)
-            kv = ctx.kv.get(ctx.keys.effect(effect_id))
-            if kv is None:
-                raise NotFound(f"effect {effect_id} was never prepared: call PrepareEffect first")
-            existing = effect_from_kv(kv)
-            if existing.task_id != fence.task_id:
-                raise InvalidArgument(
-                    f"effect {effect_id} belongs to task {existing.task_id!r}, "
-                    f"not to fence.task_id {fence.task_id!r}"
-                )
+            existing = self._prepared(effect_id, fence)
             verdict = check_fence(view, fence, now=ctx.clock.now())
             if not verdict.accepted:
                 return RecordResult(verdict)
@@ -335,6 +327,20 @@ class EffectStore:
                 coverage.observe_fence(AcceptancePoint.RECORD, compares, self._ctx, fence)
                 return RecordResult(verdict, _at(after, result.revision) if after else existing)
         return RecordResult(self._points.diagnose(fence))
+
+    def _prepared(self, effect_id: str, fence: Fence) -> EffectRecord:
+        """The effect a Record names, which PrepareEffect must have written for the fence's
+        task: NotFound or InvalidArgument otherwise (before any fence check, as a request error)."""
+        kv = self._ctx.kv.get(self._ctx.keys.effect(effect_id))
+        if kv is None:
+            raise NotFound(f"effect {effect_id} was never prepared: call PrepareEffect first")
+        existing = effect_from_kv(kv)
+        if existing.task_id != fence.task_id:
+            raise InvalidArgument(
+                f"effect {effect_id} belongs to task {existing.task_id!r}, "
+                f"not to fence.task_id {fence.task_id!r}"
+            )
+        return existing
 
     def approve_retry(
         self, task_id: str, *, by: str, resolution: EffectState, reason: str

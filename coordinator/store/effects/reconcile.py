@@ -228,16 +228,7 @@ class ReconcileStore:
                 raise NotFound(f"effect {effect_id!r} does not exist")
             effect = effect_from_kv(kv)
             check_resolver(effect, caller=caller, is_admin=is_admin)
-            snap = ctx.kv.read(get(keys.task(effect.task_id)), get(keys.claim(effect.task_id)))
-            task_kv = snap.range_one(0)
-            if task_kv is None:
-                raise NotFound(f"task {effect.task_id!r} of effect {effect_id} does not exist")
-            if snap.range_one(1) is not None:
-                raise FailedPrecondition(
-                    f"task {effect.task_id!r} has a live claim: its holder reconciles effect "
-                    f"{effect_id} with RecordEffect, behind the fence"
-                )
-            task = task_from_kv(task_kv)
+            task = self._unclaimed_task(effect, effect_id)
             after = resolve_owned(
                 effect,
                 resolution,
@@ -270,6 +261,21 @@ class ReconcileStore:
                 )
                 return replace(stamped(after), mod_revision=result.revision)
         raise FailedPrecondition(f"effect {effect_id} or its task kept changing; resolve again")
+
+    def _unclaimed_task(self, effect: EffectRecord, effect_id: str) -> TaskRecord:
+        """The task of ``effect``, which must have no live claim: while one lives, its holder
+        reconciles behind the fence, never an operator around it."""
+        keys = self._ctx.keys
+        snap = self._ctx.kv.read(get(keys.task(effect.task_id)), get(keys.claim(effect.task_id)))
+        task_kv = snap.range_one(0)
+        if task_kv is None:
+            raise NotFound(f"task {effect.task_id!r} of effect {effect_id} does not exist")
+        if snap.range_one(1) is not None:
+            raise FailedPrecondition(
+                f"task {effect.task_id!r} has a live claim: its holder reconciles effect "
+                f"{effect_id} with RecordEffect, behind the fence"
+            )
+        return task_from_kv(task_kv)
 
 
 class ReconcileSweeper:
