@@ -51,7 +51,7 @@ from bench.seed import TaskSeeder
 from bench.throughput import ThroughputPlan, paired_ratio, run_throughput, summarize
 from coordinator.domain.keys import Keyspace
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
-from coordinator.store.etcd import EtcdKV
+from coordinator.store.etcd.kv import EtcdKV
 
 PREFIX = "/coordinator-bench"
 EVENT_HISTORY_CALLERS = 16

@@ -34,7 +34,7 @@ from bench.scenarios import CoordinatorScenario, RawFloorScenario
 from bench.seed import TaskSeeder
 from coordinator.domain.keys import Keyspace
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
-from coordinator.store.etcd import EtcdKV
+from coordinator.store.etcd.kv import EtcdKV
 
 FLOOR = "floor"
 

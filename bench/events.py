@@ -25,7 +25,8 @@ from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import EventRecord, encode
 from coordinator.domain.states import Op, TaskState
 from coordinator.sdk import PRINCIPAL_METADATA
-from coordinator.store.etcd import EtcdKV, put
+from coordinator.store.etcd.kv import EtcdKV
+from coordinator.store.etcd.ops import put
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 
 _BATCH = 100

@@ -27,7 +27,7 @@ from bench.seed import TaskSeeder
 from coordinator import lifeline
 from coordinator.domain.keys import Keyspace
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
-from coordinator.store.etcd import EtcdKV
+from coordinator.store.etcd.kv import EtcdKV
 
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^:()]*)(?::\d+)?\)$")
 _TOP = 30

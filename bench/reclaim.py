@@ -42,8 +42,8 @@ from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import TaskRecord, decode
 from coordinator.domain.states import TaskState
 from coordinator.sdk import ClaimRefused, Outcome, WorkerClient
-from coordinator.store.etcd import EtcdKV
-from coordinator.store.watch import WatchEvent
+from coordinator.store.etcd.kv import EtcdKV
+from coordinator.store.etcd.watch import WatchEvent
 
 TTL = 2
 _POLL = 0.010  # the taker's ClaimNext interval

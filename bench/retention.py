@@ -42,7 +42,7 @@ from coordinator.domain.keys import Keyspace
 from coordinator.domain.states import Outcome
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import ClaimRefused, WorkerClient
-from coordinator.store.etcd import EtcdKV
+from coordinator.store.etcd.kv import EtcdKV
 
 RETENTION_S = 2.0
 TOMBSTONE_S = 10.0

@@ -25,7 +25,7 @@ from bench.scenarios.coordinator import RESULT
 from bench.seed import TaskSeeder
 from bench.stats import median, percentile, ratio
 from coordinator.sdk import ClaimRefused, WorkerClient
-from coordinator.store.etcd import EtcdKV
+from coordinator.store.etcd.kv import EtcdKV
 
 
 def etcd_db_size(client: Any) -> int:

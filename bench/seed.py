@@ -32,8 +32,9 @@ from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import Op, TaskState
 from coordinator.errors import StoreUnavailable
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import Compare, EtcdKV, RequestOp, get_prefix
-from coordinator.store.leases import ClaimLeases
+from coordinator.store.etcd.kv import EtcdKV
+from coordinator.store.etcd.leases import ClaimLeases
+from coordinator.store.etcd.ops import Compare, RequestOp, get_prefix
 from coordinator.store.transition import ready_seq, transition_ops
 
 # Three writes per task; etcd allows 128 operations per txn by default.

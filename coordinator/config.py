@@ -135,8 +135,8 @@ class Config:
     """With TLS: a plaintext port that serves only gRPC health (kubelet probes speak no TLS)."""
     idempotency_ttl: float = 24 * 3600.0
     """How long the stored response of a request with an idempotency key is kept (seconds);
-    that of a call that hands out claims at most ``max_ttl`` (store/idempotency.py)."""
-    # --- retention (see coordinator.store.pruner) ---------------------------------------------
+    that of a call that hands out claims at most ``max_ttl`` (store/control/idempotency.py)."""
+    # --- retention (see coordinator.store.retention.pruner) ---------------------------------------
     retention: float | str = DEFAULT_RETENTION
     """How long a DONE, CANCELLED or FAILED task stays in etcd before it is archived and
     removed: seconds or 90s / 15m / 1h / 7d / 2w. 0 keeps tasks forever (and fills etcd)."""
@@ -383,7 +383,7 @@ class Config:
 
     @property
     def retention_policy(self) -> RetentionPolicy:
-        """How long terminal tasks and tombstones are kept (coordinator.store.pruner)."""
+        """How long terminal tasks and tombstones are kept (coordinator.store.retention.pruner)."""
         return RetentionPolicy(
             default=float(self.retention),
             per_queue=MappingProxyType(dict(self.retention_per_queue)),  # type: ignore[arg-type]

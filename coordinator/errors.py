@@ -8,11 +8,6 @@ boundary with ``raise ... from``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from coordinator.domain.positions import EventPosition
-
 
 class CoordinatorError(Exception):
     """Root of every error the coordinator raises on purpose."""
@@ -47,22 +42,8 @@ class ResourceExhausted(CoordinatorError):
     setting the message names. Nothing was written."""
 
 
-class StreamBehind(ResourceExhausted):
-    """A follower read its stream too slowly and fell too far behind; it may resume after
-    ``position`` (every matching event up to there was sent)."""
-
-    def __init__(self, position: EventPosition, buffered: int) -> None:
-        super().__init__(
-            f"the stream fell {buffered} events behind and was ended; resume with "
-            f"after = {{revision: {position.revision}, task_id: {position.task_id!r}, "
-            f"prev_state_version: {position.prev_state_version}}} (or the position of the "
-            "last event you received) and read faster, or filter more narrowly"
-        )
-        self.position = position
-
-
 class SpaceRefused(ResourceExhausted):
-    """The space guard (store/space_guard.py) refused a write because etcd's database is above
+    """The space guard (store/etcd/space_guard.py) refused a write because etcd's database is above
     its high-water mark or etcd's NOSPACE alarm is active; the message names which and when to
     retry. Nothing was sent to etcd."""
 

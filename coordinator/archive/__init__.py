@@ -1,7 +1,7 @@
 """Where a task's history goes before it is pruned from etcd: an archive sink.
 
-A sink takes a batch of archive objects (one JSON object per task, store/history.py) and returns
-only once they are durable, with the location they went to (a ``file://`` or ``s3://`` URL);
+A sink takes a batch of archive objects (one JSON object per task, store/retention/history.py) and
+returns only once they are durable, with the location they went to (a ``file://`` or ``s3://`` URL);
 the pruner deletes nothing before that. A task may be archived twice (a crash after the archive
 and before the prune, two replicas racing), never lost: readers keep the latest copy.
 
@@ -12,14 +12,8 @@ install coordinator[s3]``; imported only when used). ``open_sink(url)`` picks on
 
 from __future__ import annotations
 
-from coordinator.archive.sink import (
-    ArchiveError,
-    ArchiveSink,
-    check_sink,
-    latest_copies,
-    latest_swept,
-    open_sink,
-)
+from coordinator.archive.factory import check_sink, open_sink
+from coordinator.archive.sink import ArchiveError, ArchiveSink, latest_copies, latest_swept
 
 __all__ = [
     "ArchiveError",

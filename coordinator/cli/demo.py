@@ -38,7 +38,7 @@ from coordinator.sdk import TaskState, WorkerClient
 from coordinator.server import build_server
 from coordinator.store import EtcdKV, Keyspace, Store
 from coordinator.store.context import attempt_from_kv
-from coordinator.store.etcd import KV
+from coordinator.store.etcd.ops import KV
 
 QUEUE = "demo"
 PREFIX = "/coordinator-demo"

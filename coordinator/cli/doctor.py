@@ -24,7 +24,8 @@ from coordinator.doctor.findings import Problem
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.retention import DEFAULT_RETENTION, parse_setting_duration
 from coordinator.errors import ConfigError, CoordinatorError, StoreUnavailable
-from coordinator.store.etcd import EtcdKV, delete, mod_revision_is, put
+from coordinator.store.etcd.kv import EtcdKV
+from coordinator.store.etcd.ops import delete, mod_revision_is, put
 
 _PAGE = 1000
 

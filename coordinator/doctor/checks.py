@@ -20,17 +20,18 @@ from coordinator.doctor.findings import (
 )
 from coordinator.doctor.marks import check_marks
 from coordinator.doctor.orphans import check_orphans
-from coordinator.doctor.parsed import Parsed, decode_or_report, identity_keys, parse
+from coordinator.doctor.parsed import Parsed, decode_or_report, parse
 from coordinator.doctor.primary import check_primary
 from coordinator.doctor.retention import check_retention
 from coordinator.domain.keys import Keyspace
+from coordinator.domain.lineage import identity_keys
 from coordinator.domain.records import (
     ResultRecord,
     TaskRecord,
 )
 from coordinator.domain.retention import DEFAULT_RETENTION
 from coordinator.domain.states import TaskState
-from coordinator.store.etcd import KV
+from coordinator.store.etcd.ops import KV
 
 T = TypeVar("T")
 

@@ -21,7 +21,7 @@ from coordinator.doctor.findings import Finding, Guard, Problem, Repair, RepairW
 from coordinator.doctor.parsed import Parsed
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import TaskRecord
-from coordinator.store.etcd import KV
+from coordinator.store.etcd.ops import KV
 from coordinator.store.transition import deadline_key, delayed_key
 
 

@@ -9,8 +9,8 @@ from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import TaskState
 from coordinator.domain.waiting import blocking
-from coordinator.store.dependencies import edges_of
-from coordinator.store.etcd import KV
+from coordinator.store.etcd.ops import KV
+from coordinator.store.lifecycle.dependencies import edges_of
 
 
 def check_edges(

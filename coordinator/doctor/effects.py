@@ -11,7 +11,7 @@ from coordinator.domain.effects import EffectRecord
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.reconcile import Reconciliation
 from coordinator.domain.records import encode
-from coordinator.store.etcd import KV
+from coordinator.store.etcd.ops import KV
 
 
 def check_effects(parsed: Parsed, keys: Keyspace) -> list[Finding]:

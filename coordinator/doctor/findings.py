@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from coordinator.store.etcd import KV
+from coordinator.store.etcd.ops import KV
 
 
 class Problem(StrEnum):

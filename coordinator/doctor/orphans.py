@@ -4,10 +4,11 @@ deleting them)."""
 from __future__ import annotations
 
 from coordinator.doctor.findings import Finding, Guard, Problem, Repair, RepairWrite
-from coordinator.doctor.parsed import Parsed, identity_keys
+from coordinator.doctor.parsed import Parsed
 from coordinator.domain.keys import Keyspace
-from coordinator.store.dependencies import edges_of
-from coordinator.store.etcd import KV
+from coordinator.domain.lineage import identity_keys
+from coordinator.store.etcd.ops import KV
+from coordinator.store.lifecycle.dependencies import edges_of
 
 
 def check_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:

@@ -9,9 +9,8 @@ from typing import TypeVar
 
 from coordinator.doctor.findings import Finding, Problem, Snapshot
 from coordinator.domain.keys import Keyspace
-from coordinator.domain.lineage import index_value
 from coordinator.domain.records import TaskRecord, decode
-from coordinator.store.etcd import KV
+from coordinator.store.etcd.ops import KV
 
 T = TypeVar("T")
 
@@ -115,16 +114,3 @@ def decode_or_report(parsed: Parsed, cls: type[T], kv: KV, task_id: str, **meta:
             )
         )
         return None
-
-
-def identity_keys(keys: Keyspace, task: TaskRecord) -> list[str]:
-    """The lineage index keys ``task`` must have (root, thread, and parent if it has one)."""
-    found = [
-        keys.by_identity("root", task.root_task_id or task.task_id, task.task_id),
-        keys.by_identity(
-            "thread", index_value(task.thread_key or task.task_id.lower()), task.task_id
-        ),
-    ]
-    if task.parent_task_id:
-        found.append(keys.by_identity("parent", task.parent_task_id, task.task_id))
-    return found

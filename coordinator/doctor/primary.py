@@ -11,7 +11,7 @@ from coordinator.doctor.findings import Finding, Problem
 from coordinator.doctor.parsed import Parsed, decode_or_report
 from coordinator.domain.records import AttemptRecord, ClaimRecord, EventRecord, TaskRecord
 from coordinator.domain.states import AttemptEnd, Op, TaskState
-from coordinator.store.etcd import KV
+from coordinator.store.etcd.ops import KV
 
 
 def check_primary(parsed: Parsed, task: TaskRecord, kv: KV, out: list[Finding]) -> bool:

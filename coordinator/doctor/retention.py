@@ -2,9 +2,9 @@
 find, prune-index keys of missing tasks, effects missing from their task's index.
 
 A prune deletes the task key, its prune-index key, its attempts, events, results and staged
-results in one txn (store/prune_ops.py); only a task with more effects and jobs than one txn
-holds goes on in pages, so a crash can leave effect and job records (and their index entries)
-of a task whose tombstone says it was archived. Those, and anything written after the prune
+results in one txn (store/retention/prune_ops.py); only a task with more effects and jobs than one
+txn holds goes on in pages, so a crash can leave effect and job records (and their index
+entries) of a task whose tombstone says it was archived. Those, and anything written after the prune
 (a late StageResult), are ``records-of-pruned-task``: archived already, so deleting them is
 safe; ``coordinator doctor --repair-pruned`` does it. Tasks that finished before retention
 existed have no prune-index key: ``--repair`` schedules them ``--retention`` after they finished.
@@ -22,9 +22,9 @@ from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import decode
 from coordinator.domain.retention import micros
 from coordinator.domain.states import TERMINAL_STATES
-from coordinator.store.etcd import KV
+from coordinator.store.etcd.ops import KV
+from coordinator.store.retention.tombstones import tombstone_from_kv
 from coordinator.store.retention_index import due_value
-from coordinator.store.tombstones import tombstone_from_kv
 
 # Keys deleted per repair txn (etcd allows 128 operations, guards included).
 _PER_REPAIR = 60

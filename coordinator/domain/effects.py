@@ -9,7 +9,7 @@ is a PAYLOAD_CONFLICT, whatever state the effect is in: only a new task revision
 (or a new task under a reused id) creates another effect. Attempts and generations are not in
 the id, so a retry or a takeover of the same revision lands on the same record.
 
-Nothing here does I/O; ``coordinator.store.effects`` turns these decisions into etcd txns.
+Nothing here does I/O; ``coordinator.store.effects.effect`` turns these decisions into etcd txns.
 The integer values of the enums equal the wire enums in types.proto.
 """
 

@@ -4,7 +4,7 @@ A renewal of a fence that names no claim must not cost etcd work: 50 callers sen
 with 1,000 made-up fences each read three keys per fence and took every legitimate claim past
 its TTL (issue 25). Every claim txn writes the task's claimed-index key at the claim's own
 revision (its generation), and every replica follows that index through a watch
-(store/claimed_index.py), so once the index has applied every revision up to a fence's
+(store/indexes/claimed.py), so once the index has applied every revision up to a fence's
 generation, it knows whether a claim of that generation can still be live:
 
 * the task's key was last written before the generation (or is absent): no claim was made at

@@ -3,7 +3,7 @@
 A caller may send ``idempotency-key`` with any mutating call. The first request with a key
 reserves ``{prefix}/idem/{principal}/{key}``, runs, and stores its response; the same request
 again gets that stored response without running; a different request under the same key is a
-conflict. Keys are scoped to the calling principal and expire (see store/idempotency.py).
+conflict. Keys are scoped to the calling principal and expire (see store/control/idempotency.py).
 """
 
 from __future__ import annotations

@@ -214,7 +214,7 @@ class Keyspace:
     def idem(self, principal: str, key: str, *, claims: bool = False) -> str:
         """A stored response of a keyed request, scoped to the calling principal; those of
         calls that hand out ``claims`` apart (they live only as long as a lease, and are not
-        counted against the principal's bound: store/idempotency.py)."""
+        counted against the principal's bound: store/control/idempotency.py)."""
         if claims:
             return f"{self.prefix}/idem-claims/{principal}/{key}"
         return f"{self.idem_prefix}{principal}/{key}"
@@ -224,7 +224,7 @@ class Keyspace:
         """Range of every stored idempotent response."""
         return f"{self.prefix}/idem/"
 
-    # --- side effects (issue 3, store/effects.py) ---------------------------------------------
+    # --- side effects (issue 3, store/effects/effect.py) ------------------------------------------
 
     def effect(self, effect_id: str) -> str:
         """One effect record (effect_id: domain/effect_ids.py)."""
@@ -257,7 +257,7 @@ class Keyspace:
             return f"{self.prefix}/reconcile/{task_id}/"
         return f"{self.prefix}/reconcile/"
 
-    # --- managed jobs (issue 8, store/jobs.py) ------------------------------------------------
+    # --- managed jobs (issue 8, store/effects/jobs.py) --------------------------------------------
 
     def job(self, task_id: str, job_id: str) -> str:
         """One managed job record (authoritative)."""
@@ -280,7 +280,7 @@ class Keyspace:
             return f"{self.prefix}/jobs-by-worker/{worker_id}/"
         return f"{self.prefix}/jobs-by-worker/"
 
-    # --- retention (issue 16, store/retention_index.py, store/pruner.py) ---------------------
+    # --- retention (issue 16, store/retention_index.py, store/retention/pruner.py) ----------------
 
     def prune_due(self, due_us: int, task_id: str) -> str:
         """Prune index: a terminal task due for pruning at ``due_us`` (microseconds), written

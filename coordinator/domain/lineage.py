@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.validation import no_dot_segments
 from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -67,6 +68,22 @@ def thread_key(value: str, field: str = "thread_key") -> str:
 def index_value(key: str) -> str:
     """A key-safe form of a canonical thread key (``/`` escaped), for the identity index."""
     return quote(key, safe="")
+
+
+def identity_keys(keys: Keyspace, task: TaskRecord) -> list[str]:
+    """The identity index keys of ``task`` for ListTasks' lineage filters: root, thread, and
+    parent if it has one. The create txn writes exactly these, the prune deletes them and the
+    doctor expects them, so the three can never disagree on a key. A record from before lineage
+    (no root, no thread) is its own root and its own thread, as ``decide_lineage`` makes it."""
+    found = [
+        keys.by_identity("root", task.root_task_id or task.task_id, task.task_id),
+        keys.by_identity(
+            "thread", index_value(task.thread_key or _own_thread(task.task_id)), task.task_id
+        ),
+    ]
+    if task.parent_task_id:
+        found.append(keys.by_identity("parent", task.parent_task_id, task.task_id))
+    return found
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Where an event sits in the log: one position per event, totally ordered.
 
-An etcd revision does not name one event. Group commit (store/group_commit.py) nests several
+An etcd revision does not name one event. Group commit (store/etcd/group_commit.py) nests several
 transition txns in one etcd txn, and the releaser moves several tasks in one txn, so several
 events share a revision. A reader that remembers only the revision it reached, and skips
 everything at or below it, loses the rest of that revision. The position adds what names the
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator.errors import InvalidArgument
+from coordinator.errors import InvalidArgument, ResourceExhausted
 
 # Sorts before every real event of a revision: real task ids are never empty and real
 # state_versions are never negative.
@@ -82,3 +82,18 @@ def resume_point(*, from_revision: int, after: EventPosition | None) -> EventPos
             f"prev_state_version -1), got {after}"
         )
     return after
+
+
+class StreamBehind(ResourceExhausted):
+    """A follower read its stream too slowly and fell too far behind; it may resume after
+    ``position`` (every matching event up to there was sent). It lives beside the position it
+    carries, so the exception root (coordinator/errors.py) imports nothing of the domain."""
+
+    def __init__(self, position: EventPosition, buffered: int) -> None:
+        super().__init__(
+            f"the stream fell {buffered} events behind and was ended; resume with "
+            f"after = {{revision: {position.revision}, task_id: {position.task_id!r}, "
+            f"prev_state_version: {position.prev_state_version}}} (or the position of the "
+            "last event you received) and read faster, or filter more narrowly"
+        )
+        self.position = position

@@ -1,8 +1,8 @@
 """Per-queue figures for autoscaling (ready, oldest ready age, claimed) and for operators
 (blocked and overdue WAITING tasks), ranked and capped.
 
-Pure: the store hands in what its watch-fed indexes know (coordinator.store.ready_index and
-claimed_index) and the time; this decides which queues are reported. Every replica follows the
+Pure: the store hands in what its watch-fed indexes know (coordinator.store.indexes.ready and
+.claimed) and the time; this decides which queues are reported. Every replica follows the
 same keys, so every replica reports the same queues with the same counts.
 
 Only queues with work (a ready, claimed, blocked or overdue task) are reported: a queue nobody

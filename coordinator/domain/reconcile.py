@@ -19,7 +19,7 @@ does not take a live claim away (only cancel and an input change end a live clai
 it keeps the task until its claim ends, and the escalation happens then. The deadline is never
 extended, so the number of hand-outs between UNKNOWN and escalation is bounded by ``handoffs``.
 
-Nothing here does I/O; ``coordinator.store.reconcile`` applies these rules.
+Nothing here does I/O; ``coordinator.store.effects.reconcile`` applies these rules.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ end this way too), its holder released it, or its holder reported a failure - as
 ``decide_retry``: another attempt, no earlier than its backoff (``Requeue``), or none, and the
 task is FAILED, the dead letter (``DeadLetter``). The reclaimer, a claim that takes over an
 expired attempt, Release and Fail all call it, so one rule decides for all of them. An attempt
-whose claim answer never reached its caller (UNDELIVERED, store/give_back.py) asks it too, and
-is always ``Uncounted``: nobody ran it, so it spends nothing of the budget and waits no backoff.
+whose claim answer never reached its caller (UNDELIVERED, store/attempts/give_back.py) asks it too,
+and is always ``Uncounted``: nobody ran it, so it spends nothing of the budget and waits no backoff.
 
 A task's policy is resolved when it is created (its own fields, else its queue's, else the
 server's: ``RetryDefaults.resolve``) and stored with the task, so every replica decides alike

@@ -122,21 +122,22 @@ class Op(StrEnum):
     DEAD_LETTER = "dead_letter"
     # An attempt ended and the next one waits out its backoff (DELAYED until then).
     BACKOFF = "backoff"
-    # A DELAYED task's time came (the promoter, store/promoter.py).
+    # A DELAYED task's time came (the promoter, store/lifecycle/promoter.py).
     PROMOTE = "promote"
     # Created with a not_before in the future.
     CREATE_DELAYED = "create_delayed"
     # An operator sends a FAILED task back to the queue with a fresh attempt budget.
     RETRY = "retry"
-    # The task's schedule_to_close deadline passed (store/deadlines.py): FAILED, for a task that
-    # can run (a WAITING one is marked overdue instead).
+    # The task's schedule_to_close deadline passed (store/lifecycle/deadlines.py): FAILED, for a
+    # task that can run (a WAITING one is marked overdue instead).
     TIME_OUT = "time_out"
     # A WAITING task's schedule_to_close passed: marked overdue, still WAITING (not a failure:
     # it could not run, so nothing it did failed).
     MARK_OVERDUE = "mark_overdue"
     RECLAIM = "reclaim"
     # A claim whose answer could not reach its caller (it cancelled, its deadline passed) is
-    # given back in the next txn: READY again, the attempt not counted (store/give_back.py).
+    # given back in the next txn: READY again, the attempt not counted
+    # (store/attempts/give_back.py).
     GIVE_BACK = "give_back"
     CANCEL = "cancel"
     UPDATE_INPUT = "update_input"
@@ -150,16 +151,17 @@ class Op(StrEnum):
     # A WAITING task's set of FAILED or CANCELLED upstreams changed (an upstream was
     # dead-lettered or cancelled, or retried): still WAITING, its blocked_by rewritten.
     MARK_BLOCKED = "mark_blocked"
-    # Side effects of non-replayable tasks (store/effects.py).
+    # Side effects of non-replayable tasks (store/effects/effect.py).
     HOLD_FOR_APPROVAL = "hold_for_approval"
     APPROVE_RETRY = "approve_retry"
-    # Owned reconciliation of an UNKNOWN effect past its deadline (store/reconcile.py).
+    # Owned reconciliation of an UNKNOWN effect past its deadline (store/effects/reconcile.py).
     ESCALATE_RECONCILE = "escalate_reconcile"
 
 
 # Every legal (from, op) -> to. A transition not listed here is a bug, and the store refuses to
 # write it. ``None`` as "from" means the task did not exist. WAITING is entered when a task's
-# dependencies are not all DONE (create_waiting, block) and left by unblock (store/releaser.py).
+# dependencies are not all DONE (create_waiting, block) and left by unblock
+# (store/lifecycle/releaser.py).
 # NEEDS_APPROVAL is entered when a claim of a non-replayable task finds an effect an earlier
 # attempt left PREPARED or UNKNOWN (hold_for_approval), and left by an admin's approve_retry.
 TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
@@ -196,29 +198,31 @@ TRANSITIONS: dict[tuple[TaskState | None, Op], TaskState] = {
     (TaskState.REVIEW, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.READY, Op.UPDATE_INPUT): TaskState.READY,
     (TaskState.CLAIMED, Op.UPDATE_INPUT): TaskState.READY,
-    # Review: only a reviewer other than the executor moves a REVIEW task on (store/review.py).
+    # Review: only a reviewer other than the executor moves a REVIEW task on
+    # (store/lifecycle/review.py).
     (TaskState.REVIEW, Op.ACCEPT): TaskState.DONE,
     # A rejection opens a new round: revision + 1, READY; the old result stays in history.
     (TaskState.REVIEW, Op.REJECT): TaskState.READY,
-    # Dependencies (store/dependencies.py, store/releaser.py): "not ready" is not "failed".
+    # Dependencies (store/lifecycle/dependencies.py, store/lifecycle/releaser.py): "not ready" is
+    # not "failed".
     (None, Op.CREATE_WAITING): TaskState.WAITING,
     (TaskState.READY, Op.BLOCK): TaskState.WAITING,
     (TaskState.WAITING, Op.UNBLOCK): TaskState.READY,
     (TaskState.READY, Op.SET_DEPENDENCIES): TaskState.READY,
     (TaskState.WAITING, Op.SET_DEPENDENCIES): TaskState.WAITING,
     # An upstream FAILED or CANCELLED blocks its dependents, visibly, without ending them: a
-    # retried upstream may still commit (store/releaser.py). Ending them is an operator's
+    # retried upstream may still commit (store/lifecycle/releaser.py). Ending them is an operator's
     # CancelTask with cascade.
     (TaskState.WAITING, Op.MARK_BLOCKED): TaskState.WAITING,
     (TaskState.WAITING, Op.CANCEL): TaskState.CANCELLED,
     (TaskState.WAITING, Op.UPDATE_INPUT): TaskState.WAITING,
-    # Non-replayable tasks (store/effects.py): a claim that finds an uncertain effect of an
+    # Non-replayable tasks (store/effects/effect.py): a claim that finds an uncertain effect of an
     # earlier attempt parks the task (from READY, or from CLAIMED whose lease expired).
     (TaskState.READY, Op.HOLD_FOR_APPROVAL): TaskState.NEEDS_APPROVAL,
     (TaskState.CLAIMED, Op.HOLD_FOR_APPROVAL): TaskState.NEEDS_APPROVAL,
     (TaskState.NEEDS_APPROVAL, Op.APPROVE_RETRY): TaskState.READY,
     (TaskState.NEEDS_APPROVAL, Op.CANCEL): TaskState.CANCELLED,
-    # Owned reconciliation (store/reconcile.py): an UNKNOWN effect still unresolved at its
+    # Owned reconciliation (store/effects/reconcile.py): an UNKNOWN effect still unresolved at its
     # deadline parks the task for a human (from READY, or from CLAIMED whose claim ended).
     (TaskState.READY, Op.ESCALATE_RECONCILE): TaskState.NEEDS_APPROVAL,
     (TaskState.CLAIMED, Op.ESCALATE_RECONCILE): TaskState.NEEDS_APPROVAL,

@@ -3,8 +3,8 @@
 A list of replica addresses gives one channel per replica (``Endpoints``). Every call goes to
 one of them, the current one (a random one at first, so the clients of a pool spread over the
 replicas), and the client sticks to it: the replica that granted a claim also serves its
-renewals and commit (store/held.py saves that commit a read; store/leases.py reuses only
-leases the replica itself refreshed), which ``round_robin`` over the addresses would lose for
+renewals and commit (store/attempts/views.py saves that commit a read; store/etcd/leases.py reuses
+only leases the replica itself refreshed), which ``round_robin`` over the addresses would lose for
 every call. When a try fails in a way the SDK retries (UNAVAILABLE, DEADLINE_EXCEEDED,
 RESOURCE_EXHAUSTED), the client moves on to the next replica, so the retry goes elsewhere.
 That covers a replica that answers UNAVAILABLE itself (its etcd is unreachable: the server

@@ -6,9 +6,9 @@
 
 A call in flight is cancelled on the wire, so the coordinator ends its wait too and claims
 nothing for it, and a claim it made while the caller was leaving is given back at once,
-uncounted (store/long_poll.py, store/give_back.py). A call whose answer was already on its way
-back when ``abort()`` came still claimed: the answer is dropped, and that claim waits out its
-lease. That window is the answer's trip back, never the wait: a pool stopped while it long-polls
+uncounted (store/claims/long_poll.py, store/attempts/give_back.py). A call whose answer was already
+on its way back when ``abort()`` came still claimed: the answer is dropped, and that claim waits out
+its lease. That window is the answer's trip back, never the wait: a pool stopped while it long-polls
 claims nothing; one stopped just as a claim is answered may leave that one task CLAIMED until
 its TTL, as a crash would.
 """

@@ -176,7 +176,7 @@ class WorkerPool:
         self._stopping = Flag()
         # A shutdown never claims: stop() aborts the long polls in flight, which would else win
         # the very tasks the cut-off gives back (issue 29), and the server claims nothing for a
-        # caller that left (store/long_poll.py).
+        # caller that left (store/claims/long_poll.py).
         self._polls = Abort()
         self._cond = threading.Condition()
         self._free = settings.max_concurrent

@@ -17,7 +17,7 @@ from coordinator.server import admin_wire, common_wire, effect_wire, task_wire, 
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc
 from coordinator.store import Store
-from coordinator.store.versions import VersionStore
+from coordinator.store.control.versions import VersionStore
 from coordinator.v1 import admin_pb2, admin_pb2_grpc
 
 log = structlog.get_logger(__name__)

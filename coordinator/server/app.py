@@ -53,9 +53,9 @@ from coordinator.server.version_gate import VersionGateInterceptor, refuse_old_c
 from coordinator.server.worker_service import WorkerService
 from coordinator.server.write_budgets import WriteBudgetInterceptor, WriteBudgets
 from coordinator.store import EtcdKV, Keyspace, Store
-from coordinator.store.db_size import DbSizeWatch
-from coordinator.store.space_guard import SpaceGuard
-from coordinator.store.versions import VersionStore
+from coordinator.store.control.versions import VersionStore
+from coordinator.store.etcd.db_size import DbSizeWatch
+from coordinator.store.etcd.space_guard import SpaceGuard
 from coordinator.v1 import (
     admin_pb2,
     admin_pb2_grpc,

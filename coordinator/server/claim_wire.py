@@ -8,7 +8,7 @@ from coordinator.domain.live_claims import LiveClaim
 from coordinator.errors import InvalidArgument
 from coordinator.server import page_tokens
 from coordinator.server.common_wire import timestamp_to_proto
-from coordinator.store.live_claims import ClaimsPage
+from coordinator.store.claims.live_claims import ClaimsPage
 from coordinator.v1 import tasks_pb2
 
 DEFAULT_CLAIMS_PAGE = 50

@@ -11,7 +11,7 @@ from coordinator.domain.effects import EffectAction, EffectRecord, EffectState
 from coordinator.errors import InvalidArgument
 from coordinator.server import page_tokens
 from coordinator.server.common_wire import parse_digest, timestamp_to_proto, verdict_fields
-from coordinator.store.effects import PrepareResult, RecordResult
+from coordinator.store.effects.effect import PrepareResult, RecordResult
 from coordinator.v1 import types_pb2, worker_pb2
 
 # --- proto -> domain -------------------------------------------------------------------------

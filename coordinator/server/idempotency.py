@@ -9,8 +9,8 @@ ABORTED. Business outcomes (FENCED, ALREADY_CLAIMED, ...) are responses and are 
 response; errors are not stored: the key is freed so a corrected retry can run.
 
 The answer of a call that hands out claims (Claim, ClaimNext, Commit with ``next``) is kept only
-as long as the longest lease (store/idempotency.py says why): the SDK keys every such call, so a
-retry whose first try's answer was lost gets the same attempt instead of starting another.
+as long as the longest lease (store/control/idempotency.py says why): the SDK keys every such call,
+so a retry whose first try's answer was lost gets the same attempt instead of starting another.
 
 Which methods mutate is decided here, once: every unary method of the coordinator's services
 is mutating unless ``READ_ONLY`` lists it, so an RPC added later gets keys without an edit.
@@ -37,7 +37,7 @@ from coordinator.logging import note
 from coordinator.server.handlers import metadata_value, unary_handler
 from coordinator.server.identity import principal_of
 from coordinator.server.status import status_code_of
-from coordinator.store.idempotency import IdempotencyStore, RequestInFlight, Reservation
+from coordinator.store.control.idempotency import IdempotencyStore, RequestInFlight, Reservation
 
 log = structlog.get_logger(__name__)
 

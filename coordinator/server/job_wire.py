@@ -16,7 +16,7 @@ from coordinator.server.common_wire import (
     timestamp_to_proto,
     verdict_fields,
 )
-from coordinator.store.jobs import FinishJobResult, JobSpec, StartJobResult
+from coordinator.store.effects.jobs import FinishJobResult, JobSpec, StartJobResult
 from coordinator.v1 import worker_pb2
 
 # --- proto -> domain -------------------------------------------------------------------------

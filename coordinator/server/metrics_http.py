@@ -41,7 +41,7 @@ from coordinator.errors import ConfigError
 from coordinator.server.bounded_http import BoundedHttpServer, HttpLimits
 from coordinator.server.tls import ServerTLS
 from coordinator.store import Store
-from coordinator.store.etcd import get_prefix
+from coordinator.store.etcd.ops import get_prefix
 
 log = structlog.get_logger(__name__)
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import grpc
 
+from coordinator.domain.positions import StreamBehind
 from coordinator.domain.validation import non_negative, task_id
-from coordinator.errors import StreamBehind
 from coordinator.logging import note
 from coordinator.server import (
     claim_wire,
@@ -29,7 +29,7 @@ from coordinator.server import (
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc, stream_rpc
 from coordinator.store import Store
-from coordinator.store.task_list import PAGE_BYTES
+from coordinator.store.lifecycle.task_list import PAGE_BYTES
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 
 GET_TASK_ATTEMPTS = 20

@@ -30,7 +30,7 @@ from coordinator.domain.versions import (
 from coordinator.errors import ConfigError
 from coordinator.server.auth import OPEN_SERVICES
 from coordinator.server.handlers import Handler, metadata_value, rebuilt
-from coordinator.store.versions import CachedVersions, VersionStore
+from coordinator.store.control.versions import CachedVersions, VersionStore
 from coordinator.v1 import admin_pb2
 
 log = structlog.get_logger(__name__)

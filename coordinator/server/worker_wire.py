@@ -25,8 +25,8 @@ from coordinator.server.common_wire import (
     verdict_fields,
 )
 from coordinator.server.status import status_code_of
-from coordinator.store.renewals import MAX_BATCH as MAX_RENEWALS
-from coordinator.store.renewals import Renewal, RenewAnswer
+from coordinator.store.attempts.renewals import MAX_BATCH as MAX_RENEWALS
+from coordinator.store.attempts.renewals import Renewal, RenewAnswer
 from coordinator.store.types import (
     ClaimResult,
     CommitResult,

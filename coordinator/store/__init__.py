@@ -1,9 +1,12 @@
 """The store: claim.v1 applied to etcd with transactions.
 
-Where to look: the claim txn is in ``claims.py`` (the gates before it in ``claim_gates.py``),
-the fence compares in ``fence.py``, the acceptance points (renew, authorize, stage, commit,
-release) in ``acceptance.py``; a long poll in ``long_poll.py``, and a claim whose answer could
-not be delivered given back in ``give_back.py``.
+The store is in wings whose imports point one way (docs/architecture.md has a row for each):
+``etcd/`` (plumbing that knows no task), the shared core at this root (``context``, ``types``,
+``fence``, ``transition``), ``indexes/`` (watch-fed replica memory), ``retention/``,
+``control/``, ``lifecycle/``, ``attempts/`` (everything that extends or ends a held attempt),
+``effects/`` and ``claims/``. The claim txn is ``claims/claim.py``, the fence compares
+``fence.py``, the acceptance points ``attempts/acceptance.py``, Renew and RenewMany
+``attempts/renewals.py``. This module only assembles the wings into ``Store``.
 """
 
 from __future__ import annotations
@@ -17,45 +20,45 @@ from coordinator.domain.keys import Keyspace
 from coordinator.domain.queue_stats import MAX_REPORTED_QUEUES, QueueReport, queue_report
 from coordinator.domain.retention import RetentionPolicy
 from coordinator.metrics import METRICS, Metrics
-from coordinator.store.acceptance import AcceptancePoints
-from coordinator.store.admin import AdminStore
-from coordinator.store.cascade import Cascade
-from coordinator.store.claim_gates import ApprovalGate, QueuePauseGate, ReconcileGate
-from coordinator.store.claimed_index import ClaimedIndex, QueueCountIndex
-from coordinator.store.claims import ClaimStore
+from coordinator.store.attempts.acceptance import AcceptancePoints
+from coordinator.store.attempts.failures import Failures
+from coordinator.store.attempts.give_back import GiveBacks
+from coordinator.store.attempts.reclaimer import Reclaimer
+from coordinator.store.attempts.renewals import Renewal, Renewals, RenewAnswer, RenewViews
+from coordinator.store.attempts.views import HeldClaims
+from coordinator.store.claims.claim import ClaimStore
+from coordinator.store.claims.gates import ApprovalGate, QueuePauseGate, ReconcileGate
+from coordinator.store.claims.live_claims import LiveClaims
+from coordinator.store.claims.long_poll import LongPoll, ReadyWaiters
 from coordinator.store.context import StoreContext
-from coordinator.store.dead_letters import DeadLetters
-from coordinator.store.deadlines import Deadlines
-from coordinator.store.dependencies import DependencyStore
-from coordinator.store.effects import EffectStore
-from coordinator.store.etcd import EtcdKV
-from coordinator.store.events import EventFilter, EventLog, StoredEvent
-from coordinator.store.failures import Failures
-from coordinator.store.give_back import GiveBacks
-from coordinator.store.held import HeldClaims
-from coordinator.store.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
-from coordinator.store.idempotency import IdempotencyStore
-from coordinator.store.jobs import JobStore
-from coordinator.store.leases import ClaimLeases
-from coordinator.store.live_claims import LiveClaims
-from coordinator.store.long_poll import LongPoll, ReadyWaiters
-from coordinator.store.promoter import Promoter
-from coordinator.store.pruner import DEFAULT_INTERVAL as DEFAULT_PRUNE_INTERVAL
-from coordinator.store.pruner import DEFAULT_RATE as DEFAULT_PRUNE_RATE
-from coordinator.store.pruner import Pruner
-from coordinator.store.ready_index import ReadyIndex
-from coordinator.store.reclaimer import Reclaimer
-from coordinator.store.reconcile import ReconcileStore, ReconcileSweeper
-from coordinator.store.releaser import Releaser
-from coordinator.store.renewals import Renewal, Renewals, RenewAnswer, RenewViews
-from coordinator.store.replay_slots import (
+from coordinator.store.control.admin import AdminStore
+from coordinator.store.control.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
+from coordinator.store.control.idempotency import IdempotencyStore
+from coordinator.store.effects.effect import EffectStore
+from coordinator.store.effects.jobs import JobStore
+from coordinator.store.effects.reconcile import ReconcileStore, ReconcileSweeper
+from coordinator.store.etcd.kv import EtcdKV
+from coordinator.store.etcd.leases import ClaimLeases
+from coordinator.store.indexes.claimed import ClaimedIndex, QueueCountIndex
+from coordinator.store.indexes.ready import ReadyIndex
+from coordinator.store.lifecycle.cascade import Cascade
+from coordinator.store.lifecycle.deadlines import Deadlines
+from coordinator.store.lifecycle.dependencies import DependencyStore
+from coordinator.store.lifecycle.events import EventFilter, EventLog, StoredEvent
+from coordinator.store.lifecycle.promoter import Promoter
+from coordinator.store.lifecycle.releaser import Releaser
+from coordinator.store.lifecycle.replay_slots import (
     MAX_REPLAYS,
     MAX_REPLAYS_PER_PRINCIPAL,
     ReplaySlots,
 )
-from coordinator.store.results import ResultStore
-from coordinator.store.review import ReviewStore
-from coordinator.store.tasks import TaskStore
+from coordinator.store.lifecycle.results import ResultStore
+from coordinator.store.lifecycle.retry_task import DeadLetters
+from coordinator.store.lifecycle.review import ReviewStore
+from coordinator.store.lifecycle.tasks import TaskStore
+from coordinator.store.retention.pruner import DEFAULT_INTERVAL as DEFAULT_PRUNE_INTERVAL
+from coordinator.store.retention.pruner import DEFAULT_RATE as DEFAULT_PRUNE_RATE
+from coordinator.store.retention.pruner import Pruner
 from coordinator.store.types import (
     Caller,
     ClaimResult,
@@ -164,7 +167,7 @@ class Store:
             long_poll=LongPoll(claims, waiters, give_backs),
             give_backs=give_backs,
             acceptance=acceptance,
-            renewals=Renewals(ctx, acceptance, held, RenewViews(), claimed),
+            renewals=Renewals(ctx, held, RenewViews(), claimed),
             failures=Failures(ctx, ready, held, acceptance),
             dead_letters=DeadLetters(ctx, ready),
             deadlines=deadlines,

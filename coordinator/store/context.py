@@ -13,8 +13,9 @@ from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, d
 from coordinator.domain.retention import RetentionPolicy
 from coordinator.domain.states import TaskState
 from coordinator.metrics import METRICS, Metrics
-from coordinator.store.etcd import KV, EtcdKV
-from coordinator.store.leases import ClaimLeases
+from coordinator.store.etcd.kv import EtcdKV
+from coordinator.store.etcd.leases import ClaimLeases
+from coordinator.store.etcd.ops import KV
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from coordinator.domain.decisions import Fence
 from coordinator.domain.keys import Keyspace
 from coordinator.metrics import AcceptancePoint
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import Compare
+from coordinator.store.etcd.ops import Compare
 
 
 def observe(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from coordinator.domain.decisions import Fence
 from coordinator.domain.keys import Keyspace
-from coordinator.store.etcd import Compare, create_revision_is, mod_revision_is, value_is
+from coordinator.store.etcd.ops import Compare, create_revision_is, mod_revision_is, value_is
 
 
 def fence_compares(keys: Keyspace, fence: Fence) -> list[Compare]:

@@ -5,7 +5,7 @@ Every task transition goes through ``store/transition.py``'s ``transition_ops``,
 its own txn, so the pruner finds due tasks by reading that index up to now - O(due), never a scan
 of the tasks - and a task that is not terminal is never in it. A move that ends an attempt while
 the task stays live writes ``{p}/attempt-sweep/{due}/{task}/{attempt}`` the same way, for the
-sweep of that attempt's staged result and finished jobs (store/attempt_sweep.py). A create
+sweep of that attempt's staged result and finished jobs (store/retention/attempt_sweep.py). A create
 compares the id's tombstone absent, so an id that was pruned is refused, not silently reused.
 """
 
@@ -17,7 +17,7 @@ from coordinator.domain.records import TaskRecord
 from coordinator.domain.retention import micros
 from coordinator.domain.states import TERMINAL_STATES
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import Compare, RequestOp, create_revision_is, put
+from coordinator.store.etcd.ops import Compare, RequestOp, create_revision_is, put
 
 
 def retention_ops(

@@ -17,7 +17,7 @@ from coordinator.domain.records import AttemptRecord, EventRecord, TaskRecord, e
 from coordinator.domain.states import UNCOMMITTED_STATES, AttemptEnd, Op, TaskState, next_state
 from coordinator.domain.waiting import released
 from coordinator.store.context import StoreContext, attempt_from_kv
-from coordinator.store.etcd import (
+from coordinator.store.etcd.ops import (
     Compare,
     RequestOp,
     create_revision_is,

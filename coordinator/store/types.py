@@ -22,8 +22,8 @@ class TaskSpec:
     input_digest: str = ""
     requires_review: bool = False
     non_replayable: bool = False
-    # Lineage and dependencies (store/tasks.py): empty root and parent make a root task; the
-    # thread key is already canonical (domain/lineage.py) or empty.
+    # Lineage and dependencies (store/lifecycle/tasks.py): empty root and parent make a root task;
+    # the thread key is already canonical (domain/lineage.py) or empty.
     root_task_id: str = ""
     parent_task_id: str = ""
     thread_key: str = ""
@@ -53,13 +53,13 @@ class ClaimResult:
     # The last checkpoint an earlier attempt of this task revision left (b"": none).
     checkpoint: bytes = b""
     # The task's place in the ready index before this claim (0: it was not READY, a takeover):
-    # a claim given back undelivered (store/give_back.py) returns it there, not to the end.
+    # a claim given back undelivered (store/attempts/give_back.py) returns it there, not to the end.
     ready_seq: int = 0
 
 
 class Caller(Protocol):
     """The call a claim answers, as the store sees it (the server adapts gRPC's context): a
-    claim is given back when its caller is gone (store/give_back.py)."""
+    claim is given back when its caller is gone (store/attempts/give_back.py)."""
 
     def alive(self) -> bool:
         """Whether the answer can still reach the caller (it is there and the server is not

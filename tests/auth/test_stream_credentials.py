@@ -16,7 +16,7 @@ from coordinator.server import build_server
 from coordinator.server.auth import TokenAuth
 from coordinator.server.tokens import TokenFile, token_hash
 from coordinator.store import Store
-from coordinator.store.events import FOLLOW_POLL
+from coordinator.store.lifecycle.events import FOLLOW_POLL
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
 from tests.auth.conftest import TokenRing
 from tests.conftest import GRPC_OPTIONS

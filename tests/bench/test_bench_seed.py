@@ -13,7 +13,8 @@ from bench.seed import SEED_ATTEMPTS, TaskSeeder, task_id
 from coordinator.domain.keys import Keyspace
 from coordinator.errors import StoreUnavailable
 from coordinator.etcd_process import EtcdProcess
-from coordinator.store.etcd import Compare, EtcdKV, RequestOp, TxnResult
+from coordinator.store.etcd.kv import EtcdKV
+from coordinator.store.etcd.ops import Compare, RequestOp, TxnResult
 
 # Three batches of 40: the failure hits the second one, so the first and third are untouched.
 COUNT = 100

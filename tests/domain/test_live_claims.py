@@ -30,7 +30,7 @@ def test_the_grant_of_the_claim_itself_is_no_renewal() -> None:
 
 
 def test_a_reused_lease_refreshed_before_the_claim_is_no_renewal() -> None:
-    # Pooled by the replica for 5 s before this claim took it (store/leases.py).
+    # Pooled by the replica for 5 s before this claim took it (store/etcd/leases.py).
     view = lease_view(
         LeaseReading(granted=30, remaining=23), read_at=READ_AT, claimed_at=READ_AT - 2
     )

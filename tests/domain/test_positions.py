@@ -50,7 +50,7 @@ def test_every_position_a_follower_can_be_told_to_resume_after_is_accepted(
 ) -> None:
     # A follower ended behind is told its cursor: the position it was asked to start after (an
     # event, or the start of from_revision), an event it passed, or the end of a stretch it
-    # read from the keys (store/events.py). Each must be taken back as after.
+    # read from the keys (store/lifecycle/events.py). Each must be taken back as after.
     told = (
         position,
         EventPosition.start_of(position.revision),

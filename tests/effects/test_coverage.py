@@ -18,7 +18,7 @@ from coordinator.domain.failures import FailureReport
 from coordinator.domain.keys import Keyspace
 from coordinator.metrics import AcceptancePoint, Metrics
 from coordinator.store import Store, TaskSpec
-from coordinator.store.etcd import Compare, create_revision_is
+from coordinator.store.etcd.ops import Compare, create_revision_is
 from coordinator.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -142,17 +142,32 @@ def _drive(store: Store, point: AcceptancePoint, task_id: str) -> None:
 
 
 MUTATIONS = [
-    (AcceptancePoint.CLAIM, "coordinator.store.claims", "epoch_is", _no_epoch),
+    (AcceptancePoint.CLAIM, "coordinator.store.claims.claim", "epoch_is", _no_epoch),
     (
         AcceptancePoint.AUTHORIZE,
-        "coordinator.store.acceptance",
+        "coordinator.store.attempts.acceptance",
         "fence_compares",
         _without_generation,
     ),
-    (AcceptancePoint.PREPARE, "coordinator.store.effects", "fence_compares", _without_generation),
-    # Fail's compares are built by the txn that ends a held attempt (store/requeue.py).
-    (AcceptancePoint.FAIL, "coordinator.store.requeue", "fence_compares", _without_generation),
-    (AcceptancePoint.RECORD, "coordinator.store.effects", "fence_compares", _without_generation),
+    (
+        AcceptancePoint.PREPARE,
+        "coordinator.store.effects.effect",
+        "fence_compares",
+        _without_generation,
+    ),
+    # Fail's compares are built by the txn that ends a held attempt (store/attempts/requeue.py).
+    (
+        AcceptancePoint.FAIL,
+        "coordinator.store.attempts.requeue",
+        "fence_compares",
+        _without_generation,
+    ),
+    (
+        AcceptancePoint.RECORD,
+        "coordinator.store.effects.effect",
+        "fence_compares",
+        _without_generation,
+    ),
 ]
 
 

@@ -14,7 +14,7 @@ from coordinator.domain.effects import EffectAction, EffectState
 from coordinator.domain.states import AttemptEnd, FenceReason, Op, Outcome, TaskState
 from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
 from coordinator.store import Store, TaskSpec
-from coordinator.store.effects import PrepareResult, RecordResult
+from coordinator.store.effects.effect import PrepareResult, RecordResult
 from tests.helpers import eventually
 from tests.store.support import (
     StoreFactory,

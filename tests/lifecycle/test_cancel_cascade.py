@@ -12,8 +12,9 @@ from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import Op, TaskState, WaitingReason
 from coordinator.domain.waiting import waiting_reason
 from coordinator.errors import FailedPrecondition
-from coordinator.store import Store, cascade
-from coordinator.store.releaser import RELEASER
+from coordinator.store import Store
+from coordinator.store.lifecycle import cascade
+from coordinator.store.lifecycle.releaser import RELEASER
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2
 from tests.helpers import eventually
 from tests.lifecycle.support import claim, create, events, finish, who

@@ -153,7 +153,7 @@ def test_concurrent_edge_changes_never_close_a_cycle(
     budget: int, make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Past its budget of per-node compares the check compares the whole edge range instead.
-    monkeypatch.setattr("coordinator.store.dependencies._PER_NODE_COMPARES", budget)
+    monkeypatch.setattr("coordinator.store.lifecycle.dependencies._PER_NODE_COMPARES", budget)
     one, two = make_store(), make_store()  # two replicas
     for task in ("x", "z"):
         create(one, task)

@@ -15,7 +15,7 @@ from coordinator.domain.states import Outcome
 from coordinator.errors import NotFound
 from coordinator.sdk import ResultInfo, WorkerClient
 from coordinator.store import Store
-from coordinator.store.results import LISTED_REVISIONS
+from coordinator.store.lifecycle.results import LISTED_REVISIONS
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
 from tests.lifecycle.support import RESULT, claim, create, finish, snapshot, who

@@ -17,7 +17,7 @@ from coordinator.server import build_server
 from coordinator.server.idempotency import READ_ONLY, is_mutating
 from coordinator.server.status import status_code_of
 from coordinator.store import Store
-from coordinator.store.idempotency import IdempotencyStore, Reservation
+from coordinator.store.control.idempotency import IdempotencyStore, Reservation
 from coordinator.v1 import (
     admin_pb2,
     admin_pb2_grpc,

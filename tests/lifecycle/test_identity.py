@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain.lineage import canonical_thread_key, thread_key
+from coordinator.domain.lineage import canonical_thread_key, identity_keys, thread_key
 from coordinator.domain.states import TaskState
 from coordinator.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from coordinator.store import Store
@@ -51,6 +51,22 @@ def test_one_canonical_identity_per_work_item(store: Store, etcd_client: Any) ->
     with pytest.raises(AlreadyExists):
         create(store, "csv", thread="csv-export")
     assert snapshot(store, etcd_client) == before
+
+
+def test_a_create_writes_exactly_the_identity_keys_of_the_domain_rule(
+    store: Store, etcd_client: Any
+) -> None:
+    # The same rule (domain/lineage.py) tells the prune what to delete and the doctor what to
+    # expect, so a key written here and missed there cannot happen.
+    create(store, "root", thread="a/b")
+    child = create(store, "dev", root="root", parent="root")
+    index = store.ctx.keys.identity_prefix()
+    written = sorted(k for k in snapshot(store, etcd_client) if k.startswith(index))
+    expected = identity_keys(store.ctx.keys, store.tasks.get("root")) + identity_keys(
+        store.ctx.keys, child
+    )
+    assert written == sorted(expected)
+    assert len(written) == 5
 
 
 def test_a_root_task_is_its_own_root(store: Store) -> None:

@@ -14,14 +14,13 @@ from typing import Any
 import grpc
 import pytest
 
-import coordinator.store.events as events_module
-from coordinator.domain.positions import EventPosition
+import coordinator.store.lifecycle.events as events_module
+from coordinator.domain.positions import EventPosition, StreamBehind
 from coordinator.domain.stream_limits import StreamLimits
-from coordinator.errors import StreamBehind
 from coordinator.metrics import Metrics
 from coordinator.server import build_server, event_wire, stream_interceptor
 from coordinator.store import EventFilter, Store
-from coordinator.store.events import EventLog
+from coordinator.store.lifecycle.events import EventLog
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually

@@ -20,8 +20,8 @@ from coordinator.etcd_process import EtcdProcess
 from coordinator.metrics import Metrics
 from coordinator.server import build_server, event_wire
 from coordinator.store import EtcdKV, EventFilter, Store
-from coordinator.store import events as event_log
-from coordinator.store.etcd import put
+from coordinator.store.etcd.ops import put
+from coordinator.store.lifecycle import events as event_log
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually, next_of

@@ -14,7 +14,7 @@ import pytest
 
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 from coordinator.store import EtcdKV, EventFilter, Keyspace, Store, StoredEvent, TaskSpec
-from coordinator.store.watch import WatchEvent
+from coordinator.store.etcd.watch import WatchEvent
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
 from tests.store.support import LIMITS, claim, commit, create

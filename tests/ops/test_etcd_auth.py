@@ -18,7 +18,7 @@ from coordinator.cli import main as cli
 from coordinator.domain.states import Outcome
 from coordinator.errors import CoordinatorError
 from coordinator.store import Keyspace, Store
-from coordinator.store.etcd import put
+from coordinator.store.etcd.ops import put
 from tests.ops.tls_etcd import SecureEtcd, tls_etcd
 from tests.store.support import claim, commit, create
 

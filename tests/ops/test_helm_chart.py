@@ -52,7 +52,7 @@ from coordinator.server import metrics_http
 from coordinator.server.app import LIVENESS_SERVICE
 from coordinator.server.tokens import TokenFile, token_hash
 from coordinator.store import Keyspace, Store
-from coordinator.store.etcd import put
+from coordinator.store.etcd.ops import put
 from tests.auth.certs import Pem
 from tests.ops.tls_etcd import Certificates, tls_etcd
 

@@ -11,7 +11,7 @@ from coordinator.domain.effects import EffectState
 from coordinator.domain.records import EventRecord
 from coordinator.domain.states import Op, Outcome
 from coordinator.store import Store, TaskSpec
-from coordinator.store.effects import PrepareResult, RecordResult
+from coordinator.store.effects.effect import PrepareResult, RecordResult
 from tests.store.support import LIMITS, claim, events
 
 X = digest_of(b"payload X")

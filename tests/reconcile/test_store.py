@@ -18,7 +18,7 @@ from coordinator.domain.records import decode
 from coordinator.domain.states import Op, Outcome, TaskState
 from coordinator.errors import FailedPrecondition, PermissionDenied
 from coordinator.store import Store
-from coordinator.store.reconcile import SWEEPER
+from coordinator.store.effects.reconcile import SWEEPER
 from tests.helpers import eventually
 from tests.reconcile.support import (
     TIMEOUT,

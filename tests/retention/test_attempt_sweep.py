@@ -18,7 +18,7 @@ from coordinator.domain.jobs import JobState
 from coordinator.domain.retention import RetentionPolicy
 from coordinator.domain.states import TaskState
 from coordinator.store import Store
-from coordinator.store.jobs import JobSpec
+from coordinator.store.effects.jobs import JobSpec
 from tests.retention.conftest import RETENTION, TOMBSTONE_RETENTION
 from tests.retention.test_pruner import FailingSink, count, keys_naming, tombstone_keys
 from tests.store.support import claim, commit, create, snapshot

@@ -13,7 +13,7 @@ from coordinator.config import Config
 from coordinator.etcd_process import EtcdProcess
 from coordinator.metrics import Metrics
 from coordinator.store import EtcdKV
-from coordinator.store.db_size import DbSizeWatch
+from coordinator.store.etcd.db_size import DbSizeWatch
 from tests.ops.test_config import _file, _serve, captured
 
 __all__ = ["captured"]

@@ -14,8 +14,8 @@ from coordinator.clock import ManualClock
 from coordinator.domain.effects import EffectState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import Store, TaskSpec
-from coordinator.store.history_read import read_histories
-from coordinator.store.prune_ops import prune_txn
+from coordinator.store.retention.history_read import read_histories
+from coordinator.store.retention.prune_ops import prune_txn
 from tests.retention.conftest import RETENTION
 from tests.retention.test_pruner import PAST, effect, finish, keys_naming, tombstone_keys
 from tests.store.support import claim, commit, create, snapshot

@@ -14,7 +14,7 @@ from coordinator.domain.records import EventRecord, TaskRecord, encode
 from coordinator.domain.states import Op, TaskState
 from coordinator.domain.validation import MAX_INPUT_BYTES, MAX_RESULT_BYTES
 from coordinator.store import Store
-from coordinator.store.etcd import put
+from coordinator.store.etcd.ops import put
 from tests.retention.sinks import WrappedSink
 from tests.retention.test_pruner import PAST, keys_naming, tombstone_keys
 from tests.store.support import claim, commit, create, past_attempts, write_in_txns

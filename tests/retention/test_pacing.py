@@ -13,8 +13,8 @@ from typing import Any, cast
 from coordinator.archive.local import LocalSink
 from coordinator.clock import ManualClock
 from coordinator.domain.effects import EffectState
-from coordinator.store.pacer import Pacer
-from coordinator.store.pruner import Pruner
+from coordinator.store.etcd.pacer import Pacer
+from coordinator.store.retention.pruner import Pruner
 from tests.retention.conftest import TOMBSTONE_RETENTION
 from tests.retention.test_pruner import PAST, effect, finish
 from tests.store.support import claim, create

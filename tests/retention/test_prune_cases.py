@@ -15,7 +15,7 @@ from coordinator.domain.effects import EffectState
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import TaskState
 from coordinator.errors import NotFound
-from coordinator.store.jobs import JobSpec
+from coordinator.store.effects.jobs import JobSpec
 from tests.retention.conftest import RETENTION
 from tests.retention.sinks import WrappedSink
 from tests.retention.test_pruner import (

@@ -19,8 +19,8 @@ from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.errors import AlreadyExists, FailedPrecondition, NotFound
 from coordinator.store import Store, TaskSpec
-from coordinator.store.history import entry_value
-from coordinator.store.jobs import JobSpec
+from coordinator.store.effects.jobs import JobSpec
+from coordinator.store.retention.history import entry_value
 from tests.retention.conftest import RETENTION, TOMBSTONE_RETENTION
 from tests.retention.sinks import WrappedSink
 from tests.store.support import claim, commit, create, snapshot

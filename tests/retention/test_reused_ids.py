@@ -17,7 +17,7 @@ from coordinator.domain.effects import EffectAction, EffectRecord, EffectState
 from coordinator.domain.records import encode
 from coordinator.domain.states import Outcome
 from coordinator.store import Store
-from coordinator.store.effects import PrepareResult
+from coordinator.store.effects.effect import PrepareResult
 from tests.retention.conftest import RETENTION, TOMBSTONE_RETENTION
 from tests.store.support import claim, commit, create
 

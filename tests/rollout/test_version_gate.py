@@ -20,7 +20,7 @@ from coordinator.server.auth import ROLE_TABLE
 from coordinator.server.identity import PRINCIPAL_METADATA_KEY
 from coordinator.server.version_gate import SDK_VERSION_METADATA_KEY, VersionGateInterceptor
 from coordinator.store import Keyspace
-from coordinator.store.versions import VersionStore
+from coordinator.store.control.versions import VersionStore
 from coordinator.v1 import admin_pb2, admin_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually

@@ -6,7 +6,7 @@ from click.testing import CliRunner, Result
 
 from coordinator.cli import main
 from coordinator.etcd_process import EtcdProcess
-from coordinator.store.versions import VersionStore
+from coordinator.store.control.versions import VersionStore
 from tests.sdk.support import served
 
 

@@ -14,11 +14,17 @@ import pytest
 from coordinator.domain.records import AttemptRecord, encode
 from coordinator.domain.validation import MAX_INPUT_BYTES
 from coordinator.server.worker_wire import MAX_CHECKPOINT_BYTES, MAX_ERROR_DETAILS
-from coordinator.store import Store, task_list
+from coordinator.store import Store
 from coordinator.store.context import attempt_from_kv
-from coordinator.store.etcd import put
-from coordinator.store.task_list import MAX_RECORD_BYTES, PAGE_BYTES, READ_BYTES, VALUES_PER_READ
-from coordinator.store.tasks import MAX_ATTEMPT_RECORD_BYTES
+from coordinator.store.etcd.ops import put
+from coordinator.store.lifecycle import task_list
+from coordinator.store.lifecycle.task_list import (
+    MAX_RECORD_BYTES,
+    PAGE_BYTES,
+    READ_BYTES,
+    VALUES_PER_READ,
+)
+from coordinator.store.lifecycle.tasks import MAX_ATTEMPT_RECORD_BYTES
 from coordinator.store.types import TaskSpec
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2
 from tests.store.support import claim

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from coordinator.server import PRINCIPAL_METADATA_KEY
-from coordinator.store import live_claims
+from coordinator.store.claims import live_claims
 from coordinator.v1 import (
     admin_pb2,
     admin_pb2_grpc,

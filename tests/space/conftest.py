@@ -14,7 +14,7 @@ from coordinator.domain.keys import Keyspace
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 from coordinator.metrics import Metrics
 from coordinator.store import EtcdKV, Store
-from coordinator.store.space_guard import SpaceGuard
+from coordinator.store.etcd.space_guard import SpaceGuard
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import Probe
 

@@ -18,9 +18,9 @@ from coordinator.errors import SpaceRefused, StoreRefused
 from coordinator.etcd_process import EtcdProcess
 from coordinator.metrics import Metrics
 from coordinator.store import EtcdKV
-from coordinator.store.db_size import DbSizeWatch
-from coordinator.store.etcd import delete, get, nested_txn, put
-from coordinator.store.space_guard import SpaceGuard
+from coordinator.store.etcd.db_size import DbSizeWatch
+from coordinator.store.etcd.ops import delete, get, nested_txn, put
+from coordinator.store.etcd.space_guard import SpaceGuard
 from tests.space.conftest import QUOTA, fill
 
 

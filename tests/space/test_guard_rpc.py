@@ -13,7 +13,7 @@ from coordinator.domain.digests import digest_of
 from coordinator.domain.space import SpaceState
 from coordinator.metrics import Metrics
 from coordinator.store import EtcdKV
-from coordinator.store.db_size import DbSizeWatch
+from coordinator.store.etcd.db_size import DbSizeWatch
 from coordinator.v1 import (
     admin_pb2,
     admin_pb2_grpc,

@@ -17,7 +17,7 @@ from coordinator.domain.write_budget import BudgetPolicy
 from coordinator.metrics import Metrics
 from coordinator.server import build_server
 from coordinator.store import EtcdKV, Store
-from coordinator.store.db_size import DbSizeWatch
+from coordinator.store.etcd.db_size import DbSizeWatch
 from coordinator.v1 import (
     admin_pb2,
     admin_pb2_grpc,

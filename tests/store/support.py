@@ -20,8 +20,8 @@ from coordinator.domain.records import (
 from coordinator.domain.states import AttemptEnd, Outcome
 from coordinator.store import ClaimResult, CommitResult, Store, TaskSpec
 from coordinator.store.context import new_attempt_id
-from coordinator.store.etcd import put
-from coordinator.store.group_commit import GroupCommit
+from coordinator.store.etcd.group_commit import GroupCommit
+from coordinator.store.etcd.ops import put
 from tests.helpers import RETRY_AT_ONCE, eventually
 
 # Short limits for tests: TTLs in [1, 30] s (etcd itself raises TTLs below ~2 s).

@@ -14,9 +14,9 @@ from coordinator.domain.decisions import ClaimLimits, Verdict
 from coordinator.domain.states import AttemptEnd, Outcome, TaskState
 from coordinator.errors import NotFound
 from coordinator.store import ClaimResult, Store
-from coordinator.store.claim_gates import ClaimRead
-from coordinator.store.claims import HERD_SPREAD, ClaimStore
-from coordinator.store.held import HeldClaims
+from coordinator.store.attempts.views import HeldClaims
+from coordinator.store.claims.claim import HERD_SPREAD, ClaimStore
+from coordinator.store.claims.gates import ClaimRead
 from tests.helpers import RETRY_AT_ONCE
 from tests.store.support import (
     StoreFactory,
@@ -30,7 +30,7 @@ from tests.store.support import (
 )
 
 # ClaimNext spreads its picks with random.choice; tests pin the pick where it matters.
-RANDOM_CHOICE = "coordinator.store.claims.random.choice"
+RANDOM_CHOICE = "coordinator.store.claims.claim.random.choice"
 
 
 def _assert_generation_is_claim_revision(

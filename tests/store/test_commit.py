@@ -69,7 +69,8 @@ def test_commit_makes_the_result_canonical_and_ends_the_claim(
     keys = store.ctx.keys
     assert raw(etcd_client, keys.claim("t1")) is None
     assert raw(etcd_client, keys.claimed("t1")) is None
-    # The lease holds no key and waits in this replica's pool for the next claim (leases.py).
+    # The lease holds no key and waits in this replica's pool for the next claim
+    # (store/etcd/leases.py).
     assert list(etcd_client.get_lease_info(lease_id).keys) == []
     assert store.ctx.leases.acquire(30).lease_id == lease_id
     assert _attempt_end(store, fence) is AttemptEnd.COMMITTED

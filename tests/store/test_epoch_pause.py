@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-import coordinator.store.admin as admin_module
+import coordinator.store.control.admin as admin_module
 from coordinator.domain.digests import digest_of
 from coordinator.domain.states import FenceReason, Outcome, TaskState
 from coordinator.domain.validation import MAX_RESULT_BYTES

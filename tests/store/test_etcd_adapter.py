@@ -7,7 +7,7 @@ import pytest
 from coordinator.errors import StoreRefused, StoreUnavailable
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import EtcdKV
-from coordinator.store.etcd import put
+from coordinator.store.etcd.ops import put
 
 
 def test_a_txn_etcd_refuses_is_not_reported_as_an_outage(etcd: EtcdProcess, prefix: str) -> None:

@@ -1,5 +1,5 @@
 """Group commit: concurrent txns share etcd round trips, and a batch behaves exactly as its txns
-would one after another (store/group_commit.py)."""
+would one after another (store/etcd/group_commit.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from etcd3 import etcdrpc
 from coordinator.errors import CoordinatorError
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import EtcdKV
-from coordinator.store.etcd import create_revision_is, delete, get, get_prefix, put
-from coordinator.store.group_commit import GroupCommit, TxnOutcome, in_order_runs
+from coordinator.store.etcd.group_commit import GroupCommit, TxnOutcome, in_order_runs
+from coordinator.store.etcd.ops import create_revision_is, delete, get, get_prefix, put
 from tests.helpers import eventually
 
 
@@ -181,7 +181,7 @@ def test_the_adapter_batches_by_default(kv: EtcdKV, prefix: str) -> None:
 
 
 def _admits(first: Any, second: Any) -> bool:
-    from coordinator.store.group_commit import _Batch, _Pending
+    from coordinator.store.etcd.group_commit import _Batch, _Pending
 
     batch = _Batch()
     assert batch.admit(_Pending(first))

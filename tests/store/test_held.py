@@ -1,5 +1,5 @@
 """A commit of a claim granted by the same replica decides on what the claim txn wrote, and
-its txn pins those records, so it skips the read but never a check (store/held.py)."""
+its txn pins those records, so it skips the read but never a check (store/attempts/views.py)."""
 
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def test_a_retried_commit_after_a_lost_response_is_committed_again(store: Store)
 
 
 def test_remembered_views_are_bounded_by_count_and_by_input_bytes(store: Store) -> None:
-    from coordinator.store.held import HeldClaims
+    from coordinator.store.attempts.views import HeldClaims
 
     create(store, "t1", data=b"x" * 1000)
     fence = claim(store, "t1")

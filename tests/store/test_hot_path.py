@@ -9,9 +9,9 @@ from typing import Any
 from coordinator.clock import ManualClock
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.store import Store
-from coordinator.store.claims import HERD_SPREAD
-from coordinator.store.reclaimer import Reclaimer
-from coordinator.store.watch_loop import BATCH
+from coordinator.store.attempts.reclaimer import Reclaimer
+from coordinator.store.claims.claim import HERD_SPREAD
+from coordinator.store.indexes.watch_loop import BATCH
 from tests.helpers import eventually
 from tests.store.support import StoreFactory, claim, commit, create
 

@@ -1,4 +1,5 @@
-"""Claim leases are reused only when that is exactly as good as a fresh grant (store/leases.py)."""
+"""Claim leases are reused only when that is exactly as good as a fresh grant
+(store/etcd/leases.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import EtcdKV, Store
-from coordinator.store.leases import ClaimLeases
+from coordinator.store.etcd.leases import ClaimLeases
 from tests.store.support import claim, claim_result, commit, create, raw, wait_claim_gone
 
 
@@ -27,6 +28,12 @@ def kv(etcd: EtcdProcess) -> Iterator[EtcdKV]:
     client = EtcdKV.connect([etcd.endpoint])
     yield client
     client.close()
+
+
+def _keepalive(kv: EtcdKV, lease_id: int) -> int:
+    """The lease's TTL after etcd refreshed it, 0 if etcd no longer has it (the renewals' own
+    keepalive path)."""
+    return kv.keepalive_many([lease_id])[lease_id]
 
 
 def _grants(kv: EtcdKV, monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -55,7 +62,7 @@ def test_a_young_released_lease_carries_the_next_claim_and_reports_what_remains(
     second = leases.acquire(30)
     assert (second.lease_id, second.ttl, second.remaining) == (first.lease_id, 30, 21.0)
     assert grants == [first.lease_id]
-    assert kv.keepalive(first.lease_id) == 30  # still alive in etcd: it was never revoked
+    assert _keepalive(kv, first.lease_id) == 30  # still alive in etcd: it was never revoked
 
 
 def test_an_old_lease_is_never_handed_out(kv: EtcdKV, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,7 +84,7 @@ def test_a_lease_released_late_is_revoked_not_pooled(kv: EtcdKV) -> None:
     clock.now += 12
     leases.release(lease.lease_id)
     assert leases.pooled() == 0
-    assert kv.keepalive(lease.lease_id) == 0  # revoked in etcd
+    assert _keepalive(kv, lease.lease_id) == 0  # revoked in etcd
 
 
 def test_a_renewal_through_this_replica_makes_the_lease_young_again(kv: EtcdKV) -> None:
@@ -85,7 +92,7 @@ def test_a_renewal_through_this_replica_makes_the_lease_young_again(kv: EtcdKV) 
     leases = ClaimLeases(kv, monotonic=clock)
     lease = leases.acquire(30)
     clock.now += 25
-    leases.renewed_many({lease.lease_id: kv.keepalive(lease.lease_id)})
+    leases.renewed_many({lease.lease_id: _keepalive(kv, lease.lease_id)})
     clock.now += 2
     leases.release(lease.lease_id)
     again = leases.acquire(30)
@@ -107,7 +114,7 @@ def test_a_leases_nobody_granted_here_is_revoked(kv: EtcdKV) -> None:
     leases = ClaimLeases(kv, monotonic=_Clock())
     leases.release(other)
     assert leases.pooled() == 0
-    assert kv.keepalive(other) == 0
+    assert _keepalive(kv, other) == 0
 
 
 # --- through the store -----------------------------------------------------------------------
@@ -144,7 +151,7 @@ def test_a_pooled_lease_etcd_lost_is_replaced_and_the_claim_succeeds(
     assert result.verdict.outcome is Outcome.CLAIMED
     claim_kv = raw(etcd_client, store.ctx.keys.claim("t2"))
     assert claim_kv.lease_id != lost
-    assert store.ctx.kv.keepalive(claim_kv.lease_id) == 30
+    assert _keepalive(store.ctx.kv, claim_kv.lease_id) == 30
 
 
 def test_one_lost_pooled_lease_empties_the_pool(kv: EtcdKV) -> None:
@@ -166,7 +173,7 @@ def test_a_cancelled_claims_lease_is_revoked_and_never_reused(store: Store) -> N
     lease_id = store.tasks.get("t1").lease_id
     store.tasks.cancel("t1", by="pm", reason="not needed")
     assert store.ctx.leases.pooled() == 0
-    assert store.ctx.kv.keepalive(lease_id) == 0
+    assert _keepalive(store.ctx.kv, lease_id) == 0
     create(store, "t2")
     claim(store, "t2")
     assert store.tasks.get("t2").lease_id != lease_id

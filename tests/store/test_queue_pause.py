@@ -12,10 +12,10 @@ from coordinator.domain.digests import digest_of
 from coordinator.domain.states import Outcome
 from coordinator.errors import ResourceExhausted
 from coordinator.store import Store
-from coordinator.store.admin import MAX_PAUSED_QUEUES
-from coordinator.store.claim_gates import ClaimRead, QueuePauseGate
-from coordinator.store.claims import ClaimStore
-from coordinator.store.held import HeldClaims
+from coordinator.store.attempts.views import HeldClaims
+from coordinator.store.claims.claim import ClaimStore
+from coordinator.store.claims.gates import ClaimRead, QueuePauseGate
+from coordinator.store.control.admin import MAX_PAUSED_QUEUES
 from tests.store.support import claim, claim_result, commit, create, snapshot
 
 

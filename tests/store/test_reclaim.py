@@ -7,7 +7,7 @@ from typing import Any
 from coordinator.clock import ManualClock
 from coordinator.domain.states import AttemptEnd, Op, Outcome, TaskState
 from coordinator.store import Store
-from coordinator.store.reclaimer import RECLAIMER
+from coordinator.store.attempts.reclaimer import RECLAIMER
 from tests.helpers import eventually
 from tests.store.support import (
     StoreFactory,

@@ -113,7 +113,7 @@ def test_each_claim_of_a_mixed_batch_gets_exactly_what_a_lone_renew_answers(
 def test_a_batch_never_keeps_alive_the_lease_of_a_claim_that_is_gone(
     store: Store, etcd_client: Any
 ) -> None:
-    """A released claim's lease stays alive in the replica's pool (store/leases.py); a batch
+    """A released claim's lease stays alive in the replica's pool (store/etcd/leases.py); a batch
     naming that claim answers FENCED RELEASED and leaves the lease to run down."""
     create(store, "gone")
     create(store, "held")

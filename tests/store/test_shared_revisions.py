@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.store import ClaimResult, EventFilter, Store, TaskSpec
-from coordinator.store.etcd import delete, put
+from coordinator.store.etcd.ops import delete, put
 from tests.helpers import InProcessCaller, eventually
 from tests.store.support import StoreFactory, claim, commit, create, in_one_revision
 

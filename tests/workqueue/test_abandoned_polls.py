@@ -21,7 +21,8 @@ from coordinator.domain.stream_limits import StreamLimits
 from coordinator.etcd_process import EtcdProcess
 from coordinator.metrics import Metrics
 from coordinator.server import PRINCIPAL_METADATA_KEY, build_server, stream_interceptor
-from coordinator.store import EtcdKV, EventFilter, Keyspace, Store, TaskSpec, long_poll
+from coordinator.store import EtcdKV, EventFilter, Keyspace, Store, TaskSpec
+from coordinator.store.claims import long_poll
 from coordinator.store.types import ClaimResult
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
 from tests.conftest import GRPC_OPTIONS

@@ -15,8 +15,9 @@ import pytest
 from coordinator.domain.states import Outcome
 from coordinator.etcd_process import EtcdProcess
 from coordinator.server import PRINCIPAL_METADATA_KEY, build_server
-from coordinator.store import EtcdKV, Keyspace, Store, TaskSpec, long_poll
-from coordinator.store.long_poll import LongPoll, ReadyWaiters
+from coordinator.store import EtcdKV, Keyspace, Store, TaskSpec
+from coordinator.store.claims import long_poll
+from coordinator.store.claims.long_poll import LongPoll, ReadyWaiters
 from coordinator.store.types import ClaimResult
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
 from tests.conftest import GRPC_OPTIONS

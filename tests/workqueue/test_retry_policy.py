@@ -15,7 +15,7 @@ from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.retry import attempts_counted
 from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, Outcome, TaskState
 from coordinator.store import Store, TaskSpec
-from coordinator.store.etcd import KV
+from coordinator.store.etcd.ops import KV
 from tests.helpers import eventually
 from tests.store.support import LIMITS, StoreFactory, claim, claim_result
 

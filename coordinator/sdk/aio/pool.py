@@ -166,7 +166,7 @@ class AsyncWorkerPool:
         self._changed.set()
         # A shutdown never claims: a long poll left running would win the very tasks the
         # cut-off gives back (issue 29: 2 runs in 5). Cancelled, the call ends on the server
-        # too, which claims nothing for a caller that left (store/long_poll.py).
+        # too, which claims nothing for a caller that left (store/claims/long_poll.py).
         for poll in self._polls:
             poll.cancel("the pool is stopping")
 

@@ -1,0 +1,164 @@
+"""An undelivered claim given back: the claim txn landed, but its answer cannot reach the caller.
+
+A Claim or ClaimNext whose caller left (it cancelled, its deadline passed, or the server is
+ending the call) while the claim txn ran would otherwise leave the task CLAIMED by nobody: no
+worker holds its fence, live callers are told NO_READY_TASK, and when the lease runs out the
+reclaimer counts an attempt that never ran against the retry budget (measured before this
+module: `attempts_counted 1`, attempt EXPIRED, after a 1 s client deadline on a 4 s long poll).
+
+So the server gives it back at once, in one txn behind the claim's own fence: the task READY
+again at the place in line it had (it was never served), the claim key deleted, the attempt
+closed UNDELIVERED, and, as ``domain/retry.py`` decides for that end, the attempt not counted
+(``attempts_base`` moves up with it) and no backoff. The fence compares make it a no-op should
+anything have touched the task since the claim.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import NoReturn
+
+import structlog
+
+from coordinator.domain.decisions import Fence, FenceView
+from coordinator.domain.records import TaskRecord, encode
+from coordinator.domain.retry import UNDELIVERED, decide_after
+from coordinator.domain.states import AttemptEnd, Op, TaskState
+from coordinator.errors import CoordinatorError, Undelivered
+from coordinator.store.attempts.acceptance import AcceptancePoints
+from coordinator.store.attempts.views import HeldClaims
+from coordinator.store.context import StoreContext
+from coordinator.store.etcd.ops import RequestOp, delete, put
+from coordinator.store.fence import fence_compares
+from coordinator.store.indexes.ready import ReadyIndex
+from coordinator.store.transition import transition, transition_ops
+from coordinator.store.types import Caller, ClaimResult
+
+log = structlog.get_logger(__name__)
+
+
+class GiveBacks:
+    """Gives back claims whose answer could not be delivered."""
+
+    def __init__(
+        self,
+        ctx: StoreContext,
+        ready: ReadyIndex,
+        held: HeldClaims,
+        acceptance: AcceptancePoints,
+    ) -> None:
+        self._ctx = ctx
+        self._ready = ready
+        self._held = held
+        self._acceptance = acceptance
+        # One thread: give-backs found after the call ended are rare, each one small txn.
+        self._late = ThreadPoolExecutor(max_workers=1, thread_name_prefix="give-back")
+
+    def deliver(self, results: list[ClaimResult], caller: Caller, *, by: str) -> list[ClaimResult]:
+        """``results`` when their answer can still reach ``caller``; else every claim among
+        them is given back and Undelivered raised (so no replay stores the answer).
+
+        The answer can still be lost after this look: the caller leaves while it is sent, or
+        left already and the replica has not heard yet (measured on a loaded host: a cancel
+        heard 0.25 s late, so the claim was answered into a cancelled call and its attempt
+        later expired, counted). So once the call ended, if gRPC says the answer never went out,
+        the claims are given back then, unless a retry would replay them (``replayable``)."""
+        claimed = [r for r in results if r.fence is not None]
+        if not claimed:
+            return results
+        if not caller.alive():
+            self.undelivered(results, by=by)
+        if not caller.replayable():
+
+            def ended() -> None:
+                if caller.answer_lost():  # on gRPC's thread: the txns run on our own
+                    try:
+                        self._late.submit(self.give_back_all, claimed, by=by)
+                    except RuntimeError:  # the store is closing: the leases expire instead
+                        log.warning("lost claim answer not given back: the store is closing")
+
+            if not caller.on_end(ended):
+                ended()
+        return results
+
+    def close(self) -> None:
+        """Finish the give-backs of answers found lost (the store is closing)."""
+        self._late.shutdown(wait=True)
+
+    def undelivered(self, results: list[ClaimResult], *, by: str) -> NoReturn:
+        """Give back the claims among ``results``, which nobody will receive, and raise
+        Undelivered."""
+        given = self.give_back_all(results, by=by)
+        raise Undelivered(
+            "the call ended before its claim could be answered (the caller cancelled, its "
+            f"deadline passed, or the server is ending the call); {given} task(s) given back "
+            "READY, the attempt not counted: claim again"
+        )
+
+    def give_back(self, claimed: ClaimResult, *, by: str) -> bool:
+        """Give back the claim ``claimed`` granted to ``by``; True when the txn landed (False:
+        the fence no longer held, so something else already moved the task on)."""
+        fence = claimed.fence
+        if fence is None:
+            return False
+        ctx, keys = self._ctx, self._ctx.keys
+        # What the claim txn wrote, as this replica remembered it; read only if it was evicted.
+        view = self._held.take(fence) or self._acceptance.view(fence)
+        now = ctx.clock.now()
+        after, ops = self._returned(view, fence, claimed.ready_seq, now)
+        compares, moves = transition_ops(
+            ctx,
+            view.task,
+            after,
+            Op.GIVE_BACK,
+            by=by,
+            attempt_id=fence.attempt_id,
+            generation=fence.claim_generation,
+            epoch=fence.scheduler_epoch,
+            detail=UNDELIVERED.error + "; the attempt is not counted",
+        )
+        if not ctx.kv.txn(compares + fence_compares(keys, fence), moves + ops).succeeded:
+            log.warning("undelivered claim not given back: the task moved", task_id=fence.task_id)
+            return False
+        ctx.leases.release(view.task.lease_id)  # the txn deleted the lease's only key
+        ctx.metrics.count_undelivered(after.queue)
+        self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, after.task_id))
+        return True
+
+    def give_back_all(self, results: list[ClaimResult], *, by: str) -> int:
+        """Give back every claim among ``results`` (a batch nobody will receive); how many
+        were. One failing does not keep the others: each is its own task and txn."""
+        given = 0
+        for result in results:
+            if result.fence is None:
+                continue
+            try:
+                given += self.give_back(result, by=by)
+            except CoordinatorError as exc:  # the lease expires and the reclaimer takes it
+                log.warning("undelivered claim not given back", error=str(exc))
+        return given
+
+    def _returned(
+        self, view: FenceView, fence: Fence, ready_seq: int, now: float
+    ) -> tuple[TaskRecord, list[RequestOp]]:
+        """The task READY again as ``domain/retry.py`` decides for an undelivered attempt, and
+        the writes that close the attempt and delete the claim key."""
+        task, keys = view.task, self._ctx.keys
+        move = decide_after(task, UNDELIVERED, now, at_once=Op.GIVE_BACK)
+        after = transition(
+            task,
+            move.op,
+            now,
+            claim_generation=fence.claim_generation,
+            lease_id=0,
+            **move.changes(task, UNDELIVERED),
+        )
+        if after.state is TaskState.READY and ready_seq:
+            after = replace(after, ready_seq=ready_seq)  # its old place: it was never served
+        closed = replace(view.attempt, end=AttemptEnd.UNDELIVERED, ended_at=now)
+        ops = [
+            put(keys.attempt(task.task_id, fence.attempt_id), encode(closed)),
+            delete(keys.claim(task.task_id)),
+        ]
+        return after, ops

@@ -1,0 +1,104 @@
+"""The space guard: every txn passes it on its way to etcd (``EtcdKV``), nested or not.
+
+The rule is domain/space.py's; this module holds the state the rule reads and applies it to a
+txn request. The state comes from the db-size watch (store/etcd/db_size.py: etcd's Status and its
+alarm list, every few seconds) and, sooner, from etcd itself: a NOSPACE refusal of any request
+trips the guard at once, so the nested puts etcd would still accept stop with the first plain
+write etcd refuses, not at the next reading.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import structlog
+
+from coordinator.domain.space import (
+    SpaceState,
+    SpaceVerdict,
+    WriteKind,
+    decide_write,
+    refusal_message,
+)
+from coordinator.errors import SpaceRefused
+from coordinator.metrics import METRICS, Metrics
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_RETRY_AFTER = 5.0
+"""Seconds a refused caller is told to wait: the db-size watch's default interval, the soonest
+the state can change."""
+
+_GAUGE = {SpaceState.CLEAR: 0, SpaceState.HIGH_WATER: 1, SpaceState.NOSPACE: 2}
+_LABEL = {SpaceVerdict.REFUSE_HIGH_WATER: "high_water", SpaceVerdict.REFUSE_NOSPACE: "nospace"}
+
+
+class SpaceGuard:
+    """The replica's view of etcd's space, and the gate every txn passes."""
+
+    def __init__(
+        self, *, retry_after: float = DEFAULT_RETRY_AFTER, metrics: Metrics = METRICS
+    ) -> None:
+        self._state = SpaceState.CLEAR
+        self._retry_after = retry_after
+        self._metrics = metrics
+        self._lock = threading.Lock()
+
+    @property
+    def state(self) -> SpaceState:
+        """The state last observed."""
+        return self._state
+
+    def observe(self, state: SpaceState) -> None:
+        """Take a new reading (the db-size watch's, or etcd's own NOSPACE refusal)."""
+        with self._lock:
+            before, self._state = self._state, state
+        self._metrics.space_state.set(_GAUGE[state])
+        if state is not before:
+            log.warning(
+                "space guard state changed",
+                before=before.value,
+                after=state.value,
+                hint="above high water only claims, renewals, commits, releases and prunes "
+                "write; at NOSPACE compact, defragment and disarm etcd (docs/retention.md)",
+            )
+
+    def admit_txn(self, request: Any) -> None:
+        """Raise SpaceRefused if ``request`` (a TxnRequest, whatever it nests) may not go to
+        etcd now: at NOSPACE, when it puts anything."""
+        if self._state is not SpaceState.NOSPACE:  # the hot path: no walk over the request
+            return
+        self.admit(WriteKind.DRAIN, puts=puts_anywhere(request))
+
+    def admit(self, kind: WriteKind, *, puts: bool = True) -> None:
+        """Raise SpaceRefused if a write of ``kind`` (``puts``: it puts a key) may not go to
+        etcd now."""
+        state = self._state
+        if state is SpaceState.CLEAR:
+            return
+        verdict = decide_write(kind, state, puts=puts)
+        if verdict is not SpaceVerdict.ALLOW:
+            raise self._refusal(verdict)
+
+    def tripped(self) -> SpaceRefused:
+        """etcd itself refused a write for NOSPACE: the state from now on, and the refusal
+        to raise in place of etcd's error."""
+        self.observe(SpaceState.NOSPACE)
+        return self._refusal(SpaceVerdict.REFUSE_NOSPACE)
+
+    def _refusal(self, verdict: SpaceVerdict) -> SpaceRefused:
+        self._metrics.space_refusals.labels(_LABEL[verdict]).inc()
+        return SpaceRefused(refusal_message(verdict, retry_after=self._retry_after))
+
+
+def puts_anywhere(request: Any) -> bool:
+    """Whether a TxnRequest puts a key in either branch, at any depth of nesting (what etcd's
+    quota check, ``costTxnReq``, does not look at)."""
+    for op in (*request.success, *request.failure):
+        kind = op.WhichOneof("request")
+        if kind == "request_put":
+            return True
+        if kind == "request_txn" and puts_anywhere(op.request_txn):
+            return True
+    return False

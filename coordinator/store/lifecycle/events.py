@@ -1,0 +1,397 @@
+"""The event log: every transition's event, read back and followed live, in position order.
+
+Events are written by the transition txn itself under ``{p}/events/{task}/{prev_state_version}``
+and never rewritten. Several events can share one etcd revision (group commit nests txns; the
+releaser moves several tasks at once), so readers order and resume by ``EventPosition``
+(domain/positions.py: revision, then task id, then state_version), never by revision alone.
+
+Memory per reader is bounded whatever the log's length:
+
+- ``history`` selects the next ``_SELECT`` positions in passes over the keys (keys only, pages
+  of ``_PAGE``, a bounded heap), then reads those events' values ``_LOAD`` at a time, so a log
+  of any length is streamed, never listed whole. A pass costs a keys-only scan of the range
+  read (one task's events with a task filter, else the whole log: ``from_revision`` near now
+  is cheaper through ``follow``, which replays from etcd's watch history).
+- ``follow`` replays through an etcd watch from the reader's revision (etcd streams it in order,
+  with whole revisions per response), into a bounded inbox: a full inbox holds the watch back
+  (and so etcd); one that stays full for ``patience`` seconds ends the stream with
+  ``StreamBehind`` carrying the position to resume after. A watch whose history etcd compacted
+  falls back to ``history`` passes and then watches on from their horizon.
+- every run of passes holds a replay slot (store/lifecycle/replay_slots.py): a bounded number run
+  at once, per replica and per principal, so the replicas' memory for replays is a few passes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field, replace
+
+from coordinator.domain.positions import EventPosition, StreamBehind
+from coordinator.domain.records import EventRecord, decode
+from coordinator.domain.states import Op
+from coordinator.store.context import StoreContext, task_from_kv
+from coordinator.store.etcd.ops import KV, get
+from coordinator.store.etcd.watch import WatchEvent
+from coordinator.store.lifecycle.replay_slots import ReplaySlots
+
+_PAGE = 1000
+# Event positions one history pass selects (~400 bytes each with their keys, measured with
+# tracemalloc: ~2 MB a replay; 20,000 took ~11 MB a replay, 32 replays +352 MB), and event
+# values read per round trip (etcd refuses more than 128 operations in one txn by default).
+_SELECT = 5_000
+_LOAD = 100
+_IDENTITY_CACHE = 100_000
+WHOLE_LOG = EventPosition.start_of(1)
+"""Before the first event: reading after it reads the whole log."""
+# Events a follower may have waiting before the watch is held back, and how long it may stay
+# that far behind before its stream is ended.
+INBOX_EVENTS = 10_000
+PATIENCE_SECONDS = 10.0
+FOLLOW_POLL = 0.5
+"""Seconds at most between a follower's looks at whether its stream should go on."""
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """One transition as stored, with where it sits in etcd's history."""
+
+    record: EventRecord
+    # The etcd revision of the transition txn (the event key's create_revision).
+    revision: int
+    # The task's state_version before the transition (the event key's last segment).
+    prev_state_version: int
+
+    @property
+    def position(self) -> EventPosition:
+        """The one place of this event in the log."""
+        return EventPosition(self.revision, self.record.task_id, self.prev_state_version)
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    """Which events a reader wants; empty fields match everything."""
+
+    task_id: str = ""
+    root_task_id: str = ""
+    queue: str = ""
+    ops: frozenset[Op] = field(default_factory=frozenset)
+
+
+def event_from_kv(kv: KV) -> StoredEvent:
+    """Decode an event; a claim event's generation is its own txn's revision (stored as 0,
+    since the claim txn cannot know its revision before it commits)."""
+    record = decode(EventRecord, kv.value)
+    if record.op is Op.CLAIM and record.claim_generation == 0:
+        record = replace(record, claim_generation=kv.create_revision)
+    return StoredEvent(record, kv.create_revision, int(kv.key.rsplit("/", 1)[1]))
+
+
+def position_of_key(key: str, revision: int) -> EventPosition:
+    """The position of the event stored at ``key`` by the txn of ``revision``."""
+    head, version = key.rsplit("/", 1)
+    return EventPosition(revision, head.rsplit("/", 1)[1], int(version))
+
+
+class EventLog:
+    """Reads and follows the event log, filtered."""
+
+    def __init__(
+        self,
+        ctx: StoreContext,
+        *,
+        inbox_events: int = INBOX_EVENTS,
+        patience: float = PATIENCE_SECONDS,
+        slots: ReplaySlots | None = None,
+    ) -> None:
+        self._ctx = ctx
+        self._slots = slots if slots is not None else ReplaySlots(ctx.metrics)
+        self._inbox_events = inbox_events
+        self._patience = patience
+        # task_id -> (root_task_id, queue): both are fixed at creation, so safe to cache.
+        self._identity: dict[str, tuple[str, str]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def replays_running(self) -> int:
+        """Replays of the log's past holding a slot now (store/lifecycle/replay_slots.py)."""
+        return self._slots.running()
+
+    @property
+    def inbox_events(self) -> int:
+        """Events a follower may have waiting before it is held back (then found behind)."""
+        return self._inbox_events
+
+    def history(
+        self, flt: EventFilter, *, after: EventPosition = WHOLE_LOG, principal: str = ""
+    ) -> Iterator[StoredEvent]:
+        """Every matching event after ``after``, in position order, up to the revision the
+        log was first read at; streamed in passes of bounded size, within a replay slot of
+        ``principal`` (ResourceExhausted, before any read, when none is free)."""
+        for events, _ in self._passes(flt, after, principal):
+            yield from events
+
+    def newest(
+        self, flt: EventFilter, *, before: EventPosition | None, count: int
+    ) -> list[StoredEvent]:
+        """The ``count`` newest matching events before ``before`` (None: the newest of the
+        log), newest first. One keys-only pass over the range, as a history pass costs, with a
+        heap of ``count`` positions: a page to read back through, bounded whatever the log."""
+        horizon = [0]
+        candidates = self._candidates(flt, WHOLE_LOG, horizon)
+        if before is not None:
+            candidates = (pair for pair in candidates if pair[0] < before)
+        chosen = heapq.nlargest(count, candidates, key=lambda pair: pair[0])
+        found: list[StoredEvent] = []
+        for start in range(0, len(chosen), _LOAD):
+            loaded = self._load([key for _, key in chosen[start : start + _LOAD]])
+            found += [e for e in loaded if self.matches(flt, e)]
+        return found
+
+    def follow(
+        self,
+        flt: EventFilter,
+        *,
+        after: EventPosition = WHOLE_LOG,
+        alive: Callable[[], bool],
+        on_behind: Callable[[], None] = lambda: None,
+        poll: float = FOLLOW_POLL,
+        principal: str = "",
+    ) -> Iterator[StoredEvent]:
+        """Every matching event after ``after``, then each new one as it is written, until
+        ``alive()`` turns false (checked at least every ``poll`` seconds). Raises
+        ``StreamBehind`` when the reader fell too far behind (``on_behind`` is called the
+        moment that is decided, on the watch's thread: the reader may be stuck sending). A
+        follow whose watch history etcd compacted reads it in passes, within a replay slot of
+        ``principal``."""
+        cursor = after
+        while alive():
+            inbox = _Inbox(self._inbox_events, self._patience, on_behind)
+            watch = self._ctx.kv.watch_prefix(
+                self._ctx.keys.events_prefix(flt.task_id),
+                start_revision=cursor.revision,
+                on_events=inbox.put,
+                on_compacted=inbox.compacted,
+            )
+            try:
+                while alive():
+                    try:
+                        batch = inbox.get(timeout=poll)
+                    except _Behind:
+                        raise StreamBehind(cursor, self._inbox_events) from None
+                    if isinstance(batch, _Compacted):
+                        break
+                    for raw in sorted(batch, key=_watch_position):
+                        position = _watch_position(raw)
+                        if raw.deleted or position <= cursor:
+                            continue
+                        cursor = position
+                        event = self._decode(raw)
+                        if event is not None and self.matches(flt, event):
+                            yield event
+                else:
+                    return
+            finally:
+                inbox.close()
+                watch.close()
+            # etcd compacted the revisions the watch needed: read them from the keys instead.
+            cursor = yield from self._replay(flt, cursor, principal)
+
+    def _replay(
+        self, flt: EventFilter, cursor: EventPosition, principal: str
+    ) -> Generator[StoredEvent, None, EventPosition]:
+        """Every matching event after ``cursor`` read in passes (within a replay slot); returns
+        the position a follower watches on from (the passes' horizon)."""
+        for events, horizon in self._passes(flt, cursor, principal):
+            for event in events:
+                cursor = max(cursor, event.position)
+                yield event
+            cursor = max(cursor, EventPosition.end_of(horizon))
+        return cursor
+
+    def matches(self, flt: EventFilter, event: StoredEvent) -> bool:
+        """Whether ``event`` passes ``flt`` (root and queue are looked up once per task)."""
+        if flt.ops and event.record.op not in flt.ops:
+            return False
+        return self._task_matches(flt, event.record.task_id)
+
+    def _task_matches(self, flt: EventFilter, task_id: str) -> bool:
+        if flt.task_id and task_id != flt.task_id:
+            return False
+        if flt.root_task_id or flt.queue:
+            root, queue_name = self._identity_of(task_id)
+            if flt.root_task_id and root != flt.root_task_id:
+                return False
+            if flt.queue and queue_name != flt.queue:
+                return False
+        return True
+
+    def _passes(
+        self, flt: EventFilter, after: EventPosition, principal: str
+    ) -> Iterator[tuple[list[StoredEvent], int]]:
+        """Passes over the log, each the next ``_SELECT`` events after the last (decoded and
+        filtered), with the horizon: the revision of the first read, above which no pass looks
+        (events come later than the reader asked; a follower watches on from there). Within a
+        replay slot of ``principal``, held until the last pass (or the reader's end)."""
+        with self._slots.hold(principal):
+            yield from self._unbounded_passes(flt, after)
+
+    def _unbounded_passes(
+        self, flt: EventFilter, after: EventPosition
+    ) -> Iterator[tuple[list[StoredEvent], int]]:
+        horizon = [0]
+        cursor = after
+        while True:
+            chosen = heapq.nsmallest(
+                _SELECT, self._candidates(flt, cursor, horizon), key=lambda pair: pair[0]
+            )
+            for start in range(0, len(chosen), _LOAD):
+                loaded = self._load([key for _, key in chosen[start : start + _LOAD]])
+                yield [e for e in loaded if self.matches(flt, e)], horizon[0]
+            if len(chosen) < _SELECT:
+                yield [], horizon[0]
+                return
+            cursor = chosen[-1][0]
+
+    def _load(self, keys: list[str]) -> list[StoredEvent]:
+        """The events stored at ``keys``, in that order (one read; a key pruned meanwhile and a
+        malformed event are left out)."""
+        snap = self._ctx.kv.read(*(get(key) for key in keys))
+        found = (self._decode_kv(kv) for kv in (snap.range_one(i) for i in range(len(keys))) if kv)
+        return [event for event in found if event is not None]
+
+    def _candidates(
+        self, flt: EventFilter, cursor: EventPosition, horizon: list[int]
+    ) -> Iterator[tuple[EventPosition, str]]:
+        """Every event key after ``cursor`` and at or below the horizon (fixed by the first
+        page read, when ``horizon[0]`` is 0) whose task passes the filter, page by page."""
+        kv = self._ctx.kv
+        prefix = self._ctx.keys.events_prefix(flt.task_id)
+        start, end = prefix, kv.prefix_end(prefix)
+        while True:
+            page, read_at = kv.range_page(start, end, limit=_PAGE, keys_only=True)
+            horizon[0] = horizon[0] or read_at
+            for item in page:
+                position = position_of_key(item.key, item.create_revision)
+                in_pass = cursor < position and position.revision <= horizon[0]
+                if in_pass and self._task_matches(flt, position.task_id):
+                    yield position, item.key
+            if len(page) < _PAGE:
+                return
+            start = page[-1].key + "\0"
+
+    def _identity_of(self, task_id: str) -> tuple[str, str]:
+        with self._lock:
+            cached = self._identity.get(task_id)
+        if cached is not None:
+            return cached
+        kv = self._ctx.kv.get(self._ctx.keys.task(task_id))
+        if kv is None:
+            return "", ""
+        task = task_from_kv(kv)
+        identity = (task.root_task_id, task.queue)
+        with self._lock:
+            if len(self._identity) >= _IDENTITY_CACHE:
+                self._identity.clear()  # crude bound; a miss costs one read
+            self._identity[task_id] = identity
+        return identity
+
+    @staticmethod
+    def _decode_kv(kv: KV) -> StoredEvent | None:
+        try:
+            return event_from_kv(kv)
+        except Exception:  # a malformed event is doctor's to report; the stream goes on
+            return None
+
+    @classmethod
+    def _decode(cls, raw: WatchEvent) -> StoredEvent | None:
+        # Event keys are written once, so the watch's mod_revision is their create_revision.
+        return cls._decode_kv(KV(raw.key, raw.value, raw.mod_revision, raw.mod_revision, 0))
+
+
+def _watch_position(raw: WatchEvent) -> EventPosition:
+    return position_of_key(raw.key, raw.mod_revision)
+
+
+class _Behind(Exception):
+    """The follower's inbox stayed full for its whole patience."""
+
+
+class _Compacted:
+    """Marks the end of a watch whose history etcd compacted."""
+
+
+_COMPACTED = _Compacted()
+_Batch = list[WatchEvent]
+
+
+class _Inbox:
+    """Watch batches waiting for a follower's thread, bounded by events.
+
+    A full inbox makes the watch's thread wait (so the watch stops reading and etcd holds the
+    rest back): a reader that is slow but moving loses nothing. One that stays full for
+    ``patience`` seconds is behind for good: the inbox drops the watch's batches from then on,
+    and the reader gets ``StreamBehind`` when it next asks.
+    """
+
+    def __init__(self, capacity: int, patience: float, on_behind: Callable[[], None]) -> None:
+        self._capacity = capacity
+        self._patience = patience
+        self._on_behind = on_behind
+        self._cond = threading.Condition()
+        self._batches: deque[_Batch | _Compacted] = deque()
+        self._count = 0
+        self._behind = False
+        self._told = False
+        self._closed = False
+
+    def put(self, batch: _Batch) -> None:
+        """Add a watch batch (on the watch's thread); waits while the inbox is full."""
+        deadline = time.monotonic() + self._patience
+        with self._cond:
+            while self._count >= self._capacity and not (self._closed or self._behind):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._behind = True
+                    self._cond.notify_all()
+                    break
+                self._cond.wait(remaining)
+            newly_behind = self._behind and not self._told
+            self._told = self._told or self._behind
+            if not (self._closed or self._behind):
+                self._batches.append(batch)
+                self._count += len(batch)
+                self._cond.notify_all()
+        if newly_behind:
+            self._on_behind()
+
+    def compacted(self) -> None:
+        """The watch ended: etcd compacted the history it needed."""
+        with self._cond:
+            self._batches.append(_COMPACTED)
+            self._cond.notify_all()
+
+    def get(self, timeout: float) -> _Batch | _Compacted:
+        """The oldest batch ([] after ``timeout`` with none); raises _Behind once the reader
+        has fallen behind for good."""
+        with self._cond:
+            if not self._batches and not self._behind:
+                self._cond.wait(timeout)
+            if self._behind:
+                raise _Behind
+            if not self._batches:
+                return []
+            batch = self._batches.popleft()
+            if not isinstance(batch, _Compacted):
+                self._count -= len(batch)
+                self._cond.notify_all()
+            return batch
+
+    def close(self) -> None:
+        """Release a watch thread waiting in ``put``."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
