@@ -18,6 +18,7 @@ from pathlib import Path
 from coordinator.domain.jobs import check_argv
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
+from coordinator.fence_wire import fence_to_proto
 from coordinator.sdk import _proc
 from coordinator.sdk._core.attempt import HeldAttempt
 from coordinator.sdk._duration import Duration
@@ -31,7 +32,7 @@ from coordinator.sdk.managed import (
     job_from_proto,
     job_log_path,
 )
-from coordinator.sdk.types import ClaimLost, LossSource, LostReason, fence_to_proto, outcome_of
+from coordinator.sdk.types import ClaimLost, LossSource, LostReason, outcome_of
 from coordinator.v1 import worker_pb2
 
 _WRAPPER = str(Path(__file__).with_name("_jobwrap.py"))

@@ -32,6 +32,7 @@ from coordinator.domain.jobs import (
     RediscoverAction,
     decide_rediscover,
 )
+from coordinator.fence_wire import fence_to_proto
 from coordinator.sdk import _proc
 from coordinator.sdk._duration import Duration, as_timedelta
 from coordinator.sdk._renewer import Renewer
@@ -46,7 +47,7 @@ from coordinator.sdk.managed import (
     read_exit_code,
 )
 from coordinator.sdk.tasks import TaskInfo
-from coordinator.sdk.types import ClaimLost, fence_to_proto
+from coordinator.sdk.types import ClaimLost
 from coordinator.v1 import worker_pb2
 
 log = structlog.get_logger(__name__)

@@ -14,14 +14,13 @@ from typing import Self
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from coordinator.domain.decisions import Fence
 from coordinator.domain.states import (
     FenceReason,
     Outcome,
     TaskState,
 )
 from coordinator.errors import CoordinatorError
-from coordinator.v1 import types_pb2, worker_pb2
+from coordinator.v1 import worker_pb2
 
 
 class TransportError(CoordinatorError):
@@ -117,29 +116,6 @@ def utc(seconds: int, nanos: int) -> datetime | None:
     if seconds == 0 and nanos == 0:
         return None
     return datetime.fromtimestamp(seconds + nanos / 1e9, tz=UTC)
-
-
-def fence_from_proto(msg: types_pb2.Fence) -> Fence:
-    """The credential of one claim, from the wire; every worker-side call sends it back
-    unchanged (the fence is the domain's value: one class on both sides of the wire)."""
-    return Fence(
-        task_id=msg.task_id,
-        attempt_id=msg.attempt_id,
-        claim_generation=msg.claim_generation,
-        scheduler_epoch=msg.scheduler_epoch,
-        cancel_generation=msg.cancel_generation,
-    )
-
-
-def fence_to_proto(fence: Fence) -> types_pb2.Fence:
-    """The wire message of ``fence``."""
-    return types_pb2.Fence(
-        task_id=fence.task_id,
-        attempt_id=fence.attempt_id,
-        claim_generation=fence.claim_generation,
-        scheduler_epoch=fence.scheduler_epoch,
-        cancel_generation=fence.cancel_generation,
-    )
 
 
 @dataclass(frozen=True)

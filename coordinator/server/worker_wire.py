@@ -12,6 +12,7 @@ from coordinator.domain import validation
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.failures import FailureReport
 from coordinator.errors import CoordinatorError, InvalidArgument
+from coordinator.fence_wire import fence_to_proto
 from coordinator.server.common_wire import (
     parse_content_digest,
     parse_digest,
@@ -159,17 +160,6 @@ def _parse_requeue_delay(request: worker_pb2.FailRequest) -> float:
 
 
 # --- domain -> proto -------------------------------------------------------------------------
-
-
-def fence_to_proto(fence: Fence) -> types_pb2.Fence:
-    """The credential as the worker sends it back."""
-    return types_pb2.Fence(
-        task_id=fence.task_id,
-        attempt_id=fence.attempt_id,
-        claim_generation=fence.claim_generation,
-        scheduler_epoch=fence.scheduler_epoch,
-        cancel_generation=fence.cancel_generation,
-    )
 
 
 def claim_to_proto(result: ClaimResult) -> worker_pb2.ClaimResponse:

@@ -21,8 +21,8 @@ from coordinator.demo.outbox import OutboxProcess
 from coordinator.demo.worker import EFFECT_NODE, EFFECT_SLOT, WorkerProcess, effect_payload
 from coordinator.domain.digests import digest_of
 from coordinator.etcd_process import EtcdProcess
+from coordinator.fence_wire import fence_to_proto
 from coordinator.sdk import Claim, EffectState, EffectStatus, HttpDownstream, TaskState
-from coordinator.sdk.types import fence_to_proto
 from coordinator.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually

@@ -27,10 +27,10 @@ from coordinator import lifeline
 from coordinator.domain.jobs import JobRecord, JobState, RediscoverAction
 from coordinator.domain.records import decode
 from coordinator.etcd_process import EtcdProcess
+from coordinator.fence_wire import fence_to_proto
 from coordinator.sdk import Claim, ClaimLost, WorkerClient
 from coordinator.sdk._proc import group_members, is_running, signal_group, start_ticks
 from coordinator.sdk.managed import exit_ref
-from coordinator.sdk.types import fence_to_proto
 from coordinator.v1 import worker_pb2
 from tests.helpers import eventually
 from tests.sdk.support import QUEUE, Served, served

@@ -16,6 +16,7 @@ from coordinator.domain.digests import digest_of
 from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
 from coordinator.errors import InvalidArgument
 from coordinator.etcd_process import EtcdProcess
+from coordinator.fence_wire import fence_to_proto
 from coordinator.sdk import (
     PRINCIPAL_METADATA,
     Claim,
@@ -25,7 +26,6 @@ from coordinator.sdk import (
     LostReason,
     WorkerClient,
 )
-from coordinator.sdk.types import fence_to_proto
 from coordinator.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually

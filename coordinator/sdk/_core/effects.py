@@ -21,8 +21,9 @@ from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectAction, EffectState
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
+from coordinator.fence_wire import fence_to_proto
 from coordinator.sdk._core.attempt import FencedAttempt
-from coordinator.sdk.types import LossSource, fence_to_proto, outcome_of
+from coordinator.sdk.types import LossSource, outcome_of
 from coordinator.v1 import types_pb2, worker_pb2
 
 # --- the downstream's answers and contract ----------------------------------------------------

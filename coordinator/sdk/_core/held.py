@@ -19,6 +19,7 @@ import structlog
 
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
+from coordinator.fence_wire import fence_from_proto, fence_to_proto
 from coordinator.sdk._core.attempt import SentKeys
 from coordinator.sdk._core.calls import CallRetry
 from coordinator.sdk._core.lease import Lease
@@ -34,8 +35,6 @@ from coordinator.sdk.types import (
     StageOutcome,
     ToolAuthorization,
     TransportError,
-    fence_from_proto,
-    fence_to_proto,
     outcome_of,
     utc,
 )

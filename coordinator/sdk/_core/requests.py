@@ -17,9 +17,9 @@ from coordinator.domain import validation
 from coordinator.domain.decisions import Fence
 from coordinator.domain.digests import digest_of
 from coordinator.errors import InvalidArgument
+from coordinator.fence_wire import fence_to_proto
 from coordinator.sdk._duration import Duration, as_timedelta
 from coordinator.sdk.tasks import TaskInfo, TaskRetryPolicy
-from coordinator.sdk.types import fence_to_proto
 from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
 
 CLAIM_HINT = "a claim that landed holds the task until its lease expires; claim it again after that"
