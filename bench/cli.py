@@ -5,7 +5,8 @@ delayed tasks claimed after their not_before by long-polling workers (bench/prom
 ClaimNext scale and etcd footprint (item 3), the coordinator's memory with N held claims (item 3)
 and with misbehaving event readers (bench/events.py), each on a freshly started coordinator,
 then retention (bench/retention.py: etcd's db size as tasks keep finishing, and throughput with
-the pruner on and off). Everything is bounded in count; ``--budget`` is a hard wall-time bound
+the pruner on and off), then 1,000 waiting ClaimNext and follow streams on one replica
+(bench/long_polls.py). Everything is bounded in count; ``--budget`` is a hard wall-time bound
 after which the remaining phases are skipped and say so (900 s by default for a full run).
 ``--smoke`` has no budget unless one is given: its sizes are tiny and fixed, so it always ends,
 and a loaded machine must not turn a slow smoke run into skipped phases (issue 29: the
@@ -33,6 +34,7 @@ from etcd3 import etcdrpc
 from bench.events import run_events
 from bench.harness import Scenario, say
 from bench.held import run_held
+from bench.long_polls import long_polls_phase
 from bench.procs import GRPC_OPTIONS, CoordinatorProcess, Meter, rss_mib
 from bench.promote import run_promote
 from bench.reclaim import run_reclaim
@@ -61,7 +63,16 @@ EVENTS_PREFIX = "/coordinator-bench-events"
 # (40/s) stay within what 2 cores claim and commit; at 100 a batch the figure measures the
 # backlog instead (docs/performance.md).
 PROMOTE_DELAY, PROMOTE_SPACING, PROMOTE_WORKERS, PROMOTE_WAIT = 2.0, 0.5, 8, 5.0
-PHASES = ("throughput", "reclaim", "promote", "scale", "held", "events", "retention")
+PHASES = (
+    "throughput",
+    "reclaim",
+    "promote",
+    "scale",
+    "held",
+    "events",
+    "retention",
+    "long_polls",
+)
 
 
 @dataclass(frozen=True)
@@ -209,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         "retention_duration_s": ns.retention_duration or (1.5 if ns.smoke else 6.0),
         "retention_rounds": ns.retention_rounds or (1 if ns.smoke else 3),
         "coordinator_log_level": ns.coordinator_log_level,
+        "long_polls": 100 if ns.smoke else 1_000,
     }
     unknown = set(config["phases"]) - set(PHASES)
     if unknown:
@@ -325,6 +337,7 @@ def run_phases(
             ),
             ("events", 30, lambda: events_phase(etcd, kv, workdir, config)),
             ("retention", 60, lambda: retention_phase(etcd, workdir, config)),
+            ("long_polls", 60, lambda: long_polls_phase(etcd, workdir, config)),
         ]
         for name, need, run in fresh_phases:
             if name in phases and time_left(name, need):

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bench.long_polls import long_polls_line
+
 HEADLINE = (
     "ratio_a_b_32",
     "ratio_a_c_32",
@@ -125,6 +127,8 @@ def markdown(doc: dict[str, Any]) -> str:
         parts.append(_scale_table(doc["scale"]))
     if doc.get("held"):
         parts.append(_held_table(doc["held"]))
+    if doc.get("long_polls"):
+        parts.append(long_polls_line(doc["long_polls"]))
     parts.append(_targets_table(doc))
     skipped = doc.get("skipped") or {}
     reasons = doc.get("reasons") or {}

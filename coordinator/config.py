@@ -116,9 +116,11 @@ class Config:
     """Seconds after which a stream is ended UNAVAILABLE; its caller resumes where it was."""
     max_claim_wait: float = 20.0
     """The longest a long-poll ClaimNext may wait for a task (seconds, at most 20)."""
-    max_claim_waiters: int = 1024
+    max_claim_waiters: int = 2048
     """Long-poll ClaimNext calls that may wait on a replica at once (each a long-lived call of
-    max_streams, holding a parked thread)."""
+    max_streams, holding a parked thread). As large as max_streams by default, so that the
+    streams' fair share decides who waits: below it, one pool's polls could fill it and lock
+    out principals within their share."""
     shutdown_grace: float = 10.0
     """On SIGTERM, in-flight calls get this long to finish before they are cancelled."""
     etcd_timeout: float = 5.0

@@ -64,7 +64,9 @@ def admission(
     """
     guaranteed = open_of_principal < limits.max_per_principal
     if not guaranteed and (
-        not borrows or limits.reserve is None or open_total >= _borrowable(limits)
+        not borrows
+        or limits.reserve is None
+        or open_total >= _borrowable(limits.max_streams, limits.reserve)
     ):
         # The caller's own share is what it can act on, so it is named even when the replica
         # is full too.
@@ -74,10 +76,9 @@ def admission(
     return Admission.ADMITTED
 
 
-def _borrowable(limits: StreamLimits) -> int:
+def _borrowable(max_streams: int, reserve: float) -> int:
     """Slots a principal past its guaranteed share may fill (the replica's, less the reserve)."""
-    assert limits.reserve is not None
-    return limits.max_streams - int(limits.max_streams * limits.reserve)
+    return max_streams - int(max_streams * reserve)
 
 
 def refusal_message(decision: Admission, limits: StreamLimits, principal: str) -> str:
@@ -88,7 +89,8 @@ def refusal_message(decision: Admission, limits: StreamLimits, principal: str) -
             if principal == UNAUTHENTICATED_CALLERS
             else f"principal {principal!r} already holds"
         )
-        if limits.reserve is None or principal == UNAUTHENTICATED_CALLERS:
+        reserve = limits.reserve
+        if reserve is None or principal == UNAUTHENTICATED_CALLERS:
             return (
                 f"{who} {limits.max_per_principal} open streams, the most one principal may "
                 "(max_streams_per_principal); close one, or raise max_streams_per_principal"
@@ -96,7 +98,8 @@ def refusal_message(decision: Admission, limits: StreamLimits, principal: str) -
         return (
             f"{who} more than its {limits.max_per_principal} open streams "
             "(max_streams_per_principal) and the replica's last "
-            f"{limits.max_streams - _borrowable(limits)} of {limits.max_streams} slots are kept "
+            f"{limits.max_streams - _borrowable(limits.max_streams, reserve)} of "
+            f"{limits.max_streams} slots are kept "
             "for other principals; retry later or on another replica, close one, or raise "
             "max_streams"
         )
