@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 import grpc._common as grpc_common
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from structlog.testing import capture_logs
 
 from coordinator.domain.stream_limits import StreamLimits
@@ -120,6 +121,9 @@ def test_a_thousand_waiting_claim_next_are_admitted_and_each_task_wakes_one(
         timeout=10,
     )
     assert [r.renewal.outcome for r in renewed.results] == [types_pb2.OUTCOME_OK]
+    health = health_pb2_grpc.HealthStub(replica.channels[2])
+    serving = health.Check(health_pb2.HealthCheckRequest(), timeout=10).status
+    assert serving == health_pb2.HealthCheckResponse.SERVING
 
     for n in range(50):
         create(store, f"t-{n}", queue=QUEUE)
