@@ -7,7 +7,9 @@ and with misbehaving event readers (bench/events.py), each on a freshly started 
 then retention (bench/retention.py: etcd's db size as tasks keep finishing, and throughput with
 the pruner on and off), then 1,000 waiting ClaimNext and follow streams on one replica
 (bench/long_polls.py). Everything is bounded in count; ``--budget`` is a hard wall-time bound
-after which the remaining phases are skipped and say so (900 s by default for a full run).
+(900 s by default for a full run): a phase that would not fit is skipped, a phase still running
+when it passes is cut off, and the report says so and shows what ran (bench/phases.py). The
+load average before and after each phase is in the report (bench/machine.py).
 ``--smoke`` has no budget unless one is given: its sizes are tiny and fixed, so it always ends,
 and a loaded machine must not turn a slow smoke run into skipped phases (issue 29: the
 retention phase skipped, and the test failing, on a busy CI machine).
@@ -17,10 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +34,9 @@ from bench.events import run_events
 from bench.harness import Scenario, say
 from bench.held import run_held
 from bench.long_polls import long_polls_phase
-from bench.procs import GRPC_OPTIONS, CoordinatorProcess, Meter, rss_mib
+from bench.machine import machine
+from bench.phases import PhaseClock
+from bench.procs import GRPC_OPTIONS, CoordinatorProcess, Meter, rss_mib, scratch_dir
 from bench.promote import run_promote
 from bench.reclaim import run_reclaim
 from bench.report import HEADLINE, markdown, targets
@@ -50,7 +51,6 @@ from bench.scenarios import (
 )
 from bench.seed import TaskSeeder
 from bench.throughput import ThroughputPlan, paired_ratio, run_throughput, summarize
-from coordinator import lifeline
 from coordinator.domain.keys import Keyspace
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 from coordinator.store.etcd import EtcdKV
@@ -233,15 +233,19 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(ns.etcd_bin),
         "config": config,
     }
-    with tempfile.TemporaryDirectory(prefix="coordinator-bench-") as tmp:
-        lifeline.remove_with_parent(Path(tmp))  # its logs go even if the bench is SIGKILLed
+    clock = PhaseClock(config["budget_s"], started)
+    with scratch_dir("coordinator-bench-") as tmp:  # its logs, gone even on a SIGKILL
         try:
-            run_phases(doc, config, Path(tmp), base.reserve, ns.etcd_bin, started)
+            with clock.armed():
+                run_phases(doc, config, tmp, base.reserve, ns.etcd_bin, clock)
         except BaseException:
-            _log_tail(Path(tmp))
+            _log_tail(tmp)
             raise
-        finally:
-            lifeline.keep(Path(tmp))
+    if clock.cut_off:
+        clock.not_reached(config["phases"], set(doc))
+    doc["skipped_phases"] = clock.skipped
+    doc["budget_reached"] = clock.cut_off
+    doc["load_average"] = clock.load
     doc["wall_s"] = round(time.monotonic() - started, 1)
     headline(doc)
     doc["targets"] = targets(doc)
@@ -257,23 +261,13 @@ def run_phases(
     workdir: Path,
     reserve: float,
     etcd_bin: str | None,
-    started: float,
+    clock: PhaseClock,
 ) -> None:
     """Start etcd and the coordinator and run the chosen phases into ``doc``."""
-    budget = config["budget_s"]
-    deadline = started + budget if budget is not None else float("inf")
     phases = config["phases"]
-    skipped_phases: dict[str, str] = {}
-    doc["skipped_phases"] = skipped_phases
-
-    def time_left(phase: str, need: float) -> bool:
-        if time.monotonic() + need <= deadline:
-            return True
-        skipped_phases[phase] = f"the {budget:.0f} s budget was used up"
-        return False
-
     keys = Keyspace(PREFIX)
     with EtcdProcess(binary=find_etcd_binary(etcd_bin), log_path=workdir / "etcd.log") as etcd:
+        say(f"etcd pid {etcd.pid}, data in {etcd.data_dir}")
         kv = EtcdKV.connect([etcd.endpoint], timeout=60)
         seeder = TaskSeeder(kv, keys)
         coordinator = CoordinatorProcess(
@@ -282,46 +276,9 @@ def run_phases(
             log_path=workdir / "coordinator.log",
             log_level=config["coordinator_log_level"],
         ).start()
+        say(f"coordinator pid {coordinator.pid}, logs in {workdir}")
         try:
-            meter = Meter(coordinator.pid, etcd.pid, etcd.client_url)
-            doc["coordinator_rss_mib_start"] = round(rss_mib(coordinator.pid), 1)
-            if "throughput" in phases:
-                plan = ThroughputPlan(
-                    levels=tuple(config["levels"]),
-                    rounds=config["rounds"],
-                    duration=config["duration_s"],
-                )
-                throughput(doc, plan, coordinator, etcd, seeder, meter, deadline - reserve)
-                doc["coordinator_rss_mib_after_throughput"] = round(rss_mib(coordinator.pid), 1)
-            if "reclaim" in phases and time_left("reclaim", 20):
-                doc["reclaim"] = run_reclaim(
-                    coordinator.target,
-                    kv,
-                    seeder,
-                    samples=config["reclaim_samples"],
-                    parallel=config["reclaim_parallel"],
-                )
-            if "promote" in phases and time_left("promote", PROMOTE_DELAY + 10):
-                doc["promote"] = run_promote(
-                    coordinator.target,
-                    batches=config["promote_batches"],
-                    batch_size=config["promote_batch_size"],
-                    delay=PROMOTE_DELAY,
-                    spacing=PROMOTE_SPACING,
-                    workers=PROMOTE_WORKERS,
-                    wait=PROMOTE_WAIT,
-                )
-            if "scale" in phases and time_left("scale", 30):
-                doc["scale"] = run_scale(
-                    coordinator.target,
-                    etcd.host,
-                    etcd.port,
-                    seeder,
-                    kv,
-                    meter,
-                    sizes=config["scale_sizes"],
-                    samples=config["scale_samples"],
-                )
+            first_coordinator_phases(doc, config, clock, reserve, etcd, kv, seeder, coordinator)
         finally:
             coordinator.stop()
         # Dropped with the coordinator down: one delete of 100k ready keys is one huge watch
@@ -340,9 +297,68 @@ def run_phases(
             ("long_polls", 60, lambda: long_polls_phase(etcd, workdir, config)),
         ]
         for name, need, run in fresh_phases:
-            if name in phases and time_left(name, need):
-                doc[name] = run()
+            if name in phases and clock.fits(name, need):
+                with clock.phase(name):
+                    doc[name] = run()
         kv.close()
+
+
+def first_coordinator_phases(
+    doc: dict[str, Any],
+    config: dict[str, Any],
+    clock: PhaseClock,
+    reserve: float,
+    etcd: EtcdProcess,
+    kv: EtcdKV,
+    seeder: TaskSeeder,
+    coordinator: CoordinatorProcess,
+) -> None:
+    """The phases that share the first coordinator: throughput, reclaim, promote, scale."""
+    phases = config["phases"]
+    meter = Meter(coordinator.pid, etcd.pid, etcd.client_url)
+    doc["coordinator_rss_mib_start"] = round(rss_mib(coordinator.pid), 1)
+    if "throughput" in phases:
+        plan = ThroughputPlan(
+            levels=tuple(config["levels"]),
+            rounds=config["rounds"],
+            duration=config["duration_s"],
+        )
+        with clock.phase("throughput"):
+            end = clock.deadline - reserve
+            throughput(doc, plan, coordinator, etcd, seeder, meter, end)
+        doc["coordinator_rss_mib_after_throughput"] = round(rss_mib(coordinator.pid), 1)
+    if "reclaim" in phases and clock.fits("reclaim", 20):
+        with clock.phase("reclaim"):
+            doc["reclaim"] = run_reclaim(
+                coordinator.target,
+                kv,
+                seeder,
+                samples=config["reclaim_samples"],
+                parallel=config["reclaim_parallel"],
+            )
+    if "promote" in phases and clock.fits("promote", PROMOTE_DELAY + 10):
+        with clock.phase("promote"):
+            doc["promote"] = run_promote(
+                coordinator.target,
+                batches=config["promote_batches"],
+                batch_size=config["promote_batch_size"],
+                delay=PROMOTE_DELAY,
+                spacing=PROMOTE_SPACING,
+                workers=PROMOTE_WORKERS,
+                wait=PROMOTE_WAIT,
+            )
+    if "scale" in phases and clock.fits("scale", 30):
+        with clock.phase("scale"):
+            doc["scale"] = run_scale(
+                coordinator.target,
+                etcd.host,
+                etcd.port,
+                seeder,
+                kv,
+                meter,
+                sizes=config["scale_sizes"],
+                samples=config["scale_samples"],
+            )
 
 
 def retention_phase(etcd: EtcdProcess, workdir: Path, config: dict[str, Any]) -> dict[str, Any]:
@@ -530,68 +546,13 @@ def _ratio_headlines(doc: dict[str, Any], reasons: dict[str, str]) -> None:
 def _no_ratio_reason(doc: dict[str, Any], other: str, skipped: dict[str, str]) -> str:
     if "throughput" not in doc["config"]["phases"]:
         return "the throughput phase was not run (--only)"
+    if "throughput" in doc.get("skipped_phases", {}):
+        return f"the throughput phase was {doc['skipped_phases']['throughput']}"
     if other in skipped:
         return f"scenario {other} skipped: {skipped[other]}"
     if 32 not in doc["config"]["levels"]:
         return "32 workers is not among --levels"
     return "no complete round at 32 workers (time budget, or errors)"
-
-
-def machine(etcd_bin: str | None) -> dict[str, Any]:
-    """What this ran on: cores, CPU model, Python, etcd, the checkout."""
-    info: dict[str, Any] = {
-        "cpus": _cpu_count(),
-        "cpu_model": _cpu_model(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
-    try:
-        out = subprocess.run(
-            [str(find_etcd_binary(etcd_bin)), "--version"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        ).stdout
-        info["etcd"] = out.splitlines()[0].split()[-1] if out else None
-    except Exception as exc:
-        info["etcd"] = f"unknown ({exc})"
-    repo = Path(__file__).resolve().parents[1]
-    try:
-        rev = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        ).stdout.strip()
-        info["commit"] = (rev + ("+dirty" if dirty else "")) or None
-    except OSError:
-        info["commit"] = None
-    return info
-
-
-def _cpu_count() -> int | None:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
-def _cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        return None
-    return None
 
 
 def _log_tail(workdir: Path) -> None:

@@ -9,7 +9,8 @@ beside them, in an order reversed every other round; etcd's history is compacted
 One markdown row per checkout: median cycles/s, median ratio to the floor (paired by round), and
 medians of CPU ms per cycle of the client, of the coordinator and of etcd, and of etcd calls per
 cycle; the coordinator's CPU and the etcd calls include the tail its background loops leave once
-the window closes (deferred work is not a saving). To measure a change, copy the tree before it
+the window closes (deferred work is not a saving). Below it, the machine's load average before
+and after the comparison (how busy the machine was). To measure a change, copy the tree before it
 (``git archive HEAD | tar -x -C /tmp/before``) and run
 ``python -m bench.compare before=/tmp/before after=.``.
 """
@@ -20,7 +21,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +28,8 @@ from pathlib import Path
 import etcd3
 
 from bench.harness import RunSpec, Scenario, run_workers, say
-from bench.procs import GRPC_OPTIONS, CoordinatorProcess, Meter, cpu_seconds
+from bench.machine import busier_than, cores, load_average
+from bench.procs import GRPC_OPTIONS, CoordinatorProcess, Meter, cpu_seconds, scratch_dir
 from bench.scenarios import CoordinatorScenario, RawFloorScenario
 from bench.seed import TaskSeeder
 from coordinator.domain.keys import Keyspace
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    load_before = load_average()
     runs = compare(
         checkouts,
         workers=ns.workers,
@@ -97,7 +99,23 @@ def main(argv: list[str] | None = None) -> int:
         etcd_bin=ns.etcd_bin,
     )
     sys.stdout.write(table([c.name for c in checkouts], runs))
+    sys.stdout.write(load_line(load_before, load_average()))
     return 0
+
+
+def load_line(before: list[float], after: list[float]) -> str:
+    """The machine's load average around the comparison, beside its core count: how busy the
+    machine was (the interleaved rounds share it alike; docs/performance.md)."""
+    n = cores()
+
+    def fmt(load: list[float]) -> str:
+        return " / ".join(f"{v:.2f}" for v in load)
+
+    busy = ", busier than its cores" if busier_than(n, before, after) else ""
+    return (
+        f"\nLoad average (1 / 5 / 15 min) before {fmt(before)}, after {fmt(after)}; "
+        f"{n} cores{busy}.\n"
+    )
 
 
 def compare(
@@ -111,7 +129,7 @@ def compare(
     """Every checkout and the floor, ``rounds`` times each, interleaved."""
     runs = {name: _Runs() for name in [*(c.name for c in checkouts), FLOOR]}
     with (
-        tempfile.TemporaryDirectory(prefix="coordinator-compare-") as tmp,
+        scratch_dir("coordinator-compare-") as tmp,
         EtcdProcess(binary=find_etcd_binary(etcd_bin)) as etcd,
     ):
         kv = EtcdKV.connect([etcd.endpoint], timeout=60)
@@ -123,7 +141,7 @@ def compare(
                 server = CoordinatorProcess(
                     etcd.endpoint,
                     prefix=f"/compare-{c.name}",
-                    log_path=Path(tmp) / f"{c.name}.log",
+                    log_path=tmp / f"{c.name}.log",
                     cwd=c.path,
                     extra_args=c.args,
                 )

@@ -24,7 +24,7 @@ from bench.procs import GRPC_OPTIONS, Meter, rss_mib
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import EventRecord, encode
 from coordinator.domain.states import Op, TaskState
-from coordinator.sdk._rpc import PRINCIPAL_METADATA
+from coordinator.sdk import PRINCIPAL_METADATA
 from coordinator.store.etcd import EtcdKV, put
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 
@@ -108,7 +108,10 @@ def run_events(
 
         started = time.monotonic()
         with _PeakRss(pid) as during_history:
-            threads = [threading.Thread(target=read_all, args=(i,)) for i in range(callers)]
+            # Daemons: a phase cut off at the bench's time bound must not hold its exit.
+            threads = [
+                threading.Thread(target=read_all, args=(i,), daemon=True) for i in range(callers)
+            ]
             for thread in threads:
                 thread.start()
             for thread in threads:

@@ -115,7 +115,8 @@ def _claim_all(
                 if len(held) >= count:
                     return
 
-    threads = [threading.Thread(target=claim, args=(c,)) for c in clients]
+    # Daemons: a phase cut off at the bench's time bound must not hold its exit.
+    threads = [threading.Thread(target=claim, args=(c,), daemon=True) for c in clients]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -12,11 +12,13 @@ import contextlib
 import functools
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -26,7 +28,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator import lifeline
-from coordinator.etcd_process import free_port, terminate_group
+from coordinator.etcd_process import free_port, stop_child_group
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -34,6 +36,19 @@ _TICK = os.sysconf("SC_CLK_TCK")
 GRPC_OPTIONS = [("grpc.enable_http_proxy", 0)]
 
 _SERVE = "import sys; from coordinator.cli import main; sys.exit(main())"
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str) -> Iterator[Path]:
+    """A temporary directory (logs, py-spy output) removed when the block is left, and by this
+    process's reaper if the bench is SIGKILLed first (coordinator/lifeline.py)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    lifeline.remove_with_parent(path)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        lifeline.keep(path)  # only once it is gone: a kill in between still removes it
 
 
 def cpu_seconds(pid: int) -> float:
@@ -228,7 +243,7 @@ class CoordinatorProcess:
     def stop(self) -> None:
         """SIGTERM (graceful), then SIGKILL after 10 s."""
         if self._proc is not None:
-            terminate_group(self._proc, 10.0)
+            stop_child_group(self._proc, 10.0)
             lifeline.spare(self._proc.pid)
 
     def __enter__(self) -> Self:

@@ -17,14 +17,14 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 
 from bench.harness import RunSpec, run_workers, say
-from bench.procs import CoordinatorProcess, Meter
+from bench.procs import CoordinatorProcess, Meter, scratch_dir
 from bench.scenarios import CoordinatorScenario
 from bench.seed import TaskSeeder
+from coordinator import lifeline
 from coordinator.domain.keys import Keyspace
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 from coordinator.store.etcd import EtcdKV
@@ -43,7 +43,7 @@ def run_profile(ns: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     seconds, workers = float(ns.profile_seconds), int(ns.profile_workers)
     with (
-        tempfile.TemporaryDirectory(prefix="coordinator-profile-") as tmp,
+        scratch_dir("coordinator-profile-") as tmp,
         EtcdProcess(binary=find_etcd_binary(ns.etcd_bin)) as etcd,
     ):
         kv = EtcdKV.connect([etcd.endpoint], timeout=60)
@@ -51,7 +51,7 @@ def run_profile(ns: argparse.Namespace) -> int:
         with CoordinatorProcess(
             etcd.endpoint,
             prefix="/coordinator-bench",
-            log_path=Path(tmp) / "coordinator.log",
+            log_path=tmp / "coordinator.log",
             log_level=ns.coordinator_log_level,
         ) as coordinator:
             meter = Meter(coordinator.pid, etcd.pid, etcd.client_url)
@@ -67,6 +67,7 @@ def run_profile(ns: argparse.Namespace) -> int:
             result = run_workers("a", spec, cycles, duration=seconds, meter=meter)
             for proc in spies:
                 proc.wait(timeout=seconds + 60)
+                lifeline.spare(proc.pid)
             scenario.finish()
             scenario.close()
         kv.close()
@@ -90,7 +91,7 @@ def run_profile(ns: argparse.Namespace) -> int:
 
 def _spy(spy: str, pid: int, output: Path, seconds: float) -> subprocess.Popen[bytes]:
     say(f"py-spy recording pid {pid} for {seconds:.0f} s -> {output}")
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [
             spy,
             "record",
@@ -111,6 +112,8 @@ def _spy(spy: str, pid: int, output: Path, seconds: float) -> subprocess.Popen[b
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    lifeline.kill_with_parent(proc.pid)  # a SIGKILLed bench must not leave it attached
+    return proc
 
 
 def summarize_folded(name: str, folded: str) -> str:

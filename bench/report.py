@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.long_polls import long_polls_line
+from bench.machine import busier_than
 
 HEADLINE = (
     "ratio_a_b_32",
@@ -118,21 +119,21 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def markdown(doc: dict[str, Any]) -> str:
     """Every table of the report, as markdown."""
-    parts = [_throughput_table(doc), _ratio_table(doc)]
-    if doc.get("reclaim"):
-        parts.append(_reclaim_table(doc["reclaim"]))
-    if doc.get("promote"):
-        parts.append(_promote_line(doc["promote"]))
-    if doc.get("scale"):
-        parts.append(_scale_table(doc["scale"]))
-    if doc.get("held"):
-        parts.append(_held_table(doc["held"]))
-    if doc.get("long_polls"):
-        parts.append(long_polls_line(doc["long_polls"]))
+    parts = [_throughput_table(doc), _ratio_table(doc), *_phase_parts(doc)]
     parts.append(_targets_table(doc))
+    if doc.get("load_average"):
+        parts.append(_load_table(doc))
     skipped = doc.get("skipped") or {}
     reasons = doc.get("reasons") or {}
     notes = [f"- scenario {k} skipped: {v}" for k, v in skipped.items()]
+    notes += [f"- phase {k} {_skip_text(v)}" for k, v in doc.get("skipped_phases", {}).items()]
+    busy = _busy_phases(doc)
+    if busy:
+        notes.append(
+            f"- a busy machine: the 1-minute load was above its {doc['machine']['cpus']} cores "
+            f"around {', '.join(busy)}; other work competed for the CPU there, so those "
+            "figures are noisier (only ratios of runs taken side by side compare)"
+        )
     for row in doc.get("throughput", []):
         false_empty = row.get("counters", {}).get("false_no_ready_task", 0)
         if false_empty:
@@ -144,6 +145,44 @@ def markdown(doc: dict[str, Any]) -> str:
     if notes:
         parts.append("\n".join(notes))
     return "\n\n".join(parts) + "\n"
+
+
+def _skip_text(reason: str) -> str:
+    return reason if reason.startswith("cut off") else f"skipped: {reason}"
+
+
+def _busy_phases(doc: dict[str, Any]) -> list[str]:
+    cores = doc.get("machine", {}).get("cpus")
+    return [
+        phase
+        for phase, load in doc.get("load_average", {}).items()
+        if busier_than(cores, load["before"], load["after"])
+    ]
+
+
+def _load_table(doc: dict[str, Any]) -> str:
+    lines = [
+        f"Load average around each phase (1 / 5 / 15 min; {doc['machine'].get('cpus')} cores):",
+        "",
+        "| phase | before | after |",
+        "| --- | --- | --- |",
+    ]
+    for phase, load in doc["load_average"].items():
+        before, after = (" / ".join(f"{v:.2f}" for v in load[k]) for k in ("before", "after"))
+        lines.append(f"| {phase} | {before} | {after} |")
+    return "\n".join(lines)
+
+
+def _phase_parts(doc: dict[str, Any]) -> list[str]:
+    """The section of each phase that ran, in the phases' order."""
+    sections: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
+        ("reclaim", _reclaim_table),
+        ("promote", _promote_line),
+        ("scale", _scale_table),
+        ("held", _held_table),
+        ("long_polls", long_polls_line),
+    )
+    return [render(doc[phase]) for phase, render in sections if doc.get(phase)]
 
 
 def _fmt(value: Any, digits: int = 2) -> str:

@@ -242,7 +242,8 @@ def _workers(target: str, n: int, body: Callable[[WorkerClient], None]) -> None:
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=run) for _ in range(n)]
+    # Daemons: a phase cut off at the bench's time bound must not hold its exit.
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(n)]
     for thread in threads:
         thread.start()
     for thread in threads:

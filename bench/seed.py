@@ -4,27 +4,43 @@ Each task is written exactly as ``CreateTask`` writes it (the store's own ``tran
 task record, ready-index key and the creation event, behind ``create_revision == 0``), only in
 batches, so that tens of thousands of tasks take seconds instead of minutes. The coordinator
 learns of them through its ready-index watch, as it would of tasks created by another replica.
+
+On a busy machine etcd answers a write now and then with ``etcdserver: request timed out``
+(StoreUnavailable): a seeding run of 100k tasks once failed on one (issue 27). Each batch is
+retried with backoff, a bounded number of times; see ``TaskSeeder._write``.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from etcd3 import etcdrpc
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
 
+from bench.harness import say
 from coordinator.clock import SystemClock
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.digests import digest_of
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import Op, TaskState
+from coordinator.errors import StoreUnavailable
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd import EtcdKV, RequestOp
+from coordinator.store.etcd import Compare, EtcdKV, RequestOp
 from coordinator.store.leases import ClaimLeases
 from coordinator.store.transition import ready_seq, transition_ops
 
 # Three writes per task; etcd allows 128 operations per txn by default.
 _BATCH = 40
+# Tries of one batch (or drop) while etcd is unavailable, waiting 0.5, 1, 2, 4, 8 s between (the
+# default backoff): about 15 s in all, past etcd's own request timeout (7 s), then it gives up.
+SEED_ATTEMPTS = 6
 
 TASK_INPUT = b"benchmark task input: 64 bytes of payload, the same for each task."
 """The input every seeded task carries."""
@@ -42,11 +58,14 @@ def task_id(queue: str, index: int) -> str:
 class TaskSeeder:
     """Writes and drops batches of READY tasks in one keyspace."""
 
-    def __init__(self, kv: EtcdKV, keys: Keyspace) -> None:
+    def __init__(self, kv: EtcdKV, keys: Keyspace, *, backoff: float = 0.5) -> None:
+        """Seed into ``keys`` through ``kv``; a write etcd could not take is tried again after
+        ``backoff`` seconds, doubling (``SEED_ATTEMPTS`` tries in all)."""
         self._kv = kv
         self.keys = keys
         self._ctx = StoreContext(kv, keys, ClaimLimits(), SystemClock(), ClaimLeases(kv))
         self._digest = digest_of(TASK_INPUT)
+        self._backoff = backoff
 
     def seed(self, queue: str, count: int) -> None:
         """Create ``count`` READY tasks in ``queue``, claimable in index order."""
@@ -73,8 +92,23 @@ class TaskSeeder:
                 )
                 compares += more_compares
                 ops += more_ops
-            if not self._kv.txn(compares, ops).succeeded:
-                raise RuntimeError(f"seeding {queue} failed: a task id already exists")
+            self._write(compares, ops, self.keys.task(task_id(queue, start)))
+
+    def _write(self, compares: Sequence[Compare], ops: Sequence[RequestOp], first: str) -> None:
+        """One batch, retried while etcd is unavailable.
+
+        A timed-out txn may still have been applied. Its retry then fails its
+        ``create_revision == 0`` compares; since a txn is all or nothing, the batch's first task
+        being there means the earlier try wrote the whole batch (the seeder is the only writer
+        of these ids), and only a first try that fails its compares is a real duplicate.
+        """
+        for attempt in _retrying(self._backoff):
+            with attempt:
+                if self._kv.txn(compares, ops).succeeded:
+                    return
+                if attempt.retry_state.attempt_number > 1 and self._kv.get(first) is not None:
+                    return
+                raise RuntimeError(f"seeding failed: a task of the batch from {first} exists")
 
     def drop(self, queue: str) -> None:
         """Delete the queue's ready keys and every key of its tasks (records, claims, ...)."""
@@ -88,7 +122,24 @@ class TaskSeeder:
             f"{keys.prefix}/events/{queue}.",
             keys.results_prefix + queue + ".",
         ]
-        self._kv.txn((), [_delete_prefix(self._kv, prefix) for prefix in families])
+        deletes = [_delete_prefix(self._kv, prefix) for prefix in families]
+        for attempt in _retrying(self._backoff):  # a delete applied twice deletes nothing more
+            with attempt:
+                self._kv.txn((), deletes)
+
+
+def _retrying(backoff: float) -> Retrying:
+    """Tries of one write while etcd answers StoreUnavailable (bounded: ``SEED_ATTEMPTS``)."""
+    return Retrying(
+        retry=retry_if_exception_type(StoreUnavailable),
+        stop=stop_after_attempt(SEED_ATTEMPTS),
+        wait=wait_exponential(multiplier=backoff, max=16 * backoff),
+        before_sleep=lambda state: say(
+            f"seeding: etcd unavailable ({state.outcome and state.outcome.exception()}), "
+            f"try {state.attempt_number + 1} of {SEED_ATTEMPTS}"
+        ),
+        reraise=True,
+    )
 
 
 def _delete_prefix(kv: EtcdKV, prefix: str) -> RequestOp:

@@ -159,7 +159,7 @@ class BumpEpoch(Fault):
         with h.client("operator") as admin:
             op = rec.invoke(OpKind.BUMP_EPOCH, task="")
             with rec.bound(op):
-                epoch = admin.bump_epoch()
+                epoch = admin.admin.bump_epoch()
             rec.complete(op, End.OK, Observed.OK, epoch=epoch)
         self.bumped = True
 

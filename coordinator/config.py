@@ -3,35 +3,38 @@
 The CLI (``coordinator serve``, ``coordinator up``) fills a ``Config`` from flags,
 ``COORDINATOR_*`` environment variables and a TOML config file (``--config``), in that order of
 precedence; an invalid value raises ConfigError naming the setting, before anything connects or
-listens. Config file keys are the field names below (``max_ttl = 60``).
+listens. Config file keys are the field names below (``max_ttl = 60``; the file is read by
+coordinator.config_file); the rules of single values live in coordinator.config_values.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-import tomllib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
-from coordinator.domain import validation
+from coordinator.config_values import (
+    build_retry_defaults,
+    check_address,
+    error_codes,
+    parse_retention,
+    require_positive,
+    require_together,
+)
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.retention import (
     DEFAULT_ENDED_ATTEMPT_RETENTION,
     DEFAULT_RETENTION,
     DEFAULT_TOMBSTONE_RETENTION,
     RetentionPolicy,
-    parse_per_queue,
-    parse_setting_duration,
 )
-from coordinator.domain.retry import RetryDefaults, RetryPolicy, check_policy
+from coordinator.domain.retry import RetryDefaults, RetryPolicy
 from coordinator.domain.roles import Role
 from coordinator.domain.stream_limits import StreamLimits
 from coordinator.domain.write_budget import BudgetPolicy
-from coordinator.errors import ConfigError, InvalidArgument
+from coordinator.errors import ConfigError
 from coordinator.logging import LEVELS
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
@@ -41,10 +44,6 @@ DEFAULT_METRICS_LISTEN = "127.0.0.1:9090"
 DEFAULT_ARCHIVE = "~/.local/state/coordinator/archive"
 DEFAULT_ETCD_QUOTA = 2 << 30  # etcd's default --quota-backend-bytes
 
-TABLE_SETTINGS = frozenset({"retention_per_queue"})
-"""Settings a config file gives as a TOML table."""
-
-_HOST_PORT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]*):(?P<port>[0-9]{1,5})$")
 _PREFIX = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
 
 
@@ -238,40 +237,40 @@ class Config:
             )
         if self.stall_timeout < 0:
             raise ConfigError(f"stall_timeout must be >= 0 (0 disables), got {self.stall_timeout}")
-        _positive("reconcile_timeout", self.reconcile_timeout)
+        require_positive("reconcile_timeout", self.reconcile_timeout)
         if self.reconcile_handoffs < 0:
             raise ConfigError(f"reconcile_handoffs must be >= 0, got {self.reconcile_handoffs}")
         self.retry_defaults()  # a bad policy stops the server at start, naming the setting
-        _positive("promote_interval", self.promote_interval)
+        require_positive("promote_interval", self.promote_interval)
 
     def _check_serving(self) -> None:
         if self.log_level not in LEVELS:
             raise ConfigError(
                 f"log_level must be one of {', '.join(LEVELS)}, got {self.log_level!r}"
             )
-        _positive("max_workers", self.max_workers)
-        _positive("max_calls_per_principal", self.max_calls_per_principal)
-        _positive("renew_rate_per_principal", self.renew_rate_per_principal)
-        _positive("max_streams", self.max_streams)
-        _positive("max_streams_per_principal", self.max_streams_per_principal)
-        _positive("max_stream_age", self.max_stream_age)
-        _positive("max_replays", self.max_replays)
-        _positive("max_replays_per_principal", self.max_replays_per_principal)
+        require_positive("max_workers", self.max_workers)
+        require_positive("max_calls_per_principal", self.max_calls_per_principal)
+        require_positive("renew_rate_per_principal", self.renew_rate_per_principal)
+        require_positive("max_streams", self.max_streams)
+        require_positive("max_streams_per_principal", self.max_streams_per_principal)
+        require_positive("max_stream_age", self.max_stream_age)
+        require_positive("max_replays", self.max_replays)
+        require_positive("max_replays_per_principal", self.max_replays_per_principal)
         if not 0 < self.max_claim_wait <= 20:
             raise ConfigError(f"max_claim_wait must be > 0 and <= 20, got {self.max_claim_wait}")
-        _positive("max_claim_waiters", self.max_claim_waiters)
-        _positive("etcd_timeout", self.etcd_timeout)
-        _positive("health_interval", self.health_interval)
+        require_positive("max_claim_waiters", self.max_claim_waiters)
+        require_positive("etcd_timeout", self.etcd_timeout)
+        require_positive("health_interval", self.health_interval)
         if self.shutdown_grace < 0:
             raise ConfigError(f"shutdown_grace must be >= 0, got {self.shutdown_grace}")
-        _positive("reclaim_scan_interval", self.reclaim_scan_interval)
-        _positive("idempotency_ttl", self.idempotency_ttl)
-        _positive("token_reload_interval", self.token_reload_interval)
+        require_positive("reclaim_scan_interval", self.reclaim_scan_interval)
+        require_positive("idempotency_ttl", self.idempotency_ttl)
+        require_positive("token_reload_interval", self.token_reload_interval)
 
     def _check_metrics_and_health(self) -> None:
         check_address("metrics_listen", self.metrics_listen, allow_port_zero=True)
-        _positive("metrics_read_timeout", self.metrics_read_timeout)
-        _positive("metrics_max_connections", self.metrics_max_connections)
+        require_positive("metrics_read_timeout", self.metrics_read_timeout)
+        require_positive("metrics_max_connections", self.metrics_max_connections)
         if self.metrics_tls and not self.tls_cert:
             raise ConfigError(
                 "metrics_tls needs tls_cert and tls_key (it serves their certificate)"
@@ -284,52 +283,37 @@ class Config:
                 )
 
     def _check_retention(self) -> None:
+        policy = parse_retention(
+            self.retention,
+            self.retention_per_queue,
+            self.tombstone_retention,
+            self.ended_attempt_retention,
+            idempotency_ttl=self.idempotency_ttl,
+        )
         # Normalized in place (the dataclass is frozen): flags and files give text.
         set_ = object.__setattr__
-        set_(self, "retention", parse_setting_duration("retention", self.retention))
-        set_(
-            self,
-            "retention_per_queue",
-            MappingProxyType(parse_per_queue("retention_per_queue", self.retention_per_queue)),
-        )
-        tombstone = parse_setting_duration("tombstone_retention", self.tombstone_retention)
-        if tombstone <= 0:
-            raise ConfigError(
-                "tombstone_retention must be > 0: a tombstone is what refuses a pruned task's id"
-            )
-        set_(self, "tombstone_retention", tombstone)
-        set_(
-            self,
-            "ended_attempt_retention",
-            parse_setting_duration("ended_attempt_retention", self.ended_attempt_retention),
-        )
-        # Refused, not warned: a tombstone shorter than the idempotency window frees a pruned
-        # id while a client may still retry its create within the window the server promises,
-        # and that late retry silently makes a second task. One setting fixes it at start.
-        if tombstone < self.idempotency_ttl:
-            raise ConfigError(
-                f"tombstone_retention ({tombstone:g}s) must be >= idempotency_ttl "
-                f"({self.idempotency_ttl:g}s): a pruned task's id must stay refused as long as "
-                "a retry of its create may still come"
-            )
+        set_(self, "retention", policy.default)
+        set_(self, "retention_per_queue", policy.per_queue)
+        set_(self, "tombstone_retention", policy.tombstone)
+        set_(self, "ended_attempt_retention", policy.ended_attempt)
         if not self.archive.strip():
             raise ConfigError("archive: give a directory or an s3:// URL")
-        _positive("prune_interval", self.prune_interval)
-        _positive("prune_rate", self.prune_rate)
-        _positive("etcd_quota_bytes", self.etcd_quota_bytes)
+        require_positive("prune_interval", self.prune_interval)
+        require_positive("prune_rate", self.prune_rate)
+        require_positive("etcd_quota_bytes", self.etcd_quota_bytes)
         for name in ("etcd_quota_warn_ratio", "etcd_quota_high_water"):
             ratio = getattr(self, name)
             if not 0 < ratio <= 1:
                 raise ConfigError(f"{name} must be in (0, 1], got {ratio}")
-        _positive("etcd_space_interval", self.etcd_space_interval)
+        require_positive("etcd_space_interval", self.etcd_space_interval)
         for role in Role:
             rate = getattr(self, f"write_budget_{role.value}")
             if rate < 0:
                 raise ConfigError(f"write_budget_{role.value} must be >= 0, got {rate}")
-        _positive("write_budget_window", self.write_budget_window)
+        require_positive("write_budget_window", self.write_budget_window)
 
     def _check_auth(self) -> None:
-        _together("tls_cert", self.tls_cert, "tls_key", self.tls_key)
+        require_together("tls_cert", self.tls_cert, "tls_key", self.tls_key)
         if self.tls_client_ca and not self.tls_cert:
             raise ConfigError("tls_client_ca (mutual TLS) needs tls_cert and tls_key")
         if self.insecure:
@@ -349,15 +333,10 @@ class Config:
             raise ConfigError("insecure_allow_remote only applies together with insecure")
 
     def _check_etcd_security(self) -> None:
-        _together("etcd_cert", self.etcd_cert, "etcd_key", self.etcd_key)
+        require_together("etcd_cert", self.etcd_cert, "etcd_key", self.etcd_key)
         if self.etcd_cert and not self.etcd_ca_cert:
             raise ConfigError("etcd_cert needs etcd_ca_cert (the CA of etcd's server certificate)")
-        _together("etcd_user", self.etcd_user, "etcd_password", self.etcd_password)
-
-    @property
-    def authenticated(self) -> bool:
-        """Whether callers must authenticate (a token file is configured)."""
-        return self.token_file is not None
+        require_together("etcd_user", self.etcd_user, "etcd_password", self.etcd_password)
 
     def auth_problem(self) -> str | None:
         """Why this config cannot serve (no authentication chosen), or None if it can.
@@ -403,17 +382,9 @@ class Config:
             backoff_multiplier=self.retry_backoff_multiplier,
             max_backoff=self.retry_max_backoff,
             backoff_jitter=self.retry_backoff_jitter,
-            non_retryable_errors=tuple(
-                code.strip() for code in self.retry_non_retryable_errors.split(",") if code.strip()
-            ),
+            non_retryable_errors=error_codes(self.retry_non_retryable_errors),
         )
-        try:
-            check_policy(server, "retry_")
-        except InvalidArgument as exc:
-            raise ConfigError(str(exc)) from None
-        return RetryDefaults(
-            server, MappingProxyType(_queue_policies(self.queue_retry_policies, server))
-        )
+        return build_retry_defaults(server, self.queue_retry_policies)
 
     @property
     def retention_policy(self) -> RetentionPolicy:
@@ -448,48 +419,6 @@ class Config:
         }
 
 
-SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(Config))
-"""Every setting's name (Config's fields): the keys a config file may use."""
-
-
-def parse_endpoints(text: str) -> tuple[str, ...]:
-    """``"h1:p1,h2:p2"`` -> ``("h1:p1", "h2:p2")``; blanks around commas are ignored."""
-    return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
-def check_address(setting: str, value: str, *, allow_port_zero: bool = False) -> str:
-    """A ``host:port`` address (``[v6]:port`` too); ConfigError naming ``setting`` if not."""
-    match = _HOST_PORT.match(value)
-    if match is None:
-        raise ConfigError(f"{setting} must be host:port, got {value!r}")
-    port = int(match["port"])
-    lowest = 0 if allow_port_zero else 1
-    if not lowest <= port <= 65535:
-        raise ConfigError(f"{setting} port must be {lowest}-65535, got {value!r}")
-    return value
-
-
-def load_config_file(path: str | Path) -> dict[str, Any]:
-    """The settings in a TOML config file; ConfigError naming the file or the unknown key.
-
-    Keys are setting names (``max_ttl = 60``, ``etcd = ["a:2379", "b:2379"]``); values are
-    checked later, exactly like flags and environment variables.
-    """
-    try:
-        with Path(path).open("rb") as handle:
-            doc = tomllib.load(handle)
-    except OSError as exc:
-        raise ConfigError(f"config: cannot read {str(path)!r}: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config: {str(path)!r} is not valid TOML: {exc}") from exc
-    for key, value in doc.items():
-        if key not in SETTINGS:
-            raise ConfigError(f"config: unknown setting {key!r} in {str(path)!r}")
-        if isinstance(value, dict) and key not in TABLE_SETTINGS:
-            raise ConfigError(f"config: {key} must be a value, not a table")
-    return doc
-
-
 def is_loopback(address: str) -> bool:
     """Whether a ``host:port`` listen address only accepts connections from this machine."""
     host = address.rpartition(":")[0].strip("[]")
@@ -499,49 +428,3 @@ def is_loopback(address: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False  # a host name, "0.0.0.0", "[::]" or "": reachable from elsewhere
-
-
-_POLICY_FIELDS: dict[str, Callable[[str], Any]] = {
-    "max_attempts": int,
-    "initial_backoff": float,
-    "backoff_multiplier": float,
-    "max_backoff": float,
-    "backoff_jitter": float,
-    "non_retryable_errors": lambda text: tuple(c for c in text.split("|") if c),
-}
-
-
-def _queue_policies(text: str, server: RetryPolicy) -> dict[str, RetryPolicy]:
-    """Parse queue_retry_policies ('QUEUE:field=value,...;...'); ConfigError naming it."""
-    policies: dict[str, RetryPolicy] = {}
-    for entry in filter(None, (part.strip() for part in text.split(";"))):
-        queue, _, assignments = entry.partition(":")
-        queue = queue.strip()
-        try:
-            validation.queue(queue)
-            changes = {}
-            for assignment in filter(None, (a.strip() for a in assignments.split(","))):
-                name, _, value = assignment.partition("=")
-                convert = _POLICY_FIELDS.get(name.strip())
-                if convert is None:
-                    raise InvalidArgument(
-                        f"unknown field {name.strip()!r} (one of {', '.join(_POLICY_FIELDS)})"
-                    )
-                changes[name.strip()] = convert(value.strip())
-            policy = replace(server, **changes)
-            check_policy(policy)
-        except (InvalidArgument, ValueError) as exc:
-            raise ConfigError(f"queue_retry_policies: queue {queue!r}: {exc}") from None
-        policies[queue] = policy
-    return policies
-
-
-def _together(a: str, a_value: object, b: str, b_value: object) -> None:
-    if bool(a_value) != bool(b_value):
-        missing, given = (b, a) if a_value else (a, b)
-        raise ConfigError(f"{missing} is required together with {given}")
-
-
-def _positive(setting: str, value: float) -> None:
-    if value <= 0:
-        raise ConfigError(f"{setting} must be > 0, got {value}")

@@ -110,7 +110,7 @@ def _log_tail(path: Path, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def terminate_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
+def stop_child_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
     """SIGTERM the process group of ``proc`` (a process started in its own session, as etcd
     is here), then SIGKILL it if it has not exited within ``timeout``."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -126,7 +126,7 @@ def terminate_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
 
 def _reap(proc: subprocess.Popen[bytes], scratch: Path | None) -> None:
     """Last-resort cleanup run by weakref.finalize (also at interpreter exit)."""
-    terminate_group(proc, 5.0)
+    stop_child_group(proc, 5.0)
     lifeline.spare(proc.pid)
     if scratch is not None:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -345,7 +345,7 @@ class EtcdProcess:
             self._finalizer.detach()
             self._finalizer = None
         if self._proc is not None:
-            terminate_group(self._proc, timeout)
+            stop_child_group(self._proc, timeout)
             lifeline.spare(self._proc.pid)
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)

@@ -24,7 +24,8 @@ METADATA_KEY = "x-request-id"
 """The gRPC metadata key that carries a call's request id."""
 
 MAX_LENGTH = 128
-_VALID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
+"""The longest request id kept from a caller (a longer or malformed one is not logged or stored)."""
+_VALID = re.compile(rf"[A-Za-z0-9._:@/+=-]{{1,{MAX_LENGTH}}}")
 
 _current: ContextVar[str] = ContextVar("coordinator_request_id", default="")
 

@@ -28,7 +28,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from coordinator import lifeline
 from coordinator.cli import main
 from coordinator.cli.local_up import STATE_DIR_ENV, record_file
-from coordinator.config import Config, parse_endpoints
+from coordinator.config import Config
+from coordinator.config_values import parse_endpoints
 from coordinator.errors import ConfigError
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary, free_port
 from coordinator.v1 import admin_pb2, admin_pb2_grpc

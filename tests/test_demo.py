@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator import lifeline
-from coordinator.cli.demo import verify
+from coordinator.cli.demo_report import verify
 from coordinator.domain.records import ResultRecord
 from coordinator.etcd_process import find_etcd_binary
 from tests.helpers import eventually

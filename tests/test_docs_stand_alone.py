@@ -6,7 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("coordinator", "docs", "helm", "protos", "bench", "chaos", "scripts", "tests")
+FOLDERS = (
+    "coordinator",
+    "docs",
+    "helm",
+    "protos",
+    "bench",
+    "chaos",
+    "conformance",
+    "scripts",
+    "tests",
+)
 FILES = ("README.md", "DEVELOPERS.md", "Makefile", "Dockerfile", "pyproject.toml")
 SUFFIXES = frozenset({".py", ".md", ".proto", ".txt", ".yaml", ".yml", ".toml", ".tpl", ".sh"})
 # Written without the name itself, so this file does not match.

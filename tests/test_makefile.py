@@ -5,8 +5,10 @@ runs, and runs them all even when one fails, ``make test-fast`` leaves the slow 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -39,10 +41,28 @@ def test_make_demo_installs_only_what_the_demo_needs() -> None:
     assert planned[-1] == ".venv/bin/coordinator demo"
 
 
+def test_make_bench_installs_what_scenario_d_needs_then_runs_the_bench() -> None:
+    planned = _planned("bench")
+    assert ".venv/bin/python -m pip install -e '.[bench]'" in planned
+    assert planned[-1].rstrip() == ".venv/bin/python -m bench --json bench.json"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    bench = {re.split(r"[<>=\[ ]", dep)[0] for dep in project["optional-dependencies"]["bench"]}
+    assert {"tooz", "etcd3gw"} <= bench  # what bench/scenarios/tooz_locks.py imports
+
+
 def test_make_test_announces_each_phase_in_order() -> None:
     headers = [line for line in _planned("test") if line.startswith('echo "== ')]
     phases = [line.split("== ")[1].split(" ")[0] for line in headers]
-    assert phases == ["lint", "types", "chart", "unit", "integration", "chaos"]
+    assert phases == [
+        "lint",
+        "types",
+        "chart",
+        "contract",
+        "unit",
+        "integration",
+        "conformance",
+        "chaos",
+    ]
 
 
 def test_make_test_fast_skips_the_slow_marks() -> None:
@@ -63,7 +83,10 @@ def test_make_test_runs_the_chaos_phase_after_a_failed_one_and_then_fails(tmp_pa
     fake.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     # -o: the prerequisites (venv, lint, chart, ...) count as done; only the phases run.
-    skip = [f"-o{target}" for target in ("venv", "etcd", "chaos-tools", "browser", "lint", "chart")]
+    skip = [
+        f"-o{target}"
+        for target in ("venv", "etcd", "chaos-tools", "browser", "lint", "chart", "contract")
+    ]
     done = subprocess.run(
         ["make", "--no-print-directory", *skip, "test", f"BIN={tmp_path}"],
         cwd=ROOT,
@@ -77,8 +100,10 @@ def test_make_test_runs_the_chaos_phase_after_a_failed_one_and_then_fails(tmp_pa
     assert [line.split(" ")[1] for line in lines if line.startswith("== ")] == [
         "unit",
         "integration",
+        "conformance",
         "chaos",
     ]
+    assert "ran pytest -q tests/conformance" in lines
     assert "ran pytest -q tests/chaos tests/chaos_lite" in lines  # not hidden by the failure
     assert lines[-1] == "failed phases: integration"
     assert done.returncode != 0

@@ -14,6 +14,7 @@ import socket
 from pathlib import Path
 
 import click
+import grpc
 
 from coordinator.cli.local_up import discover
 from coordinator.cli.remote import DEFAULT_TARGET
@@ -152,18 +153,12 @@ def console(
         target = local.target if local is not None else DEFAULT_TARGET
         insecure = insecure or local is not None
     _loopback_if_insecure(insecure, listen)
-    credentials = None
-    if ca or cert:
-        try:
-            credentials = tls_credentials(ca=ca, cert=cert, key=key)
-        except (OSError, CoordinatorError) as exc:
-            raise click.UsageError(f"TLS files: {exc}") from exc
     settings = ConsoleSettings(
         target=target,
         secret_key=_secret(secret_file),
         insecure=insecure,
         allowed_hosts=allowed_hosts,
-        channel_credentials=credentials,
+        channel_credentials=_credentials(ca, cert, key),
         secure_cookie=secure_cookie,
     )
     try:
@@ -188,3 +183,16 @@ def console(
         server_header=False,
     )
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def _credentials(
+    ca: str | None, cert: str | None, key: str | None
+) -> grpc.ChannelCredentials | None:
+    """TLS to the coordinator from --ca/--cert/--key (None: plaintext); unreadable files are a
+    usage error."""
+    if not (ca or cert):
+        return None
+    try:
+        return tls_credentials(ca=ca, cert=cert, key=key)
+    except (OSError, CoordinatorError) as exc:
+        raise click.UsageError(f"TLS files: {exc}") from exc

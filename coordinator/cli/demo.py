@@ -9,30 +9,27 @@ recorded UNKNOWN; the worker then announces that it holds the task and is SIGSTO
 worker takes the task over, drafts its own email for the same slot, gets PAYLOAD_CONFLICT,
 reconciles the original by its key instead of sending again, and commits; the frozen one gets
 SIGCONT, commits its stale result and is refused FENCED. The invariants are then checked against
-what the workers reported, against etcd and against the outbox's call counts.
+what the workers reported, against etcd and against the outbox's call counts (cli/demo_report.py).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import signal
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import click
 from rich.console import Console
-from rich.table import Table
 
+from coordinator.cli.demo_report import Report, render, verify
 from coordinator.demo.outbox import OutboxProcess
 from coordinator.demo.worker import CHANNEL_OPTIONS, Record, WorkerProcess
 from coordinator.domain.decisions import ClaimLimits
-from coordinator.domain.effects import EffectRecord, EffectState
+from coordinator.domain.effects import EffectRecord
 from coordinator.domain.records import ResultRecord, decode
 from coordinator.errors import CoordinatorError
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
@@ -46,37 +43,6 @@ from coordinator.store.etcd import KV
 QUEUE = "demo"
 PREFIX = "/coordinator-demo"
 BUDGET = 55.0  # seconds: the whole demo must finish in under a minute
-
-
-@dataclass
-class Report:
-    """What the demo measured; ``invariants`` maps each checked property to whether it held."""
-
-    tasks: int
-    committed: int
-    fenced: int
-    fenced_reasons: dict[str, int]
-    attempts_per_task: dict[str, int]
-    wall_seconds: float
-    invariants: dict[str, bool]
-    late_commit: Record | None
-    fenced_commits: list[Record] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    # Side effects: recorded effects, calls the outbox performed more than once per key (must be
-    # 0), and effects a later attempt reconciled by key instead of sending again (>= 1).
-    effects: int = 0
-    duplicate_effects: int = 0
-    reconciled_effects: int = 0
-    reconciled_effect: Record | None = None
-
-    @property
-    def invariants_ok(self) -> bool:
-        """Whether every invariant held (and nothing went wrong on the way)."""
-        return bool(self.invariants) and all(self.invariants.values()) and not self.problems
-
-    def to_json(self) -> Record:
-        """The one JSON object ``--json`` prints."""
-        return {**asdict(self), "invariants_ok": self.invariants_ok}
 
 
 @contextmanager
@@ -112,7 +78,6 @@ def run_demo(
     deadline = started + BUDGET
     problems: list[str] = []
     pool: list[WorkerProcess] = []
-    late: Record | None = None
     with ExitStack() as stack:
         etcd = stack.enter_context(EtcdProcess(binary=find_etcd_binary(etcd_bin)))
         target, kv = stack.enter_context(served(etcd.endpoint, ttl))
@@ -126,44 +91,8 @@ def run_demo(
             producer.create_task(task_id, input=f"input of {task_id}".encode(), queue=QUEUE)
         narrate(f"created {tasks} tasks in queue {QUEUE!r}; each sends one email when done")
         stack.callback(_stop_all, pool)
-
-        # The paused worker starts alone, so it surely gets a task; its hold outlasts the stop.
-        frozen = WorkerProcess(
-            "worker-1",
-            target,
-            queue=QUEUE,
-            ttl=ttl,
-            hold_first=max(1.0, float(ttl)),
-            outbox=outbox.url,
-        )
-        pool.append(frozen)
-        frozen.start(on_holding=lambda _: frozen.signal(signal.SIGSTOP))
-        holding = frozen.wait_for("holding", timeout=deadline - time.monotonic())
-        for n in range(2, workers + 1):
-            pool.append(
-                WorkerProcess(f"worker-{n}", target, queue=QUEUE, ttl=ttl, outbox=outbox.url)
-            )
-            pool[-1].start()
-        if holding is None:
-            problems.append("the first worker never reported holding a task")
-        else:
-            task_id = holding["task"]
-            narrate(
-                f"worker-1 claimed {task_id} at generation {holding['generation']}, sent its "
-                "email (the response was lost: recorded UNKNOWN), and is now FROZEN (SIGSTOP) "
-                f"past its {ttl} s lease; {workers - 1} more workers start"
-            )
-            _narrate_takeover(producer, task_id, holding, deadline, narrate, problems)
-            frozen.signal(signal.SIGCONT)
-            narrate("worker-1 wakes up (SIGCONT), unaware, and commits its stale result")
-            late = frozen.wait_for("commit", timeout=deadline - time.monotonic(), task=task_id)
-            if late is None:
-                problems.append("the resumed worker never reported its commit")
-            else:
-                narrate(
-                    f"worker-1's commit at generation {late['generation']}: {late['outcome']} "
-                    f"{late['reason']} - the store refused the late owner"
-                )
+        scene = _Scene(producer, target, ttl, outbox.url, deadline, narrate, problems)
+        late = _freeze_one(scene, pool, workers)
 
         def all_done() -> bool:
             return all(t.state is TaskState.DONE for t in producer.list_tasks(queue=QUEUE))
@@ -174,15 +103,7 @@ def run_demo(
             narrate(f"all {tasks} tasks DONE")
         _stop_all(pool)
         records = [r for w in pool for r in w.records]
-        reconciled = next(
-            (r for r in records if r.get("op") == "effect" and r.get("status") == "reconciled"),
-            None,
-        )
-        if reconciled is not None:
-            narrate(
-                f"{reconciled['worker']} found worker-1's email for {reconciled['task']} "
-                "already sent (looked up by its effect key) and did not send it again"
-            )
+        _narrate_reconciled(records, narrate)
         results, attempts = _read_etcd(kv)
         effects = [decode(EffectRecord, item.value) for item in _range(kv, f"{PREFIX}/effects/")]
         performed = {k: int(v) for k, v in outbox.counts()["performed"].items()}
@@ -197,6 +118,76 @@ def run_demo(
         effects=effects,
         performed=performed,
     )
+
+
+@dataclass(frozen=True)
+class _Scene:
+    """What every step of the story works with."""
+
+    producer: WorkerClient
+    target: str
+    ttl: int
+    outbox: str
+    deadline: float
+    narrate: Narrate
+    problems: list[str]
+
+
+def _freeze_one(scene: _Scene, pool: list[WorkerProcess], workers: int) -> Record | None:
+    """Start worker-1 alone and freeze it once it holds a task, start the others, wait for the
+    takeover, then wake worker-1 up; returns its late commit (None if it never came)."""
+    ttl, narrate, problems = scene.ttl, scene.narrate, scene.problems
+    # The paused worker starts alone, so it surely gets a task; its hold outlasts the stop.
+    frozen = WorkerProcess(
+        "worker-1",
+        scene.target,
+        queue=QUEUE,
+        ttl=ttl,
+        hold_first=max(1.0, float(ttl)),
+        outbox=scene.outbox,
+    )
+    pool.append(frozen)
+    frozen.start(on_holding=lambda _: frozen.signal(signal.SIGSTOP))
+    holding = frozen.wait_for("holding", timeout=scene.deadline - time.monotonic())
+    for n in range(2, workers + 1):
+        pool.append(
+            WorkerProcess(f"worker-{n}", scene.target, queue=QUEUE, ttl=ttl, outbox=scene.outbox)
+        )
+        pool[-1].start()
+    if holding is None:
+        problems.append("the first worker never reported holding a task")
+        return None
+    task_id = holding["task"]
+    narrate(
+        f"worker-1 claimed {task_id} at generation {holding['generation']}, sent its "
+        "email (the response was lost: recorded UNKNOWN), and is now FROZEN (SIGSTOP) "
+        f"past its {ttl} s lease; {workers - 1} more workers start"
+    )
+    _narrate_takeover(scene.producer, task_id, holding, scene.deadline, narrate, problems)
+    frozen.signal(signal.SIGCONT)
+    narrate("worker-1 wakes up (SIGCONT), unaware, and commits its stale result")
+    late = frozen.wait_for("commit", timeout=scene.deadline - time.monotonic(), task=task_id)
+    if late is None:
+        problems.append("the resumed worker never reported its commit")
+    else:
+        narrate(
+            f"worker-1's commit at generation {late['generation']}: {late['outcome']} "
+            f"{late['reason']} - the store refused the late owner"
+        )
+    return late
+
+
+def _narrate_reconciled(records: list[Record], narrate: Narrate) -> None:
+    """Say which worker found worker-1's email already sent and did not send it again."""
+    reconciled = next(
+        (r for r in records if r.get("op") == "effect" and r.get("status") == "reconciled"),
+        None,
+    )
+    if reconciled is not None:
+        narrate(
+            f"{reconciled['worker']} found worker-1's email for {reconciled['task']} "
+            "already sent (looked up by its effect key) and did not send it again"
+        )
 
 
 def _narrate_takeover(
@@ -256,167 +247,6 @@ def _read_etcd(
 
 def _range(kv: EtcdKV, prefix: str) -> list[KV]:
     return kv.range_page(prefix, kv.prefix_end(prefix))[0]
-
-
-def verify(
-    ids: list[str],
-    records: list[Record],
-    results: dict[str, list[ResultRecord]],
-    attempts: dict[str, list[tuple[int, int]]],
-    late: Record | None,
-    problems: list[str],
-    *,
-    wall: float,
-    effects: list[EffectRecord] | None = None,
-    performed: dict[str, int] | None = None,
-) -> Report:
-    """Check the invariants against the workers' reports, etcd's records and (when given) the
-    effect records and the outbox's performed calls per key (pure)."""
-    commits = [r for r in records if r.get("op") == "commit"]
-    winners: dict[str, set[str]] = {}
-    for c in commits:
-        if c["outcome"] == "COMMITTED":
-            winners.setdefault(c["task"], set()).add(c["attempt_id"])
-    fenced = [c for c in commits if c["outcome"] == "FENCED"]
-    claims: dict[str, list[tuple[int, int]]] = {}
-    for r in records:
-        if r.get("op") == "claim" and r.get("outcome") == "CLAIMED":
-            claims.setdefault(r["task"], []).append((r["attempt"], r["generation"]))
-
-    def increasing(pairs: list[tuple[int, int]]) -> bool:
-        gens = [g for _, g in sorted(pairs)]
-        return all(a < b for a, b in itertools.pairwise(gens))
-
-    invariants = {
-        "at_most_one_canonical_commit_per_task": all(len(v) <= 1 for v in results.values())
-        and all(len(v) <= 1 for v in winners.values()),
-        "every_task_committed": all(len(results.get(t, [])) == 1 for t in ids),
-        "canonical_result_is_the_reported_commit": all(
-            {r.attempt_id for r in results.get(t, [])} == winners.get(t, set()) for t in ids
-        ),
-        "late_commit_fenced": late is not None and late["outcome"] == "FENCED",
-        "generations_increasing": all(increasing(v) for v in attempts.values())
-        and all(sorted(v) == sorted(attempts.get(t, [])) for t, v in claims.items()),
-    }
-    effect_figures: dict[str, Any] = {}
-    if effects is not None:
-        effect_figures = _check_effects(ids, records, effects, performed or {}, invariants)
-    if late is not None:
-        winner = next(iter(results.get(late["task"], [])), None)
-        late = {**late, "superseded_by": winner.claim_generation if winner else None}
-    return Report(
-        tasks=len(ids),
-        committed=sum(1 for t in ids if results.get(t)),
-        fenced=len(fenced),
-        fenced_reasons=dict(Counter(c["reason"] for c in fenced)),
-        attempts_per_task={t: len(attempts.get(t, [])) for t in ids},
-        wall_seconds=round(wall, 2),
-        invariants=invariants,
-        late_commit=late,
-        fenced_commits=fenced,
-        problems=problems,
-        **effect_figures,
-    )
-
-
-def _check_effects(
-    ids: list[str],
-    records: list[Record],
-    effects: list[EffectRecord],
-    performed: dict[str, int],
-    invariants: dict[str, bool],
-) -> dict[str, Any]:
-    """Add the side-effect invariants; returns the effect figures of the report.
-
-    A duplicate is a key the outbox performed more than once. A reconciled effect is a COMMITTED
-    one recorded by another generation than the one that sent it: a later attempt found it
-    performed downstream and did not send again.
-    """
-    duplicates = sum(n - 1 for n in performed.values() if n > 1)
-    reconciled = [
-        e
-        for e in effects
-        if e.state is EffectState.COMMITTED and e.recorded_generation != e.prepared_generation
-    ]
-    by_task: dict[str, list[EffectRecord]] = {}
-    for e in effects:
-        by_task.setdefault(e.task_id, []).append(e)
-    invariants["no_duplicate_effects"] = duplicates == 0
-    invariants["every_effect_committed_once"] = all(
-        len(by_task.get(t, [])) == 1
-        and by_task[t][0].state is EffectState.COMMITTED
-        and performed.get(by_task[t][0].effect_id, 0) == 1
-        for t in ids
-    )
-    invariants["effect_reconciled_not_resent"] = any(
-        performed.get(e.effect_id, 0) == 1 for e in reconciled
-    )
-    line = next(
-        (r for r in records if r.get("op") == "effect" and r.get("status") == "reconciled"), None
-    )
-    return {
-        "effects": len(effects),
-        "duplicate_effects": duplicates,
-        "reconciled_effects": len(reconciled),
-        "reconciled_effect": line,
-    }
-
-
-def render(report: Report, console: Console) -> None:
-    """The readable summary."""
-    spread = Counter(report.attempts_per_task.values())
-    figures = Table(title="coordinator demo", show_header=False)
-    figures.add_row("tasks", str(report.tasks))
-    figures.add_row("canonical commits", str(report.committed))
-    figures.add_row("fenced commits", str(report.fenced))
-    figures.add_row(
-        "attempts per task",
-        ", ".join(f"{n} attempt(s): {c} task(s)" for n, c in sorted(spread.items())),
-    )
-    late = report.late_commit
-    if late is not None:
-        figures.add_row(
-            "late commit",
-            f"{late['task']} generation {late['generation']} -> {late['outcome']} "
-            f"{late['reason']} (canonical: generation {late['superseded_by']})",
-        )
-    figures.add_row("side effects (emails)", str(report.effects))
-    figures.add_row("duplicate effects", str(report.duplicate_effects))
-    figures.add_row("reconciled, not resent", str(report.reconciled_effects))
-    rec = report.reconciled_effect
-    if rec is not None:
-        conflict = "PAYLOAD_CONFLICT, " if rec.get("conflict") else ""
-        figures.add_row(
-            "reconciled effect",
-            f"{rec['task']} generation {rec['generation']}: {conflict}found "
-            f"{rec['external_ref']} by key {rec['effect_id'][:16]}..., sent nothing",
-        )
-    figures.add_row("wall time", f"{report.wall_seconds:.1f} s")
-    console.print(figures)
-    if report.fenced_commits:
-        fenced = Table(title="fenced commits (refused by the store)")
-        for column in ("task", "worker", "attempt", "generation", "reason", "lost before commit"):
-            fenced.add_column(column)
-        for c in report.fenced_commits:
-            fenced.add_row(
-                c["task"],
-                c["worker"],
-                str(c["attempt"]),
-                str(c["generation"]),
-                c["reason"],
-                "yes" if c.get("lost_before_commit") else "no",
-            )
-        console.print(fenced)
-    checks = Table(title="invariants")
-    checks.add_column("property")
-    checks.add_column("held")
-    for name, held in report.invariants.items():
-        checks.add_row(name.replace("_", " "), "[green]yes[/]" if held else "[red]NO[/]")
-    console.print(checks)
-    for problem in report.problems:
-        console.print(f"[red]problem:[/] {problem}")
-    verdict = "[green]all invariants held[/]" if report.invariants_ok else "[red]FAILED[/]"
-    console.print(verdict)
 
 
 @click.command()

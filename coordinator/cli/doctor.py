@@ -16,8 +16,9 @@ from collections.abc import Callable
 import click
 
 from coordinator.cli.local_up import discover
-from coordinator.cli.serve import etcd_security_options
-from coordinator.config import DEFAULT_ETCD, DEFAULT_PREFIX, parse_endpoints
+from coordinator.cli.options import etcd_security_options
+from coordinator.config import DEFAULT_ETCD, DEFAULT_PREFIX
+from coordinator.config_values import parse_endpoints
 from coordinator.doctor import LAGGING, Finding, Repair, Snapshot, check, confirm
 from coordinator.doctor.findings import Problem
 from coordinator.domain.keys import Keyspace
@@ -125,15 +126,7 @@ def doctor(
     """Check a keyspace: task records vs their indexes (ready, delayed, deadline, ...), claim
     keys, results, events and edges."""
     keys = Keyspace(prefix)
-    guessed = ""  # why etcd is where it is tried, if nobody said so
-    if etcd is None:
-        local = discover(flag="--etcd (or COORDINATOR_ETCD)")
-        etcd = local.etcd if local is not None else ",".join(DEFAULT_ETCD)
-        if local is None:
-            guessed = (
-                f" (no --etcd given and no `coordinator up` running, so {etcd} was tried: "
-                "start `coordinator up`, or give --etcd HOST:PORT)"
-            )
+    etcd, guessed = _etcd_endpoints(etcd)
     try:
         retention_s = parse_setting_duration("retention", retention)
     except ConfigError as exc:
@@ -171,6 +164,21 @@ def doctor(
     else:
         _print(prefix, revision, findings, repaired, (repair, repair_pruned))
     raise SystemExit(1 if remaining else 0)
+
+
+def _etcd_endpoints(etcd: str | None) -> tuple[str, str]:
+    """The endpoints to check (--etcd, else the running ``coordinator up``'s etcd, else the
+    default) and, when guessed, a note saying why they were tried, for a failed connection."""
+    if etcd is not None:
+        return etcd, ""
+    local = discover(flag="--etcd (or COORDINATOR_ETCD)")
+    if local is not None:
+        return local.etcd, ""
+    tried = ",".join(DEFAULT_ETCD)
+    return tried, (
+        f" (no --etcd given and no `coordinator up` running, so {tried} was tried: "
+        "start `coordinator up`, or give --etcd HOST:PORT)"
+    )
 
 
 def _deletes_data(finding: Finding) -> bool:

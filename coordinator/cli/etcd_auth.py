@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import click
 
+from coordinator.cli.options import etcd_security_options
 from coordinator.cli.secret_files import secret_from_file
-from coordinator.cli.serve import etcd_security_options
-from coordinator.config import DEFAULT_ETCD, DEFAULT_PREFIX, check_address, parse_endpoints
+from coordinator.config import DEFAULT_ETCD, DEFAULT_PREFIX
+from coordinator.config_values import check_address, parse_endpoints
 from coordinator.errors import ConfigError
 from coordinator.etcd_auth import AuthPlan, EtcdAuthError, EtcdTLS, ensure_auth
 

@@ -17,7 +17,7 @@ import click
 import grpc
 
 from coordinator.cli.remote import connect, remote_options, remote_settings
-from coordinator.sdk._rpc import PRINCIPAL_METADATA
+from coordinator.sdk import PRINCIPAL_METADATA
 from coordinator.sdk._status import translate
 from coordinator.v1 import tasks_pb2, types_pb2
 

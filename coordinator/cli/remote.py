@@ -21,8 +21,9 @@ from coordinator.cli.local_up import discover
 from coordinator.cli.origins import origin
 from coordinator.cli.secret_files import secret_from_file
 from coordinator.errors import CoordinatorError, NotFound
+from coordinator.sdk import CallRetry
 from coordinator.sdk import environment as env
-from coordinator.sdk._rpc import RetryPolicy, Rpc
+from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.auth import BearerToken, tls_credentials
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -233,7 +234,7 @@ def connect(
         rpc = Rpc(
             target,
             principal=principal,
-            retry=RetryPolicy(timeout=timedelta(seconds=timeout), attempts=3),
+            retry=CallRetry(timeout=timedelta(seconds=timeout), attempts=3),
             credentials=credentials,
             channel_options=[("grpc.enable_http_proxy", 0)],
             interceptors=[BearerToken(token)] if token else (),

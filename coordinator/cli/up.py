@@ -15,6 +15,7 @@ next reader drops its record.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 from collections.abc import Iterator
@@ -25,7 +26,8 @@ from types import FrameType
 import click
 
 from coordinator.cli.local_up import LocalUp, discover, publish, running, state_dir, withdraw
-from coordinator.cli.serve import build_config, limit_options, run
+from coordinator.cli.options import limit_options
+from coordinator.cli.serve import build_config, run
 from coordinator.config import DEFAULT_LISTEN, is_loopback
 from coordinator.errors import CoordinatorError
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
@@ -125,30 +127,8 @@ def up(
         with etcd:
             config = build_config(etcd=(etcd.endpoint,), **settings)
             where = str(etcd.data_dir) if data_dir is not None else "temporary"
-
             env_file = etcd.data_dir / "env"
-
-            def ready(address: str) -> None:
-                local = LocalUp(target=address, etcd=etcd.endpoint, pid=os.getpid())
-                published = publish(local)
-                env_file.write_text(local.exports() + "\n")
-                click.echo(f"coordinator: listening on {address}")
-                click.echo(
-                    "coordinator: INSECURE mode: no authentication, callers name their own "
-                    "principal (x-coordinator-principal) and roles; loopback only"
-                )
-                click.echo(f"coordinator: etcd at {etcd.endpoint} (data: {where})")
-                click.echo(
-                    "coordinator: the CLI verbs and `coordinator doctor` find this server by "
-                    f"themselves ({published})"
-                )
-                click.echo(
-                    "coordinator: other programs take its environment, in another terminal: "
-                    f'`eval "$(coordinator up --print-env)"` (or `. {env_file}`):'
-                )
-                click.echo(f"  {local.exports()}")
-                click.echo("coordinator: press Ctrl-C to stop")
-
+            ready = functools.partial(_announce, etcd=etcd.endpoint, where=where, env_file=env_file)
             try:
                 code = run(config, ready=ready)
             finally:
@@ -204,3 +184,27 @@ def _exit_on_signal() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _announce(address: str, *, etcd: str, where: str, env_file: Path) -> None:
+    """Once the server listens: publish this `up` for the CLI verbs, write its environment
+    file, and tell the user where everything is."""
+    local = LocalUp(target=address, etcd=etcd, pid=os.getpid())
+    published = publish(local)
+    env_file.write_text(local.exports() + "\n")
+    click.echo(f"coordinator: listening on {address}")
+    click.echo(
+        "coordinator: INSECURE mode: no authentication, callers name their own "
+        "principal (x-coordinator-principal) and roles; loopback only"
+    )
+    click.echo(f"coordinator: etcd at {etcd} (data: {where})")
+    click.echo(
+        "coordinator: the CLI verbs and `coordinator doctor` find this server by "
+        f"themselves ({published})"
+    )
+    click.echo(
+        "coordinator: other programs take its environment, in another terminal: "
+        f'`eval "$(coordinator up --print-env)"` (or `. {env_file}`):'
+    )
+    click.echo(f"  {local.exports()}")
+    click.echo("coordinator: press Ctrl-C to stop")

@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 import click
+import grpc
 
 from coordinator.cli.ready_http import ReadyEndpoint
 from coordinator.cli.remote import channel_credentials, remote_options_as, remote_settings
@@ -149,13 +150,7 @@ def worker(
     if not queues:
         raise click.UsageError("give at least one --queue (or COORDINATOR_QUEUE)")
     remote = remote_settings(settings)
-    credentials = channel_credentials(
-        token=remote["token"],
-        ca=remote["ca"],
-        cert=remote["cert"],
-        key=remote["key"],
-        insecure=remote["insecure"],
-    )
+    credentials = _credentials(remote)
     readiness: list[Readiness] = [ReadyFile(ready_file)] if ready_file else []
     endpoint = ReadyEndpoint(ready_listen) if ready_listen else None
     if endpoint is not None:
@@ -189,3 +184,14 @@ def worker(
     finally:
         if endpoint is not None:
             endpoint.close()
+
+
+def _credentials(remote: dict[str, Any]) -> grpc.ChannelCredentials | None:
+    """The channel credentials the connection options ask for (None: plaintext)."""
+    return channel_credentials(
+        token=remote["token"],
+        ca=remote["ca"],
+        cert=remote["cert"],
+        key=remote["key"],
+        insecure=remote["insecure"],
+    )

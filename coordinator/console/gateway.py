@@ -15,7 +15,8 @@ import grpc
 
 from coordinator.console.session import Credentials
 from coordinator.console.settings import ConsoleSettings
-from coordinator.sdk._rpc import PRINCIPAL_METADATA, RetryPolicy, Rpc
+from coordinator.sdk import PRINCIPAL_METADATA, CallRetry
+from coordinator.sdk._rpc import Rpc
 from coordinator.sdk._status import translate
 from coordinator.sdk.auth import BearerToken
 from coordinator.v1 import tasks_pb2
@@ -37,7 +38,7 @@ class Gateway:
         rpc = Rpc(
             self._settings.target,
             principal=credentials.principal,
-            retry=RetryPolicy(timeout=timeout, budget=timeout, attempts=2),
+            retry=CallRetry(timeout=timeout, budget=timeout, attempts=2),
             credentials=self._settings.channel_credentials,
             channel_options=_CHANNEL_OPTIONS,
             interceptors=[BearerToken(credentials.token)] if credentials.token else (),

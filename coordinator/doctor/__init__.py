@@ -20,6 +20,11 @@ are ``lagging`` findings: the runner reports them only if they persist, unchange
 second snapshot taken a reclaim window later (``confirm``).
 """
 
+# The store first: store/history.py still imports doctor/parsed.py (an arrow back up that
+# issue 26 item 3 removes by moving the index-key rule to domain/), and that import only
+# completes when the store is already loading. Whoever imports the doctor alone (`coordinator
+# doctor` no longer loads the server) would otherwise meet a half-initialized doctor/findings.py.
+import coordinator.store  # noqa: F401
 from coordinator.doctor.checks import check, confirm
 from coordinator.doctor.findings import (
     LAGGING,

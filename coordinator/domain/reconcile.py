@@ -30,6 +30,7 @@ from enum import IntEnum
 
 from coordinator.domain.decisions import Verdict
 from coordinator.domain.effects import EffectRecord, EffectState, resolve
+from coordinator.domain.roles import check_principal
 from coordinator.domain.states import Outcome
 from coordinator.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 
@@ -238,18 +239,16 @@ def resolve_owned(
     return resolved
 
 
-def check_principal(field_name: str, value: str, state: EffectState) -> str:
-    """RecordEffect's optional reconcile owner: only with UNKNOWN, 1-128 printable chars."""
+def check_reconcile_principal(field_name: str, value: str, state: EffectState) -> str:
+    """RecordEffect's optional reconcile owner: only with UNKNOWN, and a principal by the one
+    rule every caller's principal keeps (domain/roles.py), since only a caller of that
+    principal can ever resolve it; a name no caller can have would hold the task until the
+    reconcile deadline escalates it."""
     if not value:
         return value
     if state is not EffectState.UNKNOWN:
         raise InvalidArgument(f"{field_name} applies only with state UNKNOWN, got {state.name}")
-    if len(value) > 128 or not value.isprintable() or value.strip() != value:
-        raise InvalidArgument(
-            f"{field_name} must be 1-128 printable characters without surrounding blanks, "
-            f"got {value[:140]!r}"
-        )
-    return value
+    return check_principal(field_name, value)
 
 
 __all__ = [
@@ -258,7 +257,7 @@ __all__ = [
     "GateDecision",
     "Reconciliation",
     "check_named_owner",
-    "check_principal",
+    "check_reconcile_principal",
     "check_resolver",
     "decide_claim_gate",
     "escalate",

@@ -34,30 +34,30 @@ if TYPE_CHECKING:
         Outcome,
         TaskState,
     )
+    from coordinator.sdk._core.calls import PRINCIPAL_METADATA, CallRetry
+    from coordinator.sdk._core.effects import (
+        Downstream,
+        DownstreamRefused,
+        DownstreamResult,
+        DownstreamUncertain,
+        EffectOutcome,
+        EffectStatus,
+        LookupUnsupported,
+    )
     from coordinator.sdk._duration import Duration
-    from coordinator.sdk._rpc import PRINCIPAL_METADATA, RetryPolicy
+    from coordinator.sdk.admin import AdminCalls
     from coordinator.sdk.aio.effects import ThreadedDownstream
     from coordinator.sdk.auth import BearerToken, tls_credentials
     from coordinator.sdk.cancellation import Cancellation, CancelReason
     from coordinator.sdk.claim import Claim, LostCallback
     from coordinator.sdk.client import WorkerClient
-    from coordinator.sdk.effects import (
-        Downstream,
-        DownstreamRefused,
-        DownstreamResult,
-        DownstreamUncertain,
-        EffectInfo,
-        EffectOutcome,
-        EffectStatus,
-        HttpDownstream,
-        LookupUnsupported,
-    )
+    from coordinator.sdk.effects import EffectInfo, HttpDownstream
     from coordinator.sdk.managed import JobResult, ManagedProcess
     from coordinator.sdk.pool import Ending, PollBackoff, PoolReport, WorkerPool, stop_on_signals
     from coordinator.sdk.readiness import Readiness, ReadyFile
     from coordinator.sdk.rediscover import ListedJob, Rediscovered
+    from coordinator.sdk.tasks import AttemptInfo, ResultInfo, TaskInfo, TaskRetryPolicy
     from coordinator.sdk.types import (
-        AttemptInfo,
         ClaimLost,
         ClaimRefused,
         CommitOutcome,
@@ -66,10 +66,7 @@ if TYPE_CHECKING:
         LostReason,
         OutcomeUnknown,
         ReleaseOutcome,
-        ResultInfo,
         StageOutcome,
-        TaskInfo,
-        TaskRetryPolicy,
         ToolAuthorization,
         TransportError,
     )
@@ -86,8 +83,9 @@ _EXPORTS: dict[str, str] = {
     "Outcome": "coordinator.domain.states",
     "TaskState": "coordinator.domain.states",
     "Duration": "coordinator.sdk._duration",
-    "PRINCIPAL_METADATA": "coordinator.sdk._rpc",
-    "RetryPolicy": "coordinator.sdk._rpc",
+    "PRINCIPAL_METADATA": "coordinator.sdk._core.calls",
+    "CallRetry": "coordinator.sdk._core.calls",
+    "AdminCalls": "coordinator.sdk.admin",
     "BearerToken": "coordinator.sdk.auth",
     "tls_credentials": "coordinator.sdk.auth",
     "Cancellation": "coordinator.sdk.cancellation",
@@ -95,15 +93,15 @@ _EXPORTS: dict[str, str] = {
     "Claim": "coordinator.sdk.claim",
     "LostCallback": "coordinator.sdk.claim",
     "WorkerClient": "coordinator.sdk.client",
-    "Downstream": "coordinator.sdk.effects",
-    "DownstreamRefused": "coordinator.sdk.effects",
-    "DownstreamResult": "coordinator.sdk.effects",
-    "DownstreamUncertain": "coordinator.sdk.effects",
+    "Downstream": "coordinator.sdk._core.effects",
+    "DownstreamRefused": "coordinator.sdk._core.effects",
+    "DownstreamResult": "coordinator.sdk._core.effects",
+    "DownstreamUncertain": "coordinator.sdk._core.effects",
     "EffectInfo": "coordinator.sdk.effects",
-    "EffectOutcome": "coordinator.sdk.effects",
-    "EffectStatus": "coordinator.sdk.effects",
+    "EffectOutcome": "coordinator.sdk._core.effects",
+    "EffectStatus": "coordinator.sdk._core.effects",
     "HttpDownstream": "coordinator.sdk.effects",
-    "LookupUnsupported": "coordinator.sdk.effects",
+    "LookupUnsupported": "coordinator.sdk._core.effects",
     "JobResult": "coordinator.sdk.managed",
     "ManagedProcess": "coordinator.sdk.managed",
     "Ending": "coordinator.sdk.pool",
@@ -115,7 +113,7 @@ _EXPORTS: dict[str, str] = {
     "ReadyFile": "coordinator.sdk.readiness",
     "ListedJob": "coordinator.sdk.rediscover",
     "Rediscovered": "coordinator.sdk.rediscover",
-    "AttemptInfo": "coordinator.sdk.types",
+    "AttemptInfo": "coordinator.sdk.tasks",
     "ClaimLost": "coordinator.sdk.types",
     "ClaimRefused": "coordinator.sdk.types",
     "CommitOutcome": "coordinator.sdk.types",
@@ -124,10 +122,10 @@ _EXPORTS: dict[str, str] = {
     "LostReason": "coordinator.sdk.types",
     "OutcomeUnknown": "coordinator.sdk.types",
     "ReleaseOutcome": "coordinator.sdk.types",
-    "ResultInfo": "coordinator.sdk.types",
+    "ResultInfo": "coordinator.sdk.tasks",
     "StageOutcome": "coordinator.sdk.types",
-    "TaskInfo": "coordinator.sdk.types",
-    "TaskRetryPolicy": "coordinator.sdk.types",
+    "TaskInfo": "coordinator.sdk.tasks",
+    "TaskRetryPolicy": "coordinator.sdk.tasks",
     "ToolAuthorization": "coordinator.sdk.types",
     "TransportError": "coordinator.sdk.types",
     "ThreadedDownstream": "coordinator.sdk.aio.effects",
@@ -136,9 +134,11 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "PRINCIPAL_METADATA",
+    "AdminCalls",
     "AttemptEnd",
     "AttemptInfo",
     "BearerToken",
+    "CallRetry",
     "CancelReason",
     "Cancellation",
     "Claim",
@@ -179,7 +179,6 @@ __all__ = [
     "Rediscovered",
     "ReleaseOutcome",
     "ResultInfo",
-    "RetryPolicy",
     "StageOutcome",
     "TaskInfo",
     "TaskRetryPolicy",

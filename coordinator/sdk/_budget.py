@@ -2,7 +2,7 @@
 
 A call retries until the earlier of two ends, measured from its first try:
 
-- the retry budget (``RetryPolicy.budget``), long enough to ride out a coordinator replica's
+- the retry budget (``CallRetry.budget``), long enough to ride out a coordinator replica's
   restart or an etcd leader change;
 - for a call made behind a claim's fence (commit, release, stage, authorize, effects, managed
   jobs), the lease time the claim has left (``Claim.remaining()``): past the lease's end the claim

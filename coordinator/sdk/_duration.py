@@ -40,7 +40,7 @@ def timeout_seconds(value: Duration | None, name: str = "timeout") -> float | No
 
 class DurationField(Generic[D]):
     """A dataclass field that holds a ``D`` (a timedelta, or an optional one) and accepts seconds
-    as well: ``RetryPolicy(timeout=5)`` stores ``timedelta(seconds=5)``.
+    as well: ``CallRetry(timeout=5)`` stores ``timedelta(seconds=5)``.
 
     A data descriptor, so a frozen dataclass's ``__init__`` (``object.__setattr__``) goes
     through ``__set__`` too; the class attribute is the default the dataclass sees.

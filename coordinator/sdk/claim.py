@@ -13,7 +13,7 @@ again or re-grants anything by itself: a lost claim stays lost.
 authority on the fence, and its answer carries the reason.
 
 What a claim is apart from its keepalive and channel (its state, the requests it sends, what each
-answer does to it) is in sdk/_held.py, shared with the asyncio ``AsyncClaim``.
+answer does to it) is in sdk/_core/held.py, shared with the asyncio ``AsyncClaim``.
 """
 
 from __future__ import annotations
@@ -25,15 +25,25 @@ from types import TracebackType
 from typing import Self
 
 from coordinator.errors import CoordinatorError
+from coordinator.sdk._core.attempt import WorkerMethod
+from coordinator.sdk._core.calls import Req, Resp
+from coordinator.sdk._core.held import HeldClaim, LostCallback
+from coordinator.sdk._core.requests import (
+    authorize_request,
+    claim_key,
+    claim_next_request,
+    commit_request,
+    fail_request,
+    release_request,
+    stage_request,
+)
 from coordinator.sdk._duration import Duration, timeout_seconds
 from coordinator.sdk._flag import Flag
-from coordinator.sdk._held import HeldClaim, LostCallback
+from coordinator.sdk._jobstart import run_managed
 from coordinator.sdk._renewer import Renewer
-from coordinator.sdk._requests import claim_key, claim_next_request
-from coordinator.sdk._rpc import Req, Resp, Rpc
-from coordinator.sdk.attempt import WorkerMethod
+from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.effects import Downstream, EffectOutcome, run_effect
-from coordinator.sdk.managed import DEFAULT_GRACE, ManagedProcess, run_managed
+from coordinator.sdk.managed import DEFAULT_GRACE, ManagedProcess
 from coordinator.sdk.types import (
     CommitOutcome,
     FailOutcome,
@@ -113,7 +123,14 @@ class Claim(HeldClaim):
         OutcomeUnknown means a try may have landed: call ``commit`` again with the same result
         to learn it (COMMITTED if it landed); TransportError means none reached the server.
         """
-        request = self._commit_request(result, result_ref, result_digest, evidence)
+        request = commit_request(
+            self.fence,
+            self.input_digest,
+            result,
+            result_ref=result_ref,
+            result_digest=result_digest,
+            evidence=evidence,
+        )
         return self._committed(self.call(lambda worker: worker.Commit, request))
 
     def commit_and_next(
@@ -137,7 +154,14 @@ class Claim(HeldClaim):
         landed gets that try's answer, next claims included, so a lost answer costs no
         attempt. Given up (TransportError), ``commit`` alone is tried; a next claim the lost
         answer carried is then held by nobody and expires with its lease."""
-        request = self._commit_request(result, result_ref, result_digest, evidence)
+        request = commit_request(
+            self.fence,
+            self.input_digest,
+            result,
+            result_ref=result_ref,
+            result_digest=result_digest,
+            evidence=evidence,
+        )
         request.next.CopyFrom(
             claim_next_request(
                 queue, ttl=ttl, epoch=self.fence.scheduler_epoch, max_tasks=max_tasks
@@ -164,19 +188,21 @@ class Claim(HeldClaim):
         self, result: bytes, *, result_ref: str = "", result_digest: str | None = None
     ) -> StageOutcome:
         """Stage ``result`` in this attempt's own area (never canonical by itself)."""
-        request = self._stage_request(result, result_ref, result_digest)
+        request = stage_request(
+            self.fence, result, result_ref=result_ref, result_digest=result_digest
+        )
         return self._staged(self.call(lambda worker: worker.StageResult, request))
 
     def authorize_tool(self, tool: str, action: str = "") -> ToolAuthorization:
         """Ask the tool acceptance point before a side effect; falsy means do not run it."""
-        request = self._authorize_request(tool, action)
+        request = authorize_request(self.fence, tool, action)
         return self._authorized(self.call(lambda worker: worker.AuthorizeTool, request))
 
     def release(self, reason: str = "") -> ReleaseOutcome:
         """Give the task back (READY again). Ends the claim; FENCED / CANCELLED mark it lost,
         except FENCED / ALREADY_COMMITTED or RELEASED: this attempt's own commit or release had
         landed (``committed`` then says so), e.g. one whose answer was lost (OutcomeUnknown)."""
-        request = self._release_request(reason)
+        request = release_request(self.fence, reason)
         return self._released(self.call(lambda worker: worker.Release, request))
 
     def fail(
@@ -194,8 +220,8 @@ class Claim(HeldClaim):
         no attempts left). ``error`` is an exception (its type name is the error code, its text
         the message, its traceback the details) or an error code. Ends the claim; FENCED /
         CANCELLED / STALE_INPUT mark it lost (unless this attempt had already ended itself)."""
-        request = self._fail_request(
-            error, retryable=retryable, delay=delay, message=message, details=details
+        request = fail_request(
+            self.fence, error, retryable=retryable, delay=delay, message=message, details=details
         )
         return self._failed(self.call(lambda worker: worker.Fail, request))
 

@@ -1,4 +1,5 @@
-"""WorkerClient: claims tasks and hands back Claims; also the producer and admin calls it needs.
+"""WorkerClient: claims tasks and hands back Claims; also the producer's calls (inherited from
+sdk/producer.py), and the operator's calls apart behind ``client.admin`` (sdk/admin.py).
 
 A client pins the scheduler epoch it first sees (``epoch()`` reads and re-pins it). A new epoch
 is the operator's decision and a worker must follow it, so a claim refused FENCED/EPOCH_CHANGED
@@ -11,54 +12,43 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self
 
 import grpc
 
-from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectState
 from coordinator.domain.jobs import JobRecord
-from coordinator.domain.states import TaskState
-from coordinator.errors import AlreadyExists, NotFound
-from coordinator.sdk._duration import Duration, as_timedelta
-from coordinator.sdk._renewer import Renewer
-from coordinator.sdk._requests import (
+from coordinator.sdk._core.calls import CallRetry, Tries
+from coordinator.sdk._core.requests import (
     CLAIM_HINT,
-    CREATE_HINT,
     AnyClaim,
     claim_key,
     claim_next_request,
     claim_request,
-    create_is_retried,
-    create_request,
     epoch_moved,
-    is_this_create,
     lease_clock_start,
     long_poll,
     repinned,
 )
-from coordinator.sdk._rpc import RetryPolicy, Rpc, Tries
+from coordinator.sdk._duration import Duration
+from coordinator.sdk._renewer import Renewer
+from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.abort import Abort
+from coordinator.sdk.admin import AdminCalls
 from coordinator.sdk.auth import BearerToken
 from coordinator.sdk.claim import Claim, LostCallback, claims_of
 from coordinator.sdk.effects import EffectInfo
 from coordinator.sdk.environment import connection
 from coordinator.sdk.managed import DEFAULT_GRACE
+from coordinator.sdk.producer import ProducerCalls
 from coordinator.sdk.rediscover import ListedJob, Rediscovered, list_jobs, rediscover, resume_claim
-from coordinator.sdk.types import (
-    AttemptInfo,
-    ClaimRefused,
-    ResultInfo,
-    TaskInfo,
-    TaskRetryPolicy,
-)
-from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
+from coordinator.sdk.types import ClaimRefused
+from coordinator.v1 import admin_pb2, types_pb2, worker_pb2
 
 
-class WorkerClient:
+class WorkerClient(ProducerCalls):
     """A connection to a coordinator, acting as one principal.
 
     ``target`` is one ``host:port``, several replicas (a list, or comma-separated ``ip:port``s),
@@ -70,7 +60,7 @@ class WorkerClient:
 
     Every call has a deadline and is retried on UNAVAILABLE / DEADLINE_EXCEEDED (and on
     RESOURCE_EXHAUSTED: a replica at its concurrency bound ran nothing) only, for up to
-    ``RetryPolicy.budget`` (15 s by default) and, behind a claim's fence, no longer than the lease
+    ``CallRetry.budget`` (15 s by default) and, behind a claim's fence, no longer than the lease
     lasts; other gRPC errors raise the coordinator's exceptions (NotFound, ...). A call given
     up after a try that may have landed raises OutcomeUnknown (a TransportError) saying what to
     repeat to learn its outcome. Every claim call carries an idempotency key of its own: a
@@ -84,7 +74,7 @@ class WorkerClient:
         principal: str,
         channel_options: Sequence[tuple[str, Any]] | None = None,
         credentials: grpc.ChannelCredentials | None = None,
-        retry: RetryPolicy | None = None,
+        retry: CallRetry | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor[Any, Any]] = (),
         token: str | None = None,
     ) -> None:
@@ -99,7 +89,7 @@ class WorkerClient:
         self._rpc = Rpc(
             chosen.target,
             principal=principal,
-            retry=retry or RetryPolicy(),
+            retry=retry or CallRetry(),
             channel_options=channel_options,
             credentials=chosen.credentials,
             interceptors=interceptors,
@@ -108,11 +98,18 @@ class WorkerClient:
         self._epoch_lock = threading.Lock()
         # One keepalive loop renews every claim of this client (sdk/_renewer.py).
         self._renewer = Renewer(self._rpc)
+        self._admin = AdminCalls(self._rpc)
 
     @property
     def principal(self) -> str:
         """The principal every call is made as."""
         return self._rpc.principal
+
+    @property
+    def admin(self) -> AdminCalls:
+        """The operator's calls (bump_epoch, approve_retry) on this connection; the server
+        allows them to the admin role only."""
+        return self._admin
 
     # --- epoch ------------------------------------------------------------------------------
 
@@ -264,165 +261,6 @@ class WorkerClient:
             abort=abort,
         )
         return response, lease_clock_start(sent_at, time.monotonic(), timeout, tries=tries.count)
-
-    # --- tasks ------------------------------------------------------------------------------
-
-    def create_task(
-        self,
-        task_id: str = "",
-        *,
-        input: bytes = b"",
-        queue: str = "default",
-        priority: int = 0,
-        requires_review: bool = False,
-        non_replayable: bool = False,
-        idempotency_key: str = "",
-        retry_policy: TaskRetryPolicy | None = None,
-        not_before: datetime | None = None,
-        schedule_to_close: Duration | None = None,
-    ) -> TaskInfo:
-        """Create a READY task; an empty ``task_id`` lets the server generate one.
-
-        ``retry_policy`` sets how often it is tried (unset fields: the queue's, else the
-        server's defaults); ``not_before`` keeps it DELAYED until then; past
-        ``schedule_to_close`` from now it is FAILED (TIMED_OUT) whatever runs.
-
-        Retried on transport errors only with an explicit id or an ``idempotency_key`` (a
-        retry with neither could create a second task; with a key the server answers a retry
-        whose first try landed with that try's response, generated id included). With an id,
-        an existing task of the same queue and input digest is returned instead of
-        AlreadyExists, so a retry whose first try landed is harmless.
-        """
-        request = create_request(
-            task_id,
-            input=input,
-            queue=queue,
-            priority=priority,
-            requires_review=requires_review,
-            non_replayable=non_replayable,
-            retry_policy=retry_policy,
-            not_before=not_before,
-            schedule_to_close=schedule_to_close,
-        )
-        retry = create_is_retried(task_id, idempotency_key)
-        try:
-            response = self._rpc.call(
-                self._rpc.tasks.CreateTask,
-                request,
-                retry=retry,
-                idempotency_key=idempotency_key,
-                hint="" if retry else CREATE_HINT,
-            )
-        except AlreadyExists as taken:
-            if not task_id:
-                raise
-            try:
-                existing = self.get_task(task_id)
-            except NotFound:  # pruned since (its tombstone refused the id): not ours to return
-                raise taken from None
-            if not is_this_create(existing, request):
-                raise
-            return existing
-        return TaskInfo.from_proto(response.task)
-
-    def get_task(self, task_id: str) -> TaskInfo:
-        """The task and its latest attempts, oldest first (at most 20: ``task.attempt`` counts
-        them all, ``attempts()`` reads every one). Raises NotFound for an unknown id."""
-        response = self._rpc.call(
-            self._rpc.tasks.GetTask, tasks_pb2.GetTaskRequest(task_id=task_id)
-        )
-        return TaskInfo.from_proto(response.task, tuple(response.attempts))
-
-    def get_result(self, task_id: str, revision: int = 0) -> ResultInfo:
-        """The canonical result of a task revision (0: its current revision), with the attempt
-        and fence that committed it: what a reviewer accepts (pm/admin). Raises NotFound for an
-        unknown task or a revision without a committed result."""
-        request = tasks_pb2.GetResultRequest(task_id=task_id, revision=revision)
-        return ResultInfo.from_proto(self._rpc.call(self._rpc.tasks.GetResult, request).result)
-
-    def attempts(self, task_id: str, *, page_size: int = 100) -> Iterator[AttemptInfo]:
-        """Every attempt of the task, oldest first, read a page at a time as you iterate."""
-        token = ""
-        while True:
-            request = tasks_pb2.ListAttemptsRequest(
-                task_id=task_id, page_size=page_size, page_token=token
-            )
-            response = self._rpc.call(self._rpc.tasks.ListAttempts, request)
-            yield from (AttemptInfo.from_proto(a) for a in response.attempts)
-            token = response.next_page_token
-            if not token:
-                return
-
-    def list_tasks(
-        self, *, queue: str = "", state: TaskState | None = None, page_size: int = 100
-    ) -> list[TaskInfo]:
-        """Every task of ``queue`` (all queues if empty) in ``state`` (any if None), by id."""
-        tasks: list[TaskInfo] = []
-        token = ""
-        while True:
-            request = tasks_pb2.ListTasksRequest(
-                queue=queue,
-                state=types_pb2.TaskState.ValueType(state or 0),
-                page_size=page_size,
-                page_token=token,
-            )
-            response = self._rpc.call(self._rpc.tasks.ListTasks, request)
-            tasks.extend(TaskInfo.from_proto(t) for t in response.tasks)
-            token = response.next_page_token
-            if not token:
-                return tasks
-
-    def cancel_task(self, task_id: str, *, reason: str = "") -> TaskInfo:
-        """Cancel a task: a live claim's next renew, authorize or commit gets CANCELLED."""
-        request = tasks_pb2.CancelTaskRequest(task_id=task_id, reason=reason)
-        return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.CancelTask, request).task)
-
-    def update_input(self, task_id: str, *, input: bytes, expected_revision: int = 0) -> TaskInfo:
-        """Replace a task's input (producer): revision + 1, READY; a live claim's commit then
-        gets STALE_INPUT. ``expected_revision`` (non-zero) makes it conditional."""
-        request = tasks_pb2.UpdateInputRequest(
-            task_id=task_id,
-            input=input,
-            input_digest=digest_of(input),
-            expected_revision=expected_revision,
-        )
-        return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.UpdateInput, request).task)
-
-    def retry_task(
-        self, task_id: str, *, reason: str = "", schedule_to_close: Duration | None = None
-    ) -> TaskInfo:
-        """Send a FAILED task back to READY with a fresh attempt budget (pm or admin).
-
-        ``schedule_to_close`` gives it a new deadline, that long from now; a task whose own
-        deadline passed (TIMED_OUT) needs one (FailedPrecondition without)."""
-        request = tasks_pb2.RetryTaskRequest(task_id=task_id, reason=reason)
-        if schedule_to_close is not None:
-            request.schedule_to_close.FromTimedelta(
-                as_timedelta(schedule_to_close, "schedule_to_close")
-            )
-        return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.RetryTask, request).task)
-
-    # --- admin ------------------------------------------------------------------------------
-
-    def bump_epoch(self, *, expected_epoch: int = 0) -> int:
-        """Raise the scheduler epoch (admin): every live claim of the old epoch is fenced."""
-        request = admin_pb2.BumpEpochRequest(expected_epoch=expected_epoch)
-        return self._rpc.call(self._rpc.admin.BumpEpoch, request).epoch
-
-    def approve_retry(
-        self, task_id: str, *, resolution: EffectState, reason: str = ""
-    ) -> tuple[TaskInfo, list[EffectInfo]]:
-        """Let a NEEDS_APPROVAL task run again (admin), deciding what became of its uncertain
-        effects: ABSENT (send again, same key) or COMMITTED (skip them)."""
-        request = admin_pb2.ApproveRetryRequest(
-            task_id=task_id,
-            resolution=types_pb2.EffectState.ValueType(int(resolution)),
-            reason=reason,
-        )
-        response = self._rpc.call(self._rpc.admin.ApproveRetry, request)
-        return TaskInfo.from_proto(response.task), [
-            EffectInfo.from_proto(e) for e in response.effects
-        ]
 
     # --- managed jobs (sdk/managed.py) -------------------------------------------------------
 

@@ -12,6 +12,7 @@
    then SIGKILL after the grace period, so no command outlives its authority;
 4. the end is recorded with FinishJob: EXITED with the command's status, or KILLED.
 
+Steps 1 and 2 are sdk/_jobstart.py's (``run_managed``), the watcher and the end this module's.
 After a worker restart, ``rediscover`` (sdk/rediscover.py) finds the jobs again from their
 records.
 
@@ -21,15 +22,10 @@ recoverable after a restart.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -39,20 +35,14 @@ import structlog
 from coordinator.domain.jobs import (
     JobRecord,
     JobState,
-    check_argv,
 )
-from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
 from coordinator.sdk import _proc
+from coordinator.sdk._core.attempt import HeldAttempt
 from coordinator.sdk._duration import Duration, as_timedelta, timeout_seconds
 from coordinator.sdk._rpc import Rpc
-from coordinator.sdk.attempt import HeldAttempt
 from coordinator.sdk.types import (
     ClaimLost,
-    LossSource,
-    LostReason,
-    fence_to_proto,
-    outcome_of,
     timestamp,
 )
 from coordinator.v1 import worker_pb2
@@ -68,7 +58,6 @@ MARKER_ENV = "COORDINATOR_JOB_ID"
 LOG_DIR_ENV = "COORDINATOR_JOB_LOG_DIR"
 """Where job logs go by default (else ``$TMPDIR/coordinator-jobs``)."""
 
-_WRAPPER = str(Path(__file__).with_name("_jobwrap.py"))
 _POLL = 0.05
 
 
@@ -342,112 +331,3 @@ def finish(rpc: Rpc, record: JobRecord, state: JobState, code: int, detail: str)
         log.warning("FinishJob failed", job_id=record.job_id, state=state.name, error=str(exc))
         return JobResult(state, code, detail, None, recorded=False)
     return JobResult(state, code, detail, job_from_proto(response.job), response.recorded)
-
-
-def new_job_id() -> str:
-    """A fresh job id."""
-    return f"j-{secrets.token_hex(8)}"
-
-
-def run_managed(
-    claim: HeldAttempt,
-    rpc: Rpc,
-    argv: Sequence[str],
-    *,
-    cwd: str | os.PathLike[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    grace: Duration = DEFAULT_GRACE,
-    log_dir: str | os.PathLike[str] | None = None,
-) -> ManagedProcess:
-    """Start ``argv`` as a managed job of ``claim`` (see the module doc); ``rpc`` records its end
-    (FinishJob carries no fence). Raises ClaimLost if the claim is lost already or StartJob is
-    refused (the command then never ran)."""
-    command = check_argv(list(argv))
-    claim.check(margin=timedelta(0))
-    task_id = claim.fence.task_id
-    job_id = new_job_id()
-    log_path = job_log_path(log_dir or default_log_dir(), task_id, job_id)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_ref = str(log_path)
-    environment = {**(os.environ if env is None else env), MARKER_ENV: job_id}
-    gate_r, gate_w = os.pipe()
-    try:
-        with open(log_path, "ab") as log_file:
-            popen = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    _WRAPPER,
-                    str(gate_r),
-                    exit_ref(log_ref),
-                    "--",
-                    *command,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                cwd=cwd,
-                env=environment,
-                start_new_session=True,
-                pass_fds=(gate_r,),
-            )
-    except BaseException:
-        os.close(gate_w)
-        raise
-    finally:
-        os.close(gate_r)
-    try:
-        response = _start_job(claim, job_id, popen.pid, command, log_ref)
-    except BaseException:
-        os.close(gate_w)  # the leader reads EOF and exits: the command never runs
-        popen.wait()
-        raise
-    outcome = outcome_of(response.outcome)
-    if outcome is not Outcome.OK:
-        os.close(gate_w)
-        popen.wait()
-        _close_refused(rpc, task_id, job_id, response.message)
-        reason = FenceReason(response.reason)
-        lost = LostReason(outcome, reason, response.message, LossSource.JOB, task_id)
-        claim.mark_lost(outcome, reason, response.message, LossSource.JOB)
-        raise ClaimLost(
-            f"job {job_id} of task {task_id} not started: StartJob answered "
-            f"{outcome.name}/{reason.name}: {response.message}",
-            reason=lost,
-        )
-    os.write(gate_w, b"g")
-    os.close(gate_w)
-    record = job_from_proto(response.job)
-    return ManagedProcess(rpc, record, grace=grace, popen=popen, claim=claim)._start()
-
-
-def _close_refused(rpc: Rpc, task_id: str, job_id: str, message: str) -> None:
-    """A refused start wrote nothing, unless an earlier try of the same start landed before
-    the claim was lost (a retry after a lost answer): then close that record, best effort."""
-    request = worker_pb2.FinishJobRequest(
-        task_id=task_id,
-        job_id=job_id,
-        state=worker_pb2.JOB_STATE_KILLED,
-        detail=f"never started: StartJob was refused ({message})"[:1000],
-    )
-    with contextlib.suppress(CoordinatorError):  # NotFound: the usual case, nothing written
-        rpc.call(rpc.worker.FinishJob, request, retry=False)
-
-
-def _start_job(
-    claim: HeldAttempt, job_id: str, pid: int, argv: tuple[str, ...], log_ref: str
-) -> worker_pb2.StartJobResponse:
-    ticks = _proc.start_ticks(pid)
-    if ticks is None:
-        raise CoordinatorError(f"the leader of job {job_id} (pid {pid}) vanished before StartJob")
-    request = worker_pb2.StartJobRequest(
-        fence=fence_to_proto(claim.fence),
-        job_id=job_id,
-        host=socket.gethostname(),
-        pid=pid,
-        start_ticks=ticks,
-        argv=list(argv),
-        log_ref=log_ref,
-    )
-    return claim.call(lambda worker: worker.StartJob, request)

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -52,9 +51,7 @@ from datetime import timedelta
 import structlog
 
 from coordinator.errors import CoordinatorError, InvalidArgument
-from coordinator.sdk._duration import Duration, as_timedelta
-from coordinator.sdk._flag import Flag
-from coordinator.sdk._pool import (
+from coordinator.sdk._core.pool import (
     GIVE_BACK_TIMEOUT,
     MAX_CLAIM_BATCH,
     MAX_CONCURRENT,
@@ -63,16 +60,25 @@ from coordinator.sdk._pool import (
     UNFINISHED,
     Ending,
     PollBackoff,
+    Polling,
     PoolReport,
-    check_options,
+    PoolSettings,
+    Tally,
+    after_handler,
+    cut_off,
     cut_off_reason,
+    given_back,
+    released,
+    unsettled,
 )
+from coordinator.sdk._duration import Duration
+from coordinator.sdk._flag import Flag
 from coordinator.sdk._signals import stop_on_signals
 from coordinator.sdk.abort import Abort, CallAborted
 from coordinator.sdk.cancellation import Cancellation, CancelReason
 from coordinator.sdk.claim import Claim
 from coordinator.sdk.client import WorkerClient
-from coordinator.sdk.readiness import Readiness
+from coordinator.sdk.readiness import Readiness, set_all
 from coordinator.sdk.types import LostReason, TransportError
 
 log = structlog.get_logger(__name__)
@@ -151,28 +157,28 @@ class WorkerPool:
         claim_batch: int = 1,
         commit_then_next: bool = False,
     ) -> None:
-        ttl, grace = as_timedelta(ttl, "ttl"), as_timedelta(grace, "grace")
-        long_poll = as_timedelta(long_poll, "long_poll")
-        check_options(queues, max_concurrent, grace)
+        self._settings = settings = PoolSettings.of(
+            queues,
+            max_concurrent=max_concurrent,
+            ttl=ttl,
+            grace=grace,
+            poll=poll,
+            long_poll=long_poll,
+        )
         if not 1 <= claim_batch <= MAX_CLAIM_BATCH:
             raise InvalidArgument(f"claim_batch must be 1 to {MAX_CLAIM_BATCH}, got {claim_batch}")
         self._claim_batch, self._commit_then_next = claim_batch, commit_then_next
         self._client, self._handler = client, handler
-        self._queues = tuple(queues)
-        self._ttl, self._grace = ttl, grace
         self._readiness = tuple(readiness)
-        self._poll = poll or PollBackoff()
-        self._long_poll = long_poll
         self._stopping = Flag()
         # A shutdown never claims: stop() aborts the long polls in flight, which would else win
         # the very tasks the cut-off gives back (issue 29), and the server claims nothing for a
         # caller that left (store/long_poll.py).
         self._polls = Abort()
         self._cond = threading.Condition()
-        self._max_concurrent = self._free = max_concurrent
+        self._free = settings.max_concurrent
         self._running: set[_Running] = set()
-        self._endings: Counter[Ending] = Counter()
-        self._fatal: CoordinatorError | None = None
+        self._tally = Tally()
 
     def held(self) -> int:
         """How many claims the pool is running now."""
@@ -193,34 +199,27 @@ class WorkerPool:
         shut down."""
         loops = [
             threading.Thread(target=self._claim_loop, args=(q,), name=f"claim-{q}", daemon=True)
-            for q in self._queues
+            for q in self._settings.queues
         ]
         for loop in loops:
             loop.start()
-        self._set_ready(True)
-        log.info("pool claiming", queues=list(self._queues), max_concurrent=self._max_concurrent)
+        set_all(self._readiness, True)
+        log.info("pool claiming", **self._settings.logged())
         self._stopping.wait()
-        self._set_ready(False)
-        deadline = time.monotonic() + self._grace.total_seconds()
-        # A loop whose claim was answered as the stop came gives it back: it has as long as a
-        # cut-off claim has (abandoned mid-way, the claim would wait out its lease).
-        end = deadline + GIVE_BACK_TIMEOUT.total_seconds()
-        log.info("pool stopping: no new claims", running=self.held(), grace=str(self._grace))
+        set_all(self._readiness, False)
+        # (abandoned mid-way, a claim answered as the stop came would wait out its lease)
+        deadline, end = self._settings.stop_deadlines(time.monotonic())
+        log.info("pool stopping: no new claims", running=self.held())
         self._cut_off(self._wait_for_handlers(deadline))
         for loop in loops:
             loop.join(max(end - time.monotonic(), 0.0))
         with self._cond:
-            report = PoolReport(dict(self._endings))
-        log.info("pool stopped", **{e.value: n for e, n in report.endings.items()})
-        if self._fatal is not None:
-            raise self._fatal
-        return report
+            return self._tally.report()
 
     # --- claiming ---------------------------------------------------------------------------
 
     def _claim_loop(self, queue: str) -> None:
-        delay = self._poll.initial.total_seconds()
-        refused = ""
+        polling = Polling(self._settings.poll)
         while slots := self._take_slots():
             runnings = _Runnings(queue, self._stopping, slots)
             sent = time.monotonic()
@@ -234,7 +233,7 @@ class WorkerPool:
                 self._fail(queue, exc)
                 return
             if isinstance(got, list):
-                delay = self._poll.initial.total_seconds()
+                polling.claimed()
                 self._give_slot(slots - len(got))
                 for running in runnings.won(got):
                     if not self._start(running):  # claimed while stopping: never run it
@@ -242,12 +241,10 @@ class WorkerPool:
                         self._give_slot()
                 continue
             self._give_slot(slots)
-            if got != refused:  # once per change: an idle queue must not flood the log
+            log_it, wait = polling.empty(got, time.monotonic() - sent)
+            if log_it:
                 log.info("nothing claimed", queue=queue, why=got)
-                refused = got
-            # A long poll that already waited on the server counts towards the backoff.
-            self._stopping.wait(max(delay - (time.monotonic() - sent), 0.0))
-            delay = self._poll.after(delay)
+            self._stopping.wait(wait)
 
     def _claim(self, runnings: _Runnings) -> list[Claim] | str:
         """One ClaimNext for as many tasks as slots were taken: the Claims, or why nothing was
@@ -257,18 +254,18 @@ class WorkerPool:
             if runnings.slots == 1:
                 got = self._client.claim_next(
                     runnings.queue,
-                    ttl=self._ttl,
+                    ttl=self._settings.ttl,
                     on_lost=runnings.lost,
-                    wait=self._long_poll,
+                    wait=self._settings.long_poll,
                     abort=self._polls,
                 )
                 return [got] if isinstance(got, Claim) else got.outcome.name
             many = self._client.claim_many(
                 runnings.queue,
-                ttl=self._ttl,
+                ttl=self._settings.ttl,
                 max_tasks=runnings.slots,
                 on_lost=runnings.lost,
-                wait=self._long_poll,
+                wait=self._settings.long_poll,
                 abort=self._polls,
             )
         except TransportError as exc:
@@ -298,8 +295,7 @@ class WorkerPool:
         """A claim refused for a reason no retry cures: stop the whole pool, loudly."""
         log.error("claim loop failed; stopping the pool", queue=queue, error=str(exc))
         with self._cond:
-            if self._fatal is None:
-                self._fatal = exc
+            self._tally.failed(exc)
         self.stop()
 
     # --- running ----------------------------------------------------------------------------
@@ -344,7 +340,7 @@ class WorkerPool:
         with self._cond:
             if running in self._running:
                 self._running.discard(running)
-                self._endings[ending] += 1
+                self._tally.count(ending)
                 if keep and not self._stopping.is_set():
                     self._running.add(successor)
                     return successor
@@ -366,17 +362,16 @@ class WorkerPool:
         try:
             if result is not None and error is None and not claim.is_lost():
                 self._commit(claim, result, successor)
-            if claim.committed:
-                return Ending.COMMITTED
-            if claim.is_lost():
-                return Ending.LOST
+            ending = after_handler(claim.committed, claim.is_lost())
+            if ending is not None:
+                return ending
             if error is not None:
                 return _give_back(claim, error)
             claim.release(UNFINISHED)
-            return Ending.COMMITTED if claim.committed else Ending.RELEASED
+            return released(claim.committed)
         except CoordinatorError as exc:
             log.warning("could not settle the claim", task_id=claim.task_id, error=str(exc))
-            return Ending.COMMITTED if claim.committed else Ending.UNSETTLED
+            return unsettled(claim.committed)
         finally:
             claim.close()
 
@@ -385,7 +380,7 @@ class WorkerPool:
             claim.commit(result)
             return
         _, won = claim.commit_and_next(
-            result, queue=successor.queue, ttl=self._ttl, on_lost=successor.lost
+            result, queue=successor.queue, ttl=self._settings.ttl, on_lost=successor.lost
         )
         successor.claim = won[0] if won else None
 
@@ -405,7 +400,7 @@ class WorkerPool:
     def _cut_off(self, left_over: list[_Running]) -> None:
         """Cancel the handlers still running and give their claims back, in parallel, for at
         most GIVE_BACK_TIMEOUT (a claim not settled by then expires with its lease)."""
-        why = cut_off_reason(self._grace)
+        why = cut_off_reason(self._settings.grace)
         for running in left_over:
             running.cancel.cancel(CancelReason.SHUTDOWN, why)
         threads = [
@@ -422,28 +417,14 @@ class WorkerPool:
         claim = running.claim
         assert claim is not None
         try:
-            ending = _give_back(claim, SHUTDOWN_ERROR, why)
-            if claim.committed:  # the handler's commit landed first: the store decided
-                ending = Ending.COMMITTED
-            elif ending is not Ending.LOST:
-                ending = Ending.CUT_OFF
+            ending = cut_off(_give_back(claim, SHUTDOWN_ERROR, why), claim.committed)
         except CoordinatorError as exc:
             log.warning("could not give the claim back", task_id=claim.task_id, error=str(exc))
             ending = Ending.UNSETTLED
         finally:
             claim.close()
         with self._cond:
-            self._endings[ending] += 1
-
-    def _set_ready(self, ready: bool) -> None:
-        for signal_ in self._readiness:
-            if ready:
-                signal_.set_ready(True)  # a probe that cannot be set is a setup error: raise
-                continue
-            try:
-                signal_.set_ready(False)
-            except OSError as exc:
-                log.warning("could not clear readiness", readiness=repr(signal_), error=str(exc))
+            self._tally.count(ending)
 
 
 def _give_back(claim: Claim, error: Exception | str, message: str = "") -> Ending:
@@ -452,4 +433,4 @@ def _give_back(claim: Claim, error: Exception | str, message: str = "") -> Endin
     code with ``message``."""
     claim.close()  # no renewal of a claim being given back: its lease only ends sooner
     claim.fail(error, retryable=True, message=message)
-    return Ending.LOST if claim.is_lost() else Ending.FAILED
+    return given_back(claim.is_lost())

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
+
+import structlog
+
+log = structlog.get_logger(__name__)
 
 
 class Readiness(Protocol):
@@ -39,3 +44,16 @@ class ReadyFile:
 
     def __repr__(self) -> str:
         return f"ReadyFile({str(self.path)!r})"
+
+
+def set_all(signals: Iterable[Readiness], ready: bool) -> None:
+    """Set every one of a pool's ``signals``: one that cannot be set ready is a setup error
+    (raised); one that cannot be cleared is logged, as the shutdown must go on."""
+    for signal_ in signals:
+        if ready:
+            signal_.set_ready(True)
+            continue
+        try:
+            signal_.set_ready(False)
+        except OSError as exc:
+            log.warning("could not clear readiness", readiness=repr(signal_), error=str(exc))

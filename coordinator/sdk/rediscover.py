@@ -45,7 +45,8 @@ from coordinator.sdk.managed import (
     kill_unowned,
     read_exit_code,
 )
-from coordinator.sdk.types import ClaimLost, TaskInfo, fence_to_proto
+from coordinator.sdk.tasks import TaskInfo
+from coordinator.sdk.types import ClaimLost, fence_to_proto
 from coordinator.v1 import worker_pb2
 
 log = structlog.get_logger(__name__)

@@ -88,7 +88,7 @@ def parse_etag(value: str) -> str:
 
 def parse_reconcile_principal(value: str, state: EffectState) -> str:
     """RecordEffect's named reconcile owner (only with UNKNOWN; empty: the caller)."""
-    return reconcile.check_principal("reconcile_principal", value, state)
+    return reconcile.check_reconcile_principal("reconcile_principal", value, state)
 
 
 def _parse_effect_state(field: str, value: int) -> EffectState:

@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator.domain.digests import digest_of
 from coordinator.errors import PermissionDenied, Unauthenticated
-from coordinator.sdk import ClaimRefused, RetryPolicy, WorkerClient
+from coordinator.sdk import CallRetry, ClaimRefused, WorkerClient
 from coordinator.server.tokens import token_hash
 from coordinator.v1 import (
     admin_pb2,
@@ -325,7 +325,7 @@ def test_the_sdk_sends_its_token(secured: str, ring: TokenRing) -> None:
             principal=principal,
             token=token,
             channel_options=GRPC_OPTIONS,
-            retry=RetryPolicy(attempts=1),
+            retry=CallRetry(attempts=1),
         )
 
     with client(ring.tokens["pm-1"]) as producer:

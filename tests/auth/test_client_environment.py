@@ -8,12 +8,12 @@ import asyncio
 import pytest
 
 from coordinator.errors import Unauthenticated
-from coordinator.sdk import RetryPolicy, WorkerClient
+from coordinator.sdk import CallRetry, WorkerClient
 from coordinator.sdk.aio import AsyncWorkerClient
 from tests.auth.conftest import TokenRing
 from tests.conftest import GRPC_OPTIONS
 
-ONE_TRY = RetryPolicy(attempts=1)
+ONE_TRY = CallRetry(attempts=1)
 
 
 def test_the_sync_client_takes_target_and_token_from_the_environment(

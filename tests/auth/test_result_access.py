@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 
 from coordinator.cli import main
 from coordinator.errors import PermissionDenied
-from coordinator.sdk import Claim, RetryPolicy, WorkerClient
+from coordinator.sdk import CallRetry, Claim, WorkerClient
 from tests.auth.conftest import TokenRing
 from tests.conftest import GRPC_OPTIONS
 
@@ -23,7 +23,7 @@ def _client(ring: TokenRing, target: str, principal: str) -> WorkerClient:
         principal=principal,
         token=ring.tokens[principal],
         channel_options=GRPC_OPTIONS,
-        retry=RetryPolicy(attempts=1),
+        retry=CallRetry(attempts=1),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,8 +44,14 @@ def test_a_tiny_comparison_prints_a_row_per_checkout_and_the_floor() -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [line.split("|")[1].strip() for line in proc.stdout.splitlines()[2:]]
+    table, load = proc.stdout.split("\n\n")
+    rows = [line.split("|")[1].strip() for line in table.splitlines()[2:]]
     assert rows == ["here", "quiet", "floor"], proc.stdout
+    assert re.fullmatch(
+        r"Load average \(1 / 5 / 15 min\) before [\d.]+ / [\d.]+ / [\d.]+, "
+        r"after [\d.]+ / [\d.]+ / [\d.]+; \d+ cores(, busier than its cores)?\.\n",
+        load,
+    ), load
     runs = [line for line in proc.stderr.splitlines() if line.startswith("[bench] round")]
     assert len(runs) == 3 and all(", 0 errors" in line for line in runs), runs
 

@@ -101,6 +101,7 @@ def test_the_other_phases_report_their_figures(smoke: tuple[dict[str, Any], str]
     assert [row["key"] for row in doc["targets"]] == list(HEADLINE)
     assert config["budget_s"] is None  # no wall-time bound: every phase ran, however slowly
     assert doc["skipped_phases"] == {}
+    assert doc["budget_reached"] is False
     assert "| scenario | workers | cycles/s |" in stdout
     assert "| target (issue item 4) |" in stdout
 
@@ -114,3 +115,20 @@ def test_the_events_phase_streamed_the_whole_history_to_every_caller(
     assert events["history_events_each"] == [events["events"]]
     assert isinstance(events["rss_growth_mib_nonreading_follower"], float)
     assert isinstance(events["rss_growth_mib_history_callers"], float)
+
+
+@pytest.mark.slow
+def test_the_load_average_around_every_phase_is_in_the_json_and_the_report(
+    smoke: tuple[dict[str, Any], str],
+) -> None:
+    doc, stdout = smoke
+    assert isinstance(doc["machine"]["cpus"], int)
+    assert list(doc["load_average"]) == doc["config"]["phases"]  # in the order they ran
+    for load in doc["load_average"].values():
+        assert set(load) == {"before", "after"}
+        for reading in load.values():  # 1, 5 and 15 minutes
+            assert len(reading) == 3
+            assert all(isinstance(v, float) for v in reading)
+    assert "| phase | before | after |" in stdout
+    for phase in doc["config"]["phases"]:
+        assert f"| {phase} | " in stdout

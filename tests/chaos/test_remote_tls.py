@@ -15,7 +15,7 @@ from chaos.harness import CHANNEL_OPTIONS, TlsFiles
 from chaos.runner import run_scenario
 from coordinator import lifeline
 from coordinator.etcd_process import EtcdProcess, free_ports
-from coordinator.sdk import RetryPolicy, TransportError, WorkerClient
+from coordinator.sdk import CallRetry, TransportError, WorkerClient
 from tests.auth.certs import CertificateAuthority
 from tests.auth.conftest import TokenRing
 from tests.helpers import eventually
@@ -58,7 +58,7 @@ def staging(etcd: EtcdProcess, prefix: str, tmp_path: Path) -> Iterator[tuple[st
             token=token,
             credentials=tls.credentials(),
             channel_options=CHANNEL_OPTIONS,
-            retry=RetryPolicy(attempts=1, timeout=timedelta(seconds=2)),
+            retry=CallRetry(attempts=1, timeout=timedelta(seconds=2)),
         ) as probe:
             eventually(lambda: _answers(probe), timeout=30, message="coordinator serve (TLS)")
         yield target, token, tls
@@ -90,7 +90,7 @@ def test_the_pause_scenario_runs_over_mutual_tls_against_coordinator_serve(
             principal="plain",
             token=token,
             channel_options=CHANNEL_OPTIONS,
-            retry=RetryPolicy(attempts=1, timeout=timedelta(seconds=2)),
+            retry=CallRetry(attempts=1, timeout=timedelta(seconds=2)),
         ) as plaintext,
         pytest.raises(TransportError),
     ):

@@ -23,7 +23,7 @@ import pytest
 
 from coordinator.domain.digests import digest_of
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import Claim, Outcome, RetryPolicy, TaskState, WorkerClient
+from coordinator.sdk import CallRetry, Claim, Outcome, TaskState, WorkerClient
 from coordinator.server import build_server
 from coordinator.server.auth import TokenAuth
 from coordinator.server.tokens import TokenFile
@@ -66,7 +66,7 @@ class Stack:
             principal=principal,
             token=self.ring.tokens[principal],
             channel_options=GRPC_OPTIONS,
-            retry=RetryPolicy(attempts=3),
+            retry=CallRetry(attempts=3),
         )
 
     def token(self, principal: str) -> str:

@@ -1,4 +1,4 @@
-"""The demo's side-effect invariants (coordinator.cli.demo.verify) on made-up histories."""
+"""The demo's side-effect invariants (coordinator.cli.demo_report.verify) on made-up histories."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.cli.demo import verify
+from coordinator.cli.demo_report import verify
 from coordinator.domain.digests import digest_of
 from coordinator.domain.effect_ids import effect_id
 from coordinator.domain.effects import EffectRecord, EffectState

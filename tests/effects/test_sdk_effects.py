@@ -170,7 +170,7 @@ def test_a_non_replayable_task_waits_for_approval_then_runs_again(
             assert isinstance(nothing, ClaimRefused)
             assert nothing.outcome is Outcome.NO_READY_TASK
 
-            task, resolved = ops.approve_retry(
+            task, resolved = ops.admin.approve_retry(
                 "t1", resolution=EffectState.COMMITTED, reason="the mail is in the sent folder"
             )
             assert task.state is TaskState.READY

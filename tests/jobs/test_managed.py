@@ -95,7 +95,7 @@ def lose_claim(how: str, client: WorkerClient) -> None:
     if how == "cancelled":
         client.cancel_task("t1", reason="the producer changed its mind")
     else:
-        client.bump_epoch()  # insecure mode: the caller holds every role
+        client.admin.bump_epoch()  # insecure mode: the caller holds every role
 
 
 @pytest.mark.parametrize(("how", "seen"), [("cancelled", "CANCELLED"), ("epoch", "EPOCH_CHANGED")])

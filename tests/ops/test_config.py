@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from coordinator.cli import main
-from coordinator.config import SETTINGS, Config
+from coordinator.config import Config
+from coordinator.config_file import SETTINGS
 
 # The package re-exports the `serve` command under the module's name; take the module itself.
 serve_module = importlib.import_module("coordinator.cli.serve")

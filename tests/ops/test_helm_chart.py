@@ -43,7 +43,8 @@ from coordinator.cli.console import console as console_command
 from coordinator.cli.etcd_auth import etcd_auth as etcd_auth_command
 from coordinator.cli.serve import serve
 from coordinator.cli.worker import worker as worker_command
-from coordinator.config import SETTINGS, Config
+from coordinator.config import Config
+from coordinator.config_file import SETTINGS
 from coordinator.errors import CoordinatorError
 from coordinator.metrics import REGISTRY
 from coordinator.sdk.pool import GIVE_BACK_TIMEOUT

@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from coordinator.cli import main
-from coordinator.config import SETTINGS, Config
+from coordinator.config import Config
+from coordinator.config_file import SETTINGS
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.errors import ConfigError
 

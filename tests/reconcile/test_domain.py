@@ -14,7 +14,7 @@ from coordinator.domain.reconcile import (
     ESCALATION,
     Gate,
     Reconciliation,
-    check_principal,
+    check_reconcile_principal,
     check_resolver,
     decide_claim_gate,
     escalate,
@@ -317,18 +317,21 @@ def test_resolve_owned_closes_and_keeps_the_ref() -> None:
     ("value", "state", "message"),
     [
         ("bot", EffectState.COMMITTED, "only with state UNKNOWN"),
-        ("x" * 129, EffectState.UNKNOWN, "1-128 printable"),
-        (" bot", EffectState.UNKNOWN, "1-128 printable"),
-        ("b\not", EffectState.UNKNOWN, "1-128 printable"),
+        ("x" * 129, EffectState.UNKNOWN, "1-128 characters"),
+        (" bot", EffectState.UNKNOWN, "1-128 characters"),
+        ("b\not", EffectState.UNKNOWN, "1-128 characters"),
+        # Printable, but no caller can have it as its principal, so no one could resolve it.
+        ("mail ops", EffectState.UNKNOWN, "1-128 characters"),
+        ("..", EffectState.UNKNOWN, "reconcile_principal"),
     ],
 )
 def test_bad_reconcile_principals_are_refused(value: str, state: EffectState, message: str) -> None:
     with pytest.raises(InvalidArgument, match="reconcile_principal"):
-        check_principal("reconcile_principal", value, state)
+        check_reconcile_principal("reconcile_principal", value, state)
     with pytest.raises(InvalidArgument, match=message):
-        check_principal("reconcile_principal", value, state)
+        check_reconcile_principal("reconcile_principal", value, state)
 
 
 def test_good_reconcile_principals_pass() -> None:
-    assert check_principal("reconcile_principal", "", EffectState.COMMITTED) == ""
-    assert check_principal("reconcile_principal", "bot-1", EffectState.UNKNOWN) == "bot-1"
+    assert check_reconcile_principal("reconcile_principal", "", EffectState.COMMITTED) == ""
+    assert check_reconcile_principal("reconcile_principal", "bot-1", EffectState.UNKNOWN) == "bot-1"

@@ -243,8 +243,9 @@ def test_record_effect_refuses_a_bad_reconcile_principal(
     for state, owner, message in [
         (types_pb2.EFFECT_STATE_COMMITTED, "bot", "only with state UNKNOWN"),
         (types_pb2.EFFECT_STATE_ABSENT, "bot", "only with state UNKNOWN"),
-        (types_pb2.EFFECT_STATE_UNKNOWN, "b" * 129, "1-128 printable"),
-        (types_pb2.EFFECT_STATE_UNKNOWN, "bot\n", "1-128 printable"),
+        (types_pb2.EFFECT_STATE_UNKNOWN, "b" * 129, "1-128 characters"),
+        (types_pb2.EFFECT_STATE_UNKNOWN, "bot\n", "1-128 characters"),
+        (types_pb2.EFFECT_STATE_UNKNOWN, "mail ops", "1-128 characters"),
     ]:
         refused(
             worker.RecordEffect, request(state, owner), INVALID, "reconcile_principal", keyspace

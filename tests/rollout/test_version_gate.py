@@ -113,7 +113,7 @@ def test_an_old_sdk_is_refused_naming_the_minimum(
     with coord.client("w1") as client, pytest.raises(FailedPrecondition, match=r"9\.0\.0"):
         client.list_tasks()
     # ... and a newer SDK build is admitted.
-    monkeypatch.setattr("coordinator.sdk._rpc.__version__", "9.1")
+    monkeypatch.setattr("coordinator.sdk._core.calls.__version__", "9.1")
     with coord.client("w1") as client:
         assert client.list_tasks() == []
 

@@ -19,6 +19,7 @@ from grpc import aio
 
 from coordinator.domain.idempotency import IDEMPOTENCY_METADATA_KEY
 from coordinator.sdk import (
+    CallRetry,
     ClaimRefused,
     CommitOutcome,
     Downstream,
@@ -27,7 +28,6 @@ from coordinator.sdk import (
     LostCallback,
     LostReason,
     ReleaseOutcome,
-    RetryPolicy,
     StageOutcome,
     TaskInfo,
     TaskRetryPolicy,
@@ -53,6 +53,14 @@ class Held(Protocol):
     def committed(self) -> bool: ...
     @property
     def ttl(self) -> timedelta: ...
+    @property
+    def previous_checkpoint(self) -> bytes: ...
+    @property
+    def checkpoint_refusals(self) -> int: ...
+    @property
+    def last_checkpoint_refusal(self) -> str: ...
+    @property
+    def checkpoint_pending(self) -> bool: ...
     def is_lost(self) -> bool: ...
     def check(self) -> None: ...
     def remaining(self) -> timedelta: ...
@@ -224,6 +232,10 @@ class _AsyncHeld:
     lost_reason = property(lambda self: self.claim.lost_reason)
     committed = property(lambda self: self.claim.committed)
     ttl = property(lambda self: self.claim.ttl)
+    previous_checkpoint = property(lambda self: self.claim.previous_checkpoint)
+    checkpoint_refusals = property(lambda self: self.claim.checkpoint_refusals)
+    last_checkpoint_refusal = property(lambda self: self.claim.last_checkpoint_refusal)
+    checkpoint_pending = property(lambda self: self.claim.checkpoint_pending)
 
     def is_lost(self) -> bool:
         return self.claim.is_lost()
@@ -281,7 +293,7 @@ class _AsyncWorker:
         loop: LoopThread,
         target: str,
         principal: str,
-        policy: RetryPolicy,
+        policy: CallRetry,
         interceptors: Sequence[aio.UnaryUnaryClientInterceptor[Any, Any]],
     ) -> None:
         self._loop = loop
@@ -346,13 +358,13 @@ class Sdk:
         target: str | Sequence[str],
         principal: str,
         *,
-        retry: RetryPolicy | None = None,
+        retry: CallRetry | None = None,
         sent: Sent | None = None,
         lost: LostAnswers | None = None,
     ) -> Worker:
         """A client of this SDK, closed with the Sdk; ``sent`` records every request it
         sends, ``lost`` loses the answers it says."""
-        policy = retry or RetryPolicy(attempts=3)
+        policy = retry or CallRetry(attempts=3)
         worker: Worker
         if self._loop is None:
             sync: list[grpc.UnaryUnaryClientInterceptor[Any, Any]] = []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -12,8 +12,10 @@ import grpc
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.effect_ids import effect_id_of
 from coordinator.domain.keys import Keyspace
+from coordinator.domain.roles import Role
+from coordinator.domain.write_budget import BudgetPolicy
 from coordinator.metrics import Metrics
-from coordinator.sdk import RetryPolicy, WorkerClient
+from coordinator.sdk import CallRetry, WorkerClient
 from coordinator.server import build_server
 from coordinator.store import EtcdKV, Store
 from tests.conftest import GRPC_OPTIONS
@@ -36,7 +38,7 @@ class Served:
 
     def client(self, principal: str, **kwargs: Any) -> WorkerClient:
         """A client of this coordinator (no proxy: it is on loopback)."""
-        kwargs.setdefault("retry", RetryPolicy(attempts=3))
+        kwargs.setdefault("retry", CallRetry(attempts=3))
         return WorkerClient(
             self.target, principal=principal, channel_options=GRPC_OPTIONS, **kwargs
         )
@@ -49,14 +51,19 @@ class Served:
 
 @contextmanager
 def served(
-    endpoint: str, prefix: str, *, listen: str = "127.0.0.1:0", metrics: Metrics | None = None
+    endpoint: str,
+    prefix: str,
+    *,
+    listen: str = "127.0.0.1:0",
+    metrics: Metrics | None = None,
+    write_budgets: Mapping[Role, BudgetPolicy] | None = None,
 ) -> Iterator[Served]:
     """Start a store on ``prefix`` (counting on ``metrics``, else the process's) and a server
-    for it; stop both on exit."""
+    for it (with ``write_budgets`` per role, if given); stop both on exit."""
     kv = EtcdKV.connect([endpoint])
     store = Store.open(kv, keys=Keyspace(prefix), limits=LIMITS, scan_interval=1.0, metrics=metrics)
     store.start()
-    server, port = build_server(store, listen=listen)
+    server, port = build_server(store, listen=listen, write_budgets=write_budgets)
     try:
         yield Served(f"127.0.0.1:{port}", server, store)
     finally:
@@ -66,9 +73,14 @@ def served(
 
 
 @contextmanager
-def served_with_task(endpoint: str, prefix: str) -> Iterator[Served]:
+def served_with_task(
+    endpoint: str, prefix: str, *, write_budgets: Mapping[Role, BudgetPolicy] | None = None
+) -> Iterator[Served]:
     """``served``, with one READY task "t1" (input ``b"input"``) in QUEUE."""
-    with served(endpoint, prefix) as running, running.client("producer") as producer:
+    with (
+        served(endpoint, prefix, write_budgets=write_budgets) as running,
+        running.client("producer") as producer,
+    ):
         producer.create_task("t1", input=b"input", queue=QUEUE)
         yield running
 

@@ -15,12 +15,12 @@ import grpc
 import pytest
 
 from coordinator import request_ids
-from coordinator.sdk import OutcomeUnknown, RetryPolicy, TransportError
+from coordinator.sdk import CallRetry, OutcomeUnknown, TransportError
 from coordinator.sdk.aio._rpc import AsyncRpc
 from tests.helpers import as_unary
 from tests.sdk.test_rpc import NOT_SENT, Scripted, _Failed
 
-QUICK = RetryPolicy(
+QUICK = CallRetry(
     timeout=timedelta(seconds=3),
     attempts=4,
     initial_backoff=timedelta(milliseconds=1),

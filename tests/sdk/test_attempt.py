@@ -1,4 +1,4 @@
-"""Effects and managed jobs use a claim only through HeldAttempt (sdk/attempt.py): its fence,
+"""Effects and managed jobs use a claim only through HeldAttempt (sdk/_core/attempt.py): its fence,
 calls behind it, marking it lost, and the effect keys it sent.
 
 They are driven here through an attempt that is not a Claim (it forwards the protocol to one), so
@@ -21,18 +21,19 @@ from coordinator.domain.jobs import JobState
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import (
+    CallRetry,
     Claim,
     ClaimLost,
     DownstreamResult,
     Duration,
     EffectStatus,
     LossSource,
-    RetryPolicy,
 )
-from coordinator.sdk._rpc import Req, Resp, Rpc
-from coordinator.sdk.attempt import SentKeys, WorkerMethod
+from coordinator.sdk._core.attempt import SentKeys, WorkerMethod
+from coordinator.sdk._core.calls import Req, Resp
+from coordinator.sdk._jobstart import run_managed
+from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.effects import run_effect
-from coordinator.sdk.managed import run_managed
 from tests.conftest import GRPC_OPTIONS
 from tests.sdk.support import QUEUE, Served, served
 
@@ -134,7 +135,7 @@ def test_a_refused_effect_marks_the_attempt_lost(coordinator: Served, attempt: F
 def rpc(coordinator: Served) -> Iterator[Rpc]:
     """The channel a managed job records its end with (FinishJob carries no fence)."""
     channel = Rpc(
-        coordinator.target, principal="A", retry=RetryPolicy(), channel_options=GRPC_OPTIONS
+        coordinator.target, principal="A", retry=CallRetry(), channel_options=GRPC_OPTIONS
     )
     yield channel
     channel.close()

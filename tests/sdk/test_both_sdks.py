@@ -37,13 +37,13 @@ from coordinator.domain.states import (
 )
 from coordinator.etcd_process import EtcdProcess, free_port
 from coordinator.sdk import (
+    CallRetry,
     ClaimRefused,
     EffectStatus,
     HttpDownstream,
     LossSource,
     LostReason,
     OutcomeUnknown,
-    RetryPolicy,
     TaskRetryPolicy,
     TransportError,
     WorkerClient,
@@ -186,7 +186,7 @@ def test_an_epoch_bump_fences_the_job_once_and_the_next_claim_follows_it(
     worker = sdk.client(coordinator.target, "worker-a")
     seen: list[LostReason] = []
     with claimed(worker, on_lost=seen.append) as claim:
-        assert producer.bump_epoch() == 2
+        assert producer.admin.bump_epoch() == 2
         assert claim.wait_lost(timedelta(seconds=5))
         assert claim.release().outcome is Outcome.FENCED  # asked, refused, not reported again
     assert [(r.outcome, r.reason, r.source) for r in seen] == [
@@ -204,7 +204,7 @@ def test_an_epoch_bump_fences_the_job_once_and_the_next_claim_follows_it(
 def test_a_paused_coordinator_leaves_an_unknown_outcome_a_dead_one_a_transport_error(
     sdk: Sdk, etcd: EtcdProcess, prefix: str, tmp_path: Path
 ) -> None:
-    short = RetryPolicy(
+    short = CallRetry(
         timeout=timedelta(seconds=0.5),
         budget=timedelta(seconds=1),
         initial_backoff=timedelta(milliseconds=50),
@@ -262,7 +262,7 @@ def test_an_effect_is_performed_once_and_skipped_by_a_second_attempt(
 
 
 def test_a_free_port_is_a_transport_error_before_any_coordinator_exists(sdk: Sdk) -> None:
-    once = RetryPolicy(attempts=2, initial_backoff=timedelta(milliseconds=10))
+    once = CallRetry(attempts=2, initial_backoff=timedelta(milliseconds=10))
     worker = sdk.client(f"127.0.0.1:{free_port()}", "nobody", retry=once)
     with pytest.raises(TransportError) as raised:
         worker.epoch()
@@ -361,7 +361,7 @@ def test_a_long_poll_waits_for_a_task_and_its_lease_starts_at_the_answer(
     sdk: Sdk, coordinator: Served, producer: WorkerClient
 ) -> None:
     # A try's deadline shorter than the wait: the poll must get its wait on top of it.
-    short = RetryPolicy(attempts=1, timeout=timedelta(seconds=0.5))
+    short = CallRetry(attempts=1, timeout=timedelta(seconds=0.5))
     worker = sdk.client(coordinator.target, "worker-a", retry=short)
     empty = worker.claim_next("idle", ttl=TTL, wait=timedelta(seconds=1.5))
     assert isinstance(empty, ClaimRefused) and empty.outcome is Outcome.NO_READY_TASK

@@ -133,7 +133,7 @@ def test_cancel_makes_the_job_lost_once(
 def test_epoch_bump_fences_the_job(worker: WorkerClient, other: WorkerClient) -> None:
     seen: list[LostReason] = []
     with claim_t1(worker, on_lost=seen.append) as claim:
-        other.bump_epoch()
+        other.admin.bump_epoch()
         assert claim.wait_lost(timedelta(seconds=5))
     # The flag is set before the callback runs (on the keepalive's thread): wait for it.
     eventually(lambda: seen, message="on_lost was not called")

@@ -49,7 +49,7 @@ def test_after_an_epoch_bump_the_commit_is_fenced_and_no_next_is_won(coordinator
     with coordinator.client("w") as worker, coordinator.client("admin") as admin:
         claim = worker.claim_next(QUEUE, ttl=TTL)
         assert isinstance(claim, Claim)
-        admin.bump_epoch()
+        admin.admin.bump_epoch()
         outcome, more = claim.commit_and_next(b"late", queue=QUEUE, ttl=TTL)
         assert (outcome.outcome, more) == (Outcome.FENCED, [])
         again = worker.claim_next(QUEUE, ttl=TTL)  # follows the new epoch by itself

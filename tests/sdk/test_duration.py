@@ -16,11 +16,11 @@ import coordinator.sdk.aio
 from coordinator.domain.states import TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import (
+    CallRetry,
     Cancellation,
     CancelReason,
     Claim,
     PollBackoff,
-    RetryPolicy,
     TaskRetryPolicy,
 )
 from coordinator.sdk._duration import as_timedelta
@@ -46,17 +46,17 @@ def test_anything_else_is_refused_naming_the_parameter(bad: Any) -> None:
 
 
 def test_option_dataclasses_take_seconds_and_store_timedeltas() -> None:
-    assert RetryPolicy(timeout=5, budget=0.5) == RetryPolicy(
+    assert CallRetry(timeout=5, budget=0.5) == CallRetry(
         timeout=timedelta(seconds=5), budget=timedelta(milliseconds=500)
     )
-    assert RetryPolicy().timeout == timedelta(seconds=10)  # the defaults are unchanged
+    assert CallRetry().timeout == timedelta(seconds=10)  # the defaults are unchanged
     policy = TaskRetryPolicy(initial_backoff=2, max_backoff=60)
     wire = policy.to_proto()
     assert (wire.initial_backoff.seconds, wire.max_backoff.seconds) == (2, 60)
     assert TaskRetryPolicy().initial_backoff is None  # unset stays unset
     assert PollBackoff(initial=0.05, maximum=1).maximum == timedelta(seconds=1)
-    with pytest.raises(TypeError, match=r"^RetryPolicy\.budget: give seconds"):
-        RetryPolicy(budget="15")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^CallRetry\.budget: give seconds"):
+        CallRetry(budget="15")  # type: ignore[arg-type]
 
 
 def test_wait_for_cancelled_takes_seconds() -> None:

@@ -44,7 +44,7 @@ def test_the_next_claim_follows_a_bumped_epoch_and_a_held_job_stays_fenced(
         held = _claim(worker, how, "t1")
         assert isinstance(held, Claim), held
         assert held.fence.scheduler_epoch == 1
-        assert admin.bump_epoch() == 2  # AdminService.BumpEpoch: leases are not revoked
+        assert admin.admin.bump_epoch() == 2  # AdminService.BumpEpoch: leases are not revoked
         before = dict(calls.calls)
 
         other_id = ({"t1", "t2"} - {held.task_id}).pop()

@@ -20,10 +20,10 @@ import pytest
 from chaos.proxy import TcpProxy
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import (
+    CallRetry,
     Claim,
     CommitOutcome,
     OutcomeUnknown,
-    RetryPolicy,
     TransportError,
     WorkerClient,
 )
@@ -36,12 +36,12 @@ from tests.sdk.replicas import Replica, replicas
 from tests.sdk.support import QUEUE, CallCounter
 
 # The default budget (15 s) with a backoff short enough to reach many tries quickly.
-QUICK = RetryPolicy(initial_backoff=timedelta(milliseconds=50), max_backoff=timedelta(seconds=0.5))
+QUICK = CallRetry(initial_backoff=timedelta(milliseconds=50), max_backoff=timedelta(seconds=0.5))
 # Tries the SDK made before it had a budget: a call then gave up after these.
 OLD_TRIES = 5
 
 
-def client_for(target: str, policy: RetryPolicy, *interceptors: Any) -> WorkerClient:
+def client_for(target: str, policy: CallRetry, *interceptors: Any) -> WorkerClient:
     """A worker client whose every try passes through ``interceptors``."""
     return WorkerClient(
         target,
@@ -109,7 +109,7 @@ class CrashAfterCommit(CallCounter):
 def test_a_commit_given_up_is_outcome_unknown_and_its_retry_answers_committed(
     etcd: EtcdProcess, prefix: str, tmp_path: Path
 ) -> None:
-    short = RetryPolicy(
+    short = CallRetry(
         budget=timedelta(seconds=1),
         initial_backoff=timedelta(milliseconds=50),
         max_backoff=timedelta(milliseconds=200),
@@ -145,7 +145,7 @@ def test_a_commit_given_up_is_outcome_unknown_and_its_retry_answers_committed(
 def test_calls_move_to_the_replica_that_is_up(
     etcd: EtcdProcess, prefix: str, tmp_path: Path
 ) -> None:
-    policy = RetryPolicy(budget=timedelta(seconds=5), max_backoff=timedelta(milliseconds=500))
+    policy = CallRetry(budget=timedelta(seconds=5), max_backoff=timedelta(milliseconds=500))
     with (
         replicas(etcd, prefix, tmp_path, 2) as (a, b),
         client_for(f"{a.target},{b.target}", policy) as client,
@@ -173,7 +173,7 @@ def test_a_retry_after_a_replica_answers_unavailable_itself_goes_to_another(
         sick.start()
         well.start()
         proxy.drop()
-        once = RetryPolicy(attempts=1)
+        once = CallRetry(attempts=1)
         alone = Rpc(sick.target, principal="w", retry=once, channel_options=GRPC_OPTIONS)
         with pytest.raises(OutcomeUnknown, match=r"^UNAVAILABLE: etcd"):
             alone.call(alone.admin.GetEpoch, admin_pb2.GetEpochRequest())

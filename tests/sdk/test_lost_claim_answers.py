@@ -18,15 +18,15 @@ import pytest
 from coordinator.domain.idempotency import idempotency_key
 from coordinator.domain.states import AttemptEnd, TaskState
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import ClaimRefused, RetryPolicy, TaskRetryPolicy, WorkerClient
-from coordinator.sdk._requests import lease_clock_start
+from coordinator.sdk import CallRetry, ClaimRefused, TaskRetryPolicy, WorkerClient
+from coordinator.sdk._core.requests import lease_clock_start
 from tests.sdk.both import LostAnswers, Sdk
 from tests.sdk.support import Served, served
 
 TTL = timedelta(seconds=30)
 QUEUE = "lost"
 # Retries come quickly, and enough of them to outlast every lost answer.
-FAST = RetryPolicy(
+FAST = CallRetry(
     attempts=10, initial_backoff=timedelta(milliseconds=20), max_backoff=timedelta(seconds=0.1)
 )
 
@@ -112,7 +112,7 @@ def test_a_claim_sent_again_under_a_new_epoch_is_a_new_call_with_a_new_key(
     keys = LostAnswers("Claim", 0)  # loses nothing: records the keys
     worker = sdk.client(coordinator.target, "w", retry=FAST, lost=keys)
     assert worker.epoch() == 1
-    producer.bump_epoch()
+    producer.admin.bump_epoch()
     claim = worker.claim("t1", ttl=TTL)  # refused EPOCH_CHANGED, re-pinned, sent again
     assert not isinstance(claim, ClaimRefused), claim
     # The same key on a changed request would be refused (ALREADY_EXISTS): a key of its own.

@@ -17,9 +17,9 @@ import pytest
 from coordinator.errors import InvalidArgument, NotFound
 from coordinator.etcd_process import EtcdProcess, free_port
 from coordinator.sdk import (
+    CallRetry,
     Claim,
     OutcomeUnknown,
-    RetryPolicy,
     TaskState,
     TransportError,
     WorkerClient,
@@ -27,7 +27,7 @@ from coordinator.sdk import (
 from tests.conftest import GRPC_OPTIONS
 from tests.sdk.support import QUEUE, CallCounter, served
 
-FAST = RetryPolicy(
+FAST = CallRetry(
     timeout=timedelta(seconds=2),
     attempts=20,
     initial_backoff=timedelta(milliseconds=50),
@@ -35,7 +35,7 @@ FAST = RetryPolicy(
 )
 
 
-def client_for(target: str, counter: CallCounter, policy: RetryPolicy = FAST) -> WorkerClient:
+def client_for(target: str, counter: CallCounter, policy: CallRetry = FAST) -> WorkerClient:
     """A client whose every try passes through ``counter``."""
     return WorkerClient(
         target,
@@ -136,7 +136,7 @@ def test_a_job_left_on_an_unknown_commit_learns_from_its_release_that_it_landed(
     etcd: EtcdProcess, prefix: str
 ) -> None:
     counter = LoseFirstResponse("Commit")
-    once = RetryPolicy(attempts=1)  # the lost answer is the last word: OutcomeUnknown
+    once = CallRetry(attempts=1)  # the lost answer is the last word: OutcomeUnknown
     with (
         served(etcd.endpoint, prefix) as running,
         client_for(running.target, counter, once) as client,
@@ -174,7 +174,7 @@ def test_errors_that_are_not_transport_errors_are_not_retried(
 
 def test_retries_are_bounded() -> None:
     counter = CallCounter()
-    policy = RetryPolicy(
+    policy = CallRetry(
         timeout=timedelta(seconds=1),
         attempts=3,
         initial_backoff=timedelta(milliseconds=10),

@@ -20,14 +20,15 @@ import tenacity
 from coordinator import __version__, request_ids
 from coordinator.domain.idempotency import IDEMPOTENCY_METADATA_KEY
 from coordinator.errors import CoordinatorError, NotFound, PermissionDenied
-from coordinator.sdk import PRINCIPAL_METADATA, Claim, OutcomeUnknown, RetryPolicy, TransportError
+from coordinator.sdk import PRINCIPAL_METADATA, CallRetry, Claim, OutcomeUnknown, TransportError
 from coordinator.sdk._budget import MIN_TRY_TIMEOUT
-from coordinator.sdk._rpc import SDK_VERSION_METADATA, Rpc, Tries
+from coordinator.sdk._core.calls import SDK_VERSION_METADATA, Tries
+from coordinator.sdk._rpc import Rpc
 from coordinator.sdk._status import ATTEMPT_HINT, REPEAT_HINT
 from coordinator.v1 import types_pb2, worker_pb2
 from tests.helpers import as_unary
 
-POLICY = RetryPolicy(
+POLICY = CallRetry(
     timeout=timedelta(seconds=3),
     attempts=4,
     initial_backoff=timedelta(milliseconds=100),
@@ -147,7 +148,7 @@ def test_without_retry_a_transport_failure_is_final(rpc: Rpc, sleeps: list[float
 
 def test_one_attempt_means_no_retry(sleeps: list[float]) -> None:
     method = Scripted(UNAVAILABLE)
-    once = Rpc("127.0.0.1:1", principal="w1", retry=RetryPolicy(attempts=1))
+    once = Rpc("127.0.0.1:1", principal="w1", retry=CallRetry(attempts=1))
     try:
         with pytest.raises(TransportError):
             once.call(as_unary(method), None)
@@ -213,7 +214,7 @@ def windowed(clock: Clock, **policy: Any) -> Rpc:
     """An Rpc on ``clock`` with fast backoff and no cap on the number of tries."""
     policy.setdefault("initial_backoff", timedelta(milliseconds=100))
     policy.setdefault("max_backoff", timedelta(milliseconds=250))
-    return Rpc("127.0.0.1:1", principal="w1", retry=RetryPolicy(**policy), clock=clock)
+    return Rpc("127.0.0.1:1", principal="w1", retry=CallRetry(**policy), clock=clock)
 
 
 def test_the_budget_not_a_count_bounds_the_retries(clock: Clock) -> None:

@@ -209,8 +209,9 @@ def test_past_its_share_a_principal_is_refused_typed_and_logged_once_per_interva
             eventually(lambda: replica.gauge("coordinator_claim_waiters") == 30)
             # Another principal still gets its share out of the reserve, and no more.
             agent = [replica.poll(n, "agent-1", wait=20.0) for n in range(3)]
+            # Sent at once on three channels, they arrive in any order: which one is refused
+            # is not fixed, that exactly one is.
             eventually(lambda: _refused(agent) == 1)
-            assert not agent[0].done() and not agent[1].done()
             polls += agent
             eventually(lambda: replica.gauge("coordinator_claim_waiters") == 32)
         refused = next(p for p in polls if p.done())

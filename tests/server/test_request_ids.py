@@ -12,7 +12,7 @@ from coordinator import request_ids
 from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.states import Op
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import Claim, RetryPolicy, TransportError
+from coordinator.sdk import CallRetry, Claim, TransportError
 from coordinator.sdk._rpc import Rpc
 from tests.helpers import as_unary
 from tests.sdk.support import QUEUE, served
@@ -34,7 +34,7 @@ def test_one_id_per_logical_call_the_same_on_every_retry() -> None:
         sent.append(dict(metadata)[request_ids.METADATA_KEY])
         raise _Unavailable()
 
-    policy = RetryPolicy(attempts=3, initial_backoff=timedelta(milliseconds=1))
+    policy = CallRetry(attempts=3, initial_backoff=timedelta(milliseconds=1))
     rpc = Rpc("127.0.0.1:1", principal="w", retry=policy)
     try:
         for _ in range(2):

@@ -14,7 +14,7 @@ from coordinator.clock import ManualClock
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import DeadLetterReason, Op, Outcome, TaskState
 from coordinator.metrics import Metrics
-from coordinator.sdk.types import TaskInfo
+from coordinator.sdk.tasks import TaskInfo
 from coordinator.store import Store, TaskSpec
 from coordinator.v1 import admin_pb2, admin_pb2_grpc, tasks_pb2, tasks_pb2_grpc, types_pb2
 from tests.helpers import eventually

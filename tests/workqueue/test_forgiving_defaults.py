@@ -11,7 +11,7 @@ from coordinator.domain.bulk_retry import DeadLetterFilter
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import DeadLetterReason, TaskState
-from coordinator.metrics import MAX_CODES_PER_QUEUE, OTHER_CODE
+from coordinator.metric_families import MAX_CODES_PER_QUEUE, OTHER_CODE
 from coordinator.store import Store, TaskSpec
 from tests.helpers import RETRY_AT_ONCE, eventually
 from tests.store.support import StoreFactory, claim

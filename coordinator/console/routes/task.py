@@ -56,16 +56,7 @@ def task(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
             ),
         )
     )
-    result: Any = None
-    result_refused = None
-    if got.task.result_commit_id:
-        result, result_refused = attempt(
-            lambda: (
-                rpc.call(
-                    rpc.tasks.GetResult, tasks_pb2.GetResultRequest(task_id=task_id, revision=0)
-                ).result
-            )
-        )
+    result, result_refused = _result(rpc, task_id) if got.task.result_commit_id else (None, None)
     events, more = _events(request, settings, task_id)
     return {
         "task": got.task,
@@ -85,6 +76,13 @@ def task(request: Request, rpc: Rpc, settings: ConsoleSettings) -> Context:
         "review": got.task.state == types_pb2.TASK_STATE_REVIEW,
         "approval": got.task.state == types_pb2.TASK_STATE_NEEDS_APPROVAL,
     }
+
+
+def _result(rpc: Rpc, task_id: str) -> tuple[Any, str | None]:
+    """The committed result of the task's current revision, or the refusal of a role that may
+    not read it."""
+    request = tasks_pb2.GetResultRequest(task_id=task_id, revision=0)
+    return attempt(lambda: rpc.call(rpc.tasks.GetResult, request).result)
 
 
 def _events(

@@ -1,6 +1,6 @@
 """The asyncio client's keepalive loop: one task on the event loop renews every claim of the
-client, those due together in one RenewMany (the schedule and what each answer does are the
-sync loop's, sdk/_renewer.py)."""
+client, those due together in one RenewMany (the schedule and what each answer does are shared
+with the sync loop: sdk/_core/schedule.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from coordinator.errors import CoordinatorError
-from coordinator.sdk._renewer import (
+from coordinator.sdk._core.schedule import (
     Answer,
     Due,
     Renewable,

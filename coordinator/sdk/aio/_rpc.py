@@ -1,9 +1,10 @@
 """The asyncio SDK's transport: a ``grpc.aio`` channel, its stubs, and the sync SDK's retries.
 
-Everything but the sending is the sync transport's (coordinator.sdk._rpc): the policy, the
-request id and metadata of a call, which failures are retried for how long (``CallPlan``), and
-what a call given up raises (OutcomeUnknown / TransportError). tenacity's ``AsyncRetrying``
-sleeps with ``asyncio.sleep``, so a call waiting out its backoff never blocks the event loop.
+Everything but the sending is shared with the sync transport (sdk/_core/calls.py): the
+policy, the request id and metadata of a call, which failures are retried for how long
+(``CallPlan``), and what a call given up raises (OutcomeUnknown / TransportError).
+tenacity's ``AsyncRetrying`` sleeps with ``asyncio.sleep``, so a call waiting out its backoff
+never blocks the event loop.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import grpc
 from grpc import aio
 from tenacity import AsyncRetrying
 
-from coordinator.sdk._rpc import Caller, CallPlan, Req, Resp, RetryPolicy, Tries
+from coordinator.sdk._core.calls import Caller, CallPlan, CallRetry, Req, Resp, Tries
 from coordinator.sdk._status import is_transport
 from coordinator.sdk._target import Endpoints
 from coordinator.sdk.auth import bearer_header
@@ -42,7 +43,7 @@ class AsyncRpc(Caller):
         target: str | Sequence[str],
         *,
         principal: str,
-        retry: RetryPolicy,
+        retry: CallRetry,
         channel_options: Sequence[tuple[str, Any]] | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         token: str | None = None,

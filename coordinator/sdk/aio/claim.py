@@ -1,7 +1,7 @@
 """AsyncClaim: a held claim kept alive by the client's keepalive task, whose calls are awaited.
 
 The same claim as the sync ``Claim`` (sdk/claim.py): the state, the requests and what every
-answer does are shared (sdk/_held.py). The keepalive renews at TTL/3 from the client's one
+answer does are shared (sdk/_core/held.py). The keepalive renews at TTL/3 from the client's one
 keepalive task (all its claims due together in one RenewMany, sdk/aio/_renewer.py) and never
 blocks the caller, as long as the caller does not block the loop: run CPU-bound or blocking
 work with ``asyncio.to_thread`` (a loop blocked past the lease loses the claim, as a frozen
@@ -20,14 +20,21 @@ from types import TracebackType
 from typing import Self
 
 from coordinator.errors import CoordinatorError
+from coordinator.sdk._core.calls import Req, Resp
+from coordinator.sdk._core.effects import EffectOutcome
+from coordinator.sdk._core.held import HeldClaim, LostCallback
+from coordinator.sdk._core.requests import (
+    authorize_request,
+    commit_request,
+    fail_request,
+    release_request,
+    stage_request,
+)
 from coordinator.sdk._duration import Duration, timeout_seconds
-from coordinator.sdk._held import HeldClaim, LostCallback
-from coordinator.sdk._rpc import Req, Resp
 from coordinator.sdk.aio._events import wait_for
 from coordinator.sdk.aio._renewer import AsyncRenewer
 from coordinator.sdk.aio._rpc import AsyncRpc, AsyncWorkerMethod
 from coordinator.sdk.aio.effects import AsyncDownstream, run_effect
-from coordinator.sdk.effects import EffectOutcome
 from coordinator.sdk.types import (
     CommitOutcome,
     FailOutcome,
@@ -99,24 +106,33 @@ class AsyncClaim(HeldClaim):
         ``Claim.commit``: always asks the server, COMMITTED ends the claim, FENCED / STALE_INPUT /
         CANCELLED mark it lost, OutcomeUnknown means commit the same result again to learn it.
         """
-        request = self._commit_request(result, result_ref, result_digest, evidence)
+        request = commit_request(
+            self.fence,
+            self.input_digest,
+            result,
+            result_ref=result_ref,
+            result_digest=result_digest,
+            evidence=evidence,
+        )
         return self._committed(await self.call(lambda worker: worker.Commit, request))
 
     async def stage(
         self, result: bytes, *, result_ref: str = "", result_digest: str | None = None
     ) -> StageOutcome:
         """Stage ``result`` in this attempt's own area (never canonical by itself)."""
-        request = self._stage_request(result, result_ref, result_digest)
+        request = stage_request(
+            self.fence, result, result_ref=result_ref, result_digest=result_digest
+        )
         return self._staged(await self.call(lambda worker: worker.StageResult, request))
 
     async def authorize_tool(self, tool: str, action: str = "") -> ToolAuthorization:
         """Ask the tool acceptance point before a side effect; falsy means do not run it."""
-        request = self._authorize_request(tool, action)
+        request = authorize_request(self.fence, tool, action)
         return self._authorized(await self.call(lambda worker: worker.AuthorizeTool, request))
 
     async def release(self, reason: str = "") -> ReleaseOutcome:
         """Give the task back (READY again); as ``Claim.release``."""
-        request = self._release_request(reason)
+        request = release_request(self.fence, reason)
         return self._released(await self.call(lambda worker: worker.Release, request))
 
     async def fail(
@@ -133,8 +149,8 @@ class AsyncClaim(HeldClaim):
         is later) or ends FAILED. ``error`` is an exception (type name, text and traceback go
         along) or an error code. Ends the claim; FENCED / CANCELLED / STALE_INPUT mark it lost
         (unless this attempt had already ended itself)."""
-        request = self._fail_request(
-            error, retryable=retryable, delay=delay, message=message, details=details
+        request = fail_request(
+            self.fence, error, retryable=retryable, delay=delay, message=message, details=details
         )
         return self._failed(await self.call(lambda worker: worker.Fail, request))
 

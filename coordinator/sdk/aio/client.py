@@ -1,7 +1,7 @@
 """AsyncWorkerClient: claims tasks and hands back AsyncClaims; the producer calls a worker needs.
 
 The asyncio twin of ``WorkerClient`` (sdk/client.py), with the same requests and answers
-(sdk/_requests.py), retries and errors (sdk/_rpc.py). It pins the scheduler epoch it first
+(sdk/_core/requests.py), retries and errors (sdk/_rpc.py). It pins the scheduler epoch it first
 sees; a claim refused FENCED/EPOCH_CHANGED re-reads it and, if it moved on, is sent once more
 under the new one. Held claims keep the epoch they were claimed under.
 """
@@ -19,9 +19,9 @@ from grpc import aio
 
 from coordinator.domain.states import Outcome
 from coordinator.errors import AlreadyExists, NotFound
-from coordinator.sdk._duration import Duration
-from coordinator.sdk._held import LostCallback
-from coordinator.sdk._requests import (
+from coordinator.sdk._core.calls import CallRetry, Tries
+from coordinator.sdk._core.held import LostCallback
+from coordinator.sdk._core.requests import (
     CLAIM_HINT,
     CREATE_HINT,
     AnyClaim,
@@ -36,12 +36,13 @@ from coordinator.sdk._requests import (
     long_poll,
     repinned,
 )
-from coordinator.sdk._rpc import RetryPolicy, Tries
+from coordinator.sdk._duration import Duration
 from coordinator.sdk.aio._renewer import AsyncRenewer
 from coordinator.sdk.aio._rpc import AsyncRpc
 from coordinator.sdk.aio.claim import AsyncClaim
 from coordinator.sdk.environment import connection
-from coordinator.sdk.types import ClaimRefused, TaskInfo, TaskRetryPolicy, outcome_of
+from coordinator.sdk.tasks import TaskInfo, TaskRetryPolicy
+from coordinator.sdk.types import ClaimRefused, outcome_of
 from coordinator.v1 import admin_pb2, tasks_pb2, worker_pb2
 
 
@@ -51,7 +52,7 @@ class AsyncWorkerClient:
     ``target``, ``credentials``, ``token``, ``retry`` and ``interceptors`` (``grpc.aio`` ones
     here) mean what they mean for ``WorkerClient``, read from the same ``COORDINATOR_*``
     environment when not passed (sdk/environment.py): every call has a deadline and is retried on
-    UNAVAILABLE / DEADLINE_EXCEEDED / RESOURCE_EXHAUSTED for up to ``RetryPolicy.budget``
+    UNAVAILABLE / DEADLINE_EXCEEDED / RESOURCE_EXHAUSTED for up to ``CallRetry.budget``
     (behind a claim's fence, no longer than the lease); a call given up after a try that may
     have landed raises OutcomeUnknown, one no try of which reached a coordinator a plain
     TransportError; a claim's retry gets the same attempt as a lost answer carried.
@@ -66,7 +67,7 @@ class AsyncWorkerClient:
         principal: str,
         channel_options: Sequence[tuple[str, Any]] | None = None,
         credentials: grpc.ChannelCredentials | None = None,
-        retry: RetryPolicy | None = None,
+        retry: CallRetry | None = None,
         token: str | None = None,
         interceptors: Sequence[aio.UnaryUnaryClientInterceptor[Any, Any]] = (),
     ) -> None:
@@ -74,7 +75,7 @@ class AsyncWorkerClient:
         self._rpc = AsyncRpc(
             chosen.target,
             principal=principal,
-            retry=retry or RetryPolicy(),
+            retry=retry or CallRetry(),
             channel_options=channel_options,
             credentials=chosen.credentials,
             token=chosen.token,

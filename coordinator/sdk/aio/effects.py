@@ -1,9 +1,10 @@
-"""Side effects from an AsyncClaim: the sync SDK's protocol (sdk/effects.py), awaited.
+"""Side effects from an AsyncClaim: the effect protocol, awaited.
 
 The protocol itself (prepare -> execute / skip / reconcile -> record, at most one send, the
-effect id as the idempotency key) is the sync SDK's ``EffectRun``; this module only performs
-its steps with awaits, against an ``AsyncDownstream``. A sync ``Downstream`` such as
-``HttpDownstream`` is used through ``ThreadedDownstream``, which runs each call in a thread.
+effect id as the idempotency key) is ``EffectRun`` (sdk/_core/effects.py), shared with the sync
+SDK; this module only performs its steps with awaits, against an ``AsyncDownstream``. A sync
+``Downstream`` such as ``HttpDownstream`` is used through ``ThreadedDownstream``, which runs
+each call in a thread.
 """
 
 from __future__ import annotations
@@ -11,11 +12,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from coordinator.sdk._duration import Duration
-from coordinator.sdk._rpc import Req, Resp
-from coordinator.sdk.aio._rpc import AsyncWorkerMethod
-from coordinator.sdk.attempt import FencedAttempt
-from coordinator.sdk.effects import (
+from coordinator.sdk._core.attempt import FencedAttempt
+from coordinator.sdk._core.calls import Req, Resp
+from coordinator.sdk._core.effects import (
     Call,
     Downstream,
     DownstreamResult,
@@ -24,6 +23,8 @@ from coordinator.sdk.effects import (
     Send,
     Step,
 )
+from coordinator.sdk._duration import Duration
+from coordinator.sdk.aio._rpc import AsyncWorkerMethod
 
 
 class AsyncDownstream(Protocol):

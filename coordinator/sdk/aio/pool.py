@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -44,21 +43,28 @@ from typing import Any
 import structlog
 
 from coordinator.errors import CoordinatorError
-from coordinator.sdk._duration import Duration, as_timedelta
-from coordinator.sdk._pool import (
+from coordinator.sdk._core.pool import (
     GIVE_BACK_TIMEOUT,
     SHUTDOWN_ERROR,
     UNFINISHED,
     Ending,
     PollBackoff,
+    Polling,
     PoolReport,
-    check_options,
+    PoolSettings,
+    Tally,
+    after_handler,
+    cut_off,
     cut_off_reason,
+    given_back,
+    released,
+    unsettled,
 )
+from coordinator.sdk._duration import Duration
 from coordinator.sdk.aio._events import wait_for
 from coordinator.sdk.aio.claim import AsyncClaim
 from coordinator.sdk.aio.client import AsyncWorkerClient
-from coordinator.sdk.readiness import Readiness
+from coordinator.sdk.readiness import Readiness, set_all
 from coordinator.sdk.types import LostReason, TransportError
 
 log = structlog.get_logger(__name__)
@@ -101,22 +107,22 @@ class AsyncWorkerPool:
         poll: PollBackoff | None = None,
         long_poll: Duration = timedelta(seconds=10),
     ) -> None:
-        ttl, grace = as_timedelta(ttl, "ttl"), as_timedelta(grace, "grace")
-        long_poll = as_timedelta(long_poll, "long_poll")
-        check_options(queues, max_concurrent, grace)
+        self._settings = settings = PoolSettings.of(
+            queues,
+            max_concurrent=max_concurrent,
+            ttl=ttl,
+            grace=grace,
+            poll=poll,
+            long_poll=long_poll,
+        )
         self._client, self._handler = client, handler
-        self._queues = tuple(queues)
-        self._ttl, self._grace = ttl, grace
         self._readiness = tuple(readiness)
-        self._poll = poll or PollBackoff()
-        self._long_poll = long_poll
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()  # a slot came free, or the pool is stopping
         self._polls: set[asyncio.Task[AsyncClaim | str]] = set()  # ClaimNext calls in flight
-        self._max_concurrent = self._free = max_concurrent
+        self._free = settings.max_concurrent
         self._running: set[_Running] = set()
-        self._endings: Counter[Ending] = Counter()
-        self._fatal: CoordinatorError | None = None
+        self._tally = Tally()
 
     @property
     def stopping(self) -> bool:
@@ -143,36 +149,29 @@ class AsyncWorkerPool:
         error that stopped a claim loop (bad credentials, an unknown queue name, ...) once
         shut down."""
         loop = asyncio.get_running_loop()
-        loops = [loop.create_task(self._claim_loop(q), name=f"claim-{q}") for q in self._queues]
+        loops = [
+            loop.create_task(self._claim_loop(q), name=f"claim-{q}") for q in self._settings.queues
+        ]
         try:
-            self._set_ready(True)
-            log.info(
-                "pool claiming", queues=list(self._queues), max_concurrent=self._max_concurrent
-            )
+            set_all(self._readiness, True)
+            log.info("pool claiming", **self._settings.logged())
             await self._stopping.wait()
-            self._set_ready(False)
-            deadline = loop.time() + self._grace.total_seconds()
-            # A loop whose claim was answered as the stop came gives it back: it has as long as
-            # a cut-off claim has (cancelled mid-way, the claim would wait out its lease).
-            end = deadline + GIVE_BACK_TIMEOUT.total_seconds()
-            log.info("pool stopping: no new claims", running=self.held(), grace=str(self._grace))
+            set_all(self._readiness, False)
+            # (cancelled mid-way, a claim answered as the stop came would wait out its lease)
+            deadline, end = self._settings.stop_deadlines(loop.time())
+            log.info("pool stopping: no new claims", running=self.held())
             await self._cut_off(await self._wait_for_handlers(deadline))
             await asyncio.wait(loops, timeout=max(end - loop.time(), 0.0))
         finally:
             for task in loops:
                 task.cancel()
-        report = PoolReport(dict(self._endings))
-        log.info("pool stopped", **{e.value: n for e, n in report.endings.items()})
-        if self._fatal is not None:
-            raise self._fatal
-        return report
+        return self._tally.report()
 
     # --- claiming ---------------------------------------------------------------------------
 
     async def _claim_loop(self, queue: str) -> None:
         loop = asyncio.get_running_loop()
-        delay = self._poll.initial.total_seconds()
-        refused = ""
+        polling = Polling(self._settings.poll)
         while await self._take_slot():
             running = _Running(queue)
             sent = loop.time()
@@ -192,25 +191,27 @@ class AsyncWorkerPool:
             finally:
                 self._polls.discard(poll)
             if isinstance(got, AsyncClaim):
-                running.claim, delay = got, self._poll.initial.total_seconds()
+                running.claim = got
+                polling.claimed()
                 if not self._start(running):  # claimed while stopping: never run it
                     await self._settle_cut_off(running, "claimed as the pool stopped")
                     self._give_slot()
                 continue
             self._give_slot()
-            if got != refused:  # once per change: an idle queue must not flood the log
+            log_it, wait = polling.empty(got, loop.time() - sent)
+            if log_it:
                 log.info("nothing claimed", queue=queue, why=got)
-                refused = got
-            # A long poll that already waited on the server counts towards the backoff.
-            await wait_for(self._stopping, max(delay - (loop.time() - sent), 0.0))
-            delay = self._poll.after(delay)
+            await wait_for(self._stopping, wait)
 
     async def _claim(self, running: _Running) -> AsyncClaim | str:
         """One ClaimNext: the AsyncClaim, or why nothing was claimed. Raises the errors no
         retry cures (CoordinatorError other than TransportError)."""
         try:
             got = await self._client.claim_next(
-                running.queue, ttl=self._ttl, on_lost=running.lost, wait=self._long_poll
+                running.queue,
+                ttl=self._settings.ttl,
+                on_lost=running.lost,
+                wait=self._settings.long_poll,
             )
         except TransportError as exc:
             return f"unreachable: {exc}"
@@ -233,8 +234,7 @@ class AsyncWorkerPool:
     def _fail(self, queue: str, exc: CoordinatorError) -> None:
         """A claim refused for a reason no retry cures: stop the whole pool, loudly."""
         log.error("claim loop failed; stopping the pool", queue=queue, error=str(exc))
-        if self._fatal is None:
-            self._fatal = exc
+        self._tally.failed(exc)
         self.stop()
 
     # --- running ----------------------------------------------------------------------------
@@ -264,7 +264,7 @@ class AsyncWorkerPool:
         ending = await self._settle(claim, result, error)
         if running in self._running:
             self._running.discard(running)
-            self._endings[ending] += 1
+            self._tally.count(ending)
             self._give_slot()
 
     async def _settle(
@@ -274,17 +274,16 @@ class AsyncWorkerPool:
         try:
             if result is not None and error is None and not claim.is_lost():
                 await claim.commit(result)
-            if claim.committed:
-                return Ending.COMMITTED
-            if claim.is_lost():
-                return Ending.LOST
+            ending = after_handler(claim.committed, claim.is_lost())
+            if ending is not None:
+                return ending
             if error is not None:
                 return await _give_back(claim, error)
             await claim.release(UNFINISHED)
-            return Ending.COMMITTED if claim.committed else Ending.RELEASED
+            return released(claim.committed)
         except CoordinatorError as exc:
             log.warning("could not settle the claim", task_id=claim.task_id, error=str(exc))
-            return Ending.COMMITTED if claim.committed else Ending.UNSETTLED
+            return unsettled(claim.committed)
         finally:
             await claim.close()
 
@@ -307,7 +306,7 @@ class AsyncWorkerPool:
         most GIVE_BACK_TIMEOUT (a claim not settled by then expires with its lease)."""
         if not left_over:
             return
-        why = cut_off_reason(self._grace)
+        why = cut_off_reason(self._settings.grace)
         for running in left_over:
             if running.handler is not None:
                 running.handler.cancel(why)
@@ -327,26 +326,12 @@ class AsyncWorkerPool:
         assert claim is not None
         ending = Ending.UNSETTLED
         try:
-            ending = await _give_back(claim, SHUTDOWN_ERROR, why)
-            if claim.committed:  # the handler's commit landed first: the store decided
-                ending = Ending.COMMITTED
-            elif ending is not Ending.LOST:
-                ending = Ending.CUT_OFF
+            ending = cut_off(await _give_back(claim, SHUTDOWN_ERROR, why), claim.committed)
         except CoordinatorError as exc:
             log.warning("could not give the claim back", task_id=claim.task_id, error=str(exc))
         finally:
-            self._endings[ending] += 1
+            self._tally.count(ending)
             await claim.close()
-
-    def _set_ready(self, ready: bool) -> None:
-        for signal_ in self._readiness:
-            if ready:
-                signal_.set_ready(True)  # a probe that cannot be set is a setup error: raise
-                continue
-            try:
-                signal_.set_ready(False)
-            except OSError as exc:
-                log.warning("could not clear readiness", readiness=repr(signal_), error=str(exc))
 
 
 def _outcome(
@@ -369,7 +354,7 @@ async def _give_back(claim: AsyncClaim, error: Exception | str, message: str = "
     """Fail the attempt, retryable: the task's retry policy decides what follows."""
     await claim.close()  # no renewal of a claim being given back: its lease only ends sooner
     await claim.fail(error, retryable=True, message=message)
-    return Ending.LOST if claim.is_lost() else Ending.FAILED
+    return given_back(claim.is_lost())
 
 
 def stop_on_signals(

@@ -1,19 +1,25 @@
-"""The claim and create requests of a worker client, and how their answers are read: pure.
+"""The requests a worker sends, and how the claim and create answers are read: pure.
 
-The sync ``WorkerClient`` (sdk/client.py) and the asyncio ``AsyncWorkerClient``
-(sdk/aio/client.py) send these the same way, each on its own channel.
+The sync ``WorkerClient`` and ``Claim`` (sdk/client.py, sdk/claim.py) and the asyncio ones
+(sdk/aio/) send these the same way, each on its own channel; a held claim reads the answers of
+its acceptance points in sdk/_core/held.py.
 """
 
 from __future__ import annotations
 
 import math
 import secrets
+import traceback
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+from coordinator.domain import validation
+from coordinator.domain.decisions import Fence
 from coordinator.domain.digests import digest_of
 from coordinator.errors import InvalidArgument
 from coordinator.sdk._duration import Duration, as_timedelta
-from coordinator.sdk.types import TaskInfo, TaskRetryPolicy
+from coordinator.sdk.tasks import TaskInfo, TaskRetryPolicy
+from coordinator.sdk.types import fence_to_proto
 from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
 
 CLAIM_HINT = "a claim that landed holds the task until its lease expires; claim it again after that"
@@ -159,3 +165,82 @@ def is_this_create(existing: TaskInfo, request: tasks_pb2.CreateTaskRequest) -> 
     """Whether the task that made a create of an explicit id AlreadyExists is the one
     ``request`` would create (same queue and input digest): a retry whose first try landed."""
     return existing.input_digest == request.input_digest and existing.queue == request.queue
+
+
+# --- a held claim's acceptance points: every request carries the claim's fence -----------------
+
+# Bounds of what Fail carries (the server refuses more: INVALID_ARGUMENT).
+_MAX_ERROR_MESSAGE = 1024
+_MAX_ERROR_DETAILS = 16 * 1024
+
+
+def commit_request(
+    fence: Fence,
+    input_digest: str,
+    result: bytes,
+    *,
+    result_ref: str,
+    result_digest: str | None,
+    evidence: Sequence[str],
+) -> worker_pb2.CommitRequest:
+    """A commit of ``result`` (its digest computed unless given) for the input it was made of."""
+    return worker_pb2.CommitRequest(
+        fence=fence_to_proto(fence),
+        input_digest=input_digest,
+        result_digest=result_digest or digest_of(result),
+        result=result,
+        result_ref=result_ref,
+        evidence=list(evidence),
+    )
+
+
+def stage_request(
+    fence: Fence, result: bytes, *, result_ref: str, result_digest: str | None
+) -> worker_pb2.StageResultRequest:
+    """A stage of ``result`` in the attempt's own area."""
+    return worker_pb2.StageResultRequest(
+        fence=fence_to_proto(fence),
+        result_digest=result_digest or digest_of(result),
+        result=result,
+        result_ref=result_ref,
+    )
+
+
+def authorize_request(fence: Fence, tool: str, action: str) -> worker_pb2.AuthorizeToolRequest:
+    """An ask of the tool acceptance point before a side effect."""
+    return worker_pb2.AuthorizeToolRequest(fence=fence_to_proto(fence), tool=tool, action=action)
+
+
+def release_request(fence: Fence, reason: str) -> worker_pb2.ReleaseRequest:
+    """A give-back of the task (READY again)."""
+    return worker_pb2.ReleaseRequest(fence=fence_to_proto(fence), reason=reason)
+
+
+def fail_request(
+    fence: Fence,
+    error: BaseException | str,
+    *,
+    retryable: bool,
+    delay: Duration | None,
+    message: str,
+    details: bytes,
+) -> worker_pb2.FailRequest:
+    """A Fail of the attempt: ``error`` is an exception (its type name is the error code, its
+    text the message, its traceback the details) or an error code."""
+    if isinstance(error, BaseException):
+        code = type(error).__name__
+        message = message or str(error)
+        details = details or "".join(traceback.format_exception(error)).encode()
+    else:
+        code = validation.error_code(error, "error")  # refused here, before any call
+    request = worker_pb2.FailRequest(
+        fence=fence_to_proto(fence),
+        retryable=retryable,
+        error_code=code,
+        error_message=message[:_MAX_ERROR_MESSAGE],
+        # The end of a traceback is the part that names the failure.
+        error_details=details[-_MAX_ERROR_DETAILS:],
+    )
+    if delay is not None:
+        request.requeue_delay.FromTimedelta(as_timedelta(delay, "delay"))
+    return request

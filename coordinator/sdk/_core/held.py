@@ -1,30 +1,29 @@
-"""A held claim apart from its transport: its fence, lease clock and state, the requests it
-sends and what each answer does to it.
+"""A held claim apart from its transport: its fence, lease clock (sdk/_core/lease.py) and
+state, and what each answer does to it.
 
 Pure bookkeeping, no I/O: the sync ``Claim`` (sdk/claim.py, a keepalive thread) and the asyncio
-``AsyncClaim`` (sdk/aio/claim.py, a keepalive task) send these requests their own way and hand the
-answers back here, so both read an answer, lose a claim and report the loss the same way. A
-subclass says how to stop its keepalive and wake its waiters (``_signal``).
+``AsyncClaim`` (sdk/aio/claim.py, a keepalive task) send the requests (sdk/_core/requests.py)
+their own way and hand the answers back here, so both read an answer, lose a claim and report
+the loss the same way. A subclass says how to stop its keepalive and wake its waiters
+(``_signal``).
 """
 
 from __future__ import annotations
 
 import threading
-import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import structlog
 
-from coordinator.domain import validation
-from coordinator.domain.digests import digest_of
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
-from coordinator.sdk._duration import Duration, as_optional, as_timedelta
+from coordinator.sdk._core.attempt import SentKeys
+from coordinator.sdk._core.calls import CallRetry
+from coordinator.sdk._core.lease import Lease
+from coordinator.sdk._duration import Duration, as_optional
 from coordinator.sdk._flag import Flag
-from coordinator.sdk._rpc import RetryPolicy
-from coordinator.sdk.attempt import SentKeys
 from coordinator.sdk.types import (
     ClaimLost,
     CommitOutcome,
@@ -64,24 +63,11 @@ _ENDED_BY_THIS_ATTEMPT = {
     FenceReason.FAILED: "failed",
 }
 
-# Bounds of what Fail carries (the server refuses more: INVALID_ARGUMENT).
-_MAX_ERROR_MESSAGE = 1024
-_MAX_ERROR_DETAILS = 16 * 1024
-
 
 @dataclass
-class _State:
-    """The mutable part of a claim, guarded by ``HeldClaim._lock``."""
+class _Ending:
+    """How the claim ended, guarded by ``HeldClaim._lock``: set once, never cleared."""
 
-    # When the lease ends by the local monotonic clock: send time of the last accepted call
-    # plus the TTL it restored. Measured from the send, not the answer, so it errs early.
-    expires_at: float
-    # The server's lease end as wire (seconds, nanos): a datetime only when someone reads it.
-    lease_expires_at: tuple[int, int]
-    progress: str = ""
-    # The latest checkpoint not yet accepted by a renewal (None: nothing new to send).
-    checkpoint: bytes | None = None
-    renewals: int = 0
     lost: LostReason | None = None
     # "committed", "released" or "failed" once the caller ended the claim; later losses are not
     # reported.
@@ -119,10 +105,12 @@ class HeldClaim:
         left = (
             claim.lease_remaining.ToNanoseconds() / 1e9 if claim.HasField("lease_remaining") else 0
         )
-        self._state = _State(
+        self._lease = Lease(
             expires_at=sent_at + (left or self.ttl.total_seconds()),
-            lease_expires_at=(lease.seconds, lease.nanos),
+            server_end=(lease.seconds, lease.nanos),
+            clock=clock,
         )
+        self._state = _Ending()
         self._lock = threading.Lock()
         self._sent_keys = SentKeys()
         # Set once the loss was reported (on_lost returned), by the thread that reported it.
@@ -155,9 +143,7 @@ class HeldClaim:
     @property
     def lease_expires_at(self) -> datetime | None:
         """The lease end the server last reported (its clock; prefer ``remaining()``)."""
-        with self._lock:
-            seconds, nanos = self._state.lease_expires_at
-        return utc(seconds, nanos)
+        return utc(*self._lease.server_end)
 
     @property
     def lost_reason(self) -> LostReason | None:
@@ -175,8 +161,25 @@ class HeldClaim:
     @property
     def renewals(self) -> int:
         """How many renewals the server accepted."""
-        with self._lock:
-            return self._state.renewals
+        return self._lease.renewals
+
+    @property
+    def checkpoint_refusals(self) -> int:
+        """How many renewals the server accepted without keeping their checkpoint (a spent
+        write budget, or etcd above the space guard's high water): each time the checkpoint
+        stays pending and the next renewal sends it again."""
+        return self._lease.refusals[0]
+
+    @property
+    def last_checkpoint_refusal(self) -> str:
+        """The server's text for the last checkpoint it did not keep (which bound, when to
+        retry); "" if none was refused."""
+        return self._lease.refusals[1]
+
+    @property
+    def checkpoint_pending(self) -> bool:
+        """Whether a checkpoint is recorded that no renewal has stored yet."""
+        return self._lease.checkpoint_pending
 
     @property
     def sent_keys(self) -> SentKeys:
@@ -190,9 +193,7 @@ class HeldClaim:
 
     def remaining(self) -> timedelta:
         """Time left on the lease by the local monotonic clock (zero once it ran out)."""
-        with self._lock:
-            left = self._state.expires_at - self._clock()
-        return timedelta(seconds=max(left, 0.0))
+        return timedelta(seconds=max(self._lease.left(), 0.0))
 
     def check(self, *, margin: Duration | None = None) -> None:
         """Raise ClaimLost unless the claim is held with more than ``margin`` left on the lease.
@@ -216,29 +217,15 @@ class HeldClaim:
 
     def progress(self, marker: str) -> None:
         """Record a progress marker; the next renewal sends the latest one. Never blocks."""
-        with self._lock:
-            self._state.progress = marker
+        self._lease.record(progress=marker)
 
     def checkpoint(self, data: bytes) -> None:
         """Record where the work stands (at most 64 KiB); the next renewal stores it with the
         attempt, and a later attempt of the task revision starts with it as its
         ``previous_checkpoint``. Never blocks; only the latest one is sent."""
-        with self._lock:
-            self._state.checkpoint = bytes(data)
+        self._lease.record(checkpoint=data)
 
     # --- acceptance points: the requests and what their answers do --------------------------
-
-    def _commit_request(
-        self, result: bytes, result_ref: str, result_digest: str | None, evidence: Sequence[str]
-    ) -> worker_pb2.CommitRequest:
-        return worker_pb2.CommitRequest(
-            fence=fence_to_proto(self.fence),
-            input_digest=self.input_digest,
-            result_digest=result_digest or digest_of(result),
-            result=result,
-            result_ref=result_ref,
-            evidence=list(evidence),
-        )
 
     def _committed(self, response: worker_pb2.CommitResponse) -> CommitOutcome:
         """COMMITTED ends the claim; FENCED / STALE_INPUT / CANCELLED mark it lost."""
@@ -248,16 +235,6 @@ class HeldClaim:
         else:
             self.mark_lost(outcome.outcome, outcome.reason, outcome.message, LossSource.COMMIT)
         return outcome
-
-    def _stage_request(
-        self, result: bytes, result_ref: str, result_digest: str | None
-    ) -> worker_pb2.StageResultRequest:
-        return worker_pb2.StageResultRequest(
-            fence=fence_to_proto(self.fence),
-            result_digest=result_digest or digest_of(result),
-            result=result,
-            result_ref=result_ref,
-        )
 
     def _staged(self, response: worker_pb2.StageResultResponse) -> StageOutcome:
         """A refusal (the task's deadline passed) marks the claim lost."""
@@ -271,11 +248,6 @@ class HeldClaim:
             self.mark_lost(answer.outcome, answer.reason, answer.message, LossSource.STAGE)
         return answer
 
-    def _authorize_request(self, tool: str, action: str) -> worker_pb2.AuthorizeToolRequest:
-        return worker_pb2.AuthorizeToolRequest(
-            fence=fence_to_proto(self.fence), tool=tool, action=action
-        )
-
     def _authorized(self, response: worker_pb2.AuthorizeToolResponse) -> ToolAuthorization:
         """A refusal marks the claim lost."""
         answer = ToolAuthorization(
@@ -284,9 +256,6 @@ class HeldClaim:
         if not answer.allowed:
             self.mark_lost(answer.outcome, answer.reason, answer.message, LossSource.AUTHORIZE)
         return answer
-
-    def _release_request(self, reason: str) -> worker_pb2.ReleaseRequest:
-        return worker_pb2.ReleaseRequest(fence=fence_to_proto(self.fence), reason=reason)
 
     def _released(self, response: worker_pb2.ReleaseResponse) -> ReleaseOutcome:
         """OK ends the claim; FENCED / CANCELLED mark it lost unless this attempt's own commit
@@ -299,35 +268,6 @@ class HeldClaim:
         elif not self._ended_by_this_attempt(answer.outcome, answer.reason):
             self.mark_lost(answer.outcome, answer.reason, answer.message, LossSource.RELEASE)
         return answer
-
-    def _fail_request(
-        self,
-        error: BaseException | str,
-        *,
-        retryable: bool,
-        delay: Duration | None,
-        message: str,
-        details: bytes,
-    ) -> worker_pb2.FailRequest:
-        """A Fail of this attempt: ``error`` is an exception (its type name is the error code,
-        its text the message, its traceback the details) or an error code."""
-        if isinstance(error, BaseException):
-            code = type(error).__name__
-            message = message or str(error)
-            details = details or "".join(traceback.format_exception(error)).encode()
-        else:
-            code = validation.error_code(error, "error")  # refused here, before any call
-        request = worker_pb2.FailRequest(
-            fence=fence_to_proto(self.fence),
-            retryable=retryable,
-            error_code=code,
-            error_message=message[:_MAX_ERROR_MESSAGE],
-            # The end of a traceback is the part that names the failure.
-            error_details=details[-_MAX_ERROR_DETAILS:],
-        )
-        if delay is not None:
-            request.requeue_delay.FromTimedelta(as_timedelta(delay, "delay"))
-        return request
 
     def _failed(self, response: worker_pb2.FailResponse) -> FailOutcome:
         """Recorded ends the claim; FENCED / CANCELLED / STALE_INPUT mark it lost unless this
@@ -356,11 +296,10 @@ class HeldClaim:
     # --- keepalive: one renewal's request and what its answer does (the client's keepalive
     # loop, sdk/_renewer.py, calls these; callers of the SDK never need them) ------------------
 
-    def renewal_request(self, policy: RetryPolicy) -> tuple[worker_pb2.RenewRequest, float]:
+    def renewal_request(self, policy: CallRetry) -> tuple[worker_pb2.RenewRequest, float]:
         """The next renewal (with the latest progress marker) and its deadline: never past
         the lease by the local clock, never below _MIN_RENEW_TIMEOUT."""
-        with self._lock:
-            progress, checkpoint = self._state.progress, self._state.checkpoint
+        progress, checkpoint = self._lease.payload()
         budget = max(self.remaining().total_seconds(), _MIN_RENEW_TIMEOUT)
         request = worker_pb2.RenewRequest(fence=fence_to_proto(self.fence), progress=progress)
         if checkpoint is not None:
@@ -397,14 +336,15 @@ class HeldClaim:
         if outcome is not Outcome.OK:
             self.mark_lost(outcome, reason, response.message, LossSource.RENEW)
             return False
-        with self._lock:
-            self._state.expires_at = sent + max(response.ttl_seconds, 1)
-            lease = response.lease_expires_at
-            self._state.lease_expires_at = (lease.seconds, lease.nanos)
-            self._state.renewals += 1
-            sent_checkpoint = request.checkpoint if request is not None else None
-            if sent_checkpoint and self._state.checkpoint == sent_checkpoint:
-                self._state.checkpoint = None  # kept by the server; nothing newer since
+        sent_checkpoint = request.checkpoint if request is not None else None
+        if self._lease.renewed(sent, response, sent_checkpoint):
+            count, refused = self._lease.refusals
+            log.warning(
+                "checkpoint not kept; sent again at the next renewal",
+                claim=self._name,
+                refusals=count,
+                refused=refused,
+            )
         return True
 
     def next_renewal(self, sent: float, accepted: bool) -> float:

@@ -17,8 +17,8 @@ import grpc
 
 from coordinator.domain.decisions import Fence
 from coordinator.domain.states import FenceReason, Outcome
+from coordinator.sdk._core.calls import Req, Resp
 from coordinator.sdk._duration import Duration
-from coordinator.sdk._rpc import Req, Resp
 from coordinator.sdk.types import LossSource
 from coordinator.v1 import worker_pb2_grpc
 

@@ -1,0 +1,165 @@
+"""ProducerCalls: the calls that create and read tasks (TaskService), which a ``WorkerClient``
+offers next to its claims; an operator's calls are apart, behind ``client.admin``
+(sdk/admin.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+
+from coordinator.domain.digests import digest_of
+from coordinator.domain.states import TaskState
+from coordinator.errors import AlreadyExists, NotFound
+from coordinator.sdk._core.requests import (
+    CREATE_HINT,
+    create_is_retried,
+    create_request,
+    is_this_create,
+)
+from coordinator.sdk._duration import Duration, as_timedelta
+from coordinator.sdk._rpc import Rpc
+from coordinator.sdk.tasks import AttemptInfo, ResultInfo, TaskInfo, TaskRetryPolicy
+from coordinator.v1 import tasks_pb2, types_pb2
+
+
+class ProducerCalls:
+    """A producer's calls on a client's connection (``WorkerClient`` is one): create a task,
+    read it, its attempts and result, list, cancel, change its input, retry it."""
+
+    _rpc: Rpc
+
+    def create_task(
+        self,
+        task_id: str = "",
+        *,
+        input: bytes = b"",
+        queue: str = "default",
+        priority: int = 0,
+        requires_review: bool = False,
+        non_replayable: bool = False,
+        idempotency_key: str = "",
+        retry_policy: TaskRetryPolicy | None = None,
+        not_before: datetime | None = None,
+        schedule_to_close: Duration | None = None,
+    ) -> TaskInfo:
+        """Create a READY task; an empty ``task_id`` lets the server generate one.
+
+        ``retry_policy`` sets how often it is tried (unset fields: the queue's, else the
+        server's defaults); ``not_before`` keeps it DELAYED until then; past
+        ``schedule_to_close`` from now it is FAILED (TIMED_OUT) whatever runs.
+
+        Retried on transport errors only with an explicit id or an ``idempotency_key`` (a
+        retry with neither could create a second task; with a key the server answers a retry
+        whose first try landed with that try's response, generated id included). With an id,
+        an existing task of the same queue and input digest is returned instead of
+        AlreadyExists, so a retry whose first try landed is harmless.
+        """
+        request = create_request(
+            task_id,
+            input=input,
+            queue=queue,
+            priority=priority,
+            requires_review=requires_review,
+            non_replayable=non_replayable,
+            retry_policy=retry_policy,
+            not_before=not_before,
+            schedule_to_close=schedule_to_close,
+        )
+        retry = create_is_retried(task_id, idempotency_key)
+        try:
+            response = self._rpc.call(
+                self._rpc.tasks.CreateTask,
+                request,
+                retry=retry,
+                idempotency_key=idempotency_key,
+                hint="" if retry else CREATE_HINT,
+            )
+        except AlreadyExists as taken:
+            if not task_id:
+                raise
+            try:
+                existing = self.get_task(task_id)
+            except NotFound:  # pruned since (its tombstone refused the id): not ours to return
+                raise taken from None
+            if not is_this_create(existing, request):
+                raise
+            return existing
+        return TaskInfo.from_proto(response.task)
+
+    def get_task(self, task_id: str) -> TaskInfo:
+        """The task and its latest attempts, oldest first (at most 20: ``task.attempt`` counts
+        them all, ``attempts()`` reads every one). Raises NotFound for an unknown id."""
+        response = self._rpc.call(
+            self._rpc.tasks.GetTask, tasks_pb2.GetTaskRequest(task_id=task_id)
+        )
+        return TaskInfo.from_proto(response.task, tuple(response.attempts))
+
+    def get_result(self, task_id: str, revision: int = 0) -> ResultInfo:
+        """The canonical result of a task revision (0: its current revision), with the attempt
+        and fence that committed it: what a reviewer accepts (pm/admin). Raises NotFound for an
+        unknown task or a revision without a committed result."""
+        request = tasks_pb2.GetResultRequest(task_id=task_id, revision=revision)
+        return ResultInfo.from_proto(self._rpc.call(self._rpc.tasks.GetResult, request).result)
+
+    def attempts(self, task_id: str, *, page_size: int = 100) -> Iterator[AttemptInfo]:
+        """Every attempt of the task, oldest first, read a page at a time as you iterate."""
+        token = ""
+        while True:
+            request = tasks_pb2.ListAttemptsRequest(
+                task_id=task_id, page_size=page_size, page_token=token
+            )
+            response = self._rpc.call(self._rpc.tasks.ListAttempts, request)
+            yield from (AttemptInfo.from_proto(a) for a in response.attempts)
+            token = response.next_page_token
+            if not token:
+                return
+
+    def list_tasks(
+        self, *, queue: str = "", state: TaskState | None = None, page_size: int = 100
+    ) -> list[TaskInfo]:
+        """Every task of ``queue`` (all queues if empty) in ``state`` (any if None), by id."""
+        tasks: list[TaskInfo] = []
+        token = ""
+        while True:
+            request = tasks_pb2.ListTasksRequest(
+                queue=queue,
+                state=types_pb2.TaskState.ValueType(state or 0),
+                page_size=page_size,
+                page_token=token,
+            )
+            response = self._rpc.call(self._rpc.tasks.ListTasks, request)
+            tasks.extend(TaskInfo.from_proto(t) for t in response.tasks)
+            token = response.next_page_token
+            if not token:
+                return tasks
+
+    def cancel_task(self, task_id: str, *, reason: str = "") -> TaskInfo:
+        """Cancel a task: a live claim's next renew, authorize or commit gets CANCELLED."""
+        request = tasks_pb2.CancelTaskRequest(task_id=task_id, reason=reason)
+        return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.CancelTask, request).task)
+
+    def update_input(self, task_id: str, *, input: bytes, expected_revision: int = 0) -> TaskInfo:
+        """Replace a task's input (producer): revision + 1, READY; a live claim's commit then
+        gets STALE_INPUT. ``expected_revision`` (non-zero) makes it conditional."""
+        request = tasks_pb2.UpdateInputRequest(
+            task_id=task_id,
+            input=input,
+            input_digest=digest_of(input),
+            expected_revision=expected_revision,
+        )
+        return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.UpdateInput, request).task)
+
+    def retry_task(
+        self, task_id: str, *, reason: str = "", schedule_to_close: Duration | None = None
+    ) -> TaskInfo:
+        """Send a FAILED task back to READY with a fresh attempt budget (pm or admin).
+
+        ``schedule_to_close`` gives it a new deadline, that long from now; a task whose own
+        deadline passed (TIMED_OUT) needs one (FailedPrecondition without)."""
+        request = tasks_pb2.RetryTaskRequest(task_id=task_id, reason=reason)
+        if schedule_to_close is not None:
+            request.schedule_to_close.FromTimedelta(
+                as_timedelta(schedule_to_close, "schedule_to_close")
+            )
+        return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.RetryTask, request).task)
