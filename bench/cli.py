@@ -6,7 +6,8 @@ delayed tasks claimed after their not_before by long-polling workers (bench/prom
 ClaimNext scale and etcd footprint (item 3), the coordinator's memory with N held claims (item 3)
 and with misbehaving event readers (bench/events.py), each on a freshly started coordinator,
 then retention (bench/retention.py: etcd's db size as tasks keep finishing, and throughput with
-the pruner on and off). Everything is bounded in count; ``--budget`` is a hard wall-time bound
+the pruner on and off), then 1,000 waiting ClaimNext and follow streams on one replica
+(bench/long_polls.py). Everything is bounded in count; ``--budget`` is a hard wall-time bound
 (900 s by default for a full run): a phase that would not fit is skipped, a phase still running
 when it passes is cut off, and the report says so and shows what ran (bench/phases.py). The
 load average before and after each phase is in the report (bench/machine.py).
@@ -31,6 +32,7 @@ from bench.events import run_events
 from bench.harness import Scenario, say
 from bench.headline import headline
 from bench.held import run_held
+from bench.long_polls import long_polls_phase
 from bench.machine import machine
 from bench.multislot import multislot_need, multislot_phase
 from bench.phases import PhaseClock
@@ -61,7 +63,17 @@ EVENTS_PREFIX = "/coordinator-bench-events"
 # (40/s) stay within what 2 cores claim and commit; at 100 a batch the figure measures the
 # backlog instead (docs/performance.md).
 PROMOTE_DELAY, PROMOTE_SPACING, PROMOTE_WORKERS, PROMOTE_WAIT = 2.0, 0.5, 8, 5.0
-PHASES = ("throughput", "multislot", "reclaim", "promote", "scale", "held", "events", "retention")
+PHASES = (
+    "throughput",
+    "multislot",
+    "reclaim",
+    "promote",
+    "scale",
+    "held",
+    "events",
+    "retention",
+    "long_polls",
+)
 
 
 @dataclass(frozen=True)
@@ -209,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         "retention_duration_s": ns.retention_duration or (1.5 if ns.smoke else 6.0),
         "retention_rounds": ns.retention_rounds or (1 if ns.smoke else 3),
         "coordinator_log_level": ns.coordinator_log_level,
+        "long_polls": 100 if ns.smoke else 1_000,
     }
     unknown = set(config["phases"]) - set(PHASES)
     if unknown:
@@ -282,6 +295,7 @@ def run_phases(
             ),
             ("events", 30, lambda: events_phase(etcd, kv, workdir, config)),
             ("retention", 60, lambda: retention_phase(etcd, workdir, config)),
+            ("long_polls", 60, lambda: long_polls_phase(etcd, workdir, config)),
         ]
         for name, need, run in fresh_phases:
             if name in phases and clock.fits(name, need):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bench.long_polls import long_polls_line
 from bench.machine import busier_than
 
 HEADLINE = (
@@ -126,15 +127,7 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def markdown(doc: dict[str, Any]) -> str:
     """Every table of the report, as markdown."""
-    parts = [_throughput_table(doc), _ratio_table(doc)]
-    phases: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
-        ("multislot", _multislot_table),
-        ("reclaim", _reclaim_table),
-        ("promote", _promote_line),
-        ("scale", _scale_table),
-        ("held", _held_table),
-    )
-    parts += [table(doc[phase]) for phase, table in phases if doc.get(phase)]
+    parts = [_throughput_table(doc), _ratio_table(doc), *_phase_parts(doc)]
     parts.append(_targets_table(doc))
     if doc.get("load_average"):
         parts.append(_load_table(doc))
@@ -186,6 +179,19 @@ def _load_table(doc: dict[str, Any]) -> str:
         before, after = (" / ".join(f"{v:.2f}" for v in load[k]) for k in ("before", "after"))
         lines.append(f"| {phase} | {before} | {after} |")
     return "\n".join(lines)
+
+
+def _phase_parts(doc: dict[str, Any]) -> list[str]:
+    """The section of each phase that ran, in the phases' order."""
+    sections: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
+        ("multislot", _multislot_table),
+        ("reclaim", _reclaim_table),
+        ("promote", _promote_line),
+        ("scale", _scale_table),
+        ("held", _held_table),
+        ("long_polls", long_polls_line),
+    )
+    return [render(doc[phase]) for phase, render in sections if doc.get(phase)]
 
 
 def _fmt(value: Any, digits: int = 2) -> str:

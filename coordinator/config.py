@@ -100,10 +100,12 @@ class Config:
     renew_rate_per_principal: float = 2000.0
     """Claims one principal may renew a second on a replica (Renew and RenewMany items, bursts
     of twice that); past it, RESOURCE_EXHAUSTED with when to retry."""
-    max_streams: int = 32
-    """Long-lived calls (WatchEvents and other streams) open at once; each holds a thread."""
+    max_streams: int = 2048
+    """Long-lived calls (WatchEvents, other streams and waiting ClaimNext) open at once; each
+    holds a parked thread of its own (never one of max_workers)."""
     max_streams_per_principal: int = 8
-    """Long-lived calls one principal may hold open at once."""
+    """Long-lived calls a principal is always let hold (its guaranteed share); past it, it
+    borrows idle slots but never the replica's last quarter, kept for the others."""
     max_replays: int = 4
     """Replays of the event log's past (WatchEvents from the start, or without follow) running
     at once on a replica; each holds a few MB while it runs. Past it, RESOURCE_EXHAUSTED."""
@@ -113,8 +115,11 @@ class Config:
     """Seconds after which a stream is ended UNAVAILABLE; its caller resumes where it was."""
     max_claim_wait: float = 20.0
     """The longest a long-poll ClaimNext may wait for a task (seconds, at most 20)."""
-    max_claim_waiters: int = 16
-    """Long-poll ClaimNext calls that may wait on a replica at once; each holds a thread."""
+    max_claim_waiters: int = 2048
+    """Long-poll ClaimNext calls that may wait on a replica at once (each a long-lived call of
+    max_streams, holding a parked thread). As large as max_streams by default, so that the
+    streams' fair share decides who waits: below it, one pool's polls could fill it and lock
+    out principals within their share."""
     shutdown_grace: float = 10.0
     """On SIGTERM, in-flight calls get this long to finish before they are cancelled."""
     etcd_timeout: float = 5.0

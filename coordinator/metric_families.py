@@ -186,7 +186,9 @@ class MetricFamilies:
         self.streams_refused = Counter(
             "coordinator_streams_refused",
             "Long-lived calls refused RESOURCE_EXHAUSTED, by the bound that refused them "
-            "(server_full: max_streams; principal_full: max_streams_per_principal).",
+            "(server_full: max_streams; principal_full: past the max_streams_per_principal "
+            "share with only the replica's reserve left; claim_waiters_full: "
+            "max_claim_waiters).",
             ["reason"],
             registry=registry,
         )

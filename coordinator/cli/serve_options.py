@@ -94,15 +94,16 @@ _CALL_OPTIONS: list[Callable[[F], F]] = [
         type=click.IntRange(min=1),
         default=DEFAULTS.max_streams,
         metavar="N",
-        help="Long-lived calls (WatchEvents and other streams) open at once; past it, "
-        "RESOURCE_EXHAUSTED.",
+        help="Long-lived calls (WatchEvents, other streams, waiting ClaimNext) open at once, "
+        "each on a parked thread of its own; past it, RESOURCE_EXHAUSTED.",
     ),
     option(
         "max-streams-per-principal",
         type=click.IntRange(min=1),
         default=DEFAULTS.max_streams_per_principal,
         metavar="N",
-        help="Long-lived calls one principal may hold open; past it, RESOURCE_EXHAUSTED.",
+        help="Long-lived calls a principal is always let hold; past it, it borrows idle "
+        "slots but never the replica's last quarter (then RESOURCE_EXHAUSTED).",
     ),
     option(
         "max-replays",

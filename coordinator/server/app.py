@@ -38,8 +38,10 @@ from coordinator.server.auth import (
 from coordinator.server.bounded_http import HttpLimits
 from coordinator.server.call_log import CallLogInterceptor
 from coordinator.server.call_shares import CallShareInterceptor, CallShares
+from coordinator.server.grpc_waits import lengthen_wait_slices
 from coordinator.server.idempotency import IdempotencyInterceptor
 from coordinator.server.metrics_http import start_metrics
+from coordinator.server.refusal_log import RefusalLog
 from coordinator.server.renew_budget import RENEW_RATE
 from coordinator.server.request_ids import RequestIdInterceptor
 from coordinator.server.rpc_metrics import RpcMetricsInterceptor
@@ -94,6 +96,7 @@ def build_server(
     tls: ServerTLS | None = None,
     health_listen: str | None = None,
     write_budgets: Mapping[Role, BudgetPolicy] | None = None,
+    refusals: RefusalLog | None = None,
 ) -> tuple[grpc.Server, int]:
     """Build, bind and start a server for ``store``; returns it with its bound port.
 
@@ -108,7 +111,8 @@ def build_server(
     serves, whatever etcd does: a liveness probe must not restart every replica for an etcd
     outage (readiness, on "", takes them out of the Service instead). ``write_budgets``
     bounds the bytes each principal adds to etcd, per role (coordinator.server.write_budgets;
-    None: no budget).
+    None: no budget). ``refusals`` decides which refused calls the call log writes (default:
+    one line per principal per 10 s; coordinator.server.refusal_log).
 
     The server is already started (do not call ``start()`` again); ``server.stop(grace)`` ends
     it and the health checker with it. Health is SERVING only while etcd answers: a checker reads
@@ -126,7 +130,10 @@ def build_server(
     auth_interceptor = AuthInterceptor(authenticator)
     # Streams never hold more than max_streams threads (OpenStreams), so max_workers are always
     # left for unary calls. grpc refuses a call past the total RESOURCE_EXHAUSTED rather than
-    # queueing it in the pool, where it would wait unseen past its deadline.
+    # queueing it in the pool, where it would wait unseen past its deadline. The pool starts
+    # threads as calls come: a long-lived call parks its thread on a lock (a waiting ClaimNext,
+    # a follower between events), which costs ~50 KB and no CPU (docs/operations.md has the
+    # measurements behind keeping the sync server).
     threads = max_workers + limits.max_streams
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rpc"),
@@ -142,7 +149,7 @@ def build_server(
             RpcMetricsInterceptor(store.ctx.metrics),
             UndecodableInterceptor(),
             auth_interceptor,
-            CallLogInterceptor(SERVICE_NAMES),
+            CallLogInterceptor(SERVICE_NAMES, refusals=refusals),
             StreamLimitInterceptor(
                 open_streams, auth_interceptor.check, refresh=auth_interceptor.refresh
             ),
@@ -242,6 +249,7 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
     up`` prints it). Must run in the main thread, which owns signal handling.
     """
     configure_logging(config.log_level)
+    lengthen_wait_slices()  # idle etcd watches of follow streams must not spin (grpc_waits.py)
     auth, tls = authenticator_for(config), tls_for(config)  # bad auth files fail before etcd
     stop = threading.Event()
     with _signals_set(stop), _store_for(config, stop, tls) as store:

@@ -5,6 +5,9 @@ it took, the request id, and whatever the handler bound for the call (``coordina
 task, attempt, generation, epoch, the verdict's outcome and reason, ...). A call answered OK is
 ``rpc``; any other status is ``rpc refused`` with the status message as ``error``, at warning
 level when the fault is ours (the store unreachable, a bug) and info when it is the caller's.
+A call refused RESOURCE_EXHAUSTED (a bound: a share, a budget, a full replica) is logged at most
+once per principal per interval (coordinator.server.refusal_log), with how many were left out:
+a pool whose polls are refused and retried would otherwise write a line per retry.
 Handlers therefore log no line of their own per call; a bug's traceback is still logged where it
 is caught (coordinator.server.status).
 
@@ -37,6 +40,7 @@ from coordinator.server.handlers import (
     streams_responses,
 )
 from coordinator.server.identity import CURRENT_IDENTITY
+from coordinator.server.refusal_log import RefusalLog
 
 log = structlog.get_logger(__name__)
 
@@ -48,8 +52,9 @@ _OUR_FAULT = frozenset(
 class CallLogInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     """Logs each call of ``services`` (fully qualified names) once, when it ends."""
 
-    def __init__(self, services: Collection[str]) -> None:
+    def __init__(self, services: Collection[str], *, refusals: RefusalLog | None = None) -> None:
         self._services = frozenset(services)
+        self._refusals = refusals if refusals is not None else RefusalLog()
 
     def intercept_service(
         self,
@@ -65,12 +70,13 @@ class CallLogInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         first = {"method": method}
         if request_ids.is_valid(request_id):
             first["request_id"] = request_id
+        refusals = self._refusals
         return rebuilt(
             handler,
             lambda kind, behavior: (
-                _streamed(first, behavior)
+                _streamed(first, behavior, refusals)
                 if streams_responses(kind)
-                else _answered(first, behavior)
+                else _answered(first, behavior, refusals)
             ),
         )
 
@@ -83,8 +89,9 @@ def _service(method: str) -> str:
 class _Call:
     """One call being logged: its own context, its fields, when it started."""
 
-    def __init__(self, first: dict[str, str]) -> None:
+    def __init__(self, first: dict[str, str], refusals: RefusalLog) -> None:
         self.started = time.perf_counter()
+        self._refusals = refusals
         identity = CURRENT_IDENTITY.get()
         self.fields: dict[str, Any] = {
             **first,
@@ -107,6 +114,11 @@ class _Call:
         if code is grpc.StatusCode.OK:
             log.info("rpc", **line)
             return
+        if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+            left_out = self._refusals.due(self.fields["principal"])
+            if left_out is None:
+                return  # counted in metrics; this principal's line was written recently
+            line["refusals_not_logged"] = left_out
         details = context.details()  # type: ignore[attr-defined]
         if isinstance(details, bytes):
             details = details.decode(errors="replace")
@@ -119,13 +131,9 @@ def _default_code(failed: bool) -> grpc.StatusCode:
     return grpc.StatusCode.UNKNOWN if failed else grpc.StatusCode.OK
 
 
-def _logged(kind: str, first: dict[str, str], behavior: Behavior) -> Behavior:
-    return _streamed(first, behavior) if streams_responses(kind) else _answered(first, behavior)
-
-
-def _answered(first: dict[str, str], behavior: Behavior) -> Behavior:
+def _answered(first: dict[str, str], behavior: Behavior, refusals: RefusalLog) -> Behavior:
     def run(request: Any, context: grpc.ServicerContext) -> Any:
-        call = _Call(first)
+        call = _Call(first, refusals)
         try:
             response = call.context.run(behavior, request, context)
         except BaseException:
@@ -137,9 +145,9 @@ def _answered(first: dict[str, str], behavior: Behavior) -> Behavior:
     return run
 
 
-def _streamed(first: dict[str, str], behavior: Behavior) -> Behavior:
+def _streamed(first: dict[str, str], behavior: Behavior, refusals: RefusalLog) -> Behavior:
     def run(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        call = _Call(first)
+        call = _Call(first, refusals)
         try:
             responses = call.context.run(behavior, request, context)
             while True:

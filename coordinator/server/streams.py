@@ -6,8 +6,11 @@ holds one for milliseconds; a followed ``WatchEvents`` stream for as long as its
 Without a bound, 32 open streams took all 32 threads and every other call - health and Renew
 included - waited past its deadline. So long-lived calls are counted apart (``OpenStreams``):
 
-* at most ``max_streams`` are open on the replica, and at most ``max_per_principal`` of one
-  principal; a call past either bound is refused RESOURCE_EXHAUSTED, naming the setting;
+* at most ``max_streams`` are open on the replica; a principal is always let open
+  ``max_per_principal`` (its guaranteed share) while there is room, and past it borrows idle
+  slots but never the replica's last quarter (``domain.stream_limits.admission``: fairness,
+  not threads, is what the per-principal bound protects); a call past either bound is refused
+  RESOURCE_EXHAUSTED, naming the setting;
 * each ends after ``max_age`` seconds with UNAVAILABLE (what gRPC clients and ``coordinator events
   --follow`` retry), and its caller resumes from the last event it received. This bounds how
   long one thread is held and makes every caller come back through authentication;
@@ -41,6 +44,7 @@ import grpc
 import structlog
 
 from coordinator.domain.stream_limits import (
+    UNAUTHENTICATED_CALLERS,
     Admission,
     StreamLimits,
     admission,
@@ -260,7 +264,12 @@ class OpenStreams:
         """Count one more call of ``principal``; ResourceExhausted naming the bound if full."""
         with self._lock:
             held = self._per_principal.get(principal, 0)
-            decision = admission(self.limits, open_total=len(self._open), open_of_principal=held)
+            decision = admission(
+                self.limits,
+                open_total=len(self._open),
+                open_of_principal=held,
+                borrows=principal != UNAUTHENTICATED_CALLERS,
+            )
             if decision is Admission.ADMITTED:
                 guard = StreamGuard(
                     principal=principal,
@@ -274,8 +283,9 @@ class OpenStreams:
                 self._per_principal[principal] = held + 1
                 self._metrics.streams_open.inc()
                 return guard
+        # Counted here; logged by the call log, at most once per principal per interval
+        # (coordinator.server.refusal_log): a pool's refused polls must not flood the log.
         self._metrics.count_stream_refused(decision.value)
-        log.info("stream refused", principal=principal, reason=decision.value)
         raise ResourceExhausted(refusal_message(decision, self.limits, principal))
 
     def close(self, guard: StreamGuard) -> None:

@@ -121,7 +121,7 @@ class Store:
         prune_interval: float = DEFAULT_PRUNE_INTERVAL,
         prune_rate: float = DEFAULT_PRUNE_RATE,
         promote_interval: float = 0.25,
-        max_claim_waiters: int = 16,
+        max_claim_waiters: int = 2048,
         metrics: Metrics | None = None,
         max_replays: int = MAX_REPLAYS,
         max_replays_per_principal: int = MAX_REPLAYS_PER_PRINCIPAL,

@@ -109,6 +109,11 @@ def test_the_other_phases_report_their_figures(smoke: tuple[dict[str, Any], str]
     assert promote["claimable_s_after_due"]["early"] == 0  # DELAYED is not claimable
     assert "Delayed tasks (" in stdout
     assert doc["held"]["claims_held"] == config["held_claims"]
+    long_polls = doc["long_polls"]
+    admitted = (long_polls["polls_admitted"], long_polls["follows_admitted"])
+    assert admitted == (config["long_polls"], config["long_polls"])
+    assert long_polls["polls_claimed"] == long_polls["tasks_created"]
+    assert "Long polls: " in stdout
     assert [row["key"] for row in doc["targets"]] == list(HEADLINE)
     assert config["budget_s"] is None  # no wall-time bound: every phase ran, however slowly
     assert doc["skipped_phases"] == {}

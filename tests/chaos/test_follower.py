@@ -25,7 +25,7 @@ from tests.helpers import cancel, eventually, next_of
 from tests.sdk.support import LIMITS, QUEUE, Served
 
 # One stream per principal, and each lives about a second: the follower meets both bounds.
-STREAMS = StreamLimits(max_per_principal=1, max_age=1.0, sweep_interval=0.2)
+STREAMS = StreamLimits(max_streams=1, max_per_principal=1, max_age=1.0, sweep_interval=0.2)
 AS_FOLLOWER = ((PRINCIPAL_METADATA, "follower"),)
 
 

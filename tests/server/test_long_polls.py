@@ -43,7 +43,7 @@ Served = tuple[grpc.UnaryUnaryMultiCallable, OpenStreams]  # type: ignore[type-a
 @pytest.fixture
 def served() -> Iterator[Served]:
     """ClaimNext on a server, and the count of its open long-lived calls."""
-    open_streams = OpenStreams(StreamLimits(max_per_principal=1, max_age=1.0))
+    open_streams = OpenStreams(StreamLimits(max_streams=1, max_per_principal=1, max_age=1.0))
     auth = AuthInterceptor(InsecureAuth())
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=4),

@@ -261,3 +261,26 @@ def test_a_waiter_whose_caller_leaves_passes_its_wake_up_on_and_frees_its_place(
         assert waiters.count() == 0
         second.leave()  # its call ends after it was served: nothing to undo
     assert waiters.count() == 0
+
+
+def test_only_the_head_looks_on_its_own_and_the_next_is_woken_when_it_leaves(
+    store: Store,
+) -> None:
+    # No etcd involved: the line alone. Waiters behind the head sleep until something wakes
+    # them (1,000 of them looking every slice were 500 wake-ups a second for nothing); when the
+    # head leaves - served, gone, or at its deadline - the new head is woken to look.
+    waiters = ReadyWaiters(3, store.ctx.metrics)
+    callers = [InProcessCaller() for _ in range(3)]
+    with (
+        waiters.enter("q", callers[0]) as head,
+        waiters.enter("q", callers[1]) as second,
+        waiters.enter("q", callers[2]) as third,
+    ):
+        assert waiters.wait(second, 0) is False  # nothing woke it
+        assert waiters.hand(head, callers[0].alive) is True  # the head is served
+        assert waiters.first_in_line("q", second)
+        assert waiters.wait(second, 0) is True  # woken: its turn to look
+        assert waiters.wait(third, 0) is False  # still behind
+        callers[1].leave()  # the new head's call ends
+        assert waiters.wait(third, 0) is True
+        assert waiters.first_in_line("q", third)

@@ -39,8 +39,11 @@ class ReplaySlots:
         max_replays: int = MAX_REPLAYS,
         max_per_principal: int = MAX_REPLAYS_PER_PRINCIPAL,
     ) -> None:
-        # The same decision as the stream bounds: a total and a share per principal.
-        self._limits = StreamLimits(max_streams=max_replays, max_per_principal=max_per_principal)
+        # The same decision as the stream bounds: a total and a share per principal, here a
+        # hard cap (a replay holds memory, so nobody borrows another's share).
+        self._limits = StreamLimits(
+            max_streams=max_replays, max_per_principal=max_per_principal, reserve=None
+        )
         self._metrics = metrics
         self._lock = threading.Lock()
         self._running: Counter[str] = Counter()
