@@ -40,7 +40,16 @@ class Reclaimer(WatchScanLoop):
     deletes_only = True
 
     def __init__(self, ctx: StoreContext, ready: ReadyIndex, *, scan_interval: float = 5.0) -> None:
-        super().__init__(ctx, prefix=ctx.keys.claims_prefix, scan_interval=scan_interval)
+        # One watch over the claimed index and the claim keys ("claimed/" sorts just below
+        # "claims/"): a txn that ends a claim deletes both in one revision, which etcd never
+        # splits across watch responses, so ``items_from`` can tell those ends from expiries.
+        keys = ctx.keys
+        super().__init__(
+            ctx,
+            prefix=keys.claimed_prefix,
+            range_end=ctx.kv.prefix_end(keys.claims_prefix),
+            scan_interval=scan_interval,
+        )
         self._ready = ready
         # task id -> monotonic time this replica saw etcd delete its claim key (reclaim latency
         # is measured from there: the deletion is etcd's expiry, as close as we can see it).
@@ -136,8 +145,22 @@ class Reclaimer(WatchScanLoop):
                     self._deleted_at.pop(task_id, None)
 
     def items_from(self, events: list[WatchEvent]) -> list[str]:
-        """Task ids whose claim key was deleted (expiry, but also commit, release, cancel)."""
-        deleted = [e.key.rsplit("/", 1)[1] for e in events if e.deleted]
+        """Task ids whose claim key was deleted by an expiry (or a lease revoke), not by a txn
+        that ended the claim. Commit, release, cancel and the like move the task out of CLAIMED
+        and so delete its claimed-index key in the same revision: nothing is left to reclaim,
+        and reading the task back (on every replica, for every commit, its own included) would
+        cost an etcd read and a record decode per cycle for nothing."""
+        claims, claimed = self._ctx.keys.claims_prefix, self._ctx.keys.claimed_prefix
+        ended = {
+            (e.key[len(claimed) :], e.mod_revision) for e in events if e.key.startswith(claimed)
+        }
+        deleted = [
+            task_id
+            for e in events
+            if e.deleted
+            and e.key.startswith(claims)
+            and ((task_id := e.key[len(claims) :]), e.mod_revision) not in ended
+        ]
         now = time.monotonic()
         for task_id in deleted:
             self._deleted_at.setdefault(task_id, now)

@@ -301,9 +301,11 @@ class EtcdKV:
         on_events: Callable[[list[WatchEvent]], None],
         on_compacted: Callable[[], None],
         deletes_only: bool = False,
+        range_end: str = "",
     ) -> PrefixWatch:
-        """Follow every change (or, with ``deletes_only``, every deletion) under ``prefix`` from
-        ``start_revision`` (see store/etcd/watch.py)."""
+        """Follow every change (or, with ``deletes_only``, every deletion) under ``prefix`` (or,
+        with ``range_end``, in [prefix, range_end)) from ``start_revision`` (see
+        store/etcd/watch.py)."""
         return PrefixWatch(
             self._client,
             prefix,
@@ -311,6 +313,7 @@ class EtcdKV:
             on_events=on_events,
             on_compacted=on_compacted,
             deletes_only=deletes_only,
+            range_end=range_end,
         ).start()
 
     def _auth(self) -> dict[str, Any]:

@@ -56,11 +56,15 @@ class PrefixWatch:
         on_events: Callable[[list[WatchEvent]], None],
         on_compacted: Callable[[], None],
         deletes_only: bool = False,
+        range_end: str = "",
     ) -> None:
         # ``deletes_only``: etcd filters out puts (NOPUT) before they cross the wire.
+        # ``range_end``: follow [prefix, range_end) instead of the prefix alone, so keys of two
+        # neighbouring prefixes changed in one revision arrive in one response (the reclaimer).
         self._client = client
         self._filters = [etcdrpc.WatchCreateRequest.NOPUT] if deletes_only else []
         self._prefix = prefix.encode()
+        self._range_end = range_end.encode() if range_end else utils.prefix_range_end(self._prefix)
         self._next_revision = start_revision
         self._on_events = on_events
         self._on_compacted = on_compacted
@@ -106,7 +110,7 @@ class PrefixWatch:
             etcdrpc.WatchRequest(
                 create_request=etcdrpc.WatchCreateRequest(
                     key=self._prefix,
-                    range_end=utils.prefix_range_end(self._prefix),
+                    range_end=self._range_end,
                     start_revision=self._next_revision,
                     filters=self._filters,
                 )

@@ -41,10 +41,17 @@ class WatchScanLoop:
     deletes_only = False
 
     def __init__(
-        self, ctx: StoreContext, *, prefix: str, scan_interval: float, scan_first: bool = False
+        self,
+        ctx: StoreContext,
+        *,
+        prefix: str,
+        scan_interval: float,
+        scan_first: bool = False,
+        range_end: str = "",
     ) -> None:
         self._ctx = ctx
         self._prefix = prefix
+        self._range_end = range_end  # "": the prefix alone
         self._scan_interval = scan_interval
         self._scan_first = scan_first
         self._stop = threading.Event()
@@ -99,6 +106,7 @@ class WatchScanLoop:
             on_events=self._on_events,
             on_compacted=lambda: self._items.put(_RESUME),
             deletes_only=self.deletes_only,
+            range_end=self._range_end,
         )
 
     def _resume(self) -> None:

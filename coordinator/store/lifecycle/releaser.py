@@ -22,7 +22,7 @@ import functools
 
 import structlog
 
-from coordinator.domain.records import EventRecord, TaskRecord, decode
+from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import Op, TaskState
 from coordinator.domain.waiting import Reblock, Release, describe_blocked, settle
 from coordinator.errors import NotFound
@@ -186,16 +186,27 @@ class Releaser(WatchScanLoop):
                     self._run(upstream, functools.partial(self.handle, upstream))
 
     def items_from(self, events: list[WatchEvent]) -> list[str]:
-        """Tasks whose transition event says they became DONE, CANCELLED or FAILED, or left
-        FAILED (a RetryTask: their dependents are no longer blocked by them)."""
-        done = []
-        for event in events:
-            if event.deleted:
-                continue
-            try:
-                record = decode(EventRecord, event.value)
-            except Exception:  # a malformed event is doctor's business, not the watch's
-                continue
-            if record.to_state in _SETTLES_DEPENDENTS or record.from_state is TaskState.FAILED:
-                done.append(record.task_id)
-        return done
+        """Tasks whose transition event may say they became DONE, CANCELLED or FAILED, or left
+        FAILED (a RetryTask: their dependents are no longer blocked by them), screened on the
+        event's bytes, never decoded (see ``_may_settle``)."""
+        root = self._prefix
+        return [
+            event.key[len(root) :].rsplit("/", 1)[0]
+            for event in events
+            if not event.deleted and _may_settle(event.value)
+        ]
+
+
+# Every state name that may settle dependents, as the record codec writes it (by name: domain/
+# records.py). Every claim event and most events of a busy pool name none of them, so the watch
+# (on every replica, for every transition) skips them without decoding a record. A false match
+# (a principal or a detail that happens to hold one of these words) costs only a share of the
+# batched count in ``handle_many``: ``release`` reads the records and ``settle`` decides.
+# (FAILED is among them, so an event leaving FAILED matches too.)
+_SETTLING_NAMES = tuple(sorted(state.name.encode() for state in _SETTLES_DEPENDENTS))
+
+
+def _may_settle(value: bytes) -> bool:
+    """Whether an encoded event can be a move to or out of a settling state (no false
+    negative: a settling event always names its state)."""
+    return any(name in value for name in _SETTLING_NAMES)
