@@ -12,6 +12,9 @@ revision of the state it saw: the claim generation stays the revision of the cla
 Leader/follower, no timer: a thread that finds fewer than ``max_in_flight`` batches on the wire
 sends a batch itself (at low load: its own txn, alone, with no hand-off); the others wait on
 their own gate and are answered by the leader that carried their txn, or handed a freed slot.
+The conflict check is paid only when there is company: single keys are sets (an intersection
+in C), ranges (prefix reads, prunes) are compared apart, and a txn alone in the queue goes
+without its keys ever being read.
 A batch etcd refuses (an operator's lower ``--max-txn-ops``, a request too large) is retried one
 txn at a time, so a refusal reaches only the txn that caused it.
 """
