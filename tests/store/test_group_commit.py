@@ -14,7 +14,15 @@ from coordinator.errors import CoordinatorError
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import EtcdKV
 from coordinator.store.etcd.group_commit import GroupCommit, TxnOutcome, in_order_runs
-from coordinator.store.etcd.ops import create_revision_is, delete, get, get_prefix, put
+from coordinator.store.etcd.ops import (
+    create_revision_is,
+    delete,
+    delete_prefix,
+    get,
+    get_prefix,
+    put,
+    range_empty,
+)
 from tests.helpers import eventually
 
 
@@ -218,6 +226,25 @@ def _admits(first: Any, second: Any) -> bool:
             ),
             False,
         ),
+        # a range compare against a write inside it, the range's first key included
+        (_request([range_empty("/p/")]), _request(success=[put("/p/x", b"")]), False),
+        (_request(success=[put("/p/", b"")]), _request([range_empty("/p/")]), False),
+        (_request([range_empty("/p/")]), _request(success=[put("/p0", b"")]), True),
+        # two ranges: overlapping ones do not share, disjoint ones do
+        (_request(success=[delete_prefix("/p/")]), _request(success=[get_prefix("/p/q/")]), False),
+        (_request(success=[delete_prefix("/p/")]), _request(success=[get_prefix("/q/")]), True),
+        # range_end "\0": every key from ``key`` on
+        (
+            _request(success=[put("/z/z", b"")]),
+            _request(
+                success=[
+                    etcdrpc.RequestOp(
+                        request_range=etcdrpc.RangeRequest(key=b"/y", range_end=b"\0")
+                    )
+                ]
+            ),
+            False,
+        ),
         # a txn of its own that nests txns never shares
         (
             _request(success=[put("/a", b"")]),
@@ -228,6 +255,29 @@ def _admits(first: Any, second: Any) -> bool:
 )
 def test_admission(first: Any, second: Any, shared: bool) -> None:
     assert _admits(first, second) is shared
+
+
+def test_a_txn_alone_in_the_queue_is_sent_without_reading_its_footprint(
+    kv: EtcdKV, prefix: str
+) -> None:
+    """At low load the leader's own txn is all there is to send: the batcher skips the conflict
+    check (and the walk over the request it needs), and answers the txn as it would in a batch."""
+    from coordinator.store.etcd.group_commit import _Pending
+
+    seen: list[_Pending] = []
+    batcher = GroupCommit(kv._send_txn, max_in_flight=1)
+    take = batcher._take
+
+    def spy(mine: _Pending) -> Any:
+        seen.append(mine)
+        return take(mine)
+
+    batcher._take = spy  # type: ignore[method-assign]
+    key = f"{prefix}/alone"
+    outcome = batcher.txn(_request([create_revision_is(key, 0)], [put(key, b"v")]))
+    assert outcome.succeeded and outcome.revision == kv.get(key).mod_revision  # type: ignore[union-attr]
+    assert len(seen) == 1 and seen[0]._footprint is None
+    assert (batcher._in_flight, batcher._queue) == (0, [])
 
 
 def test_every_slot_comes_back_under_contention(kv: EtcdKV, prefix: str) -> None:

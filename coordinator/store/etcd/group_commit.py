@@ -12,6 +12,9 @@ revision of the state it saw: the claim generation stays the revision of the cla
 Leader/follower, no timer: a thread that finds fewer than ``max_in_flight`` batches on the wire
 sends a batch itself (at low load: its own txn, alone, with no hand-off); the others wait on
 their own gate and are answered by the leader that carried their txn, or handed a freed slot.
+The conflict check is paid only when there is company: single keys are sets (an intersection
+in C), ranges (prefix reads, prunes) are compared apart, and a txn alone in the queue goes
+without its keys ever being read.
 A batch etcd refuses (an operator's lower ``--max-txn-ops``, a request too large) is retried one
 txn at a time, so a refusal reaches only the txn that caused it.
 """
@@ -19,8 +22,7 @@ txn at a time, so a refusal reaches only the txn that caused it.
 from __future__ import annotations
 
 import threading
-from bisect import bisect_left, insort
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +42,7 @@ MAX_BATCH_BYTES = 1 << 20
 """Below etcd's default ``--max-request-bytes`` (1.5 MiB)."""
 
 _INFINITY = b"\xff" * 64  # above every key the coordinator writes; stands for range_end "\0"
+_Span = tuple[bytes, bytes]  # [start, end)
 
 
 @dataclass(frozen=True)
@@ -58,18 +61,28 @@ class _Pending:
     is released exactly once: when a leader answers the txn, or when a leader hands it the lead.
     A queued txn with ``lead`` set belongs to a thread that leads: only that thread takes it
     into a batch, so a txn is never both answered by one leader and made the heir of another.
+    Its footprint is read only when the txn may share a batch (see ``GroupCommit._take``).
     """
 
-    __slots__ = ("error", "footprint", "gate", "lead", "outcome", "request")
+    __slots__ = ("_footprint", "error", "gate", "lead", "outcome", "request")
 
     def __init__(self, request: TxnRequest) -> None:
         self.request = request
-        self.footprint = footprint(request)
+        self._footprint: _Footprint | None = None
         self.gate = threading.Lock()
         self.gate.acquire()
         self.lead = False
         self.outcome: TxnOutcome | None = None
         self.error: CoordinatorError | None = None
+
+    @property
+    def footprint(self) -> _Footprint:
+        """The keys the txn touches, read from its request once (two threads racing to read
+        it first compute the same value)."""
+        fp = self._footprint
+        if fp is None:
+            fp = self._footprint = footprint(self.request)
+        return fp
 
     @property
     def answered(self) -> bool:
@@ -81,16 +94,32 @@ class _Pending:
             self.gate.release()
 
 
-@dataclass(frozen=True)
 class _Footprint:
-    """The keys a txn may read (compares and ranges) and write, as ``[start, end)`` intervals;
+    """The keys a txn may read (compares and ranges) and write: single keys as sets (a batch's
+    conflict check is then a set intersection, in C), key ranges as ``[start, end)`` intervals;
     ``alone`` when it must not share a batch (it is large, or nests txns itself)."""
 
-    reads: tuple[tuple[bytes, bytes], ...]
-    writes: tuple[tuple[bytes, bytes], ...]
-    size: int
-    nbytes: int
-    alone: bool
+    __slots__ = (
+        "alone",
+        "nbytes",
+        "read_keys",
+        "read_ranges",
+        "size",
+        "write_keys",
+        "write_ranges",
+    )
+
+    def __init__(
+        self,
+        reads: tuple[frozenset[bytes], tuple[_Span, ...]],
+        writes: tuple[frozenset[bytes], tuple[_Span, ...]],
+        size: int,
+        nbytes: int,
+        alone: bool,
+    ) -> None:
+        self.read_keys, self.read_ranges = reads
+        self.write_keys, self.write_ranges = writes
+        self.size, self.nbytes, self.alone = size, nbytes, alone
 
 
 class _Batch:
@@ -98,10 +127,10 @@ class _Batch:
 
     def __init__(self) -> None:
         self.items: list[_Pending] = []
-        self._read_points: list[bytes] = []  # sorted
-        self._write_points: list[bytes] = []  # sorted
-        self._read_ranges: list[tuple[bytes, bytes]] = []
-        self._write_ranges: list[tuple[bytes, bytes]] = []
+        self._read_keys: set[bytes] = set()
+        self._write_keys: set[bytes] = set()
+        self._read_ranges: list[_Span] = []
+        self._write_ranges: list[_Span] = []
         self._largest = 0
         self._bytes = 0
 
@@ -119,35 +148,21 @@ class _Batch:
             or self._bytes + fp.nbytes > MAX_BATCH_BYTES
         ):
             return False
-        for start, end in fp.reads:
-            if _hits(self._write_points, start, end) or _crosses(self._write_ranges, start, end):
-                return False
-        for start, end in fp.writes:
-            if (
-                _hits(self._write_points, start, end)
-                or _hits(self._read_points, start, end)
-                or _crosses(self._write_ranges, start, end)
-                or _crosses(self._read_ranges, start, end)
-            ):
-                return False
-        self._add(fp.reads, self._read_points, self._read_ranges)
-        self._add(fp.writes, self._write_points, self._write_ranges)
+        writes, written = (fp.write_keys, fp.write_ranges), (self._write_keys, self._write_ranges)
+        if (
+            _meets((fp.read_keys, fp.read_ranges), written)
+            or _meets(writes, written)
+            or _meets(writes, (self._read_keys, self._read_ranges))
+        ):
+            return False
+        self._read_keys |= fp.read_keys
+        self._write_keys |= fp.write_keys
+        self._read_ranges += fp.read_ranges
+        self._write_ranges += fp.write_ranges
         self._largest = max(self._largest, fp.size)
         self._bytes += fp.nbytes
         self.items.append(item)
         return True
-
-    @staticmethod
-    def _add(
-        spans: tuple[tuple[bytes, bytes], ...],
-        points: list[bytes],
-        ranges: list[tuple[bytes, bytes]],
-    ) -> None:
-        for start, end in spans:
-            if end == start + b"\0":
-                insort(points, start)
-            else:
-                ranges.append((start, end))
 
 
 class GroupCommit:
@@ -204,6 +219,9 @@ class GroupCommit:
         """The oldest txns that can share a batch with ``mine`` or before it, other leaders'
         own txns left to them (called with the lock held)."""
         batch = _Batch()
+        if len(self._queue) == 1:  # ``mine`` alone: no company, so no footprint to read
+            batch.items.append(self._queue.pop())
+            return batch
         kept: list[_Pending] = []
         for item in self._queue:
             if (
@@ -279,40 +297,59 @@ def in_order_runs(requests: list[TxnRequest]) -> list[list[int]]:
 
 def footprint(request: TxnRequest) -> _Footprint:
     """The keys ``request`` compares, reads and writes."""
-    reads: list[tuple[bytes, bytes]] = [_span(c.key, c.range_end) for c in request.compare]
-    writes: list[tuple[bytes, bytes]] = []
+    read_keys: set[bytes] = set()
+    write_keys: set[bytes] = set()
+    read_ranges: list[_Span] = []
+    write_ranges: list[_Span] = []
+    for c in request.compare:
+        _note(c.key, c.range_end, read_keys, read_ranges)
     alone = False
     for op in (*request.success, *request.failure):
         kind = op.WhichOneof("request")
         if kind == "request_put":
-            writes.append(_span(op.request_put.key, b""))
+            write_keys.add(op.request_put.key)
         elif kind == "request_delete_range":
-            writes.append(_span(op.request_delete_range.key, op.request_delete_range.range_end))
+            deletion = op.request_delete_range
+            _note(deletion.key, deletion.range_end, write_keys, write_ranges)
         elif kind == "request_range":
-            reads.append(_span(op.request_range.key, op.request_range.range_end))
+            rng = op.request_range
+            _note(rng.key, rng.range_end, read_keys, read_ranges)
         else:  # a nested txn of its own
             alone = True
     size = max(len(request.compare), len(request.success), len(request.failure))
     nbytes = request.ByteSize()
     alone = alone or size > MAX_TXN_OPS - MAX_BATCH or nbytes > MAX_BATCH_BYTES // 2
-    return _Footprint(tuple(reads), tuple(writes), size, nbytes, alone)
+    return _Footprint(
+        (frozenset(read_keys), tuple(read_ranges)),
+        (frozenset(write_keys), tuple(write_ranges)),
+        size,
+        nbytes,
+        alone,
+    )
 
 
-def _span(key: bytes, range_end: bytes) -> tuple[bytes, bytes]:
-    """etcd's key/range_end pair as a half-open interval."""
+def _note(key: bytes, range_end: bytes, keys: set[bytes], ranges: list[_Span]) -> None:
+    """etcd's key/range_end pair: one key into ``keys``, a range as a half-open interval."""
     if not range_end:
-        return key, key + b"\0"
-    if range_end == b"\0":
-        return key, _INFINITY
-    return key, range_end
+        keys.add(key)
+    elif range_end == b"\0":
+        ranges.append((key, _INFINITY))
+    else:
+        ranges.append((key, range_end))
 
 
-def _hits(points: list[bytes], start: bytes, end: bytes) -> bool:
-    """Whether a sorted list of keys has one in ``[start, end)``."""
-    i = bisect_left(points, start)
-    return i < len(points) and points[i] < end
-
-
-def _crosses(ranges: list[tuple[bytes, bytes]], start: bytes, end: bytes) -> bool:
-    """Whether ``[start, end)`` overlaps any of ``ranges``."""
-    return any(start < r_end and r_start < end for r_start, r_end in ranges)
+def _meets(
+    mine: tuple[frozenset[bytes] | set[bytes], Sequence[_Span]],
+    theirs: tuple[frozenset[bytes] | set[bytes], Sequence[_Span]],
+) -> bool:
+    """Whether two sets of keys and ranges share a key: keys with keys by set intersection, the
+    rest (ranges are rare on the hot path: prefix reads, prunes) by comparing bounds."""
+    keys, ranges = mine
+    other_keys, other_ranges = theirs
+    if not keys.isdisjoint(other_keys):
+        return True
+    if other_ranges and any(s <= k < e for s, e in other_ranges for k in keys):
+        return True
+    if ranges and any(s <= k < e for s, e in ranges for k in other_keys):
+        return True
+    return any(s < o_end and o_start < e for s, e in ranges for o_start, o_end in other_ranges)
