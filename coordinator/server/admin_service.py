@@ -13,9 +13,10 @@ import structlog
 
 import coordinator
 from coordinator.domain.validation import non_negative, task_id
-from coordinator.server import admin_wire, common_wire, effect_wire, task_wire, version_gate
+from coordinator.server import version_gate
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc
+from coordinator.server.wire import admin_wire, common_wire, effect_wire, task_wire
 from coordinator.store import Store
 from coordinator.store.control.versions import VersionStore
 from coordinator.v1 import admin_pb2, admin_pb2_grpc

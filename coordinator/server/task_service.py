@@ -17,17 +17,17 @@ import grpc
 from coordinator.domain.positions import StreamBehind
 from coordinator.domain.validation import non_negative, task_id
 from coordinator.logging import note
-from coordinator.server import (
+from coordinator.server import stream_interceptor
+from coordinator.server.identity import principal_of
+from coordinator.server.status import rpc, stream_rpc
+from coordinator.server.wire import (
     claim_wire,
     common_wire,
     event_wire,
     page_tokens,
     queue_wire,
-    stream_interceptor,
     task_wire,
 )
-from coordinator.server.identity import principal_of
-from coordinator.server.status import rpc, stream_rpc
 from coordinator.store import Store
 from coordinator.store.lifecycle.task_list import PAGE_BYTES
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
