@@ -1,7 +1,8 @@
 """AdminService: the safe-rollback controls (epoch, pause, drain) over ``store.admin``.
 
-Who may call which method is the auth interceptor's table (coordinator.server.auth); every
-mutation is logged with the caller's principal so a rollback can be traced.
+Who may call which method is the auth interceptor's table
+(coordinator.server.interceptors.auth); every mutation is logged with the caller's principal so
+a rollback can be traced.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import structlog
 
 import coordinator
 from coordinator.domain.validation import non_negative, task_id
-from coordinator.server import version_gate
 from coordinator.server.identity import principal_of
+from coordinator.server.interceptors import version_gate
 from coordinator.server.status import rpc
 from coordinator.server.wire import admin_wire, common_wire, effect_wire, task_wire
 from coordinator.store import Store

@@ -27,7 +27,9 @@ from coordinator.domain.write_budget import BudgetPolicy
 from coordinator.errors import ConfigError, CoordinatorError
 from coordinator.logging import configure_logging
 from coordinator.server.admin_service import AdminService
-from coordinator.server.auth import (
+from coordinator.server.bounded_http import HttpLimits
+from coordinator.server.grpc_waits import lengthen_wait_slices
+from coordinator.server.interceptors.auth import (
     Authenticator,
     AuthInterceptor,
     auth_mode,
@@ -35,25 +37,26 @@ from coordinator.server.auth import (
     local_default,
     tls_for,
 )
-from coordinator.server.bounded_http import HttpLimits
-from coordinator.server.call_log import CallLogInterceptor
-from coordinator.server.call_shares import CallShareInterceptor, CallShares
-from coordinator.server.grpc_waits import lengthen_wait_slices
-from coordinator.server.idempotency import IdempotencyInterceptor
+from coordinator.server.interceptors.call_log import CallLogInterceptor
+from coordinator.server.interceptors.call_shares import CallShareInterceptor, CallShares
+from coordinator.server.interceptors.idempotency import IdempotencyInterceptor
+from coordinator.server.interceptors.request_ids import RequestIdInterceptor
+from coordinator.server.interceptors.rpc_metrics import RpcMetricsInterceptor
+from coordinator.server.interceptors.stream_interceptor import StreamLimitInterceptor
+from coordinator.server.interceptors.undecodable import UndecodableInterceptor
+from coordinator.server.interceptors.version_gate import (
+    VersionGateInterceptor,
+    refuse_old_coordinator,
+)
+from coordinator.server.interceptors.write_budgets import WriteBudgetInterceptor, WriteBudgets
 from coordinator.server.metrics_http import start_metrics
 from coordinator.server.refusal_log import RefusalLog
 from coordinator.server.renew_budget import RENEW_RATE
-from coordinator.server.request_ids import RequestIdInterceptor
-from coordinator.server.rpc_metrics import RpcMetricsInterceptor
 from coordinator.server.startup import bind_error, wait_for_store
-from coordinator.server.stream_interceptor import StreamLimitInterceptor
 from coordinator.server.streams import OpenStreams
 from coordinator.server.task_service import TaskService
 from coordinator.server.tls import ServerTLS
-from coordinator.server.undecodable import UndecodableInterceptor
-from coordinator.server.version_gate import VersionGateInterceptor, refuse_old_coordinator
 from coordinator.server.worker_service import WorkerService
-from coordinator.server.write_budgets import WriteBudgetInterceptor, WriteBudgets
 from coordinator.store import EtcdKV, Keyspace, Store
 from coordinator.store.control.versions import VersionStore
 from coordinator.store.etcd.db_size import DbSizeWatch
@@ -101,18 +104,19 @@ def build_server(
     """Build, bind and start a server for ``store``; returns it with its bound port.
 
     ``max_workers`` threads are kept for unary calls, at most ``calls_per_principal`` of them
-    for one principal at once (coordinator.server.call_shares), which renews at most
+    for one principal at once (coordinator.server.interceptors.call_shares), which renews at most
     ``renew_rate`` claims a second (coordinator.server.renew_budget); long-lived calls (streams) get
     ``streams.max_streams`` more and are bounded by ``streams`` (coordinator.server.streams).
-    ``auth`` authenticates every call (coordinator.server.auth); without one the server is
-    insecure and refuses a non-loopback ``listen``. ``tls`` serves TLS (mutual with a client CA);
-    ``health_listen`` then adds a plaintext port for kubelet probes, where the authenticator
-    admits health checks only. The "liveness" health service is SERVING while the process
-    serves, whatever etcd does: a liveness probe must not restart every replica for an etcd
+    ``auth`` authenticates every call (coordinator.server.interceptors.auth); without one the
+    server is insecure and refuses a non-loopback ``listen``. ``tls`` serves TLS (mutual with a
+    client CA); ``health_listen`` then adds a plaintext port for kubelet probes, where the
+    authenticator admits health checks only. The "liveness" health service is SERVING while the
+    process serves, whatever etcd does: a liveness probe must not restart every replica for an etcd
     outage (readiness, on "", takes them out of the Service instead). ``write_budgets``
-    bounds the bytes each principal adds to etcd, per role (coordinator.server.write_budgets;
-    None: no budget). ``refusals`` decides which refused calls the call log writes (default:
-    one line per principal per 10 s; coordinator.server.refusal_log).
+    bounds the bytes each principal adds to etcd, per role
+    (coordinator.server.interceptors.write_budgets; None: no budget). ``refusals`` decides which
+    refused calls the call log writes (default: one line per principal per 10 s;
+    coordinator.server.refusal_log).
 
     The server is already started (do not call ``start()`` again); ``server.stop(grace)`` ends
     it and the health checker with it. Health is SERVING only while etcd answers: a checker reads

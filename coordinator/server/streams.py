@@ -52,7 +52,7 @@ from coordinator.domain.stream_limits import (
 )
 from coordinator.errors import PermissionDenied, ResourceExhausted, Unauthenticated
 from coordinator.metrics import METRICS, Metrics
-from coordinator.server.handlers import Handler
+from coordinator.server.interceptors.handlers import Handler
 
 log = structlog.get_logger(__name__)
 
@@ -70,7 +70,7 @@ LONG_POLLS: LongPolls = MappingProxyType(
 
 Streaming methods need no entry: every one is long-lived (``is_long_lived``), so a new stream
 is bounded from its first line of code. A unary long poll is decided per request, once it is
-decoded (coordinator.server.stream_interceptor)."""
+decoded (coordinator.server.interceptors.stream_interceptor)."""
 
 
 def is_long_lived(method: str, handler: Handler, *, long_polls: LongPolls = LONG_POLLS) -> bool:

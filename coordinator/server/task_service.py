@@ -17,8 +17,8 @@ import grpc
 from coordinator.domain.positions import StreamBehind
 from coordinator.domain.validation import non_negative, task_id
 from coordinator.logging import note
-from coordinator.server import stream_interceptor
 from coordinator.server.identity import principal_of
+from coordinator.server.interceptors import stream_interceptor
 from coordinator.server.status import rpc, stream_rpc
 from coordinator.server.wire import (
     claim_wire,

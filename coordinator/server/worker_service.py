@@ -19,9 +19,9 @@ from coordinator.domain.validation import non_negative, task_id
 from coordinator.errors import CoordinatorError, InvalidArgument, PermissionDenied
 from coordinator.logging import bound, note
 from coordinator.server.identity import identity_of, principal_of
+from coordinator.server.interceptors.stream_interceptor import CallerOf
 from coordinator.server.renew_budget import RENEW_RATE, RenewBudgets
 from coordinator.server.status import rpc
-from coordinator.server.stream_interceptor import CallerOf
 from coordinator.server.wire import common_wire, effect_wire, job_wire, task_wire, worker_wire
 from coordinator.store import Caller, ClaimResult, Renewal, RenewAnswer, Store
 from coordinator.v1 import worker_pb2, worker_pb2_grpc

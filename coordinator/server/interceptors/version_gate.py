@@ -28,8 +28,8 @@ from coordinator.domain.versions import (
     sdk_refusal,
 )
 from coordinator.errors import ConfigError
-from coordinator.server.auth import OPEN_SERVICES
-from coordinator.server.handlers import Handler, metadata_value, rebuilt
+from coordinator.server.interceptors.auth import OPEN_SERVICES
+from coordinator.server.interceptors.handlers import Handler, metadata_value, rebuilt
 from coordinator.store.control.versions import CachedVersions, VersionStore
 from coordinator.v1 import admin_pb2
 
