@@ -26,7 +26,6 @@ from coordinator.domain.stream_limits import StreamLimits
 from coordinator.domain.write_budget import BudgetPolicy
 from coordinator.errors import ConfigError, CoordinatorError
 from coordinator.logging import configure_logging
-from coordinator.server.admin_service import AdminService
 from coordinator.server.bounded_http import HttpLimits
 from coordinator.server.grpc_waits import lengthen_wait_slices
 from coordinator.server.interceptors.auth import (
@@ -52,11 +51,12 @@ from coordinator.server.interceptors.write_budgets import WriteBudgetInterceptor
 from coordinator.server.metrics_http import start_metrics
 from coordinator.server.refusal_log import RefusalLog
 from coordinator.server.renew_budget import RENEW_RATE
+from coordinator.server.services.admin_service import AdminService
+from coordinator.server.services.task_service import TaskService
+from coordinator.server.services.worker_service import WorkerService
 from coordinator.server.startup import bind_error, wait_for_store
 from coordinator.server.streams import OpenStreams
-from coordinator.server.task_service import TaskService
 from coordinator.server.tls import ServerTLS
-from coordinator.server.worker_service import WorkerService
 from coordinator.store import EtcdKV, Keyspace, Store
 from coordinator.store.control.versions import VersionStore
 from coordinator.store.etcd.db_size import DbSizeWatch
