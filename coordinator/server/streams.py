@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import structlog
@@ -52,7 +52,9 @@ from coordinator.domain.stream_limits import (
 )
 from coordinator.errors import PermissionDenied, ResourceExhausted, Unauthenticated
 from coordinator.metrics import METRICS, Metrics
-from coordinator.server.interceptors.handlers import Handler
+
+if TYPE_CHECKING:  # an annotation only: the bounds sit below the interceptors that apply them
+    from coordinator.server.interceptors.handlers import Handler
 
 log = structlog.get_logger(__name__)
 
