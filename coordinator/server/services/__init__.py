@@ -1,3 +1,3 @@
-"""The three servicers, thin: each method turns its request into typed values with its area's
-wire module (``server/wire/``), calls the store, and converts the answer back; errors map to
-status codes in one table (``server/status.py``)."""
+"""The three servicers, thin: each method parses its request with the one ``parse_<rpc>`` of
+its service (``server/wire/<service>_requests.py``), calls the store, and converts the answer
+back; errors map to status codes in one table (``server/status.py``)."""
