@@ -14,7 +14,6 @@ import structlog
 
 import coordinator
 from coordinator.server.identity import principal_of
-from coordinator.server.interceptors import version_gate
 from coordinator.server.status import rpc
 from coordinator.server.wire import admin_requests as requests
 from coordinator.server.wire import admin_wire, effect_wire, task_wire
@@ -139,7 +138,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.GetVersionsResponse:
         """The version gate's record, and the answering replica's own version."""
         return admin_pb2.GetVersionsResponse(
-            versions=version_gate.record_to_proto(VersionStore(self._store.ctx).read()),
+            versions=admin_wire.versions_to_proto(VersionStore(self._store.ctx).read()),
             coordinator_version=coordinator.__version__,
         )
 
@@ -165,5 +164,5 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             require_sdk_version=done.record.require_sdk_version,
         )
         return admin_pb2.SetMinimumVersionsResponse(
-            versions=version_gate.record_to_proto(done.record), epoch=done.epoch
+            versions=admin_wire.versions_to_proto(done.record), epoch=done.epoch
         )
