@@ -179,7 +179,7 @@ class Config:
     """Bytes per second a principal with the admin role may add; 0 (the default): no budget."""
     write_budget_window: float = 60.0
     """The rolling window of the write budgets: a full budget holds rate x window bytes."""
-    # --- authentication (see coordinator.server.auth) ---------------------------------------
+    # --- authentication (see coordinator.server.interceptors.auth) -------------------------
     token_file: str | None = None
     """JSON token file: token hashes -> principal, roles; certificate principals -> roles."""
     token_reload_interval: float = 5.0
@@ -410,7 +410,7 @@ class Config:
 
     @property
     def write_budgets(self) -> Mapping[Role, BudgetPolicy]:
-        """Each role's write budget (coordinator.server.write_budgets)."""
+        """Each role's write budget (coordinator.server.interceptors.write_budgets)."""
         return {
             role: BudgetPolicy(
                 getattr(self, f"write_budget_{role.value}"), self.write_budget_window

@@ -2,9 +2,9 @@
 
 Worker calls bind ``task_id``, ``attempt``, ``generation`` and ``epoch`` with ``bound(...)`` so
 that every line logged during the call (ours and the store's) carries them, and so does the one
-line the call-log interceptor writes when the call ends (coordinator.server.call_log); ``note``
-adds a field to that line only. Records from the
-standard library (grpc, etcd3) go through the same renderer, so stderr is JSON throughout.
+line the call-log interceptor writes when the call ends
+(coordinator.server.interceptors.call_log); ``note`` adds a field to that line only. Records from
+the standard library (grpc, etcd3) go through the same renderer, so stderr is JSON throughout.
 
 Every line goes through one ``SafeStream``: a log write that fails (a closed pipe, a full disk)
 is counted as lost, never raised, because the code that logs includes the signal path

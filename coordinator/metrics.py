@@ -25,7 +25,7 @@ The seed's other figures (README "Metrics" lists each with the question it answe
   them with ``max``, not ``sum``;
 * attempt ends by queue, end and (failed) error code, for "most attempts of this queue fail
   with the same code" (the chart's CoordinatorQueueFailing alert);
-* RPC latency and errors per method (coordinator.server.rpc_metrics);
+* RPC latency and errors per method (coordinator.server.interceptors.rpc_metrics);
 * long-lived calls (coordinator.server.streams): open now, refused by which bound, and ended by
   the server for which reason (no per-principal labels: principals are unbounded).
 """

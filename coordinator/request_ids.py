@@ -2,7 +2,7 @@
 
 The SDK sends ``x-request-id`` on every call: a fresh id per logical call, the same on each of
 its transport retries (coordinator.sdk._rpc). The server binds it for the handler's thread
-(coordinator.server.request_ids); the transition txn copies it into the task's event
+(coordinator.server.interceptors.request_ids); the transition txn copies it into the task's event
 (EventRecord.request_id) and every effect write into the effect record (EffectRecord.request_id,
 coordinator.store.effects.effect), so a caller whose response was lost can find out from etcd's own
 history whether its call took effect (the chaos checker does exactly that).

@@ -31,7 +31,8 @@ def _local_up_state(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.fixture(autouse=True, scope="session")
 def _logs_on_stderr() -> None:
     """The in-process servers log as a replica does, JSON lines on stderr: the CLI tests read
-    what a command prints on stdout, and every call is logged (coordinator.server.call_log)."""
+    what a command prints on stdout, and every call is logged
+    (coordinator.server.interceptors.call_log)."""
     configure_logging("info")
 
 

@@ -87,7 +87,7 @@ def refused(
 
 def resumes_at(token: str) -> str:
     """The position a page token resumes at: the part before its check (a token is
-    ``<position>~<check>``, coordinator/server/page_tokens.py)."""
+    ``<position>~<check>``, coordinator/server/wire/page_tokens.py)."""
     return token.partition("~")[0]
 
 

@@ -1,7 +1,7 @@
 """The package's import graph, read from the source with ``ast`` (nothing is imported): the
 domain depends on nothing of the project's but the exception root, the store on no outer layer,
-the store's wings on each other only along the edges listed here, and no module of
-``coordinator/`` takes part in an import cycle.
+the store's wings and the server's groups on each other only along the edges listed here, and
+no module of ``coordinator/`` takes part in an import cycle.
 
 Every import counts, at module level or inside a function, except those under
 ``if TYPE_CHECKING:``: they never run, so they cannot make a cycle at import time, and an
@@ -45,6 +45,18 @@ WING_EDGES: dict[str, frozenset[str]] = {
     "claims": frozenset({"core", "etcd", "indexes", "attempts", "effects", "lifecycle"}),
 }
 
+
+# The server's groups and the groups each may import (every group may import itself). "root" is
+# ``coordinator/server/``'s own modules (identity, status, tls, tokens, streams, ...) but
+# ``app.py``, which assembles every group into a server, and the package's ``__init__``.
+SERVER_GROUP_EDGES: dict[str, frozenset[str]] = {
+    "root": frozenset(),
+    # Parsing and converting is pure: it raises typed errors (status) and knows no caller.
+    "wire": frozenset({"root"}),
+    "interceptors": frozenset({"root"}),
+    # A servicer parses with wire, asks the stream interceptor who is waiting, answers.
+    "services": frozenset({"root", "wire", "interceptors"}),
+}
 
 # Edges inside a wing that were cut on purpose, each with why it must not come back.
 CUT = {
@@ -196,6 +208,53 @@ def test_the_store_wings_import_each_other_only_along_the_listed_edges() -> None
     assert wrong == [], "\n".join(wrong)
 
 
+def _server_group(module: str) -> str | None:
+    """The server group ``module`` belongs to; None for ``app``, the ``__init__`` and outside."""
+    if not _under(module, "coordinator.server") or module in {
+        "coordinator.server",
+        "coordinator.server.app",
+    }:
+        return None
+    part = module.split(".")[2]
+    return part if part in SERVER_GROUP_EDGES else "root"
+
+
+def test_every_server_folder_is_a_listed_group() -> None:
+    server = PACKAGE / "server"
+    folders = {p.name for p in server.iterdir() if (p / "__init__.py").exists()}
+    assert folders == set(SERVER_GROUP_EDGES) - {"root"}
+
+
+def test_the_server_groups_import_each_other_only_along_the_listed_edges() -> None:
+    wrong = [
+        f"{edge} (group {source} -> {target} is not in SERVER_GROUP_EDGES)"
+        for edge in IMPORTS
+        if (source := _server_group(edge.source)) is not None
+        and (target := _server_group(edge.target)) is not None
+        and source != target
+        and target not in SERVER_GROUP_EDGES[source]
+    ]
+    wrong += [
+        f"{edge} (only the server's __init__ imports app, which assembles every group)"
+        for edge in IMPORTS
+        if edge.target == "coordinator.server.app"
+        and _under(edge.source, "coordinator.server")
+        and edge.source != "coordinator.server"
+    ]
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_listed_server_group_edges_point_one_way() -> None:
+    order: list[str] = []
+    pending = dict(SERVER_GROUP_EDGES)
+    while pending:
+        ready = sorted(g for g, deps in pending.items() if deps <= set(order))
+        assert ready, f"the server group edges form a cycle among {sorted(pending)}"
+        order += ready
+        for group in ready:
+            del pending[group]
+
+
 def test_the_edges_cut_on_purpose_stay_cut() -> None:
     back = [str(edge) for edge in IMPORTS if (edge.source, edge.target) in CUT]
     assert back == [], "an edge cut on purpose is back (see CUT):\n" + "\n".join(back)
@@ -249,3 +308,7 @@ def test_the_graph_reader_sees_imports() -> None:
     pairs = {(e.source, e.target) for e in IMPORTS}
     assert ("coordinator.store.claims.claim", "coordinator.store.fence") in pairs
     assert ("coordinator.store.attempts.renewals", "coordinator.store.coverage") in pairs
+    assert (
+        "coordinator.server.services.worker_service",
+        "coordinator.server.wire.worker_wire",
+    ) in pairs

@@ -21,20 +21,6 @@ GENERATED = PACKAGE / "v1"
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 60
 
-_SPLIT_ELSEWHERE = "being split in issue 26 by the store/sdk/server branches"
-
-TEMPORARY_MODULES: dict[str, str] = {
-    "server/worker_service.py": _SPLIT_ELSEWHERE,
-}
-"""Modules over the limit while their package is restructured on another branch (the lead
-shrinks this list as those branches merge)."""
-
-TEMPORARY_FUNCTIONS: dict[str, str] = {
-    "server/app.py::build_server": _SPLIT_ELSEWHERE,
-    "store/__init__.py::Store.open": _SPLIT_ELSEWHERE,
-}
-"""Functions over the limit while their package is restructured on another branch."""
-
 MODULE_EXCEPTIONS: dict[str, str] = {}
 """Modules allowed over the limit for good, with the reason."""
 
@@ -74,7 +60,7 @@ def _function_sizes() -> dict[str, int]:
 
 
 def test_no_module_is_over_the_limit() -> None:
-    allowed = {**TEMPORARY_MODULES, **MODULE_EXCEPTIONS}
+    allowed = MODULE_EXCEPTIONS
     over = {
         name: lines
         for name, lines in _module_sizes().items()
@@ -87,7 +73,7 @@ def test_no_module_is_over_the_limit() -> None:
 
 
 def test_no_function_is_over_the_limit() -> None:
-    allowed = {**TEMPORARY_FUNCTIONS, **FUNCTION_EXCEPTIONS}
+    allowed = FUNCTION_EXCEPTIONS
     over = {
         name: lines
         for name, lines in _function_sizes().items()
@@ -103,14 +89,8 @@ def test_every_exception_is_still_needed() -> None:
     """An exception whose module or function is gone or back under the limit is removed, so
     the lists name exactly what is over today."""
     modules, functions = _module_sizes(), _function_sizes()
-    stale = [
-        name
-        for name in {**TEMPORARY_MODULES, **MODULE_EXCEPTIONS}
-        if modules.get(name, 0) <= MAX_MODULE_LINES
-    ] + [
-        name
-        for name in {**TEMPORARY_FUNCTIONS, **FUNCTION_EXCEPTIONS}
-        if functions.get(name, 0) <= MAX_FUNCTION_LINES
+    stale = [name for name in MODULE_EXCEPTIONS if modules.get(name, 0) <= MAX_MODULE_LINES] + [
+        name for name in FUNCTION_EXCEPTIONS if functions.get(name, 0) <= MAX_FUNCTION_LINES
     ]
     assert not stale, f"exceptions no longer needed (remove them from this test): {stale}"
 
@@ -126,5 +106,5 @@ def test_the_rule_sees_nested_functions_and_methods() -> None:
 
 
 def test_every_reason_is_given() -> None:
-    for table in (TEMPORARY_MODULES, TEMPORARY_FUNCTIONS, MODULE_EXCEPTIONS, FUNCTION_EXCEPTIONS):
+    for table in (MODULE_EXCEPTIONS, FUNCTION_EXCEPTIONS):
         assert all(reason.strip() for reason in table.values())

@@ -23,8 +23,8 @@ from coordinator.config_file import load_config_file
 from coordinator.config_values import parse_endpoints
 from coordinator.errors import ConfigError, StoreUnavailable
 from coordinator.server.app import serve as run_server
-from coordinator.server.auth import authenticator_for, tls_for
-from coordinator.server.version_gate import VersionRefused
+from coordinator.server.interceptors.auth import authenticator_for, tls_for
+from coordinator.server.interceptors.version_gate import VersionRefused
 
 
 def _load_config_file(ctx: click.Context, param: click.Parameter, value: str | None) -> None:

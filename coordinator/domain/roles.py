@@ -2,8 +2,8 @@
 
 A caller is a principal with a set of roles. ``worker`` claims tasks and reaches the acceptance
 points of its own claims; ``pm`` produces and reviews tasks; ``admin`` runs the safe-rollback
-controls. The table of which role may call which RPC lives in coordinator.server.auth; this
-module only holds the vocabulary and the decision.
+controls. The table of which role may call which RPC lives in
+coordinator.server.interceptors.auth; this module only holds the vocabulary and the decision.
 """
 
 from __future__ import annotations

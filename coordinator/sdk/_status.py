@@ -29,8 +29,9 @@ TRANSPORT_CODES = frozenset(
 replica at its concurrency bound refused it before running it (RESOURCE_EXHAUSTED: a burst past
 the bound is retried, never taken for a lost claim)."""
 
-# A keyed call's duplicate answered while its first try still runs (server/idempotency.py): the
-# server says "retry shortly", and the retry is answered with the first try's stored answer.
+# A keyed call's duplicate answered while its first try still runs
+# (server/interceptors/idempotency.py): the server says "retry shortly", and the retry is
+# answered with the first try's stored answer.
 _IN_FLIGHT = grpc.StatusCode.ABORTED
 
 # How gRPC's load balancers fail a call they could not give any connection (pick_first,

@@ -12,11 +12,13 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent import futures
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 import grpc
 import structlog
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from coordinator.archive import open_sink
@@ -24,10 +26,12 @@ from coordinator.config import Config
 from coordinator.domain.roles import Role
 from coordinator.domain.stream_limits import StreamLimits
 from coordinator.domain.write_budget import BudgetPolicy
-from coordinator.errors import ConfigError, CoordinatorError
+from coordinator.errors import ConfigError
 from coordinator.logging import configure_logging
-from coordinator.server.admin_service import AdminService
-from coordinator.server.auth import (
+from coordinator.server.bounded_http import HttpLimits
+from coordinator.server.grpc_waits import lengthen_wait_slices
+from coordinator.server.health import HealthChecker
+from coordinator.server.interceptors.auth import (
     Authenticator,
     AuthInterceptor,
     auth_mode,
@@ -35,25 +39,27 @@ from coordinator.server.auth import (
     local_default,
     tls_for,
 )
-from coordinator.server.bounded_http import HttpLimits
-from coordinator.server.call_log import CallLogInterceptor
-from coordinator.server.call_shares import CallShareInterceptor, CallShares
-from coordinator.server.grpc_waits import lengthen_wait_slices
-from coordinator.server.idempotency import IdempotencyInterceptor
+from coordinator.server.interceptors.call_log import CallLogInterceptor
+from coordinator.server.interceptors.call_shares import CallShareInterceptor, CallShares
+from coordinator.server.interceptors.idempotency import IdempotencyInterceptor
+from coordinator.server.interceptors.request_ids import RequestIdInterceptor
+from coordinator.server.interceptors.rpc_metrics import RpcMetricsInterceptor
+from coordinator.server.interceptors.stream_interceptor import StreamLimitInterceptor
+from coordinator.server.interceptors.undecodable import UndecodableInterceptor
+from coordinator.server.interceptors.version_gate import (
+    VersionGateInterceptor,
+    refuse_old_coordinator,
+)
+from coordinator.server.interceptors.write_budgets import WriteBudgetInterceptor, WriteBudgets
 from coordinator.server.metrics_http import start_metrics
 from coordinator.server.refusal_log import RefusalLog
 from coordinator.server.renew_budget import RENEW_RATE
-from coordinator.server.request_ids import RequestIdInterceptor
-from coordinator.server.rpc_metrics import RpcMetricsInterceptor
+from coordinator.server.services.admin_service import AdminService
+from coordinator.server.services.task_service import TaskService
+from coordinator.server.services.worker_service import WorkerService
 from coordinator.server.startup import bind_error, wait_for_store
-from coordinator.server.stream_interceptor import StreamLimitInterceptor
 from coordinator.server.streams import OpenStreams
-from coordinator.server.task_service import TaskService
 from coordinator.server.tls import ServerTLS
-from coordinator.server.undecodable import UndecodableInterceptor
-from coordinator.server.version_gate import VersionGateInterceptor, refuse_old_coordinator
-from coordinator.server.worker_service import WorkerService
-from coordinator.server.write_budgets import WriteBudgetInterceptor, WriteBudgets
 from coordinator.store import EtcdKV, Keyspace, Store
 from coordinator.store.control.versions import VersionStore
 from coordinator.store.etcd.db_size import DbSizeWatch
@@ -79,9 +85,6 @@ SERVICE_NAMES = (
 LIVENESS_SERVICE = "liveness"
 """Health service name that answers SERVING as long as the process serves (liveness probes)."""
 
-_SERVING = health_pb2.HealthCheckResponse.SERVING
-_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-
 
 def build_server(
     store: Store,
@@ -101,71 +104,130 @@ def build_server(
     """Build, bind and start a server for ``store``; returns it with its bound port.
 
     ``max_workers`` threads are kept for unary calls, at most ``calls_per_principal`` of them
-    for one principal at once (coordinator.server.call_shares), which renews at most
-    ``renew_rate`` claims a second (coordinator.server.renew_budget); long-lived calls (streams) get
-    ``streams.max_streams`` more and are bounded by ``streams`` (coordinator.server.streams).
-    ``auth`` authenticates every call (coordinator.server.auth); without one the server is
-    insecure and refuses a non-loopback ``listen``. ``tls`` serves TLS (mutual with a client CA);
-    ``health_listen`` then adds a plaintext port for kubelet probes, where the authenticator
-    admits health checks only. The "liveness" health service is SERVING while the process
-    serves, whatever etcd does: a liveness probe must not restart every replica for an etcd
-    outage (readiness, on "", takes them out of the Service instead). ``write_budgets``
-    bounds the bytes each principal adds to etcd, per role (coordinator.server.write_budgets;
-    None: no budget). ``refusals`` decides which refused calls the call log writes (default:
-    one line per principal per 10 s; coordinator.server.refusal_log).
+    for one principal at once (coordinator.server.interceptors.call_shares), which renews at
+    most ``renew_rate`` claims a second (coordinator.server.renew_budget); long-lived calls
+    (streams) get ``streams.max_streams`` more and are bounded by ``streams``
+    (coordinator.server.streams). ``auth`` authenticates every call
+    (coordinator.server.interceptors.auth); without one the server is insecure and refuses a
+    non-loopback ``listen``. ``tls`` serves TLS (mutual with a
+    client CA); ``health_listen`` then adds a plaintext port for kubelet probes, where the
+    authenticator admits health checks only. ``write_budgets`` bounds the bytes each principal
+    adds to etcd, per role (coordinator.server.interceptors.write_budgets; None: no budget).
+    ``refusals`` decides which refused calls the call log writes (default: one line per
+    principal per 10 s; coordinator.server.refusal_log).
 
     The server is already started (do not call ``start()`` again); ``server.stop(grace)`` ends
-    it and the health checker with it. Health is SERVING only while etcd answers: a checker reads
-    the epoch every ``health_interval`` seconds, so a load balancer stops routing to a replica
-    that cannot reach its store.
+    it and the health checker with it. "liveness" is SERVING while the process serves, whatever
+    etcd does (a liveness probe must not restart every replica for an etcd outage); readiness
+    is SERVING only while etcd answers, read every ``health_interval`` seconds
+    (coordinator.server.health).
     """
+    authenticator = _authenticator(auth, listen)
+    limits = streams if streams is not None else StreamLimits()
+    open_streams = OpenStreams(limits, metrics=store.ctx.metrics)
+    chain = _Chain(calls_per_principal, write_budgets or {}, refusals)
+    server = _grpc_server(
+        max_workers + limits.max_streams,
+        _interceptors(store, AuthInterceptor(authenticator), open_streams, chain),
+    )
+    health_servicer = _add_services(server, store, limits, renew_rate)
+    port = _bind(server, listen, tls, health_listen)
+    server.start()
+    _start_background(
+        server,
+        HealthChecker(store, health_servicer, server, health_interval, SERVICE_NAMES),
+        open_streams,
+    )
+    return server, port
+
+
+def _authenticator(auth: Authenticator | None, listen: str) -> Authenticator:
+    """``auth``, or the local default for ``listen``; insecure mode is said loudly."""
     authenticator = auth if auth is not None else local_default(listen)
     if authenticator.insecure:
         log.warning(
             "INSECURE MODE: no authentication; callers name their own principal and roles",
             listen=listen,
         )
-    limits = streams if streams is not None else StreamLimits()
-    open_streams = OpenStreams(limits, metrics=store.ctx.metrics)
-    auth_interceptor = AuthInterceptor(authenticator)
-    # Streams never hold more than max_streams threads (OpenStreams), so max_workers are always
-    # left for unary calls. grpc refuses a call past the total RESOURCE_EXHAUSTED rather than
-    # queueing it in the pool, where it would wait unseen past its deadline. The pool starts
-    # threads as calls come: a long-lived call parks its thread on a lock (a waiting ClaimNext,
-    # a follower between events), which costs ~50 KB and no CPU (docs/operations.md has the
-    # measurements behind keeping the sync server).
-    threads = max_workers + limits.max_streams
-    server = grpc.server(
+    return authenticator
+
+
+def _start_background(
+    server: grpc.Server, checker: HealthChecker, open_streams: OpenStreams
+) -> None:
+    """Liveness SERVING, readiness from etcd, and the threads that keep both and the stream
+    sweep running until the server stops."""
+    checker.set_liveness(LIVENESS_SERVICE)
+    checker.check()  # the first answer already reflects etcd, not an optimistic default
+    threading.Thread(target=checker.run, name="health-checker", daemon=True).start()
+    threading.Thread(
+        target=open_streams.run, args=(server,), name="stream-sweep", daemon=True
+    ).start()
+
+
+def _grpc_server(threads: int, interceptors: list[grpc.ServerInterceptor[Any, Any]]) -> grpc.Server:
+    """A server with ``threads`` handler threads and as many calls at most.
+
+    Streams never hold more than max_streams threads (OpenStreams), so max_workers are always
+    left for unary calls. grpc refuses a call past the total RESOURCE_EXHAUSTED rather than
+    queueing it in the pool, where it would wait unseen past its deadline. The pool starts
+    threads as calls come: a long-lived call parks its thread on a lock (a waiting ClaimNext,
+    a follower between events), which costs ~50 KB and no CPU (docs/operations.md has the
+    measurements behind keeping the sync server).
+    """
+    return grpc.server(
         futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rpc"),
-        # Metrics run outermost, so auth and version-gate refusals are counted too. An
-        # undecodable body is refused next, before auth: it costs no token lookup and logs no
-        # traceback. Then auth: every later interceptor and servicer sees the caller. The
-        # stream bounds and the unary share count per principal, so they come right after auth
-        # (and before anything reads etcd). Idempotency keys are scoped to the authenticated
-        # principal, so they come after auth. The call log comes right after auth too: it names
-        # the principal and logs every later refusal.
-        interceptors=[
-            # Real methods only get labels: unknown ones pass by.
-            RpcMetricsInterceptor(store.ctx.metrics),
-            UndecodableInterceptor(),
-            auth_interceptor,
-            CallLogInterceptor(SERVICE_NAMES, refusals=refusals),
-            StreamLimitInterceptor(
-                open_streams, auth_interceptor.check, refresh=auth_interceptor.refresh
-            ),
-            CallShareInterceptor(CallShares(calls_per_principal, store.ctx.metrics)),
-            VersionGateInterceptor(VersionStore(store.ctx).read),  # minimum SDK, cached read
-            IdempotencyInterceptor(store.idempotency),
-            # Inside idempotency: a replay of a keyed create is answered, not charged again.
-            WriteBudgetInterceptor(WriteBudgets(write_budgets or {}, metrics=store.ctx.metrics)),
-            RequestIdInterceptor(),  # innermost: the handler's thread, for the event it writes
-        ],
+        interceptors=interceptors,
         maximum_concurrent_rpcs=threads,
         # grpc sets SO_REUSEPORT by default: a second replica on a taken port would then bind
         # silently and share its calls with whatever already listens there (maybe another
         # keyspace). Fail loudly instead.
         options=[("grpc.so_reuseport", 0)],
     )
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """The per-principal bounds build_server's caller sets on the interceptor chain."""
+
+    calls_per_principal: int
+    write_budgets: Mapping[Role, BudgetPolicy]
+    refusals: RefusalLog | None
+
+
+def _interceptors(
+    store: Store, auth: AuthInterceptor, open_streams: OpenStreams, chain: _Chain
+) -> list[grpc.ServerInterceptor[Any, Any]]:
+    """The chain every call passes, outermost first.
+
+    Metrics run outermost, so auth and version-gate refusals are counted too. An undecodable
+    body is refused next, before auth: it costs no token lookup and logs no traceback. Then
+    auth: every later interceptor and servicer sees the caller. The stream bounds and the unary
+    share count per principal, so they come right after auth (and before anything reads etcd).
+    Idempotency keys are scoped to the authenticated principal, so they come after auth. The
+    call log comes right after auth too: it names the principal and logs every later refusal.
+    """
+    metrics = store.ctx.metrics
+    return [
+        # Real methods only get labels: unknown ones pass by.
+        RpcMetricsInterceptor(metrics),
+        UndecodableInterceptor(),
+        auth,
+        CallLogInterceptor(SERVICE_NAMES, refusals=chain.refusals),
+        StreamLimitInterceptor(open_streams, auth.check, refresh=auth.refresh),
+        CallShareInterceptor(CallShares(chain.calls_per_principal, metrics)),
+        VersionGateInterceptor(VersionStore(store.ctx).read),  # minimum SDK, cached read
+        IdempotencyInterceptor(store.idempotency),
+        # Inside idempotency: a replay of a keyed create is answered, not charged again.
+        WriteBudgetInterceptor(WriteBudgets(chain.write_budgets, metrics=metrics)),
+        RequestIdInterceptor(),  # innermost: the handler's thread, for the event it writes
+    ]
+
+
+def _add_services(
+    server: grpc.Server, store: Store, limits: StreamLimits, renew_rate: float
+) -> health.HealthServicer:
+    """The three servicers, health and reflection on ``server``; returns the health servicer."""
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(
         WorkerService(store, max_claim_wait=limits.max_claim_wait, renew_rate=renew_rate),
         server,
@@ -177,6 +239,13 @@ def build_server(
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
+    return health_servicer
+
+
+def _bind(
+    server: grpc.Server, listen: str, tls: ServerTLS | None, health_listen: str | None
+) -> int:
+    """Bind the gRPC port (and the plaintext health port, if any); returns the bound port."""
     try:
         if tls is not None:
             port = server.add_secure_port(listen, tls.credentials())
@@ -186,60 +255,7 @@ def build_server(
             server.add_insecure_port(health_listen)
     except RuntimeError as exc:  # grpc raises a bare RuntimeError when it cannot bind
         raise ConfigError(bind_error(listen, exc)) from exc
-    server.start()
-    health_servicer.set(LIVENESS_SERVICE, _SERVING)
-    checker = _HealthChecker(store, health_servicer, server, health_interval)
-    checker.check()  # the first answer already reflects etcd, not an optimistic default
-    threading.Thread(target=checker.run, name="health-checker", daemon=True).start()
-    threading.Thread(
-        target=open_streams.run, args=(server,), name="stream-sweep", daemon=True
-    ).start()
-    return server, port
-
-
-class _HealthChecker:
-    """Sets SERVING / NOT_SERVING from whether etcd answers; stops with the server."""
-
-    def __init__(
-        self,
-        store: Store,
-        servicer: health.HealthServicer,
-        server: grpc.Server,
-        interval: float,
-    ) -> None:
-        self._store = store
-        self._servicer = servicer
-        self._server = server
-        self._interval = interval
-        self._serving: bool | None = None
-
-    def check(self) -> None:
-        """Read the epoch once and publish the result for "" and every service."""
-        error = ""
-        try:
-            self._store.admin.epoch()
-            serving = True
-        except CoordinatorError as exc:
-            serving = False
-            error = str(exc)
-        except Exception as exc:  # the checker must outlive any surprise
-            serving = False
-            error = f"{type(exc).__name__}: {exc}"
-        status = _SERVING if serving else _NOT_SERVING
-        for name in ("", *SERVICE_NAMES):
-            self._servicer.set(name, status)
-        if serving != self._serving:  # log transitions, not every tick
-            if serving:
-                log.info("health: SERVING")
-            else:
-                log.warning("health: NOT_SERVING", error=error)
-            self._serving = serving
-
-    def run(self) -> None:
-        """Check every interval until the server terminates."""
-        # wait_for_termination returns True on timeout, False once the server has stopped.
-        while self._server.wait_for_termination(timeout=self._interval):
-            self.check()
+    return port
 
 
 def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:

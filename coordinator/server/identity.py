@@ -1,9 +1,9 @@
 """Who is calling: the authenticated Identity the auth interceptor established for this call.
 
-The interceptor (coordinator.server.auth) authenticates every call before its handler runs and
-runs the handler inside a context where ``identity_of`` returns the caller. Servicers ask
-``identity_of`` / ``principal_of`` and nothing else: the owner of a claim is always the
-authenticated principal, never a request field.
+The interceptor (coordinator.server.interceptors.auth) authenticates every call before its
+handler runs and runs the handler inside a context where ``identity_of`` returns the caller.
+Servicers ask ``identity_of`` / ``principal_of`` and nothing else: the owner of a claim is always
+the authenticated principal, never a request field.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Servicers never call ``context.abort`` themselves: they raise a CoordinatorError (or let the
 store raise one), and ``@rpc`` turns it into the mapped status with the error's own message
-(the call's one log line, coordinator.server.call_log, records it). Anything else is a bug: it
-is logged here with its traceback and answered INTERNAL, without leaking the exception text to
-the caller.
+(the call's one log line, coordinator.server.interceptors.call_log, records it). Anything else
+is a bug: it is logged here with its traceback and answered INTERNAL, without leaking the exception
+text to the caller.
 """
 
 from __future__ import annotations

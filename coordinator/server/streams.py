@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import structlog
@@ -52,7 +52,9 @@ from coordinator.domain.stream_limits import (
 )
 from coordinator.errors import PermissionDenied, ResourceExhausted, Unauthenticated
 from coordinator.metrics import METRICS, Metrics
-from coordinator.server.handlers import Handler
+
+if TYPE_CHECKING:  # an annotation only: the bounds sit below the interceptors that apply them
+    from coordinator.server.interceptors.handlers import Handler
 
 log = structlog.get_logger(__name__)
 
@@ -70,7 +72,7 @@ LONG_POLLS: LongPolls = MappingProxyType(
 
 Streaming methods need no entry: every one is long-lived (``is_long_lived``), so a new stream
 is bounded from its first line of code. A unary long poll is decided per request, once it is
-decoded (coordinator.server.stream_interceptor)."""
+decoded (coordinator.server.interceptors.stream_interceptor)."""
 
 
 def is_long_lived(method: str, handler: Handler, *, long_polls: LongPolls = LONG_POLLS) -> bool:

@@ -130,72 +130,40 @@ class Store:
         here (terminal tasks are still indexed for whichever replica prunes). ``metrics``
         (default: the process-wide ones) count what the store and a server over it do.
         ``max_replays`` (``_per_principal``) bound the event log replays running at once."""
-        ctx = StoreContext(
-            kv,
-            keys or Keyspace(),
-            limits or ClaimLimits(),
-            clock or SystemClock(),
-            ClaimLeases(kv),
-            retention or RetentionPolicy(),
-            metrics or METRICS,
-        )
-        ready = ReadyIndex(ctx)
-        deadlines = Deadlines(ctx)
-        waiters = ReadyWaiters(max_claim_waiters, ctx.metrics)
-        ready.listen(lambda queue: waiters.notify(queue) if queue else waiters.notify_all())
-        dependencies = DependencyStore(ctx, ready)
-        held = HeldClaims()
-        acceptance = AcceptancePoints(ctx, ready, held)
-        reconcile = ReconcileStore(ctx, ready)
-        # In this order: a paused queue answers before anything may write; an open
-        # reconciliation decides before a hold for approval.
-        gates = (QueuePauseGate(), ReconcileGate(reconcile), ApprovalGate(ctx, ready))
-        claims = ClaimStore(ctx, ready, held, gates)
-        give_backs = GiveBacks(ctx, ready, held, acceptance)
-        tasks = TaskStore(ctx, ready, dependencies)
-        claimed = ClaimedIndex(ctx)
+        ctx = _context(kv, keys, limits, clock, retention, metrics)
+        parts, claimed = _Parts.wire(ctx, max_claim_waiters), ClaimedIndex(ctx)
+        ready, acceptance, reconcile = parts.ready, parts.acceptance, parts.reconcile
         return cls(
             ctx=ctx,
             ready=ready,
             claimed=claimed,
             blocked=QueueCountIndex(ctx, ctx.keys.blocked_prefix),
             overdue=QueueCountIndex(ctx, ctx.keys.overdue_prefix),
-            tasks=tasks,
-            cascade=Cascade(ctx, tasks),
+            tasks=parts.tasks,
+            cascade=Cascade(ctx, parts.tasks),
             results=ResultStore(ctx),
-            claims=claims,
-            long_poll=LongPoll(claims, waiters, give_backs),
-            give_backs=give_backs,
+            claims=parts.claims,
+            long_poll=parts.long_poll,
+            give_backs=parts.give_backs,
             acceptance=acceptance,
-            renewals=Renewals(ctx, held, RenewViews(), claimed),
-            failures=Failures(ctx, ready, held, acceptance),
+            renewals=Renewals(ctx, parts.held, RenewViews(), claimed),
+            failures=Failures(ctx, ready, parts.held, acceptance),
             dead_letters=DeadLetters(ctx, ready),
-            deadlines=deadlines,
-            promoter=Promoter(ctx, ready, deadlines, interval=promote_interval),
+            deadlines=parts.deadlines,
+            promoter=Promoter(ctx, ready, parts.deadlines, interval=promote_interval),
             admin=AdminStore(ctx),
             reclaimer=Reclaimer(ctx, ready, scan_interval=scan_interval),
-            dependencies=dependencies,
+            dependencies=parts.dependencies,
             review=ReviewStore(ctx, ready),
-            releaser=Releaser(ctx, ready, dependencies, scan_interval=scan_interval),
-            events=EventLog(
-                ctx,
-                slots=ReplaySlots(
-                    ctx.metrics,
-                    max_replays=max_replays,
-                    max_per_principal=max_replays_per_principal,
-                ),
-            ),
+            releaser=Releaser(ctx, ready, parts.dependencies, scan_interval=scan_interval),
+            events=_event_log(ctx, max_replays, max_replays_per_principal),
             idempotency=IdempotencyStore(ctx, ttl=idempotency_ttl),
             effects=EffectStore(ctx, ready, acceptance),
             reconcile=reconcile,
             sweeper=ReconcileSweeper(reconcile, interval=scan_interval),
             jobs=JobStore(ctx, acceptance),
             live_claims=LiveClaims(ctx),
-            pruner=(
-                Pruner(ctx, archive, interval=prune_interval, rate=prune_rate)
-                if archive is not None
-                else None
-            ),
+            pruner=_pruner(ctx, archive, prune_interval, prune_rate),
         )
 
     def start(self, *, reclaim: bool = True) -> None:
@@ -260,3 +228,81 @@ __all__ = [
     "StoredEvent",
     "TaskSpec",
 ]
+
+
+def _context(
+    kv: EtcdKV,
+    keys: Keyspace | None,
+    limits: ClaimLimits | None,
+    clock: Clock | None,
+    retention: RetentionPolicy | None,
+    metrics: Metrics | None,
+) -> StoreContext:
+    """The context every part shares, with Store.open's defaults for what is not given."""
+    return StoreContext(
+        kv,
+        keys or Keyspace(),
+        limits or ClaimLimits(),
+        clock or SystemClock(),
+        ClaimLeases(kv),
+        retention or RetentionPolicy(),
+        metrics or METRICS,
+    )
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """The parts other parts are built over: the ready index, the held claims, the claim path
+    with its gates, and the acceptance points (Store.open wires the rest around them)."""
+
+    ready: ReadyIndex
+    deadlines: Deadlines
+    dependencies: DependencyStore
+    held: HeldClaims
+    acceptance: AcceptancePoints
+    reconcile: ReconcileStore
+    claims: ClaimStore
+    give_backs: GiveBacks
+    tasks: TaskStore
+    long_poll: LongPoll
+
+    @classmethod
+    def wire(cls, ctx: StoreContext, max_claim_waiters: int) -> _Parts:
+        """Build them in dependency order; nothing runs yet."""
+        ready = ReadyIndex(ctx)
+        waiters = ReadyWaiters(max_claim_waiters, ctx.metrics)
+        ready.listen(lambda queue: waiters.notify(queue) if queue else waiters.notify_all())
+        dependencies = DependencyStore(ctx, ready)
+        held = HeldClaims()
+        acceptance = AcceptancePoints(ctx, ready, held)
+        reconcile = ReconcileStore(ctx, ready)
+        # In this order: a paused queue answers before anything may write; an open
+        # reconciliation decides before a hold for approval.
+        gates = (QueuePauseGate(), ReconcileGate(reconcile), ApprovalGate(ctx, ready))
+        claims = ClaimStore(ctx, ready, held, gates)
+        give_backs = GiveBacks(ctx, ready, held, acceptance)
+        return cls(
+            ready=ready,
+            deadlines=Deadlines(ctx),
+            dependencies=dependencies,
+            held=held,
+            acceptance=acceptance,
+            reconcile=reconcile,
+            claims=claims,
+            give_backs=give_backs,
+            tasks=TaskStore(ctx, ready, dependencies),
+            long_poll=LongPoll(claims, waiters, give_backs),
+        )
+
+
+def _event_log(ctx: StoreContext, max_replays: int, max_per_principal: int) -> EventLog:
+    """The event log, its replays bounded per replica and per principal."""
+    slots = ReplaySlots(ctx.metrics, max_replays=max_replays, max_per_principal=max_per_principal)
+    return EventLog(ctx, slots=slots)
+
+
+def _pruner(
+    ctx: StoreContext, archive: ArchiveSink | None, interval: float, rate: float
+) -> Pruner | None:
+    """A pruner where an archive is set; without one this replica prunes nothing."""
+    return Pruner(ctx, archive, interval=interval, rate=rate) if archive is not None else None

@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from coordinator.server import build_server
-from coordinator.server.auth import TokenAuth
+from coordinator.server.interceptors.auth import TokenAuth
 from coordinator.server.tokens import TokenFile, token_hash, write_token_file
 from coordinator.store import Store
 

@@ -12,8 +12,8 @@ import pytest
 
 from coordinator.domain.roles import Role
 from coordinator.server import SERVICE_NAMES
-from coordinator.server import auth as auth_module
-from coordinator.server.auth import ROLE_TABLE
+from coordinator.server.interceptors import auth as auth_module
+from coordinator.server.interceptors.auth import ROLE_TABLE
 from coordinator.v1 import admin_pb2, admin_pb2_grpc, tasks_pb2, types_pb2, worker_pb2
 from tests.auth.conftest import TokenRing, status_of
 
@@ -34,7 +34,9 @@ def test_every_method_of_every_service_is_in_the_table() -> None:
     services = {m.split("/")[1] for m in methods}
     assert services == set(SERVICE_NAMES), "a generated service is not served (or vice versa)"
     missing = sorted(methods - set(ROLE_TABLE))
-    assert missing == [], f"add these to ROLE_TABLE in coordinator/server/auth.py: {missing}"
+    assert missing == [], (
+        f"add these to ROLE_TABLE in coordinator/server/interceptors/auth.py: {missing}"
+    )
     assert all(ROLE_TABLE[m] for m in methods), "a method that no role may call"
 
 

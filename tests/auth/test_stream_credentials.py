@@ -13,7 +13,7 @@ import pytest
 from coordinator.config import Config
 from coordinator.domain.states import TaskState
 from coordinator.server import build_server
-from coordinator.server.auth import TokenAuth
+from coordinator.server.interceptors.auth import TokenAuth
 from coordinator.server.tokens import TokenFile, token_hash
 from coordinator.store import Store
 from coordinator.store.lifecycle.events import FOLLOW_POLL

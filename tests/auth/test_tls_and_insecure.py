@@ -17,8 +17,8 @@ from structlog.testing import capture_logs
 from coordinator.errors import ConfigError, Unauthenticated
 from coordinator.etcd_process import free_port
 from coordinator.server import build_server
-from coordinator.server.auth import AuthInterceptor, InsecureAuth, TokenAuth
 from coordinator.server.identity import identity_of
+from coordinator.server.interceptors.auth import AuthInterceptor, InsecureAuth, TokenAuth
 from coordinator.server.tls import ServerTLS
 from coordinator.server.tokens import TokenFile
 from coordinator.store import Store

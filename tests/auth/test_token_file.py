@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 from coordinator.cli import main
 from coordinator.domain.roles import ALL_ROLES, Identity, Role, parse_roles
 from coordinator.errors import ConfigError, InvalidArgument, Unauthenticated
-from coordinator.server.auth import TokenAuth
+from coordinator.server.interceptors.auth import TokenAuth
 from coordinator.server.tokens import TokenFile, parse_token_file, token_hash, write_token_file
 
 HASH = token_hash("s3cret")

@@ -16,8 +16,8 @@ from grpc_reflection.v1alpha import reflection
 from structlog.testing import capture_logs
 
 from coordinator.server.app import SERVICE_NAMES
-from coordinator.server.auth import ROLE_TABLE
-from coordinator.server.undecodable import LOG_INTERVAL
+from coordinator.server.interceptors.auth import ROLE_TABLE
+from coordinator.server.interceptors.undecodable import LOG_INTERVAL
 from tests.auth.conftest import TokenRing
 from tests.conftest import GRPC_OPTIONS
 

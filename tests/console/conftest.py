@@ -25,7 +25,7 @@ from coordinator.domain.digests import digest_of
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import CallRetry, Claim, Outcome, TaskState, WorkerClient
 from coordinator.server import build_server
-from coordinator.server.auth import TokenAuth
+from coordinator.server.interceptors.auth import TokenAuth
 from coordinator.server.tokens import TokenFile
 from coordinator.store import Store
 from coordinator.v1 import (

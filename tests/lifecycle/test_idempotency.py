@@ -14,7 +14,7 @@ from coordinator.domain.digests import digest_of
 from coordinator.domain.keys import Keyspace
 from coordinator.errors import ResourceExhausted
 from coordinator.server import build_server
-from coordinator.server.idempotency import READ_ONLY, is_mutating
+from coordinator.server.interceptors.idempotency import READ_ONLY, is_mutating
 from coordinator.server.status import status_code_of
 from coordinator.store import Store
 from coordinator.store.control.idempotency import IdempotencyStore, Reservation

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from coordinator.server.task_service import GET_TASK_ATTEMPTS
+from coordinator.server.services.task_service import GET_TASK_ATTEMPTS
 from coordinator.store import Store
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 from tests.lifecycle.support import create, who

@@ -18,7 +18,9 @@ import coordinator.store.lifecycle.events as events_module
 from coordinator.domain.positions import EventPosition, StreamBehind
 from coordinator.domain.stream_limits import StreamLimits
 from coordinator.metrics import Metrics
-from coordinator.server import build_server, event_wire, stream_interceptor
+from coordinator.server import build_server
+from coordinator.server.interceptors import stream_interceptor
+from coordinator.server.wire import event_wire
 from coordinator.store import EventFilter, Store
 from coordinator.store.lifecycle.events import EventLog
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc

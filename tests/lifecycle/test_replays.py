@@ -18,7 +18,8 @@ from coordinator.domain.records import EventRecord, encode
 from coordinator.domain.states import Op, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.metrics import Metrics
-from coordinator.server import build_server, event_wire
+from coordinator.server import build_server
+from coordinator.server.wire import event_wire
 from coordinator.store import EtcdKV, EventFilter, Store
 from coordinator.store.etcd.ops import put
 from coordinator.store.lifecycle import events as event_log

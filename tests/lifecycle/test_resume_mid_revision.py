@@ -28,8 +28,8 @@ from coordinator import lifeline
 from coordinator.domain.positions import EventPosition
 from coordinator.errors import StoreUnavailable
 from coordinator.sdk import PRINCIPAL_METADATA
-from coordinator.server import event_wire
 from coordinator.server.identity import CURRENT_IDENTITY
+from coordinator.server.wire import event_wire
 from coordinator.store import EventFilter, Store, StoredEvent
 from coordinator.v1 import tasks_pb2
 from tests.conftest import GRPC_OPTIONS

@@ -16,9 +16,12 @@ import coordinator
 from coordinator.domain.versions import SCHEMA_VERSION, VersionRecord
 from coordinator.errors import FailedPrecondition
 from coordinator.etcd_process import EtcdProcess
-from coordinator.server.auth import ROLE_TABLE
 from coordinator.server.identity import PRINCIPAL_METADATA_KEY
-from coordinator.server.version_gate import SDK_VERSION_METADATA_KEY, VersionGateInterceptor
+from coordinator.server.interceptors.auth import ROLE_TABLE
+from coordinator.server.interceptors.version_gate import (
+    SDK_VERSION_METADATA_KEY,
+    VersionGateInterceptor,
+)
 from coordinator.store import Keyspace
 from coordinator.store.control.versions import VersionStore
 from coordinator.v1 import admin_pb2, admin_pb2_grpc, tasks_pb2, tasks_pb2_grpc

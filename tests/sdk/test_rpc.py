@@ -178,7 +178,8 @@ def test_a_keyed_call_retries_its_duplicate_refused_while_the_first_try_runs(
     rpc: Rpc, sleeps: list[float]
 ) -> None:
     # UNAVAILABLE: the answer was lost; ABORTED: the retry met the first try still running
-    # (server/idempotency.py); then the stored answer. The tries say how many were made.
+    # (server/interceptors/idempotency.py); then the stored answer. The tries say how many
+    # were made.
     method, tries = Scripted(UNAVAILABLE, ABORTED), Tries()
     assert rpc.call(as_unary(method), None, idempotency_key="k1", tries=tries) == "ok"
     assert (len(method.tries), tries.count, len(sleeps)) == (3, 3, 2)

@@ -44,7 +44,7 @@ from coordinator.etcd_process import EtcdProcess
 from coordinator.metrics import Metrics
 from coordinator.server import build_server
 from coordinator.server.app import SERVICE_NAMES
-from coordinator.server.auth import ROLE_TABLE, TokenAuth
+from coordinator.server.interceptors.auth import ROLE_TABLE, TokenAuth
 from coordinator.server.tokens import TokenFile
 from coordinator.store import EtcdKV, Store
 from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2

@@ -1,8 +1,9 @@
 """Fair renewals (issue 25 item 2): one principal's flood of RenewMany calls of made-up fences
 cannot take another principal's claims past their TTL. Made-up fences are refused from the
 claimed index (tests/store/test_renew_screen.py), and a principal runs at most
-``max_calls_per_principal`` unary calls at once on a replica (coordinator.server.call_shares).
-A real server over a real etcd; callers name themselves (insecure mode)."""
+``max_calls_per_principal`` unary calls at once on a replica
+(coordinator.server.interceptors.call_shares). A real server over a real etcd; callers name
+themselves (insecure mode)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import pytest
 
 from coordinator.domain.records import AttemptRecord, encode
 from coordinator.domain.validation import MAX_INPUT_BYTES
-from coordinator.server.worker_wire import MAX_CHECKPOINT_BYTES, MAX_ERROR_DETAILS
+from coordinator.server.wire.worker_wire import MAX_CHECKPOINT_BYTES, MAX_ERROR_DETAILS
 from coordinator.store import Store
 from coordinator.store.context import attempt_from_kv
 from coordinator.store.etcd.ops import put

@@ -14,8 +14,8 @@ import grpc
 import pytest
 
 from coordinator.domain.stream_limits import StreamLimits
-from coordinator.server.auth import AuthInterceptor, InsecureAuth
-from coordinator.server.stream_interceptor import StreamLimitInterceptor, stream_alive
+from coordinator.server.interceptors.auth import AuthInterceptor, InsecureAuth
+from coordinator.server.interceptors.stream_interceptor import StreamLimitInterceptor, stream_alive
 from coordinator.server.streams import LONG_POLLS, OpenStreams
 from coordinator.v1 import types_pb2, worker_pb2
 from tests.conftest import GRPC_OPTIONS

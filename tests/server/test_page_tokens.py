@@ -2,7 +2,7 @@
 ListClaims and ListDependencies answered "garbage" with an empty last page), and the tokens it
 issues resume where the page ended.
 
-The pure rules (coordinator/server/page_tokens.py) first, then each list RPC over gRPC.
+The pure rules (coordinator/server/wire/page_tokens.py) first, then each list RPC over gRPC.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator.errors import InvalidArgument
-from coordinator.server import page_tokens
-from coordinator.server.task_wire import list_tasks_filters
+from coordinator.server.wire import page_tokens
+from coordinator.server.wire.task_wire import list_tasks_filters
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, worker_pb2, worker_pb2_grpc
 from tests import helpers
 from tests.helpers import Probe

@@ -23,7 +23,7 @@ from coordinator import lifeline
 from coordinator.domain.digests import digest_of
 from coordinator.domain.stream_limits import StreamLimits
 from coordinator.server import build_server
-from coordinator.server.auth import Authenticator
+from coordinator.server.interceptors.auth import Authenticator
 from coordinator.store import Store
 from coordinator.v1 import (
     admin_pb2,

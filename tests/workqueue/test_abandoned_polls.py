@@ -20,7 +20,8 @@ from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.domain.stream_limits import StreamLimits
 from coordinator.etcd_process import EtcdProcess
 from coordinator.metrics import Metrics
-from coordinator.server import PRINCIPAL_METADATA_KEY, build_server, stream_interceptor
+from coordinator.server import PRINCIPAL_METADATA_KEY, build_server
+from coordinator.server.interceptors import stream_interceptor
 from coordinator.store import EtcdKV, EventFilter, Keyspace, Store, TaskSpec
 from coordinator.store.claims import long_poll
 from coordinator.store.types import ClaimResult

@@ -29,7 +29,7 @@ from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 from coordinator.logging import configure_logging
 from coordinator.metrics import Metrics
 from coordinator.server import build_server
-from coordinator.server.auth import TokenAuth
+from coordinator.server.interceptors.auth import TokenAuth
 from coordinator.server.tls import ServerTLS
 from coordinator.server.tokens import TokenFile, token_hash, write_token_file
 from coordinator.store import EtcdKV, Store

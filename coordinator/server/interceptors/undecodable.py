@@ -26,7 +26,7 @@ from google.protobuf import descriptor_pool
 from google.protobuf.message import DecodeError
 
 from coordinator.logging import Throttle
-from coordinator.server.handlers import Behavior, Handler, rebuilt, streams_requests
+from coordinator.server.interceptors.handlers import Behavior, Handler, rebuilt, streams_requests
 
 log = structlog.get_logger(__name__)
 

@@ -1,7 +1,8 @@
 """AdminService: the safe-rollback controls (epoch, pause, drain) over ``store.admin``.
 
-Who may call which method is the auth interceptor's table (coordinator.server.auth); every
-mutation is logged with the caller's principal so a rollback can be traced.
+Who may call which method is the auth interceptor's table
+(coordinator.server.interceptors.auth); every mutation is logged with the caller's principal so
+a rollback can be traced.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import grpc
 import structlog
 
 import coordinator
-from coordinator.domain.validation import non_negative, task_id
-from coordinator.server import admin_wire, common_wire, effect_wire, task_wire, version_gate
 from coordinator.server.identity import principal_of
 from coordinator.server.status import rpc
+from coordinator.server.wire import admin_requests as requests
+from coordinator.server.wire import admin_wire, effect_wire, task_wire
 from coordinator.store import Store
 from coordinator.store.control.versions import VersionStore
 from coordinator.v1 import admin_pb2, admin_pb2_grpc
@@ -47,13 +48,13 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.BumpEpochResponse:
         """Raise the epoch by one (optionally only from ``expected_epoch``); with
         ``revoke_leases``, also end every claim made before the bump."""
-        expected = non_negative("expected_epoch", request.expected_epoch)
+        args = requests.parse_bump_epoch(request)
         principal = principal_of(context)
         revoked = 0
-        if request.revoke_leases:
-            epoch, revoked = self._store.admin.bump_epoch_revoking(expected)
+        if args.revoke_leases:
+            epoch, revoked = self._store.admin.bump_epoch_revoking(args.expected_epoch)
         else:
-            epoch = self._store.admin.bump_epoch(expected)
+            epoch = self._store.admin.bump_epoch(args.expected_epoch)
         log.warning("scheduler epoch bumped", epoch=epoch, principal=principal, revoked=revoked)
         return admin_pb2.BumpEpochResponse(epoch=epoch, revoked_leases=revoked)
 
@@ -62,8 +63,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.PauseClaimsRequest, context: grpc.ServicerContext
     ) -> admin_pb2.PauseClaimsResponse:
         """Refuse new claims (of one queue's tasks, with ``queue``) until ResumeClaims."""
-        reason = common_wire.parse_text("reason", request.reason)
-        queue = task_wire.parse_queue_filter(request.queue)
+        reason, queue = requests.parse_pause_claims(request)
         principal = principal_of(context)
         self._store.admin.pause_claims(reason, queue)
         log.warning("claims paused", reason=reason, queue=queue or "*", principal=principal)
@@ -77,7 +77,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.ResumeClaimsRequest, context: grpc.ServicerContext
     ) -> admin_pb2.ResumeClaimsResponse:
         """Accept new claims again (of one queue's tasks, with ``queue``)."""
-        queue = task_wire.parse_queue_filter(request.queue)
+        queue = requests.parse_resume_claims(request)
         principal = principal_of(context)
         self._store.admin.resume_claims(queue)
         log.warning("claims resumed", queue=queue or "*", principal=principal)
@@ -92,7 +92,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.DrainStatusResponse:
         """What still runs (of one queue's tasks, with ``queue``): live leases, uncertain
         effects, staged-but-uncommitted results."""
-        queue = task_wire.parse_queue_filter(request.queue)
+        queue = requests.parse_drain_status(request)
         status = self._store.admin.drain_status(queue)
         if not queue:
             status = replace(status, unknown_effects=self._store.effects.count_open())
@@ -103,9 +103,8 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.ApproveRetryRequest, context: grpc.ServicerContext
     ) -> admin_pb2.ApproveRetryResponse:
         """Resolve a NEEDS_APPROVAL task's uncertain effects and make it claimable again."""
-        tid = task_id(request.task_id)
-        resolution = effect_wire.parse_resolution(request.resolution)
-        reason = common_wire.parse_text("reason", request.reason)
+        args = requests.parse_approve_retry(request)
+        tid, resolution, reason = args.task_id, args.resolution, args.reason
         principal = principal_of(context)
         task, effects = self._store.effects.approve_retry(
             tid, by=principal, resolution=resolution, reason=reason
@@ -139,7 +138,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.GetVersionsResponse:
         """The version gate's record, and the answering replica's own version."""
         return admin_pb2.GetVersionsResponse(
-            versions=version_gate.record_to_proto(VersionStore(self._store.ctx).read()),
+            versions=admin_wire.versions_to_proto(VersionStore(self._store.ctx).read()),
             coordinator_version=coordinator.__version__,
         )
 
@@ -148,14 +147,13 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.SetMinimumVersionsRequest, context: grpc.ServicerContext
     ) -> admin_pb2.SetMinimumVersionsResponse:
         """Raise the minimums and bump the epoch in one txn."""
+        args = requests.parse_set_minimum_versions(request)
         principal = principal_of(context)
         done = VersionStore(self._store.ctx).set_minimums(
-            min_coordinator_version=request.min_coordinator_version.strip(),
-            min_sdk_version=request.min_sdk_version.strip(),
-            require_sdk_version=request.require_sdk_version
-            if request.HasField("require_sdk_version")
-            else None,
-            allow_lower=request.allow_lower,
+            min_coordinator_version=args.min_coordinator_version,
+            min_sdk_version=args.min_sdk_version,
+            require_sdk_version=args.require_sdk_version,
+            allow_lower=args.allow_lower,
         )
         log.warning(
             "minimum versions set; scheduler epoch bumped",
@@ -166,5 +164,5 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             require_sdk_version=done.record.require_sdk_version,
         )
         return admin_pb2.SetMinimumVersionsResponse(
-            versions=version_gate.record_to_proto(done.record), epoch=done.epoch
+            versions=admin_wire.versions_to_proto(done.record), epoch=done.epoch
         )

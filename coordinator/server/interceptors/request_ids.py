@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 
 from coordinator import request_ids
-from coordinator.server.handlers import Handler, metadata_value, unary_handler
+from coordinator.server.interceptors.handlers import Handler, metadata_value, unary_handler
 
 
 class RequestIdInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]

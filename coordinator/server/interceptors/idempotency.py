@@ -34,8 +34,8 @@ from coordinator.domain.idempotency import (
 from coordinator.domain.space import WriteKind
 from coordinator.errors import CoordinatorError
 from coordinator.logging import note
-from coordinator.server.handlers import metadata_value, unary_handler
 from coordinator.server.identity import principal_of
+from coordinator.server.interceptors.handlers import metadata_value, unary_handler
 from coordinator.server.status import status_code_of
 from coordinator.store.control.idempotency import IdempotencyStore, RequestInFlight, Reservation
 
@@ -195,6 +195,6 @@ def _as_bytes(data: bytes) -> bytes:
 
 
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
-    # The call's line (coordinator.server.call_log) records the refusal.
+    # The call's line (coordinator.server.interceptors.call_log) records the refusal.
     context.abort(code, message)
     raise AssertionError("context.abort returned")  # grpc's abort always raises

@@ -23,8 +23,8 @@ from coordinator.domain.records import TaskRecord
 from coordinator.domain.retry import MAX_NON_RETRYABLE, policy_of
 from coordinator.domain.states import TaskState
 from coordinator.errors import InvalidArgument
-from coordinator.server import page_tokens
-from coordinator.server.common_wire import parse_duration, parse_error_code, parse_timestamp
+from coordinator.server.wire import page_tokens
+from coordinator.server.wire.common_wire import parse_duration, parse_error_code, parse_timestamp
 from coordinator.v1 import tasks_pb2, types_pb2
 
 MAX_NOT_BEFORE_AHEAD = 30 * 86400.0

@@ -29,8 +29,8 @@ from coordinator.domain.write_budget import (
 )
 from coordinator.errors import ResourceExhausted
 from coordinator.metrics import Metrics
-from coordinator.server.handlers import Handler, unary_handler
 from coordinator.server.identity import identity_of
+from coordinator.server.interceptors.handlers import Handler, unary_handler
 from coordinator.v1 import types_pb2
 
 PRINCIPALS = 65536

@@ -21,9 +21,14 @@ from coordinator.domain.idempotency import IDEMPOTENCY_METADATA_KEY
 from coordinator.domain.roles import Identity
 from coordinator.domain.stream_limits import UNAUTHENTICATED_CALLERS
 from coordinator.errors import CoordinatorError, Unauthenticated
-from coordinator.server.auth import Metadata, call_metadata, peer_properties
-from coordinator.server.handlers import Handler, metadata_value, rebuilt, streams_responses
 from coordinator.server.identity import CURRENT_IDENTITY
+from coordinator.server.interceptors.auth import Metadata, call_metadata, peer_properties
+from coordinator.server.interceptors.handlers import (
+    Handler,
+    metadata_value,
+    rebuilt,
+    streams_responses,
+)
 from coordinator.server.status import status_code_of
 from coordinator.server.streams import (
     LONG_POLLS,

@@ -10,7 +10,7 @@ from coordinator.domain.jobs import JobRecord, JobState, JobStatus
 from coordinator.domain.roles import check_principal
 from coordinator.domain.states import Outcome
 from coordinator.errors import InvalidArgument
-from coordinator.server.common_wire import (
+from coordinator.server.wire.common_wire import (
     outcome_to_proto,
     parse_required_positive,
     timestamp_to_proto,

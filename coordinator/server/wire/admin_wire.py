@@ -1,9 +1,10 @@
-"""AdminService's answers on the wire: drain status and the stats. Pure and mechanical (see
-common_wire)."""
+"""AdminService's answers on the wire: drain status, the stats and the version record. Pure and
+mechanical (see common_wire)."""
 
 from __future__ import annotations
 
 from coordinator.domain.queue_stats import QueueReport
+from coordinator.domain.versions import VersionRecord
 from coordinator.metrics import PointCoverage
 from coordinator.store.types import DrainStatus
 from coordinator.v1 import admin_pb2
@@ -47,4 +48,14 @@ def stats_to_proto(points: list[PointCoverage], queues: QueueReport) -> admin_pb
             )
             for p in points
         ],
+    )
+
+
+def versions_to_proto(record: VersionRecord) -> admin_pb2.VersionRecord:
+    """The wire form of the version gate's record."""
+    return admin_pb2.VersionRecord(
+        schema_version=record.schema_version,
+        min_coordinator_version=record.min_coordinator_version,
+        min_sdk_version=record.min_sdk_version,
+        require_sdk_version=record.require_sdk_version,
     )

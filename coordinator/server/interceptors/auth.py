@@ -31,7 +31,6 @@ from coordinator.domain.roles import (
     parse_roles,
 )
 from coordinator.errors import ConfigError, InvalidArgument, PermissionDenied, Unauthenticated
-from coordinator.server.handlers import Handler, rebuilt, streams_responses
 from coordinator.server.identity import (
     ANONYMOUS,
     AUTHORIZATION_METADATA_KEY,
@@ -39,6 +38,7 @@ from coordinator.server.identity import (
     PRINCIPAL_METADATA_KEY,
     ROLES_METADATA_KEY,
 )
+from coordinator.server.interceptors.handlers import Handler, rebuilt, streams_responses
 from coordinator.server.status import status_code_of
 from coordinator.server.tls import PeerProperties, ServerTLS, certificate_names, over_tls
 from coordinator.server.tokens import TokenFile, token_hash

@@ -4,8 +4,9 @@ Each area of the API has its own ``<area>_wire`` module (task_wire, worker_wire,
 job_wire, event_wire, queue_wire, admin_wire) of the same shape: ``parse_*`` turns a request
 field into a domain value or raises InvalidArgument naming the field as the .proto spells it
 (``fence.claim_generation``, because the caller fixes the field, not our code); ``*_to_proto``
-turns a domain value into its message. Pure and mechanical: no rules, no I/O. Every servicer
-parses its whole request before it calls the store, so bad input writes nothing.
+turns a domain value into its message. Pure and mechanical: no rules, no I/O. A whole request
+is parsed in one place, the ``parse_<rpc>`` of its service's ``*_requests`` module, which the
+servicer calls before anything else, so bad input writes nothing.
 
 Domain enums have the wire enums' integer values (coordinator.domain.states), so enums convert
 by value; times are float seconds in the domain and Timestamps on the wire, where 0.0 (never

@@ -13,7 +13,8 @@ from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.failures import FailureReport
 from coordinator.errors import CoordinatorError, InvalidArgument
 from coordinator.fence_wire import fence_to_proto
-from coordinator.server.common_wire import (
+from coordinator.server.status import status_code_of
+from coordinator.server.wire.common_wire import (
     parse_content_digest,
     parse_digest,
     parse_duration,
@@ -25,7 +26,6 @@ from coordinator.server.common_wire import (
     timestamp_to_proto,
     verdict_fields,
 )
-from coordinator.server.status import status_code_of
 from coordinator.store.attempts.renewals import MAX_BATCH as MAX_RENEWALS
 from coordinator.store.attempts.renewals import Renewal, RenewAnswer
 from coordinator.store.types import (

@@ -9,8 +9,8 @@ from coordinator.domain import effects as domain
 from coordinator.domain import reconcile, validation
 from coordinator.domain.effects import EffectAction, EffectRecord, EffectState
 from coordinator.errors import InvalidArgument
-from coordinator.server import page_tokens
-from coordinator.server.common_wire import parse_digest, timestamp_to_proto, verdict_fields
+from coordinator.server.wire import page_tokens
+from coordinator.server.wire.common_wire import parse_digest, timestamp_to_proto, verdict_fields
 from coordinator.store.effects.effect import PrepareResult, RecordResult
 from coordinator.v1 import types_pb2, worker_pb2
 

@@ -32,14 +32,14 @@ import structlog
 
 from coordinator import request_ids
 from coordinator.logging import CALL_FIELDS
-from coordinator.server.handlers import (
+from coordinator.server.identity import CURRENT_IDENTITY
+from coordinator.server.interceptors.handlers import (
     Behavior,
     Handler,
     metadata_value,
     rebuilt,
     streams_responses,
 )
-from coordinator.server.identity import CURRENT_IDENTITY
 from coordinator.server.refusal_log import RefusalLog
 
 log = structlog.get_logger(__name__)

@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 
 from coordinator.metrics import Metrics
-from coordinator.server.handlers import Handler, unary_handler
+from coordinator.server.interceptors.handlers import Handler, unary_handler
 
 
 class RpcMetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]

@@ -24,8 +24,8 @@ import grpc
 
 from coordinator.errors import ResourceExhausted
 from coordinator.metrics import Metrics
-from coordinator.server.handlers import Handler, rebuilt
 from coordinator.server.identity import CURRENT_IDENTITY
+from coordinator.server.interceptors.handlers import Handler, rebuilt
 from coordinator.server.streams import LONG_POLLS, LongPolls
 
 REFUSED = "principal_share"

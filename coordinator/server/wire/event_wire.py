@@ -12,8 +12,8 @@ from coordinator.domain import positions, validation
 from coordinator.domain.positions import EventPosition
 from coordinator.domain.states import Op
 from coordinator.errors import InvalidArgument
-from coordinator.server.common_wire import task_state_to_proto, timestamp_to_proto
-from coordinator.server.task_wire import parse_optional_id, parse_queue_filter
+from coordinator.server.wire.common_wire import task_state_to_proto, timestamp_to_proto
+from coordinator.server.wire.task_wire import parse_optional_id, parse_queue_filter
 from coordinator.store import EventFilter, StoredEvent
 from coordinator.v1 import tasks_pb2
 

@@ -28,10 +28,9 @@ from coordinator.domain.versions import (
     sdk_refusal,
 )
 from coordinator.errors import ConfigError
-from coordinator.server.auth import OPEN_SERVICES
-from coordinator.server.handlers import Handler, metadata_value, rebuilt
+from coordinator.server.interceptors.auth import OPEN_SERVICES
+from coordinator.server.interceptors.handlers import Handler, metadata_value, rebuilt
 from coordinator.store.control.versions import CachedVersions, VersionStore
-from coordinator.v1 import admin_pb2
 
 log = structlog.get_logger(__name__)
 
@@ -103,13 +102,3 @@ def _refusing(handler: Handler, message: str) -> Handler:
         context.abort(grpc.StatusCode.FAILED_PRECONDITION, message)
 
     return rebuilt(handler, lambda kind, behavior: abort)
-
-
-def record_to_proto(record: VersionRecord) -> admin_pb2.VersionRecord:
-    """The wire form of the version record."""
-    return admin_pb2.VersionRecord(
-        schema_version=record.schema_version,
-        min_coordinator_version=record.min_coordinator_version,
-        min_sdk_version=record.min_sdk_version,
-        require_sdk_version=record.require_sdk_version,
-    )

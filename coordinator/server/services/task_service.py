@@ -15,19 +15,18 @@ from collections.abc import Iterator
 import grpc
 
 from coordinator.domain.positions import StreamBehind
-from coordinator.domain.validation import non_negative, task_id
 from coordinator.logging import note
-from coordinator.server import (
+from coordinator.server.identity import principal_of
+from coordinator.server.interceptors import stream_interceptor
+from coordinator.server.status import rpc, stream_rpc
+from coordinator.server.wire import (
     claim_wire,
-    common_wire,
     event_wire,
     page_tokens,
     queue_wire,
-    stream_interceptor,
     task_wire,
 )
-from coordinator.server.identity import principal_of
-from coordinator.server.status import rpc, stream_rpc
+from coordinator.server.wire import task_requests as requests
 from coordinator.store import Store
 from coordinator.store.lifecycle.task_list import PAGE_BYTES
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
@@ -48,7 +47,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         self, request: tasks_pb2.CreateTaskRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.CreateTaskResponse:
         """Create a task: READY, or WAITING on its dependencies."""
-        spec = task_wire.parse_task_spec(request, now=time.time())
+        spec = requests.parse_create_task(request, now=time.time())
         principal = principal_of(context)
         task = self._store.tasks.create(spec, by=principal)
         note(
@@ -66,7 +65,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         self, request: tasks_pb2.GetTaskRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.GetTaskResponse:
         """The task and its latest attempts (bounded: ListAttempts pages through all)."""
-        tid = task_id(request.task_id)
+        tid = requests.parse_get_task(request)
         task = self._store.tasks.get(tid)
         first = max(1, task.attempt - GET_TASK_ATTEMPTS + 1)
         attempts = self._store.tasks.attempts(tid, first=first, count=GET_TASK_ATTEMPTS)
@@ -81,12 +80,11 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         self, request: tasks_pb2.ListAttemptsRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.ListAttemptsResponse:
         """One page of a task's attempts, oldest first."""
-        tid = task_id(request.task_id)
+        page = requests.parse_list_attempts(request)
+        tid = page.task_id
         task = self._store.tasks.get(tid)
-        size = common_wire.parse_page_size(request.page_size)
-        first = task_wire.parse_attempt_page_token(request.page_token, tid)
         attempts, following = self._store.tasks.attempts_page(
-            tid, first=first, count=size, max_bytes=PAGE_BYTES
+            tid, first=page.first, count=page.page_size, max_bytes=PAGE_BYTES
         )
         position = str(following) if following <= task.attempt else ""
         return tasks_pb2.ListAttemptsResponse(
@@ -99,22 +97,22 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         self, request: tasks_pb2.ListTasksRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.ListTasksResponse:
         """One page of tasks in id order (summaries without inputs unless asked)."""
-        filters = task_wire.list_tasks_filters(request)
+        page = requests.parse_list_tasks(request)
         tasks, position = self._store.tasks.list(
-            queue=task_wire.parse_queue_filter(request.queue),
-            state=task_wire.parse_state_filter(request.state),
-            root=task_wire.parse_optional_id("root_task_id", request.root_task_id),
-            parent=task_wire.parse_optional_id("parent_task_id", request.parent_task_id),
-            thread=task_wire.parse_optional_thread(request.thread_key),
-            blocked=request.blocked,
-            overdue=request.overdue,
-            page_size=common_wire.parse_page_size(request.page_size),
-            page_token=task_wire.parse_page_token(request.page_token, filters),
-            include_input=request.include_input,
+            queue=page.queue,
+            state=page.state,
+            root=page.root,
+            parent=page.parent,
+            thread=page.thread,
+            blocked=page.blocked,
+            overdue=page.overdue,
+            page_size=page.page_size,
+            page_token=page.page_token,
+            include_input=page.include_input,
         )
         return tasks_pb2.ListTasksResponse(
             tasks=[task_wire.task_to_proto(t) for t in tasks],
-            next_page_token=page_tokens.issue("ListTasks", filters, position),
+            next_page_token=page_tokens.issue("ListTasks", page.filters, position),
         )
 
     @rpc
@@ -122,8 +120,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         self, request: tasks_pb2.GetResultRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.GetResultResponse:
         """The canonical result of one revision (0: the current one)."""
-        tid = task_id(request.task_id)
-        revision = non_negative("revision", request.revision)
+        tid, revision = requests.parse_get_result(request)
         result = self._store.results.get(tid, revision)
         return tasks_pb2.GetResultResponse(result=task_wire.result_to_proto(result))
 
@@ -133,11 +130,11 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
     ) -> tasks_pb2.CancelTaskResponse:
         """Cancel the task (with cascade, its WAITING graph too); a live claim's next
         acceptance point gets CANCELLED."""
-        tid = task_id(request.task_id)
-        reason = common_wire.parse_text("reason", request.reason)
+        args = requests.parse_cancel_task(request)
+        tid, reason = args.task_id, args.reason
         principal = principal_of(context)
         cascaded: list[str] = []
-        if request.cascade:
+        if args.cascade:
             task, cascaded = self._store.cascade.cancel(tid, by=principal, reason=reason)
         else:
             task = self._store.tasks.cancel(tid, by=principal, reason=reason)
@@ -154,14 +151,16 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         self, request: tasks_pb2.UpdateInputRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.UpdateInputResponse:
         """Replace the input (revision + 1); a live claim's commit gets STALE_INPUT."""
-        tid = task_id(request.task_id)
-        digest = task_wire.parse_input_payload("input", request.input, request.input_digest)
-        expected = non_negative("expected_revision", request.expected_revision)
+        args = requests.parse_update_input(request)
         principal = principal_of(context)
         task = self._store.tasks.update_input(
-            tid, data=request.input, input_digest=digest, expected_revision=expected, by=principal
+            args.task_id,
+            data=args.data,
+            input_digest=args.input_digest,
+            expected_revision=args.expected_revision,
+            by=principal,
         )
-        note(task_id=tid, revision=task.revision, input_digest=digest)
+        note(task_id=args.task_id, revision=task.revision, input_digest=args.input_digest)
         return tasks_pb2.UpdateInputResponse(task=task_wire.task_to_proto(task))
 
     @rpc
@@ -169,16 +168,15 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         self, request: tasks_pb2.RetryTaskRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.RetryTaskResponse:
         """Send a FAILED task back to READY with a fresh attempt budget."""
-        tid = task_id(request.task_id)
-        reason = common_wire.parse_text("reason", request.reason)
-        deadline = queue_wire.parse_schedule_to_close(
-            request.schedule_to_close, present=request.HasField("schedule_to_close")
-        )
+        args = requests.parse_retry_task(request)
         principal = principal_of(context)
         task = self._store.dead_letters.retry(
-            tid, by=principal, reason=reason, schedule_to_close=deadline
+            args.task_id,
+            by=principal,
+            reason=args.reason,
+            schedule_to_close=args.schedule_to_close,
         )
-        note(task_id=tid, state=task.state.name, attempt=task.attempt, reason=reason)
+        note(task_id=args.task_id, state=task.state.name, attempt=task.attempt, reason=args.reason)
         return tasks_pb2.RetryTaskResponse(task=task_wire.task_to_proto(task))
 
     @rpc
@@ -186,39 +184,31 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         self, request: tasks_pb2.RetryTasksRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.RetryTasksResponse:
         """Retry a queue's matching dead letters, one bounded page in id order."""
-        picked = queue_wire.parse_dead_letter_filter(request)
-        limit = queue_wire.parse_bulk_limit(request.limit)
-        filters = queue_wire.retry_tasks_filters(request)
-        token = task_wire.parse_retry_page_token(request.page_token, filters)
-        reason = common_wire.parse_text("reason", request.reason)
-        deadline = queue_wire.parse_schedule_to_close(
-            request.schedule_to_close, present=request.HasField("schedule_to_close")
-        )
+        args = requests.parse_retry_tasks(request)
         page = self._store.dead_letters.retry_many(
-            picked,
-            limit=limit,
-            page_token=token,
-            dry_run=request.dry_run,
+            args.picked,
+            limit=args.limit,
+            page_token=args.page_token,
+            dry_run=args.dry_run,
             by=principal_of(context),
-            reason=reason,
-            schedule_to_close=deadline,
+            reason=args.reason,
+            schedule_to_close=args.schedule_to_close,
         )
         note(
-            queue=picked.queue,
+            queue=args.picked.queue,
             retried=len(page.retried),
             skipped=len(page.skipped),
-            dry_run=request.dry_run,
+            dry_run=args.dry_run,
             next_page_token=page.next_page_token,
         )
-        return queue_wire.bulk_retry_to_proto(page, filters)
+        return queue_wire.bulk_retry_to_proto(page, args.filters)
 
     @rpc
     def Accept(  # noqa: N802
         self, request: tasks_pb2.AcceptRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.AcceptResponse:
         """Accept the committed result of one revision: REVIEW -> DONE."""
-        tid = task_id(request.task_id)
-        revision = task_wire.parse_revision(request.revision)
+        tid, revision = requests.parse_accept(request)
         principal = principal_of(context)
         task = self._store.review.accept(tid, revision=revision, reviewer=principal)
         note(task_id=tid, revision=revision, state=task.state.name)
@@ -229,9 +219,8 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         self, request: tasks_pb2.RejectRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.RejectResponse:
         """Reject the committed result of one revision: a new round, READY at revision + 1."""
-        tid = task_id(request.task_id)
-        revision = task_wire.parse_revision(request.revision)
-        reason = task_wire.parse_reject_reason(request.reason)
+        args = requests.parse_reject(request)
+        tid, revision, reason = args.task_id, args.revision, args.reason
         principal = principal_of(context)
         task = self._store.review.reject(tid, revision=revision, reviewer=principal, reason=reason)
         note(task_id=tid, revision=revision, new_revision=task.revision, reason=reason)
@@ -242,14 +231,15 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         self, request: tasks_pb2.SetDependenciesRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.SetDependenciesResponse:
         """Replace a READY or WAITING task's upstreams (cycle-checked atomically)."""
-        tid = task_id(request.task_id)
-        depends_on = task_wire.parse_dependencies(tid, request.depends_on)
-        expected = non_negative("expected_state_version", request.expected_state_version)
+        args = requests.parse_set_dependencies(request)
         principal = principal_of(context)
         task = self._store.dependencies.set_dependencies(
-            tid, depends_on, expected_state_version=expected, by=principal
+            args.task_id,
+            args.depends_on,
+            expected_state_version=args.expected_state_version,
+            by=principal,
         )
-        note(task_id=tid, depends_on=list(depends_on), state=task.state.name)
+        note(task_id=args.task_id, depends_on=list(args.depends_on), state=task.state.name)
         return tasks_pb2.SetDependenciesResponse(task=task_wire.task_to_proto(task))
 
     @rpc
@@ -257,25 +247,21 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         self, request: tasks_pb2.ListClaimsRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.ListClaimsResponse:
         """One page of live claims with their leases as etcd reports them (read-only)."""
-        queue = task_wire.parse_queue_filter(request.queue)
+        args = requests.parse_list_claims(request)
         page = self._store.live_claims.page(
-            queue=queue,
-            page_size=claim_wire.parse_claims_page_size(request.page_size),
-            page_token=claim_wire.parse_claims_page_token(request.page_token, queue),
+            queue=args.queue, page_size=args.page_size, page_token=args.page_token
         )
-        return claim_wire.claims_page_to_proto(page, queue)
+        return claim_wire.claims_page_to_proto(page, args.queue)
 
     @rpc
     def ListEvents(  # noqa: N802
         self, request: tasks_pb2.ListEventsRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.ListEventsResponse:
         """One page of the event log, newest first."""
-        flt = event_wire.parse_list_filter(request)
-        before = event_wire.parse_before(request)
-        size = common_wire.parse_page_size(request.page_size)
-        found = self._store.events.newest(flt, before=before, count=size)
+        page = requests.parse_list_events(request)
+        found = self._store.events.newest(page.filter, before=page.before, count=page.page_size)
         reply = tasks_pb2.ListEventsResponse(events=[event_wire.event_to_proto(e) for e in found])
-        if len(found) == size:
+        if len(found) == page.page_size:
             reply.next_before.CopyFrom(event_wire.position_to_proto(found[-1].position))
         return reply
 
@@ -284,21 +270,21 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         self, request: tasks_pb2.ListDependenciesRequest, context: grpc.ServicerContext
     ) -> tasks_pb2.ListDependenciesResponse:
         """A task's upstreams and one page of its dependents, with their states."""
-        tid = task_id(request.task_id)
-        size = common_wire.parse_page_size(request.page_size)
-        token = task_wire.parse_dependents_page_token(request.page_token, tid)
-        found = self._store.dependencies.neighbours(tid, page_size=size, page_token=token)
-        return task_wire.neighbours_to_proto(found, tid)
+        page = requests.parse_list_dependencies(request)
+        found = self._store.dependencies.neighbours(
+            page.task_id, page_size=page.page_size, page_token=page.page_token
+        )
+        return task_wire.neighbours_to_proto(found, page.task_id)
 
     @stream_rpc
     def WatchEvents(  # noqa: N802
         self, request: tasks_pb2.WatchEventsRequest, context: grpc.ServicerContext
     ) -> Iterator[tasks_pb2.TaskEvent]:
         """The event log from a revision, then (with follow) live."""
-        flt = event_wire.parse_event_filter(request)
-        after = event_wire.parse_resume_point(request)
+        watch = requests.parse_watch_events(request)
+        flt, after = watch.filter, watch.after
         events, principal = self._store.events, principal_of(context)
-        if not request.follow:
+        if not watch.follow:
             for event in events.history(flt, after=after, principal=principal):
                 yield event_wire.event_to_proto(event)
             return

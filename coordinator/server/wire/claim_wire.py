@@ -6,8 +6,8 @@ from __future__ import annotations
 from coordinator.domain import validation
 from coordinator.domain.live_claims import LiveClaim
 from coordinator.errors import InvalidArgument
-from coordinator.server import page_tokens
-from coordinator.server.common_wire import timestamp_to_proto
+from coordinator.server.wire import page_tokens
+from coordinator.server.wire.common_wire import timestamp_to_proto
 from coordinator.store.claims.live_claims import ClaimsPage
 from coordinator.v1 import tasks_pb2
 

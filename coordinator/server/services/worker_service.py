@@ -1,7 +1,8 @@
 """WorkerService: claim, and the acceptance points of a held claim.
 
-Each method validates the whole request, takes the owner from the caller's identity (never from
-a request field), calls one store operation and maps its verdict to the response. The contract
+Each method parses its whole request with its one ``parse_<rpc>`` (server/wire/worker_requests.py)
+before anything else, takes the owner from the caller's identity (never from a request field),
+calls one store operation and maps its verdict to the response. The contract
 lives in protos/coordinator/v1/worker.proto; the rules live in the domain and the store.
 """
 
@@ -9,20 +10,19 @@ from __future__ import annotations
 
 import time
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 
 import grpc
 
 from coordinator.domain.decisions import Fence, Verdict
 from coordinator.domain.roles import Role
-from coordinator.domain.validation import non_negative, task_id
-from coordinator.errors import CoordinatorError, InvalidArgument, PermissionDenied
+from coordinator.errors import CoordinatorError, PermissionDenied
 from coordinator.logging import bound, note
-from coordinator.server import common_wire, effect_wire, job_wire, task_wire, worker_wire
 from coordinator.server.identity import identity_of, principal_of
+from coordinator.server.interceptors.stream_interceptor import CallerOf
 from coordinator.server.renew_budget import RENEW_RATE, RenewBudgets
 from coordinator.server.status import rpc
-from coordinator.server.stream_interceptor import CallerOf
+from coordinator.server.wire import effect_wire, job_wire, worker_wire
+from coordinator.server.wire import worker_requests as requests
 from coordinator.store import Caller, ClaimResult, Renewal, RenewAnswer, Store
 from coordinator.v1 import worker_pb2, worker_pb2_grpc
 
@@ -45,14 +45,15 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.ClaimRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ClaimResponse:
         """Claim one task by id."""
-        tid = task_id(request.task_id)
-        expected = non_negative("expected_state_version", request.expected_state_version)
-        epoch = common_wire.parse_epoch("scheduler_epoch", request.scheduler_epoch)
-        ttl = worker_wire.parse_ttl("ttl_seconds", request.ttl_seconds)
+        args = requests.parse_claim(request)
         principal = principal_of(context)
-        with bound(task_id=tid, epoch=epoch, principal=principal):
+        with bound(task_id=args.task_id, epoch=args.epoch, principal=principal):
             result = self._store.claims.claim(
-                tid, principal=principal, epoch=epoch, ttl=ttl, expected_state_version=expected
+                args.task_id,
+                principal=principal,
+                epoch=args.epoch,
+                ttl=args.ttl,
+                expected_state_version=args.expected_state_version,
             )
             _note_claim(result)
             # A caller gone by now would never hear of the claim: given back, not answered.
@@ -64,12 +65,12 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.ClaimNextRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ClaimResponse:
         """Claim the next ready task of a queue, waiting up to wait_seconds for one."""
-        next_claim = _parse_next(request, "", self._max_claim_wait)
+        next_claim = requests.parse_claim_next(request, max_wait=self._max_claim_wait)
         principal = principal_of(context)
         return self._claim_batch(next_claim, principal, CallerOf(context))
 
     def _claim_batch(
-        self, next_claim: _NextClaim, principal: str, caller: Caller
+        self, next_claim: requests.ClaimNextArgs, principal: str, caller: Caller
     ) -> worker_pb2.ClaimResponse:
         queue, epoch = next_claim.queue, next_claim.epoch
         with bound(queue=queue, epoch=epoch, principal=principal):
@@ -94,7 +95,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         """Keep the claim's lease alive, within the server's bounds."""
         principal = principal_of(context)
         self._renew_budgets.take(principal, 1)
-        renewal = worker_wire.parse_renewal(request)
+        renewal = requests.parse_renew(request)
         with _bound(renewal.fence, principal):
             result = self._store.renewals.renew(
                 renewal.fence,
@@ -112,7 +113,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         """Renew many claims of the caller, each exactly as Renew would."""
         principal = principal_of(context)
         self._renew_budgets.take(principal, len(request.renewals))  # before the parse: its cost
-        parsed = worker_wire.parse_renewals(request)
+        parsed = requests.parse_renew_many(request)
         renewals = [item for item in parsed if isinstance(item, Renewal)]
         with bound(principal=principal, renewals=len(parsed)):
             answers = iter(self._store.renewals.renew_many(renewals, principal=principal))
@@ -125,16 +126,14 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.AuthorizeToolRequest, context: grpc.ServicerContext
     ) -> worker_pb2.AuthorizeToolResponse:
         """Ask, before a side effect, whether the fence still holds."""
-        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
-        tool = common_wire.parse_text("tool", request.tool)
-        action = common_wire.parse_text("action", request.action)
+        args = requests.parse_authorize_tool(request)
         principal = principal_of(context)
-        with _bound(fence, principal):
+        with _bound(args.fence, principal):
             verdict = self._store.acceptance.authorize_tool(
-                fence, principal=principal, tool=tool, action=action
+                args.fence, principal=principal, tool=args.tool, action=args.action
             )
             # The call's line is the audit record of the tool call (the store keeps none).
-            _note_verdict(verdict, tool=tool, action=action)
+            _note_verdict(verdict, tool=args.tool, action=args.action)
         return worker_wire.authorize_to_proto(verdict)
 
     @rpc
@@ -142,20 +141,17 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.StageResultRequest, context: grpc.ServicerContext
     ) -> worker_pb2.StageResultResponse:
         """Stage a result in the attempt's own area."""
-        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
-        digest = worker_wire.parse_result_payload(
-            request.result, request.result_digest, request.result_ref
-        )
+        args = requests.parse_stage_result(request)
         principal = principal_of(context)
-        with _bound(fence, principal):
+        with _bound(args.fence, principal):
             staged = self._store.acceptance.stage_result(
-                fence,
+                args.fence,
                 principal=principal,
-                result_digest=digest,
-                result=request.result,
-                result_ref=request.result_ref,
+                result_digest=args.result_digest,
+                result=args.result,
+                result_ref=args.result_ref,
             )
-            _note_verdict(staged.verdict, current=staged.current, digest=digest)
+            _note_verdict(staged.verdict, current=staged.current, digest=args.result_digest)
         return worker_wire.stage_to_proto(staged)
 
     @rpc
@@ -163,35 +159,24 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.CommitRequest, context: grpc.ServicerContext
     ) -> worker_pb2.CommitResponse:
         """Make the result canonical, behind the fence."""
-        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
-        input_digest = common_wire.parse_digest("input_digest", request.input_digest)
-        digest = worker_wire.parse_result_payload(
-            request.result, request.result_digest, request.result_ref
-        )
-        evidence = job_wire.parse_evidence(list(request.evidence))
-        next_claim = None
-        if request.HasField("next"):
-            if request.next.wait_seconds:
-                raise InvalidArgument(
-                    "next.wait_seconds must be 0: a commit never waits for its next task "
-                    "(long-poll with ClaimNext once the queue runs dry)"
-                )
-            next_claim = _parse_next(request.next, "next.", 0.0)
+        args = requests.parse_commit(request)
         principal = principal_of(context)
-        with _bound(fence, principal):
+        with _bound(args.fence, principal):
             result = self._store.acceptance.commit(
-                fence,
+                args.fence,
                 principal=principal,
-                input_digest=input_digest,
-                result_digest=digest,
-                result=request.result,
-                result_ref=request.result_ref,
-                evidence=evidence,
+                input_digest=args.input_digest,
+                result_digest=args.result_digest,
+                result=args.result,
+                result_ref=args.result_ref,
+                evidence=args.evidence,
             )
-            _note_verdict(result.verdict, commit_id=result.result_commit_id, digest=digest)
+            _note_verdict(
+                result.verdict, commit_id=result.result_commit_id, digest=args.result_digest
+            )
         response = worker_wire.commit_to_proto(result)
-        if next_claim is not None:
-            response.next.CopyFrom(self._claim_batch(next_claim, principal, CallerOf(context)))
+        if args.next is not None:
+            response.next.CopyFrom(self._claim_batch(args.next, principal, CallerOf(context)))
         return response
 
     @rpc
@@ -199,12 +184,13 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.ReleaseRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ReleaseResponse:
         """Give the task back."""
-        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
-        reason = common_wire.parse_text("reason", request.reason)
+        args = requests.parse_release(request)
         principal = principal_of(context)
-        with _bound(fence, principal):
-            verdict = self._store.acceptance.release(fence, principal=principal, reason=reason)
-            _note_verdict(verdict, release_reason=reason)
+        with _bound(args.fence, principal):
+            verdict = self._store.acceptance.release(
+                args.fence, principal=principal, reason=args.reason
+            )
+            _note_verdict(verdict, release_reason=args.reason)
         return worker_wire.release_to_proto(verdict)
 
     @rpc
@@ -212,8 +198,8 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.FailRequest, context: grpc.ServicerContext
     ) -> worker_pb2.FailResponse:
         """Report the held attempt failed; the task goes to the retry decision."""
-        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
-        report = worker_wire.parse_failure_report(request)
+        args = requests.parse_fail(request)
+        fence, report = args.fence, args.report
         principal = principal_of(context)
         with _bound(fence, principal):
             result = self._store.failures.fail(fence, principal=principal, report=report)
@@ -230,10 +216,9 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.PrepareEffectRequest, context: grpc.ServicerContext
     ) -> worker_pb2.PrepareEffectResponse:
         """Bind or look up a side-effect slot, behind the fence, and say what to do."""
-        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
-        node = effect_wire.parse_node_id(request.node_id)
-        slot = effect_wire.parse_effect_slot(request.effect_slot)
-        digest = effect_wire.parse_payload_digest(request.payload_digest)
+        args = requests.parse_prepare_effect(request)
+        fence, node, slot = args.fence, args.node_id, args.effect_slot
+        digest = args.payload_digest
         principal = principal_of(context)
         with _bound(fence, principal):
             result = self._store.effects.prepare(
@@ -255,24 +240,19 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.RecordEffectRequest, context: grpc.ServicerContext
     ) -> worker_pb2.RecordEffectResponse:
         """Record what the downstream did for an effect, behind the fence."""
-        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
-        eid = effect_wire.parse_effect_id(request.effect_id)
-        state = effect_wire.parse_recorded_state(request.state)
-        ref = effect_wire.parse_external_ref(request.external_ref)
-        etag = effect_wire.parse_etag(request.etag)
-        owner = effect_wire.parse_reconcile_principal(request.reconcile_principal, state)
+        args = requests.parse_record_effect(request)
         principal = principal_of(context)
-        with _bound(fence, principal):
+        with _bound(args.fence, principal):
             result = self._store.effects.record(
-                fence,
+                args.fence,
                 principal=principal,
-                effect_id=eid,
-                state=state,
-                external_ref=ref,
-                etag=etag,
-                reconcile_principal=owner,
+                effect_id=args.effect_id,
+                state=args.state,
+                external_ref=args.external_ref,
+                etag=args.etag,
+                reconcile_principal=args.reconcile_principal,
             )
-            _note_verdict(result.verdict, effect_id=eid, effect_state=state.name)
+            _note_verdict(result.verdict, effect_id=args.effect_id, effect_state=args.state.name)
         return effect_wire.record_to_proto(result)
 
     @rpc
@@ -280,8 +260,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.GetEffectRequest, context: grpc.ServicerContext
     ) -> worker_pb2.GetEffectResponse:
         """One effect record (no fence: reading changes nothing)."""
-        eid = effect_wire.parse_effect_id(request.effect_id)
-        effect = self._store.effects.get(eid)
+        effect = self._store.effects.get(requests.parse_get_effect(request))
         return worker_pb2.GetEffectResponse(effect=effect_wire.effect_to_proto(effect))
 
     @rpc
@@ -289,20 +268,16 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.ResolveEffectRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ResolveEffectResponse:
         """The reconcile owner or an admin resolves an uncertain effect without a claim."""
-        eid = effect_wire.parse_effect_id(request.effect_id)
-        resolution = effect_wire.parse_resolution(request.resolution)
-        ref = effect_wire.parse_external_ref(request.external_ref)
-        etag = effect_wire.parse_etag(request.etag)
-        reason = common_wire.parse_text("reason", request.reason)
+        args = requests.parse_resolve_effect(request)
         caller = identity_of(context)
         effect = self._store.reconcile.resolve(
-            eid,
+            args.effect_id,
             caller=caller.principal,
             is_admin=Role.ADMIN in caller.roles,
-            resolution=resolution,
-            external_ref=ref,
-            etag=etag,
-            reason=reason,
+            resolution=args.resolution,
+            external_ref=args.external_ref,
+            etag=args.etag,
+            reason=args.reason,
         )
         return worker_pb2.ResolveEffectResponse(effect=effect_wire.effect_to_proto(effect))
 
@@ -311,16 +286,13 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.ListOpenEffectsRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ListOpenEffectsResponse:
         """One page of uncertain effects (read-only)."""
-        tid = task_id(request.task_id) if request.task_id else ""
-        rpc = "ListOpenEffects"
+        page = requests.parse_list_open_effects(request)
         effects, position = self._store.effects.list_open(
-            task_id=tid,
-            page_size=common_wire.parse_page_size(request.page_size),
-            page_token=effect_wire.parse_effects_page_token(request.page_token, tid, rpc),
+            task_id=page.task_id, page_size=page.page_size, page_token=page.page_token
         )
         return worker_pb2.ListOpenEffectsResponse(
             effects=[effect_wire.effect_to_proto(e) for e in effects],
-            next_page_token=effect_wire.effects_page_token(position, tid, rpc),
+            next_page_token=effect_wire.effects_page_token(position, page.task_id, page.rpc),
         )
 
     @rpc
@@ -328,15 +300,13 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.ListEffectsRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ListEffectsResponse:
         """One page of effects in every state, from the per-task effect index (read-only)."""
-        tid = task_id(request.task_id) if request.task_id else ""
-        rpc = "ListEffects"
-        token = effect_wire.parse_effects_page_token(request.page_token, tid, rpc)
+        page = requests.parse_list_effects(request)
         effects, position = self._store.effects.list_all(
-            task_id=tid, page_size=common_wire.parse_page_size(request.page_size), page_token=token
+            task_id=page.task_id, page_size=page.page_size, page_token=page.page_token
         )
         return worker_pb2.ListEffectsResponse(
             effects=[effect_wire.effect_to_proto(e) for e in effects],
-            next_page_token=effect_wire.effects_page_token(position, tid, rpc),
+            next_page_token=effect_wire.effects_page_token(position, page.task_id, page.rpc),
         )
 
     @rpc
@@ -344,12 +314,11 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.StartJobRequest, context: grpc.ServicerContext
     ) -> worker_pb2.StartJobResponse:
         """Record a managed job of the caller's attempt, behind the fence."""
-        fence = worker_wire.parse_fence(request.fence, present=request.HasField("fence"))
-        spec = job_wire.parse_start_spec(request)
+        args = requests.parse_start_job(request)
         principal = principal_of(context)
-        with _bound(fence, principal):
-            result = self._store.jobs.start(fence, principal=principal, spec=spec)
-            _note_verdict(result.verdict, job_id=spec.job_id, pid=spec.pid)
+        with _bound(args.fence, principal):
+            result = self._store.jobs.start(args.fence, principal=principal, spec=args.spec)
+            _note_verdict(result.verdict, job_id=args.spec.job_id, pid=args.spec.pid)
         return job_wire.start_to_proto(result)
 
     @rpc
@@ -357,21 +326,19 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.FinishJobRequest, context: grpc.ServicerContext
     ) -> worker_pb2.FinishJobResponse:
         """Record how a job ended (no fence: it is evidence), once."""
-        tid, jid = job_wire.parse_task_and_job(request.task_id, request.job_id)
-        state = job_wire.parse_finish_state(request.state)
-        detail = job_wire.parse_detail(request.detail)
+        args = requests.parse_finish_job(request)
         principal = principal_of(context)
-        with bound(task_id=tid, principal=principal):
+        with bound(task_id=args.task_id, principal=principal):
             result = self._store.jobs.finish(
-                tid,
-                jid,
+                args.task_id,
+                args.job_id,
                 principal=principal,
-                state=state,
-                exit_code=request.exit_code,
-                detail=detail,
+                state=args.state,
+                exit_code=args.exit_code,
+                detail=args.detail,
             )
             note(
-                job_id=jid,
+                job_id=args.job_id,
                 job_state=result.job.state.name,
                 exit_code=result.job.exit_code,
                 recorded=result.recorded,
@@ -383,7 +350,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.ListJobsRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ListJobsResponse:
         """A worker's jobs, each with whether its attempt still holds the claim."""
-        wanted = job_wire.parse_worker_id(request.worker_id)
+        wanted = requests.parse_list_jobs(request)
         identity = identity_of(context)
         worker = wanted or identity.principal
         if worker != identity.principal and not identity.may(frozenset({Role.ADMIN})):
@@ -430,28 +397,3 @@ def _note_claim(result: ClaimResult) -> None:
 
 def _renewed_ok(answer: RenewAnswer) -> bool:
     return not isinstance(answer, CoordinatorError) and answer.verdict.accepted
-
-
-@dataclass(frozen=True)
-class _NextClaim:
-    """A ClaimNext's request, parsed: from ClaimNext itself or from a Commit's ``next``."""
-
-    queue: str
-    epoch: int
-    ttl: int
-    wait: float
-    max_tasks: int
-
-
-def _parse_next(request: worker_pb2.ClaimNextRequest, field: str, max_wait: float) -> _NextClaim:
-    """Every field checked (``field`` prefixes the names in errors)."""
-    try:
-        return _NextClaim(
-            queue=task_wire.parse_queue_or_default(request.queue),
-            epoch=common_wire.parse_epoch("scheduler_epoch", request.scheduler_epoch),
-            ttl=worker_wire.parse_ttl("ttl_seconds", request.ttl_seconds),
-            wait=worker_wire.parse_wait_seconds(request.wait_seconds, max_wait),
-            max_tasks=worker_wire.parse_max_tasks("max_tasks", request.max_tasks),
-        )
-    except InvalidArgument as exc:
-        raise InvalidArgument(f"{field}{exc}") from None

@@ -14,13 +14,13 @@ from coordinator.domain.retry import attempts_counted
 from coordinator.domain.states import TaskState
 from coordinator.domain.waiting import waiting_reason
 from coordinator.errors import InvalidArgument
-from coordinator.server import page_tokens
-from coordinator.server.common_wire import (
+from coordinator.server.wire import page_tokens
+from coordinator.server.wire.common_wire import (
     parse_content_digest,
     task_state_to_proto,
     timestamp_to_proto,
 )
-from coordinator.server.queue_wire import (
+from coordinator.server.wire.queue_wire import (
     parse_not_before,
     parse_retry_overrides,
     parse_schedule_to_close,
