@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from coordinator import request_ids
+from coordinator.domain.decisions import Fence
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import AttemptRecord, EventRecord, TaskRecord, encode
 from coordinator.domain.states import UNCOMMITTED_STATES, AttemptEnd, Op, TaskState, next_state
@@ -25,6 +26,7 @@ from coordinator.store.etcd.ops import (
     mod_revision_is,
     put,
 )
+from coordinator.store.fence import fence_compares
 from coordinator.store.retention_index import retention_ops
 
 
@@ -71,7 +73,7 @@ def transition_ops(
     epoch: int = 0,
     detail: str = "",
 ) -> tuple[list[Compare], list[RequestOp]]:
-    """The compare (the task is as read) and the writes of one transition."""
+    """The compares (first, the task is as read) and the writes of one transition."""
     keys = ctx.keys
     task_key = keys.task(after.task_id)
     if before is None:
@@ -117,6 +119,39 @@ def transition_ops(
     # The prune index (a terminal move) and the pruned-id guard (a create).
     more_compares, more_ops = retention_ops(ctx, before, after)
     return compares + more_compares, ops + more_ops
+
+
+def held_transition_ops(
+    ctx: StoreContext,
+    before: TaskRecord,
+    after: TaskRecord,
+    op: Op,
+    fence: Fence,
+    *,
+    by: str,
+    detail: str = "",
+) -> tuple[list[Compare], list[RequestOp]]:
+    """``transition_ops`` for a move that ends the attempt ``fence`` holds (commit, release,
+    fail, give-back): the writes of the move behind ``fence_compares``.
+
+    The fence already compares the task key's ``mod_revision`` to the generation, and the
+    holder decides on a task at that revision (``check_fence``), so the move's own compare of
+    the same key is the same compare twice: it is left out. It stays only where the view's
+    revision differs from the generation, so the txn is never less strict than both."""
+    compares, ops = transition_ops(
+        ctx,
+        before,
+        after,
+        op,
+        by=by,
+        attempt_id=fence.attempt_id,
+        generation=fence.claim_generation,
+        epoch=fence.scheduler_epoch,
+        detail=detail,
+    )
+    if before.state_version == fence.claim_generation:
+        compares = compares[1:]  # transition_ops puts the task's compare first
+    return fence_compares(ctx.keys, fence) + compares, ops
 
 
 def _moved(

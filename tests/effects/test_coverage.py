@@ -16,6 +16,7 @@ from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectState
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.keys import Keyspace
+from coordinator.domain.states import Outcome
 from coordinator.metrics import AcceptancePoint, Metrics
 from coordinator.store import Store, TaskSpec
 from coordinator.store.etcd.ops import Compare, create_revision_is
@@ -122,6 +123,18 @@ def _drive(store: Store, point: AcceptancePoint, task_id: str) -> None:
     if point is AcceptancePoint.FAIL:
         report = FailureReport(retryable=True, code="E")
         assert store.failures.fail(fence, principal="w1", report=report).verdict.accepted
+    elif point is AcceptancePoint.RELEASE:
+        assert store.acceptance.release(fence, principal="w1", reason="").accepted
+    elif point is AcceptancePoint.COMMIT:
+        committed = store.acceptance.commit(
+            fence,
+            principal="w1",
+            input_digest=digest_of(b"in"),
+            result_digest=digest_of(b"r"),
+            result=b"r",
+            result_ref="",
+        )
+        assert committed.verdict.outcome is Outcome.COMMITTED
     elif point is AcceptancePoint.AUTHORIZE:
         assert store.acceptance.authorize_tool(fence, principal="w1", tool="t", action="a").accepted
     elif point in (AcceptancePoint.PREPARE, AcceptancePoint.RECORD):
@@ -155,10 +168,23 @@ MUTATIONS = [
         "fence_compares",
         _without_generation,
     ),
-    # Fail's compares are built by the txn that ends a held attempt (store/attempts/requeue.py).
+    # Fail's, Release's and Commit's fence compares are built by the move that ends a held
+    # attempt (store/transition.py::held_transition_ops), their only compare of the task key.
     (
         AcceptancePoint.FAIL,
-        "coordinator.store.attempts.requeue",
+        "coordinator.store.transition",
+        "fence_compares",
+        _without_generation,
+    ),
+    (
+        AcceptancePoint.RELEASE,
+        "coordinator.store.transition",
+        "fence_compares",
+        _without_generation,
+    ),
+    (
+        AcceptancePoint.COMMIT,
+        "coordinator.store.transition",
         "fence_compares",
         _without_generation,
     ),

@@ -42,7 +42,7 @@ from coordinator.store.context import (
 from coordinator.store.etcd.ops import Compare, create_revision_is, delete, mod_revision_is, put
 from coordinator.store.fence import fence_compares
 from coordinator.store.indexes.ready import ReadyIndex
-from coordinator.store.transition import transition, transition_ops
+from coordinator.store.transition import held_transition_ops, transition
 from coordinator.store.types import CommitResult, StagingResult
 
 
@@ -205,18 +205,9 @@ class AcceptancePoints:
             result_digest=write.result_digest,
             lease_id=0,
         )
-        compares, ops = transition_ops(
-            ctx,
-            task,
-            after,
-            Op.COMMIT,
-            by=write.principal,
-            attempt_id=fence.attempt_id,
-            generation=fence.claim_generation,
-            epoch=fence.scheduler_epoch,
-        )
+        compares, ops = held_transition_ops(ctx, task, after, Op.COMMIT, fence, by=write.principal)
         result_key = keys.result(task.task_id, task.revision)
-        compares += [*fence_compares(keys, fence), create_revision_is(result_key, 0), *pinned]
+        compares += [create_revision_is(result_key, 0), *pinned]
         ops += [
             put(result_key, encode(record)),
             put(

@@ -30,9 +30,8 @@ from coordinator.store.attempts.acceptance import AcceptancePoints
 from coordinator.store.attempts.views import HeldClaims
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.ops import RequestOp, delete, put
-from coordinator.store.fence import fence_compares
 from coordinator.store.indexes.ready import ReadyIndex
-from coordinator.store.transition import transition, transition_ops
+from coordinator.store.transition import held_transition_ops, transition
 from coordinator.store.types import Caller, ClaimResult
 
 log = structlog.get_logger(__name__)
@@ -107,18 +106,16 @@ class GiveBacks:
         view = self._held.take(fence) or self._acceptance.view(fence)
         now = ctx.clock.now()
         after, ops = self._returned(view, fence, claimed.ready_seq, now)
-        compares, moves = transition_ops(
+        compares, moves = held_transition_ops(
             ctx,
             view.task,
             after,
             Op.GIVE_BACK,
+            fence,
             by=by,
-            attempt_id=fence.attempt_id,
-            generation=fence.claim_generation,
-            epoch=fence.scheduler_epoch,
             detail=UNDELIVERED.error + "; the attempt is not counted",
         )
-        if not ctx.kv.txn(compares + fence_compares(keys, fence), moves + ops).succeeded:
+        if not ctx.kv.txn(compares, moves + ops).succeeded:
             log.warning("undelivered claim not given back: the task moved", task_id=fence.task_id)
             return False
         ctx.leases.release(view.task.lease_id)  # the txn deleted the lease's only key

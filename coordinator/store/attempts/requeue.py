@@ -12,9 +12,8 @@ from coordinator.domain.retry import AttemptEnded, decide_after
 from coordinator.domain.states import Op, TaskState
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.ops import Compare, RequestOp, delete, put
-from coordinator.store.fence import fence_compares
 from coordinator.store.indexes.ready import ReadyIndex
-from coordinator.store.transition import transition, transition_ops
+from coordinator.store.transition import held_transition_ops, transition
 
 log = structlog.get_logger(__name__)
 
@@ -43,18 +42,9 @@ def ending_txn(
         lease_id=0,
         **retry.changes(task, ended),
     )
-    compares, ops = transition_ops(
-        ctx,
-        task,
-        after,
-        retry.op,
-        by=by,
-        attempt_id=fence.attempt_id,
-        generation=fence.claim_generation,
-        epoch=fence.scheduler_epoch,
-        detail=retry.detail,
+    compares, ops = held_transition_ops(
+        ctx, task, after, retry.op, fence, by=by, detail=retry.detail
     )
-    compares += fence_compares(keys, fence)
     ops += [
         put(keys.attempt(task.task_id, fence.attempt_id), encode(closed)),
         delete(keys.claim(task.task_id)),

@@ -1,0 +1,117 @@
+"""What one claim -> commit cycle writes to etcd, counted by a watch on the store's prefix.
+
+The count is the hot path's etcd cost (docs/architecture.md lists each key and why it exists):
+a change that adds a key or a revision to the cycle fails here and must say why in that table.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from etcd3 import etcdrpc
+
+from coordinator.domain.states import Outcome
+from coordinator.store import Store
+from coordinator.store.etcd.watch import WatchEvent
+from tests.helpers import eventually
+from tests.store.support import claim, commit, create, raw
+
+# (kind of key, deleted) per revision, the kind being the key's first segment under the prefix.
+CLAIM_WRITES = sorted(
+    [
+        ("tasks", False),  # the task record, CLAIMED
+        ("ready", True),  # out of the ready index
+        ("claimed", False),  # into the claimed index (per-queue counts without records)
+        ("claims", False),  # the claim key on the claim's lease: the fence's liveness
+        ("attempts", False),  # the attempt record, running
+        ("events", False),  # the event log's CLAIM entry
+    ]
+)
+COMMIT_WRITES = sorted(
+    [
+        ("tasks", False),  # the task record, COMMITTED
+        ("claimed", True),  # out of the claimed index
+        ("claims", True),  # the claim key, so the lease is empty and can be reused
+        ("results", False),  # the canonical result
+        ("attempts", False),  # the attempt record, ended COMMITTED
+        ("events", False),  # the event log's COMMIT entry
+        ("prune-due", False),  # the prune index: when the finished task may be pruned
+    ]
+)
+
+
+def _kind(store: Store, key: str) -> str:
+    return key.removeprefix(store.ctx.keys.prefix + "/").split("/", 1)[0]
+
+
+def test_a_claim_commit_cycle_writes_13_keys_in_2_revisions(store: Store, etcd_client: Any) -> None:
+    create(store, "t", queue="q")
+    start = raw(etcd_client, store.ctx.keys.task("t")).mod_revision
+    claimed = store.claims.claim_next("q", principal="w1", epoch=1, ttl=30)
+    assert claimed.verdict.outcome is Outcome.CLAIMED and claimed.fence is not None
+    assert commit(store, claimed.fence).verdict.outcome is Outcome.COMMITTED
+    end = raw(etcd_client, store.ctx.keys.task("t")).mod_revision
+    assert (claimed.fence.claim_generation, end) == (start + 1, start + 2)
+
+    seen: list[WatchEvent] = []
+    lock = threading.Lock()
+
+    def on_events(events: list[WatchEvent]) -> None:
+        with lock:
+            seen.extend(events)
+
+    watch = store.ctx.kv.watch_prefix(
+        store.ctx.keys.prefix + "/",
+        start_revision=start + 1,
+        on_events=on_events,
+        on_compacted=lambda: None,
+    )
+    try:
+        eventually(lambda: any(e.mod_revision >= end for e in seen), timeout=10)
+    finally:
+        watch.close()
+    by_revision: dict[int, list[tuple[str, bool]]] = {start + 1: [], end: []}
+    for event in seen:
+        if event.mod_revision <= end:
+            by_revision[event.mod_revision].append((_kind(store, event.key), event.deleted))
+    assert sorted(by_revision[start + 1]) == CLAIM_WRITES
+    assert sorted(by_revision[end]) == COMMIT_WRITES
+
+
+def _task_compares(
+    store: Store, monkeypatch: pytest.MonkeyPatch, task_id: str, action: Callable[[], object]
+) -> list[list[tuple[int, int]]]:
+    """The compares on ``task_id``'s key of every conditional txn ``action`` sends (reads
+    compare nothing), one list per txn."""
+    kv, task_key = store.ctx.kv, store.ctx.keys.task(task_id).encode()
+    sent: list[list[tuple[int, int]]] = []
+    original = kv.txn
+
+    def txn(compare: Any, *args: Any, **kwargs: Any) -> Any:
+        compares = list(compare)
+        if compares:
+            sent.append([(c.target, c.mod_revision) for c in compares if c.key == task_key])
+        return original(compares, *args, **kwargs)
+
+    monkeypatch.setattr(kv, "txn", txn)
+    action()
+    monkeypatch.undo()
+    return sent
+
+
+def test_commit_and_release_compare_the_task_revision_once_the_fences_compare(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for task_id in ("c", "r"):
+        create(store, task_id)
+    fence = claim(store, "c")
+    sent = _task_compares(store, monkeypatch, "c", lambda: commit(store, fence))
+    assert sent == [[(etcdrpc.Compare.MOD, fence.claim_generation)]]
+
+    fence = claim(store, "r")
+    release = lambda: store.acceptance.release(fence, principal="w1", reason="")  # noqa: E731
+    sent = _task_compares(store, monkeypatch, "r", release)
+    assert sent == [[(etcdrpc.Compare.MOD, fence.claim_generation)]]
