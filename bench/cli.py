@@ -7,10 +7,12 @@ ClaimNext scale and etcd footprint (item 3), the coordinator's memory with N hel
 and with misbehaving event readers (bench/events.py), each on a freshly started coordinator,
 then retention (bench/retention.py: etcd's db size as tasks keep finishing, and throughput with
 the pruner on and off), then 1,000 waiting ClaimNext and follow streams on one replica
-(bench/long_polls.py). Everything is bounded in count; ``--budget`` is a hard wall-time bound
-(900 s by default for a full run): a phase that would not fit is skipped, a phase still running
-when it passes is cut off, and the report says so and shows what ran (bench/phases.py). The
-load average before and after each phase is in the report (bench/machine.py).
+(bench/long_polls.py), then one token against the pool, issue 25's table on an etcd with a
+256 MiB quota (bench/hostile.py). Everything is bounded in count; ``--budget`` is a hard
+wall-time bound (1,400 s by default for a full run: 900 s and the hostile phase's 500): a
+phase that would not fit is skipped, a phase still running when it passes is cut off, and the
+report says so and shows what ran (bench/phases.py). The load average before and after each
+phase is in the report (bench/machine.py).
 ``--smoke`` has no budget unless one is given: its sizes are tiny and fixed, so it always ends,
 and a loaded machine must not turn a slow smoke run into skipped phases (issue 29: the
 retention phase skipped, and the test failing, on a busy CI machine).
@@ -32,6 +34,7 @@ from bench.events import run_events
 from bench.harness import Scenario, say
 from bench.headline import headline
 from bench.held import run_held
+from bench.hostile import hostile_need, hostile_phase
 from bench.long_polls import long_polls_phase
 from bench.machine import machine
 from bench.multislot import multislot_need, multislot_phase
@@ -73,6 +76,7 @@ PHASES = (
     "events",
     "retention",
     "long_polls",
+    "hostile",
 )
 
 
@@ -111,8 +115,10 @@ FULL = Profile(
     events=100_000,
     promote_batches=10,
     promote_batch_size=20,
-    budget=900.0,
-    reserve=290.0,
+    # The hostile phase's ~500 s (bench/hostile.py hostile_need) added to both: the earlier
+    # phases keep the time they had, and the hostile phase fits.
+    budget=1400.0,
+    reserve=790.0,
 )
 SMOKE = Profile(
     levels=(1, 32),
@@ -166,6 +172,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--retention-duration", type=float, help="seconds per pruner on/off run")
     p.add_argument("--retention-rounds", type=int, help="interleaved pruner on/off rounds")
+    p.add_argument(
+        "--hostile-seconds",
+        type=float,
+        help="how long one token churns writes in the hostile phase (default 150, smoke 3; "
+        "the issue's full 10 minutes: 600, with --only hostile)",
+    )
     p.add_argument("--budget", type=float, help="hard wall-time bound in seconds")
     p.add_argument(
         "--coordinator-log-level",
@@ -183,6 +195,20 @@ def _retention_tasks(ns: argparse.Namespace) -> int:
     if ns.retention_200k:
         return 200_000
     return int(ns.retention_tasks or (400 if ns.smoke else 20_000))
+
+
+def _hostile_sizes(ns: argparse.Namespace) -> dict[str, Any]:
+    """The hostile phase's sizes: issue 25's table (smoke: a tenth or less), but for the
+    writes row's duration, 150 s rather than 10 minutes so a full run stays near its budget,
+    and the replayed log: 20,000 events, one pass of a history read (bench/hostile.py)."""
+    return {
+        "hostile_writes_s": ns.hostile_seconds or (3.0 if ns.smoke else 150.0),
+        "hostile_claims": 50 if ns.smoke else 500,
+        "hostile_flooders": 5 if ns.smoke else 50,
+        "hostile_flood_s": 3.0 if ns.smoke else 30.0,
+        "hostile_events": 1_000 if ns.smoke else 20_000,
+        "hostile_list_tasks": 10 if ns.smoke else 100,
+    }
 
 
 def _ints(text: str | None, default: tuple[int, ...]) -> tuple[int, ...]:
@@ -222,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         "retention_rounds": ns.retention_rounds or (1 if ns.smoke else 3),
         "coordinator_log_level": ns.coordinator_log_level,
         "long_polls": 100 if ns.smoke else 1_000,
+        **_hostile_sizes(ns),
     }
     unknown = set(config["phases"]) - set(PHASES)
     if unknown:
@@ -296,6 +323,7 @@ def run_phases(
             ("events", 30, lambda: events_phase(etcd, kv, workdir, config)),
             ("retention", 60, lambda: retention_phase(etcd, workdir, config)),
             ("long_polls", 60, lambda: long_polls_phase(etcd, workdir, config)),
+            ("hostile", hostile_need(config), lambda: hostile_phase(workdir, config, etcd_bin)),
         ]
         for name, need, run in fresh_phases:
             if name in phases and clock.fits(name, need):

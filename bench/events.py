@@ -47,7 +47,7 @@ def write_events(kv: EtcdKV, keys: Keyspace, first: int, count: int) -> None:
         kv.txn([], ops)
 
 
-class _PeakRss:
+class PeakRss:
     """Samples a process's RSS every 50 ms in a thread; ``peak`` is the highest seen."""
 
     def __init__(self, pid: int) -> None:
@@ -56,7 +56,7 @@ class _PeakRss:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> _PeakRss:
+    def __enter__(self) -> PeakRss:
         self._thread.start()
         return self
 
@@ -79,7 +79,7 @@ def run_events(
     try:
         fresh = rss_mib(pid)
         stalled = stub.WatchEvents(tasks_pb2.WatchEventsRequest(follow=True), metadata=_READER)
-        with _PeakRss(pid) as during_writes:
+        with PeakRss(pid) as during_writes:
             write_events(kv, keys, 0, count // 2)
             meter.settle(limit=30)
         stalled.cancel()  # type: ignore[no-untyped-call]
@@ -108,7 +108,7 @@ def run_events(
                     time.sleep(0.2)
 
         started = time.monotonic()
-        with _PeakRss(pid) as during_history:
+        with PeakRss(pid) as during_history:
             # Daemons: a phase cut off at the bench's time bound must not hold its exit.
             threads = [
                 threading.Thread(target=read_all, args=(i,), daemon=True) for i in range(callers)

@@ -70,6 +70,7 @@ def headline(doc: dict[str, Any]) -> None:
             reasons[key] = skipped_phases.get(
                 "retention", "the retention phase was not run (--only)"
             )
+    _hostile_headlines(doc, reasons, notes)
     doc["reasons"] = reasons
     doc["notes"] = notes
     assert all(k in doc for k in HEADLINE)
@@ -116,3 +117,42 @@ def _multislot_headline(doc: dict[str, Any], reasons: dict[str, str]) -> None:
         reasons["ratio_multislot_b_32"] = doc.get("skipped_phases", {}).get(
             "multislot", "the multislot phase was not run (--only)"
         )
+
+
+def _hostile_headlines(doc: dict[str, Any], reasons: dict[str, str], notes: dict[str, str]) -> None:
+    """Issue 25's table (the hostile phase): a target whose other half is a count (the pool
+    refused, claims lost, memory kept) gets that count as a note when it is not zero."""
+    hostile = doc.get("hostile")
+    keys = (
+        "hostile_db_peak_over_quota",
+        "hostile_renew_p99_over_ttl_third",
+        "hostile_replay_rss_growth_mib",
+        "hostile_list_pages_answered_ratio",
+    )
+    if not hostile:
+        for key in keys:
+            doc[key] = None
+            reasons[key] = doc.get("skipped_phases", {}).get(
+                "hostile", "the hostile phase was not run (--only)"
+            )
+        return
+    writes, renewals, replays, lists = (
+        hostile[k] for k in ("writes", "renewals", "replays", "lists")
+    )
+    doc["hostile_db_peak_over_quota"] = writes["db_peak_over_quota"]
+    if writes["legit_refusals"] or writes["nospace_alarms"]:
+        notes["hostile_db_peak_over_quota"] = (
+            f"the pool was refused {writes['legit_refusals']}, "
+            f"{writes['nospace_alarms']} NOSPACE readings"
+        )
+    doc["hostile_renew_p99_over_ttl_third"] = renewals["renew_p99_over_ttl_third"]
+    if renewals["lost"]:
+        notes["hostile_renew_p99_over_ttl_third"] = f"{renewals['lost']} claims lost"
+    if doc["hostile_renew_p99_over_ttl_third"] is None:
+        reasons["hostile_renew_p99_over_ttl_third"] = "no renewal during the flood"
+    doc["hostile_replay_rss_growth_mib"] = float(replays["rss_growth_mib_peak"])
+    notes["hostile_replay_rss_growth_mib"] = (
+        f"{replays['rss_growth_mib_after']} MiB still held once they ended"
+    )
+    listed = [lists[way]["tasks_listed"] for way in ("queue", "queue_with_inputs", "state")]
+    doc["hostile_list_pages_answered_ratio"] = round(min(listed) / lists["tasks"], 3)

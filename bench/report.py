@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bench.hostile import hostile_line
 from bench.long_polls import long_polls_line
 from bench.machine import busier_than
 
@@ -27,6 +28,10 @@ HEADLINE = (
     "held_etcd_ms_per_renewal_over_anchor",
     "ratio_a_b_32_batched",
     "ratio_multislot_b_32",
+    "hostile_db_peak_over_quota",
+    "hostile_renew_p99_over_ttl_third",
+    "hostile_replay_rss_growth_mib",
+    "hostile_list_pages_answered_ratio",
 )
 """The keys the issues require at the top level of the JSON."""
 
@@ -93,6 +98,30 @@ TARGETS: tuple[tuple[str, str, str, Callable[[float], bool]], ...] = (
     (
         "ratio_multislot_b_32",
         "multi-slot workers (4 processes x 8 slots) / raw floor, 32 at once",
+        ">= 1.0",
+        lambda v: v >= 1.0,
+    ),
+    (
+        "hostile_db_peak_over_quota",
+        "one worker token churning writes: etcd db peak / its 256 MiB quota (hostile)",
+        "< 0.8, pool never refused",
+        lambda v: v < 0.8,
+    ),
+    (
+        "hostile_renew_p99_over_ttl_third",
+        "50 x RenewMany of 1,000 made-up fences: legit renew p99 / (TTL/3) (hostile)",
+        "< 1, 0 lost",
+        lambda v: v < 1.0,
+    ),
+    (
+        "hostile_replay_rss_growth_mib",
+        "32 whole-log replays from 4 tokens: coordinator RSS growth at peak (MiB)",
+        "< 64",
+        lambda v: v < 64,
+    ),
+    (
+        "hostile_list_pages_answered_ratio",
+        "ListTasks of 256 KiB-input tasks: tasks listed / in the queue, every way (hostile)",
         ">= 1.0",
         lambda v: v >= 1.0,
     ),
@@ -190,6 +219,7 @@ def _phase_parts(doc: dict[str, Any]) -> list[str]:
         ("scale", _scale_table),
         ("held", _held_table),
         ("long_polls", long_polls_line),
+        ("hostile", hostile_line),
     )
     return [render(doc[phase]) for phase, render in sections if doc.get(phase)]
 

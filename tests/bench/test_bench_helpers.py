@@ -88,6 +88,11 @@ def test_targets_say_met_unmet_or_unknown() -> None:
         "held_etcd_ms_per_renewal_over_anchor": 1.0,
         "ratio_a_b_32_batched": None,
         "ratio_multislot_b_32": 0.99,
+        # Issue 25's table, each at its bound: the high-water mark and 64 MiB are not met.
+        "hostile_db_peak_over_quota": 0.8,
+        "hostile_renew_p99_over_ttl_third": 0.999,
+        "hostile_replay_rss_growth_mib": 64.0,
+        "hostile_list_pages_answered_ratio": 1.0,
     }
     met = {row["key"]: row["met"] for row in targets(doc)}
     assert met == {
@@ -105,6 +110,10 @@ def test_targets_say_met_unmet_or_unknown() -> None:
         "held_etcd_ms_per_renewal_over_anchor": True,
         "ratio_a_b_32_batched": None,
         "ratio_multislot_b_32": False,
+        "hostile_db_peak_over_quota": False,
+        "hostile_renew_p99_over_ttl_third": True,
+        "hostile_replay_rss_growth_mib": False,
+        "hostile_list_pages_answered_ratio": True,
     }
 
 

@@ -148,3 +148,36 @@ def test_the_load_average_around_every_phase_is_in_the_json_and_the_report(
     assert "| phase | before | after |" in stdout
     for phase in doc["config"]["phases"]:
         assert f"| {phase} | " in stdout
+
+
+@pytest.mark.slow
+def test_the_hostile_phase_reports_every_row_of_issue_25s_table(
+    smoke: tuple[dict[str, Any], str],
+) -> None:
+    doc, stdout = smoke
+    config, hostile = doc["config"], doc["hostile"]
+    assert hostile["quota_mib"] == 256
+    writes = hostile["writes"]
+    # Exact outcomes, not timings: no NOSPACE, the pool never refused, the abuser answered.
+    assert writes["nospace_alarms"] == 0
+    assert writes["legit_refusals"] == {}
+    assert writes["legit_cycles"] > 0
+    assert writes["abuser"].get("claim_lost", 0) == 0
+    assert writes["db_mib_series"] and doc["hostile_db_peak_over_quota"] < 1.0
+    renewals = hostile["renewals"]
+    assert (renewals["claims_held"], renewals["lost"]) == (config["hostile_claims"], 0)
+    assert renewals["flood_callers"] == config["hostile_flooders"]
+    assert sum(renewals["flood_calls"].values()) > 0
+    assert isinstance(doc["hostile_renew_p99_over_ttl_third"], float)
+    replays = hostile["replays"]
+    assert (replays["replays"], replays["tokens"]) == (32, 4)
+    assert replays["replays_complete"] == 32
+    assert replays["events"] == config["hostile_events"]
+    assert isinstance(replays["rss_growth_mib_after"], float)
+    lists = hostile["lists"]
+    for way in ("queue", "queue_with_inputs", "state"):
+        assert lists[way]["tasks_listed"] == config["hostile_list_tasks"], (way, lists[way])
+        assert lists[way]["errors"] == {}
+        assert lists[way]["pages"] >= 1
+    assert doc["hostile_list_pages_answered_ratio"] == 1.0
+    assert "One token against the pool (etcd quota 256 MiB)." in stdout
