@@ -16,12 +16,12 @@ from tests.console.required import missing
 
 try:
     from selenium import webdriver
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
     from selenium.webdriver.remote.webelement import WebElement
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.wait import WebDriverWait
 except ImportError:
     missing("selenium is not installed (the dev extra has it)", module=True)
@@ -87,7 +87,23 @@ def press(driver: WebDriver, button: WebElement) -> None:
     the browser has left the old page, whose elements a test would then read)."""
     page = driver.find_element(By.TAG_NAME, "html")
     button.click()
-    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(page))
+    WebDriverWait(driver, 15).until(lambda _: _left(page))
+
+
+def _left(page: WebElement) -> bool:
+    """Whether the browser has left the page ``page`` belonged to. Selenium's staleness_of
+    expects a stale-element error; a newer chromedriver asked about an element of the page it is
+    leaving may instead answer "Node with given id does not belong to the document" (an
+    "unknown error"), which means the same thing."""
+    try:
+        page.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc.msg):
+            return True
+        raise
+    return False
 
 
 def flash(driver: WebDriver) -> str:
