@@ -53,9 +53,7 @@ def headline(doc: dict[str, Any]) -> None:
             ran = phase in doc and doc[phase]
             reasons[key] = skipped_phases.get(
                 phase,
-                "no renewal in the held window"
-                if ran
-                else f"the {phase} phase was not run (--only)",
+                _unmeasured(key, held) if ran else f"the {phase} phase was not run (--only)",
             )
     retention = doc.get("retention") or {}
     doc["etcd_db_mib_at_200k_over_50k"] = retention.get("etcd_db_mib_last_over_first")
@@ -156,3 +154,10 @@ def _hostile_headlines(doc: dict[str, Any], reasons: dict[str, str], notes: dict
     )
     listed = [lists[way]["tasks_listed"] for way in ("queue", "queue_with_inputs", "state")]
     doc["hostile_list_pages_answered_ratio"] = round(min(listed) / lists["tasks"], 3)
+
+
+def _unmeasured(key: str, held: dict[str, Any]) -> str:
+    """Why a phase that ran left ``key`` null (only the held phase's figures can be)."""
+    if key == "held_etcd_ms_per_renewal_over_anchor" and held.get("etcd_ratio_unmeasured"):
+        return str(held["etcd_ratio_unmeasured"])
+    return "no renewal in the held window"

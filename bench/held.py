@@ -45,6 +45,10 @@ MOVING = 0.1
 """The share of claims whose progress marker moves every renewal interval."""
 
 
+UNDER_A_TICK = "etcd spent less than one clock tick of CPU on the anchor: nothing to divide by"
+"""Why the etcd ratio is null when its anchor window was too short to measure."""
+
+
 def run_held(
     target: str,
     seeder: TaskSeeder,
@@ -89,6 +93,12 @@ def run_held(
     result["etcd_ms_per_renewal_over_anchor"] = (
         round(ms / anchor_ms, 2) if ms is not None and anchor_ms else None
     )
+    if ms is None:
+        result["etcd_ratio_unmeasured"] = "no renewal in the held window"
+    elif not anchor_ms:
+        # etcd's CPU is read in clock ticks (10 ms): a short anchor on a small count can spend
+        # less than one, and there is nothing to divide by (the smoke profile's 100 leases, 3 s).
+        result["etcd_ratio_unmeasured"] = UNDER_A_TICK
     say(
         f"held: {len(held)} claims for {seconds:.0f}s, renewals on time "
         f"{result['renewals_on_time_ratio']}, {result['lost']} lost, coordinator "

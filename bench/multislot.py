@@ -126,9 +126,11 @@ def _multi_slot_run(
     queue = f"ms-{spec.name}"
     meter.settle(plan.settle)
     workers = [_Worker(target, queue, plan.workdir / f"{spec.name}-w{i}") for i in range(PROCESSES)]
+    # Said as soon as they exist (each is tied to this process's life already): a killed bench
+    # must leave none behind, whether or not they got to claim.
+    say(f"multislot worker pids {' '.join(str(w.proc.pid) for w in workers)}, on {queue}")
     try:
         problem = _wait_claiming(workers)
-        say(f"multislot worker pids {' '.join(str(w.proc.pid) for w in workers)}, on {queue}")
         seeder.seed(queue, spec.expected_cycles)
         left, calls, cpu, workers_cpu = _reading(seeder, queue, meter, workers)
         started = time.monotonic()

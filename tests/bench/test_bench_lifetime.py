@@ -81,7 +81,7 @@ def test_a_sigkilled_bench_leaves_no_process_and_no_directory(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_a_sigkilled_bench_leaves_no_multi_slot_worker_behind(tmp_path: Path) -> None:
-    # Killed as its 4 worker processes claim (before the seeding: the test costs little CPU).
+    # Killed once its 4 worker processes exist (before the seeding: the test costs little CPU).
     multislot = ["--only", "multislot", "--duration", "600"]
     proc, scratch, stderr = _start(tmp_path, *multislot)
     try:
@@ -89,7 +89,7 @@ def test_a_sigkilled_bench_leaves_no_multi_slot_worker_behind(tmp_path: Path) ->
             lambda: _started(stderr), timeout=120, message="the bench did not start its servers"
         )
         workers = eventually(
-            lambda: _worker_pids(stderr), timeout=120, message="no multi-slot worker claimed"
+            lambda: _worker_pids(stderr), timeout=120, message="no multi-slot worker started"
         )
         assert len(workers) == 4 and all(alive(pid) for pid in workers)
         proc.send_signal(signal.SIGKILL)

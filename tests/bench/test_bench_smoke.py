@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from bench.held import UNDER_A_TICK
 from bench.report import HEADLINE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,8 +54,13 @@ def test_every_headline_key_is_a_number_or_null_with_a_reason(
             assert isinstance(value, float), (key, value)
     # Only tooz may be missing (an optional package); everything else must have run.
     for key in HEADLINE:
-        if key != "ratio_a_d_32":
-            assert doc[key] is not None, (key, doc["reasons"].get(key))
+        if key == "ratio_a_d_32":
+            continue
+        if key == "held_etcd_ms_per_renewal_over_anchor" and doc[key] is None:
+            # The smoke's anchor is short: on a busy machine etcd may spend under a tick.
+            assert doc["reasons"][key] == UNDER_A_TICK
+            continue
+        assert doc[key] is not None, (key, doc["reasons"].get(key))
     if doc["ratio_a_d_32"] is None:
         assert "d" in doc["skipped"]
 
