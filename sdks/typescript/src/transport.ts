@@ -10,8 +10,9 @@
  * idempotency key sends it on every try, so a retry whose first try landed gets that answer.
  *
  * The client sticks to one replica (a random one at first, so a pool spreads over them) and
- * moves to the next after a transport failure: the replica that granted a claim also serves
- * its renewals and commit.
+ * moves to the next after a transport failure, retried or not (a renewal the keepalive makes
+ * again goes to the next replica): the replica that granted a claim also serves its renewals
+ * and commit while it is reachable.
  */
 import { randomBytes, randomUUID } from "node:crypto";
 
@@ -159,10 +160,13 @@ export class Transport {
         const sleepFor = backoff(n + 1, this.policy.initialBackoffSeconds, this.policy.maxBackoffSeconds, Math.random);
         const retried = options.retry !== false && this.retries() && isRetried(failure, keyed);
         const spent = this.policy.attempts !== undefined && tries.count >= this.policy.attempts;
+        // Moved on even when this call is not retried: the keepalive's renewals (retry: false)
+        // are retried by the keepalive itself, and pinned to a dead replica they would lose
+        // every claim while another replica could renew them.
+        if (isTransport(failure.code)) this.moveOn(at);
         if (!retried || spent || outOfTime(now(), sleepFor, deadline)) {
           throw translate(failure, { maybeSent, hint, keyed });
         }
-        if (isTransport(failure.code)) this.moveOn(at);
         await sleep(sleepFor);
       }
     }

@@ -5,9 +5,11 @@ Run by test/server.ts with the repo's venv python. Prints one JSON line, {"targe
 "secure"} (the server's Prometheus text at ``metrics``; ``secure``: a second server over the same
 store that demands bearer tokens, with the token of the principal "ts-secure", a worker and a
 producer; ``mtls``: a third one that demands a client certificate, with the paths of its CA and
-of the client certificate and key of "ts-mtls"), then serves until its stdin closes: the node
-test process holds the pipe, so the server, and etcd with it (coordinator/lifeline.py), goes
-when the tests end or die.
+of the client certificate and key of "ts-mtls"; ``tls``: a fourth one over server-only TLS,
+with the path of its CA; ``replicas``: two more plain servers over the same store, which the
+line ``stop N`` on stdin stops, so a test can take a client's replica away), then serves until
+its stdin closes: the node test process holds the pipe, so the server, and etcd with it
+(coordinator/lifeline.py), goes when the tests end or die.
 """
 
 from __future__ import annotations
@@ -55,17 +57,24 @@ def main() -> None:
         lifeline.remove_with_parent(folder)  # tokens and certificates go with this process
         secured, secure_port, token = _secured(store, folder)
         mutual, mtls = _mutual(store, folder)
+        tls_server, tls = _tls_only(store, folder)
+        replicas = [build_server(store, listen="127.0.0.1:0", max_workers=8) for _ in range(2)]
         http, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
         address = {
             "target": f"127.0.0.1:{port}",
             "metrics": f"http://127.0.0.1:{http.server_port}/metrics",
             "secure": {"target": f"127.0.0.1:{secure_port}", "token": token},
             "mtls": mtls,
+            "tls": tls,
+            "replicas": [f"127.0.0.1:{p}" for _, p in replicas],
         }
         print(json.dumps(address), flush=True)
         try:
-            sys.stdin.read()
+            _serve_commands([r for r, _ in replicas])
         finally:
+            tls_server.stop(grace=None).wait()
+            for replica, _ in replicas:
+                replica.stop(grace=None).wait()
             http.shutdown()
             server.stop(grace=None).wait()
             secured.stop(grace=None).wait()
@@ -101,6 +110,29 @@ def _mutual(store: Store, folder: Path) -> tuple[grpc.Server, dict[str, str]]:
     server, port = build_server(store, listen="127.0.0.1:0", max_workers=8, auth=auth, tls=tls)
     paths = {"ca": str(ca.pem.cert), "cert": str(client.cert), "key": str(client.key)}
     return server, {"target": f"127.0.0.1:{port}", **paths}
+
+
+def _tls_only(store: Store, folder: Path) -> tuple[grpc.Server, dict[str, str]]:
+    """A server over ``store`` with server-only TLS (no client certificate, no token), and the
+    PEM path of the CA that signed its certificate."""
+    (folder / "tls-only").mkdir()
+    ca = CertificateAuthority(folder / "tls-only", name="tls-only-ca")
+    pem = ca.issue(
+        "server", common_name="localhost", dns=("localhost",), ips=("127.0.0.1",), server=True
+    )
+    tls = ServerTLS(cert=str(pem.cert), key=str(pem.key))
+    server, port = build_server(store, listen="127.0.0.1:0", max_workers=8, tls=tls)
+    return server, {"target": f"127.0.0.1:{port}", "ca": str(ca.pem.cert)}
+
+
+def _serve_commands(replicas: list[grpc.Server]) -> None:
+    """Until stdin closes: ``stop N`` stops replica N at once (calls in flight fail) and
+    answers ``stopped N`` on stdout once its port is closed."""
+    for line in sys.stdin:
+        words = line.split()
+        if len(words) == 2 and words[0] == "stop":
+            replicas[int(words[1])].stop(grace=None).wait()
+            print(f"stopped {words[1]}", flush=True)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,13 @@ export interface Server {
   secure: { target: string; token: string };
   /** A server that demands a client certificate: its CA, and "ts-mtls"'s certificate and key. */
   mtls: { target: string; ca: string; cert: string; key: string };
+  /** A server over server-only TLS (no token, no client certificate) and its CA. */
+  tls: { target: string; ca: string };
+  /** Two more plain servers over the same store, which stopReplica takes away. */
+  replicas: string[];
   process: ChildProcess;
+  /** Stop replica `index` (its port closed, calls in flight failed) and resolve once it is. */
+  stopReplica(index: number): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -40,10 +46,20 @@ export async function startServer(): Promise<Server> {
     lines.once("line", ok);
     child.once("exit", (code) => fail(new Error(`test/server.py exited ${code} before serving`)));
   });
-  const address = JSON.parse(first) as Pick<Server, "target" | "metrics" | "secure" | "mtls">;
+  const address = JSON.parse(first) as Pick<Server, "target" | "metrics" | "secure" | "mtls" | "tls" | "replicas">;
   return {
     ...address,
     process: child,
+    stopReplica: (index) =>
+      new Promise<void>((ok) => {
+        const done = (line: string): void => {
+          if (line !== `stopped ${index}`) return;
+          lines.off("line", done);
+          ok();
+        };
+        lines.on("line", done);
+        child.stdin?.write(`stop ${index}\n`);
+      }),
     stop: () =>
       new Promise<void>((ok) => {
         child.once("exit", () => ok());
