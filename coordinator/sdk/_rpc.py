@@ -110,8 +110,12 @@ class Rpc(Caller):
         try:
             return _send(method, request, plan.per_try, plan.metadata, abort)
         except grpc.RpcError as exc:
+            # A replica that cannot be reached is left before anything else: also by a call
+            # that is not retried (a keepalive's renewal), so the next one goes elsewhere
+            # instead of to the same dead replica until its claims run out.
+            if is_transport(exc):
+                self.endpoints.failed(at)
             plan.first_failed(exc)
-            self.endpoints.failed(at)  # the retry goes to the next replica
         try:
             answer: Resp = Retrying(**plan.controls())(
                 _retry_once, plan, self.endpoints, method, request, abort

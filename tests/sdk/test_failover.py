@@ -160,6 +160,33 @@ def test_calls_move_to_the_replica_that_is_up(
         assert client.get_task("t1").result_commit_id == outcome.result_commit_id
 
 
+def test_a_held_claim_is_renewed_through_the_other_replica_when_its_own_goes_away(
+    etcd: EtcdProcess, prefix: str, tmp_path: Path
+) -> None:
+    # Renewals are sent without the transport's retries (the keepalive retries them itself):
+    # a renewal that cannot reach its replica must still move the client on, or every later
+    # renewal goes to the dead replica until the claim's lease runs out.
+    policy = CallRetry(budget=timedelta(seconds=5), max_backoff=timedelta(milliseconds=500))
+    with (
+        replicas(etcd, prefix, tmp_path, 2) as (a, b),
+        client_for(f"{a.target},{b.target}", policy) as client,
+    ):
+        client.epoch()
+        a.kill()
+        client.create_task("t1", input=b"x", queue=QUEUE)
+        claim = client.claim("t1", ttl=timedelta(seconds=3))  # reaches b
+        assert isinstance(claim, Claim), claim
+        with claim:  # the keepalive
+            a.start()
+            b.kill()
+            renewed = claim.renewals
+            # Three TTLs of renewals, all through a: the claim never runs out.
+            eventually(lambda: claim.renewals >= renewed + 6, timeout=60, message="not renewed")
+            assert not claim.is_lost(), claim
+            outcome = claim.commit(b"result")
+            assert outcome.committed, outcome
+
+
 def test_a_retry_after_a_replica_answers_unavailable_itself_goes_to_another(
     etcd: EtcdProcess, prefix: str, tmp_path: Path
 ) -> None:
