@@ -184,3 +184,19 @@ def test_a_grpc_follower_ended_by_its_caller_frees_its_place_on_the_shared_watch
     with pytest.raises(grpc.RpcError):
         next_of(call)
     eventually(lambda: store.events.followers == 0, message="an ended follower stayed on the hub")
+
+
+def test_a_follower_on_the_shared_watch_ends_when_its_store_closes(store: Store) -> None:
+    log = EventLog(store.ctx)
+    create(store, "one", queue="burst")
+    got: list[str] = []
+    stream = log.follow(EventFilter(queue="burst"), alive=lambda: True)
+    reader = threading.Thread(target=lambda: got.extend(e.record.task_id for e in stream))
+    reader.start()
+    eventually(lambda: got == ["one"], message="the follower read nothing")
+    create(store, "two", queue="burst")  # takes it past the hub's floor if it was not yet
+    eventually(lambda: got == ["one", "two"], message="the follower missed an event")
+    eventually(lambda: log.followers == 1, message="the follower never joined the hub")
+    log.close()  # no ticker looks at it any more: it must not wait forever
+    reader.join(10)
+    assert not reader.is_alive(), "a follower outlived its store's close"

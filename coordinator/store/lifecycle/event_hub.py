@@ -64,6 +64,7 @@ class Mailbox:
         self._detached_at: float | None = None
         self._behind = False
         self._look = False
+        self._ended = False
 
     def attach(self, backlog: list[Entry], now: float) -> None:
         """Start over (joined at the reader's cursor) with ``backlog`` waiting: at most
@@ -94,6 +95,18 @@ class Mailbox:
             self._detached_at = now if self._detached_at is None else self._detached_at
             self._cond.notify()
 
+    def end(self) -> None:
+        """The hub closed (its store is closing): the reader stops following."""
+        with self._cond:
+            self._ended = self._look = True
+            self._cond.notify()
+
+    @property
+    def ended(self) -> bool:
+        """Whether the hub that fed this mailbox closed."""
+        with self._cond:
+            return self._ended
+
     def check(self, now: float) -> None:
         """The ticker's look: behind for good after ``patience`` detached; woken if its call
         ended."""
@@ -119,7 +132,7 @@ class Mailbox:
             if self._behind:
                 raise Behind
             if self._look:
-                self._look = False
+                self._look = self._ended  # an ended mailbox answers [] from then on
                 return []
             batch = self._batches.popleft()
             self._count -= len(batch)
@@ -145,6 +158,8 @@ class EventHub:
         self._monotonic = monotonic
         self._lock = threading.Lock()
         self._watch: PrefixWatch | None = None
+        # Which watch is current: a closed or compacted one's late batches are dropped.
+        self._generation = 0
         self._ring: deque[Entry] = deque()
         # Every event after the floor reaches the hub (held in the ring, or still to come).
         self._floor = EventPosition.start_of(0)
@@ -184,9 +199,14 @@ class EventHub:
                 self._idle_since = self._monotonic()
 
     def close(self) -> None:
-        """Close the watch and stop the ticker."""
+        """Close the watch and stop the ticker; every attached follower stops (nothing would
+        wake it to look at its call any more)."""
         with self._lock:
-            self._shut()
+            watch = self._shut()
+            for box in self._boxes:
+                box.end()
+        if watch is not None:
+            watch.close()
 
     def _open(self) -> None:
         if self._watch is not None:
@@ -198,8 +218,13 @@ class EventHub:
         self._ring.clear()
         self._floor = EventPosition.start_of(now)
         self._idle_since = self._monotonic()
+        self._generation += 1
+        generation = self._generation
         self._watch = self._ctx.kv.watch_prefix(
-            prefix, start_revision=now, on_events=self._dispatch, on_compacted=self._compacted
+            prefix,
+            start_revision=now,
+            on_events=lambda raws: self._dispatch(raws, generation),
+            on_compacted=lambda: self._compacted(generation),
         )
         if self._ticker is None:
             # A ticker of its own stop event: one told to stop never runs on beside the next.
@@ -209,15 +234,17 @@ class EventHub:
             )
             self._ticker.start()
 
-    def _shut(self) -> None:
-        if self._watch is not None:
-            self._watch.close()
-            self._watch = None
+    def _shut(self) -> PrefixWatch | None:
+        """Forget the watch (the caller closes it, outside the lock: its thread may be waiting
+        for the lock in ``_dispatch``) and stop the ticker."""
+        watch, self._watch = self._watch, None
+        self._generation += 1  # a batch the closed watch still hands over is dropped
         self._ring.clear()
         self._stop.set()
         self._ticker = None
+        return watch
 
-    def _dispatch(self, raws: list[WatchEvent]) -> None:
+    def _dispatch(self, raws: list[WatchEvent], generation: int) -> None:
         batch = sorted(
             ((_position(raw), raw) for raw in raws if not raw.deleted), key=lambda e: e[0]
         )
@@ -225,6 +252,8 @@ class EventHub:
             return
         now = self._monotonic()
         with self._lock:
+            if generation != self._generation:
+                return
             for entry in batch:
                 if len(self._ring) >= self._ring_size:
                     self._floor = self._ring.popleft()[0]
@@ -233,9 +262,12 @@ class EventHub:
             for box in self._boxes:
                 box.offer(batch, now)
 
-    def _compacted(self) -> None:
+    def _compacted(self, generation: int) -> None:
         now = self._monotonic()
         with self._lock:
+            if generation != self._generation:
+                return
+            self._generation += 1
             self._watch = None  # its thread ends after this callback
             self._ring.clear()
             for box in self._boxes:
@@ -246,9 +278,12 @@ class EventHub:
             now = self._monotonic()
             with self._lock:
                 boxes = list(self._boxes)
-                if not boxes and now - self._idle_since >= self._idle_close:
-                    self._shut()
-                    return
+                idle = not boxes and now - self._idle_since >= self._idle_close
+                watch = self._shut() if idle else None
+            if idle:
+                if watch is not None:
+                    watch.close()
+                return
             for box in boxes:
                 box.check(now)
 

@@ -177,7 +177,7 @@ class EventLog:
         cursor = after
         box = Mailbox(self._inbox_events, self._patience, alive=alive, on_behind=on_behind)
         try:
-            while alive():
+            while alive() and not box.ended:
                 if self._hub.join(box, cursor):
                     cursor = yield from self._shared(box, flt, cursor, alive)
                 else:
@@ -192,7 +192,7 @@ class EventLog:
     ) -> Generator[StoredEvent, None, EventPosition]:
         """The hub's batches through ``box`` until the reader's end, or until the box was
         detached and drained (returns the cursor to join again from)."""
-        while alive():
+        while alive() and not box.ended:
             try:
                 batch = box.get()
             except Behind:
