@@ -16,6 +16,7 @@ them, not one bench thread each.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -132,12 +133,17 @@ def _principal(n: int, count: int) -> str:
 
 def _state(pid: int, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """``measure()``, then the coordinator's CPU (cores) over a quiet ``QUIET`` seconds (what
-    holding the calls costs by itself) and its memory."""
+    holding the calls costs by itself), its memory and its threads."""
     timed = measure()
     cpu, started = cpu_seconds(pid), time.monotonic()
     time.sleep(QUIET)
     cores = (cpu_seconds(pid) - cpu) / (time.monotonic() - started)
-    return {**timed, "quiet_cpu_cores": round(cores, 3), "rss_mib": round(rss_mib(pid), 1)}
+    return {
+        **timed,
+        "quiet_cpu_cores": round(cores, 3),
+        "rss_mib": round(rss_mib(pid), 1),
+        "threads": len(os.listdir(f"/proc/{pid}/task")),
+    }
 
 
 def run_long_polls(
@@ -295,7 +301,8 @@ def long_polls_line(result: dict[str, Any]) -> str:
         f"({result['unary_p99_polls_and_follows_over_idle']}x). Coordinator: "
         f"{idle['rss_mib']} / {polls['rss_mib']} / {both['rss_mib']} MiB, "
         f"{idle['quiet_cpu_cores']} / {polls['quiet_cpu_cores']} / "
-        f"{both['quiet_cpu_cores']} cores holding them. p50 {idle['p50']} / {polls['p50']} / "
+        f"{both['quiet_cpu_cores']} cores holding them, {idle['threads']} / "
+        f"{polls['threads']} / {both['threads']} threads. p50 {idle['p50']} / {polls['p50']} / "
         f"{both['p50']} ms.\n"
     )
 

@@ -25,7 +25,7 @@ from coordinator.domain.effects import EffectRecord
 from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.states import Op, TaskState
 from coordinator.store.etcd.watch import PrefixWatch, WatchEvent
-from coordinator.store.lifecycle.events import position_of_key
+from coordinator.store.lifecycle.event_hub import position_of_key
 from coordinator.v1 import tasks_pb2
 
 T = TypeVar("T")

@@ -194,6 +194,7 @@ class Store:
         if self.pruner is not None:
             self.pruner.close()
         self.give_backs.close()
+        self.events.close()
         self.ready.close()
 
     def queue_report(self, *, cap: int = MAX_REPORTED_QUEUES) -> QueueReport:

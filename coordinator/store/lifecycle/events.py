@@ -12,11 +12,12 @@ Memory per reader is bounded whatever the log's length:
   of any length is streamed, never listed whole. A pass costs a keys-only scan of the range
   read (one task's events with a task filter, else the whole log: ``from_revision`` near now
   is cheaper through ``follow``, which replays from etcd's watch history).
-- ``follow`` replays through an etcd watch from the reader's revision (etcd streams it in order,
-  with whole revisions per response), into a bounded inbox: a full inbox holds the watch back
-  (and so etcd); one that stays full for ``patience`` seconds ends the stream with
-  ``StreamBehind`` carrying the position to resume after. A watch whose history etcd compacted
-  falls back to ``history`` passes and then watches on from their horizon.
+- ``follow`` takes live events from the replica's one shared watch (event_hub.py: a bounded
+  mailbox per follower, fed in memory; one that stays full for ``patience`` seconds ends with
+  ``StreamBehind`` carrying the position to resume after). A follower further back than the
+  hub holds replays through an etcd watch of its own from its revision, into a bounded inbox
+  (a full inbox holds that watch back), then joins the hub; one whose history etcd compacted
+  reads it in ``history`` passes first.
 - every run of passes holds a replay slot (store/lifecycle/replay_slots.py): a bounded number run
   at once, per replica and per principal, so the replicas' memory for replays is a few passes.
 """
@@ -25,8 +26,6 @@ from __future__ import annotations
 
 import heapq
 import threading
-import time
-from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, replace
 
@@ -36,6 +35,8 @@ from coordinator.domain.states import Op
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd.ops import KV, get
 from coordinator.store.etcd.watch import WatchEvent
+from coordinator.store.lifecycle.event_hub import Behind, EventHub, Mailbox, position_of_key
+from coordinator.store.lifecycle.event_inbox import Compacted, Inbox, InboxBehind
 from coordinator.store.lifecycle.replay_slots import ReplaySlots
 
 _PAGE = 1000
@@ -90,12 +91,6 @@ def event_from_kv(kv: KV) -> StoredEvent:
     return StoredEvent(record, kv.create_revision, int(kv.key.rsplit("/", 1)[1]))
 
 
-def position_of_key(key: str, revision: int) -> EventPosition:
-    """The position of the event stored at ``key`` by the txn of ``revision``."""
-    head, version = key.rsplit("/", 1)
-    return EventPosition(revision, head.rsplit("/", 1)[1], int(version))
-
-
 class EventLog:
     """Reads and follows the event log, filtered."""
 
@@ -111,9 +106,19 @@ class EventLog:
         self._slots = slots if slots is not None else ReplaySlots(ctx.metrics)
         self._inbox_events = inbox_events
         self._patience = patience
+        self._hub = EventHub(ctx, tick=min(FOLLOW_POLL, patience / 2))
         # task_id -> (root_task_id, queue): both are fixed at creation, so safe to cache.
         self._identity: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the shared watch (followers still open see no further event)."""
+        self._hub.close()
+
+    @property
+    def followers(self) -> int:
+        """Follow streams fed by the replica's shared watch now."""
+        return self._hub.followers
 
     @property
     def replays_running(self) -> int:
@@ -162,43 +167,92 @@ class EventLog:
         principal: str = "",
     ) -> Iterator[StoredEvent]:
         """Every matching event after ``after``, then each new one as it is written, until
-        ``alive()`` turns false (checked at least every ``poll`` seconds). Raises
+        ``alive()`` turns false (looked at at least every ``poll`` seconds). Raises
         ``StreamBehind`` when the reader fell too far behind (``on_behind`` is called the
-        moment that is decided, on the watch's thread: the reader may be stuck sending). A
-        follow whose watch history etcd compacted reads it in passes, within a replay slot of
-        ``principal``."""
+        moment that is decided, on another thread: the reader may be stuck sending). Live
+        events come from the replica's one shared watch (store/lifecycle/event_hub.py); a
+        follower further back than the hub holds reads through a watch of its own until it
+        reaches it, and one whose watch history etcd compacted reads it in passes, within a
+        replay slot of ``principal``."""
         cursor = after
-        while alive():
-            inbox = _Inbox(self._inbox_events, self._patience, on_behind)
-            watch = self._ctx.kv.watch_prefix(
-                self._ctx.keys.events_prefix(flt.task_id),
-                start_revision=cursor.revision,
-                on_events=inbox.put,
-                on_compacted=inbox.compacted,
-            )
-            try:
-                while alive():
-                    try:
-                        batch = inbox.get(timeout=poll)
-                    except _Behind:
-                        raise StreamBehind(cursor, self._inbox_events) from None
-                    if isinstance(batch, _Compacted):
-                        break
-                    for raw in sorted(batch, key=_watch_position):
-                        position = _watch_position(raw)
-                        if raw.deleted or position <= cursor:
-                            continue
-                        cursor = position
-                        event = self._decode(raw)
-                        if event is not None and self.matches(flt, event):
-                            yield event
+        box = Mailbox(self._inbox_events, self._patience, alive=alive, on_behind=on_behind)
+        try:
+            while alive() and not box.ended:
+                if self._hub.join(box, cursor):
+                    cursor = yield from self._shared(box, flt, cursor, alive)
                 else:
-                    return
-            finally:
-                inbox.close()
-                watch.close()
-            # etcd compacted the revisions the watch needed: read them from the keys instead.
-            cursor = yield from self._replay(flt, cursor, principal)
+                    cursor = yield from self._catch_up(
+                        flt, cursor, alive, on_behind, poll, principal
+                    )
+        finally:
+            self._hub.leave(box)
+
+    def _shared(
+        self, box: Mailbox, flt: EventFilter, cursor: EventPosition, alive: Callable[[], bool]
+    ) -> Generator[StoredEvent, None, EventPosition]:
+        """The hub's batches through ``box`` until the reader's end, or until the box was
+        detached and drained (returns the cursor to join again from)."""
+        while alive() and not box.ended:
+            try:
+                batch = box.get()
+            except Behind:
+                raise StreamBehind(cursor, self._inbox_events) from None
+            if batch is None:
+                return cursor
+            for position, raw in batch:
+                if position <= cursor:
+                    continue  # the ring's backlog and a batch can overlap at a join
+                cursor = position
+                event = self._decode(raw)
+                if event is not None and self.matches(flt, event):
+                    yield event
+        return cursor
+
+    def _catch_up(
+        self,
+        flt: EventFilter,
+        cursor: EventPosition,
+        alive: Callable[[], bool],
+        on_behind: Callable[[], None],
+        poll: float,
+        principal: str,
+    ) -> Generator[StoredEvent, None, EventPosition]:
+        """Every matching event after ``cursor`` through a watch of the follower's own, until
+        the hub covers the cursor reached (returned). Once etcd compacted the history that
+        watch needed, the rest is read in passes (``_replay``) instead."""
+        inbox = Inbox(self._inbox_events, self._patience, on_behind)
+        watch = self._ctx.kv.watch_prefix(
+            self._ctx.keys.events_prefix(flt.task_id),
+            start_revision=cursor.revision,
+            on_events=inbox.put,
+            on_compacted=inbox.compacted,
+        )
+        try:
+            while alive():
+                try:
+                    batch = inbox.get(timeout=poll)
+                except InboxBehind:
+                    raise StreamBehind(cursor, self._inbox_events) from None
+                if isinstance(batch, Compacted):
+                    break
+                for raw in sorted(batch, key=_watch_position):
+                    position = _watch_position(raw)
+                    if raw.deleted or position <= cursor:
+                        continue
+                    cursor = position
+                    event = self._decode(raw)
+                    if event is not None and self.matches(flt, event):
+                        yield event
+                # One already found behind ends as such: it is not let join the hub instead.
+                if batch and not inbox.behind() and self._hub.covers(cursor):
+                    return cursor
+            else:
+                return cursor
+        finally:
+            inbox.close()
+            watch.close()
+        # etcd compacted the revisions the watch needed: read them from the keys instead.
+        return (yield from self._replay(flt, cursor, principal))
 
     def _replay(
         self, flt: EventFilter, cursor: EventPosition, principal: str
@@ -314,84 +368,3 @@ class EventLog:
 
 def _watch_position(raw: WatchEvent) -> EventPosition:
     return position_of_key(raw.key, raw.mod_revision)
-
-
-class _Behind(Exception):
-    """The follower's inbox stayed full for its whole patience."""
-
-
-class _Compacted:
-    """Marks the end of a watch whose history etcd compacted."""
-
-
-_COMPACTED = _Compacted()
-_Batch = list[WatchEvent]
-
-
-class _Inbox:
-    """Watch batches waiting for a follower's thread, bounded by events.
-
-    A full inbox makes the watch's thread wait (so the watch stops reading and etcd holds the
-    rest back): a reader that is slow but moving loses nothing. One that stays full for
-    ``patience`` seconds is behind for good: the inbox drops the watch's batches from then on,
-    and the reader gets ``StreamBehind`` when it next asks.
-    """
-
-    def __init__(self, capacity: int, patience: float, on_behind: Callable[[], None]) -> None:
-        self._capacity = capacity
-        self._patience = patience
-        self._on_behind = on_behind
-        self._cond = threading.Condition()
-        self._batches: deque[_Batch | _Compacted] = deque()
-        self._count = 0
-        self._behind = False
-        self._told = False
-        self._closed = False
-
-    def put(self, batch: _Batch) -> None:
-        """Add a watch batch (on the watch's thread); waits while the inbox is full."""
-        deadline = time.monotonic() + self._patience
-        with self._cond:
-            while self._count >= self._capacity and not (self._closed or self._behind):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._behind = True
-                    self._cond.notify_all()
-                    break
-                self._cond.wait(remaining)
-            newly_behind = self._behind and not self._told
-            self._told = self._told or self._behind
-            if not (self._closed or self._behind):
-                self._batches.append(batch)
-                self._count += len(batch)
-                self._cond.notify_all()
-        if newly_behind:
-            self._on_behind()
-
-    def compacted(self) -> None:
-        """The watch ended: etcd compacted the history it needed."""
-        with self._cond:
-            self._batches.append(_COMPACTED)
-            self._cond.notify_all()
-
-    def get(self, timeout: float) -> _Batch | _Compacted:
-        """The oldest batch ([] after ``timeout`` with none); raises _Behind once the reader
-        has fallen behind for good."""
-        with self._cond:
-            if not self._batches and not self._behind:
-                self._cond.wait(timeout)
-            if self._behind:
-                raise _Behind
-            if not self._batches:
-                return []
-            batch = self._batches.popleft()
-            if not isinstance(batch, _Compacted):
-                self._count -= len(batch)
-                self._cond.notify_all()
-            return batch
-
-    def close(self) -> None:
-        """Release a watch thread waiting in ``put``."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
