@@ -8,8 +8,8 @@ ran out by the local clock, as before. A coordinator that has no RenewMany (UNIM
 older version) is renewed one Renew per claim, from the same loop.
 
 ``Schedule`` is the pure part (which claims are due, in which calls, what each answer is:
-sdk/_core/schedule.py); the sync ``Renewer`` here runs it on a thread, sdk/aio/_renewer.py on
-the event loop.
+sdk/_core/schedule.py), with ``renew_batch`` (sdk/_core/flows.py: RenewMany or one Renew per
+claim); the sync ``Renewer`` here runs them on a thread, sdk/aio/_renewer.py on the event loop.
 
 Measured (``python -m bench``, phase ``held``): what 10,000 held claims cost the client, the
 coordinator and etcd.

@@ -1,6 +1,7 @@
 """The asyncio client's keepalive loop: one task on the event loop renews every claim of the
 client, those due together in one RenewMany (the schedule and what each answer does are shared
-with the sync loop: sdk/_core/schedule.py)."""
+with the sync loop: sdk/_core/schedule.py, and the RenewMany -> Renew fallback:
+sdk/_core/flows.py)."""
 
 from __future__ import annotations
 
