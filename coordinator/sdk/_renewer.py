@@ -8,8 +8,8 @@ ran out by the local clock, as before. A coordinator that has no RenewMany (UNIM
 older version) is renewed one Renew per claim, from the same loop.
 
 ``Schedule`` is the pure part (which claims are due, in which calls, what each answer is:
-sdk/_core/schedule.py); the sync ``Renewer`` here runs it on a thread, sdk/aio/_renewer.py on
-the event loop.
+sdk/_core/schedule.py), with ``renew_batch`` (sdk/_core/flows.py: RenewMany or one Renew per
+claim); the sync ``Renewer`` here runs them on a thread, sdk/aio/_renewer.py on the event loop.
 
 Measured (``python -m bench``, phase ``held``): what 10,000 held claims cost the client, the
 coordinator and etcd.
@@ -20,19 +20,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from coordinator.errors import CoordinatorError
-from coordinator.sdk._core.schedule import (
-    Answer,
-    Due,
-    Renewable,
-    Schedule,
-    answers_of,
-    apply,
-    crashed,
-)
+from coordinator.sdk._core.flows import Flow, RenewCall, renew_batch
+from coordinator.sdk._core.schedule import Answer, Due, Renewable, Schedule, apply, crashed
 from coordinator.sdk._rpc import Rpc
-from coordinator.sdk.types import NotSupported
 from coordinator.v1 import worker_pb2
 
 
@@ -96,24 +89,16 @@ class Renewer:
             return None
 
     def _send(self, batch: list[Due]) -> Sequence[Answer]:
-        """One answer per claim of ``batch``."""
-        if self._schedule.batched:
-            request, timeout = self._schedule.call(batch)
-            try:
-                # No SDK retries: this loop is the retry, and each try ends before the lease.
-                response = self._rpc.call(
-                    self._rpc.worker.RenewMany, request, retry=False, timeout=timeout
-                )
-            except NotSupported:
-                self._schedule.batched = False  # an older coordinator: one Renew per claim
-            except CoordinatorError as exc:
-                return [exc] * len(batch)
-            else:
-                return answers_of(response)
-        return [self._lone(request, timeout) for _, request, timeout in batch]
+        """One answer per claim of ``batch`` (RenewMany, or one Renew per claim: _core/flows.py)."""
+        flow = Flow(renew_batch(self._schedule, batch))
+        while (step := flow.step) is not None:
+            flow.answer(self._renew(step))
+        return flow.result
 
-    def _lone(self, request: worker_pb2.RenewRequest, timeout: float) -> Answer:
+    def _renew(self, step: RenewCall) -> Any:
+        batched = isinstance(step.request, worker_pb2.RenewManyRequest)
+        method: Any = self._rpc.worker.RenewMany if batched else self._rpc.worker.Renew
         try:
-            return self._rpc.call(self._rpc.worker.Renew, request, retry=False, timeout=timeout)
+            return self._rpc.call(method, step.request, retry=False, timeout=step.timeout)
         except CoordinatorError as exc:
             return exc

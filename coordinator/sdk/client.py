@@ -21,16 +21,15 @@ import grpc
 from coordinator.domain.effects import EffectState
 from coordinator.domain.jobs import JobRecord
 from coordinator.sdk._core.calls import CallRetry, Tries
+from coordinator.sdk._core.flows import Flow, ReadEpoch, claim_following_epoch
 from coordinator.sdk._core.requests import (
     CLAIM_HINT,
     AnyClaim,
     claim_key,
     claim_next_request,
     claim_request,
-    epoch_moved,
     lease_clock_start,
     long_poll,
-    repinned,
 )
 from coordinator.sdk._duration import Duration
 from coordinator.sdk._renewer import Renewer
@@ -228,9 +227,13 @@ class WorkerClient(ProducerCalls):
     ) -> list[Claim] | ClaimRefused:
         """The claims one claim won, following a new epoch once: a second refusal means the
         epoch moved again meanwhile, and the next claim follows it."""
-        response, sent_at = self._send_claim(method, request, timeout, abort)
-        if epoch_moved(response) and repinned(request, self.epoch()):
-            response, sent_at = self._send_claim(method, request, timeout, abort)
+        flow = Flow(claim_following_epoch(request))
+        while (step := flow.step) is not None:
+            if isinstance(step, ReadEpoch):
+                flow.answer(self.epoch())
+            else:
+                flow.answer(self._send_claim(method, step.request, timeout, abort))
+        response, sent_at = flow.result
         won = claims_of(
             self._rpc,
             response,

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 
 from coordinator.domain.digests import digest_of
 from coordinator.domain.states import TaskState
 from coordinator.errors import AlreadyExists, NotFound
-from coordinator.sdk._core.requests import (
-    CREATE_HINT,
-    create_is_retried,
-    create_request,
-    is_this_create,
-)
+from coordinator.sdk._core.flows import CreateCall, Flow, ReadTask, create_or_existing
+from coordinator.sdk._core.requests import create_request
 from coordinator.sdk._duration import Duration, as_timedelta
 from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.tasks import AttemptInfo, ResultInfo, TaskInfo, TaskRetryPolicy
@@ -66,26 +63,28 @@ class ProducerCalls:
             not_before=not_before,
             schedule_to_close=schedule_to_close,
         )
-        retry = create_is_retried(task_id, idempotency_key)
+        flow = Flow(create_or_existing(task_id, request, idempotency_key))
+        while (step := flow.step) is not None:
+            flow.answer(self._create_step(step))
+        return flow.result
+
+    def _create_step(self, step: CreateCall | ReadTask) -> Any:
+        """Perform one step of ``create_or_existing``; the refusal it decides on as a value."""
+        if isinstance(step, ReadTask):
+            try:
+                return self.get_task(step.task_id)
+            except NotFound:
+                return None
         try:
-            response = self._rpc.call(
+            return self._rpc.call(
                 self._rpc.tasks.CreateTask,
-                request,
-                retry=retry,
-                idempotency_key=idempotency_key,
-                hint="" if retry else CREATE_HINT,
+                step.request,
+                retry=step.retry,
+                idempotency_key=step.idempotency_key,
+                hint=step.hint,
             )
         except AlreadyExists as taken:
-            if not task_id:
-                raise
-            try:
-                existing = self.get_task(task_id)
-            except NotFound:  # pruned since (its tombstone refused the id): not ours to return
-                raise taken from None
-            if not is_this_create(existing, request):
-                raise
-            return existing
-        return TaskInfo.from_proto(response.task)
+            return taken
 
     def get_task(self, task_id: str) -> TaskInfo:
         """The task and its latest attempts, oldest first (at most 20: ``task.attempt`` counts

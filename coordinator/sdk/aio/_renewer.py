@@ -1,26 +1,20 @@
 """The asyncio client's keepalive loop: one task on the event loop renews every claim of the
 client, those due together in one RenewMany (the schedule and what each answer does are shared
-with the sync loop: sdk/_core/schedule.py)."""
+with the sync loop: sdk/_core/schedule.py, and the RenewMany -> Renew fallback:
+sdk/_core/flows.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from coordinator.errors import CoordinatorError
-from coordinator.sdk._core.schedule import (
-    Answer,
-    Due,
-    Renewable,
-    Schedule,
-    answers_of,
-    apply,
-    crashed,
-)
+from coordinator.sdk._core.flows import Flow, RenewCall, renew_batch
+from coordinator.sdk._core.schedule import Answer, Due, Renewable, Schedule, apply, crashed
 from coordinator.sdk.aio._events import wait_for
 from coordinator.sdk.aio._rpc import AsyncRpc
-from coordinator.sdk.types import NotSupported
 from coordinator.v1 import worker_pb2
 
 
@@ -74,25 +68,16 @@ class AsyncRenewer:
                 self._schedule.again(renewed)
 
     async def _send(self, batch: list[Due]) -> Sequence[Answer]:
-        """One answer per claim of ``batch``."""
-        if self._schedule.batched:
-            request, timeout = self._schedule.call(batch)
-            try:
-                response = await self._rpc.call(
-                    self._rpc.worker.RenewMany, request, retry=False, timeout=timeout
-                )
-            except NotSupported:
-                self._schedule.batched = False  # an older coordinator: one Renew per claim
-            except CoordinatorError as exc:
-                return [exc] * len(batch)
-            else:
-                return answers_of(response)
-        return [await self._lone(request, timeout) for _, request, timeout in batch]
+        """One answer per claim of ``batch`` (RenewMany, or one Renew per claim: _core/flows.py)."""
+        flow = Flow(renew_batch(self._schedule, batch))
+        while (step := flow.step) is not None:
+            flow.answer(await self._renew(step))
+        return flow.result
 
-    async def _lone(self, request: worker_pb2.RenewRequest, timeout: float) -> Answer:
+    async def _renew(self, step: RenewCall) -> Any:
+        batched = isinstance(step.request, worker_pb2.RenewManyRequest)
+        method: Any = self._rpc.worker.RenewMany if batched else self._rpc.worker.Renew
         try:
-            return await self._rpc.call(
-                self._rpc.worker.Renew, request, retry=False, timeout=timeout
-            )
+            return await self._rpc.call(method, step.request, retry=False, timeout=step.timeout)
         except CoordinatorError as exc:
             return exc

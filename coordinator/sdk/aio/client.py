@@ -1,9 +1,10 @@
 """AsyncWorkerClient: claims tasks and hands back AsyncClaims; the producer calls a worker needs.
 
 The asyncio twin of ``WorkerClient`` (sdk/client.py), with the same requests and answers
-(sdk/_core/requests.py), retries and errors (sdk/_rpc.py). It pins the scheduler epoch it first
-sees; a claim refused FENCED/EPOCH_CHANGED re-reads it and, if it moved on, is sent once more
-under the new one. Held claims keep the epoch they were claimed under.
+(sdk/_core/requests.py), flows (sdk/_core/flows.py), retries and errors (sdk/_rpc.py). It pins
+the scheduler epoch it first sees; a claim refused FENCED/EPOCH_CHANGED re-reads it and, if it
+moved on, is sent once more under the new one. Held claims keep the epoch they were claimed
+under.
 """
 
 from __future__ import annotations
@@ -20,21 +21,24 @@ from grpc import aio
 from coordinator.domain.states import Outcome
 from coordinator.errors import AlreadyExists, NotFound
 from coordinator.sdk._core.calls import CallRetry, Tries
+from coordinator.sdk._core.flows import (
+    CreateCall,
+    Flow,
+    ReadEpoch,
+    ReadTask,
+    claim_following_epoch,
+    create_or_existing,
+)
 from coordinator.sdk._core.held import LostCallback
 from coordinator.sdk._core.requests import (
     CLAIM_HINT,
-    CREATE_HINT,
     AnyClaim,
     claim_key,
     claim_next_request,
     claim_request,
-    create_is_retried,
     create_request,
-    epoch_moved,
-    is_this_create,
     lease_clock_start,
     long_poll,
-    repinned,
 )
 from coordinator.sdk._duration import Duration
 from coordinator.sdk.aio._renewer import AsyncRenewer
@@ -201,9 +205,13 @@ class AsyncWorkerClient:
     ) -> list[AsyncClaim] | ClaimRefused:
         """The claims one claim won, following a new epoch once (a second refusal means the
         epoch moved again), or its refusal."""
-        response, sent_at = await self._send_claim(method, request, timeout)
-        if epoch_moved(response) and repinned(request, await self.epoch()):
-            response, sent_at = await self._send_claim(method, request, timeout)
+        flow = Flow(claim_following_epoch(request))
+        while (step := flow.step) is not None:
+            if isinstance(step, ReadEpoch):
+                flow.answer(await self.epoch())
+            else:
+                flow.answer(await self._send_claim(method, step.request, timeout))
+        response, sent_at = flow.result
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
             return ClaimRefused.from_proto(response)
         return async_claims_of(
@@ -264,31 +272,28 @@ class AsyncWorkerClient:
             not_before=not_before,
             schedule_to_close=schedule_to_close,
         )
-        retry = create_is_retried(task_id, idempotency_key)
+        flow = Flow(create_or_existing(task_id, request, idempotency_key))
+        while (step := flow.step) is not None:
+            flow.answer(await self._create_step(step))
+        return flow.result
+
+    async def _create_step(self, step: CreateCall | ReadTask) -> Any:
+        """Perform one step of ``create_or_existing``; the refusal it decides on as a value."""
+        if isinstance(step, ReadTask):
+            try:
+                return await self.get_task(step.task_id)
+            except NotFound:
+                return None
         try:
-            response = await self._rpc.call(
+            return await self._rpc.call(
                 self._rpc.tasks.CreateTask,
-                request,
-                retry=retry,
-                idempotency_key=idempotency_key,
-                hint="" if retry else CREATE_HINT,
+                step.request,
+                retry=step.retry,
+                idempotency_key=step.idempotency_key,
+                hint=step.hint,
             )
         except AlreadyExists as taken:
-            if not task_id:
-                raise
-            existing = await self._existing(task_id)
-            if existing is None or not is_this_create(existing, request):
-                raise taken from None
-            return existing
-        return TaskInfo.from_proto(response.task)
-
-    async def _existing(self, task_id: str) -> TaskInfo | None:
-        """The task a create found taken, or None if it was pruned since (its tombstone
-        refused the id: not ours to return)."""
-        try:
-            return await self.get_task(task_id)
-        except NotFound:
-            return None
+            return taken
 
     async def get_task(self, task_id: str) -> TaskInfo:
         """The task and its latest attempts, oldest first (at most 20). Raises NotFound for an
