@@ -129,11 +129,14 @@ def test_a_follower_that_falls_behind_is_ended_with_the_position_to_resume_after
     behind = threading.Event()
     create(store, "first", queue="burst")
     stream = slow.follow(EventFilter(queue="burst"), alive=lambda: True, on_behind=behind.set)
-    got = [next(stream).position]
-    create_concurrently(store, [f"t{i:03}" for i in range(48)])
-    assert behind.wait(10), "a reader that stopped reading was never found behind"
-    with pytest.raises(StreamBehind) as raised:
-        got.extend(event.position for event in stream)
+    try:
+        got = [next(stream).position]
+        create_concurrently(store, [f"t{i:03}" for i in range(48)])
+        assert behind.wait(10), "a reader that stopped reading was never found behind"
+        with pytest.raises(StreamBehind) as raised:
+            got.extend(event.position for event in stream)
+    finally:
+        slow.close()  # its shared watch, which the store's own close does not know of
     assert raised.value.position == got[-1]
     rest = [e.position for e in store.events.history(EventFilter(queue="burst"), after=got[-1])]
     whole = [e.position for e in store.events.history(EventFilter(queue="burst"))]
