@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
@@ -37,6 +38,8 @@ from coordinator.sdk import (
     EffectStatus,
     FenceReason,
     HttpDownstream,
+    OutcomeUnknown,
+    TransportError,
     WorkerClient,
     tls_credentials,
 )
@@ -44,6 +47,7 @@ from coordinator.sdk import (
 CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0)]
 EFFECT_NODE, EFFECT_SLOT = "notify", "email"
 HOLD_LIMIT = 120.0
+UNREACHED_TRIES, UNREACHED_PAUSE = 20, 0.25  # a commit that reached no server: 5 s of tries
 
 
 def _claim_fields(claim: Claim) -> dict[str, object]:
@@ -112,17 +116,31 @@ class ChaosWorker:
         )
 
     def commit(self, claim: Claim) -> None:
-        """Commit (twice with ``--retry-commits``), recorded; transport errors are ``info``."""
+        """Commit (twice with ``--retry-commits``), recorded; transport errors are ``info``.
+
+        A commit none of whose tries reached the server (TransportError, not OutcomeUnknown)
+        is sent again, as an agent would, up to ``UNREACHED_TRIES`` times: past its lease the
+        SDK tries once, and a channel still in its reconnect backoff after a partition heals
+        fails that try at once, so the late commit the fault exists for would never be sent.
+        """
         result = f"{claim.task_id} attempt {claim.fence.attempt_id}".encode()
         for _ in range(2 if self.retry_commits else 1):
-            op = self.rec.invoke(OpKind.COMMIT, **_claim_fields(claim))
-            try:
-                with self.rec.bound(op):
-                    got = claim.commit(result)
-            except CoordinatorError as exc:
-                self.rec.complete(op, End.INFO, message=str(exc)[:200])
-                continue
-            self.rec.complete(op, End.OK, Observed[got.outcome.name], reason=got.reason.name)
+            for _ in range(UNREACHED_TRIES):
+                if self._commit_once(claim, result):
+                    break
+                time.sleep(UNREACHED_PAUSE)
+
+    def _commit_once(self, claim: Claim, result: bytes) -> bool:
+        """One recorded commit; False when it did not reach the server."""
+        op = self.rec.invoke(OpKind.COMMIT, **_claim_fields(claim))
+        try:
+            with self.rec.bound(op):
+                got = claim.commit(result)
+        except CoordinatorError as exc:
+            self.rec.complete(op, End.INFO, message=str(exc)[:200])
+            return not isinstance(exc, TransportError) or isinstance(exc, OutcomeUnknown)
+        self.rec.complete(op, End.OK, Observed[got.outcome.name], reason=got.reason.name)
+        return True
 
     def run_one(self, claim: Claim) -> None:
         """Work one claimed task to its commit (the faults this worker was told to act out)."""
