@@ -33,7 +33,7 @@ from coordinator.domain.retention import (
 from coordinator.domain.retry import RetryDefaults, RetryPolicy
 from coordinator.domain.roles import Role
 from coordinator.domain.stream_limits import StreamLimits
-from coordinator.domain.write_budget import BudgetPolicy
+from coordinator.domain.write_budget import DEFAULT_HIGH_WATER_SHARE, BudgetPolicy
 from coordinator.errors import ConfigError
 from coordinator.logging import LEVELS
 
@@ -167,7 +167,11 @@ class Config:
     """Warn (log and coordinator_etcd_quota_ratio) when etcd's db passes this share of it."""
     etcd_quota_high_water: float = 0.8
     """Above this share of the quota the space guard refuses writes that only add data
-    (creates, input changes, checkpoints, staged results, idempotency keys) so the pool drains."""
+    (creates, input changes, checkpoints, staged results, idempotency keys) so the pool drains,
+    except those within their caller's write_budget_high_water_share."""
+    etcd_quota_full: float = 0.9
+    """Above this share of the quota (at least etcd_quota_high_water) no write that only adds
+    data goes, shares included: the room left is the pool's to drain."""
     etcd_space_interval: float = 5.0
     """Seconds between two readings of etcd's db size and alarms (the space guard's state)."""
     write_budget_worker: float = 256 * 1024
@@ -179,6 +183,9 @@ class Config:
     """Bytes per second a principal with the admin role may add; 0 (the default): no budget."""
     write_budget_window: float = 60.0
     """The rolling window of the write budgets: a full budget holds rate x window bytes."""
+    write_budget_high_water_share: float = DEFAULT_HIGH_WATER_SHARE
+    """The share of its write budget a principal may still add above etcd_quota_high_water
+    (0: none; principals without a budget have none)."""
     # --- authentication (see coordinator.server.interceptors.auth) -------------------------
     token_file: str | None = None
     """JSON token file: token hashes -> principal, roles; certificate principals -> roles."""
@@ -301,10 +308,20 @@ class Config:
         require_positive("prune_interval", self.prune_interval)
         require_positive("prune_rate", self.prune_rate)
         require_positive("etcd_quota_bytes", self.etcd_quota_bytes)
-        for name in ("etcd_quota_warn_ratio", "etcd_quota_high_water"):
+        for name in ("etcd_quota_warn_ratio", "etcd_quota_high_water", "etcd_quota_full"):
             ratio = getattr(self, name)
             if not 0 < ratio <= 1:
                 raise ConfigError(f"{name} must be in (0, 1], got {ratio}")
+        if self.etcd_quota_full < self.etcd_quota_high_water:
+            raise ConfigError(
+                f"etcd_quota_full ({self.etcd_quota_full}) must be at least "
+                f"etcd_quota_high_water ({self.etcd_quota_high_water})"
+            )
+        if not 0 <= self.write_budget_high_water_share <= 1:
+            raise ConfigError(
+                "write_budget_high_water_share must be in [0, 1], got "
+                f"{self.write_budget_high_water_share}"
+            )
         require_positive("etcd_space_interval", self.etcd_space_interval)
         for role in Role:
             rate = getattr(self, f"write_budget_{role.value}")

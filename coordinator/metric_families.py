@@ -262,13 +262,14 @@ class MetricFamilies:
         self.space_state = Gauge(
             "coordinator_space_guard_state",
             "The space guard's state: 0 clear, 1 above the high-water mark (writes that only "
-            "add data refused), 2 etcd's NOSPACE alarm active (every put refused).",
+            "add data refused beyond each caller's share; above the full mark all of them), "
+            "2 etcd's NOSPACE alarm active (every put refused).",
             registry=registry,
         )
         self.space_refusals = Counter(
             "coordinator_space_refusals_total",
             "Writes the space guard refused before sending them to etcd, by state "
-            "(high_water, nospace).",
+            "(high_water, full, nospace).",
             ["state"],
             registry=registry,
         )

@@ -240,7 +240,16 @@ _SPACE_OPTIONS: list[Callable[[F], F]] = [
         default=DEFAULTS.etcd_quota_high_water,
         metavar="RATIO",
         help="Above this share of --etcd-quota-bytes refuse writes that only add data "
-        "(creates, checkpoints, staging, idempotency keys); commits and claims go on.",
+        "(creates, checkpoints, staging, idempotency keys) beyond each caller's "
+        "--write-budget-high-water-share; commits and claims go on.",
+    ),
+    option(
+        "etcd-quota-full",
+        type=click.FloatRange(min=0, max=1, min_open=True),
+        default=DEFAULTS.etcd_quota_full,
+        metavar="RATIO",
+        help="Above this share of --etcd-quota-bytes (at least --etcd-quota-high-water) "
+        "refuse every write that only adds data, shares included.",
     ),
     *(
         option(
@@ -261,6 +270,14 @@ _SPACE_OPTIONS: list[Callable[[F], F]] = [
         "write-budget-window",
         DEFAULTS.write_budget_window,
         "The write budgets' rolling window: a full budget holds rate x window bytes.",
+    ),
+    option(
+        "write-budget-high-water-share",
+        type=click.FloatRange(min=0, max=1),
+        default=DEFAULTS.write_budget_high_water_share,
+        metavar="SHARE",
+        help="The share of its write budget a principal may still add while etcd is above "
+        "--etcd-quota-high-water (0: none).",
     ),
     seconds_option(
         "etcd-space-interval",

@@ -10,7 +10,12 @@ sent:
 * above it, writes that only grow the keyspace (creates, input changes, checkpoints, staged
   results, new idempotency keys) are refused, while the writes that move work towards its end
   (claims, renewals, commits, releases, fails, the pruner's deletes) go on, so the pool drains
-  instead of stopping;
+  instead of stopping; a write made within its caller's high-water share (a small part of the
+  caller's write budget, decided at the door: coordinator/server/interceptors/high_water.py)
+  still goes, so the principals that filled etcd are refused and a pool creating small tasks is
+  not;
+* above the full mark (between the high-water mark and the quota) no growth goes at all, shares
+  included: the room left is for the pool to drain;
 * at an active NOSPACE alarm no txn that puts a key goes to etcd, nested or not; txns that only
   read, compare or delete still do (etcd itself lets those through, and they are what frees
   space once etcd is compacted).
@@ -26,6 +31,7 @@ class SpaceState(enum.Enum):
 
     CLEAR = "clear"
     HIGH_WATER = "high_water"
+    FULL = "full"
     NOSPACE = "nospace"
 
 
@@ -43,27 +49,37 @@ class SpaceVerdict(enum.Enum):
 
     ALLOW = "allow"
     REFUSE_HIGH_WATER = "refuse_high_water"
+    REFUSE_FULL = "refuse_full"
     REFUSE_NOSPACE = "refuse_nospace"
 
 
 def space_state(
-    *, db_size: int, quota_bytes: int, high_water: float, nospace_alarm: bool
+    *, db_size: int, quota_bytes: int, high_water: float, full: float = 1.0, nospace_alarm: bool
 ) -> SpaceState:
     """The state from one reading: an active alarm wins over any size (it stays raised after a
-    defragmentation until an operator disarms it), then the share of the quota."""
+    defragmentation until an operator disarms it), then the share of the quota (``full`` at or
+    below ``high_water`` leaves no room for shares)."""
     if nospace_alarm:
         return SpaceState.NOSPACE
+    if db_size >= full * quota_bytes:
+        return SpaceState.FULL
     if db_size >= high_water * quota_bytes:
         return SpaceState.HIGH_WATER
     return SpaceState.CLEAR
 
 
-def decide_write(kind: WriteKind, state: SpaceState, *, puts: bool) -> SpaceVerdict:
+def decide_write(
+    kind: WriteKind, state: SpaceState, *, puts: bool, within_share: bool = False
+) -> SpaceVerdict:
     """Whether a txn of ``kind`` (``puts``: whether it, or any txn nested in it, puts a key)
-    may go to etcd in ``state``."""
+    may go to etcd in ``state``; ``within_share``: its caller's high-water share admitted it."""
     if state is SpaceState.NOSPACE and (puts or kind is WriteKind.GROWTH):
         return SpaceVerdict.REFUSE_NOSPACE
-    if state is not SpaceState.CLEAR and kind is WriteKind.GROWTH:
+    if kind is not WriteKind.GROWTH:
+        return SpaceVerdict.ALLOW
+    if state is SpaceState.FULL:
+        return SpaceVerdict.REFUSE_FULL
+    if state is SpaceState.HIGH_WATER and not within_share:
         return SpaceVerdict.REFUSE_HIGH_WATER
     return SpaceVerdict.ALLOW
 
@@ -76,9 +92,18 @@ def refusal_message(verdict: SpaceVerdict, *, retry_after: float) -> str:
             "must compact, defragment and disarm etcd (docs/retention.md); "
             f"retry after {retry_after:g} s"
         )
+    if verdict is SpaceVerdict.REFUSE_FULL:
+        return (
+            "space guard: etcd's database is above its full mark, so no write that only adds "
+            "data (creates, input changes, checkpoints, staged results, idempotency keys) goes "
+            "while claims, commits and releases drain the pool; "
+            f"retry after {retry_after:g} s"
+        )
     return (
-        "space guard: etcd's database is above its high-water mark, so writes that only add "
-        "data (creates, input changes, checkpoints, staged results, idempotency keys) are "
-        "refused while claims, commits and releases drain the pool; "
+        "space guard: etcd's database is above its high-water mark and this write does not "
+        "fit its caller's high-water share of their write budget (callers without a budget "
+        "have none), so writes that only add data (creates, input changes, checkpoints, "
+        "staged results, idempotency keys) are refused while claims, commits and releases "
+        "drain the pool; "
         f"retry after {retry_after:g} s"
     )

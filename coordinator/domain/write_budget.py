@@ -16,8 +16,22 @@ from dataclasses import dataclass
 from coordinator.domain.rate_budget import Bucket, Budget
 from coordinator.domain.roles import Role
 
+DEFAULT_HIGH_WATER_SHARE = 1 / 16
+"""The share of its budget a principal may still use above etcd's high-water mark: a pool
+creating small tasks stays far inside it; a principal that filled etcd has spent it."""
+
 # Bucket is the token bucket's (domain/rate_budget.py): a principal's bytes left at a time.
-__all__ = ["Bucket", "BudgetPolicy", "Refused", "Spent", "policy_for", "refusal_message", "spend"]
+__all__ = [
+    "DEFAULT_HIGH_WATER_SHARE",
+    "Bucket",
+    "BudgetPolicy",
+    "Refused",
+    "Spent",
+    "high_water_shares",
+    "policy_for",
+    "refusal_message",
+    "spend",
+]
 
 
 @dataclass(frozen=True)
@@ -96,3 +110,16 @@ def refusal_message(
         f"{budget} is spent: this call writes {nbytes} bytes; "
         f"retry after {refused.retry_after:.1f} s"
     )
+
+
+def high_water_shares(
+    policies: Mapping[Role, BudgetPolicy], share: float
+) -> dict[Role, BudgetPolicy]:
+    """Each role's high-water share: ``share`` of its budget's rate over the same window (what
+    its principals may still add while etcd is above the high-water mark). Roles without a
+    budget have no share: above the mark their growth is refused."""
+    return {
+        role: BudgetPolicy(rate=policy.rate * share, window=policy.window)
+        for role, policy in policies.items()
+        if not policy.unbounded and share > 0
+    }

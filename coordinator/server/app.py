@@ -25,7 +25,11 @@ from coordinator.archive import open_sink
 from coordinator.config import Config
 from coordinator.domain.roles import Role
 from coordinator.domain.stream_limits import StreamLimits
-from coordinator.domain.write_budget import BudgetPolicy
+from coordinator.domain.write_budget import (
+    DEFAULT_HIGH_WATER_SHARE,
+    BudgetPolicy,
+    high_water_shares,
+)
 from coordinator.errors import ConfigError
 from coordinator.logging import configure_logging
 from coordinator.server.bounded_http import HttpLimits
@@ -41,6 +45,7 @@ from coordinator.server.interceptors.auth import (
 )
 from coordinator.server.interceptors.call_log import CallLogInterceptor
 from coordinator.server.interceptors.call_shares import CallShareInterceptor, CallShares
+from coordinator.server.interceptors.high_water import HighWaterShareInterceptor
 from coordinator.server.interceptors.idempotency import IdempotencyInterceptor
 from coordinator.server.interceptors.request_ids import RequestIdInterceptor
 from coordinator.server.interceptors.rpc_metrics import RpcMetricsInterceptor
@@ -99,6 +104,7 @@ def build_server(
     tls: ServerTLS | None = None,
     health_listen: str | None = None,
     write_budgets: Mapping[Role, BudgetPolicy] | None = None,
+    high_water_share: float = DEFAULT_HIGH_WATER_SHARE,
     refusals: RefusalLog | None = None,
 ) -> tuple[grpc.Server, int]:
     """Build, bind and start a server for ``store``; returns it with its bound port.
@@ -112,7 +118,9 @@ def build_server(
     non-loopback ``listen``. ``tls`` serves TLS (mutual with a
     client CA); ``health_listen`` then adds a plaintext port for kubelet probes, where the
     authenticator admits health checks only. ``write_budgets`` bounds the bytes each principal
-    adds to etcd, per role (coordinator.server.interceptors.write_budgets; None: no budget).
+    adds to etcd, per role (coordinator.server.interceptors.write_budgets; None: no budget);
+    above etcd's high-water mark each principal may still add ``high_water_share`` of its
+    budget (coordinator.server.interceptors.high_water).
     ``refusals`` decides which refused calls the call log writes (default: one line per
     principal per 10 s; coordinator.server.refusal_log).
 
@@ -125,7 +133,10 @@ def build_server(
     authenticator = _authenticator(auth, listen)
     limits = streams if streams is not None else StreamLimits()
     open_streams = OpenStreams(limits, metrics=store.ctx.metrics)
-    chain = _Chain(calls_per_principal, write_budgets or {}, refusals)
+    budgets = write_budgets or {}
+    chain = _Chain(
+        calls_per_principal, budgets, high_water_shares(budgets, high_water_share), refusals
+    )
     server = _grpc_server(
         max_workers + limits.max_streams,
         _interceptors(store, AuthInterceptor(authenticator), open_streams, chain),
@@ -192,6 +203,7 @@ class _Chain:
 
     calls_per_principal: int
     write_budgets: Mapping[Role, BudgetPolicy]
+    high_water_shares: Mapping[Role, BudgetPolicy]
     refusals: RefusalLog | None
 
 
@@ -217,6 +229,10 @@ def _interceptors(
         StreamLimitInterceptor(open_streams, auth.check, refresh=auth.refresh),
         CallShareInterceptor(CallShares(chain.calls_per_principal, metrics)),
         VersionGateInterceptor(VersionStore(store.ctx).read),  # minimum SDK, cached read
+        # Before idempotency: a keyed create within its caller's share stores its key too.
+        HighWaterShareInterceptor(
+            store.ctx.kv.space, WriteBudgets(chain.high_water_shares, metrics=metrics)
+        ),
         IdempotencyInterceptor(store.idempotency),
         # Inside idempotency: a replay of a keyed create is answered, not charged again.
         WriteBudgetInterceptor(WriteBudgets(chain.write_budgets, metrics=metrics)),
@@ -284,6 +300,7 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
             tls=tls,
             health_listen=config.health_listen,
             write_budgets=config.write_budgets,
+            high_water_share=config.write_budget_high_water_share,
         )
         try:  # after the gRPC bind, so a taken gRPC port is the error reported first
             metrics = start_metrics(
@@ -344,6 +361,7 @@ def _store_for(
         quota_bytes=config.etcd_quota_bytes,
         warn_ratio=config.etcd_quota_warn_ratio,
         high_water=config.etcd_quota_high_water,
+        full=config.etcd_quota_full,
         interval=config.etcd_space_interval,
         metrics=store.ctx.metrics,
     )

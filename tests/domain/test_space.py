@@ -15,9 +15,10 @@ from coordinator.domain.space import (
     space_state,
 )
 
-ALLOW, HIGH, NOSPACE = (
+ALLOW, HIGH, FULL, NOSPACE = (
     SpaceVerdict.ALLOW,
     SpaceVerdict.REFUSE_HIGH_WATER,
+    SpaceVerdict.REFUSE_FULL,
     SpaceVerdict.REFUSE_NOSPACE,
 )
 
@@ -32,6 +33,11 @@ TABLE = {
     (WriteKind.DRAIN, SpaceState.HIGH_WATER, True): ALLOW,
     (WriteKind.GROWTH, SpaceState.HIGH_WATER, False): HIGH,
     (WriteKind.GROWTH, SpaceState.HIGH_WATER, True): HIGH,
+    # Above the full mark no growth at all; the pool still drains.
+    (WriteKind.DRAIN, SpaceState.FULL, False): ALLOW,
+    (WriteKind.DRAIN, SpaceState.FULL, True): ALLOW,
+    (WriteKind.GROWTH, SpaceState.FULL, False): FULL,
+    (WriteKind.GROWTH, SpaceState.FULL, True): FULL,
     # At NOSPACE only what puts nothing (reads, compares, deletes) goes to etcd.
     (WriteKind.DRAIN, SpaceState.NOSPACE, False): ALLOW,
     (WriteKind.DRAIN, SpaceState.NOSPACE, True): NOSPACE,
@@ -50,13 +56,24 @@ def test_decide_write(case: tuple[WriteKind, SpaceState, bool], verdict: SpaceVe
     assert decide_write(kind, state, puts=puts) is verdict
 
 
+@pytest.mark.parametrize(("case", "verdict"), TABLE.items(), ids=str)
+def test_a_write_within_its_callers_share_changes_only_growth_above_high_water(
+    case: tuple[WriteKind, SpaceState, bool], verdict: SpaceVerdict
+) -> None:
+    kind, state, puts = case
+    if (kind, state) == (WriteKind.GROWTH, SpaceState.HIGH_WATER):
+        verdict = ALLOW
+    assert decide_write(kind, state, puts=puts, within_share=True) is verdict
+
+
 @pytest.mark.parametrize(
     ("size", "alarm", "state"),
     [
         (0, False, SpaceState.CLEAR),
         (799, False, SpaceState.CLEAR),
         (800, False, SpaceState.HIGH_WATER),  # the mark itself is above
-        (2000, False, SpaceState.HIGH_WATER),  # past the quota, alarm not (yet) raised
+        (999, False, SpaceState.HIGH_WATER),
+        (1000, False, SpaceState.FULL),  # at the quota, alarm not (yet) raised: full by default
         (0, True, SpaceState.NOSPACE),  # defragmented but not disarmed: etcd still refuses
         (900, True, SpaceState.NOSPACE),
     ],
@@ -66,9 +83,28 @@ def test_space_state(size: int, alarm: bool, state: SpaceState) -> None:
     assert got is state
 
 
+@pytest.mark.parametrize(
+    ("size", "alarm", "state"),
+    [
+        (799, False, SpaceState.CLEAR),
+        (800, False, SpaceState.HIGH_WATER),
+        (899, False, SpaceState.HIGH_WATER),
+        (900, False, SpaceState.FULL),  # the full mark itself is full
+        (2000, False, SpaceState.FULL),
+        (950, True, SpaceState.NOSPACE),  # the alarm wins
+    ],
+)
+def test_space_state_with_a_full_mark(size: int, alarm: bool, state: SpaceState) -> None:
+    got = space_state(db_size=size, quota_bytes=1000, high_water=0.8, full=0.9, nospace_alarm=alarm)
+    assert got is state
+
+
 def test_refusals_name_the_guard_the_cause_and_when_to_retry() -> None:
     high = refusal_message(HIGH, retry_after=5.0)
-    full = refusal_message(NOSPACE, retry_after=2.5)
-    assert high.startswith("space guard:") and "high-water" in high and "retry after 5 s" in high
-    assert full.startswith("space guard:") and "NOSPACE" in full and "retry after 2.5 s" in full
-    assert "defragment" in full
+    full = refusal_message(FULL, retry_after=5.0)
+    nospace = refusal_message(NOSPACE, retry_after=2.5)
+    assert high.startswith("space guard:") and "high-water share" in high
+    assert "retry after 5 s" in high and "without a budget" in high
+    assert full.startswith("space guard:") and "full mark" in full and "retry after 5 s" in full
+    assert nospace.startswith("space guard:") and "NOSPACE" in nospace
+    assert "retry after 2.5 s" in nospace and "defragment" in nospace

@@ -10,6 +10,7 @@ from coordinator.domain.write_budget import (
     BudgetPolicy,
     Refused,
     Spent,
+    high_water_shares,
     policy_for,
     refusal_message,
     spend,
@@ -68,3 +69,16 @@ def test_refusals_name_the_budget_and_when_to_retry() -> None:
     assert later.startswith("write budget of 'w-1' (100 bytes/s over 10 s, write_budget_worker)")
     assert later.endswith("is spent: this call writes 300 bytes; retry after 1.5 s")
     assert "more than a whole window allows" in never and "raise write_budget_worker" in never
+
+
+def test_high_water_shares_scale_the_rate_and_keep_the_window() -> None:
+    policies = {
+        Role.WORKER: BudgetPolicy(rate=256.0, window=60.0),
+        Role.PM: BudgetPolicy(rate=1024.0, window=10.0),
+        Role.ADMIN: BudgetPolicy(rate=0.0, window=60.0),  # no budget: no share
+    }
+    assert high_water_shares(policies, 1 / 16) == {
+        Role.WORKER: BudgetPolicy(rate=16.0, window=60.0),
+        Role.PM: BudgetPolicy(rate=64.0, window=10.0),
+    }
+    assert high_water_shares(policies, 0.0) == {}  # a share of 0 is none, not "unbounded"

@@ -44,6 +44,17 @@ _MEASURED: dict[str, tuple[str, Callable[[Any], int]]] = {
 }
 _RENEW = "/coordinator.v1.WorkerService/Renew"
 _RENEW_MANY = "/coordinator.v1.WorkerService/RenewMany"
+GROWTH_METHODS = frozenset({*_MEASURED, _RENEW, _RENEW_MANY})
+"""The methods whose requests can add data to etcd (the bytes ``growth_bytes`` measures)."""
+
+
+def growth_bytes(method: str, request: Any) -> int:
+    """The bytes a call of ``method`` (one of GROWTH_METHODS) asks to add: its input or staged
+    result, or the checkpoints its renewals carry."""
+    if method in _MEASURED:
+        return _MEASURED[method][1](request)
+    items = [request] if method == _RENEW else request.renewals
+    return sum(len(r.checkpoint) for r in items if r.HasField("checkpoint"))
 
 
 class BudgetExceeded(ResourceExhausted):
@@ -77,18 +88,33 @@ class WriteBudgets:
         policy = policy_for(identity.roles, self._policies)
         if policy.unbounded or nbytes <= 0:
             return
-        principal = identity.principal
-        with self._lock:
-            outcome = spend(self._buckets.get(principal), policy, nbytes, self._clock())
-            if not isinstance(outcome, Refused):
-                self._buckets[principal] = outcome.bucket
-                self._buckets.move_to_end(principal)
-                while len(self._buckets) > PRINCIPALS:
-                    self._buckets.popitem(last=False)
-                return
+        outcome = self._spend(identity.principal, policy, nbytes)
+        if outcome is None:
+            return
         self._metrics.write_budget_refusals.labels(what).inc()
         setting = self._setting_of(identity, policy)
-        raise BudgetExceeded(refusal_message(principal, setting, policy, nbytes, outcome))
+        raise BudgetExceeded(refusal_message(identity.principal, setting, policy, nbytes, outcome))
+
+    def fits(self, identity: Identity, nbytes: int) -> bool:
+        """Take ``nbytes`` from a caller's bounded budget if they fit (True); a caller without
+        a budget, or past it, gets False and nothing is taken (nor counted: the caller decides
+        what a miss means)."""
+        policy = policy_for(identity.roles, self._policies)
+        if policy.unbounded:
+            return False
+        return nbytes <= 0 or self._spend(identity.principal, policy, nbytes) is None
+
+    def _spend(self, principal: str, policy: BudgetPolicy, nbytes: int) -> Refused | None:
+        """Take ``nbytes`` from ``principal``'s bucket; the refusal if they do not fit."""
+        with self._lock:
+            outcome = spend(self._buckets.get(principal), policy, nbytes, self._clock())
+            if isinstance(outcome, Refused):
+                return outcome
+            self._buckets[principal] = outcome.bucket
+            self._buckets.move_to_end(principal)
+            while len(self._buckets) > PRINCIPALS:
+                self._buckets.popitem(last=False)
+            return None
 
     def _setting_of(self, identity: Identity, policy: BudgetPolicy) -> str:
         role = next(r for r in sorted(identity.roles) if self._policies.get(r) == policy)

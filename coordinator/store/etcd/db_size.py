@@ -10,7 +10,8 @@ etcd needs a defrag (``etcdctl defrag``), not a shorter retention.
 
 Each reading (with etcd's alarm list) also sets the state of the connection's space guard
 (store/etcd/space_guard.py): above ``high_water`` of the quota writes that only add data are
-refused, at an active NOSPACE alarm every put is.
+refused beyond each caller's high-water share, above ``full`` all of them, at an active NOSPACE
+alarm every put is.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class DbSizeWatch:
         quota_bytes: int,
         warn_ratio: float,
         high_water: float = 0.8,
+        full: float = 1.0,
         interval: float = DEFAULT_INTERVAL,
         metrics: Metrics = METRICS,
     ) -> None:
@@ -53,6 +55,7 @@ class DbSizeWatch:
         self._quota = quota_bytes
         self._warn_ratio = warn_ratio
         self._high_water = high_water
+        self._full = full
         self._alarm_refused = False
         self._interval = interval
         self._stop = threading.Event()
@@ -80,6 +83,7 @@ class DbSizeWatch:
                 db_size=size,
                 quota_bytes=self._quota,
                 high_water=self._high_water,
+                full=self._full,
                 nospace_alarm=alarm,
             )
         )

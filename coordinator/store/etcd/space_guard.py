@@ -5,11 +5,18 @@ txn request. The state comes from the db-size watch (store/etcd/db_size.py: etcd
 alarm list, every few seconds) and, sooner, from etcd itself: a NOSPACE refusal of any request
 trips the guard at once, so the nested puts etcd would still accept stop with the first plain
 write etcd refuses, not at the next reading.
+
+Above the high-water mark a growth write goes only inside ``within_share()``: the door
+(coordinator/server/interceptors/high_water.py) opens it around a call its caller's high-water
+share admits, and the store's writes made in that call's thread see it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import structlog
@@ -30,8 +37,25 @@ DEFAULT_RETRY_AFTER = 5.0
 """Seconds a refused caller is told to wait: the db-size watch's default interval, the soonest
 the state can change."""
 
-_GAUGE = {SpaceState.CLEAR: 0, SpaceState.HIGH_WATER: 1, SpaceState.NOSPACE: 2}
-_LABEL = {SpaceVerdict.REFUSE_HIGH_WATER: "high_water", SpaceVerdict.REFUSE_NOSPACE: "nospace"}
+# Above the full mark growth is refused as above high water (1), shares included.
+_GAUGE = {SpaceState.CLEAR: 0, SpaceState.HIGH_WATER: 1, SpaceState.FULL: 1, SpaceState.NOSPACE: 2}
+_LABEL = {
+    SpaceVerdict.REFUSE_HIGH_WATER: "high_water",
+    SpaceVerdict.REFUSE_FULL: "full",
+    SpaceVerdict.REFUSE_NOSPACE: "nospace",
+}
+_WITHIN_SHARE: ContextVar[bool] = ContextVar("within_share", default=False)
+
+
+@contextlib.contextmanager
+def within_share() -> Iterator[None]:
+    """The growth writes made in this block (this thread or task) are within their caller's
+    high-water share: above the high-water mark, not above the full mark, they go."""
+    token = _WITHIN_SHARE.set(True)
+    try:
+        yield
+    finally:
+        _WITHIN_SHARE.reset(token)
 
 
 class SpaceGuard:
@@ -60,8 +84,9 @@ class SpaceGuard:
                 "space guard state changed",
                 before=before.value,
                 after=state.value,
-                hint="above high water only claims, renewals, commits, releases and prunes "
-                "write; at NOSPACE compact, defragment and disarm etcd (docs/retention.md)",
+                hint="above high water only claims, renewals, commits, releases, prunes and "
+                "growth within each caller's high-water share write; above the full mark no "
+                "growth; at NOSPACE compact, defragment and disarm etcd (docs/retention.md)",
             )
 
     def admit_txn(self, request: Any) -> None:
@@ -77,7 +102,7 @@ class SpaceGuard:
         state = self._state
         if state is SpaceState.CLEAR:
             return
-        verdict = decide_write(kind, state, puts=puts)
+        verdict = decide_write(kind, state, puts=puts, within_share=_WITHIN_SHARE.get())
         if verdict is not SpaceVerdict.ALLOW:
             raise self._refusal(verdict)
 

@@ -1,0 +1,64 @@
+"""High-water shares at the door: above etcd's high-water mark, a growth call still goes when
+its caller's share admits it.
+
+Above the mark the space guard (domain/space.py) refuses writes that only add data. Refusing
+them to everyone stops a pool that creates small tasks because one token churned etcd full, so
+each principal keeps a share of its write budget (``share`` of its rate over the same window,
+``write_budget_high_water_share``): a call whose bytes fit its caller's share runs inside
+``within_share()`` and its growth writes go; one that does not runs as before and the store
+refuses it typed (a renewal's checkpoint is not kept, the renewal is). A principal that filled
+etcd spent its share long ago; one that writes little has all of it. Above the full mark
+(``etcd_quota_full``) shares count for nothing. Below the mark nothing is charged or wrapped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from coordinator.domain.space import SpaceState
+from coordinator.server.identity import identity_of
+from coordinator.server.interceptors.handlers import Handler, unary_handler
+from coordinator.server.interceptors.write_budgets import (
+    GROWTH_METHODS,
+    WriteBudgets,
+    growth_bytes,
+)
+from coordinator.store.etcd.space_guard import SpaceGuard, within_share
+
+
+class HighWaterShareInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Opens ``within_share()`` around the growth calls their callers' shares admit (see the
+    module docstring); placed before idempotency, so a keyed create's key goes with it."""
+
+    def __init__(self, guard: SpaceGuard, shares: WriteBudgets) -> None:
+        self._guard = guard
+        self._shares = shares
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        """Wrap the growth methods while etcd is above the high-water mark; else pass."""
+        handler = continuation(details)
+        method = details.method
+        if (
+            self._guard.state is not SpaceState.HIGH_WATER
+            or method not in GROWTH_METHODS
+            or handler is None
+            or handler.unary_unary is None
+        ):
+            return handler
+        run = handler.unary_unary
+        shares = self._shares
+
+        def shared(request: Any, context: grpc.ServicerContext) -> Any:
+            if not shares.fits(identity_of(context), growth_bytes(method, request)):
+                return run(request, context)  # the store refuses its growth, typed
+            with within_share():
+                return run(request, context)
+
+        return unary_handler(handler, shared)
