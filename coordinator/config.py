@@ -18,6 +18,7 @@ from types import MappingProxyType
 from coordinator.config_values import (
     build_retry_defaults,
     check_address,
+    check_space,
     error_codes,
     parse_retention,
     require_positive,
@@ -172,6 +173,9 @@ class Config:
     etcd_quota_full: float = 0.9
     """Above this share of the quota (at least etcd_quota_high_water) no write that only adds
     data goes, shares included: the room left is the pool's to drain."""
+    etcd_compact_keep: float = 300.0
+    """Above etcd_quota_high_water the coordinator compacts etcd's history older than this
+    many seconds (0: never; etcd's own compaction still runs)."""
     etcd_space_interval: float = 5.0
     """Seconds between two readings of etcd's db size and alarms (the space guard's state)."""
     write_budget_worker: float = 256 * 1024
@@ -308,21 +312,7 @@ class Config:
         require_positive("prune_interval", self.prune_interval)
         require_positive("prune_rate", self.prune_rate)
         require_positive("etcd_quota_bytes", self.etcd_quota_bytes)
-        for name in ("etcd_quota_warn_ratio", "etcd_quota_high_water", "etcd_quota_full"):
-            ratio = getattr(self, name)
-            if not 0 < ratio <= 1:
-                raise ConfigError(f"{name} must be in (0, 1], got {ratio}")
-        if self.etcd_quota_full < self.etcd_quota_high_water:
-            raise ConfigError(
-                f"etcd_quota_full ({self.etcd_quota_full}) must be at least "
-                f"etcd_quota_high_water ({self.etcd_quota_high_water})"
-            )
-        if not 0 <= self.write_budget_high_water_share <= 1:
-            raise ConfigError(
-                "write_budget_high_water_share must be in [0, 1], got "
-                f"{self.write_budget_high_water_share}"
-            )
-        require_positive("etcd_space_interval", self.etcd_space_interval)
+        check_space(self)
         for role in Role:
             rate = getattr(self, f"write_budget_{role.value}")
             if rate < 0:

@@ -131,3 +131,22 @@ def require_positive(setting: str, value: float) -> None:
     """ConfigError naming ``setting`` unless ``value`` is > 0."""
     if value <= 0:
         raise ConfigError(f"{setting} must be > 0, got {value}")
+
+
+def check_space(config: Any) -> None:
+    """ConfigError naming the first bad space-guard setting of ``config`` (a Config)."""
+    for name in ("etcd_quota_warn_ratio", "etcd_quota_high_water", "etcd_quota_full"):
+        ratio = getattr(config, name)
+        if not 0 < ratio <= 1:
+            raise ConfigError(f"{name} must be in (0, 1], got {ratio}")
+    if config.etcd_quota_full < config.etcd_quota_high_water:
+        raise ConfigError(
+            f"etcd_quota_full ({config.etcd_quota_full}) must be at least "
+            f"etcd_quota_high_water ({config.etcd_quota_high_water})"
+        )
+    share = config.write_budget_high_water_share
+    if not 0 <= share <= 1:
+        raise ConfigError(f"write_budget_high_water_share must be in [0, 1], got {share}")
+    if config.etcd_compact_keep < 0:
+        raise ConfigError(f"etcd_compact_keep must be >= 0, got {config.etcd_compact_keep}")
+    require_positive("etcd_space_interval", config.etcd_space_interval)

@@ -259,6 +259,11 @@ class MetricFamilies:
             "etcd database size over etcd_quota_bytes; at 1.0 etcd refuses every write (NOSPACE).",
             registry=registry,
         )
+        self.etcd_compactions = Counter(
+            "coordinator_etcd_compactions_total",
+            "Compactions of etcd's history this replica made above the high-water mark.",
+            registry=registry,
+        )
         self.space_state = Gauge(
             "coordinator_space_guard_state",
             "The space guard's state: 0 clear, 1 above the high-water mark (writes that only "

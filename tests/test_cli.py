@@ -460,10 +460,12 @@ def test_serve_refuses_a_taken_port(etcd: EtcdProcess, prefix: str, tmp_path: Pa
 
 
 def _health(address: str, service: str) -> int:
+    # The first check waits for the process to start listening: seconds of imports on a busy
+    # machine (5 s were not always enough at a load of 15 on 2 cores).
     with grpc.insecure_channel(address, options=GRPC_OPTIONS) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         request = health_pb2.HealthCheckRequest(service=service)
-        return int(stub.Check(request, timeout=5, wait_for_ready=True).status)
+        return int(stub.Check(request, timeout=30, wait_for_ready=True).status)
 
 
 def test_serve_waits_for_etcd_not_ready_then_serves_once_it_answers(

@@ -280,6 +280,12 @@ _SPACE_OPTIONS: list[Callable[[F], F]] = [
         "--etcd-quota-high-water (0: none).",
     ),
     seconds_option(
+        "etcd-compact-keep",
+        DEFAULTS.etcd_compact_keep,
+        "Above --etcd-quota-high-water compact etcd's history older than this (0: never).",
+        zero=True,
+    ),
+    seconds_option(
         "etcd-space-interval",
         DEFAULTS.etcd_space_interval,
         "Seconds between readings of etcd's db size and alarms (the space guard).",

@@ -24,6 +24,7 @@ sent:
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 
 class SpaceState(enum.Enum):
@@ -107,3 +108,15 @@ def refusal_message(verdict: SpaceVerdict, *, retry_after: float) -> str:
         "drain the pool; "
         f"retry after {retry_after:g} s"
     )
+
+
+def compaction_target(
+    samples: Sequence[tuple[float, int]], *, now: float, keep: float, compacted: int
+) -> int | None:
+    """The revision to compact etcd's history to, from ``(time, revision)`` readings (oldest
+    first): the newest one at least ``keep`` seconds old, if it is past ``compacted`` (what
+    was compacted already); None for nothing to do."""
+    old = [revision for at, revision in samples if now - at >= keep]
+    if not old or old[-1] <= compacted:
+        return None
+    return old[-1]

@@ -68,6 +68,7 @@ from coordinator.server.tls import ServerTLS
 from coordinator.store import EtcdKV, Keyspace, Store
 from coordinator.store.control.versions import VersionStore
 from coordinator.store.etcd.db_size import DbSizeWatch
+from coordinator.store.etcd.history_trim import HistoryTrim
 from coordinator.store.etcd.space_guard import SpaceGuard
 from coordinator.v1 import (
     admin_pb2,
@@ -363,6 +364,7 @@ def _store_for(
         high_water=config.etcd_quota_high_water,
         full=config.etcd_quota_full,
         interval=config.etcd_space_interval,
+        trim=HistoryTrim(kv, keep=config.etcd_compact_keep, metrics=store.ctx.metrics),
         metrics=store.ctx.metrics,
     )
     db_size.start()

@@ -10,6 +10,7 @@ from coordinator.domain.space import (
     SpaceState,
     SpaceVerdict,
     WriteKind,
+    compaction_target,
     decide_write,
     refusal_message,
     space_state,
@@ -108,3 +109,18 @@ def test_refusals_name_the_guard_the_cause_and_when_to_retry() -> None:
     assert full.startswith("space guard:") and "full mark" in full and "retry after 5 s" in full
     assert nospace.startswith("space guard:") and "NOSPACE" in nospace
     assert "retry after 2.5 s" in nospace and "defragment" in nospace
+
+
+@pytest.mark.parametrize(
+    ("now", "compacted", "target"),
+    [
+        (5.0, 0, None),  # nothing 10 s old yet
+        (10.0, 0, 100),  # the first reading is exactly 10 s old
+        (25.0, 0, 300),  # the newest reading at least 10 s old (t=15), not the oldest
+        (25.0, 300, None),  # already compacted there
+        (100.0, 0, 400),
+    ],
+)
+def test_compaction_target(now: float, compacted: int, target: int | None) -> None:
+    samples = [(0.0, 100), (5.0, 200), (15.0, 300), (20.0, 400)]
+    assert compaction_target(samples, now=now, keep=10.0, compacted=compacted) == target

@@ -463,7 +463,7 @@ def test_the_space_guard_reads_the_quota_etcd_really_has() -> None:
     external = _config(render(None, "config.etcdQuotaBytes=4294967296"))
     assert external["etcd_quota_bytes"] == 4 << 30
     assert (external["etcd_quota_high_water"], external["etcd_space_interval"]) == (0.8, 5.0)
-    assert external["etcd_quota_full"] == 0.9
+    assert (external["etcd_quota_full"], external["etcd_compact_keep"]) == (0.9, 300.0)
     budgets = {k: v for k, v in external.items() if k.startswith("write_budget_")}
     assert budgets == {
         "write_budget_worker": float(256 << 10),

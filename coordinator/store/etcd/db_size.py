@@ -11,7 +11,8 @@ etcd needs a defrag (``etcdctl defrag``), not a shorter retention.
 Each reading (with etcd's alarm list) also sets the state of the connection's space guard
 (store/etcd/space_guard.py): above ``high_water`` of the quota writes that only add data are
 refused beyond each caller's high-water share, above ``full`` all of them, at an active NOSPACE
-alarm every put is.
+alarm every put is; and, above the mark, ``trim`` (store/etcd/history_trim.py) compacts etcd's
+history so the db stops growing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import structlog
 from coordinator.domain.space import SpaceState, space_state
 from coordinator.errors import StoreRefused
 from coordinator.metrics import METRICS, Metrics
+from coordinator.store.etcd.history_trim import HistoryTrim
 from coordinator.store.etcd.kv import EtcdKV
 
 log = structlog.get_logger(__name__)
@@ -48,6 +50,7 @@ class DbSizeWatch:
         high_water: float = 0.8,
         full: float = 1.0,
         interval: float = DEFAULT_INTERVAL,
+        trim: HistoryTrim | None = None,
         metrics: Metrics = METRICS,
     ) -> None:
         self._kv = kv
@@ -56,6 +59,7 @@ class DbSizeWatch:
         self._warn_ratio = warn_ratio
         self._high_water = high_water
         self._full = full
+        self._trim = trim
         self._alarm_refused = False
         self._interval = interval
         self._stop = threading.Event()
@@ -76,17 +80,18 @@ class DbSizeWatch:
     def check(self) -> float:
         """Read the size and alarms once, publish them, warn if needed; returns the quota
         ratio."""
-        size = self._kv.db_size()
+        size, revision = self._kv.db_status()
         alarm = self._nospace_alarm(size)
-        self._kv.space.observe(
-            space_state(
-                db_size=size,
-                quota_bytes=self._quota,
-                high_water=self._high_water,
-                full=self._full,
-                nospace_alarm=alarm,
-            )
+        state = space_state(
+            db_size=size,
+            quota_bytes=self._quota,
+            high_water=self._high_water,
+            full=self._full,
+            nospace_alarm=alarm,
         )
+        self._kv.space.observe(state)
+        if self._trim is not None:
+            self._trim.observe(revision, state)
         ratio = size / self._quota
         self._metrics.etcd_db_size.set(size)
         self._metrics.etcd_quota_ratio.set(ratio)

@@ -277,12 +277,32 @@ class EtcdKV:
     def db_size(self) -> int:
         """The database size (bytes) of the etcd member this client talks to (Status RPC:
         ``dbSize``, what ``--quota-backend-bytes`` is compared with)."""
+        return self.db_status()[0]
+
+    def db_status(self) -> tuple[int, int]:
+        """The member's database size (bytes) and the cluster's current revision (Status)."""
         request = etcdrpc.StatusRequest()
         response = self._call(
             "status",
             lambda: self._client.maintenancestub.Status(request, self._timeout, **self._auth()),
         )
-        return int(response.dbSize)
+        return int(response.dbSize), int(response.header.revision)
+
+    def compact(self, revision: int) -> bool:
+        """Compact etcd's history up to ``revision`` (old values of keys become free pages that
+        new writes reuse); False if etcd had already compacted past it. StoreRefused when etcd
+        will not let this user compact (an etcd with auth keeps it to root)."""
+        request = etcdrpc.CompactionRequest(revision=revision, physical=False)
+        try:
+            self._call(
+                "compact",
+                lambda: self._client.kvstub.Compact(request, self._timeout, **self._auth()),
+            )
+        except StoreRefused as exc:
+            if "compacted" in str(exc):
+                return False
+            raise
+        return True
 
     def nospace_alarm(self) -> bool:
         """Whether etcd's NOSPACE alarm is raised (on any member: etcd keeps one alarm list)."""
