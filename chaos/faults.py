@@ -171,10 +171,15 @@ class BumpEpoch(Fault):
 
 class _RacingCommit(Fault):
     """An operator call on a few held tasks while their holders are about to commit (within a
-    TTL), each recorded in the operator's history so the checker orders it with the commits."""
+    TTL), each recorded in the operator's history so the checker orders it with the commits.
+
+    w0 holds its first claim (``--hold-first``) until the heal, so at least one holder's commit
+    surely comes after the call (on a busy machine the others' 30 ms of work often ends before
+    an operator's listing does); the rest race as they come."""
 
     WANTED = 3
     op: OpKind
+    worker_flags = ("--hold-first",)
 
     def __init__(self) -> None:
         self.done: list[str] = []
@@ -184,6 +189,7 @@ class _RacingCommit(Fault):
         raise NotImplementedError
 
     def inject(self, h: Harness) -> None:
+        wait_until(lambda: _claimed(h.root / "w0.jsonl"), 30, "w0 to hold a claim")
         deadline = time.monotonic() + TTL
         rec = h.recorder(f"operator-{self.name}")
         with h.client("operator") as operator:
@@ -205,6 +211,10 @@ class _RacingCommit(Fault):
                     rec.complete(op, End.OK, Observed.OK, revision=got.revision)
                     self.done.append(task.task_id)
                 time.sleep(0.01)
+
+    def heal(self, h: Harness) -> None:
+        h.workers["w0"].send_signal(signal.SIGUSR1)  # now commit the held claim
+        wait_until(lambda: _committed(h.root / "w0.jsonl"), 30, "w0's late commit")
 
 
 class CancelRacingCommit(_RacingCommit):

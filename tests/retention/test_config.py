@@ -113,9 +113,9 @@ def test_the_db_size_watch_publishes_the_ratio_and_warns_past_it(
     assert low < 0.8 and high >= 1.0
     warnings = [e for e in logs if e["log_level"] == "warning" and "quota_bytes" in e]
     assert len(warnings) == 1 and warnings[0]["quota_bytes"] == size
-    # Past the high-water mark too: the space guard says so once, on the change.
+    # At the quota itself (past the default full mark, 1.0): the guard says so once.
     changes = [e for e in logs if e["event"] == "space guard state changed"]
-    assert [(e["before"], e["after"]) for e in changes] == [("clear", "high_water")]
+    assert [(e["before"], e["after"]) for e in changes] == [("clear", "full")]
     # The loud watch checked last; etcd (shared by the session) may have grown since ``size``.
     ratio: Any = registry.get_sample_value("coordinator_etcd_quota_ratio")
     assert ratio >= 1.0

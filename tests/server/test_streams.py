@@ -125,12 +125,14 @@ class Probe:
         for step in itertools.count():
             if self._stop.is_set():
                 return
+            # A starved pool blocks a call for good; 5 s only keeps a busy CI machine's slow
+            # answer (1 s failed once at a load of 15 on 2 cores) from reading as starvation.
             try:
-                health = self._health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                health = self._health.Check(health_pb2.HealthCheckRequest(), timeout=5)
                 renew = self._worker.Renew(
                     worker_pb2.RenewRequest(fence=self._fence, progress=str(step)),
                     metadata=WORKER,
-                    timeout=1,
+                    timeout=5,
                 )
             except grpc.RpcError as exc:
                 self.failures.append(f"{exc.code().name}: {exc.details()}")
