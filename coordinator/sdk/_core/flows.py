@@ -11,7 +11,8 @@ sdk/_core/effects.py shares the effect protocol.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -53,9 +54,18 @@ class Flow(Generic[StepT, ResultT]):
         """The reply to ``step``."""
         self.step = self._advance(reply)
 
-    def _advance(self, reply: Any) -> StepT | None:
+    @contextmanager
+    def catching(self, *errors: type[BaseException]) -> Iterator[None]:
+        """Performing ``step``: one of ``errors`` it raises is thrown into the flow, which
+        decides on it (or lets it out of here)."""
         try:
-            return self._steps.send(reply)
+            yield
+        except errors as exc:
+            self.step = self._advance(exc, throw=True)
+
+    def _advance(self, reply: Any, *, throw: bool = False) -> StepT | None:
+        try:
+            return self._steps.throw(reply) if throw else self._steps.send(reply)
         except StopIteration as done:
             self._result = done.value
             return None

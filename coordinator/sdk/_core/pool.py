@@ -191,6 +191,10 @@ def cut_off_reason(grace: timedelta) -> str:
     return f"the shutdown grace of {grace.total_seconds():g}s ran out"
 
 
+CLAIMED_STOPPING = "claimed as the pool stopped"
+"""What a claim won as the pool stopped says when it is given back, never run."""
+
+
 class Polling:
     """One claim loop's wait after empty polls (``PollBackoff``) and which of them to log."""
 
@@ -212,6 +216,14 @@ class Polling:
         wait = max(self._delay - waited, 0.0)
         self._delay = self._backoff.after(self._delay)
         return log_it, wait
+
+    def nothing(self, queue: str, why: str, waited: float) -> float:
+        """``empty``, logging ``why`` of ``queue`` once per change: the wait before the next
+        poll."""
+        log_it, wait = self.empty(why, waited)
+        if log_it:
+            log.info("nothing claimed", queue=queue, why=why)
+        return wait
 
 
 def given_back(lost: bool) -> Ending:
