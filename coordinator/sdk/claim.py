@@ -306,16 +306,10 @@ class Claim(HeldClaim):
         tb: TracebackType | None,
     ) -> None:
         try:
-            why = self._leaving(exc)
-            if why is not None:
+            leave = self._leaving(exc)
+            if leave is not None:
                 try:
-                    # An error of the work is a retryable failure (the retry policy counts
-                    # it); leaving otherwise, or by KeyboardInterrupt / SystemExit (the worker
-                    # stopping, not the task failing), gives the task back.
-                    if isinstance(exc, Exception):
-                        self.fail(exc, retryable=True)
-                    else:
-                        self.release(why)
+                    leave(self)
                 except CoordinatorError as error:
                     self._release_failed(error)
         finally:

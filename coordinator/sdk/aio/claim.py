@@ -260,17 +260,10 @@ class AsyncClaim(HeldClaim):
         tb: TracebackType | None,
     ) -> None:
         try:
-            why = self._leaving(exc)
-            if why is not None:
+            leave = self._leaving(exc)
+            if leave is not None:
                 try:
-                    # As ``Claim.__exit__``: an error of the work is a retryable failure (the
-                    # retry policy counts it); leaving otherwise, or by KeyboardInterrupt /
-                    # SystemExit / CancelledError (the worker stopping, not the task failing),
-                    # gives the task back.
-                    if isinstance(exc, Exception):
-                        await self.fail(exc, retryable=True)
-                    else:
-                        await self.release(why)
+                    await leave(self)
                 except CoordinatorError as error:
                     self._release_failed(error)
         finally:
