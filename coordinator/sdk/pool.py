@@ -69,6 +69,8 @@ from coordinator.sdk._core.pool import (
     PoolSettings,
     check_claim_batch,
     cut_off_reason,
+    poll_answer,
+    poll_call,
 )
 from coordinator.sdk._core.settling import ClaimCall, NextTask, cut_off_claim, settle
 from coordinator.sdk._core.slots import HandOver, Routes, Slots
@@ -220,21 +222,15 @@ class WorkerPool:
                 self._start(running)
 
     def _claim(self, queue: str, slots: int, routes: Routes[_Running, Claim]) -> list[Claim] | str:
-        """One ClaimNext for ``slots`` tasks: the Claims, or why nothing was claimed. Raises
-        the errors no retry cures (CoordinatorError other than TransportError)."""
-        ttl, wait = self._settings.ttl, self._settings.long_poll
+        """One ClaimNext for ``slots`` tasks (``poll_call``): the Claims, or why nothing was
+        claimed. Raises the errors no retry cures (CoordinatorError other than
+        TransportError)."""
+        call = poll_call(queue, slots, self._settings, routes.lost, abort=self._polls)
         try:
-            if slots == 1:
-                got = self._client.claim_next(
-                    queue, ttl=ttl, on_lost=routes.lost, wait=wait, abort=self._polls
-                )
-                return [got] if isinstance(got, Claim) else got.outcome.name
-            many = self._client.claim_many(
-                queue, ttl=ttl, max_tasks=slots, on_lost=routes.lost, wait=wait, abort=self._polls
-            )
+            answer = call(self._client)
         except TransportError as exc:
-            return f"unreachable: {exc}"
-        return many if isinstance(many, list) else many.outcome.name
+            answer = exc
+        return poll_answer(answer)
 
     def _take_slots(self) -> int:
         """Wait for a free slot and take it, with up to ``claim_batch`` - 1 more that are free

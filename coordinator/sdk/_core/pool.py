@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import structlog
 
 from coordinator.domain import validation
 from coordinator.errors import CoordinatorError, InvalidArgument
 from coordinator.sdk._duration import Duration, DurationField, as_timedelta
+from coordinator.sdk.types import ClaimRefused, LostReason, TransportError
 
 log = structlog.get_logger("coordinator.sdk.pool")
 
@@ -256,3 +258,32 @@ def unsettled(committed: bool) -> Ending:
     """A claim the coordinator could not be told about: COMMITTED if its commit is known to
     have landed, else UNSETTLED (its lease expires)."""
     return Ending.COMMITTED if committed else Ending.UNSETTLED
+
+
+def poll_call(
+    queue: str,
+    slots: int,
+    settings: PoolSettings,
+    on_lost: Callable[[LostReason], None],
+    **extra: Any,
+) -> Callable[[Any], Any]:
+    """The one ClaimNext a claim loop of ``queue`` sends for ``slots`` free slots, as a call on
+    the client (a WorkerClient's answer, an AsyncWorkerClient's coroutine): ``claim_next`` for
+    one slot, ``claim_many`` for more; a long poll of ``settings.long_poll``; ``extra`` goes
+    along (the thread pool's ``abort``)."""
+    ttl, wait = settings.ttl, settings.long_poll
+    if slots == 1:
+        return lambda client: client.claim_next(queue, ttl=ttl, on_lost=on_lost, wait=wait, **extra)
+    return lambda client: client.claim_many(
+        queue, ttl=ttl, max_tasks=slots, on_lost=on_lost, wait=wait, **extra
+    )
+
+
+def poll_answer(answer: object) -> list[Any] | str:
+    """What a poll's ``answer`` won: the claims (one claim_next's, or claim_many's list), or
+    why none (its refusal's outcome, or ``unreachable``: a transport error's)."""
+    if isinstance(answer, ClaimRefused):
+        return answer.outcome.name
+    if isinstance(answer, TransportError):
+        return f"unreachable: {answer}"
+    return answer if isinstance(answer, list) else [answer]

@@ -55,6 +55,8 @@ from coordinator.sdk._core.pool import (
     PoolSettings,
     check_claim_batch,
     cut_off_reason,
+    poll_answer,
+    poll_call,
 )
 from coordinator.sdk._core.settling import ClaimCall, NextTask, cut_off_claim, settle
 from coordinator.sdk._core.slots import HandOver, Routes, Slots
@@ -201,19 +203,14 @@ class AsyncWorkerPool:
     async def _claim(
         self, queue: str, slots: int, routes: Routes[_Running, AsyncClaim]
     ) -> list[AsyncClaim] | str:
-        """One ClaimNext for ``slots`` tasks: the AsyncClaims, or why nothing was claimed.
-        Raises the errors no retry cures (CoordinatorError other than TransportError)."""
-        ttl, wait = self._settings.ttl, self._settings.long_poll
+        """One ClaimNext for ``slots`` tasks (``poll_call``): the AsyncClaims, or why nothing was
+        claimed. Raises the errors no retry cures (CoordinatorError other than
+        TransportError)."""
         try:
-            if slots == 1:
-                got = await self._client.claim_next(queue, ttl=ttl, on_lost=routes.lost, wait=wait)
-                return [got] if isinstance(got, AsyncClaim) else got.outcome.name
-            many = await self._client.claim_many(
-                queue, ttl=ttl, max_tasks=slots, on_lost=routes.lost, wait=wait
-            )
+            answer = await poll_call(queue, slots, self._settings, routes.lost)(self._client)
         except TransportError as exc:
-            return f"unreachable: {exc}"
-        return many if isinstance(many, list) else many.outcome.name
+            answer = exc
+        return poll_answer(answer)
 
     async def _take_slots(self) -> int:
         """Wait for a free slot and take it, with up to ``claim_batch`` - 1 more that are free
