@@ -149,6 +149,11 @@ class RenewCall:
     request: worker_pb2.RenewManyRequest | worker_pb2.RenewRequest
     timeout: float
 
+    def method(self, worker: Any) -> Any:
+        """The method of the WorkerService stub ``worker`` (sync or asyncio) to call."""
+        batched = isinstance(self.request, worker_pb2.RenewManyRequest)
+        return worker.RenewMany if batched else worker.Renew
+
 
 def renew_batch(schedule: Schedule, batch: list[Due]) -> Generator[RenewCall, Any, list[Answer]]:
     """One answer per claim of ``batch``: one RenewMany while the coordinator has it; one that

@@ -3,6 +3,7 @@ asks for next given each answer, the decisions both shells used to write twice."
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -127,6 +128,10 @@ def test_a_claim_is_not_resent_when_the_epoch_did_not_move_or_it_was_not_the_rea
 # --- a keepalive batch ----------------------------------------------------------------------
 
 
+# Stands for a WorkerService stub: a RenewCall picks one of these names off it.
+_STUB = SimpleNamespace(RenewMany="RenewMany", Renew="Renew")
+
+
 def _batch(n: int) -> list[Due]:
     return [(object(), worker_pb2.RenewRequest(), float(i + 1)) for i in range(n)]  # type: ignore[misc]
 
@@ -137,6 +142,7 @@ def test_a_batch_goes_as_one_renew_many_and_gets_an_answer_per_claim() -> None:
     assert isinstance(flow.step, RenewCall)
     assert isinstance(flow.step.request, worker_pb2.RenewManyRequest)
     assert flow.step.timeout == 2.0
+    assert flow.step.method(_STUB) == "RenewMany"
     one = worker_pb2.RenewManyResult(renewal=worker_pb2.RenewResponse(ttl_seconds=9))
     flow.answer(worker_pb2.RenewManyResponse(results=[one, one]))
     assert flow.step is None
@@ -156,6 +162,7 @@ def test_an_older_coordinator_is_renewed_one_renew_per_claim_from_then_on() -> N
     flow.answer(NotSupported("no RenewMany"))
     assert schedule.batched is False
     assert flow.step == RenewCall(batch[0][1], 1.0)
+    assert flow.step.method(_STUB) == "Renew"
     first = worker_pb2.RenewResponse(ttl_seconds=9)
     flow.answer(first)
     assert flow.step == RenewCall(batch[1][1], 2.0)
