@@ -25,7 +25,7 @@ SDK = Path(__file__).resolve().parents[2] / "coordinator" / "sdk"
 
 CEILINGS = {
     "pool": 154,
-    "client": 169,
+    "client": 134,
     "claim": 172,
     "effects": 33,
     "_rpc": 81,

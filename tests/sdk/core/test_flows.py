@@ -3,11 +3,13 @@ asks for next given each answer, the decisions both shells used to write twice."
 
 from __future__ import annotations
 
+from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import AlreadyExists, CoordinatorError, StoreUnavailable
 from coordinator.sdk._core.flows import (
     CreateCall,
@@ -17,12 +19,16 @@ from coordinator.sdk._core.flows import (
     RenewCall,
     SendClaim,
     claim_following_epoch,
+    claim_next_point,
+    claim_point,
+    claiming,
     create_or_existing,
+    first_of,
     renew_batch,
 )
 from coordinator.sdk._core.schedule import Due, Schedule
 from coordinator.sdk.tasks import TaskInfo
-from coordinator.sdk.types import NotSupported
+from coordinator.sdk.types import ClaimRefused, NotSupported
 from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
 
 # --- create-or-find-existing ---------------------------------------------------------------
@@ -123,6 +129,43 @@ def test_a_claim_is_not_resent_when_the_epoch_did_not_move_or_it_was_not_the_rea
     won = Flow(claim_following_epoch(request))
     won.answer((CLAIMED, 1.0))
     assert won.step is None and won.result == (CLAIMED, 1.0)
+
+
+def test_a_client_with_no_pinned_epoch_reads_it_before_building_the_claim() -> None:
+    point = claim_point("t1", ttl=timedelta(seconds=9), expected_state_version=4)
+    unpinned = Flow(claiming(point, None))
+    assert unpinned.step == ReadEpoch()
+    unpinned.answer(3)
+    assert _next(unpinned) == SendClaim(
+        worker_pb2.ClaimRequest(
+            task_id="t1", scheduler_epoch=3, ttl_seconds=9, expected_state_version=4
+        )
+    )
+    pinned = Flow(claiming(point, 5))
+    assert isinstance(pinned.step, SendClaim) and pinned.step.request.scheduler_epoch == 5
+    assert point.method(SimpleNamespace(Claim="Claim")) == "Claim" and point.timeout is None
+
+
+def test_a_claim_next_is_a_long_poll_of_its_wait_with_a_deadline_one_try_longer() -> None:
+    point = claim_next_point(
+        "q", ttl=9, wait=timedelta(seconds=5), call_timeout=timedelta(seconds=10), max_tasks=3
+    )
+    flow = Flow(claiming(point, 2))
+    assert flow.step == SendClaim(
+        worker_pb2.ClaimNextRequest(
+            queue="q", scheduler_epoch=2, ttl_seconds=9, wait_seconds=5.0, max_tasks=3
+        )
+    )
+    assert point.timeout == 15.0
+    assert point.method(SimpleNamespace(ClaimNext="ClaimNext")) == "ClaimNext"
+    plain = claim_next_point("q", ttl=9, wait=None, call_timeout=timedelta(seconds=10))
+    assert plain.timeout is None
+
+
+def test_a_claim_for_one_task_is_its_one_claim_or_the_refusal() -> None:
+    refused = ClaimRefused(Outcome.NO_READY_TASK, FenceReason.NONE, "")
+    assert first_of(["c1"]) == "c1"
+    assert first_of(refused) is refused
 
 
 # --- a keepalive batch ----------------------------------------------------------------------
