@@ -1,6 +1,6 @@
 """What a worker pool is apart from how it runs handlers: its options and their bounds, how a
-claim of it ends, its report, a claim loop's backoff after empty polls, and which ending a
-settled claim counts as. Pure, no I/O.
+claim of it ends, its report, which ClaimNext a claim loop sends and what its answer won, the
+loop's backoff after empty polls, and which ending a settled claim counts as. Pure, no I/O.
 
 The thread pool (``WorkerPool``, sdk/pool.py) and the asyncio pool (``AsyncWorkerPool``,
 sdk/aio/pool.py) both use these, so they check the same options, end a claim the same ways and

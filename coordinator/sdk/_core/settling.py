@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
+import structlog
+
 from coordinator.errors import CoordinatorError
 from coordinator.sdk._core.held import HeldClaim, LostCallback
 from coordinator.sdk._core.pool import (
@@ -24,10 +26,11 @@ from coordinator.sdk._core.pool import (
     after_handler,
     cut_off,
     given_back,
-    log,
     released,
     unsettled,
 )
+
+log = structlog.get_logger("coordinator.sdk.pool")
 
 ClaimT = TypeVar("ClaimT", bound=HeldClaim)
 
