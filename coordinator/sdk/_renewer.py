@@ -26,7 +26,6 @@ from coordinator.errors import CoordinatorError
 from coordinator.sdk._core.flows import Flow, RenewCall, renew_batch
 from coordinator.sdk._core.schedule import Answer, Due, Renewable, Schedule, apply, crashed
 from coordinator.sdk._rpc import Rpc
-from coordinator.v1 import worker_pb2
 
 
 class Renewer:
@@ -96,8 +95,7 @@ class Renewer:
         return flow.result
 
     def _renew(self, step: RenewCall) -> Any:
-        batched = isinstance(step.request, worker_pb2.RenewManyRequest)
-        method: Any = self._rpc.worker.RenewMany if batched else self._rpc.worker.Renew
+        method = step.method(self._rpc.worker)
         try:
             return self._rpc.call(method, step.request, retry=False, timeout=step.timeout)
         except CoordinatorError as exc:

@@ -33,7 +33,6 @@ import grpc
 from tenacity import Retrying
 
 from coordinator.sdk._core.calls import Caller, CallPlan, CallRetry, Req, Resp, Tries
-from coordinator.sdk._status import is_transport
 from coordinator.sdk._target import Endpoints
 from coordinator.sdk.abort import Abort, CallAborted
 from coordinator.v1 import admin_pb2_grpc, tasks_pb2_grpc, worker_pb2_grpc
@@ -110,12 +109,7 @@ class Rpc(Caller):
         try:
             return _send(method, request, plan.per_try, plan.metadata, abort)
         except grpc.RpcError as exc:
-            # A replica that cannot be reached is left before anything else: also by a call
-            # that is not retried (a keepalive's renewal), so the next one goes elsewhere
-            # instead of to the same dead replica until its claims run out.
-            if is_transport(exc):
-                self.endpoints.failed(at)
-            plan.first_failed(exc)
+            plan.first_failed(exc, self.endpoints, at)
         try:
             answer: Resp = Retrying(**plan.controls())(
                 _retry_once, plan, self.endpoints, method, request, abort
@@ -163,7 +157,5 @@ def _retry_once(
     try:
         return _send(method, request, timeout, plan.metadata, abort)
     except grpc.RpcError as exc:
-        plan.failed(exc)
-        if is_transport(exc):
-            endpoints.failed(at)
+        plan.failed(exc, endpoints, at)
         raise

@@ -13,7 +13,8 @@ again or re-grants anything by itself: a lost claim stays lost.
 authority on the fence, and its answer carries the reason.
 
 What a claim is apart from its keepalive and channel (its state, the requests it sends, what each
-answer does to it) is in sdk/_core/held.py, shared with the asyncio ``AsyncClaim``.
+answer does to it) is in sdk/_core/held.py, and each acceptance point's request and answer in
+sdk/_core/points.py, shared with the asyncio ``AsyncClaim``.
 """
 
 from __future__ import annotations
@@ -27,16 +28,11 @@ from typing import Self
 from coordinator.errors import CoordinatorError
 from coordinator.sdk._core.attempt import WorkerMethod
 from coordinator.sdk._core.calls import Req, Resp
-from coordinator.sdk._core.held import HeldClaim, LostCallback
+from coordinator.sdk._core.held import LostCallback
+from coordinator.sdk._core.points import AcceptingClaim, AnswerT, Point
 from coordinator.sdk._core.requests import (
-    authorize_request,
     claim_key,
-    claim_next_request,
     claims_won,
-    commit_request,
-    fail_request,
-    release_request,
-    stage_request,
 )
 from coordinator.sdk._duration import Duration, timeout_seconds
 from coordinator.sdk._flag import Flag
@@ -58,7 +54,7 @@ from coordinator.v1 import worker_pb2
 __all__ = ["Claim", "LostCallback"]
 
 
-class Claim(HeldClaim):
+class Claim(AcceptingClaim):
     """One claimed task: the credential, the input, the lease clock and the keepalive.
 
     Use it as a context manager: entering starts the keepalive; leaving stops it and releases
@@ -105,6 +101,10 @@ class Claim(HeldClaim):
         the retry budget or the lease by the local clock runs out."""
         return self._rpc.call(method(self._rpc.worker), request, lease_left=self.remaining())
 
+    def _at(self, point: Point[AnswerT]) -> AnswerT:
+        """Send one acceptance point behind the fence (``call``) and apply its answer."""
+        return point.answer(self.call(point.method, point.request))
+
     def commit(
         self,
         result: bytes,
@@ -124,15 +124,7 @@ class Claim(HeldClaim):
         OutcomeUnknown means a try may have landed: call ``commit`` again with the same result
         to learn it (COMMITTED if it landed); TransportError means none reached the server.
         """
-        request = commit_request(
-            self.fence,
-            self.input_digest,
-            result,
-            result_ref=result_ref,
-            result_digest=result_digest,
-            evidence=evidence,
-        )
-        return self._committed(self.call(lambda worker: worker.Commit, request))
+        return self._at(self._commit_point(result, result_ref, result_digest, evidence))
 
     def commit_and_next(
         self,
@@ -155,33 +147,22 @@ class Claim(HeldClaim):
         landed gets that try's answer, next claims included, so a lost answer costs no
         attempt. Given up (TransportError), ``commit`` alone is tried; a next claim the lost
         answer carried is then held by nobody and expires with its lease."""
-        request = commit_request(
-            self.fence,
-            self.input_digest,
-            result,
-            result_ref=result_ref,
-            result_digest=result_digest,
-            evidence=evidence,
-        )
-        request.next.CopyFrom(
-            claim_next_request(
-                queue, ttl=ttl, epoch=self.fence.scheduler_epoch, max_tasks=max_tasks
-            )
+        point = self._commit_point(
+            result, result_ref, result_digest, evidence, next_of=(queue, ttl, max_tasks)
         )
         sent = self._clock()
         try:
             response = self._rpc.call(
                 self._rpc.worker.Commit,
-                request,
+                point.request,
                 idempotency_key=claim_key(),
                 lease_left=self.remaining(),
             )
         except TransportError:
-            return self.commit(
-                result, result_ref=result_ref, result_digest=result_digest, evidence=evidence
-            ), []
-        outcome = self._committed(response)
-        return outcome, claims_of(
+            # Commit alone: a next claim the lost answer carried expires with its lease.
+            alone = self._commit_point(result, result_ref, result_digest, evidence)
+            return self._at(alone), []
+        return point.answer(response), claims_of(
             self._rpc, response.next, sent_at=sent, on_lost=on_lost, renewer=self._renewer
         )
 
@@ -189,22 +170,17 @@ class Claim(HeldClaim):
         self, result: bytes, *, result_ref: str = "", result_digest: str | None = None
     ) -> StageOutcome:
         """Stage ``result`` in this attempt's own area (never canonical by itself)."""
-        request = stage_request(
-            self.fence, result, result_ref=result_ref, result_digest=result_digest
-        )
-        return self._staged(self.call(lambda worker: worker.StageResult, request))
+        return self._at(self._stage_point(result, result_ref, result_digest))
 
     def authorize_tool(self, tool: str, action: str = "") -> ToolAuthorization:
         """Ask the tool acceptance point before a side effect; falsy means do not run it."""
-        request = authorize_request(self.fence, tool, action)
-        return self._authorized(self.call(lambda worker: worker.AuthorizeTool, request))
+        return self._at(self._authorize_point(tool, action))
 
     def release(self, reason: str = "") -> ReleaseOutcome:
         """Give the task back (READY again). Ends the claim; FENCED / CANCELLED mark it lost,
         except FENCED / ALREADY_COMMITTED or RELEASED: this attempt's own commit or release had
         landed (``committed`` then says so), e.g. one whose answer was lost (OutcomeUnknown)."""
-        request = release_request(self.fence, reason)
-        return self._released(self.call(lambda worker: worker.Release, request))
+        return self._at(self._release_point(reason))
 
     def fail(
         self,
@@ -221,10 +197,7 @@ class Claim(HeldClaim):
         no attempts left). ``error`` is an exception (its type name is the error code, its text
         the message, its traceback the details) or an error code. Ends the claim; FENCED /
         CANCELLED / STALE_INPUT mark it lost (unless this attempt had already ended itself)."""
-        request = fail_request(
-            self.fence, error, retryable=retryable, delay=delay, message=message, details=details
-        )
-        return self._failed(self.call(lambda worker: worker.Fail, request))
+        return self._at(self._fail_point(error, retryable, delay, message, details))
 
     def effect(
         self,
@@ -306,16 +279,10 @@ class Claim(HeldClaim):
         tb: TracebackType | None,
     ) -> None:
         try:
-            why = self._leaving(exc)
-            if why is not None:
+            leave = self._leaving(exc)
+            if leave is not None:
                 try:
-                    # An error of the work is a retryable failure (the retry policy counts
-                    # it); leaving otherwise, or by KeyboardInterrupt / SystemExit (the worker
-                    # stopping, not the task failing), gives the task back.
-                    if isinstance(exc, Exception):
-                        self.fail(exc, retryable=True)
-                    else:
-                        self.release(why)
+                    leave(self)
                 except CoordinatorError as error:
                     self._release_failed(error)
         finally:

@@ -21,15 +21,20 @@ import grpc
 from coordinator.domain.effects import EffectState
 from coordinator.domain.jobs import JobRecord
 from coordinator.sdk._core.calls import CallRetry, Tries
-from coordinator.sdk._core.flows import Flow, ReadEpoch, claim_following_epoch
+from coordinator.sdk._core.flows import (
+    ClaimPoint,
+    Flow,
+    ReadEpoch,
+    claim_next_point,
+    claim_point,
+    claiming,
+    first_of,
+)
 from coordinator.sdk._core.requests import (
     CLAIM_HINT,
     AnyClaim,
     claim_key,
-    claim_next_request,
-    claim_request,
     lease_clock_start,
-    long_poll,
 )
 from coordinator.sdk._duration import Duration
 from coordinator.sdk._renewer import Renewer
@@ -120,11 +125,6 @@ class WorkerClient(ProducerCalls):
             self._epoch = response.epoch
         return response.epoch
 
-    def _pinned_epoch(self) -> int:
-        with self._epoch_lock:
-            pinned = self._epoch
-        return pinned if pinned is not None else self.epoch()
-
     # --- claims -----------------------------------------------------------------------------
 
     def claim(
@@ -142,15 +142,8 @@ class WorkerClient(ProducerCalls):
         state_version; ``on_lost`` is called once if the claim is lost later. Refused because the
         epoch moved on (FENCED/EPOCH_CHANGED), it re-pins the new epoch and claims once more.
         """
-        request = claim_request(
-            task_id,
-            ttl=ttl,
-            epoch=self._pinned_epoch(),
-            expected_state_version=expected_state_version,
-        )
-        return self._claimed(
-            self._rpc.worker.Claim, request, on_lost=on_lost, safety_margin=safety_margin
-        )
+        point = claim_point(task_id, ttl=ttl, expected_state_version=expected_state_version)
+        return first_of(self._claimed(point, on_lost, safety_margin))
 
     def claim_next(
         self,
@@ -169,16 +162,8 @@ class WorkerClient(ProducerCalls):
         the server waits that long for a task to become ready and answers with the first one
         it wins, so a worker loop needs no sleep between empty claims. ``abort.abort()``
         (sdk/abort.py) ends it at once from another thread: CallAborted."""
-        waited, timeout = long_poll(wait, self._rpc.policy.timeout)
-        request = claim_next_request(queue, ttl=ttl, epoch=self._pinned_epoch(), wait=waited)
-        return self._claimed(
-            self._rpc.worker.ClaimNext,
-            request,
-            on_lost=on_lost,
-            safety_margin=safety_margin,
-            timeout=timeout,
-            abort=abort,
-        )
+        point = claim_next_point(queue, ttl=ttl, wait=wait, call_timeout=self._rpc.policy.timeout)
+        return first_of(self._claimed(point, on_lost, safety_margin, abort))
 
     def claim_many(
         self,
@@ -195,44 +180,29 @@ class WorkerClient(ProducerCalls):
         claim of its own; the refusal (NO_READY_TASK, ...) when it won none. ``wait`` long-polls
         for the first task, and ``abort`` ends it, as in ``claim_next``; the others are whatever
         is ready then."""
-        waited, timeout = long_poll(wait, self._rpc.policy.timeout)
-        request = claim_next_request(
-            queue, ttl=ttl, epoch=self._pinned_epoch(), wait=waited, max_tasks=max_tasks
+        point = claim_next_point(
+            queue, ttl=ttl, wait=wait, call_timeout=self._rpc.policy.timeout, max_tasks=max_tasks
         )
-        return self._claimed_all(
-            self._rpc.worker.ClaimNext, request, on_lost, safety_margin, timeout, abort
-        )
+        return self._claimed(point, on_lost, safety_margin, abort)
 
     def _claimed(
         self,
-        method: grpc.UnaryUnaryMultiCallable[Any, worker_pb2.ClaimResponse],
-        request: AnyClaim,
-        *,
+        point: ClaimPoint,
         on_lost: LostCallback | None,
         safety_margin: Duration | None,
-        timeout: float | None = None,
-        abort: Abort | None = None,
-    ) -> Claim | ClaimRefused:
-        won = self._claimed_all(method, request, on_lost, safety_margin, timeout, abort)
-        return won[0] if isinstance(won, list) else won
-
-    def _claimed_all(
-        self,
-        method: grpc.UnaryUnaryMultiCallable[Any, worker_pb2.ClaimResponse],
-        request: AnyClaim,
-        on_lost: LostCallback | None,
-        safety_margin: Duration | None,
-        timeout: float | None,
         abort: Abort | None = None,
     ) -> list[Claim] | ClaimRefused:
-        """The claims one claim won, following a new epoch once: a second refusal means the
-        epoch moved again meanwhile, and the next claim follows it."""
-        flow = Flow(claim_following_epoch(request))
+        """The claims one claim call won, or its refusal (``claiming``: under the pinned epoch,
+        following a new one once)."""
+        with self._epoch_lock:
+            pinned = self._epoch
+        flow = Flow(claiming(point, pinned))
         while (step := flow.step) is not None:
             if isinstance(step, ReadEpoch):
                 flow.answer(self.epoch())
             else:
-                flow.answer(self._send_claim(method, step.request, timeout, abort))
+                method = point.method(self._rpc.worker)
+                flow.answer(self._send_claim(method, step.request, point.timeout, abort))
         response, sent_at = flow.result
         won = claims_of(
             self._rpc,

@@ -45,35 +45,35 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any, TypeVar
 
 import structlog
 
 from coordinator.errors import CoordinatorError
+from coordinator.sdk._core.flows import Flow
 from coordinator.sdk._core.pool import (
+    CLAIMED_STOPPING,
     GIVE_BACK_TIMEOUT,
     MAX_CLAIM_BATCH,
     MAX_CONCURRENT,
     MAX_QUEUES,
     SHUTDOWN_ERROR,
-    UNFINISHED,
     Ending,
     MultiSlot,
     PollBackoff,
     Polling,
     PoolReport,
     PoolSettings,
-    Tally,
-    after_handler,
     check_claim_batch,
-    cut_off,
     cut_off_reason,
-    given_back,
-    released,
-    unsettled,
+    poll_answer,
+    poll_call,
 )
+from coordinator.sdk._core.settling import ClaimCall, NextTask, cut_off_claim, settle
+from coordinator.sdk._core.slots import HandOver, Routes, Slots
 from coordinator.sdk._duration import Duration
 from coordinator.sdk._flag import Flag
 from coordinator.sdk._signals import stop_on_signals
@@ -121,28 +121,6 @@ class _Running:
         self.cancel.cancel(CancelReason.LOST, str(reason))
 
 
-@dataclass(eq=False)
-class _Runnings:
-    """The claims one ClaimNext of ``slots`` tasks wins, each routed its own loss."""
-
-    queue: str
-    stopping: Flag
-    slots: int
-    by_task: dict[str, _Running] = field(default_factory=dict)
-
-    def won(self, claims: list[Claim]) -> list[_Running]:
-        """A _Running per claim won (losses reported from now on reach its handler)."""
-        runnings = [_Running(self.queue, Cancellation(self.stopping), claim) for claim in claims]
-        self.by_task.update((r.claim.task_id, r) for r in runnings if r.claim is not None)
-        return runnings
-
-    def lost(self, reason: LostReason) -> None:
-        """The batch's on_lost: cancel the handler of the claim that was lost."""
-        running = self.by_task.get(reason.task_id)
-        if running is not None:
-            running.lost(reason)
-
-
 class WorkerPool:
     """Runs ``handler`` over ``queues`` with at most ``max_concurrent`` claims at once."""
 
@@ -170,7 +148,7 @@ class WorkerPool:
             long_poll=long_poll,
         )
         check_claim_batch(claim_batch)
-        self._claim_batch, self._commit_then_next = claim_batch, commit_then_next
+        self._commit_then_next = commit_then_next
         self._client, self._handler = client, handler
         self._readiness = tuple(readiness)
         self._stopping = Flag()
@@ -178,15 +156,16 @@ class WorkerPool:
         # the very tasks the cut-off gives back (issue 29), and the server claims nothing for a
         # caller that left (store/claims/long_poll.py).
         self._polls = Abort()
+        # The slots' accounting is the core's (sdk/_core/slots.py), kept under this lock.
         self._cond = threading.Condition()
-        self._free = settings.max_concurrent
-        self._running: set[_Running] = set()
-        self._tally = Tally()
+        self._slots: Slots[_Running] = Slots(
+            settings.max_concurrent, claim_batch, self._cond.notify_all
+        )
 
     def held(self) -> int:
         """How many claims the pool is running now."""
         with self._cond:
-            return len(self._running)
+            return self._slots.held()
 
     def stop(self) -> None:
         """Stop claiming now and shut down (``run`` returns once done). Idempotent; not from
@@ -217,100 +196,74 @@ class WorkerPool:
         for loop in loops:
             loop.join(max(end - time.monotonic(), 0.0))
         with self._cond:
-            return self._tally.report()
+            return self._slots.tally.report()
 
     # --- claiming ---------------------------------------------------------------------------
 
     def _claim_loop(self, queue: str) -> None:
         polling = Polling(self._settings.poll)
         while slots := self._take_slots():
-            runnings = _Runnings(queue, self._stopping, slots)
+            routes: Routes[_Running, Claim] = Routes()
             sent = time.monotonic()
+            got: list[Claim] | str = []
             try:
-                got = self._claim(runnings)
+                got = self._claim(queue, slots, routes)
             except CallAborted:  # stop() ended the poll (and what it may have won: sdk/abort.py)
-                self._give_slot(slots)
-                return
+                pass
             except CoordinatorError as exc:
-                self._give_slot(slots)
                 self._fail(queue, exc)
-                return
-            if isinstance(got, list):
-                polling.claimed()
-                self._give_slot(slots - len(got))
-                for running in runnings.won(got):
-                    if not self._start(running):  # claimed while stopping: never run it
-                        self._settle_cut_off(running, "claimed as the pool stopped")
-                        self._give_slot()
+            with self._cond:
+                self._slots.polled(slots, got)
+            if isinstance(got, str):
+                self._stopping.wait(polling.nothing(queue, got, time.monotonic() - sent))
                 continue
-            self._give_slot(slots)
-            log_it, wait = polling.empty(got, time.monotonic() - sent)
-            if log_it:
-                log.info("nothing claimed", queue=queue, why=got)
-            self._stopping.wait(wait)
+            polling.claimed()
+            for running in routes.won(got, lambda c: _Running(queue, self._cancellation(), c)):
+                self._start(running)
 
-    def _claim(self, runnings: _Runnings) -> list[Claim] | str:
-        """One ClaimNext for as many tasks as slots were taken: the Claims, or why nothing was
+    def _claim(self, queue: str, slots: int, routes: Routes[_Running, Claim]) -> list[Claim] | str:
+        """One ClaimNext for ``slots`` tasks (``poll_call``): the Claims, or why nothing was
         claimed. Raises the errors no retry cures (CoordinatorError other than
         TransportError)."""
+        call = poll_call(queue, slots, self._settings, routes.lost, abort=self._polls)
         try:
-            if runnings.slots == 1:
-                got = self._client.claim_next(
-                    runnings.queue,
-                    ttl=self._settings.ttl,
-                    on_lost=runnings.lost,
-                    wait=self._settings.long_poll,
-                    abort=self._polls,
-                )
-                return [got] if isinstance(got, Claim) else got.outcome.name
-            many = self._client.claim_many(
-                runnings.queue,
-                ttl=self._settings.ttl,
-                max_tasks=runnings.slots,
-                on_lost=runnings.lost,
-                wait=self._settings.long_poll,
-                abort=self._polls,
-            )
+            answer = call(self._client)
         except TransportError as exc:
-            return f"unreachable: {exc}"
-        return many if isinstance(many, list) else many.outcome.name
+            answer = exc
+        return poll_answer(answer)
 
     def _take_slots(self) -> int:
         """Wait for a free slot and take it, with up to ``claim_batch`` - 1 more that are free
         now; 0 once stopping."""
         with self._cond:
-            while self._free == 0 and not self._stopping.is_set():
+            while self._slots.full(self._stopping.is_set()):
                 self._cond.wait()
-            if self._stopping.is_set():
-                return 0
-            taken = min(self._free, self._claim_batch)
-            self._free -= taken
-            return taken
-
-    def _give_slot(self, count: int = 1) -> None:
-        if count <= 0:
-            return
-        with self._cond:
-            self._free += count
-            self._cond.notify_all()
+            return self._slots.take(self._stopping.is_set())
 
     def _fail(self, queue: str, exc: CoordinatorError) -> None:
         """A claim refused for a reason no retry cures: stop the whole pool, loudly."""
         log.error("claim loop failed; stopping the pool", queue=queue, error=str(exc))
         with self._cond:
-            self._tally.failed(exc)
+            self._slots.tally.failed(exc)
         self.stop()
+
+    def _cancellation(self) -> Cancellation:
+        return Cancellation(self._stopping)
 
     # --- running ----------------------------------------------------------------------------
 
-    def _start(self, running: _Running) -> bool:
+    def _start(self, running: _Running) -> None:
+        """Run ``running``'s handler on a thread of its own; one claimed as the pool stopped
+        is given back, never run."""
         with self._cond:
-            if self._stopping.is_set():
-                return False
-            self._running.add(running)
+            started = self._slots.start(running, self._stopping.is_set())
+        if not started:
+            self._settle_cut_off(running, CLAIMED_STOPPING)
+            with self._cond:
+                self._slots.give()
+            return
         name = f"claim-{running.claim.task_id}" if running.claim is not None else "claim"
         threading.Thread(target=self._work, args=(running,), name=name, daemon=True).start()
-        return True
 
     def _work(self, running: _Running) -> None:
         current: _Running | None = running
@@ -332,73 +285,30 @@ class WorkerPool:
         with self._cond:
             if running.abandoned:
                 return None  # the cut-off settled this claim; this answer came too late
-        successor = _Running(running.queue, Cancellation(self._stopping))
-        ending = self._settle(claim, result, error, successor if self._commit_then_next else None)
-        return self._hand_over(running, ending, successor)
-
-    def _hand_over(self, running: _Running, ending: Ending, successor: _Running) -> _Running | None:
-        """Count ``running``'s ending; its slot goes to ``successor`` if its commit won one and
-        the pool still runs, else it is freed (a successor won while stopping is given back)."""
-        keep = successor.claim is not None
-        with self._cond:
-            if running in self._running:
-                self._running.discard(running)
-                self._tally.count(ending)
-                if keep and not self._stopping.is_set():
-                    self._running.add(successor)
-                    return successor
-                self._free += 1
-                self._cond.notify_all()
-        if keep:
-            self._settle_cut_off(successor, "claimed as the pool stopped")
-        return None
-
-    def _settle(
-        self,
-        claim: Claim,
-        result: bytes | None,
-        error: Exception | None,
-        successor: _Running | None,
-    ) -> Ending:
-        """Commit the result (claiming ``successor``'s task in the same call, if given), or
-        give the task back; how the claim ended."""
-        try:
-            if result is not None and error is None and not claim.is_lost():
-                self._commit(claim, result, successor)
-            ending = after_handler(claim.committed, claim.is_lost())
-            if ending is not None:
-                return ending
-            if error is not None:
-                return _give_back(claim, error)
-            claim.release(UNFINISHED)
-            return released(claim.committed)
-        except CoordinatorError as exc:
-            log.warning("could not settle the claim", task_id=claim.task_id, error=str(exc))
-            return unsettled(claim.committed)
-        finally:
-            claim.close()
-
-    def _commit(self, claim: Claim, result: bytes, successor: _Running | None) -> None:
-        if successor is None or self._stopping.is_set():
-            claim.commit(result)
-            return
-        _, won = claim.commit_and_next(
-            result, queue=successor.queue, ttl=self._settings.ttl, on_lost=successor.lost
+        successor = _Running(running.queue, self._cancellation())
+        follow = NextTask(running.queue, self._settings.ttl, successor.lost, self._stopping.is_set)
+        settled = _settled(
+            claim, settle(claim, result, error, follow if self._commit_then_next else None)
         )
-        successor.claim = won[0] if won else None
+        successor.claim = settled.won
+        with self._cond:
+            handed = self._slots.hand_over(
+                running, settled.ending, successor if settled.won else None, self._stopping.is_set()
+            )
+        if handed is HandOver.KEPT:
+            return successor
+        if successor.claim is not None:
+            self._settle_cut_off(successor, CLAIMED_STOPPING)
+        return None
 
     # --- shutting down ----------------------------------------------------------------------
 
     def _wait_for_handlers(self, deadline: float) -> list[_Running]:
         """Wait until every handler ended or ``deadline``; the ones still running, abandoned."""
         with self._cond:
-            while self._running and (left := deadline - time.monotonic()) > 0:
+            while self._slots.held() and (left := deadline - time.monotonic()) > 0:
                 self._cond.wait(left)
-            left_over = list(self._running)
-            for running in left_over:
-                running.abandoned = True
-                self._running.discard(running)
-            return left_over
+            return self._slots.abandon()
 
     def _cut_off(self, left_over: list[_Running]) -> None:
         """Cancel the handlers still running and give their claims back, in parallel, for at
@@ -419,21 +329,22 @@ class WorkerPool:
     def _settle_cut_off(self, running: _Running, why: str) -> None:
         claim = running.claim
         assert claim is not None
-        try:
-            ending = cut_off(_give_back(claim, SHUTDOWN_ERROR, why), claim.committed)
-        except CoordinatorError as exc:
-            log.warning("could not give the claim back", task_id=claim.task_id, error=str(exc))
-            ending = Ending.UNSETTLED
-        finally:
-            claim.close()
+        ending = _settled(claim, cut_off_claim(claim, why))
         with self._cond:
-            self._tally.count(ending)
+            self._slots.tally.count(ending)
 
 
-def _give_back(claim: Claim, error: Exception | str, message: str = "") -> Ending:
-    """Fail the attempt, retryable: the task's retry policy decides what follows. ``error``:
-    the handler's exception (its type names the failure, its traceback goes along) or an error
-    code with ``message``."""
-    claim.close()  # no renewal of a claim being given back: its lease only ends sooner
-    claim.fail(error, retryable=True, message=message)
-    return given_back(claim.is_lost())
+ResultT = TypeVar("ResultT")
+
+
+def _settled(claim: Claim, steps: Generator[ClaimCall, Any, ResultT]) -> ResultT:
+    """Run the steps of one of the core's settling flows (sdk/_core/settling.py) on ``claim``,
+    then close it."""
+    flow = Flow(steps)
+    try:
+        while (step := flow.step) is not None:
+            with flow.catching(CoordinatorError):
+                flow.answer(step.call(claim))
+        return flow.result
+    finally:
+        claim.close()

@@ -32,10 +32,11 @@ from coordinator.sdk._status import (
     ATTEMPT_HINT,
     REPEAT_HINT,
     is_retried,
+    is_transport,
     never_sent,
     translate,
 )
-from coordinator.sdk._target import LB_OPTION, channel_target, endpoint_targets
+from coordinator.sdk._target import LB_OPTION, Endpoints, channel_target, endpoint_targets
 
 PRINCIPAL_METADATA = "x-coordinator-principal"
 """The gRPC metadata key that names the calling principal."""
@@ -184,9 +185,11 @@ class CallPlan:
         self.maybe_sent = False
         self._replay: grpc.RpcError | None = None
 
-    def first_failed(self, exc: grpc.RpcError) -> None:
-        """The first try failed with ``exc``: raise the final error, or arm the retries (the
-        failure is re-raised as tenacity's first try, so it counts as one)."""
+    def first_failed(self, exc: grpc.RpcError, endpoints: Endpoints, at: int) -> None:
+        """The first try, sent to replica ``at``, failed with ``exc``: raise the final error,
+        or arm the retries (the failure is re-raised as tenacity's first try, so it counts as
+        one)."""
+        _leave(exc, endpoints, at)
         if not (self.retry and self.policy.retries and is_retried(exc, keyed=self.keyed)):
             sent = not never_sent(exc)
             raise translate(exc, maybe_sent=sent, hint=self.hint, keyed=self.keyed) from exc
@@ -224,13 +227,22 @@ class CallPlan:
         self.tries.count += 1
         return _budget.try_timeout(self._clock(), self.deadline, self.per_try)
 
-    def failed(self, exc: grpc.RpcError) -> None:
-        """A retry failed with ``exc``."""
+    def failed(self, exc: grpc.RpcError, endpoints: Endpoints, at: int) -> None:
+        """A retry, sent to replica ``at``, failed with ``exc``."""
+        _leave(exc, endpoints, at)
         self.maybe_sent = self.maybe_sent or not never_sent(exc)
 
     def given_up(self, exc: grpc.RpcError) -> CoordinatorError:
         """What the call raises when its last try failed with ``exc``."""
         return translate(exc, maybe_sent=self.maybe_sent, hint=self.hint, keyed=self.keyed)
+
+
+def _leave(exc: grpc.RpcError, endpoints: Endpoints, at: int) -> None:
+    """A replica that cannot be reached is left before anything else: also by a call that is
+    not retried (a keepalive's renewal), so the next one goes elsewhere instead of to the same
+    dead replica until its claims run out."""
+    if is_transport(exc):
+        endpoints.failed(at)
 
 
 class Caller:

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import structlog
 
@@ -278,15 +279,20 @@ class HeldClaim:
             self.mark_lost(answer.outcome, answer.reason, answer.message, LossSource.FAIL)
         return answer
 
-    def _leaving(self, exc: BaseException | None) -> str | None:
-        """Why the claim is released as its block is left (``exc``: what ended the block);
-        None when it needs no release (committed, released or lost)."""
+    def _leaving(self, exc: BaseException | None) -> Callable[[Any], Any] | None:
+        """What leaving the claim's block (``exc``: what ended it) calls on the claim (a Claim's
+        return, an AsyncClaim's coroutine); None when the claim needs nothing (committed,
+        released or lost). An error of the work is a retryable failure (the retry policy counts
+        it); leaving otherwise, or by KeyboardInterrupt / SystemExit / CancelledError (the worker
+        stopping, not the task failing), gives the task back."""
         with self._lock:
             held = self._state.lost is None and not self._state.finished
         if not held:
             return None
+        if isinstance(exc, Exception):
+            return lambda claim: claim.fail(exc, retryable=True)
         why = "left without commit" if exc is None else f"{type(exc).__name__}: {exc}"
-        return why[:200]
+        return lambda claim: claim.release(why[:200])
 
     def _release_failed(self, error: CoordinatorError) -> None:
         # Never mask the caller's exception: the lease expires on its own.

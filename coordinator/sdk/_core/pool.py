@@ -1,6 +1,6 @@
 """What a worker pool is apart from how it runs handlers: its options and their bounds, how a
-claim of it ends, its report, a claim loop's backoff after empty polls, and which ending a
-settled claim counts as. Pure, no I/O.
+claim of it ends, its report, which ClaimNext a claim loop sends and what its answer won, the
+loop's backoff after empty polls, and which ending a settled claim counts as. Pure, no I/O.
 
 The thread pool (``WorkerPool``, sdk/pool.py) and the asyncio pool (``AsyncWorkerPool``,
 sdk/aio/pool.py) both use these, so they check the same options, end a claim the same ways and
@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import structlog
 
 from coordinator.domain import validation
 from coordinator.errors import CoordinatorError, InvalidArgument
 from coordinator.sdk._duration import Duration, DurationField, as_timedelta
+from coordinator.sdk.types import ClaimRefused, LostReason, TransportError
 
 log = structlog.get_logger("coordinator.sdk.pool")
 
@@ -191,6 +193,10 @@ def cut_off_reason(grace: timedelta) -> str:
     return f"the shutdown grace of {grace.total_seconds():g}s ran out"
 
 
+CLAIMED_STOPPING = "claimed as the pool stopped"
+"""What a claim won as the pool stopped says when it is given back, never run."""
+
+
 class Polling:
     """One claim loop's wait after empty polls (``PollBackoff``) and which of them to log."""
 
@@ -212,6 +218,14 @@ class Polling:
         wait = max(self._delay - waited, 0.0)
         self._delay = self._backoff.after(self._delay)
         return log_it, wait
+
+    def nothing(self, queue: str, why: str, waited: float) -> float:
+        """``empty``, logging ``why`` of ``queue`` once per change: the wait before the next
+        poll."""
+        log_it, wait = self.empty(why, waited)
+        if log_it:
+            log.info("nothing claimed", queue=queue, why=why)
+        return wait
 
 
 def given_back(lost: bool) -> Ending:
@@ -244,3 +258,32 @@ def unsettled(committed: bool) -> Ending:
     """A claim the coordinator could not be told about: COMMITTED if its commit is known to
     have landed, else UNSETTLED (its lease expires)."""
     return Ending.COMMITTED if committed else Ending.UNSETTLED
+
+
+def poll_call(
+    queue: str,
+    slots: int,
+    settings: PoolSettings,
+    on_lost: Callable[[LostReason], None],
+    **extra: Any,
+) -> Callable[[Any], Any]:
+    """The one ClaimNext a claim loop of ``queue`` sends for ``slots`` free slots, as a call on
+    the client (a WorkerClient's answer, an AsyncWorkerClient's coroutine): ``claim_next`` for
+    one slot, ``claim_many`` for more; a long poll of ``settings.long_poll``; ``extra`` goes
+    along (the thread pool's ``abort``)."""
+    ttl, wait = settings.ttl, settings.long_poll
+    if slots == 1:
+        return lambda client: client.claim_next(queue, ttl=ttl, on_lost=on_lost, wait=wait, **extra)
+    return lambda client: client.claim_many(
+        queue, ttl=ttl, max_tasks=slots, on_lost=on_lost, wait=wait, **extra
+    )
+
+
+def poll_answer(answer: object) -> list[Any] | str:
+    """What a poll's ``answer`` won: the claims (one claim_next's, or claim_many's list), or
+    why none (its refusal's outcome, or ``unreachable``: a transport error's)."""
+    if isinstance(answer, ClaimRefused):
+        return answer.outcome.name
+    if isinstance(answer, TransportError):
+        return f"unreachable: {answer}"
+    return answer if isinstance(answer, list) else [answer]

@@ -15,7 +15,6 @@ from coordinator.sdk._core.flows import Flow, RenewCall, renew_batch
 from coordinator.sdk._core.schedule import Answer, Due, Renewable, Schedule, apply, crashed
 from coordinator.sdk.aio._events import wait_for
 from coordinator.sdk.aio._rpc import AsyncRpc
-from coordinator.v1 import worker_pb2
 
 
 class AsyncRenewer:
@@ -75,8 +74,7 @@ class AsyncRenewer:
         return flow.result
 
     async def _renew(self, step: RenewCall) -> Any:
-        batched = isinstance(step.request, worker_pb2.RenewManyRequest)
-        method: Any = self._rpc.worker.RenewMany if batched else self._rpc.worker.Renew
+        method = step.method(self._rpc.worker)
         try:
             return await self._rpc.call(method, step.request, retry=False, timeout=step.timeout)
         except CoordinatorError as exc:

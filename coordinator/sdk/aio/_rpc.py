@@ -20,7 +20,6 @@ from grpc import aio
 from tenacity import AsyncRetrying
 
 from coordinator.sdk._core.calls import Caller, CallPlan, CallRetry, Req, Resp, Tries
-from coordinator.sdk._status import is_transport
 from coordinator.sdk._target import Endpoints
 from coordinator.sdk.auth import bearer_header
 from coordinator.v1 import admin_pb2_grpc, tasks_pb2_grpc, worker_pb2_grpc
@@ -104,12 +103,7 @@ class AsyncRpc(Caller):
         try:
             return await method(request, timeout=plan.per_try, metadata=plan.metadata)
         except grpc.RpcError as exc:
-            # A replica that cannot be reached is left before anything else: also by a call
-            # that is not retried (a keepalive's renewal), so the next one goes elsewhere
-            # instead of to the same dead replica until its claims run out.
-            if is_transport(exc):
-                self.endpoints.failed(at)
-            plan.first_failed(exc)
+            plan.first_failed(exc, self.endpoints, at)
         try:
             answer: Resp = await AsyncRetrying(**plan.controls())(
                 _retry_once, plan, self.endpoints, method, request
@@ -136,7 +130,5 @@ async def _retry_once(
     try:
         return await method(request, timeout=timeout, metadata=plan.metadata)
     except grpc.RpcError as exc:
-        plan.failed(exc)
-        if is_transport(exc):
-            endpoints.failed(at)
+        plan.failed(exc, endpoints, at)
         raise

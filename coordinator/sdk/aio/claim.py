@@ -1,12 +1,12 @@
 """AsyncClaim: a held claim kept alive by the client's keepalive task, whose calls are awaited.
 
 The same claim as the sync ``Claim`` (sdk/claim.py): the state, the requests and what every
-answer does are shared (sdk/_core/held.py). The keepalive renews at TTL/3 from the client's one
-keepalive task (all its claims due together in one RenewMany, sdk/aio/_renewer.py) and never
-blocks the caller, as long as the caller does not block the loop: run CPU-bound or blocking
-work with ``asyncio.to_thread`` (a loop blocked past the lease loses the claim, as a frozen
-process would). A loss is reported once: ``is_lost()``, ``await wait_lost()``, and the
-``on_lost`` callback, called on the loop (it must not block either).
+answer does are shared (sdk/_core/held.py, sdk/_core/points.py). The keepalive renews at TTL/3
+from the client's one keepalive task (all its claims due together in one RenewMany,
+sdk/aio/_renewer.py) and never blocks the caller, as long as the caller does not block the
+loop: run CPU-bound or blocking work with ``asyncio.to_thread`` (a loop blocked past the lease
+loses the claim, as a frozen process would). A loss is reported once: ``is_lost()``, ``await
+wait_lost()``, and the ``on_lost`` callback, called on the loop (it must not block either).
 
 An AsyncClaim belongs to the event loop it was claimed on; use it from that loop only.
 """
@@ -22,16 +22,11 @@ from typing import Self
 from coordinator.errors import CoordinatorError
 from coordinator.sdk._core.calls import Req, Resp
 from coordinator.sdk._core.effects import EffectOutcome
-from coordinator.sdk._core.held import HeldClaim, LostCallback
+from coordinator.sdk._core.held import LostCallback
+from coordinator.sdk._core.points import AcceptingClaim, AnswerT, Point
 from coordinator.sdk._core.requests import (
-    authorize_request,
     claim_key,
-    claim_next_request,
     claims_won,
-    commit_request,
-    fail_request,
-    release_request,
-    stage_request,
 )
 from coordinator.sdk._duration import Duration, timeout_seconds
 from coordinator.sdk.aio._events import wait_for
@@ -49,7 +44,7 @@ from coordinator.sdk.types import (
 from coordinator.v1 import worker_pb2
 
 
-class AsyncClaim(HeldClaim):
+class AsyncClaim(AcceptingClaim):
     """One claimed task, for asyncio: the credential, the input, the lease clock and the
     keepalive task.
 
@@ -98,6 +93,10 @@ class AsyncClaim(HeldClaim):
         the retry budget or the lease by the local clock runs out."""
         return await self._rpc.call(method(self._rpc.worker), request, lease_left=self.remaining())
 
+    async def _at(self, point: Point[AnswerT]) -> AnswerT:
+        """Send one acceptance point behind the fence (``call``) and apply its answer."""
+        return point.answer(await self.call(point.method, point.request))
+
     async def commit(
         self,
         result: bytes,
@@ -110,15 +109,7 @@ class AsyncClaim(HeldClaim):
         ``Claim.commit``: always asks the server, COMMITTED ends the claim, FENCED / STALE_INPUT /
         CANCELLED mark it lost, OutcomeUnknown means commit the same result again to learn it.
         """
-        request = commit_request(
-            self.fence,
-            self.input_digest,
-            result,
-            result_ref=result_ref,
-            result_digest=result_digest,
-            evidence=evidence,
-        )
-        return self._committed(await self.call(lambda worker: worker.Commit, request))
+        return await self._at(self._commit_point(result, result_ref, result_digest, evidence))
 
     async def commit_and_next(
         self,
@@ -137,34 +128,22 @@ class AsyncClaim(HeldClaim):
         own, so a retry whose first try landed gets that try's answer, next claims included;
         given up (TransportError), ``commit`` alone is tried, and a next claim the lost answer
         carried is held by nobody and expires with its lease."""
-        request = commit_request(
-            self.fence,
-            self.input_digest,
-            result,
-            result_ref=result_ref,
-            result_digest=result_digest,
-            evidence=evidence,
-        )
-        request.next.CopyFrom(
-            claim_next_request(
-                queue, ttl=ttl, epoch=self.fence.scheduler_epoch, max_tasks=max_tasks
-            )
+        point = self._commit_point(
+            result, result_ref, result_digest, evidence, next_of=(queue, ttl, max_tasks)
         )
         sent = self._clock()
         try:
             response = await self._rpc.call(
                 self._rpc.worker.Commit,
-                request,
+                point.request,
                 idempotency_key=claim_key(),
                 lease_left=self.remaining(),
             )
         except TransportError:
-            outcome = await self.commit(
-                result, result_ref=result_ref, result_digest=result_digest, evidence=evidence
-            )
-            return outcome, []
-        outcome = self._committed(response)
-        return outcome, async_claims_of(
+            # Commit alone: a next claim the lost answer carried expires with its lease.
+            alone = self._commit_point(result, result_ref, result_digest, evidence)
+            return await self._at(alone), []
+        return point.answer(response), async_claims_of(
             self._rpc, response.next, sent_at=sent, on_lost=on_lost, renewer=self._renewer
         )
 
@@ -172,20 +151,15 @@ class AsyncClaim(HeldClaim):
         self, result: bytes, *, result_ref: str = "", result_digest: str | None = None
     ) -> StageOutcome:
         """Stage ``result`` in this attempt's own area (never canonical by itself)."""
-        request = stage_request(
-            self.fence, result, result_ref=result_ref, result_digest=result_digest
-        )
-        return self._staged(await self.call(lambda worker: worker.StageResult, request))
+        return await self._at(self._stage_point(result, result_ref, result_digest))
 
     async def authorize_tool(self, tool: str, action: str = "") -> ToolAuthorization:
         """Ask the tool acceptance point before a side effect; falsy means do not run it."""
-        request = authorize_request(self.fence, tool, action)
-        return self._authorized(await self.call(lambda worker: worker.AuthorizeTool, request))
+        return await self._at(self._authorize_point(tool, action))
 
     async def release(self, reason: str = "") -> ReleaseOutcome:
         """Give the task back (READY again); as ``Claim.release``."""
-        request = release_request(self.fence, reason)
-        return self._released(await self.call(lambda worker: worker.Release, request))
+        return await self._at(self._release_point(reason))
 
     async def fail(
         self,
@@ -201,10 +175,7 @@ class AsyncClaim(HeldClaim):
         is later) or ends FAILED. ``error`` is an exception (type name, text and traceback go
         along) or an error code. Ends the claim; FENCED / CANCELLED / STALE_INPUT mark it lost
         (unless this attempt had already ended itself)."""
-        request = fail_request(
-            self.fence, error, retryable=retryable, delay=delay, message=message, details=details
-        )
-        return self._failed(await self.call(lambda worker: worker.Fail, request))
+        return await self._at(self._fail_point(error, retryable, delay, message, details))
 
     async def effect(
         self,
@@ -260,17 +231,10 @@ class AsyncClaim(HeldClaim):
         tb: TracebackType | None,
     ) -> None:
         try:
-            why = self._leaving(exc)
-            if why is not None:
+            leave = self._leaving(exc)
+            if leave is not None:
                 try:
-                    # As ``Claim.__exit__``: an error of the work is a retryable failure (the
-                    # retry policy counts it); leaving otherwise, or by KeyboardInterrupt /
-                    # SystemExit / CancelledError (the worker stopping, not the task failing),
-                    # gives the task back.
-                    if isinstance(exc, Exception):
-                        await self.fail(exc, retryable=True)
-                    else:
-                        await self.release(why)
+                    await leave(self)
                 except CoordinatorError as error:
                     self._release_failed(error)
         finally:

@@ -22,23 +22,24 @@ from coordinator.domain.states import Outcome
 from coordinator.errors import AlreadyExists, NotFound
 from coordinator.sdk._core.calls import CallRetry, Tries
 from coordinator.sdk._core.flows import (
+    ClaimPoint,
     CreateCall,
     Flow,
     ReadEpoch,
     ReadTask,
-    claim_following_epoch,
+    claim_next_point,
+    claim_point,
+    claiming,
     create_or_existing,
+    first_of,
 )
 from coordinator.sdk._core.held import LostCallback
 from coordinator.sdk._core.requests import (
     CLAIM_HINT,
     AnyClaim,
     claim_key,
-    claim_next_request,
-    claim_request,
     create_request,
     lease_clock_start,
-    long_poll,
 )
 from coordinator.sdk._duration import Duration
 from coordinator.sdk.aio._renewer import AsyncRenewer
@@ -103,9 +104,6 @@ class AsyncWorkerClient:
         self._epoch = response.epoch
         return response.epoch
 
-    async def _pinned_epoch(self) -> int:
-        return self._epoch if self._epoch is not None else await self.epoch()
-
     # --- claims -----------------------------------------------------------------------------
 
     async def claim(
@@ -119,15 +117,8 @@ class AsyncWorkerClient:
     ) -> AsyncClaim | ClaimRefused:
         """Claim one task: an AsyncClaim (``async with`` it to run the keepalive) or the typed
         refusal; as ``WorkerClient.claim``."""
-        request = claim_request(
-            task_id,
-            ttl=ttl,
-            epoch=await self._pinned_epoch(),
-            expected_state_version=expected_state_version,
-        )
-        return await self._claimed(
-            self._rpc.worker.Claim, request, on_lost=on_lost, safety_margin=safety_margin
-        )
+        point = claim_point(task_id, ttl=ttl, expected_state_version=expected_state_version)
+        return first_of(await self._claimed(point, on_lost, safety_margin))
 
     async def claim_next(
         self,
@@ -144,15 +135,8 @@ class AsyncWorkerClient:
         With ``wait`` (at most the server's max_claim_wait, 20 s by default) it is a long poll,
         as ``WorkerClient.claim_next``: the server waits that long for a task to become ready;
         only this coroutine waits, never the loop."""
-        waited, timeout = long_poll(wait, self._rpc.policy.timeout)
-        request = claim_next_request(queue, ttl=ttl, epoch=await self._pinned_epoch(), wait=waited)
-        return await self._claimed(
-            self._rpc.worker.ClaimNext,
-            request,
-            on_lost=on_lost,
-            safety_margin=safety_margin,
-            timeout=timeout,
-        )
+        point = claim_next_point(queue, ttl=ttl, wait=wait, call_timeout=self._rpc.policy.timeout)
+        return first_of(await self._claimed(point, on_lost, safety_margin))
 
     async def claim_many(
         self,
@@ -168,49 +152,23 @@ class AsyncWorkerClient:
         claim of its own; the refusal (NO_READY_TASK, ...) when it won none. As
         ``WorkerClient.claim_many``: ``wait`` long-polls for the first task, the others are
         whatever is ready then."""
-        waited, timeout = long_poll(wait, self._rpc.policy.timeout)
-        request = claim_next_request(
-            queue, ttl=ttl, epoch=await self._pinned_epoch(), wait=waited, max_tasks=max_tasks
+        point = claim_next_point(
+            queue, ttl=ttl, wait=wait, call_timeout=self._rpc.policy.timeout, max_tasks=max_tasks
         )
-        return await self._claimed_all(
-            self._rpc.worker.ClaimNext,
-            request,
-            on_lost=on_lost,
-            safety_margin=safety_margin,
-            timeout=timeout,
-        )
+        return await self._claimed(point, on_lost, safety_margin)
 
     async def _claimed(
-        self,
-        method: aio.UnaryUnaryMultiCallable[Any, worker_pb2.ClaimResponse],
-        request: AnyClaim,
-        *,
-        on_lost: LostCallback | None,
-        safety_margin: Duration | None,
-        timeout: float | None = None,
-    ) -> AsyncClaim | ClaimRefused:
-        won = await self._claimed_all(
-            method, request, on_lost=on_lost, safety_margin=safety_margin, timeout=timeout
-        )
-        return won[0] if isinstance(won, list) else won
-
-    async def _claimed_all(
-        self,
-        method: aio.UnaryUnaryMultiCallable[Any, worker_pb2.ClaimResponse],
-        request: AnyClaim,
-        *,
-        on_lost: LostCallback | None,
-        safety_margin: Duration | None,
-        timeout: float | None,
+        self, point: ClaimPoint, on_lost: LostCallback | None, safety_margin: Duration | None
     ) -> list[AsyncClaim] | ClaimRefused:
-        """The claims one claim won, following a new epoch once (a second refusal means the
-        epoch moved again), or its refusal."""
-        flow = Flow(claim_following_epoch(request))
+        """The claims one claim call won, or its refusal (``claiming``: under the pinned epoch,
+        following a new one once)."""
+        flow = Flow(claiming(point, self._epoch))
         while (step := flow.step) is not None:
             if isinstance(step, ReadEpoch):
                 flow.answer(await self.epoch())
             else:
-                flow.answer(await self._send_claim(method, step.request, timeout))
+                method = point.method(self._rpc.worker)
+                flow.answer(await self._send_claim(method, step.request, point.timeout))
         response, sent_at = flow.result
         if outcome_of(response.outcome) is not Outcome.CLAIMED:
             return ClaimRefused.from_proto(response)

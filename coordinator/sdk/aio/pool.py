@@ -36,32 +36,30 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
 from coordinator.errors import CoordinatorError
+from coordinator.sdk._core.flows import Flow
 from coordinator.sdk._core.pool import (
+    CLAIMED_STOPPING,
     GIVE_BACK_TIMEOUT,
-    SHUTDOWN_ERROR,
-    UNFINISHED,
     Ending,
     PollBackoff,
     Polling,
     PoolReport,
     PoolSettings,
-    Tally,
-    after_handler,
     check_claim_batch,
-    cut_off,
     cut_off_reason,
-    given_back,
-    released,
-    unsettled,
+    poll_answer,
+    poll_call,
 )
+from coordinator.sdk._core.settling import ClaimCall, NextTask, cut_off_claim, settle
+from coordinator.sdk._core.slots import HandOver, Routes, Slots
 from coordinator.sdk._duration import Duration
 from coordinator.sdk.aio._events import wait_for
 from coordinator.sdk.aio.claim import AsyncClaim
@@ -93,26 +91,6 @@ class _Running:
             self.handler.cancel(f"claim lost: {reason}")
 
 
-@dataclass(eq=False)
-class _Batch:
-    """The claims one ClaimNext wins, each routed its own loss."""
-
-    queue: str
-    by_task: dict[str, _Running] = field(default_factory=dict)
-
-    def won(self, claims: list[AsyncClaim]) -> list[_Running]:
-        """A _Running per claim won (losses reported from now on reach its handler)."""
-        runnings = [_Running(self.queue, claim) for claim in claims]
-        self.by_task.update((claim.task_id, r) for claim, r in zip(claims, runnings, strict=True))
-        return runnings
-
-    def lost(self, reason: LostReason) -> None:
-        """The batch's on_lost: cancel the handler of the claim that was lost."""
-        running = self.by_task.get(reason.task_id)
-        if running is not None:
-            running.lost(reason)
-
-
 class AsyncWorkerPool:
     """Runs ``handler`` over ``queues`` with at most ``max_concurrent`` claims at once."""
 
@@ -140,15 +118,16 @@ class AsyncWorkerPool:
             long_poll=long_poll,
         )
         check_claim_batch(claim_batch)
-        self._claim_batch, self._commit_then_next = claim_batch, commit_then_next
+        self._commit_then_next = commit_then_next
         self._client, self._handler = client, handler
         self._readiness = tuple(readiness)
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()  # a slot came free, or the pool is stopping
         self._polls: set[asyncio.Task[list[AsyncClaim] | str]] = set()  # ClaimNexts in flight
-        self._free = settings.max_concurrent
-        self._running: set[_Running] = set()
-        self._tally = Tally()
+        # The slots' accounting is the core's (sdk/_core/slots.py), on this loop.
+        self._slots: Slots[_Running] = Slots(
+            settings.max_concurrent, claim_batch, self._changed.set
+        )
 
     @property
     def stopping(self) -> bool:
@@ -157,7 +136,7 @@ class AsyncWorkerPool:
 
     def held(self) -> int:
         """How many claims the pool is running now."""
-        return len(self._running)
+        return self._slots.held()
 
     def stop(self) -> None:
         """Stop claiming now and shut down (``run`` returns once done). Idempotent. Call it on
@@ -191,7 +170,7 @@ class AsyncWorkerPool:
         finally:
             for task in loops:
                 task.cancel()
-        return self._tally.report()
+        return self._slots.tally.report()
 
     # --- claiming ---------------------------------------------------------------------------
 
@@ -199,86 +178,65 @@ class AsyncWorkerPool:
         loop = asyncio.get_running_loop()
         polling = Polling(self._settings.poll)
         while slots := await self._take_slots():
-            batch = _Batch(queue)
+            routes: Routes[_Running, AsyncClaim] = Routes()
             sent = loop.time()
-            poll = loop.create_task(self._claim(batch, slots), name=f"claim-next-{queue}")
+            poll = loop.create_task(self._claim(queue, slots, routes), name=f"claim-next-{queue}")
             self._polls.add(poll)
+            got: list[AsyncClaim] | str = []
             try:
                 got = await poll
             except asyncio.CancelledError:
                 if not self._stopping.is_set():
-                    raise
-                self._give_slot(slots)  # stop() cancelled the poll (what it won: sdk/abort.py)
-                return
+                    raise  # (stop() cancelled the poll: what it won, sdk/abort.py)
             except CoordinatorError as exc:
-                self._give_slot(slots)
                 self._fail(queue, exc)
-                return
             finally:
                 self._polls.discard(poll)
-            if isinstance(got, list):
-                polling.claimed()
-                self._give_slot(slots - len(got))
-                for running in batch.won(got):
-                    if not self._start(running):  # claimed while stopping: never run it
-                        await self._settle_cut_off(running, "claimed as the pool stopped")
-                        self._give_slot()
+            self._slots.polled(slots, got)
+            if isinstance(got, str):
+                await wait_for(self._stopping, polling.nothing(queue, got, loop.time() - sent))
                 continue
-            self._give_slot(slots)
-            log_it, wait = polling.empty(got, loop.time() - sent)
-            if log_it:
-                log.info("nothing claimed", queue=queue, why=got)
-            await wait_for(self._stopping, wait)
+            polling.claimed()
+            for running in routes.won(got, lambda claim: _Running(queue, claim)):
+                await self._start(running)
 
-    async def _claim(self, batch: _Batch, slots: int) -> list[AsyncClaim] | str:
-        """One ClaimNext for ``slots`` tasks: the AsyncClaims, or why nothing was claimed.
-        Raises the errors no retry cures (CoordinatorError other than TransportError)."""
-        ttl, wait = self._settings.ttl, self._settings.long_poll
+    async def _claim(
+        self, queue: str, slots: int, routes: Routes[_Running, AsyncClaim]
+    ) -> list[AsyncClaim] | str:
+        """One ClaimNext for ``slots`` tasks (``poll_call``): the AsyncClaims, or why nothing was
+        claimed. Raises the errors no retry cures (CoordinatorError other than
+        TransportError)."""
         try:
-            if slots == 1:
-                got = await self._client.claim_next(
-                    batch.queue, ttl=ttl, on_lost=batch.lost, wait=wait
-                )
-                return [got] if isinstance(got, AsyncClaim) else got.outcome.name
-            many = await self._client.claim_many(
-                batch.queue, ttl=ttl, max_tasks=slots, on_lost=batch.lost, wait=wait
-            )
+            answer = await poll_call(queue, slots, self._settings, routes.lost)(self._client)
         except TransportError as exc:
-            return f"unreachable: {exc}"
-        return many if isinstance(many, list) else many.outcome.name
+            answer = exc
+        return poll_answer(answer)
 
     async def _take_slots(self) -> int:
         """Wait for a free slot and take it, with up to ``claim_batch`` - 1 more that are free
         now; 0 once stopping."""
-        while self._free == 0 and not self._stopping.is_set():
+        while self._slots.full(self._stopping.is_set()):
             self._changed.clear()  # no await between the check and the wait: no wake-up lost
             await self._changed.wait()
-        if self._stopping.is_set():
-            return 0
-        taken = min(self._free, self._claim_batch)
-        self._free -= taken
-        return taken
-
-    def _give_slot(self, count: int = 1) -> None:
-        if count > 0:
-            self._free += count
-            self._changed.set()
+        return self._slots.take(self._stopping.is_set())
 
     def _fail(self, queue: str, exc: CoordinatorError) -> None:
         """A claim refused for a reason no retry cures: stop the whole pool, loudly."""
         log.error("claim loop failed; stopping the pool", queue=queue, error=str(exc))
-        self._tally.failed(exc)
+        self._slots.tally.failed(exc)
         self.stop()
 
     # --- running ----------------------------------------------------------------------------
 
-    def _start(self, running: _Running) -> bool:
-        if self._stopping.is_set():
-            return False
-        self._running.add(running)
+    async def _start(self, running: _Running) -> None:
+        """Run ``running``'s handler in a task of its own; one claimed as the pool stopped is
+        given back, never run."""
+        if not self._slots.start(running, self._stopping.is_set()):
+            await self._settle_cut_off(running, CLAIMED_STOPPING)
+            self._slots.give()
+            return
         name = f"claim-{running.claim.task_id}" if running.claim is not None else "claim"
         running.work = asyncio.get_running_loop().create_task(self._work(running), name=name)
-        return True
 
     async def _work(self, running: _Running) -> None:
         current: _Running | None = running
@@ -302,67 +260,29 @@ class AsyncWorkerPool:
             return None  # the cut-off settled this claim; this answer came too late
         result, error = _outcome(handler, claim)
         successor = _Running(running.queue, work=running.work)
-        ending = await self._settle(
-            claim, result, error, successor if self._commit_then_next else None
+        follow = NextTask(running.queue, self._settings.ttl, successor.lost, self._stopping.is_set)
+        settled = await _settled(
+            claim, settle(claim, result, error, follow if self._commit_then_next else None)
         )
-        if running in self._running:  # (else the cut-off took it over while it settled)
-            self._running.discard(running)
-            self._tally.count(ending)
-            if successor.claim is not None and not self._stopping.is_set():
-                self._running.add(successor)
-                return successor
-            self._give_slot()
+        successor.claim = settled.won
+        handed = self._slots.hand_over(
+            running, settled.ending, successor if settled.won else None, self._stopping.is_set()
+        )
+        if handed is HandOver.KEPT:
+            return successor
         if successor.claim is not None:  # won as the pool stopped: never run it
-            await self._settle_cut_off(successor, "claimed as the pool stopped")
+            await self._settle_cut_off(successor, CLAIMED_STOPPING)
         return None
-
-    async def _settle(
-        self,
-        claim: AsyncClaim,
-        result: bytes | None,
-        error: Exception | None,
-        successor: _Running | None,
-    ) -> Ending:
-        """Commit the result (claiming ``successor``'s task in the same call, if given), or
-        give the task back; how the claim ended."""
-        try:
-            if result is not None and error is None and not claim.is_lost():
-                await self._commit(claim, result, successor)
-            ending = after_handler(claim.committed, claim.is_lost())
-            if ending is not None:
-                return ending
-            if error is not None:
-                return await _give_back(claim, error)
-            await claim.release(UNFINISHED)
-            return released(claim.committed)
-        except CoordinatorError as exc:
-            log.warning("could not settle the claim", task_id=claim.task_id, error=str(exc))
-            return unsettled(claim.committed)
-        finally:
-            await claim.close()
-
-    async def _commit(self, claim: AsyncClaim, result: bytes, successor: _Running | None) -> None:
-        if successor is None or self._stopping.is_set():
-            await claim.commit(result)
-            return
-        _, won = await claim.commit_and_next(
-            result, queue=successor.queue, ttl=self._settings.ttl, on_lost=successor.lost
-        )
-        successor.claim = won[0] if won else None
 
     # --- shutting down ----------------------------------------------------------------------
 
     async def _wait_for_handlers(self, deadline: float) -> list[_Running]:
         """Wait until every claim settled or ``deadline``; the ones still running, abandoned."""
-        works = [r.work for r in self._running if r.work is not None]
+        works = [r.work for r in self._slots.running() if r.work is not None]
         if works:
             left = deadline - asyncio.get_running_loop().time()
             await asyncio.wait(works, timeout=max(left, 0.0))
-        left_over = list(self._running)
-        for running in left_over:
-            running.abandoned = True
-            self._running.discard(running)
-        return left_over
+        return self._slots.abandon()
 
     async def _cut_off(self, left_over: list[_Running]) -> None:
         """Cancel the handlers still running and give their claims back, concurrently, for at
@@ -387,14 +307,27 @@ class AsyncWorkerPool:
     async def _settle_cut_off(self, running: _Running, why: str) -> None:
         claim = running.claim
         assert claim is not None
-        ending = Ending.UNSETTLED
+        ending = Ending.UNSETTLED  # (also when cancelled: GIVE_BACK_TIMEOUT ran out)
         try:
-            ending = cut_off(await _give_back(claim, SHUTDOWN_ERROR, why), claim.committed)
-        except CoordinatorError as exc:
-            log.warning("could not give the claim back", task_id=claim.task_id, error=str(exc))
+            ending = await _settled(claim, cut_off_claim(claim, why))
         finally:
-            self._tally.count(ending)
-            await claim.close()
+            self._slots.tally.count(ending)
+
+
+ResultT = TypeVar("ResultT")
+
+
+async def _settled(claim: AsyncClaim, steps: Generator[ClaimCall, Any, ResultT]) -> ResultT:
+    """Run the steps of one of the core's settling flows (sdk/_core/settling.py) on ``claim``,
+    awaiting each, then close it."""
+    flow = Flow(steps)
+    try:
+        while (step := flow.step) is not None:
+            with flow.catching(CoordinatorError):
+                flow.answer(await step.call(claim))
+        return flow.result
+    finally:
+        await claim.close()
 
 
 def _outcome(
@@ -411,13 +344,6 @@ def _outcome(
         return None, None  # not the task failing: the claim is released
     log.error("handler raised", task_id=claim.task_id, exc_info=error)
     return None, error
-
-
-async def _give_back(claim: AsyncClaim, error: Exception | str, message: str = "") -> Ending:
-    """Fail the attempt, retryable: the task's retry policy decides what follows."""
-    await claim.close()  # no renewal of a claim being given back: its lease only ends sooner
-    await claim.fail(error, retryable=True, message=message)
-    return given_back(claim.is_lost())
 
 
 def stop_on_signals(

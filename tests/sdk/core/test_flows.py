@@ -3,10 +3,13 @@ asks for next given each answer, the decisions both shells used to write twice."
 
 from __future__ import annotations
 
+from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import AlreadyExists, CoordinatorError, StoreUnavailable
 from coordinator.sdk._core.flows import (
     CreateCall,
@@ -16,12 +19,16 @@ from coordinator.sdk._core.flows import (
     RenewCall,
     SendClaim,
     claim_following_epoch,
+    claim_next_point,
+    claim_point,
+    claiming,
     create_or_existing,
+    first_of,
     renew_batch,
 )
 from coordinator.sdk._core.schedule import Due, Schedule
 from coordinator.sdk.tasks import TaskInfo
-from coordinator.sdk.types import NotSupported
+from coordinator.sdk.types import ClaimRefused, NotSupported
 from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
 
 # --- create-or-find-existing ---------------------------------------------------------------
@@ -124,7 +131,48 @@ def test_a_claim_is_not_resent_when_the_epoch_did_not_move_or_it_was_not_the_rea
     assert won.step is None and won.result == (CLAIMED, 1.0)
 
 
+def test_a_client_with_no_pinned_epoch_reads_it_before_building_the_claim() -> None:
+    point = claim_point("t1", ttl=timedelta(seconds=9), expected_state_version=4)
+    unpinned = Flow(claiming(point, None))
+    assert unpinned.step == ReadEpoch()
+    unpinned.answer(3)
+    assert _next(unpinned) == SendClaim(
+        worker_pb2.ClaimRequest(
+            task_id="t1", scheduler_epoch=3, ttl_seconds=9, expected_state_version=4
+        )
+    )
+    pinned = Flow(claiming(point, 5))
+    assert isinstance(pinned.step, SendClaim) and pinned.step.request.scheduler_epoch == 5
+    assert point.method(SimpleNamespace(Claim="Claim")) == "Claim" and point.timeout is None
+
+
+def test_a_claim_next_is_a_long_poll_of_its_wait_with_a_deadline_one_try_longer() -> None:
+    point = claim_next_point(
+        "q", ttl=9, wait=timedelta(seconds=5), call_timeout=timedelta(seconds=10), max_tasks=3
+    )
+    flow = Flow(claiming(point, 2))
+    assert flow.step == SendClaim(
+        worker_pb2.ClaimNextRequest(
+            queue="q", scheduler_epoch=2, ttl_seconds=9, wait_seconds=5.0, max_tasks=3
+        )
+    )
+    assert point.timeout == 15.0
+    assert point.method(SimpleNamespace(ClaimNext="ClaimNext")) == "ClaimNext"
+    plain = claim_next_point("q", ttl=9, wait=None, call_timeout=timedelta(seconds=10))
+    assert plain.timeout is None
+
+
+def test_a_claim_for_one_task_is_its_one_claim_or_the_refusal() -> None:
+    refused = ClaimRefused(Outcome.NO_READY_TASK, FenceReason.NONE, "")
+    assert first_of(["c1"]) == "c1"
+    assert first_of(refused) is refused
+
+
 # --- a keepalive batch ----------------------------------------------------------------------
+
+
+# Stands for a WorkerService stub: a RenewCall picks one of these names off it.
+_STUB = SimpleNamespace(RenewMany="RenewMany", Renew="Renew")
 
 
 def _batch(n: int) -> list[Due]:
@@ -137,6 +185,7 @@ def test_a_batch_goes_as_one_renew_many_and_gets_an_answer_per_claim() -> None:
     assert isinstance(flow.step, RenewCall)
     assert isinstance(flow.step.request, worker_pb2.RenewManyRequest)
     assert flow.step.timeout == 2.0
+    assert flow.step.method(_STUB) == "RenewMany"
     one = worker_pb2.RenewManyResult(renewal=worker_pb2.RenewResponse(ttl_seconds=9))
     flow.answer(worker_pb2.RenewManyResponse(results=[one, one]))
     assert flow.step is None
@@ -156,6 +205,7 @@ def test_an_older_coordinator_is_renewed_one_renew_per_claim_from_then_on() -> N
     flow.answer(NotSupported("no RenewMany"))
     assert schedule.batched is False
     assert flow.step == RenewCall(batch[0][1], 1.0)
+    assert flow.step.method(_STUB) == "Renew"
     first = worker_pb2.RenewResponse(ttl_seconds=9)
     flow.answer(first)
     assert flow.step == RenewCall(batch[1][1], 2.0)

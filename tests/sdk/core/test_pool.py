@@ -1,12 +1,15 @@
 """A pool's pure rules (sdk/_core/pool.py), as both pools use them: the backoff after empty
-polls and which of them are logged, and which ending a settled claim counts as."""
+polls and which of them are logged, which ClaimNext a claim loop sends and what its answer won,
+and which ending a settled claim counts as."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
+from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import InvalidArgument, NotFound, PermissionDenied
 from coordinator.sdk._core.pool import (
     GIVE_BACK_TIMEOUT,
@@ -19,9 +22,12 @@ from coordinator.sdk._core.pool import (
     after_handler,
     cut_off,
     given_back,
+    poll_answer,
+    poll_call,
     released,
     unsettled,
 )
+from coordinator.sdk.types import ClaimRefused, TransportError
 
 
 def test_empty_polls_double_the_wait_and_log_each_reason_once() -> None:
@@ -112,3 +118,48 @@ def test_a_multi_slot_pool_fills_every_free_slot_in_one_call_and_commits_with_ne
     for bad in (0, 257):
         with pytest.raises(InvalidArgument, match=f"slots must be 1 to 256, got {bad}"):
             MultiSlot.of(bad)
+
+
+class _Client:
+    """Records the ClaimNext a claim loop sends."""
+
+    def claim_next(self, queue: str, **options: Any) -> tuple[str, str, dict[str, Any]]:
+        return "claim_next", queue, options
+
+    def claim_many(self, queue: str, **options: Any) -> tuple[str, str, dict[str, Any]]:
+        return "claim_many", queue, options
+
+
+def test_one_free_slot_polls_with_claim_next_and_more_with_claim_many() -> None:
+    settings = PoolSettings.of(
+        ["q"], max_concurrent=4, ttl=9, grace=1, poll=None, long_poll=timedelta(seconds=5)
+    )
+    on_lost = print
+    assert poll_call("q", 1, settings, on_lost, abort="A")(_Client()) == (
+        "claim_next",
+        "q",
+        {
+            "ttl": timedelta(seconds=9),
+            "on_lost": on_lost,
+            "wait": timedelta(seconds=5),
+            "abort": "A",
+        },
+    )
+    assert poll_call("q", 3, settings, on_lost)(_Client()) == (
+        "claim_many",
+        "q",
+        {
+            "ttl": timedelta(seconds=9),
+            "max_tasks": 3,
+            "on_lost": on_lost,
+            "wait": timedelta(seconds=5),
+        },
+    )
+
+
+def test_a_polls_answer_is_the_claims_it_won_or_why_none() -> None:
+    refused = ClaimRefused(Outcome.NO_READY_TASK, FenceReason.NONE, "")
+    assert poll_answer(refused) == "NO_READY_TASK"
+    assert poll_answer(TransportError("down", code="UNAVAILABLE")) == "unreachable: down"
+    assert poll_answer("claim") == ["claim"]
+    assert poll_answer(["c1", "c2"]) == ["c1", "c2"]

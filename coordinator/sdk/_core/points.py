@@ -1,0 +1,106 @@
+"""A held claim's acceptance points, each written once: the WorkerService method it calls, the
+request it sends behind the claim's fence (sdk/_core/requests.py), and what the answer does to
+the claim (sdk/_core/held.py). Pure, no I/O.
+
+The sync ``Claim`` (sdk/claim.py) calls a ``Point``'s method and hands the answer to
+``Point.answer``; the ``AsyncClaim`` (sdk/aio/claim.py) awaits the call. Neither builds a
+request nor reads an answer itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from coordinator.sdk._core.held import HeldClaim
+from coordinator.sdk._core.requests import (
+    authorize_request,
+    claim_next_request,
+    commit_request,
+    fail_request,
+    release_request,
+    stage_request,
+)
+from coordinator.sdk._duration import Duration
+from coordinator.sdk.types import (
+    CommitOutcome,
+    FailOutcome,
+    ReleaseOutcome,
+    StageOutcome,
+    ToolAuthorization,
+)
+
+AnswerT = TypeVar("AnswerT")
+
+
+@dataclass(frozen=True)
+class Point(Generic[AnswerT]):
+    """One call of an acceptance point: send ``request`` to the method ``method`` picks off a
+    WorkerService stub (``lambda worker: worker.Commit``: sync or asyncio alike), and read the
+    response with ``answer``."""
+
+    method: Callable[[Any], Any]
+    request: Any
+    answer: Callable[[Any], AnswerT]
+
+
+class AcceptingClaim(HeldClaim):
+    """A held claim whose acceptance points are ``Point``s, for its shell to send."""
+
+    def _commit_point(
+        self,
+        result: bytes,
+        result_ref: str,
+        result_digest: str | None,
+        evidence: Sequence[str],
+        *,
+        next_of: tuple[str, Duration, int] | None = None,
+    ) -> Point[CommitOutcome]:
+        """Commit ``result``; with ``next_of`` (queue, ttl, max_tasks), claiming that many ready
+        tasks of the queue in the same call (CommitRequest.next), under the claim's epoch."""
+        request = commit_request(
+            self.fence,
+            self.input_digest,
+            result,
+            result_ref=result_ref,
+            result_digest=result_digest,
+            evidence=evidence,
+        )
+        if next_of is not None:
+            queue, ttl, max_tasks = next_of
+            epoch = self.fence.scheduler_epoch
+            request.next.CopyFrom(
+                claim_next_request(queue, ttl=ttl, epoch=epoch, max_tasks=max_tasks)
+            )
+        return Point(lambda worker: worker.Commit, request, self._committed)
+
+    def _stage_point(
+        self, result: bytes, result_ref: str, result_digest: str | None
+    ) -> Point[StageOutcome]:
+        request = stage_request(
+            self.fence, result, result_ref=result_ref, result_digest=result_digest
+        )
+        return Point(lambda worker: worker.StageResult, request, self._staged)
+
+    def _authorize_point(self, tool: str, action: str) -> Point[ToolAuthorization]:
+        request = authorize_request(self.fence, tool, action)
+        return Point(lambda worker: worker.AuthorizeTool, request, self._authorized)
+
+    def _release_point(self, reason: str) -> Point[ReleaseOutcome]:
+        return Point(
+            lambda worker: worker.Release, release_request(self.fence, reason), self._released
+        )
+
+    def _fail_point(
+        self,
+        error: BaseException | str,
+        retryable: bool,
+        delay: Duration | None,
+        message: str,
+        details: bytes,
+    ) -> Point[FailOutcome]:
+        request = fail_request(
+            self.fence, error, retryable=retryable, delay=delay, message=message, details=details
+        )
+        return Point(lambda worker: worker.Fail, request, self._failed)

@@ -1,0 +1,202 @@
+"""How a pool ends a claim (sdk/_core/settling.py) and passes its slot on (sdk/_core/slots.py),
+driven without a server: which claim calls each flow asks for given each answer, and which
+ending it counts; the decisions both pools used to write twice."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from coordinator.domain.states import FenceReason, Outcome
+from coordinator.errors import CoordinatorError, StoreUnavailable
+from coordinator.sdk._core.flows import Flow
+from coordinator.sdk._core.held import HeldClaim
+from coordinator.sdk._core.pool import SHUTDOWN_ERROR, UNFINISHED, Ending
+from coordinator.sdk._core.settling import ClaimCall, NextTask, Settled, cut_off_claim, settle
+from coordinator.sdk._core.slots import HandOver, Routes, Slots
+from coordinator.sdk.types import LossSource, LostReason
+from coordinator.v1 import types_pb2, worker_pb2
+
+ResultT = TypeVar("ResultT")
+
+
+class _Claim(HeldClaim):
+    """A held claim whose calls are recorded and answered by the test: ``refuse`` makes each
+    call in it raise, ``fenced`` makes them find the claim lost, ``won`` is what a
+    commit_and_next claims."""
+
+    def __init__(self, task_id: str = "t1") -> None:
+        fence = types_pb2.Fence(task_id=task_id, attempt_id="a1", claim_generation=3)
+        answer = worker_pb2.ClaimResponse(
+            outcome=types_pb2.OUTCOME_CLAIMED, fence=fence, attempt=1, ttl_seconds=9
+        )
+        super().__init__(answer, sent_at=0.0, on_lost=None, safety_margin=None, clock=lambda: 0.0)
+        self.calls: list[str] = []
+        self.refuse: set[str] = set()
+        self.fenced: set[str] = set()
+        self.won: list[_Claim] = []
+
+    def _signal(self, *, lost: bool) -> None:
+        pass
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if name in self.refuse:
+            raise StoreUnavailable(f"{name} refused")
+        if name in self.fenced:
+            self.mark_lost(Outcome.FENCED, FenceReason.SUPERSEDED, "", LossSource.COMMIT)
+
+    def commit(self, result: bytes) -> None:
+        self._call(f"commit {result.decode()}")
+        if not self.is_lost():
+            self._finish("committed")
+
+    def commit_and_next(self, result: bytes, **next_of: Any) -> tuple[None, list[_Claim]]:
+        self._call(f"commit {result.decode()} and next of {next_of['queue']}")
+        self._finish("committed")
+        return None, self.won
+
+    def fail(self, error: Exception | str, *, retryable: bool, message: str) -> None:
+        self._call(f"fail {error} retryable={retryable} {message}".strip())
+
+    def release(self, reason: str) -> None:
+        self._call(f"release {reason}")
+
+    def close(self) -> None:
+        self._call("close")
+
+
+def _run(claim: _Claim, steps: Generator[ClaimCall, Any, ResultT]) -> ResultT:
+    """Drive ``steps`` as a pool does (without its closing the claim afterwards)."""
+    flow = Flow(steps)
+    while (step := flow.step) is not None:
+        with flow.catching(CoordinatorError):
+            flow.answer(step.call(claim))
+    return flow.result
+
+
+def _next(queue: str = "q", stopping: bool = False) -> NextTask:
+    return NextTask(queue, timedelta(seconds=9), lambda reason: None, lambda: stopping)
+
+
+def test_a_result_is_committed() -> None:
+    claim = _Claim()
+    assert _run(claim, settle(claim, b"r", None, None)) == Settled(Ending.COMMITTED)
+    assert claim.calls == ["commit r"]
+
+
+def test_with_commit_then_next_the_commit_claims_the_slots_next_task() -> None:
+    claim, following = _Claim(), _Claim("t2")
+    claim.won = [following]
+    assert _run(claim, settle(claim, b"r", None, _next())) == Settled(Ending.COMMITTED, following)
+    assert claim.calls == ["commit r and next of q"]
+
+
+def test_a_stopping_pool_commits_without_claiming_the_next_task() -> None:
+    claim = _Claim()
+    assert _run(claim, settle(claim, b"r", None, _next(stopping=True))) == Settled(Ending.COMMITTED)
+    assert claim.calls == ["commit r"]
+
+
+def test_a_commit_that_finds_the_claim_lost_ends_it_lost() -> None:
+    claim = _Claim()
+    claim.fenced.add("commit r")
+    assert _run(claim, settle(claim, b"r", None, None)) == Settled(Ending.LOST)
+
+
+def test_an_error_gives_the_task_back_retryable_after_stopping_the_renewals() -> None:
+    claim = _Claim()
+    assert _run(claim, settle(claim, None, ValueError("bad"), None)) == Settled(Ending.FAILED)
+    assert claim.calls == ["close", "fail bad retryable=True"]
+
+
+def test_no_result_releases_the_claim() -> None:
+    claim = _Claim()
+    assert _run(claim, settle(claim, None, None, None)) == Settled(Ending.RELEASED)
+    assert claim.calls == [f"release {UNFINISHED}"]
+
+
+def test_a_lost_claim_is_neither_committed_nor_given_back() -> None:
+    claim = _Claim()
+    claim.mark_lost(Outcome.FENCED, FenceReason.SUPERSEDED, "", LossSource.RENEW)
+    assert _run(claim, settle(claim, b"r", None, None)) == Settled(Ending.LOST)
+    assert claim.calls == []
+
+
+def test_a_commit_the_coordinator_could_not_take_leaves_the_claim_to_its_lease() -> None:
+    claim = _Claim()
+    claim.refuse.add("commit r")
+    assert _run(claim, settle(claim, b"r", None, None)) == Settled(Ending.UNSETTLED)
+
+
+def test_the_cut_off_gives_the_claim_back_as_a_shutdown() -> None:
+    claim = _Claim()
+    assert _run(claim, cut_off_claim(claim, "grace ran out")) is Ending.CUT_OFF
+    assert claim.calls == ["close", f"fail {SHUTDOWN_ERROR} retryable=True grace ran out"]
+
+
+def test_a_cut_off_that_cannot_reach_the_coordinator_is_unsettled() -> None:
+    claim = _Claim()
+    claim.refuse.add(f"fail {SHUTDOWN_ERROR} retryable=True why")
+    assert _run(claim, cut_off_claim(claim, "why")) is Ending.UNSETTLED
+
+
+# --- the slots --------------------------------------------------------------------------------
+
+
+class _Running:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.abandoned = False
+        self.losses: list[str] = []
+
+    def lost(self, reason: LostReason) -> None:
+        self.losses.append(reason.task_id)
+
+
+def _slots(free: int, claim_batch: int) -> tuple[Slots[_Running], list[str]]:
+    woken: list[str] = []
+    return Slots(free, claim_batch, lambda: woken.append("wake")), woken
+
+
+def test_a_claim_loop_takes_up_to_claim_batch_free_slots_and_gets_back_what_it_did_not_fill() -> (
+    None
+):
+    slots, woken = _slots(5, 3)
+    assert slots.take(stopping=False) == 3
+    assert slots.take(stopping=False) == 2
+    assert slots.full(stopping=False) and not slots.full(stopping=True)
+    slots.polled(3, [object()])  # won one task of three
+    slots.polled(2, "NO_READY_TASK")
+    assert (slots.free, woken) == (4, ["wake", "wake"])
+    assert slots.take(stopping=True) == 0
+
+
+def test_a_settled_claim_hands_its_slot_to_the_claim_its_commit_won_while_the_pool_runs() -> None:
+    slots, woken = _slots(2, 1)
+    first, second, third = _Running("1"), _Running("2"), _Running("3")
+    assert slots.start(first, stopping=False) and slots.start(second, stopping=False)
+    assert slots.hand_over(first, Ending.COMMITTED, third, stopping=False) is HandOver.KEPT
+    assert slots.hand_over(second, Ending.COMMITTED, _Running("4"), stopping=True) is HandOver.FREED
+    assert slots.hand_over(third, Ending.RELEASED, None, stopping=False) is HandOver.FREED
+    assert (slots.held(), slots.free, woken) == (0, 4, ["wake", "wake"])
+    assert slots.tally.report().endings == {Ending.COMMITTED: 2, Ending.RELEASED: 1}
+
+
+def test_the_cut_off_takes_over_the_claims_still_running() -> None:
+    slots, _ = _slots(1, 1)
+    running = _Running("1")
+    assert slots.start(running, stopping=False)
+    assert not slots.start(_Running("late"), stopping=True)
+    assert slots.abandon() == [running] and running.abandoned
+    assert slots.hand_over(running, Ending.COMMITTED, None, stopping=True) is HandOver.TAKEN
+    assert (slots.held(), slots.tally.report().endings) == (0, {})
+
+
+def test_a_loss_reaches_the_claim_that_was_lost_only() -> None:
+    routes: Routes[_Running, _Claim] = Routes()
+    runnings = routes.won([_Claim("t1"), _Claim("t2")], lambda claim: _Running(claim.task_id))
+    routes.lost(LostReason(Outcome.FENCED, FenceReason.SUPERSEDED, "", LossSource.RENEW, "t2"))
+    routes.lost(LostReason(Outcome.FENCED, FenceReason.SUPERSEDED, "", LossSource.RENEW, "t9"))
+    assert [r.losses for r in runnings] == [[], ["t2"]]
