@@ -100,7 +100,10 @@ def test_at_most_max_concurrent_claims_over_two_queues_all_committed(
             client, handle, queues=["qa", "qb"], max_concurrent=2, ttl=TTL, readiness=[ready]
         )
         running = background.submit(pool.run)
-        eventually(lambda: list(states(producer).values()).count(TaskState.CLAIMED) == 2)
+        # Both handlers running (two claims on the server can come before the second
+        # handler's thread starts), and no third claim while they hold their slots.
+        eventually(lambda: active[0] == 2)
+        assert list(states(producer).values()).count(TaskState.CLAIMED) == 2
         assert ready.path.exists()
         go.set()
         eventually(lambda: set(states(producer).values()) == {TaskState.DONE})
