@@ -1,8 +1,7 @@
 """Bounded replays (issue 25 item 3): replays of the event log's past run within slots, per
-replica and per principal (typed RESOURCE_EXHAUSTED past them, nothing read), a replay of
-a long log holds at most a pass of it in memory, given back when it ends, and the heap is
-trimmed once the last running replay ended. Real etcd; the slots test through a real server
-(callers name themselves: insecure mode)."""
+replica and per principal (typed RESOURCE_EXHAUSTED past them, nothing read), and a replay of
+a long log holds at most a pass of it in memory, given back when it ends. Real etcd; the slots
+test through a real server (callers name themselves: insecure mode)."""
 
 from __future__ import annotations
 
@@ -18,14 +17,12 @@ from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import EventRecord, encode
 from coordinator.domain.states import Op, TaskState
 from coordinator.etcd_process import EtcdProcess
-from coordinator.memory_trim import QuietTrim
 from coordinator.metrics import Metrics
 from coordinator.server import build_server
 from coordinator.server.wire import event_wire
 from coordinator.store import EtcdKV, EventFilter, Store
 from coordinator.store.etcd.ops import put
 from coordinator.store.lifecycle import events as event_log
-from coordinator.store.lifecycle.replay_slots import ReplaySlots
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually, next_of
@@ -140,39 +137,3 @@ def test_a_replay_holds_one_pass_in_memory_whatever_the_log_length(
     # Passes of 500 events either way: four times the log is not four times the memory.
     assert long_peak < 2 * short_peak
     assert kept < short_peak / 4  # given back when the replay ended
-
-
-class _RecordedTrim(QuietTrim):
-    """The real trim (at once, counting instead of trimming), with the slots' calls recorded."""
-
-    def __init__(self) -> None:
-        super().__init__("replays", delay=0.0, trim=lambda: 0)
-        self.calls: list[str] = []
-
-    def quiet(self) -> None:
-        self.calls.append("quiet")
-        super().quiet()
-
-    def busy(self) -> None:
-        self.calls.append("busy")
-        super().busy()
-
-
-def test_the_heap_is_trimmed_once_the_last_running_replay_ended(store: Store) -> None:
-    _write_events(store, 0, 20)
-    trim = _RecordedTrim()
-    log = event_log.EventLog(store.ctx, slots=ReplaySlots(store.ctx.metrics, trim=trim))
-    try:
-        first, second = (log.history(EventFilter(), principal=p) for p in ("a", "b"))
-        next(first), next(second)  # both hold a slot
-        assert (log.replays_running, trim.calls) == (2, ["busy"])
-        assert sum(1 for _ in first) == 19
-        assert (log.replays_running, trim.calls) == (1, ["busy"])  # one still runs: no trim
-        assert sum(1 for _ in second) == 19
-        assert (log.replays_running, trim.calls) == (0, ["busy", "quiet"])
-        eventually(lambda: trim.trims == 1)
-        assert sum(1 for _ in log.history(EventFilter())) == 20  # the next quiet period
-        assert trim.calls == ["busy", "quiet", "busy", "quiet"]
-        eventually(lambda: trim.trims == 2)
-    finally:
-        log.close()

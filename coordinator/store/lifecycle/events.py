@@ -114,7 +114,6 @@ class EventLog:
     def close(self) -> None:
         """Close the shared watch (followers still open see no further event)."""
         self._hub.close()
-        self._slots.close()
 
     @property
     def followers(self) -> int:

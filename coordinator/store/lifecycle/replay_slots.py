@@ -10,10 +10,6 @@ RESOURCE_EXHAUSTED naming the setting before it reads anything (counted in
 ``coordinator_calls_refused_total{reason}``: ``replays``, ``replays_principal``). A replay
 holds its slot until its last pass was read (or its stream ended), so the memory of all
 replays on a replica is at most ``max_replays`` passes.
-
-That memory stayed with the process once the replays ended (+26 MiB after 32 of them: the
-allocators keep freed pages for reuse), so a second after the last running replay ends the
-heap is trimmed (coordinator/memory_trim.py), once per quiet period, on a thread of its own.
 """
 
 from __future__ import annotations
@@ -25,7 +21,6 @@ from contextlib import contextmanager
 
 from coordinator.domain.stream_limits import Admission, StreamLimits, admission
 from coordinator.errors import ResourceExhausted
-from coordinator.memory_trim import QuietTrim
 from coordinator.metrics import Metrics
 
 MAX_REPLAYS = 4
@@ -43,7 +38,6 @@ class ReplaySlots:
         *,
         max_replays: int = MAX_REPLAYS,
         max_per_principal: int = MAX_REPLAYS_PER_PRINCIPAL,
-        trim: QuietTrim | None = None,
     ) -> None:
         # The same decision as the stream bounds: a total and a share per principal, here a
         # hard cap (a replay holds memory, so nobody borrows another's share).
@@ -53,7 +47,6 @@ class ReplaySlots:
         self._metrics = metrics
         self._lock = threading.Lock()
         self._running: Counter[str] = Counter()
-        self._trim = trim if trim is not None else QuietTrim("replays")
 
     @contextmanager
     def hold(self, principal: str) -> Iterator[None]:
@@ -65,8 +58,6 @@ class ReplaySlots:
                 open_of_principal=self._running[principal],
             )
             if decision is Admission.ADMITTED:
-                if not self._running:
-                    self._trim.busy()
                 self._running[principal] += 1
         if decision is not Admission.ADMITTED:
             self._refuse(decision, principal)
@@ -77,12 +68,6 @@ class ReplaySlots:
                 self._running[principal] -= 1
                 if not self._running[principal]:
                     del self._running[principal]
-                if not self._running:
-                    self._trim.quiet()
-
-    def close(self) -> None:
-        """Drop a heap trim still waiting (the replica is shutting down)."""
-        self._trim.close()
 
     def running(self) -> int:
         """Replays running now."""
