@@ -34,6 +34,7 @@ from bench.events import run_events
 from bench.harness import Scenario, say
 from bench.headline import headline
 from bench.held import run_held
+from bench.hostile import ROWS as HOSTILE_ROWS
 from bench.hostile import hostile_need, hostile_phase
 from bench.long_polls import long_polls_phase
 from bench.machine import machine
@@ -178,6 +179,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="how long one token churns writes in the hostile phase (default 150, smoke 3; "
         "the issue's full 10 minutes: 600, with --only hostile)",
     )
+    p.add_argument(
+        "--hostile-rows",
+        help=f"comma-separated rows of the hostile phase to run ({','.join(HOSTILE_ROWS)}; "
+        "default all: the replays row alone takes about 3 minutes, the phase about 8)",
+    )
     p.add_argument("--budget", type=float, help="hard wall-time bound in seconds")
     p.add_argument(
         "--coordinator-log-level",
@@ -208,7 +214,19 @@ def _hostile_sizes(ns: argparse.Namespace) -> dict[str, Any]:
         "hostile_flood_s": 3.0 if ns.smoke else 30.0,
         "hostile_events": 1_000 if ns.smoke else 20_000,
         "hostile_list_tasks": 10 if ns.smoke else 100,
+        "hostile_rows": ns.hostile_rows.split(",") if ns.hostile_rows else list(HOSTILE_ROWS),
     }
+
+
+def _unknown_names(config: dict[str, Any]) -> str:
+    """What is wrong with the phases and hostile rows asked for ("" when nothing is)."""
+    phases = set(config["phases"]) - set(PHASES)
+    if phases:
+        return f"unknown phase(s) {sorted(phases)}; choose from {PHASES}"
+    rows = set(config["hostile_rows"]) - set(HOSTILE_ROWS)
+    if rows:
+        return f"unknown hostile row(s) {sorted(rows)}; choose from {HOSTILE_ROWS}"
+    return ""
 
 
 def _ints(text: str | None, default: tuple[int, ...]) -> tuple[int, ...]:
@@ -250,9 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         "long_polls": 100 if ns.smoke else 1_000,
         **_hostile_sizes(ns),
     }
-    unknown = set(config["phases"]) - set(PHASES)
-    if unknown:
-        print(f"unknown phase(s) {sorted(unknown)}; choose from {PHASES}", file=sys.stderr)
+    wrong = _unknown_names(config)
+    if wrong:
+        print(wrong, file=sys.stderr)
         return 2
     started = time.monotonic()
     doc: dict[str, Any] = {

@@ -119,41 +119,57 @@ def _multislot_headline(doc: dict[str, Any], reasons: dict[str, str]) -> None:
 
 def _hostile_headlines(doc: dict[str, Any], reasons: dict[str, str], notes: dict[str, str]) -> None:
     """Issue 25's table (the hostile phase): a target whose other half is a count (the pool
-    refused, claims lost, memory kept) gets that count as a note when it is not zero."""
-    hostile = doc.get("hostile")
-    keys = (
-        "hostile_db_peak_over_quota",
-        "hostile_renew_p99_over_ttl_third",
-        "hostile_replay_rss_growth_mib",
-        "hostile_list_pages_answered_ratio",
-    )
-    if not hostile:
-        for key in keys:
+    refused, claims lost, memory kept) gets that count as a note when it is not zero; a row
+    left out (``--only``, ``--hostile-rows``) leaves its figure null, saying so."""
+    hostile = doc.get("hostile") or {}
+    rows = {
+        "hostile_db_peak_over_quota": "writes",
+        "hostile_renew_p99_over_ttl_third": "renewals",
+        "hostile_replay_rss_growth_mib": "replays",
+        "hostile_list_pages_answered_ratio": "lists",
+    }
+    for key, row in rows.items():
+        if row not in hostile:
             doc[key] = None
             reasons[key] = doc.get("skipped_phases", {}).get(
-                "hostile", "the hostile phase was not run (--only)"
+                "hostile",
+                f"the hostile phase's {row} row was not run (--hostile-rows)"
+                if hostile
+                else "the hostile phase was not run (--only)",
             )
-        return
-    writes, renewals, replays, lists = (
-        hostile[k] for k in ("writes", "renewals", "replays", "lists")
-    )
+    if "writes" in hostile:
+        _writes_headline(doc, hostile["writes"], notes)
+    if "renewals" in hostile:
+        _renewals_headline(doc, hostile["renewals"], reasons, notes)
+    if "replays" in hostile:
+        replays = hostile["replays"]
+        doc["hostile_replay_rss_growth_mib"] = float(replays["rss_growth_mib_peak"])
+        notes["hostile_replay_rss_growth_mib"] = (
+            f"{replays['rss_growth_mib_after']} MiB still held once they ended"
+        )
+    if "lists" in hostile:
+        lists = hostile["lists"]
+        listed = [lists[way]["tasks_listed"] for way in ("queue", "queue_with_inputs", "state")]
+        doc["hostile_list_pages_answered_ratio"] = round(min(listed) / lists["tasks"], 3)
+
+
+def _writes_headline(doc: dict[str, Any], writes: dict[str, Any], notes: dict[str, str]) -> None:
     doc["hostile_db_peak_over_quota"] = writes["db_peak_over_quota"]
     if writes["legit_refusals"] or writes["nospace_alarms"]:
         notes["hostile_db_peak_over_quota"] = (
             f"the pool was refused {writes['legit_refusals']}, "
             f"{writes['nospace_alarms']} NOSPACE readings"
         )
+
+
+def _renewals_headline(
+    doc: dict[str, Any], renewals: dict[str, Any], reasons: dict[str, str], notes: dict[str, str]
+) -> None:
     doc["hostile_renew_p99_over_ttl_third"] = renewals["renew_p99_over_ttl_third"]
     if renewals["lost"]:
         notes["hostile_renew_p99_over_ttl_third"] = f"{renewals['lost']} claims lost"
     if doc["hostile_renew_p99_over_ttl_third"] is None:
         reasons["hostile_renew_p99_over_ttl_third"] = "no renewal during the flood"
-    doc["hostile_replay_rss_growth_mib"] = float(replays["rss_growth_mib_peak"])
-    notes["hostile_replay_rss_growth_mib"] = (
-        f"{replays['rss_growth_mib_after']} MiB still held once they ended"
-    )
-    listed = [lists[way]["tasks_listed"] for way in ("queue", "queue_with_inputs", "state")]
-    doc["hostile_list_pages_answered_ratio"] = round(min(listed) / lists["tasks"], 3)
 
 
 def _unmeasured(key: str, held: dict[str, Any]) -> str:

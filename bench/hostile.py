@@ -18,7 +18,8 @@ server's default bounds (the chart's: write budgets of 256 KiB/s for a worker to
    every page read: pages, bytes, refusals.
 
 The fifth row (1,000 waiting ClaimNext) is the ``long_polls`` phase (bench/long_polls.py).
-Rows 3 and 4 run first: the writes row is the one that may fill etcd.
+Rows 3 and 4 run first: the writes row is the one that may fill etcd. ``--hostile-rows`` runs
+some of the rows only (the replays row alone takes about 3 minutes, the phase about 8).
 """
 
 from __future__ import annotations
@@ -56,16 +57,24 @@ SETTLE = 30.0
 REPLAYED_EVENTS_PER_S = 3000
 """What a loaded 2-core VM replays, all callers together (docs/performance.md, events): the
 replay row's share of ``hostile_need``."""
+ROWS = ("lists", "replays", "renewals", "writes")
+"""The phase's rows in the order they run (``--hostile-rows`` picks some of them)."""
 
 
 def hostile_need(config: dict[str, Any]) -> float:
-    """Seconds the phase needs at most (its rows' durations and their set-up)."""
-    replays = REPLAYS * config["hostile_events"] / REPLAYED_EVENTS_PER_S
-    return float(config["hostile_writes_s"] + config["hostile_flood_s"] + replays + 120)
+    """Seconds the phase needs at most (its chosen rows' durations and their set-up)."""
+    rows = config["hostile_rows"]
+    durations = {
+        "lists": 0.0,
+        "replays": REPLAYS * config["hostile_events"] / REPLAYED_EVENTS_PER_S,
+        "renewals": config["hostile_flood_s"],
+        "writes": config["hostile_writes_s"],
+    }
+    return float(sum(durations[row] for row in rows) + 30 * len(rows))
 
 
 def hostile_phase(workdir: Path, config: dict[str, Any], etcd_bin: str | None) -> dict[str, Any]:
-    """The four rows on an etcd of their own with a 256 MiB quota (module docstring)."""
+    """The chosen rows on an etcd of their own with a 256 MiB quota (module docstring)."""
     with EtcdProcess(
         binary=find_etcd_binary(etcd_bin),
         log_path=workdir / "etcd-hostile.log",
@@ -98,7 +107,8 @@ def hostile_phase(workdir: Path, config: dict[str, Any], etcd_bin: str | None) -
             ]
             result: dict[str, Any] = {"quota_mib": QUOTA >> 20}
             for name, run in rows:
-                result[name] = _on_fresh(name, etcd, workdir, config, run)
+                if name in config["hostile_rows"]:
+                    result[name] = _on_fresh(name, etcd, workdir, config, run)
             return result
         finally:
             kv.close()
@@ -255,25 +265,50 @@ def _pages(
 
 
 def hostile_line(result: dict[str, Any]) -> str:
-    """The phase as one paragraph of the report."""
-    w, r, p, ls = (result[k] for k in ("writes", "renewals", "replays", "lists"))
+    """The phase as one paragraph of the report (the rows that ran)."""
+    parts = [f"One token against the pool (etcd quota {result['quota_mib']} MiB)."]
+    parts += [line(result[row]) for row, line in _ROW_LINES.items() if row in result]
+    return " ".join(parts) + "\n"
+
+
+def _writes_line(w: dict[str, Any]) -> str:
+    return (
+        f"Writes: {w['seconds']:.0f} s of one worker token offering {w['offered_mib_per_s']} "
+        f"MiB/s; db peak {w['db_mib_peak']} MiB ({w['db_peak_over_quota']} of the quota), "
+        f"{w['nospace_alarms']} NOSPACE readings; the pool {w['legit_cycles']} cycles, refused "
+        f"{w['legit_refusals'] or 'never'}; the abuser {w['abuser']}."
+    )
+
+
+def _renewals_line(r: dict[str, Any]) -> str:
+    return (
+        f"Renewals: {r['flood_callers']} callers x 1,000 made-up fences for "
+        f"{r['flood_seconds']} s; {r['lost']} of {r['claims_held']} claims lost (TTL "
+        f"{r['ttl_s']:.0f} s), renew p99 {r['renew_p99_ms_idle']} ms idle, "
+        f"{r['renew_p99_ms_flooded']} ms flooded ({r['renew_p99_over_ttl_third']} of TTL/3)."
+    )
+
+
+def _replays_line(p: dict[str, Any]) -> str:
+    return (
+        f"Replays: {p['replays_complete']} of {p['replays']} over {p['events']} events from "
+        f"{p['tokens']} tokens, RSS +{p['rss_growth_mib_peak']} MiB at peak, "
+        f"+{p['rss_growth_mib_after']} MiB after (refused {p['refusals'] or 'never'})."
+    )
+
+
+def _lists_line(ls: dict[str, Any]) -> str:
     lists = ", ".join(
         f"{way} {ls[way]['tasks_listed']}/{ls['tasks']} in {ls[way]['pages']} pages "
         f"(largest {ls[way]['largest_page_kib']} KiB, errors {ls[way]['errors'] or 'none'})"
         for way in ("queue", "queue_with_inputs", "state")
     )
-    return (
-        f"One token against the pool (etcd quota {result['quota_mib']} MiB). Writes: "
-        f"{w['seconds']:.0f} s of one worker token offering {w['offered_mib_per_s']} MiB/s; "
-        f"db peak {w['db_mib_peak']} MiB ({w['db_peak_over_quota']} of the quota), "
-        f"{w['nospace_alarms']} NOSPACE readings; the pool {w['legit_cycles']} cycles, refused "
-        f"{w['legit_refusals'] or 'never'}; the abuser {w['abuser']}. Renewals: "
-        f"{r['flood_callers']} callers x 1,000 made-up fences for {r['flood_seconds']} s; "
-        f"{r['lost']} of {r['claims_held']} claims lost (TTL {r['ttl_s']:.0f} s), renew p99 "
-        f"{r['renew_p99_ms_idle']} ms idle, {r['renew_p99_ms_flooded']} ms flooded "
-        f"({r['renew_p99_over_ttl_third']} of TTL/3). Replays: {p['replays_complete']} of "
-        f"{p['replays']} over {p['events']} events from {p['tokens']} tokens, RSS "
-        f"+{p['rss_growth_mib_peak']} MiB at peak, +{p['rss_growth_mib_after']} MiB after "
-        f"(refused {p['refusals'] or 'never'}). Lists of {ls['tasks']} tasks of "
-        f"{ls['input_kib']} KiB: {lists}.\n"
-    )
+    return f"Lists of {ls['tasks']} tasks of {ls['input_kib']} KiB: {lists}."
+
+
+_ROW_LINES: dict[str, Callable[[dict[str, Any]], str]] = {
+    "writes": _writes_line,
+    "renewals": _renewals_line,
+    "replays": _replays_line,
+    "lists": _lists_line,
+}

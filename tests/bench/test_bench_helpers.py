@@ -6,6 +6,7 @@ from typing import Any
 
 from bench.harness import RunResult
 from bench.headline import headline
+from bench.hostile import hostile_line
 from bench.procs import CpuSnapshot, cpu_seconds, rss_mib
 from bench.profile import summarize_folded
 from bench.report import targets
@@ -182,3 +183,33 @@ def test_the_multislot_headline_is_its_paired_ratio_or_null_with_the_reason() ->
     doc = {"config": {"phases": ["held"], "levels": []}}
     headline(doc)
     assert doc["reasons"]["ratio_multislot_b_32"] == "the multislot phase was not run (--only)"
+
+
+def test_hostile_rows_left_out_leave_their_figures_null_and_say_why() -> None:
+    replays = {
+        "events": 20_000,
+        "replays": 32,
+        "tokens": 4,
+        "replays_complete": 32,
+        "refusals": {},
+        "rss_growth_mib_peak": 25.0,
+        "rss_growth_mib_after": 1.5,
+    }
+    doc: dict[str, Any] = {
+        "config": {"phases": ["hostile"], "levels": []},
+        "hostile": {"quota_mib": 256, "replays": replays},
+    }
+    headline(doc)
+    assert doc["hostile_replay_rss_growth_mib"] == 25.0
+    assert doc["notes"]["hostile_replay_rss_growth_mib"] == "1.5 MiB still held once they ended"
+    for key, row in (
+        ("hostile_db_peak_over_quota", "writes"),
+        ("hostile_renew_p99_over_ttl_third", "renewals"),
+        ("hostile_list_pages_answered_ratio", "lists"),
+    ):
+        assert doc[key] is None
+        assert doc["reasons"][key] == f"the hostile phase's {row} row was not run (--hostile-rows)"
+    assert hostile_line(doc["hostile"]) == (
+        "One token against the pool (etcd quota 256 MiB). Replays: 32 of 32 over 20000 events "
+        "from 4 tokens, RSS +25.0 MiB at peak, +1.5 MiB after (refused never).\n"
+    )
