@@ -112,7 +112,9 @@ test("one client keeps many claims alive in few RenewMany calls", async (t) => {
     const before = { many: await callsOf(server, "RenewMany"), one: await callsOf(server, "Renew") };
     const claims: Claim[] = [];
     while (claims.length < 256) {
-      const won = await many.claimNext(queue, { ttlSeconds: 3, maxTasks: 64 });
+      // 10 s: on a busy machine claiming the 256 can take longer than a short TTL, and a
+      // claim lost before its keepalive starts would never be renewed twice.
+      const won = await many.claimNext(queue, { ttlSeconds: 10, maxTasks: 64 });
       assert.ok(Array.isArray(won), String(won));
       claims.push(...won);
     }
