@@ -117,10 +117,6 @@ def test_claim_batch_fills_the_free_slots_in_one_call_and_routes_each_loss(
     assert (report.endings[Ending.COMMITTED], report.endings[Ending.LOST]) == (3, 1)
 
 
-def _cancel_seen(pool: WorkerPool) -> bool:
-    return any(r.cancel.is_cancelled() for r in pool._running)
-
-
 def test_a_claim_batch_out_of_bounds_is_refused(coordinator: Served) -> None:
     with coordinator.client("w") as client:
         for bad in (0, 65):
