@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -69,6 +70,47 @@ class PeakRss:
             self.peak = max(self.peak, rss_mib(self._pid))
 
 
+def read_whole_log(
+    stub: tasks_pb2_grpc.TaskServiceStub,
+    metadata: tuple[tuple[str, str], ...],
+    received: list[int],
+    index: int,
+    *,
+    patience: float,
+    timeout: float | None = None,
+    refused: Callable[[str], None] = lambda code: None,
+) -> None:
+    """Replay the whole event log, counting its events into ``received[index]``. Past its
+    replay slots (max_replays) a replay is refused RESOURCE_EXHAUSTED before it reads anything;
+    the reader asks again every 0.2 s, as the SDK's retry does, for ``patience`` seconds. Every
+    failed try's code goes to ``refused``; any other error, or a refusal past the patience, is
+    raised (``received[index]`` then holds what that try read)."""
+    until = time.monotonic() + patience
+    while True:
+        received[index] = 0
+        try:
+            for _ in stub.WatchEvents(
+                tasks_pb2.WatchEventsRequest(), metadata=metadata, timeout=timeout
+            ):
+                received[index] += 1
+            return
+        except grpc.RpcError as exc:
+            refused(exc.code().name)
+            if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or time.monotonic() > until:
+                raise
+            time.sleep(0.2)
+
+
+def run_daemons(target: Callable[[int], None], count: int) -> None:
+    """``target(0)`` ... ``target(count - 1)`` on threads of their own, until all return.
+    Daemons: a phase cut off at the bench's time bound must not hold its exit."""
+    threads = [threading.Thread(target=target, args=(n,), daemon=True) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def run_events(
     target: str, kv: EtcdKV, keys: Keyspace, meter: Meter, *, count: int, callers: int
 ) -> dict[str, Any]:
@@ -89,34 +131,13 @@ def run_events(
         received = [0] * callers
 
         def read_all(index: int) -> None:
-            # One principal each: the server caps open streams per principal. Past its replay
-            # slots (max_replays) a replay is refused RESOURCE_EXHAUSTED before it reads
-            # anything; the reader waits for a slot, as the SDK's retry does, within the bound.
+            # One principal each: the server caps open streams per principal.
             who = ((PRINCIPAL_METADATA, f"bench-reader-{index}"),)
-            request = tasks_pb2.WatchEventsRequest()
-            until = time.monotonic() + 600
-            while True:
-                received[index] = 0
-                try:
-                    for _ in stub.WatchEvents(request, metadata=who, timeout=600):
-                        received[index] += 1
-                    return
-                except grpc.RpcError as exc:
-                    refused = exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-                    if not refused or time.monotonic() > until:
-                        raise
-                    time.sleep(0.2)
+            read_whole_log(stub, who, received, index, patience=600.0, timeout=600.0)
 
         started = time.monotonic()
         with PeakRss(pid) as during_history:
-            # Daemons: a phase cut off at the bench's time bound must not hold its exit.
-            threads = [
-                threading.Thread(target=read_all, args=(i,), daemon=True) for i in range(callers)
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            run_daemons(read_all, callers)
         history_s = time.monotonic() - started
     finally:
         channel.close()

@@ -24,6 +24,7 @@ some of the rows only (the replays row alone takes about 3 minutes, the phase ab
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -34,7 +35,7 @@ from typing import Any
 
 import grpc
 
-from bench.events import PeakRss, write_events
+from bench.events import PeakRss, read_whole_log, run_daemons, write_events
 from bench.harness import say
 from bench.hostile_renewals import run_renewals
 from bench.hostile_writes import run_writes, who
@@ -51,8 +52,7 @@ QUOTA = 256 << 20
 INPUT = 256 << 10  # coordinator.domain.validation.MAX_INPUT_BYTES
 REPLAYS, REPLAY_TOKENS = 32, 4
 REPLAY_PATIENCE = 600.0
-"""Seconds a refused replay keeps asking again (every ``REPLAY_RETRY``) before it gives up."""
-REPLAY_RETRY = 0.2
+"""Seconds a refused replay keeps asking again (every 0.2 s) before it gives up."""
 SETTLE = 30.0
 REPLAYED_EVENTS_PER_S = 3000
 """What a loaded 2-core VM replays, all callers together (docs/performance.md, events): the
@@ -150,32 +150,20 @@ def run_replays(
     channel = grpc.insecure_channel(coordinator.target, options=GRPC_OPTIONS)
     stub = tasks_pb2_grpc.TaskServiceStub(channel)
 
+    def count(code: str) -> None:
+        with lock:
+            refused[code] += 1
+
     def replay(n: int) -> None:
         metadata = who(f"reader-{n % REPLAY_TOKENS}", "pm")
-        until = time.monotonic() + REPLAY_PATIENCE
-        while True:
-            received[n] = 0
-            try:
-                for _ in stub.WatchEvents(tasks_pb2.WatchEventsRequest(), metadata=metadata):
-                    received[n] += 1
-                return
-            except grpc.RpcError as exc:
-                with lock:
-                    refused[exc.code().name] += 1
-                if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or time.monotonic() > until:
-                    return
-                time.sleep(REPLAY_RETRY)
+        # A replay that failed for good is counted in ``refused`` and left incomplete.
+        with contextlib.suppress(grpc.RpcError):
+            read_whole_log(stub, metadata, received, n, patience=REPLAY_PATIENCE, refused=count)
 
     started = time.monotonic()
     try:
         with PeakRss(pid) as during:
-            threads = [
-                threading.Thread(target=replay, args=(n,), daemon=True) for n in range(REPLAYS)
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            run_daemons(replay, REPLAYS)
         took = time.monotonic() - started
     finally:
         channel.close()
