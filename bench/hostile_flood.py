@@ -21,7 +21,8 @@ FENCES = 1000
 
 
 def made_up(n: int) -> worker_pb2.RenewManyRequest:
-    """``FENCES`` fences of tasks that do not exist."""
+    """``FENCES`` fences of tasks that do not exist (generations 1-3: below any live revision);
+    the fairness tests' flooder (tests/server/flooder.py) sends the same."""
     fences = [
         types_pb2.Fence(
             task_id=f"made-up-{n}-{i}",

@@ -13,22 +13,9 @@ from collections import Counter
 
 import grpc
 
-from coordinator.v1 import types_pb2, worker_pb2, worker_pb2_grpc
+from bench.hostile_flood import made_up
+from coordinator.v1 import worker_pb2_grpc
 from tests.lifecycle.support import who
-
-
-def made_up(n: int) -> worker_pb2.RenewManyRequest:
-    """1,000 fences of tasks that do not exist (generations 1-3: below any live revision)."""
-    fences = [
-        types_pb2.Fence(
-            task_id=f"made-up-{n}-{i}",
-            attempt_id=f"a1-{i}",
-            claim_generation=1 + i % 3,
-            scheduler_epoch=1,
-        )
-        for i in range(1000)
-    ]
-    return worker_pb2.RenewManyRequest(renewals=[worker_pb2.RenewRequest(fence=f) for f in fences])
 
 
 def main(target: str, threads: int) -> None:
