@@ -22,7 +22,7 @@ from coordinator.domain.space import SpaceState
 from coordinator.server.identity import identity_of
 from coordinator.server.interceptors.handlers import Handler, unary_handler
 from coordinator.server.interceptors.write_budgets import (
-    GROWTH_METHODS,
+    CHARGED_METHODS,
     WriteBudgets,
     growth_bytes,
 )
@@ -47,7 +47,7 @@ class HighWaterShareInterceptor(grpc.ServerInterceptor):  # type: ignore[type-ar
         method = details.method
         if (
             self._guard.state is not SpaceState.HIGH_WATER
-            or method not in GROWTH_METHODS
+            or method not in CHARGED_METHODS
             or handler is None
             or handler.unary_unary is None
         ):

@@ -36,6 +36,7 @@ from coordinator.errors import CoordinatorError
 from coordinator.logging import note
 from coordinator.server.identity import principal_of
 from coordinator.server.interceptors.handlers import metadata_value, unary_handler
+from coordinator.server.interceptors.write_budgets import ADDS_DATA
 from coordinator.server.status import status_code_of
 from coordinator.store.control.idempotency import IdempotencyStore, RequestInFlight, Reservation
 
@@ -70,16 +71,10 @@ READ_ONLY = frozenset(
 )
 """The methods that change nothing: a key sent with them is ignored."""
 
-GROWTH_METHODS = frozenset(
-    {
-        "/coordinator.v1.TaskService/CreateTask",
-        "/coordinator.v1.TaskService/UpdateInput",
-        "/coordinator.v1.WorkerService/StageResult",
-    }
-)
-"""The keyed methods that only add data: their new key is growth too, refused by the space
-guard above etcd's high-water mark before the call runs. A key on any other call (a commit, a
-release) is part of draining the pool and goes on."""
+GROWTH_METHODS = ADDS_DATA
+"""The keyed methods that only add data (the write budgets' ``ADDS_DATA``): their new key is
+growth too, refused by the space guard above etcd's high-water mark before the call runs. A key
+on any other call (a commit, a release) is part of draining the pool and goes on."""
 
 
 CLAIMING = frozenset(

@@ -44,12 +44,15 @@ _MEASURED: dict[str, tuple[str, Callable[[Any], int]]] = {
 }
 _RENEW = "/coordinator.v1.WorkerService/Renew"
 _RENEW_MANY = "/coordinator.v1.WorkerService/RenewMany"
-GROWTH_METHODS = frozenset({*_MEASURED, _RENEW, _RENEW_MANY})
-"""The methods whose requests can add data to etcd (the bytes ``growth_bytes`` measures)."""
+ADDS_DATA = frozenset(_MEASURED)
+"""The methods whose request is data added to etcd (an input, a staged result)."""
+CHARGED_METHODS = frozenset({*ADDS_DATA, _RENEW, _RENEW_MANY})
+"""The methods whose requests can add data to etcd: ``ADDS_DATA`` and the renewals, whose
+checkpoints do (the bytes ``growth_bytes`` measures)."""
 
 
 def growth_bytes(method: str, request: Any) -> int:
-    """The bytes a call of ``method`` (one of GROWTH_METHODS) asks to add: its input or staged
+    """The bytes a call of ``method`` (one of CHARGED_METHODS) asks to add: its input or staged
     result, or the checkpoints its renewals carry."""
     if method in _MEASURED:
         return _MEASURED[method][1](request)
