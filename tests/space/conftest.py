@@ -4,15 +4,20 @@ hand (``check()``), so a test decides exactly when the guard reads etcd."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
 import etcd3
+import grpc
 import pytest
 
 from coordinator.domain.keys import Keyspace
+from coordinator.domain.roles import Role
+from coordinator.domain.write_budget import BudgetPolicy
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 from coordinator.metrics import Metrics
+from coordinator.server import build_server
 from coordinator.store import EtcdKV, Store
 from coordinator.store.etcd.space_guard import SpaceGuard
 from tests.conftest import GRPC_OPTIONS
@@ -85,3 +90,29 @@ def fill(raw: Any) -> int:
         except Exception:  # etcd3 raises grpc's error for RESOURCE_EXHAUSTED
             return i
     raise AssertionError("etcd never refused a put: is its quota set?")
+
+
+BUDGETS = {
+    Role.WORKER: BudgetPolicy(rate=1.0, window=100_000.0),
+    Role.PM: BudgetPolicy(rate=1.0, window=100_000.0),
+}
+"""100,000 bytes a principal, refilled at 1 byte/s: nothing a test would notice."""
+
+
+@contextlib.contextmanager
+def budgeted_channel(store: Store, **options: Any) -> Iterator[grpc.Channel]:
+    """A channel to a server over ``store`` with ``BUDGETS`` (and build_server's ``options``),
+    stopped after."""
+    srv, port = build_server(
+        store,
+        listen="127.0.0.1:0",
+        max_workers=8,
+        health_interval=0.2,
+        write_budgets=BUDGETS,
+        **options,
+    )
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS) as chan:
+            yield chan
+    finally:
+        srv.stop(grace=None).wait()

@@ -12,12 +12,9 @@ import pytest
 
 from coordinator.config import Config
 from coordinator.domain.digests import digest_of
-from coordinator.domain.roles import Role
 from coordinator.domain.space import SpaceState
-from coordinator.domain.write_budget import BudgetPolicy
 from coordinator.errors import ConfigError
 from coordinator.metrics import Metrics
-from coordinator.server import build_server
 from coordinator.store import EtcdKV, Store
 from coordinator.store.etcd.db_size import DbSizeWatch
 from coordinator.v1 import (
@@ -29,16 +26,10 @@ from coordinator.v1 import (
     worker_pb2,
     worker_pb2_grpc,
 )
-from tests.conftest import GRPC_OPTIONS
 from tests.helpers import Probe, refused
-from tests.space.conftest import QUOTA
+from tests.space.conftest import QUOTA, budgeted_channel
 
-# 100,000 bytes a window, refilled at 1 byte/s: a share of 1/10 is 10,000 bytes.
-BUDGETS = {
-    Role.WORKER: BudgetPolicy(rate=1.0, window=100_000.0),
-    Role.PM: BudgetPolicy(rate=1.0, window=100_000.0),
-}
-SHARE = 0.1
+SHARE = 0.1  # of the budgets' 100,000 bytes a window: 10,000 bytes above the mark
 ABUSER = (("x-coordinator-principal", "abuser"), ("x-coordinator-roles", "pm,worker"))
 PRODUCER = (("x-coordinator-principal", "pm-a"), ("x-coordinator-roles", "pm"))
 WORKER = (("x-coordinator-principal", "worker-a"), ("x-coordinator-roles", "worker"))
@@ -49,19 +40,8 @@ EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 @pytest.fixture
 def channel(store: Store) -> Iterator[grpc.Channel]:
     """A channel to a server with write budgets and high-water shares of 1/10."""
-    srv, port = build_server(
-        store,
-        listen="127.0.0.1:0",
-        max_workers=8,
-        health_interval=0.2,
-        write_budgets=BUDGETS,
-        high_water_share=SHARE,
-    )
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS) as chan:
-            yield chan
-    finally:
-        srv.stop(grace=None).wait()
+    with budgeted_channel(store, high_water_share=SHARE) as chan:
+        yield chan
 
 
 def _create(task_id: str, data: bytes) -> tasks_pb2.CreateTaskRequest:

@@ -11,11 +11,8 @@ import grpc
 import pytest
 
 from coordinator.domain.digests import digest_of
-from coordinator.domain.roles import Role
 from coordinator.domain.space import SpaceState
-from coordinator.domain.write_budget import BudgetPolicy
 from coordinator.metrics import Metrics
-from coordinator.server import build_server
 from coordinator.store import EtcdKV, Store
 from coordinator.store.etcd.db_size import DbSizeWatch
 from coordinator.v1 import (
@@ -27,14 +24,8 @@ from coordinator.v1 import (
     worker_pb2,
     worker_pb2_grpc,
 )
-from tests.conftest import GRPC_OPTIONS
-from tests.space.conftest import QUOTA
+from tests.space.conftest import QUOTA, budgeted_channel
 
-# 100,000 bytes a principal, refilled at 1 byte/s: nothing a test would notice.
-BUDGETS = {
-    Role.WORKER: BudgetPolicy(rate=1.0, window=100_000.0),
-    Role.PM: BudgetPolicy(rate=1.0, window=100_000.0),
-}
 ABUSER = (("x-coordinator-principal", "abuser"), ("x-coordinator-roles", "worker"))
 WORKER = (("x-coordinator-principal", "worker-a"), ("x-coordinator-roles", "worker"))
 PM = (("x-coordinator-principal", "pm-a"), ("x-coordinator-roles", "pm"))
@@ -45,14 +36,8 @@ BIG = 60_000  # a churned checkpoint or staged result: 30 rounds of both are 3.6
 @pytest.fixture
 def channel(store: Store) -> Iterator[grpc.Channel]:
     """A channel to a server with write budgets, over the 1 MiB-quota etcd."""
-    srv, port = build_server(
-        store, listen="127.0.0.1:0", max_workers=8, health_interval=0.2, write_budgets=BUDGETS
-    )
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS) as chan:
-            yield chan
-    finally:
-        srv.stop(grace=None).wait()
+    with budgeted_channel(store) as chan:
+        yield chan
 
 
 def _claim(
