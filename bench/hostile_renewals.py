@@ -25,7 +25,7 @@ import grpc
 from bench.harness import say
 from bench.procs import GRPC_OPTIONS
 from bench.seed import TaskSeeder
-from bench.stats import percentile
+from bench.stats import ms, percentile
 from coordinator import lifeline
 from coordinator.sdk import Claim, ClaimRefused, WorkerClient
 
@@ -137,8 +137,8 @@ def _figures(
         "flood_calls": codes,
         "lost": lost,
         "renew_calls_timed": {k: len(v) for k, v in timer.took.items()},
-        "renew_p99_ms_idle": _ms(idle),
-        "renew_p99_ms_flooded": _ms(flooded),
+        "renew_p99_ms_idle": ms(idle),
+        "renew_p99_ms_flooded": ms(flooded),
         "renew_p99_over_ttl_third": None if flooded is None else round(flooded / third, 3),
         "renewals_on_time_ratio": round(done / wanted, 3) if wanted else None,
     }
@@ -149,7 +149,3 @@ def _figures(
         f"({result['renew_p99_over_ttl_third']} of TTL/3)"
     )
     return result
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 2)

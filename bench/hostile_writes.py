@@ -22,7 +22,7 @@ import grpc
 
 from bench.harness import say
 from bench.procs import GRPC_OPTIONS
-from bench.stats import percentile
+from bench.stats import ms, percentile
 from coordinator.domain.digests import digest_of
 from coordinator.server.identity import PRINCIPAL_METADATA_KEY, ROLES_METADATA_KEY
 from coordinator.v1 import (
@@ -200,7 +200,7 @@ def _figures(
         "abuser": dict(abuser),
         "legit_cycles": pool["cycles"],
         "legit_refusals": refused,
-        "legit_cycle_ms": {q: _ms(percentile(took, q)) for q in (50, 99)},
+        "legit_cycle_ms": {q: ms(percentile(took, q)) for q in (50, 99)},
         "nospace_alarms": len(alarms),
         "db_mib_peak": round(peak / 2**20, 1),
         "db_peak_over_quota": round(peak / quota, 3),
@@ -212,7 +212,3 @@ def _figures(
         f"refused {refused}; abuser {dict(abuser)}"
     )
     return result
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 2)

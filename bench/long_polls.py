@@ -30,7 +30,7 @@ import grpc
 
 from bench.harness import say
 from bench.procs import GRPC_OPTIONS, CoordinatorProcess, cpu_seconds, rss_mib, wait_quiet
-from bench.stats import median, percentile, ratio
+from bench.stats import median, ms, percentile, ratio
 from coordinator.etcd_process import EtcdProcess
 from coordinator.server.identity import PRINCIPAL_METADATA_KEY, ROLES_METADATA_KEY
 from coordinator.v1 import (
@@ -106,9 +106,9 @@ class _Pool:
             batches.append(took)
         p99s = [p for p in (percentile(took, 99) for took in batches) if p is not None]
         return {
-            "p50": _ms(percentile([t for took in batches for t in took], 50)),
-            "p99": _ms(median(p99s)),
-            "p99_batches": [_ms(p) for p in p99s],
+            "p50": ms(percentile([t for took in batches for t in took], 50)),
+            "p99": ms(median(p99s)),
+            "p99_batches": [ms(p) for p in p99s],
         }
 
     def poll(self, n: int, principal: str) -> grpc.Future:  # type: ignore[type-arg]
@@ -309,7 +309,3 @@ def long_polls_line(result: dict[str, Any]) -> str:
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 2)

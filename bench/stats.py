@@ -38,3 +38,8 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     if numerator is None or not denominator:
         return None
     return numerator / denominator
+
+
+def ms(seconds: float | None) -> float | None:
+    """``seconds`` in milliseconds, to 0.01 (None stays None: nothing was measured)."""
+    return None if seconds is None else round(seconds * 1000, 2)
