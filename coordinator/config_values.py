@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.domain import validation
 from coordinator.domain.retention import (
@@ -19,6 +19,9 @@ from coordinator.domain.retention import (
 )
 from coordinator.domain.retry import RetryDefaults, RetryPolicy, check_policy
 from coordinator.errors import ConfigError, InvalidArgument
+
+if TYPE_CHECKING:  # config.py imports this module
+    from coordinator.config import Config
 
 _HOST_PORT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]*):(?P<port>[0-9]{1,5})$")
 
@@ -133,8 +136,8 @@ def require_positive(setting: str, value: float) -> None:
         raise ConfigError(f"{setting} must be > 0, got {value}")
 
 
-def check_space(config: Any) -> None:
-    """ConfigError naming the first bad space-guard setting of ``config`` (a Config)."""
+def check_space(config: Config) -> None:
+    """ConfigError naming the first bad space-guard setting of ``config``."""
     for name in ("etcd_quota_warn_ratio", "etcd_quota_high_water", "etcd_quota_full"):
         ratio = getattr(config, name)
         if not 0 < ratio <= 1:
