@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 import pytest
 
+from bench.hostile_flood import made_up
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import Claim, ClaimRefused
 from coordinator.store import Renewal, RenewAnswer
@@ -28,7 +29,6 @@ from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
 from tests.lifecycle.support import who
 from tests.sdk.support import QUEUE, Served, served
-from tests.server.flooder import made_up
 
 TTL = timedelta(seconds=3)  # the SDK renews every second
 SHARE = 8  # build_server's default max_calls_per_principal
