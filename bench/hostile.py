@@ -11,7 +11,7 @@ server's default bounds (the chart's: write budgets of 256 KiB/s for a worker to
    made-up fences while an SDK client holds 500 claims of TTL 6 s;
 3. replays: 32 whole-log WatchEvents replays from 4 tokens at once over a log of ``events``
    events: the coordinator's memory at its peak and once they ended. A history read holds one
-   pass of 20,000 positions at most, so a log of 20,000 events already costs each replay its
+   pass of 5,000 positions at most, so a log of 20,000 events already costs each replay its
    most; a longer log costs time (a scan per pass: 16 replays of 100,000 took 474 s on the
    2-core VM), not memory;
 4. lists: ListTasks of a queue of 100 tasks with 256 KiB inputs, summaries and with inputs,

@@ -40,11 +40,15 @@ from coordinator.store.lifecycle.event_inbox import Compacted, Inbox, InboxBehin
 from coordinator.store.lifecycle.replay_slots import ReplaySlots
 
 _PAGE = 1000
-# Event positions one history pass selects (~400 bytes each with their keys, measured with
-# tracemalloc: ~2 MB a replay; 20,000 took ~11 MB a replay, 32 replays +352 MB), and event
-# values read per round trip (etcd refuses more than 128 operations in one txn by default).
+# Event places one history pass selects (~150 bytes each, measured with tracemalloc: ~0.75 MB a
+# replay; as positions with their keys they took ~400 bytes, and 32 replays of a whole 20,000
+# event list +352 MB), and event values read per round trip (etcd refuses more than 128
+# operations in one txn by default).
 _SELECT = 5_000
 _LOAD = 100
+_Place = tuple[int, str, int]
+"""An event's position as a plain tuple (revision, task id, prev_state_version): it orders as
+``EventPosition`` does and names the event's key (``Keyspace.event``), with no key string."""
 _IDENTITY_CACHE = 100_000
 WHOLE_LOG = EventPosition.start_of(1)
 """Before the first event: reading after it reads the whole log."""
@@ -148,12 +152,12 @@ class EventLog:
         horizon = [0]
         candidates = self._candidates(flt, WHOLE_LOG, horizon)
         if before is not None:
-            candidates = (pair for pair in candidates if pair[0] < before)
-        chosen = heapq.nlargest(count, candidates, key=lambda pair: pair[0])
+            bound = _place(before)
+            candidates = (place for place in candidates if place < bound)
+        chosen = heapq.nlargest(count, candidates)
         found: list[StoredEvent] = []
         for start in range(0, len(chosen), _LOAD):
-            loaded = self._load([key for _, key in chosen[start : start + _LOAD]])
-            found += [e for e in loaded if self.matches(flt, e)]
+            found += [e for e in self._load(chosen[start : start + _LOAD]) if self.matches(flt, e)]
         return found
 
     def follow(
@@ -299,40 +303,42 @@ class EventLog:
         horizon = [0]
         cursor = after
         while True:
-            chosen = heapq.nsmallest(
-                _SELECT, self._candidates(flt, cursor, horizon), key=lambda pair: pair[0]
-            )
+            chosen = heapq.nsmallest(_SELECT, self._candidates(flt, cursor, horizon))
             for start in range(0, len(chosen), _LOAD):
-                loaded = self._load([key for _, key in chosen[start : start + _LOAD]])
+                loaded = self._load(chosen[start : start + _LOAD])
                 yield [e for e in loaded if self.matches(flt, e)], horizon[0]
             if len(chosen) < _SELECT:
                 yield [], horizon[0]
                 return
-            cursor = chosen[-1][0]
+            cursor = EventPosition(*chosen[-1])
 
-    def _load(self, keys: list[str]) -> list[StoredEvent]:
-        """The events stored at ``keys``, in that order (one read; a key pruned meanwhile and a
+    def _load(self, places: list[_Place]) -> list[StoredEvent]:
+        """The events at ``places``, in that order (one read; a key pruned meanwhile and a
         malformed event are left out)."""
-        snap = self._ctx.kv.read(*(get(key) for key in keys))
-        found = (self._decode_kv(kv) for kv in (snap.range_one(i) for i in range(len(keys))) if kv)
+        keys = self._ctx.keys
+        snap = self._ctx.kv.read(*(get(keys.event(task, version)) for _, task, version in places))
+        found = (
+            self._decode_kv(kv) for kv in (snap.range_one(i) for i in range(len(places))) if kv
+        )
         return [event for event in found if event is not None]
 
     def _candidates(
         self, flt: EventFilter, cursor: EventPosition, horizon: list[int]
-    ) -> Iterator[tuple[EventPosition, str]]:
-        """Every event key after ``cursor`` and at or below the horizon (fixed by the first
-        page read, when ``horizon[0]`` is 0) whose task passes the filter, page by page."""
+    ) -> Iterator[_Place]:
+        """The place of every event after ``cursor`` and at or below the horizon (fixed by the
+        first page read, when ``horizon[0]`` is 0) whose task passes the filter, page by page."""
         kv = self._ctx.kv
         prefix = self._ctx.keys.events_prefix(flt.task_id)
         start, end = prefix, kv.prefix_end(prefix)
+        after = _place(cursor)
         while True:
             page, read_at = kv.range_page(start, end, limit=_PAGE, keys_only=True)
             horizon[0] = horizon[0] or read_at
             for item in page:
-                position = position_of_key(item.key, item.create_revision)
-                in_pass = cursor < position and position.revision <= horizon[0]
-                if in_pass and self._task_matches(flt, position.task_id):
-                    yield position, item.key
+                head, version = item.key.rsplit("/", 1)
+                place = (item.create_revision, head.rsplit("/", 1)[1], int(version))
+                if after < place and place[0] <= horizon[0] and self._task_matches(flt, place[1]):
+                    yield place
             if len(page) < _PAGE:
                 return
             start = page[-1].key + "\0"
@@ -364,6 +370,10 @@ class EventLog:
     def _decode(cls, raw: WatchEvent) -> StoredEvent | None:
         # Event keys are written once, so the watch's mod_revision is their create_revision.
         return cls._decode_kv(KV(raw.key, raw.value, raw.mod_revision, raw.mod_revision, 0))
+
+
+def _place(position: EventPosition) -> _Place:
+    return position.revision, position.task_id, position.prev_state_version
 
 
 def _watch_position(raw: WatchEvent) -> EventPosition:
