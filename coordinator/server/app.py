@@ -47,6 +47,7 @@ from coordinator.server.interceptors.call_log import CallLogInterceptor
 from coordinator.server.interceptors.call_shares import CallShareInterceptor, CallShares
 from coordinator.server.interceptors.high_water import HighWaterShareInterceptor
 from coordinator.server.interceptors.idempotency import IdempotencyInterceptor
+from coordinator.server.interceptors.pipeline import Pipeline, Stage
 from coordinator.server.interceptors.request_ids import RequestIdInterceptor
 from coordinator.server.interceptors.rpc_metrics import RpcMetricsInterceptor
 from coordinator.server.interceptors.stream_interceptor import StreamLimitInterceptor
@@ -211,7 +212,8 @@ class _Chain:
 def _interceptors(
     store: Store, auth: AuthInterceptor, open_streams: OpenStreams, chain: _Chain
 ) -> list[grpc.ServerInterceptor[Any, Any]]:
-    """The chain every call passes, outermost first.
+    """The chain every call passes, outermost first, as one interceptor that builds each
+    method's handler once (coordinator.server.interceptors.pipeline).
 
     Metrics run outermost, so auth and version-gate refusals are counted too. An undecodable
     body is refused next, before auth: it costs no token lookup and logs no traceback. Then
@@ -221,7 +223,7 @@ def _interceptors(
     call log comes right after auth too: it names the principal and logs every later refusal.
     """
     metrics = store.ctx.metrics
-    return [
+    stages: list[Stage] = [
         # Real methods only get labels: unknown ones pass by.
         RpcMetricsInterceptor(metrics),
         UndecodableInterceptor(),
@@ -239,6 +241,7 @@ def _interceptors(
         WriteBudgetInterceptor(WriteBudgets(chain.write_budgets, metrics=metrics)),
         RequestIdInterceptor(),  # innermost: the handler's thread, for the event it writes
     ]
+    return [Pipeline(stages)]
 
 
 def _add_services(

@@ -19,6 +19,7 @@ from coordinator.etcd_process import free_port
 from coordinator.server import build_server
 from coordinator.server.identity import identity_of
 from coordinator.server.interceptors.auth import AuthInterceptor, InsecureAuth, TokenAuth
+from coordinator.server.interceptors.pipeline import Pipeline
 from coordinator.server.tls import ServerTLS
 from coordinator.server.tokens import TokenFile
 from coordinator.store import Store
@@ -317,7 +318,7 @@ def test_the_identity_reaches_unary_and_streaming_handlers(ring: TokenRing) -> N
     )
     auth = TokenAuth(TokenFile(ring.path, reload_interval=0.0))
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=2), interceptors=[AuthInterceptor(auth)]
+        futures.ThreadPoolExecutor(max_workers=2), interceptors=[Pipeline([AuthInterceptor(auth)])]
     )
     server.add_generic_rpc_handlers((handler,))
     port = server.add_insecure_port("127.0.0.1:0")

@@ -166,13 +166,15 @@ def test_the_gate_reads_the_record_through_a_cache() -> None:
 
     gate = VersionGateInterceptor(read, cache_ttl=60.0)
     handler = grpc.unary_unary_rpc_method_handler(lambda request, context: request)
+    gated = gate.build("/coordinator.v1.TaskService/ListTasks", handler).unary_unary
+    assert gated is not None
 
-    class Details:
-        method = "/coordinator.v1.TaskService/ListTasks"
-        invocation_metadata = ((SDK_VERSION_METADATA_KEY, OWN),)
+    class Context:
+        def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+            return ((SDK_VERSION_METADATA_KEY, OWN),)
 
-    for _ in range(50):
-        assert gate.intercept_service(lambda d: handler, Details()) is handler  # type: ignore[arg-type]
+    for n in range(50):
+        assert gated(n, Context()) == n  # type: ignore[arg-type]
     assert len(reads) == 1
 
 

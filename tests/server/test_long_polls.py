@@ -15,6 +15,7 @@ import pytest
 
 from coordinator.domain.stream_limits import StreamLimits
 from coordinator.server.interceptors.auth import AuthInterceptor, InsecureAuth
+from coordinator.server.interceptors.pipeline import Pipeline
 from coordinator.server.interceptors.stream_interceptor import StreamLimitInterceptor, stream_alive
 from coordinator.server.streams import LONG_POLLS, OpenStreams
 from coordinator.v1 import types_pb2, worker_pb2
@@ -48,8 +49,9 @@ def served() -> Iterator[Served]:
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=4),
         interceptors=[
-            auth,
-            StreamLimitInterceptor(open_streams, auth.check, long_polls=LONG_POLLS),
+            Pipeline(
+                [auth, StreamLimitInterceptor(open_streams, auth.check, long_polls=LONG_POLLS)]
+            )
         ],
     )
     server.add_generic_rpc_handlers(

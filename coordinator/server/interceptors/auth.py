@@ -245,21 +245,15 @@ def _metadata_dict(metadata: Metadata) -> dict[str, str]:
     return values
 
 
-class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class AuthInterceptor:
     """Authenticates every call, enforces ``ROLE_TABLE``, and runs the handler as the caller."""
 
     def __init__(self, authenticator: Authenticator) -> None:
         self._auth = authenticator
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
-        """Wrap the method's handler; open services and unknown methods pass through."""
-        handler = continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or method.startswith(OPEN_SERVICES):
+    def build(self, method: str, handler: Handler) -> Handler:
+        """Wrap the method's handler; open services pass through."""
+        if method.startswith(OPEN_SERVICES):
             return handler
         return _wrap(handler, lambda context: self._admit(method, context))
 

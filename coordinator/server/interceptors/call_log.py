@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import grpc
@@ -49,34 +49,24 @@ _OUR_FAULT = frozenset(
 )
 
 
-class CallLogInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class CallLogInterceptor:
     """Logs each call of ``services`` (fully qualified names) once, when it ends."""
 
     def __init__(self, services: Collection[str], *, refusals: RefusalLog | None = None) -> None:
         self._services = frozenset(services)
         self._refusals = refusals if refusals is not None else RefusalLog()
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
-        details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
+    def build(self, method: str, handler: Handler) -> Handler:
         """Wrap the handler of a method of the logged services; others pass through."""
-        handler = continuation(details)
-        method = details.method
-        if handler is None or _service(method) not in self._services:
+        if _service(method) not in self._services:
             return handler
-        request_id = metadata_value(details.invocation_metadata, request_ids.METADATA_KEY) or ""
-        first = {"method": method}
-        if request_ids.is_valid(request_id):
-            first["request_id"] = request_id
         refusals = self._refusals
         return rebuilt(
             handler,
             lambda kind, behavior: (
-                _streamed(first, behavior, refusals)
+                _streamed(method, behavior, refusals)
                 if streams_responses(kind)
-                else _answered(first, behavior, refusals)
+                else _answered(method, behavior, refusals)
             ),
         )
 
@@ -89,14 +79,15 @@ def _service(method: str) -> str:
 class _Call:
     """One call being logged: its own context, its fields, when it started."""
 
-    def __init__(self, first: dict[str, str], refusals: RefusalLog) -> None:
+    def __init__(self, method: str, context: grpc.ServicerContext, refusals: RefusalLog) -> None:
         self.started = time.perf_counter()
         self._refusals = refusals
         identity = CURRENT_IDENTITY.get()
-        self.fields: dict[str, Any] = {
-            **first,
-            "principal": identity.principal if identity is not None else "",
-        }
+        self.fields: dict[str, Any] = {"method": method}
+        request_id = metadata_value(context.invocation_metadata(), request_ids.METADATA_KEY)
+        if request_id is not None and request_ids.is_valid(request_id):
+            self.fields["request_id"] = request_id
+        self.fields["principal"] = identity.principal if identity is not None else ""
         self.context = contextvars.copy_context()
         self.context.run(CALL_FIELDS.set, self.fields)
 
@@ -131,9 +122,9 @@ def _default_code(failed: bool) -> grpc.StatusCode:
     return grpc.StatusCode.UNKNOWN if failed else grpc.StatusCode.OK
 
 
-def _answered(first: dict[str, str], behavior: Behavior, refusals: RefusalLog) -> Behavior:
+def _answered(method: str, behavior: Behavior, refusals: RefusalLog) -> Behavior:
     def run(request: Any, context: grpc.ServicerContext) -> Any:
-        call = _Call(first, refusals)
+        call = _Call(method, context, refusals)
         try:
             response = call.context.run(behavior, request, context)
         except BaseException:
@@ -145,9 +136,9 @@ def _answered(first: dict[str, str], behavior: Behavior, refusals: RefusalLog) -
     return run
 
 
-def _streamed(first: dict[str, str], behavior: Behavior, refusals: RefusalLog) -> Behavior:
+def _streamed(method: str, behavior: Behavior, refusals: RefusalLog) -> Behavior:
     def run(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        call = _Call(first, refusals)
+        call = _Call(method, context, refusals)
         try:
             responses = call.context.run(behavior, request, context)
             while True:

@@ -63,7 +63,7 @@ class CallShares:
                 del self._running[principal]
 
 
-class CallShareInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class CallShareInterceptor:
     """Runs each authenticated unary call within its principal's share (``CallShares``).
     Registered after authentication (the principal is known) and before anything reads etcd."""
 
@@ -71,16 +71,11 @@ class CallShareInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         self._shares = shares
         self._long_polls = long_polls
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
+    def build(self, method: str, handler: Handler) -> Handler:
         """Wrap a unary-unary handler; streams pass through (the stream bounds hold them)."""
-        handler = continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
+        if handler.unary_unary is None:
             return handler
-        waits = self._long_polls.get(handler_call_details.method)
+        waits = self._long_polls.get(method)
         shares = self._shares
 
         def shared(behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Any:

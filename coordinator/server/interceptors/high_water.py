@@ -13,7 +13,6 @@ etcd spent its share long ago; one that writes little has all of it. Above the f
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -29,7 +28,7 @@ from coordinator.server.interceptors.write_budgets import (
 from coordinator.store.etcd.space_guard import SpaceGuard, within_share
 
 
-class HighWaterShareInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class HighWaterShareInterceptor:
     """Opens ``within_share()`` around the growth calls their callers' shares admit (see the
     module docstring); placed before idempotency, so a keyed create's key goes with it."""
 
@@ -37,25 +36,16 @@ class HighWaterShareInterceptor(grpc.ServerInterceptor):  # type: ignore[type-ar
         self._guard = guard
         self._shares = shares
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
-        details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
-        """Wrap the growth methods while etcd is above the high-water mark; else pass."""
-        handler = continuation(details)
-        method = details.method
-        if (
-            self._guard.state is not SpaceState.HIGH_WATER
-            or method not in CHARGED_METHODS
-            or handler is None
-            or handler.unary_unary is None
-        ):
+    def build(self, method: str, handler: Handler) -> Handler:
+        """Wrap the growth methods (their calls pass while etcd is below the high-water mark)."""
+        if method not in CHARGED_METHODS or handler.unary_unary is None:
             return handler
         run = handler.unary_unary
-        shares = self._shares
+        shares, guard = self._shares, self._guard
 
         def shared(request: Any, context: grpc.ServicerContext) -> Any:
+            if guard.state is not SpaceState.HIGH_WATER:
+                return run(request, context)
             if not shares.fits(identity_of(context), growth_bytes(method, request)):
                 return run(request, context)  # the store refuses its growth, typed
             with within_share():

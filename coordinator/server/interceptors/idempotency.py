@@ -95,39 +95,34 @@ def hands_out_claims(method: str, request: Any) -> bool:
     return method in CLAIMING or (method == _COMMIT and request.HasField("next"))
 
 
-class IdempotencyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class IdempotencyInterceptor:
     """Replays stored responses of keyed mutating calls (see the module docstring)."""
 
     def __init__(self, store: IdempotencyStore) -> None:
         self._store = store
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        """Wrap unary mutating handlers of calls that carry a key; others pass through."""
-        handler = continuation(details)
-        method = details.method
-        if handler is None or handler.unary_unary is None or not is_mutating(method):
-            return handler
-        raw_key = metadata_value(details.invocation_metadata, IDEMPOTENCY_METADATA_KEY)
-        if raw_key is None:
+    def build(
+        self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """Wrap unary mutating handlers (a call that carries a key is replayed or stored)."""
+        if handler.unary_unary is None or not is_mutating(method):
             return handler
         # The behaviour below returns serialized bytes: a replay has no message object.
-        return unary_handler(
-            handler, self._keyed(method, raw_key, handler), response_serializer=_as_bytes
-        )
+        return unary_handler(handler, self._keyed(method, handler), response_serializer=_as_bytes)
 
     def _keyed(
-        self, method: str, raw_key: str, handler: grpc.RpcMethodHandler[Any, Any]
+        self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
     ) -> Callable[[Any, grpc.ServicerContext], bytes]:
         store = self._store
         run = handler.unary_unary
-        assert run is not None  # intercept_service wraps unary-unary handlers only
+        assert run is not None  # build wraps unary-unary handlers only
         serialize = handler.response_serializer or (lambda m: m.SerializeToString())
 
         def behavior(request: Any, context: grpc.ServicerContext) -> bytes:
+            metadata = context.invocation_metadata()
+            raw_key = metadata_value(metadata, IDEMPOTENCY_METADATA_KEY)
+            if raw_key is None:
+                return bytes(serialize(run(request, context)))
             try:
                 key = idempotency_key(raw_key)
                 principal = principal_of(context)

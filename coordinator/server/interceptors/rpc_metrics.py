@@ -24,22 +24,14 @@ from coordinator.metrics import Metrics
 from coordinator.server.interceptors.handlers import Handler, unary_handler
 
 
-class RpcMetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class RpcMetricsInterceptor:
     """Times unary calls and counts non-OK statuses of every call, on ``metrics``."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
-        details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
+    def build(self, method: str, handler: Handler) -> Handler:
         """Wrap unary-unary and unary-stream handlers; others pass through."""
-        handler = continuation(details)
-        if handler is None:
-            return None
-        method = details.method
         if handler.unary_unary is not None:
             return unary_handler(handler, _timed(self._metrics, method, handler.unary_unary))
         if handler.unary_stream is not None:

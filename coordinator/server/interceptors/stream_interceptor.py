@@ -118,7 +118,7 @@ def cut_when_stuck(message: Callable[[], str]) -> Callable[[], None]:
     return on_behind
 
 
-class StreamLimitInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class StreamLimitInterceptor:
     """Admits each long-lived call into ``streams`` (or refuses it RESOURCE_EXHAUSTED), keeps
     its guard current for its handler, and frees its slot when it ends."""
 
@@ -135,16 +135,8 @@ class StreamLimitInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         self._refresh = refresh
         self._long_polls = long_polls
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
+    def build(self, method: str, handler: Handler) -> Handler:
         """Wrap the handler of a long-lived method; others pass through."""
-        handler = continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None:
-            return None
         if not is_long_lived(method, handler, long_polls=self._long_polls):
             return handler
         waits = self._long_polls.get(method, _always_waits)

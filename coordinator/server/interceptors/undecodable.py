@@ -55,23 +55,17 @@ def guarded(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return deserialize
 
 
-class UndecodableInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class UndecodableInterceptor:
     """Refuses undecodable requests as INVALID_ARGUMENT; register it ahead of authentication."""
 
     def __init__(self, *, throttle: Throttle | None = None) -> None:
         """``throttle`` bounds the refusal log (default: one line per ``LOG_INTERVAL``)."""
         self._throttle = throttle if throttle is not None else Throttle(LOG_INTERVAL)
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
+    def build(self, method: str, handler: Handler) -> Handler:
         """The method's handler with a guarded deserializer and a behavior that refuses first."""
-        handler = continuation(handler_call_details)
-        if handler is None or handler.request_deserializer is None:
+        if handler.request_deserializer is None:
             return handler
-        method = handler_call_details.method
 
         def refuse(context: grpc.ServicerContext, request: Undecodable) -> NoReturn:
             self._refuse(method, context, request)

@@ -29,7 +29,7 @@ from coordinator.domain.versions import (
 )
 from coordinator.errors import ConfigError
 from coordinator.server.interceptors.auth import OPEN_SERVICES
-from coordinator.server.interceptors.handlers import Handler, metadata_value, rebuilt
+from coordinator.server.interceptors.handlers import Behavior, Handler, metadata_value, rebuilt
 from coordinator.store.control.versions import CachedVersions, VersionStore
 
 log = structlog.get_logger(__name__)
@@ -55,7 +55,7 @@ def refuse_old_coordinator(
         raise VersionRefused(f"refusing to start: {reason}")
 
 
-class VersionGateInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class VersionGateInterceptor:
     """Refuses calls from SDKs below the minimum, and all calls if this replica is outdated."""
 
     def __init__(
@@ -70,35 +70,32 @@ class VersionGateInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         self._own_version = own_version
         self._own_schema = own_schema
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
-        """The method's handler, or one that refuses the call FAILED_PRECONDITION."""
-        handler = continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or method.startswith(OPEN_SERVICES):
+    def build(self, method: str, handler: Handler) -> Handler:
+        """The method's handler, refusing a call FAILED_PRECONDITION when the version record
+        says so (read per call, from a cache); open services pass through."""
+        if method.startswith(OPEN_SERVICES):
             return handler
+        sdk_checked = not method.startswith(_ADMIN_SERVICE)
+
+        def gated(behavior: Behavior) -> Behavior:
+            def run(request: Any, context: grpc.ServicerContext) -> Any:
+                reason = self._refusal(context, sdk_checked=sdk_checked)
+                if reason is not None:
+                    context.abort(grpc.StatusCode.FAILED_PRECONDITION, reason)
+                return behavior(request, context)
+
+            return run
+
+        return rebuilt(handler, lambda kind, behavior: gated(behavior))
+
+    def _refusal(self, context: grpc.ServicerContext, *, sdk_checked: bool) -> str | None:
         try:
             record = self._versions.get()
         except Exception as exc:  # etcd down and nothing cached: the call fails on its own
             log.warning("version gate: cannot read the version record", error=str(exc))
-            return handler
+            return None
         reason = coordinator_refusal(record, self._own_version, self._own_schema)
-        if reason is None and not method.startswith(_ADMIN_SERVICE):
-            metadata = handler_call_details.invocation_metadata
+        if reason is None and sdk_checked:
+            metadata = context.invocation_metadata()
             reason = sdk_refusal(record, metadata_value(metadata, SDK_VERSION_METADATA_KEY))
-        if reason is None:
-            return handler
-        return _refusing(handler, reason)
-
-
-def _refusing(handler: Handler, message: str) -> Handler:
-    """A handler of the same shape as ``handler`` that aborts FAILED_PRECONDITION."""
-
-    def abort(request: Any, context: grpc.ServicerContext) -> Any:
-        del request
-        context.abort(grpc.StatusCode.FAILED_PRECONDITION, message)
-
-    return rebuilt(handler, lambda kind, behavior: abort)
+        return reason

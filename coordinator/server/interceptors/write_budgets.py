@@ -124,21 +124,15 @@ class WriteBudgets:
         return f"write_budget_{role.value}"
 
 
-class WriteBudgetInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class WriteBudgetInterceptor:
     """Charges the growth calls' bytes before their handlers run (see the module docstring)."""
 
     def __init__(self, budgets: WriteBudgets) -> None:
         self._budgets = budgets
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
-        details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
+    def build(self, method: str, handler: Handler) -> Handler:
         """Wrap the measured unary methods and the renewals; others pass through."""
-        handler = continuation(details)
-        method = details.method
-        if handler is None or handler.unary_unary is None or not self._budgets.active:
+        if handler.unary_unary is None or not self._budgets.active:
             return handler
         run = handler.unary_unary
         budgets = self._budgets
