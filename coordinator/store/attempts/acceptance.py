@@ -9,7 +9,7 @@ When the compares fail, it reads again and lets the domain say why.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from coordinator.domain.decisions import (
     CommitRefuse,
@@ -28,6 +28,7 @@ from coordinator.domain.records import (
     StagedResult,
     commit_id,
     encode,
+    with_changes,
 )
 from coordinator.domain.retry import AttemptEnded
 from coordinator.domain.space import WriteKind
@@ -267,4 +268,4 @@ class AcceptancePoints:
 
     @staticmethod
     def _closed(view: FenceView, end: AttemptEnd, now: float) -> AttemptRecord:
-        return replace(view.attempt, end=end, ended_at=now)
+        return with_changes(view.attempt, end=end, ended_at=now)

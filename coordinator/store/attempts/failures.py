@@ -9,12 +9,11 @@ requested delay), or FAILED when the failure is not retryable or no attempt is l
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import structlog
 
 from coordinator.domain.decisions import Fence, check_fence, check_owner
 from coordinator.domain.failures import FailureReport
+from coordinator.domain.records import with_changes
 from coordinator.domain.retry import AttemptEnded
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.metrics import AcceptancePoint
@@ -57,7 +56,7 @@ class Failures:
             code=report.code,
             delay=report.delay,
         )
-        closed = replace(
+        closed = with_changes(
             view.attempt,
             end=AttemptEnd.FAILED,
             ended_at=now,

@@ -16,13 +16,12 @@ anything have touched the task since the claim.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import NoReturn
 
 import structlog
 
 from coordinator.domain.decisions import Fence, FenceView
-from coordinator.domain.records import TaskRecord, encode
+from coordinator.domain.records import TaskRecord, encode, with_changes
 from coordinator.domain.retry import UNDELIVERED, decide_after
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.errors import CoordinatorError, Undelivered
@@ -152,8 +151,8 @@ class GiveBacks:
             **move.changes(task, UNDELIVERED),
         )
         if after.state is TaskState.READY and ready_seq:
-            after = replace(after, ready_seq=ready_seq)  # its old place: it was never served
-        closed = replace(view.attempt, end=AttemptEnd.UNDELIVERED, ended_at=now)
+            after = with_changes(after, ready_seq=ready_seq)  # its old place: it was never served
+        closed = with_changes(view.attempt, end=AttemptEnd.UNDELIVERED, ended_at=now)
         ops = [
             put(keys.attempt(task.task_id, fence.attempt_id), encode(closed)),
             delete(keys.claim(task.task_id)),

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from coordinator.domain.decisions import (
     Fence,
@@ -40,7 +40,7 @@ from coordinator.domain.decisions import (
     check_owner,
     decide_renew,
 )
-from coordinator.domain.records import ClaimRecord, encode
+from coordinator.domain.records import ClaimRecord, encode, with_changes
 from coordinator.domain.space import WriteKind
 from coordinator.domain.states import Outcome
 from coordinator.errors import CoordinatorError, InvalidArgument, NotFound, SpaceRefused
@@ -247,7 +247,7 @@ class Renewals:
         granted = self._held.peek(fence)  # what this replica's claim txn wrote
         if granted is None:
             return None
-        view = replace(granted, task=replace(granted.task, input=b""))
+        view = with_changes(granted, task=with_changes(granted.task, input=b""))
         return _Known(view, fence.claim_generation, remembered=True)
 
     # --- deciding ----------------------------------------------------------------------------
@@ -314,7 +314,7 @@ class Renewals:
             if renewal.checkpoint != k.view.attempt.checkpoint:
                 plan.checkpoint_refused = self._checkpoint_refusal()
             if renewal.checkpoint != k.view.attempt.checkpoint and not plan.checkpoint_refused:
-                kept = replace(k.view.attempt, checkpoint=renewal.checkpoint)
+                kept = with_changes(k.view.attempt, checkpoint=renewal.checkpoint)
                 plan.ops.append(put(attempt_key, encode(kept)))
                 plan.attempt_written = True
         return plan
@@ -418,16 +418,18 @@ def _after(plan: _Plan, renewal: Renewal, revision: int) -> _Known:
     known = plan.known
     written = plan.claim is not None or plan.attempt_written
     if not written:
-        return known if known.remembered else replace(known, remembered=True)
+        return known if known.remembered else with_changes(known, remembered=True)
     view = known.view
     claim = view.claim
     assert claim is not None
     if plan.claim is not None:
-        claim = replace(plan.claim, mod_revision=revision)
+        claim = with_changes(plan.claim, mod_revision=revision)
     attempt, attempt_revision = view.attempt, known.attempt_revision
     if plan.attempt_written and renewal.checkpoint is not None:
-        attempt, attempt_revision = replace(attempt, checkpoint=renewal.checkpoint), revision
-    return _Known(replace(view, claim=claim, attempt=attempt), attempt_revision, True, known.txns)
+        attempt, attempt_revision = with_changes(attempt, checkpoint=renewal.checkpoint), revision
+    return _Known(
+        with_changes(view, claim=claim, attempt=attempt), attempt_revision, True, known.txns
+    )
 
 
 def _duplicates(renewals: Sequence[Renewal]) -> Iterator[tuple[int, CoordinatorError]]:

@@ -29,11 +29,11 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from coordinator.domain.decisions import Fence, FenceView, Verdict, check_fence
-from coordinator.domain.records import ResultRecord, decode
+from coordinator.domain.records import ResultRecord, decode, with_changes
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import NotFound
 from coordinator.store.context import (
@@ -153,7 +153,7 @@ def read_view(ctx: StoreContext, fence: Fence, *, with_result: bool = False) -> 
         return found.view
     result_kv = ctx.kv.read(get(result_key, revision=snap.revision)).range_one(0)
     result = decode(ResultRecord, result_kv.value) if result_kv is not None else None
-    return replace(found.view, result=result)
+    return with_changes(found.view, result=result)
 
 
 def diagnose(ctx: StoreContext, fence: Fence) -> Verdict:
@@ -190,7 +190,7 @@ def _read(
         else:
             task = task_from_kv(task_kv)
             view = FenceView(
-                task=task if inputs else replace(task, input=b""),
+                task=task if inputs else with_changes(task, input=b""),
                 attempt=attempt_from_kv(attempt_kv),
                 claim=claim_from_kv(claim_kv) if claim_kv is not None else None,
                 epoch=epoch,

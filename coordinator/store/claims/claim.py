@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from coordinator.domain.checkpoints import resumable_checkpoint
 from coordinator.domain.decisions import Fence, FenceView, Verdict, clamp_ttl, decide_claim
 from coordinator.domain.keys import task_id_from_ready_key
-from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode
+from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode, with_changes
 from coordinator.domain.retry import LEASE_EXPIRED, refuse_takeover
 from coordinator.domain.states import AttemptEnd, Op, Outcome, TaskState
 from coordinator.errors import LeaseGone, NotFound
@@ -108,7 +108,7 @@ def claim_write(
     ]
     # The task's compare holds the attempt too: whatever ends an attempt writes the task.
     if takeover and read.attempt is not None:
-        expired = replace(read.attempt, end=AttemptEnd.EXPIRED, ended_at=now)
+        expired = with_changes(read.attempt, end=AttemptEnd.EXPIRED, ended_at=now)
         ops.append(put(keys.attempt(task.task_id, expired.attempt_id), encode(expired)))
     return ClaimWrite(after, claim, attempt, compares, ops)
 
@@ -267,13 +267,13 @@ class ClaimStore:
             attempt.scheduler_epoch,
             task.cancel_generation,
         )
-        claimed = replace(write.after, claim_generation=generation, state_version=generation)
+        claimed = with_changes(write.after, claim_generation=generation, state_version=generation)
         self._held.remember(
             fence,
             FenceView(
                 task=claimed,
-                attempt=replace(attempt, claim_generation=generation),
-                claim=replace(write.claim, generation=generation, mod_revision=generation),
+                attempt=with_changes(attempt, claim_generation=generation),
+                claim=with_changes(write.claim, generation=generation, mod_revision=generation),
                 epoch=attempt.scheduler_epoch,
             ),
         )

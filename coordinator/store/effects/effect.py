@@ -20,7 +20,7 @@ flag.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from coordinator import request_ids
 from coordinator.domain.decisions import Fence, Verdict, check_fence, check_owner
@@ -36,7 +36,7 @@ from coordinator.domain.effects import (
     resolve,
 )
 from coordinator.domain.reconcile import Reconciliation, check_named_owner, open_on_unknown
-from coordinator.domain.records import TaskRecord, decode, encode
+from coordinator.domain.records import TaskRecord, decode, encode, with_changes
 from coordinator.domain.states import Op, TaskState
 from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
 from coordinator.metrics import AcceptancePoint
@@ -118,7 +118,7 @@ def effect_write_ops(
 def stamped(effect: EffectRecord) -> EffectRecord:
     """``effect`` carrying the request id of the call writing it ("" from a background loop),
     the way store/transition.py puts it in the task's event."""
-    return replace(effect, request_id=request_ids.current())
+    return with_changes(effect, request_id=request_ids.current())
 
 
 def effect_unchanged(ctx: StoreContext, effect_id: str, before: EffectRecord | None) -> Compare:
@@ -378,7 +378,7 @@ class EffectStore:
             result = ctx.kv.txn(compares, ops)
             if result.succeeded:
                 self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, task_id))
-                ready = replace(after, state_version=result.revision)
+                ready = with_changes(after, state_version=result.revision)
                 return ready, [_at(e, result.revision) for e in resolved]
         raise FailedPrecondition(f"task {task_id!r} kept changing; approve again")
 
@@ -389,4 +389,4 @@ class EffectStore:
 
 def _at(effect: EffectRecord, revision: int) -> EffectRecord:
     """``effect`` as written at ``revision`` (its key's new mod_revision and request id)."""
-    return replace(stamped(effect), mod_revision=revision)
+    return with_changes(stamped(effect), mod_revision=revision)

@@ -17,7 +17,7 @@ epoch at one revision to say whether the job's attempt is still current.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from coordinator.domain.decisions import Fence, Verdict, check_fence, check_owner
 from coordinator.domain.jobs import (
@@ -28,7 +28,7 @@ from coordinator.domain.jobs import (
     decide_finish,
     same_start,
 )
-from coordinator.domain.records import decode, encode
+from coordinator.domain.records import decode, encode, with_changes
 from coordinator.domain.states import Outcome
 from coordinator.errors import AlreadyExists, NotFound, PermissionDenied, StoreUnavailable
 from coordinator.metrics import AcceptancePoint
@@ -122,7 +122,7 @@ class JobStore:
         txn = ctx.kv.txn(compares, ops, failure=[get(key), get(index)])
         if txn.succeeded:
             coverage.observe_fence(AcceptancePoint.START_JOB, compares, ctx, fence)
-            return StartJobResult(verdict, replace(record, mod_revision=txn.revision))
+            return StartJobResult(verdict, with_changes(record, mod_revision=txn.revision))
         existing_kv, index_kv = txn.range_one(0), txn.range_one(1)
         if existing_kv is not None:
             existing = job_from_kv(existing_kv)
@@ -161,12 +161,14 @@ class JobStore:
                 )
             if decide_finish(record, state) is FinishVerdict.ALREADY_FINAL:
                 return FinishJobResult(record, recorded=False)
-            after = replace(
+            after = with_changes(
                 record, state=state, exit_code=exit_code, detail=detail, ended_at=ctx.clock.now()
             )
             txn = ctx.kv.txn([mod_revision_is(key, record.mod_revision)], [put(key, encode(after))])
             if txn.succeeded:
-                return FinishJobResult(replace(after, mod_revision=txn.revision), recorded=True)
+                return FinishJobResult(
+                    with_changes(after, mod_revision=txn.revision), recorded=True
+                )
         raise StoreUnavailable(f"job {job_id!r} kept changing during FinishJob; try again")
 
     def get(self, task_id: str, job_id: str) -> JobRecord:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import replace
 
 import structlog
 
@@ -33,7 +32,7 @@ from coordinator.domain.reconcile import (
     escalation_detail,
     resolve_owned,
 )
-from coordinator.domain.records import TaskRecord, decode
+from coordinator.domain.records import TaskRecord, decode, with_changes
 from coordinator.domain.states import Op, Outcome, TaskState
 from coordinator.errors import FailedPrecondition, NotFound
 from coordinator.store.context import StoreContext, task_from_kv
@@ -259,7 +258,7 @@ class ReconcileStore:
                     resolution=resolution.name,
                     by=caller,
                 )
-                return replace(stamped(after), mod_revision=result.revision)
+                return with_changes(stamped(after), mod_revision=result.revision)
         raise FailedPrecondition(f"effect {effect_id} or its task kept changing; resolve again")
 
     def _unclaimed_task(self, effect: EffectRecord, effect_id: str) -> TaskRecord:

@@ -17,11 +17,9 @@ and it stays WAITING, out of the deadline index; its release later waives the de
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import structlog
 
-from coordinator.domain.records import TaskRecord, encode
+from coordinator.domain.records import TaskRecord, encode, with_changes
 from coordinator.domain.states import (
     UNCOMMITTED_STATES,
     AttemptEnd,
@@ -120,5 +118,5 @@ class Deadlines:
         kv = self._ctx.kv.get(key)
         if kv is None:
             return []
-        closed = replace(attempt_from_kv(kv), end=AttemptEnd.TIMED_OUT, ended_at=now)
+        closed = with_changes(attempt_from_kv(kv), end=AttemptEnd.TIMED_OUT, ended_at=now)
         return [put(key, encode(closed))]

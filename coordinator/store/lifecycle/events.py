@@ -27,10 +27,10 @@ from __future__ import annotations
 import heapq
 import threading
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from coordinator.domain.positions import EventPosition, StreamBehind
-from coordinator.domain.records import EventRecord, decode
+from coordinator.domain.records import EventRecord, decode, with_changes
 from coordinator.domain.states import Op
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd.ops import KV, get
@@ -91,7 +91,7 @@ def event_from_kv(kv: KV) -> StoredEvent:
     since the claim txn cannot know its revision before it commits)."""
     record = decode(EventRecord, kv.value)
     if record.op is Op.CLAIM and record.claim_generation == 0:
-        record = replace(record, claim_generation=kv.create_revision)
+        record = with_changes(record, claim_generation=kv.create_revision)
     return StoredEvent(record, kv.create_revision, int(kv.key.rsplit("/", 1)[1]))
 
 

@@ -14,9 +14,9 @@ largest legal record, so no read can pass ``READ_BYTES``), a page stops before i
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from coordinator.domain.records import TaskRecord
+from coordinator.domain.records import TaskRecord, with_changes
 from coordinator.domain.validation import MAX_INPUT_BYTES
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd.ops import get
@@ -86,7 +86,7 @@ def read_page(
         if wanted(task):
             if found and page_bytes + cost > PAGE_BYTES:
                 return Page(found, position)
-            found.append(task if include_input else replace(task, input=b""))
+            found.append(task if include_input else with_changes(task, input=b""))
             page_bytes += cost
         position = task_id
         scanned_bytes += size

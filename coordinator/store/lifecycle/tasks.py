@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterator
-from dataclasses import replace
 
 from coordinator.domain.digests import check_digest
 from coordinator.domain.graph import check_dependencies, check_upstreams, satisfied_by, unmet
@@ -21,7 +20,13 @@ from coordinator.domain.lineage import (
     index_value,
     thread_key,
 )
-from coordinator.domain.records import AttemptRecord, EffectIdScheme, TaskRecord, encode
+from coordinator.domain.records import (
+    AttemptRecord,
+    EffectIdScheme,
+    TaskRecord,
+    encode,
+    with_changes,
+)
 from coordinator.domain.retry import policy_fields
 from coordinator.domain.space import WriteKind
 from coordinator.domain.states import AttemptEnd, Op, TaskState, is_legal, next_state
@@ -86,7 +91,7 @@ class TaskStore:
             delayed = spec.not_before > now
             op = Op.CREATE_WAITING if waiting_on else Op.CREATE_DELAYED if delayed else Op.CREATE
             state = next_state(None, op)
-            task = replace(
+            task = with_changes(
                 _new_task(task_id, spec, digest, lineage, state, now),
                 depends_on=depends_on,
                 satisfied_by=() if waiting_on else satisfied_by(upstreams),
@@ -110,7 +115,7 @@ class TaskStore:
                     self._ready.add(
                         ctx.keys.ready(task.queue, task.priority, task.ready_seq, task_id)
                     )
-                return replace(
+                return with_changes(
                     task, state_version=result.revision, created_revision=result.revision
                 )
             if result.range_one(0) is not None:
@@ -350,7 +355,7 @@ class TaskStore:
         kv = self._ctx.kv.get(key)
         if kv is None:
             return []
-        return [put(key, encode(replace(attempt_from_kv(kv), end=end, ended_at=now)))]
+        return [put(key, encode(with_changes(attempt_from_kv(kv), end=end, ended_at=now)))]
 
 
 def _new_task(
