@@ -15,7 +15,7 @@ import json
 import math
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from enum import Enum, IntEnum
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -267,7 +267,36 @@ def decode(cls: type[T], data: bytes, **metadata: Any) -> T:
         if name in kwargs:
             kwargs[name] = convert(kwargs[name])
     kwargs.update(metadata)
-    return cls(**kwargs)
+    return _built(cls, kwargs)
+
+
+def _built(cls: type[T], kwargs: dict[str, Any]) -> T:
+    """``cls(**kwargs)``, without the ``__init__`` call where that is the same (``_copyable``,
+    no default factory): the defaults, then ``kwargs``, into a new instance's dict (decode runs
+    several times per claim and commit, and a TaskRecord's 44-keyword ``__init__`` was a third
+    of it). Anything ``__init__`` would refuse (a name that is no field, a required field
+    missing) still goes to it, to raise as it does."""
+    kind: type = cls
+    plan = _construction(kind)
+    if plan is None or not plan[0].issuperset(kwargs) or not plan[2].issubset(kwargs):
+        return cls(**kwargs)
+    record: T = object.__new__(cls)
+    state = record.__dict__
+    state.update(plan[1])
+    state.update(kwargs)
+    return record
+
+
+@functools.cache
+def _construction(cls: type) -> tuple[frozenset[str], dict[str, Any], frozenset[str]] | None:
+    """For a class ``_copyable`` admits with no default factory: its field names, their
+    defaults and its required fields (None for any other class)."""
+    names = _copyable(cls)
+    found = fields(cls)
+    if names is None or any(f.default_factory is not MISSING for f in found):
+        return None
+    defaults = {f.name: f.default for f in found if f.default is not MISSING}
+    return names, defaults, names - defaults.keys()
 
 
 def _stdlib_encode(out: dict[str, Any]) -> bytes:

@@ -1,4 +1,5 @@
-"""``with_changes``: the same copy as ``dataclasses.replace``, without its ``__init__`` call."""
+"""Records built without their ``__init__`` call (``with_changes``, ``decode``): the same
+objects as ``dataclasses.replace`` and ``cls(**kwargs)`` make, the same refusals."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.domain.records import TaskRecord, with_changes
+from coordinator.domain.records import TaskRecord, decode, encode, with_changes
 from coordinator.domain.states import TaskState
 from tests.domain.test_records import RECORDS, records
 
@@ -69,3 +70,13 @@ def test_every_record_takes_the_fast_copy() -> None:
 
     fast: list[Any] = [cls for cls in RECORDS if _copyable(cls) is not None]
     assert fast == RECORDS
+
+
+def test_decode_builds_what_init_builds_and_refuses_what_it_refuses() -> None:
+    task = TaskRecord(task_id="t1", queue="q", input_digest="sha256:00", state=TaskState.READY)
+    back = decode(TaskRecord, encode(task), state_version=7)
+    assert vars(back) == vars(dataclasses.replace(task, state_version=7))
+    with pytest.raises(TypeError, match="input_digest"):  # a required field missing
+        decode(TaskRecord, b'{"task_id":"t1","queue":"q","state":"READY"}')
+    with pytest.raises(TypeError, match="not_a_field"):  # metadata that is no field
+        decode(TaskRecord, encode(task), not_a_field=1)
