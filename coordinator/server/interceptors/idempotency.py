@@ -122,7 +122,8 @@ class IdempotencyInterceptor:
             metadata = context.invocation_metadata()
             raw_key = metadata_value(metadata, IDEMPOTENCY_METADATA_KEY)
             if raw_key is None:
-                return bytes(serialize(run(request, context)))
+                answer: bytes = serialize(run(request, context))
+                return answer
             try:
                 key = idempotency_key(raw_key)
                 principal = principal_of(context)

@@ -36,7 +36,8 @@ class Pipeline(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
     def __init__(self, stages: Sequence[Stage]) -> None:
         self._stages = tuple(reversed(stages))  # built innermost first
-        # method -> (the servicer's handler it was built on, the handler served)
+        # method -> (the servicer's handler it was built on, the handler served); only methods
+        # with a handler get an entry, so the map is as large as the services, whatever is called
         self._built: dict[str, tuple[Handler, Handler]] = {}
 
     def intercept_service(

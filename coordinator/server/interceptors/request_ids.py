@@ -1,9 +1,9 @@
 """Binds each call's ``x-request-id`` for its handler, so the event it writes carries it.
 
 gRPC looks a handler up on its polling thread and runs it on a pool thread, so the id is read
-and bound inside the wrapped behavior (the pool thread), not when the handler is built. A missing or
-malformed id binds "" (the event then carries none): the id is evidence for audits and the
-chaos checker, never a reason to refuse a call.
+and bound inside the wrapped behavior (the pool thread), not when the handler is built. A
+missing or malformed id binds nothing (the event then carries none): the id is evidence for
+audits and the chaos checker, never a reason to refuse a call.
 """
 
 from __future__ import annotations
