@@ -292,8 +292,10 @@ def _construction(cls: type) -> tuple[frozenset[str], dict[str, Any], frozenset[
     """For a class ``_copyable`` admits with no default factory: its field names, their
     defaults and its required fields (None for any other class)."""
     names = _copyable(cls)
+    if names is None:
+        return None
     found = fields(cls)
-    if names is None or any(f.default_factory is not MISSING for f in found):
+    if any(f.default_factory is not MISSING for f in found):
         return None
     defaults = {f.name: f.default for f in found if f.default is not MISSING}
     return names, defaults, names - defaults.keys()
@@ -375,7 +377,7 @@ def with_changes(record: T, **changes: Any) -> T:
         return replace(record, **changes)  # type: ignore[type-var]
     if not names.issuperset(changes):
         unknown = ", ".join(sorted(set(changes) - names))
-        raise TypeError(f"{type(record).__name__} has no field {unknown}")
+        raise TypeError(f"{cls.__name__} has no field {unknown}")
     copy: T = object.__new__(cls)
     state = copy.__dict__
     state.update(record.__dict__)

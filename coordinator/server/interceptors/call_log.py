@@ -30,16 +30,15 @@ from typing import Any
 import grpc
 import structlog
 
-from coordinator import request_ids
 from coordinator.logging import CALL_FIELDS
 from coordinator.server.identity import CURRENT_IDENTITY
 from coordinator.server.interceptors.handlers import (
     Behavior,
     Handler,
-    metadata_value,
     rebuilt,
     streams_responses,
 )
+from coordinator.server.interceptors.request_ids import request_id_of
 from coordinator.server.refusal_log import RefusalLog
 
 log = structlog.get_logger(__name__)
@@ -84,8 +83,8 @@ class _Call:
         self._refusals = refusals
         identity = CURRENT_IDENTITY.get()
         self.fields: dict[str, Any] = {"method": method}
-        request_id = metadata_value(context.invocation_metadata(), request_ids.METADATA_KEY)
-        if request_id is not None and request_ids.is_valid(request_id):
+        request_id = request_id_of(context)
+        if request_id is not None:
             self.fields["request_id"] = request_id
         self.fields["principal"] = identity.principal if identity is not None else ""
         self.context = contextvars.copy_context()

@@ -119,8 +119,7 @@ class IdempotencyInterceptor:
         serialize = handler.response_serializer or (lambda m: m.SerializeToString())
 
         def behavior(request: Any, context: grpc.ServicerContext) -> bytes:
-            metadata = context.invocation_metadata()
-            raw_key = metadata_value(metadata, IDEMPOTENCY_METADATA_KEY)
+            raw_key = metadata_value(context.invocation_metadata(), IDEMPOTENCY_METADATA_KEY)
             if raw_key is None:
                 answer: bytes = serialize(run(request, context))
                 return answer

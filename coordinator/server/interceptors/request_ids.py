@@ -27,10 +27,16 @@ class RequestIdInterceptor:
         run = handler.unary_unary
 
         def behavior(request: Any, context: grpc.ServicerContext) -> Any:
-            request_id = metadata_value(context.invocation_metadata(), request_ids.METADATA_KEY)
-            if request_id is None or not request_ids.is_valid(request_id):
+            request_id = request_id_of(context)
+            if request_id is None:
                 return run(request, context)
             with request_ids.bound(request_id):
                 return run(request, context)
 
         return unary_handler(handler, behavior)
+
+
+def request_id_of(context: grpc.ServicerContext) -> str | None:
+    """The call's ``x-request-id`` if it sent a valid one."""
+    request_id = metadata_value(context.invocation_metadata(), request_ids.METADATA_KEY)
+    return request_id if request_id is not None and request_ids.is_valid(request_id) else None

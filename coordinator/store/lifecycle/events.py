@@ -35,20 +35,24 @@ from coordinator.domain.states import Op
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd.ops import KV, get
 from coordinator.store.etcd.watch import WatchEvent
-from coordinator.store.lifecycle.event_hub import Behind, EventHub, Mailbox, position_of_key
+from coordinator.store.lifecycle.event_hub import (
+    Behind,
+    EventHub,
+    Mailbox,
+    Place,
+    place_of_key,
+    position_of_key,
+)
 from coordinator.store.lifecycle.event_inbox import Compacted, Inbox, InboxBehind
 from coordinator.store.lifecycle.replay_slots import ReplaySlots
 
 _PAGE = 1000
-# Event places one history pass selects (~150 bytes each, measured with tracemalloc: ~0.75 MB a
-# replay; as positions with their keys they took ~400 bytes, and 32 replays of a whole 20,000
-# event list +352 MB), and event values read per round trip (etcd refuses more than 128
-# operations in one txn by default).
+# Event places (event_hub.Place) one history pass selects (~150 bytes each, measured with
+# tracemalloc: ~0.75 MB a replay; as positions with their keys they took ~400 bytes, and 32
+# replays of a whole 20,000 event list +352 MB), and event values read per round trip (etcd
+# refuses more than 128 operations in one txn by default).
 _SELECT = 5_000
 _LOAD = 100
-_Place = tuple[int, str, int]
-"""An event's position as a plain tuple (revision, task id, prev_state_version): it orders as
-``EventPosition`` does and names the event's key (``Keyspace.event``), with no key string."""
 _IDENTITY_CACHE = 100_000
 WHOLE_LOG = EventPosition.start_of(1)
 """Before the first event: reading after it reads the whole log."""
@@ -312,7 +316,7 @@ class EventLog:
                 return
             cursor = EventPosition(*chosen[-1])
 
-    def _load(self, places: list[_Place]) -> list[StoredEvent]:
+    def _load(self, places: list[Place]) -> list[StoredEvent]:
         """The events at ``places``, in that order (one read; a key pruned meanwhile and a
         malformed event are left out)."""
         keys = self._ctx.keys
@@ -324,7 +328,7 @@ class EventLog:
 
     def _candidates(
         self, flt: EventFilter, cursor: EventPosition, horizon: list[int]
-    ) -> Iterator[_Place]:
+    ) -> Iterator[Place]:
         """The place of every event after ``cursor`` and at or below the horizon (fixed by the
         first page read, when ``horizon[0]`` is 0) whose task passes the filter, page by page."""
         kv = self._ctx.kv
@@ -335,8 +339,7 @@ class EventLog:
             page, read_at = kv.range_page(start, end, limit=_PAGE, keys_only=True)
             horizon[0] = horizon[0] or read_at
             for item in page:
-                head, version = item.key.rsplit("/", 1)
-                place = (item.create_revision, head.rsplit("/", 1)[1], int(version))
+                place = place_of_key(item.key, item.create_revision)
                 if after < place and place[0] <= horizon[0] and self._task_matches(flt, place[1]):
                     yield place
             if len(page) < _PAGE:
@@ -372,7 +375,7 @@ class EventLog:
         return cls._decode_kv(KV(raw.key, raw.value, raw.mod_revision, raw.mod_revision, 0))
 
 
-def _place(position: EventPosition) -> _Place:
+def _place(position: EventPosition) -> Place:
     return position.revision, position.task_id, position.prev_state_version
 
 
