@@ -13,12 +13,16 @@ import re
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 
-from coordinator.errors import InvalidArgument
+from coordinator.errors import AlreadyExists, InvalidArgument
 
 IDEMPOTENCY_METADATA_KEY = "idempotency-key"
 """gRPC metadata key carrying a request's idempotency key."""
 
 _KEY = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class KeyReused(AlreadyExists):
+    """The idempotency key was already used for a different request."""
 
 
 class IdemState(IntEnum):
@@ -39,6 +43,61 @@ class IdemRecord:
     response: bytes = b""
     # etcd mod_revision of the key; never stored, attached on decode.
     mod_revision: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One claim a keyed ClaimNext was answered with: the task and attempt it names, and what
+    the answer said of its lease clock (the rest is read back from the claim's own records)."""
+
+    task_id: str
+    attempt_id: str
+    lease_expires_at: float
+    lease_remaining: float
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class KeyedClaims:
+    """The value under ``{prefix}/keyed-claims/{principal}/{key}``: the claims a keyed
+    ClaimNext won, written by its claim txns themselves (store/claims/claim_keys.py). The
+    grants are stored field by field (parallel tuples: records hold no nested records)."""
+
+    method: str
+    request_digest: str
+    task_ids: tuple[str, ...] = ()
+    attempt_ids: tuple[str, ...] = ()
+    lease_expires_at: tuple[float, ...] = ()
+    lease_remaining: tuple[float, ...] = ()
+    messages: tuple[str, ...] = ()
+    # etcd mod_revision of the key; never stored, attached on decode.
+    mod_revision: int = field(default=0, compare=False)
+
+    def grants(self) -> list[Grant]:
+        """The claims, in the order the answer gave them."""
+        return [
+            Grant(*fields)
+            for fields in zip(
+                self.task_ids,
+                self.attempt_ids,
+                self.lease_expires_at,
+                self.lease_remaining,
+                self.messages,
+                strict=True,
+            )
+        ]
+
+    def with_grant(self, grant: Grant) -> KeyedClaims:
+        """This record with ``grant`` added last."""
+        return KeyedClaims(
+            self.method,
+            self.request_digest,
+            (*self.task_ids, grant.task_id),
+            (*self.attempt_ids, grant.attempt_id),
+            (*self.lease_expires_at, grant.lease_expires_at),
+            (*self.lease_remaining, grant.lease_remaining),
+            (*self.messages, grant.message),
+        )
 
 
 class IdemAction(Enum):
@@ -69,18 +128,18 @@ def request_digest(method: str, request: bytes) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def decide(existing: IdemRecord | None, *, method: str, digest: str) -> IdemAction:
+def decide(existing: IdemRecord | KeyedClaims | None, *, method: str, digest: str) -> IdemAction:
     """The action for a request with ``digest`` when ``existing`` is stored under its key."""
     if existing is None:
         return IdemAction.RUN
     if existing.method != method or existing.request_digest != digest:
         return IdemAction.CONFLICT
-    if existing.state is IdemState.PENDING:
+    if isinstance(existing, IdemRecord) and existing.state is IdemState.PENDING:
         return IdemAction.IN_FLIGHT
     return IdemAction.REPLAY
 
 
-def conflict_message(key: str, existing: IdemRecord, method: str) -> str:
+def conflict_message(key: str, existing: IdemRecord | KeyedClaims, method: str) -> str:
     """Why a reused key is refused, naming what it was first used for."""
     if existing.method != method:
         return (

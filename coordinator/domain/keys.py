@@ -219,6 +219,11 @@ class Keyspace:
             return f"{self.prefix}/idem-claims/{principal}/{key}"
         return f"{self.idem_prefix}{principal}/{key}"
 
+    def keyed_claims(self, principal: str, key: str) -> str:
+        """The claims a keyed ClaimNext won, written by its own claim txns
+        (store/claims/claim_keys.py)."""
+        return f"{self.prefix}/keyed-claims/{principal}/{key}"
+
     @property
     def idem_prefix(self) -> str:
         """Range of every stored idempotent response."""

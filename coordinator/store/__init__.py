@@ -27,6 +27,7 @@ from coordinator.store.attempts.reclaimer import Reclaimer
 from coordinator.store.attempts.renewals import Renewal, Renewals, RenewAnswer, RenewViews
 from coordinator.store.attempts.views import HeldClaims
 from coordinator.store.claims.claim import ClaimStore
+from coordinator.store.claims.claim_keys import KeyedClaimStore
 from coordinator.store.claims.gates import ApprovalGate, QueuePauseGate, ReconcileGate
 from coordinator.store.claims.live_claims import LiveClaims
 from coordinator.store.claims.long_poll import LongPoll, ReadyWaiters
@@ -99,6 +100,7 @@ class Store:
     releaser: Releaser
     events: EventLog
     idempotency: IdempotencyStore
+    keyed_claims: KeyedClaimStore
     effects: EffectStore
     reconcile: ReconcileStore
     sweeper: ReconcileSweeper
@@ -158,6 +160,7 @@ class Store:
             releaser=Releaser(ctx, ready, parts.dependencies, scan_interval=scan_interval),
             events=_event_log(ctx, max_replays, max_replays_per_principal),
             idempotency=IdempotencyStore(ctx, ttl=idempotency_ttl),
+            keyed_claims=KeyedClaimStore(ctx, ttl=idempotency_ttl),
             effects=EffectStore(ctx, ready, acceptance),
             reconcile=reconcile,
             sweeper=ReconcileSweeper(reconcile, interval=scan_interval),

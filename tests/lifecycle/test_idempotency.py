@@ -11,7 +11,9 @@ import grpc
 import pytest
 
 from coordinator.domain.digests import digest_of
+from coordinator.domain.idempotency import KeyedClaims
 from coordinator.domain.keys import Keyspace
+from coordinator.domain.records import decode
 from coordinator.errors import ResourceExhausted
 from coordinator.server import build_server
 from coordinator.server.interceptors.idempotency import READ_ONLY, is_mutating
@@ -120,11 +122,9 @@ def test_business_outcomes_are_stored_and_replayed(
     assert store.tasks.get("t").attempt == 1
 
 
-def _kept_for(
-    store: Store, etcd_client: Any, principal: str, key: str, *, claims: bool = False
-) -> int:
+def _kept_for(etcd_client: Any, etcd_key: str) -> int:
     """The granted TTL of the lease a stored response lives on."""
-    lease = etcd_client.get(store.ctx.keys.idem(principal, key, claims=claims))[1].lease_id
+    lease = etcd_client.get(etcd_key)[1].lease_id
     return int(etcd_client.get_lease_info(lease).grantedTTL)
 
 
@@ -169,29 +169,33 @@ def test_a_keyed_claim_batch_is_replayed_whole_and_kept_only_as_long_as_a_lease(
     # A replay is worth something only while the lease it granted can live (LIMITS.max_ttl,
     # plus the lease window's second or two); other answers are kept idempotency_ttl.
     longest = LIMITS.max_ttl + 2
-    assert _kept_for(store, etcd_client, "w1", "poll-1", claims=True) <= longest
-    assert _kept_for(store, etcd_client, "w1", "commit-next", claims=True) <= longest
-    assert _kept_for(store, etcd_client, "w1", "commit-plain") > 24 * 3600
+    keys = store.ctx.keys
+    assert _kept_for(etcd_client, keys.keyed_claims("w1", "poll-1")) <= longest
+    assert _kept_for(etcd_client, keys.idem("w1", "commit-next", claims=True)) <= longest
+    assert _kept_for(etcd_client, keys.idem("w1", "commit-plain")) > 24 * 3600
 
 
-def test_an_answer_too_large_to_store_frees_its_key_so_a_retry_runs_again(
+def test_a_keyed_batch_of_large_inputs_is_replayed_from_its_claims_not_a_stored_copy(
     tasks: tasks_pb2_grpc.TaskServiceStub,
     worker: worker_pb2_grpc.WorkerServiceStub,
     store: Store,
     etcd_client: Any,
 ) -> None:
-    # Eight inputs of 250 kB: the batch's answer is past what etcd takes in one request.
+    # Eight inputs of 250 kB: a copy of the answer would be past what etcd takes in one request.
     for n in range(8):
         request = tasks_pb2.CreateTaskRequest(task_id=f"big{n}", queue="big", input=b"x" * 250_000)
         tasks.CreateTask(request, metadata=who("pm-1"))
     poll = worker_pb2.ClaimNextRequest(queue="big", scheduler_epoch=1, ttl_seconds=30, max_tasks=8)
     won = worker.ClaimNext(poll, metadata=who("w1", key="big-batch"))
     assert len(won.more_claims) == 7
-    kept = store.ctx.keys.idem("w1", "big-batch", claims=True)
-    assert etcd_client.get(kept)[1] is None  # not kept PENDING
-    # The retry runs as an unkeyed one would (nothing left to claim), never ABORTED.
-    again = worker.ClaimNext(poll, metadata=who("w1", key="big-batch"))
-    assert again.outcome == types_pb2.OUTCOME_NO_READY_TASK
+    # The key's record names the eight claims, not their inputs.
+    kept = etcd_client.get(store.ctx.keys.keyed_claims("w1", "big-batch"))[0]
+    record = decode(KeyedClaims, kept)
+    assert len(kept) < 2_000
+    assert sorted(record.task_ids) == [f"big{n}" for n in range(8)]
+    before = snapshot(store, etcd_client)
+    assert worker.ClaimNext(poll, metadata=who("w1", key="big-batch")) == won
+    assert snapshot(store, etcd_client) == before
 
 
 def test_concurrent_duplicates_execute_once(

@@ -8,9 +8,13 @@ ALREADY_EXISTS; a duplicate that arrives while the first still runs waits briefl
 ABORTED. Business outcomes (FENCED, ALREADY_CLAIMED, ...) are responses and are stored like any
 response; errors are not stored: the key is freed so a corrected retry can run.
 
-The answer of a call that hands out claims (Claim, ClaimNext, Commit with ``next``) is kept only
+The answer of a call that hands out claims (Claim, Commit with ``next``) is kept only
 as long as the longest lease (store/control/idempotency.py says why): the SDK keys every such call,
 so a retry whose first try's answer was lost gets the same attempt instead of starting another.
+
+ClaimNext, the call the SDK sends most, keys itself: its claim txns write its key
+(``KEYED_BY_SERVICE``; store/claims/claim_keys.py), so the interceptor leaves it alone and
+``call_key`` reads the key for the service.
 
 Which methods mutate is decided here, once: every unary method of the coordinator's services
 is mutating unless ``READ_ONLY`` lists it, so an RPC added later gets keys without an edit.
@@ -77,12 +81,16 @@ growth too, refused by the space guard above etcd's high-water mark before the c
 on any other call (a commit, a release) is part of draining the pool and goes on."""
 
 
-CLAIMING = frozenset(
-    {"/coordinator.v1.WorkerService/Claim", "/coordinator.v1.WorkerService/ClaimNext"}
-)
-"""The methods whose every answer may hand out claims (Commit does when it carries ``next``)."""
+CLAIMING = frozenset({"/coordinator.v1.WorkerService/Claim"})
+"""The methods keyed here whose every answer may hand out claims (Commit does when it carries
+``next``; ClaimNext keys itself: ``KEYED_BY_SERVICE``)."""
 
 _COMMIT = "/coordinator.v1.WorkerService/Commit"
+
+CLAIM_NEXT = "/coordinator.v1.WorkerService/ClaimNext"
+
+KEYED_BY_SERVICE = frozenset({CLAIM_NEXT})
+"""The keyed methods whose service writes the key in its own txns: passed through here."""
 
 
 def is_mutating(method: str) -> bool:
@@ -105,7 +113,7 @@ class IdempotencyInterceptor:
         self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
     ) -> grpc.RpcMethodHandler[Any, Any]:
         """Wrap unary mutating handlers (a call that carries a key is replayed or stored)."""
-        if handler.unary_unary is None or not is_mutating(method):
+        if handler.unary_unary is None or not is_mutating(method) or method in KEYED_BY_SERVICE:
             return handler
         # The behaviour below returns serialized bytes: a replay has no message object.
         return unary_handler(handler, self._keyed(method, handler), response_serializer=_as_bytes)
@@ -178,6 +186,16 @@ class IdempotencyInterceptor:
             self._store.abandon(reserved)
         except CoordinatorError as exc:  # the short pending lease frees it anyway
             log.warning("idempotency reservation not freed", key=reserved.key, error=str(exc))
+
+
+def call_key(context: grpc.ServicerContext, method: str, request: Any) -> tuple[str, str] | None:
+    """The idempotency key of a call whose service keys itself (``KEYED_BY_SERVICE``) and the
+    digest of its request, or None for an unkeyed call. InvalidArgument for a malformed key."""
+    raw_key = metadata_value(context.invocation_metadata(), IDEMPOTENCY_METADATA_KEY)
+    if raw_key is None:
+        return None
+    digest = request_digest(method, request.SerializeToString(deterministic=True))
+    return idempotency_key(raw_key), digest
 
 
 def _as_bytes(data: bytes) -> bytes:

@@ -18,12 +18,14 @@ from coordinator.domain.roles import Role
 from coordinator.errors import CoordinatorError, PermissionDenied
 from coordinator.logging import bound, note
 from coordinator.server.identity import identity_of, principal_of
+from coordinator.server.interceptors.idempotency import CLAIM_NEXT, call_key
 from coordinator.server.interceptors.stream_interceptor import CallerOf
 from coordinator.server.renew_budget import RENEW_RATE, RenewBudgets
 from coordinator.server.status import rpc
 from coordinator.server.wire import effect_wire, job_wire, worker_wire
 from coordinator.server.wire import worker_requests as requests
 from coordinator.store import Caller, ClaimResult, Renewal, RenewAnswer, Store
+from coordinator.store.claims.claim_keys import ClaimKey, KeyTaken
 from coordinator.v1 import worker_pb2, worker_pb2_grpc
 
 
@@ -64,13 +66,33 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     def ClaimNext(  # noqa: N802
         self, request: worker_pb2.ClaimNextRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ClaimResponse:
-        """Claim the next ready task of a queue, waiting up to wait_seconds for one."""
+        """Claim the next ready task of a queue, waiting up to wait_seconds for one. A keyed
+        call writes its key in its claim txns (store/claims/claim_keys.py): a retry of one
+        whose answer was lost gets the claims it won."""
         next_claim = requests.parse_claim_next(request, max_wait=self._max_claim_wait)
         principal = principal_of(context)
-        return self._claim_batch(next_claim, principal, CallerOf(context))
+        keyed = call_key(context, CLAIM_NEXT, request)
+        if keyed is None:
+            return self._claim_batch(next_claim, principal, CallerOf(context))
+        key, digest = keyed
+        keyed_claims = self._store.keyed_claims
+        opened = keyed_claims.open(principal, key, method=CLAIM_NEXT, digest=digest)
+        if not isinstance(opened, ClaimKey):
+            note(idempotent_replay=True, idempotency_key=key)
+            return worker_wire.batch_to_proto(opened)
+        try:
+            return self._claim_batch(next_claim, principal, CallerOf(context), key=opened)
+        except KeyTaken as taken:  # a duplicate of this call won first: its answer
+            note(idempotent_replay=True, idempotency_key=key)
+            return worker_wire.batch_to_proto(keyed_claims.replay(taken.kv, opened))
 
     def _claim_batch(
-        self, next_claim: requests.ClaimNextArgs, principal: str, caller: Caller
+        self,
+        next_claim: requests.ClaimNextArgs,
+        principal: str,
+        caller: Caller,
+        *,
+        key: ClaimKey | None = None,
     ) -> worker_pb2.ClaimResponse:
         queue, epoch = next_claim.queue, next_claim.epoch
         with bound(queue=queue, epoch=epoch, principal=principal):
@@ -82,6 +104,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 wait=next_claim.wait,
                 caller=caller,
                 max_tasks=next_claim.max_tasks,
+                key=key,
             )
             _note_claim(results[0])
             if len(results) > 1:

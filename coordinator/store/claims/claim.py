@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from coordinator.domain.checkpoints import resumable_checkpoint
 from coordinator.domain.decisions import Fence, FenceView, Verdict, clamp_ttl, decide_claim
+from coordinator.domain.idempotency import Grant
 from coordinator.domain.keys import task_id_from_ready_key
 from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode, with_changes
 from coordinator.domain.retry import LEASE_EXPIRED, refuse_takeover
@@ -25,6 +26,7 @@ from coordinator.errors import LeaseGone, NotFound
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.attempts.views import HeldClaims
+from coordinator.store.claims.claim_keys import ClaimKey
 from coordinator.store.claims.gates import ClaimGate, ClaimRead
 from coordinator.store.context import (
     StoreContext,
@@ -50,13 +52,15 @@ _RACE_TRIES = 3
 
 @dataclass(frozen=True)
 class ClaimWrite:
-    """The claim txn built on one read: the records it writes, its compares and its ops."""
+    """The claim txn built on one read: the records it writes, its compares and its ops (and,
+    for a keyed ClaimNext, the grant its key's record adds)."""
 
     after: TaskRecord
     claim: ClaimRecord
     attempt: AttemptRecord
     compares: list[Compare]
     ops: list[RequestOp]
+    grant: Grant | None = None
 
 
 def claim_write(
@@ -68,10 +72,13 @@ def claim_write(
     lease: ClaimLease,
     attempt_id: str,
     now: float,
+    key: ClaimKey | None = None,
 ) -> ClaimWrite:
     """The claim txn of ``principal`` on ``read``: the task to CLAIMED, the claim key on the
-    lease, the new attempt, and for a takeover the old attempt closed as EXPIRED. Only builds:
-    reads and writes nothing (``ctx`` gives the key layout and the limits)."""
+    lease, the new attempt, and for a takeover the old attempt closed as EXPIRED; with a
+    ``key`` (a keyed ClaimNext) its record naming this claim too, if the key is as that call
+    left it (store/claims/claim_keys.py). Only builds: reads and writes nothing (``ctx`` gives
+    the key layout and the limits)."""
     keys, task = ctx.keys, read.task
     number = task.attempt + 1
     takeover = task.state is TaskState.CLAIMED
@@ -110,7 +117,27 @@ def claim_write(
     if takeover and read.attempt is not None:
         expired = with_changes(read.attempt, end=AttemptEnd.EXPIRED, ended_at=now)
         ops.append(put(keys.attempt(task.task_id, expired.attempt_id), encode(expired)))
-    return ClaimWrite(after, claim, attempt, compares, ops)
+    write = ClaimWrite(after, claim, attempt, compares, ops)
+    return write if key is None else _keyed(write, key, read, lease, now)
+
+
+def _keyed(
+    write: ClaimWrite, key: ClaimKey, read: ClaimRead, lease: ClaimLease, now: float
+) -> ClaimWrite:
+    """``write`` with the key of a keyed ClaimNext: its record, naming this claim as the
+    answer will (the lease clock, the decision's message), put if the key is as the call left
+    it (store/claims/claim_keys.py)."""
+    remaining = lease.remaining
+    grant = Grant(
+        read.task.task_id,
+        write.attempt.attempt_id,
+        now + remaining,
+        remaining,
+        read.verdict.message,
+    )
+    write.compares.append(key.compare())
+    write.ops.append(key.put(grant))
+    return with_changes(write, grant=grant)
 
 
 def _new_records(
@@ -181,8 +208,10 @@ class ClaimStore:
         epoch: int,
         ttl: int,
         expected_state_version: int = 0,
+        key: ClaimKey | None = None,
     ) -> ClaimResult:
-        """Claim one task for ``principal`` with a lease of ``ttl`` seconds (clamped)."""
+        """Claim one task for ``principal`` with a lease of ``ttl`` seconds (clamped); with the
+        ``key`` of a keyed ClaimNext in the same txn (KeyTaken if a duplicate wrote it)."""
         result: ClaimResult | None = None
         for _ in range(_RACE_TRIES):
             result = self._claim(
@@ -191,6 +220,7 @@ class ClaimStore:
                 epoch=epoch,
                 ttl=ttl,
                 expected_state_version=expected_state_version,
+                key=key,
             )
             if result is not None:
                 break
@@ -202,7 +232,14 @@ class ClaimStore:
         return result
 
     def _claim(
-        self, task_id: str, *, principal: str, epoch: int, ttl: int, expected_state_version: int
+        self,
+        task_id: str,
+        *,
+        principal: str,
+        epoch: int,
+        ttl: int,
+        expected_state_version: int,
+        key: ClaimKey | None,
     ) -> ClaimResult | None:
         """One round: read and decide, the gates, a lease, the txn, remembering what it wrote.
         None when the txn lost to a change that left the task claimable (a reclaim, an input
@@ -225,16 +262,23 @@ class ClaimStore:
             lease=lease,
             attempt_id=new_attempt_id(read.task.attempt + 1),
             now=now,
+            key=key,
         )
         try:
-            result = ctx.kv.txn(write.compares, write.ops)
+            result = ctx.kv.txn(write.compares, write.ops, [key.read()] if key else [])
         except LeaseGone:  # a reused lease is gone: nothing was written; try with a fresh grant
             ctx.leases.lost(lease.lease_id)
+            if key is not None:
+                key.lease_lost()
             return None
         if not result.succeeded:
             ctx.leases.release(lease.lease_id)  # nothing was attached to it
+            if key is not None:
+                key.check(result, 0)  # a duplicate of the call won first: KeyTaken
             lost = self._lost_race(task_id, epoch, expected_state_version)
             return None if lost is None else ClaimResult(lost)
+        if key is not None and write.grant is not None:
+            key.landed(write.grant, result.revision)
         return self._granted(read, write, result.revision, lease, now)
 
     def _granted(
@@ -290,25 +334,31 @@ class ClaimStore:
             ready_seq=task.ready_seq,
         )
 
-    def claim_next(self, queue: str, *, principal: str, epoch: int, ttl: int) -> ClaimResult:
-        """Claim the next ready task of ``queue`` (or NO_READY_TASK)."""
+    def claim_next(
+        self, queue: str, *, principal: str, epoch: int, ttl: int, key: ClaimKey | None = None
+    ) -> ClaimResult:
+        """Claim the next ready task of ``queue`` (or NO_READY_TASK); ``key`` as ``claim``."""
         for _ in range(CLAIM_NEXT_TRIES):
-            key = self._ready.take(queue, HERD_SPREAD, choose=random.choice)
-            if key is None:
+            ready_key = self._ready.take(queue, HERD_SPREAD, choose=random.choice)
+            if ready_key is None:
                 break
             try:
                 result = self.claim(
-                    task_id_from_ready_key(key), principal=principal, epoch=epoch, ttl=ttl
+                    task_id_from_ready_key(ready_key),
+                    principal=principal,
+                    epoch=epoch,
+                    ttl=ttl,
+                    key=key,
                 )
             except NotFound:
-                self._ready.discard(key)
+                self._ready.discard(ready_key)
                 continue
             finally:
-                self._ready.untake(key)
+                self._ready.untake(ready_key)
             outcome = result.verdict.outcome
             if outcome in (Outcome.CLAIMED, Outcome.CLAIMS_PAUSED, Outcome.FENCED):
                 return result
-            self._ready.discard(key)  # a stale hint: someone else took it
+            self._ready.discard(ready_key)  # a stale hint: someone else took it
         self._ctx.metrics.count_claim(Outcome.NO_READY_TASK)
         return ClaimResult(
             Verdict(Outcome.NO_READY_TASK, message=f"queue {queue!r} has no ready task")

@@ -38,6 +38,7 @@ from coordinator.errors import CoordinatorError, ResourceExhausted
 from coordinator.metrics import Metrics
 from coordinator.store.attempts.give_back import GiveBacks
 from coordinator.store.claims.claim import ClaimStore
+from coordinator.store.claims.claim_keys import ClaimKey, KeyTaken
 from coordinator.store.types import Caller, ClaimResult
 
 # The head of a line tries this often on its own: a safety net for a signal lost to a race, not
@@ -194,14 +195,25 @@ class LongPoll:
         return self._waiters.count()
 
     def claim_next(
-        self, queue: str, *, principal: str, epoch: int, ttl: int, wait: float, caller: Caller
+        self,
+        queue: str,
+        *,
+        principal: str,
+        epoch: int,
+        ttl: int,
+        wait: float,
+        caller: Caller,
+        key: ClaimKey | None = None,
     ) -> ClaimResult:
         """The first task of ``queue`` this call wins within ``wait`` seconds, else
         NO_READY_TASK; the call ending (``caller``) ends the wait, and a task won for a caller
-        that is gone is given back (Undelivered is raised)."""
+        that is gone is given back (Undelivered is raised). ``key``: a keyed call's
+        (store/claims/claim_keys.py; KeyTaken when a duplicate of the call won first)."""
 
         def attempt() -> ClaimResult:
-            return self._claims.claim_next(queue, principal=principal, epoch=epoch, ttl=ttl)
+            return self._claims.claim_next(
+                queue, principal=principal, epoch=epoch, ttl=ttl, key=key
+            )
 
         if wait <= 0:
             return attempt()
@@ -230,17 +242,24 @@ class LongPoll:
         wait: float,
         caller: Caller,
         max_tasks: int,
+        key: ClaimKey | None = None,
     ) -> list[ClaimResult]:
         """Up to ``max_tasks`` tasks of ``queue``: the first as ``claim_next`` wins it (waiting
         up to ``wait``), then, once it is CLAIMED, whatever else is ready at once; each its own
-        claim txn. The first result is always there (a refusal, NO_READY_TASK). Should the
-        caller be gone by the end, every claim is given back and Undelivered raised."""
+        claim txn (each carrying ``key``, if any). The first result is always there (a
+        refusal, NO_READY_TASK). Should the caller be gone by the end, every claim is given
+        back and Undelivered raised."""
         first = self.claim_next(
-            queue, principal=principal, epoch=epoch, ttl=ttl, wait=wait, caller=caller
+            queue, principal=principal, epoch=epoch, ttl=ttl, wait=wait, caller=caller, key=key
         )
         results = [first]
         while len(results) < max_tasks and results[-1].verdict.outcome is Outcome.CLAIMED:
-            more = self._claims.claim_next(queue, principal=principal, epoch=epoch, ttl=ttl)
+            try:
+                more = self._claims.claim_next(
+                    queue, principal=principal, epoch=epoch, ttl=ttl, key=key
+                )
+            except KeyTaken:  # the key's record still names what this call won so far
+                break
             if more.verdict.outcome is not Outcome.CLAIMED:
                 break
             results.append(more)

@@ -32,7 +32,6 @@ safe to repeat (creates refuse a taken id, commits of the same digest answer COM
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 
@@ -40,13 +39,15 @@ from coordinator.domain.idempotency import (
     IdemAction,
     IdemRecord,
     IdemState,
+    KeyReused,
     conflict_message,
     decide,
 )
 from coordinator.domain.records import decode, encode
 from coordinator.domain.space import WriteKind
-from coordinator.errors import AlreadyExists, CoordinatorError, ResourceExhausted
+from coordinator.errors import CoordinatorError, ResourceExhausted
 from coordinator.store.context import StoreContext
+from coordinator.store.etcd.lease_window import LeaseWindow
 from coordinator.store.etcd.ops import (
     create_revision_is,
     delete,
@@ -65,10 +66,6 @@ MAX_KEYS_PER_PRINCIPAL = 10_000
 """Idempotency keys one principal holds at once (each kept ``ttl`` after its request)."""
 
 
-class KeyReused(AlreadyExists):
-    """The idempotency key was already used for a different request."""
-
-
 class RequestInFlight(CoordinatorError):
     """The same keyed request is running right now; retry shortly (gRPC ABORTED)."""
 
@@ -81,27 +78,6 @@ class Reservation:
     method: str
     request_digest: str
     mod_revision: int
-
-
-class _LeaseWindow:
-    """One lease per window of time, with TTL ``ttl + window``, shared by every key written in
-    that window: each key outlives ``ttl``, and a busy replica grants one lease per window."""
-
-    def __init__(self, ctx: StoreContext, ttl: float) -> None:
-        self._ctx = ctx
-        self._window = max(1.0, ttl / 100)
-        self._ttl = int(ttl + self._window) + 1
-        self._lock = threading.Lock()
-        self._lease = 0
-        self._until = 0.0
-
-    def lease(self) -> int:
-        with self._lock:
-            now = time.monotonic()
-            if now >= self._until:
-                self._lease, _ = self._ctx.kv.grant(self._ttl)
-                self._until = now + self._window
-            return self._lease
 
 
 class IdempotencyStore:
@@ -119,11 +95,11 @@ class IdempotencyStore:
         self._ctx = ctx
         self._ttl = ttl
         self._max_keys = max_keys
-        self._done = _LeaseWindow(ctx, ttl)
+        self._done = LeaseWindow(ctx.kv.grant, ttl)
         # A claim's answer: the longest lease, never longer than ``ttl`` (an operator's shorter
         # window holds for claims too).
-        self._claims = _LeaseWindow(ctx, min(ttl, float(ctx.limits.max_ttl)))
-        self._pending = _LeaseWindow(ctx, pending_ttl)
+        self._claims = LeaseWindow(ctx.kv.grant, min(ttl, float(ctx.limits.max_ttl)))
+        self._pending = LeaseWindow(ctx.kv.grant, pending_ttl)
         self._wait = wait
 
     def reserve(

@@ -1,0 +1,215 @@
+"""A keyed ClaimNext: its idempotency key is written by its own claim txns.
+
+The SDK keys every ClaimNext, so that a retry after a lost answer gets the claims the first try
+won instead of winning others (tests/sdk/test_lost_claim_answers.py). The generic path
+(store/control/idempotency.py) cost such a call two txns and two writes of its key around the
+claim: a PENDING reservation before, the stored answer after. A keyed ClaimNext instead:
+
+- reads its key once (``KeyedClaimStore.open``): a record there is an earlier try's answer,
+  rebuilt from the claims it names (``replay``), or the key used for another request
+  (KeyReused: ALREADY_EXISTS);
+- otherwise runs, and each claim txn it makes carries the key (``ClaimKey``): a compare that the
+  key is as this call last left it (absent before its first claim) and a put of the record
+  naming every claim so far. A duplicate running meanwhile fails that compare in its own claim
+  txn, which then writes nothing, and answers with the record (``KeyTaken``);
+- a call that wins nothing writes nothing, and its retry simply runs again.
+
+The record names each claim (task, attempt, and the lease clock the answer gave), not a copy of
+the answer, and so never a copy of up to 64 inputs. A replay reads each claim's task, claim key
+and attempt, and answers those still alive as the first answer did (the same fence, input,
+checkpoint and lease clock); one that ended meanwhile (expired, given back because the first
+try's caller had gone, cancelled) is left out. When none is left the call runs again, as it
+would had the first try failed (its claims went back to the queue): its claim txns then expect
+the record as it was read, so of two such retries still only one claims.
+
+The record lives on a lease of at most ``limits.max_ttl`` (one per window, as the generic
+path's): a replay is worth something only while a claim it names can be alive. The records
+live under their own prefix: a replica of the previous version does not read them, so during a
+rolling upgrade a retry that lands on it runs again, as an unkeyed call would (the first try's
+claim then expires after its TTL); a record of this kind is never misread as a stored answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from itertools import islice
+
+from coordinator.domain.decisions import Fence, Verdict
+from coordinator.domain.idempotency import (
+    Grant,
+    IdemAction,
+    KeyedClaims,
+    KeyReused,
+    conflict_message,
+    decide,
+)
+from coordinator.domain.records import decode, encode
+from coordinator.domain.states import Outcome, TaskState
+from coordinator.store.context import StoreContext, attempt_from_kv, claim_from_kv, task_from_kv
+from coordinator.store.etcd.lease_window import LeaseWindow
+from coordinator.store.etcd.ops import KV, Compare, RequestOp, TxnResult, get, mod_revision_is, put
+from coordinator.store.types import ClaimResult
+
+# Claims read back per etcd read by a replay: three keys each, and each task's input may be up
+# to 256 KiB, so a read stays within etcd's ops per txn and the client's message size.
+_REPLAY_CHUNK = 8
+
+
+class KeyTaken(Exception):
+    """A claim txn of a keyed ClaimNext failed because its key was written meanwhile (a
+    duplicate of the call won a claim first): nothing was written; answer with ``kv``."""
+
+    def __init__(self, kv: KV) -> None:
+        super().__init__("the idempotency key was written by another try of the call")
+        self.kv = kv
+
+
+class ClaimKey:
+    """The key one keyed ClaimNext's claim txns carry, advanced by each claim that lands (used
+    by that call's thread only)."""
+
+    def __init__(
+        self,
+        etcd_key: str,
+        key: str,
+        record: KeyedClaims,
+        window: LeaseWindow,
+        *,
+        revision: int = 0,
+    ) -> None:
+        self.etcd_key = etcd_key
+        self.key = key
+        self.record = record
+        self._window = window
+        # The key's mod_revision as this call read or last left it (0: absent).
+        self._revision = revision
+        self._lease_id = 0  # the window's lease the last put named
+
+    def compare(self) -> Compare:
+        """The key is as this call last left it."""
+        return mod_revision_is(self.etcd_key, self._revision)
+
+    def put(self, grant: Grant) -> RequestOp:
+        """The record with ``grant`` added, on the window's lease."""
+        return put(self.etcd_key, encode(self.record.with_grant(grant)), lease=self._lease())
+
+    def _lease(self) -> int:
+        self._lease_id = self._window.lease()
+        return self._lease_id
+
+    def read(self) -> RequestOp:
+        """The claim txn's failure branch reads the key, to tell a duplicate from a race."""
+        return get(self.etcd_key)
+
+    def landed(self, grant: Grant, revision: int) -> None:
+        """The claim txn carrying ``grant`` landed at ``revision``."""
+        self.record = self.record.with_grant(grant)
+        self._revision = revision
+
+    def check(self, failed: TxnResult, at: int) -> None:
+        """After a failed claim txn whose failure branch was ``read()`` (at index ``at``):
+        KeyTaken if another try wrote the key since this call read or last left it."""
+        kv = failed.range_one(at)
+        if kv is None:
+            # The record this call read expired meanwhile (its lease): expect the key absent.
+            self._revision = 0
+        elif kv.mod_revision != self._revision:
+            raise KeyTaken(kv)
+
+    def lease_lost(self) -> None:
+        """etcd refused a lease of the claim txn: the window's may be the one gone."""
+        self._window.lost(self._lease_id)
+
+
+class KeyedClaimStore:
+    """Open a keyed ClaimNext's key, and replay the claims an earlier try won."""
+
+    def __init__(self, ctx: StoreContext, *, ttl: float) -> None:
+        self._ctx = ctx
+        self._window = LeaseWindow(ctx.kv.grant, min(ttl, float(ctx.limits.max_ttl)))
+
+    def open(
+        self, principal: str, key: str, *, method: str, digest: str
+    ) -> ClaimKey | list[ClaimResult]:
+        """One read of the key: the claims an earlier try with this key won that are still
+        alive (a replay), or the ClaimKey this call's claim txns carry (the key is free, or
+        names only claims that ended). KeyReused if the key names another request."""
+        etcd_key = self._ctx.keys.keyed_claims(principal, key)
+        kv = self._ctx.kv.get(etcd_key)
+        asked = KeyedClaims(method, digest)
+        if kv is None:
+            return ClaimKey(etcd_key, key, asked, self._window)
+        alive = self._replayed(kv, key, asked)
+        if alive:
+            return alive
+        return ClaimKey(etcd_key, key, asked, self._window, revision=kv.mod_revision)
+
+    def replay(self, kv: KV, opened: ClaimKey) -> list[ClaimResult]:
+        """The answer for a try whose claim txn met ``kv``, written by a duplicate that won
+        first: that duplicate's claims still alive, as it answered them (NO_READY_TASK when
+        none is). Reads only."""
+        alive = self._replayed(kv, opened.key, opened.record)
+        if alive:
+            return alive
+        message = "another try of this call won first, and its claims have ended; claim again"
+        return [ClaimResult(Verdict(Outcome.NO_READY_TASK, message=message))]
+
+    def _replayed(self, kv: KV, key: str, asked: KeyedClaims) -> list[ClaimResult]:
+        """The claims ``kv``'s record names that are still alive; KeyReused if it was written
+        for another request than ``asked``."""
+        record = decode(KeyedClaims, kv.value, mod_revision=kv.mod_revision)
+        verdict = decide(record, method=asked.method, digest=asked.request_digest)
+        if verdict is IdemAction.CONFLICT:
+            raise KeyReused(conflict_message(key, record, asked.method))
+        return [result for chunk in _chunks(record.grants()) for result in self._alive(chunk)]
+
+    def _alive(self, grants: Sequence[Grant]) -> list[ClaimResult]:
+        keys = self._ctx.keys
+        ops: list[RequestOp] = []
+        for grant in grants:
+            ops += [
+                get(keys.task(grant.task_id)),
+                get(keys.claim(grant.task_id)),
+                get(keys.attempt(grant.task_id, grant.attempt_id)),
+            ]
+        snap = self._ctx.kv.read(*ops)
+        results = []
+        for n, grant in enumerate(grants):
+            task_kv, claim_kv, attempt_kv = (snap.range_one(3 * n + i) for i in range(3))
+            if task_kv is None or claim_kv is None or attempt_kv is None:
+                continue
+            # Alive: the task is still at the claim's revision (every move of a task writes
+            # it, and the fence compares it) and names this attempt.
+            if task_kv.mod_revision != claim_kv.create_revision:
+                continue
+            task, claim = task_from_kv(task_kv), claim_from_kv(claim_kv)
+            if task.state is not TaskState.CLAIMED or task.attempt_id != grant.attempt_id:
+                continue
+            attempt = attempt_from_kv(attempt_kv)
+            fence = Fence(
+                task.task_id,
+                grant.attempt_id,
+                claim.generation,
+                attempt.scheduler_epoch,
+                task.cancel_generation,
+            )
+            results.append(
+                ClaimResult(
+                    Verdict(Outcome.CLAIMED, message=grant.message),
+                    fence=fence,
+                    task=task,
+                    attempt=attempt.attempt,
+                    ttl=claim.ttl,
+                    lease_expires_at=grant.lease_expires_at,
+                    deadline=claim.deadline,
+                    lease_remaining=grant.lease_remaining,
+                    checkpoint=attempt.checkpoint,
+                )
+            )
+        return results
+
+
+def _chunks(grants: Iterable[Grant]) -> Iterable[list[Grant]]:
+    it = iter(grants)
+    while chunk := list(islice(it, _REPLAY_CHUNK)):
+        yield chunk
