@@ -243,23 +243,35 @@ def test_a_claim_txn_that_meets_its_key_written_writes_nothing_and_replays_the_w
     )
 
 
-def test_a_duplicate_that_met_the_key_after_the_winners_claims_ended_polls_again(
+def test_a_call_run_again_that_meets_its_key_once_more_answers_without_a_claim(
     store: Store,
 ) -> None:
     for name in ("t1", "t2"):
         create(store, name, queue="q")
     first = store.keyed_claims.open("w1", "k6", method=CLAIM_NEXT, digest="d")
     second = store.keyed_claims.open("w1", "k6", method=CLAIM_NEXT, digest="d")
-    assert isinstance(first, ClaimKey) and isinstance(second, ClaimKey)
     won = store.claims.claim_next("q", principal="w1", epoch=1, ttl=30, key=first)
     assert won.fence is not None
-    assert store.acceptance.release(won.fence, principal="w1", reason="test").outcome is Outcome.OK
+    assert store.acceptance.release(won.fence, principal="w1", reason="t").outcome is Outcome.OK
     with pytest.raises(KeyTaken) as taken:
         store.claims.claim_next("q", principal="w1", epoch=1, ttl=30, key=second)
-    (answer,) = store.keyed_claims.replay(taken.value.kv, second)
-    assert answer.verdict.outcome is Outcome.NO_READY_TASK and answer.fence is None
+    # Nothing alive: the call may run again, expecting the record it met.
+    again = store.keyed_claims.taken(taken.value.kv, second)
+    assert isinstance(again, ClaimKey)
+    # A third try wins first; the call run again meets the key once more and answers so.
+    third = store.keyed_claims.taken(taken.value.kv, second)
+    assert isinstance(third, ClaimKey)
+    assert store.claims.claim_next("q", principal="w1", epoch=1, ttl=30, key=third).fence
+    with pytest.raises(KeyTaken) as met:
+        store.claims.claim_next("q", principal="w1", epoch=1, ttl=30, key=again)
+    (answer,) = store.keyed_claims.replay(met.value.kv, again)
+    assert answer.verdict.outcome is Outcome.CLAIMED  # the third try's claim, alive
+    assert answer.fence is not None
+    store.acceptance.release(answer.fence, principal="w1", reason="t")
+    (ended,) = store.keyed_claims.replay(met.value.kv, again)
+    assert ended.verdict.outcome is Outcome.NO_READY_TASK and ended.fence is None
     assert "another try of this call won first, and its claims have ended" in (
-        answer.verdict.message
+        ended.verdict.message
     )
 
 
@@ -268,14 +280,33 @@ def test_a_record_that_expired_under_a_call_does_not_fail_its_claim(
 ) -> None:
     create(store, "t1", queue="q")
     etcd_key = store.ctx.keys.keyed_claims("w1", "k7")
-    # An earlier try's record whose claims ended, read by this call; then gone (its lease).
-    etcd_client.put(
-        etcd_key, encode(KeyedClaims(CLAIM_NEXT, "d", ("gone",), ("a1-x",), (1.0,), (1.0,), ("",)))
-    )
+    # An earlier try's record whose claims ended, met by this call; then gone (its lease).
+    ended = KeyedClaims(CLAIM_NEXT, "d", ("gone",), ("a1-x",), (1.0,), (1.0,), ("",))
+    etcd_client.put(etcd_key, encode(ended))
     opened = store.keyed_claims.open("w1", "k7", method=CLAIM_NEXT, digest="d")
-    assert isinstance(opened, ClaimKey)
+    with pytest.raises(KeyTaken) as taken:
+        store.claims.claim_next("q", principal="w1", epoch=1, ttl=30, key=opened)
+    again = store.keyed_claims.taken(taken.value.kv, opened)
+    assert isinstance(again, ClaimKey)
     etcd_client.delete(etcd_key)
-    won = store.claims.claim_next("q", principal="w1", epoch=1, ttl=30, key=opened)
+    won = store.claims.claim_next("q", principal="w1", epoch=1, ttl=30, key=again)
     assert won.verdict.outcome is Outcome.CLAIMED and won.fence is not None
     kv = store.ctx.kv.get(etcd_key)
     assert kv is not None and decode(KeyedClaims, kv.value).task_ids == ("t1",)
+
+
+def test_a_retry_into_an_empty_queue_finds_its_first_tries_claim_before_waiting(
+    tasks: tasks_pb2_grpc.TaskServiceStub,
+    worker: worker_pb2_grpc.WorkerServiceStub,
+    store: Store,
+    etcd_client: Any,
+) -> None:
+    _create(tasks, "only")
+    poll = _poll(wait=20)
+    won = worker.ClaimNext(poll, metadata=who("w1", key="k8"))
+    assert won.fence.task_id == "only"
+    # The queue is empty now: the retry's poll reads its key before it waits, and answers
+    # with the claim (a 20 s wait would outlive the call's 10 s deadline: DEADLINE_EXCEEDED).
+    before = snapshot(store, etcd_client)
+    assert worker.ClaimNext(poll, metadata=who("w1", key="k8"), timeout=10) == won
+    assert snapshot(store, etcd_client) == before

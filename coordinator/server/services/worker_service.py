@@ -75,16 +75,19 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         if keyed is None:
             return self._claim_batch(next_claim, principal, CallerOf(context))
         key, digest = keyed
-        keyed_claims = self._store.keyed_claims
+        keyed_claims, caller = self._store.keyed_claims, CallerOf(context)
         opened = keyed_claims.open(principal, key, method=CLAIM_NEXT, digest=digest)
-        if not isinstance(opened, ClaimKey):
-            note(idempotent_replay=True, idempotency_key=key)
-            return worker_wire.batch_to_proto(opened)
         try:
-            return self._claim_batch(next_claim, principal, CallerOf(context), key=opened)
-        except KeyTaken as taken:  # a duplicate of this call won first: its answer
-            note(idempotent_replay=True, idempotency_key=key)
-            return worker_wire.batch_to_proto(keyed_claims.replay(taken.kv, opened))
+            return self._claim_batch(next_claim, principal, caller, key=opened)
+        except KeyTaken as taken:  # another try of this call (its first) won
+            again = keyed_claims.taken(taken.kv, opened)
+        if isinstance(again, ClaimKey):  # what it won has all ended: run as a call anew
+            try:
+                return self._claim_batch(next_claim, principal, caller, key=again)
+            except KeyTaken as taken:
+                again = keyed_claims.replay(taken.kv, again)
+        note(idempotent_replay=True, idempotency_key=key)
+        return worker_wire.batch_to_proto(again)
 
     def _claim_batch(
         self,

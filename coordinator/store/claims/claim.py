@@ -274,7 +274,7 @@ class ClaimStore:
         if not result.succeeded:
             ctx.leases.release(lease.lease_id)  # nothing was attached to it
             if key is not None:
-                key.check(result, 0)  # a duplicate of the call won first: KeyTaken
+                key.meet(result.range_one(0))  # another try of the call won first: KeyTaken
             lost = self._lost_race(task_id, epoch, expected_state_version)
             return None if lost is None else ClaimResult(lost)
         if key is not None and write.grant is not None:
@@ -356,13 +356,21 @@ class ClaimStore:
             finally:
                 self._ready.untake(ready_key)
             outcome = result.verdict.outcome
-            if outcome in (Outcome.CLAIMED, Outcome.CLAIMS_PAUSED, Outcome.FENCED):
+            if outcome is Outcome.CLAIMED:
                 return result
+            if outcome in (Outcome.CLAIMS_PAUSED, Outcome.FENCED):
+                return self._unclaimed(result, key)
             self._ready.discard(ready_key)  # a stale hint: someone else took it
         self._ctx.metrics.count_claim(Outcome.NO_READY_TASK)
-        return ClaimResult(
-            Verdict(Outcome.NO_READY_TASK, message=f"queue {queue!r} has no ready task")
-        )
+        none = Verdict(Outcome.NO_READY_TASK, message=f"queue {queue!r} has no ready task")
+        return self._unclaimed(ClaimResult(none), key)
+
+    def _unclaimed(self, result: ClaimResult, key: ClaimKey | None) -> ClaimResult:
+        """``result``, a ClaimNext's answer without a claim; a keyed call's first such answer
+        reads its key first (KeyTaken if an earlier try of the call won meanwhile)."""
+        if key is not None and key.probe_due():
+            key.meet(self._ctx.kv.get(key.etcd_key))
+        return result
 
     def _read(self, task_id: str, epoch: int, expected_state_version: int) -> ClaimRead:
         """One read: the task, the claim decision, and what the gates and a takeover need -

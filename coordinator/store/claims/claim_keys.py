@@ -3,24 +3,27 @@
 The SDK keys every ClaimNext, so that a retry after a lost answer gets the claims the first try
 won instead of winning others (tests/sdk/test_lost_claim_answers.py). The generic path
 (store/control/idempotency.py) cost such a call two txns and two writes of its key around the
-claim: a PENDING reservation before, the stored answer after. A keyed ClaimNext instead:
+claim: a PENDING reservation before, the stored answer after. A keyed ClaimNext instead costs
+nothing more than one key in its claim txn:
 
-- reads its key once (``KeyedClaimStore.open``): a record there is an earlier try's answer,
-  rebuilt from the claims it names (``replay``), or the key used for another request
-  (KeyReused: ALREADY_EXISTS);
-- otherwise runs, and each claim txn it makes carries the key (``ClaimKey``): a compare that the
-  key is as this call last left it (absent before its first claim) and a put of the record
-  naming every claim so far. A duplicate running meanwhile fails that compare in its own claim
-  txn, which then writes nothing, and answers with the record (``KeyTaken``);
-- a call that wins nothing writes nothing, and its retry simply runs again.
+- each claim txn it makes carries the key (``ClaimKey``): a compare that the key is as this
+  call left it (absent, for a first try) and a put of the record naming every claim so far;
+- a claim txn that meets the key written by another try (the first try of a retry, or a
+  duplicate running meanwhile) writes nothing, and reads the key in its failure branch
+  (``KeyTaken``): the call answers with that try's claims still alive (``taken``), or, when
+  none is left, runs once more as a call whose first try failed would (its claims went back to
+  the queue), expecting the record as read, so that of two such retries only one claims;
+- a call that would answer without a claim (an empty queue, a long poll's end) first reads its
+  key once (``ClaimKey.probe_due``): a retry whose first try won the only ready task finds it
+  there instead of waiting out its poll while its claim expires unanswered;
+- a call that wins nothing writes nothing.
 
 The record names each claim (task, attempt, and the lease clock the answer gave), not a copy of
 the answer, and so never a copy of up to 64 inputs. A replay reads each claim's task, claim key
 and attempt, and answers those still alive as the first answer did (the same fence, input,
 checkpoint and lease clock); one that ended meanwhile (expired, given back because the first
-try's caller had gone, cancelled) is left out. When none is left the call runs again, as it
-would had the first try failed (its claims went back to the queue): its claim txns then expect
-the record as it was read, so of two such retries still only one claims.
+try's caller had gone, cancelled) is left out. The key used for another request is KeyReused
+(ALREADY_EXISTS) when the call meets it.
 
 The record lives on a lease of at most ``limits.max_ttl`` (one per window, as the generic
 path's): a replay is worth something only while a claim it names can be alive. The records
@@ -47,7 +50,7 @@ from coordinator.domain.records import decode, encode
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.store.context import StoreContext, attempt_from_kv, claim_from_kv, task_from_kv
 from coordinator.store.etcd.lease_window import LeaseWindow
-from coordinator.store.etcd.ops import KV, Compare, RequestOp, TxnResult, get, mod_revision_is, put
+from coordinator.store.etcd.ops import KV, Compare, RequestOp, get, mod_revision_is, put
 from coordinator.store.types import ClaimResult
 
 # Claims read back per etcd read by a replay: three keys each, and each task's input may be up
@@ -84,6 +87,7 @@ class ClaimKey:
         # The key's mod_revision as this call read or last left it (0: absent).
         self._revision = revision
         self._lease_id = 0  # the window's lease the last put named
+        self._probed = False
 
     def compare(self) -> Compare:
         """The key is as this call last left it."""
@@ -106,15 +110,21 @@ class ClaimKey:
         self.record = self.record.with_grant(grant)
         self._revision = revision
 
-    def check(self, failed: TxnResult, at: int) -> None:
-        """After a failed claim txn whose failure branch was ``read()`` (at index ``at``):
-        KeyTaken if another try wrote the key since this call read or last left it."""
-        kv = failed.range_one(at)
+    def meet(self, kv: KV | None) -> None:
+        """The key as read (a failed claim txn's failure branch, a probe): KeyTaken if another
+        try wrote it since this call read or last left it."""
         if kv is None:
-            # The record this call read expired meanwhile (its lease): expect the key absent.
+            # A record this call expected expired meanwhile (its lease): expect the key absent.
             self._revision = 0
         elif kv.mod_revision != self._revision:
             raise KeyTaken(kv)
+
+    def probe_due(self) -> bool:
+        """Whether this call, about to answer without a claim, should read its key first:
+        once, and only if it has won nothing."""
+        due = not self._probed and not self.record.task_ids
+        self._probed = True
+        return due
 
     def lease_lost(self) -> None:
         """etcd refused a lease of the claim txn: the window's may be the one gone."""
@@ -128,26 +138,27 @@ class KeyedClaimStore:
         self._ctx = ctx
         self._window = LeaseWindow(ctx.kv.grant, min(ttl, float(ctx.limits.max_ttl)))
 
-    def open(
-        self, principal: str, key: str, *, method: str, digest: str
-    ) -> ClaimKey | list[ClaimResult]:
-        """One read of the key: the claims an earlier try with this key won that are still
-        alive (a replay), or the ClaimKey this call's claim txns carry (the key is free, or
-        names only claims that ended). KeyReused if the key names another request."""
+    def open(self, principal: str, key: str, *, method: str, digest: str) -> ClaimKey:
+        """The key this call's claim txns carry, expected absent (no I/O: a first try, the
+        usual case, costs no read; a retry learns of its first try from its claim txn or its
+        probe)."""
         etcd_key = self._ctx.keys.keyed_claims(principal, key)
-        kv = self._ctx.kv.get(etcd_key)
-        asked = KeyedClaims(method, digest)
-        if kv is None:
-            return ClaimKey(etcd_key, key, asked, self._window)
-        alive = self._replayed(kv, key, asked)
+        return ClaimKey(etcd_key, key, KeyedClaims(method, digest), self._window)
+
+    def taken(self, kv: KV, opened: ClaimKey) -> ClaimKey | list[ClaimResult]:
+        """The call met ``kv``, written by another try: that try's claims still alive, as it
+        answered them; or, when none is, the key to run again with, expecting ``kv`` (of two
+        retries that both find it so, one claims). KeyReused if ``kv`` names another request.
+        Reads only."""
+        alive = self._replayed(kv, opened.key, opened.record)
         if alive:
             return alive
-        return ClaimKey(etcd_key, key, asked, self._window, revision=kv.mod_revision)
+        return ClaimKey(
+            opened.etcd_key, opened.key, opened.record, self._window, revision=kv.mod_revision
+        )
 
     def replay(self, kv: KV, opened: ClaimKey) -> list[ClaimResult]:
-        """The answer for a try whose claim txn met ``kv``, written by a duplicate that won
-        first: that duplicate's claims still alive, as it answered them (NO_READY_TASK when
-        none is). Reads only."""
+        """As ``taken`` for a call that ran again already: NO_READY_TASK when none is alive."""
         alive = self._replayed(kv, opened.key, opened.record)
         if alive:
             return alive
