@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 import pytest
 
+from coordinator.domain.digests import digest_of
 from coordinator.domain.idempotency import KeyedClaims
 from coordinator.domain.records import decode, encode
 from coordinator.domain.states import Outcome, TaskState
@@ -310,3 +311,39 @@ def test_a_retry_into_an_empty_queue_finds_its_first_tries_claim_before_waiting(
     before = snapshot(store, etcd_client)
     assert worker.ClaimNext(poll, metadata=who("w1", key="k8"), timeout=10) == won
     assert snapshot(store, etcd_client) == before
+
+
+def test_a_keyed_commit_with_next_keys_its_next_claim_the_same_way(
+    tasks: tasks_pb2_grpc.TaskServiceStub,
+    worker: worker_pb2_grpc.WorkerServiceStub,
+    store: Store,
+    etcd_client: Any,
+) -> None:
+    _create(tasks, "first")
+    held = worker.ClaimNext(_poll(), metadata=who("w1"))
+    _create(tasks, "second")
+    commit = worker_pb2.CommitRequest(
+        fence=held.fence,
+        input_digest=held.input_digest,
+        result_digest=digest_of(b"done"),
+        result=b"done",
+        next=worker_pb2.ClaimNextRequest(queue="q", scheduler_epoch=1, ttl_seconds=30),
+    )
+    committed = worker.Commit(commit, metadata=who("w1", key="k9"))
+    assert committed.outcome == types_pb2.OUTCOME_COMMITTED
+    assert committed.next.fence.task_id == "second"
+    # The key went with the next claim's txn; nothing under the generic path's prefixes.
+    kv = store.ctx.kv.get(store.ctx.keys.keyed_claims("w1", "k9"))
+    assert kv is not None and kv.mod_revision == committed.next.fence.claim_generation
+    record = decode(KeyedClaims, kv.value)
+    assert (record.method, record.task_ids) == ("/coordinator.v1.WorkerService/Commit", ("second",))
+    stored = etcd_client.get_prefix(store.ctx.keys.prefix + "/idem")
+    assert [meta.key for _, meta in stored] == []
+    # A retry: the commit answers COMMITTED again, the next claim is the one first won.
+    again = worker.Commit(commit, metadata=who("w1", key="k9"))
+    assert (again.outcome, again.result_commit_id) == (
+        types_pb2.OUTCOME_COMMITTED,
+        committed.result_commit_id,
+    )
+    assert again.next == committed.next
+    assert store.tasks.get("second").attempt == 1

@@ -8,13 +8,16 @@ ALREADY_EXISTS; a duplicate that arrives while the first still runs waits briefl
 ABORTED. Business outcomes (FENCED, ALREADY_CLAIMED, ...) are responses and are stored like any
 response; errors are not stored: the key is freed so a corrected retry can run.
 
-The answer of a call that hands out claims (Claim, Commit with ``next``) is kept only
-as long as the longest lease (store/control/idempotency.py says why): the SDK keys every such call,
-so a retry whose first try's answer was lost gets the same attempt instead of starting another.
+The answer of Claim, which hands out a claim, is kept only as long as the longest lease
+(store/control/idempotency.py says why): the SDK keys every such call, so a retry whose first
+try's answer was lost gets the same attempt instead of starting another.
 
-ClaimNext, the call the SDK sends most, keys itself: its claim txns write its key
-(``KEYED_BY_SERVICE``; store/claims/claim_keys.py), so the interceptor leaves it alone and
-``call_key`` reads the key for the service.
+The other calls that hand out claims key themselves (``keys_itself``): ClaimNext, the call the
+SDK sends most, and Commit with ``next`` (what a multi-slot worker sends for every task). Their
+claim txns write their key (store/claims/claim_keys.py), so the interceptor passes them through
+and ``call_key`` reads the key for the service; a retried Commit runs again, which a commit is
+safe to do (the same attempt and digest answer COMMITTED again, "already committed by this
+attempt", writing nothing).
 
 Which methods mutate is decided here, once: every unary method of the coordinator's services
 is mutating unless ``READ_ONLY`` lists it, so an RPC added later gets keys without an edit.
@@ -81,16 +84,9 @@ growth too, refused by the space guard above etcd's high-water mark before the c
 on any other call (a commit, a release) is part of draining the pool and goes on."""
 
 
-CLAIMING = frozenset({"/coordinator.v1.WorkerService/Claim"})
-"""The methods keyed here whose every answer may hand out claims (Commit does when it carries
-``next``; ClaimNext keys itself: ``KEYED_BY_SERVICE``)."""
-
-_COMMIT = "/coordinator.v1.WorkerService/Commit"
-
+CLAIM = "/coordinator.v1.WorkerService/Claim"
 CLAIM_NEXT = "/coordinator.v1.WorkerService/ClaimNext"
-
-KEYED_BY_SERVICE = frozenset({CLAIM_NEXT})
-"""The keyed methods whose service writes the key in its own txns: passed through here."""
+COMMIT = "/coordinator.v1.WorkerService/Commit"
 
 
 def is_mutating(method: str) -> bool:
@@ -98,9 +94,10 @@ def is_mutating(method: str) -> bool:
     return method.startswith(SERVICES) and method not in READ_ONLY
 
 
-def hands_out_claims(method: str, request: Any) -> bool:
-    """Whether a call of ``method`` with ``request`` may answer with claims."""
-    return method in CLAIMING or (method == _COMMIT and request.HasField("next"))
+def keys_itself(method: str, request: Any) -> bool:
+    """Whether a call of ``method`` with ``request`` writes its own key in its claim txns (the
+    service keys it: ``call_key``)."""
+    return method == CLAIM_NEXT or (method == COMMIT and request.HasField("next"))
 
 
 class IdempotencyInterceptor:
@@ -113,7 +110,7 @@ class IdempotencyInterceptor:
         self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
     ) -> grpc.RpcMethodHandler[Any, Any]:
         """Wrap unary mutating handlers (a call that carries a key is replayed or stored)."""
-        if handler.unary_unary is None or not is_mutating(method) or method in KEYED_BY_SERVICE:
+        if handler.unary_unary is None or not is_mutating(method) or method == CLAIM_NEXT:
             return handler
         # The behaviour below returns serialized bytes: a replay has no message object.
         return unary_handler(handler, self._keyed(method, handler), response_serializer=_as_bytes)
@@ -128,7 +125,7 @@ class IdempotencyInterceptor:
 
         def behavior(request: Any, context: grpc.ServicerContext) -> bytes:
             raw_key = metadata_value(context.invocation_metadata(), IDEMPOTENCY_METADATA_KEY)
-            if raw_key is None:
+            if raw_key is None or keys_itself(method, request):
                 answer: bytes = serialize(run(request, context))
                 return answer
             try:
@@ -136,7 +133,7 @@ class IdempotencyInterceptor:
                 principal = principal_of(context)
                 digest = request_digest(method, request.SerializeToString(deterministic=True))
                 kind = WriteKind.GROWTH if method in GROWTH_METHODS else WriteKind.DRAIN
-                claims = hands_out_claims(method, request)
+                claims = method == CLAIM
                 reserved = store.reserve(
                     principal, key, method=method, digest=digest, kind=kind, claims=claims
                 )
@@ -189,8 +186,8 @@ class IdempotencyInterceptor:
 
 
 def call_key(context: grpc.ServicerContext, method: str, request: Any) -> tuple[str, str] | None:
-    """The idempotency key of a call whose service keys itself (``KEYED_BY_SERVICE``) and the
-    digest of its request, or None for an unkeyed call. InvalidArgument for a malformed key."""
+    """The idempotency key of a call that keys itself (``keys_itself``) and the digest of its
+    request, or None for an unkeyed call. InvalidArgument for a malformed key."""
     raw_key = metadata_value(context.invocation_metadata(), IDEMPOTENCY_METADATA_KEY)
     if raw_key is None:
         return None

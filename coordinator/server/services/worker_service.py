@@ -18,7 +18,7 @@ from coordinator.domain.roles import Role
 from coordinator.errors import CoordinatorError, PermissionDenied
 from coordinator.logging import bound, note
 from coordinator.server.identity import identity_of, principal_of
-from coordinator.server.interceptors.idempotency import CLAIM_NEXT, call_key
+from coordinator.server.interceptors.idempotency import CLAIM_NEXT, COMMIT, call_key
 from coordinator.server.interceptors.stream_interceptor import CallerOf
 from coordinator.server.renew_budget import RENEW_RATE, RenewBudgets
 from coordinator.server.status import rpc
@@ -74,9 +74,22 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         keyed = call_key(context, CLAIM_NEXT, request)
         if keyed is None:
             return self._claim_batch(next_claim, principal, CallerOf(context))
+        return self._keyed_batch(next_claim, principal, CallerOf(context), CLAIM_NEXT, keyed)
+
+    def _keyed_batch(
+        self,
+        next_claim: requests.ClaimNextArgs,
+        principal: str,
+        caller: Caller,
+        method: str,
+        keyed: tuple[str, str],
+    ) -> worker_pb2.ClaimResponse:
+        """The claims of a keyed call (ClaimNext, a Commit's ``next``), its key written by its
+        claim txns; a retry whose first try won gets what that try won, still alive
+        (store/claims/claim_keys.py)."""
         key, digest = keyed
-        keyed_claims, caller = self._store.keyed_claims, CallerOf(context)
-        opened = keyed_claims.open(principal, key, method=CLAIM_NEXT, digest=digest)
+        keyed_claims = self._store.keyed_claims
+        opened = keyed_claims.open(principal, key, method=method, digest=digest)
         try:
             return self._claim_batch(next_claim, principal, caller, key=opened)
         except KeyTaken as taken:  # another try of this call (its first) won
@@ -184,9 +197,12 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     def Commit(  # noqa: N802
         self, request: worker_pb2.CommitRequest, context: grpc.ServicerContext
     ) -> worker_pb2.CommitResponse:
-        """Make the result canonical, behind the fence."""
+        """Make the result canonical, behind the fence; with ``next``, claim in the same call.
+        A keyed call with ``next`` keys its claims itself (``_keyed_batch``): its retry commits
+        again, which answers as the first time without writing."""
         args = requests.parse_commit(request)
         principal = principal_of(context)
+        keyed = call_key(context, COMMIT, request) if args.next is not None else None
         with _bound(args.fence, principal):
             result = self._store.acceptance.commit(
                 args.fence,
@@ -201,8 +217,13 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 result.verdict, commit_id=result.result_commit_id, digest=args.result_digest
             )
         response = worker_wire.commit_to_proto(result)
-        if args.next is not None:
-            response.next.CopyFrom(self._claim_batch(args.next, principal, CallerOf(context)))
+        if args.next is None:
+            return response
+        caller = CallerOf(context)
+        if keyed is None:
+            response.next.CopyFrom(self._claim_batch(args.next, principal, caller))
+        else:
+            response.next.CopyFrom(self._keyed_batch(args.next, principal, caller, COMMIT, keyed))
         return response
 
     @rpc
