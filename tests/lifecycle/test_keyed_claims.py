@@ -347,3 +347,33 @@ def test_a_keyed_commit_with_next_keys_its_next_claim_the_same_way(
     )
     assert again.next == committed.next
     assert store.tasks.get("second").attempt == 1
+
+
+def test_a_commit_with_next_under_a_key_used_for_another_call_still_says_it_committed(
+    tasks: tasks_pb2_grpc.TaskServiceStub,
+    worker: worker_pb2_grpc.WorkerServiceStub,
+    store: Store,
+) -> None:
+    _create(tasks, "first")
+    held = worker.ClaimNext(_poll(), metadata=who("w1", key="k10"))
+    _create(tasks, "second")
+    commit = worker_pb2.CommitRequest(
+        fence=held.fence,
+        input_digest=held.input_digest,
+        result_digest=digest_of(b"done"),
+        result=b"done",
+        next=worker_pb2.ClaimNextRequest(queue="q", scheduler_epoch=1, ttl_seconds=30),
+    )
+    # The key is met only after the commit ran: the commit's answer stands, the next claim
+    # says why it claimed nothing, and the next task is untouched.
+    answer = worker.Commit(commit, metadata=who("w1", key="k10"))
+    assert answer.outcome == types_pb2.OUTCOME_COMMITTED
+    assert answer.next.outcome == types_pb2.OUTCOME_NOT_CLAIMABLE
+    assert "idempotency key 'k10' was already used for" in answer.next.message
+    assert "no next task was claimed" in answer.next.message
+    assert not answer.next.HasField("fence")
+    assert store.tasks.get("first").state is TaskState.DONE
+    assert (store.tasks.get("second").state, store.tasks.get("second").attempt) == (
+        TaskState.READY,
+        0,
+    )

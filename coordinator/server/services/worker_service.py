@@ -9,23 +9,29 @@ lives in protos/coordinator/v1/worker.proto; the rules live in the domain and th
 from __future__ import annotations
 
 import time
-from contextlib import AbstractContextManager
 
 import grpc
 
-from coordinator.domain.decisions import Fence, Verdict
+from coordinator.domain.decisions import Verdict
+from coordinator.domain.idempotency import KeyReused
 from coordinator.domain.roles import Role
+from coordinator.domain.states import Outcome
 from coordinator.errors import CoordinatorError, PermissionDenied
 from coordinator.logging import bound, note
 from coordinator.server.identity import identity_of, principal_of
 from coordinator.server.interceptors.idempotency import CLAIM_NEXT, COMMIT, call_key
 from coordinator.server.interceptors.stream_interceptor import CallerOf
 from coordinator.server.renew_budget import RENEW_RATE, RenewBudgets
+from coordinator.server.services.call_notes import (
+    bound_fence,
+    note_claim,
+    note_verdict,
+)
+from coordinator.server.services.claim_batches import ClaimBatches
 from coordinator.server.status import rpc
 from coordinator.server.wire import effect_wire, job_wire, worker_wire
 from coordinator.server.wire import worker_requests as requests
-from coordinator.store import Caller, ClaimResult, Renewal, RenewAnswer, Store
-from coordinator.store.claims.claim_keys import ClaimKey, KeyTaken
+from coordinator.store import ClaimResult, Renewal, RenewAnswer, Store
 from coordinator.v1 import worker_pb2, worker_pb2_grpc
 
 
@@ -39,6 +45,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, store: Store, *, max_claim_wait: float = 20.0, renew_rate: float = RENEW_RATE
     ) -> None:
         self._store = store
+        self._batches = ClaimBatches(store)
         self._max_claim_wait = max_claim_wait
         self._renew_budgets = RenewBudgets(renew_rate, store.ctx.metrics, time.monotonic)
 
@@ -57,7 +64,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 ttl=args.ttl,
                 expected_state_version=args.expected_state_version,
             )
-            _note_claim(result)
+            note_claim(result)
             # A caller gone by now would never hear of the claim: given back, not answered.
             self._store.give_backs.deliver([result], CallerOf(context), by=principal)
         return worker_wire.claim_to_proto(result)
@@ -73,59 +80,8 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         principal = principal_of(context)
         keyed = call_key(context, CLAIM_NEXT, request)
         if keyed is None:
-            return self._claim_batch(next_claim, principal, CallerOf(context))
-        return self._keyed_batch(next_claim, principal, CallerOf(context), CLAIM_NEXT, keyed)
-
-    def _keyed_batch(
-        self,
-        next_claim: requests.ClaimNextArgs,
-        principal: str,
-        caller: Caller,
-        method: str,
-        keyed: tuple[str, str],
-    ) -> worker_pb2.ClaimResponse:
-        """The claims of a keyed call (ClaimNext, a Commit's ``next``), its key written by its
-        claim txns; a retry whose first try won gets what that try won, still alive
-        (store/claims/claim_keys.py)."""
-        key, digest = keyed
-        keyed_claims = self._store.keyed_claims
-        opened = keyed_claims.open(principal, key, method=method, digest=digest)
-        try:
-            return self._claim_batch(next_claim, principal, caller, key=opened)
-        except KeyTaken as taken:  # another try of this call (its first) won
-            again = keyed_claims.taken(taken.kv, opened)
-        if isinstance(again, ClaimKey):  # what it won has all ended: run as a call anew
-            try:
-                return self._claim_batch(next_claim, principal, caller, key=again)
-            except KeyTaken as taken:
-                again = keyed_claims.replay(taken.kv, again)
-        note(idempotent_replay=True, idempotency_key=key)
-        return worker_wire.batch_to_proto(again)
-
-    def _claim_batch(
-        self,
-        next_claim: requests.ClaimNextArgs,
-        principal: str,
-        caller: Caller,
-        *,
-        key: ClaimKey | None = None,
-    ) -> worker_pb2.ClaimResponse:
-        queue, epoch = next_claim.queue, next_claim.epoch
-        with bound(queue=queue, epoch=epoch, principal=principal):
-            results = self._store.long_poll.claim_batch(
-                queue,
-                principal=principal,
-                epoch=epoch,
-                ttl=next_claim.ttl,
-                wait=next_claim.wait,
-                caller=caller,
-                max_tasks=next_claim.max_tasks,
-                key=key,
-            )
-            _note_claim(results[0])
-            if len(results) > 1:
-                note(claimed=len(results))
-        return worker_wire.batch_to_proto(results)
+            return self._batches.claim(next_claim, principal, CallerOf(context))
+        return self._batches.keyed(next_claim, principal, CallerOf(context), CLAIM_NEXT, keyed)
 
     @rpc
     def Renew(  # noqa: N802
@@ -135,14 +91,14 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         principal = principal_of(context)
         self._renew_budgets.take(principal, 1)
         renewal = requests.parse_renew(request)
-        with _bound(renewal.fence, principal):
+        with bound_fence(renewal.fence, principal):
             result = self._store.renewals.renew(
                 renewal.fence,
                 principal=principal,
                 progress=renewal.progress,
                 checkpoint=renewal.checkpoint,
             )
-            _note_verdict(result.verdict, ttl=result.ttl)
+            note_verdict(result.verdict, ttl=result.ttl)
         return worker_wire.renew_to_proto(result)
 
     @rpc
@@ -167,12 +123,12 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         """Ask, before a side effect, whether the fence still holds."""
         args = requests.parse_authorize_tool(request)
         principal = principal_of(context)
-        with _bound(args.fence, principal):
+        with bound_fence(args.fence, principal):
             verdict = self._store.acceptance.authorize_tool(
                 args.fence, principal=principal, tool=args.tool, action=args.action
             )
             # The call's line is the audit record of the tool call (the store keeps none).
-            _note_verdict(verdict, tool=args.tool, action=args.action)
+            note_verdict(verdict, tool=args.tool, action=args.action)
         return worker_wire.authorize_to_proto(verdict)
 
     @rpc
@@ -182,7 +138,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         """Stage a result in the attempt's own area."""
         args = requests.parse_stage_result(request)
         principal = principal_of(context)
-        with _bound(args.fence, principal):
+        with bound_fence(args.fence, principal):
             staged = self._store.acceptance.stage_result(
                 args.fence,
                 principal=principal,
@@ -190,7 +146,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 result=args.result,
                 result_ref=args.result_ref,
             )
-            _note_verdict(staged.verdict, current=staged.current, digest=args.result_digest)
+            note_verdict(staged.verdict, current=staged.current, digest=args.result_digest)
         return worker_wire.stage_to_proto(staged)
 
     @rpc
@@ -198,12 +154,13 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.CommitRequest, context: grpc.ServicerContext
     ) -> worker_pb2.CommitResponse:
         """Make the result canonical, behind the fence; with ``next``, claim in the same call.
-        A keyed call with ``next`` keys its claims itself (``_keyed_batch``): its retry commits
-        again, which answers as the first time without writing."""
+        A keyed call with ``next`` keys its claims itself (``ClaimBatches.keyed``): its retry
+        commits again, which answers as the first time without writing. Its key, met only after
+        the commit, if used for another request refuses the next claim, not the commit."""
         args = requests.parse_commit(request)
         principal = principal_of(context)
         keyed = call_key(context, COMMIT, request) if args.next is not None else None
-        with _bound(args.fence, principal):
+        with bound_fence(args.fence, principal):
             result = self._store.acceptance.commit(
                 args.fence,
                 principal=principal,
@@ -213,7 +170,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 result_ref=args.result_ref,
                 evidence=args.evidence,
             )
-            _note_verdict(
+            note_verdict(
                 result.verdict, commit_id=result.result_commit_id, digest=args.result_digest
             )
         response = worker_wire.commit_to_proto(result)
@@ -221,9 +178,15 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
             return response
         caller = CallerOf(context)
         if keyed is None:
-            response.next.CopyFrom(self._claim_batch(args.next, principal, caller))
-        else:
-            response.next.CopyFrom(self._keyed_batch(args.next, principal, caller, COMMIT, keyed))
+            response.next.CopyFrom(self._batches.claim(args.next, principal, caller))
+            return response
+        try:
+            response.next.CopyFrom(self._batches.keyed(args.next, principal, caller, COMMIT, keyed))
+        except KeyReused as exc:
+            # The commit above landed (or was refused) on its own: answering ALREADY_EXISTS
+            # now would hide it. The next claim, which claimed nothing, says why.
+            refused = Verdict(Outcome.NOT_CLAIMABLE, message=f"{exc}; no next task was claimed")
+            response.next.CopyFrom(worker_wire.claim_to_proto(ClaimResult(refused)))
         return response
 
     @rpc
@@ -233,11 +196,11 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         """Give the task back."""
         args = requests.parse_release(request)
         principal = principal_of(context)
-        with _bound(args.fence, principal):
+        with bound_fence(args.fence, principal):
             verdict = self._store.acceptance.release(
                 args.fence, principal=principal, reason=args.reason
             )
-            _note_verdict(verdict, release_reason=args.reason)
+            note_verdict(verdict, release_reason=args.reason)
         return worker_wire.release_to_proto(verdict)
 
     @rpc
@@ -248,9 +211,9 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         args = requests.parse_fail(request)
         fence, report = args.fence, args.report
         principal = principal_of(context)
-        with _bound(fence, principal):
+        with bound_fence(fence, principal):
             result = self._store.failures.fail(fence, principal=principal, report=report)
-            _note_verdict(
+            note_verdict(
                 result.verdict,
                 error_code=report.code,
                 retryable=report.retryable,
@@ -267,12 +230,12 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         fence, node, slot = args.fence, args.node_id, args.effect_slot
         digest = args.payload_digest
         principal = principal_of(context)
-        with _bound(fence, principal):
+        with bound_fence(fence, principal):
             result = self._store.effects.prepare(
                 fence, principal=principal, node_id=node, effect_slot=slot, payload_digest=digest
             )
             effect = result.effect
-            _note_verdict(
+            note_verdict(
                 result.verdict,
                 action=result.action.name,
                 effect_id=effect.effect_id if effect else None,
@@ -289,7 +252,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         """Record what the downstream did for an effect, behind the fence."""
         args = requests.parse_record_effect(request)
         principal = principal_of(context)
-        with _bound(args.fence, principal):
+        with bound_fence(args.fence, principal):
             result = self._store.effects.record(
                 args.fence,
                 principal=principal,
@@ -299,7 +262,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 etag=args.etag,
                 reconcile_principal=args.reconcile_principal,
             )
-            _note_verdict(result.verdict, effect_id=args.effect_id, effect_state=args.state.name)
+            note_verdict(result.verdict, effect_id=args.effect_id, effect_state=args.state.name)
         return effect_wire.record_to_proto(result)
 
     @rpc
@@ -363,9 +326,9 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         """Record a managed job of the caller's attempt, behind the fence."""
         args = requests.parse_start_job(request)
         principal = principal_of(context)
-        with _bound(args.fence, principal):
+        with bound_fence(args.fence, principal):
             result = self._store.jobs.start(args.fence, principal=principal, spec=args.spec)
-            _note_verdict(result.verdict, job_id=args.spec.job_id, pid=args.spec.pid)
+            note_verdict(result.verdict, job_id=args.spec.job_id, pid=args.spec.pid)
         return job_wire.start_to_proto(result)
 
     @rpc
@@ -405,41 +368,6 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 f"{identity.principal!r} may list only its own jobs, not those of {worker!r}"
             )
         return job_wire.jobs_to_proto(self._store.jobs.list_jobs(worker))
-
-
-def _bound(fence: Fence, principal: str) -> AbstractContextManager[None]:
-    """Bind the fence's task_id, attempt, generation and epoch to the call's log lines."""
-    return bound(**_fence_fields(fence), principal=principal)
-
-
-def _fence_fields(fence: Fence) -> dict[str, object]:
-    return {
-        "task_id": fence.task_id,
-        "attempt": fence.attempt_id,
-        "generation": fence.claim_generation,
-        "epoch": fence.scheduler_epoch,
-    }
-
-
-def _note_verdict(verdict: Verdict, **extra: object) -> None:
-    """The call's line says whether the acceptance point accepted, with outcome and reason."""
-    note(
-        accepted=verdict.accepted,
-        outcome=verdict.outcome.name,
-        reason=verdict.reason.name,
-        detail=verdict.message or None,
-        **extra,
-    )
-
-
-def _note_claim(result: ClaimResult) -> None:
-    fence = result.fence
-    if fence is None:
-        _note_verdict(result.verdict)
-        return
-    # The winner's fence exists only now: the call's line carries all four fields.
-    note(**_fence_fields(fence))
-    _note_verdict(result.verdict, ttl=result.ttl)
 
 
 def _renewed_ok(answer: RenewAnswer) -> bool:
