@@ -38,6 +38,17 @@ def _poll(queue: str = "q", *, wait: int = 0, max_tasks: int = 1) -> Any:
     )
 
 
+def _commit_then_next(held: Any) -> Any:
+    """A Commit of the claim ``held`` answered, claiming the next task of queue q."""
+    return worker_pb2.CommitRequest(
+        fence=held.fence,
+        input_digest=held.input_digest,
+        result_digest=digest_of(b"done"),
+        result=b"done",
+        next=worker_pb2.ClaimNextRequest(queue="q", scheduler_epoch=1, ttl_seconds=30),
+    )
+
+
 def _writes_after(store: Store, etcd_client: Any, start: int) -> dict[int, list[str]]:
     """Every key written under the store's prefix after revision ``start`` up to now, by
     revision (a delete as ``-kind``; the kind is the key's first segment under the prefix)."""
@@ -322,13 +333,7 @@ def test_a_keyed_commit_with_next_keys_its_next_claim_the_same_way(
     _create(tasks, "first")
     held = worker.ClaimNext(_poll(), metadata=who("w1"))
     _create(tasks, "second")
-    commit = worker_pb2.CommitRequest(
-        fence=held.fence,
-        input_digest=held.input_digest,
-        result_digest=digest_of(b"done"),
-        result=b"done",
-        next=worker_pb2.ClaimNextRequest(queue="q", scheduler_epoch=1, ttl_seconds=30),
-    )
+    commit = _commit_then_next(held)
     committed = worker.Commit(commit, metadata=who("w1", key="k9"))
     assert committed.outcome == types_pb2.OUTCOME_COMMITTED
     assert committed.next.fence.task_id == "second"
@@ -357,13 +362,7 @@ def test_a_commit_with_next_under_a_key_used_for_another_call_still_says_it_comm
     _create(tasks, "first")
     held = worker.ClaimNext(_poll(), metadata=who("w1", key="k10"))
     _create(tasks, "second")
-    commit = worker_pb2.CommitRequest(
-        fence=held.fence,
-        input_digest=held.input_digest,
-        result_digest=digest_of(b"done"),
-        result=b"done",
-        next=worker_pb2.ClaimNextRequest(queue="q", scheduler_epoch=1, ttl_seconds=30),
-    )
+    commit = _commit_then_next(held)
     # The key is met only after the commit ran: the commit's answer stands, the next claim
     # says why it claimed nothing, and the next task is untouched.
     answer = worker.Commit(commit, metadata=who("w1", key="k10"))

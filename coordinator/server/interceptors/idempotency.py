@@ -12,12 +12,12 @@ The answer of Claim, which hands out a claim, is kept only as long as the longes
 (store/control/idempotency.py says why): the SDK keys every such call, so a retry whose first
 try's answer was lost gets the same attempt instead of starting another.
 
-The other calls that hand out claims key themselves (``keys_itself``): ClaimNext, the call the
-SDK sends most, and Commit with ``next`` (what a multi-slot worker sends for every task). Their
-claim txns write their key (store/claims/claim_keys.py), so the interceptor passes them through
-and ``call_key`` reads the key for the service; a retried Commit runs again, which a commit is
-safe to do (the same attempt and digest answer COMMITTED again, "already committed by this
-attempt", writing nothing).
+The other calls that hand out claims key themselves: ClaimNext, the call the SDK sends most,
+and Commit with ``next`` (what a multi-slot worker sends for every task). Their claim txns
+write their key (store/claims/claim_keys.py), so the interceptor passes them through (ClaimNext
+unwrapped, a Commit once it sees ``next``) and ``call_key`` reads the key for the service; a
+retried Commit runs again, which a commit is safe to do (the same attempt and digest answer
+COMMITTED again, "already committed by this attempt", writing nothing).
 
 Which methods mutate is decided here, once: every unary method of the coordinator's services
 is mutating unless ``READ_ONLY`` lists it, so an RPC added later gets keys without an edit.
@@ -94,12 +94,6 @@ def is_mutating(method: str) -> bool:
     return method.startswith(SERVICES) and method not in READ_ONLY
 
 
-def keys_itself(method: str, request: Any) -> bool:
-    """Whether a call of ``method`` with ``request`` writes its own key in its claim txns (the
-    service keys it: ``call_key``)."""
-    return method == CLAIM_NEXT or (method == COMMIT and request.HasField("next"))
-
-
 class IdempotencyInterceptor:
     """Replays stored responses of keyed mutating calls (see the module docstring)."""
 
@@ -123,9 +117,12 @@ class IdempotencyInterceptor:
         assert run is not None  # build wraps unary-unary handlers only
         serialize = handler.response_serializer or (lambda m: m.SerializeToString())
 
+        may_claim_next = method == COMMIT  # a Commit with next keys itself
+        claims = method == CLAIM  # its answer lives only as long as a lease
+
         def behavior(request: Any, context: grpc.ServicerContext) -> bytes:
             raw_key = metadata_value(context.invocation_metadata(), IDEMPOTENCY_METADATA_KEY)
-            if raw_key is None or keys_itself(method, request):
+            if raw_key is None or (may_claim_next and request.HasField("next")):
                 answer: bytes = serialize(run(request, context))
                 return answer
             try:
@@ -133,7 +130,6 @@ class IdempotencyInterceptor:
                 principal = principal_of(context)
                 digest = request_digest(method, request.SerializeToString(deterministic=True))
                 kind = WriteKind.GROWTH if method in GROWTH_METHODS else WriteKind.DRAIN
-                claims = method == CLAIM
                 reserved = store.reserve(
                     principal, key, method=method, digest=digest, kind=kind, claims=claims
                 )
@@ -186,8 +182,8 @@ class IdempotencyInterceptor:
 
 
 def call_key(context: grpc.ServicerContext, method: str, request: Any) -> tuple[str, str] | None:
-    """The idempotency key of a call that keys itself (``keys_itself``) and the digest of its
-    request, or None for an unkeyed call. InvalidArgument for a malformed key."""
+    """The idempotency key of a call that keys itself (ClaimNext, Commit with ``next``) and the
+    digest of its request, or None for an unkeyed call. InvalidArgument for a malformed key."""
     raw_key = metadata_value(context.invocation_metadata(), IDEMPOTENCY_METADATA_KEY)
     if raw_key is None:
         return None

@@ -52,15 +52,13 @@ _RACE_TRIES = 3
 
 @dataclass(frozen=True)
 class ClaimWrite:
-    """The claim txn built on one read: the records it writes, its compares and its ops (and,
-    for a keyed ClaimNext, the grant its key's record adds)."""
+    """The claim txn built on one read: the records it writes, its compares and its ops."""
 
     after: TaskRecord
     claim: ClaimRecord
     attempt: AttemptRecord
     compares: list[Compare]
     ops: list[RequestOp]
-    grant: Grant | None = None
 
 
 def claim_write(
@@ -117,27 +115,17 @@ def claim_write(
     if takeover and read.attempt is not None:
         expired = with_changes(read.attempt, end=AttemptEnd.EXPIRED, ended_at=now)
         ops.append(put(keys.attempt(task.task_id, expired.attempt_id), encode(expired)))
-    write = ClaimWrite(after, claim, attempt, compares, ops)
-    return write if key is None else _keyed(write, key, read, lease, now)
+    if key is not None:  # a keyed ClaimNext: the key's record names this claim too
+        compares.append(key.compare())
+        ops.append(key.put(_grant(read, attempt_id, lease, now)))
+    return ClaimWrite(after, claim, attempt, compares, ops)
 
 
-def _keyed(
-    write: ClaimWrite, key: ClaimKey, read: ClaimRead, lease: ClaimLease, now: float
-) -> ClaimWrite:
-    """``write`` with the key of a keyed ClaimNext: its record, naming this claim as the
-    answer will (the lease clock, the decision's message), put if the key is as the call left
-    it (store/claims/claim_keys.py)."""
+def _grant(read: ClaimRead, attempt_id: str, lease: ClaimLease, now: float) -> Grant:
+    """This claim as a keyed ClaimNext's record names it: as the answer will (the lease clock,
+    the decision's message; store/claims/claim_keys.py)."""
     remaining = lease.remaining
-    grant = Grant(
-        read.task.task_id,
-        write.attempt.attempt_id,
-        now + remaining,
-        remaining,
-        read.verdict.message,
-    )
-    write.compares.append(key.compare())
-    write.ops.append(key.put(grant))
-    return with_changes(write, grant=grant)
+    return Grant(read.task.task_id, attempt_id, now + remaining, remaining, read.verdict.message)
 
 
 def _new_records(
@@ -277,8 +265,8 @@ class ClaimStore:
                 key.meet(result.range_one(0))  # another try of the call won first: KeyTaken
             lost = self._lost_race(task_id, epoch, expected_state_version)
             return None if lost is None else ClaimResult(lost)
-        if key is not None and write.grant is not None:
-            key.landed(write.grant, result.revision)
+        if key is not None:
+            key.landed(result.revision)
         return self._granted(read, write, result.revision, lease, now)
 
     def _granted(

@@ -87,6 +87,7 @@ class ClaimKey:
         # The key's mod_revision as this call read or last left it (0: absent).
         self._revision = revision
         self._lease_id = 0  # the window's lease the last put named
+        self._pending = record  # the record the last put wrote
         self._probed = False
 
     def compare(self) -> Compare:
@@ -94,8 +95,10 @@ class ClaimKey:
         return mod_revision_is(self.etcd_key, self._revision)
 
     def put(self, grant: Grant) -> RequestOp:
-        """The record with ``grant`` added, on the window's lease."""
-        return put(self.etcd_key, encode(self.record.with_grant(grant)), lease=self._lease())
+        """The record with ``grant`` added, on the window's lease (this call's record once the
+        txn carrying it lands: ``landed``)."""
+        self._pending = self.record.with_grant(grant)
+        return put(self.etcd_key, encode(self._pending), lease=self._lease())
 
     def _lease(self) -> int:
         self._lease_id = self._window.lease()
@@ -105,9 +108,9 @@ class ClaimKey:
         """The claim txn's failure branch reads the key, to tell a duplicate from a race."""
         return get(self.etcd_key)
 
-    def landed(self, grant: Grant, revision: int) -> None:
-        """The claim txn carrying ``grant`` landed at ``revision``."""
-        self.record = self.record.with_grant(grant)
+    def landed(self, revision: int) -> None:
+        """The claim txn carrying the last ``put`` landed at ``revision``."""
+        self.record = self._pending
         self._revision = revision
 
     def meet(self, kv: KV | None) -> None:
