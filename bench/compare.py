@@ -7,11 +7,12 @@ flags after ``@`` (comma-separated). Scenario a runs against each in turn and th
 beside them, in an order reversed every other round; etcd's history is compacted after each run.
 
 One markdown row per checkout: median cycles/s, median ratio to the floor (paired by round), and
-medians of CPU ms per cycle of the client, of the coordinator and of etcd, and of etcd calls per
-cycle; the coordinator's CPU and the etcd calls include the tail its background loops leave once
-the window closes (deferred work is not a saving). Below it, the machine's load average before
-and after the comparison (how busy the machine was). To measure a change, copy the tree before it
-(``git archive HEAD | tar -x -C /tmp/before``) and run
+medians of CPU ms per cycle of the client, of the coordinator and of etcd, of etcd calls per
+cycle and of the coordinator's context switches per cycle (its thread hand-offs, every thread's
+count from ``/proc``); the coordinator's CPU, its switches and the etcd calls include the tail
+its background loops leave once the window closes (deferred work is not a saving). Below it,
+the machine's load average before and after the comparison (how busy the machine was). To
+measure a change, copy the tree before it (``git archive HEAD | tar -x -C /tmp/before``) and run
 ``python -m bench.compare before=/tmp/before after=.``.
 """
 
@@ -29,7 +30,14 @@ import etcd3
 
 from bench.harness import RunSpec, Scenario, run_workers, say
 from bench.machine import busier_than, cores, load_average
-from bench.procs import GRPC_OPTIONS, CoordinatorProcess, Meter, cpu_seconds, scratch_dir
+from bench.procs import (
+    GRPC_OPTIONS,
+    CoordinatorProcess,
+    Meter,
+    context_switches,
+    cpu_seconds,
+    scratch_dir,
+)
 from bench.scenarios import CoordinatorScenario, RawFloorScenario
 from bench.seed import TaskSeeder
 from coordinator.domain.keys import Keyspace
@@ -60,8 +68,9 @@ class Checkout:
 @dataclass
 class _Runs:
     rates: list[float] = field(default_factory=list)
-    # (client, coordinator incl. tail, etcd) CPU ms per cycle, and etcd calls per cycle.
-    per_cycle: list[tuple[float, float, float, float]] = field(default_factory=list)
+    # (client, coordinator incl. tail, etcd) CPU ms per cycle, etcd calls per cycle, and the
+    # coordinator's context switches per cycle (incl. tail).
+    per_cycle: list[tuple[float, float, float, float, float]] = field(default_factory=list)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -182,14 +191,17 @@ def _one(
     cycles = scenario.prepare(spec)
     meter.settle(5.0)
     server_cpu = cpu_seconds(meter.coordinator_pid)
+    switches = context_switches(meter.coordinator_pid)
     calls = meter.etcd_calls() or 0.0
     result = run_workers(name, spec, cycles, duration=duration, meter=meter)
     meter.settle(10.0)  # the background loops' tail belongs to this run
     server_cpu = cpu_seconds(meter.coordinator_pid) - server_cpu
+    switches = context_switches(meter.coordinator_pid) - switches
     calls = (meter.etcd_calls() or 0.0) - calls
     scenario.finish()
     n = max(result.cycles, 1)
     coordinator_ms = 0.0 if name == FLOOR else server_cpu * 1000 / n
+    coordinator_switches = 0.0 if name == FLOOR else switches / n
     into.rates.append(result.rate)
     into.per_cycle.append(
         (
@@ -197,6 +209,7 @@ def _one(
             coordinator_ms,
             result.cpu.etcd * 1000 / n,
             calls / n,
+            coordinator_switches,
         )
     )
     say(
@@ -209,8 +222,8 @@ def table(names: Sequence[str], runs: dict[str, _Runs]) -> str:
     """The markdown table (checkouts in the order given, then the floor)."""
     lines = [
         "| checkout | cycles/s | / floor | CPU ms/cycle client / coordinator (+tail) / etcd "
-        "| etcd calls/cycle |",
-        "| --- | ---: | ---: | --- | ---: |",
+        "| etcd calls/cycle | coordinator context switches/cycle |",
+        "| --- | ---: | ---: | --- | ---: | ---: |",
     ]
     floor = runs[FLOOR].rates
     for name in [*names, FLOOR]:
@@ -219,12 +232,12 @@ def table(names: Sequence[str], runs: dict[str, _Runs]) -> str:
             continue
         paired = [a / b for a, b in zip(r.rates, floor, strict=False) if b]
         vs_floor = statistics.median(paired) if paired else float("nan")
-        client, server, etcd, calls = (
-            statistics.median(x[i] for x in r.per_cycle) for i in range(4)
+        client, server, etcd, calls, switches = (
+            statistics.median(x[i] for x in r.per_cycle) for i in range(5)
         )
         lines.append(
             f"| {name} | {statistics.median(r.rates):.0f} | {vs_floor:.2f} "
-            f"| {client:.2f} / {server:.2f} / {etcd:.2f} | {calls:.2f} |"
+            f"| {client:.2f} / {server:.2f} / {etcd:.2f} | {calls:.2f} | {switches:.0f} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.harness import RunSpec, run_workers, say
-from bench.procs import CoordinatorProcess, Meter, scratch_dir
+from bench.procs import CoordinatorProcess, Meter, context_switches, scratch_dir
 from bench.scenarios import CoordinatorScenario
 from bench.seed import TaskSeeder
 from coordinator import lifeline
@@ -64,7 +64,9 @@ def run_profile(ns: argparse.Namespace) -> int:
                 _spy(spy, coordinator.pid, out / "coordinator.folded", seconds),
                 _spy(spy, os.getpid(), out / "client.folded", seconds),
             ]
+            switches = context_switches(coordinator.pid)
             result = run_workers("a", spec, cycles, duration=seconds, meter=meter)
+            switches = context_switches(coordinator.pid) - switches
             for proc in spies:
                 proc.wait(timeout=seconds + 60)
                 lifeline.spare(proc.pid)
@@ -76,7 +78,8 @@ def run_profile(ns: argparse.Namespace) -> int:
         f"scenario a, {workers} workers, {result.elapsed:.1f} s: {result.rate:.1f} cycles/s, "
         f"CPU ms/cycle client {result.cpu.client * 1000 / n:.2f}, coordinator "
         f"{result.cpu.coordinator * 1000 / n:.2f}, etcd {result.cpu.etcd * 1000 / n:.2f}; "
-        f"etcd calls/cycle {(result.etcd_calls or 0) / n:.2f}"
+        f"etcd calls/cycle {(result.etcd_calls or 0) / n:.2f}; coordinator context switches/cycle "
+        f"{switches / n:.0f}"
     )
     parts = [f"# Profile\n\n{header}\n"]
     for name in ("coordinator", "client"):

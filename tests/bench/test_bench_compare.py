@@ -47,6 +47,9 @@ def test_a_tiny_comparison_prints_a_row_per_checkout_and_the_floor() -> None:
     table, load = proc.stdout.split("\n\n")
     rows = [line.split("|")[1].strip() for line in table.splitlines()[2:]]
     assert rows == ["here", "quiet", "floor"], proc.stdout
+    # The last column: the coordinator's context switches per cycle (none for the floor).
+    switches = [int(line.split("|")[-2]) for line in table.splitlines()[2:]]
+    assert switches[0] > 0 and switches[1] > 0 and switches[2] == 0, proc.stdout
     assert re.fullmatch(
         r"Load average \(1 / 5 / 15 min\) before [\d.]+ / [\d.]+ / [\d.]+, "
         r"after [\d.]+ / [\d.]+ / [\d.]+; \d+ cores(, busier than its cores)?\.\n",

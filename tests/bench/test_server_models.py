@@ -1,0 +1,66 @@
+"""bench.server_models: the three server models measured on a real etcd, and gone after."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from bench.model_server import MODELS
+from bench.model_server import main as model_server_main
+from bench.procs import context_switches
+from bench.server_models import main
+
+
+def _model_servers() -> list[int]:
+    """Live processes of this test run that serve a model."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if b"bench.model_server" in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_context_switches_counts_every_threads_sleeps() -> None:
+    slept, release = threading.Event(), threading.Event()
+
+    def nap() -> None:
+        for _ in range(20):
+            time.sleep(0.001)  # each one blocks the thread: one voluntary switch
+        slept.set()
+        release.wait()  # alive while counted: an ended thread's count leaves with it
+
+    before = context_switches(os.getpid())
+    thread = threading.Thread(target=nap)
+    thread.start()
+    try:
+        assert slept.wait(10)
+        assert context_switches(os.getpid()) - before >= 20
+    finally:
+        release.set()
+        thread.join()
+
+
+def test_every_model_answers_and_is_measured_then_stopped(tmp_path: Path) -> None:
+    out = tmp_path / "models.json"
+    code = main(["--workers", "4", "--seconds", "0.5", "--rounds", "1", "--json", str(out)])
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert list(report["models"]) == list(MODELS)
+    for runs in report["models"].values():
+        (sample,) = runs
+        assert sample["calls_per_s"] > 0
+        assert sample["cpu_ms_per_call"] > 0
+        assert sample["switches_per_call"] > 0
+    assert report["workers"] == 4
+    assert _model_servers() == []
+
+
+def test_unknown_model_is_refused_before_anything_starts(capsys: object) -> None:
+    assert main(["--models", "threads,fibers"]) == 2
+    assert model_server_main(["fibers", "127.0.0.1:1"]) == 2
