@@ -168,7 +168,9 @@ def _parser() -> argparse.ArgumentParser:
         description="The cost of a call in each server model, the same work per call.",
     )
     p.add_argument("--workers", type=int, default=32, help="client threads (default 32)")
-    p.add_argument("--seconds", type=float, default=8.0, help="measured seconds per run")
+    p.add_argument(
+        "--seconds", type=float, default=8.0, help="seconds measured per run (default 8)"
+    )
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument(
         "--models", default=",".join(MODELS), help=f"comma-separated ({','.join(MODELS)})"
