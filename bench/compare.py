@@ -34,6 +34,7 @@ from bench.procs import (
     GRPC_OPTIONS,
     CoordinatorProcess,
     Meter,
+    compact_now,
     context_switches,
     cpu_seconds,
     scratch_dir,
@@ -166,8 +167,7 @@ def compare(
                     server_pid = servers[name].pid if name in servers else os.getpid()
                     meter = Meter(server_pid, etcd.pid, etcd.client_url)
                     _one(name, scenarios[name], meter, runs[name], workers, rnd, duration)
-                    revision = kv.read().revision
-                    client.compact(revision, physical=True)
+                    compact_now(client)
         finally:
             for scenario in scenarios.values():
                 scenario.close()

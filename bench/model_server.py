@@ -8,6 +8,9 @@ Only how the call reaches that work differs:
 - ``threads``: grpc's sync server (a thread per call) and the sync etcd client, as the
   coordinator serves today;
 - ``loop``: grpc.aio's server and an aio etcd channel on one event loop, the work inline;
+- ``loop-batched``: ``loop`` with the txns of the calls that meet in one turn of the loop sent as
+  one etcd txn of nested txns (group commit without gates: the coordinator's batching, as the
+  loop would do it; the model's callers never share a key, so no conflict check);
 - ``loop-pool``: grpc.aio's server handing the sync handler of ``threads`` to a thread pool.
 
 Prints the bound port, then serves until killed.
@@ -25,7 +28,7 @@ from typing import Any
 import grpc
 from etcd3 import etcdrpc
 
-MODELS = ("threads", "loop", "loop-pool")
+MODELS = ("threads", "loop", "loop-batched", "loop-pool")
 METHOD = "/bench.Model/Cycle"
 _THREADS = 64
 _OPTIONS = [("grpc.so_reuseport", 0)]
@@ -104,7 +107,36 @@ def _serve_threads(etcd: str) -> None:
     server.wait_for_termination()
 
 
-async def _serve_loop(etcd: str, *, pool: bool) -> None:
+class _TurnBatcher:
+    """The txns asked for during one turn of the loop, sent together as one etcd txn."""
+
+    def __init__(self, kv: Any) -> None:
+        self._kv = kv
+        self._pending: list[tuple[Any, asyncio.Future[Any]]] = []
+
+    async def txn(self, request: Any) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((request, future))
+        if len(self._pending) == 1:  # the first of this turn sends them all once the turn ends
+            asyncio.get_running_loop().call_soon(self._send)
+        return await future
+
+    def _send(self) -> None:
+        batch, self._pending = self._pending, []
+        asyncio.get_running_loop().create_task(self._round_trip(batch))
+
+    async def _round_trip(self, batch: list[tuple[Any, asyncio.Future[Any]]]) -> None:
+        if len(batch) == 1:
+            request, future = batch[0]
+            future.set_result(await self._kv.Txn(request))
+            return
+        nested = [etcdrpc.RequestOp(request_txn=request) for request, _ in batch]
+        response = await self._kv.Txn(etcdrpc.TxnRequest(success=nested))
+        for (_, future), op in zip(batch, response.responses, strict=True):
+            future.set_result(op.response_txn)
+
+
+async def _serve_loop(etcd: str, *, pool: bool, batched: bool) -> None:
     if pool:
         behavior = _sync_cycle(etcd)
         server = grpc.aio.server(
@@ -112,12 +144,13 @@ async def _serve_loop(etcd: str, *, pool: bool) -> None:
         )
     else:
         kv = etcdrpc.KVStub(grpc.aio.insecure_channel(etcd))
+        txn = _TurnBatcher(kv).txn if batched else kv.Txn
 
         async def behavior(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
             key = b"/bench-model/" + request
-            revision = _revision(await kv.Txn(_read(key)))
+            revision = _revision(await txn(_read(key)))
             value = work(request)
-            await kv.Txn(_write(key, value, revision))
+            await txn(_write(key, value, revision))
             return value[:16]
 
         server = grpc.aio.server(options=_OPTIONS)
@@ -136,7 +169,7 @@ def main(argv: list[str]) -> int:
     if model == "threads":
         _serve_threads(etcd)
     else:
-        asyncio.run(_serve_loop(etcd, pool=model == "loop-pool"))
+        asyncio.run(_serve_loop(etcd, pool=model == "loop-pool", batched=model == "loop-batched"))
     return 0
 
 

@@ -36,7 +36,7 @@ import etcd3
 from etcd3 import etcdrpc
 
 from bench.harness import say
-from bench.procs import GRPC_OPTIONS, CoordinatorProcess
+from bench.procs import GRPC_OPTIONS, CoordinatorProcess, compact_now
 from bench.seed import TaskSeeder
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.states import Outcome
@@ -101,7 +101,7 @@ def _compacting(client: Any) -> Iterator[list[int]]:
     def run() -> None:
         while not stop.wait(COMPACT_EVERY_S):
             try:
-                _compact(client)
+                compact_now(client)
                 count[0] += 1
             except Exception as exc:  # a compaction racing a checkpoint's: the next one
                 say(f"retention: compaction skipped ({type(exc).__name__})")
@@ -319,15 +319,9 @@ def _wait_pruned(kv: EtcdKV, keys: Keyspace, limit: float = 600.0) -> None:
     raise RuntimeError(f"the pruner did not catch up within {limit:.0f} s")
 
 
-def _compact(client: Any) -> None:
-    """Compact etcd's history up to now (returns once the old revisions are dropped)."""
-    status = client.maintenancestub.Status(etcdrpc.StatusRequest(), 120)
-    client.compact(status.header.revision, physical=True)
-
-
 def _defragmented_mib(client: Any) -> float:
     """Compact etcd's history, defragment, and read the db size (MiB)."""
-    _compact(client)
+    compact_now(client)
     client.defragment()
     size = client.maintenancestub.Status(etcdrpc.StatusRequest(), 120).dbSize
     return float(size) / (1 << 20)

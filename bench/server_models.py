@@ -5,13 +5,15 @@ The coordinator's CPU per claim -> commit cycle is mostly not its own logic: on 
 goes: thread hand-offs"). This measures that cost apart from the coordinator: three servers
 that do the same work per call (bench/model_server.py: an etcd read, ~120 us of Python, an etcd
 txn) and differ only in how a call reaches it - grpc's sync server with a thread per call, as
-the coordinator serves today; grpc.aio with the work and the etcd calls on one event loop; and
-grpc.aio handing the sync handler to a thread pool.
+the coordinator serves today; grpc.aio with the work and the etcd calls on one event loop, its
+txns sent one by one or batched per turn of the loop; and grpc.aio handing the sync handler to
+a thread pool.
 
 Each model serves ``--workers`` client threads (this process) for ``--seconds``, in an order
 reversed every other round, on one etcd. One row per model: medians over the rounds of calls a
 second, the server's CPU per call and its context switches per call (every thread's, from
-``/proc``), with the lowest and highest. Bounded: rounds x models runs of ``--seconds`` plus a
+``/proc``), with the lowest and highest, and etcd's CPU and calls answered per call (its own
+``/metrics``), which batching cuts. Bounded: rounds x models runs of ``--seconds`` plus a
 few seconds each to start; every server and the etcd die with this process, even on SIGKILL.
 """
 
@@ -32,7 +34,7 @@ import grpc
 from bench.harness import say
 from bench.machine import load_average
 from bench.model_server import METHOD, MODELS
-from bench.procs import GRPC_OPTIONS, context_switches, cpu_seconds
+from bench.procs import GRPC_OPTIONS, context_switches, cpu_seconds, etcd_calls
 from coordinator import lifeline
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary, stop_child_group
 
@@ -47,6 +49,8 @@ class Sample:
     calls_per_s: float
     cpu_ms_per_call: float
     switches_per_call: float
+    etcd_cpu_ms_per_call: float
+    etcd_calls_per_call: float
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     with EtcdProcess(binary=find_etcd_binary(ns.etcd_bin)) as etcd:
         for rnd in range(ns.rounds):
             for model in models if rnd % 2 == 0 else models[::-1]:
-                sample = run_model(model, etcd.endpoint, workers=ns.workers, seconds=ns.seconds)
+                sample = run_model(model, etcd, workers=ns.workers, seconds=ns.seconds)
                 samples[model].append(sample)
                 say(
                     f"round {rnd} {model}: {sample.calls_per_s:.0f} calls/s, "
@@ -83,10 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_model(model: str, etcd: str, *, workers: int, seconds: float) -> Sample:
+def run_model(model: str, etcd: EtcdProcess, *, workers: int, seconds: float) -> Sample:
     """One run: start the model's server, load it from ``workers`` threads, stop it."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.model_server", model, etcd],
+        [sys.executable, "-m", "bench.model_server", model, etcd.endpoint],
         cwd=_ROOT,
         stdout=subprocess.PIPE,
         start_new_session=True,
@@ -100,14 +104,19 @@ def run_model(model: str, etcd: str, *, workers: int, seconds: float) -> Sample:
         with grpc.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS) as channel:
             call = channel.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
             call(b"warm-up", wait_for_ready=True, timeout=30)
-            return _load(call, proc.pid, workers=workers, seconds=seconds)
+            return _load(call, proc.pid, etcd, workers=workers, seconds=seconds)
     finally:
         stop_child_group(proc, 5.0)
         lifeline.spare(proc.pid)
 
 
 def _load(
-    call: grpc.UnaryUnaryMultiCallable[bytes, bytes], pid: int, *, workers: int, seconds: float
+    call: grpc.UnaryUnaryMultiCallable[bytes, bytes],
+    pid: int,
+    etcd: EtcdProcess,
+    *,
+    workers: int,
+    seconds: float,
 ) -> Sample:
     counts = [0] * workers
     stop = threading.Event()
@@ -122,21 +131,22 @@ def _load(
     for thread in threads:
         thread.start()
     time.sleep(_WARM_UP)
-    calls, cpu, switches, started = (
-        sum(counts),
-        cpu_seconds(pid),
-        context_switches(pid),
-        time.monotonic(),
-    )
+    calls, started = sum(counts), time.monotonic()
+    cpu, switches = cpu_seconds(pid), context_switches(pid)
+    etcd_cpu, etcd_answered = cpu_seconds(etcd.pid), etcd_calls(etcd.client_url)
     time.sleep(seconds)
     calls = sum(counts) - calls
     cpu, switches = cpu_seconds(pid) - cpu, context_switches(pid) - switches
+    etcd_cpu = cpu_seconds(etcd.pid) - etcd_cpu
+    etcd_answered = etcd_calls(etcd.client_url) - etcd_answered
     elapsed = time.monotonic() - started
     stop.set()
     for thread in threads:
         thread.join(timeout=35)
     n = max(calls, 1)
-    return Sample(calls / elapsed, cpu * 1000 / n, switches / n)
+    return Sample(
+        calls / elapsed, cpu * 1000 / n, switches / n, etcd_cpu * 1000 / n, etcd_answered / n
+    )
 
 
 def table(samples: dict[str, list[Sample]]) -> str:
@@ -149,15 +159,18 @@ def table(samples: dict[str, list[Sample]]) -> str:
         )
 
     lines = [
-        "| model | calls/s | server CPU ms/call | context switches/call |",
-        "| --- | ---: | ---: | ---: |",
+        "| model | calls/s | server CPU ms/call | context switches/call | etcd CPU ms/call "
+        "| etcd calls/call |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for model, runs in samples.items():
         if runs:
             lines.append(
                 f"| {model} | {cell([s.calls_per_s for s in runs], 0)} "
                 f"| {cell([s.cpu_ms_per_call for s in runs], 3)} "
-                f"| {cell([s.switches_per_call for s in runs], 1)} |"
+                f"| {cell([s.switches_per_call for s in runs], 1)} "
+                f"| {cell([s.etcd_cpu_ms_per_call for s in runs], 3)} "
+                f"| {cell([s.etcd_calls_per_call for s in runs], 2)} |"
             )
     return "\n".join(lines)
 

@@ -57,6 +57,9 @@ def test_every_model_answers_and_is_measured_then_stopped(tmp_path: Path) -> Non
         assert sample["calls_per_s"] > 0
         assert sample["cpu_ms_per_call"] > 0
         assert sample["switches_per_call"] > 0
+        assert sample["etcd_cpu_ms_per_call"] > 0
+        # Two txns per call, fewer etcd round trips only where the loop batched them.
+        assert 0 < sample["etcd_calls_per_call"] <= 2.5
     assert report["workers"] == 4
     assert _model_servers() == []
 
