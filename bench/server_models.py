@@ -2,7 +2,7 @@
 
 The coordinator's CPU per claim -> commit cycle is mostly not its own logic: on 2 cores about
 45% of its samples are in the kernel, switching threads (docs/performance.md, "Where the rest
-goes: thread hand-offs"). This measures that cost apart from the coordinator: three servers
+goes: thread hand-offs"). This measures that cost apart from the coordinator: four servers
 that do the same work per call (bench/model_server.py: an etcd read, ~120 us of Python, an etcd
 txn) and differ only in how a call reaches it - grpc's sync server with a thread per call, as
 the coordinator serves today; grpc.aio with the work and the etcd calls on one event loop, its
