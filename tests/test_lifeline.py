@@ -44,17 +44,24 @@ def _alive(pid: int) -> bool:
     return state != "Z"  # a zombie is dead: only its parent (gone) could reap it
 
 
-def _children(pid: int) -> dict[int, list[str]]:
-    """The live children of ``pid`` and their command lines."""
-    found = {}
+def _argv(pid: int) -> list[str]:
+    """The command line of ``pid`` (empty once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def _children(pid: int) -> list[int]:
+    """The live children of ``pid``."""
+    found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
-            cmdline = (stat.parent / "cmdline").read_bytes()
         except (OSError, IndexError):
             continue
         if int(fields[1]) == pid and fields[0] != "Z":
-            found[int(stat.parent.name)] = cmdline.decode(errors="replace").split("\0")
+            found.append(int(stat.parent.name))
     return found
 
 
@@ -63,7 +70,7 @@ def _reaper_of(pid: int) -> int:
     reapers: list[int] = []
 
     def found() -> bool:
-        reapers[:] = [c for c, argv in _children(pid).items() if argv[0] == "lifeline-reaper"]
+        reapers[:] = [c for c in _children(pid) if _argv(c)[:1] == ["lifeline-reaper"]]
         return len(reapers) == 1
 
     eventually(found, timeout=30, message="no reaper")
@@ -115,15 +122,9 @@ def test_the_reaper_outlives_a_pkill_of_the_checkout_that_ends_its_parent(tmp_pa
     try:
         reaper = _reaper_of(parent.proc.pid)
         named = [str(REPO), sys.executable]
-        matched = [
-            pid
-            for pid, argv in {
-                parent.proc.pid: _argv(parent.proc.pid),
-                **_children(parent.proc.pid),
-            }.items()
-            if any(name in " ".join(argv) for name in named)
-        ]
-        assert matched == [parent.proc.pid], _children(parent.proc.pid)
+        family = [parent.proc.pid, *_children(parent.proc.pid)]
+        matched = [pid for pid in family if any(n in " ".join(_argv(pid)) for n in named)]
+        assert matched == [parent.proc.pid], {pid: _argv(pid) for pid in family}
         parent.kill()
         _taken_and_left(parent, tmp_path)
         assert not _alive(reaper)  # its work done, it ended
@@ -148,7 +149,3 @@ def test_a_killed_reaper_is_replaced_and_its_successor_does_the_work(tmp_path: P
         _taken_and_left(parent, tmp_path)
     finally:
         parent.close()
-
-
-def _argv(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")

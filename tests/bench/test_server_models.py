@@ -1,4 +1,4 @@
-"""bench.server_models: the three server models measured on a real etcd, and gone after."""
+"""bench.server_models: every server model measured on a real etcd, and gone after."""
 
 from __future__ import annotations
 
