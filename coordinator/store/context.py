@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from coordinator.clock import Clock
 from coordinator.domain.decisions import ClaimLimits
@@ -16,6 +17,7 @@ from coordinator.metrics import METRICS, Metrics
 from coordinator.store.etcd.kv import EtcdKV
 from coordinator.store.etcd.leases import ClaimLeases
 from coordinator.store.etcd.ops import KV
+from coordinator.store.etcd.step_io import SyncStepIO
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,12 @@ class StoreContext:
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     # Where every count of the store goes (a test passes a fresh registry's).
     metrics: Metrics = METRICS
+
+    @cached_property
+    def io(self) -> SyncStepIO:
+        """``kv`` and ``leases`` as the sync ``StepIO`` a store coroutine awaits
+        (store/etcd/step_io.py)."""
+        return SyncStepIO(self.kv, self.leases)
 
 
 def task_from_kv(kv: KV) -> TaskRecord:

@@ -155,7 +155,7 @@ def _drive(store: Store, point: AcceptancePoint, task_id: str) -> None:
 
 
 MUTATIONS = [
-    (AcceptancePoint.CLAIM, "coordinator.store.claims.claim", "epoch_is", _no_epoch),
+    (AcceptancePoint.CLAIM, "coordinator.store.claims.claim_txn", "epoch_is", _no_epoch),
     (
         AcceptancePoint.AUTHORIZE,
         "coordinator.store.attempts.acceptance",

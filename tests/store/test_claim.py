@@ -262,9 +262,9 @@ def test_a_takeover_claim_reads_the_named_attempt_and_closes_it_in_its_txn(
     trips: list[object] = []
     txn, grant, range_page = kv.txn, kv.grant, kv.range_page
 
-    def counted_txn(compares: Any, success: Any = (), failure: Any = ()) -> Any:
+    def counted_txn(compares: Any, success: Any = (), failure: Any = (), **options: Any) -> Any:
         trips.append("txn" if compares else "read")  # a read is a compare-less txn
-        return txn(compares, success, failure)
+        return txn(compares, success, failure, **options)
 
     def counted_grant(ttl: int) -> Any:
         trips.append("grant")

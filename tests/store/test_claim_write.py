@@ -1,4 +1,4 @@
-"""coordinator.store.claims.claim.claim_write: the claim txn is built from what the claim read,
+"""coordinator.store.claims.claim_txn.claim_write: the claim txn is built from what the claim read,
 without I/O (its context has no etcd here: any read would fail)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from coordinator.domain.decisions import Verdict
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import AttemptRecord, ClaimRecord, decode
 from coordinator.domain.states import AttemptEnd, Outcome, TaskState
-from coordinator.store.claims.claim import claim_write
+from coordinator.store.claims.claim_txn import claim_write
 from coordinator.store.claims.gates import ClaimRead
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.kv import EtcdKV

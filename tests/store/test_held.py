@@ -105,13 +105,13 @@ def test_a_commit_whose_txns_lose_a_race_reads_once_after_each_and_names_it(
     epoch_key, txn = store.ctx.keys.epoch, store.ctx.kv.txn
     writes: list[Any] = []
 
-    def flipped(compares: Any, success: Any = (), failure: Any = ()) -> Any:
+    def flipped(compares: Any, success: Any = (), failure: Any = (), **options: Any) -> Any:
         if not compares:  # a read
-            return txn(compares, success, failure)
+            return txn(compares, success, failure, **options)
         writes.append(compares)
         etcd_client.put(epoch_key, b"2")
         try:
-            return txn(compares, success, failure)
+            return txn(compares, success, failure, **options)
         finally:
             etcd_client.put(epoch_key, b"1")
 

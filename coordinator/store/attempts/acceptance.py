@@ -4,11 +4,14 @@ store/attempts/renewals.py).
 Each one reads a FenceView, checks the owner and the fence in the domain (which names the
 reason), then writes behind ``fence_compares`` so the check holds at the write's revision too.
 When the compares fail, it reads again and lets the domain say why.
+
+Commit, on every task's path, is a coroutine (``acommit``) awaiting its etcd calls through a
+``StepIO`` (store/etcd/step_io.py); ``commit`` runs it on the calling thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from coordinator.domain.decisions import (
@@ -36,11 +39,12 @@ from coordinator.domain.states import AttemptEnd, Op, Outcome
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.attempts.requeue import ending_txn, settled
-from coordinator.store.attempts.views import MOVED, HeldClaims, diagnose, read_view
+from coordinator.store.attempts.views import MOVED, HeldClaims, aread_view, diagnose, read_view
 from coordinator.store.context import (
     StoreContext,
 )
 from coordinator.store.etcd.ops import Compare, create_revision_is, delete, mod_revision_is, put
+from coordinator.store.etcd.step_io import StepIO, run_now
 from coordinator.store.fence import fence_compares
 from coordinator.store.indexes.ready import ReadyIndex
 from coordinator.store.transition import held_transition_ops, transition
@@ -48,10 +52,11 @@ from coordinator.store.types import CommitResult, StagingResult
 
 
 @dataclass(frozen=True)
-class _CommitWrite:
-    """What a Commit call asks to make canonical."""
+class CommitWrite:
+    """What a Commit call asks to make canonical, and the input it worked on."""
 
     principal: str
+    input_digest: str
     result_digest: str
     result: bytes
     result_ref: str
@@ -138,18 +143,21 @@ class AcceptancePoints:
         result_ref: str,
         evidence: tuple[str, ...] = (),
     ) -> CommitResult:
-        """Make the result canonical, once per task revision, behind the fence.
+        """``acommit``, run on this thread."""
+        write = CommitWrite(principal, input_digest, result_digest, result, result_ref, evidence)
+        return run_now(self.acommit(self._ctx.io, fence, write))
 
+    async def acommit(self, io: StepIO, fence: Fence, write: CommitWrite) -> CommitResult:
+        """Make ``write``'s result canonical, once per task revision, behind the fence; its
         ``evidence`` (managed job ids, log refs) is kept in the canonical result record."""
-        write = _CommitWrite(principal, result_digest, result, result_ref, evidence)
-        for basis in self._commit_bases(fence):
+        async for basis in self._commit_bases(io, fence):
             view = basis.view
-            check_owner(view, fence, principal)
+            check_owner(view, fence, write.principal)
             decision = decide_commit(
                 view,
                 fence,
-                input_digest=input_digest,
-                result_digest=result_digest,
+                input_digest=write.input_digest,
+                result_digest=write.result_digest,
                 now=self._ctx.clock.now(),
             )
             if isinstance(decision, CommitReplay):  # a retry of a commit that landed
@@ -160,13 +168,13 @@ class AcceptancePoints:
                 return self._refused(view, decision.verdict)
             if basis.last:
                 break
-            done = self._write_commit(view, fence, write, *basis.pinned)
+            done = await self._write_commit(io, view, fence, write, *basis.pinned)
             if done is not None:
                 return done
         # Our txn lost, yet the read after it would write again: a race, not a rule.
         return self._refused(view, MOVED)
 
-    def _commit_bases(self, fence: Fence) -> Iterator[_CommitBasis]:
+    async def _commit_bases(self, io: StepIO, fence: Fence) -> AsyncIterator[_CommitBasis]:
         """What a commit decides on, each only if the one before did not answer: the view
         this replica's claim txn wrote (no read; its txn pins the attempt key too), a read,
         and after that read's txn failed, one more read to say why."""
@@ -175,11 +183,11 @@ class AcceptancePoints:
             attempt_key = self._ctx.keys.attempt(fence.task_id, fence.attempt_id)
             pinned = (mod_revision_is(attempt_key, fence.claim_generation),)
             yield _CommitBasis(held, pinned=pinned, remembered=True)
-        yield _CommitBasis(self.view(fence, with_result=True))
-        yield _CommitBasis(self.view(fence, with_result=True), last=True)
+        yield _CommitBasis(await aread_view(io, self._ctx, fence, with_result=True))
+        yield _CommitBasis(await aread_view(io, self._ctx, fence, with_result=True), last=True)
 
-    def _write_commit(
-        self, view: FenceView, fence: Fence, write: _CommitWrite, *pinned: Compare
+    async def _write_commit(
+        self, io: StepIO, view: FenceView, fence: Fence, write: CommitWrite, *pinned: Compare
     ) -> CommitResult | None:
         """The commit txn on ``view``: its result, or None when a compare failed (nothing
         written)."""
@@ -217,9 +225,9 @@ class AcceptancePoints:
             ),
             delete(keys.claim(task.task_id)),
         ]
-        if not ctx.kv.txn(compares, ops).succeeded:
+        if not (await io.txn(compares, ops)).succeeded:
             return None
-        ctx.leases.release(task.lease_id)  # our txn deleted its only key
+        await io.release(task.lease_id)  # our txn deleted its only key
         coverage.observe_fence(AcceptancePoint.COMMIT, compares, self._ctx, fence)
         self._ctx.metrics.observe_attempts(task.attempt)
         self._ctx.metrics.count_attempt_end(task.queue, "committed")

@@ -44,6 +44,7 @@ from coordinator.store.context import (
     task_from_kv,
 )
 from coordinator.store.etcd.ops import RequestOp, TxnResult, get, get_prefix
+from coordinator.store.etcd.step_io import StepIO, run_now
 
 CAPACITY = 4096
 """Views ``HeldClaims`` remembers at most (the oldest go first)."""
@@ -131,18 +132,25 @@ def read_views(
     """Task, attempt, live claim and epoch of each fence, all at one revision; NotFound for a
     fence whose task or attempt does not exist. ``inputs=False`` leaves task inputs out (what a
     renewal remembers)."""
-    _, found = _read(ctx, fences, inputs=inputs)
+    _, found = run_now(_read(ctx.io, ctx, fences, inputs=inputs))
     return found
 
 
 def read_view(ctx: StoreContext, fence: Fence, *, with_result: bool = False) -> FenceView:
+    """``aread_view``, run on this thread."""
+    return run_now(aread_view(ctx.io, ctx, fence, with_result=with_result))
+
+
+async def aread_view(
+    io: StepIO, ctx: StoreContext, fence: Fence, *, with_result: bool = False
+) -> FenceView:
     """One fence's view (NotFound as ``read_views``), and for a commit the canonical result of
     the attempt's task revision."""
     keys = ctx.keys
     # Which revisions have a result, in the same snapshot: the (large) value is fetched only in
     # the rare case that this attempt's revision has one (a retried commit).
     more = [get_prefix(keys.results_of(fence.task_id), keys_only=True)] if with_result else []
-    snap, [found] = _read(ctx, [fence], inputs=True, more=more)
+    snap, [found] = await _read(io, ctx, [fence], inputs=True, more=more)
     if isinstance(found, NotFound):
         raise found
     if not with_result:
@@ -151,7 +159,7 @@ def read_view(ctx: StoreContext, fence: Fence, *, with_result: bool = False) -> 
     after_epoch = 4  # one fence's three gets, then the epoch, then the result keys
     if not any(kv.key == result_key for kv in snap.range_kvs(after_epoch)):
         return found.view
-    result_kv = ctx.kv.read(get(result_key, revision=snap.revision)).range_one(0)
+    result_kv = (await io.read(get(result_key, revision=snap.revision))).range_one(0)
     result = decode(ResultRecord, result_kv.value) if result_kv is not None else None
     return with_changes(found.view, result=result)
 
@@ -163,8 +171,13 @@ def diagnose(ctx: StoreContext, fence: Fence) -> Verdict:
     return MOVED if verdict.accepted else verdict
 
 
-def _read(
-    ctx: StoreContext, fences: Sequence[Fence], *, inputs: bool, more: Sequence[RequestOp] = ()
+async def _read(
+    io: StepIO,
+    ctx: StoreContext,
+    fences: Sequence[Fence],
+    *,
+    inputs: bool,
+    more: Sequence[RequestOp] = (),
 ) -> tuple[TxnResult, list[ReadView | NotFound]]:
     """One read: three gets per fence, the epoch, then ``more`` (at index ``3 * len + 1``)."""
     keys = ctx.keys
@@ -176,7 +189,7 @@ def _read(
             get(keys.claim(fence.task_id)),
         ]
     ops.append(get(keys.epoch))
-    snap = ctx.kv.read(*ops, *more)
+    snap = await io.read(*ops, *more)
     epoch = epoch_from_kv(snap.range_one(3 * len(fences)))
     out: list[ReadView | NotFound] = []
     for n, fence in enumerate(fences):

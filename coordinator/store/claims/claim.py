@@ -1,32 +1,33 @@
-"""The claim transaction: Claim and ClaimNext.
-
-One etcd txn moves a task from READY (or from CLAIMED whose claim key is gone) to CLAIMED,
-creates the claim key on a fresh lease, writes the attempt and the event, and takes the task
-out of the ready index. Its revision is the claim generation: the fencing token.
+"""Claim and ClaimNext: the claim read, the decision, the gates, the lease and the claim txn
+(built by store/claims/claim_txn.py). The txn's revision is the claim generation: the fencing
+token.
 
 A claim's I/O, in order: one read (``_read``: the decision and all a gate or a takeover
 needs), the gates it was given (store/claims/gates.py), a lease, the txn that ``claim_write``
 builds without I/O, then remembering what the txn wrote (store/attempts/views.py).
+
+``aclaim`` and ``aclaim_next`` are the operations, as coroutines awaiting each etcd call
+through a ``StepIO`` (store/etcd/step_io.py); ``claim`` and ``claim_next`` run them on the
+calling thread. The gates are called as they are: they touch etcd only in rare cases (an
+open reconciliation, a task held for approval).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from coordinator.domain.checkpoints import resumable_checkpoint
 from coordinator.domain.decisions import Fence, FenceView, Verdict, clamp_ttl, decide_claim
-from coordinator.domain.idempotency import Grant
 from coordinator.domain.keys import task_id_from_ready_key
-from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode, with_changes
+from coordinator.domain.records import AttemptRecord, TaskRecord, with_changes
 from coordinator.domain.retry import LEASE_EXPIRED, refuse_takeover
-from coordinator.domain.states import AttemptEnd, Op, Outcome, TaskState
+from coordinator.domain.states import Outcome, TaskState
 from coordinator.errors import LeaseGone, NotFound
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.attempts.views import HeldClaims
 from coordinator.store.claims.claim_keys import ClaimKey
+from coordinator.store.claims.claim_txn import ClaimWrite, claim_write
 from coordinator.store.claims.gates import ClaimGate, ClaimRead
 from coordinator.store.context import (
     StoreContext,
@@ -36,10 +37,9 @@ from coordinator.store.context import (
     task_from_kv,
 )
 from coordinator.store.etcd.leases import ClaimLease
-from coordinator.store.etcd.ops import Compare, RequestOp, create_revision_is, get, get_prefix, put
-from coordinator.store.fence import epoch_is
+from coordinator.store.etcd.ops import get, get_prefix
+from coordinator.store.etcd.step_io import StepIO, run_now
 from coordinator.store.indexes.ready import ReadyIndex
-from coordinator.store.transition import transition, transition_ops
 from coordinator.store.types import ClaimResult
 
 # ClaimNext picks at random among this many ready keys, so that concurrent workers do not all
@@ -48,129 +48,6 @@ HERD_SPREAD = 8
 CLAIM_NEXT_TRIES = 16
 # A claim txn that lost to a change other than a claim (a reclaim) reads and tries again.
 _RACE_TRIES = 3
-
-
-@dataclass(frozen=True)
-class ClaimWrite:
-    """The claim txn built on one read: the records it writes, its compares and its ops."""
-
-    after: TaskRecord
-    claim: ClaimRecord
-    attempt: AttemptRecord
-    compares: list[Compare]
-    ops: list[RequestOp]
-
-
-def claim_write(
-    ctx: StoreContext,
-    read: ClaimRead,
-    *,
-    principal: str,
-    epoch: int,
-    lease: ClaimLease,
-    attempt_id: str,
-    now: float,
-    key: ClaimKey | None = None,
-) -> ClaimWrite:
-    """The claim txn of ``principal`` on ``read``: the task to CLAIMED, the claim key on the
-    lease, the new attempt, and for a takeover the old attempt closed as EXPIRED; with a
-    ``key`` (a keyed ClaimNext) its record naming this claim too, if the key is as that call
-    left it (store/claims/claim_keys.py). Only builds: reads and writes nothing (``ctx`` gives
-    the key layout and the limits)."""
-    keys, task = ctx.keys, read.task
-    number = task.attempt + 1
-    takeover = task.state is TaskState.CLAIMED
-    after = transition(
-        task,
-        Op.CLAIM,
-        now,
-        claim_generation=0,  # this txn's revision; see TaskRecord.claim_generation
-        scheduler_epoch=epoch,
-        attempt=number,
-        attempt_id=attempt_id,
-        owner_id=principal,
-        lease_id=lease.lease_id,
-        last_error=LEASE_EXPIRED.error if takeover else task.last_error,
-        last_error_code="" if takeover else task.last_error_code,
-    )
-    claim, attempt = _new_records(
-        ctx, read, principal=principal, epoch=epoch, lease=lease, attempt_id=attempt_id, now=now
-    )
-    # The task key's mod_revision compare (what this claim read is still current) comes from
-    # transition_ops, as for every move of a task.
-    compares, ops = transition_ops(
-        ctx, task, after, Op.CLAIM, by=principal, attempt_id=attempt_id, epoch=epoch
-    )
-    compares += [
-        create_revision_is(keys.claim(task.task_id), 0),
-        epoch_is(keys, epoch),
-        create_revision_is(keys.claims_paused, 0),
-        create_revision_is(keys.queue_paused(task.queue), 0),
-    ]
-    ops += [
-        put(keys.claim(task.task_id), encode(claim), lease=lease.lease_id),
-        put(keys.attempt(task.task_id, attempt_id), encode(attempt)),
-    ]
-    # The task's compare holds the attempt too: whatever ends an attempt writes the task.
-    if takeover and read.attempt is not None:
-        expired = with_changes(read.attempt, end=AttemptEnd.EXPIRED, ended_at=now)
-        ops.append(put(keys.attempt(task.task_id, expired.attempt_id), encode(expired)))
-    if key is not None:  # a keyed ClaimNext: the key's record names this claim too
-        compares.append(key.compare())
-        ops.append(key.put(_grant(read, attempt_id, lease, now)))
-    return ClaimWrite(after, claim, attempt, compares, ops)
-
-
-def _grant(read: ClaimRead, attempt_id: str, lease: ClaimLease, now: float) -> Grant:
-    """This claim as a keyed ClaimNext's record names it: as the answer will (the lease clock,
-    the decision's message; store/claims/claim_keys.py)."""
-    remaining = lease.remaining
-    return Grant(read.task.task_id, attempt_id, now + remaining, remaining, read.verdict.message)
-
-
-def _new_records(
-    ctx: StoreContext,
-    read: ClaimRead,
-    *,
-    principal: str,
-    epoch: int,
-    lease: ClaimLease,
-    attempt_id: str,
-    now: float,
-) -> tuple[ClaimRecord, AttemptRecord]:
-    """The live claim (on ``lease``, within the replica's limits) and the new attempt that
-    ``claim_write`` puts."""
-    task, limits = read.task, ctx.limits
-    claim = ClaimRecord(
-        attempt_id=attempt_id,
-        owner_id=principal,
-        lease_id=lease.lease_id,
-        ttl=lease.ttl,
-        claimed_at=now,
-        deadline=now + limits.max_claim_duration,
-        stall_timeout=limits.stall_timeout,
-        progress_at=now,
-    )
-    attempt = AttemptRecord(
-        task_id=task.task_id,
-        attempt_id=attempt_id,
-        attempt=task.attempt + 1,
-        owner_id=principal,
-        revision=task.revision,
-        input_digest=task.input_digest,
-        scheduler_epoch=epoch,
-        ttl=lease.ttl,
-        started_at=now,
-        checkpoint=handed_checkpoint(read),
-    )
-    return claim, attempt
-
-
-def handed_checkpoint(read: ClaimRead) -> bytes:
-    """The checkpoint a new attempt starts from (domain/checkpoints.py): the previous
-    attempt's, if it ran on the same revision; the new attempt keeps it until it writes its
-    own."""
-    return resumable_checkpoint(read.task, read.attempt)
 
 
 class ClaimStore:
@@ -198,11 +75,36 @@ class ClaimStore:
         expected_state_version: int = 0,
         key: ClaimKey | None = None,
     ) -> ClaimResult:
+        """``aclaim``, run on this thread."""
+        return run_now(
+            self.aclaim(
+                self._ctx.io,
+                task_id,
+                principal=principal,
+                epoch=epoch,
+                ttl=ttl,
+                expected_state_version=expected_state_version,
+                key=key,
+            )
+        )
+
+    async def aclaim(
+        self,
+        io: StepIO,
+        task_id: str,
+        *,
+        principal: str,
+        epoch: int,
+        ttl: int,
+        expected_state_version: int = 0,
+        key: ClaimKey | None = None,
+    ) -> ClaimResult:
         """Claim one task for ``principal`` with a lease of ``ttl`` seconds (clamped); with the
         ``key`` of a keyed ClaimNext in the same txn (KeyTaken if a duplicate wrote it)."""
         result: ClaimResult | None = None
         for _ in range(_RACE_TRIES):
-            result = self._claim(
+            result = await self._claim(
+                io,
                 task_id,
                 principal=principal,
                 epoch=epoch,
@@ -219,8 +121,9 @@ class ClaimStore:
         self._ctx.metrics.count_claim(result.verdict.outcome)  # contention: ALREADY_CLAIMED / all
         return result
 
-    def _claim(
+    async def _claim(
         self,
+        io: StepIO,
         task_id: str,
         *,
         principal: str,
@@ -233,14 +136,14 @@ class ClaimStore:
         None when the txn lost to a change that left the task claimable (a reclaim, an input
         change): worth another round."""
         ctx = self._ctx
-        read = self._read(task_id, epoch, expected_state_version)
+        read = await self._read(io, task_id, epoch, expected_state_version)
         if not read.verdict.accepted:
             return ClaimResult(read.verdict, task=read.task)
         for gate in self._gates:
             answer = gate.check(read, by=principal, epoch=epoch)
             if answer is not None:
                 return ClaimResult(answer, task=read.task)
-        lease = ctx.leases.acquire(clamp_ttl(ttl, ctx.limits))
+        lease = await io.lease(clamp_ttl(ttl, ctx.limits))
         now = ctx.clock.now()
         write = claim_write(
             ctx,
@@ -253,17 +156,17 @@ class ClaimStore:
             key=key,
         )
         try:
-            result = ctx.kv.txn(write.compares, write.ops, [key.read()] if key else [])
+            result = await io.txn(write.compares, write.ops, [key.read()] if key else [])
         except LeaseGone:  # a reused lease is gone: nothing was written; try with a fresh grant
             ctx.leases.lost(lease.lease_id)
             if key is not None:
                 key.lease_lost()
             return None
         if not result.succeeded:
-            ctx.leases.release(lease.lease_id)  # nothing was attached to it
+            await io.release(lease.lease_id)  # nothing was attached to it
             if key is not None:
                 key.meet(result.range_one(0))  # another try of the call won first: KeyTaken
-            lost = self._lost_race(task_id, epoch, expected_state_version)
+            lost = await self._lost_race(io, task_id, epoch, expected_state_version)
             return None if lost is None else ClaimResult(lost)
         if key is not None:
             key.landed(result.revision)
@@ -325,13 +228,31 @@ class ClaimStore:
     def claim_next(
         self, queue: str, *, principal: str, epoch: int, ttl: int, key: ClaimKey | None = None
     ) -> ClaimResult:
-        """Claim the next ready task of ``queue`` (or NO_READY_TASK); ``key`` as ``claim``."""
+        """``aclaim_next``, run on this thread."""
+        return run_now(
+            self.aclaim_next(
+                self._ctx.io, queue, principal=principal, epoch=epoch, ttl=ttl, key=key
+            )
+        )
+
+    async def aclaim_next(
+        self,
+        io: StepIO,
+        queue: str,
+        *,
+        principal: str,
+        epoch: int,
+        ttl: int,
+        key: ClaimKey | None = None,
+    ) -> ClaimResult:
+        """Claim the next ready task of ``queue`` (or NO_READY_TASK); ``key`` as ``aclaim``."""
         for _ in range(CLAIM_NEXT_TRIES):
             ready_key = self._ready.take(queue, HERD_SPREAD, choose=random.choice)
             if ready_key is None:
                 break
             try:
-                result = self.claim(
+                result = await self.aclaim(
+                    io,
                     task_id_from_ready_key(ready_key),
                     principal=principal,
                     epoch=epoch,
@@ -347,26 +268,30 @@ class ClaimStore:
             if outcome is Outcome.CLAIMED:
                 return result
             if outcome in (Outcome.CLAIMS_PAUSED, Outcome.FENCED):
-                return self._unclaimed(result, key)
+                return await self._unclaimed(io, result, key)
             self._ready.discard(ready_key)  # a stale hint: someone else took it
         self._ctx.metrics.count_claim(Outcome.NO_READY_TASK)
         none = Verdict(Outcome.NO_READY_TASK, message=f"queue {queue!r} has no ready task")
-        return self._unclaimed(ClaimResult(none), key)
+        return await self._unclaimed(io, ClaimResult(none), key)
 
-    def _unclaimed(self, result: ClaimResult, key: ClaimKey | None) -> ClaimResult:
+    async def _unclaimed(
+        self, io: StepIO, result: ClaimResult, key: ClaimKey | None
+    ) -> ClaimResult:
         """``result``, a ClaimNext's answer without a claim; a keyed call's first such answer
         reads its key first (KeyTaken if an earlier try of the call won meanwhile)."""
         if key is not None and key.probe_due():
-            key.meet(self._ctx.kv.get(key.etcd_key))
+            key.meet(await io.get(key.etcd_key))
         return result
 
-    def _read(self, task_id: str, epoch: int, expected_state_version: int) -> ClaimRead:
+    async def _read(
+        self, io: StepIO, task_id: str, epoch: int, expected_state_version: int
+    ) -> ClaimRead:
         """One read: the task, the claim decision, and what the gates and a takeover need -
         the task's open reconciliations and the paused queues (almost always two empty
         ranges); then, for a task that had an attempt, that attempt's record at the same
         revision (``_attempt_named``)."""
         keys = self._ctx.keys
-        snap = self._ctx.kv.read(
+        snap = await io.read(
             get(keys.task(task_id)),
             get(keys.claim(task_id)),
             get(keys.epoch),
@@ -397,11 +322,13 @@ class ClaimStore:
             why = refuse_takeover(task, self._ctx.clock.now())
             if why:
                 verdict = Verdict(Outcome.NOT_CLAIMABLE, message=why)
-        attempt = self._attempt_named(task, snap.revision)
+        attempt = await self._attempt_named(io, task, snap.revision)
         paused = (kv.key.removeprefix(keys.queue_paused_prefix) for kv in snap.range_kvs(5))
         return ClaimRead(task, verdict, tuple(snap.range_kvs(4)), attempt, frozenset(paused))
 
-    def _attempt_named(self, task: TaskRecord, revision: int) -> AttemptRecord | None:
+    async def _attempt_named(
+        self, io: StepIO, task: TaskRecord, revision: int
+    ) -> AttemptRecord | None:
         """The record of the attempt ``task`` names, read at ``revision`` (the task's read).
 
         It was read in the same txn as the newest key of the task's attempts range, sorted by
@@ -412,12 +339,14 @@ class ClaimStore:
         if not task.attempt_id:
             return None
         key = self._ctx.keys.attempt(task.task_id, task.attempt_id)
-        found, _ = self._ctx.kv.range_page(key, key + "\0", revision=revision)
+        found, _ = await io.range_page(key, key + "\0", revision=revision)
         return attempt_from_kv(found[0]) if found else None
 
-    def _lost_race(self, task_id: str, epoch: int, expected_state_version: int) -> Verdict | None:
+    async def _lost_race(
+        self, io: StepIO, task_id: str, epoch: int, expected_state_version: int
+    ) -> Verdict | None:
         """After a failed claim txn: the deterministic outcome for the loser (ALREADY_CLAIMED
         when another claim won: its key is alive), or None when what changed the task was not
         a claim (the reclaimer moved it to READY meanwhile, say) and it is still claimable."""
-        verdict = self._read(task_id, epoch, expected_state_version).verdict
+        verdict = (await self._read(io, task_id, epoch, expected_state_version)).verdict
         return None if verdict.accepted else verdict

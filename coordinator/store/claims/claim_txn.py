@@ -1,0 +1,147 @@
+"""The claim transaction, built without I/O: ``claim_write``.
+
+One etcd txn moves a task from READY (or from CLAIMED whose claim key is gone) to CLAIMED,
+creates the claim key on a fresh lease, writes the attempt and the event, and takes the task
+out of the ready index. Its revision is the claim generation: the fencing token. The claim
+operation that reads, decides and sends it is store/claims/claim.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.domain.checkpoints import resumable_checkpoint
+from coordinator.domain.idempotency import Grant
+from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode, with_changes
+from coordinator.domain.retry import LEASE_EXPIRED
+from coordinator.domain.states import AttemptEnd, Op, TaskState
+from coordinator.store.claims.claim_keys import ClaimKey
+from coordinator.store.claims.gates import ClaimRead
+from coordinator.store.context import StoreContext
+from coordinator.store.etcd.leases import ClaimLease
+from coordinator.store.etcd.ops import Compare, RequestOp, create_revision_is, put
+from coordinator.store.fence import epoch_is
+from coordinator.store.transition import transition, transition_ops
+
+
+@dataclass(frozen=True)
+class ClaimWrite:
+    """The claim txn built on one read: the records it writes, its compares and its ops."""
+
+    after: TaskRecord
+    claim: ClaimRecord
+    attempt: AttemptRecord
+    compares: list[Compare]
+    ops: list[RequestOp]
+
+
+def claim_write(
+    ctx: StoreContext,
+    read: ClaimRead,
+    *,
+    principal: str,
+    epoch: int,
+    lease: ClaimLease,
+    attempt_id: str,
+    now: float,
+    key: ClaimKey | None = None,
+) -> ClaimWrite:
+    """The claim txn of ``principal`` on ``read``: the task to CLAIMED, the claim key on the
+    lease, the new attempt, and for a takeover the old attempt closed as EXPIRED; with a
+    ``key`` (a keyed ClaimNext) its record naming this claim too, if the key is as that call
+    left it (store/claims/claim_keys.py). Only builds: reads and writes nothing (``ctx`` gives
+    the key layout and the limits)."""
+    keys, task = ctx.keys, read.task
+    number = task.attempt + 1
+    takeover = task.state is TaskState.CLAIMED
+    after = transition(
+        task,
+        Op.CLAIM,
+        now,
+        claim_generation=0,  # this txn's revision; see TaskRecord.claim_generation
+        scheduler_epoch=epoch,
+        attempt=number,
+        attempt_id=attempt_id,
+        owner_id=principal,
+        lease_id=lease.lease_id,
+        last_error=LEASE_EXPIRED.error if takeover else task.last_error,
+        last_error_code="" if takeover else task.last_error_code,
+    )
+    claim, attempt = _new_records(
+        ctx, read, principal=principal, epoch=epoch, lease=lease, attempt_id=attempt_id, now=now
+    )
+    # The task key's mod_revision compare (what this claim read is still current) comes from
+    # transition_ops, as for every move of a task.
+    compares, ops = transition_ops(
+        ctx, task, after, Op.CLAIM, by=principal, attempt_id=attempt_id, epoch=epoch
+    )
+    compares += [
+        create_revision_is(keys.claim(task.task_id), 0),
+        epoch_is(keys, epoch),
+        create_revision_is(keys.claims_paused, 0),
+        create_revision_is(keys.queue_paused(task.queue), 0),
+    ]
+    ops += [
+        put(keys.claim(task.task_id), encode(claim), lease=lease.lease_id),
+        put(keys.attempt(task.task_id, attempt_id), encode(attempt)),
+    ]
+    # The task's compare holds the attempt too: whatever ends an attempt writes the task.
+    if takeover and read.attempt is not None:
+        expired = with_changes(read.attempt, end=AttemptEnd.EXPIRED, ended_at=now)
+        ops.append(put(keys.attempt(task.task_id, expired.attempt_id), encode(expired)))
+    if key is not None:  # a keyed ClaimNext: the key's record names this claim too
+        compares.append(key.compare())
+        ops.append(key.put(_grant(read, attempt_id, lease, now)))
+    return ClaimWrite(after, claim, attempt, compares, ops)
+
+
+def _grant(read: ClaimRead, attempt_id: str, lease: ClaimLease, now: float) -> Grant:
+    """This claim as a keyed ClaimNext's record names it: as the answer will (the lease clock,
+    the decision's message; store/claims/claim_keys.py)."""
+    remaining = lease.remaining
+    return Grant(read.task.task_id, attempt_id, now + remaining, remaining, read.verdict.message)
+
+
+def _new_records(
+    ctx: StoreContext,
+    read: ClaimRead,
+    *,
+    principal: str,
+    epoch: int,
+    lease: ClaimLease,
+    attempt_id: str,
+    now: float,
+) -> tuple[ClaimRecord, AttemptRecord]:
+    """The live claim (on ``lease``, within the replica's limits) and the new attempt that
+    ``claim_write`` puts."""
+    task, limits = read.task, ctx.limits
+    claim = ClaimRecord(
+        attempt_id=attempt_id,
+        owner_id=principal,
+        lease_id=lease.lease_id,
+        ttl=lease.ttl,
+        claimed_at=now,
+        deadline=now + limits.max_claim_duration,
+        stall_timeout=limits.stall_timeout,
+        progress_at=now,
+    )
+    attempt = AttemptRecord(
+        task_id=task.task_id,
+        attempt_id=attempt_id,
+        attempt=task.attempt + 1,
+        owner_id=principal,
+        revision=task.revision,
+        input_digest=task.input_digest,
+        scheduler_epoch=epoch,
+        ttl=lease.ttl,
+        started_at=now,
+        checkpoint=handed_checkpoint(read),
+    )
+    return claim, attempt
+
+
+def handed_checkpoint(read: ClaimRead) -> bytes:
+    """The checkpoint a new attempt starts from (domain/checkpoints.py): the previous
+    attempt's, if it ran on the same revision; the new attempt keeps it until it writes its
+    own."""
+    return resumable_checkpoint(read.task, read.attempt)
