@@ -11,7 +11,11 @@ Only how the call reaches that work differs:
 - ``loop-batched``: ``loop`` with the txns of the calls that meet in one turn of the loop sent as
   one etcd txn of nested txns (group commit without gates: the coordinator's batching, as the
   loop would do it; the model's callers never share a key, so no conflict check);
-- ``loop-pool``: grpc.aio's server handing the sync handler of ``threads`` to a thread pool.
+- ``loop-pool``: grpc.aio's server handing the sync handler of ``threads`` to a thread pool;
+- ``threads-loop``: grpc's sync server as ``threads``, each handler handing the whole call's work
+  (the read, the Python, the txn) to one event loop thread as a coroutine and waiting for it;
+  the loop sends the etcd calls over an aio channel, its txns batched per turn as
+  ``loop-batched``: the sync server kept, the store's work on a loop.
 
 Prints the bound port, then serves until killed.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import threading
 import time
 from concurrent import futures
 from typing import Any
@@ -28,7 +33,7 @@ from typing import Any
 import grpc
 from etcd3 import etcdrpc
 
-MODELS = ("threads", "loop", "loop-batched", "loop-pool")
+MODELS = ("threads", "loop", "loop-batched", "loop-pool", "threads-loop")
 METHOD = "/bench.Model/Cycle"
 _THREADS = 64
 _OPTIONS = [("grpc.so_reuseport", 0)]
@@ -160,6 +165,37 @@ async def _serve_loop(etcd: str, *, pool: bool, batched: bool) -> None:
     await server.wait_for_termination()
 
 
+def _serve_threads_loop(etcd: str) -> None:
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="store-loop", daemon=True).start()
+
+    async def make() -> Any:
+        kv = etcdrpc.KVStub(grpc.aio.insecure_channel(etcd))
+        return _TurnBatcher(kv).txn
+
+    txn = asyncio.run_coroutine_threadsafe(make(), loop).result()
+
+    async def op(request: bytes) -> bytes:
+        key = b"/bench-model/" + request
+        revision = _revision(await txn(_read(key)))
+        value = work(request)
+        await txn(_write(key, value, revision))
+        return value[:16]
+
+    def cycle(request: bytes, context: grpc.ServicerContext) -> bytes:
+        return asyncio.run_coroutine_threadsafe(op(request), loop).result()
+
+    server = grpc.server(
+        futures.ThreadPoolExecutor(_THREADS),
+        maximum_concurrent_rpcs=_THREADS,
+        options=_OPTIONS,
+    )
+    server.add_generic_rpc_handlers([_handlers(cycle)])
+    print(server.add_insecure_port("127.0.0.1:0"), flush=True)
+    server.start()
+    server.wait_for_termination()
+
+
 def main(argv: list[str]) -> int:
     """Serve ``argv[0]`` (a model) against etcd at ``argv[1]``."""
     if len(argv) != 2 or argv[0] not in MODELS:
@@ -168,6 +204,8 @@ def main(argv: list[str]) -> int:
     model, etcd = argv
     if model == "threads":
         _serve_threads(etcd)
+    elif model == "threads-loop":
+        _serve_threads_loop(etcd)
     else:
         asyncio.run(_serve_loop(etcd, pool=model == "loop-pool", batched=model == "loop-batched"))
     return 0
