@@ -7,6 +7,9 @@ Only how the call reaches that work differs:
 
 - ``threads``: grpc's sync server (a thread per call) and the sync etcd client, as the
   coordinator serves today;
+- ``threads-batched``: ``threads`` with the coordinator's own group commit
+  (store/etcd/group_commit.py: concurrent txns share a round trip, leader and followers on
+  gates), as the coordinator sends its txns today;
 - ``loop``: grpc.aio's server and an aio etcd channel on one event loop, the work inline;
 - ``loop-batched``: ``loop`` with the txns of the calls that meet in one turn of the loop sent as
   one etcd txn of nested txns (group commit without gates: the coordinator's batching, as the
@@ -33,7 +36,9 @@ from typing import Any
 import grpc
 from etcd3 import etcdrpc
 
-MODELS = ("threads", "loop", "loop-batched", "loop-pool", "threads-loop")
+from coordinator.store.etcd.group_commit import GroupCommit
+
+MODELS = ("threads", "threads-batched", "loop", "loop-batched", "loop-pool", "threads-loop")
 METHOD = "/bench.Model/Cycle"
 _THREADS = 64
 _OPTIONS = [("grpc.so_reuseport", 0)]
@@ -87,58 +92,82 @@ def _handlers(behavior: Any) -> grpc.GenericRpcHandler[Any, Any]:
     return grpc.method_handlers_generic_handler(service, {name: method})
 
 
-def _sync_cycle(etcd: str) -> Any:
+def _sync_cycle(etcd: str, *, batched: bool = False) -> Any:
     kv = etcdrpc.KVStub(grpc.insecure_channel(etcd))
+    txn = kv.Txn
+    if batched:
+        txn = GroupCommit(kv.Txn).txn
 
     def cycle(request: bytes, context: grpc.ServicerContext) -> bytes:
         key = b"/bench-model/" + request
-        revision = _revision(kv.Txn(_read(key)))
+        revision = _revision(txn(_read(key)))
         value = work(request)
-        kv.Txn(_write(key, value, revision))
+        txn(_write(key, value, revision))
         return value[:16]
 
     return cycle
 
 
-def _serve_threads(etcd: str) -> None:
+def _serve_threads(etcd: str, *, batched: bool) -> None:
     server = grpc.server(
         futures.ThreadPoolExecutor(_THREADS),
         maximum_concurrent_rpcs=_THREADS,
         options=_OPTIONS,
     )
-    server.add_generic_rpc_handlers([_handlers(_sync_cycle(etcd))])
+    server.add_generic_rpc_handlers([_handlers(_sync_cycle(etcd, batched=batched))])
     print(server.add_insecure_port("127.0.0.1:0"), flush=True)
     server.start()
     server.wait_for_termination()
 
 
 class _TurnBatcher:
-    """The txns asked for during one turn of the loop, sent together as one etcd txn."""
+    """The txns asked for during one turn of the loop, sent together as one etcd txn; at most
+    ``max_in_flight`` batches on the wire (as the coordinator's group commit), so under load
+    what queues while they travel goes in the next one."""
 
-    def __init__(self, kv: Any) -> None:
+    def __init__(self, kv: Any, max_in_flight: int = 2) -> None:
         self._kv = kv
+        self._max_in_flight = max_in_flight
+        self._in_flight = 0
+        self._due = False
         self._pending: list[tuple[Any, asyncio.Future[Any]]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def txn(self, request: Any) -> Any:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending.append((request, future))
-        if len(self._pending) == 1:  # the first of this turn sends them all once the turn ends
-            asyncio.get_running_loop().call_soon(self._send)
+        self._ask()
         return await future
 
+    def _ask(self) -> None:
+        if not self._due and self._in_flight < self._max_in_flight:
+            self._due = True  # sent once this turn's callbacks ran
+            asyncio.get_running_loop().call_soon(self._send)
+
     def _send(self) -> None:
+        self._due = False
+        if not self._pending or self._in_flight >= self._max_in_flight:
+            return
         batch, self._pending = self._pending, []
-        asyncio.get_running_loop().create_task(self._round_trip(batch))
+        self._in_flight += 1
+        task = asyncio.get_running_loop().create_task(self._round_trip(batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _round_trip(self, batch: list[tuple[Any, asyncio.Future[Any]]]) -> None:
-        if len(batch) == 1:
-            request, future = batch[0]
-            future.set_result(await self._kv.Txn(request))
-            return
-        nested = [etcdrpc.RequestOp(request_txn=request) for request, _ in batch]
-        response = await self._kv.Txn(etcdrpc.TxnRequest(success=nested))
-        for (_, future), op in zip(batch, response.responses, strict=True):
-            future.set_result(op.response_txn)
+        try:
+            if len(batch) == 1:
+                request, future = batch[0]
+                future.set_result(await self._kv.Txn(request))
+                return
+            nested = [etcdrpc.RequestOp(request_txn=request) for request, _ in batch]
+            response = await self._kv.Txn(etcdrpc.TxnRequest(success=nested))
+            for (_, future), op in zip(batch, response.responses, strict=True):
+                future.set_result(op.response_txn)
+        finally:
+            self._in_flight -= 1
+            if self._pending:
+                self._ask()
 
 
 async def _serve_loop(etcd: str, *, pool: bool, batched: bool) -> None:
@@ -202,8 +231,8 @@ def main(argv: list[str]) -> int:
         print(f"usage: python -m bench.model_server {{{','.join(MODELS)}}} ETCD", file=sys.stderr)
         return 2
     model, etcd = argv
-    if model == "threads":
-        _serve_threads(etcd)
+    if model in ("threads", "threads-batched"):
+        _serve_threads(etcd, batched=model == "threads-batched")
     elif model == "threads-loop":
         _serve_threads_loop(etcd)
     else:

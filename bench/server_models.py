@@ -2,12 +2,13 @@
 
 The coordinator's CPU per claim -> commit cycle is mostly not its own logic: on 2 cores about
 45% of its samples are in the kernel, switching threads (docs/performance.md, "Where the rest
-goes: thread hand-offs"). This measures that cost apart from the coordinator: five servers
+goes: thread hand-offs"). This measures that cost apart from the coordinator: six servers
 that do the same work per call (bench/model_server.py: an etcd read, ~120 us of Python, an etcd
-txn) and differ only in how a call reaches it - grpc's sync server with a thread per call, as
-the coordinator serves today; grpc.aio with the work and the etcd calls on one event loop, its
-txns sent one by one or batched per turn of the loop; grpc.aio handing the sync handler to a
-thread pool; and the sync server handing each call's work to one event loop thread.
+txn) and differ only in how a call reaches it - grpc's sync server with a thread per call, its
+txns sent one by one or through the coordinator's group commit (as it serves today); grpc.aio
+with the work and the etcd calls on one event loop, its txns sent one by one or batched per
+turn of the loop; grpc.aio handing the sync handler to a thread pool; and the sync server
+handing each call's work to one event loop thread.
 
 Each model serves ``--workers`` client threads (this process) for ``--seconds``, in an order
 reversed every other round, on one etcd. One row per model: medians over the rounds of calls a
