@@ -24,7 +24,8 @@ from coordinator.store.attempts.acceptance import AcceptancePoints
 from coordinator.store.attempts.failures import Failures
 from coordinator.store.attempts.give_back import GiveBacks
 from coordinator.store.attempts.reclaimer import Reclaimer
-from coordinator.store.attempts.renewals import Renewal, Renewals, RenewAnswer, RenewViews
+from coordinator.store.attempts.renew_plans import Renewal, RenewAnswer
+from coordinator.store.attempts.renewals import Renewals, RenewViews
 from coordinator.store.attempts.views import HeldClaims
 from coordinator.store.claims.claim import ClaimStore
 from coordinator.store.claims.claim_keys import KeyedClaimStore

@@ -1,10 +1,10 @@
-"""The claim and commit written once as coroutines (store/etcd/step_io.py).
+"""The claim, commit and renewal written once as coroutines (store/etcd/step_io.py).
 
 The sync server runs them with ``run_now`` over ``SyncStepIO``; an asyncio server will await
 them with a ``StepIO`` that really waits. These tests pin both halves: ``run_now`` drives only
 what never suspends, and the coroutines, awaited on an event loop through an IO that yields to
-the loop before every call, make every etcd call of a claim and a commit through that IO and
-answer as the sync path does.
+the loop before every call, make every etcd call of a claim, a commit and a RenewMany through
+that IO and answer as the sync path does.
 """
 
 from __future__ import annotations
@@ -12,19 +12,21 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from coordinator.domain.digests import digest_of
 from coordinator.domain.space import WriteKind
-from coordinator.domain.states import Outcome, TaskState
+from coordinator.domain.states import FenceReason, Outcome, TaskState
 from coordinator.errors import NotFound
-from coordinator.store import Store
+from coordinator.store import RenewResult, Store
 from coordinator.store.attempts.acceptance import CommitWrite
+from coordinator.store.attempts.renew_plans import Renewal
 from coordinator.store.etcd.leases import ClaimLease
-from coordinator.store.etcd.ops import KV, Compare, RequestOp, TxnResult, get
+from coordinator.store.etcd.ops import KV, Compare, NestedTxn, RequestOp, TxnResult, get
 from coordinator.store.etcd.step_io import Done, run_now
 from tests.store.support import RESULT, RESULT_DIGEST, StoreFactory, create, raw
 
@@ -65,6 +67,7 @@ class _Suspending:
     def __init__(self, store: Store) -> None:
         kv, leases = store.ctx.kv, store.ctx.leases
         self._txn, self._range = kv.txn, kv.range_page
+        self._txn_many, self._keepalive_many = kv.txn_many, kv.keepalive_many
         self._acquire, self._release = leases.acquire, leases.release
         self.calls: list[str] = []
 
@@ -97,6 +100,14 @@ class _Suspending:
         await self._turn("range")
         return self._range(start, end, limit=limit, revision=revision)
 
+    async def txn_many(self, txns: Sequence[NestedTxn]) -> list[TxnResult]:
+        await self._turn("txns")
+        return self._txn_many(txns)
+
+    async def keepalive_many(self, lease_ids: Iterable[int]) -> dict[int, int]:
+        await self._turn("keepalive")
+        return self._keepalive_many(lease_ids)
+
     async def lease(self, ttl: int) -> ClaimLease:
         await self._turn("lease")
         return self._acquire(ttl)
@@ -120,7 +131,7 @@ def _forbid_sync_calls(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
         return call
 
     for owner, names in (
-        (store.ctx.kv, ("txn", "read", "get", "range_page")),
+        (store.ctx.kv, ("txn", "read", "get", "range_page", "txn_many", "keepalive_many")),
         (store.ctx.leases, ("acquire", "release")),
     ):
         for name in names:
@@ -187,3 +198,29 @@ def test_a_retried_commit_awaited_on_a_loop_replays_from_a_read(
         Outcome.COMMITTED,
         first.result_commit_id,
     )
+
+
+def test_renew_many_awaited_on_a_loop_makes_every_etcd_call_through_its_io(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_store()
+    for name in ("t1", "t2"):
+        create(store, name)
+    fences = []
+    for name in ("t1", "t2"):
+        fence = store.claims.claim(name, principal="w1", epoch=1, ttl=30).fence
+        assert fence is not None
+        fences.append(fence)
+    ghost = replace(fences[0], task_id="ghost", claim_generation=10**9)  # beyond etcd's revision
+    io = _Suspending(store)
+    _forbid_sync_calls(store, monkeypatch)
+    renewals = [Renewal(f) for f in (*fences, ghost)]
+    answers = asyncio.run(store.renewals.arenew_many(io, renewals, principal="w1"))
+    monkeypatch.undo()
+
+    verdicts = [a.verdict for a in answers if isinstance(a, RenewResult)]
+    assert [v.outcome for v in verdicts] == [Outcome.OK, Outcome.OK, Outcome.FENCED]
+    assert verdicts[2].reason is FenceReason.NONE  # screened: it named no claim
+    # The screen's one read of etcd's revision; the claims' views are the ones this replica's
+    # claims wrote (no read); their txns together, the keepalive stream, the fences again.
+    assert io.calls == ["read", "txns", "keepalive", "txns"]

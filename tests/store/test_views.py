@@ -12,10 +12,11 @@ from coordinator.store import Store
 from coordinator.store.attempts.views import (
     FenceCache,
     ReadView,
+    aread_views,
     diagnose,
     read_view,
-    read_views,
 )
+from coordinator.store.etcd.step_io import run_now
 from tests.store.support import claim, create
 
 
@@ -25,8 +26,8 @@ def test_a_batch_read_answers_each_fence_as_a_lone_read_does(store: Store) -> No
     fences = [claim(store, "t1"), claim(store, "t2")]
     ghost = replace(fences[0], task_id="ghost")
     no_attempt = replace(fences[1], attempt_id="a-none")
-    *found, missing_task, missing_attempt = read_views(
-        store.ctx, [*fences, ghost, no_attempt], inputs=True
+    *found, missing_task, missing_attempt = run_now(
+        aread_views(store.ctx.io, store.ctx, [*fences, ghost, no_attempt], inputs=True)
     )
     assert [r.view for r in found if isinstance(r, ReadView)] == [
         read_view(store.ctx, f) for f in fences
@@ -35,7 +36,7 @@ def test_a_batch_read_answers_each_fence_as_a_lone_read_does(store: Store) -> No
     assert str(missing_attempt) == "attempt 'a-none' of task 't2' does not exist"
     assert isinstance(missing_task, NotFound) and isinstance(missing_attempt, NotFound)
     # What the renewals remember: the same view without the input.
-    [light] = read_views(store.ctx, fences[:1], inputs=False)
+    [light] = run_now(aread_views(store.ctx.io, store.ctx, fences[:1], inputs=False))
     assert isinstance(light, ReadView) and isinstance(found[0], ReadView)
     assert light.view == replace(found[0].view, task=replace(found[0].view.task, input=b""))
     assert light.attempt_revision == found[0].attempt_revision == fences[0].claim_generation

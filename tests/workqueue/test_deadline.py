@@ -25,7 +25,7 @@ from coordinator.domain.states import (
 )
 from coordinator.errors import FailedPrecondition
 from coordinator.store import Store, TaskSpec
-from coordinator.store.attempts.renewals import Renewal
+from coordinator.store.attempts.renew_plans import Renewal
 from coordinator.store.effects.jobs import JobSpec
 from coordinator.store.types import RenewResult
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc

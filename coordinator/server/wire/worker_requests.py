@@ -19,7 +19,7 @@ from coordinator.domain.jobs import JobState
 from coordinator.domain.validation import non_negative, task_id
 from coordinator.errors import InvalidArgument
 from coordinator.server.wire import common_wire, effect_wire, job_wire, task_wire, worker_wire
-from coordinator.store.attempts.renewals import Renewal
+from coordinator.store.attempts.renew_plans import Renewal
 from coordinator.store.effects.jobs import JobSpec
 from coordinator.v1 import worker_pb2
 

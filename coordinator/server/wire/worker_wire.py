@@ -26,8 +26,8 @@ from coordinator.server.wire.common_wire import (
     timestamp_to_proto,
     verdict_fields,
 )
+from coordinator.store.attempts.renew_plans import Renewal, RenewAnswer
 from coordinator.store.attempts.renewals import MAX_BATCH as MAX_RENEWALS
-from coordinator.store.attempts.renewals import Renewal, RenewAnswer
 from coordinator.store.types import (
     ClaimResult,
     CommitResult,

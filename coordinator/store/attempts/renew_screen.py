@@ -19,11 +19,13 @@ from coordinator.domain.fence_screen import Screen, no_claim_message
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.ops import get
+from coordinator.store.etcd.step_io import StepIO
 from coordinator.store.indexes.claimed import ClaimedIndex
 from coordinator.store.types import RenewResult
 
 
-def screen_fences(
+async def screen_fences(
+    io: StepIO,
     ctx: StoreContext,
     claimed: ClaimedIndex,
     fences: Mapping[int, Fence],
@@ -43,7 +45,7 @@ def screen_fences(
         elif found is Screen.UNSEEN:
             unseen.append(i)
     if unseen:
-        revision = ctx.kv.read(get(ctx.keys.epoch)).revision
+        revision = (await io.read(get(ctx.keys.epoch))).revision
         refused.update(
             (i, _no_claim(fences[i])) for i in unseen if fences[i].claim_generation > revision
         )

@@ -24,17 +24,19 @@ claims cheap (measured in ``python -m bench``, phase ``held``):
 
 A fence this replica does not remember is first screened (store/attempts/renew_screen.py): one that
 names no claim that can be live is answered FENCED from memory, before any etcd work.
+
+``arenew_many`` is the operation, a coroutine awaiting each etcd call through a ``StepIO``
+(store/etcd/step_io.py); ``renew_many`` runs it on the calling thread. What a renewal builds
+without I/O (its view, its txn, the view once it landed) is store/attempts/renew_plans.py.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 from coordinator.domain.decisions import (
     Fence,
-    FenceView,
     Verdict,
     check_fence,
     check_owner,
@@ -46,19 +48,25 @@ from coordinator.domain.states import Outcome
 from coordinator.errors import CoordinatorError, InvalidArgument, NotFound, SpaceRefused
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
+from coordinator.store.attempts.renew_plans import (
+    Known,
+    Plan,
+    Renewal,
+    RenewAnswer,
+    after_landing,
+    duplicates,
+    lease_of,
+)
 from coordinator.store.attempts.renew_screen import screen_fences
-from coordinator.store.attempts.views import FenceCache, HeldClaims, diagnose, read_views
+from coordinator.store.attempts.views import FenceCache, HeldClaims, adiagnose, aread_views
 from coordinator.store.context import (
     StoreContext,
 )
 from coordinator.store.etcd.ops import (
-    Compare,
-    NestedTxn,
-    RequestOp,
     mod_revision_is,
-    nested_txn,
     put,
 )
+from coordinator.store.etcd.step_io import StepIO, run_now
 from coordinator.store.fence import fence_compares
 from coordinator.store.indexes.claimed import ClaimedIndex
 from coordinator.store.types import RenewResult
@@ -74,82 +82,10 @@ VIEWS = 16384
 _READS_PER_TXN = 30  # four gets a claim: 120 of etcd's 128 operations per txn
 
 
-@dataclass(frozen=True)
-class Renewal:
-    """One claim to renew: its fence, the latest progress marker, and a checkpoint to keep
-    (None: keep the one stored)."""
-
-    fence: Fence
-    progress: str = ""
-    checkpoint: bytes | None = None
+_OK = Verdict(Outcome.OK)
 
 
-RenewAnswer = RenewResult | CoordinatorError
-"""A renewal's answer, or the error a lone Renew would have raised for it."""
-
-
-@dataclass
-class _Txns:
-    """A claim's txns, built once and sent again while they stay the same (the fence check is
-    the same every round; the renewal txn while the claim key's mod_revision is)."""
-
-    fence: list[Compare] | None = None
-    check: NestedTxn | None = None
-    quiet: NestedTxn | None = None  # the renewal that writes nothing
-    quiet_for: int = 0  # the claim key's mod_revision it pins
-
-
-@dataclass(frozen=True)
-class _Known:
-    """A claim's view and its attempt key's mod_revision (the claim key's is in the view);
-    ``remembered``: not read by this call, so only a txn may accept on it."""
-
-    view: FenceView
-    attempt_revision: int
-    remembered: bool = False
-    txns: _Txns = field(default_factory=_Txns, compare=False)
-
-
-@dataclass
-class _Plan:
-    """One claim's txn in this round: ``fence`` (fence_compares) then the ``pins`` that make
-    its view current, and the writes."""
-
-    index: int
-    known: _Known
-    fence: list[Compare]
-    pins: list[Compare]
-    ops: list[RequestOp] = field(default_factory=list)
-    claim: ClaimRecord | None = None  # written: the marker moved
-    attempt_written: bool = False
-    checkpoint_refused: str = ""  # the space guard's refusal of a new checkpoint
-
-    @property
-    def compares(self) -> list[Compare]:
-        """Every compare of the txn."""
-        return [*self.fence, *self.pins]
-
-    def txn(self) -> NestedTxn:
-        """The txn to send (the claim's cached one when it writes nothing)."""
-        txns = self.known.txns
-        quiet = not self.ops and len(self.pins) == 1
-        if not quiet:
-            return nested_txn(self.compares, self.ops)
-        claim = self.known.view.claim
-        assert claim is not None
-        if txns.quiet is None or txns.quiet_for != claim.mod_revision:
-            txns.quiet, txns.quiet_for = nested_txn(self.compares), claim.mod_revision
-        return txns.quiet
-
-    def check(self) -> NestedTxn:
-        """The fence alone, to compare again after the keepalive."""
-        txns = self.known.txns
-        if txns.check is None:
-            txns.check = nested_txn(self.fence)
-        return txns.check
-
-
-class RenewViews(FenceCache[_Known]):
+class RenewViews(FenceCache[Known]):
     """The views of claims this replica granted or renewed, by fence, oldest dropped first."""
 
     def __init__(self, capacity: int = VIEWS) -> None:
@@ -183,26 +119,33 @@ class Renewals:
         return answer
 
     def renew_many(self, renewals: Sequence[Renewal], *, principal: str) -> list[RenewAnswer]:
+        """``arenew_many``, run on this thread."""
+        return run_now(self.arenew_many(self._ctx.io, renewals, principal=principal))
+
+    async def arenew_many(
+        self, io: StepIO, renewals: Sequence[Renewal], *, principal: str
+    ) -> list[RenewAnswer]:
         """Renew every claim of ``renewals`` (at most MAX_BATCH, each task once), each answered
         as a lone Renew would answer it."""
         if len(renewals) > MAX_BATCH:
             raise InvalidArgument(f"at most {MAX_BATCH} renewals per call, got {len(renewals)}")
-        answers: dict[int, RenewAnswer] = dict(_duplicates(renewals))
+        answers: dict[int, RenewAnswer] = dict(duplicates(renewals))
         if self._claimed is not None:
             fences = {i: r.fence for i, r in enumerate(renewals) if i not in answers}
             remembered = {i for i, f in fences.items() if self._remembered(f) is not None}
-            answers.update(screen_fences(self._ctx, self._claimed, fences, skip=remembered))
+            screened = await screen_fences(io, self._ctx, self._claimed, fences, skip=remembered)
+            answers.update(screened)
         todo = list(range(len(renewals)))
         fresh: set[int] = set()  # a remembered view failed them, or their txn lost: read
         for _ in range(TRIES):
             todo = [i for i in todo if i not in answers]
             if not todo:
                 break
-            known = self._known(renewals, todo, fresh, answers)
+            known = await self._known(io, renewals, todo, fresh, answers)
             plans = self._decide(renewals, known, principal, answers, fresh)
-            self._apply(renewals, plans, answers, fresh)
+            await self._apply(io, renewals, plans, answers, fresh)
         for i in (i for i in todo if i not in answers):
-            answers[i] = RenewResult(diagnose(self._ctx, renewals[i].fence))
+            answers[i] = RenewResult(await adiagnose(io, self._ctx, renewals[i].fence))
         outcomes = Counter(
             a.verdict.outcome for a in answers.values() if isinstance(a, RenewResult)
         )
@@ -212,16 +155,17 @@ class Renewals:
 
     # --- views -------------------------------------------------------------------------------
 
-    def _known(
+    async def _known(
         self,
+        io: StepIO,
         renewals: Sequence[Renewal],
         todo: list[int],
         fresh: set[int],
         answers: dict[int, RenewAnswer],
-    ) -> dict[int, _Known]:
+    ) -> dict[int, Known]:
         """A view per claim of ``todo``: remembered where one is (and not failed), else read;
         a claim whose task or attempt does not exist is answered NotFound."""
-        found: dict[int, _Known] = {}
+        found: dict[int, Known] = {}
         to_read: list[int] = []
         for i in todo:
             known = None if i in fresh else self._remembered(renewals[i].fence)
@@ -232,15 +176,16 @@ class Renewals:
         for start in range(0, len(to_read), _READS_PER_TXN):
             chunk = to_read[start : start + _READS_PER_TXN]
             # Without task inputs: what a renewal decides on, and what it remembers.
-            reads = read_views(self._ctx, [renewals[i].fence for i in chunk], inputs=False)
+            fences = [renewals[i].fence for i in chunk]
+            reads = await aread_views(io, self._ctx, fences, inputs=False)
             for i, read in zip(chunk, reads, strict=True):
                 if isinstance(read, NotFound):
                     answers[i] = read
                 else:
-                    found[i] = _Known(read.view, read.attempt_revision)
+                    found[i] = Known(read.view, read.attempt_revision)
         return found
 
-    def _remembered(self, fence: Fence) -> _Known | None:
+    def _remembered(self, fence: Fence) -> Known | None:
         known = self._views.peek(fence)
         if known is not None:
             return known  # kept remembered (_after)
@@ -248,22 +193,22 @@ class Renewals:
         if granted is None:
             return None
         view = with_changes(granted, task=with_changes(granted.task, input=b""))
-        return _Known(view, fence.claim_generation, remembered=True)
+        return Known(view, fence.claim_generation, remembered=True)
 
     # --- deciding ----------------------------------------------------------------------------
 
     def _decide(
         self,
         renewals: Sequence[Renewal],
-        known: dict[int, _Known],
+        known: dict[int, Known],
         principal: str,
         answers: dict[int, RenewAnswer],
         fresh: set[int],
-    ) -> list[_Plan]:
+    ) -> list[Plan]:
         """The txn of every claim the domain lets renew; the others answered (or, refused on
         a remembered view, sent to be read)."""
         now = self._ctx.clock.now()
-        plans: list[_Plan] = []
+        plans: list[Plan] = []
         for i, k in known.items():
             renewal = renewals[i]
             try:
@@ -295,7 +240,7 @@ class Renewals:
             return str(exc)
         return ""
 
-    def _plan(self, index: int, k: _Known, renewal: Renewal, updated: ClaimRecord | None) -> _Plan:
+    def _plan(self, index: int, k: Known, renewal: Renewal, updated: ClaimRecord | None) -> Plan:
         """The claim's txn: the fence, the claim key as viewed (so the view is current when it
         lands), and the writes a changed marker or checkpoint needs."""
         keys, fence = self._ctx.keys, renewal.fence
@@ -304,7 +249,7 @@ class Renewals:
         claim_key = keys.claim(fence.task_id)
         if k.txns.fence is None:
             k.txns.fence = fence_compares(keys, fence)
-        plan = _Plan(index, k, k.txns.fence, [mod_revision_is(claim_key, claim.mod_revision)])
+        plan = Plan(index, k, k.txns.fence, [mod_revision_is(claim_key, claim.mod_revision)])
         if updated is not None:
             plan.ops.append(put(claim_key, encode(updated), lease=claim.lease_id))
             plan.claim = updated
@@ -321,10 +266,11 @@ class Renewals:
 
     # --- the round trips -------------------------------------------------------------------
 
-    def _apply(
+    async def _apply(
         self,
+        io: StepIO,
         renewals: Sequence[Renewal],
-        plans: list[_Plan],
+        plans: list[Plan],
         answers: dict[int, RenewAnswer],
         fresh: set[int],
     ) -> None:
@@ -333,8 +279,8 @@ class Renewals:
         if not plans:
             return
         ctx = self._ctx
-        results = ctx.kv.txn_many([p.txn() for p in plans])
-        landed: list[tuple[_Plan, int]] = []
+        results = await io.txn_many([p.txn() for p in plans])
+        landed: list[tuple[Plan, int]] = []
         for plan, result in zip(plans, results, strict=True):
             if result.succeeded:
                 landed.append((plan, result.revision))
@@ -343,23 +289,23 @@ class Renewals:
                 fresh.add(plan.index)
         if not landed:
             return
-        leases = [_lease(plan) for plan, _ in landed]
-        ttls = ctx.kv.keepalive_many(leases)
-        alive = [(p, rev) for p, rev in landed if ttls[_lease(p)] > 0]
+        leases = [lease_of(plan) for plan, _ in landed]
+        ttls = await io.keepalive_many(leases)
+        alive = [(p, rev) for p, rev in landed if ttls[lease_of(p)] > 0]
         for plan, _ in landed:
-            if ttls[_lease(plan)] <= 0:  # the lease went away after our txn: ask why
-                ctx.leases.forget(_lease(plan))
-                self._refused(renewals, plan, answers)
-        checks = ctx.kv.txn_many([p.check() for p, _ in alive])  # the fence, again
+            if ttls[lease_of(plan)] <= 0:  # the lease went away after our txn: ask why
+                ctx.leases.forget(lease_of(plan))
+                await self._refused(io, renewals, plan, answers)
+        checks = await io.txn_many([p.check() for p, _ in alive])  # the fence, again
         now = ctx.clock.now()
         accepted: dict[int, int] = {}  # lease -> the TTL it was refreshed to
         validated = 0
         for (plan, revision), check in zip(alive, checks, strict=True):
             if not check.succeeded:
-                self._refused(renewals, plan, answers)
+                await self._refused(io, renewals, plan, answers)
                 continue
-            ttl = ttls[_lease(plan)]
-            accepted[_lease(plan)] = ttl
+            ttl = ttls[lease_of(plan)]
+            accepted[lease_of(plan)] = ttl
             validated += self._accepted(renewals[plan.index], plan, revision, ttl, now, answers)
         ctx.leases.renewed_many(accepted)
         ctx.metrics.count_acceptances(
@@ -369,7 +315,7 @@ class Renewals:
     def _accepted(
         self,
         renewal: Renewal,
-        plan: _Plan,
+        plan: Plan,
         revision: int,
         ttl: int,
         now: float,
@@ -379,7 +325,7 @@ class Renewals:
         ctx, fence = self._ctx, renewal.fence
         claim = plan.known.view.claim
         assert claim is not None
-        self._views.remember(fence, _after(plan, renewal, revision))
+        self._views.remember(fence, after_landing(plan, renewal, revision))
         answers[plan.index] = RenewResult(
             verdict=_OK,
             ttl=ttl,
@@ -395,55 +341,9 @@ class Renewals:
             generation=fence.claim_generation,
         )
 
-    def _refused(
-        self, renewals: Sequence[Renewal], plan: _Plan, answers: dict[int, RenewAnswer]
+    async def _refused(
+        self, io: StepIO, renewals: Sequence[Renewal], plan: Plan, answers: dict[int, RenewAnswer]
     ) -> None:
         fence = renewals[plan.index].fence
         self._views.take(fence)
-        answers[plan.index] = RenewResult(diagnose(self._ctx, fence))
-
-
-_OK = Verdict(Outcome.OK)
-
-
-def _lease(plan: _Plan) -> int:
-    claim = plan.known.view.claim
-    assert claim is not None
-    return claim.lease_id
-
-
-def _after(plan: _Plan, renewal: Renewal, revision: int) -> _Known:
-    """The view once ``plan``'s txn landed at ``revision``: what it wrote, as etcd now holds it
-    (kept to be remembered: the next renewal of the claim decides on it, through its txn)."""
-    known = plan.known
-    written = plan.claim is not None or plan.attempt_written
-    if not written:
-        return known if known.remembered else with_changes(known, remembered=True)
-    view = known.view
-    claim = view.claim
-    assert claim is not None
-    if plan.claim is not None:
-        claim = with_changes(plan.claim, mod_revision=revision)
-    attempt, attempt_revision = view.attempt, known.attempt_revision
-    if plan.attempt_written and renewal.checkpoint is not None:
-        attempt, attempt_revision = with_changes(attempt, checkpoint=renewal.checkpoint), revision
-    return _Known(
-        with_changes(view, claim=claim, attempt=attempt), attempt_revision, True, known.txns
-    )
-
-
-def _duplicates(renewals: Sequence[Renewal]) -> Iterator[tuple[int, CoordinatorError]]:
-    """Every item naming a task an earlier item of the same call names."""
-    seen: dict[str, int] = {}
-    for i, renewal in enumerate(renewals):
-        task_id = renewal.fence.task_id
-        if task_id in seen:
-            yield (
-                i,
-                InvalidArgument(
-                    f"renewals[{i}] names task {task_id!r}, as renewals[{seen[task_id]}] does: "
-                    "renew each claim once per call"
-                ),
-            )
-        else:
-            seen[task_id] = i
+        answers[plan.index] = RenewResult(await adiagnose(io, self._ctx, fence))

@@ -2,7 +2,8 @@
 kind of cache.
 
 A view is a claim's task, attempt, live claim and the epoch, read at one revision
-(``read_view`` for one fence, ``read_views`` for a batch: the same reads in the same order).
+(``read_view`` for one fence, ``aread_views`` for a batch: the same reads in the same order;
+each as a coroutine over a ``StepIO``, store/etcd/step_io.py).
 ``diagnose`` names why a fence's compares failed, from a fresh read; every acceptance point and
 Renew answer a lost txn with it.
 
@@ -126,13 +127,13 @@ class ReadView:
     attempt_revision: int
 
 
-def read_views(
-    ctx: StoreContext, fences: Sequence[Fence], *, inputs: bool = True
+async def aread_views(
+    io: StepIO, ctx: StoreContext, fences: Sequence[Fence], *, inputs: bool = True
 ) -> list[ReadView | NotFound]:
     """Task, attempt, live claim and epoch of each fence, all at one revision; NotFound for a
     fence whose task or attempt does not exist. ``inputs=False`` leaves task inputs out (what a
     renewal remembers)."""
-    _, found = run_now(_read(ctx.io, ctx, fences, inputs=inputs))
+    _, found = await _read(io, ctx, fences, inputs=inputs)
     return found
 
 
@@ -144,7 +145,7 @@ def read_view(ctx: StoreContext, fence: Fence, *, with_result: bool = False) -> 
 async def aread_view(
     io: StepIO, ctx: StoreContext, fence: Fence, *, with_result: bool = False
 ) -> FenceView:
-    """One fence's view (NotFound as ``read_views``), and for a commit the canonical result of
+    """One fence's view (NotFound as ``aread_views``), and for a commit the canonical result of
     the attempt's task revision."""
     keys = ctx.keys
     # Which revisions have a result, in the same snapshot: the (large) value is fetched only in
@@ -165,8 +166,13 @@ async def aread_view(
 
 
 def diagnose(ctx: StoreContext, fence: Fence) -> Verdict:
+    """``adiagnose``, run on this thread."""
+    return run_now(adiagnose(ctx.io, ctx, fence))
+
+
+async def adiagnose(io: StepIO, ctx: StoreContext, fence: Fence) -> Verdict:
     """Why the fence compares failed, from a fresh read."""
-    verdict = check_fence(read_view(ctx, fence), fence, now=ctx.clock.now())
+    verdict = check_fence(await aread_view(io, ctx, fence), fence, now=ctx.clock.now())
     # The compares failed yet everything reads as current: a race.
     return MOVED if verdict.accepted else verdict
 

@@ -1,7 +1,8 @@
 """The etcd calls a hot store operation awaits, so that one coroutine serves both servers.
 
-A claim and a commit are written once, as coroutines that await each etcd call through a
-``StepIO`` (``ClaimStore.aclaim``, ``AcceptancePoints.acommit``). The sync server drives them
+A claim, a commit and a renewal are written once, as coroutines that await each etcd call
+through a ``StepIO`` (``ClaimStore.aclaim``, ``AcceptancePoints.acommit``,
+``Renewals.arenew_many``). The sync server drives them
 with ``SyncStepIO``: each call runs at once on the calling thread and hands back an awaitable
 that is already done (``Done``), and ``run_now`` takes the coroutine to its end without an
 event loop: the same lines, the same order of I/O, no thread hand-off. An asyncio server will
@@ -15,13 +16,13 @@ hanging.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Coroutine, Generator, Iterable
+from collections.abc import Awaitable, Coroutine, Generator, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from coordinator.domain.space import WriteKind
 from coordinator.store.etcd.kv import EtcdKV
 from coordinator.store.etcd.leases import ClaimLease, ClaimLeases
-from coordinator.store.etcd.ops import KV, Compare, RequestOp, TxnResult
+from coordinator.store.etcd.ops import KV, Compare, NestedTxn, RequestOp, TxnResult
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -53,6 +54,14 @@ class StepIO(Protocol):
         self, start: str, end: str, *, limit: int = 0, revision: int = 0
     ) -> Awaitable[tuple[list[KV], int]]:
         """Keys in ``[start, end)`` and the revision they were read at."""
+        ...
+
+    def txn_many(self, txns: Sequence[NestedTxn]) -> Awaitable[list[TxnResult]]:
+        """Independent txns in as few round trips as etcd's limits allow."""
+        ...
+
+    def keepalive_many(self, lease_ids: Iterable[int]) -> Awaitable[dict[int, int]]:
+        """Several leases refreshed over one keepalive stream; each one's TTL (0: gone)."""
         ...
 
     def lease(self, ttl: int) -> Awaitable[ClaimLease]:
@@ -110,6 +119,14 @@ class SyncStepIO:
     ) -> Done[tuple[list[KV], int]]:
         """``EtcdKV.range_page``, made now."""
         return Done(self._kv.range_page(start, end, limit=limit, revision=revision))
+
+    def txn_many(self, txns: Sequence[NestedTxn]) -> Done[list[TxnResult]]:
+        """``EtcdKV.txn_many``, made now."""
+        return Done(self._kv.txn_many(txns))
+
+    def keepalive_many(self, lease_ids: Iterable[int]) -> Done[dict[int, int]]:
+        """``EtcdKV.keepalive_many``, made now."""
+        return Done(self._kv.keepalive_many(lease_ids))
 
     def lease(self, ttl: int) -> Done[ClaimLease]:
         """``ClaimLeases.acquire``, made now."""
