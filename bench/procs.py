@@ -92,13 +92,20 @@ def context_switches(pid: int) -> int:
     ``/proc/<pid>/task/<tid>/status``; a thread that ended meanwhile takes its count with it).
     A thread that sleeps on a lock, a condition, the GIL or a completion queue and is woken
     costs one: the figure that says how many hand-offs a call costs."""
-    total = 0
+    return sum(thread_switches(pid).values())
+
+
+def thread_switches(pid: int) -> dict[int, int]:
+    """``context_switches`` of each live thread of ``pid``, by thread id."""
+    counts: dict[int, int] = {}
     for status in Path(f"/proc/{pid}/task").glob("*/status"):
         with contextlib.suppress(OSError):  # the thread ended between the listing and the read
-            for line in status.read_text().splitlines():
-                if "ctxt_switches:" in line:
-                    total += int(line.split()[1])
-    return total
+            counts[int(status.parent.name)] = sum(
+                int(line.split()[1])
+                for line in status.read_text().splitlines()
+                if "ctxt_switches:" in line
+            )
+    return counts
 
 
 def rss_mib(pid: int, field: str = "VmRSS") -> float:

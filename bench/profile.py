@@ -6,7 +6,9 @@ samples they appear in (inclusive) and by the samples spent in them (self). Writ
 stacks (``coordinator.folded``, ``client.folded``; flame-graph tools read them) and
 ``summary.md`` into DIR, and prints the summary. Needs py-spy (``pip install -e '.[bench]'``),
 which attaches with ptrace; it samples the thread holding the GIL (``--gil``: Python CPU) without
-stopping the target (``--nonblocking``).
+stopping the target (``--nonblocking``). The summary starts with the coordinator's context
+switches per cycle by group of threads (``/proc`` counts, the threads named by ``py-spy
+dump``): where its hand-offs are, which no sample of Python shows.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.harness import RunSpec, run_workers, say
-from bench.procs import CoordinatorProcess, Meter, context_switches, scratch_dir
+from bench.procs import CoordinatorProcess, Meter, scratch_dir, thread_switches
 from bench.scenarios import CoordinatorScenario
 from bench.seed import TaskSeeder
 from coordinator import lifeline
@@ -64,16 +66,18 @@ def run_profile(ns: argparse.Namespace) -> int:
                 _spy(spy, coordinator.pid, out / "coordinator.folded", seconds),
                 _spy(spy, os.getpid(), out / "client.folded", seconds),
             ]
-            switches = context_switches(coordinator.pid)
+            before = thread_switches(coordinator.pid)
             result = run_workers("a", spec, cycles, duration=seconds, meter=meter)
-            switches = context_switches(coordinator.pid) - switches
+            after = thread_switches(coordinator.pid)
             for proc in spies:
                 proc.wait(timeout=seconds + 60)
                 lifeline.spare(proc.pid)
+            names = thread_names(_dump(spy, coordinator.pid))  # once the recorders let go
             scenario.finish()
             scenario.close()
         kv.close()
     n = max(result.cycles, 1)
+    switches = sum(after.values()) - sum(before.get(tid, 0) for tid in after)
     header = (
         f"scenario a, {workers} workers, {result.elapsed:.1f} s: {result.rate:.1f} cycles/s, "
         f"CPU ms/cycle client {result.cpu.client * 1000 / n:.2f}, coordinator "
@@ -81,7 +85,7 @@ def run_profile(ns: argparse.Namespace) -> int:
         f"etcd calls/cycle {(result.etcd_calls or 0) / n:.2f}; coordinator context switches/cycle "
         f"{switches / n:.0f}"
     )
-    parts = [f"# Profile\n\n{header}\n"]
+    parts = [f"# Profile\n\n{header}\n", switches_by_thread(before, after, names, n)]
     for name in ("coordinator", "client"):
         folded = out / f"{name}.folded"
         if folded.exists():
@@ -90,6 +94,59 @@ def run_profile(ns: argparse.Namespace) -> int:
     (out / "summary.md").write_text(summary)
     sys.stdout.write(summary)
     return 0
+
+
+def _dump(spy: str, pid: int) -> str:
+    """``py-spy dump`` of ``pid`` (every thread's id, name and stack), "" if it failed."""
+    done = subprocess.run(
+        [spy, "dump", "--pid", str(pid), "--nonblocking"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.stdout
+
+
+_THREAD = re.compile(r'^Thread (\d+) \([^)]*\): "(?P<name>[^"]*)"', re.MULTILINE)
+
+
+def thread_names(dump: str) -> dict[int, str]:
+    """Thread id -> Python thread name, from ``py-spy dump``'s thread lines."""
+    return {int(m.group(1)): m["name"] for m in _THREAD.finditer(dump)}
+
+
+def thread_group(name: str | None) -> str:
+    """The group a thread counts in: its name with numbers as N (``rpc_12`` -> ``rpc_N``, the
+    handler pool), or, for a thread Python does not know, grpc's and the runtime's own."""
+    if name is None:
+        return "(not a Python thread: grpc core, the runtime)"
+    return re.sub(r"\d+", "N", name)
+
+
+def switches_by_thread(
+    before: dict[int, int], after: dict[int, int], names: dict[int, str], cycles: int
+) -> str:
+    """A table of the context switches per cycle each group of threads made between two
+    ``thread_switches`` readings, most first (a thread started meanwhile counts from 0)."""
+    groups: dict[str, tuple[int, int]] = {}
+    for tid, count in after.items():
+        group = thread_group(names.get(tid))
+        threads, switches = groups.get(group, (0, 0))
+        groups[group] = (threads + 1, switches + count - before.get(tid, 0))
+    total = max(sum(switches for _, switches in groups.values()), 1)
+    lines = [
+        "## coordinator context switches per cycle, by thread",
+        "",
+        "| threads | group | switches/cycle | % |",
+        "| ---: | --- | ---: | ---: |",
+    ]
+    for group, (threads, switches) in sorted(groups.items(), key=lambda g: -g[1][1]):
+        lines.append(
+            f"| {threads} | `{group}` | {switches / max(cycles, 1):.1f} "
+            f"| {100 * switches / total:.0f} |"
+        )
+    return "\n".join([*lines, ""])
 
 
 def _spy(spy: str, pid: int, output: Path, seconds: float) -> subprocess.Popen[bytes]:

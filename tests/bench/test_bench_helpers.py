@@ -12,7 +12,7 @@ from bench.harness import RunResult
 from bench.headline import headline
 from bench.hostile import hostile_line
 from bench.procs import GRPC_OPTIONS, CpuSnapshot, compact_now, cpu_seconds, rss_mib
-from bench.profile import summarize_folded
+from bench.profile import summarize_folded, switches_by_thread, thread_group, thread_names
 from bench.report import targets
 from bench.retention import checkpoints
 from bench.stats import percentile, ratio, spread_ms
@@ -236,3 +236,50 @@ def test_compacting_twice_with_nothing_written_between_is_not_an_error() -> None
             assert refused.value.code() == grpc.StatusCode.OUT_OF_RANGE
         finally:
             client.close()
+
+
+_DUMP = """Process 25870: python -c ... serve
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 25870 (idle): "MainThread"
+    Event.wait (threading.py:629)
+Thread 25877 (idle): "watch /coordinator-bench/ready/"
+    PrefixWatch._run (coordinator/store/etcd/watch.py:93)
+Thread 25900 (active): "rpc_0"
+    _worker (concurrent/futures/thread.py:81)
+Thread 25934 (idle): "rpc_11"
+    _worker (concurrent/futures/thread.py:81)
+"""
+
+
+def test_thread_names_come_from_py_spy_dump_thread_lines() -> None:
+    assert thread_names(_DUMP) == {
+        25870: "MainThread",
+        25877: "watch /coordinator-bench/ready/",
+        25900: "rpc_0",
+        25934: "rpc_11",
+    }
+    assert thread_names("py-spy failed") == {}
+
+
+def test_threads_are_grouped_by_name_with_numbers_as_n() -> None:
+    assert thread_group("rpc_11") == thread_group("rpc_0") == "rpc_N"
+    assert thread_group("Thread-8 (_serve)") == "Thread-N (_serve)"
+    assert thread_group(None) == "(not a Python thread: grpc core, the runtime)"
+
+
+def test_switches_by_thread_counts_each_group_per_cycle_most_first() -> None:
+    names = thread_names(_DUMP)
+    before = {25870: 5, 25877: 100, 25900: 10, 25934: 20, 25871: 0}
+    # rpc_0 +30, rpc_11 +50, a watch +20, the main thread +0, a native thread +100, and a
+    # handler thread started during the run (+10 from nothing).
+    after = {25870: 5, 25877: 120, 25900: 40, 25934: 70, 25871: 100, 25999: 10}
+    names[25999] = "rpc_12"
+    table = switches_by_thread(before, after, names, cycles=10)
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "`" in line]
+    assert rows == [
+        "| 1 | `(not a Python thread: grpc core, the runtime)` | 10.0 | 48 |",
+        "| 3 | `rpc_N` | 9.0 | 43 |",
+        "| 1 | `watch /coordinator-bench/ready/` | 2.0 | 10 |",
+        "| 1 | `MainThread` | 0.0 | 0 |",
+    ]
