@@ -89,6 +89,7 @@ class Plan:
 
 
 def lease_of(plan: Plan) -> int:
+    """The lease of the claim ``plan`` renews."""
     claim = plan.known.view.claim
     assert claim is not None
     return claim.lease_id

@@ -188,7 +188,7 @@ class Renewals:
     def _remembered(self, fence: Fence) -> Known | None:
         known = self._views.peek(fence)
         if known is not None:
-            return known  # kept remembered (_after)
+            return known  # kept remembered (renew_plans.after_landing)
         granted = self._held.peek(fence)  # what this replica's claim txn wrote
         if granted is None:
             return None
