@@ -3,12 +3,14 @@
 Runs scenario a alone (``--profile-workers`` threads, ``--profile-seconds`` long) with py-spy
 recording the coordinator process and this client process, then ranks functions by the share of
 samples they appear in (inclusive) and by the samples spent in them (self). Writes the folded
-stacks (``coordinator.folded``, ``client.folded``; flame-graph tools read them) and
-``summary.md`` into DIR, and prints the summary. Needs py-spy (``pip install -e '.[bench]'``),
-which attaches with ptrace; it samples the thread holding the GIL (``--gil``: Python CPU) without
-stopping the target (``--nonblocking``). The summary starts with the coordinator's context
-switches per cycle by group of threads (``/proc`` counts, the threads named by ``py-spy
-dump``): where its hand-offs are, which no sample of Python shows.
+stacks (``coordinator.folded``, ``client.folded``; flame-graph tools read them), etcd's own CPU
+profile of the same window (``etcd.pb.gz``: etcd runs with ``--enable-pprof``; its areas close
+the summary, bench/etcd_pprof.py) and ``summary.md`` into DIR, and prints the summary. Needs
+py-spy (``pip install -e '.[bench]'``), which attaches with ptrace; it samples the thread
+holding the GIL (``--gil``: Python CPU) without stopping the target (``--nonblocking``). The
+summary starts with the coordinator's context switches per cycle by group of threads (``/proc``
+counts, the threads named by ``py-spy dump``): where its hand-offs are, which no sample of
+Python shows.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
+from bench import etcd_pprof
 from bench.harness import RunSpec, run_workers, say
 from bench.procs import CoordinatorProcess, Meter, scratch_dir, thread_switches
 from bench.scenarios import CoordinatorScenario
@@ -46,7 +50,7 @@ def run_profile(ns: argparse.Namespace) -> int:
     seconds, workers = float(ns.profile_seconds), int(ns.profile_workers)
     with (
         scratch_dir("coordinator-profile-") as tmp,
-        EtcdProcess(binary=find_etcd_binary(ns.etcd_bin)) as etcd,
+        EtcdProcess(binary=find_etcd_binary(ns.etcd_bin), extra_args=["--enable-pprof"]) as etcd,
     ):
         kv = EtcdKV.connect([etcd.endpoint], timeout=60)
         seeder = TaskSeeder(kv, Keyspace("/coordinator-bench"))
@@ -66,9 +70,11 @@ def run_profile(ns: argparse.Namespace) -> int:
                 _spy(spy, coordinator.pid, out / "coordinator.folded", seconds),
                 _spy(spy, os.getpid(), out / "client.folded", seconds),
             ]
+            etcd_profile = _EtcdRecorder(etcd.client_url, out / "etcd.pb.gz", seconds)
             before = thread_switches(coordinator.pid)
             result = run_workers("a", spec, cycles, duration=seconds, meter=meter)
             after = thread_switches(coordinator.pid)
+            etcd_profile.join()
             for proc in spies:
                 proc.wait(timeout=seconds + 60)
                 lifeline.spare(proc.pid)
@@ -90,10 +96,34 @@ def run_profile(ns: argparse.Namespace) -> int:
         folded = out / f"{name}.folded"
         if folded.exists():
             parts.append(summarize_folded(name, folded.read_text()))
+    if (out / "etcd.pb.gz").exists():
+        raw = (out / "etcd.pb.gz").read_bytes()
+        parts.append(etcd_pprof.summarize(etcd_pprof.areas(raw), n))
     summary = "\n".join(parts)
     (out / "summary.md").write_text(summary)
     sys.stdout.write(summary)
     return 0
+
+
+class _EtcdRecorder:
+    """etcd's CPU profile of the next ``seconds``, fetched on a thread into ``path`` (a failed
+    fetch is said and leaves no file: the rest of the profile still stands)."""
+
+    def __init__(self, client_url: str, path: Path, seconds: float) -> None:
+        self._thread = threading.Thread(
+            target=self._fetch, args=(client_url, path, max(1, round(seconds))), daemon=True
+        )
+        self._thread.start()
+
+    @staticmethod
+    def _fetch(client_url: str, path: Path, seconds: int) -> None:
+        try:
+            path.write_bytes(etcd_pprof.record(client_url, seconds))
+        except OSError as exc:
+            say(f"etcd's profile not recorded: {exc}")
+
+    def join(self) -> None:
+        self._thread.join()
 
 
 def _dump(spy: str, pid: int) -> str:

@@ -20,6 +20,7 @@ import tempfile
 import time
 import urllib.request
 import weakref
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
@@ -168,9 +169,11 @@ class EtcdProcess:
         start_timeout: float = 30.0,
         compaction_retention: timedelta | None = DEFAULT_COMPACTION_RETENTION,
         quota_backend_bytes: int | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         """Pick the ports; nothing runs before ``start()``. ValueError on a retention that is
-        not a whole number of seconds >= 1 (etcd's periodic mode takes no less)."""
+        not a whole number of seconds >= 1 (etcd's periodic mode takes no less).
+        ``extra_args``: more etcd flags (the bench's profile adds ``--enable-pprof``)."""
         if compaction_retention is not None and (
             compaction_retention < timedelta(seconds=1) or compaction_retention.microseconds
         ):
@@ -179,6 +182,7 @@ class EtcdProcess:
             )
         self._compaction = compaction_retention
         self._quota = quota_backend_bytes
+        self._extra_args = tuple(extra_args)
         self._binary = Path(binary) if binary is not None else find_etcd_binary()
         self._host = host
         self._name = name
@@ -261,6 +265,7 @@ class EtcdProcess:
             *([f"--quota-backend-bytes={self._quota}"] if self._quota is not None else []),
             "--logger=zap",
             "--log-outputs=stderr",
+            *self._extra_args,
         ]
 
     def _compaction_args(self) -> list[str]:
