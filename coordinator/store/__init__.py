@@ -11,7 +11,7 @@ The store is in wings whose imports point one way (docs/architecture.md has a ro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from coordinator.archive import ArchiveSink
 from coordinator.clock import Clock, SystemClock
@@ -36,6 +36,7 @@ from coordinator.store.context import StoreContext
 from coordinator.store.control.admin import AdminStore
 from coordinator.store.control.idempotency import DEFAULT_TTL as DEFAULT_IDEMPOTENCY_TTL
 from coordinator.store.control.idempotency import IdempotencyStore
+from coordinator.store.control.versions import Standing, VersionStore
 from coordinator.store.effects.effect import EffectStore
 from coordinator.store.effects.jobs import JobStore
 from coordinator.store.effects.reconcile import ReconcileStore, ReconcileSweeper
@@ -164,7 +165,7 @@ class Store:
             keyed_claims=KeyedClaimStore(ctx, ttl=idempotency_ttl),
             effects=EffectStore(ctx, ready, acceptance),
             reconcile=reconcile,
-            sweeper=ReconcileSweeper(reconcile, interval=scan_interval),
+            sweeper=ReconcileSweeper(reconcile, ctx.admitted, interval=scan_interval),
             jobs=JobStore(ctx, acceptance),
             live_claims=LiveClaims(ctx),
             pruner=_pruner(ctx, archive, prune_interval, prune_rate),
@@ -243,8 +244,9 @@ def _context(
     retention: RetentionPolicy | None,
     metrics: Metrics | None,
 ) -> StoreContext:
-    """The context every part shares, with Store.open's defaults for what is not given."""
-    return StoreContext(
+    """The context every part shares, with Store.open's defaults for what is not given; its
+    background loops work only while the version record admits this replica."""
+    ctx = StoreContext(
         kv,
         keys or Keyspace(),
         limits or ClaimLimits(),
@@ -253,6 +255,7 @@ def _context(
         retention or RetentionPolicy(),
         metrics or METRICS,
     )
+    return replace(ctx, admitted=Standing(VersionStore(ctx).read).admitted)
 
 
 @dataclass(frozen=True)

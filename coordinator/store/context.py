@@ -4,6 +4,7 @@ plus decoding of stored records with their etcd-assigned revisions."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -33,6 +34,10 @@ class StoreContext:
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     # Where every count of the store goes (a test passes a fresh registry's).
     metrics: Metrics = METRICS
+    # Whether the keyspace's version record still admits this replica: the background loops
+    # ask before each unit of work (store/control/versions.py ``Standing``; Store.open wires
+    # it, a bare context is always admitted).
+    admitted: Callable[[], bool] = field(default=lambda: True)
 
     @cached_property
     def io(self) -> SyncStepIO:

@@ -12,10 +12,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from coordinator.domain.versions import VersionRecord, is_below, parse_version
+import structlog
+
+import coordinator
+from coordinator.domain.versions import (
+    SCHEMA_VERSION,
+    VersionRecord,
+    coordinator_refusal,
+    is_below,
+    parse_version,
+)
 from coordinator.errors import FailedPrecondition
 from coordinator.store.context import StoreContext, epoch_from_kv
 from coordinator.store.etcd.ops import create_revision_is, get, mod_revision_is, put
+
+log = structlog.get_logger(__name__)
 
 _CAS_TRIES = 8
 
@@ -142,3 +153,48 @@ class CachedVersions:
         with self._lock:
             self._record, self._read_at = record, now
         return record
+
+
+class Standing:
+    """Whether the version record admits this replica now: what its background loops (the
+    reclaimer, the releaser, the promoter and deadline pass, the reconcile sweeper, the pruner)
+    ask before each unit of work.
+
+    A replica an admin raised the minimum coordinator version past, or that knows an older
+    schema than the keyspace's, has its calls refused (the version gate); from the same cache
+    reading on, its loops write nothing either, so no old binary acts on the keyspace after the
+    change, not even in the background. Admitted again (a minimum lowered with allow_lower), the
+    loops go on; their next scan finds what they skipped. A record that cannot be read counts
+    as admitted: the work would meet the same etcd and fail on its own.
+    """
+
+    def __init__(
+        self,
+        read: Callable[[], VersionRecord],
+        *,
+        own_version: str = coordinator.__version__,
+        own_schema: int = SCHEMA_VERSION,
+        ttl: float = 2.0,
+    ) -> None:
+        self._versions = CachedVersions(read, ttl=ttl)
+        self._own_version = own_version
+        self._own_schema = own_schema
+        self._lock = threading.Lock()
+        self._refusal: str | None = None
+
+    def admitted(self) -> bool:
+        """True unless the record (at most ``ttl`` seconds old) refuses this replica; says so
+        in the log when that changes."""
+        try:
+            record = self._versions.get()
+        except Exception:
+            return True
+        refusal = coordinator_refusal(record, self._own_version, self._own_schema)
+        with self._lock:
+            changed, self._refusal = refusal != self._refusal, refusal
+        if changed:
+            if refusal is None:
+                log.info("admitted by the version record again: background work resumes")
+            else:
+                log.warning("refused by the version record: background work paused", reason=refusal)
+        return refusal is None

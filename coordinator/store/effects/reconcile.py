@@ -17,7 +17,7 @@ wins, the others' compares fail and they write nothing, so it happens exactly on
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 
@@ -282,8 +282,17 @@ class ReconcileSweeper:
 
     name = "reconcile-sweeper"
 
-    def __init__(self, store: ReconcileStore, *, interval: float = 5.0) -> None:
+    def __init__(
+        self,
+        store: ReconcileStore,
+        admitted: Callable[[], bool] = lambda: True,
+        *,
+        interval: float = 5.0,
+    ) -> None:
+        """``admitted``: whether the version record admits this replica (a refused one sweeps
+        nothing; ``StoreContext.admitted``)."""
         self._store = store
+        self._admitted = admitted
         self._interval = interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -302,7 +311,8 @@ class ReconcileSweeper:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                self._store.sweep()
+                if self._admitted():
+                    self._store.sweep()
             except Exception as exc:  # etcd outage: the next sweep tries again
                 log.warning("background work failed", loop=self.name, error=str(exc))
             self._stop.wait(self._interval)

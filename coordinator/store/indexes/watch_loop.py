@@ -4,7 +4,8 @@ that catches what a watch gap missed, both served by one thread.
 The watch callback only queues items (a slow CAS must not hold up the watch stream). When etcd
 compacts the history the watch needs, the watch ends; the loop then scans (whatever the watch
 missed is exactly what a scan finds) and follows again from now, retrying until etcd answers.
-Every unit of work is an idempotent CAS, so every replica can run the same loop at once.
+Every unit of work is an idempotent CAS, so every replica can run the same loop at once. A
+replica the version record refuses does none (``StoreContext.admitted``).
 """
 
 from __future__ import annotations
@@ -133,6 +134,14 @@ class WatchScanLoop:
             if self._stop.is_set():
                 return
             items, controls = self._drain(item)
+            if not self._ctx.admitted():
+                # Refused by the version record: nothing written from here, the watch kept (the
+                # first scan once admitted again finds what was skipped).
+                if _RESUME in controls:
+                    self._run(_RESUME, self._follow)
+                if _SCAN_NOW in controls:
+                    next_scan = time.monotonic() + self._scan_interval
+                continue
             if items:
                 self._run(f"{len(items)} items", functools.partial(self.handle_many, items))
             if _RESUME in controls:

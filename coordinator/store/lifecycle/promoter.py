@@ -81,6 +81,8 @@ class Promoter:
         # The same thread times out tasks past their deadline (store/lifecycle/deadlines.py): both
         # are "a range of an index sorted by time, up to now", read at the same cadence.
         while not self._stop.wait(self._interval):
+            if not self._ctx.admitted():  # refused by the version record: no writes from here
+                continue
             for work in (self._deadlines.time_out_due, self.promote_due):
                 try:
                     work()

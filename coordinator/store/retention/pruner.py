@@ -149,6 +149,9 @@ class Pruner:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            if not self._ctx.admitted():  # refused by the version record: no deletes from here
+                self._stop.wait(self._interval)
+                continue
             try:
                 report = self.run_pass()
                 if report.busy:
