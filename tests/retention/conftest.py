@@ -17,6 +17,7 @@ from coordinator.domain.retention import RetentionPolicy
 from coordinator.etcd_process import EtcdProcess
 from coordinator.metrics import Metrics
 from coordinator.store import EtcdKV, Store
+from coordinator.store.retention.pruner import DEFAULT_INTERVAL as DEFAULT_PRUNE_INTERVAL
 from tests.store.support import LIMITS, NO_SCAN
 
 RETENTION = 60.0
@@ -40,8 +41,9 @@ def sink(tmp_path: Path) -> LocalSink:
 def make_store(
     etcd: EtcdProcess, prefix: str, clock: ManualClock, sink: LocalSink, metrics: Metrics
 ) -> Iterator[Any]:
-    """``make_store(*, archive=sink, retention=POLICY, reclaim=False)``: a started store whose
-    pruner is not started (tests call ``run_pass``); several act as several replicas."""
+    """``make_store(*, archive=sink, retention=POLICY, reclaim=False, prune_interval=...)``: a
+    started store whose pruner is not started (tests call ``run_pass``) unless ``reclaim`` starts
+    the background loops; several act as several replicas."""
     opened: list[tuple[Store, EtcdKV]] = []
 
     def factory(
@@ -49,6 +51,7 @@ def make_store(
         archive: ArchiveSink | None = sink,
         retention: RetentionPolicy = POLICY,
         reclaim: bool = False,
+        prune_interval: float = DEFAULT_PRUNE_INTERVAL,
     ) -> Store:
         kv = EtcdKV.connect([etcd.endpoint])
         store = Store.open(
@@ -59,6 +62,7 @@ def make_store(
             scan_interval=NO_SCAN,
             retention=retention,
             archive=archive,
+            prune_interval=prune_interval,
             metrics=metrics,
         )
         opened.append((store, kv))

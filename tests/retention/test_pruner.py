@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,9 +22,18 @@ from coordinator.errors import AlreadyExists, FailedPrecondition, NotFound
 from coordinator.store import Store, TaskSpec
 from coordinator.store.effects.jobs import JobSpec
 from coordinator.store.retention.history import entry_value
+from tests.helpers import eventually
 from tests.retention.conftest import RETENTION, TOMBSTONE_RETENTION
 from tests.retention.sinks import WrappedSink
-from tests.store.support import claim, commit, create, snapshot
+from tests.store.support import (
+    REFUSED_FOR,
+    admit_by_version,
+    claim,
+    commit,
+    create,
+    refuse_by_version,
+    snapshot,
+)
 
 PAST = RETENTION + 1
 
@@ -453,3 +463,26 @@ def test_a_dead_letter_sent_back_to_the_queue_drops_its_prune_key_and_is_kept(
     commit(store, claim(store, "t1"))  # terminal again (DONE): a fresh key, pruned when due
     clock.advance(PAST)
     assert store.pruner.run_pass().pruned == 1
+
+
+def test_a_replica_the_version_record_refuses_prunes_nothing_until_admitted_again(
+    make_store: Any, clock: ManualClock, sink: LocalSink
+) -> None:
+    store = make_store(reclaim=True, prune_interval=0.25)  # the pruner runs every 0.25 s
+    finish(store, "t1")
+    refuse_by_version(store)
+    clock.advance(PAST)
+    time.sleep(REFUSED_FOR)
+    assert store.tasks.get("t1").state is TaskState.DONE  # neither archived nor deleted
+    assert [o["task_id"] for o in sink.read()] == []
+    admit_by_version(store)
+
+    def pruned() -> bool:
+        try:
+            store.tasks.get("t1")
+        except NotFound:
+            return True
+        return False
+
+    eventually(pruned, timeout=15, message="admitted again, the pruner did not prune")
+    assert "t1" in {o["task_id"] for o in sink.read()}  # archived first

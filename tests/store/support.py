@@ -20,6 +20,7 @@ from coordinator.domain.records import (
 from coordinator.domain.states import AttemptEnd, Outcome
 from coordinator.store import ClaimResult, CommitResult, Store, TaskSpec
 from coordinator.store.context import new_attempt_id
+from coordinator.store.control.versions import VersionStore
 from coordinator.store.etcd.group_commit import GroupCommit
 from coordinator.store.etcd.ops import put
 from tests.helpers import RETRY_AT_ONCE, eventually
@@ -208,3 +209,20 @@ def past_attempts(
     write_in_txns(store, [put(keys.attempt(r.task_id, r.attempt_id), encode(r)) for r in records])
     record = dataclasses.replace(task, attempt=count)
     store.ctx.kv.txn([], [put(keys.task(task.task_id), encode(record))])
+
+
+REFUSED_FOR = 2.0
+"""Seconds a test watches a refused replica do nothing: several passes of a loop that, admitted,
+acts within one."""
+
+
+def refuse_by_version(store: Store) -> None:
+    """Raise the minimum coordinator version past this one; return once ``store``'s loops see
+    the record refuse them (store/control/versions.py ``Standing``)."""
+    VersionStore(store.ctx).set_minimums(min_coordinator_version="99.0")
+    eventually(lambda: not store.ctx.admitted(), timeout=10, message="still admitted")
+
+
+def admit_by_version(store: Store) -> None:
+    """Lower the minimum coordinator version again (``allow_lower``)."""
+    VersionStore(store.ctx).set_minimums(min_coordinator_version="0", allow_lower=True)
