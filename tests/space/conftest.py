@@ -92,6 +92,15 @@ def fill(raw: Any) -> int:
     raise AssertionError("etcd never refused a put: is its quota set?")
 
 
+def refuses_every_txn_at_nospace(raw: Any) -> bool:
+    """Whether this etcd refuses every txn while NOSPACE, even one that only reads: 3.5.0 to
+    3.5.6 (etcd issue 13429; fixed in 3.5.7 by PR 14884, in 3.4.23 too). The coordinator answers
+    its write-free txns by Range reads there (store/etcd/nospace_reads.py); deletes stay
+    refused."""
+    major, minor, patch = (int(part) for part in raw.status().version.split(".")[:3])
+    return (major, minor) == (3, 5) and patch < 7
+
+
 BUDGETS = {
     Role.WORKER: BudgetPolicy(rate=1.0, window=100_000.0),
     Role.PM: BudgetPolicy(rate=1.0, window=100_000.0),

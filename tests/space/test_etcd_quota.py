@@ -2,7 +2,10 @@
 
 etcd prices a txn by its top-level puts only (``costTxnReq``), so with the NOSPACE alarm raised
 a plain put is refused and the same put nested in a txn's ``RequestTxn`` is applied: group
-commit nests every txn it batches, so without the guard a full etcd keeps growing."""
+commit nests every txn it batches, so without the guard a full etcd keeps growing. etcd 3.5.0
+to 3.5.6 refuse every txn at NOSPACE instead, reads and deletes too
+(``refuses_every_txn_at_nospace``): there the coordinator still reads, by Range reads, and its
+deletes are refused."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from coordinator.store import EtcdKV
 from coordinator.store.etcd.db_size import DbSizeWatch
 from coordinator.store.etcd.ops import delete, get, nested_txn, put
 from coordinator.store.etcd.space_guard import SpaceGuard
-from tests.space.conftest import QUOTA, fill
+from tests.space.conftest import QUOTA, fill, refuses_every_txn_at_nospace
 
 
 def _put_op(key: bytes) -> Any:
@@ -51,8 +54,19 @@ def test_etcd_quota_refuses_a_plain_put_and_applies_a_nested_one(raw: Any) -> No
     nested = etcdrpc.TxnRequest(
         success=[etcdrpc.RequestOp(request_txn=etcdrpc.TxnRequest(success=[_put_op(b"/nested")]))]
     )
-    assert raw.kvstub.Txn(nested, 10).succeeded
-    assert raw.get("/nested")[0] == b"v" * 1024  # applied, alarm or not
+    read = etcdrpc.TxnRequest(
+        success=[etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=b"/filler/0"))]
+    )
+    if refuses_every_txn_at_nospace(raw):  # the nested put is refused like a read
+        for request in (nested, read):
+            with pytest.raises(grpc.RpcError) as refused:
+                raw.kvstub.Txn(request, 10)
+            assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert raw.get("/nested")[0] is None
+    else:
+        assert raw.kvstub.Txn(read, 10).responses[0].response_range.count == 1
+        assert raw.kvstub.Txn(nested, 10).succeeded
+        assert raw.get("/nested")[0] == b"v" * 1024  # applied, alarm or not
     assert raw.get("/plain")[0] is None
 
 
@@ -81,14 +95,22 @@ def test_at_nospace_the_guard_sends_no_put_nested_or_not(
         thread.join()
     assert len(errors) == len(keys)
     assert all(raw.get(key)[0] is None for key in keys)
-    # What puts nothing still goes: reads, and deletes (what frees space after a compaction).
+    # What puts nothing still goes: reads (by Range reads where etcd refuses the txn), and
+    # deletes (what frees space after a compaction) where etcd takes them.
     assert kv.read(get("/filler/0")).range_one(0) is not None
-    assert kv.txn([], [delete("/filler/0")]).succeeded
-    assert raw.get("/filler/0")[0] is None
+    refused_deletes = 0
+    if refuses_every_txn_at_nospace(raw):
+        with pytest.raises(SpaceRefused, match="NOSPACE"):
+            kv.txn([], [delete("/filler/0")])
+        assert raw.get("/filler/0")[0] is not None
+        refused_deletes = 1
+    else:
+        assert kv.txn([], [delete("/filler/0")]).succeeded
+        assert raw.get("/filler/0")[0] is None
     refusals = metrics.registry.get_sample_value(
         "coordinator_space_refusals_total", {"state": "nospace"}
     )
-    assert refusals == 1 + len(keys)
+    assert refusals == 1 + len(keys) + refused_deletes
     assert metrics.registry.get_sample_value("coordinator_space_guard_state") == 2
 
 

@@ -20,7 +20,7 @@ import grpc
 from etcd3 import etcdrpc, utils
 
 from coordinator.domain.live_claims import LeaseReading
-from coordinator.domain.space import WriteKind
+from coordinator.domain.space import SpaceState, WriteKind
 from coordinator.errors import LeaseGone, StoreRefused, StoreUnavailable
 from coordinator.store.etcd.group_commit import (
     MAX_BATCH_BYTES,
@@ -29,6 +29,7 @@ from coordinator.store.etcd.group_commit import (
     in_order_runs,
 )
 from coordinator.store.etcd.keepalive import LeaseKeepalives
+from coordinator.store.etcd.nospace_reads import answer_by_ranges
 from coordinator.store.etcd.ops import KV, Compare, NestedTxn, RequestOp, TxnResult, get, kv_of
 from coordinator.store.etcd.space_guard import SpaceGuard
 from coordinator.store.etcd.watch import PrefixWatch, WatchEvent
@@ -176,10 +177,19 @@ class EtcdKV:
 
     def _send_txn(self, request: Any) -> Any:
         # The one door to etcd's Txn: at NOSPACE nothing that puts goes through, however deeply
-        # nested (etcd's own quota check prices top-level puts only).
+        # nested (etcd's own quota check prices top-level puts only); what only compares and
+        # reads is answered by Range reads if etcd refuses it (etcd 3.5.0-3.5.6 refuse every
+        # txn at NOSPACE: store/etcd/nospace_reads.py).
         self.space.admit_txn(request)
         return self._call(
-            "txn", lambda: self._client.kvstub.Txn(request, self._timeout, **self._auth())
+            "txn",
+            lambda: self._client.kvstub.Txn(request, self._timeout, **self._auth()),
+            nospace=lambda: answer_by_ranges(request, self._send_range),
+        )
+
+    def _send_range(self, request: Any) -> Any:
+        return self._call(
+            "range", lambda: self._client.kvstub.Range(request, self._timeout, **self._auth())
         )
 
     def read(self, *ops: RequestOp) -> TxnResult:
@@ -339,10 +349,19 @@ class EtcdKV:
     def _auth(self) -> dict[str, Any]:
         return {"credentials": self._client.call_credentials, "metadata": self._client.metadata}
 
-    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+    def _call(
+        self, what: str, fn: Callable[[], Any], *, nospace: Callable[[], Any] | None = None
+    ) -> Any:
+        """``fn()``, etcd's errors as ours; on etcd's NOSPACE refusal, ``nospace()``'s answer
+        instead if it has one (not None)."""
         try:
             return fn()
         except grpc.RpcError as exc:
+            if nospace is not None and _is_nospace(exc):
+                answer = nospace()
+                if answer is not None:
+                    self.space.observe(SpaceState.NOSPACE)
+                    return answer
             self._translate(what, exc)
         except etcd3.exceptions.Etcd3Exception as exc:
             raise StoreUnavailable(f"etcd {what} failed: {type(exc).__name__}: {exc}") from exc
@@ -351,7 +370,7 @@ class EtcdKV:
         code = exc.code()
         if code is grpc.StatusCode.NOT_FOUND and "lease not found" in (exc.details() or ""):
             raise LeaseGone(f"etcd refused {what}: {exc.details()}") from exc
-        if code is grpc.StatusCode.RESOURCE_EXHAUSTED and _NOSPACE in (exc.details() or ""):
+        if _is_nospace(exc):
             # The alarm went up between two readings: trip the guard now, answer typed.
             raise self.space.tripped() from exc
         if code not in _TRANSIENT:
@@ -366,6 +385,12 @@ class EtcdKV:
 
 
 _NOSPACE = "database space exceeded"  # etcd's ErrNoSpace ("etcdserver: mvcc: ...")
+
+
+def _is_nospace(exc: grpc.RpcError) -> bool:
+    return exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED and _NOSPACE in (exc.details() or "")
+
+
 _TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 
