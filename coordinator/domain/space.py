@@ -18,13 +18,17 @@ sent:
   included: the room left is for the pool to drain;
 * at an active NOSPACE alarm no txn that puts a key goes to etcd, nested or not; txns that only
   read, compare or delete still do (etcd itself lets those through, and they are what frees
-  space once etcd is compacted).
+  space once etcd is compacted), except on the etcd versions that refuse every txn at NOSPACE
+  (``refuses_every_txn_at_nospace``), where what only reads and compares is read by Ranges
+  (store/etcd/nospace_reads.py) and deletes wait for the alarm's end.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+
+from packaging.version import InvalidVersion, Version
 
 
 class SpaceState(enum.Enum):
@@ -120,3 +124,14 @@ def compaction_target(
     if not old or old[-1] <= compacted:
         return None
     return old[-1]
+
+
+def refuses_every_txn_at_nospace(etcd_version: str) -> bool:
+    """Whether an etcd of this version refuses every txn while its NOSPACE alarm is up, even one
+    that only reads, compares or deletes: 3.5.0 to 3.5.6 (etcd issue 13429, fixed in 3.5.7).
+    False for a version that cannot be parsed."""
+    try:
+        version = Version(etcd_version)
+    except InvalidVersion:
+        return False
+    return Version("3.5.0") <= version < Version("3.5.7")

@@ -13,6 +13,7 @@ from coordinator.domain.space import (
     compaction_target,
     decide_write,
     refusal_message,
+    refuses_every_txn_at_nospace,
     space_state,
 )
 
@@ -124,3 +125,20 @@ def test_refusals_name_the_guard_the_cause_and_when_to_retry() -> None:
 def test_compaction_target(now: float, compacted: int, target: int | None) -> None:
     samples = [(0.0, 100), (5.0, 200), (15.0, 300), (20.0, 400)]
     assert compaction_target(samples, now=now, keep=10.0, compacted=compacted) == target
+
+
+@pytest.mark.parametrize(
+    ("version", "refuses"),
+    [
+        ("3.4.23", False),
+        ("3.5.0", True),
+        ("3.5.1", True),
+        ("3.5.6", True),
+        ("3.5.7", False),
+        ("3.5.21", False),
+        ("3.6.0", False),
+        ("not a version", False),
+    ],
+)
+def test_the_etcd_versions_that_refuse_every_txn_at_nospace(version: str, refuses: bool) -> None:
+    assert refuses_every_txn_at_nospace(version) is refuses

@@ -14,6 +14,7 @@ import pytest
 
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.roles import Role
+from coordinator.domain.space import refuses_every_txn_at_nospace
 from coordinator.domain.write_budget import BudgetPolicy
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 from coordinator.metrics import Metrics
@@ -92,13 +93,11 @@ def fill(raw: Any) -> int:
     raise AssertionError("etcd never refused a put: is its quota set?")
 
 
-def refuses_every_txn_at_nospace(raw: Any) -> bool:
-    """Whether this etcd refuses every txn while NOSPACE, even one that only reads: 3.5.0 to
-    3.5.6 (etcd issue 13429; fixed in 3.5.7 by PR 14884, in 3.4.23 too). The coordinator answers
-    its write-free txns by Range reads there (store/etcd/nospace_reads.py); deletes stay
-    refused."""
-    major, minor, patch = (int(part) for part in raw.status().version.split(".")[:3])
-    return (major, minor) == (3, 5) and patch < 7
+def refuses_every_txn(raw: Any) -> bool:
+    """Whether this etcd refuses every txn while NOSPACE, even one that only reads
+    (domain/space.py ``refuses_every_txn_at_nospace``): the coordinator answers its write-free
+    txns by Range reads there (store/etcd/nospace_reads.py); deletes stay refused."""
+    return refuses_every_txn_at_nospace(str(raw.status().version))
 
 
 BUDGETS = {

@@ -3,9 +3,8 @@
 etcd prices a txn by its top-level puts only (``costTxnReq``), so with the NOSPACE alarm raised
 a plain put is refused and the same put nested in a txn's ``RequestTxn`` is applied: group
 commit nests every txn it batches, so without the guard a full etcd keeps growing. etcd 3.5.0
-to 3.5.6 refuse every txn at NOSPACE instead, reads and deletes too
-(``refuses_every_txn_at_nospace``): there the coordinator still reads, by Range reads, and its
-deletes are refused."""
+to 3.5.6 refuse every txn at NOSPACE instead, reads and deletes too (``refuses_every_txn``):
+there the coordinator still reads, by Range reads, and its deletes are refused."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from typing import Any
 import grpc
 import pytest
 from etcd3 import etcdrpc
+from structlog.testing import capture_logs
 
 from coordinator.domain.space import SpaceState
 from coordinator.errors import SpaceRefused, StoreRefused
@@ -24,7 +24,7 @@ from coordinator.store import EtcdKV
 from coordinator.store.etcd.db_size import DbSizeWatch
 from coordinator.store.etcd.ops import delete, get, nested_txn, put
 from coordinator.store.etcd.space_guard import SpaceGuard
-from tests.space.conftest import QUOTA, fill, refuses_every_txn_at_nospace
+from tests.space.conftest import QUOTA, fill, refuses_every_txn
 
 
 def _put_op(key: bytes) -> Any:
@@ -57,7 +57,7 @@ def test_etcd_quota_refuses_a_plain_put_and_applies_a_nested_one(raw: Any) -> No
     read = etcdrpc.TxnRequest(
         success=[etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=b"/filler/0"))]
     )
-    if refuses_every_txn_at_nospace(raw):  # the nested put is refused like a read
+    if refuses_every_txn(raw):  # the nested put is refused like a read
         for request in (nested, read):
             with pytest.raises(grpc.RpcError) as refused:
                 raw.kvstub.Txn(request, 10)
@@ -99,7 +99,7 @@ def test_at_nospace_the_guard_sends_no_put_nested_or_not(
     # deletes (what frees space after a compaction) where etcd takes them.
     assert kv.read(get("/filler/0")).range_one(0) is not None
     refused_deletes = 0
-    if refuses_every_txn_at_nospace(raw):
+    if refuses_every_txn(raw):
         with pytest.raises(SpaceRefused, match="NOSPACE"):
             kv.txn([], [delete("/filler/0")])
         assert raw.get("/filler/0")[0] is not None
@@ -176,3 +176,15 @@ def test_without_the_alarm_list_a_tripped_guard_holds_until_the_db_shrinks(
         assert kv.txn([], [put("/after", b"v")]).succeeded
     finally:
         kv.close()
+
+
+def test_the_first_reading_warns_once_of_an_etcd_that_refuses_every_txn_at_nospace(
+    raw: Any, kv: EtcdKV, metrics: Metrics
+) -> None:
+    watch = _watch(kv, metrics)
+    with capture_logs() as logs:
+        watch.check()
+        watch.check()
+    warned = [e for e in logs if e.get("hint") == "run etcd 3.5.7 or later (docs/retention.md)"]
+    version = str(raw.status().version)
+    assert [e["etcd_version"] for e in warned] == ([version] if refuses_every_txn(raw) else [])

@@ -12,7 +12,8 @@ Each reading (with etcd's alarm list) also sets the state of the connection's sp
 (store/etcd/space_guard.py): above ``high_water`` of the quota writes that only add data are
 refused beyond each caller's high-water share, above ``full`` all of them, at an active NOSPACE
 alarm every put is; and, above the mark, ``trim`` (store/etcd/history_trim.py) compacts etcd's
-history so the db stops growing.
+history so the db stops growing. The first reading (and one after etcd's version changed) warns
+if etcd is a version that refuses every txn at NOSPACE, deletes included (3.5.0 to 3.5.6).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 
 import structlog
 
-from coordinator.domain.space import SpaceState, space_state
+from coordinator.domain.space import SpaceState, refuses_every_txn_at_nospace, space_state
 from coordinator.errors import StoreRefused
 from coordinator.metrics import METRICS, Metrics
 from coordinator.store.etcd.history_trim import HistoryTrim
@@ -65,6 +66,7 @@ class DbSizeWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned_at: float | None = None
+        self._version = ""  # etcd's, as last read: a change (a rolling upgrade) is checked
 
     def start(self) -> None:
         """Check now, then every interval."""
@@ -80,7 +82,17 @@ class DbSizeWatch:
     def check(self) -> float:
         """Read the size and alarms once, publish them, warn if needed; returns the quota
         ratio."""
-        size, revision = self._kv.db_status()
+        size, revision, version = self._kv.db_status()
+        if version != self._version:
+            self._version = version
+            if refuses_every_txn_at_nospace(version):
+                log.warning(
+                    "this etcd refuses every txn while its NOSPACE alarm is up, deletes "
+                    "included: at the quota the pool keeps reading and renewing, but nothing "
+                    "it deletes frees space until the alarm is disarmed",
+                    etcd_version=version,
+                    hint="run etcd 3.5.7 or later (docs/retention.md)",
+                )
         alarm = self._nospace_alarm(size)
         state = space_state(
             db_size=size,

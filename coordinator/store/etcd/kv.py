@@ -289,14 +289,15 @@ class EtcdKV:
         ``dbSize``, what ``--quota-backend-bytes`` is compared with)."""
         return self.db_status()[0]
 
-    def db_status(self) -> tuple[int, int]:
-        """The member's database size (bytes) and the cluster's current revision (Status)."""
+    def db_status(self) -> tuple[int, int, str]:
+        """The member's database size (bytes), the cluster's current revision and the member's
+        etcd version (Status)."""
         request = etcdrpc.StatusRequest()
         response = self._call(
             "status",
             lambda: self._client.maintenancestub.Status(request, self._timeout, **self._auth()),
         )
-        return int(response.dbSize), int(response.header.revision)
+        return int(response.dbSize), int(response.header.revision), str(response.version)
 
     def compact(self, revision: int) -> bool:
         """Compact etcd's history up to ``revision`` (old values of keys become free pages that
