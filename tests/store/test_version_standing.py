@@ -13,6 +13,7 @@ from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import TaskState
 from coordinator.domain.versions import VersionRecord
 from coordinator.store.control.versions import Standing
+from coordinator.store.indexes.watch_loop import _RESUME
 from tests.helpers import eventually
 from tests.store.support import (
     REFUSED_FOR,
@@ -41,6 +42,26 @@ def test_a_refused_replica_reclaims_nothing_until_admitted_again(
         lambda: store.tasks.get("t1").state is TaskState.READY,
         timeout=15,
         message="admitted again, the reclaimer's scan did not reclaim the task",
+    )
+
+
+def test_a_refused_replica_follows_again_after_its_watch_ended_and_reclaims_by_it_once_admitted(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store()  # no periodic scan: only the reclaimer's watch can reclaim here
+    refuse_by_version(store)
+    ended = store.reclaimer._watch
+    assert ended is not None
+    ended.close()  # as when etcd compacted the history the watch needed ...
+    store.reclaimer._items.put(_RESUME)  # ... and told the loop so
+    eventually(lambda: store.reclaimer._watch is not ended, message="not following again")
+    admit_by_version(store)
+    create(store, "t1")
+    claim(store, "t1", ttl=1, epoch=store.admin.epoch())  # each minimum set bumped the epoch
+    eventually(
+        lambda: store.tasks.get("t1").state is TaskState.READY,
+        timeout=15,
+        message="the watch followed while refused did not reclaim once admitted",
     )
 
 

@@ -110,15 +110,17 @@ class WatchScanLoop:
             range_end=self._range_end,
         )
 
-    def _resume(self) -> None:
-        """Follow again from now, then scan; retried (after a pause) until etcd answers."""
+    def _resume(self, *, scan: bool = True) -> None:
+        """Follow again from now, then scan (unless ``scan`` is False); retried (after a pause)
+        until etcd answers."""
         try:
             self._follow()
         except Exception:
             if not self._stop.wait(1.0):
                 self._items.put(_RESUME)
             raise
-        self.scan()
+        if scan:
+            self.scan()
 
     def _on_events(self, events: list[WatchEvent]) -> None:
         for item in self.items_from(events):
@@ -138,7 +140,7 @@ class WatchScanLoop:
                 # Refused by the version record: nothing written from here, the watch kept (the
                 # first scan once admitted again finds what was skipped).
                 if _RESUME in controls:
-                    self._run(_RESUME, self._follow)
+                    self._run(_RESUME, functools.partial(self._resume, scan=False))
                 if _SCAN_NOW in controls:
                     next_scan = time.monotonic() + self._scan_interval
                 continue
