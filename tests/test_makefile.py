@@ -60,6 +60,7 @@ def test_make_test_announces_each_phase_in_order() -> None:
         "contract",
         "unit",
         "integration",
+        "etcd",
         "conformance",
         "chaos",
         "typescript",
@@ -94,6 +95,7 @@ def test_make_test_runs_the_chaos_phase_after_a_failed_one_and_then_fails(tmp_pa
         for target in (
             "venv",
             "etcd",
+            "etcd-wheel",
             "chaos-tools",
             "browser",
             "lint",
@@ -115,6 +117,7 @@ def test_make_test_runs_the_chaos_phase_after_a_failed_one_and_then_fails(tmp_pa
     assert [line.split(" ")[1] for line in lines if line.startswith("== ")] == [
         "unit",
         "integration",
+        "etcd",
         "conformance",
         "chaos",
         "typescript",

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from etcd3 import etcdrpc
 
+from coordinator.store.etcd import nospace_reads
 from coordinator.store.etcd.nospace_reads import answer_by_ranges
 
 C = etcdrpc.Compare
@@ -23,6 +24,7 @@ def keys(etcd_client: Any, prefix: str) -> dict[str, bytes]:
     etcd_client.put(f"{prefix}/b", b"2")
     etcd_client.put(f"{prefix}/b", b"3")
     etcd_client.put(f"{prefix}/c", b"4", lease=lease)
+    etcd_client.put(b"\xfe" + prefix.encode(), b"5")
     got = {k: etcd_client.get(f"{prefix}/{k}")[1] for k in "abc"}
     return {
         "a": f"{prefix}/a".encode(),
@@ -30,6 +32,7 @@ def keys(etcd_client: Any, prefix: str) -> dict[str, bytes]:
         "c": f"{prefix}/c".encode(),
         "none": f"{prefix}/none".encode(),
         "end": f"{prefix}0".encode(),  # just past "{prefix}/"
+        "past": b"\xfe" + prefix.encode(),  # after it only other tests' keys of this kind
         "a_mod": str(got["a"].mod_revision).encode(),
         "c_lease": str(got["c"].lease_id).encode(),
     }
@@ -70,7 +73,7 @@ def _requests(k: dict[str, bytes]) -> list[Any]:
         _compare(k["a"], C.VERSION, C.GREATER, 0, k["end"]),  # every key of the range
         _compare(k["a"], C.VALUE, C.LESS, b"4", k["end"]),  # c's "4" is not
         _compare(k["none"], C.VERSION, C.EQUAL, 0, k["none"] + b"\xff"),  # an empty range
-        _compare(k["a"], C.MOD, C.GREATER, 0, b"\0"),  # range_end "\0": every key from a on
+        _compare(k["past"], C.MOD, C.GREATER, 0, b"\0"),  # range_end "\0": every key from it on
     ]
     reads = [
         _get(k["a"]),
@@ -103,9 +106,11 @@ def _same(mine: Any, theirs: Any) -> None:
         assert list(got_range.kvs) == list(want_range.kvs)
 
 
+@pytest.mark.parametrize("page", [1000, 2])  # 2: every range compare read in pages
 def test_each_write_free_txn_is_answered_as_etcd_answers_it(
-    etcd_client: Any, keys: dict[str, bytes]
+    etcd_client: Any, keys: dict[str, bytes], page: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(nospace_reads, "_PAGE", page)
     requests = _requests(keys)
     assert len(requests) == 23
     outcomes = []

@@ -20,6 +20,9 @@ from etcd3 import etcdrpc
 Range = Callable[[Any], Any]
 """Send one RangeRequest, return etcd's RangeResponse."""
 
+_PAGE = 1000
+"""Keys a compare's range is read in at once."""
+
 
 def answer_by_ranges(request: Any, send_range: Range) -> Any | None:
     """etcd's TxnResponse to ``request`` (a TxnRequest) built from Range reads at one revision,
@@ -58,13 +61,27 @@ def _evaluate(request: Any, revision: int, send_range: Range, header: Any) -> An
 
 def _holds(compare: Any, revision: int, send_range: Range) -> bool:
     """etcd's ``applyCompare``: every key of the compare's range satisfies it; a missing key
-    compares as zeros, except that a value compare on a missing key fails."""
-    found = send_range(
-        etcdrpc.RangeRequest(key=compare.key, range_end=compare.range_end, revision=revision)
-    ).kvs
-    if not found:
-        return compare.target != etcdrpc.Compare.VALUE and _compares(compare, None)
-    return all(_compares(compare, kv) for kv in found)
+    compares as zeros, except that a value compare on a missing key fails. A range is read in
+    pages of ``_PAGE`` keys (values only for a value compare), so no answer outgrows a message."""
+    keys_only = compare.target != etcdrpc.Compare.VALUE
+    start, seen = compare.key, False
+    while True:
+        page = send_range(
+            etcdrpc.RangeRequest(
+                key=start,
+                range_end=compare.range_end,
+                revision=revision,
+                limit=_PAGE,
+                keys_only=keys_only,
+            )
+        )
+        if not all(_compares(compare, kv) for kv in page.kvs):
+            return False
+        seen = seen or bool(page.kvs)
+        if not page.more:
+            break
+        start = page.kvs[-1].key + b"\0"
+    return seen or (keys_only and _compares(compare, None))
 
 
 def _compares(compare: Any, kv: Any | None) -> bool:
