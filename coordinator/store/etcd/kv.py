@@ -214,9 +214,7 @@ class EtcdKV:
         )
         if self._before is not None:
             self._before()
-        response = self._call(
-            "range", lambda: self._client.kvstub.Range(request, self._timeout, **self._auth())
-        )
+        response = self._send_range(request)
         read_at = revision or int(response.header.revision)
         return [kv_of(kv) for kv in response.kvs], read_at
 

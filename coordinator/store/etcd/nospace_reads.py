@@ -17,6 +17,8 @@ from typing import Any
 
 from etcd3 import etcdrpc
 
+from coordinator.store.etcd.ops import op_kinds
+
 Range = Callable[[Any], Any]
 """Send one RangeRequest, return etcd's RangeResponse."""
 
@@ -27,21 +29,10 @@ _PAGE = 1000
 def answer_by_ranges(request: Any, send_range: Range) -> Any | None:
     """etcd's TxnResponse to ``request`` (a TxnRequest) built from Range reads at one revision,
     or None if the request writes."""
-    if not _writes_nothing(request):
-        return None
+    if any(kind != "request_range" for kind in op_kinds(request)):
+        return None  # it puts or deletes somewhere
     header = send_range(etcdrpc.RangeRequest(key=b"\0", count_only=True)).header
     return _evaluate(request, int(header.revision), send_range, header)
-
-
-def _writes_nothing(request: Any) -> bool:
-    for op in (*request.success, *request.failure):
-        kind = op.WhichOneof("request")
-        if kind == "request_txn":
-            if not _writes_nothing(op.request_txn):
-                return False
-        elif kind != "request_range":
-            return False
-    return True
 
 
 def _evaluate(request: Any, revision: int, send_range: Range, header: Any) -> Any:

@@ -4,7 +4,7 @@ the records a read returns (``KV``, ``TxnResult``). ``kv.py``'s ``EtcdKV`` sends
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,3 +203,15 @@ def range_unchanged_since(prefix: str, revision: int) -> Compare:
         target=etcdrpc.Compare.MOD,
         mod_revision=revision + 1,
     )
+
+
+def op_kinds(request: Any) -> Iterator[str]:
+    """The kind of every operation of a TxnRequest's two branches ("request_put",
+    "request_delete_range", "request_range"), a nested txn's own operations in its place, at any
+    depth."""
+    for op in (*request.success, *request.failure):
+        kind = op.WhichOneof("request")
+        if kind == "request_txn":
+            yield from op_kinds(op.request_txn)
+        else:
+            yield kind

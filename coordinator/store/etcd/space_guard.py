@@ -30,6 +30,7 @@ from coordinator.domain.space import (
 )
 from coordinator.errors import SpaceRefused
 from coordinator.metrics import METRICS, Metrics
+from coordinator.store.etcd.ops import op_kinds
 
 log = structlog.get_logger(__name__)
 
@@ -120,10 +121,4 @@ class SpaceGuard:
 def puts_anywhere(request: Any) -> bool:
     """Whether a TxnRequest puts a key in either branch, at any depth of nesting (what etcd's
     quota check, ``costTxnReq``, does not look at)."""
-    for op in (*request.success, *request.failure):
-        kind = op.WhichOneof("request")
-        if kind == "request_put":
-            return True
-        if kind == "request_txn" and puts_anywhere(op.request_txn):
-            return True
-    return False
+    return "request_put" in op_kinds(request)
