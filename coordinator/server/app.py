@@ -231,7 +231,7 @@ def _interceptors(
         CallLogInterceptor(SERVICE_NAMES, refusals=chain.refusals),
         StreamLimitInterceptor(open_streams, auth.check, refresh=auth.refresh),
         CallShareInterceptor(CallShares(chain.calls_per_principal, metrics)),
-        VersionGateInterceptor(VersionStore(store.ctx).read),  # minimum SDK, cached read
+        VersionGateInterceptor(store.standing),  # minimum SDK; the replica's cached reading
         # Before idempotency: a keyed create within its caller's share stores its key too.
         HighWaterShareInterceptor(
             store.ctx.kv.space, WriteBudgets(chain.high_water_shares, metrics=metrics)

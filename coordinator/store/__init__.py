@@ -108,6 +108,8 @@ class Store:
     sweeper: ReconcileSweeper
     jobs: JobStore
     live_claims: LiveClaims
+    # Whether the version record admits this replica: its loops and its version gate ask it.
+    standing: Standing
     pruner: Pruner | None = None
 
     @classmethod
@@ -134,7 +136,7 @@ class Store:
         here (terminal tasks are still indexed for whichever replica prunes). ``metrics``
         (default: the process-wide ones) count what the store and a server over it do.
         ``max_replays`` (``_per_principal``) bound the event log replays running at once."""
-        ctx = _context(kv, keys, limits, clock, retention, metrics)
+        ctx, standing = _context(kv, keys, limits, clock, retention, metrics)
         parts, claimed = _Parts.wire(ctx, max_claim_waiters), ClaimedIndex(ctx)
         ready, acceptance, reconcile = parts.ready, parts.acceptance, parts.reconcile
         return cls(
@@ -168,6 +170,7 @@ class Store:
             sweeper=ReconcileSweeper(reconcile, ctx.admitted, interval=scan_interval),
             jobs=JobStore(ctx, acceptance),
             live_claims=LiveClaims(ctx),
+            standing=standing,
             pruner=_pruner(ctx, archive, prune_interval, prune_rate),
         )
 
@@ -243,9 +246,9 @@ def _context(
     clock: Clock | None,
     retention: RetentionPolicy | None,
     metrics: Metrics | None,
-) -> StoreContext:
-    """The context every part shares, with Store.open's defaults for what is not given; its
-    background loops work only while the version record admits this replica."""
+) -> tuple[StoreContext, Standing]:
+    """The context every part shares, with Store.open's defaults for what is not given, and
+    the replica's standing: its background loops work only while the version record admits it."""
     ctx = StoreContext(
         kv,
         keys or Keyspace(),
@@ -255,7 +258,8 @@ def _context(
         retention or RetentionPolicy(),
         metrics or METRICS,
     )
-    return replace(ctx, admitted=Standing(VersionStore(ctx).read).admitted)
+    standing = Standing(VersionStore(ctx).read)
+    return replace(ctx, admitted=standing.admitted), standing
 
 
 @dataclass(frozen=True)

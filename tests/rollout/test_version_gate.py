@@ -23,7 +23,7 @@ from coordinator.server.interceptors.version_gate import (
     VersionGateInterceptor,
 )
 from coordinator.store import Keyspace
-from coordinator.store.control.versions import VersionStore
+from coordinator.store.control.versions import Standing, VersionStore
 from coordinator.v1 import admin_pb2, admin_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
@@ -99,10 +99,20 @@ def test_the_store_writes_the_record_once(coord: Served, etcd_client: Any, prefi
     assert VersionStore(coord.store.ctx).read().min_sdk_version == "2.0"
 
 
+def _set_and_seen(coord: Served, **minimums: Any) -> None:
+    """Set the minimums and wait until the replica's cached reading (its 2 s TTL) has them."""
+    record = VersionStore(coord.store.ctx).set_minimums(**minimums).record
+    eventually(
+        lambda: coord.store.standing.record() == record,
+        timeout=10.0,
+        message="the replica's reading never had the new record",
+    )
+
+
 def test_an_old_sdk_is_refused_naming_the_minimum(
     coord: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    VersionStore(coord.store.ctx).set_minimums(min_sdk_version="9.0.0")
+    _set_and_seen(coord, min_sdk_version="9.0.0")
     with pytest.raises(grpc.RpcError) as raised:
         _list(coord.target, (SDK_VERSION_METADATA_KEY, "8.9.9"))
     assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -122,7 +132,7 @@ def test_an_old_sdk_is_refused_naming_the_minimum(
 
 
 def test_require_sdk_version_refuses_raw_clients(coord: Served) -> None:
-    VersionStore(coord.store.ctx).set_minimums(require_sdk_version=True)
+    _set_and_seen(coord, require_sdk_version=True)
     with pytest.raises(grpc.RpcError) as raised:
         _list(coord.target)
     assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -157,14 +167,15 @@ def test_a_running_replica_below_a_raised_minimum_refuses_calls(coord: Served) -
     assert f"coordinator version {OWN} is below" in details
 
 
-def test_the_gate_reads_the_record_through_a_cache() -> None:
+def test_the_gate_and_the_loops_read_the_record_through_one_cache() -> None:
     reads: list[int] = []
 
     def read() -> VersionRecord:
         reads.append(1)
         return VersionRecord()
 
-    gate = VersionGateInterceptor(read, cache_ttl=60.0)
+    standing = Standing(read, ttl=60.0)
+    gate = VersionGateInterceptor(standing)
     handler = grpc.unary_unary_rpc_method_handler(lambda request, context: request)
     gated = gate.build("/coordinator.v1.TaskService/ListTasks", handler).unary_unary
     assert gated is not None
@@ -175,6 +186,7 @@ def test_the_gate_reads_the_record_through_a_cache() -> None:
 
     for n in range(50):
         assert gated(n, Context()) == n  # type: ignore[arg-type]
+        assert standing.admitted() is True  # what a background loop asks between calls
     assert len(reads) == 1
 
 

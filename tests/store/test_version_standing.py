@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from structlog.testing import capture_logs
+
 from coordinator.clock import ManualClock
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import TaskState
@@ -100,3 +102,29 @@ def test_the_standing_reads_through_a_cache_and_an_unreadable_record_admits() ->
         lambda: VersionRecord(schema_version=record.schema_version + 1), own_version="2.0"
     )
     assert newer_schema.admitted() is False
+
+
+def test_the_standing_says_each_change_of_answer_once() -> None:
+    answers: list[VersionRecord | None] = [None] * 3
+    answers += [VersionRecord(min_coordinator_version="3.0")] * 3
+    answers += [VersionRecord(min_coordinator_version="1.0")] * 3
+
+    def read() -> VersionRecord:
+        answer = answers.pop(0)
+        if answer is None:
+            raise OSError("etcd away")
+        return answer
+
+    standing = Standing(read, own_version="2.0", ttl=0.0)
+    with capture_logs() as logs:
+        seen = [standing.current() for _ in range(9)]
+    assert [refusal for _, refusal in seen] == [None] * 3 + [
+        "coordinator version 2.0 is below the keyspace's minimum coordinator version 3.0; "
+        "upgrade the coordinator"
+    ] * 3 + [None] * 3
+    assert [record is None for record, _ in seen] == [True] * 3 + [False] * 6
+    assert [(entry["log_level"], entry["event"]) for entry in logs] == [
+        ("warning", "cannot read the version record: admitted until it can be"),
+        ("warning", "refused by the version record: calls refused, background work paused"),
+        ("info", "admitted by the version record: calls and background work go on"),
+    ]

@@ -8,31 +8,23 @@
   FAILED_PRECONDITION naming the minimum. A call without the header (a raw gRPC client) is
   admitted unless the record sets ``require_sdk_version``. AdminService is exempt from the SDK
   check, so an operator can always read and correct the record. A running replica that an
-  admin raised the minimum past refuses every call but health. The record is read through a
-  short cache, not per call.
+  admin raised the minimum past refuses every call but health. The record is read through the
+  replica's ``Standing`` (store/control/versions.py), the cache its background loops ask too,
+  so calls and loops are refused from the same reading on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import grpc
-import structlog
 
 import coordinator
-from coordinator.domain.versions import (
-    SCHEMA_VERSION,
-    VersionRecord,
-    coordinator_refusal,
-    sdk_refusal,
-)
+from coordinator.domain.versions import SCHEMA_VERSION, coordinator_refusal, sdk_refusal
 from coordinator.errors import ConfigError
 from coordinator.server.interceptors.auth import OPEN_SERVICES
 from coordinator.server.interceptors.handlers import Behavior, Handler, metadata_value, rebuilt
-from coordinator.store.control.versions import CachedVersions, VersionStore
-
-log = structlog.get_logger(__name__)
+from coordinator.store.control.versions import Standing, VersionStore
 
 SDK_VERSION_METADATA_KEY = "x-coordinator-sdk-version"
 """The gRPC metadata key in which the SDK names its version."""
@@ -58,17 +50,8 @@ def refuse_old_coordinator(
 class VersionGateInterceptor:
     """Refuses calls from SDKs below the minimum, and all calls if this replica is outdated."""
 
-    def __init__(
-        self,
-        read: Callable[[], VersionRecord],
-        *,
-        cache_ttl: float = 2.0,
-        own_version: str = coordinator.__version__,
-        own_schema: int = SCHEMA_VERSION,
-    ) -> None:
-        self._versions = CachedVersions(read, ttl=cache_ttl)
-        self._own_version = own_version
-        self._own_schema = own_schema
+    def __init__(self, standing: Standing) -> None:
+        self._standing = standing
 
     def build(self, method: str, handler: Handler) -> Handler:
         """The method's handler, refusing a call FAILED_PRECONDITION when the version record
@@ -89,13 +72,8 @@ class VersionGateInterceptor:
         return rebuilt(handler, lambda kind, behavior: gated(behavior))
 
     def _refusal(self, context: grpc.ServicerContext, *, sdk_checked: bool) -> str | None:
-        try:
-            record = self._versions.get()
-        except Exception as exc:  # etcd down and nothing cached: the call fails on its own
-            log.warning("version gate: cannot read the version record", error=str(exc))
-            return None
-        reason = coordinator_refusal(record, self._own_version, self._own_schema)
-        if reason is None and sdk_checked:
-            metadata = context.invocation_metadata()
-            reason = sdk_refusal(record, metadata_value(metadata, SDK_VERSION_METADATA_KEY))
-        return reason
+        record, reason = self._standing.current()
+        if record is None or reason is not None or not sdk_checked:
+            return reason  # unreadable (the call then fails on its own), refused, or exempt
+        metadata = context.invocation_metadata()
+        return sdk_refusal(record, metadata_value(metadata, SDK_VERSION_METADATA_KEY))

@@ -155,10 +155,15 @@ class CachedVersions:
         return record
 
 
+_UNREAD = "the version record cannot be read"
+"""What ``Standing`` last said when that was not a refusal but a failed read."""
+
+
 class Standing:
-    """Whether the version record admits this replica now: what its background loops (the
+    """Whether the version record admits this replica now, read through one cache for the
+    whole replica: the version gate asks it on every call, and the background loops (the
     reclaimer, the releaser, the promoter and deadline pass, the reconcile sweeper, the pruner)
-    ask before each unit of work.
+    before each unit of work.
 
     A replica an admin raised the minimum coordinator version past, or that knows an older
     schema than the keyspace's, has its calls refused (the version gate); from the same cache
@@ -180,21 +185,42 @@ class Standing:
         self._own_version = own_version
         self._own_schema = own_schema
         self._lock = threading.Lock()
-        self._refusal: str | None = None
+        # What the log last said: a refusal's text, _UNREAD, or None (admitted).
+        self._said: str | None = None
 
-    def admitted(self) -> bool:
-        """True unless the record (at most ``ttl`` seconds old) refuses this replica; says so
-        in the log when that changes."""
+    def record(self) -> VersionRecord | None:
+        """The record, at most ``ttl`` seconds old; None if it was never read and cannot be."""
         try:
             record = self._versions.get()
-        except Exception:
-            return True
+        except Exception as exc:
+            self._say(_UNREAD, error=str(exc))
+            return None
+        return record
+
+    def current(self) -> tuple[VersionRecord | None, str | None]:
+        """The record (None if unreadable) and why it refuses this replica (None: admitted);
+        says so in the log when the answer changes."""
+        record = self.record()
+        if record is None:
+            return None, None
         refusal = coordinator_refusal(record, self._own_version, self._own_schema)
+        self._say(refusal)
+        return record, refusal
+
+    def admitted(self) -> bool:
+        """True unless the record (at most ``ttl`` seconds old) refuses this replica."""
+        return self.current()[1] is None
+
+    def _say(self, said: str | None, **fields: str) -> None:
         with self._lock:
-            changed, self._refusal = refusal != self._refusal, refusal
-        if changed:
-            if refusal is None:
-                log.info("admitted by the version record again: background work resumes")
-            else:
-                log.warning("refused by the version record: background work paused", reason=refusal)
-        return refusal is None
+            changed, self._said = said != self._said, said
+        if not changed:
+            return
+        if said is None:
+            log.info("admitted by the version record: calls and background work go on")
+        elif said is _UNREAD:
+            log.warning("cannot read the version record: admitted until it can be", **fields)
+        else:
+            log.warning(
+                "refused by the version record: calls refused, background work paused", reason=said
+            )
