@@ -259,7 +259,7 @@ def _context(
         metrics or METRICS,
     )
     standing = Standing(VersionStore(ctx).read)
-    return replace(ctx, admitted=standing.admitted), standing
+    return replace(ctx, refusal=standing.refusal), standing
 
 
 @dataclass(frozen=True)
@@ -303,7 +303,7 @@ class _Parts:
             claims=claims,
             give_backs=give_backs,
             tasks=TaskStore(ctx, ready, dependencies),
-            long_poll=LongPoll(claims, waiters, give_backs),
+            long_poll=LongPoll(claims, waiters, give_backs, refusal=ctx.refusal),
         )
 
 

@@ -34,10 +34,15 @@ class StoreContext:
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     # Where every count of the store goes (a test passes a fresh registry's).
     metrics: Metrics = METRICS
-    # Whether the keyspace's version record still admits this replica: the background loops
-    # ask before each unit of work (store/control/versions.py ``Standing``; Store.open wires
-    # it, a bare context is always admitted).
-    admitted: Callable[[], bool] = field(default=lambda: True)
+    # Why the keyspace's version record refuses this replica now, None while it admits it: the
+    # background loops and a waiting long poll ask before each unit of work
+    # (store/control/versions.py ``Standing``; Store.open wires it, a bare context is always
+    # admitted).
+    refusal: Callable[[], str | None] = field(default=lambda: None)
+
+    def admitted(self) -> bool:
+        """Whether the version record admits this replica (``refusal`` is None)."""
+        return self.refusal() is None
 
     @cached_property
     def io(self) -> SyncStepIO:

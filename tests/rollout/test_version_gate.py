@@ -186,7 +186,7 @@ def test_the_gate_and_the_loops_read_the_record_through_one_cache() -> None:
 
     for n in range(50):
         assert gated(n, Context()) == n  # type: ignore[arg-type]
-        assert standing.admitted() is True  # what a background loop asks between calls
+        assert standing.refusal() is None  # what a background loop asks between calls
     assert len(reads) == 1
 
 

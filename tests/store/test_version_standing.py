@@ -6,17 +6,21 @@ it, and catch up once a lowered minimum admits it again (store/control/versions.
 from __future__ import annotations
 
 import time
+from concurrent import futures
 from typing import Any
 
+import pytest
 from structlog.testing import capture_logs
 
+import coordinator
 from coordinator.clock import ManualClock
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import TaskState
 from coordinator.domain.versions import VersionRecord
-from coordinator.store.control.versions import Standing
+from coordinator.errors import FailedPrecondition
+from coordinator.store.control.versions import Standing, VersionStore
 from coordinator.store.indexes.watch_loop import _RESUME
-from tests.helpers import eventually
+from tests.helpers import InProcessCaller, eventually
 from tests.store.support import (
     REFUSED_FOR,
     StoreFactory,
@@ -83,6 +87,37 @@ def test_a_refused_replica_promotes_nothing_until_admitted_again(
     eventually(lambda: store.tasks.get("t1").state is TaskState.READY, timeout=15)
 
 
+def test_a_long_poll_let_in_before_the_refusal_claims_nothing_after_it(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store()
+    VersionStore(store.ctx).set_minimums(min_coordinator_version="99.0")  # bumps the epoch
+    # The version gate, its reading of the record a couple of seconds old, let this call in:
+    # it waits with the new epoch, as a worker that just asked for it would.
+    epoch, caller = store.admin.epoch(), InProcessCaller()
+    with futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(
+            store.long_poll.claim_next,
+            "default",
+            principal="w1",
+            epoch=epoch,
+            ttl=30,
+            wait=20.0,
+            caller=caller,
+        )
+        eventually(lambda: store.long_poll.waiting() == 1, message="not waiting")
+        eventually(lambda: not store.ctx.admitted(), timeout=10, message="still admitted")
+        create(store, "t1")  # through a replica the record admits
+        with pytest.raises(FailedPrecondition) as refused:
+            waiting.result(timeout=15)
+    assert str(refused.value) == (
+        f"coordinator version {coordinator.__version__} is below the keyspace's minimum "
+        "coordinator version 99.0; upgrade the coordinator"
+    )
+    assert store.tasks.get("t1").state is TaskState.READY
+    assert store.long_poll.waiting() == 0
+
+
 def test_the_standing_reads_through_a_cache_and_an_unreadable_record_admits() -> None:
     reads: list[VersionRecord] = []
     record = VersionRecord(min_coordinator_version="2.0")
@@ -94,14 +129,16 @@ def test_the_standing_reads_through_a_cache_and_an_unreadable_record_admits() ->
         raise OSError("etcd away")
 
     old = Standing(read, own_version="1.9", ttl=3600.0)
-    assert [old.admitted() for _ in range(20)] == [False] * 20  # one read, cached
+    below = "coordinator version 1.9 is below the keyspace's minimum coordinator version 2.0"
+    assert [old.refusal() for _ in range(20)] == [f"{below}; upgrade the coordinator"] * 20
+    # ... from one read, cached
     assert len(reads) == 1
     current = Standing(read, own_version="2.0", ttl=0.0)
-    assert current.admitted() is True  # the record can no longer be read: admitted
+    assert current.refusal() is None  # the record can no longer be read: admitted
     newer_schema = Standing(
         lambda: VersionRecord(schema_version=record.schema_version + 1), own_version="2.0"
     )
-    assert newer_schema.admitted() is False
+    assert "knows keyspace schema" in str(newer_schema.refusal())
 
 
 def test_the_standing_says_each_change_of_answer_once() -> None:

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 
 from coordinator.domain.decisions import Verdict
 from coordinator.domain.states import Outcome
-from coordinator.errors import CoordinatorError, ResourceExhausted
+from coordinator.errors import CoordinatorError, FailedPrecondition, ResourceExhausted
 from coordinator.metrics import Metrics
 from coordinator.store.attempts.give_back import GiveBacks
 from coordinator.store.claims.claim import ClaimStore
@@ -183,11 +183,14 @@ class LongPoll:
         waiters: ReadyWaiters,
         give_backs: GiveBacks,
         *,
+        refusal: Callable[[], str | None] = lambda: None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``refusal``: why the version record refuses this replica now (``StoreContext``)."""
         self._claims = claims
         self._waiters = waiters
         self._give_backs = give_backs
+        self._refusal = refusal
         self._monotonic = monotonic
 
     def waiting(self) -> int:
@@ -275,6 +278,15 @@ class LongPoll:
             self._give_backs.give_back_all([won], by=principal)
             raise
 
+    def _still_admitted(self) -> None:
+        """Refuse the waiting call FAILED_PRECONDITION once the version record refuses this
+        replica. The version gate checks a call when it starts, through a cache of a couple of
+        seconds; a long poll it let in just after an admin raised the minimum (or the schema)
+        would otherwise claim with the new epoch from a replica refused for it."""
+        refusal = self._refusal()
+        if refusal is not None:
+            raise FailedPrecondition(refusal)
+
     def _wait_for_turns(
         self,
         queue: str,
@@ -289,6 +301,7 @@ class LongPoll:
         turn = self._waiters.first_in_line(queue, waiter)
         while not waiter.gone:
             if turn:
+                self._still_admitted()
                 result = attempt()
                 if result.verdict.outcome is not Outcome.NO_READY_TASK:
                     return result

@@ -187,6 +187,8 @@ class Standing:
         self._lock = threading.Lock()
         # What the log last said: a refusal's text, _UNREAD, or None (admitted).
         self._said: str | None = None
+        # The last reading and its verdict.
+        self._judged: tuple[VersionRecord | None, str | None] = (None, None)
 
     def record(self) -> VersionRecord | None:
         """The record, at most ``ttl`` seconds old; None if it was never read and cannot be."""
@@ -203,13 +205,17 @@ class Standing:
         record = self.record()
         if record is None:
             return None, None
-        refusal = coordinator_refusal(record, self._own_version, self._own_schema)
+        judged, refusal = self._judged
+        if judged is not record:  # judged once per reading, not on every call
+            refusal = coordinator_refusal(record, self._own_version, self._own_schema)
+            self._judged = record, refusal
         self._say(refusal)
         return record, refusal
 
-    def admitted(self) -> bool:
-        """True unless the record (at most ``ttl`` seconds old) refuses this replica."""
-        return self.current()[1] is None
+    def refusal(self) -> str | None:
+        """Why the record (at most ``ttl`` seconds old) refuses this replica, None if it
+        admits it."""
+        return self.current()[1]
 
     def _say(self, said: str | None, **fields: str) -> None:
         with self._lock:
