@@ -35,7 +35,6 @@ from bench.procs import (
     CoordinatorProcess,
     Meter,
     compact_now,
-    context_switches,
     cpu_seconds,
     scratch_dir,
 )
@@ -191,12 +190,12 @@ def _one(
     cycles = scenario.prepare(spec)
     meter.settle(5.0)
     server_cpu = cpu_seconds(meter.coordinator_pid)
-    switches = context_switches(meter.coordinator_pid)
+    switches = sum(meter.switches().values())
     calls = meter.etcd_calls() or 0.0
     result = run_workers(name, spec, cycles, duration=duration, meter=meter)
     meter.settle(10.0)  # the background loops' tail belongs to this run
     server_cpu = cpu_seconds(meter.coordinator_pid) - server_cpu
-    switches = context_switches(meter.coordinator_pid) - switches
+    switches = sum(meter.switches().values()) - switches
     calls = (meter.etcd_calls() or 0.0) - calls
     scenario.finish()
     n = max(result.cycles, 1)

@@ -160,8 +160,9 @@ class CpuSnapshot:
 
 
 class Meter:
-    """Reads the CPU of the client (this process), the coordinator and etcd, and (given etcd's
-    client URL) how many gRPC calls etcd has answered."""
+    """Reads the CPU of the client (this process), the coordinator and etcd, the coordinator's
+    context switches by thread, and (given etcd's client URL) how many gRPC calls etcd has
+    answered."""
 
     def __init__(self, coordinator_pid: int, etcd_pid: int, etcd_url: str | None = None) -> None:
         self.coordinator_pid = coordinator_pid
@@ -171,6 +172,11 @@ class Meter:
     def etcd_calls(self) -> float | None:
         """gRPC calls etcd has answered so far, from its ``/metrics`` (None without a URL)."""
         return etcd_calls(self.etcd_url) if self.etcd_url else None
+
+    def switches(self) -> dict[int, int]:
+        """The coordinator's context switches so far, by thread (``thread_switches``): by thread
+        so that a caller may count a thread started meanwhile from 0, or group them by name."""
+        return thread_switches(self.coordinator_pid)
 
     def snapshot(self) -> CpuSnapshot:
         """CPU so far of the three processes."""

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from bench import etcd_pprof
 from bench.harness import RunSpec, run_workers, say
-from bench.procs import CoordinatorProcess, Meter, scratch_dir, thread_switches
+from bench.procs import CoordinatorProcess, Meter, scratch_dir
 from bench.scenarios import CoordinatorScenario
 from bench.seed import TaskSeeder
 from coordinator import lifeline
@@ -71,9 +71,9 @@ def run_profile(ns: argparse.Namespace) -> int:
                 _spy(spy, os.getpid(), out / "client.folded", seconds),
             ]
             etcd_profile = _EtcdRecorder(etcd.client_url, out / "etcd.pb.gz", seconds)
-            before = thread_switches(coordinator.pid)
+            before = meter.switches()
             result = run_workers("a", spec, cycles, duration=seconds, meter=meter)
-            after = thread_switches(coordinator.pid)
+            after = meter.switches()
             etcd_profile.join()
             for proc in spies:
                 proc.wait(timeout=seconds + 60)

@@ -15,7 +15,9 @@ reversed every other round, on one etcd. One row per model: medians over the rou
 second, the server's CPU per call and its context switches per call (every thread's, from
 ``/proc``), with the lowest and highest, and etcd's CPU and calls answered per call (its own
 ``/metrics``), which batching cuts. Bounded: rounds x models runs of ``--seconds`` plus a
-few seconds each to start; every server and the etcd die with this process, even on SIGKILL.
+few seconds each to start; etcd's history is compacted after each run, off the clock (a store
+that lives on needs a bound, and a model must not pay for the history the ones before it left);
+every server and the etcd die with this process, even on SIGKILL.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import grpc
 from bench.harness import say
 from bench.machine import load_average
 from bench.model_server import METHOD, MODELS
-from bench.procs import GRPC_OPTIONS, context_switches, cpu_seconds, etcd_calls
+from bench.procs import GRPC_OPTIONS, context_switches, cpu_seconds, etcd_calls, etcd_compactor
 from coordinator import lifeline
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary, stop_child_group
 
@@ -64,10 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     before = load_average()
     samples: dict[str, list[Sample]] = {m: [] for m in models}
-    with EtcdProcess(binary=find_etcd_binary(ns.etcd_bin)) as etcd:
+    with (
+        EtcdProcess(binary=find_etcd_binary(ns.etcd_bin)) as etcd,
+        etcd_compactor(etcd) as compact,
+    ):
         for rnd in range(ns.rounds):
             for model in models if rnd % 2 == 0 else models[::-1]:
                 sample = run_model(model, etcd, workers=ns.workers, seconds=ns.seconds)
+                compact()
                 samples[model].append(sample)
                 say(
                     f"round {rnd} {model}: {sample.calls_per_s:.0f} calls/s, "

@@ -8,6 +8,12 @@ import threading
 import time
 from pathlib import Path
 
+import etcd3
+import grpc
+import pytest
+from etcd3 import etcdrpc
+
+from bench import procs
 from bench.model_server import MODELS
 from bench.model_server import main as model_server_main
 from bench.procs import context_switches
@@ -46,7 +52,28 @@ def test_context_switches_counts_every_threads_sleeps() -> None:
         thread.join()
 
 
-def test_every_model_answers_and_is_measured_then_stopped(tmp_path: Path) -> None:
+def _compacted_below(client: etcd3.Etcd3Client) -> tuple[int, grpc.StatusCode | None]:
+    """etcd's revision and the code of a read one revision before it (OUT_OF_RANGE once the
+    history up to the revision is compacted)."""
+    revision = client.maintenancestub.Status(etcdrpc.StatusRequest(), 10).header.revision
+    try:
+        client.kvstub.Range(etcdrpc.RangeRequest(key=b"k0", revision=revision - 1), 10)
+    except grpc.RpcError as exc:
+        return revision, exc.code()
+    return revision, None
+
+
+def test_every_model_answers_and_is_measured_then_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compacted: list[tuple[int, grpc.StatusCode | None]] = []
+    compact_now = procs.compact_now
+
+    def observed(client: etcd3.Etcd3Client) -> None:
+        compact_now(client)
+        compacted.append(_compacted_below(client))
+
+    monkeypatch.setattr(procs, "compact_now", observed)
     out = tmp_path / "models.json"
     code = main(["--workers", "4", "--seconds", "0.5", "--rounds", "1", "--json", str(out)])
     assert code == 0
@@ -62,6 +89,10 @@ def test_every_model_answers_and_is_measured_then_stopped(tmp_path: Path) -> Non
         assert 0 < sample["etcd_calls_per_call"] <= 2.5
     assert report["workers"] == 4
     assert _model_servers() == []
+    # etcd's history is compacted after every run, each time further (every model writes).
+    assert [code for _, code in compacted] == [grpc.StatusCode.OUT_OF_RANGE] * len(MODELS)
+    revisions = [revision for revision, _ in compacted]
+    assert revisions == sorted(set(revisions))
 
 
 def test_unknown_model_is_refused_before_anything_starts(capsys: object) -> None:
