@@ -14,6 +14,7 @@ import pytest
 from coordinator.cli.local_up import STATE_DIR_ENV
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
 from coordinator.logging import configure_logging
+from coordinator.store.control import versions
 
 pytest_plugins = ["tests.fixtures"]
 
@@ -34,6 +35,15 @@ def _logs_on_stderr() -> None:
     what a command prints on stdout, and every call is logged
     (coordinator.server.interceptors.call_log)."""
     configure_logging("info")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _newest_layout_at_once() -> None:
+    """In-process stores write the newest schema's layout from their first call, not a few
+    seconds after (``Standing.writes_schema``), so every test runs on it: a task's input in a
+    key of its own. Records of the first schema are made on purpose where a test needs them
+    (tests/store/test_task_inputs.py); servers run as processes keep the real wait."""
+    versions.SETTLE_TTLS = 0
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""``coordinator versions show|set-minimum``: the version gate over AdminService.
+"""``coordinator versions show|set-minimum``: the version gate (and the schema) over AdminService.
 
 ``set-minimum`` raises the oldest coordinator and/or SDK version the keyspace admits and bumps
 the scheduler epoch in the same etcd txn: claims made before it carry the old epoch, so an old
@@ -18,7 +18,7 @@ from coordinator.v1 import admin_pb2
 
 @click.group()
 def versions() -> None:
-    """Show or raise the minimum coordinator and SDK versions of the keyspace."""
+    """Show or raise the keyspace's schema and minimum coordinator and SDK versions."""
 
 
 def _echo(record: admin_pb2.VersionRecord) -> None:
@@ -61,22 +61,32 @@ def show(**settings: Any) -> None:
 @click.option(
     "--allow-lower", is_flag=True, help="Allow lowering a minimum (lets old binaries back in)."
 )
+@click.option(
+    "--schema",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Raise the keyspace schema (never lowered). Every replica must know it first: those "
+    "that do not are refused. See docs/migration.md.",
+)
 @remote_options
 def set_minimum(
     min_coordinator: str,
     min_sdk: str,
     require_sdk_version: bool | None,
     allow_lower: bool,
+    schema: int | None,
     **settings: Any,
 ) -> None:
-    """Raise the minimum versions and bump the scheduler epoch, in one txn."""
-    if not min_coordinator and not min_sdk and require_sdk_version is None:
-        raise click.UsageError("give --coordinator, --sdk or --require-sdk-version")
+    """Raise the minimum versions (or the schema) and bump the scheduler epoch, in one txn."""
+    if not min_coordinator and not min_sdk and require_sdk_version is None and schema is None:
+        raise click.UsageError("give --coordinator, --sdk, --require-sdk-version or --schema")
     request = admin_pb2.SetMinimumVersionsRequest(
         min_coordinator_version=min_coordinator,
         min_sdk_version=min_sdk,
         require_sdk_version=require_sdk_version,
         allow_lower=allow_lower,
+        schema_version=schema or 0,
     )
     with connect(**remote_settings(settings)) as remote:
         reply = remote.call(remote.admin.SetMinimumVersions, request)

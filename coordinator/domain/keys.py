@@ -51,6 +51,15 @@ class Keyspace:
         """Range of every task record."""
         return f"{self.prefix}/tasks/"
 
+    def input(self, task_id: str) -> str:
+        """A task's input, raw bytes, when its record says ``input_in_key`` (schema 2)."""
+        return f"{self.inputs_prefix}{task_id}"
+
+    @property
+    def inputs_prefix(self) -> str:
+        """Range of every input kept in a key of its own."""
+        return f"{self.prefix}/inputs/"
+
     def ready(self, queue: str, priority: int, seq: int, task_id: str) -> str:
         """Ready-index entry. Sorts by queue, then higher priority first, then FIFO."""
         return f"{self.ready_prefix(queue)}{MAX_PRIORITY - priority:03d}/{seq:020d}/{task_id}"

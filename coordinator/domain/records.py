@@ -9,10 +9,8 @@ own revision before it commits.
 
 from __future__ import annotations
 
-import base64
 import functools
 import json
-import math
 import types
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
@@ -21,6 +19,14 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import orjson
 
+from coordinator.domain.json_values import (
+    base64_text,
+    converter,
+    enum_name,
+    finite,
+    stdlib_encode,
+    to_json,
+)
 from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, TaskState
 
 T = TypeVar("T")
@@ -108,6 +114,11 @@ class TaskRecord:
     # When the deadline passed while the task was WAITING (0: never). Kept after the release,
     # which waived the deadline: it says why the task runs without one.
     overdue_at: float = 0.0
+    # Schema 2 (domain/versions.py): the input lives in ``{p}/inputs/{id}``, written by the
+    # create and by UpdateInput only; the stored record carries an empty input, and a reader
+    # that hands the input out joins the key in (store/inputs.py). False for a record whose
+    # input is inside it (schema 1, and every record written before that schema was raised).
+    input_in_key: bool = False
     # etcd mod_revision of the task key; never stored, attached on decode.
     state_version: int = field(default=0, compare=False)
     # etcd create_revision of the task key: which incarnation of the task id this is (an id
@@ -223,6 +234,12 @@ def commit_id(attempt_id: str, generation: int) -> str:
     return f"{attempt_id}@{generation}"
 
 
+def as_stored(task: TaskRecord) -> TaskRecord:
+    """``task`` as its record is stored and read back: without the input when that lives in
+    a key of its own (``input_in_key``; encode leaves it out)."""
+    return with_changes(task, input=b"") if task.input_in_key else task
+
+
 def encode(record: object) -> bytes:
     """Serialize a record to compact, key-sorted JSON.
 
@@ -235,19 +252,23 @@ def encode(record: object) -> bytes:
     cls: Any = type(record)
     attrs = record.__dict__
     out = {name: attrs[name] for name in _stored_fields(cls)}
+    if out.get("input_in_key"):
+        out["input"] = b""  # a TaskRecord's input lives in its own key: never stored twice
+    elif "input_in_key" in out:
+        del out["input_in_key"]  # a record of the first schema: byte for byte as before
     for name, convert in _field_encoders(cls):
         value = out[name]
         if value is not None:
             out[name] = convert(value)
     try:
-        data = orjson.dumps(out, default=_to_json, option=orjson.OPT_SORT_KEYS)
+        data = orjson.dumps(out, default=to_json, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError:
         # An int past 64 bits or a lone surrogate, which orjson refuses: the stdlib writes them.
-        return _stdlib_encode(out)
+        return stdlib_encode(out)
     # orjson writes a non-finite float as null, which would read back as None: the stdlib keeps
     # it (as Infinity or NaN, which decode reads). Only a null is suspect, and one is rare.
-    if b"null" in data and not all(_finite(v) for v in out.values()):
-        return _stdlib_encode(out)
+    if b"null" in data and not all(finite(v) for v in out.values()):
+        return stdlib_encode(out)
     return data
 
 
@@ -301,20 +322,6 @@ def _construction(cls: type) -> tuple[frozenset[str], dict[str, Any], frozenset[
     return names, defaults, names - defaults.keys()
 
 
-def _stdlib_encode(out: dict[str, Any]) -> bytes:
-    """What every record was before orjson, for the values orjson cannot write as it did."""
-    plain = {k: v if type(v) in _PLAIN else _to_json(v) for k, v in out.items()}
-    return json.dumps(plain, separators=(",", ":"), sort_keys=True).encode()
-
-
-# Values the stdlib writes as they are (exact types: it would write an IntEnum as its number).
-_PLAIN = frozenset({str, int, float, bool, type(None)})
-
-
-def _finite(value: Any) -> bool:
-    return not isinstance(value, float) or math.isfinite(value)
-
-
 @functools.cache
 def _stored_fields(cls: type) -> tuple[str, ...]:
     """The fields a record stores: etcd-assigned metadata (``compare=False``) never is."""
@@ -327,7 +334,7 @@ def _field_converters(cls: type) -> tuple[tuple[str, Callable[[Any], Any] | None
     resolved type hint: resolving hints per call cost more than the JSON parse, and decode runs
     several times per claim and commit."""
     hints = get_type_hints(cls)
-    return tuple((f.name, _converter(hints[f.name])) for f in fields(cls))
+    return tuple((f.name, converter(hints[f.name])) for f in fields(cls))
 
 
 @functools.cache
@@ -342,18 +349,10 @@ def _field_encoders(cls: type) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
         if get_origin(hint) in (Union, types.UnionType):
             (hint,) = [a for a in get_args(hint) if a is not type(None)]
         if isinstance(hint, type) and issubclass(hint, Enum):
-            out.append((name, _enum_name))
+            out.append((name, enum_name))
         elif hint is bytes:
-            out.append((name, _base64))
+            out.append((name, base64_text))
     return tuple(out)
-
-
-def _enum_name(value: Enum) -> str:
-    return value.name
-
-
-def _base64(value: bytes) -> str:
-    return base64.b64encode(value).decode()
 
 
 @functools.cache
@@ -400,34 +399,6 @@ def _copyable(cls: type) -> frozenset[str] | None:
     if any(not f.init for f in found):
         return None
     return frozenset(f.name for f in found)
-
-
-def _to_json(value: Any) -> Any:
-    if isinstance(value, Enum):
-        return value.name
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, tuple):
-        return list(value)
-    return value
-
-
-def _converter(hint: Any) -> Callable[[Any], Any] | None:
-    origin = get_origin(hint)
-    if origin in (Union, types.UnionType):
-        (inner,) = [a for a in get_args(hint) if a is not type(None)]
-        convert = _converter(inner)
-        if convert is None:
-            return None
-        return lambda value: None if value is None else convert(value)
-    if origin is tuple:
-        return tuple
-    if isinstance(hint, type) and issubclass(hint, Enum):
-        enum: type[Enum] = hint
-        return lambda value: enum[value]
-    if hint is bytes:
-        return base64.b64decode
-    return None
 
 
 __all__ = [

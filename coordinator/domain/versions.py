@@ -15,8 +15,23 @@ from packaging.version import InvalidVersion, Version
 
 from coordinator.errors import InvalidArgument
 
-SCHEMA_VERSION = 1
-"""The keyspace schema this code reads and writes (claim.v1's layout)."""
+SCHEMA_VERSION = 2
+"""The newest keyspace schema this code reads and writes; a new keyspace starts at it.
+
+1. claim.v1's layout: a task's input inside its task record.
+2. A task's input may live in a key of its own, ``{p}/inputs/{id}``, written by the create and
+   by UpdateInput only (``TaskRecord.input_in_key``), so the task's moves (claim, commit,
+   release, reclaim) rewrite a record of a few hundred bytes instead of the input with it. This
+   code reads both layouts; it writes the second only once the keyspace's record says schema 2
+   (``INPUT_KEY_SCHEMA``) and has said so long enough for every replica of schema 1 to have
+   stopped (``store/control/versions.py::Standing``).
+"""
+
+FIRST_SCHEMA = 1
+"""The schema of a keyspace whose version record does not name one (written before it did)."""
+
+INPUT_KEY_SCHEMA = 2
+"""The first schema in which a task's input may live in its own key."""
 
 NO_MINIMUM = "0"
 """The minimum of a new keyspace: every version is admitted until an admin raises it."""
@@ -44,7 +59,7 @@ class VersionRecord:
         """Parse the stored JSON; unknown fields (a newer schema's) are ignored."""
         data = json.loads(raw)
         return cls(
-            schema_version=int(data.get("schema_version", SCHEMA_VERSION)),
+            schema_version=int(data.get("schema_version", FIRST_SCHEMA)),
             min_coordinator_version=str(data.get("min_coordinator_version", NO_MINIMUM)),
             min_sdk_version=str(data.get("min_sdk_version", NO_MINIMUM)),
             require_sdk_version=bool(data.get("require_sdk_version", False)),

@@ -178,6 +178,7 @@ class Store:
         """Initialise the keyspace, load the ready and claimed indexes, start the background
         loops (reclaimer, releaser, reconcile sweeper, promoter, pruner)."""
         self.admin.ensure_initialized()
+        self.standing.current()  # the first reading of the version record, before any call
         self.ready.start()
         self.claimed.start()
         self.blocked.start()
@@ -259,7 +260,7 @@ def _context(
         metrics or METRICS,
     )
     standing = Standing(VersionStore(ctx).read)
-    return replace(ctx, refusal=standing.refusal), standing
+    return replace(ctx, refusal=standing.refusal, writes_schema=standing.writes_schema), standing
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,9 @@ class StoreContext:
     # (store/control/versions.py ``Standing``; Store.open wires it, a bare context is always
     # admitted).
     refusal: Callable[[], str | None] = field(default=lambda: None)
+    # Whether this replica may write a schema's layout now (``Standing.writes_schema``): a
+    # bare context writes the first schema's only.
+    writes_schema: Callable[[int], bool] = field(default=lambda schema: False)
 
     def admitted(self) -> bool:
         """Whether the version record admits this replica (``refusal`` is None)."""

@@ -28,6 +28,7 @@ from coordinator.store.etcd.ops import (
 )
 from coordinator.store.fence import fence_compares
 from coordinator.store.retention_index import retention_ops
+from coordinator.store.task_inputs import input_ops
 
 
 def transition(before: TaskRecord, op: Op, now: float, **changes: Any) -> TaskRecord:
@@ -80,7 +81,7 @@ def transition_ops(
         compares = [create_revision_is(task_key, 0)]
     else:
         compares = [mod_revision_is(task_key, before.state_version)]
-    ops = [put(task_key, encode(after))]
+    ops = [put(task_key, encode(after)), *input_ops(keys, before, after)]
     was = before.state if before is not None else None
     ops += _moved(ctx, _ready_key, before, after)
     # The delayed index lets the promoter read only the DELAYED tasks that are due.

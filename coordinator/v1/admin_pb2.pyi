@@ -568,12 +568,18 @@ class SetMinimumVersionsRequest(_message.Message):
     MIN_SDK_VERSION_FIELD_NUMBER: _builtins.int
     REQUIRE_SDK_VERSION_FIELD_NUMBER: _builtins.int
     ALLOW_LOWER_FIELD_NUMBER: _builtins.int
+    SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
     min_coordinator_version: _builtins.str
     """PEP 440 versions, e.g. "1.2.0"; empty leaves that minimum unchanged."""
     min_sdk_version: _builtins.str
     require_sdk_version: _builtins.bool
     """Unset: unchanged."""
     allow_lower: _builtins.bool
+    schema_version: _builtins.int
+    """Raise the keyspace schema to this (0: unchanged): replicas that know only an older one are
+    refused from then on, and the newer layout is written a few seconds later. Never lowered,
+    and never past the schema the answering coordinator knows (allow_lower does not apply).
+    """
     def __init__(
         self,
         *,
@@ -581,10 +587,11 @@ class SetMinimumVersionsRequest(_message.Message):
         min_sdk_version: _builtins.str = ...,
         require_sdk_version: _builtins.bool | None = ...,
         allow_lower: _builtins.bool = ...,
+        schema_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_require_sdk_version", b"_require_sdk_version", "require_sdk_version", b"require_sdk_version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_require_sdk_version", b"_require_sdk_version", "allow_lower", b"allow_lower", "min_coordinator_version", b"min_coordinator_version", "min_sdk_version", b"min_sdk_version", "require_sdk_version", b"require_sdk_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_require_sdk_version", b"_require_sdk_version", "allow_lower", b"allow_lower", "min_coordinator_version", b"min_coordinator_version", "min_sdk_version", b"min_sdk_version", "require_sdk_version", b"require_sdk_version", "schema_version", b"schema_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__require_sdk_version: _TypeAlias = _typing.Literal["require_sdk_version"]  # noqa: Y015
     _WhichOneofArgType__require_sdk_version: _TypeAlias = _typing.Literal["_require_sdk_version", b"_require_sdk_version"]  # noqa: Y015

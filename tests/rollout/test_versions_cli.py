@@ -5,6 +5,7 @@ from __future__ import annotations
 from click.testing import CliRunner, Result
 
 from coordinator.cli import main
+from coordinator.domain.versions import SCHEMA_VERSION
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store.control.versions import VersionStore
 from tests.sdk.support import served
@@ -36,3 +37,28 @@ def test_versions_show_and_set_minimum(etcd: EtcdProcess, prefix: str) -> None:
         assert coord.store.admin.epoch() == epoch + 1
         nothing = _cli(coord.target, "versions", "set-minimum")
         assert nothing.exit_code == 2
+
+
+def test_set_minimum_raises_the_schema_never_past_what_the_coordinator_knows(
+    etcd: EtcdProcess, prefix: str
+) -> None:
+    with served(etcd.endpoint, prefix) as coord:
+        epoch = coord.store.admin.epoch()
+        beyond = _cli(coord.target, "versions", "set-minimum", "--schema", str(SCHEMA_VERSION + 1))
+        assert beyond.exit_code != 0
+        assert (
+            f"this coordinator knows keyspace schemas up to {SCHEMA_VERSION}, not "
+            f"{SCHEMA_VERSION + 1}; raise it through a coordinator that knows it" in beyond.output
+        )
+        lowered = _cli(coord.target, "versions", "set-minimum", "--schema", "1")
+        assert lowered.exit_code != 0
+        assert f"the keyspace is at schema {SCHEMA_VERSION}; a schema is never lowered" in (
+            lowered.output
+        )
+        assert coord.store.admin.epoch() == epoch  # neither wrote anything
+        zero = _cli(coord.target, "versions", "set-minimum", "--schema", "0")
+        assert zero.exit_code == 2  # not a schema: refused before any call
+        same = _cli(coord.target, "versions", "set-minimum", "--schema", str(SCHEMA_VERSION))
+        assert same.exit_code == 0, same.output
+        assert f"schema_version {SCHEMA_VERSION}" in _said(same)
+        assert _said(same)[-1] == f"epoch bumped to {epoch + 1}"

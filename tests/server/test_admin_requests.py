@@ -23,9 +23,15 @@ def test_an_unset_sdk_rule_is_left_unchanged_and_versions_are_trimmed() -> None:
         min_sdk_version="1.2.0",
         require_sdk_version=None,
         allow_lower=False,
+        schema_version=0,
     )
     forced = admin_pb2.SetMinimumVersionsRequest(require_sdk_version=False)
     assert requests.parse_set_minimum_versions(forced).require_sdk_version is False
+
+
+def test_a_negative_schema_is_refused() -> None:
+    with pytest.raises(InvalidArgument, match=r"^schema_version must be >= 0, got -1"):
+        requests.parse_set_minimum_versions(admin_pb2.SetMinimumVersionsRequest(schema_version=-1))
 
 
 def test_approve_retry_needs_a_task() -> None:

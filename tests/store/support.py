@@ -23,6 +23,7 @@ from coordinator.store.context import new_attempt_id
 from coordinator.store.control.versions import VersionStore
 from coordinator.store.etcd.group_commit import GroupCommit
 from coordinator.store.etcd.ops import put
+from coordinator.store.etcd.watch import WatchEvent
 from tests.helpers import RETRY_AT_ONCE, eventually
 
 # Short limits for tests: TTLs in [1, 30] s (etcd itself raises TTLs below ~2 s).
@@ -95,6 +96,28 @@ def commit(
         result=result,
         result_ref="",
     )
+
+
+def writes_between(store: Store, start: int, end: int) -> list[WatchEvent]:
+    """Every change under the store's prefix in revisions ``start`` to ``end``, from a watch."""
+    seen: list[WatchEvent] = []
+    lock = threading.Lock()
+
+    def on_events(events: list[WatchEvent]) -> None:
+        with lock:
+            seen.extend(events)
+
+    watch = store.ctx.kv.watch_prefix(
+        store.ctx.keys.prefix + "/",
+        start_revision=start,
+        on_events=on_events,
+        on_compacted=lambda: None,
+    )
+    try:
+        eventually(lambda: any(e.mod_revision >= end for e in seen), timeout=10)
+    finally:
+        watch.close()
+    return [e for e in seen if e.mod_revision <= end]
 
 
 def raw(etcd_client: Any, key: str) -> Any:

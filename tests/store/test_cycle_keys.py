@@ -6,7 +6,6 @@ a change that adds a key or a revision to the cycle fails here and must say why 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -15,9 +14,7 @@ from etcd3 import etcdrpc
 
 from coordinator.domain.states import Outcome
 from coordinator.store import Store
-from coordinator.store.etcd.watch import WatchEvent
-from tests.helpers import eventually
-from tests.store.support import claim, commit, create, raw
+from tests.store.support import claim, commit, create, raw, writes_between
 
 # (kind of key, deleted) per revision, the kind being the key's first segment under the prefix.
 CLAIM_WRITES = sorted(
@@ -56,27 +53,9 @@ def test_a_claim_commit_cycle_writes_13_keys_in_2_revisions(store: Store, etcd_c
     end = raw(etcd_client, store.ctx.keys.task("t")).mod_revision
     assert (claimed.fence.claim_generation, end) == (start + 1, start + 2)
 
-    seen: list[WatchEvent] = []
-    lock = threading.Lock()
-
-    def on_events(events: list[WatchEvent]) -> None:
-        with lock:
-            seen.extend(events)
-
-    watch = store.ctx.kv.watch_prefix(
-        store.ctx.keys.prefix + "/",
-        start_revision=start + 1,
-        on_events=on_events,
-        on_compacted=lambda: None,
-    )
-    try:
-        eventually(lambda: any(e.mod_revision >= end for e in seen), timeout=10)
-    finally:
-        watch.close()
     by_revision: dict[int, list[tuple[str, bool]]] = {start + 1: [], end: []}
-    for event in seen:
-        if event.mod_revision <= end:
-            by_revision[event.mod_revision].append((_kind(store, event.key), event.deleted))
+    for event in writes_between(store, start + 1, end):
+        by_revision[event.mod_revision].append((_kind(store, event.key), event.deleted))
     assert sorted(by_revision[start + 1]) == CLAIM_WRITES
     assert sorted(by_revision[end]) == COMMIT_WRITES
 

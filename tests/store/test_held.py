@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from coordinator.domain.decisions import Fence
+from coordinator.domain.records import with_changes
 from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
 from coordinator.store import CommitResult, Store
 from tests.store.support import RESULT, RESULT_DIGEST, StoreFactory, claim, create
@@ -142,8 +143,12 @@ def test_remembered_views_are_bounded_by_count_and_by_input_bytes(store: Store) 
 
     create(store, "t1", data=b"x" * 1000)
     fence = claim(store, "t1")
-    view = store.acceptance._held.take(fence)
-    assert view is not None
+    remembered = store.acceptance._held.take(fence)
+    assert remembered is not None
+    # The input lives in its own key (schema 2): what a claim remembers holds no copy of it.
+    assert remembered.task.input_in_key and remembered.task.input == b""
+    # A record of the first schema holds its input, and so does its view: those weigh.
+    view = with_changes(remembered, task=with_changes(remembered.task, input=b"x" * 1000))
     fences = [Fence(f"t{i}", "a1", i, 1, 0) for i in range(10)]
 
     by_count = HeldClaims(capacity=3, input_budget=1 << 20)

@@ -118,7 +118,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             reason=reason,
         )
         return admin_pb2.ApproveRetryResponse(
-            task=task_wire.task_to_proto(task),
+            task=task_wire.task_to_proto(self._store.tasks.with_input(task)),
             effects=[effect_wire.effect_to_proto(e) for e in effects],
         )
 
@@ -154,9 +154,11 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             min_sdk_version=args.min_sdk_version,
             require_sdk_version=args.require_sdk_version,
             allow_lower=args.allow_lower,
+            schema_version=args.schema_version,
         )
         log.warning(
             "minimum versions set; scheduler epoch bumped",
+            schema_version=done.record.schema_version,
             principal=principal,
             epoch=done.epoch,
             min_coordinator_version=done.record.min_coordinator_version,

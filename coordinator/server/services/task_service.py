@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import grpc
 
 from coordinator.domain.positions import StreamBehind
+from coordinator.domain.records import TaskRecord
 from coordinator.logging import note
 from coordinator.server.identity import principal_of
 from coordinator.server.interceptors import stream_interceptor
@@ -29,7 +30,7 @@ from coordinator.server.wire import (
 from coordinator.server.wire import task_requests as requests
 from coordinator.store import Store
 from coordinator.store.lifecycle.task_list import PAGE_BYTES
-from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
+from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2
 
 GET_TASK_ATTEMPTS = 20
 """Attempts GetTask returns at most (the latest): it must answer within gRPC's message limit
@@ -41,6 +42,10 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
 
     def __init__(self, store: Store) -> None:
         self._store = store
+
+    def _answered(self, task: TaskRecord) -> types_pb2.Task:
+        """A task an answer carries, with its input (schema 2 keeps it in a key of its own)."""
+        return task_wire.task_to_proto(self._store.tasks.with_input(task))
 
     @rpc
     def CreateTask(  # noqa: N802
@@ -144,7 +149,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
             reason=reason,
             cascaded=len(cascaded),
         )
-        return tasks_pb2.CancelTaskResponse(task=task_wire.task_to_proto(task), cascaded=cascaded)
+        return tasks_pb2.CancelTaskResponse(task=self._answered(task), cascaded=cascaded)
 
     @rpc
     def UpdateInput(  # noqa: N802
@@ -177,7 +182,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
             schedule_to_close=args.schedule_to_close,
         )
         note(task_id=args.task_id, state=task.state.name, attempt=task.attempt, reason=args.reason)
-        return tasks_pb2.RetryTaskResponse(task=task_wire.task_to_proto(task))
+        return tasks_pb2.RetryTaskResponse(task=self._answered(task))
 
     @rpc
     def RetryTasks(  # noqa: N802
@@ -212,7 +217,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         principal = principal_of(context)
         task = self._store.review.accept(tid, revision=revision, reviewer=principal)
         note(task_id=tid, revision=revision, state=task.state.name)
-        return tasks_pb2.AcceptResponse(task=task_wire.task_to_proto(task))
+        return tasks_pb2.AcceptResponse(task=self._answered(task))
 
     @rpc
     def Reject(  # noqa: N802
@@ -224,7 +229,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
         principal = principal_of(context)
         task = self._store.review.reject(tid, revision=revision, reviewer=principal, reason=reason)
         note(task_id=tid, revision=revision, new_revision=task.revision, reason=reason)
-        return tasks_pb2.RejectResponse(task=task_wire.task_to_proto(task))
+        return tasks_pb2.RejectResponse(task=self._answered(task))
 
     @rpc
     def SetDependencies(  # noqa: N802
@@ -240,7 +245,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):
             by=principal,
         )
         note(task_id=args.task_id, depends_on=list(args.depends_on), state=task.state.name)
-        return tasks_pb2.SetDependenciesResponse(task=task_wire.task_to_proto(task))
+        return tasks_pb2.SetDependenciesResponse(task=self._answered(task))
 
     @rpc
     def ListClaims(  # noqa: N802

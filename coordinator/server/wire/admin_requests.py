@@ -72,6 +72,7 @@ class MinimumsArgs:
     min_sdk_version: str
     require_sdk_version: bool | None
     allow_lower: bool
+    schema_version: int
 
 
 def parse_set_minimum_versions(request: admin_pb2.SetMinimumVersionsRequest) -> MinimumsArgs:
@@ -84,4 +85,5 @@ def parse_set_minimum_versions(request: admin_pb2.SetMinimumVersionsRequest) -> 
             request.require_sdk_version if request.HasField("require_sdk_version") else None
         ),
         allow_lower=request.allow_lower,
+        schema_version=non_negative("schema_version", request.schema_version),
     )

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from coordinator.domain.decisions import Fence, FenceView, Verdict, clamp_ttl, decide_claim
 from coordinator.domain.keys import task_id_from_ready_key
-from coordinator.domain.records import AttemptRecord, TaskRecord, with_changes
+from coordinator.domain.records import AttemptRecord, TaskRecord, as_stored, with_changes
 from coordinator.domain.retry import LEASE_EXPIRED, refuse_takeover
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.errors import LeaseGone, NotFound
@@ -40,6 +40,7 @@ from coordinator.store.etcd.leases import ClaimLease
 from coordinator.store.etcd.ops import get, get_prefix
 from coordinator.store.etcd.step_io import StepIO, run_now
 from coordinator.store.indexes.ready import ReadyIndex
+from coordinator.store.task_inputs import input_read, joined
 from coordinator.store.types import ClaimResult
 
 # ClaimNext picks at random among this many ready keys, so that concurrent workers do not all
@@ -206,7 +207,7 @@ class ClaimStore:
         self._held.remember(
             fence,
             FenceView(
-                task=claimed,
+                task=as_stored(claimed),  # what a read returns: no input joined in
                 attempt=with_changes(attempt, claim_generation=generation),
                 claim=with_changes(write.claim, generation=generation, mod_revision=generation),
                 epoch=attempt.scheduler_epoch,
@@ -299,11 +300,12 @@ class ClaimStore:
             get_prefix(keys.reconcile_prefix(task_id)),
             # Bounded by PauseClaims (MAX_PAUSED_QUEUES) and empty unless a queue is paused.
             get_prefix(keys.queue_paused_prefix, keys_only=True),
+            input_read(keys, task_id),  # what the winner is handed (schema 2: its own key)
         )
         task_kv = snap.range_one(0)
         if task_kv is None:
             raise NotFound(f"task {task_id!r} does not exist")
-        task = task_from_kv(task_kv)
+        task = joined(task_from_kv(task_kv), snap.range_one(6))
         verdict = decide_claim(
             task,
             claim_alive=snap.range_one(1) is not None,

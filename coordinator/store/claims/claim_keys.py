@@ -51,10 +51,12 @@ from coordinator.domain.states import Outcome, TaskState
 from coordinator.store.context import StoreContext, attempt_from_kv, claim_from_kv, task_from_kv
 from coordinator.store.etcd.lease_window import LeaseWindow
 from coordinator.store.etcd.ops import KV, Compare, RequestOp, get, mod_revision_is, put
+from coordinator.store.task_inputs import input_read, joined
 from coordinator.store.types import ClaimResult
 
-# Claims read back per etcd read by a replay: three keys each, and each task's input may be up
-# to 256 KiB, so a read stays within etcd's ops per txn and the client's message size.
+# Claims read back per etcd read by a replay: four keys each (the input's own key, schema 2),
+# and each task's input may be up to 256 KiB, so a read stays within etcd's ops per txn and the
+# client's message size.
 _REPLAY_CHUNK = 8
 
 
@@ -185,18 +187,20 @@ class KeyedClaimStore:
                 get(keys.task(grant.task_id)),
                 get(keys.claim(grant.task_id)),
                 get(keys.attempt(grant.task_id, grant.attempt_id)),
+                input_read(keys, grant.task_id),
             ]
         snap = self._ctx.kv.read(*ops)
         results = []
         for n, grant in enumerate(grants):
-            task_kv, claim_kv, attempt_kv = (snap.range_one(3 * n + i) for i in range(3))
+            task_kv, claim_kv, attempt_kv = (snap.range_one(4 * n + i) for i in range(3))
             if task_kv is None or claim_kv is None or attempt_kv is None:
                 continue
             # Alive: the task is still at the claim's revision (every move of a task writes
             # it, and the fence compares it) and names this attempt.
             if task_kv.mod_revision != claim_kv.create_revision:
                 continue
-            task, claim = task_from_kv(task_kv), claim_from_kv(claim_kv)
+            task = joined(task_from_kv(task_kv), snap.range_one(4 * n + 3))
+            claim = claim_from_kv(claim_kv)
             if task.state is not TaskState.CLAIMED or task.attempt_id != grant.attempt_id:
                 continue
             attempt = attempt_from_kv(attempt_kv)

@@ -16,6 +16,7 @@ import structlog
 
 import coordinator
 from coordinator.domain.versions import (
+    FIRST_SCHEMA,
     SCHEMA_VERSION,
     VersionRecord,
     coordinator_refusal,
@@ -24,7 +25,7 @@ from coordinator.domain.versions import (
 )
 from coordinator.errors import FailedPrecondition
 from coordinator.store.context import StoreContext, epoch_from_kv
-from coordinator.store.etcd.ops import create_revision_is, get, mod_revision_is, put
+from coordinator.store.etcd.ops import KV, create_revision_is, get, mod_revision_is, put
 
 log = structlog.get_logger(__name__)
 
@@ -53,8 +54,7 @@ class VersionStore:
 
     def read(self) -> VersionRecord:
         """The stored record (a keyspace without one admits everything)."""
-        kv = self._ctx.kv.get(self._ctx.keys.versions)
-        return VersionRecord() if kv is None else VersionRecord.decode(kv.value)
+        return _decoded(self._ctx.kv.get(self._ctx.keys.versions))
 
     def set_minimums(
         self,
@@ -63,11 +63,14 @@ class VersionStore:
         min_sdk_version: str = "",
         require_sdk_version: bool | None = None,
         allow_lower: bool = False,
+        schema_version: int = 0,
     ) -> MinimumsSet:
-        """Raise the minimums (empty: unchanged) and bump the epoch, in one txn.
+        """Raise the minimums (empty: unchanged) and the schema (0: unchanged) and bump the
+        epoch, in one txn.
 
         A minimum below the stored one is refused unless ``allow_lower`` (lowering lets old
-        binaries back in, so it must be deliberate).
+        binaries back in, so it must be deliberate). A schema is never lowered (records of the
+        newer layout may exist), nor raised past the one this coordinator knows.
         """
         keys, kv = self._ctx.keys, self._ctx.kv
         if min_coordinator_version:
@@ -77,9 +80,7 @@ class VersionStore:
         for _ in range(_CAS_TRIES):
             snap = kv.read(get(keys.versions), get(keys.epoch))
             record_kv, epoch_kv = snap.range_one(0), snap.range_one(1)
-            current = (
-                VersionRecord() if record_kv is None else VersionRecord.decode(record_kv.value)
-            )
+            current = _decoded(record_kv)
             if not allow_lower:
                 _refuse_lowering(
                     "min_coordinator_version",
@@ -87,6 +88,7 @@ class VersionStore:
                     min_coordinator_version,
                 )
                 _refuse_lowering("min_sdk_version", current.min_sdk_version, min_sdk_version)
+            _refuse_schema(schema_version, current.schema_version)
             record = replace(
                 current,
                 min_coordinator_version=min_coordinator_version or current.min_coordinator_version,
@@ -94,6 +96,7 @@ class VersionStore:
                 require_sdk_version=current.require_sdk_version
                 if require_sdk_version is None
                 else require_sdk_version,
+                schema_version=max(schema_version, current.schema_version),
             )
             epoch = epoch_from_kv(epoch_kv) + 1
             result = kv.txn(
@@ -106,6 +109,29 @@ class VersionStore:
             if result.succeeded:
                 return MinimumsSet(record=record, epoch=epoch)
         raise FailedPrecondition("the version record or the epoch kept changing; try again")
+
+
+def _decoded(kv: KV | None) -> VersionRecord:
+    """The stored record; a keyspace without one (a coordinator has not started on it yet)
+    admits everything and is read as the first schema, so nothing writes a newer layout there
+    before a record says it may."""
+    if kv is None:
+        return VersionRecord(schema_version=FIRST_SCHEMA)
+    return VersionRecord.decode(kv.value)
+
+
+def _refuse_schema(requested: int, current: int) -> None:
+    """A schema (0: unchanged) below the keyspace's, or past what this coordinator knows."""
+    if requested > SCHEMA_VERSION:
+        raise FailedPrecondition(
+            f"schema_version: this coordinator knows keyspace schemas up to {SCHEMA_VERSION}, "
+            f"not {requested}; raise it through a coordinator that knows it"
+        )
+    if 0 < requested < current:
+        raise FailedPrecondition(
+            f"schema_version: the keyspace is at schema {current}; a schema is never lowered "
+            "(records of its layout may exist)"
+        )
 
 
 def _refuse_lowering(field: str, current: str, requested: str) -> None:
@@ -137,6 +163,11 @@ class CachedVersions:
         self._record: VersionRecord | None = None
         self._read_at = 0.0
 
+    def peek(self) -> VersionRecord | None:
+        """The last record read, however old (None before the first read); never reads."""
+        with self._lock:
+            return self._record
+
     def get(self) -> VersionRecord:
         """The record, at most ``ttl`` seconds old (when etcd answers)."""
         now = self._clock()
@@ -154,6 +185,11 @@ class CachedVersions:
             self._record, self._read_at = record, now
         return record
 
+
+SETTLE_TTLS = 2
+"""A raised schema's layout is written once the record has said it for this many cache TTLs
+(``Standing.writes_schema``; the test suite sets 0, so its stores write the newest layout at
+once)."""
 
 _UNREAD = "the version record cannot be read"
 """What ``Standing`` last said when that was not a refusal but a failed read."""
@@ -180,10 +216,18 @@ class Standing:
         own_version: str = coordinator.__version__,
         own_schema: int = SCHEMA_VERSION,
         ttl: float = 2.0,
+        settle: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._versions = CachedVersions(read, ttl=ttl)
+        """``settle``: how long the record must have said a schema before this replica writes
+        its layout (``writes_schema``); ``SETTLE_TTLS`` times ``ttl`` unless given."""
+        self._versions = CachedVersions(read, ttl=ttl, clock=clock)
+        self._clock = clock
         self._own_version = own_version
         self._own_schema = own_schema
+        self._settle = SETTLE_TTLS * ttl if settle is None else settle
+        # The schema of the latest reading, and since when (``clock``) every reading said it.
+        self._schema_since: tuple[int, float] = (0, 0.0)
         self._lock = threading.Lock()
         # What the log last said: a refusal's text, _UNREAD, or None (admitted).
         self._said: str | None = None
@@ -197,6 +241,10 @@ class Standing:
         except Exception as exc:
             self._say(_UNREAD, error=str(exc))
             return None
+        if record.schema_version != self._schema_since[0]:  # a new schema: rare, so locked
+            with self._lock:
+                if record.schema_version != self._schema_since[0]:
+                    self._schema_since = record.schema_version, self._clock()
         return record
 
     def current(self) -> tuple[VersionRecord | None, str | None]:
@@ -216,6 +264,24 @@ class Standing:
         """Why the record (at most ``ttl`` seconds old) refuses this replica, None if it
         admits it."""
         return self.current()[1]
+
+    def writes_schema(self, schema: int) -> bool:
+        """Whether this replica may write ``schema``'s layout: every reading of the record for
+        ``settle`` seconds said ``schema`` or newer.
+
+        A replica that knows only an older schema re-reads the record within ``ttl`` of an
+        admin raising it, and is refused from then on (its calls, its loops, its waiting long
+        polls); waiting twice that TTL from this replica's own first reading of the new schema
+        lets the last of them stop before the first record it could misread is written.
+
+        Asked on every create, it never waits for etcd: it answers from the last reading (the
+        version gate and the background loops keep it fresh, and a schema is never lowered, so
+        an old reading only delays the new layout). Before any reading: a read, or no."""
+        if self._versions.peek() is None and self.record() is None:
+            return False
+        with self._lock:
+            seen, since = self._schema_since
+        return seen >= schema and self._clock() - since >= self._settle
 
     def _say(self, said: str | None, **fields: str) -> None:
         with self._lock:

@@ -20,6 +20,7 @@ from coordinator.domain.records import TaskRecord, with_changes
 from coordinator.domain.validation import MAX_INPUT_BYTES
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd.ops import get
+from coordinator.store.task_inputs import input_read, joined
 
 
 def _base64_len(size: int) -> int:
@@ -55,10 +56,12 @@ class Page:
 
 
 def record_cost(task: TaskRecord, size: int, *, include_input: bool) -> int:
-    """Bytes a task adds to a page: its stored record (``size``), its input counted as sent
-    (raw bytes, or nothing) rather than as stored (base64)."""
+    """Bytes a task adds to a page: what was read of it (``size``: its record, and its input
+    key when read), its input counted as sent (raw bytes, or nothing) rather than as stored."""
     sent_input = len(task.input) if include_input else 0
-    return size - _base64_len(len(task.input)) + sent_input
+    # Read as it is stored: raw in its own key (joined only when asked for), else base64.
+    stored_input = len(task.input) if task.input_in_key else _base64_len(len(task.input))
+    return size - stored_input + sent_input
 
 
 def read_page(
@@ -81,7 +84,8 @@ def read_page(
     found: list[TaskRecord] = []
     page_bytes = scanned_bytes = 0
     position = ""
-    for scanned_keys, (task_id, task, size) in enumerate(_records(ctx, prefix, after), 1):
+    records = _records(ctx, prefix, after, include_input=include_input)
+    for scanned_keys, (task_id, task, size) in enumerate(records, 1):
         cost = record_cost(task, size, include_input=include_input)
         if wanted(task):
             if found and page_bytes + cost > PAGE_BYTES:
@@ -95,10 +99,15 @@ def read_page(
     return Page(found, "")
 
 
-def _records(ctx: StoreContext, prefix: str, after: str) -> Iterator[tuple[str, TaskRecord, int]]:
+def _records(
+    ctx: StoreContext, prefix: str, after: str, *, include_input: bool
+) -> Iterator[tuple[str, TaskRecord, int]]:
     """(task id, record, stored size) in key order after ``after``; an index key whose task
     is gone is skipped (doctor reports it). Keys come a keys-only page at a time, records
-    ``VALUES_PER_READ`` at a time, each read at one consistent revision."""
+    ``VALUES_PER_READ`` at a time, each read at one consistent revision; with
+    ``include_input``, each with its input key (schema 2), joined in and counted in its size
+    (a record that keeps its input elsewhere and that input are no bigger than the largest
+    record that holds one, so a read stays under ``READ_BYTES``)."""
     kv, keys = ctx.kv, ctx.keys
     start = prefix + after + "\0" if after else prefix
     end = kv.prefix_end(prefix)
@@ -107,11 +116,19 @@ def _records(ctx: StoreContext, prefix: str, after: str) -> Iterator[tuple[str, 
         ids = [item.key.rsplit("/", 1)[1] for item in page]
         for first in range(0, len(ids), VALUES_PER_READ):
             batch = ids[first : first + VALUES_PER_READ]
-            snap = kv.read(*(get(keys.task(t)) for t in batch))
+            reads = [get(keys.task(t)) for t in batch]
+            if include_input:
+                reads += [input_read(keys, t) for t in batch]
+            snap = kv.read(*reads)
             for i, task_id in enumerate(batch):
                 item = snap.range_one(i)
-                if item is not None:
-                    yield task_id, task_from_kv(item), len(item.value)
+                if item is None:
+                    continue
+                task, size = task_from_kv(item), len(item.value)
+                if include_input and task.input_in_key:
+                    task = joined(task, snap.range_one(len(batch) + i))
+                    size += len(task.input)
+                yield task_id, task, size
         if len(page) < _KEYS_PER_RANGE:
             return
         start = page[-1].key + "\0"

@@ -30,6 +30,7 @@ from coordinator.domain.records import (
 from coordinator.domain.retry import policy_fields
 from coordinator.domain.space import WriteKind
 from coordinator.domain.states import AttemptEnd, Op, TaskState, is_legal, next_state
+from coordinator.domain.versions import INPUT_KEY_SCHEMA
 from coordinator.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from coordinator.store.context import StoreContext, attempt_from_kv, new_task_id, task_from_kv
 from coordinator.store.etcd.ops import RequestOp, delete, get, get_prefix, mod_revision_is, put
@@ -41,6 +42,7 @@ from coordinator.store.retention.tombstones import (
     task_not_found,
     tombstone_from_kv,
 )
+from coordinator.store.task_inputs import input_read, joined
 from coordinator.store.transition import ready_seq, transition, transition_ops
 from coordinator.store.types import TaskSpec
 
@@ -92,7 +94,7 @@ class TaskStore:
             op = Op.CREATE_WAITING if waiting_on else Op.CREATE_DELAYED if delayed else Op.CREATE
             state = next_state(None, op)
             task = with_changes(
-                _new_task(task_id, spec, digest, lineage, state, now),
+                _new_task(ctx, task_id, spec, digest, lineage, state, now),
                 depends_on=depends_on,
                 satisfied_by=() if waiting_on else satisfied_by(upstreams),
                 **policy_fields(policy),
@@ -158,11 +160,23 @@ class TaskStore:
         return [put(key, b"") for key in identity_keys(self._ctx.keys, task)]
 
     def get(self, task_id: str) -> TaskRecord:
-        """The task, or NotFound."""
-        kv = self._ctx.kv.get(self._ctx.keys.task(task_id))
+        """The task with its input, or NotFound."""
+        keys = self._ctx.keys
+        snap = self._ctx.kv.read(get(keys.task(task_id)), input_read(keys, task_id))
+        kv = snap.range_one(0)
         if kv is None:
             raise task_not_found(self._ctx, task_id)
-        return task_from_kv(kv)
+        return joined(task_from_kv(kv), snap.range_one(1))
+
+    def with_input(self, task: TaskRecord) -> TaskRecord:
+        """``task`` (a record a call just read or wrote) with its input: the input key read at
+        the record's revision when the record keeps its input there (schema 2), for an answer
+        that carries the task."""
+        if not task.input_in_key:
+            return task
+        keys = self._ctx.keys
+        snap = self._ctx.kv.read(input_read(keys, task.task_id, revision=task.state_version))
+        return joined(task, snap.range_one(0))
 
     def attempts(
         self, task_id: str, *, first: int = 1, count: int = ATTEMPTS_PAGE
@@ -300,6 +314,9 @@ class TaskStore:
                 now,
                 input=data,
                 input_digest=digest,
+                # A new input moves a record of the first schema to the input key, once the
+                # keyspace's schema allows it.
+                input_in_key=task.input_in_key or self._ctx.writes_schema(INPUT_KEY_SCHEMA),
                 revision=task.revision + 1,
                 lease_id=0,
                 attempts_base=task.attempt,  # new input, new attempt budget
@@ -359,10 +376,17 @@ class TaskStore:
 
 
 def _new_task(
-    task_id: str, spec: TaskSpec, digest: str, lineage: Lineage, state: TaskState, now: float
+    ctx: StoreContext,
+    task_id: str,
+    spec: TaskSpec,
+    digest: str,
+    lineage: Lineage,
+    state: TaskState,
+    now: float,
 ) -> TaskRecord:
     """The record of a new task in ``state`` with what ``spec``, its checked input digest and
-    ``lineage`` fix for good (``create`` adds the edges and the retry policy)."""
+    ``lineage`` fix for good (``create`` adds the edges and the retry policy); its input in a
+    key of its own once the keyspace's schema allows it (coordinator/store/task_inputs.py)."""
     return TaskRecord(
         task_id=task_id,
         queue=spec.queue,
@@ -382,4 +406,5 @@ def _new_task(
         not_before=spec.not_before if spec.not_before > now else 0.0,  # delayed, as create saw
         deadline=now + spec.schedule_to_close if spec.schedule_to_close else 0.0,
         effect_ids=EffectIdScheme.V2,
+        input_in_key=ctx.writes_schema(INPUT_KEY_SCHEMA),
     )

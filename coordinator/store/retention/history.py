@@ -30,6 +30,9 @@ class TaskHistory:
     task_kv: KV
     task: TaskRecord
     revision: int
+    # The task's input key (schema 2: coordinator/store/task_inputs.py), None when the input
+    # is inside the record.
+    input_kv: KV | None = None
     attempts: list[KV] = field(default_factory=list)
     events: list[KV] = field(default_factory=list)
     results: list[KV] = field(default_factory=list)
@@ -54,7 +57,7 @@ class TaskHistory:
     def size(self) -> int:
         """The bytes of its records' values (what archiving it holds in memory)."""
         kvs = [self.task_kv, *self.attempts, *self.events, *self.results, *self.staged]
-        kvs += [*self.jobs, *self.effects]
+        kvs += [*self.jobs, *self.effects, *([self.input_kv] if self.input_kv else [])]
         return sum(len(kv.value) for kv in kvs)
 
     def blocker(self) -> str:
@@ -68,8 +71,9 @@ class TaskHistory:
         return ""
 
     def archive_object(self, *, archived_at: float) -> dict[str, Any]:
-        """The archive form: one JSON object per task."""
-        return {
+        """The archive form: one JSON object per task (``input``: the task's input key, only
+        when its record keeps the input there; always base64, so it comes back byte for byte)."""
+        archived: dict[str, Any] = {
             "format": ARCHIVE_FORMAT,
             "task_id": self.task_id,
             "queue": self.task.queue,
@@ -85,6 +89,9 @@ class TaskHistory:
             "jobs": [entry(kv) for kv in self.jobs],
             "deps": entry(self.deps) if self.deps is not None else None,
         }
+        if self.input_kv is not None:
+            archived["input"] = raw_entry(self.input_kv)
+        return archived
 
 
 def entry(kv: KV) -> dict[str, Any]:
@@ -99,6 +106,17 @@ def entry(kv: KV) -> dict[str, Any]:
     except ValueError:
         entry["value_b64"] = base64.b64encode(kv.value).decode()
     return entry
+
+
+def raw_entry(kv: KV) -> dict[str, Any]:
+    """One key as archived with its value in base64 whatever it holds (an input that happens
+    to be JSON must not come back re-encoded)."""
+    return {
+        "key": kv.key,
+        "create_revision": kv.create_revision,
+        "mod_revision": kv.mod_revision,
+        "value_b64": base64.b64encode(kv.value).decode(),
+    }
 
 
 def entry_value(entry: dict[str, Any]) -> bytes:

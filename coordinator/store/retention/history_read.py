@@ -31,9 +31,8 @@ from coordinator.errors import CoordinatorError, StoreUnavailable
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd.ops import KV, RequestOp, TxnResult, get, get_prefix
 from coordinator.store.retention.history import TaskHistory
+from coordinator.store.task_inputs import input_read
 
-TASKS_PER_READ = 11
-"""Tasks read in one txn (11 ops each; etcd allows 128 operations per txn)."""
 _READ_BATCH = 100
 
 
@@ -58,8 +57,10 @@ _SECTIONS = (
     _Section("effect_index", lambda k, t: k.task_effects_prefix(t), 64, 1000, keys_only=True),
     _Section("dependents", lambda k, t: k.dependents_prefix(t), 64, 1000, keys_only=True),
 )
-# Per task in the first txn: the task, the sections, two counts and the edges.
-_READS_PER_TASK = 1 + len(_SECTIONS) + 3
+# Per task in the first txn: the task, the sections, two counts, the edges and the input key.
+_READS_PER_TASK = 1 + len(_SECTIONS) + 4
+TASKS_PER_READ = 128 // _READS_PER_TASK
+"""Tasks read in one txn (10, at 12 ops each: etcd allows 128 operations per txn)."""
 
 
 def read_histories(ctx: StoreContext, task_ids: Sequence[str]) -> Iterator[TaskHistory]:
@@ -130,6 +131,7 @@ def _first_reads(keys: Keyspace, task_id: str, first: int) -> list[RequestOp]:
         get_prefix(keys.open_effects_prefix(task_id), count_only=True),
         get_prefix(keys.reconcile_prefix(task_id), count_only=True),
         get(keys.deps(task_id)),
+        input_read(keys, task_id),  # the archive keeps the input (schema 2: its own key)
     ]
     return ops
 
@@ -149,6 +151,7 @@ def _history(ctx: StoreContext, snap: TxnResult, base: int, task_id: str) -> Tas
     history = TaskHistory(
         task_kv=task_kv,
         task=task_from_kv(task_kv),
+        input_kv=snap.range_one(counts + 3),
         revision=snap.revision,
         attempts=sections["attempts"],
         events=sections["events"],

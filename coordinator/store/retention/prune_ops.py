@@ -65,6 +65,7 @@ def prune_txn(
     ]
     ops = [
         delete(keys.task(task_id)),
+        delete(keys.input(task_id)),  # schema 2's input key (nothing to delete under schema 1)
         delete(due_key),
         put(keys.tombstone(task_id), encode(tombstone)),
         put(keys.tombstone_due(micros(now + ctx.retention.tombstone), task_id), b""),
