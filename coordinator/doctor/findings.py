@@ -33,6 +33,8 @@ class Problem(StrEnum):
     RESULT_MISMATCH = "result-mismatch"
     EVENT_CHAIN_BROKEN = "event-chain-broken"
     ORPHAN_RECORDS = "records-of-missing-task"
+    # A task record of schema 2 whose input key is gone (coordinator/store/task_inputs.py).
+    INPUT_MISSING = "input-missing"
     DEPENDENCY_DANGLING = "dependency-dangling"
     EDGES_MISMATCH = "edges-mismatch"
     REVERSE_EDGE_MISSING = "reverse-edge-missing"

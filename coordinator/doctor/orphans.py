@@ -16,6 +16,7 @@ def check_orphans(parsed: Parsed, keys: Keyspace) -> list[Finding]:
     return [
         *_index_orphans(parsed, keys),
         *_record_orphans(parsed),
+        *_input_findings(parsed),
         *_edge_orphans(parsed, keys),
         *_identity_orphans(parsed, keys),
     ]
@@ -65,6 +66,24 @@ def _record_orphans(parsed: Parsed) -> list[Finding]:
                         tuple(k.key for k in kvs),
                     )
                 )
+    return out
+
+
+def _input_findings(parsed: Parsed) -> list[Finding]:
+    """Input keys (schema 2) against their task records: a record that keeps its input in a
+    key that is gone has lost it; a key no record keeps its input in is left over. Reported
+    only: neither can be rebuilt (UpdateInput gives a task a new input)."""
+    out: list[Finding] = []
+    for tid, (kv, task) in parsed.tasks.items():
+        if task.input_in_key and tid not in parsed.inputs:
+            message = f"task {tid} keeps its input in a key of its own, which is gone"
+            out.append(Finding(Problem.INPUT_MISSING, tid, message, (kv.key,)))
+    for tid, kv in parsed.inputs.items():
+        record = parsed.tasks.get(tid)
+        if record is None or not record[1].input_in_key:
+            whose = "which has no task record" if record is None else "whose record holds its own"
+            message = f"an input key of {tid}, {whose}"
+            out.append(Finding(Problem.ORPHAN_RECORDS, tid, message, (kv.key,)))
     return out
 
 

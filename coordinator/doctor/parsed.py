@@ -30,6 +30,8 @@ class Parsed:
     results: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
     events: dict[str, list[KV]] = field(default_factory=lambda: defaultdict(list))
     deps: dict[str, KV] = field(default_factory=dict)
+    # Inputs kept in a key of their own (schema 2: store/task_inputs.py), by task id.
+    inputs: dict[str, KV] = field(default_factory=dict)
     # upstream -> dependent -> reverse-edge key
     dependents: dict[str, dict[str, KV]] = field(default_factory=lambda: defaultdict(dict))
     identity: dict[str, KV] = field(default_factory=dict)
@@ -68,7 +70,7 @@ def parse(snap: Snapshot, keys: Keyspace) -> Parsed:  # noqa: C901, PLR0912
                 parsed.tasks[rest] = (kv, task)
         elif section == "ready":
             parsed.ready[parts[-1]].append(kv)
-        elif section in ("claims", "claimed", "waiting", "deps", "blocked", "overdue"):
+        elif section in ("claims", "claimed", "waiting", "deps", "blocked", "overdue", "inputs"):
             getattr(parsed, section)[rest] = kv
         elif section in ("attempts", "results", "events"):
             getattr(parsed, section)[parts[0]].append(kv)

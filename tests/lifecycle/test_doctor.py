@@ -176,6 +176,7 @@ def test_dangling_and_inconsistent_dependency_edges(
     for _, meta in etcd_client.get_prefix(keys.events_prefix("up")):
         etcd_client.delete(meta.key)
     etcd_client.delete(keys.task("up"))  # down now depends on a task that does not exist
+    etcd_client.delete(keys.input("up"))
     etcd_client.delete(keys.ready(record.queue, record.priority, record.ready_seq, "up"))
     for kind, value in (("root", "up"), ("thread", "up")):
         etcd_client.delete(keys.by_identity(kind, value, "up"))
@@ -454,3 +455,16 @@ def test_due_index_keys_are_not_repaired_when_the_record_is_in_conflict(
         (Problem.EVENT_CHAIN_BROKEN.value, "t", False),
         (Problem.DELAYED_KEY_MISSING.value, "t", False),
     ]
+
+
+def test_an_input_key_missing_or_left_over(doctor: Doctor, store: Store, etcd_client: Any) -> None:
+    create(store, "lost")
+    create(store, "kept")
+    assert _record(etcd_client, store, "lost").input_in_key  # schema 2: inputs have own keys
+    etcd_client.delete(store.ctx.keys.input("lost"))
+    etcd_client.put(store.ctx.keys.input("gone"), b"an input nobody keeps")
+    assert doctor.problems("--repair") == [
+        (Problem.INPUT_MISSING.value, "lost", False),
+        (Problem.ORPHAN_RECORDS.value, "gone", False),
+    ]
+    assert "task lost keeps its input in a key of its own, which is gone" in doctor.run().output
