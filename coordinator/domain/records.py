@@ -116,7 +116,7 @@ class TaskRecord:
     overdue_at: float = 0.0
     # Schema 2 (domain/versions.py): the input lives in ``{p}/inputs/{id}``, written by the
     # create and by UpdateInput only; the stored record carries an empty input, and a reader
-    # that hands the input out joins the key in (store/inputs.py). False for a record whose
+    # that hands the input out joins the key in (store/task_inputs.py). False for a record whose
     # input is inside it (schema 1, and every record written before that schema was raised).
     input_in_key: bool = False
     # etcd mod_revision of the task key; never stored, attached on decode.
