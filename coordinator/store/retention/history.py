@@ -90,33 +90,26 @@ class TaskHistory:
             "deps": entry(self.deps) if self.deps is not None else None,
         }
         if self.input_kv is not None:
-            archived["input"] = raw_entry(self.input_kv)
+            archived["input"] = entry(self.input_kv, raw=True)
         return archived
 
 
-def entry(kv: KV) -> dict[str, Any]:
-    """One key as archived: its name, revisions and value (JSON as stored, else base64)."""
+def entry(kv: KV, *, raw: bool = False) -> dict[str, Any]:
+    """One key as archived: its name, revisions and value (JSON as stored, else base64; always
+    base64 when ``raw``: an input that happens to be JSON must not come back re-encoded)."""
     entry: dict[str, Any] = {
         "key": kv.key,
         "create_revision": kv.create_revision,
         "mod_revision": kv.mod_revision,
     }
-    try:
-        entry["value"] = json.loads(kv.value)
-    except ValueError:
-        entry["value_b64"] = base64.b64encode(kv.value).decode()
+    if not raw:
+        try:
+            entry["value"] = json.loads(kv.value)
+            return entry
+        except ValueError:
+            pass  # not JSON: base64
+    entry["value_b64"] = base64.b64encode(kv.value).decode()
     return entry
-
-
-def raw_entry(kv: KV) -> dict[str, Any]:
-    """One key as archived with its value in base64 whatever it holds (an input that happens
-    to be JSON must not come back re-encoded)."""
-    return {
-        "key": kv.key,
-        "create_revision": kv.create_revision,
-        "mod_revision": kv.mod_revision,
-        "value_b64": base64.b64encode(kv.value).decode(),
-    }
 
 
 def entry_value(entry: dict[str, Any]) -> bytes:
