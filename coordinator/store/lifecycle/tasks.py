@@ -171,8 +171,9 @@ class TaskStore:
     def with_input(self, task: TaskRecord) -> TaskRecord:
         """``task`` (a record a call just read or wrote) with its input: the input key read at
         the record's revision when the record keeps its input there (schema 2), for an answer
-        that carries the task."""
-        if not task.input_in_key:
+        that carries the task. A record that holds a non-empty input has it already (as
+        stored, a record of schema 2 holds none): no read."""
+        if not task.input_in_key or task.input:
             return task
         keys = self._ctx.keys
         snap = self._ctx.kv.read(input_read(keys, task.task_id, revision=task.state_version))
