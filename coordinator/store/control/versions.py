@@ -284,6 +284,8 @@ class Standing:
         return seen >= schema and self._clock() - since >= self._settle
 
     def _say(self, said: str | None, **fields: str) -> None:
+        if said == self._said:  # every call asks; the answer rarely changes, so no lock then
+            return
         with self._lock:
             changed, self._said = said != self._said, said
         if not changed:
