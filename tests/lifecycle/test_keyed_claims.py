@@ -19,10 +19,9 @@ from coordinator.domain.records import decode, encode
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.store import Store
 from coordinator.store.claims.claim_keys import ClaimKey, KeyTaken
-from coordinator.store.etcd.watch import WatchEvent
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
-from tests.helpers import eventually
 from tests.lifecycle.support import create, snapshot, who
+from tests.store.support import writes_between
 
 CLAIM_NEXT = "/coordinator.v1.WorkerService/ClaimNext"
 
@@ -54,23 +53,9 @@ def _writes_after(store: Store, etcd_client: Any, start: int) -> dict[int, list[
     revision (a delete as ``-kind``; the kind is the key's first segment under the prefix)."""
     prefix = store.ctx.keys.prefix + "/"
     sentinel = prefix + "zz-sentinel"
-    etcd_client.put(sentinel, b"")  # after every write so far: seen last
-    seen: list[WatchEvent] = []
-    lock = threading.Lock()
-
-    def on_events(events: list[WatchEvent]) -> None:
-        with lock:
-            seen.extend(events)
-
-    watch = store.ctx.kv.watch_prefix(
-        prefix, start_revision=start + 1, on_events=on_events, on_compacted=lambda: None
-    )
-    try:
-        eventually(lambda: any(e.key == sentinel for e in seen))
-    finally:
-        watch.close()
+    now = etcd_client.put(sentinel, b"").header.revision  # after every write so far
     by_revision: dict[int, list[str]] = {}
-    for event in seen:
+    for event in writes_between(store, start + 1, now):
         if event.key != sentinel:
             kind = event.key.removeprefix(prefix).split("/", 1)[0]
             by_revision.setdefault(event.mod_revision, []).append(
