@@ -20,8 +20,9 @@ from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.domain.stream_limits import StreamLimits
 from coordinator.etcd_process import EtcdProcess
 from coordinator.metrics import Metrics
-from coordinator.server import PRINCIPAL_METADATA_KEY, build_server
+from coordinator.server import PRINCIPAL_METADATA_KEY, build_server, identity
 from coordinator.server.interceptors import stream_interceptor
+from coordinator.server.services import worker_service
 from coordinator.store import EtcdKV, EventFilter, Keyspace, Store, TaskSpec
 from coordinator.store.claims import long_poll
 from coordinator.store.types import ClaimResult
@@ -133,6 +134,28 @@ class _HeldClaim:
 
 
 @pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[grpc.ServicerContext]:
+    """The server-side context of every worker call, recorded as its handler starts, so a test
+    can wait for the server's own view of a call's deadline."""
+    seen: list[grpc.ServicerContext] = []
+    real = identity.principal_of
+
+    def recorded(context: grpc.ServicerContext) -> str:
+        seen.append(context)
+        return real(context)
+
+    monkeypatch.setattr(worker_service, "principal_of", recorded)
+    return seen
+
+
+def _gone_for_the_server(calls: list[grpc.ServicerContext]) -> None:
+    """Wait until the server, too, sees the call's deadline passed (what ``CallerOf.alive``
+    asks): the client's DEADLINE_EXCEEDED comes at its own deadline, the server's, sent as the
+    time left, a moment later."""
+    eventually(lambda: calls and calls[-1].time_remaining() <= 0, message="server deadline")
+
+
+@pytest.fixture
 def held(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[_HeldClaim]:
     """Claims by id and ClaimNext's claims, each held after its txn until ``go``."""
     held_next = _HeldClaim(store.claims.claim_next)
@@ -146,6 +169,7 @@ def test_a_claim_whose_answer_cannot_be_delivered_is_given_back_uncounted(
     store: Store,
     worker: worker_pb2_grpc.WorkerServiceStub,
     held: _HeldClaim,
+    calls: list[grpc.ServicerContext],
     metrics: Metrics,
     key: str,
 ) -> None:
@@ -154,6 +178,7 @@ def test_a_claim_whose_answer_cannot_be_delivered_is_given_back_uncounted(
         call = pool.submit(worker.ClaimNext, _poll(4), metadata=_who("left", key), timeout=1)
         eventually(lambda: held.claimed, message="the claim txn did not land")
         _deadline_exceeded(call.result)
+        _gone_for_the_server(calls)
         held.go.set()  # the handler goes on with a claim its caller will never hear of
         given_back = eventually(
             lambda: store.tasks.get("t").state is TaskState.READY, message="not given back"
@@ -181,6 +206,7 @@ def test_a_claim_by_id_whose_caller_left_is_given_back_too(
     store: Store,
     worker: worker_pb2_grpc.WorkerServiceStub,
     monkeypatch: pytest.MonkeyPatch,
+    calls: list[grpc.ServicerContext],
     metrics: Metrics,
 ) -> None:
     store.tasks.create(TaskSpec(task_id="t"), by="pm")
@@ -191,6 +217,7 @@ def test_a_claim_by_id_whose_caller_left_is_given_back_too(
         call = pool.submit(worker.Claim, request, metadata=_who("left"), timeout=1)
         eventually(lambda: claim.claimed, message="the claim txn did not land")
         _deadline_exceeded(call.result)
+        _gone_for_the_server(calls)
         claim.go.set()
         eventually(lambda: store.tasks.get("t").state is TaskState.READY, message="kept")
     assert _attempts(store, "t") == [(1, AttemptEnd.UNDELIVERED)]
