@@ -27,7 +27,8 @@ The handler gets the Claim and a
 Cancellation (sdk/cancellation.py), set when the claim is lost (``on_lost``) or when the
 shutdown grace runs out. What the handler returns is committed; an exception gives the task
 back as a retryable failure, ``claim.fail(error, retryable=True)`` (the task's retry policy
-decides what follows). A handler that returns None has ended the claim itself, or the pool
+decides what follows), as do a SystemExit, a return value that is not bytes, and a result the
+commit refuses (sdk/_core/settling.py). A handler that returns None has ended the claim itself, or the pool
 releases it.
 
 ``stop()`` (SIGTERM through ``stop_on_signals``) stops claiming at once (the long polls in
@@ -61,6 +62,7 @@ from coordinator.sdk._core.pool import (
     MAX_CONCURRENT,
     MAX_QUEUES,
     SHUTDOWN_ERROR,
+    SLOT_FAULT,
     Ending,
     MultiSlot,
     PollBackoff,
@@ -268,7 +270,16 @@ class WorkerPool:
     def _work(self, running: _Running) -> None:
         current: _Running | None = running
         while current is not None:  # with commit_then_next, a commit hands the slot on
-            current = self._run_one(current)
+            this = current
+            try:
+                current = self._run_one(this)
+            except Exception:  # a fault past the handler's must not hold the slot for good
+                log.exception(SLOT_FAULT, task_id=this.claim and this.claim.task_id)
+                if this.claim is not None:  # no more renewals: the lease ends it
+                    this.claim.close()
+                with self._cond:
+                    self._slots.hand_over(this, Ending.UNSETTLED, None, False)
+                return
 
     def _run_one(self, running: _Running) -> _Running | None:
         """Run the handler on ``running``'s claim and settle it; the claim its commit won
@@ -279,7 +290,9 @@ class WorkerPool:
         result, error = None, None
         try:
             result = self._handler(claim, running.cancel)
-        except Exception as exc:  # the handler's failure is the task's, never the pool's
+        # The handler's failure is the task's, never the pool's; SystemExit too, which would
+        # otherwise end this thread silently with the claim held and the slot taken.
+        except BaseException as exc:
             log.exception("handler raised", task_id=claim.task_id)
             error = exc
         with self._cond:

@@ -4,6 +4,7 @@ readiness (file and HTTP)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -33,11 +34,14 @@ from coordinator.sdk import (
     WorkerClient,
     WorkerPool,
 )
+from coordinator.sdk import pool as pool_module
+from coordinator.sdk._core import settling
 from coordinator.sdk.abort import Abort
 from coordinator.sdk.pool import SHUTDOWN_ERROR
 from tests.helpers import eventually
 from tests.sdk.support import Served, served
 
+ZERO = timedelta(0)
 TTL = timedelta(seconds=2)  # renewed every 2/3 s: a cancellation is noticed quickly
 
 
@@ -164,6 +168,82 @@ def test_a_handler_error_gives_the_task_back_and_the_next_attempt_commits(
         report = stop(pool, running)
     assert [a.end for a in producer.attempts("t1")] == [AttemptEnd.FAILED, AttemptEnd.COMMITTED]
     assert report.endings == {Ending.FAILED: 1, Ending.COMMITTED: 1}
+
+
+def test_a_handler_returning_text_fails_its_attempt_and_frees_its_slot(
+    coordinator: Served, producer: WorkerClient, background: ThreadPoolExecutor
+) -> None:
+    # Once the text reached the digest on the slot's thread, which died holding the slot: the
+    # pool of one never claimed again and waited its whole grace at stop.
+    now = TaskRetryPolicy(initial_backoff=ZERO)
+    for task_id in ("t1", "t2"):
+        producer.create_task(task_id, queue="q", input=task_id.encode(), retry_policy=now)
+    tries: dict[str, int] = {}
+
+    def handle(claim: Claim, cancel: Cancellation) -> Any:
+        tries[claim.task_id] = tries.get(claim.task_id, 0) + 1
+        text = claim.input.decode().upper()
+        return text if tries[claim.task_id] == 1 else text.encode()
+
+    with coordinator.client("pool-1") as client:
+        pool = WorkerPool(client, handle, queues=["q"], max_concurrent=1, ttl=TTL)
+        running = background.submit(pool.run)
+        eventually(lambda: states(producer) == {"t1": TaskState.DONE, "t2": TaskState.DONE})
+        report = stop(pool, running)
+    for task_id in ("t1", "t2"):
+        attempts = [(a.end, a.error_code) for a in producer.attempts(task_id)]
+        assert attempts == [(AttemptEnd.FAILED, "TypeError"), (AttemptEnd.COMMITTED, "")]
+        assert producer.get_result(task_id).result == task_id.upper().encode()
+    assert report.endings == {Ending.FAILED: 2, Ending.COMMITTED: 2}
+
+
+def test_a_handler_calling_sys_exit_fails_its_attempt_and_frees_its_slot(
+    coordinator: Served, producer: WorkerClient, background: ThreadPoolExecutor
+) -> None:
+    # SystemExit once ended the slot's thread without a word, the claim renewed for good.
+    producer.create_task("t1", queue="q", retry_policy=TaskRetryPolicy(initial_backoff=ZERO))
+    tries = [0]
+
+    def handle(claim: Claim, cancel: Cancellation) -> bytes:
+        tries[0] += 1
+        if tries[0] == 1:
+            sys.exit("the handler gave up")
+        return b"done"
+
+    with coordinator.client("pool-1") as client:
+        pool = WorkerPool(client, handle, queues=["q"], max_concurrent=1, ttl=TTL)
+        running = background.submit(pool.run)
+        eventually(lambda: states(producer) == {"t1": TaskState.DONE})
+        report = stop(pool, running)
+    attempts = [(a.end, a.error_code) for a in producer.attempts("t1")]
+    assert attempts == [(AttemptEnd.FAILED, "SystemExit"), (AttemptEnd.COMMITTED, "")]
+    assert report.endings == {Ending.FAILED: 1, Ending.COMMITTED: 1}
+
+
+def test_a_fault_past_the_handler_frees_the_slot_and_leaves_the_claim_to_its_lease(
+    coordinator: Served,
+    producer: WorkerClient,
+    background: ThreadPoolExecutor,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    faults = [RuntimeError("a bug while settling")]
+    real = settling.settle
+
+    def settle(*args: Any) -> Any:
+        if faults:
+            raise faults.pop()
+        return real(*args)
+
+    monkeypatch.setattr(pool_module, "settle", settle)
+    producer.create_task("t1", queue="q", input=b"in")
+    with coordinator.client("pool-1") as client:
+        pool = WorkerPool(client, lambda claim, cancel: b"done", queues=["q"], ttl=TTL)
+        running = background.submit(pool.run)
+        # The slot went back to the claim loop: the task, expired, is claimed again and done.
+        eventually(lambda: states(producer) == {"t1": TaskState.DONE}, timeout=20)
+        report = stop(pool, running)
+    assert [a.end for a in producer.attempts("t1")] == [AttemptEnd.EXPIRED, AttemptEnd.COMMITTED]
+    assert report.endings == {Ending.UNSETTLED: 1, Ending.COMMITTED: 1}
 
 
 def test_a_handler_error_reaches_job_fail_whole_and_retryable(

@@ -254,6 +254,11 @@ def released(committed: bool) -> Ending:
     return Ending.COMMITTED if committed else Ending.RELEASED
 
 
+SLOT_FAULT = "claim not settled (a fault past its handler): slot freed, claim left to its lease"
+"""What a pool logs when settling a claim raised something unexpected (a bug, not the handler's
+exception, which gives the task back): the slot goes back to the claim loops either way."""
+
+
 def unsettled(committed: bool) -> Ending:
     """A claim the coordinator could not be told about: COMMITTED if its commit is known to
     have landed, else UNSETTLED (its lease expires)."""

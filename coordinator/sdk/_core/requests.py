@@ -182,6 +182,15 @@ _MAX_ERROR_MESSAGE = 1024
 _MAX_ERROR_DETAILS = 16 * 1024
 
 
+def result_bytes(result: object) -> bytes:
+    """``result`` as the bytes a commit or a stage sends; a TypeError saying what to do for
+    anything else (a str's digest cannot be taken: its encoding is the caller's choice)."""
+    if isinstance(result, bytes | bytearray | memoryview):
+        return bytes(result)
+    hint = ": encode it first, e.g. text.encode()" if isinstance(result, str) else ""
+    raise TypeError(f"a result is bytes, not {type(result).__name__}{hint}")
+
+
 def commit_request(
     fence: Fence,
     input_digest: str,
@@ -192,6 +201,7 @@ def commit_request(
     evidence: Sequence[str],
 ) -> worker_pb2.CommitRequest:
     """A commit of ``result`` (its digest computed unless given) for the input it was made of."""
+    result = result_bytes(result)
     return worker_pb2.CommitRequest(
         fence=fence_to_proto(fence),
         input_digest=input_digest,
@@ -206,6 +216,7 @@ def stage_request(
     fence: Fence, result: bytes, *, result_ref: str, result_digest: str | None
 ) -> worker_pb2.StageResultRequest:
     """A stage of ``result`` in the attempt's own area."""
+    result = result_bytes(result)
     return worker_pb2.StageResultRequest(
         fence=fence_to_proto(fence),
         result_digest=result_digest or digest_of(result),

@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
-from coordinator.errors import CoordinatorError
+from coordinator.errors import CoordinatorError, InvalidArgument
 from coordinator.sdk._core.held import HeldClaim, LostCallback
 from coordinator.sdk._core.pool import (
     SHUTDOWN_ERROR,
@@ -67,15 +67,26 @@ Settling = Generator[ClaimCall, Any, Ending]
 
 
 def settle(
-    claim: ClaimT, result: bytes | None, error: Exception | None, follow: NextTask | None
+    claim: ClaimT, result: bytes | None, error: BaseException | None, follow: NextTask | None
 ) -> Generator[ClaimCall, Any, Settled[ClaimT]]:
     """End ``claim`` after its handler returned ``result`` or raised ``error``: commit the
     result, or give the task back for the error, or release a claim the handler left held.
     A call the coordinator could not take leaves the claim to its lease (UNSETTLED)."""
     won: ClaimT | None = None
+    if error is None and result is not None and not isinstance(result, bytes | bytearray):
+        error = TypeError(
+            f"the handler returned {type(result).__name__}: a handler returns bytes (committed) "
+            "or None (the claim released)"
+        )
+        log.error("handler returned no bytes", task_id=claim.task_id, error=str(error))
+        result = None
     try:
         if result is not None and error is None and not claim.is_lost():
-            won = yield from _commit(result, follow)
+            try:
+                won = yield from _commit(result, follow)
+            except InvalidArgument as exc:  # the result itself refused (its size): no lease wait
+                log.error("the commit was refused", task_id=claim.task_id, error=str(exc))
+                return Settled((yield from give_back(claim, exc)))
         ending = after_handler(claim.committed, claim.is_lost())
         if ending is not None:
             return Settled(ending, won)
@@ -101,7 +112,7 @@ def _commit(result: bytes, follow: NextTask | None) -> Generator[ClaimCall, Any,
     return won[0] if won else None
 
 
-def give_back(claim: HeldClaim, error: Exception | str, message: str = "") -> Settling:
+def give_back(claim: HeldClaim, error: BaseException | str, message: str = "") -> Settling:
     """Fail the attempt, retryable: the task's retry policy decides what follows. ``error``:
     the handler's exception (its type names the failure, its traceback goes along) or an error
     code with ``message``."""

@@ -48,6 +48,7 @@ from coordinator.sdk._core.flows import Flow
 from coordinator.sdk._core.pool import (
     CLAIMED_STOPPING,
     GIVE_BACK_TIMEOUT,
+    SLOT_FAULT,
     Ending,
     PollBackoff,
     Polling,
@@ -241,7 +242,15 @@ class AsyncWorkerPool:
     async def _work(self, running: _Running) -> None:
         current: _Running | None = running
         while current is not None:  # with commit_then_next, a commit hands the slot on
-            current = await self._run_one(current)
+            this = current
+            try:
+                current = await self._run_one(this)
+            except Exception:  # a fault past the handler's must not hold the slot for good
+                log.exception(SLOT_FAULT, task_id=this.claim and this.claim.task_id)
+                if this.claim is not None:  # no more renewals: the lease ends it
+                    await this.claim.close()
+                self._slots.hand_over(this, Ending.UNSETTLED, None, False)
+                return
 
     async def _run_one(self, running: _Running) -> _Running | None:
         """Run the handler on ``running``'s claim and settle it; the claim its commit won

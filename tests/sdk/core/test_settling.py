@@ -8,11 +8,15 @@ from collections.abc import Generator
 from datetime import timedelta
 from typing import Any, TypeVar
 
+import pytest
+
+from coordinator.domain.decisions import Fence
 from coordinator.domain.states import FenceReason, Outcome
-from coordinator.errors import CoordinatorError, StoreUnavailable
+from coordinator.errors import CoordinatorError, InvalidArgument, StoreUnavailable
 from coordinator.sdk._core.flows import Flow
 from coordinator.sdk._core.held import HeldClaim
 from coordinator.sdk._core.pool import SHUTDOWN_ERROR, UNFINISHED, Ending
+from coordinator.sdk._core.requests import commit_request, stage_request
 from coordinator.sdk._core.settling import ClaimCall, NextTask, Settled, cut_off_claim, settle
 from coordinator.sdk._core.slots import HandOver, Routes, Slots
 from coordinator.sdk.types import LossSource, LostReason
@@ -34,6 +38,7 @@ class _Claim(HeldClaim):
         super().__init__(answer, sent_at=0.0, on_lost=None, safety_margin=None, clock=lambda: 0.0)
         self.calls: list[str] = []
         self.refuse: set[str] = set()
+        self.invalid: set[str] = set()
         self.fenced: set[str] = set()
         self.won: list[_Claim] = []
 
@@ -44,6 +49,8 @@ class _Claim(HeldClaim):
         self.calls.append(name)
         if name in self.refuse:
             raise StoreUnavailable(f"{name} refused")
+        if name in self.invalid:
+            raise InvalidArgument("result is 600000 bytes, the limit is 524288")
         if name in self.fenced:
             self.mark_lost(Outcome.FENCED, FenceReason.SUPERSEDED, "", LossSource.COMMIT)
 
@@ -109,6 +116,43 @@ def test_an_error_gives_the_task_back_retryable_after_stopping_the_renewals() ->
     claim = _Claim()
     assert _run(claim, settle(claim, None, ValueError("bad"), None)) == Settled(Ending.FAILED)
     assert claim.calls == ["close", "fail bad retryable=True"]
+
+
+@pytest.mark.parametrize("result", ["text", 42, {"a": 1}], ids=["str", "int", "dict"])
+def test_a_result_that_is_not_bytes_gives_the_task_back_as_a_type_error(result: object) -> None:
+    # Once it raised from the digest on the pool's thread and held the slot for good.
+    claim = _Claim()
+    settled = _run(claim, settle(claim, result, None, None))  # type: ignore[arg-type]
+    assert settled == Settled(Ending.FAILED)
+    name = type(result).__name__
+    assert claim.calls == [
+        "close",
+        f"fail the handler returned {name}: a handler returns bytes (committed) or None (the "
+        "claim released) retryable=True",
+    ]
+
+
+def test_a_result_the_commit_refuses_gives_the_task_back_with_why_at_once() -> None:
+    # Once left to its lease: every attempt ended EXPIRED, the refusal's reason nowhere.
+    claim = _Claim()
+    claim.invalid.add("commit huge")
+    assert _run(claim, settle(claim, b"huge", None, None)) == Settled(Ending.FAILED)
+    assert claim.calls == [
+        "commit huge",
+        "close",
+        "fail result is 600000 bytes, the limit is 524288 retryable=True",
+    ]
+
+
+def test_a_commit_or_stage_of_text_says_to_encode_it() -> None:
+    fence = Fence("t1", "a1", 3, 1, 0)
+    with pytest.raises(TypeError, match=r"^a result is bytes, not int$"):
+        stage_request(fence, 7, result_ref="", result_digest=None)  # type: ignore[arg-type]
+    text, ok = "text", bytearray(b"ok")
+    with pytest.raises(TypeError, match=r"^a result is bytes, not str: encode it first"):
+        commit_request(fence, "", text, result_ref="", result_digest=None, evidence=())  # type: ignore[arg-type]
+    sent = commit_request(fence, "", ok, result_ref="", result_digest=None, evidence=())  # type: ignore[arg-type]
+    assert sent.result == ok
 
 
 def test_no_result_releases_the_claim() -> None:
