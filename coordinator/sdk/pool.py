@@ -28,8 +28,8 @@ Cancellation (sdk/cancellation.py), set when the claim is lost (``on_lost``) or 
 shutdown grace runs out. What the handler returns is committed; an exception gives the task
 back as a retryable failure, ``claim.fail(error, retryable=True)`` (the task's retry policy
 decides what follows), as do a SystemExit, a return value that is not bytes, and a result the
-commit refuses (sdk/_core/settling.py). A handler that returns None has ended the claim itself, or the pool
-releases it.
+commit refuses (sdk/_core/settling.py). A handler that returns None has ended the claim
+itself, or the pool releases it.
 
 ``stop()`` (SIGTERM through ``stop_on_signals``) stops claiming at once (the long polls in
 flight are aborted, so a shutdown never claims, sdk/abort.py) and marks the pool unready, lets

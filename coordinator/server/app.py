@@ -223,6 +223,7 @@ def _interceptors(
     call log comes right after auth too: it names the principal and logs every later refusal.
     """
     metrics = store.ctx.metrics
+    budgets = WriteBudgets(chain.write_budgets, metrics=metrics)
     stages: list[Stage] = [
         # Real methods only get labels: unknown ones pass by.
         RpcMetricsInterceptor(metrics),
@@ -236,9 +237,10 @@ def _interceptors(
         HighWaterShareInterceptor(
             store.ctx.kv.space, WriteBudgets(chain.high_water_shares, metrics=metrics)
         ),
-        IdempotencyInterceptor(store.idempotency),
+        # Charges a stored answer's bytes to the same budgets as the requests' below.
+        IdempotencyInterceptor(store.idempotency, budgets),
         # Inside idempotency: a replay of a keyed create is answered, not charged again.
-        WriteBudgetInterceptor(WriteBudgets(chain.write_budgets, metrics=metrics)),
+        WriteBudgetInterceptor(budgets),
         RequestIdInterceptor(),  # innermost: the handler's thread, for the event it writes
     ]
     return [Pipeline(stages)]

@@ -15,6 +15,7 @@ from coordinator.domain.roles import Role
 from coordinator.domain.write_budget import BudgetPolicy
 from coordinator.server import build_server
 from coordinator.store import Store
+from coordinator.store.control.idempotency import LARGE_TTL
 from coordinator.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -122,3 +123,39 @@ def test_a_replay_of_a_keyed_create_is_answered_not_charged_again(
     again = tasks.CreateTask(_create("k-1", 9000), metadata=keyed)  # 1,000 bytes left: a replay
     assert again.task.task_id == first.task.task_id == "k-1"
     assert again == first
+
+
+def test_a_keyed_answer_is_charged_kept_briefly_when_large_and_past_the_budget_not_kept(
+    tasks: tasks_pb2_grpc.TaskServiceStub, store: Store
+) -> None:
+    # A cancel's answer carries the task's input, which its request did not: stored under
+    # a fresh key per call, such answers once filled etcd from one producer token (350 KB a
+    # call, 1.4 GiB in a minute, uncharged and kept a day).
+    tasks.CreateTask(_create("big", 6000), metadata=PM_A)
+    tasks.CancelTask(tasks_pb2.CancelTaskRequest(task_id="big"), metadata=PM_A)
+    answers = [
+        tasks.CancelTask(
+            tasks_pb2.CancelTaskRequest(task_id="big"),
+            metadata=(*PM_B, ("idempotency-key", f"cancel-{n}")),
+        )
+        for n in (1, 2)
+    ]
+    assert [a.task.state for a in answers] == [types_pb2.TASK_STATE_CANCELLED] * 2
+    assert len(answers[0].task.input) == 6000  # an answer of ~6 KB: charged, pm-b's 10 KB fit one
+    kv = store.ctx.kv
+    kept = kv.get(store.ctx.keys.idem("pm-b", "cancel-1"))
+    assert kept is not None
+    [lease] = kv.lease_readings([kept.lease])
+    assert lease is not None and lease.granted <= LARGE_TTL * 1.02 + 1  # not the day's
+    assert kv.get(store.ctx.keys.idem("pm-b", "cancel-2")) is None  # past the budget: not kept
+    registry: CollectorRegistry = store.ctx.metrics.registry
+    refusals = registry.get_sample_value(
+        "coordinator_write_budget_refusals_total", {"what": "stored_answer"}
+    )
+    assert refusals == 1
+    # The replay of the kept one is its answer; the other key runs again (a cancel repeats).
+    replay = tasks.CancelTask(
+        tasks_pb2.CancelTaskRequest(task_id="big"),
+        metadata=(*PM_B, ("idempotency-key", "cancel-1")),
+    )
+    assert replay == answers[0]

@@ -10,8 +10,10 @@ import grpc
 import pytest
 
 from coordinator.domain.digests import digest_of
+from coordinator.domain.keys import Keyspace
 from coordinator.domain.space import SpaceState
 from coordinator.metrics import Metrics
+from coordinator.server.identity import ANONYMOUS
 from coordinator.store import EtcdKV
 from coordinator.store.etcd.db_size import DbSizeWatch
 from coordinator.v1 import (
@@ -69,11 +71,21 @@ def test_above_high_water_growth_is_refused_and_the_pool_drains(
     admin: admin_pb2_grpc.AdminServiceStub,
     probe: Probe,
     metrics: Metrics,
+    prefix: str,
 ) -> None:
     tasks.CreateTask(_create(tasks, "t-1"))
     tasks.CreateTask(_create(tasks, "t-2"))
+    tasks.CreateTask(_create(tasks, "t-9"))
     fence = _claim(worker, admin, "t-1")
     assert _guard(kv, metrics, high_water=0.001) is SpaceState.HIGH_WATER  # any db is above
+
+    # A keyed call that drains runs and is answered; its answer is growth, so it is not kept.
+    keyed_cancel = (("idempotency-key", "cancel-t-9"),)
+    cancel = tasks_pb2.CancelTaskRequest(task_id="t-9")
+    assert (
+        tasks.CancelTask(cancel, metadata=keyed_cancel).task.state == types_pb2.TASK_STATE_CANCELLED
+    )
+    assert kv.get(Keyspace(prefix).idem(ANONYMOUS, "cancel-t-9")) is None
 
     refused(tasks.CreateTask, _create(tasks, "t-3"), EXHAUSTED, "high-water mark", probe)
     keyed = (("idempotency-key", "create-t-3"),)  # the key is not stored either
@@ -104,7 +116,7 @@ def test_above_high_water_growth_is_refused_and_the_pool_drains(
     refusals = metrics.registry.get_sample_value(
         "coordinator_space_refusals_total", {"state": "high_water"}
     )
-    assert refusals == 5
+    assert refusals == 6
     assert metrics.registry.get_sample_value("coordinator_space_guard_state") == 1
 
     assert _guard(kv, metrics, high_water=1.0) is SpaceState.CLEAR
@@ -119,6 +131,7 @@ def test_at_nospace_every_write_is_refused_typed_and_renewals_go_on(
     admin: admin_pb2_grpc.AdminServiceStub,
     probe: Probe,
     metrics: Metrics,
+    prefix: str,
 ) -> None:
     tasks.CreateTask(_create(tasks, "t-1"))
     tasks.CreateTask(_create(tasks, "t-2"))

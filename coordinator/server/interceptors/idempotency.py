@@ -28,6 +28,7 @@ interceptor (it keys by the authenticated principal).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import grpc
@@ -41,9 +42,9 @@ from coordinator.domain.idempotency import (
 from coordinator.domain.space import WriteKind
 from coordinator.errors import CoordinatorError
 from coordinator.logging import note
-from coordinator.server.identity import principal_of
+from coordinator.server.identity import identity_of, principal_of
 from coordinator.server.interceptors.handlers import metadata_value, unary_handler
-from coordinator.server.interceptors.write_budgets import ADDS_DATA
+from coordinator.server.interceptors.write_budgets import ADDS_DATA, WriteBudgets, growth_bytes
 from coordinator.server.status import status_code_of
 from coordinator.store.control.idempotency import IdempotencyStore, RequestInFlight, Reservation
 
@@ -97,8 +98,9 @@ def is_mutating(method: str) -> bool:
 class IdempotencyInterceptor:
     """Replays stored responses of keyed mutating calls (see the module docstring)."""
 
-    def __init__(self, store: IdempotencyStore) -> None:
+    def __init__(self, store: IdempotencyStore, budgets: WriteBudgets) -> None:
         self._store = store
+        self._budgets = budgets
 
     def build(
         self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
@@ -140,7 +142,8 @@ class IdempotencyInterceptor:
             if isinstance(reserved, bytes):
                 note(idempotent_replay=True, idempotency_key=key)
                 return reserved
-            return self._run(reserved, run, serialize, request, context, claims=claims)
+            stored = _Stored(method, request, context, claims)
+            return self._run(reserved, run, serialize, stored)
 
         return behavior
 
@@ -149,19 +152,19 @@ class IdempotencyInterceptor:
         reserved: Reservation,
         run: Callable[[Any, grpc.ServicerContext], Any],
         serialize: Callable[[Any], bytes],
-        request: Any,
-        context: grpc.ServicerContext,
-        *,
-        claims: bool,
+        call: _Stored,
     ) -> bytes:
         try:
-            response = serialize(run(request, context))
+            response = serialize(run(call.request, call.context))
         except BaseException:
             # An error (context.abort raises) is not a response: free the key for a retry.
             self._forget(reserved)
             raise
         try:
-            if not self._store.complete(reserved, response, claims=claims):
+            # What storing the answer adds beyond what the request was charged (a cancel's
+            # answer carries the task's input): the caller's, like any byte it writes.
+            self._budgets.charge(identity_of(call.context), "stored_answer", call.added(response))
+            if not self._store.complete(reserved, response, claims=call.claims):
                 log.warning(
                     "idempotency reservation lost before its response was stored", key=reserved.key
                 )
@@ -179,6 +182,21 @@ class IdempotencyInterceptor:
             self._store.abandon(reserved)
         except CoordinatorError as exc:  # the short pending lease frees it anyway
             log.warning("idempotency reservation not freed", key=reserved.key, error=str(exc))
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A keyed call whose answer is to be stored."""
+
+    method: str
+    request: Any
+    context: grpc.ServicerContext
+    claims: bool
+
+    def added(self, response: bytes) -> int:
+        """The bytes storing ``response`` adds beyond what the request was charged for."""
+        charged = growth_bytes(self.method, self.request) if self.method in ADDS_DATA else 0
+        return len(response) - charged
 
 
 def call_key(context: grpc.ServicerContext, method: str, request: Any) -> tuple[str, str] | None:

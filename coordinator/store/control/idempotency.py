@@ -13,7 +13,11 @@ as the longest lease a claim can have (``limits.max_ttl``). Such an answer is wo
 only while the lease it granted can still be alive: later, a replay would hand back a dead claim
 where a fresh run gives a live one. It also carries the task's input (up to 256 KiB, and up to
 64 of them in a batch): the SDK keys every claim, and a day of a busy queue's inputs would fill
-etcd. Leases are shared by all keys written within one window of time (1 % of the TTL), so a
+etcd. Any other answer over ``KEPT_LONG`` bytes (a task with its input) is kept ``LARGE_TTL``
+for the same reason: one producer cancelling a task with a 256 KiB input under a new key per
+call filled a 2 GiB etcd in 70 s. Storing an answer only adds data, so the space guard refuses
+it above the high-water mark (the call is still answered; the key is freed).
+Leases are shared by all keys written within one window of time (1 % of the TTL), so a
 busy replica grants a lease per window, not per request; a key then lives between its TTL and
 the TTL + window.
 
@@ -64,6 +68,14 @@ DEFAULT_WAIT = 2.0
 _POLL = 0.05
 MAX_KEYS_PER_PRINCIPAL = 10_000
 """Idempotency keys one principal holds at once (each kept ``ttl`` after its request)."""
+KEPT_LONG = 4096
+"""The largest answer kept the whole ``ttl``: with ``max_keys`` a principal's long-kept answers
+hold at most 40 MiB of etcd."""
+LARGE_TTL = 120.0
+"""How long a larger answer (a task with its input, up to 256 KiB) is kept: a retry of a lost
+answer comes within seconds (the SDK's retry budget is 15 s). Its bytes are also charged to the
+caller's write budget (server/interceptors/idempotency.py), so what a principal holds in large
+answers is bounded by its budget times this."""
 
 
 class RequestInFlight(CoordinatorError):
@@ -99,6 +111,7 @@ class IdempotencyStore:
         # A claim's answer: the longest lease, never longer than ``ttl`` (an operator's shorter
         # window holds for claims too).
         self._claims = LeaseWindow(ctx.kv.grant, min(ttl, float(ctx.limits.max_ttl)))
+        self._large = LeaseWindow(ctx.kv.grant, min(ttl, LARGE_TTL))
         self._pending = LeaseWindow(ctx.kv.grant, pending_ttl)
         self._wait = wait
 
@@ -181,8 +194,9 @@ class IdempotencyStore:
 
     def complete(self, reservation: Reservation, response: bytes, *, claims: bool = False) -> bool:
         """Store the response for replays: as long as the longest lease if it hands out
-        ``claims`` (see the module docstring), else ``ttl``; False if the reservation was lost
-        meanwhile."""
+        ``claims`` (see the module docstring), ``LARGE_TTL`` if it is over ``KEPT_LONG``
+        bytes, else ``ttl``; False if the reservation was lost meanwhile. A write that only
+        adds data: above etcd's high-water mark the space guard refuses it (SpaceRefused)."""
         ctx = self._ctx
         record = IdemRecord(
             reservation.method,
@@ -191,10 +205,13 @@ class IdempotencyStore:
             ctx.clock.now(),
             response=response,
         )
-        window = self._claims if claims else self._done
+        window = self._done if len(response) <= KEPT_LONG else self._large
+        if claims:
+            window = self._claims
         return ctx.kv.txn(
             [mod_revision_is(reservation.key, reservation.mod_revision)],
             [put(reservation.key, encode(record), lease=window.lease())],
+            kind=WriteKind.GROWTH,
         ).succeeded
 
     def abandon(self, reservation: Reservation) -> None:
