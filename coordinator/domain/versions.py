@@ -66,19 +66,28 @@ class VersionRecord:
         )
 
 
+MAX_VERSION_LENGTH = 64
+"""The longest version string read (a longer one is no version: ``packaging`` would spend its
+time on, or refuse with a ValueError, a release number of thousands of digits)."""
+
+
 def parse_version(field: str, value: str) -> Version:
     """``value`` as a version; InvalidArgument naming ``field`` if it is not one."""
+    if len(value) > MAX_VERSION_LENGTH:
+        raise InvalidArgument(
+            f"{field}: {len(value)} characters is not a version (at most {MAX_VERSION_LENGTH})"
+        )
     try:
         return Version(value)
-    except InvalidVersion as exc:
+    except (InvalidVersion, ValueError) as exc:
         raise InvalidArgument(f"{field}: {value!r} is not a version (e.g. 1.2.0)") from exc
 
 
 def is_below(version: str, minimum: str) -> bool:
     """Whether ``version`` is older than ``minimum`` (an unparseable version counts as older)."""
     try:
-        return Version(version) < Version(minimum)
-    except InvalidVersion:
+        return parse_version("version", version) < parse_version("minimum", minimum)
+    except InvalidArgument:
         return True
 
 

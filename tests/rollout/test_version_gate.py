@@ -153,7 +153,7 @@ def test_admin_calls_pass_the_sdk_check(coord: Served) -> None:
 
 def test_a_running_replica_below_a_raised_minimum_refuses_calls(coord: Served) -> None:
     assert list(_list(coord.target).tasks) == []  # fills the gate's cache
-    VersionStore(coord.store.ctx).set_minimums(min_coordinator_version="99.0")
+    VersionStore(coord.store.ctx, own_version="99.0").set_minimums(min_coordinator_version="99.0")
 
     def refused() -> str | None:
         try:
@@ -236,6 +236,30 @@ def test_lowering_or_a_bad_version_is_refused_and_writes_nothing(
         )
     assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "min_coordinator_version" in str(bad.value.details())
+    # Once INTERNAL: packaging refuses a release number of 100,000 digits with a ValueError.
+    with pytest.raises(grpc.RpcError) as long:
+        _admin(
+            coord.target,
+            "SetMinimumVersions",
+            admin_pb2.SetMinimumVersionsRequest(min_sdk_version="1." + "9" * 100_000),
+        )
+    assert long.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (
+        long.value.details() == "min_sdk_version: 100002 characters is not a version (at most 64)"
+    )
+    # Past the answering coordinator's own version, every replica would refuse every call,
+    # the one to undo it included (only a write to etcd by hand got the keyspace back).
+    with pytest.raises(grpc.RpcError) as past:
+        _admin(
+            coord.target,
+            "SetMinimumVersions",
+            admin_pb2.SetMinimumVersionsRequest(min_coordinator_version="999.0"),
+        )
+    assert past.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert str(past.value.details()).startswith(
+        f"min_coordinator_version: 999.0 is above this coordinator's own version "
+        f"{coordinator.__version__}: every replica, this one included, would refuse every call"
+    )
     _, after = etcd_client.get(Keyspace(prefix).epoch)
     assert after.mod_revision == epoch_meta.mod_revision
     assert VersionStore(coord.store.ctx).read().min_sdk_version == "2.0"

@@ -242,7 +242,7 @@ acts within one."""
 def refuse_by_version(store: Store) -> None:
     """Raise the minimum coordinator version past this one; return once ``store``'s loops see
     the record refuse them (store/control/versions.py ``Standing``)."""
-    VersionStore(store.ctx).set_minimums(min_coordinator_version="99.0")
+    VersionStore(store.ctx, own_version="99.0").set_minimums(min_coordinator_version="99.0")
     eventually(lambda: not store.ctx.admitted(), timeout=10, message="still admitted")
 
 

@@ -91,7 +91,8 @@ def test_a_long_poll_let_in_before_the_refusal_claims_nothing_after_it(
     make_store: StoreFactory,
 ) -> None:
     store = make_store()
-    VersionStore(store.ctx).set_minimums(min_coordinator_version="99.0")  # bumps the epoch
+    newer = VersionStore(store.ctx, own_version="99.0")  # a replica of a newer version
+    newer.set_minimums(min_coordinator_version="99.0")  # bumps the epoch
     # The version gate, its reading of the record a couple of seconds old, let this call in:
     # it waits with the new epoch, as a worker that just asked for it would.
     epoch, caller = store.admin.epoch(), InProcessCaller()

@@ -43,8 +43,9 @@ class MinimumsSet:
 class VersionStore:
     """The ``{prefix}/meta/versions`` record."""
 
-    def __init__(self, ctx: StoreContext) -> None:
+    def __init__(self, ctx: StoreContext, own_version: str = coordinator.__version__) -> None:
         self._ctx = ctx
+        self._own_version = own_version
 
     def ensure(self) -> VersionRecord:
         """Create the record (no minimums) if this keyspace has none; return the stored one."""
@@ -74,7 +75,7 @@ class VersionStore:
         """
         keys, kv = self._ctx.keys, self._ctx.kv
         if min_coordinator_version:
-            parse_version("min_coordinator_version", min_coordinator_version)
+            _refuse_beyond_self(min_coordinator_version, self._own_version)
         if min_sdk_version:
             parse_version("min_sdk_version", min_sdk_version)
         for _ in range(_CAS_TRIES):
@@ -131,6 +132,17 @@ def _refuse_schema(requested: int, current: int) -> None:
         raise FailedPrecondition(
             f"schema_version: the keyspace is at schema {current}; a schema is never lowered "
             "(records of its layout may exist)"
+        )
+
+
+def _refuse_beyond_self(requested: str, own: str) -> None:
+    """A minimum coordinator version above the answering coordinator's own: it would refuse
+    every replica, itself and the admin call that could undo it included."""
+    if parse_version("min_coordinator_version", requested) > parse_version("own", own):
+        raise FailedPrecondition(
+            f"min_coordinator_version: {requested} is above this coordinator's own version "
+            f"{own}: every replica, this one included, would refuse every call, the one to "
+            "undo it too; raise it through a coordinator of that version once all run it"
         )
 
 
