@@ -147,6 +147,11 @@ def task_fields(task: TaskInfo) -> list[tuple[str, str]]:
         ("root / parent", f"{task.root_task_id or '-'} / {task.parent_task_id or '-'}"),
         ("thread", task.thread_key or "-"),
         ("attempt", f"{task.attempt} {task.attempt_id}".rstrip()),
+        ("attempts_counted", _counted(task)),
+        ("last_error", task.last_error or "-"),
+        ("dead_letter", task.dead_letter_reason.name if task.dead_letter_reason else "-"),
+        ("next_eligible", when(task.next_eligible_at)),
+        ("blocked_by", ", ".join(task.blocked_by) or "-"),
         ("owner", task.owner_id or "-"),
         ("generation / epoch", f"{task.claim_generation} / {task.scheduler_epoch}"),
         ("cancel_generation", str(task.cancel_generation)),
@@ -187,6 +192,16 @@ def result_fields(result: ResultInfo) -> list[tuple[str, str]]:
         ("ref", result.result_ref or "-"),
         ("evidence", ", ".join(result.evidence) or "-"),
     ]
+
+
+def _counted(task: TaskInfo) -> str:
+    """The attempts counted against the task's retry policy, of how many (0: unlimited)."""
+    most = task.retry_policy.max_attempts
+    return (
+        f"{task.attempts_counted} of {most or 'unlimited'}"
+        if most is not None
+        else str(task.attempts_counted)
+    )
 
 
 def _size(checkpoint_size: int | None) -> str:

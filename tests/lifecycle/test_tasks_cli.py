@@ -21,6 +21,7 @@ from structlog.testing import capture_logs
 
 from coordinator.cli import main
 from coordinator.domain.digests import digest_of
+from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import TaskState
 from coordinator.domain.validation import MAX_INPUT_BYTES
 from coordinator.store import Store, TaskSpec
@@ -272,6 +273,21 @@ def test_get_shows_the_task_and_its_latest_attempts(
     all_json = json.loads(cli("get", "t", "--json", "--attempts").stdout)
     assert [a["attempt"] for a in all_json["attempts"]] == list(range(1, 23))
     assert {a["end"] for a in all_json["attempts"]} == {"RELEASED"}
+
+
+def test_get_shows_why_a_task_failed(store: Store, cli: Cli) -> None:
+    # The text view once said FAILED and nothing more: the cause was only in --json or events.
+    store.tasks.create(TaskSpec(task_id="t", input=b""), by="pm")
+    report = FailureReport(retryable=False, code="empty-input", message="nothing to say")
+    store.failures.fail(claim(store, "t", "w1"), principal="w1", report=report)
+    head = cli("get", "t").stdout.split("\n\n")[0]
+    fields = dict(line.split(None, 1) for line in head.splitlines() if " / " not in line)
+    assert fields["state"] == "FAILED"
+    assert fields["dead_letter"] == "NON_RETRYABLE"
+    assert fields["last_error"] == store.tasks.get("t").last_error
+    assert fields["last_error"].startswith("empty-input")
+    assert fields["attempts_counted"] == "1 of 5"
+    assert (fields["next_eligible"], fields["blocked_by"]) == ("-", "-")
 
 
 def test_get_shows_the_size_of_the_checkpoint_a_next_attempt_resumes_from(
