@@ -9,12 +9,15 @@ temporary data directory goes (coordinator/lifeline.py), and its record is dropp
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
-from coordinator.cli import main
-from coordinator.cli.local_up import record_file
+from coordinator.cli import local_up, main
+from coordinator.cli.local_up import LocalUp, SeveralUps, discover, publish, record_file
 from tests.helpers import eventually
 from tests.test_cli import Process, processes
 
@@ -54,7 +57,7 @@ def test_two_ups_run_at_once_and_the_cli_asks_which_one(
         said = " ".join(asked.stderr.split())
         assert "2 `coordinator up` are running: " in said and "Give --" in said, said
         for up, at in ((first, first_at), (second, second_at)):
-            assert f"{at} (etcd " in said and f"pid {up.proc.pid})" in said, said
+            assert f"{at} (etcd " in said and f"pid {up.proc.pid}, from {sys.prefix})" in said
     picked = CliRunner().invoke(main, ["up", "--print-env", "--target", first_at])
     assert picked.exit_code == 0, picked.output
     assert picked.output == (
@@ -110,3 +113,35 @@ def _children(pid: int) -> dict[int, list[str]]:
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
     return found
+
+
+def test_of_several_ups_a_terminal_finds_the_one_of_its_own_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two clones' `up`s: a terminal of either once got "2 are running" (or, with one running,
+    # silently the other clone's target).
+    monkeypatch.setenv(local_up.STATE_DIR_ENV, str(tmp_path))
+    ours = LocalUp("127.0.0.1:50051", "http://127.0.0.1:2379", os.getpid(), home=sys.prefix)
+    theirs = LocalUp("127.0.0.1:50061", "http://127.0.0.1:2389", os.getppid(), home="/other/.venv")
+    publish(ours)
+    publish(theirs)
+    assert discover() == ours
+    older = LocalUp("127.0.0.1:50071", "http://127.0.0.1:2399", 1)  # a record without a home
+    publish(older)
+    assert discover() == ours
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as other:
+        try:  # a second `up` of this environment: nothing picks one
+            publish(LocalUp("127.0.0.1:50081", "http://127.0.0.1:2409", other.pid, sys.prefix))
+            with pytest.raises(SeveralUps, match=f"pid {other.pid}, from {sys.prefix}"):
+                discover()
+        finally:
+            other.kill()
+
+
+def test_a_killed_up_not_yet_reaped_is_not_running() -> None:
+    # kill(pid, 0) finds a zombie: an `up` started right after a kill -9 was refused.
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    eventually(lambda: Path(f"/proc/{child.pid}/stat").read_text().split(") ")[1][0] == "Z")
+    assert not local_up._alive(child.pid)
+    child.wait()
+    assert local_up._alive(os.getpid())

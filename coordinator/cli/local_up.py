@@ -6,8 +6,10 @@
 ``$COORDINATOR_STATE_DIR`` overrides it), and removes only that record on exit, so any number
 can run at once and none hides another (issue 29: a second ``up`` took over a single ``up.json``
 and deleted it on exit). The remote verbs and ``doctor`` fall back to the one that runs when
-given no target, credentials or etcd; with several they refuse, naming each, and ask for the
-flag that picks one. A flag or environment variable always wins. A record whose process is gone
+given no target, credentials or etcd; with several, to the only one started from the same
+Python environment (each clone's terminals find their clone's own), else they refuse, naming
+each with its environment, and ask for the flag that picks one. A flag or environment
+variable always wins. A record whose process is gone
 (an ``up`` that was SIGKILLed) is ignored and removed by the next reader.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,6 +37,9 @@ class LocalUp:
     target: str
     etcd: str
     pid: int
+    home: str = ""
+    """The Python environment it runs from (``sys.prefix``: a clone's ``.venv``), so a terminal
+    of that clone finds its own ``up`` among several; empty in a record of an older ``up``."""
 
     def exports(self) -> str:
         """The shell line that points a second terminal at it."""
@@ -44,7 +50,8 @@ class LocalUp:
 
     def describe(self) -> str:
         """How a choice is named to the user."""
-        return f"{self.target} (etcd {self.etcd}, pid {self.pid})"
+        where = f", from {self.home}" if self.home else ""
+        return f"{self.target} (etcd {self.etcd}, pid {self.pid}{where})"
 
 
 class SeveralUps(click.UsageError):
@@ -110,30 +117,45 @@ def running() -> list[LocalUp]:
 
 
 def discover(*, target: str | None = None, flag: str = "--target") -> LocalUp | None:
-    """The running ``up`` to use: the one listening on ``target`` if given, else the only one;
-    None if there is none (or none on ``target``). Raises SeveralUps (a usage error naming the
-    choices and ``flag``) if several run and ``target`` did not pick one."""
+    """The running ``up`` to use: the one listening on ``target`` if given, else the only one,
+    else the only one started from this Python environment (two clones' terminals each find
+    their own); None if there is none (or none on ``target``). Raises SeveralUps (a usage error
+    naming the choices and ``flag``) if several run and nothing picked one."""
     ups = running()
     if target is not None:
         return next((up for up in ups if up.target == target), None)
     if len(ups) > 1:
-        raise SeveralUps(ups, flag)
+        ours = [up for up in ups if up.home == sys.prefix]
+        if len(ours) != 1:
+            raise SeveralUps(ups, flag)
+        return ours[0]
     return ups[0] if ups else None
 
 
 def _read(path: Path) -> LocalUp | None:
     try:
         data = json.loads(path.read_text())
-        return LocalUp(target=str(data["target"]), etcd=str(data["etcd"]), pid=int(data["pid"]))
+        return LocalUp(
+            target=str(data["target"]),
+            etcd=str(data["etcd"]),
+            pid=int(data["pid"]),
+            home=str(data.get("home", "")),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs: not a zombie (a SIGKILLed ``up`` its parent has not reaped yet,
+    which ``kill(pid, 0)`` still finds: an ``up`` started right after was refused)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (not Linux), or it ended meanwhile
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -189,7 +190,7 @@ def _exit_on_signal() -> Iterator[None]:
 def _announce(address: str, *, etcd: str, where: str, env_file: Path) -> None:
     """Once the server listens: publish this `up` for the CLI verbs, write its environment
     file, and tell the user where everything is."""
-    local = LocalUp(target=address, etcd=etcd, pid=os.getpid())
+    local = LocalUp(target=address, etcd=etcd, pid=os.getpid(), home=sys.prefix)
     published = publish(local)
     env_file.write_text(local.exports() + "\n")
     click.echo(f"coordinator: listening on {address}")
