@@ -4,33 +4,49 @@ from __future__ import annotations
 
 import re
 
+import grpc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator.errors import InvalidArgument
 from coordinator.sdk._budget import MIN_TRY_TIMEOUT, out_of_time, retry_deadline, try_timeout
+from coordinator.sdk._core.calls import CallPlan, CallRetry
 from coordinator.sdk._target import Endpoints, channel_target, endpoint_targets
 
 seconds = st.floats(min_value=0, max_value=1e6, allow_nan=False)
 
 
-@given(start=seconds, budget=seconds, lease_left=st.floats(-1e6, 1e6, allow_nan=False))
+@given(
+    start=seconds,
+    took=seconds,
+    budget=seconds,
+    lease_left=st.floats(-1e6, 1e6, allow_nan=False),
+)
 def test_a_call_behind_a_fence_retries_until_the_budget_or_the_lease_ends(
-    start: float, budget: float, lease_left: float
+    start: float, took: float, budget: float, lease_left: float
 ) -> None:
-    assert retry_deadline(start, budget, lease_left) == start + max(min(budget, lease_left), 0)
+    failed = start + took
+    expected = max(min(failed + budget, start + lease_left), start)
+    assert retry_deadline(start, failed, budget, lease_left) == expected
 
 
-@given(start=seconds, budget=seconds)
-def test_any_other_call_retries_for_the_whole_budget(start: float, budget: float) -> None:
-    assert retry_deadline(start, budget, None) == start + budget
+@given(start=seconds, took=seconds, budget=seconds)
+def test_any_other_call_retries_for_the_whole_budget_after_its_first_failure(
+    start: float, took: float, budget: float
+) -> None:
+    assert retry_deadline(start, start + took, budget, None) == start + took + budget
 
 
 def test_the_lease_cuts_the_budget_and_an_ended_lease_leaves_no_retry() -> None:
-    assert retry_deadline(100.0, 15.0, 4.0) == 104.0
-    assert retry_deadline(100.0, 15.0, 40.0) == 115.0
-    assert retry_deadline(100.0, 15.0, -3.0) == 100.0
+    assert retry_deadline(100.0, 100.0, 15.0, 4.0) == 104.0
+    assert retry_deadline(100.0, 100.0, 15.0, 40.0) == 115.0
+    assert retry_deadline(100.0, 100.0, 15.0, -3.0) == 100.0
+
+
+def test_a_long_poll_that_failed_late_in_its_wait_keeps_its_whole_budget() -> None:
+    # A ClaimNext waiting 20 s whose replica restarted at 16 s once had no retry left.
+    assert retry_deadline(100.0, 116.0, 15.0, None) == 131.0
 
 
 def test_a_try_that_would_start_at_the_deadline_is_not_made() -> None:
@@ -109,3 +125,28 @@ def test_a_failed_try_moves_the_client_on_once_however_many_calls_failed_there()
     alone = Endpoints(["a"], first=0)
     alone.failed(0)
     assert (alone.current, alone.channel) == (0, "a")  # one replica: its channel itself
+
+
+class _Unavailable(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "Socket closed"
+
+
+def test_a_call_plan_counts_its_budget_from_the_first_failure() -> None:
+    now = [100.0]
+    plan = CallPlan(
+        CallRetry(),
+        (),
+        clock=lambda: now[0],
+        retry=True,
+        timeout=None,
+        idempotency_key="",
+        lease_left=None,
+        hint="",
+    )
+    now[0] = 116.0  # a 20 s long poll whose replica went away 16 s in
+    plan.first_failed(_Unavailable(), Endpoints([object()], first=0), 0)
+    assert plan.deadline == 116.0 + CallRetry().budget.total_seconds()

@@ -61,8 +61,8 @@ Resp = TypeVar("Resp")
 class CallRetry:
     """Deadlines and transport retries of every SDK call.
 
-    ``budget`` bounds how long one call keeps retrying, from its first try; a call behind a
-    claim's fence stops sooner if the lease ends sooner. The default, 15 s, outlasts what a
+    ``budget`` bounds how long one call keeps retrying, from its first try's failure; a call
+    behind a claim's fence stops sooner if the lease ends sooner. The default, 15 s, outlasts what a
     coordinator is unreachable for in the ordinary faults: a replica restart (about 1.7 s
     in a soak), the server's 2 s back-off after an etcd error, and an etcd leader election
     (1 s election timeout by default, a few seconds in the worst case), together with margin;
@@ -197,7 +197,7 @@ class CallPlan:
         # Once any try may have reached a coordinator, the call's outcome is unknown for good.
         self.maybe_sent = not never_sent(exc)
         self.deadline = _budget.retry_deadline(
-            self.start, self.policy.budget.total_seconds(), self.lease_left
+            self.start, self._clock(), self.policy.budget.total_seconds(), self.lease_left
         )
 
     def controls(self) -> dict[str, Any]:

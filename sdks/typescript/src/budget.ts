@@ -8,10 +8,15 @@
 /** Seconds a retry gets at least, even close to the deadline: a shorter try cannot answer. */
 export const MIN_TRY_TIMEOUT = 0.2;
 
-/** When a call that began at `start` stops retrying (seconds on one clock). */
-export function retryDeadline(start: number, budget: number, leaseLeft?: number): number {
-  const window = leaseLeft === undefined ? budget : Math.min(budget, leaseLeft);
-  return start + Math.max(window, 0);
+/**
+ * When a call that began at `start`, and whose first try failed at `failed`, stops retrying:
+ * `budget` seconds after that failure (a long poll's wait spends none of it), or as soon as
+ * the lease ends (`leaseLeft` seconds after `start`) for a call behind a claim's fence.
+ */
+export function retryDeadline(start: number, failed: number, budget: number, leaseLeft?: number): number {
+  let end = failed + Math.max(budget, 0);
+  if (leaseLeft !== undefined) end = Math.min(end, start + leaseLeft);
+  return Math.max(end, start);
 }
 
 /** Whether the next try, after `upcomingSleep` of backoff, would start at or after `deadline`. */

@@ -156,7 +156,7 @@ export class Transport {
       } catch (error) {
         const failure = asStatus(error);
         maybeSent = maybeSent || !neverSent(failure);
-        if (n === 0) deadline = retryDeadline(start, this.policy.budgetSeconds, options.leaseLeftSeconds);
+        if (n === 0) deadline = retryDeadline(start, now(), this.policy.budgetSeconds, options.leaseLeftSeconds);
         const sleepFor = backoff(n + 1, this.policy.initialBackoffSeconds, this.policy.maxBackoffSeconds, Math.random);
         const retried = options.retry !== false && this.retries() && isRetried(failure, keyed);
         const spent = this.policy.attempts !== undefined && tries.count >= this.policy.attempts;

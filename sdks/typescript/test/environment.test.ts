@@ -122,9 +122,10 @@ test("settings come from the environment unless given, and contradictions name t
 });
 
 test("the retry budget: the earlier of the budget and the lease, never a try below 0.2 s", () => {
-  assert.equal(retryDeadline(100, 15), 115);
-  assert.equal(retryDeadline(100, 15, 4), 104); // behind a fence: the lease ends first
-  assert.equal(retryDeadline(100, 15, -1), 100);
+  assert.equal(retryDeadline(100, 100, 15), 115);
+  assert.equal(retryDeadline(100, 100, 15, 4), 104); // behind a fence: the lease ends first
+  assert.equal(retryDeadline(100, 100, 15, -1), 100);
+  assert.equal(retryDeadline(100, 116, 15), 131); // a long poll failed late in its wait
   assert.equal(outOfTime(103.9, 0.1, 104), true);
   assert.equal(outOfTime(103, 0.5, 104), false);
   assert.equal(tryTimeout(103.95, 104, 10), 0.2);
