@@ -163,6 +163,9 @@ class WorkerPool:
         self._slots: Slots[_Running] = Slots(
             settings.max_concurrent, claim_batch, self._cond.notify_all
         )
+        # Claims a commit won as the pool stopped, being given back on their handler's thread:
+        # run() waits for them too (it once returned first, and the process exited mid-way).
+        self._giving_back = 0
 
     def held(self) -> int:
         """How many claims the pool is running now."""
@@ -308,10 +311,17 @@ class WorkerPool:
             handed = self._slots.hand_over(
                 running, settled.ending, successor if settled.won else None, self._stopping.is_set()
             )
+            give_back = handed is not HandOver.KEPT and successor.claim is not None
+            self._giving_back += give_back
         if handed is HandOver.KEPT:
             return successor
-        if successor.claim is not None:
-            self._settle_cut_off(successor, CLAIMED_STOPPING)
+        if give_back:
+            try:
+                self._settle_cut_off(successor, CLAIMED_STOPPING)
+            finally:
+                with self._cond:
+                    self._giving_back -= 1
+                    self._cond.notify_all()
         return None
 
     # --- shutting down ----------------------------------------------------------------------
@@ -319,9 +329,13 @@ class WorkerPool:
     def _wait_for_handlers(self, deadline: float) -> list[_Running]:
         """Wait until every handler ended or ``deadline``; the ones still running, abandoned."""
         with self._cond:
-            while self._slots.held() and (left := deadline - time.monotonic()) > 0:
+            while self._busy() and (left := deadline - time.monotonic()) > 0:
                 self._cond.wait(left)
             return self._slots.abandon()
+
+    def _busy(self) -> bool:
+        """Whether a claim is still running or being given back (under the lock)."""
+        return bool(self._slots.held() or self._giving_back)
 
     def _cut_off(self, left_over: list[_Running]) -> None:
         """Cancel the handlers still running and give their claims back, in parallel, for at

@@ -5,6 +5,7 @@ slots are free in one ClaimNext, each routed its own loss."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -122,3 +123,36 @@ def test_a_claim_batch_out_of_bounds_is_refused(coordinator: Served) -> None:
         for bad in (0, 65):
             with pytest.raises(InvalidArgument, match=f"claim_batch must be 1 to 64, got {bad}"):
                 WorkerPool(client, lambda c, x: None, queues=["q"], claim_batch=bad)
+
+
+def test_a_task_a_commit_won_as_the_pool_stopped_is_given_back_before_run_returns(
+    coordinator: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # run() once returned while the handler's thread was still giving that task back: the
+    # process exited mid-way, the task waited out its lease, and the report missed it.
+    _create(coordinator, 2)
+    stopping: list[WorkerPool] = []
+    real_commit_and_next, real_fail = Claim.commit_and_next, Claim.fail
+
+    def commit_and_next(claim: Claim, *args: Any, **kwargs: Any) -> Any:
+        stopping[0].stop()  # the stop comes while the commit (and its next claim) travels
+        return real_commit_and_next(claim, *args, **kwargs)
+
+    def slow_fail(claim: Claim, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(1.0)
+        return real_fail(claim, *args, **kwargs)
+
+    monkeypatch.setattr(Claim, "commit_and_next", commit_and_next)
+    monkeypatch.setattr(Claim, "fail", slow_fail)
+    with coordinator.client("w") as client:
+        pool = WorkerPool(
+            client, lambda claim, cancel: b"done", queues=["q"], ttl=TTL, commit_then_next=True
+        )
+        stopping.append(pool)
+        report = pool.run()
+    assert report.endings == {Ending.COMMITTED: 1, Ending.CUT_OFF: 1}
+    with coordinator.client("reader") as reader:  # already given back, not waiting on a lease
+        states = sorted(reader.get_task(f"t{n}").state.name for n in range(2))
+        given_back = [a.error_code for n in range(2) for a in reader.attempts(f"t{n}")]
+        assert states == ["DONE", "READY"]
+        assert sorted(given_back) == ["", "WorkerShutdown"]
