@@ -48,17 +48,23 @@ def job_json(job: JobRecord, current: bool) -> dict[str, Any]:
 @remote_options
 def jobs(worker_id: str, as_json: bool, **settings: Any) -> None:
     """List a worker's managed jobs, each with whether its attempt still holds the claim."""
+    statuses: list[worker_pb2.JobStatus] = []
     with connect(**remote_settings(settings)) as conn:
-        request = worker_pb2.ListJobsRequest(worker_id=worker_id)
-        response = conn.call(conn.worker.ListJobs, request)
-    if not response.jobs:
+        request = worker_pb2.ListJobsRequest(worker_id=worker_id, page_size=1000)
+        while True:
+            response = conn.call(conn.worker.ListJobs, request)
+            statuses += response.jobs
+            if not response.next_page_token:
+                break
+            request.page_token = response.next_page_token
+    if not statuses:
         whose = f"worker {worker_id!r}" if worker_id else "the calling principal"
         click.echo(
             f"no managed jobs for {whose}"
             + ("" if worker_id else " (--worker PRINCIPAL lists a worker's jobs)"),
             err=True,
         )
-    for status in response.jobs:
+    for status in statuses:
         job = job_from_proto(status.job)
         click.echo(
             json.dumps(job_json(job, status.current))

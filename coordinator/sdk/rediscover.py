@@ -68,6 +68,10 @@ class Rediscovered:
     process: ManagedProcess | None = None
 
 
+MAX_PAGE = 1000
+"""Jobs asked for a page (the server ends one sooner past about 1 MiB)."""
+
+
 def resume_claim(
     rpc: Rpc,
     record: JobRecord,
@@ -108,9 +112,15 @@ def resume_claim(
 
 
 def list_jobs(rpc: Rpc, worker_id: str = "") -> list[ListedJob]:
-    """A worker's job records (the caller's own when ``worker_id`` is empty)."""
-    response = rpc.call(rpc.worker.ListJobs, worker_pb2.ListJobsRequest(worker_id=worker_id))
-    return [ListedJob(job_from_proto(s.job), s.current) for s in response.jobs]
+    """A worker's job records (the caller's own when ``worker_id`` is empty), every page."""
+    found: list[ListedJob] = []
+    request = worker_pb2.ListJobsRequest(worker_id=worker_id, page_size=MAX_PAGE)
+    while True:
+        response = rpc.call(rpc.worker.ListJobs, request)
+        found += [ListedJob(job_from_proto(s.job), s.current) for s in response.jobs]
+        if not response.next_page_token:
+            return found
+        request.page_token = response.next_page_token
 
 
 def rediscover(

@@ -148,8 +148,9 @@ class WorkerServiceServicer:
         With wait_seconds > 0 it is a long poll: when no task is ready it waits, woken as tasks
         become ready, and answers with the first task it wins, or NO_READY_TASK when the wait is
         over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
-        so it counts against the stream bounds (max_streams, max_streams_per_principal,
-        max_stream_age) and the replica's max_claim_waiters: past them it is refused
+        so it counts against the stream bounds (max_streams; max_streams_per_principal, each
+        principal's guaranteed share, past which it borrows idle slots but never the replica's last
+        reserve; max_stream_age) and the replica's max_claim_waiters: past them it is refused
         RESOURCE_EXHAUSTED naming the bound. A waiter whose call ends leaves its line (and frees
         its place) at once; a task won for a caller that is gone is given back as for Claim.
         """
@@ -324,8 +325,9 @@ class WorkerServiceServicer:
         compared in the txn that creates the record, so a superseded, expired, cancelled or
         re-epoched attempt gets FENCED / CANCELLED / STALE_INPUT and nothing is written (the SDK
         then never lets the command run). The worker is the caller. A retry of the same start is OK
-        again; another start under an existing job_id is ALREADY_EXISTS. Outcomes: OK, FENCED,
-        CANCELLED, STALE_INPUT.
+        again; another start under an existing job_id is ALREADY_EXISTS. A task holds at most 256
+        job records (RESOURCE_EXHAUSTED past it, nothing written), and a record's bytes are charged
+        to the caller's write budget. Outcomes: OK, FENCED, CANCELLED, STALE_INPUT.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -344,6 +346,7 @@ class WorkerServiceServicer:
     def ListJobs(self, request, context):
         """Lists one worker's jobs (the caller's own when worker_id is empty; another worker's only
         for an admin), each with whether its attempt still holds the claim, compared server-side.
+        Paged: a page ends at page_size jobs or about 1 MiB, whichever comes first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -62,8 +62,9 @@ class WorkerServiceStub:
     With wait_seconds > 0 it is a long poll: when no task is ready it waits, woken as tasks
     become ready, and answers with the first task it wins, or NO_READY_TASK when the wait is
     over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
-    so it counts against the stream bounds (max_streams, max_streams_per_principal,
-    max_stream_age) and the replica's max_claim_waiters: past them it is refused
+    so it counts against the stream bounds (max_streams; max_streams_per_principal, each
+    principal's guaranteed share, past which it borrows idle slots but never the replica's last
+    reserve; max_stream_age) and the replica's max_claim_waiters: past them it is refused
     RESOURCE_EXHAUSTED naming the bound. A waiter whose call ends leaves its line (and frees
     its place) at once; a task won for a caller that is gone is given back as for Claim.
     """
@@ -181,8 +182,9 @@ class WorkerServiceStub:
     compared in the txn that creates the record, so a superseded, expired, cancelled or
     re-epoched attempt gets FENCED / CANCELLED / STALE_INPUT and nothing is written (the SDK
     then never lets the command run). The worker is the caller. A retry of the same start is OK
-    again; another start under an existing job_id is ALREADY_EXISTS. Outcomes: OK, FENCED,
-    CANCELLED, STALE_INPUT.
+    again; another start under an existing job_id is ALREADY_EXISTS. A task holds at most 256
+    job records (RESOURCE_EXHAUSTED past it, nothing written), and a record's bytes are charged
+    to the caller's write budget. Outcomes: OK, FENCED, CANCELLED, STALE_INPUT.
     """
     FinishJob: _grpc.UnaryUnaryMultiCallable[_worker_pb2.FinishJobRequest, _worker_pb2.FinishJobResponse]
     """Records how a job ended (EXITED with its status, KILLED, LOST). No fence: the end of a job
@@ -193,6 +195,7 @@ class WorkerServiceStub:
     ListJobs: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ListJobsRequest, _worker_pb2.ListJobsResponse]
     """Lists one worker's jobs (the caller's own when worker_id is empty; another worker's only
     for an admin), each with whether its attempt still holds the claim, compared server-side.
+    Paged: a page ends at page_size jobs or about 1 MiB, whichever comes first.
     """
 
 @_typing.type_check_only
@@ -213,8 +216,9 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     With wait_seconds > 0 it is a long poll: when no task is ready it waits, woken as tasks
     become ready, and answers with the first task it wins, or NO_READY_TASK when the wait is
     over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
-    so it counts against the stream bounds (max_streams, max_streams_per_principal,
-    max_stream_age) and the replica's max_claim_waiters: past them it is refused
+    so it counts against the stream bounds (max_streams; max_streams_per_principal, each
+    principal's guaranteed share, past which it borrows idle slots but never the replica's last
+    reserve; max_stream_age) and the replica's max_claim_waiters: past them it is refused
     RESOURCE_EXHAUSTED naming the bound. A waiter whose call ends leaves its line (and frees
     its place) at once; a task won for a caller that is gone is given back as for Claim.
     """
@@ -332,8 +336,9 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     compared in the txn that creates the record, so a superseded, expired, cancelled or
     re-epoched attempt gets FENCED / CANCELLED / STALE_INPUT and nothing is written (the SDK
     then never lets the command run). The worker is the caller. A retry of the same start is OK
-    again; another start under an existing job_id is ALREADY_EXISTS. Outcomes: OK, FENCED,
-    CANCELLED, STALE_INPUT.
+    again; another start under an existing job_id is ALREADY_EXISTS. A task holds at most 256
+    job records (RESOURCE_EXHAUSTED past it, nothing written), and a record's bytes are charged
+    to the caller's write budget. Outcomes: OK, FENCED, CANCELLED, STALE_INPUT.
     """
     FinishJob: _aio.UnaryUnaryMultiCallable[_worker_pb2.FinishJobRequest, _worker_pb2.FinishJobResponse]  # type: ignore[assignment]
     """Records how a job ended (EXITED with its status, KILLED, LOST). No fence: the end of a job
@@ -344,6 +349,7 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     ListJobs: _aio.UnaryUnaryMultiCallable[_worker_pb2.ListJobsRequest, _worker_pb2.ListJobsResponse]  # type: ignore[assignment]
     """Lists one worker's jobs (the caller's own when worker_id is empty; another worker's only
     for an admin), each with whether its attempt still holds the claim, compared server-side.
+    Paged: a page ends at page_size jobs or about 1 MiB, whichever comes first.
     """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -373,8 +379,9 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         With wait_seconds > 0 it is a long poll: when no task is ready it waits, woken as tasks
         become ready, and answers with the first task it wins, or NO_READY_TASK when the wait is
         over. Waiters of one replica are served in arrival order. A long poll holds a server thread,
-        so it counts against the stream bounds (max_streams, max_streams_per_principal,
-        max_stream_age) and the replica's max_claim_waiters: past them it is refused
+        so it counts against the stream bounds (max_streams; max_streams_per_principal, each
+        principal's guaranteed share, past which it borrows idle slots but never the replica's last
+        reserve; max_stream_age) and the replica's max_claim_waiters: past them it is refused
         RESOURCE_EXHAUSTED naming the bound. A waiter whose call ends leaves its line (and frees
         its place) at once; a task won for a caller that is gone is given back as for Claim.
         """
@@ -576,8 +583,9 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         compared in the txn that creates the record, so a superseded, expired, cancelled or
         re-epoched attempt gets FENCED / CANCELLED / STALE_INPUT and nothing is written (the SDK
         then never lets the command run). The worker is the caller. A retry of the same start is OK
-        again; another start under an existing job_id is ALREADY_EXISTS. Outcomes: OK, FENCED,
-        CANCELLED, STALE_INPUT.
+        again; another start under an existing job_id is ALREADY_EXISTS. A task holds at most 256
+        job records (RESOURCE_EXHAUSTED past it, nothing written), and a record's bytes are charged
+        to the caller's write budget. Outcomes: OK, FENCED, CANCELLED, STALE_INPUT.
         """
 
     @_abc_1.abstractmethod
@@ -600,6 +608,7 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_worker_pb2.ListJobsResponse, _abc.Awaitable[_worker_pb2.ListJobsResponse]]:
         """Lists one worker's jobs (the caller's own when worker_id is empty; another worker's only
         for an admin), each with whether its attempt still holds the claim, compared server-side.
+        Paged: a page ends at page_size jobs or about 1 MiB, whichever comes first.
         """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

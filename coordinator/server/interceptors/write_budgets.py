@@ -1,11 +1,12 @@
 """Per-principal write budgets at the door: the bytes a call adds to etcd are charged to its
 caller before the handler runs (domain/write_budget.py holds the rule).
 
-CreateTask and UpdateInput (the input) and StageResult (the result) past the budget are refused
-``RESOURCE_EXHAUSTED`` naming the budget and when to retry; nothing runs, so nothing is
-written. A renewal's checkpoint past the budget is taken out of the request instead and the
-renewal runs without it: refusing the renewal would cost the claim (the SDK treats a refused
-item as lost), so the answer's ``checkpoint_refused`` says the checkpoint was not kept.
+CreateTask and UpdateInput (the input), StageResult (the result) and StartJob (the job record)
+past the budget are refused ``RESOURCE_EXHAUSTED`` naming the budget and when to retry; nothing
+runs, so nothing is written. A renewal's checkpoint past the budget is taken out of the request
+instead and the renewal runs without it: refusing the renewal would cost the claim (the SDK
+treats a refused item as lost), so the answer's ``checkpoint_refused`` says the checkpoint was
+not kept.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ _MEASURED: dict[str, tuple[str, Callable[[Any], int]]] = {
     "/coordinator.v1.TaskService/CreateTask": ("input", lambda r: len(r.input)),
     "/coordinator.v1.TaskService/UpdateInput": ("input", lambda r: len(r.input)),
     "/coordinator.v1.WorkerService/StageResult": ("staged_result", lambda r: len(r.result)),
+}
+_ALSO_CHARGED: dict[str, tuple[str, Callable[[Any], int]]] = {
+    # A job record (argv up to 16 Ki characters): data too, but part of running a claim, so
+    # not growth the space guard refuses above high water; only its caller's budget bounds it.
+    "/coordinator.v1.WorkerService/StartJob": ("job", lambda r: r.ByteSize()),
 }
 _RENEW = "/coordinator.v1.WorkerService/Renew"
 _RENEW_MANY = "/coordinator.v1.WorkerService/RenewMany"
@@ -136,8 +142,8 @@ class WriteBudgetInterceptor:
             return handler
         run = handler.unary_unary
         budgets = self._budgets
-        if method in _MEASURED:
-            what, measure = _MEASURED[method]
+        if method in _MEASURED or method in _ALSO_CHARGED:
+            what, measure = _MEASURED.get(method) or _ALSO_CHARGED[method]
 
             def charged(request: Any, context: grpc.ServicerContext) -> Any:
                 try:

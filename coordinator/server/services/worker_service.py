@@ -360,14 +360,17 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self, request: worker_pb2.ListJobsRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ListJobsResponse:
         """A worker's jobs, each with whether its attempt still holds the claim."""
-        wanted = requests.parse_list_jobs(request)
         identity = identity_of(context)
-        worker = wanted or identity.principal
+        page = requests.parse_list_jobs(request, identity.principal)
+        worker = page.worker_id
         if worker != identity.principal and not identity.may(frozenset({Role.ADMIN})):
             raise PermissionDenied(
                 f"{identity.principal!r} may list only its own jobs, not those of {worker!r}"
             )
-        return job_wire.jobs_to_proto(self._store.jobs.list_jobs(worker))
+        jobs, position = self._store.jobs.list_jobs(
+            worker, page_size=page.page_size, page_token=page.page_token
+        )
+        return job_wire.jobs_to_proto(jobs, position, worker)
 
 
 def _renewed_ok(answer: RenewAnswer) -> bool:

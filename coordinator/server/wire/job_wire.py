@@ -10,6 +10,7 @@ from coordinator.domain.jobs import JobRecord, JobState, JobStatus
 from coordinator.domain.roles import check_principal
 from coordinator.domain.states import Outcome
 from coordinator.errors import InvalidArgument
+from coordinator.server.wire import page_tokens
 from coordinator.server.wire.common_wire import (
     outcome_to_proto,
     parse_required_positive,
@@ -18,6 +19,8 @@ from coordinator.server.wire.common_wire import (
 )
 from coordinator.store.effects.jobs import FinishJobResult, JobSpec, StartJobResult
 from coordinator.v1 import worker_pb2
+
+_LIST_JOBS = "ListJobs"
 
 # --- proto -> domain -------------------------------------------------------------------------
 
@@ -104,8 +107,15 @@ def finish_to_proto(result: FinishJobResult) -> worker_pb2.FinishJobResponse:
     )
 
 
-def jobs_to_proto(jobs: list[JobStatus]) -> worker_pb2.ListJobsResponse:
-    """ListJobsResponse."""
+def parse_jobs_page_token(value: str, worker: str) -> str:
+    """A ListJobs page token (the previous page's last job id) of the same worker; empty: the
+    first page."""
+    return page_tokens.parse(_LIST_JOBS, {"worker_id": worker}, value, domain.check_job_id)
+
+
+def jobs_to_proto(jobs: list[JobStatus], position: str, worker: str) -> worker_pb2.ListJobsResponse:
+    """ListJobsResponse: a page of ``worker``'s jobs that ended at ``position``."""
     return worker_pb2.ListJobsResponse(
-        jobs=[worker_pb2.JobStatus(job=job_to_proto(s.job), current=s.current) for s in jobs]
+        jobs=[worker_pb2.JobStatus(job=job_to_proto(s.job), current=s.current) for s in jobs],
+        next_page_token=page_tokens.issue(_LIST_JOBS, {"worker_id": worker}, position),
     )

@@ -346,6 +346,20 @@ def parse_finish_job(request: worker_pb2.FinishJobRequest) -> FinishJobArgs:
     )
 
 
-def parse_list_jobs(request: worker_pb2.ListJobsRequest) -> str:
-    """ListJobs' request: the worker whose jobs are listed ("" for the caller)."""
-    return job_wire.parse_worker_id(request.worker_id)
+@dataclass(frozen=True)
+class JobsPageArgs:
+    """A ListJobs page: of ``worker_id`` (the caller's when the request names none)."""
+
+    worker_id: str
+    page_size: int
+    page_token: str
+
+
+def parse_list_jobs(request: worker_pb2.ListJobsRequest, caller: str) -> JobsPageArgs:
+    """ListJobs' request, for ``caller`` (its token is bound to the worker listed)."""
+    worker = job_wire.parse_worker_id(request.worker_id) or caller
+    return JobsPageArgs(
+        worker_id=worker,
+        page_size=common_wire.parse_page_size(request.page_size),
+        page_token=job_wire.parse_jobs_page_token(request.page_token, worker),
+    )

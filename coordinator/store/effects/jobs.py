@@ -30,22 +30,40 @@ from coordinator.domain.jobs import (
 )
 from coordinator.domain.records import decode, encode, with_changes
 from coordinator.domain.states import Outcome
-from coordinator.errors import AlreadyExists, NotFound, PermissionDenied, StoreUnavailable
+from coordinator.errors import (
+    AlreadyExists,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    StoreUnavailable,
+)
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.attempts.acceptance import AcceptancePoints
 from coordinator.store.context import StoreContext, epoch_from_kv
-from coordinator.store.etcd.ops import KV, create_revision_is, get, mod_revision_is, put
+from coordinator.store.etcd.ops import (
+    KV,
+    create_revision_is,
+    get,
+    get_prefix,
+    mod_revision_is,
+    put,
+)
 from coordinator.store.fence import fence_compares
-from coordinator.store.lifecycle.task_list import VALUES_PER_READ
 
 # A finish whose CAS lost to another finish of the same job reads again (and then finds it
 # terminal); more tries than that mean something else keeps rewriting the record.
 _FINISH_TRIES = 3
-# Each listed job reads three keys (record, claim, task); etcd allows 128 operations per txn.
-# Jobs read at once: each with its task record, which holds the task's input (VALUES_PER_READ:
-# at 40, tasks with maximal inputs made a 14 MiB read, past the message limit).
-_LIST_BATCH = VALUES_PER_READ
+MAX_JOBS_PER_TASK = 256
+"""Job records one task holds at most (every attempt's, until retention prunes them): a worker
+starting a job per call once recorded 2,752 of 20 KB for one claim in 15 s."""
+JOBS_PER_READ = 32
+"""Jobs read at once: each its record (at most about 40 KiB: 16 Ki characters of argv, JSON
+escaped), its claim key and its task key without values (revisions only), 3 ops of etcd's 128;
+32 records stay under the client's 4 MiB message limit."""
+PAGE_BYTES = 1 << 20
+"""Bytes of job records one ListJobs page carries at most (one record more when the first is
+larger): 2,752 jobs once made one 50 MiB answer."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +114,7 @@ class JobStore:
         verdict = check_fence(view, fence, now=ctx.clock.now())
         if not verdict.accepted:
             return StartJobResult(verdict)
+        self._check_room(fence.task_id, spec.job_id)
         record = JobRecord(
             job_id=spec.job_id,
             task_id=fence.task_id,
@@ -178,29 +197,67 @@ class JobStore:
             raise NotFound(f"job {job_id!r} of task {task_id!r} does not exist")
         return job_from_kv(kv)
 
-    def list_jobs(self, worker_id: str) -> list[JobStatus]:
-        """The worker's jobs by job id, each with whether its attempt is still current."""
+    def _check_room(self, task_id: str, job_id: str) -> None:
+        """ResourceExhausted if the task holds MAX_JOBS_PER_TASK job records and ``job_id`` is
+        not one of them (a retry of a start that landed goes on to be answered as one). Read
+        before the txn: concurrent starts may pass the bound by their number, never more."""
+        keys = self._ctx.keys
+        snap = self._ctx.kv.read(
+            get_prefix(keys.jobs_prefix(task_id), count_only=True),
+            get(keys.job(task_id, job_id), keys_only=True),
+        )
+        if snap.range_count(0) >= MAX_JOBS_PER_TASK and snap.range_one(1) is None:
+            raise ResourceExhausted(
+                f"task {task_id!r} holds {MAX_JOBS_PER_TASK} managed job records, the limit: "
+                "run more work per job, or in another task"
+            )
+
+    def list_jobs(
+        self, worker_id: str, *, page_size: int, page_token: str = ""
+    ) -> tuple[list[JobStatus], str]:
+        """One page of the worker's jobs by job id, each with whether its attempt is still
+        current, and the position the next page starts after ("" after the last)."""
         ctx, keys = self._ctx, self._ctx.keys
         prefix = keys.worker_jobs_prefix(worker_id)
-        index, _ = ctx.kv.range_page(prefix, ctx.kv.prefix_end(prefix))
-        entries = [(kv.value.decode(), kv.key.rsplit("/", 1)[1]) for kv in index]
+        start = prefix + page_token + "\0" if page_token else prefix
+        # One more than a page: whether another page follows, so the last one says so.
+        index, _ = ctx.kv.range_page(start, ctx.kv.prefix_end(prefix), limit=page_size + 1)
+        entries = [(kv.value.decode(), kv.key.removeprefix(prefix)) for kv in index[:page_size]]
         found: list[JobStatus] = []
-        for start in range(0, len(entries), _LIST_BATCH):
-            batch = entries[start : start + _LIST_BATCH]
-            reads = [get(keys.epoch)]
-            for task_id, job_id in batch:
-                reads += [get(keys.job(task_id, job_id)), get(keys.claim(task_id))]
-                reads.append(get(keys.task(task_id)))
-            snap = ctx.kv.read(*reads)
-            epoch = epoch_from_kv(snap.range_one(0))
-            for n in range(len(batch)):
-                job_kv = snap.range_one(1 + 3 * n)
-                if job_kv is None:  # an index entry without its record: doctor's business
-                    continue
-                job = job_from_kv(job_kv)
-                claim_kv, task_kv = snap.range_one(2 + 3 * n), snap.range_one(3 + 3 * n)
-                found.append(JobStatus(job, _current(job, claim_kv, task_kv, epoch)))
-        return found
+        size = 0
+        for first in range(0, len(entries), JOBS_PER_READ):
+            batch = entries[first : first + JOBS_PER_READ]
+            for n, (status, nbytes) in enumerate(self._statuses(batch)):
+                if found and size + nbytes > PAGE_BYTES:  # the page is full: resume here
+                    return found, entries[first + n - 1][1]
+                size += nbytes
+                if status is not None:
+                    found.append(status)
+        return found, entries[-1][1] if len(index) > page_size else ""
+
+    def _statuses(self, batch: list[tuple[str, str]]) -> list[tuple[JobStatus | None, int]]:
+        """Each (task id, job id)'s status and record size, at one revision (None, 0: an index
+        entry without its record, doctor's business)."""
+        keys = self._ctx.keys
+        reads = [get(keys.epoch)]
+        for task_id, job_id in batch:
+            reads += [
+                get(keys.job(task_id, job_id)),
+                get(keys.claim(task_id), keys_only=True),
+                get(keys.task(task_id), keys_only=True),
+            ]
+        snap = self._ctx.kv.read(*reads)
+        epoch = epoch_from_kv(snap.range_one(0))
+        out: list[tuple[JobStatus | None, int]] = []
+        for n in range(len(batch)):
+            job_kv = snap.range_one(1 + 3 * n)
+            if job_kv is None:
+                out.append((None, 0))
+                continue
+            job = job_from_kv(job_kv)
+            claim_kv, task_kv = snap.range_one(2 + 3 * n), snap.range_one(3 + 3 * n)
+            out.append((JobStatus(job, _current(job, claim_kv, task_kv, epoch)), len(job_kv.value)))
+        return out
 
 
 def _current(job: JobRecord, claim: KV | None, task: KV | None, epoch: int) -> bool:

@@ -128,10 +128,11 @@ def delete(key: str) -> RequestOp:
     return etcdrpc.RequestOp(request_delete_range=etcdrpc.DeleteRangeRequest(key=key.encode()))
 
 
-def get(key: str, *, revision: int = 0) -> RequestOp:
-    """Read one key (inside a txn: at the txn's revision, or at ``revision`` if given)."""
+def get(key: str, *, revision: int = 0, keys_only: bool = False) -> RequestOp:
+    """Read one key (inside a txn: at the txn's revision, or at ``revision`` if given);
+    ``keys_only``: its revisions and no value."""
     return etcdrpc.RequestOp(
-        request_range=etcdrpc.RangeRequest(key=key.encode(), revision=revision)
+        request_range=etcdrpc.RangeRequest(key=key.encode(), revision=revision, keys_only=keys_only)
     )
 
 
