@@ -65,6 +65,8 @@ class Settled(Generic[ClaimT]):
 
 Settling = Generator[ClaimCall, Any, Ending]
 
+RELEASED_UNFINISHED = "handler returned None: claim released, the task will be claimed again"
+
 
 def settle(
     claim: ClaimT, result: bytes | None, error: BaseException | None, follow: NextTask | None
@@ -92,6 +94,9 @@ def settle(
             return Settled(ending, won)
         if error is not None:
             return Settled((yield from give_back(claim, error)))
+        # Said per claim: a handler that forgot its return value otherwise loops on the task
+        # (each release counts an attempt) with no word until the pool stops.
+        log.info(RELEASED_UNFINISHED, task_id=claim.task_id)
         yield ClaimCall(lambda held: held.release(UNFINISHED))
         return Settled(released(claim.committed))
     except CoordinatorError as exc:

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import pytest
+from structlog.testing import capture_logs
 
 from coordinator.domain.decisions import Fence
 from coordinator.domain.states import FenceReason, Outcome
@@ -17,7 +18,14 @@ from coordinator.sdk._core.flows import Flow
 from coordinator.sdk._core.held import HeldClaim
 from coordinator.sdk._core.pool import SHUTDOWN_ERROR, UNFINISHED, Ending
 from coordinator.sdk._core.requests import commit_request, stage_request
-from coordinator.sdk._core.settling import ClaimCall, NextTask, Settled, cut_off_claim, settle
+from coordinator.sdk._core.settling import (
+    RELEASED_UNFINISHED,
+    ClaimCall,
+    NextTask,
+    Settled,
+    cut_off_claim,
+    settle,
+)
 from coordinator.sdk._core.slots import HandOver, Routes, Slots
 from coordinator.sdk.types import LossSource, LostReason
 from coordinator.v1 import types_pb2, worker_pb2
@@ -155,10 +163,12 @@ def test_a_commit_or_stage_of_text_says_to_encode_it() -> None:
     assert sent.result == ok
 
 
-def test_no_result_releases_the_claim() -> None:
+def test_no_result_releases_the_claim_and_says_so() -> None:
     claim = _Claim()
-    assert _run(claim, settle(claim, None, None, None)) == Settled(Ending.RELEASED)
+    with capture_logs() as logs:
+        assert _run(claim, settle(claim, None, None, None)) == Settled(Ending.RELEASED)
     assert claim.calls == [f"release {UNFINISHED}"]
+    assert [(e["event"], e["task_id"]) for e in logs] == [(RELEASED_UNFINISHED, "t1")]
 
 
 def test_a_lost_claim_is_neither_committed_nor_given_back() -> None:
