@@ -115,7 +115,8 @@ def test_no_result_is_not_found_and_names_the_revisions_that_have_one(
     before = snapshot(store, etcd_client)
     assert _result_error(tasks, task_id="t") == (
         grpc.StatusCode.NOT_FOUND,
-        "task 't' has no committed result for revision 1 (no revision has one yet)",
+        "task 't' has no committed result for revision 1 (no revision has one yet); the task "
+        "is READY",
     )
     assert _result_error(tasks, task_id="nope") == (
         grpc.StatusCode.NOT_FOUND,
@@ -141,12 +142,12 @@ def test_no_result_is_not_found_and_names_the_revisions_that_have_one(
     assert _result_error(tasks, task_id="t") == (
         grpc.StatusCode.NOT_FOUND,
         f"task 't' has no committed result for revision {current} "
-        f"(revisions with one, latest first: {listed}, ...)",
+        f"(revisions with one, latest first: {listed}, ...); the task is READY",
     )
     assert _result_error(tasks, task_id="t", revision=99) == (
         grpc.StatusCode.NOT_FOUND,
         f"task 't' has no committed result for revision 99 "
-        f"(revisions with one, latest first: {listed}, ...)",
+        f"(revisions with one, latest first: {listed}, ...); the task is READY",
     )
     latest = tasks.GetResult(tasks_pb2.GetResultRequest(task_id="t", revision=current - 1))
     assert latest.result.revision == current - 1
@@ -157,5 +158,6 @@ def test_the_sdk_raises_not_found(store: Store, client: WorkerClient) -> None:
     with pytest.raises(NotFound) as info:
         client.get_result("t", revision=2)
     assert str(info.value) == (
-        "NOT_FOUND: task 't' has no committed result for revision 2 (no revision has one yet)"
+        "NOT_FOUND: task 't' has no committed result for revision 2 (no revision has one yet); "
+        "the task is READY"
     )

@@ -442,7 +442,7 @@ def test_a_revision_without_a_result_exits_1_naming_the_ones_with_one(
     assert (missing.exit_code, missing.stdout) == (1, "")
     assert missing.stderr == (
         "Error: NOT_FOUND: task 't' has no committed result for revision 2 "
-        "(revisions with one, latest first: 1)\n"
+        "(revisions with one, latest first: 1); the task is READY\n"
     )
     assert cli("result", "t", "--revision", "1").stdout == "the report"
 

@@ -43,9 +43,10 @@ class ResultStore:
             revision = task_from_kv(task_kv).revision
             result_kv = ctx.kv.get(keys.result(task_id, revision))
         if result_kv is None:
+            state = task_from_kv(task_kv).state.name
             raise NotFound(
                 f"task {task_id!r} has no committed result for revision {revision} "
-                f"({self._revisions_with_results(task_id)})"
+                f"({self._revisions_with_results(task_id)}); the task is {state}"
             )
         return decode(ResultRecord, result_kv.value)
 
