@@ -4,6 +4,7 @@ SIGTERM with exit code 0."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import queue
@@ -146,6 +147,21 @@ def test_up_on_a_remote_address_points_to_serve_with_tokens() -> None:
     assert "'0.0.0.0:7070' is not a loopback address" in result.output
     assert "`coordinator serve` with --token-file" in result.output
     assert "--insecure-allow-remote" not in result.output  # up has no such flag
+
+
+def test_up_on_a_data_dir_another_etcd_holds_is_refused_at_once(tmp_path: Path) -> None:
+    # It once waited 30 s for etcd's health, the cause ("db file is flocked") in etcd's log.
+    db = tmp_path / "member" / "snap" / "db"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(b"")
+    with db.open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as the running etcd holds it
+        result = CliRunner().invoke(
+            main, ["up", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0"]
+        )
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert f"--data-dir {tmp_path} is in use: another etcd" in said, said
 
 
 @pytest.mark.parametrize(

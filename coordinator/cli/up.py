@@ -15,6 +15,7 @@ next reader drops its record.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import signal
@@ -119,6 +120,8 @@ def up(
     }
     build_config(**settings)  # refuse bad settings before starting etcd
     _refuse_a_second_up(listen)
+    if data_dir is not None:
+        _refuse_a_busy_data_dir(data_dir)
     with _exit_on_signal():
         try:
             etcd = EtcdProcess(binary=find_etcd_binary(etcd_bin), data_dir=data_dir)
@@ -147,6 +150,23 @@ def _refuse_a_second_up(listen: str) -> None:
             f"a `coordinator up` is already running on {listen} (pid {first.pid}): use it "
             "(`coordinator up --print-env` prints its environment), or stop it first"
         )
+
+
+def _refuse_a_busy_data_dir(data_dir: Path) -> None:
+    """Exit 2 if another etcd holds ``data_dir``'s database (an ``up`` of the same
+    ``--data-dir``): etcd would wait for its lock until the health check gave up 30 s later,
+    the cause buried in its log."""
+    db = data_dir / "member" / "snap" / "db"
+    try:
+        with db.open("rb") as held:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released as the file closes
+    except FileNotFoundError:
+        return  # a new data directory
+    except BlockingIOError:
+        raise click.UsageError(
+            f"--data-dir {data_dir} is in use: another etcd (another `coordinator up`?) holds "
+            "its database; stop that one, or give another --data-dir"
+        ) from None
 
 
 def _print_env(target: str | None) -> None:
