@@ -143,7 +143,7 @@ _CALL_OPTIONS: list[Callable[[F], F]] = [
     seconds_option(
         "shutdown-grace",
         DEFAULTS.shutdown_grace,
-        "On SIGTERM, in-flight calls get this long to finish.",
+        "On SIGTERM, in-flight calls get this long to finish (a second signal: none).",
         zero=True,
     ),
 ]

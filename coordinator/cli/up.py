@@ -1,7 +1,8 @@
 """``coordinator up``: a local etcd plus one replica in this process, for trying things out.
 
 The etcd runs on free loopback ports (coordinator.etcd_process); Ctrl-C or SIGTERM stops the
-server gracefully first, then etcd, and exits 0. The server runs in insecure mode (callers name
+server gracefully first (open calls get 10 s; a second Ctrl-C cancels them now), then etcd, and
+exits 0. The server runs in insecure mode (callers name
 their own principal and roles) and therefore only on a loopback address; it says so.
 
 While it runs, a second terminal finds it: the CLI verbs by themselves (cli/local_up.py), other

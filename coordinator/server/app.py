@@ -289,8 +289,8 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
     configure_logging(config.log_level)
     lengthen_wait_slices()  # idle etcd watches of follow streams must not spin (grpc_waits.py)
     auth, tls = authenticator_for(config), tls_for(config)  # bad auth files fail before etcd
-    stop = threading.Event()
-    with _signals_set(stop), _store_for(config, stop, tls) as store:
+    stop, now = threading.Event(), threading.Event()
+    with _signals_set(stop, now), _store_for(config, stop, tls) as store:
         if store is None:  # told to stop while waiting for etcd
             log.info("stopped")
             return 0
@@ -335,11 +335,20 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
         # A timed wait keeps the main thread responsive to signals on every platform.
         while not stop.wait(0.5):
             pass
-        log.info("shutting down", grace=config.shutdown_grace)
-        server.stop(config.shutdown_grace).wait()
+        log.info("shutting down", grace=config.shutdown_grace, sooner=SOONER)
+        stopped = server.stop(config.shutdown_grace)
+        while not stopped.wait(0.2):
+            if now.is_set():  # a second signal: the calls still open are cancelled now
+                log.info("stopping now: open calls cancelled")
+                server.stop(None)
+                break
         metrics.close()
     log.info("stopped")
     return 0
+
+
+SOONER = "a second SIGINT or SIGTERM cancels the calls still open now"
+"""What the shutdown's log line says to an operator waiting on a follow stream's grace."""
 
 
 @contextmanager
@@ -414,13 +423,14 @@ def _open_store(config: Config) -> tuple[EtcdKV, Store]:
 
 
 @contextmanager
-def _signals_set(stop: threading.Event) -> Iterator[None]:
-    """Route SIGTERM and SIGINT to ``stop`` for the duration; restore the old handlers."""
+def _signals_set(stop: threading.Event, now: threading.Event) -> Iterator[None]:
+    """Route SIGTERM and SIGINT to ``stop`` for the duration, and a second one to ``now`` (the
+    grace cut short); restore the old handlers."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         del frame
         log.info("signal received", signal=signal.Signals(signum).name)
-        stop.set()
+        (now if stop.is_set() else stop).set()
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
