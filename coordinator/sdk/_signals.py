@@ -1,5 +1,5 @@
-"""``stop_on_signals`` for the thread pool: SIGTERM / SIGINT stop a WorkerPool, never waiting on
-a lock or on a log line."""
+"""``stop_on_signals`` for the thread pool: SIGTERM / SIGINT stop a WorkerPool, and a second one
+cuts its grace short, never waiting on a lock or on a log line."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Protocol
 
 import structlog
 
+from coordinator.sdk._core.pool import HURRIED, STOPPING
+
 log = structlog.get_logger(__name__)
 
 
@@ -20,6 +22,9 @@ class Stoppable(Protocol):
 
     def stop(self) -> None:
         """Stop; idempotent."""
+
+    def hurry(self) -> None:
+        """Stop, and cut the grace short."""
 
 
 def stop_on_signals(
@@ -40,10 +45,14 @@ def stop_on_signals(
             os.write(write_fd, bytes([signum]))
 
     def watch() -> None:
+        seen = 0
         while data := os.read(read_fd, 16):
-            # Stop first: the log line after it must never decide whether the pool stops.
-            pool.stop()
-            log.info("signal received: stopping", signal=signal.Signals(data[0]).name)
+            for signum in data:
+                # Stop first: the log line after it must never decide whether the pool stops.
+                # A second signal cuts the grace short.
+                seen += 1
+                (pool.hurry if seen > 1 else pool.stop)()
+                log.info(HURRIED if seen > 1 else STOPPING, signal=signal.Signals(signum).name)
         os.close(read_fd)
 
     previous = {signum: signal.signal(signum, on_signal) for signum in signals}

@@ -166,6 +166,7 @@ class WorkerPool:
         # Claims a commit won as the pool stopped, being given back on their handler's thread:
         # run() waits for them too (it once returned first, and the process exited mid-way).
         self._giving_back = 0
+        self._hurried = Flag()  # the grace cut short (a second signal)
 
     def held(self) -> int:
         """How many claims the pool is running now."""
@@ -179,6 +180,19 @@ class WorkerPool:
         self._polls.abort()
         with self._cond:
             self._cond.notify_all()
+
+    def hurry(self) -> None:
+        """Stop, and cut the grace short: the handlers still running are cancelled and their
+        claims given back now (``stop_on_signals`` on a second signal)."""
+        self.stop()
+        self._hurried.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the pool stopped claiming: a handler has until the grace runs out."""
+        return self._stopping.is_set()
 
     def run(self) -> PoolReport:
         """Claim and run claims until ``stop()``, then shut down as the module says. Raises the
@@ -329,7 +343,11 @@ class WorkerPool:
     def _wait_for_handlers(self, deadline: float) -> list[_Running]:
         """Wait until every handler ended or ``deadline``; the ones still running, abandoned."""
         with self._cond:
-            while self._busy() and (left := deadline - time.monotonic()) > 0:
+            while (
+                self._busy()
+                and not self._hurried.is_set()
+                and (left := deadline - time.monotonic()) > 0
+            ):
                 self._cond.wait(left)
             return self._slots.abandon()
 

@@ -177,6 +177,25 @@ def test_a_handler_error_is_a_retryable_failure_and_the_next_attempt_commits(
     assert report.endings == {Ending.FAILED: 1, Ending.COMMITTED: 1}
 
 
+def test_hurry_cuts_the_grace_short(pools: Pools, producer: WorkerClient) -> None:
+    # What a second SIGTERM does (stop_on_signals); an hour of grace is not waited out.
+    producer.create_task("slow", queue="q", input=b"slow", retry_policy=NO_BACKOFF)
+
+    async def handle(claim: AsyncClaim) -> bytes:
+        await asyncio.Event().wait()  # never finishes by itself
+        return b"never"
+
+    pool, running = pools.start(handle, grace=timedelta(hours=1))
+    eventually(lambda: states(producer) == {"slow": TaskState.CLAIMED})
+    pools.stop(pool)
+    pools.call(pool.hurry)
+    report: PoolReport = running.result(timeout=60)
+    assert report.endings == {Ending.CUT_OFF: 1}
+    assert [(a.end, a.error_code) for a in producer.attempts("slow")] == [
+        (AttemptEnd.FAILED, SHUTDOWN_ERROR)
+    ]
+
+
 def test_stop_claims_nothing_more_lets_handlers_finish_then_cuts_off_at_the_grace(
     pools: Pools, producer: WorkerClient, tmp_path: Path
 ) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 SDK = Path(__file__).resolve().parents[2] / "coordinator" / "sdk"
 
 CEILINGS = {
-    "pool": 163,
+    "pool": 169,
     "client": 134,
     "claim": 172,
     "effects": 33,

@@ -254,6 +254,10 @@ def released(committed: bool) -> Ending:
     return Ending.COMMITTED if committed else Ending.RELEASED
 
 
+STOPPING = "signal received: stopping"
+HURRIED = "signal received again: the grace cut short"
+"""What a pool's signal handlers log on a first signal and on a later one."""
+
 SLOT_FAULT = "claim not settled (a fault past its handler): slot freed, claim left to its lease"
 """What a pool logs when settling a claim raised something unexpected (a bug, not the handler's
 exception, which gives the task back): the slot goes back to the claim loops either way."""

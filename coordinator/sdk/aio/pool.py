@@ -48,7 +48,9 @@ from coordinator.sdk._core.flows import Flow
 from coordinator.sdk._core.pool import (
     CLAIMED_STOPPING,
     GIVE_BACK_TIMEOUT,
+    HURRIED,
     SLOT_FAULT,
+    STOPPING,
     Ending,
     PollBackoff,
     Polling,
@@ -123,6 +125,7 @@ class AsyncWorkerPool:
         self._client, self._handler = client, handler
         self._readiness = tuple(readiness)
         self._stopping = asyncio.Event()
+        self._hurried = asyncio.Event()  # the grace cut short (a second signal)
         self._changed = asyncio.Event()  # a slot came free, or the pool is stopping
         self._polls: set[asyncio.Task[list[AsyncClaim] | str]] = set()  # ClaimNexts in flight
         # The slots' accounting is the core's (sdk/_core/slots.py), on this loop.
@@ -149,6 +152,12 @@ class AsyncWorkerPool:
         # too, which claims nothing for a caller that left (store/claims/long_poll.py).
         for poll in self._polls:
             poll.cancel("the pool is stopping")
+
+    def hurry(self) -> None:
+        """Stop, and cut the grace short: the handlers still running are cancelled and their
+        claims given back now (``stop_on_signals`` on a second signal). On the pool's loop."""
+        self.stop()
+        self._hurried.set()
 
     async def run(self) -> PoolReport:
         """Claim and run claims until ``stop()``, then shut down as the module says. Raises the
@@ -287,10 +296,17 @@ class AsyncWorkerPool:
 
     async def _wait_for_handlers(self, deadline: float) -> list[_Running]:
         """Wait until every claim settled or ``deadline``; the ones still running, abandoned."""
-        works = [r.work for r in self._slots.running() if r.work is not None]
-        if works:
-            left = deadline - asyncio.get_running_loop().time()
-            await asyncio.wait(works, timeout=max(left, 0.0))
+        pending: set[asyncio.Future[Any]] = {
+            r.work for r in self._slots.running() if r.work is not None
+        }
+        loop = asyncio.get_running_loop()
+        hurried = loop.create_task(self._hurried.wait())
+        while pending and not hurried.done() and (left := deadline - loop.time()) > 0:
+            _, pending = await asyncio.wait(
+                pending | {hurried}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+            )
+            pending.discard(hurried)
+        hurried.cancel()
         return self._slots.abandon()
 
     async def _cut_off(self, left_over: list[_Running]) -> None:
@@ -364,9 +380,11 @@ def stop_on_signals(
     loop = asyncio.get_running_loop()
 
     def on_signal(signum: signal.Signals) -> None:
-        # Stop first: the log line after it must never decide whether the pool stops.
-        pool.stop()
-        log.info("signal received: stopping", signal=signum.name)
+        # Stop first: the log line after it must never decide whether the pool stops. A second
+        # signal cuts the grace short.
+        again = pool.stopping
+        (pool.hurry if again else pool.stop)()
+        log.info(HURRIED if again else STOPPING, signal=signum.name)
 
     for signum in signals:
         loop.add_signal_handler(signum, on_signal, signum)
