@@ -15,6 +15,8 @@ class FailureReport:
     message: str = ""
     details: bytes = b""
     delay: float = 0.0
+    # The holder gives the task back as it shuts down (domain/retry.py: not counted, bounded).
+    shutdown: bool = False
 
     def summary(self) -> str:
         """``code: message`` for events and logs (the details stay with the attempt)."""

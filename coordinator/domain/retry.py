@@ -211,7 +211,16 @@ class AttemptEnded:
     retryable: bool = True
     code: str = ""
     delay: float = 0.0
+    # The holder gave the task back because it was shutting down (FailRequest.shutdown).
+    shutdown: bool = False
 
+
+SHUTDOWN_ALLOWANCE = 4
+"""A shutdown give-back is not counted while the task has had fewer than this many times its
+max_attempts attempts in all (counted or not): a rolling deploy of a pool costs a long task no
+attempt, and a worker that says "shutting down" on every claim cannot keep one alive for ever."""
+SHUTDOWN_ALLOWANCE_UNLIMITED = 100
+"""The same bound for a task whose max_attempts is 0 (unlimited)."""
 
 LEASE_EXPIRED = AttemptEnded(AttemptEnd.EXPIRED, "lease expired")
 """The end of an attempt whose lease expired (stalled and renew-limited claims end so too)."""
@@ -244,14 +253,20 @@ RetryDecision = Requeue | DeadLetter | Uncounted
 
 
 def decide_retry(
-    policy: RetryPolicy, attempts: int, ended: AttemptEnded, now: float, *, key: str = ""
+    policy: RetryPolicy,
+    attempts: int,
+    ended: AttemptEnded,
+    now: float,
+    *,
+    key: str = "",
+    total: int = 0,
 ) -> RetryDecision:
     """What follows an attempt that ended without a result at ``now``, the task having had
-    ``attempts`` attempts (this one included) counted against ``policy``; ``key`` (the task
-    id) draws the backoff's jitter."""
-    if ended.end in UNCOUNTED_ENDS:
-        # Before any budget or non-retryable check: an attempt nobody ran can exhaust nothing,
-        # even the last one of its budget.
+    ``attempts`` attempts (this one included) counted against ``policy`` and ``total`` in all;
+    ``key`` (the task id) draws the backoff's jitter."""
+    if ended.end in UNCOUNTED_ENDS or _shutdown_forgiven(policy, ended, total):
+        # Before any budget or non-retryable check: an attempt nobody ran (or that its worker
+        # gave back as it stopped) can exhaust nothing, even the last one of its budget.
         return Uncounted()
     if ended.end not in COUNTED_ENDS:
         raise ValueError(f"an attempt ended {ended.end.name} is not retried by the policy")
@@ -267,6 +282,14 @@ def decide_retry(
             f"all {policy.max_attempts} attempts used; last error: {ended.error}",
         )
     return Requeue(now + max(policy.delay(attempts, key), ended.delay))
+
+
+def _shutdown_forgiven(policy: RetryPolicy, ended: AttemptEnded, total: int) -> bool:
+    """Whether ``ended`` is a shutdown give-back within the allowance (SHUTDOWN_ALLOWANCE)."""
+    if not (ended.shutdown and ended.retryable and ended.end is AttemptEnd.FAILED):
+        return False
+    most = policy.max_attempts * SHUTDOWN_ALLOWANCE or SHUTDOWN_ALLOWANCE_UNLIMITED
+    return total < most
 
 
 @dataclass(frozen=True)
@@ -316,7 +339,9 @@ def retry_move(
 
 def decide_after(task: TaskRecord, ended: AttemptEnded, now: float, *, at_once: Op) -> RetryMove:
     """``decide_retry`` on ``task``'s own policy and attempt count, as the move to write."""
-    decision = decide_retry(policy_of(task), attempts_counted(task), ended, now, key=task.task_id)
+    decision = decide_retry(
+        policy_of(task), attempts_counted(task), ended, now, key=task.task_id, total=task.attempt
+    )
     return retry_move(decision, ended, at_once=at_once, now=now)
 
 

@@ -190,14 +190,18 @@ class Claim(AcceptingClaim):
         delay: Duration | None = None,
         message: str = "",
         details: bytes = b"",
+        shutdown: bool = False,
     ) -> FailOutcome:
         """Report that this attempt failed; the coordinator decides by the task's retry policy
         whether it runs again (READY now, or DELAYED until its backoff or ``delay`` passes,
         whichever is later) or ends FAILED (``retryable=False``, a non-retryable error code, or
         no attempts left). ``error`` is an exception (its type name is the error code, its text
         the message, its traceback the details) or an error code. Ends the claim; FENCED /
-        CANCELLED / STALE_INPUT mark it lost (unless this attempt had already ended itself)."""
-        return self._at(self._fail_point(error, retryable, delay, message, details))
+        CANCELLED / STALE_INPUT mark it lost (unless this attempt had already ended itself).
+        ``shutdown``: the task is given back because this worker is stopping, not failing: the
+        attempt is not counted and no backoff applies (within a bound, FailRequest.shutdown);
+        the pools give back so what a shutdown cuts off."""
+        return self._at(self._fail_point(error, retryable, delay, message, details, shutdown))
 
     def effect(
         self,

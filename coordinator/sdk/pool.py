@@ -317,9 +317,9 @@ class WorkerPool:
                 return None  # the cut-off settled this claim; this answer came too late
         successor = _Running(running.queue, self._cancellation())
         follow = NextTask(running.queue, self._settings.ttl, successor.lost, self._stopping.is_set)
-        settled = _settled(
-            claim, settle(claim, result, error, follow if self._commit_then_next else None)
-        )
+        next_task = follow if self._commit_then_next else None
+        steps = settle(claim, result, error, next_task, stopping=self._stopping.is_set())
+        settled = _settled(claim, steps)
         successor.claim = settled.won
         with self._cond:
             handed = self._slots.hand_over(

@@ -673,6 +673,7 @@ class FailRequest(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     ERROR_DETAILS_FIELD_NUMBER: _builtins.int
     REQUEUE_DELAY_FIELD_NUMBER: _builtins.int
+    SHUTDOWN_FIELD_NUMBER: _builtins.int
     retryable: _builtins.bool
     """Whether another attempt may succeed. False sends the task to FAILED at once."""
     error_code: _builtins.str
@@ -683,6 +684,13 @@ class FailRequest(_message.Message):
     """For people; at most 1024 characters."""
     error_details: _builtins.bytes
     """Opaque details (a traceback, a JSON blob); at most 16 KiB. Kept with the attempt."""
+    shutdown: _builtins.bool
+    """The holder gives the task back because it is shutting down (a deploy, a scale-down), not
+    because the task failed: the attempt (ended FAILED with this error) is not counted against
+    the retry policy and no backoff applies, while the task has had fewer than 4 x max_attempts
+    attempts in all (100 when unlimited); past that it counts like any failure, so a worker
+    that always says so cannot keep a task alive for ever. Requires retryable.
+    """
     @_builtins.property
     def fence(self) -> _types_pb2.Fence: ...
     @_builtins.property
@@ -700,10 +708,11 @@ class FailRequest(_message.Message):
         error_message: _builtins.str = ...,
         error_details: _builtins.bytes = ...,
         requeue_delay: _duration_pb2.Duration | None = ...,
+        shutdown: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["fence", b"fence", "requeue_delay", b"requeue_delay"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_details", b"error_details", "error_message", b"error_message", "fence", b"fence", "requeue_delay", b"requeue_delay", "retryable", b"retryable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_details", b"error_details", "error_message", b"error_message", "fence", b"fence", "requeue_delay", b"requeue_delay", "retryable", b"retryable", "shutdown", b"shutdown"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -190,6 +190,48 @@ def test_an_undelivered_attempt_is_never_counted_whatever_the_policy_and_budget(
     assert after.last_error == last_error  # the last real error stays
 
 
+SHUTDOWN = AttemptEnded(AttemptEnd.FAILED, "WorkerShutdown: grace ran out", shutdown=True)
+
+
+@pytest.mark.parametrize(
+    ("max_attempts", "total", "forgiven"),
+    [
+        (5, 1, True),  # a rolling deploy's give-back: the last counted attempt is not spent
+        (5, 19, True),
+        (5, 20, False),  # 4 x max_attempts attempts in all: it counts like any failure
+        (1, 3, True),
+        (1, 4, False),
+        (0, 99, True),  # unlimited: 100 in all
+        (0, 100, False),
+    ],
+)
+def test_a_shutdown_give_back_is_not_counted_within_its_allowance(
+    max_attempts: int, total: int, forgiven: bool
+) -> None:
+    policy = RetryPolicy(max_attempts=max_attempts)
+    counted = min(total, max_attempts) if max_attempts else total
+    decision = decide_retry(policy, counted, SHUTDOWN, NOW, key="t", total=total)
+    if forgiven:
+        assert decision == Uncounted()
+    else:
+        assert not isinstance(decision, Uncounted)
+        assert decision == decide_retry(
+            policy, counted, replace(SHUTDOWN, shutdown=False), NOW, key="t", total=total
+        )
+    # Only a retryable failure is forgiven: anything else says the task, not the worker, failed.
+    for other in (replace(SHUTDOWN, retryable=False), replace(SHUTDOWN, end=AttemptEnd.RELEASED)):
+        assert not isinstance(decide_retry(policy, 1, other, NOW, total=1), Uncounted)
+
+
+def test_decide_after_counts_every_attempt_of_the_task_against_the_allowance() -> None:
+    policy = RetryPolicy(max_attempts=2)
+    # Attempt 8 of a task whose budget of 2 began after attempt 6: its 2nd counted, 8th in all.
+    for attempt, base, op in ((1, 0, Op.FAIL), (7, 5, Op.FAIL), (8, 6, Op.DEAD_LETTER)):
+        task = _task(policy, attempt=attempt, base=base)
+        move = decide_after(task, SHUTDOWN, NOW, at_once=Op.FAIL)
+        assert (move.op, move.uncounted) == (op, op is Op.FAIL), attempt
+
+
 def _task(policy: RetryPolicy, *, attempt: int, base: int = 0) -> TaskRecord:
     return TaskRecord(
         task_id="t",

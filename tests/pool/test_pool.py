@@ -229,10 +229,10 @@ def test_a_fault_past_the_handler_frees_the_slot_and_leaves_the_claim_to_its_lea
     faults = [RuntimeError("a bug while settling")]
     real = settling.settle
 
-    def settle(*args: Any) -> Any:
+    def settle(*args: Any, **kwargs: Any) -> Any:
         if faults:
             raise faults.pop()
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(pool_module, "settle", settle)
     producer.create_task("t1", queue="q", input=b"in")
@@ -254,7 +254,9 @@ def test_a_handler_error_reaches_job_fail_whole_and_retryable(
 ) -> None:
     failed: list[tuple[object, bool]] = []
 
-    def fail(claim: Claim, error: object, *, retryable: bool, message: str = "") -> None:
+    def fail(
+        claim: Claim, error: object, *, retryable: bool, message: str = "", shutdown: bool = False
+    ) -> None:
         failed.append((error, retryable))
         claim.release("failed")  # what WorkerService.Fail does to a retryable failure, in short
 

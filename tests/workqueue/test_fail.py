@@ -177,8 +177,21 @@ def test_another_principals_fail_is_permission_denied(
             {"requeue_delay": Duration(seconds=86401)},
             "requeue_delay must be 0 s to 86400 s, got 86401 s",
         ),
+        (
+            {"shutdown": True, "retryable": False},
+            "shutdown gives the task back for another attempt: it needs retryable true",
+        ),
     ],
-    ids=["no-code", "bad-code", "long-code", "long-message", "big-details", "neg-delay", "delay"],
+    ids=[
+        "no-code",
+        "bad-code",
+        "long-code",
+        "long-message",
+        "big-details",
+        "neg-delay",
+        "delay",
+        "shutdown-not-retryable",
+    ],
 )
 def test_bad_fail_requests_are_refused_and_write_nothing(
     worker: worker_pb2_grpc.WorkerServiceStub,

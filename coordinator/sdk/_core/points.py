@@ -99,8 +99,15 @@ class AcceptingClaim(HeldClaim):
         delay: Duration | None,
         message: str,
         details: bytes,
+        shutdown: bool = False,
     ) -> Point[FailOutcome]:
         request = fail_request(
-            self.fence, error, retryable=retryable, delay=delay, message=message, details=details
+            self.fence,
+            error,
+            retryable=retryable,
+            delay=delay,
+            message=message,
+            details=details,
+            shutdown=shutdown,
         )
         return Point(lambda worker: worker.Fail, request, self._failed)

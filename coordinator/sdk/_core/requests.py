@@ -243,9 +243,11 @@ def fail_request(
     delay: Duration | None,
     message: str,
     details: bytes,
+    shutdown: bool = False,
 ) -> worker_pb2.FailRequest:
     """A Fail of the attempt: ``error`` is an exception (its type name is the error code, its
-    text the message, its traceback the details) or an error code."""
+    text the message, its traceback the details) or an error code; ``shutdown``: given back
+    as the worker stops (FailRequest.shutdown)."""
     if isinstance(error, BaseException):
         code = type(error).__name__
         message = message or str(error)
@@ -259,6 +261,7 @@ def fail_request(
         error_message=message[:_MAX_ERROR_MESSAGE],
         # The end of a traceback is the part that names the failure.
         error_details=details[-_MAX_ERROR_DETAILS:],
+        shutdown=shutdown,
     )
     if delay is not None:
         request.requeue_delay.FromTimedelta(as_timedelta(delay, "delay"))

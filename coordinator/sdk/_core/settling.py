@@ -66,14 +66,21 @@ class Settled(Generic[ClaimT]):
 Settling = Generator[ClaimCall, Any, Ending]
 
 RELEASED_UNFINISHED = "handler returned None: claim released, the task will be claimed again"
+STOPPED = "the handler returned no result as the worker was stopping"
 
 
 def settle(
-    claim: ClaimT, result: bytes | None, error: BaseException | None, follow: NextTask | None
+    claim: ClaimT,
+    result: bytes | None,
+    error: BaseException | None,
+    follow: NextTask | None,
+    *,
+    stopping: bool = False,
 ) -> Generator[ClaimCall, Any, Settled[ClaimT]]:
     """End ``claim`` after its handler returned ``result`` or raised ``error``: commit the
-    result, or give the task back for the error, or release a claim the handler left held.
-    A call the coordinator could not take leaves the claim to its lease (UNSETTLED)."""
+    result, or give the task back for the error, or release a claim the handler left held
+    (given back as a shutdown instead when the pool is ``stopping``: the handler stopped for
+    it). A call the coordinator could not take leaves the claim to its lease (UNSETTLED)."""
     won: ClaimT | None = None
     if error is None and result is not None and not isinstance(result, bytes | bytearray):
         error = TypeError(
@@ -94,6 +101,8 @@ def settle(
             return Settled(ending, won)
         if error is not None:
             return Settled((yield from give_back(claim, error)))
+        if stopping:  # the handler gave up for the shutdown (cancel.is_shutting_down())
+            return Settled((yield from cut_off_claim(claim, STOPPED)))
         # Said per claim: a handler that forgot its return value otherwise loops on the task
         # (each release counts an attempt) with no word until the pool stops.
         log.info(RELEASED_UNFINISHED, task_id=claim.task_id)
@@ -117,13 +126,18 @@ def _commit(result: bytes, follow: NextTask | None) -> Generator[ClaimCall, Any,
     return won[0] if won else None
 
 
-def give_back(claim: HeldClaim, error: BaseException | str, message: str = "") -> Settling:
+def give_back(
+    claim: HeldClaim, error: BaseException | str, message: str = "", *, shutdown: bool = False
+) -> Settling:
     """Fail the attempt, retryable: the task's retry policy decides what follows. ``error``:
     the handler's exception (its type names the failure, its traceback goes along) or an error
-    code with ``message``."""
+    code with ``message``. ``shutdown``: given back because the pool is stopping (not counted,
+    no backoff, within the server's bound)."""
     # No renewal of a claim being given back: its lease only ends sooner.
     yield ClaimCall(lambda held: held.close())
-    yield ClaimCall(lambda held: held.fail(error, retryable=True, message=message))
+    yield ClaimCall(
+        lambda held: held.fail(error, retryable=True, message=message, shutdown=shutdown)
+    )
     return given_back(claim.is_lost())
 
 
@@ -132,7 +146,7 @@ def cut_off_claim(claim: HeldClaim, why: str) -> Settling:
     stopped): COMMITTED if its commit landed first, LOST, CUT_OFF, or UNSETTLED if the
     coordinator could not be told (the lease expires instead)."""
     try:
-        given = yield from give_back(claim, SHUTDOWN_ERROR, why)
+        given = yield from give_back(claim, SHUTDOWN_ERROR, why, shutdown=True)
     except CoordinatorError as exc:
         log.warning("could not give the claim back", task_id=claim.task_id, error=str(exc))
         return Ending.UNSETTLED

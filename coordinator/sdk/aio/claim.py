@@ -169,13 +169,14 @@ class AsyncClaim(AcceptingClaim):
         delay: Duration | None = None,
         message: str = "",
         details: bytes = b"",
+        shutdown: bool = False,
     ) -> FailOutcome:
         """Report that this attempt failed; as ``Claim.fail``: the task's retry policy decides
         whether it runs again (READY now, or DELAYED until its backoff or ``delay``, whichever
         is later) or ends FAILED. ``error`` is an exception (type name, text and traceback go
         along) or an error code. Ends the claim; FENCED / CANCELLED / STALE_INPUT mark it lost
-        (unless this attempt had already ended itself)."""
-        return await self._at(self._fail_point(error, retryable, delay, message, details))
+        (unless this attempt had already ended itself). ``shutdown`` as ``Claim.fail``."""
+        return await self._at(self._fail_point(error, retryable, delay, message, details, shutdown))
 
     async def effect(
         self,

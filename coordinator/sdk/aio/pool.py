@@ -279,9 +279,9 @@ class AsyncWorkerPool:
         result, error = _outcome(handler, claim)
         successor = _Running(running.queue, work=running.work)
         follow = NextTask(running.queue, self._settings.ttl, successor.lost, self._stopping.is_set)
-        settled = await _settled(
-            claim, settle(claim, result, error, follow if self._commit_then_next else None)
-        )
+        next_task = follow if self._commit_then_next else None
+        steps = settle(claim, result, error, next_task, stopping=self._stopping.is_set())
+        settled = await _settled(claim, steps)
         successor.claim = settled.won
         handed = self._slots.hand_over(
             running, settled.ending, successor if settled.won else None, self._stopping.is_set()

@@ -162,8 +162,12 @@ class IdempotencyInterceptor:
             raise
         try:
             # What storing the answer adds beyond what the request was charged (a cancel's
-            # answer carries the task's input): the caller's, like any byte it writes.
-            self._budgets.charge(identity_of(call.context), "stored_answer", call.added(response))
+            # answer carries the task's input): the caller's, like any byte it writes. Not a
+            # claim's: the SDK keys every one, its answer carries the task's input and lives
+            # only as long as a lease (a worker would pay each input it is handed).
+            if not call.claims:
+                added = call.added(response)
+                self._budgets.charge(identity_of(call.context), "stored_answer", added)
             if not self._store.complete(reserved, response, claims=call.claims):
                 log.warning(
                     "idempotency reservation lost before its response was stored", key=reserved.key

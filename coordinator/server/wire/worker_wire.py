@@ -144,12 +144,17 @@ def parse_result_payload(result: bytes, result_digest: str, result_ref: str) -> 
 
 def parse_failure_report(request: worker_pb2.FailRequest) -> FailureReport:
     """The checked report of a FailRequest (every field bounded)."""
+    if request.shutdown and not request.retryable:
+        raise InvalidArgument(
+            "shutdown gives the task back for another attempt: it needs retryable true"
+        )
     return FailureReport(
         retryable=request.retryable,
         code=parse_error_code("error_code", request.error_code),
         message=validation.text("error_message", request.error_message),
         details=validation.max_bytes("error_details", request.error_details, MAX_ERROR_DETAILS),
         delay=_parse_requeue_delay(request),
+        shutdown=request.shutdown,
     )
 
 

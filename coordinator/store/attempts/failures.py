@@ -55,6 +55,7 @@ class Failures:
             retryable=report.retryable,
             code=report.code,
             delay=report.delay,
+            shutdown=report.shutdown,
         )
         closed = with_changes(
             view.attempt,

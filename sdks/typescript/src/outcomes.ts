@@ -107,6 +107,8 @@ export interface TaskInfo {
   /** The attempt number of the latest attempt (0 before the first claim). */
   readonly attempt: number;
   readonly claimGeneration: bigint;
+  /** Attempts counted against its retry policy (a shutdown's give-back is not one). */
+  readonly attemptsCounted: number;
   readonly lastError: string;
   readonly resultDigest: string;
 }
@@ -143,6 +145,7 @@ export function taskOf(task: Task | undefined): TaskInfo {
     inputDigest: task.inputDigest,
     attempt: task.attempt,
     claimGeneration: task.claimGeneration,
+    attemptsCounted: task.attemptsCounted,
     lastError: task.lastError,
     resultDigest: task.resultDigest,
   };

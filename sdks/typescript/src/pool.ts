@@ -263,7 +263,7 @@ export class WorkerPool {
   private async giveBack(claim: Claim, why: string): Promise<void> {
     let ending: Ending;
     try {
-      const failed = await claim.fail(SHUTDOWN_ERROR, { retryable: true, message: why });
+      const failed = await claim.fail(SHUTDOWN_ERROR, { retryable: true, message: why, shutdown: true });
       ending = claim.committed ? "committed" : failed.recorded ? "cut_off" : "lost";
     } catch (error) {
       console.error(`coordinator: could not give ${claim} back:`, error);

@@ -22,6 +22,9 @@ export interface FailOptions {
   message?: string;
   /** Opaque details (default: the error's stack); the last 16 KiB are sent. */
   details?: Payload;
+  /** Given back because this worker is stopping, not failing: not counted, no backoff (within
+   * the server's bound; FailRequest.shutdown). The pool gives back so what a shutdown cuts off. */
+  shutdown?: boolean;
 }
 
 /** A Fail of the attempt behind `fence`: `error` is an Error (its name is the error code, its
@@ -44,6 +47,7 @@ export function failRequest(fence: Fence, error: Error | string, options: FailOp
     // The end of a stack is the part that names the failure.
     errorDetails: details.slice(-MAX_ERROR_DETAILS),
     requeueDelay: delay === undefined ? undefined : durationOf(delay),
+    shutdown: options.shutdown ?? false,
   };
 }
 

@@ -72,8 +72,11 @@ class _Claim(HeldClaim):
         self._finish("committed")
         return None, self.won
 
-    def fail(self, error: Exception | str, *, retryable: bool, message: str) -> None:
-        self._call(f"fail {error} retryable={retryable} {message}".strip())
+    def fail(
+        self, error: BaseException | str, *, retryable: bool, message: str, shutdown: bool
+    ) -> None:
+        said = f"fail {error} retryable={retryable} {message}".strip()
+        self._call(f"{said} (shutdown)" if shutdown else said)
 
     def release(self, reason: str) -> None:
         self._call(f"release {reason}")
@@ -187,12 +190,15 @@ def test_a_commit_the_coordinator_could_not_take_leaves_the_claim_to_its_lease()
 def test_the_cut_off_gives_the_claim_back_as_a_shutdown() -> None:
     claim = _Claim()
     assert _run(claim, cut_off_claim(claim, "grace ran out")) is Ending.CUT_OFF
-    assert claim.calls == ["close", f"fail {SHUTDOWN_ERROR} retryable=True grace ran out"]
+    assert claim.calls == [
+        "close",
+        f"fail {SHUTDOWN_ERROR} retryable=True grace ran out (shutdown)",
+    ]
 
 
 def test_a_cut_off_that_cannot_reach_the_coordinator_is_unsettled() -> None:
     claim = _Claim()
-    claim.refuse.add(f"fail {SHUTDOWN_ERROR} retryable=True why")
+    claim.refuse.add(f"fail {SHUTDOWN_ERROR} retryable=True why (shutdown)")
     assert _run(claim, cut_off_claim(claim, "why")) is Ending.UNSETTLED
 
 
