@@ -220,43 +220,29 @@ def test_lowering_or_a_bad_version_is_refused_and_writes_nothing(
 ) -> None:
     VersionStore(coord.store.ctx).set_minimums(min_sdk_version="2.0")
     _, epoch_meta = etcd_client.get(Keyspace(prefix).epoch)
-    with pytest.raises(grpc.RpcError) as lowered:
-        _admin(
-            coord.target,
-            "SetMinimumVersions",
-            admin_pb2.SetMinimumVersionsRequest(min_sdk_version="1.9"),
-        )
-    assert lowered.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "min_sdk_version: 1.9 is below the current minimum 2.0" in str(lowered.value.details())
-    with pytest.raises(grpc.RpcError) as bad:
-        _admin(
-            coord.target,
-            "SetMinimumVersions",
-            admin_pb2.SetMinimumVersionsRequest(min_coordinator_version="soon"),
-        )
-    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "min_coordinator_version" in str(bad.value.details())
+
+    def refused(**fields: Any) -> tuple[grpc.StatusCode, str]:
+        request = admin_pb2.SetMinimumVersionsRequest(**fields)
+        with pytest.raises(grpc.RpcError) as info:
+            _admin(coord.target, "SetMinimumVersions", request)
+        return info.value.code(), str(info.value.details())
+
+    code, said = refused(min_sdk_version="1.9")
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "min_sdk_version: 1.9 is below the current minimum 2.0" in said
+    code, said = refused(min_coordinator_version="soon")
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "min_coordinator_version" in said
     # Once INTERNAL: packaging refuses a release number of 100,000 digits with a ValueError.
-    with pytest.raises(grpc.RpcError) as long:
-        _admin(
-            coord.target,
-            "SetMinimumVersions",
-            admin_pb2.SetMinimumVersionsRequest(min_sdk_version="1." + "9" * 100_000),
-        )
-    assert long.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert (
-        long.value.details() == "min_sdk_version: 100002 characters is not a version (at most 64)"
+    assert refused(min_sdk_version="1." + "9" * 100_000) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "min_sdk_version: 100002 characters is not a version (at most 64)",
     )
     # Past the answering coordinator's own version, every replica would refuse every call,
     # the one to undo it included (only a write to etcd by hand got the keyspace back).
-    with pytest.raises(grpc.RpcError) as past:
-        _admin(
-            coord.target,
-            "SetMinimumVersions",
-            admin_pb2.SetMinimumVersionsRequest(min_coordinator_version="999.0"),
-        )
-    assert past.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert str(past.value.details()).startswith(
+    code, said = refused(min_coordinator_version="999.0")
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert said.startswith(
         f"min_coordinator_version: 999.0 is above this coordinator's own version "
         f"{coordinator.__version__}: every replica, this one included, would refuse every call"
     )

@@ -82,7 +82,11 @@ def settle(
     (given back as a shutdown instead when the pool is ``stopping``: the handler stopped for
     it). A call the coordinator could not take leaves the claim to its lease (UNSETTLED)."""
     won: ClaimT | None = None
-    if error is None and result is not None and not isinstance(result, bytes | bytearray):
+    if (
+        error is None
+        and result is not None
+        and not isinstance(result, bytes | bytearray | memoryview)
+    ):
         error = TypeError(
             f"the handler returned {type(result).__name__}: a handler returns bytes (committed) "
             "or None (the claim released)"
