@@ -335,16 +335,22 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
         # A timed wait keeps the main thread responsive to signals on every platform.
         while not stop.wait(0.5):
             pass
-        log.info("shutting down", grace=config.shutdown_grace, sooner=SOONER)
-        stopped = server.stop(config.shutdown_grace)
-        while not stopped.wait(0.2):
-            if now.is_set():  # a second signal: the calls still open are cancelled now
-                log.info("stopping now: open calls cancelled")
-                server.stop(None)
-                break
+        _shut_down(server, config.shutdown_grace, now)
         metrics.close()
     log.info("stopped")
     return 0
+
+
+def _shut_down(server: grpc.Server, grace: float, now: threading.Event) -> None:
+    """Stop ``server``, its open calls given ``grace`` seconds, or none once ``now`` is set (a
+    second signal)."""
+    log.info("shutting down", grace=grace, sooner=SOONER)
+    stopped = server.stop(grace)
+    while not stopped.wait(0.2):
+        if now.is_set():
+            log.info("stopping now: open calls cancelled")
+            server.stop(None)
+            return
 
 
 SOONER = "a second SIGINT or SIGTERM cancels the calls still open now"
