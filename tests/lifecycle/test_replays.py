@@ -125,14 +125,22 @@ def _replay_peak(store: Store) -> tuple[int, int, int]:
     return replayed, peak - start, now - start
 
 
+def _least_of_three(store: Store) -> tuple[int, int, int]:
+    """``_replay_peak``'s figures, each the least of three replays: tracemalloc counts every
+    thread, and the replica's own watches may still be busy with the events just written (a
+    busy CI machine once saw a replay "keep" 197 KB that were theirs)."""
+    runs = [_replay_peak(store) for _ in range(3)]
+    return runs[0][0], min(r[1] for r in runs), min(r[2] for r in runs)
+
+
 def test_a_replay_holds_one_pass_in_memory_whatever_the_log_length(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(event_log, "_SELECT", 500)
     _write_events(store, 0, 1500)
-    short, short_peak, _ = _replay_peak(store)
+    short, short_peak, _ = _least_of_three(store)
     _write_events(store, 1500, 4500)  # four times as long
-    long, long_peak, kept = _replay_peak(store)
+    long, long_peak, kept = _least_of_three(store)
     assert (short, long) == (1500, 6000)
     # Passes of 500 events either way: four times the log is not four times the memory.
     assert long_peak < 2 * short_peak

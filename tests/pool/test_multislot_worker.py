@@ -57,6 +57,9 @@ def test_a_multi_slot_worker_carries_several_tasks_per_call_and_runs_each_once(
         proc = start_worker(coordinator.target, tmp_path, max_concurrent=SLOTS, grace=5, slots=True)
         try:
             eventually(lambda: _all_done(producer), timeout=60, message="tasks left undone")
+            # A commit's call is counted once it answered, after its txn made the task DONE
+            # (and after the claim of its slot's next task): wait for the last ones.
+            eventually(lambda: calls(metrics, "Commit") >= TASKS, message="commits unanswered")
             claim_nexts, commits = calls(metrics, "ClaimNext"), calls(metrics, "Commit")
             proc.terminate()
             assert exit_code(proc, tmp_path, 5) == 0
