@@ -189,11 +189,6 @@ class WorkerPool:
         with self._cond:
             self._cond.notify_all()
 
-    @property
-    def stopping(self) -> bool:
-        """Whether the pool stopped claiming: a handler has until the grace runs out."""
-        return self._stopping.is_set()
-
     def run(self) -> PoolReport:
         """Claim and run claims until ``stop()``, then shut down as the module says. Raises the
         error that stopped a claim loop (bad credentials, an unknown queue name, ...) once

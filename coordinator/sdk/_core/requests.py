@@ -182,10 +182,14 @@ _MAX_ERROR_MESSAGE = 1024
 _MAX_ERROR_DETAILS = 16 * 1024
 
 
+RESULT_TYPES = (bytes, bytearray, memoryview)
+"""What a commit or a stage takes as a result (a handler's return value included)."""
+
+
 def result_bytes(result: object) -> bytes:
     """``result`` as the bytes a commit or a stage sends; a TypeError saying what to do for
     anything else (a str's digest cannot be taken: its encoding is the caller's choice)."""
-    if isinstance(result, bytes | bytearray | memoryview):
+    if isinstance(result, RESULT_TYPES):
         return bytes(result)
     hint = ": encode it first, e.g. text.encode()" if isinstance(result, str) else ""
     raise TypeError(f"a result is bytes, not {type(result).__name__}{hint}")

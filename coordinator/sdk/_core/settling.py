@@ -29,6 +29,7 @@ from coordinator.sdk._core.pool import (
     released,
     unsettled,
 )
+from coordinator.sdk._core.requests import RESULT_TYPES
 
 log = structlog.get_logger("coordinator.sdk.pool")
 
@@ -82,11 +83,7 @@ def settle(
     (given back as a shutdown instead when the pool is ``stopping``: the handler stopped for
     it). A call the coordinator could not take leaves the claim to its lease (UNSETTLED)."""
     won: ClaimT | None = None
-    if (
-        error is None
-        and result is not None
-        and not isinstance(result, bytes | bytearray | memoryview)
-    ):
+    if error is None and result is not None and not isinstance(result, RESULT_TYPES):
         error = TypeError(
             f"the handler returned {type(result).__name__}: a handler returns bytes (committed) "
             "or None (the claim released)"

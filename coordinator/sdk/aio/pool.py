@@ -378,13 +378,15 @@ def stop_on_signals(
     running loop of the main thread (asyncio runs its signal handlers there, as loop
     callbacks, so they may call ``stop()`` directly)."""
     loop = asyncio.get_running_loop()
+    seen = 0
 
     def on_signal(signum: signal.Signals) -> None:
         # Stop first: the log line after it must never decide whether the pool stops. A second
         # signal cuts the grace short.
-        again = pool.stopping
-        (pool.hurry if again else pool.stop)()
-        log.info(HURRIED if again else STOPPING, signal=signum.name)
+        nonlocal seen
+        seen += 1
+        (pool.hurry if seen > 1 else pool.stop)()
+        log.info(HURRIED if seen > 1 else STOPPING, signal=signum.name)
 
     for signum in signals:
         loop.add_signal_handler(signum, on_signal, signum)
