@@ -346,15 +346,17 @@ def test_an_exception_leaving_the_block_is_a_retryable_failure(
 
 
 @pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit, asyncio.CancelledError])
-def test_a_stop_leaving_the_block_releases_the_task(
+def test_a_stop_leaving_the_block_gives_the_task_back_uncounted(
     sdk: Sdk, coordinator: Served, stop: type[BaseException]
 ) -> None:
     worker = sdk.client(coordinator.target, "worker-a")
     with pytest.raises(stop), claimed(worker, ttl=timedelta(seconds=30)):
-        raise stop()
+        raise stop("stopping")
     task = worker.get_task("t1")
-    assert [a.end for a in task.attempts] == [AttemptEnd.RELEASED]
-    assert task.state is TaskState.READY
+    assert [(a.end, a.error_code, a.error_message) for a in task.attempts] == [
+        (AttemptEnd.FAILED, "WorkerShutdown", f"{stop.__name__}: stopping")
+    ]
+    assert (task.state, task.attempts_counted, task.last_error) == (TaskState.READY, 0, "")
 
 
 def test_a_long_poll_waits_for_a_task_and_its_lease_starts_at_the_answer(

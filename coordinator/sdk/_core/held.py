@@ -24,6 +24,7 @@ from coordinator.fence_wire import fence_from_proto, fence_to_proto
 from coordinator.sdk._core.attempt import SentKeys
 from coordinator.sdk._core.calls import CallRetry
 from coordinator.sdk._core.lease import Lease
+from coordinator.sdk._core.pool import SHUTDOWN_ERROR
 from coordinator.sdk._duration import Duration, as_optional
 from coordinator.sdk._flag import Flag
 from coordinator.sdk.types import (
@@ -283,16 +284,20 @@ class HeldClaim:
         """What leaving the claim's block (``exc``: what ended it) calls on the claim (a Claim's
         return, an AsyncClaim's coroutine); None when the claim needs nothing (committed,
         released or lost). An error of the work is a retryable failure (the retry policy counts
-        it); leaving otherwise, or by KeyboardInterrupt / SystemExit / CancelledError (the worker
-        stopping, not the task failing), gives the task back."""
+        it); leaving without one releases the task (counted: nothing was finished); leaving by
+        KeyboardInterrupt / SystemExit / CancelledError (the worker stopping, not the task
+        failing) gives it back as a shutdown (not counted, within the server's bound), as the
+        pools do."""
         with self._lock:
             held = self._state.lost is None and not self._state.finished
         if not held:
             return None
         if isinstance(exc, Exception):
             return lambda claim: claim.fail(exc, retryable=True)
-        why = "left without commit" if exc is None else f"{type(exc).__name__}: {exc}"
-        return lambda claim: claim.release(why[:200])
+        if exc is None:
+            return lambda claim: claim.release("left without commit")
+        why = f"{type(exc).__name__}: {exc}"[:200]
+        return lambda claim: claim.fail(SHUTDOWN_ERROR, message=why, shutdown=True)
 
     def _release_failed(self, error: CoordinatorError) -> None:
         # Never mask the caller's exception: the lease expires on its own.

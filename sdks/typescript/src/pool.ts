@@ -59,6 +59,8 @@ export interface PoolOptions {
 export const GIVE_BACK_TIMEOUT = 10;
 /** The error code of a claim given back because the pool stopped. */
 export const SHUTDOWN_ERROR = "WorkerShutdown";
+/** Why a claim whose handler returned no result as the pool stopped was given back. */
+const STOPPED = "the handler returned no result as the worker was stopping";
 
 const POLL_INITIAL = 0.05;
 const POLL_MAX = 2;
@@ -241,6 +243,11 @@ export class WorkerPool {
         return claim.isLost() ? "lost" : "failed";
       }
       if (!claim.isHeld()) return claim.ended === "failed" ? "failed" : "released"; // ended by the handler
+      if (this.stopping) {
+        // The handler gave up for the shutdown: given back at once, not counted as an attempt.
+        const failed = await claim.fail(SHUTDOWN_ERROR, { retryable: true, message: STOPPED, shutdown: true });
+        return claim.committed ? "committed" : failed.recorded ? "cut_off" : "lost";
+      }
       await claim.release("the handler returned no result");
       return claim.committed ? "committed" : "released";
     } catch (error) {

@@ -121,3 +121,26 @@ test("a claim won as the pool stopped is never run: it is given back at once", a
     racing.close();
   }
 });
+
+test("a handler that returns no result as the pool stops has its task given back uncounted", async () => {
+  const queue = unique("q");
+  const task = await client.createTask({ queue });
+  let running: () => void = () => {};
+  const started = new Promise<void>((ok) => (running = ok));
+  let stopped: () => void = () => {};
+  const stopping = new Promise<void>((ok) => (stopped = ok));
+  const pool = new WorkerPool(client, async () => {
+    running();
+    await stopping; // a handler that gives up when its worker is told to stop
+    return undefined;
+  }, { queues: [queue], longPollSeconds: 1, graceSeconds: 30 });
+  const done = pool.run();
+  await started;
+  pool.stop();
+  stopped();
+  const report = await done;
+  assert.deepEqual(report, { committed: 0, released: 0, failed: 0, lost: 0, cut_off: 1, unsettled: 0 });
+  const back = await client.getTask(task.taskId);
+  assert.equal(back.state, TaskState.READY);
+  assert.deepEqual([back.attempt, back.attemptsCounted, back.lastError], [1, 0, ""]);
+});
