@@ -28,6 +28,7 @@ from rich.console import Console
 from coordinator.cli.demo_report import Report, render, verify
 from coordinator.demo.outbox import OutboxProcess
 from coordinator.demo.worker import CHANNEL_OPTIONS, Record, WorkerProcess
+from coordinator.domain.attempt_in_record import recorded_attempt
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.effects import EffectRecord
 from coordinator.domain.records import ResultRecord, decode
@@ -37,7 +38,7 @@ from coordinator.logging import configure_logging
 from coordinator.sdk import TaskState, WorkerClient
 from coordinator.server import build_server
 from coordinator.store import EtcdKV, Keyspace, Store
-from coordinator.store.context import attempt_from_kv
+from coordinator.store.context import attempt_from_kv, task_from_kv
 from coordinator.store.etcd.ops import KV
 
 QUEUE = "demo"
@@ -238,9 +239,14 @@ def _read_etcd(
     for item in _range(kv, f"{PREFIX}/results/"):
         record = decode(ResultRecord, item.value)
         results.setdefault(record.task_id, []).append(record)
+    found = [attempt_from_kv(item) for item in _range(kv, f"{PREFIX}/attempts/")]
+    keyed = {a.attempt_id for a in found}
+    for item in _range(kv, f"{PREFIX}/tasks/"):  # a task record may hold its last attempt
+        recorded = recorded_attempt(task_from_kv(item))
+        if recorded is not None and recorded.attempt_id not in keyed:
+            found.append(recorded)
     attempts: dict[str, list[tuple[int, int]]] = {}
-    for item in _range(kv, f"{PREFIX}/attempts/"):
-        attempt = attempt_from_kv(item)
+    for attempt in sorted(found, key=lambda a: (a.task_id, a.attempt)):
         attempts.setdefault(attempt.task_id, []).append((attempt.attempt, attempt.claim_generation))
     return results, attempts
 

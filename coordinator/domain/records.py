@@ -119,6 +119,16 @@ class TaskRecord:
     # that hands the input out joins the key in (store/task_inputs.py). False for a record whose
     # input is inside it (schema 1, and every record written before that schema was raised).
     input_in_key: bool = False
+    # Schema 3 (domain/versions.py): the current attempt (``attempt_id``) has no key of its own;
+    # this record describes it (domain/attempt_in_record.py): RUNNING while CLAIMED, else
+    # COMMITTED. Only a claim and a commit write a record with it set, so the record holds
+    # nothing the attempt does not: it ran on the record's revision and digest, and a committed
+    # one ended at the commit's ``updated_at``. Every other move writes the attempt's key first
+    # (store/transition.py). Not stored while False: earlier records stay byte for byte.
+    attempt_in_record: bool = False
+    # The current attempt's lease TTL and start, kept only with ``attempt_in_record``.
+    attempt_ttl: int = 0
+    attempt_started_at: float = 0.0
     # etcd mod_revision of the task key; never stored, attached on decode.
     state_version: int = field(default=0, compare=False)
     # etcd create_revision of the task key: which incarnation of the task id this is (an id
@@ -170,6 +180,9 @@ class AttemptRecord:
     # The holder's last checkpoint (RenewRequest.checkpoint), or the one it was handed by an
     # earlier attempt of the same revision: the next attempt resumes from it.
     checkpoint: bytes = b""
+    # etcd mod_revision of the attempt key; 0 for an attempt its task record describes
+    # (``recorded_attempt``: it has no key). Never stored, attached on decode.
+    mod_revision: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -236,8 +249,13 @@ def commit_id(attempt_id: str, generation: int) -> str:
 
 def as_stored(task: TaskRecord) -> TaskRecord:
     """``task`` as its record is stored and read back: without the input when that lives in
-    a key of its own (``input_in_key``; encode leaves it out)."""
-    return with_changes(task, input=b"") if task.input_in_key else task
+    a key of its own (``input_in_key``), without the attempt's TTL and start when the record
+    does not hold the attempt (``attempt_in_record``): encode leaves them out."""
+    if task.input_in_key:
+        task = with_changes(task, input=b"")
+    if not task.attempt_in_record and (task.attempt_ttl or task.attempt_started_at):
+        task = with_changes(task, attempt_ttl=0, attempt_started_at=0.0)
+    return task
 
 
 def encode(record: object) -> bytes:
@@ -256,6 +274,9 @@ def encode(record: object) -> bytes:
         out["input"] = b""  # a TaskRecord's input lives in its own key: never stored twice
     elif "input_in_key" in out:
         del out["input_in_key"]  # a record of the first schema: byte for byte as before
+    if "attempt_in_record" in out and not out["attempt_in_record"]:
+        # as before schema 3, byte for byte
+        del out["attempt_in_record"], out["attempt_ttl"], out["attempt_started_at"]
     for name, convert in _field_encoders(cls):
         value = out[name]
         if value is not None:

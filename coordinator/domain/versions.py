@@ -15,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from coordinator.errors import InvalidArgument
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The newest keyspace schema this code reads and writes; a new keyspace starts at it.
 
 1. claim.v1's layout: a task's input inside its task record.
@@ -25,6 +25,11 @@ SCHEMA_VERSION = 2
    code reads both layouts; it writes the second only once the keyspace's record says schema 2
    (``INPUT_KEY_SCHEMA``) and has said so long enough for every replica of schema 1 to have
    stopped (``store/control/versions.py::Standing``).
+3. A task's current attempt may live in its task record alone (``TaskRecord.attempt_in_record``):
+   a claim writes no attempt key, and a commit leaves the committed attempt in the record; the
+   attempt gets its key when anything else moves the task (store/transition.py). Two keys fewer
+   a claim -> commit cycle. Written once the record says schema 3 (``ATTEMPT_IN_RECORD_SCHEMA``),
+   read in both layouts.
 """
 
 FIRST_SCHEMA = 1
@@ -32,6 +37,9 @@ FIRST_SCHEMA = 1
 
 INPUT_KEY_SCHEMA = 2
 """The first schema in which a task's input may live in its own key."""
+
+ATTEMPT_IN_RECORD_SCHEMA = 3
+"""The first schema in which a task's current attempt may live in its task record alone."""
 
 NO_MINIMUM = "0"
 """The minimum of a new keyspace: every version is admitted until an admin raises it."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from coordinator.clock import Clock
+from coordinator.domain.attempt_in_record import recorded_attempt
 from coordinator.domain.decisions import ClaimLimits
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, decode, with_changes
@@ -74,10 +75,21 @@ def claim_from_kv(kv: KV) -> ClaimRecord:
 
 def attempt_from_kv(kv: KV) -> AttemptRecord:
     """Decode an attempt; a running one's generation is its key's create_revision."""
-    attempt = decode(AttemptRecord, kv.value)
+    attempt = decode(AttemptRecord, kv.value, mod_revision=kv.mod_revision)
     if attempt.claim_generation == 0:
         attempt = with_changes(attempt, claim_generation=kv.create_revision)
     return attempt
+
+
+def attempt_of(task: TaskRecord, attempt_id: str, kv: KV | None) -> AttemptRecord | None:
+    """Attempt ``attempt_id`` of ``task``: from its key ``kv`` if it has one (a key always
+    wins: a checkpoint writes one while the record still describes the attempt), else as the
+    task record describes its current attempt (schema 3, ``TaskRecord.attempt_in_record``),
+    else None."""
+    if kv is not None:
+        return attempt_from_kv(kv)
+    recorded = recorded_attempt(task)
+    return recorded if recorded is not None and recorded.attempt_id == attempt_id else None
 
 
 def epoch_from_kv(kv: KV | None) -> int:

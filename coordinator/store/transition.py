@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator import request_ids
+from coordinator.domain.attempt_in_record import recorded_attempt
 from coordinator.domain.decisions import Fence
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import AttemptRecord, EventRecord, TaskRecord, encode, with_changes
 from coordinator.domain.states import UNCOMMITTED_STATES, AttemptEnd, Op, TaskState, next_state
 from coordinator.domain.waiting import released
-from coordinator.store.context import StoreContext, attempt_from_kv
+from coordinator.store.context import StoreContext, attempt_of
 from coordinator.store.etcd.ops import (
     Compare,
     RequestOp,
@@ -32,8 +33,12 @@ from coordinator.store.task_inputs import input_ops
 
 
 def transition(before: TaskRecord, op: Op, now: float, **changes: Any) -> TaskRecord:
-    """``before`` after ``op``: the next state from the domain table, plus ``changes``."""
+    """``before`` after ``op``: the next state from the domain table, plus ``changes``.
+
+    The record stops describing the attempt (``attempt_in_record``) unless ``changes`` say it
+    still does (a claim and a commit of schema 3): ``transition_ops`` then writes its key."""
     state = next_state(before.state, op, requires_review=before.requires_review)
+    changes.setdefault("attempt_in_record", False)
     after = with_changes(before, state=state, updated_at=now, **changes)
     if state is TaskState.READY and before.state is not TaskState.READY:
         after = with_changes(after, ready_seq=ready_seq(now))
@@ -82,6 +87,7 @@ def transition_ops(
     else:
         compares = [mod_revision_is(task_key, before.state_version)]
     ops = [put(task_key, encode(after)), *input_ops(keys, before, after)]
+    ops += _attempt_kept(ctx, before, after)
     was = before.state if before is not None else None
     ops += _moved(ctx, _ready_key, before, after)
     # The delayed index lets the promoter read only the DELAYED tasks that are due.
@@ -120,6 +126,31 @@ def transition_ops(
     # The prune index (a terminal move) and the pruned-id guard (a create).
     more_compares, more_ops = retention_ops(ctx, before, after)
     return compares + more_compares, ops + more_ops
+
+
+def _attempt_kept(
+    ctx: StoreContext, before: TaskRecord | None, after: TaskRecord
+) -> list[RequestOp]:
+    """The put that gives ``before``'s attempt its own key when the record ``after`` no longer
+    describes it (schema 3): a move ending the attempt replaces it with the attempt closed
+    (``put_attempt``), any other move keeps it as it was."""
+    if before is None or not before.attempt_in_record:
+        return []
+    if after.attempt_in_record and after.attempt_id == before.attempt_id:
+        return []  # a commit: the record still describes the attempt
+    kept = recorded_attempt(before)
+    if kept is None:
+        return []
+    return [put(ctx.keys.attempt(kept.task_id, kept.attempt_id), encode(kept))]
+
+
+def put_attempt(ctx: StoreContext, ops: list[RequestOp], attempt: AttemptRecord) -> None:
+    """Append to a transition's ``ops`` the put of ``attempt`` (closed by the move), in place of
+    the put ``transition_ops`` made of it as it was: etcd refuses a txn that names a key twice."""
+    key = ctx.keys.attempt(attempt.task_id, attempt.attempt_id)
+    raw = key.encode()
+    ops[:] = [op for op in ops if op.request_put.key != raw]
+    ops.append(put(key, encode(attempt)))
 
 
 def held_transition_ops(
@@ -253,18 +284,21 @@ def claimless_move(
         detail=detail,
     )
     compares.append(create_revision_is(ctx.keys.claim(task.task_id), 0))
-    closed = expired_attempt(ctx, task, now)
+    closed = closed_attempt(ctx, task, AttemptEnd.EXPIRED, now)
     if closed is not None:
-        ops.append(put(ctx.keys.attempt(task.task_id, task.attempt_id), encode(closed)))
+        put_attempt(ctx, ops, closed)
     return ClaimlessMove(after, compares, ops, closed)
 
 
-def expired_attempt(ctx: StoreContext, task: TaskRecord, now: float) -> AttemptRecord | None:
-    """The attempt of a CLAIMED task whose claim key is gone, closed as EXPIRED (None if the
-    task is not CLAIMED or the attempt record is missing)."""
+def closed_attempt(
+    ctx: StoreContext, task: TaskRecord, end: AttemptEnd, now: float
+) -> AttemptRecord | None:
+    """The attempt of a CLAIMED task, closed as ``end`` at ``now`` (None if the task is not
+    CLAIMED or its attempt is nowhere: neither a key nor its record holds it)."""
     if task.state is not TaskState.CLAIMED or not task.attempt_id:
         return None
     kv = ctx.kv.get(ctx.keys.attempt(task.task_id, task.attempt_id))
-    if kv is None:
+    attempt = attempt_of(task, task.attempt_id, kv)
+    if attempt is None:
         return None
-    return with_changes(attempt_from_kv(kv), end=AttemptEnd.EXPIRED, ended_at=now)
+    return with_changes(attempt, end=end, ended_at=now)

@@ -74,11 +74,11 @@ def test_a_keyed_claim_next_writes_its_key_in_the_claim_txn_and_nothing_else(
     start = etcd_client.get(store.ctx.keys.task("t"))[1].mod_revision
     won = worker.ClaimNext(_poll(), metadata=who("w1", key="k1"))
     assert won.outcome == types_pb2.OUTCOME_CLAIMED
-    # One revision: the claim's six keys and the key's record (no reservation before it, no
+    # One revision: the claim's five keys and the key's record (no reservation before it, no
     # stored answer after it).
     assert _writes_after(store, etcd_client, start) == {
         won.fence.claim_generation: sorted(
-            ["tasks", "-ready", "claimed", "claims", "attempts", "events", "keyed-claims"]
+            ["tasks", "-ready", "claimed", "claims", "events", "keyed-claims"]
         )
     }
     kv = store.ctx.kv.get(store.ctx.keys.keyed_claims("w1", "k1"))

@@ -26,7 +26,7 @@ from tests.retention.test_pruner import (
     keys_naming,
     tombstone_keys,
 )
-from tests.store.support import claim, create, snapshot
+from tests.store.support import claim, commit, create, snapshot
 
 OLDEST = "coordinator_oldest_terminal_task_age_seconds"
 
@@ -157,3 +157,25 @@ def test_the_oldest_terminal_task_age_follows_the_head_of_the_prune_index(
     clock.advance(RETENTION)
     assert store.pruner.run_pass().pruned == 1
     assert count(store, OLDEST) == 0.0  # no terminal task waits
+
+
+def test_the_attempt_a_task_record_holds_is_archived_with_the_others(
+    make_store: Any, clock: ManualClock, sink: LocalSink
+) -> None:
+    store = make_store()
+    create(store, "t")
+    first = claim(store, "t")
+    assert store.acceptance.release(first, principal="w1", reason="busy").outcome.name == "OK"
+    # the second attempt commits: the task record holds it (schema 3)
+    assert commit(store, claim(store, "t")).verdict.outcome.name == "COMMITTED"
+    task = store.tasks.get("t")
+    assert task.attempt_in_record
+    clock.advance(PAST)
+    assert store.pruner is not None
+    assert store.pruner.run_pass().pruned == 1
+    (obj,) = list(sink.read())
+    released, committed = obj["attempts"]
+    assert (released["value"]["end"], "in_task_record" in released) == ("RELEASED", False)
+    assert committed["key"] == store.ctx.keys.attempt("t", task.attempt_id)
+    assert (committed["value"]["end"], committed["in_task_record"]) == ("COMMITTED", True)
+    assert committed["value"]["claim_generation"] == task.claim_generation

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from coordinator.clock import ManualClock
+from coordinator.domain.attempt_in_record import recorded_attempt
 from coordinator.domain.decisions import ClaimLimits, Verdict
 from coordinator.domain.states import AttemptEnd, Outcome, TaskState
 from coordinator.errors import NotFound
@@ -42,9 +43,10 @@ def _assert_generation_is_claim_revision(
     generation = fence.claim_generation
     assert raw(etcd_client, keys.claim(fence.task_id)).create_revision == generation
     assert raw(etcd_client, keys.task(fence.task_id)).mod_revision == generation
-    assert raw(etcd_client, keys.attempt(fence.task_id, fence.attempt_id)).create_revision == (
-        generation
-    )
+    # Schema 3: the attempt has no key; the task record holds it, at the same generation.
+    assert raw(etcd_client, keys.attempt(fence.task_id, fence.attempt_id)) is None
+    attempt = recorded_attempt(store.tasks.get(fence.task_id))
+    assert attempt is not None and attempt.claim_generation == generation
     assert result.task.claim_generation == generation
     assert result.task.state_version == generation
     assert store.tasks.get(fence.task_id).claim_generation == generation

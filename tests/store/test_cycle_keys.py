@@ -2,6 +2,8 @@
 
 The count is the hot path's etcd cost (docs/architecture.md lists each key and why it exists):
 a change that adds a key or a revision to the cycle fails here and must say why in that table.
+A keyspace at schema 3 keeps the attempt in the task record (11 keys); one still at schema 2
+writes it to a key of its own at the claim and again at the commit (13).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import pytest
 from etcd3 import etcdrpc
 
 from coordinator.domain.states import Outcome
+from coordinator.domain.versions import VersionRecord
 from coordinator.store import Store
-from tests.store.support import claim, commit, create, raw, writes_between
+from tests.store.support import StoreFactory, claim, commit, create, raw, writes_between
 
 # (kind of key, deleted) per revision, the kind being the key's first segment under the prefix.
 CLAIM_WRITES = sorted(
@@ -23,7 +26,6 @@ CLAIM_WRITES = sorted(
         ("ready", True),  # out of the ready index
         ("claimed", False),  # into the claimed index (per-queue counts without records)
         ("claims", False),  # the claim key on the claim's lease: the fence's liveness
-        ("attempts", False),  # the attempt record, running
         ("events", False),  # the event log's CLAIM entry
     ]
 )
@@ -33,7 +35,6 @@ COMMIT_WRITES = sorted(
         ("claimed", True),  # out of the claimed index
         ("claims", True),  # the claim key, so the lease is empty and can be reused
         ("results", False),  # the canonical result
-        ("attempts", False),  # the attempt record, ended COMMITTED
         ("events", False),  # the event log's COMMIT entry
         ("prune-due", False),  # the prune index: when the finished task may be pruned
     ]
@@ -44,7 +45,32 @@ def _kind(store: Store, key: str) -> str:
     return key.removeprefix(store.ctx.keys.prefix + "/").split("/", 1)[0]
 
 
-def test_a_claim_commit_cycle_writes_13_keys_in_2_revisions(store: Store, etcd_client: Any) -> None:
+# Schema 2: the attempt record, running (claim) and ended COMMITTED (commit).
+ATTEMPT_KEY = [("attempts", False)]
+
+
+@pytest.fixture
+def at_schema_2(make_store: StoreFactory, etcd_client: Any, prefix: str) -> Store:
+    """A store on a keyspace still at schema 2."""
+    etcd_client.put(f"{prefix}/meta/versions", VersionRecord(schema_version=2).encode())
+    return make_store()
+
+
+def test_a_claim_commit_cycle_writes_11_keys_in_2_revisions(store: Store, etcd_client: Any) -> None:
+    assert _cycle(store, etcd_client) == (CLAIM_WRITES, COMMIT_WRITES)
+    assert len(CLAIM_WRITES) + len(COMMIT_WRITES) == 11
+
+
+def test_at_schema_2_the_cycle_writes_the_attempt_key_too(
+    at_schema_2: Store, etcd_client: Any
+) -> None:
+    claim_writes, commit_writes = _cycle(at_schema_2, etcd_client)
+    assert claim_writes == sorted(CLAIM_WRITES + ATTEMPT_KEY)
+    assert commit_writes == sorted(COMMIT_WRITES + ATTEMPT_KEY)
+
+
+def _cycle(store: Store, etcd_client: Any) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
+    """The (kind, deleted) keys of one claim's revision and of its commit's, sorted."""
     create(store, "t", queue="q")
     start = raw(etcd_client, store.ctx.keys.task("t")).mod_revision
     claimed = store.claims.claim_next("q", principal="w1", epoch=1, ttl=30)
@@ -56,8 +82,7 @@ def test_a_claim_commit_cycle_writes_13_keys_in_2_revisions(store: Store, etcd_c
     by_revision: dict[int, list[tuple[str, bool]]] = {start + 1: [], end: []}
     for event in writes_between(store, start + 1, end):
         by_revision[event.mod_revision].append((_kind(store, event.key), event.deleted))
-    assert sorted(by_revision[start + 1]) == CLAIM_WRITES
-    assert sorted(by_revision[end]) == COMMIT_WRITES
+    return sorted(by_revision[start + 1]), sorted(by_revision[end])
 
 
 def _task_compares(

@@ -47,7 +47,7 @@ from coordinator.store.etcd.ops import Compare, create_revision_is, delete, mod_
 from coordinator.store.etcd.step_io import StepIO, run_now
 from coordinator.store.fence import fence_compares
 from coordinator.store.indexes.ready import ReadyIndex
-from coordinator.store.transition import held_transition_ops, transition
+from coordinator.store.transition import held_transition_ops, put_attempt, transition
 from coordinator.store.types import CommitResult, StagingResult
 
 
@@ -181,7 +181,8 @@ class AcceptancePoints:
         held = self._held.take(fence)
         if held is not None:
             attempt_key = self._ctx.keys.attempt(fence.task_id, fence.attempt_id)
-            pinned = (mod_revision_is(attempt_key, fence.claim_generation),)
+            # the claim's revision, or 0 (no key) when the task record holds the attempt
+            pinned = (mod_revision_is(attempt_key, held.attempt.mod_revision),)
             yield _CommitBasis(held, pinned=pinned, remembered=True)
         yield _CommitBasis(await aread_view(io, self._ctx, fence, with_result=True))
         yield _CommitBasis(await aread_view(io, self._ctx, fence, with_result=True), last=True)
@@ -206,6 +207,9 @@ class AcceptancePoints:
             result_ref=write.result_ref,
             evidence=write.evidence,
         )
+        # The committed attempt stays in the task record if that is where it is (schema 3; no
+        # checkpoint gave it a key): a key fewer.
+        in_record = view.attempt.mod_revision == 0 and task.attempt_in_record
         after = transition(
             task,
             Op.COMMIT,
@@ -213,18 +217,15 @@ class AcceptancePoints:
             result_commit_id=commit_id(fence.attempt_id, fence.claim_generation),
             result_digest=write.result_digest,
             lease_id=0,
+            attempt_in_record=in_record,
         )
         compares, ops = held_transition_ops(ctx, task, after, Op.COMMIT, fence, by=write.principal)
         result_key = keys.result(task.task_id, task.revision)
         compares += [create_revision_is(result_key, 0), *pinned]
-        ops += [
-            put(result_key, encode(record)),
-            put(
-                keys.attempt(task.task_id, fence.attempt_id),
-                encode(self._closed(view, AttemptEnd.COMMITTED, now)),
-            ),
-            delete(keys.claim(task.task_id)),
-        ]
+        ops.append(put(result_key, encode(record)))
+        if not in_record:
+            put_attempt(ctx, ops, self._closed(view, AttemptEnd.COMMITTED, now))
+        ops.append(delete(keys.claim(task.task_id)))
         if not (await io.txn(compares, ops)).succeeded:
             return None
         await io.release(task.lease_id)  # our txn deleted its only key

@@ -21,16 +21,16 @@ from typing import NoReturn
 import structlog
 
 from coordinator.domain.decisions import Fence, FenceView
-from coordinator.domain.records import TaskRecord, encode, with_changes
+from coordinator.domain.records import AttemptRecord, TaskRecord, with_changes
 from coordinator.domain.retry import UNDELIVERED, decide_after
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.errors import CoordinatorError, Undelivered
 from coordinator.store.attempts.acceptance import AcceptancePoints
 from coordinator.store.attempts.views import HeldClaims
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd.ops import RequestOp, delete, put
+from coordinator.store.etcd.ops import delete
 from coordinator.store.indexes.ready import ReadyIndex
-from coordinator.store.transition import held_transition_ops, transition
+from coordinator.store.transition import held_transition_ops, put_attempt, transition
 from coordinator.store.types import Caller, ClaimResult
 
 log = structlog.get_logger(__name__)
@@ -104,8 +104,8 @@ class GiveBacks:
         # What the claim txn wrote, as this replica remembered it; read only if it was evicted.
         view = self._held.take(fence) or self._acceptance.view(fence)
         now = ctx.clock.now()
-        after, ops = self._returned(view, fence, claimed.ready_seq, now)
-        compares, moves = held_transition_ops(
+        after, closed = self._returned(view, fence, claimed.ready_seq, now)
+        compares, ops = held_transition_ops(
             ctx,
             view.task,
             after,
@@ -114,7 +114,9 @@ class GiveBacks:
             by=by,
             detail=UNDELIVERED.error + "; the attempt is not counted",
         )
-        if not ctx.kv.txn(compares, moves + ops).succeeded:
+        put_attempt(ctx, ops, closed)
+        ops.append(delete(keys.claim(fence.task_id)))
+        if not ctx.kv.txn(compares, ops).succeeded:
             log.warning("undelivered claim not given back: the task moved", task_id=fence.task_id)
             return False
         ctx.leases.release(view.task.lease_id)  # the txn deleted the lease's only key
@@ -137,10 +139,10 @@ class GiveBacks:
 
     def _returned(
         self, view: FenceView, fence: Fence, ready_seq: int, now: float
-    ) -> tuple[TaskRecord, list[RequestOp]]:
+    ) -> tuple[TaskRecord, AttemptRecord]:
         """The task READY again as ``domain/retry.py`` decides for an undelivered attempt, and
-        the writes that close the attempt and delete the claim key."""
-        task, keys = view.task, self._ctx.keys
+        the attempt closed."""
+        task = view.task
         move = decide_after(task, UNDELIVERED, now, at_once=Op.GIVE_BACK)
         after = transition(
             task,
@@ -152,9 +154,4 @@ class GiveBacks:
         )
         if after.state is TaskState.READY and ready_seq:
             after = with_changes(after, ready_seq=ready_seq)  # its old place: it was never served
-        closed = with_changes(view.attempt, end=AttemptEnd.UNDELIVERED, ended_at=now)
-        ops = [
-            put(keys.attempt(task.task_id, fence.attempt_id), encode(closed)),
-            delete(keys.claim(task.task_id)),
-        ]
-        return after, ops
+        return after, with_changes(view.attempt, end=AttemptEnd.UNDELIVERED, ended_at=now)

@@ -109,7 +109,8 @@ def after_landing(plan: Plan, renewal: Renewal, revision: int) -> Known:
         claim = with_changes(plan.claim, mod_revision=revision)
     attempt, attempt_revision = view.attempt, known.attempt_revision
     if plan.attempt_written and renewal.checkpoint is not None:
-        attempt, attempt_revision = with_changes(attempt, checkpoint=renewal.checkpoint), revision
+        attempt = with_changes(attempt, checkpoint=renewal.checkpoint, mod_revision=revision)
+        attempt_revision = revision
     return Known(
         with_changes(view, claim=claim, attempt=attempt), attempt_revision, True, known.txns
     )

@@ -7,13 +7,13 @@ from __future__ import annotations
 import structlog
 
 from coordinator.domain.decisions import Fence, FenceView
-from coordinator.domain.records import AttemptRecord, TaskRecord, encode
+from coordinator.domain.records import AttemptRecord, TaskRecord
 from coordinator.domain.retry import AttemptEnded, decide_after
 from coordinator.domain.states import Op, TaskState
 from coordinator.store.context import StoreContext
-from coordinator.store.etcd.ops import Compare, RequestOp, delete, put
+from coordinator.store.etcd.ops import Compare, RequestOp, delete
 from coordinator.store.indexes.ready import ReadyIndex
-from coordinator.store.transition import held_transition_ops, transition
+from coordinator.store.transition import held_transition_ops, put_attempt, transition
 
 log = structlog.get_logger(__name__)
 
@@ -45,10 +45,8 @@ def ending_txn(
     compares, ops = held_transition_ops(
         ctx, task, after, retry.op, fence, by=by, detail=retry.detail
     )
-    ops += [
-        put(keys.attempt(task.task_id, fence.attempt_id), encode(closed)),
-        delete(keys.claim(task.task_id)),
-    ]
+    put_attempt(ctx, ops, closed)
+    ops.append(delete(keys.claim(task.task_id)))
     return after, compares, ops
 
 

@@ -39,7 +39,7 @@ from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import NotFound
 from coordinator.store.context import (
     StoreContext,
-    attempt_from_kv,
+    attempt_of,
     claim_from_kv,
     epoch_from_kv,
     task_from_kv,
@@ -121,7 +121,7 @@ class HeldClaims(FenceCache[FenceView]):
 @dataclass(frozen=True)
 class ReadView:
     """A fence's view as read, and its attempt key's mod_revision (a renewal's txn pins it;
-    the claim key's is in the view)."""
+    the claim key's is in the view; 0: the attempt has no key, its task record holds it)."""
 
     view: FenceView
     attempt_revision: int
@@ -200,19 +200,20 @@ async def _read(
     out: list[ReadView | NotFound] = []
     for n, fence in enumerate(fences):
         task_kv, attempt_kv, claim_kv = (snap.range_one(3 * n + k) for k in range(3))
-        if task_kv is None:
+        task = task_from_kv(task_kv) if task_kv is not None else None
+        attempt = attempt_of(task, fence.attempt_id, attempt_kv) if task is not None else None
+        if task is None:
             out.append(NotFound(f"task {fence.task_id!r} does not exist"))
-        elif attempt_kv is None:
+        elif attempt is None:
             out.append(
                 NotFound(f"attempt {fence.attempt_id!r} of task {fence.task_id!r} does not exist")
             )
         else:
-            task = task_from_kv(task_kv)
             view = FenceView(
                 task=task if inputs else with_changes(task, input=b""),
-                attempt=attempt_from_kv(attempt_kv),
+                attempt=attempt,
                 claim=claim_from_kv(claim_kv) if claim_kv is not None else None,
                 epoch=epoch,
             )
-            out.append(ReadView(view, attempt_kv.mod_revision))
+            out.append(ReadView(view, attempt.mod_revision))
     return snap, out

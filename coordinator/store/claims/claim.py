@@ -31,7 +31,7 @@ from coordinator.store.claims.claim_txn import ClaimWrite, claim_write
 from coordinator.store.claims.gates import ClaimGate, ClaimRead
 from coordinator.store.context import (
     StoreContext,
-    attempt_from_kv,
+    attempt_of,
     epoch_from_kv,
     new_attempt_id,
     task_from_kv,
@@ -208,7 +208,12 @@ class ClaimStore:
             fence,
             FenceView(
                 task=as_stored(claimed),  # what a read returns: no input joined in
-                attempt=with_changes(attempt, claim_generation=generation),
+                # its key's revision is the claim's, or 0: the task record holds it (schema 3)
+                attempt=with_changes(
+                    attempt,
+                    claim_generation=generation,
+                    mod_revision=0 if write.after.attempt_in_record else generation,
+                ),
                 claim=with_changes(write.claim, generation=generation, mod_revision=generation),
                 epoch=attempt.scheduler_epoch,
             ),
@@ -342,7 +347,7 @@ class ClaimStore:
             return None
         key = self._ctx.keys.attempt(task.task_id, task.attempt_id)
         found, _ = await io.range_page(key, key + "\0", revision=revision)
-        return attempt_from_kv(found[0]) if found else None
+        return attempt_of(task, task.attempt_id, found[0] if found else None)
 
     async def _lost_race(
         self, io: StepIO, task_id: str, epoch: int, expected_state_version: int

@@ -48,7 +48,7 @@ from coordinator.domain.idempotency import (
 )
 from coordinator.domain.records import decode, encode
 from coordinator.domain.states import Outcome, TaskState
-from coordinator.store.context import StoreContext, attempt_from_kv, claim_from_kv, task_from_kv
+from coordinator.store.context import StoreContext, attempt_of, claim_from_kv, task_from_kv
 from coordinator.store.etcd.lease_window import LeaseWindow
 from coordinator.store.etcd.ops import KV, Compare, RequestOp, get, mod_revision_is, put
 from coordinator.store.task_inputs import input_read, joined
@@ -193,7 +193,7 @@ class KeyedClaimStore:
         results = []
         for n, grant in enumerate(grants):
             task_kv, claim_kv, attempt_kv = (snap.range_one(4 * n + i) for i in range(3))
-            if task_kv is None or claim_kv is None or attempt_kv is None:
+            if task_kv is None or claim_kv is None:
                 continue
             # Alive: the task is still at the claim's revision (every move of a task writes
             # it, and the fence compares it) and names this attempt.
@@ -203,7 +203,9 @@ class KeyedClaimStore:
             claim = claim_from_kv(claim_kv)
             if task.state is not TaskState.CLAIMED or task.attempt_id != grant.attempt_id:
                 continue
-            attempt = attempt_from_kv(attempt_kv)
+            attempt = attempt_of(task, grant.attempt_id, attempt_kv)  # its key, or the record
+            if attempt is None:
+                continue
             fence = Fence(
                 task.task_id,
                 grant.attempt_id,

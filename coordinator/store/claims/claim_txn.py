@@ -1,9 +1,10 @@
 """The claim transaction, built without I/O: ``claim_write``.
 
 One etcd txn moves a task from READY (or from CLAIMED whose claim key is gone) to CLAIMED,
-creates the claim key on a fresh lease, writes the attempt and the event, and takes the task
-out of the ready index. Its revision is the claim generation: the fencing token. The claim
-operation that reads, decides and sends it is store/claims/claim.py.
+creates the claim key on a fresh lease, starts the attempt (in the task record at schema 3, in a
+key of its own before) and writes the event, and takes the task out of the ready index. Its
+revision is the claim generation: the fencing token. The claim operation that reads, decides
+and sends it is store/claims/claim.py.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from coordinator.domain.idempotency import Grant
 from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode, with_changes
 from coordinator.domain.retry import LEASE_EXPIRED
 from coordinator.domain.states import AttemptEnd, Op, TaskState
+from coordinator.domain.versions import ATTEMPT_IN_RECORD_SCHEMA
 from coordinator.store.claims.claim_keys import ClaimKey
 from coordinator.store.claims.gates import ClaimRead
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.leases import ClaimLease
 from coordinator.store.etcd.ops import Compare, RequestOp, create_revision_is, put
 from coordinator.store.fence import epoch_is
-from coordinator.store.transition import transition, transition_ops
+from coordinator.store.transition import put_attempt, transition, transition_ops
 
 
 @dataclass(frozen=True)
@@ -52,24 +54,11 @@ def claim_write(
     left it (store/claims/claim_keys.py). Only builds: reads and writes nothing (``ctx`` gives
     the key layout and the limits)."""
     keys, task = ctx.keys, read.task
-    number = task.attempt + 1
     takeover = task.state is TaskState.CLAIMED
-    after = transition(
-        task,
-        Op.CLAIM,
-        now,
-        claim_generation=0,  # this txn's revision; see TaskRecord.claim_generation
-        scheduler_epoch=epoch,
-        attempt=number,
-        attempt_id=attempt_id,
-        owner_id=principal,
-        lease_id=lease.lease_id,
-        last_error=LEASE_EXPIRED.error if takeover else task.last_error,
-        last_error_code="" if takeover else task.last_error_code,
-    )
     claim, attempt = _new_records(
         ctx, read, principal=principal, epoch=epoch, lease=lease, attempt_id=attempt_id, now=now
     )
+    after = _claimed(ctx, task, attempt, lease)
     # The task key's mod_revision compare (what this claim read is still current) comes from
     # transition_ops, as for every move of a task.
     compares, ops = transition_ops(
@@ -81,18 +70,41 @@ def claim_write(
         create_revision_is(keys.claims_paused, 0),
         create_revision_is(keys.queue_paused(task.queue), 0),
     ]
-    ops += [
-        put(keys.claim(task.task_id), encode(claim), lease=lease.lease_id),
-        put(keys.attempt(task.task_id, attempt_id), encode(attempt)),
-    ]
+    ops.append(put(keys.claim(task.task_id), encode(claim), lease=lease.lease_id))
+    if not after.attempt_in_record:
+        ops.append(put(keys.attempt(task.task_id, attempt_id), encode(attempt)))
     # The task's compare holds the attempt too: whatever ends an attempt writes the task.
     if takeover and read.attempt is not None:
-        expired = with_changes(read.attempt, end=AttemptEnd.EXPIRED, ended_at=now)
-        ops.append(put(keys.attempt(task.task_id, expired.attempt_id), encode(expired)))
+        put_attempt(ctx, ops, with_changes(read.attempt, end=AttemptEnd.EXPIRED, ended_at=now))
     if key is not None:  # a keyed ClaimNext: the key's record names this claim too
         compares.append(key.compare())
         ops.append(key.put(_grant(read, attempt_id, lease, now)))
     return ClaimWrite(after, claim, attempt, compares, ops)
+
+
+def _claimed(
+    ctx: StoreContext, task: TaskRecord, attempt: AttemptRecord, lease: ClaimLease
+) -> TaskRecord:
+    """``task`` CLAIMED for ``attempt`` on ``lease``. At schema 3 the record describes the
+    attempt, which then gets no key of its own unless it starts from a checkpoint (the record
+    holds none)."""
+    takeover = task.state is TaskState.CLAIMED
+    return transition(
+        task,
+        Op.CLAIM,
+        attempt.started_at,
+        claim_generation=0,  # this txn's revision; see TaskRecord.claim_generation
+        scheduler_epoch=attempt.scheduler_epoch,
+        attempt=attempt.attempt,
+        attempt_id=attempt.attempt_id,
+        owner_id=attempt.owner_id,
+        lease_id=lease.lease_id,
+        last_error=LEASE_EXPIRED.error if takeover else task.last_error,
+        last_error_code="" if takeover else task.last_error_code,
+        attempt_in_record=ctx.writes_schema(ATTEMPT_IN_RECORD_SCHEMA) and not attempt.checkpoint,
+        attempt_ttl=lease.ttl,
+        attempt_started_at=attempt.started_at,
+    )
 
 
 def _grant(read: ClaimRead, attempt_id: str, lease: ClaimLease, now: float) -> Grant:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import structlog
 
-from coordinator.domain.records import TaskRecord, encode, with_changes
+from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import (
     UNCOMMITTED_STATES,
     AttemptEnd,
@@ -27,10 +27,10 @@ from coordinator.domain.states import (
     Op,
     TaskState,
 )
-from coordinator.store.context import StoreContext, attempt_from_kv
-from coordinator.store.etcd.ops import RequestOp, delete, put
+from coordinator.store.context import StoreContext
+from coordinator.store.etcd.ops import delete
 from coordinator.store.lifecycle.due_index import due_pass
-from coordinator.store.transition import transition, transition_ops
+from coordinator.store.transition import closed_attempt, put_attempt, transition, transition_ops
 
 log = structlog.get_logger(__name__)
 
@@ -103,7 +103,10 @@ class Deadlines:
             detail=detail,
         )
         if task.state is TaskState.CLAIMED:
-            ops += [delete(keys.claim(task.task_id)), *self._close_attempt(task, now)]
+            ops.append(delete(keys.claim(task.task_id)))
+            closed = closed_attempt(ctx, task, AttemptEnd.TIMED_OUT, now)
+            if closed is not None:
+                put_attempt(ctx, ops, closed)
         if not ctx.kv.txn(compares, ops).succeeded:
             return False  # another replica timed it out, or the task moved on
         if task.state is TaskState.CLAIMED:
@@ -112,11 +115,3 @@ class Deadlines:
         self._ctx.metrics.observe_attempts(task.attempt)
         log.warning("task timed out", task_id=task.task_id, queue=task.queue, state=task.state.name)
         return True
-
-    def _close_attempt(self, task: TaskRecord, now: float) -> list[RequestOp]:
-        key = self._ctx.keys.attempt(task.task_id, task.attempt_id)
-        kv = self._ctx.kv.get(key)
-        if kv is None:
-            return []
-        closed = with_changes(attempt_from_kv(kv), end=AttemptEnd.TIMED_OUT, ended_at=now)
-        return [put(key, encode(closed))]

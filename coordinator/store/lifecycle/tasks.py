@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterator
 
+from coordinator.domain.attempt_in_record import recorded_attempt
 from coordinator.domain.digests import check_digest
 from coordinator.domain.graph import check_dependencies, check_upstreams, satisfied_by, unmet
 from coordinator.domain.lineage import (
@@ -24,7 +25,6 @@ from coordinator.domain.records import (
     AttemptRecord,
     EffectIdScheme,
     TaskRecord,
-    encode,
     with_changes,
 )
 from coordinator.domain.retry import policy_fields
@@ -43,7 +43,13 @@ from coordinator.store.retention.tombstones import (
     tombstone_from_kv,
 )
 from coordinator.store.task_inputs import input_read, joined
-from coordinator.store.transition import ready_seq, transition, transition_ops
+from coordinator.store.transition import (
+    closed_attempt,
+    put_attempt,
+    ready_seq,
+    transition,
+    transition_ops,
+)
 from coordinator.store.types import TaskSpec
 
 # Producer writes race only with claims and other producers; they retry their CAS this often.
@@ -210,9 +216,17 @@ class TaskStore:
         prefix = ctx.keys.attempts_prefix(task_id)
         for start in range(first, end, _READS_PER_TXN):
             numbers = range(start, min(end, start + _READS_PER_TXN))
-            snap = ctx.kv.read(*(get_prefix(f"{prefix}a{n}-") for n in numbers))
-            for index in range(len(numbers)):
-                yield from (attempt_from_kv(kv) for kv in snap.range_kvs(index))
+            # The task too, at the same revision: its record may hold its latest attempt.
+            snap = ctx.kv.read(
+                *(get_prefix(f"{prefix}a{n}-") for n in numbers), get(ctx.keys.task(task_id))
+            )
+            task_kv = snap.range_one(len(numbers))
+            recorded = recorded_attempt(task_from_kv(task_kv)) if task_kv is not None else None
+            for index, number in enumerate(numbers):
+                found = [attempt_from_kv(kv) for kv in snap.range_kvs(index)]
+                if recorded is not None and recorded.attempt == number and not found:
+                    found.append(recorded)  # a key of the number would be its key: it wins
+                yield from found
 
     def list(
         self,
@@ -354,10 +368,10 @@ class TaskStore:
         )
         claimed = task.state is TaskState.CLAIMED
         if claimed:
-            ops += [
-                delete(keys.claim(task.task_id)),
-                *self._close_attempt(task, end, after.updated_at),
-            ]
+            ops.append(delete(keys.claim(task.task_id)))
+            closed = closed_attempt(ctx, task, end, after.updated_at)
+            if closed is not None:
+                put_attempt(ctx, ops, closed)
         if not ctx.kv.txn(compares, ops, kind=kind).succeeded:
             return False
         if claimed:
@@ -365,15 +379,6 @@ class TaskStore:
         if after.state is TaskState.READY:
             self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, after.task_id))
         return True
-
-    def _close_attempt(
-        self, task: TaskRecord, end: AttemptEnd, now: float
-    ) -> builtins.list[RequestOp]:
-        key = self._ctx.keys.attempt(task.task_id, task.attempt_id)
-        kv = self._ctx.kv.get(key)
-        if kv is None:
-            return []
-        return [put(key, encode(with_changes(attempt_from_kv(kv), end=end, ended_at=now)))]
 
 
 def _new_task(

@@ -14,8 +14,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator.domain.attempt_in_record import recorded_attempt
+from coordinator.domain.keys import Keyspace
 from coordinator.domain.lineage import identity_keys
-from coordinator.domain.records import TaskRecord
+from coordinator.domain.records import TaskRecord, encode
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.ops import KV
 
@@ -70,7 +72,7 @@ class TaskHistory:
             return "waiting_dependent"
         return ""
 
-    def archive_object(self, *, archived_at: float) -> dict[str, Any]:
+    def archive_object(self, keys: Keyspace, *, archived_at: float) -> dict[str, Any]:
         """The archive form: one JSON object per task (``input``: the task's input key, only
         when its record keeps the input there; always base64, so it comes back byte for byte)."""
         archived: dict[str, Any] = {
@@ -81,7 +83,7 @@ class TaskHistory:
             "archived_at": archived_at,
             "etcd_revision": self.revision,
             "task": entry(self.task_kv),
-            "attempts": [entry(kv) for kv in self.attempts],
+            "attempts": self._attempt_entries(keys),
             "events": [entry(kv) for kv in self.events],
             "results": [entry(kv) for kv in self.results],
             "staged": [entry(kv) for kv in self.staged],
@@ -92,6 +94,20 @@ class TaskHistory:
         if self.input_kv is not None:
             archived["input"] = entry(self.input_kv, raw=True)
         return archived
+
+    def _attempt_entries(self, keys: Keyspace) -> list[dict[str, Any]]:
+        """The attempts' keys, and the attempt the task record holds (schema 3: no key of its
+        own) as an entry of its own, marked ``in_task_record``, with the key it would have."""
+        entries = [entry(kv) for kv in self.attempts]
+        recorded = recorded_attempt(self.task)
+        if recorded is None:
+            return entries
+        key = keys.attempt(self.task_id, recorded.attempt_id)
+        if all(kv.key != key for kv in self.attempts):
+            value = json.loads(encode(recorded))
+            entries.append({"key": key, "create_revision": 0, "mod_revision": 0, "value": value})
+            entries[-1]["in_task_record"] = True
+        return entries
 
 
 def entry(kv: KV, *, raw: bool = False) -> dict[str, Any]:

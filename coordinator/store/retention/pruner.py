@@ -246,7 +246,7 @@ class Pruner:
     def _archive_and_prune(self, ready: list[tuple[str, TaskHistory]], report: PassReport) -> None:
         """Archive ``ready``, then prune each (nothing if the sink did not confirm)."""
         archived_at = self._ctx.clock.now()
-        objects = [h.archive_object(archived_at=archived_at) for _, h in ready]
+        objects = [h.archive_object(self._ctx.keys, archived_at=archived_at) for _, h in ready]
         try:
             location = self._sink.write(objects)
         except Exception as exc:
