@@ -35,6 +35,7 @@ from coordinator.domain.states import (
     Outcome,
     TaskState,
 )
+from coordinator.errors import InvalidArgument
 from coordinator.etcd_process import EtcdProcess, free_port
 from coordinator.sdk import (
     CallRetry,
@@ -427,3 +428,20 @@ def claimed_next(worker: Worker) -> Held:
     claim = worker.claim_next(QUEUE, ttl=TTL)
     assert not isinstance(claim, ClaimRefused), claim
     return claim
+
+
+def test_a_result_or_input_past_the_limit_is_refused_before_it_is_sent(
+    sdk: Sdk, coordinator: Served
+) -> None:
+    sent = Sent()
+    worker = sdk.client(coordinator.target, "worker-a", sent=sent)
+    big = 20 * 1024 * 1024  # past gRPC's message limit too: RESOURCE_EXHAUSTED, retried, before
+    with claimed(worker) as claim:
+        with pytest.raises(InvalidArgument, match=f"result is {big} bytes, the limit is 524288"):
+            claim.commit(b"x" * big)
+        assert not claim.is_lost()
+        assert claim.commit(b"done").committed
+    with pytest.raises(InvalidArgument, match="input is 262145 bytes, the limit is 262144"):
+        worker.create_task("t-big", input=b"x" * (256 * 1024 + 1), queue=QUEUE)
+    assert [len(r.result) for r in sent.of("Commit")] == [4]
+    assert sent.of("CreateTask") == []

@@ -148,7 +148,9 @@ def create_request(
         task_id=task_id,
         queue=queue,
         priority=priority,
-        input=input,
+        # refused here as the server would (a message past gRPC's limit would be answered
+        # RESOURCE_EXHAUSTED, which reads as a busy replica and is retried for the whole budget)
+        input=validation.max_bytes("input", input, validation.MAX_INPUT_BYTES),
         input_digest=digest_of(input),
         requires_review=requires_review,
         non_replayable=non_replayable,
@@ -188,9 +190,12 @@ RESULT_TYPES = (bytes, bytearray, memoryview)
 
 def result_bytes(result: object) -> bytes:
     """``result`` as the bytes a commit or a stage sends; a TypeError saying what to do for
-    anything else (a str's digest cannot be taken: its encoding is the caller's choice)."""
+    anything else (a str's digest cannot be taken: its encoding is the caller's choice), and
+    InvalidArgument for one past the server's limit, as the server would answer (without it a
+    result past gRPC's message limit came back RESOURCE_EXHAUSTED and was retried as a busy
+    replica for the whole retry budget)."""
     if isinstance(result, RESULT_TYPES):
-        return bytes(result)
+        return validation.max_bytes("result", bytes(result), validation.MAX_RESULT_BYTES)
     hint = ": encode it first, e.g. text.encode()" if isinstance(result, str) else ""
     raise TypeError(f"a result is bytes, not {type(result).__name__}{hint}")
 

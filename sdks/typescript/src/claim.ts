@@ -16,7 +16,7 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 
 import { type Downstream, type EffectOutcome, runEffect } from "./effects.js";
-import { type Payload, bytesOf, digestOf } from "./payload.js";
+import { MAX_RESULT_BYTES, type Payload, bytesOf, digestOf, limitedBytes } from "./payload.js";
 import { ClaimLost, TransportError } from "./errors.js";
 import type { ClaimResponse, CommitResponse, RenewResponse } from "./gen/coordinator/v1/worker_pb.js";
 import { type CommitRequestSchema, WorkerService } from "./gen/coordinator/v1/worker_pb.js";
@@ -203,7 +203,7 @@ export class Claim {
    * have landed: commit again with the same result to learn it.
    */
   async commit(result: Payload, options: CommitOptions = {}): Promise<CommitOutcome<Claim>> {
-    const bytes = bytesOf(result);
+    const bytes = limitedBytes("result", result, MAX_RESULT_BYTES);
     const next = options.next;
     const sent = monotonic();
     let response: CommitResponse;
@@ -291,7 +291,7 @@ export class Claim {
   /** Stage `result` in this attempt's own area (never canonical by itself). A refusal (the
    * task's deadline passed) marks the claim lost. */
   async stageResult(result: Payload, options: { resultRef?: string } = {}): Promise<StageOutcome> {
-    const bytes = bytesOf(result);
+    const bytes = limitedBytes("result", result, MAX_RESULT_BYTES);
     const response = await this.call(WorkerService.method.stageResult, {
       fence: this.fence,
       resultDigest: digestOf(bytes),

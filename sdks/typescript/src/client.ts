@@ -11,7 +11,7 @@ import * as grpc from "@grpc/grpc-js";
 
 import { Claim, type LostCallback } from "./claim.js";
 import { monotonic } from "./lease.js";
-import { type Payload, bytesOf, digestOf } from "./payload.js";
+import { MAX_INPUT_BYTES, type Payload, digestOf, limitedBytes } from "./payload.js";
 import { type ConnectionOptions, connection } from "./environment.js";
 import { AlreadyExists, NotFound } from "./errors.js";
 import { AdminService } from "./gen/coordinator/v1/admin_pb.js";
@@ -154,7 +154,7 @@ export class WorkerClient {
    * retry with neither could create a second task); with a taskId, an existing task of the
    * same queue and input is returned instead of AlreadyExists (a retry whose first try landed). */
   async createTask(options: CreateTaskOptions = {}): Promise<TaskInfo> {
-    const input = bytesOf(options.input ?? new Uint8Array());
+    const input = limitedBytes("input", options.input ?? new Uint8Array(), MAX_INPUT_BYTES);
     const taskId = options.taskId ?? "";
     const request = {
       taskId,

@@ -10,7 +10,7 @@
  */
 export { Claim, type CommitOptions, type LostCallback } from "./claim.js";
 export type { FailOptions } from "./requests.js";
-export { type Payload, digestOf } from "./payload.js";
+export { MAX_INPUT_BYTES, MAX_RESULT_BYTES, type Payload, digestOf } from "./payload.js";
 export {
   type ClaimNextOptions,
   type ClaimOptions,

@@ -234,7 +234,15 @@ export class WorkerPool {
   /** Commit the result, or give the task back; how the claim ended. */
   private async settle(claim: Claim, result: Payload | undefined | void, failure: unknown): Promise<Ending> {
     try {
-      if (result !== undefined && failure === undefined && !claim.isLost()) await claim.commit(result);
+      if (result !== undefined && failure === undefined && !claim.isLost()) {
+        try {
+          await claim.commit(result);
+        } catch (error) {
+          // The result itself refused (past the limit): given back at once, saying why.
+          if (!(error instanceof InvalidArgument)) throw error;
+          failure = error;
+        }
+      }
       if (claim.committed) return "committed";
       if (claim.isLost()) return "lost";
       if (failure !== undefined) {

@@ -144,3 +144,15 @@ test("a handler that returns no result as the pool stops has its task given back
   assert.equal(back.state, TaskState.READY);
   assert.deepEqual([back.attempt, back.attemptsCounted, back.lastError], [1, 0, ""]);
 });
+
+test("a result past the limit is refused before it is sent and the task given back saying why", async () => {
+  const queue = unique("q");
+  const task = await client.createTask({ queue, maxAttempts: 1 });
+  const pool = new WorkerPool(client, async () => "x".repeat(600 * 1024), { queues: [queue], longPollSeconds: 1 });
+  const running = pool.run();
+  await eventually(async () => (await client.getTask(task.taskId)).state === TaskState.FAILED, 30, "given back");
+  pool.stop();
+  assert.deepEqual(await running, { committed: 0, released: 0, failed: 1, lost: 0, cut_off: 0, unsettled: 0 });
+  assert.match((await client.getTask(task.taskId)).lastError, /result is 614400 bytes, the limit is 524288/);
+  await assert.rejects(client.createTask({ queue, input: new Uint8Array(256 * 1024 + 1) }), /input is 262145 bytes/);
+});
