@@ -76,6 +76,10 @@ def never_sent(exc: grpc.RpcError) -> bool:
     return exc.code() is grpc.StatusCode.UNAVAILABLE and details.startswith(_NEVER_SENT)
 
 
+NO_COORDINATOR_HINT = " (is one serving at the target? `coordinator up` runs one on this machine)"
+"""What a call none of whose tries reached a coordinator says to check."""
+
+
 def error_of(code: str, message: str) -> CoordinatorError:
     """The coordinator exception for an error a batch answered for one of its items (a gRPC
     status code's name and its message), as ``translate`` maps a call's status."""
@@ -104,4 +108,6 @@ def translate(
         return TransportError(message, code=name)
     if maybe_sent:
         return OutcomeUnknown(f"{message}; outcome unknown, not failed; {hint}", code=name)
-    return TransportError(f"{message}; no try reached a coordinator", code=name)
+    return TransportError(
+        f"{message}; no try reached a coordinator{NO_COORDINATOR_HINT}", code=name
+    )

@@ -16,6 +16,7 @@ import pytest
 
 from coordinator import request_ids
 from coordinator.sdk import CallRetry, OutcomeUnknown, TransportError
+from coordinator.sdk._status import NO_COORDINATOR_HINT
 from coordinator.sdk.aio._rpc import AsyncRpc
 from tests.helpers import as_unary
 from tests.sdk.test_rpc import NOT_SENT, Scripted, _Failed
@@ -65,4 +66,4 @@ def test_a_call_no_try_of_which_left_is_a_plain_transport_error() -> None:
     with pytest.raises(TransportError) as raised:
         call(method)
     assert type(raised.value) is TransportError
-    assert str(raised.value).endswith("no try reached a coordinator")
+    assert str(raised.value).endswith("no try reached a coordinator" + NO_COORDINATOR_HINT)

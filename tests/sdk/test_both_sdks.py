@@ -49,7 +49,7 @@ from coordinator.sdk import (
     TransportError,
     WorkerClient,
 )
-from coordinator.sdk._status import ATTEMPT_HINT
+from coordinator.sdk._status import ATTEMPT_HINT, NO_COORDINATOR_HINT
 from tests.helpers import eventually
 from tests.sdk.both import Held, Sdk, Sent, Worker
 from tests.sdk.replicas import replicas
@@ -229,7 +229,7 @@ def test_a_paused_coordinator_leaves_an_unknown_outcome_a_dead_one_a_transport_e
             sdk.client(replica.target, "worker-b", retry=short).get_task("t1")
     assert type(dead.value) is TransportError
     assert dead.value.code == "UNAVAILABLE"
-    assert str(dead.value).endswith("no try reached a coordinator")
+    assert str(dead.value).endswith("no try reached a coordinator" + NO_COORDINATOR_HINT)
 
 
 def _committed_or_none(claim: Held) -> Any:
@@ -268,7 +268,7 @@ def test_a_free_port_is_a_transport_error_before_any_coordinator_exists(sdk: Sdk
     with pytest.raises(TransportError) as raised:
         worker.epoch()
     assert type(raised.value) is TransportError
-    assert str(raised.value).endswith("no try reached a coordinator")
+    assert str(raised.value).endswith("no try reached a coordinator" + NO_COORDINATOR_HINT)
 
 
 NO_BACKOFF = TaskRetryPolicy(initial_backoff=timedelta(0))

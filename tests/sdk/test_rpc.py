@@ -24,7 +24,7 @@ from coordinator.sdk import PRINCIPAL_METADATA, CallRetry, Claim, OutcomeUnknown
 from coordinator.sdk._budget import MIN_TRY_TIMEOUT
 from coordinator.sdk._core.calls import SDK_VERSION_METADATA, Tries
 from coordinator.sdk._rpc import Rpc
-from coordinator.sdk._status import ATTEMPT_HINT, REPEAT_HINT
+from coordinator.sdk._status import ATTEMPT_HINT, NO_COORDINATOR_HINT, REPEAT_HINT
 from coordinator.v1 import types_pb2, worker_pb2
 from tests.helpers import as_unary
 
@@ -282,7 +282,7 @@ def test_a_call_no_try_of_which_left_is_a_plain_transport_error(clock: Clock) ->
     finally:
         rpc.close()
     assert type(nothing_sent.value) is TransportError
-    assert str(nothing_sent.value).endswith("no try reached a coordinator")
+    assert str(nothing_sent.value).endswith("no try reached a coordinator" + NO_COORDINATOR_HINT)
     assert len(never.tries) > 2
     assert type(refused_once.value) is TransportError
 
@@ -352,4 +352,4 @@ def test_a_replica_at_its_concurrency_bound_is_retried_and_never_an_unknown_outc
     assert len(always.tries) > 2
     # The replica ran none of the tries, so the outcome is known: nothing happened.
     assert type(refused.value) is TransportError
-    assert str(refused.value).endswith("no try reached a coordinator")
+    assert str(refused.value).endswith("no try reached a coordinator" + NO_COORDINATOR_HINT)

@@ -63,6 +63,9 @@ export interface StatusLike {
   details: string;
 }
 
+/** What a call none of whose tries reached a coordinator says to check. */
+export const NO_COORDINATOR_HINT = " (is one serving at the target? `coordinator up` runs one on this machine)";
+
 /** The status name of a gRPC code ("INVALID_ARGUMENT"). */
 export function codeName(code: number): string {
   return Status[code] ?? "UNKNOWN";
@@ -114,5 +117,5 @@ export function translate(
   if (options.maybeSent) {
     return new OutcomeUnknown(`${message}; outcome unknown, not failed; ${options.hint}`, name);
   }
-  return new TransportError(`${message}; no try reached a coordinator`, name);
+  return new TransportError(`${message}; no try reached a coordinator${NO_COORDINATOR_HINT}`, name);
 }

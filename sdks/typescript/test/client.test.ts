@@ -111,7 +111,10 @@ test("a coordinator that is not there is a TransportError (no try reached it), n
     retry: { budgetSeconds: 0.5, timeoutSeconds: 0.5 },
   });
   try {
-    await assert.rejects(nowhere.getTask("t"), (e: unknown) => e instanceof TransportError);
+    await assert.rejects(
+      nowhere.getTask("t"),
+      (e: unknown) => e instanceof TransportError && e.message.endsWith("no try reached a coordinator (is one serving at the target? `coordinator up` runs one on this machine)"),
+    );
   } finally {
     nowhere.close();
   }
