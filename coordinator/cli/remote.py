@@ -142,6 +142,11 @@ class Remote:
         self._rpc = rpc
 
     @property
+    def rpc(self) -> Rpc:
+        """The connection itself: its ``call`` raises the coordinator's errors as they are."""
+        return self._rpc
+
+    @property
     def admin(self) -> Any:
         """AdminService stub."""
         return self._rpc.admin

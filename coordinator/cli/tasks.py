@@ -36,8 +36,9 @@ from coordinator.domain import validation
 from coordinator.domain.digests import digest_of
 from coordinator.domain.idempotency import idempotency_key as check_idempotency_key
 from coordinator.domain.states import TaskState
+from coordinator.errors import CoordinatorError
 from coordinator.sdk import AttemptInfo, ResultInfo, TaskInfo
-from coordinator.v1 import tasks_pb2, types_pb2
+from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2
 
 LIST_PAGE = 1000  # ListTasks' largest page
 ATTEMPTS_PAGE = 1000  # ListAttempts' largest page
@@ -61,6 +62,8 @@ def _read_input(text: str | None, file: IO[bytes] | None) -> bytes:
         data, hint = file.read(limit + 1), "--input-file"
     else:
         data, hint = (text or "").encode(), "--input"
+    if text is None and file is None:  # allowed (a task may need no input), but said
+        click.echo("note: no --input or --input-file: the task's input is empty", err=True)
     if len(data) > limit:
         raise click.BadParameter(
             f"the input is over the server's limit of {limit} bytes", param_hint=hint
@@ -206,17 +209,34 @@ def list_tasks(queue: str, state: str | None, limit: int, as_json: bool, **setti
                 ),
             )
             more = bool(probe.tasks) or bool(probe.next_page_token)
+        nothing = "" if found else _nothing_found(remote, queue)
     if as_json:
         for task in found:
             click.echo(json.dumps(_list_json(task)))
     elif found:
         views.print_table(views.TASK_HEADERS, (views.task_row(t) for t in found))
     else:
-        click.echo("no tasks", err=True)
+        click.echo(nothing, err=True)
     if more:
         click.echo(
             f"more tasks than --limit {limit}: raise it or filter by --queue/--state", err=True
         )
+
+
+def _nothing_found(remote: Remote, queue: str) -> str:
+    """What an empty list says: with ``--queue``, the queues that have work now (GetStats), so
+    a misspelt name shows (said only to a caller allowed to read them)."""
+    if not queue:
+        return "no tasks"
+    try:
+        stats = remote.rpc.call(remote.admin.GetStats, admin_pb2.GetStatsRequest())
+    except CoordinatorError:
+        return f"no tasks in queue {queue!r}"
+    busy = [q.queue for q in stats.queues]
+    if not busy:
+        return f"no tasks in queue {queue!r} (no queue has a ready or claimed task now)"
+    shown = ", ".join(busy[:10]) + (", ..." if len(busy) > 10 or stats.queues_left_out else "")
+    return f"no tasks in queue {queue!r}; queues with ready or claimed tasks now: {shown}"
 
 
 def _all_attempts(remote: Remote, task_id: str) -> Any:

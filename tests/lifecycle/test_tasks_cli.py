@@ -25,6 +25,7 @@ from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import TaskState
 from coordinator.domain.validation import MAX_INPUT_BYTES
 from coordinator.store import Store, TaskSpec
+from tests.helpers import eventually
 from tests.lifecycle.support import RESULT, claim, create, finish, snapshot
 
 Cli = Callable[..., Result]
@@ -100,6 +101,13 @@ def test_create_reads_the_input_from_stdin_or_a_file(
         "utf-8",
     )
     assert shown["input_digest"] == digest_of(b"# the spec\n")
+
+
+def test_create_without_an_input_says_the_input_is_empty(store: Store, cli: Cli) -> None:
+    made = cli("create", "--queue", "q", "--id", "bare")
+    assert (made.exit_code, made.stdout) == (0, "bare\n")
+    assert made.stderr == "note: no --input or --input-file: the task's input is empty\n"
+    assert store.tasks.get("bare").input_digest == digest_of(b"")
 
 
 def test_the_same_idempotency_key_creates_one_task(store: Store, cli: Cli) -> None:
@@ -213,8 +221,12 @@ def test_list_filters_and_pages_up_to_the_limit(
     shown = json.loads(line)
     assert (shown["task_id"], shown["state"], shown["depends_on"]) == ("b0", "WAITING", ["a0"])
     assert "input" not in shown
+    # An empty queue's list names the queues with work now (from the watch-fed indexes).
+    hint = "no tasks in queue 'empty'; queues with ready or claimed tasks now: q1\n"
+    eventually(lambda: cli("list", "--queue", "empty").stderr == hint, message="no hint")
     none = cli("list", "--queue", "empty")
-    assert (none.exit_code, none.stdout, none.stderr) == (0, "", "no tasks\n")
+    assert (none.exit_code, none.stdout, none.stderr) == (0, "", hint)
+    assert cli("list", "--state", "cancelled").stderr == "no tasks\n"
 
 
 # --- get ---------------------------------------------------------------------------------------
