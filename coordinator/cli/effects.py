@@ -16,6 +16,7 @@ import click
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.cli.remote import connect, remote_options, remote_settings
+from coordinator.cli.task_views import shown
 from coordinator.v1 import admin_pb2, types_pb2, worker_pb2
 
 _RESOLUTIONS = {
@@ -40,18 +41,18 @@ def _echo(effect: types_pb2.Effect) -> None:
     click.echo(f"task {effect.task_id} revision {effect.task_revision}")
     click.echo(f"slot {effect.node_id}/{effect.effect_slot}")
     click.echo(f"state {types_pb2.EffectState.Name(effect.state).removeprefix('EFFECT_STATE_')}")
-    click.echo(f"external_ref {effect.external_ref or '-'}")
+    click.echo(shown(f"external_ref {effect.external_ref or '-'}"))
     if effect.reconcile_owner:
         status = "open" if effect.reconcile_open else "closed"
         if effect.HasField("reconcile_escalated_at"):
             status = f"escalated at {_when(effect.reconcile_escalated_at)}"
         named = " (named)" if effect.reconcile_named else ""
-        click.echo(f"reconcile_owner {effect.reconcile_owner}{named}")
+        click.echo(shown(f"reconcile_owner {effect.reconcile_owner}{named}"))
         click.echo(f"reconcile_opened_at {_when(effect.reconcile_opened_at)}")
         click.echo(f"reconcile_deadline {_when(effect.reconcile_deadline)}")
         click.echo(f"reconcile {status}; escalation {effect.reconcile_escalation}")
     if effect.detail:
-        click.echo(f"detail {effect.detail}")
+        click.echo(shown(f"detail {effect.detail}"))
 
 
 @effects.command()

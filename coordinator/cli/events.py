@@ -17,6 +17,7 @@ import click
 import grpc
 
 from coordinator.cli.remote import connect, remote_options, remote_settings
+from coordinator.cli.task_views import shown
 from coordinator.sdk import PRINCIPAL_METADATA
 from coordinator.sdk._status import translate
 from coordinator.v1 import tasks_pb2, types_pb2
@@ -147,7 +148,7 @@ def events(
                 try:
                     for event in conn.tasks.WatchEvents(request, metadata=metadata):
                         click.echo(
-                            json.dumps(event_json(event)) if as_json else format_event(event)
+                            json.dumps(event_json(event)) if as_json else shown(format_event(event))
                         )
                         request.ClearField("from_revision")
                         request.after.CopyFrom(event.position)

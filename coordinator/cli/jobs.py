@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from coordinator.cli.remote import connect, remote_options, remote_settings
+from coordinator.cli.task_views import shown
 from coordinator.domain.jobs import JobRecord
 from coordinator.sdk.managed import job_from_proto
 from coordinator.v1 import worker_pb2
@@ -69,5 +70,5 @@ def jobs(worker_id: str, as_json: bool, **settings: Any) -> None:
         click.echo(
             json.dumps(job_json(job, status.current))
             if as_json
-            else format_job(job, status.current)
+            else shown(format_job(job, status.current))
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from enum import Enum
@@ -37,6 +38,15 @@ def printable_text(data: bytes) -> str | None:
     if all(ch.isprintable() or ch in "\n\r\t" for ch in text):
         return text
     return None
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print on a terminal: control characters but line breaks and tabs
+    (an escape sequence in a cancel reason or an error message a caller sent) as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def to_json(value: Any) -> Any:
@@ -87,7 +97,7 @@ def print_table(
     for header in headers:
         table.add_column(header, no_wrap=True)
     for row in rows:
-        table.add_row(*(Text(cell) for cell in row))  # cells are data, never markup
+        table.add_row(*(Text(shown(cell)) for cell in row))  # cells are data, never markup
     # Never at the terminal's width: rich would cut ids and digests short to fit.
     console = Console(width=_UNBOUNDED_WIDTH, no_color=True, highlight=False, force_terminal=False)
     with console.capture() as captured:

@@ -20,6 +20,7 @@ from click.testing import CliRunner, Result
 from structlog.testing import capture_logs
 
 from coordinator.cli import main
+from coordinator.cli.task_views import shown
 from coordinator.domain.digests import digest_of
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import TaskState
@@ -522,3 +523,20 @@ def test_deps_shows_and_sets_upstreams(store: Store, cli: Cli) -> None:
     looped = cli("deps", "t", "--set", "a")
     assert looped.exit_code == 1
     assert looped.stderr == "Error: FAILED_PRECONDITION: dependency cycle refused: t -> a -> t\n"
+
+
+def test_control_characters_a_caller_sent_are_shown_escaped_never_sent_to_the_terminal(
+    store: Store, cli: Cli
+) -> None:
+    create(store, "t", queue="q")
+    hostile = "bye\x1b]0;owned\x07\x1b[2J\x9b"
+    report = FailureReport(retryable=False, code="Bad", message=hostile)
+    store.failures.fail(claim(store, "t"), principal="w1", report=report)
+    shown = cli("get", "t")
+    assert shown.exit_code == 0
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout and "\x9b" not in shown.stdout
+    assert "bye\\x1b]0;owned\\x07\\x1b[2J\\x9b" in shown.stdout
+
+
+def test_shown_escapes_control_characters_but_line_breaks_and_tabs() -> None:
+    assert shown("a\x1bb\tc\nd\x9be\x7f\x00") == "a\\x1bb\tc\nd\\x9be\\x7f\\x00"
