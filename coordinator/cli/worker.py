@@ -88,7 +88,10 @@ def load_handler(spec: str) -> Handler:
     default=30.0,
     show_default=True,
     metavar="SECONDS",
-    help="After SIGTERM, how long running handlers may finish before their claims are given back.",
+    help=(
+        "After SIGTERM, how long running handlers may finish before their claims are given "
+        "back (uncounted); a second SIGTERM or SIGINT gives them back at once."
+    ),
 )
 @click.option(
     "--ttl",
@@ -155,8 +158,8 @@ def worker(
     **settings: Any,
 ) -> None:
     """Run the handler MODULE:FUNCTION over the --queue(s) until SIGTERM, then shut down
-    within --grace. It is called with the Claim and a Cancellation; what it returns is
-    committed, an exception it raises reports a retryable failure."""
+    within --grace (a second signal: at once). It is called with the Claim and a Cancellation;
+    what it returns is committed, an exception it raises reports a retryable failure."""
     configure_logging(log_level)
     options = _slot_options(slots, MultiSlot(max_concurrent, claim_batch, commit_then_next))
     function = load_handler(handler)
