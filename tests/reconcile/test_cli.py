@@ -1,6 +1,8 @@
-"""``coordinator effects show|resolve|approve`` against a running coordinator."""
+"""``coordinator effects list|show|resolve|approve`` against a running coordinator."""
 
 from __future__ import annotations
+
+import json
 
 from click.testing import CliRunner, Result
 
@@ -65,3 +67,33 @@ def test_approve_a_task_waiting_for_approval(etcd: EtcdProcess, prefix: str) -> 
         assert coord.store.tasks.get("t2").state is TaskState.READY
         again = cli(coord.target, "approve", "t2", "--resolution", "committed")
         assert again.exit_code == 1 and "only a NEEDS_APPROVAL task" in again.output
+
+
+def test_list_prints_every_effect_or_the_open_ones_and_pages(
+    etcd: EtcdProcess, prefix: str
+) -> None:
+    with served(etcd.endpoint, prefix) as coord:
+        open_one = unknown(coord.store, "t1")
+        settled = unknown(coord.store, "t2")
+        assert cli(coord.target, "resolve", settled, "--resolution", "absent").exit_code == 0
+        listed = cli(coord.target, "list")
+        assert listed.exit_code == 0, listed.output
+        # (the in-process server logs to the same stdout: its lines come first)
+        lines = listed.stdout.splitlines()
+        start = next(n for n, line in enumerate(lines) if line.startswith("EFFECT"))
+        rows = [line.split() for line in lines[start:]]
+        assert rows[0] == ["EFFECT", "TASK", "REV", "SLOT", "STATE", "EXTERNAL_REF", "RECONCILE"]
+        assert [(r[0], r[1], r[4]) for r in rows[1:]] == [
+            (open_one, "t1", "UNKNOWN"),
+            (settled, "t2", "ABSENT"),
+        ]
+        assert rows[1][6:] == ["w1", "(open)"]
+        opened = cli(coord.target, "list", "--open", "--json")
+        (line,) = [ln for ln in opened.stdout.splitlines() if ln.startswith("{")]
+        assert json.loads(line)["effect_id"] == open_one
+        cut = cli(coord.target, "list", "--limit", "1")
+        assert [ln.split()[0] for ln in cut.stdout.splitlines() if ln.startswith("eff")] == [
+            open_one
+        ]
+        assert cut.stderr.endswith("more effects than --limit 1: raise it or filter by --task\n")
+        assert cli(coord.target, "list", "--task", "t3").stderr.endswith("no effects\n")
