@@ -6,11 +6,13 @@ cancellation) cut off at the grace and given back as retryable failures."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -19,6 +21,7 @@ from coordinator.errors import InvalidArgument
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import Ending, PoolReport, ReadyFile, TaskRetryPolicy, WorkerClient
 from coordinator.sdk.aio import AsyncClaim, AsyncWorkerClient, AsyncWorkerPool
+from coordinator.sdk.aio.pool import stop_on_signals
 from coordinator.sdk.pool import SHUTDOWN_ERROR
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
@@ -290,3 +293,37 @@ def test_bad_options_are_refused(pools: Pools, options: dict[str, Any], message:
     options.setdefault("queues", ["q"])
     with pytest.raises(InvalidArgument, match=message):
         AsyncWorkerPool(pools.client, handle, **options)
+
+
+class _Recorded:
+    """What ``stop_on_signals`` calls on a pool, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+
+    def hurry(self) -> None:
+        self.calls.append("hurry")
+
+
+def test_stop_on_signals_stops_at_the_first_signal_and_hurries_at_the_next() -> None:
+    pool = _Recorded()
+
+    async def signalled() -> None:
+        restore = stop_on_signals(cast(AsyncWorkerPool, pool))
+        try:
+            for signum, count in ((signal.SIGTERM, 1), (signal.SIGINT, 2), (signal.SIGTERM, 3)):
+                os.kill(os.getpid(), signum)  # the loop's handler takes it: the test runs on
+                for _ in range(200):
+                    if len(pool.calls) == count:
+                        break
+                    await asyncio.sleep(0.01)
+        finally:
+            restore()
+
+    asyncio.run(signalled())
+    assert pool.calls == ["stop", "hurry", "hurry"]
+    # The handlers are gone again: the default SIGTERM handler is back.
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
