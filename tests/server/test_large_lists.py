@@ -15,7 +15,6 @@ from coordinator.domain.records import AttemptRecord, encode
 from coordinator.domain.validation import MAX_INPUT_BYTES
 from coordinator.server.wire.worker_wire import MAX_CHECKPOINT_BYTES, MAX_ERROR_DETAILS
 from coordinator.store import Store
-from coordinator.store.context import attempt_from_kv
 from coordinator.store.etcd.ops import put
 from coordinator.store.lifecycle import task_list
 from coordinator.store.lifecycle.task_list import (
@@ -116,10 +115,9 @@ def test_a_sparse_filter_answers_short_pages_that_resume(
 
 def _first_attempt(store: Store) -> AttemptRecord:
     """Claim t-1: its first attempt's record (the others are copies of it, written as is)."""
-    fence = claim(store, "t-1")
-    stored = store.ctx.kv.get(store.ctx.keys.attempt("t-1", fence.attempt_id))
-    assert stored is not None
-    return attempt_from_kv(stored)
+    claim(store, "t-1")
+    (running,) = store.tasks.attempts("t-1")  # the task record holds it (schema 3)
+    return running
 
 
 def test_attempts_with_maximal_checkpoints_and_details_list_in_bounded_pages(
