@@ -186,3 +186,21 @@ def _counting(calls: dict[str, int], name: str, fn: Callable[..., Any]) -> Calla
         return fn(*args, **kwargs)
 
     return counted
+
+
+def test_a_checkpoint_on_a_claim_granted_here_lands_on_its_first_txn_without_a_read(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The renewal pins the attempt key as the claim left it: absent at schema 3 (the task
+    # record holds the attempt). Pinned at the claim's revision instead, every first
+    # checkpoint failed its txn and was read and sent again.
+    create(store, "t")
+    fence = claim(store, "t")
+    calls: dict[str, int] = {"txn": 0, "keepalive": 0, "read": 0}
+    kv = store.ctx.kv
+    monkeypatch.setattr(kv, "_send_txn", _counting(calls, "txn", kv._send_txn))
+    monkeypatch.setattr(kv, "keepalive_many", _counting(calls, "keepalive", kv.keepalive_many))
+    monkeypatch.setattr(kv, "read", _counting(calls, "read", kv.read))
+    (answer,) = store.renewals.renew_many([Renewal(fence, "p", b"step 1")], principal="w1")
+    assert _answer(answer) == (Outcome.OK, FenceReason.NONE)
+    assert calls == {"txn": 2, "keepalive": 1, "read": 0}

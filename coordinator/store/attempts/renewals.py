@@ -193,7 +193,9 @@ class Renewals:
         if granted is None:
             return None
         view = with_changes(granted, task=with_changes(granted.task, input=b""))
-        return Known(view, fence.claim_generation, remembered=True)
+        # The attempt key's revision as the claim left it: the claim's, or 0 (no key: the task
+        # record holds the attempt, schema 3).
+        return Known(view, granted.attempt.mod_revision, remembered=True)
 
     # --- deciding ----------------------------------------------------------------------------
 
