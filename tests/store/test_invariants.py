@@ -41,7 +41,7 @@ KINDS = (
     ["claim"] * 3
     + ["commit"] * 3
     + ["expire"] * 2
-    + ["claim_next", "release", "renew", "cancel", "update", "scan", "bump"]
+    + ["claim_next", "release", "renew", "checkpoint", "cancel", "update", "scan", "bump"]
 )
 # (kind, task number, worker, which fence of the task (newest first), result bytes)
 OPS = st.tuples(
@@ -80,7 +80,7 @@ class Run:
         task_id = f"t{number}"
         if kind in ("claim", "claim_next"):
             self._claim(kind, task_id, worker)
-        elif kind in ("release", "commit", "renew"):
+        elif kind in ("release", "commit", "renew", "checkpoint"):
             self._held(kind, task_id, pick, result)
         elif kind == "cancel":
             self._cancel(task_id)
@@ -106,7 +106,8 @@ class Run:
             self.fences[claimed.fence.task_id].insert(0, claimed.fence)
 
     def _held(self, kind: str, task_id: str, pick: int, result: bytes) -> None:
-        """Release, renew or commit with one of the fences the task was ever claimed with."""
+        """Release, renew (with a checkpoint or not) or commit with one of the fences the task
+        was ever claimed with."""
         fences = self.fences[task_id]
         if not fences:
             return
@@ -116,6 +117,8 @@ class Run:
             self.store.acceptance.release(fence, principal=owner, reason="")
         elif kind == "renew":
             self.store.renewals.renew(fence, principal=owner, progress="p")
+        elif kind == "checkpoint":  # gives an attempt the task record holds a key (schema 3)
+            self.store.renewals.renew(fence, principal=owner, progress="p", checkpoint=result)
         else:
             self._commit(fence, owner, result)
 
@@ -202,8 +205,11 @@ class Run:
                 key=lambda a: a.attempt,
             )
             recorded = recorded_attempt(task)  # schema 3: the record holds its latest attempt
-            if recorded is not None and all(a.attempt_id != task.attempt_id for a in attempts):
+            keyed = [a for a in attempts if a.attempt_id == task.attempt_id]
+            if recorded is not None and not keyed:
                 attempts.append(recorded)
+            elif recorded is not None:  # a checkpoint gave it a key, which wins: the same end
+                assert keyed[0].end is recorded.end, (keyed[0], recorded)
             assert [a.attempt for a in attempts] == list(range(1, task.attempt + 1))
             for attempt in attempts:
                 if attempt.end is AttemptEnd.RUNNING:
