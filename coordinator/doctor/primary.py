@@ -9,6 +9,7 @@ import itertools
 
 from coordinator.doctor.findings import Finding, Problem
 from coordinator.doctor.parsed import Parsed, decode_or_report
+from coordinator.domain.attempt_in_record import recorded_attempt
 from coordinator.domain.records import AttemptRecord, ClaimRecord, EventRecord, TaskRecord
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.store.etcd.ops import KV
@@ -69,8 +70,11 @@ def _check_claim_key(parsed: Parsed, task: TaskRecord, kv: KV, out: list[Finding
 
 
 def _check_attempts(parsed: Parsed, task: TaskRecord, out: list[Finding]) -> None:
-    """No attempt but the task's current one is still RUNNING."""
+    """No attempt but the task's current one is still RUNNING; an attempt the task record holds
+    (schema 3) is one a claim or a commit left there, and its key, if a checkpoint gave it one,
+    agrees with the record on how it ended."""
     tid = task.task_id
+    _check_recorded(parsed, task, out)
     for attempt_kv in parsed.attempts.get(tid, []):
         attempt = decode_or_report(parsed, AttemptRecord, attempt_kv, tid)
         if attempt is None or attempt.end is not AttemptEnd.RUNNING:
@@ -85,6 +89,32 @@ def _check_attempts(parsed: Parsed, task: TaskRecord, out: list[Finding]) -> Non
                     (attempt_kv.key,),
                 )
             )
+
+
+# The states a record holding its attempt may be in: a claim's, or a commit's.
+_HOLDS_ATTEMPT = frozenset({TaskState.CLAIMED, TaskState.DONE, TaskState.REVIEW})
+
+
+def _check_recorded(parsed: Parsed, task: TaskRecord, out: list[Finding]) -> None:
+    recorded = recorded_attempt(task)
+    if recorded is None:
+        return
+    tid, problem = task.task_id, ""
+    named = f"/{recorded.attempt_id}"
+    key = next((kv for kv in parsed.attempts.get(tid, []) if kv.key.endswith(named)), None)
+    keyed = decode_or_report(parsed, AttemptRecord, key, tid) if key is not None else None
+    if task.state not in _HOLDS_ATTEMPT:
+        problem = (
+            f"the record of {tid} holds attempt {recorded.attempt_id} but the task is "
+            f"{task.state.name}: the move that left CLAIMED or DONE wrote no key for it"
+        )
+    elif keyed is not None and keyed.end is not recorded.end:
+        problem = (
+            f"attempt {recorded.attempt_id} of {tid} ended {keyed.end.name} by its key but "
+            f"{recorded.end.name} by the task record, which still holds it"
+        )
+    if problem:
+        out.append(Finding(Problem.ATTEMPT_MISMATCH, tid, problem, (key.key,) if key else ()))
 
 
 # The ops a task's first event may have (a task created with a not_before starts DELAYED).

@@ -16,7 +16,7 @@ from coordinator.doctor import Guard, Problem, Repair, RepairWrite
 from coordinator.domain.digests import digest_of
 from coordinator.domain.effects import EffectState
 from coordinator.domain.records import ResultRecord, TaskRecord, decode, encode
-from coordinator.domain.states import Outcome, TaskState
+from coordinator.domain.states import AttemptEnd, Outcome, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.store import Store, TaskSpec
 from tests.helpers import eventually
@@ -468,3 +468,28 @@ def test_an_input_key_missing_or_left_over(doctor: Doctor, store: Store, etcd_cl
         (Problem.ORPHAN_RECORDS.value, "gone", False),
     ]
     assert "task lost keeps its input in a key of its own, which is gone" in doctor.run().output
+
+
+def test_an_attempt_the_task_record_holds_is_checked_against_its_key_and_state(
+    doctor: Doctor, store: Store, etcd_client: Any
+) -> None:
+    create(store, "t")
+    finish(store, "t")  # the committed attempt stays in the task record (schema 3)
+    task = _record(etcd_client, store, "t")
+    assert task.attempt_in_record and doctor.problems() == []
+    # A key that says otherwise than the record that still holds the attempt.
+    key = store.ctx.keys.attempt("t", task.attempt_id)
+    (committed,) = store.tasks.attempts("t")
+    etcd_client.put(key, encode(replace(committed, end=AttemptEnd.RELEASED)))
+    result = doctor.run()
+    assert result.exit_code == 1
+    assert (
+        f"attempt {task.attempt_id} of t ended RELEASED by its key but COMMITTED" in result.output
+    )
+    etcd_client.delete(key)
+    # A record that holds its attempt in a state no claim or commit leaves.
+    etcd_client.put(store.ctx.keys.task("t"), encode(replace(task, state=TaskState.CANCELLED)))
+    found = doctor.run()
+    assert f"the record of t holds attempt {task.attempt_id} but the task is CANCELLED" in (
+        found.output
+    )
