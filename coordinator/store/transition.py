@@ -284,21 +284,22 @@ def claimless_move(
         detail=detail,
     )
     compares.append(create_revision_is(ctx.keys.claim(task.task_id), 0))
-    closed = closed_attempt(ctx, task, AttemptEnd.EXPIRED, now)
-    if closed is not None:
-        put_attempt(ctx, ops, closed)
+    closed = close_attempt(ctx, ops, task, AttemptEnd.EXPIRED, now)
     return ClaimlessMove(after, compares, ops, closed)
 
 
-def closed_attempt(
-    ctx: StoreContext, task: TaskRecord, end: AttemptEnd, now: float
+def close_attempt(
+    ctx: StoreContext, ops: list[RequestOp], task: TaskRecord, end: AttemptEnd, now: float
 ) -> AttemptRecord | None:
-    """The attempt of a CLAIMED task, closed as ``end`` at ``now`` (None if the task is not
-    CLAIMED or its attempt is nowhere: neither a key nor its record holds it)."""
+    """Put the attempt of a CLAIMED ``task``, closed as ``end`` at ``now``, into ``ops`` (a
+    transition's, in place of its as-it-was put: ``put_attempt``); the attempt closed, or None
+    if the task is not CLAIMED or its attempt is nowhere (neither a key nor its record)."""
     if task.state is not TaskState.CLAIMED or not task.attempt_id:
         return None
     kv = ctx.kv.get(ctx.keys.attempt(task.task_id, task.attempt_id))
     attempt = attempt_of(task, task.attempt_id, kv)
     if attempt is None:
         return None
-    return with_changes(attempt, end=end, ended_at=now)
+    closed = with_changes(attempt, end=end, ended_at=now)
+    put_attempt(ctx, ops, closed)
+    return closed

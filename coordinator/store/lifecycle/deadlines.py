@@ -30,7 +30,7 @@ from coordinator.domain.states import (
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.ops import delete
 from coordinator.store.lifecycle.due_index import due_pass
-from coordinator.store.transition import closed_attempt, put_attempt, transition, transition_ops
+from coordinator.store.transition import close_attempt, transition, transition_ops
 
 log = structlog.get_logger(__name__)
 
@@ -104,9 +104,7 @@ class Deadlines:
         )
         if task.state is TaskState.CLAIMED:
             ops.append(delete(keys.claim(task.task_id)))
-            closed = closed_attempt(ctx, task, AttemptEnd.TIMED_OUT, now)
-            if closed is not None:
-                put_attempt(ctx, ops, closed)
+            close_attempt(ctx, ops, task, AttemptEnd.TIMED_OUT, now)
         if not ctx.kv.txn(compares, ops).succeeded:
             return False  # another replica timed it out, or the task moved on
         if task.state is TaskState.CLAIMED:

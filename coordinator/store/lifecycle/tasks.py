@@ -43,13 +43,7 @@ from coordinator.store.retention.tombstones import (
     tombstone_from_kv,
 )
 from coordinator.store.task_inputs import input_read, joined
-from coordinator.store.transition import (
-    closed_attempt,
-    put_attempt,
-    ready_seq,
-    transition,
-    transition_ops,
-)
+from coordinator.store.transition import close_attempt, ready_seq, transition, transition_ops
 from coordinator.store.types import TaskSpec
 
 # Producer writes race only with claims and other producers; they retry their CAS this often.
@@ -369,9 +363,7 @@ class TaskStore:
         claimed = task.state is TaskState.CLAIMED
         if claimed:
             ops.append(delete(keys.claim(task.task_id)))
-            closed = closed_attempt(ctx, task, end, after.updated_at)
-            if closed is not None:
-                put_attempt(ctx, ops, closed)
+            close_attempt(ctx, ops, task, end, after.updated_at)
         if not ctx.kv.txn(compares, ops, kind=kind).succeeded:
             return False
         if claimed:
