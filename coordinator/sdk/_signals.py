@@ -27,6 +27,14 @@ class Stoppable(Protocol):
         """Stop, and cut the grace short."""
 
 
+def answer_signal(pool: Stoppable, seen: int, signum: signal.Signals) -> None:
+    """Both pools' answer to the ``seen``-th signal (counted from one): stop, and from the
+    second on cut the grace short. Stop first: the log line after it must never decide whether
+    the pool stops."""
+    (pool.hurry if seen > 1 else pool.stop)()
+    log.info(HURRIED if seen > 1 else STOPPING, signal=signum.name)
+
+
 def stop_on_signals(
     pool: Stoppable, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
 ) -> Callable[[], None]:
@@ -48,11 +56,8 @@ def stop_on_signals(
         seen = 0
         while data := os.read(read_fd, 16):
             for signum in data:
-                # Stop first: the log line after it must never decide whether the pool stops.
-                # A second signal cuts the grace short.
                 seen += 1
-                (pool.hurry if seen > 1 else pool.stop)()
-                log.info(HURRIED if seen > 1 else STOPPING, signal=signal.Signals(signum).name)
+                answer_signal(pool, seen, signal.Signals(signum))
         os.close(read_fd)
 
     previous = {signum: signal.signal(signum, on_signal) for signum in signals}

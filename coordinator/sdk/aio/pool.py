@@ -48,9 +48,7 @@ from coordinator.sdk._core.flows import Flow
 from coordinator.sdk._core.pool import (
     CLAIMED_STOPPING,
     GIVE_BACK_TIMEOUT,
-    HURRIED,
     SLOT_FAULT,
-    STOPPING,
     Ending,
     PollBackoff,
     Polling,
@@ -64,6 +62,7 @@ from coordinator.sdk._core.pool import (
 from coordinator.sdk._core.settling import ClaimCall, NextTask, cut_off_claim, settle
 from coordinator.sdk._core.slots import HandOver, Routes, Slots
 from coordinator.sdk._duration import Duration
+from coordinator.sdk._signals import answer_signal
 from coordinator.sdk.aio._events import wait_for
 from coordinator.sdk.aio.claim import AsyncClaim
 from coordinator.sdk.aio.client import AsyncWorkerClient
@@ -381,12 +380,9 @@ def stop_on_signals(
     seen = 0
 
     def on_signal(signum: signal.Signals) -> None:
-        # Stop first: the log line after it must never decide whether the pool stops. A second
-        # signal cuts the grace short.
         nonlocal seen
         seen += 1
-        (pool.hurry if seen > 1 else pool.stop)()
-        log.info(HURRIED if seen > 1 else STOPPING, signal=signum.name)
+        answer_signal(pool, seen, signum)
 
     for signum in signals:
         loop.add_signal_handler(signum, on_signal, signum)
