@@ -40,11 +40,15 @@ def _when(ts: Timestamp) -> str:
     return datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=UTC).isoformat()
 
 
+def _state(effect: types_pb2.Effect) -> str:
+    return types_pb2.EffectState.Name(effect.state).removeprefix("EFFECT_STATE_")
+
+
 def _echo(effect: types_pb2.Effect) -> None:
     click.echo(f"effect_id {effect.effect_id}")
     click.echo(f"task {effect.task_id} revision {effect.task_revision}")
     click.echo(f"slot {effect.node_id}/{effect.effect_slot}")
-    click.echo(f"state {types_pb2.EffectState.Name(effect.state).removeprefix('EFFECT_STATE_')}")
+    click.echo(f"state {_state(effect)}")
     click.echo(shown(f"external_ref {effect.external_ref or '-'}"))
     if effect.reconcile_owner:
         status = "open" if effect.reconcile_open else "closed"
@@ -61,10 +65,6 @@ def _echo(effect: types_pb2.Effect) -> None:
 
 _LIST_PAGE = 1000  # ListEffects' largest page
 _HEADERS = ("EFFECT", "TASK", "REV", "SLOT", "STATE", "EXTERNAL_REF", "RECONCILE")
-
-
-def _state(effect: types_pb2.Effect) -> str:
-    return types_pb2.EffectState.Name(effect.state).removeprefix("EFFECT_STATE_")
 
 
 def _row(effect: types_pb2.Effect) -> tuple[str, ...]:

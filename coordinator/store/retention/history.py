@@ -103,10 +103,10 @@ class TaskHistory:
         if recorded is None:
             return entries
         key = keys.attempt(self.task_id, recorded.attempt_id)
-        if all(kv.key != key for kv in self.attempts):
+        if all(kv.key != key for kv in self.attempts):  # a key of the attempt wins
             value = json.loads(encode(recorded))
-            entries.append({"key": key, "create_revision": 0, "mod_revision": 0, "value": value})
-            entries[-1]["in_task_record"] = True
+            revisions = {"create_revision": 0, "mod_revision": 0}
+            entries.append({"key": key, **revisions, "value": value, "in_task_record": True})
         return entries
 
 
