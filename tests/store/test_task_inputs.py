@@ -152,3 +152,26 @@ def test_a_replica_writes_a_raised_schemas_layout_only_after_the_settle() -> Non
     now[0] = 6.6
     assert standing.writes_schema(INPUT_KEY_SCHEMA) is True
     assert Standing(lambda: (_ for _ in ()).throw(OSError("etcd away"))).writes_schema(2) is False
+
+
+def test_a_task_whose_input_key_was_deleted_by_hand_is_never_handed_out_empty(
+    store: Store, etcd_client: Any
+) -> None:
+    create(store, "lost", data=b"the real input")
+    etcd_client.delete(store.ctx.keys.input("lost"))
+    epoch = store.admin.epoch()
+
+    refused = store.claims.claim("lost", principal="w1", epoch=epoch, ttl=30)
+    assert refused.verdict.outcome is Outcome.NOT_CLAIMABLE and refused.fence is None
+    assert f"input key {store.ctx.keys.input('lost')} is missing" in refused.verdict.message
+    none = store.claims.claim_next("default", principal="w1", epoch=epoch, ttl=30)
+    assert none.verdict.outcome is Outcome.NO_READY_TASK
+    assert store.tasks.get("lost").state is TaskState.READY  # nothing written
+
+    # A new input moves it on, and the next claim hands that input out.
+    store.tasks.update_input(
+        "lost", data=b"typed again", input_digest="", expected_revision=1, by="pm"
+    )
+    won = store.claims.claim_next("default", principal="w1", epoch=epoch, ttl=30)
+    assert won.verdict.outcome is Outcome.CLAIMED and won.task is not None
+    assert (won.task.task_id, won.task.input) == ("lost", b"typed again")

@@ -311,6 +311,7 @@ class ClaimStore:
         if task_kv is None:
             raise NotFound(f"task {task_id!r} does not exist")
         task = joined(task_from_kv(task_kv), snap.range_one(6))
+        input_lost = task.input_in_key and snap.range_one(6) is None
         verdict = decide_claim(
             task,
             claim_alive=snap.range_one(1) is not None,
@@ -319,7 +320,18 @@ class ClaimStore:
             current_epoch=epoch_from_kv(snap.range_one(2)),
             paused=snap.range_one(3) is not None,
         )
-        if verdict.accepted and task.deadline and self._ctx.clock.now() >= task.deadline:
+        if verdict.accepted and input_lost:
+            # Written with the record and deleted only with it: gone means someone deleted it
+            # by hand. Handing out an empty input with the task's digest would run wrong work.
+            verdict = Verdict(
+                Outcome.NOT_CLAIMABLE,
+                message=(
+                    f"the task's input key {keys.input(task_id)} is missing from etcd, deleted "
+                    "by hand (`coordinator doctor` reports it); a new input (UpdateInput) or a "
+                    "cancel moves the task on"
+                ),
+            )
+        elif verdict.accepted and task.deadline and self._ctx.clock.now() >= task.deadline:
             # Past schedule_to_close: the deadline pass is about to fail it; start nothing.
             verdict = Verdict(
                 Outcome.NOT_CLAIMABLE, message="the task's schedule_to_close deadline passed"
