@@ -15,6 +15,7 @@ from coordinator.domain.records import AttemptRecord, decode
 from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
 from coordinator.domain.versions import ATTEMPT_IN_RECORD_SCHEMA, VersionRecord
 from coordinator.store import Store
+from coordinator.store.attempts import acceptance
 from coordinator.store.control.versions import VersionStore
 from tests.helpers import eventually
 from tests.store.support import StoreFactory, claim, commit, create, raw, wait_claim_gone
@@ -154,3 +155,32 @@ def test_a_keyspace_at_schema_2_keeps_attempt_keys_until_the_raise(
     create(store, "new")
     claim(store, "new", epoch=2)
     assert store.tasks.get("new").attempt_in_record is True
+
+
+def test_a_checkpoint_landing_between_a_commits_read_and_its_txn_is_closed_by_the_commit(
+    make_store: StoreFactory, etcd_client: Any, monkeypatch: Any
+) -> None:
+    """A keepalive's checkpoint may race the holder's own commit through another replica (or
+    one restarted since the claim): the commit read no attempt key, the checkpoint then wrote
+    one (RUNNING). The commit must not leave the attempt in the record beside that key, which
+    wins for every reader: a DONE task with a RUNNING attempt."""
+    granting, other = make_store(), make_store()
+    create(granting, "t")
+    fence = claim(granting, "t")
+    real = acceptance.aread_view
+    raced: list[Outcome] = []
+
+    async def read_then_checkpoint(*args: Any, **kwargs: Any) -> Any:
+        view = await real(*args, **kwargs)
+        if not raced:
+            renewed = granting.renewals.renew(fence, principal="w1", progress="", checkpoint=b"s")
+            raced.append(renewed.verdict.outcome)
+        return view
+
+    monkeypatch.setattr(acceptance, "aread_view", read_then_checkpoint)
+    assert commit(other, fence).verdict.outcome is Outcome.COMMITTED
+    assert raced == [Outcome.OK]
+    closed = _attempt_key(other, etcd_client, "t", fence.attempt_id)
+    assert (closed.end, closed.checkpoint) == (AttemptEnd.COMMITTED, b"s")
+    assert other.tasks.get("t").attempt_in_record is False
+    assert _ends(other, "t") == [AttemptEnd.COMMITTED]

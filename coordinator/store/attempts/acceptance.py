@@ -175,17 +175,25 @@ class AcceptancePoints:
         return self._refused(view, MOVED)
 
     async def _commit_bases(self, io: StepIO, fence: Fence) -> AsyncIterator[_CommitBasis]:
-        """What a commit decides on, each only if the one before did not answer: the view
-        this replica's claim txn wrote (no read; its txn pins the attempt key too), a read,
-        and after that read's txn failed, one more read to say why."""
+        """What a commit decides on, each only if the one before did not answer: two views to
+        write on (the one this replica's claim txn wrote, if it has it, no read; else a read;
+        then a read), and after the second txn failed, one more read to say why.
+
+        Every txn pins the attempt key as its view had it (its revision, or 0: no key, the
+        task record holds the attempt): the holder's own keepalive may land a checkpoint in
+        between, and a commit that kept the attempt in the record beside the key that
+        checkpoint wrote would leave a DONE task with a RUNNING attempt (the key wins). The
+        next read sees the key and closes it; nothing else fails a pin without moving the
+        fence, which the read after it refuses."""
+        attempt_key = self._ctx.keys.attempt(fence.task_id, fence.attempt_id)
         held = self._held.take(fence)
         if held is not None:
-            attempt_key = self._ctx.keys.attempt(fence.task_id, fence.attempt_id)
-            # the claim's revision, or 0 (no key) when the task record holds the attempt
             pinned = (mod_revision_is(attempt_key, held.attempt.mod_revision),)
             yield _CommitBasis(held, pinned=pinned, remembered=True)
-        yield _CommitBasis(await aread_view(io, self._ctx, fence, with_result=True))
-        yield _CommitBasis(await aread_view(io, self._ctx, fence, with_result=True), last=True)
+        for last in (False,) * (1 if held is not None else 2) + (True,):
+            view = await aread_view(io, self._ctx, fence, with_result=True)
+            pinned = (mod_revision_is(attempt_key, view.attempt.mod_revision),)
+            yield _CommitBasis(view, pinned=pinned, last=last)
 
     async def _write_commit(
         self, io: StepIO, view: FenceView, fence: Fence, write: CommitWrite, *pinned: Compare
