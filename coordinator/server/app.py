@@ -335,6 +335,7 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
         # A timed wait keeps the main thread responsive to signals on every platform.
         while not stop.wait(0.5):
             pass
+        store.long_poll.stop_waiting()  # a task won now would reach a worker cut off
         _shut_down(server, config.shutdown_grace, now)
         metrics.close()
     log.info("stopped")

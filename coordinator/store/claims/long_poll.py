@@ -192,6 +192,15 @@ class LongPoll:
         self._give_backs = give_backs
         self._refusal = refusal
         self._monotonic = monotonic
+        self._stopping = threading.Event()
+
+    def stop_waiting(self) -> None:
+        """The replica is shutting down: every waiting long poll answers NO_READY_TASK now,
+        and none waits or claims again. A task won in the shutdown's grace would go to a
+        worker whose renewals this replica no longer takes (it refuses new calls), a claim
+        lost before it started; left READY, it goes to a poll another replica answers."""
+        self._stopping.set()
+        self._waiters.notify_all()
 
     def waiting(self) -> int:
         """Long polls waiting on this replica now."""
@@ -220,6 +229,8 @@ class LongPoll:
 
         if wait <= 0:
             return attempt()
+        if self._stopping.is_set():
+            return _none(queue, wait, stopping=True)
         deadline = self._monotonic() + wait
         with self._waiters.enter(queue, caller) as waiter:
             result = self._wait_for_turns(queue, waiter, attempt, wait, deadline, caller)
@@ -299,7 +310,7 @@ class LongPoll:
         # Nobody ahead: try at once; else wait for a turn, in arrival order. A waiter whose call
         # ended tries nothing more: what it won would reach nobody.
         turn = self._waiters.first_in_line(queue, waiter)
-        while not waiter.gone:
+        while not waiter.gone and not self._stopping.is_set():
             if turn:
                 self._still_admitted()
                 result = attempt()
@@ -312,8 +323,13 @@ class LongPoll:
             # their turn as head) or reach their deadline.
             signalled = self._waiters.wait(waiter, min(left, _SLICE) if turn else left)
             turn = signalled or self._waiters.first_in_line(queue, waiter)
-        return ClaimResult(
-            Verdict(
-                Outcome.NO_READY_TASK, message=f"queue {queue!r} had no ready task for {wait:g} s"
-            )
-        )
+        return _none(queue, wait, stopping=self._stopping.is_set())
+
+
+def _none(queue: str, wait: float, *, stopping: bool) -> ClaimResult:
+    """A long poll's answer without a task."""
+    if stopping:
+        why = f"this coordinator is shutting down: poll queue {queue!r} again (another answers)"
+    else:
+        why = f"queue {queue!r} had no ready task for {wait:g} s"
+    return ClaimResult(Verdict(Outcome.NO_READY_TASK, message=why))
