@@ -15,7 +15,7 @@ from coordinator.domain.records import AttemptRecord, decode
 from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
 from coordinator.domain.versions import ATTEMPT_IN_RECORD_SCHEMA, VersionRecord
 from coordinator.store import Store
-from coordinator.store.attempts import acceptance
+from coordinator.store.attempts import acceptance, views
 from coordinator.store.control.versions import VersionStore
 from tests.helpers import eventually
 from tests.store.support import StoreFactory, claim, commit, create, raw, wait_claim_gone
@@ -167,7 +167,7 @@ def test_a_checkpoint_landing_between_a_commits_read_and_its_txn_is_closed_by_th
     granting, other = make_store(), make_store()
     create(granting, "t")
     fence = claim(granting, "t")
-    real = acceptance.aread_view
+    real = views.aread_view
     raced: list[Outcome] = []
 
     async def read_then_checkpoint(*args: Any, **kwargs: Any) -> Any:
