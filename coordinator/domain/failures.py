@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+KEPT_MESSAGE = 256
+"""Characters of a failure's message kept when the whole report may not be (``trimmed``)."""
 
 
 @dataclass(frozen=True)
@@ -21,3 +24,14 @@ class FailureReport:
     def summary(self) -> str:
         """``code: message`` for events and logs (the details stay with the attempt)."""
         return f"{self.code}: {self.message}" if self.message else self.code
+
+    def trimmed(self) -> FailureReport:
+        """The report as kept when its caller's write budget or etcd's space guard cannot take
+        the whole of it: no details, the message cut to KEPT_MESSAGE characters. The failure
+        itself always lands (refusing it would only leave the lease to expire)."""
+        return replace(self, details=b"", message=self.message[:KEPT_MESSAGE])
+
+    @property
+    def bulky(self) -> bool:
+        """Whether ``trimmed`` would drop anything."""
+        return bool(self.details) or len(self.message) > KEPT_MESSAGE

@@ -17,7 +17,7 @@ from coordinator.domain.write_budget import BudgetPolicy
 from coordinator.metrics import Metrics
 from coordinator.sdk import CallRetry, WorkerClient
 from coordinator.server import build_server
-from coordinator.store import EtcdKV, Store
+from coordinator.store import EtcdKV, Store, TaskSpec
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import RETRY_AT_ONCE
 
@@ -76,12 +76,12 @@ def served(
 def served_with_task(
     endpoint: str, prefix: str, *, write_budgets: Mapping[Role, BudgetPolicy] | None = None
 ) -> Iterator[Served]:
-    """``served``, with one READY task "t1" (input ``b"input"``) in QUEUE."""
-    with (
-        served(endpoint, prefix, write_budgets=write_budgets) as running,
-        running.client("producer") as producer,
-    ):
-        producer.create_task("t1", input=b"input", queue=QUEUE)
+    """``served``, with one READY task "t1" (input ``b"input"``) in QUEUE, created on the
+    store itself: a test's tight write budgets are for the calls it makes."""
+    with served(endpoint, prefix, write_budgets=write_budgets) as running:
+        running.store.tasks.create(
+            TaskSpec(task_id="t1", queue=QUEUE, input=b"input"), by="producer"
+        )
         yield running
 
 

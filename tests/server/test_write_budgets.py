@@ -11,10 +11,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from coordinator.domain.digests import digest_of
+from coordinator.domain.failures import KEPT_MESSAGE
 from coordinator.domain.roles import Role
 from coordinator.domain.write_budget import BudgetPolicy
 from coordinator.server import build_server
-from coordinator.store import Store
+from coordinator.store import Store, TaskSpec
 from coordinator.store.control.idempotency import LARGE_TTL
 from coordinator.v1 import (
     admin_pb2,
@@ -119,8 +120,8 @@ def test_a_replay_of_a_keyed_create_is_answered_not_charged_again(
     tasks: tasks_pb2_grpc.TaskServiceStub,
 ) -> None:
     keyed = (*PM_A, ("idempotency-key", "create-k-1"))
-    first = tasks.CreateTask(_create("k-1", 9000), metadata=keyed)
-    again = tasks.CreateTask(_create("k-1", 9000), metadata=keyed)  # 1,000 bytes left: a replay
+    first = tasks.CreateTask(_create("k-1", 6000), metadata=keyed)
+    again = tasks.CreateTask(_create("k-1", 6000), metadata=keyed)  # ~600 bytes left: a replay
     assert again.task.task_id == first.task.task_id == "k-1"
     assert again == first
 
@@ -159,3 +160,40 @@ def test_a_keyed_answer_is_charged_kept_briefly_when_large_and_past_the_budget_n
         metadata=(*PM_B, ("idempotency-key", "cancel-1")),
     )
     assert replay == answers[0]
+
+
+def test_a_worker_past_its_budget_prepares_no_effect_and_fails_without_the_details(
+    worker: worker_pb2_grpc.WorkerServiceStub, keyspace: Probe, store: Store
+) -> None:
+    store.tasks.create(TaskSpec(task_id="w-1", input=b"x"), by="pm")
+    claim = worker_pb2.ClaimRequest(task_id="w-1", scheduler_epoch=1, ttl_seconds=30)
+    fence = worker.Claim(claim, metadata=WORKER).fence
+    result = b"r" * 9_500  # all but 500 bytes of the worker's budget
+    stage = worker_pb2.StageResultRequest(
+        fence=fence, result_digest=digest_of(result), result=result
+    )
+    worker.StageResult(stage, metadata=WORKER)
+    prepare = worker_pb2.PrepareEffectRequest(
+        fence=fence, node_id="notify", effect_slot="email", payload_digest=digest_of(b"p")
+    )
+    refused(
+        worker.PrepareEffect, prepare, EXHAUSTED, "write budget of 'worker-a'", keyspace,
+        metadata=WORKER,
+    )  # fmt: skip
+    fail = worker_pb2.FailRequest(
+        fence=fence,
+        retryable=True,
+        error_code="E",
+        error_message="m" * 1000,
+        error_details=b"d" * 16384,
+    )
+    assert worker.Fail(fail, metadata=WORKER).outcome == types_pb2.OUTCOME_OK
+    (attempt,) = store.tasks.attempts("w-1")
+    assert (attempt.error_code, attempt.error_details) == ("E", b"")
+    assert attempt.error_message == "m" * KEPT_MESSAGE
+    registry: CollectorRegistry = store.ctx.metrics.registry
+    refusals = [
+        registry.get_sample_value("coordinator_write_budget_refusals_total", {"what": what})
+        for what in ("effect", "failure_details")
+    ]
+    assert refusals == [1, 1]

@@ -29,7 +29,7 @@ from coordinator.v1 import (
 from tests.helpers import Probe, refused
 from tests.space.conftest import QUOTA, budgeted_channel
 
-SHARE = 0.1  # of the budgets' 100,000 bytes a window: 10,000 bytes above the mark
+SHARE = 0.1  # of a producer's 1,000,000 bytes a window: 100,000 bytes above the mark
 ABUSER = (("x-coordinator-principal", "abuser"), ("x-coordinator-roles", "pm,worker"))
 PRODUCER = (("x-coordinator-principal", "pm-a"), ("x-coordinator-roles", "pm"))
 WORKER = (("x-coordinator-principal", "worker-a"), ("x-coordinator-roles", "worker"))
@@ -85,17 +85,17 @@ def test_above_high_water_only_the_callers_past_their_share_are_refused(
     fence = worker.Claim(request, metadata=ABUSER).fence
     assert _read(kv, metrics, high_water=0.001, full=1.0) is SpaceState.HIGH_WATER
 
-    # The abuser spends its share (10,000 bytes) on one checkpoint, then is refused typed.
-    big = worker_pb2.RenewRequest(fence=fence, checkpoint=b"c" * 9_000)
+    # The abuser spends its share (100,000 bytes) on one checkpoint, then is refused typed.
+    big = worker_pb2.RenewRequest(fence=fence, checkpoint=b"c" * 60_000)
     assert not worker.Renew(big, metadata=ABUSER).checkpoint_refused
-    bigger = worker_pb2.RenewRequest(fence=fence, checkpoint=b"d" * 9_000)
+    bigger = worker_pb2.RenewRequest(fence=fence, checkpoint=b"d" * 60_000)
     again = worker.Renew(bigger, metadata=ABUSER)
     assert again.outcome == types_pb2.OUTCOME_OK  # the claim is renewed, the checkpoint not kept
     assert "high-water share" in again.checkpoint_refused
-    refused(tasks.CreateTask, _create("a-2", b"x" * 2_000), EXHAUSTED, "high-water share", probe,
+    refused(tasks.CreateTask, _create("a-2", b"x" * 50_000), EXHAUSTED, "high-water share", probe,
             metadata=ABUSER)  # fmt: skip
     stage = worker_pb2.StageResultRequest(
-        fence=fence, result_digest=digest_of(b"r" * 2_000), result=b"r" * 2_000
+        fence=fence, result_digest=digest_of(b"r" * 50_000), result=b"r" * 50_000
     )
     refused(worker.StageResult, stage, EXHAUSTED, "high-water share", probe, metadata=ABUSER)
     # An admin has no budget, so no share: refused as every caller was before shares.

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from coordinator.clock import ManualClock
-from coordinator.domain.failures import FailureReport
+from coordinator.domain.failures import KEPT_MESSAGE, FailureReport
 from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.retry import attempts_counted
+from coordinator.domain.space import SpaceState
 from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, Outcome, TaskState
 from coordinator.store import Store, TaskSpec
 from coordinator.store.etcd.ops import KV
@@ -243,3 +244,21 @@ def test_stalled_and_renew_limited_attempts_count_against_the_budget(
         "lease expired",
     )
     assert [a.end for a in store.tasks.attempts("t")] == [AttemptEnd.EXPIRED] * 2
+
+
+def test_a_failure_above_etcds_high_water_mark_lands_without_its_details(store: Store) -> None:
+    """Details only add data: above the mark (and past the caller's share) the failure still
+    lands, as it must, kept without its details and with its message cut."""
+    _create(store, "t")
+    fence = claim(store, "t")
+    store.ctx.kv.space.observe(SpaceState.HIGH_WATER)
+    report = FailureReport(retryable=True, code="E", message="m" * 1000, details=b"d" * 16384)
+    failed = store.failures.fail(fence, principal="w1", report=report)
+    assert failed.state is TaskState.READY
+    (attempt,) = store.tasks.attempts("t")
+    assert (attempt.end, attempt.error_code) == (AttemptEnd.FAILED, "E")
+    assert (attempt.error_details, attempt.error_message) == (b"", "m" * KEPT_MESSAGE)
+    store.ctx.kv.space.observe(SpaceState.CLEAR)
+    fence = claim(store, "t")
+    store.failures.fail(fence, principal="w1", report=report)
+    assert store.tasks.attempts("t")[-1].error_details == b"d" * 16384  # below it, kept whole

@@ -1,12 +1,13 @@
 """Per-principal write budgets at the door: the bytes a call adds to etcd are charged to its
 caller before the handler runs (domain/write_budget.py holds the rule).
 
-CreateTask and UpdateInput (the input), StageResult (the result) and StartJob (the job record)
+CreateTask and UpdateInput (the whole request and the keys it writes: a create with no input
+is not free), StageResult (the result), StartJob (the job record) and PrepareEffect (the slot)
 past the budget are refused ``RESOURCE_EXHAUSTED`` naming the budget and when to retry; nothing
 runs, so nothing is written. A renewal's checkpoint past the budget is taken out of the request
 instead and the renewal runs without it: refusing the renewal would cost the claim (the SDK
 treats a refused item as lost), so the answer's ``checkpoint_refused`` says the checkpoint was
-not kept.
+not kept. A failure past it lands without its details, its message cut.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, NoReturn
 
 import grpc
 
+from coordinator.domain.failures import KEPT_MESSAGE
 from coordinator.domain.roles import Identity, Role
 from coordinator.domain.write_budget import (
     Bucket,
@@ -38,32 +40,76 @@ PRINCIPALS = 65536
 """Principals whose buckets a replica remembers; the least recently seen is forgotten first
 (it starts again with a full bucket: tokens, hence principals, are an operator's to hand out)."""
 
+KEY_BYTES = 512
+"""What one key a call writes is charged beyond the bytes the request carries: a small record
+with its key under a long prefix (a create with no input writes six keys, 1.4-1.6 KB), so a
+call that carries nothing is not free."""
+COPIES = 4
+"""How many times a create or an input change is charged the request's bytes other than the
+input: the record, the dependency edges and the dependents' index keys (whose names hold two
+task ids) each carry them again. ``tests/server/test_write_charges.py`` holds what each call
+writes to be at most what it is charged."""
+
+
+def _changed_bytes(request: Any, keys: int) -> int:
+    """A create's or an input change's charge: the input once, the rest COPIES times, and
+    KEY_BYTES for each key it writes."""
+    rest = request.ByteSize() - len(request.input)
+    return int(len(request.input) + COPIES * rest + KEY_BYTES * keys)
+
+
 _MEASURED: dict[str, tuple[str, Callable[[Any], int]]] = {
-    "/coordinator.v1.TaskService/CreateTask": ("input", lambda r: len(r.input)),
-    "/coordinator.v1.TaskService/UpdateInput": ("input", lambda r: len(r.input)),
+    # A create writes six keys, and one more per upstream; an input change four at most.
+    "/coordinator.v1.TaskService/CreateTask": (
+        "input",
+        lambda r: _changed_bytes(r, 6 + len(r.depends_on)),
+    ),
+    "/coordinator.v1.TaskService/UpdateInput": ("input", lambda r: _changed_bytes(r, 4)),
     "/coordinator.v1.WorkerService/StageResult": ("staged_result", lambda r: len(r.result)),
 }
 _ALSO_CHARGED: dict[str, tuple[str, Callable[[Any], int]]] = {
-    # A job record (argv up to 16 Ki characters): data too, but part of running a claim, so
-    # not growth the space guard refuses above high water; only its caller's budget bounds it.
+    # A job record (argv up to 16 Ki characters) and an effect slot (its record and the
+    # task's index entry): data too, but part of running a claim, so not growth the space
+    # guard refuses above high water; only their caller's budget bounds them.
     "/coordinator.v1.WorkerService/StartJob": ("job", lambda r: r.ByteSize()),
+    "/coordinator.v1.WorkerService/PrepareEffect": (
+        "effect",
+        lambda r: COPIES * r.ByteSize() + 2 * KEY_BYTES,
+    ),
 }
 _RENEW = "/coordinator.v1.WorkerService/Renew"
 _RENEW_MANY = "/coordinator.v1.WorkerService/RenewMany"
+_FAIL = "/coordinator.v1.WorkerService/Fail"
 ADDS_DATA = frozenset(_MEASURED)
 """The methods whose request is data added to etcd (an input, a staged result)."""
-CHARGED_METHODS = frozenset({*ADDS_DATA, _RENEW, _RENEW_MANY})
-"""The methods whose requests can add data to etcd: ``ADDS_DATA`` and the renewals, whose
-checkpoints do (the bytes ``growth_bytes`` measures)."""
+CHARGED_METHODS = frozenset({*ADDS_DATA, _RENEW, _RENEW_MANY, _FAIL})
+"""The methods whose requests can add data to etcd: ``ADDS_DATA``, the renewals, whose
+checkpoints do, and a failure's details (the bytes ``growth_bytes`` measures)."""
 
 
 def growth_bytes(method: str, request: Any) -> int:
     """The bytes a call of ``method`` (one of CHARGED_METHODS) asks to add: its input or staged
-    result, or the checkpoints its renewals carry."""
+    result, the checkpoints its renewals carry, or a failure's report."""
     if method in _MEASURED:
         return _MEASURED[method][1](request)
+    if method == _FAIL:
+        return failure_bytes(request)
     items = [request] if method == _RENEW else request.renewals
     return sum(len(r.checkpoint) for r in items if r.HasField("checkpoint"))
+
+
+def charged_bytes(method: str, request: Any) -> int:
+    """What a call of a charged method (``_MEASURED``, ``_ALSO_CHARGED``, a failure, a renewal)
+    takes from its caller's budget, at most."""
+    if method in _ALSO_CHARGED:
+        return _ALSO_CHARGED[method][1](request)
+    return growth_bytes(method, request)
+
+
+def failure_bytes(request: Any) -> int:
+    """A failure's report is kept three times (the attempt, the task's last error, the event
+    names its code and message) beside the four keys the move writes."""
+    return 3 * (len(request.error_message) + len(request.error_details)) + 4 * KEY_BYTES
 
 
 class BudgetExceeded(ResourceExhausted):
@@ -137,36 +183,64 @@ class WriteBudgetInterceptor:
         self._budgets = budgets
 
     def build(self, method: str, handler: Handler) -> Handler:
-        """Wrap the measured unary methods and the renewals; others pass through."""
+        """Wrap the measured unary methods, failures and renewals; others pass through."""
         if handler.unary_unary is None or not self._budgets.active:
             return handler
-        run = handler.unary_unary
-        budgets = self._budgets
         if method in _MEASURED or method in _ALSO_CHARGED:
-            what, measure = _MEASURED.get(method) or _ALSO_CHARGED[method]
-
-            def charged(request: Any, context: grpc.ServicerContext) -> Any:
-                try:
-                    budgets.charge(identity_of(context), what, measure(request))
-                except BudgetExceeded as exc:
-                    _abort(context, str(exc))
-                return run(request, context)
-
-            return unary_handler(handler, charged)
+            return self._charged(method, handler)
+        if method == _FAIL:
+            return self._trimmed(handler)
         if method in (_RENEW, _RENEW_MANY):
-
-            def renewed(request: Any, context: grpc.ServicerContext) -> Any:
-                items = [request] if method == _RENEW else list(request.renewals)
-                refused = self._strip(identity_of(context), items)
-                response = run(request, context)
-                answers = [response] if method == _RENEW else [r.renewal for r in response.results]
-                for i, message in refused.items():
-                    if answers[i].outcome == types_pb2.OUTCOME_OK:
-                        answers[i].checkpoint_refused = message
-                return response
-
-            return unary_handler(handler, renewed)
+            return self._stripped(method, handler)
         return handler
+
+    def _charged(self, method: str, handler: Handler) -> Handler:
+        """A call past its caller's budget is refused RESOURCE_EXHAUSTED; nothing runs."""
+        run, budgets = handler.unary_unary, self._budgets
+        assert run is not None
+        what, measure = _MEASURED.get(method) or _ALSO_CHARGED[method]
+
+        def charged(request: Any, context: grpc.ServicerContext) -> Any:
+            try:
+                budgets.charge(identity_of(context), what, measure(request))
+            except BudgetExceeded as exc:
+                _abort(context, str(exc))
+            return run(request, context)
+
+        return unary_handler(handler, charged)
+
+    def _trimmed(self, handler: Handler) -> Handler:
+        """A failure past its caller's budget lands without its details (refused, it would
+        only leave the lease to expire, which ends the attempt all the same)."""
+        run, budgets = handler.unary_unary, self._budgets
+        assert run is not None
+
+        def failed(request: Any, context: grpc.ServicerContext) -> Any:
+            try:
+                budgets.charge(identity_of(context), "failure_details", failure_bytes(request))
+            except BudgetExceeded:
+                request.ClearField("error_details")
+                request.error_message = request.error_message[:KEPT_MESSAGE]
+            return run(request, context)
+
+        return unary_handler(handler, failed)
+
+    def _stripped(self, method: str, handler: Handler) -> Handler:
+        """A renewal's checkpoint past its caller's budget is taken out; the renewal runs."""
+        run = handler.unary_unary
+        assert run is not None
+
+        def renewed(request: Any, context: grpc.ServicerContext) -> Any:
+            items = [request] if method == _RENEW else list(request.renewals)
+            refused = self._strip(identity_of(context), items)
+            response = run(request, context)
+            answers = [response] if method == _RENEW else [r.renewal for r in response.results]
+            for i, message in refused.items():
+                if answers[i].outcome == types_pb2.OUTCOME_OK:
+                    answers[i].checkpoint_refused = message
+            return response
+
+        return unary_handler(handler, renewed)
 
     def _strip(self, identity: Identity, renewals: list[Any]) -> dict[int, str]:
         """Charge each renewal's checkpoint; take out those past the budget. Their refusals,
