@@ -18,6 +18,7 @@ from coordinator.domain.versions import INPUT_KEY_SCHEMA, SCHEMA_VERSION, Versio
 from coordinator.errors import FailedPrecondition
 from coordinator.store import Store
 from coordinator.store.control.versions import Standing, VersionStore
+from coordinator.store.indexes import ready
 from tests.helpers import eventually
 from tests.store.support import StoreFactory, claim, commit, create, raw, writes_between
 
@@ -175,3 +176,28 @@ def test_a_task_whose_input_key_was_deleted_by_hand_is_never_handed_out_empty(
     won = store.claims.claim_next("default", principal="w1", epoch=epoch, ttl=30)
     assert won.verdict.outcome is Outcome.CLAIMED and won.task is not None
     assert (won.task.task_id, won.task.input) == ("lost", b"typed again")
+
+
+def test_a_ready_key_claim_next_could_not_claim_is_passed_by_for_a_while_not_forgotten(
+    store: Store, etcd_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refusal etcd's index never followed (here an input key deleted and then put back by
+    hand; a txn that kept losing, an epoch key gone) used to drop the ready key from this
+    replica's copy for good: the task was never offered here again, nor counted in its
+    queue's figures, while every other replica still counted it."""
+    monkeypatch.setattr(ready, "BENCH_SECONDS", 0.2)
+    create(store, "t", data=b"the input", queue="q")
+    epoch = store.admin.epoch()
+    etcd_client.delete(store.ctx.keys.input("t"))
+    none = store.claims.claim_next("q", principal="w1", epoch=epoch, ttl=30)
+    assert none.verdict.outcome is Outcome.NO_READY_TASK
+    assert (store.ready.size("q"), store.ready.heads()["q"].count) == (1, 1)  # still counted
+
+    etcd_client.put(store.ctx.keys.input("t"), b"the input")  # mended by hand: no index write
+
+    def claimed() -> Any:
+        won = store.claims.claim_next("q", principal="w1", epoch=epoch, ttl=30)
+        return won.task if won.verdict.outcome is Outcome.CLAIMED else None
+
+    task = eventually(claimed, timeout=10, message="the task was never offered again")
+    assert (task.task_id, task.input) == ("t", b"the input")

@@ -265,8 +265,8 @@ class ClaimStore:
                     ttl=ttl,
                     key=key,
                 )
-            except NotFound:
-                self._ready.discard(ready_key)
+            except NotFound:  # an index key without a record: doctor repairs it
+                self._ready.bench(ready_key)
                 continue
             finally:
                 self._ready.untake(ready_key)
@@ -275,7 +275,8 @@ class ClaimStore:
                 return result
             if outcome in (Outcome.CLAIMS_PAUSED, Outcome.FENCED):
                 return await self._unclaimed(io, result, key)
-            self._ready.discard(ready_key)  # a stale hint: someone else took it
+            # Someone else took it (its deletion is on its way), or it cannot be claimed now.
+            self._ready.bench(ready_key)
         self._ctx.metrics.count_claim(Outcome.NO_READY_TASK)
         none = Verdict(Outcome.NO_READY_TASK, message=f"queue {queue!r} has no ready task")
         return await self._unclaimed(io, ClaimResult(none), key)

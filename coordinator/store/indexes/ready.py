@@ -15,6 +15,7 @@ import random
 import threading
 from collections import Counter
 from collections.abc import Callable
+from time import monotonic
 
 from sortedcontainers import SortedList
 
@@ -24,6 +25,9 @@ from coordinator.store.etcd.ops import KV
 from coordinator.store.etcd.watch import WatchEvent
 from coordinator.store.indexes.prefix_copy import PrefixCopy
 from coordinator.store.transition import ready_time
+
+BENCH_SECONDS = 5.0
+"""How long a ready key a ClaimNext could not claim is passed by on this replica."""
 
 
 class ReadyIndex(PrefixCopy):
@@ -36,6 +40,9 @@ class ReadyIndex(PrefixCopy):
         # Keys (relative) that a ClaimNext of this replica is trying right now: another
         # ClaimNext here picks a different one instead of losing the same race (see take()).
         self._taken: Counter[str] = Counter()
+        # Keys (relative) a ClaimNext here found it could not claim now, with the monotonic time
+        # until which take() passes them by (see bench()).
+        self._benched: dict[str, float] = {}
         # Told of each ready key that was not known yet (its queue) and of every reload
         # (None): the long polls waiting for a task (store/claims/long_poll.py).
         self._listeners: list[Callable[[str | None], None]] = []
@@ -69,13 +76,34 @@ class ReadyIndex(PrefixCopy):
             keys = self._queues.get(queue)
             if not keys:
                 return None
-            priority = _priority_part(keys[0])
-            window = keys[: spread + len(self._taken)]
+            benched = self._still_benched(monotonic())
+            window = [
+                k for k in keys[: spread + len(self._taken) + len(benched)] if k not in benched
+            ]
+            if not window:
+                return None
+            priority = _priority_part(window[0])
             head: list[str] = [k for k in window if _priority_part(k) == priority]
             free = [k for k in head if k not in self._taken][:spread]
             rel = choose(free or head[:spread])
             self._taken[rel] += 1
         return self._root + rel
+
+    def bench(self, key: str) -> None:
+        """Pass ``key`` by in ``take`` for BENCH_SECONDS: a ClaimNext found it not claimable now
+        (another claim won it, its txn kept losing, its task is held up). It stays in the
+        index, counted by ``size`` and ``heads`` like on every other replica, and is offered
+        again afterwards unless its deletion arrived: dropping it for good on a refusal that
+        etcd's index never followed hid the task from this replica until a restart."""
+        rel = key[len(self._root) :]
+        with self._lock:
+            self._benched[rel] = monotonic() + BENCH_SECONDS
+
+    def _still_benched(self, now: float) -> dict[str, float]:
+        """The benched keys whose time has not passed (the others forgotten); under the lock."""
+        for rel in [r for r, until in self._benched.items() if until <= now]:
+            del self._benched[rel]
+        return self._benched
 
     def untake(self, key: str) -> None:
         """End the mark ``take`` put on ``key`` (whatever became of the claim)."""
@@ -86,10 +114,12 @@ class ReadyIndex(PrefixCopy):
                 del self._taken[rel]
 
     def add(self, key: str) -> None:
-        """Record a ready key (from a watch event, or right after our own write)."""
+        """Record a ready key (from a watch event, or right after our own write); a benched
+        one is written again, so it is offered at once."""
         rel = key[len(self._root) :]
         queue = rel.split("/", 1)[0]
         with self._lock:
+            self._benched.pop(rel, None)
             keys = self._queues.setdefault(queue, SortedList())
             new = rel not in keys
             if new:
@@ -106,6 +136,7 @@ class ReadyIndex(PrefixCopy):
             keys = self._queues.get(queue)
             if keys is not None:
                 keys.discard(rel)
+            self._benched.pop(rel, None)
 
     def size(self, queue: str) -> int:
         """Number of ready keys known for ``queue``."""
