@@ -89,6 +89,10 @@ def set_minimum(
         schema_version=schema or 0,
     )
     with connect(**remote_settings(settings)) as remote:
+        before = remote.call(remote.admin.GetEpoch, admin_pb2.GetEpochRequest()).epoch
         reply = remote.call(remote.admin.SetMinimumVersions, request)
     _echo(reply.versions)
-    click.echo(f"epoch bumped to {reply.epoch}")
+    if reply.epoch == before:
+        click.echo(f"unchanged: the minimums were already so; the epoch stays {reply.epoch}")
+    else:
+        click.echo(f"epoch bumped to {reply.epoch}")

@@ -35,6 +35,12 @@ def test_versions_show_and_set_minimum(etcd: EtcdProcess, prefix: str) -> None:
         assert lowered.exit_code != 0
         assert "below the current minimum 0.1.0" in lowered.output
         assert coord.store.admin.epoch() == epoch + 1
+        # A deploy job setting the same minimums again fences no claim: nothing is written.
+        again = _cli(coord.target, "versions", "set-minimum", "--sdk", "0.1.0")
+        assert again.exit_code == 0, again.output
+        said = "unchanged: the minimums were already so; the epoch stays"
+        assert _said(again)[-1] == f"{said} {epoch + 1}"
+        assert coord.store.admin.epoch() == epoch + 1
         nothing = _cli(coord.target, "versions", "set-minimum")
         assert nothing.exit_code == 2
 
@@ -61,4 +67,6 @@ def test_set_minimum_raises_the_schema_never_past_what_the_coordinator_knows(
         same = _cli(coord.target, "versions", "set-minimum", "--schema", str(SCHEMA_VERSION))
         assert same.exit_code == 0, same.output
         assert f"schema_version {SCHEMA_VERSION}" in _said(same)
-        assert _said(same)[-1] == f"epoch bumped to {epoch + 1}"
+        # The keyspace is at that schema already: nothing written, no claim fenced.
+        unchanged = "unchanged: the minimums were already so; the epoch stays"
+        assert _said(same)[-1] == f"{unchanged} {epoch}"

@@ -67,7 +67,9 @@ class VersionStore:
         schema_version: int = 0,
     ) -> MinimumsSet:
         """Raise the minimums (empty: unchanged) and the schema (0: unchanged) and bump the
-        epoch, in one txn.
+        epoch, in one txn; a call that would change nothing writes nothing and answers the
+        epoch as it is (a deploy job that sets its minimums on every run must not fence the
+        pool each time).
 
         A minimum below the stored one is refused unless ``allow_lower`` (lowering lets old
         binaries back in, so it must be deliberate). A schema is never lowered (records of the
@@ -99,6 +101,8 @@ class VersionStore:
                 else require_sdk_version,
                 schema_version=max(schema_version, current.schema_version),
             )
+            if record_kv is not None and record == current:
+                return MinimumsSet(record=current, epoch=epoch_from_kv(epoch_kv))
             epoch = epoch_from_kv(epoch_kv) + 1
             result = kv.txn(
                 [
@@ -150,7 +154,8 @@ def _refuse_lowering(field: str, current: str, requested: str) -> None:
     if requested and is_below(requested, current):
         raise FailedPrecondition(
             f"{field}: {requested} is below the current minimum {current}; lowering a minimum "
-            "lets old binaries back in (pass allow_lower to do it anyway)"
+            "lets old binaries back in (pass allow_lower, `--allow-lower` on the CLI, to do it "
+            "anyway)"
         )
 
 
