@@ -213,6 +213,8 @@ class AttemptEnded:
     delay: float = 0.0
     # The holder gave the task back because it was shutting down (FailRequest.shutdown).
     shutdown: bool = False
+    # An operator's epoch bump (a rollback, a version raise) fenced the claim before it ended.
+    operator: bool = False
 
 
 SHUTDOWN_ALLOWANCE = 4
@@ -225,6 +227,19 @@ SHUTDOWN_ALLOWANCE_UNLIMITED = 100
 LEASE_EXPIRED = AttemptEnded(AttemptEnd.EXPIRED, "lease expired")
 """The end of an attempt whose lease expired (stalled and renew-limited claims end so too)."""
 UNDELIVERED = AttemptEnded(AttemptEnd.UNDELIVERED, "the claim's answer could not be delivered")
+
+
+def expired(claim_epoch: int, epoch: int) -> AttemptEnded:
+    """The end of an attempt whose claim key is gone, its claim made at ``claim_epoch`` and
+    the scheduler now at ``epoch``: LEASE_EXPIRED, or, when an epoch bump fenced the claim
+    first (an operator's rollback or version raise), an end that is not the task's doing and
+    is not counted within SHUTDOWN_ALLOWANCE, like a shutdown give-back."""
+    if claim_epoch >= epoch:
+        return LEASE_EXPIRED
+    why = f"fenced by the epoch bump to {epoch} (the claim carried {claim_epoch})"
+    return AttemptEnded(AttemptEnd.EXPIRED, why, operator=True)
+
+
 """The end of an attempt whose claim answer could not reach its caller (it had left)."""
 
 
@@ -264,9 +279,10 @@ def decide_retry(
     """What follows an attempt that ended without a result at ``now``, the task having had
     ``attempts`` attempts (this one included) counted against ``policy`` and ``total`` in all;
     ``key`` (the task id) draws the backoff's jitter."""
-    if ended.end in UNCOUNTED_ENDS or _shutdown_forgiven(policy, ended, total):
+    if ended.end in UNCOUNTED_ENDS or _forgiven(policy, ended, total):
         # Before any budget or non-retryable check: an attempt nobody ran (or that its worker
-        # gave back as it stopped) can exhaust nothing, even the last one of its budget.
+        # gave back as it stopped, or an operator fenced) can exhaust nothing, even the last
+        # one of its budget.
         return Uncounted()
     if ended.end not in COUNTED_ENDS:
         raise ValueError(f"an attempt ended {ended.end.name} is not retried by the policy")
@@ -284,9 +300,11 @@ def decide_retry(
     return Requeue(now + max(policy.delay(attempts, key), ended.delay))
 
 
-def _shutdown_forgiven(policy: RetryPolicy, ended: AttemptEnded, total: int) -> bool:
-    """Whether ``ended`` is a shutdown give-back within the allowance (SHUTDOWN_ALLOWANCE)."""
-    if not (ended.shutdown and ended.retryable and ended.end is AttemptEnd.FAILED):
+def _forgiven(policy: RetryPolicy, ended: AttemptEnded, total: int) -> bool:
+    """Whether ``ended`` is a shutdown give-back or an attempt an operator's epoch bump fenced,
+    within the allowance (SHUTDOWN_ALLOWANCE)."""
+    shutdown = ended.shutdown and ended.retryable and ended.end is AttemptEnd.FAILED
+    if not (shutdown or (ended.operator and ended.end is AttemptEnd.EXPIRED)):
         return False
     most = policy.max_attempts * SHUTDOWN_ALLOWANCE or SHUTDOWN_ALLOWANCE_UNLIMITED
     return total < most

@@ -26,6 +26,7 @@ from coordinator.domain.retry import (
     check_policy,
     decide_after,
     decide_retry,
+    expired,
     jitter_fraction,
     policy_fields,
     refuse_takeover,
@@ -221,6 +222,21 @@ def test_a_shutdown_give_back_is_not_counted_within_its_allowance(
     # Only a retryable failure is forgiven: anything else says the task, not the worker, failed.
     for other in (replace(SHUTDOWN, retryable=False), replace(SHUTDOWN, end=AttemptEnd.RELEASED)):
         assert not isinstance(decide_retry(policy, 1, other, NOW, total=1), Uncounted)
+
+
+def test_a_claim_an_epoch_bump_fenced_is_not_counted_within_the_same_allowance() -> None:
+    """An operator's rollback drill or version raise fences every held claim; their leases then
+    expire. Counted, five drills during one long task dead-lettered it as "lease expired"."""
+    assert expired(3, 3) is LEASE_EXPIRED  # a claim of the current epoch: its own expiry
+    fenced = expired(2, 3)
+    assert (fenced.end, fenced.operator) == (AttemptEnd.EXPIRED, True)
+    assert fenced.error == "fenced by the epoch bump to 3 (the claim carried 2)"
+    policy = RetryPolicy(max_attempts=5)
+    assert decide_retry(policy, 5, fenced, NOW, key="t", total=5) == Uncounted()
+    last = decide_retry(policy, 5, fenced, NOW, key="t", total=20)  # past 4 x 5 in all
+    assert last == DeadLetter(
+        DeadLetterReason.EXHAUSTED, f"all 5 attempts used; last error: {fenced.error}"
+    )
 
 
 def test_decide_after_counts_every_attempt_of_the_task_against_the_allowance() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.clock import ManualClock
+from coordinator.domain.retry import attempts_counted
 from coordinator.domain.states import AttemptEnd, Op, Outcome, TaskState
 from coordinator.store import Store
 from coordinator.store.attempts.reclaimer import RECLAIMER
@@ -159,3 +160,25 @@ def test_a_claim_that_loses_its_txn_to_a_reclaim_claims_again(
         Op.RECLAIM,
         Op.CLAIM,
     ]
+
+
+def test_a_claim_an_epoch_bump_revoked_costs_its_task_no_attempt(
+    store: Store, etcd_client: Any
+) -> None:
+    """An operator's `epoch bump --revoke-leases` (a rollback drill) ends every held claim:
+    the task is READY again at once, its retry budget as it was, and the event says why."""
+    create(store, "t1")
+    fence = claim(store, "t1")
+    before = attempts_counted(store.tasks.get("t1"))
+    epoch, revoked = store.admin.bump_epoch_revoking()
+    assert revoked == 1
+    eventually(lambda: store.tasks.get("t1").state is TaskState.READY, timeout=15)
+    task = store.tasks.get("t1")
+    assert attempts_counted(task) == before - 1  # as before the claim that was fenced
+    (attempt,) = store.tasks.attempts("t1")
+    assert attempt.end is AttemptEnd.EXPIRED
+    reclaim = events(store, etcd_client, "t1")[-1]
+    assert (reclaim.op, reclaim.detail) == (
+        Op.RECLAIM,
+        f"fenced by the epoch bump to {epoch} (the claim carried {fence.scheduler_epoch})",
+    )

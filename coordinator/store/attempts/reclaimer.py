@@ -14,10 +14,10 @@ import time
 
 import structlog
 
-from coordinator.domain.retry import LEASE_EXPIRED, decide_after
+from coordinator.domain.retry import decide_after, expired
 from coordinator.domain.states import Op, TaskState
 from coordinator.store.attempts.requeue import settled
-from coordinator.store.context import StoreContext, task_from_kv
+from coordinator.store.context import StoreContext, epoch_from_kv, task_from_kv
 from coordinator.store.etcd.ops import get
 from coordinator.store.etcd.watch import WatchEvent
 from coordinator.store.indexes.ready import ReadyIndex
@@ -76,16 +76,18 @@ class Reclaimer(WatchScanLoop):
         """Move one CLAIMED task whose claim key is gone back to READY. False if nothing to do."""
         ctx, keys = self._ctx, self._ctx.keys
         deleted_at = self._deleted_at.pop(task_id, None)
-        snap = ctx.kv.read(get(keys.task(task_id)), get(keys.claim(task_id)))
+        snap = ctx.kv.read(get(keys.task(task_id)), get(keys.claim(task_id)), get(keys.epoch))
         task_kv = snap.range_one(0)
         if task_kv is None or snap.range_one(1) is not None:
             return False
         task = task_from_kv(task_kv)
         if task.state is not TaskState.CLAIMED:
             return False
-        # The retry policy decides what the expiry leads to: READY now, DELAYED, or FAILED.
+        # The retry policy decides what the expiry leads to: READY now, DELAYED, or FAILED; a
+        # claim an epoch bump fenced first costs the task no attempt (within a bound).
+        ended = expired(task.scheduler_epoch, epoch_from_kv(snap.range_one(2)))
         now = ctx.clock.now()
-        retry = decide_after(task, LEASE_EXPIRED, now, at_once=Op.RECLAIM)
+        retry = decide_after(task, ended, now, at_once=Op.RECLAIM)
         move = claimless_move(
             ctx,
             task,
@@ -94,7 +96,7 @@ class Reclaimer(WatchScanLoop):
             by=RECLAIMER,
             epoch=task.scheduler_epoch,
             detail=retry.detail,
-            **retry.changes(task, LEASE_EXPIRED),
+            **retry.changes(task, ended),
         )
         if not ctx.kv.txn(move.compares, move.ops).succeeded:
             return False
@@ -103,7 +105,7 @@ class Reclaimer(WatchScanLoop):
             self._ctx.metrics.observe_reclaim(time.monotonic() - deleted_at)
         if closed is not None:
             self._ctx.metrics.count_wasted(closed.ended_at - closed.started_at)
-        settled(ctx, self._ready, after, LEASE_EXPIRED)
+        settled(ctx, self._ready, after, ended)
         log.info(
             "reclaimed expired claim",
             task_id=task_id,
