@@ -10,11 +10,13 @@ checker.
 from __future__ import annotations
 
 import random
+import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,7 +116,13 @@ def run_scenario(
     reason = _skip_reason(fault, target)
     if reason:
         return Result(name, "coordinator", None, skipped=reason)
-    root = root or Path(tempfile.mkdtemp(prefix=f"chaos-{name}-"))
+    if root is None:
+        return in_temp_dir(
+            f"chaos-{name}-",
+            lambda d: run_scenario(
+                name, duration=duration, seed=seed, root=d, target=target, token=token, tls=tls
+            ),
+        )
     rng = random.Random(seed)
     started, wall = time.monotonic(), time.time()
     h = Harness(
@@ -197,6 +205,27 @@ def _skip_reason(fault: Fault, target: str) -> str:
     return reason
 
 
+def in_temp_dir(prefix: str, run: Callable[[Path], Result]) -> Result:
+    """``run`` in a fresh temporary directory (its etcd data, logs and histories: hundreds of
+    MB), removed afterwards unless the coordinator's run failed or raised, when it is kept for
+    inspection and its path printed on stderr."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    result: Result | None = None
+    try:
+        result = run(root)
+        return result
+    finally:
+        failed = result is None or (
+            result.implementation != "naive"
+            and result.verdict is not None
+            and not result.verdict.ok
+        )
+        if failed:
+            print(f"chaos: kept {root} (the run's data and logs) for inspection", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
 def elapsed(since: float) -> float:
     """Seconds since ``since`` (monotonic)."""
     return time.monotonic() - since
@@ -220,7 +249,8 @@ def run_naive(*, root: Path | None = None) -> Result:
     from chaos.faults import PAST_TTL
     from chaos.harness import REPO, stopped
 
-    root = root or Path(tempfile.mkdtemp(prefix="chaos-naive-"))
+    if root is None:
+        return in_temp_dir("chaos-naive-", lambda d: run_naive(root=d))
     started = time.monotonic()
     cluster = EtcdCluster(root)
     procs: list[subprocess.Popen[bytes]] = []
