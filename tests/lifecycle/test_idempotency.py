@@ -3,6 +3,7 @@ command creates no duplicate work."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
+from coordinator.clock import ManualClock
 from coordinator.domain.digests import digest_of
 from coordinator.domain.idempotency import KeyedClaims
 from coordinator.domain.keys import Keyspace
@@ -19,7 +21,7 @@ from coordinator.server import build_server
 from coordinator.server.interceptors.idempotency import READ_ONLY, is_mutating
 from coordinator.server.status import status_code_of
 from coordinator.store import Store
-from coordinator.store.control.idempotency import IdempotencyStore, Reservation
+from coordinator.store.control.idempotency import MIN_KEPT, IdempotencyStore, Reservation
 from coordinator.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -329,24 +331,35 @@ def test_every_mutating_rpc_takes_idempotency_keys() -> None:
     assert "/coordinator.v1.WorkerService/Commit" in mutating
 
 
-def test_a_principal_holds_a_bounded_number_of_keys(store: Store) -> None:
-    keys = IdempotencyStore(store.ctx, max_keys=3)
+def test_a_principal_holds_a_bounded_number_of_keys_its_oldest_making_room(
+    store: Store,
+) -> None:
+    """Past the bound the oldest keys make room once they are MIN_KEPT old: refusing stopped a
+    steady producer that keys its creates for a day after its 10,000th create."""
+    clock = ManualClock()
+    keys = IdempotencyStore(dataclasses.replace(store.ctx, clock=clock), max_keys=3)
     for n in range(3):
         reserved = keys.reserve("pm-1", f"k{n}", method="/m", digest=f"d{n}")
         assert isinstance(reserved, Reservation)
         assert keys.complete(reserved, b"response")
+        clock.advance(1)
     with pytest.raises(ResourceExhausted) as refused:
         keys.reserve("pm-1", "k3", method="/m", digest="d3")
     assert str(refused.value) == (
-        "principal 'pm-1' holds 3 idempotency keys, the limit: each is kept 24 h after its "
-        "request; reuse a key only for a retry, send this request without one, or retry after "
-        "older keys expire"
+        "principal 'pm-1' holds 3 idempotency keys, the limit, and none of its oldest is 10 "
+        "minutes old yet (older ones make room for new ones); reuse a key only for a retry, "
+        "send this request without one, or retry in a few minutes"
     )
     assert status_code_of(refused.value) is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert store.ctx.kv.get(store.ctx.keys.idem("pm-1", "k3")) is None  # nothing written
     # A retry under a held key still replays, and another principal has its own bound.
     assert keys.reserve("pm-1", "k0", method="/m", digest="d0") == b"response"
     assert isinstance(keys.reserve("pm-2", "k0", method="/m", digest="d0"), Reservation)
+
+    clock.advance(MIN_KEPT - 2)  # k0 is MIN_KEPT old, the others not yet
+    assert isinstance(keys.reserve("pm-1", "k3", method="/m", digest="d3"), Reservation)
+    held = [n for n in range(4) if store.ctx.kv.get(store.ctx.keys.idem("pm-1", f"k{n}"))]
+    assert held == [1, 2, 3]  # the oldest went, only it
 
 
 def test_claim_calls_keys_live_apart_and_never_count_against_the_bound(store: Store) -> None:

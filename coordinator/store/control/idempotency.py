@@ -21,10 +21,14 @@ Leases are shared by all keys written within one window of time (1 % of the TTL)
 busy replica grants a lease per window, not per request; a key then lives between its TTL and
 the TTL + window.
 
-Bound: a principal holds at most ``max_keys`` keys (default ``MAX_KEYS_PER_PRINCIPAL``); a
-request with a new key past it is refused RESOURCE_EXHAUSTED before it runs (1,000 distinct keys
-from one caller were 1,000 records kept 24 h, with no end). The count is read with the key, so
-concurrent first uses of new keys by one principal may pass it by their number, never more.
+Bound: a principal holds at most ``max_keys`` keys (default ``MAX_KEYS_PER_PRINCIPAL``; 1,000
+distinct keys from one caller were 1,000 records kept 24 h, with no end). A new key past it
+makes room: the principal's oldest tenth go at once, if the newest of them is older than
+``MIN_KEPT`` (a retry of a lost answer comes within seconds; refusing instead stopped a steady
+producer that keys its creates for a day once it had made 10,000). Only a principal that made
+the bound's worth of keyed calls within ``MIN_KEPT`` is refused RESOURCE_EXHAUSTED before its
+call runs. The count is read with the key, so concurrent first uses of new keys by one
+principal may pass it by their number, never more.
 The keys of calls that hand out claims live apart (``{p}/idem-claims/{principal}/{key}``) and
 are bounded by their lifetime instead (a lease of at most ``max_ttl``): a pool of hundreds of
 workers sharing one token keys every claim, and counting those would refuse its creates.
@@ -38,6 +42,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+
+import structlog
 
 from coordinator.domain.idempotency import (
     IdemAction,
@@ -61,13 +67,19 @@ from coordinator.store.etcd.ops import (
     put,
 )
 
+log = structlog.get_logger(__name__)
+
 DEFAULT_TTL = 24 * 3600.0
 DEFAULT_PENDING_TTL = 60.0
 # How long a duplicate waits for the first request's response before ABORTED.
 DEFAULT_WAIT = 2.0
 _POLL = 0.05
+_DELETES_PER_TXN = 100  # etcd allows 128 operations a txn
 MAX_KEYS_PER_PRINCIPAL = 10_000
-"""Idempotency keys one principal holds at once (each kept ``ttl`` after its request)."""
+"""Idempotency keys one principal holds at once (each kept ``ttl`` after its request, or until
+the principal's newer keys make it the oldest past the bound)."""
+MIN_KEPT = 600.0
+"""Seconds a key is kept whatever the bound: none younger goes to make room."""
 KEPT_LONG = 4096
 """The largest answer kept the whole ``ttl``: with ``max_keys`` a principal's long-kept answers
 hold at most 40 MiB of etcd."""
@@ -164,13 +176,35 @@ class IdempotencyStore:
             get(etcd_key),
             get_prefix(self._ctx.keys.idem(principal, ""), count_only=True),
         )
-        if snap.range_one(0) is None and snap.range_count(1) >= self._max_keys:
-            raise ResourceExhausted(
-                f"principal {principal!r} holds {self._max_keys} idempotency keys, the "
-                f"limit: each is kept {self._ttl / 3600:g} h after its request; reuse a key "
-                "only for a retry, send this request without one, or retry after older keys "
-                "expire"
-            )
+        if snap.range_one(0) is not None or snap.range_count(1) < self._max_keys:
+            return
+        if self._made_room(principal):
+            return
+        raise ResourceExhausted(
+            f"principal {principal!r} holds {self._max_keys} idempotency keys, the limit, "
+            f"and none of its oldest is {MIN_KEPT / 60:g} minutes old yet (older ones make "
+            "room for new ones); reuse a key only for a retry, send this request without one, "
+            "or retry in a few minutes"
+        )
+
+    def _made_room(self, principal: str) -> bool:
+        """Delete ``principal``'s oldest tenth of keys if the newest of them is older than
+        MIN_KEPT (True), else nothing (False). Once per tenth of the bound new keys, one
+        keys-only read of the principal's keys."""
+        ctx = self._ctx
+        prefix = ctx.keys.idem(principal, "")
+        held, _ = ctx.kv.range_page(prefix, ctx.kv.prefix_end(prefix), keys_only=True)
+        oldest = sorted(held, key=lambda k: k.create_revision)[: max(1, self._max_keys // 10)]
+        if not oldest:
+            return True
+        newest = ctx.kv.get(oldest[-1].key)
+        if newest is not None and decode(IdemRecord, newest.value).at > ctx.clock.now() - MIN_KEPT:
+            return False
+        for first in range(0, len(oldest), _DELETES_PER_TXN):
+            batch = oldest[first : first + _DELETES_PER_TXN]
+            ctx.kv.txn([], [delete(k.key) for k in batch])
+        log.info("idempotency keys made room", principal=principal, deleted=len(oldest))
+        return True
 
     def _take(
         self, etcd_key: str, method: str, digest: str, kind: WriteKind
