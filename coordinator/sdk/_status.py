@@ -108,6 +108,8 @@ def translate(
         return TransportError(message, code=name)
     if maybe_sent:
         return OutcomeUnknown(f"{message}; outcome unknown, not failed; {hint}", code=name)
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:  # a coordinator answered: a bound refused it
+        return TransportError(f"{message}; refused on every try, nothing ran", code=name)
     return TransportError(
         f"{message}; no try reached a coordinator{NO_COORDINATOR_HINT}", code=name
     )
