@@ -170,6 +170,28 @@ def test_a_handler_error_gives_the_task_back_and_the_next_attempt_commits(
     assert report.endings == {Ending.FAILED: 1, Ending.COMMITTED: 1}
 
 
+def test_a_handler_that_failed_its_claim_itself_is_counted_failed_not_released(
+    coordinator: Served, producer: WorkerClient, background: ThreadPoolExecutor
+) -> None:
+    """A poison input failed for good by the handler, which then returns None: the pool sent a
+    Release the server refused FENCED/FAILED, logged "claim released, the task will be claimed
+    again" (it will not) and counted it released."""
+    producer.create_task("t1", queue="q", input=b"poison")
+
+    def handle(claim: Claim, cancel: Cancellation) -> None:
+        claim.fail("PoisonInput", retryable=False, message="cannot parse")
+
+    with coordinator.client("pool-1") as client:
+        pool = WorkerPool(client, handle, queues=["q"], ttl=TTL)
+        running = background.submit(pool.run)
+        eventually(lambda: states(producer) == {"t1": TaskState.FAILED})
+        report = stop(pool, running)
+    assert [(a.end, a.error_code) for a in producer.attempts("t1")] == [
+        (AttemptEnd.FAILED, "PoisonInput")
+    ]
+    assert report.endings == {Ending.FAILED: 1}
+
+
 def test_a_handler_returning_text_fails_its_attempt_and_frees_its_slot(
     coordinator: Served, producer: WorkerClient, background: ThreadPoolExecutor
 ) -> None:

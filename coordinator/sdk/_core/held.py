@@ -153,6 +153,13 @@ class HeldClaim:
             return self._state.lost
 
     @property
+    def finished_as(self) -> str:
+        """How the holder ended the claim ("committed", "released", "failed"), "" while it is
+        held or if it was lost."""
+        with self._lock:
+            return self._state.finished
+
+    @property
     def committed(self) -> bool:
         """Whether this claim's commit is known to have landed: answered COMMITTED, or found by a
         later renewal or release (after an OutcomeUnknown commit)."""

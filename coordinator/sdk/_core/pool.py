@@ -241,12 +241,18 @@ def cut_off(given: Ending, committed: bool) -> Ending:
     return given if given is Ending.LOST else Ending.CUT_OFF
 
 
-def after_handler(committed: bool, lost: bool) -> Ending | None:
-    """How a claim ended once its handler's result was committed (or not): None while it is
-    still held, for the pool to fail it (an error) or release it."""
-    if committed:
+def after_handler(finished: str, lost: bool) -> Ending | None:
+    """How a claim ended once its handler's result was committed (or not), or once the handler
+    ended it itself (``finished``: claim.fail, claim.release): None while it is still held,
+    for the pool to fail it (an error) or release it."""
+    if finished == "committed":
         return Ending.COMMITTED
-    return Ending.LOST if lost else None
+    if lost:
+        return Ending.LOST
+    return _BY_HANDLER.get(finished)
+
+
+_BY_HANDLER = {"failed": Ending.FAILED, "released": Ending.RELEASED}
 
 
 def released(committed: bool) -> Ending:

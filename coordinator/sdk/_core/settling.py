@@ -97,7 +97,7 @@ def settle(
             except InvalidArgument as exc:  # the result itself refused (its size): no lease wait
                 log.error("the commit was refused", task_id=claim.task_id, error=str(exc))
                 return Settled((yield from give_back(claim, exc)))
-        ending = after_handler(claim.committed, claim.is_lost())
+        ending = after_handler(claim.finished_as, claim.is_lost())
         if ending is not None:
             return Settled(ending, won)
         if error is not None:

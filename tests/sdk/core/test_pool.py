@@ -46,16 +46,20 @@ def test_a_long_poll_that_waited_on_the_server_counts_towards_the_wait() -> None
 
 
 @pytest.mark.parametrize(
-    ("committed", "lost", "ending"),
+    ("finished", "lost", "ending"),
     [
-        (True, False, Ending.COMMITTED),
-        (True, True, Ending.COMMITTED),  # its commit landed: the store decided
-        (False, True, Ending.LOST),
-        (False, False, None),  # still held: the pool fails or releases it
+        ("committed", False, Ending.COMMITTED),
+        ("committed", True, Ending.COMMITTED),  # its commit landed: the store decided
+        ("", True, Ending.LOST),
+        ("", False, None),  # still held: the pool fails or releases it
+        # The handler ended it itself (claim.fail, claim.release) and returned None: nothing
+        # is left to release (the release was refused FENCED, and the pool said "released").
+        ("failed", False, Ending.FAILED),
+        ("released", False, Ending.RELEASED),
     ],
 )
-def test_after_the_handler(committed: bool, lost: bool, ending: Ending | None) -> None:
-    assert after_handler(committed, lost) is ending
+def test_after_the_handler(finished: str, lost: bool, ending: Ending | None) -> None:
+    assert after_handler(finished, lost) is ending
 
 
 @pytest.mark.parametrize(
