@@ -302,6 +302,11 @@ class Keyspace:
         return f"{self.prune_due_prefix}{due_us:020d}/{task_id}"
 
     @property
+    def prune_turn(self) -> str:
+        """Held on a lease by the one replica whose pruner runs a pass now."""
+        return f"{self.prefix}/control/prune-turn"
+
+    @property
     def prune_due_prefix(self) -> str:
         """Range of the prune index, in due-time order."""
         return f"{self.prefix}/prune-due/"

@@ -113,7 +113,7 @@ def test_a_reconciliation_opened_during_the_prune_keeps_the_task(
 
     report = store.pruner.run_pass()
 
-    assert (report.archived, report.pruned, report.lost) == (1, 0, 1)
+    assert (report.archived, report.pruned, report.not_pruned) == (1, 0, 1)
     assert store.tasks.get("t1").state is TaskState.DONE
 
 

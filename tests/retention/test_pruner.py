@@ -22,6 +22,8 @@ from coordinator.errors import AlreadyExists, FailedPrecondition, NotFound
 from coordinator.store import Store, TaskSpec
 from coordinator.store.effects.jobs import JobSpec
 from coordinator.store.retention.history import entry_value
+from coordinator.store.retention.prune_turn import PruneTurn
+from coordinator.store.retention.pruner import PassReport
 from tests.helpers import eventually
 from tests.retention.conftest import RETENTION, TOMBSTONE_RETENTION
 from tests.retention.sinks import WrappedSink
@@ -114,7 +116,7 @@ def test_done_and_cancelled_tasks_are_removed_with_every_key_but_the_tombstone(
     clock.advance(2)
     report = store.pruner.run_pass()
 
-    assert (report.pruned, report.archived, report.lost) == (2, 2, 0)
+    assert (report.pruned, report.archived, report.not_pruned) == (2, 2, 0)
     assert count(store, "coordinator_pruned_tasks_total") - before == 2
     for task_id in ("done", "cancelled"):
         left = keys_naming(store, etcd_client, task_id)
@@ -345,7 +347,7 @@ def test_a_task_that_moved_during_the_prune_is_kept(
 
     report = store.pruner.run_pass()
 
-    assert (report.archived, report.pruned, report.lost) == (1, 0, 1)
+    assert (report.archived, report.pruned, report.not_pruned) == (1, 0, 1)
     assert store.tasks.get("t1").state is TaskState.DONE
     assert store.pruner.run_pass().pruned == 1  # read again, archived again, pruned
 
@@ -491,3 +493,25 @@ def test_a_replica_the_version_record_refuses_prunes_nothing_until_admitted_agai
 
     eventually(pruned, timeout=15, message="admitted again, the pruner did not prune")
     assert "t1" in {o["task_id"] for o in sink.read()}  # archived first
+
+
+def test_one_replica_prunes_at_a_time_so_each_task_is_archived_once(
+    make_store: Any, clock: ManualClock, sink: LocalSink
+) -> None:
+    """Every replica's pruner walking the same due tasks archived 74% of them twice with two
+    replicas (N times with N): a pass takes the turn first, and the others skip theirs."""
+    first, second = make_store(), make_store()
+    assert first.pruner is not None and second.pruner is not None
+    ids = [f"t{i:02d}" for i in range(20)]
+    for task_id in ids:
+        finish(first, task_id)
+    clock.advance(PAST)
+    holder = PruneTurn(first.ctx)
+    assert holder.take()
+    assert second.pruner.pass_in_turn() is None  # the turn is taken: nothing read or archived
+    assert list(sink.read()) == []
+    holder.give()
+    report = second.pruner.pass_in_turn()
+    assert report is not None and (report.archived, report.pruned) == (20, 20)
+    assert first.pruner.pass_in_turn() == PassReport()  # its turn: nothing left due
+    assert sorted(o["task_id"] for o in sink.read() if not o.get("kind")) == ids  # each once

@@ -25,6 +25,7 @@ from coordinator.cli import main
 from coordinator.errors import AlreadyExists, NotFound
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import ClaimRefused, WorkerClient
+from coordinator.store.retention.prune_turn import TURN_TTL
 from tests.helpers import eventually
 
 COMMAND = [sys.executable, "-c", "from coordinator.cli import main; main()"]
@@ -146,7 +147,8 @@ def test_a_replica_killed_between_archive_and_prune_archives_twice_and_loses_not
                 return True
             return False
 
-        eventually(pruned, timeout=20, message="t1 was not pruned after the restart")
+        # The killed replica held the prune turn: it is free once its lease runs out.
+        eventually(pruned, timeout=TURN_TTL + 20, message="t1 was not pruned after the restart")
 
     copies = [o for o in LocalSink(archive).read() if o["task_id"] == "t1"]
     assert len(copies) == 2  # archived twice ...

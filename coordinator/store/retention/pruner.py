@@ -6,8 +6,10 @@ up to now, in pages: O(due tasks), never a scan of the tasks. For each page it r
 histories at one revision (store/retention/history.py), writes them to the archive sink, and only
 once the sink confirmed prunes each task with its own CAS txn (store/retention/prune_ops.py). So:
 
-- a task that moved since it was read is kept (its CAS fails); two replicas pruning at once
-  archive a task once or twice, and exactly one of them prunes it;
+- one replica's pass at a time (store/retention/prune_turn.py: the others skip theirs while
+  it holds the turn); a task that moved since it was read is kept (its CAS fails), and two
+  passes that overlap all the same (one stalled past its turn) archive a task once or twice,
+  and exactly one of them prunes it;
 - a sink that fails stops the pass before anything is deleted (and is counted and logged);
 - a crash between the archive and the prune leaves the task (and its due key) in place: the next
   pass archives it again and prunes it - archived twice, never lost;
@@ -45,6 +47,7 @@ from coordinator.store.retention.attempt_sweep import AttemptSweep
 from coordinator.store.retention.history import TaskHistory
 from coordinator.store.retention.history_read import TASKS_PER_READ, read_histories, read_whole
 from coordinator.store.retention.prune_ops import finish_pages, prune_txn
+from coordinator.store.retention.prune_turn import PruneTurn
 from coordinator.store.retention_index import due_value, finished_at_of
 
 log = structlog.get_logger(__name__)
@@ -77,7 +80,7 @@ class PassReport:
     pruned: int = 0
     archived: int = 0
     deferred: int = 0
-    lost: int = 0
+    not_pruned: int = 0  # archived, then moved or pruned by another replica before its txn
     finished: int = 0
     tombstones_expired: int = 0
     swept: int = 0
@@ -86,9 +89,9 @@ class PassReport:
     @property
     def busy(self) -> bool:
         """Whether the pass did anything worth a log line."""
-        return any((self.pruned, self.archived, self.deferred, self.lost, self.finished)) or bool(
-            self.tombstones_expired or self.swept or self.archive_failed
-        )
+        return any(
+            (self.pruned, self.archived, self.deferred, self.not_pruned, self.finished)
+        ) or bool(self.tombstones_expired or self.swept or self.archive_failed)
 
 
 def _ids(chunk: list[tuple[str, str]]) -> list[str]:
@@ -133,6 +136,7 @@ class Pruner:
         self._sink = sink
         self._sweep = AttemptSweep(self._ctx, sink, self._stop)
         self._interval = interval
+        self._turn = PruneTurn(self._ctx)
         self._thread: threading.Thread | None = None
         self._oldest_read_at = -math.inf
 
@@ -153,12 +157,25 @@ class Pruner:
                 self._stop.wait(self._interval)
                 continue
             try:
-                report = self.run_pass()
-                if report.busy:
+                report = self.pass_in_turn()
+                if report is not None and report.busy:
                     log.info("prune pass", **vars(report))
             except Exception as exc:  # etcd outage: the next pass tries again
                 log.warning("background work failed", loop=self.name, error=str(exc))
             self._stop.wait(self._interval)
+
+    def pass_in_turn(self) -> PassReport | None:
+        """A pass if this replica gets the turn (prune_turn.py), else None: another replica's
+        pass is pruning what is due for every replica."""
+        if not self._turn.take():
+            return None
+        try:
+            return self.run_pass()
+        finally:
+            try:
+                self._turn.give()
+            except Exception as exc:  # its lease expires instead
+                log.warning("could not give the prune turn back", error=str(exc))
 
     def run_pass(self) -> PassReport:
         """One pass: finish unfinished prunes, prune what is due, expire tombstones."""
@@ -176,6 +193,7 @@ class Pruner:
             report.tombstones_expired += self._expire_tombstones(self._ctx.clock.now())
             if report.archive_failed or len(page) < _PAGE:
                 break
+            self._turn.keep()
             start = page[-1].key + "\0"
         if not report.archive_failed:
             report.swept = self._sweep.run(now)
@@ -275,7 +293,7 @@ class Pruner:
         results = self._ctx.kv.txn_in_order([(txn.compares, txn.ops) for txn in txns])
         for (_, history), txn, result in zip(ready, txns, results, strict=True):
             if not result.succeeded:  # it moved, or another replica pruned it first
-                report.lost += 1
+                report.not_pruned += 1
                 continue
             report.pruned += 1
             self._ctx.metrics.pruned_tasks.inc()
