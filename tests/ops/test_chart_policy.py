@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.ops.test_helm_chart import (
     CHART,
@@ -88,6 +89,57 @@ def test_every_pod_is_selected_by_a_network_policy_by_default(values: Path) -> N
         assert any(selector <= labels for selector in selectors), manifest["metadata"]["name"]
 
 
+# The peers an ingress rule admits when its values name none: every pod of the release's
+# namespace, and nothing else.
+NAMESPACE_PODS = [{"podSelector": {}}]
+
+
+@pytest.mark.parametrize("values", VALUES, ids=lambda p: p.stem)
+def test_no_ingress_rule_admits_any_source(values: Path) -> None:
+    # A rule with `ports` and no `from` admits every source: pods of other namespaces and
+    # addresses outside the cluster. The console is turned on for its policy too (with a client
+    # certificate, which mutual TLS requires).
+    manifests = render(values, "console.enabled=true", "console.tls.clientSecretName=console-tls")
+    policies = [m for m in manifests if m["kind"] == "NetworkPolicy"]
+    assert policies
+    for policy in policies:
+        for rule in policy["spec"].get("ingress", []):
+            assert rule.get("from"), (policy["metadata"]["name"], rule["ports"])
+
+
+def test_empty_peer_lists_admit_the_pods_of_the_namespace_only() -> None:
+    tls = ("auth.tls.enabled=true", "auth.tls.secretName=coordinator-tls")
+    manifests = render(None, "console.enabled=true", *tls)
+    policy = _one(manifests, "NetworkPolicy", "rel-coordinator")
+    assert policy["spec"]["ingress"] == [
+        {"ports": [{"port": "grpc", "protocol": "TCP"}], "from": NAMESPACE_PODS},
+        {"ports": [{"port": "metrics", "protocol": "TCP"}], "from": NAMESPACE_PODS},
+        # The kubelet's probes: traffic from a pod's own node is always allowed.
+        {"ports": [{"port": "health", "protocol": "TCP"}], "from": NAMESPACE_PODS},
+    ]
+    console = _one(manifests, "NetworkPolicy", "rel-coordinator-console")
+    assert console["spec"]["ingress"] == [
+        {"ports": [{"port": "http", "protocol": "TCP"}], "from": NAMESPACE_PODS}
+    ]
+    # Peers given replace the default, exactly.
+    given = yaml.safe_load((CHART / "ci" / "bundled-etcd-values.yaml").read_text())
+    named = _one(
+        render(CHART / "ci" / "bundled-etcd-values.yaml"), "NetworkPolicy", "rel-coordinator"
+    )
+    assert [rule["from"] for rule in named["spec"]["ingress"]] == [
+        given["networkPolicy"]["grpcFrom"],
+        given["networkPolicy"]["metricsFrom"],
+    ]
+    ingress = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress"}}}]
+    sets = (
+        "console.enabled=true",
+        "console.networkPolicy.from[0].namespaceSelector.matchLabels"
+        ".kubernetes\\.io/metadata\\.name=ingress",
+    )
+    console = _one(render(None, *sets), "NetworkPolicy", "rel-coordinator-console")
+    assert console["spec"]["ingress"][0]["from"] == ingress
+
+
 def test_the_client_pods_take_no_connection_and_the_console_only_its_port() -> None:
     manifests = render(CHART / "ci" / "worker-pool-keda-values.yaml", "console.enabled=true")
     pool = _one(manifests, "NetworkPolicy", "rel-coordinator-emails")
@@ -95,8 +147,7 @@ def test_the_client_pods_take_no_connection_and_the_console_only_its_port() -> N
     assert "ingress" not in pool["spec"], "the worker pool must take no connection"
     console = _one(manifests, "NetworkPolicy", "rel-coordinator-console")
     (rule,) = console["spec"]["ingress"]
-    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
-    assert "from" not in rule  # console.networkPolicy.from empty: any pod (the ingress)
+    assert rule == {"ports": [{"port": "http", "protocol": "TCP"}], "from": NAMESPACE_PODS}
 
     off = render(None, "networkPolicy.enabled=false", "console.enabled=true")
     assert not [m for m in off if m["kind"] == "NetworkPolicy"]

@@ -595,7 +595,8 @@ def _admits(policy: Manifest, port: int | str, labels: dict[str, str]) -> bool:
         assert rule.get("from"), f"port {port} is open to every pod"
         for peer in rule["from"]:
             assert set(peer) == {"podSelector"}, f"port {port} admits more than pods: {peer}"
-            if peer["podSelector"]["matchLabels"].items() <= labels.items():
+            # An empty podSelector selects every pod of the namespace.
+            if peer["podSelector"].get("matchLabels", {}).items() <= labels.items():
                 return True
     return False
 
@@ -932,12 +933,10 @@ def test_the_worker_pool_reaches_every_replica_and_outlasts_its_own_grace(values
     service = _one(manifests, "Service", "rel-coordinator")
     assert not service["spec"]["selector"].items() <= labels.items()
     assert "replicas" not in deployment["spec"], "the autoscaler owns the replica count"
-    # The coordinator's policy (on by default) admits the pool to its gRPC port: open to every
-    # pod of the namespace (no grpcFrom), or naming the pool's labels.
+    # The coordinator's policy (on by default) admits the pool to its gRPC port: every pod of
+    # the namespace (no grpcFrom), or the pool's labels named in grpcFrom.
     policy = _one(manifests, "NetworkPolicy", "rel-coordinator")
-    grpc = [r for r in policy["spec"]["ingress"] if "grpc" in [p["port"] for p in r["ports"]]]
-    open_to_pods = any("from" not in rule for rule in grpc)
-    assert open_to_pods or _admits(policy, "grpc", labels), "the network policy shuts the pool out"
+    assert _admits(policy, "grpc", labels), "the network policy shuts the pool out"
 
     target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment["metadata"]["name"]}
     if values == "worker-pool-keda":

@@ -315,3 +315,11 @@ app.kubernetes.io/name: {{ include "coordinator.name" . }}-console
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: console
 {{- end -}}
+
+{{/* The `from` of an ingress rule: the NetworkPolicyPeers given, or (none given) every pod of
+     the release's namespace. Never a rule without `from`: that admits any source, pods of other
+     namespaces and addresses outside the cluster alike. */}}
+{{- define "coordinator.networkPolicy.from" -}}
+from:
+{{- toYaml (. | default (list (dict "podSelector" (dict)))) | nindent 2 }}
+{{- end -}}
