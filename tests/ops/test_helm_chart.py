@@ -454,12 +454,23 @@ def test_external_etcd_is_the_default() -> None:
     assert _config(manifests)["etcd"] == ["etcd:2379"]
 
 
+def _etcd_quota(manifests: list[Manifest]) -> int:
+    """The bundled etcd's --quota-backend-bytes."""
+    (_, etcd), *_ = _containers(_one(manifests, "StatefulSet"))
+    quota = next(a for a in etcd["args"] if a.startswith("--quota-backend-bytes="))
+    return int(quota.partition("=")[2])
+
+
 def test_the_space_guard_reads_the_quota_etcd_really_has() -> None:
-    # A guard that assumed etcd's default 2 GiB would refuse creates at 1.6 GiB of an 8 GiB etcd.
+    # A guard that assumed etcd's default 2 GiB would refuse creates at 1.6 GiB of a larger etcd.
     bundled = render(CHART / "ci" / "bundled-etcd-values.yaml")
-    etcd_args = _one(bundled, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]["args"]
-    quota = next(a for a in etcd_args if a.startswith("--quota-backend-bytes="))
-    assert _config(bundled)["etcd_quota_bytes"] == int(quota.partition("=")[2]) == 8 << 30
+    assert _config(bundled)["etcd_quota_bytes"] == _etcd_quota(bundled) == 2 << 30
+    larger = render(
+        CHART / "ci" / "bundled-etcd-values.yaml",
+        "etcd.bundled.quotaBackendBytes=4294967296",
+        "etcd.bundled.resources.limits.memory=16Gi",
+    )
+    assert _config(larger)["etcd_quota_bytes"] == _etcd_quota(larger) == 4 << 30
     external = _config(render(None, "config.etcdQuotaBytes=4294967296"))
     assert external["etcd_quota_bytes"] == 4 << 30
     assert (external["etcd_quota_high_water"], external["etcd_space_interval"]) == (0.8, 5.0)
@@ -472,6 +483,53 @@ def test_the_space_guard_reads_the_quota_etcd_really_has() -> None:
         "write_budget_window": 60.0,
         "write_budget_high_water_share": 0.0625,
     }
+
+
+# Kubernetes quantity suffixes (resource.Quantity), binary and decimal.
+_QUANTITY = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+_QUANTITY |= {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "": 1}
+
+
+def _bytes(quantity: str | int) -> int:
+    """The bytes of a memory quantity ("8Gi", "512M", 1073741824)."""
+    match = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", str(quantity))
+    assert match is not None, quantity
+    return int(float(match[1]) * _QUANTITY[match[2]])
+
+
+# etcd memory-maps its db file: a member's memory must hold the db at its quota, and more while
+# it defragments (a second copy), sends or receives a snapshot and replays its WAL. Four times
+# the quota is the floor the etcd operators' sizing gives (OpenShift's etcd docs: memory of at
+# least 4x the database size); the request holds the whole quota, so the scheduler places the
+# member where a full db fits.
+ETCD_MEMORY_PER_QUOTA = 4
+
+
+@pytest.mark.parametrize(
+    "values",
+    [None, *(v for v in VALUES if v.stem.startswith("bundled-etcd"))],
+    ids=lambda p: p.stem if p else "defaults",
+)
+def test_the_bundled_etcds_memory_holds_its_quota(values: Path | None) -> None:
+    manifests = render(values, "etcd.mode=bundled") if values is None else render(values)
+    quota = _etcd_quota(manifests)
+    (_, etcd), *_ = _containers(_one(manifests, "StatefulSet"))
+    resources = etcd["resources"]
+    assert _bytes(resources["limits"]["memory"]) >= ETCD_MEMORY_PER_QUOTA * quota, resources
+    assert _bytes(resources["requests"]["memory"]) >= quota, resources
+    # The space guard and the near-quota alert read the same quota the members enforce.
+    assert _config(manifests)["etcd_quota_bytes"] == quota
+
+
+def test_the_bundled_etcds_default_quota_is_etcds_own_with_four_times_the_memory() -> None:
+    manifests = render(None, "etcd.mode=bundled")
+    (_, etcd), *_ = _containers(_one(manifests, "StatefulSet"))
+    assert _etcd_quota(manifests) == 2 << 30  # etcd's default --quota-backend-bytes
+    assert etcd["resources"] == {
+        "requests": {"cpu": "200m", "memory": "2Gi"},
+        "limits": {"cpu": "2", "memory": "8Gi"},
+    }
+    assert _bytes("8Gi") == 8 << 30 and _bytes("512M") == 512 * 10**6 and _bytes(1024) == 1024
 
 
 def test_tls_mounts_the_files_the_configuration_names() -> None:
