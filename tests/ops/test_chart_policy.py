@@ -91,7 +91,7 @@ def test_every_pod_is_selected_by_a_network_policy_by_default(values: Path) -> N
 
 # The peers an ingress rule admits when its values name none: every pod of the release's
 # namespace, and nothing else.
-NAMESPACE_PODS = [{"podSelector": {}}]
+NAMESPACE_PODS: list[Manifest] = [{"podSelector": {}}]
 
 
 @pytest.mark.parametrize("values", VALUES, ids=lambda p: p.stem)
