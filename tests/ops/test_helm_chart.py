@@ -1087,6 +1087,11 @@ ALERTS = {
     "CoordinatorEtcdNearQuota",
     "CoordinatorTasksDeadLettered",
     "CoordinatorQueueFailing",
+    "CoordinatorQueueStuck",
+    "CoordinatorArchiveFailing",
+    "CoordinatorPruneBehind",
+    "CoordinatorRpcServerErrors",
+    "CoordinatorCallsRefusedByVersionGate",
 }
 
 

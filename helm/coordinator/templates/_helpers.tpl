@@ -323,3 +323,12 @@ app.kubernetes.io/component: console
 from:
 {{- toYaml (. | default (list (dict "podSelector" (dict)))) | nindent 2 }}
 {{- end -}}
+
+{{/* Whole seconds of a duration as the server takes it ("7d", "1.5h", "3600": a number with an
+     optional s, m, h, d or w; values.schema.json checks the form). */}}
+{{- define "coordinator.seconds" -}}
+{{- $text := toString . -}}
+{{- $unit := regexFind "[smhdw]$" $text -}}
+{{- $per := get (dict "" 1 "s" 1 "m" 60 "h" 3600 "d" 86400 "w" 604800) $unit -}}
+{{- mulf (float64 (trimSuffix $unit $text)) $per | int64 -}}
+{{- end -}}
