@@ -40,13 +40,20 @@ def printable_text(data: bytes) -> str | None:
     return None
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def shown(text: str) -> str:
-    """``text`` safe to print on a terminal: control characters but line breaks and tabs
-    (an escape sequence in a cancel reason or an error message a caller sent) as ``\\xNN``."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """``text`` safe to print on a terminal: control characters but tabs (an escape sequence in
+    a cancel reason or an error message a caller sent, a line break that would print a fake
+    event line) as ``\\xNN``, and the bidirectional formatting characters (a right-to-left
+    override that reverses what follows) as ``\\uNNNN``."""
+    return _CONTROL.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def to_json(value: Any) -> Any:

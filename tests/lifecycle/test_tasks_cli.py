@@ -538,5 +538,8 @@ def test_control_characters_a_caller_sent_are_shown_escaped_never_sent_to_the_te
     assert "bye\\x1b]0;owned\\x07\\x1b[2J\\x9b" in shown.stdout
 
 
-def test_shown_escapes_control_characters_but_line_breaks_and_tabs() -> None:
-    assert shown("a\x1bb\tc\nd\x9be\x7f\x00") == "a\\x1bb\tc\nd\\x9be\\x7f\\x00"
+def test_shown_escapes_control_characters_but_tabs_and_bidirectional_overrides() -> None:
+    # A line break a worker put in an error message printed a fake line of `coordinator
+    # events`; a right-to-left override reversed the rest of the line on the operator's screen.
+    assert shown("a\x1bb\tc\nd\x9be\x7f\x00\r") == "a\\x1bb\tc\\x0ad\\x9be\\x7f\\x00\\x0d"
+    assert shown("ok \u202edab\u2066 \u00e9\u4e2d") == "ok \\u202edab\\u2066 \u00e9\u4e2d"
