@@ -58,6 +58,11 @@ class StoreUnavailable(CoordinatorError):
     """etcd could not be reached or did not answer in time; the call may be retried."""
 
 
+class ReplicaRefused(CoordinatorError):
+    """The keyspace's version record refuses this replica (too old a binary, or one that knows
+    too old a schema): another replica may serve the call (gRPC UNAVAILABLE)."""
+
+
 class StoreRefused(CoordinatorError):
     """etcd (or whatever answers at its endpoint) refused the request itself: a malformed txn,
     auth, quota, or a server that is not etcd at all. Retrying the same request cannot help."""

@@ -22,8 +22,8 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 class HealthChecker:
-    """Sets SERVING / NOT_SERVING for "" and ``services`` from whether etcd answers; stops with
-    the server."""
+    """Sets SERVING / NOT_SERVING for "" and ``services`` from whether etcd answers and the
+    version record admits this replica; stops with the server."""
 
     def __init__(
         self,
@@ -49,7 +49,10 @@ class HealthChecker:
         error = ""
         try:
             self._store.admin.epoch()
-            serving = True
+            # A replica the version record refuses answers nothing but health: not ready, so
+            # a load balancer sends its calls to the replicas that serve them.
+            refusal = self._store.standing.current()[1]
+            serving, error = refusal is None, refusal or ""
         except CoordinatorError as exc:
             serving = False
             error = str(exc)

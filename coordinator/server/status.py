@@ -31,6 +31,7 @@ STATUS_CODES: dict[type[errors.CoordinatorError], grpc.StatusCode] = {
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.StoreUnavailable: grpc.StatusCode.UNAVAILABLE,
+    errors.ReplicaRefused: grpc.StatusCode.UNAVAILABLE,
     # Heard by nobody, as a rule: its caller left. The status only ends the call.
     errors.Undelivered: grpc.StatusCode.CANCELLED,
     # A server misconfiguration is not the caller's fault and retrying will not help.

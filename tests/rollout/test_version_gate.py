@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import coordinator
 from coordinator.domain.versions import SCHEMA_VERSION, VersionRecord
@@ -152,6 +153,9 @@ def test_admin_calls_pass_the_sdk_check(coord: Served) -> None:
 
 
 def test_a_running_replica_below_a_raised_minimum_refuses_calls(coord: Served) -> None:
+    """UNAVAILABLE, not FAILED_PRECONDITION: the replica is out of date, not the caller, so the
+    SDK moves on to another replica and a pool keeps polling (a FAILED_PRECONDITION stopped
+    every pool connected to a lagging replica); its readiness says NOT_SERVING."""
     assert list(_list(coord.target).tasks) == []  # fills the gate's cache
     VersionStore(coord.store.ctx, own_version="99.0").set_minimums(min_coordinator_version="99.0")
 
@@ -159,12 +163,40 @@ def test_a_running_replica_below_a_raised_minimum_refuses_calls(coord: Served) -
         try:
             _list(coord.target)
         except grpc.RpcError as exc:
-            assert exc.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert exc.code() == grpc.StatusCode.UNAVAILABLE
             return str(exc.details())
         return None
 
     details = eventually(refused, timeout=10.0)
-    assert f"coordinator version {OWN} is below" in details
+    assert details == (
+        f"coordinator version {OWN} is below the keyspace's minimum coordinator version 99.0; "
+        "upgrade the coordinator (this replica serves nothing until then; another replica may "
+        "serve the call)"
+    )
+    with grpc.insecure_channel(coord.target, options=GRPC_OPTIONS) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        ready = health_pb2.HealthCheckRequest(service="coordinator.v1.WorkerService")
+        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+        eventually(lambda: health.Check(ready).status == not_serving, timeout=15.0)
+        admin = admin_pb2_grpc.AdminServiceStub(channel)
+        ops = ((PRINCIPAL_METADATA_KEY, "ops"),)
+        # The operator reads the record and undoes the raise through the refused replica.
+        shown = admin.GetVersions(admin_pb2.GetVersionsRequest(), metadata=ops)
+        assert shown.versions.min_coordinator_version == "99.0"
+        raise_more = admin_pb2.SetMinimumVersionsRequest(min_sdk_version="1.0")
+        with pytest.raises(grpc.RpcError) as still:
+            admin.SetMinimumVersions(raise_more, metadata=ops)
+        assert still.value.code() == grpc.StatusCode.UNAVAILABLE
+        lower = admin_pb2.SetMinimumVersionsRequest(min_coordinator_version=OWN, allow_lower=True)
+        assert admin.SetMinimumVersions(lower, metadata=ops).versions.min_coordinator_version == OWN
+
+    def admitted() -> bool:
+        try:
+            return list(_list(coord.target).tasks) == []
+        except grpc.RpcError:
+            return False  # the replica's reading of the record is up to 2 s old
+
+    eventually(admitted, timeout=10.0, message="not admitted again after the lowering")
 
 
 def test_the_gate_and_the_loops_read_the_record_through_one_cache() -> None:

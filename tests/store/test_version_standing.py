@@ -17,7 +17,7 @@ from coordinator.clock import ManualClock
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import TaskState
 from coordinator.domain.versions import VersionRecord
-from coordinator.errors import FailedPrecondition
+from coordinator.errors import ReplicaRefused
 from coordinator.store.control.versions import Standing, VersionStore
 from coordinator.store.indexes.watch_loop import _RESUME
 from tests.helpers import InProcessCaller, eventually
@@ -109,7 +109,7 @@ def test_a_long_poll_let_in_before_the_refusal_claims_nothing_after_it(
         eventually(lambda: store.long_poll.waiting() == 1, message="not waiting")
         eventually(lambda: not store.ctx.admitted(), timeout=10, message="still admitted")
         create(store, "t1")  # through a replica the record admits
-        with pytest.raises(FailedPrecondition) as refused:
+        with pytest.raises(ReplicaRefused) as refused:
             waiting.result(timeout=15)
     assert str(refused.value) == (
         f"coordinator version {coordinator.__version__} is below the keyspace's minimum "

@@ -8,7 +8,12 @@
   FAILED_PRECONDITION naming the minimum. A call without the header (a raw gRPC client) is
   admitted unless the record sets ``require_sdk_version``. AdminService is exempt from the SDK
   check, so an operator can always read and correct the record. A running replica that an
-  admin raised the minimum past refuses every call but health. The record is read through the
+  admin raised the minimum past refuses every call but health UNAVAILABLE (another replica may
+  serve it: the SDK moves on to the next one, a pool keeps polling instead of stopping) and
+  answers its readiness NOT_SERVING. It still answers GetVersions and GetEpoch, and a
+  SetMinimumVersions that lowers the minimum coordinator version (``allow_lower``) when the
+  keyspace's schema is one it knows: after a binary rollback the operator undoes the raise
+  through the old replicas, instead of editing etcd by hand. The record is read through the
   replica's ``Standing`` (store/control/versions.py), the cache its background loops ask too,
   so calls and loops are refused from the same reading on.
 """
@@ -30,6 +35,8 @@ SDK_VERSION_METADATA_KEY = "x-coordinator-sdk-version"
 """The gRPC metadata key in which the SDK names its version."""
 
 _ADMIN_SERVICE = "/coordinator.v1.AdminService/"
+_ANSWERED_WHEN_REFUSED = frozenset({f"{_ADMIN_SERVICE}GetVersions", f"{_ADMIN_SERVICE}GetEpoch"})
+_SET_MINIMUMS = f"{_ADMIN_SERVICE}SetMinimumVersions"
 
 
 class VersionRefused(ConfigError):
@@ -56,13 +63,16 @@ class VersionGateInterceptor:
     def build(self, method: str, handler: Handler) -> Handler:
         """The method's handler, refusing a call FAILED_PRECONDITION when the version record
         says so (read per call, from a cache); open services pass through."""
-        if method.startswith(OPEN_SERVICES):
+        if method.startswith(OPEN_SERVICES) or method in _ANSWERED_WHEN_REFUSED:
             return handler
         sdk_checked = not method.startswith(_ADMIN_SERVICE)
 
         def gated(behavior: Behavior) -> Behavior:
             def run(request: Any, context: grpc.ServicerContext) -> Any:
-                reason = self._refusal(context, sdk_checked=sdk_checked)
+                replica = self._replica_refusal(method, request)
+                if replica is not None:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, f"{replica}{_ELSEWHERE}")
+                reason = self._sdk_refusal(context) if sdk_checked else None
                 if reason is not None:
                     context.abort(grpc.StatusCode.FAILED_PRECONDITION, reason)
                 return behavior(request, context)
@@ -71,9 +81,31 @@ class VersionGateInterceptor:
 
         return rebuilt(handler, lambda kind, behavior: gated(behavior))
 
-    def _refusal(self, context: grpc.ServicerContext, *, sdk_checked: bool) -> str | None:
+    def _replica_refusal(self, method: str, request: Any) -> str | None:
+        """Why the record refuses this replica the call, None if it admits it (an unreadable
+        record admits it: the call then fails on its own)."""
         record, reason = self._standing.current()
-        if record is None or reason is not None or not sdk_checked:
-            return reason  # unreadable (the call then fails on its own), refused, or exempt
+        if reason is None or record is None:
+            return None
+        if method == _SET_MINIMUMS and _undoes_a_raise(request, record.schema_version):
+            return None
+        return reason
+
+    def _sdk_refusal(self, context: grpc.ServicerContext) -> str | None:
+        record, _ = self._standing.current()
+        if record is None:
+            return None
         metadata = context.invocation_metadata()
         return sdk_refusal(record, metadata_value(metadata, SDK_VERSION_METADATA_KEY))
+
+
+_ELSEWHERE = " (this replica serves nothing until then; another replica may serve the call)"
+
+
+def _undoes_a_raise(request: Any, schema: int) -> bool:
+    """Whether a SetMinimumVersions lowers the minimum coordinator version on a keyspace whose
+    schema this binary knows: the one write a refused replica takes (the store still refuses
+    a minimum above this binary's own version)."""
+    return bool(request.allow_lower and request.min_coordinator_version) and (
+        schema <= SCHEMA_VERSION
+    )

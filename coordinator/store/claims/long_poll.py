@@ -34,7 +34,7 @@ from contextlib import contextmanager
 
 from coordinator.domain.decisions import Verdict
 from coordinator.domain.states import Outcome
-from coordinator.errors import CoordinatorError, FailedPrecondition, ResourceExhausted
+from coordinator.errors import CoordinatorError, ReplicaRefused, ResourceExhausted
 from coordinator.metrics import Metrics
 from coordinator.store.attempts.give_back import GiveBacks
 from coordinator.store.claims.claim import ClaimStore
@@ -290,13 +290,14 @@ class LongPoll:
             raise
 
     def _still_admitted(self) -> None:
-        """Refuse the waiting call FAILED_PRECONDITION once the version record refuses this
-        replica. The version gate checks a call when it starts, through a cache of a couple of
-        seconds; a long poll it let in just after an admin raised the minimum (or the schema)
-        would otherwise claim with the new epoch from a replica refused for it."""
+        """Refuse the waiting call UNAVAILABLE (ReplicaRefused: another replica may serve it)
+        once the version record refuses this replica. The version gate checks a call when it
+        starts, through a cache of a couple of seconds; a long poll it let in just after an
+        admin raised the minimum (or the schema) would otherwise claim with the new epoch from
+        a replica refused for it."""
         refusal = self._refusal()
         if refusal is not None:
-            raise FailedPrecondition(refusal)
+            raise ReplicaRefused(refusal)
 
     def _wait_for_turns(
         self,
