@@ -94,6 +94,7 @@ export class Claim {
   private readonly lease: Lease;
   private lost: LostReason | undefined;
   private finished = "";
+  private closed = false;
   // The effect keys this attempt sent downstream: never sent twice within an attempt, even if
   // the coordinator answers EXECUTE again (a retried prepare whose first answer was lost).
   private readonly sentKeys = new Set<string>();
@@ -190,6 +191,12 @@ export class Claim {
    * and a later attempt of this task revision starts with it as `previousCheckpoint`. */
   checkpoint(data: Payload): void {
     this.lease.checkpoint(bytesOf(data));
+  }
+
+  /** Stop renewing the claim without ending it: a task it did not settle is claimed again
+   * once its lease runs out (the pool closes each claim it settled or could not settle). */
+  close(): void {
+    this.closed = true;
   }
 
   // --- acceptance points ---------------------------------------------------------------------
@@ -346,9 +353,9 @@ export class Claim {
 
   // --- keepalive (keepalive.ts calls these; callers of the SDK never need them) ---------------
 
-  /** False once the claim ended or was lost: the keepalive drops it. */
+  /** False once the claim ended, was lost or closed: the keepalive drops it. */
   keepaliveWanted(): boolean {
-    return this.isHeld();
+    return this.isHeld() && !this.closed;
   }
 
   /** The next renewal (latest progress and checkpoint) and its deadline. */

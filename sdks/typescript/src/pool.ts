@@ -16,8 +16,9 @@
  *
  * The handler gets the Claim and an AbortSignal that aborts when the claim is lost or the
  * shutdown grace ran out. What it returns is committed; a throw gives the task back as a
- * retryable failure (the task's retry policy decides what follows); undefined means it ended
- * the claim itself, or the pool releases it.
+ * retryable failure (the task's retry policy decides what follows), and so does an answer that
+ * is neither text nor bytes (a TypeError); undefined means it ended the claim itself, or the
+ * pool releases it.
  *
  * `stop()` stops claiming at once (the long polls in flight are aborted, so a shutdown never
  * claims), lets running handlers finish until `graceSeconds` passed, then aborts the rest and
@@ -61,6 +62,9 @@ export const GIVE_BACK_TIMEOUT = 10;
 export const SHUTDOWN_ERROR = "WorkerShutdown";
 /** Why a claim whose handler returned no result as the pool stopped was given back. */
 const STOPPED = "the handler returned no result as the worker was stopping";
+/** What a pool logs when settling a claim threw something unexpected (a bug, not the handler's
+ * error, which gives the task back): the slot goes back to the claim loops either way. */
+const SLOT_FAULT = "claim not settled (a fault past its handler): slot freed, claim left to its lease";
 
 const POLL_INITIAL = 0.05;
 const POLL_MAX = 2;
@@ -211,10 +215,16 @@ export class WorkerPool {
       this.givingBack.add(back);
       return;
     }
-    const done = this.runOne(claim).finally(() => {
-      this.running.delete(claim);
-      this.giveSlots(1);
-    });
+    const done = this.runOne(claim)
+      .catch((error: unknown) => {
+        console.error(`coordinator: ${SLOT_FAULT}: ${claim}:`, error);
+        claim.close(); // no more renewals: the lease ends it
+        this.endings.unsettled += 1;
+      })
+      .finally(() => {
+        this.running.delete(claim);
+        this.giveSlots(1);
+      });
     this.running.set(claim, done);
   }
 
@@ -233,6 +243,11 @@ export class WorkerPool {
 
   /** Commit the result, or give the task back; how the claim ended. */
   private async settle(claim: Claim, result: Payload | undefined | void, failure: unknown): Promise<Ending> {
+    const refused = failure === undefined ? resultError(result) : undefined;
+    if (refused) {
+      console.error(`coordinator: ${claim}: ${refused.message}`);
+      [result, failure] = [undefined, refused];
+    }
     try {
       if (result !== undefined && failure === undefined && !claim.isLost()) {
         try {
@@ -286,6 +301,16 @@ export class WorkerPool {
     }
     this.endings[ending] += 1;
   }
+}
+
+/** Undefined if a handler's answer is one it may give (a Payload, or undefined), else the
+ * TypeError its task is given back with: null, numbers and objects get past an `any`. */
+function resultError(result: unknown): TypeError | undefined {
+  if (result === undefined || typeof result === "string" || result instanceof Uint8Array) return undefined;
+  const type = result === null ? "null" : typeof result === "object" ? result.constructor?.name ?? "object" : typeof result;
+  return new TypeError(
+    `the handler returned ${type}: a handler returns a string or a Uint8Array (committed) or undefined (the claim released)`,
+  );
 }
 
 /** Stop `pool` on SIGTERM and SIGINT (a pod's shutdown, Ctrl-C); returns what removes them. */

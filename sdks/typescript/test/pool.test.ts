@@ -156,3 +156,50 @@ test("a result past the limit is refused before it is sent and the task given ba
   assert.match((await client.getTask(task.taskId)).lastError, /result is 614400 bytes, the limit is 524288/);
   await assert.rejects(client.createTask({ queue, input: new Uint8Array(256 * 1024 + 1) }), /input is 262145 bytes/);
 });
+
+test("a handler that returns neither text nor bytes has its task given back, naming what a handler returns", async () => {
+  const queue = unique("q");
+  const returned = new Map<string, unknown>([["null", null], ["object", { a: 1 }]]);
+  const tasks = await Promise.all([...returned.keys()].map((input) => client.createTask({ queue, input, maxAttempts: 1 })));
+  const pool = new WorkerPool(client, async (claim) => returned.get(claim.inputText()) as never, {
+    queues: [queue],
+    concurrency: 2,
+    longPollSeconds: 1,
+  });
+  const running = pool.run();
+  const failed = async (): Promise<boolean> => {
+    const states = await Promise.all(tasks.map((t) => client.getTask(t.taskId)));
+    return states.every((t) => t.state === TaskState.FAILED);
+  };
+  await eventually(failed, 30, "both given back");
+  pool.stop();
+  assert.deepEqual(await running, { committed: 0, released: 0, failed: 2, lost: 0, cut_off: 0, unsettled: 0 });
+  const errors = await Promise.all(tasks.map(async (t) => (await client.getTask(t.taskId)).lastError));
+  const rule = "a handler returns a string or a Uint8Array (committed) or undefined (the claim released)";
+  assert.deepEqual(errors, [`TypeError: the handler returned null: ${rule}`, `TypeError: the handler returned Object: ${rule}`]);
+});
+
+test("a fault settling a claim frees its slot and stops its renewals instead of crashing the worker", async () => {
+  const queue = unique("q");
+  const task = await client.createTask({ queue });
+  const own = clientOf(server, "faulty");
+  let ran = false;
+  const pool = new WorkerPool(own, async () => {
+    ran = true;
+    // An error the pool cannot read: settling it throws past the SDK's errors.
+    const error = new Error("unreadable");
+    Object.defineProperty(error, "stack", { get: () => assert.fail("no stack") });
+    throw error;
+  }, { queues: [queue], ttlSeconds: 2, longPollSeconds: 1 });
+  try {
+    const running = pool.run();
+    await eventually(() => ran && pool.held === 0, 30, "the claim ended");
+    pool.stop();
+    assert.deepEqual(await running, { committed: 0, released: 0, failed: 0, lost: 0, cut_off: 0, unsettled: 1 });
+    assert.equal(own.keepalive.size, 0);
+    // Left to its lease, which runs out: the task is claimable again.
+    await eventually(async () => (await client.getTask(task.taskId)).state === TaskState.READY, 30, "lease ran out");
+  } finally {
+    own.close();
+  }
+});
