@@ -261,10 +261,10 @@ export class Claim {
   }
 
   /**
-   * Report that this attempt failed: `error` is an Error (its name is the error code, its
-   * message the message, its stack the details) or an error code. `retryable: false` sends the
-   * task to the dead letter at once. Recorded ends the claim; FENCED / CANCELLED / STALE_INPUT
-   * mark it lost unless this attempt had already ended itself.
+   * Report that this attempt failed: `error` is an Error (its name, less what a code may not
+   * hold, is the error code, its message the message, its stack the details) or an error code.
+   * `retryable: false` sends the task to the dead letter at once. Recorded ends the claim;
+   * FENCED / CANCELLED / STALE_INPUT mark it lost unless this attempt had already ended itself.
    */
   async fail(error: Error | string, options: FailOptions = {}): Promise<FailOutcome> {
     const response = await this.call(WorkerService.method.fail, failRequest(this.fence, error, options));

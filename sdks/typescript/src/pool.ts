@@ -277,6 +277,8 @@ export class WorkerPool {
       if (!(error instanceof CoordinatorError)) throw error;
       console.error(`coordinator: could not settle ${claim}:`, error.message);
       return claim.committed ? "committed" : "unsettled";
+    } finally {
+      claim.close(); // settled, or left to its lease: renewing it would only hold the task
     }
   }
 
@@ -298,6 +300,8 @@ export class WorkerPool {
     } catch (error) {
       console.error(`coordinator: could not give ${claim} back:`, error);
       ending = "unsettled";
+    } finally {
+      claim.close(); // given back, or left to its lease
     }
     this.endings[ending] += 1;
   }

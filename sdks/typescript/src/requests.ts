@@ -11,6 +11,7 @@ import { type Payload, bytesOf } from "./payload.js";
 const MAX_ERROR_MESSAGE = 1024;
 const MAX_ERROR_DETAILS = 16 * 1024;
 const ERROR_CODE = /^[A-Za-z0-9._:-]{1,128}$/;
+const NOT_IN_A_CODE = /[^A-Za-z0-9._:-]/g;
 
 /** Options of a fail. */
 export interface FailOptions {
@@ -29,10 +30,11 @@ export interface FailOptions {
 
 /** A Fail of the attempt behind `fence`: `error` is an Error (its name is the error code, its
  * message the message, its stack the details) or an error code. A malformed code is refused
- * here (InvalidArgument), before any call, as the Python SDK refuses it. */
+ * here (InvalidArgument), before any call, as the Python SDK refuses it; an Error's name is
+ * made a valid code (codeOf). */
 export function failRequest(fence: Fence, error: Error | string, options: FailOptions): MessageInitShape<typeof FailRequestSchema> {
   const isError = error instanceof Error;
-  const code = isError ? error.name || "Error" : error;
+  const code = isError ? codeOf(error) : error;
   if (!ERROR_CODE.test(code)) {
     throw new InvalidArgument(`error code ${JSON.stringify(code)} must be 1-128 characters of [A-Za-z0-9._:-]`);
   }
@@ -49,6 +51,13 @@ export function failRequest(fence: Fence, error: Error | string, options: FailOp
     requeueDelay: delay === undefined ? undefined : durationOf(delay),
     shutdown: options.shutdown ?? false,
   };
+}
+
+/** An Error's name as an error code: what a code may not hold dropped ("Validation Error" is
+ * "ValidationError"), "Error" if nothing is left. Python's, a class name, is always valid; a
+ * name refused here would leave the attempt unfailed, its task held by a worker done with it. */
+function codeOf(error: Error): string {
+  return String(error.name).replace(NOT_IN_A_CODE, "").slice(0, 128) || "Error";
 }
 
 /** The claims of the tasks ClaimResponse granted (none when refused). */

@@ -10,7 +10,7 @@ import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { Claim, type ClaimNextOptions, TaskState, WorkerClient, WorkerPool } from "../dist/index.js";
+import { Claim, type ClaimNextOptions, OutcomeUnknown, TaskState, WorkerClient, WorkerPool } from "../dist/index.js";
 import { type Server, clientOf, eventually, startServer, unique } from "./server.js";
 
 const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), "pool-worker.js");
@@ -201,5 +201,50 @@ test("a fault settling a claim frees its slot and stops its renewals instead of 
     await eventually(async () => (await client.getTask(task.taskId)).state === TaskState.READY, 30, "lease ran out");
   } finally {
     own.close();
+  }
+});
+
+test("an error whose name is no valid error code fails the task under the name's valid characters", async () => {
+  const queue = unique("q");
+  const task = await client.createTask({ queue, maxAttempts: 1 });
+  const pool = new WorkerPool(client, async () => {
+    const error = new Error("the input has no question");
+    error.name = "Validation Error";
+    throw error;
+  }, { queues: [queue], longPollSeconds: 1 });
+  const running = pool.run();
+  await eventually(async () => (await client.getTask(task.taskId)).state === TaskState.FAILED, 30, "failed");
+  pool.stop();
+  assert.deepEqual(await running, { committed: 0, released: 0, failed: 1, lost: 0, cut_off: 0, unsettled: 0 });
+  assert.equal((await client.getTask(task.taskId)).lastError, "ValidationError: the input has no question");
+});
+
+test("a claim whose failure the coordinator did not take stops renewing, so its lease runs out", async () => {
+  const queue = unique("q");
+  const task = await client.createTask({ queue });
+  // The fail's answer lost for good (a coordinator that went away for longer than the retry
+  // budget), while renewals still reach it.
+  class FailUnknown extends WorkerClient {
+    override async claimNext(q: string, options: ClaimNextOptions & { maxTasks?: number }): Promise<never> {
+      const won = await super.claimNext(q, { ...options, maxTasks: options.maxTasks ?? 1 });
+      for (const claim of Array.isArray(won) ? won : []) {
+        claim.fail = () => Promise.reject(new OutcomeUnknown("UNAVAILABLE: gone; outcome unknown, not failed"));
+      }
+      return won as never;
+    }
+  }
+  const unknown = new FailUnknown({ target: server.target, principal: "fail-unknown", env: {} });
+  const pool = new WorkerPool(unknown, async () => {
+    throw new RangeError("no such name");
+  }, { queues: [queue], ttlSeconds: 2, longPollSeconds: 1 });
+  try {
+    const running = pool.run();
+    await eventually(async () => (await client.getTask(task.taskId)).attempt === 1 && pool.held === 0, 30, "settled");
+    pool.stop();
+    assert.deepEqual(await running, { committed: 0, released: 0, failed: 0, lost: 0, cut_off: 0, unsettled: 1 });
+    assert.equal(unknown.keepalive.size, 0);
+    await eventually(async () => (await client.getTask(task.taskId)).state === TaskState.READY, 30, "lease ran out");
+  } finally {
+    unknown.close();
   }
 });
