@@ -167,6 +167,10 @@ export class WorkerPool {
       if (typeof won !== "string") {
         delay = POLL_INITIAL;
         this.giveSlots(slots - won.length);
+        // An answer that came while the event loop stood still (a handler's CPU-bound work) is
+        // read before a SIGTERM that came meanwhile is: let the signal land first, so start()
+        // gives back what a stopped pool won instead of running it.
+        await new Promise((ok) => setImmediate(ok));
         for (const claim of won) this.start(claim);
         continue;
       }

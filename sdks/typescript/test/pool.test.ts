@@ -4,19 +4,35 @@
  * (the tasks are READY again long before their 30 s leases would have run out).
  */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { dirname, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import { Claim, type ClaimNextOptions, OutcomeUnknown, TaskState, WorkerClient, WorkerPool } from "../dist/index.js";
-import { type Server, clientOf, eventually, startServer, unique } from "./server.js";
+import { type Server, clientOf, eventually, metricOf, startServer, unique } from "./server.js";
 
 const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), "pool-worker.js");
 
 let server: Server;
 let client: WorkerClient;
+
+/** A pool-worker.js process over `queue`: its stdout lines as they come, and its exit code. */
+function startWorker(queue: string, env: Record<string, string> = {}): {
+  worker: ChildProcess;
+  lines: string[];
+  exited: Promise<number | null>;
+} {
+  const worker = spawn("node", [WORKER], {
+    env: { PATH: process.env.PATH, COORDINATOR_TARGET: server.target, POOL_QUEUE: queue, ...env },
+    stdio: ["pipe", "pipe", "inherit"],
+  });
+  const exited = new Promise<number | null>((ok) => worker.once("exit", (code) => ok(code)));
+  const lines: string[] = [];
+  createInterface({ input: worker.stdout as NodeJS.ReadableStream }).on("line", (line) => lines.push(line));
+  return { worker, lines, exited };
+}
 
 before(async () => {
   server = await startServer();
@@ -58,13 +74,7 @@ test("a pool commits what its handler returns and gives a throwing handler's tas
 test("SIGTERM stops a worker process within its grace and its claims are given back at once", async () => {
   const queue = unique("q");
   const tasks = await Promise.all([1, 2].map((n) => client.createTask({ queue, input: String(n) })));
-  const worker = spawn("node", [WORKER], {
-    env: { PATH: process.env.PATH, COORDINATOR_TARGET: server.target, POOL_QUEUE: queue },
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  const exited = new Promise<number | null>((ok) => worker.once("exit", (code) => ok(code)));
-  const lines: string[] = [];
-  createInterface({ input: worker.stdout as NodeJS.ReadableStream }).on("line", (line) => lines.push(line));
+  const { worker, lines, exited } = startWorker(queue);
   await eventually(() => lines.filter((l) => l.startsWith("running ")).length === 2, 30, "both handlers running");
   worker.kill("SIGTERM");
   assert.equal(await exited, 0);
@@ -79,6 +89,25 @@ test("SIGTERM stops a worker process within its grace and its claims are given b
     assert.ok(next instanceof Claim);
     await next.commit("done elsewhere");
   }
+});
+
+test("a claim a long poll won while the event loop was blocked and SIGTERM came is never run", async () => {
+  const queue = unique("q");
+  const blocker = await client.createTask({ queue, input: "block" });
+  const { worker, lines, exited } = startWorker(queue);
+  await eventually(() => lines.includes(`running ${blocker.taskId}`), 30, "the blocking handler running");
+  await eventually(async () => (await metricOf(server, "coordinator_claim_waiters ")) >= 1, 30, "the other slot polling");
+  worker.kill("SIGUSR2");
+  await eventually(() => lines.includes("blocking"), 30, "the event loop blocked");
+  const next = await client.createTask({ queue, input: "next" });
+  await eventually(async () => (await client.getTask(next.taskId)).state === TaskState.CLAIMED, 30, "the poll won it");
+  worker.kill("SIGTERM"); // queued behind the poll's answer while the event loop stands still
+  worker.stdin?.write("\n");
+  assert.equal(await exited, 0);
+  assert.deepEqual(lines.filter((l) => l.startsWith("running ")), [`running ${blocker.taskId}`]);
+  assert.deepEqual(JSON.parse(lines.at(-1) ?? "{}"), { committed: 1, released: 0, failed: 0, lost: 0, cut_off: 1, unsettled: 0 });
+  const back = await client.getTask(next.taskId);
+  assert.deepEqual([back.state, back.attempt, back.attemptsCounted], [TaskState.READY, 1, 0]);
 });
 
 test("a pool stopped while it long-polls an empty queue claims nothing afterwards", async () => {
