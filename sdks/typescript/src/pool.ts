@@ -23,7 +23,8 @@
  * `stop()` stops claiming at once (the long polls in flight are aborted, so a shutdown never
  * claims), lets running handlers finish until `graceSeconds` passed, then aborts the rest and
  * gives their claims back (a retryable failure, WorkerShutdown) within GIVE_BACK_TIMEOUT, as it
- * does with a claim won as the stop came (never started); `run()` then resolves.
+ * does with a claim won as the stop came (never started); `run()` then resolves. `hurry()`
+ * (a second SIGTERM or Ctrl-C) cuts the grace short.
  */
 import type { Claim } from "./claim.js";
 import type { WorkerClient } from "./client.js";
@@ -71,6 +72,7 @@ const POLL_MAX = 2;
 
 const sleep = (seconds: number, signal?: AbortSignal): Promise<void> =>
   new Promise((ok) => {
+    if (signal?.aborted) return ok();
     const timer = setTimeout(ok, seconds * 1000).unref();
     signal?.addEventListener("abort", () => (clearTimeout(timer), ok()), { once: true });
   });
@@ -80,6 +82,7 @@ export class WorkerPool {
   private readonly options: Required<PoolOptions>;
   private readonly polls = new AbortController();
   private readonly cutOff = new AbortController();
+  private readonly hurried = new AbortController(); // the grace cut short
   private readonly running = new Map<Claim, Promise<void>>();
   private readonly abandoned = new Set<Claim>();
   // Give-backs of claims won as the stop came; run() resolves only once they are settled.
@@ -125,6 +128,13 @@ export class WorkerPool {
     for (const wake of this.slotWaiters.splice(0)) wake();
   }
 
+  /** Stop, and cut the grace short: the handlers still running are aborted and their claims
+   * given back now (`stopOnSignals` on a second signal). Idempotent. */
+  hurry(): void {
+    this.stop();
+    this.hurried.abort();
+  }
+
   /** Claim and run claims until `stop()`, then shut down; rejects with the error that stopped a
    * claim loop (bad credentials, a bad queue name, ...) once shut down. */
   async run(): Promise<PoolReport> {
@@ -138,7 +148,8 @@ export class WorkerPool {
         if (this.stopping) ok();
         else this.polls.signal.addEventListener("abort", () => ok(), { once: true });
       });
-      await Promise.race([Promise.all(this.running.values()), sleep(this.options.graceSeconds)]);
+      const grace = sleep(this.options.graceSeconds, this.hurried.signal); // hurry() ends it at once
+      await Promise.race([Promise.all(this.running.values()), grace]);
       await this.cutOffRunning();
       await Promise.race([Promise.all(loops), sleep(GIVE_BACK_TIMEOUT)]);
       await Promise.race([Promise.all(this.givingBack), sleep(GIVE_BACK_TIMEOUT)]);
@@ -321,11 +332,17 @@ function resultError(result: unknown): TypeError | undefined {
   );
 }
 
-/** Stop `pool` on SIGTERM and SIGINT (a pod's shutdown, Ctrl-C); returns what removes them. */
+/** Stop `pool` on SIGTERM and SIGINT (a pod's shutdown, Ctrl-C), and from the second signal on
+ * cut its grace short (`hurry()`), as the Python SDK does; returns what removes them. */
 export function stopOnSignals(pool: WorkerPool, signals: NodeJS.Signals[] = ["SIGTERM", "SIGINT"]): () => void {
-  const stop = (): void => pool.stop();
-  for (const signal of signals) process.on(signal, stop);
+  let seen = 0;
+  const answer = (): void => {
+    seen += 1;
+    if (seen > 1) pool.hurry();
+    else pool.stop();
+  };
+  for (const signal of signals) process.on(signal, answer);
   return () => {
-    for (const signal of signals) process.off(signal, stop);
+    for (const signal of signals) process.off(signal, answer);
   };
 }

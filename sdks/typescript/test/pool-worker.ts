@@ -4,7 +4,7 @@
  * "running <task>" and works until its signal aborts (it never finishes by itself); on a task
  * whose input is "block" it waits for SIGUSR2, prints "blocking", blocks the event loop until a
  * byte comes on stdin (as CPU-bound work would), and returns "unblocked". Prints "ready" once
- * claiming and the report as JSON at exit.
+ * claiming, each SIGTERM or SIGINT once the pool has taken it, and the report as JSON at exit.
  */
 import { readSync } from "node:fs";
 
@@ -34,6 +34,7 @@ const pool = new WorkerPool(client, work, {
   longPollSeconds: 5,
 });
 stopOnSignals(pool);
+for (const signal of ["SIGTERM", "SIGINT"]) process.on(signal, () => process.stdout.write(`${signal}\n`));
 process.stdout.write("ready\n");
 const report = await pool.run();
 client.close();

@@ -110,6 +110,27 @@ test("a claim a long poll won while the event loop was blocked and SIGTERM came 
   assert.deepEqual([back.state, back.attempt, back.attemptsCounted], [TaskState.READY, 1, 0]);
 });
 
+test("a second signal cuts the grace short: the claims still running are given back at once", async () => {
+  const queue = unique("q");
+  const tasks = await Promise.all([1, 2].map((n) => client.createTask({ queue, input: String(n) })));
+  const { worker, lines, exited } = startWorker(queue, { POOL_GRACE: "600" });
+  try {
+    await eventually(() => lines.filter((l) => l.startsWith("running ")).length === 2, 30, "both handlers running");
+    worker.kill("SIGTERM");
+    await eventually(() => lines.includes("SIGTERM"), 30, "the first signal taken");
+    worker.kill("SIGINT"); // Ctrl-C after a SIGTERM: the grace's 600 s are not waited out
+    const given = async (): Promise<boolean> => {
+      const states = await Promise.all(tasks.map((t) => client.getTask(t.taskId)));
+      return states.every((t) => t.state === TaskState.READY && t.attemptsCounted === 0);
+    };
+    await eventually(given, 30, "both given back");
+    assert.equal(await exited, 0);
+    assert.deepEqual(JSON.parse(lines.at(-1) ?? "{}"), { committed: 0, released: 0, failed: 0, lost: 0, cut_off: 2, unsettled: 0 });
+  } finally {
+    worker.kill("SIGKILL"); // a no-op once it exited
+  }
+});
+
 test("a pool stopped while it long-polls an empty queue claims nothing afterwards", async () => {
   const queue = unique("q");
   const pool = new WorkerPool(client, async () => "never", { queues: [queue], longPollSeconds: 15 });
