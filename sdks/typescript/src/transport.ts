@@ -79,6 +79,9 @@ export function newKey(): string {
   return randomBytes(12).toString("base64url");
 }
 
+/** What a call on a closed client throws (a CoordinatorError; nothing was sent). */
+const CLOSED = "the client is closed (client.close()): the call was not sent";
+
 const now = (): number => performance.now() / 1000;
 
 const sleep = (seconds: number): Promise<void> =>
@@ -109,6 +112,7 @@ export class Transport {
   private readonly clients: grpc.Client[];
   private current: number;
   private readonly base: [string, string][];
+  private closed = false;
 
   constructor(options: TransportOptions) {
     if (!options.principal) throw new InvalidArgument("principal must not be empty (or set COORDINATOR_WORKER_ID)");
@@ -172,8 +176,9 @@ export class Transport {
     }
   }
 
-  /** Close every channel; calls in flight fail with CANCELLED. */
+  /** Close every channel; calls in flight fail with CANCELLED, later ones with CLOSED. */
   close(): void {
+    this.closed = true;
     for (const client of this.clients) client.close();
   }
 
@@ -202,6 +207,8 @@ export class Transport {
     signal: AbortSignal | undefined,
   ): Promise<MessageShape<O>> {
     if (signal?.aborted) return Promise.reject(new CallAborted("the call was aborted before it was sent"));
+    // Not an RpcError: no coordinator answered (grpc-js would say UNKNOWN "Channel has been shut down").
+    if (this.closed) return Promise.reject(new CoordinatorError(CLOSED));
     const client = this.clients[this.current] as grpc.Client;
     const path = `/${method.parent.typeName}/${method.name}`;
     return new Promise((resolve, reject) => {

@@ -8,9 +8,11 @@ import { after, before, test } from "node:test";
 import {
   Claim,
   ClaimRefused,
+  CoordinatorError,
   InvalidArgument,
   NotFound,
   Outcome,
+  RpcError,
   TaskState,
   TransportError,
   WorkerClient,
@@ -117,5 +119,20 @@ test("a coordinator that is not there is a TransportError (no try reached it), n
     );
   } finally {
     nowhere.close();
+  }
+});
+
+test("a call on a closed client throws a CoordinatorError saying so, not an RpcError", async () => {
+  const closing = clientOf(server, "closing");
+  const task = await closing.createTask({ queue: unique("q") });
+  const claim = await closing.claim(task.taskId, { ttlSeconds: 10 });
+  assert.ok(claim instanceof Claim);
+  closing.close();
+  for (const call of [() => closing.getTask(task.taskId), () => claim.commit("too late")]) {
+    await assert.rejects(call, (error: Error) => {
+      assert.ok(error instanceof CoordinatorError && !(error instanceof RpcError), String(error));
+      assert.equal(error.message, "the client is closed (client.close()): the call was not sent");
+      return true;
+    });
   }
 });
