@@ -32,7 +32,8 @@ import { CallAborted, CoordinatorError, InvalidArgument, TransportError } from "
 import type { Payload } from "./payload.js";
 import { ClaimRefused, Outcome } from "./outcomes.js";
 
-/** Runs one claim: resolves with the result to commit (or undefined: ended or to release). */
+/** Runs one claim: resolves with the result to commit (or undefined: ended or to release). It
+ * shares the event loop with every claim's keepalive: CPU-bound work belongs on worker_threads. */
 export type Handler = (claim: Claim, signal: AbortSignal) => Promise<Payload | undefined | void>;
 
 /** How one claim of the pool ended. */
