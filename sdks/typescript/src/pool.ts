@@ -71,11 +71,18 @@ const SLOT_FAULT = "claim not settled (a fault past its handler): slot freed, cl
 const POLL_INITIAL = 0.05;
 const POLL_MAX = 2;
 
-const sleep = (seconds: number, signal?: AbortSignal): Promise<void> =>
+/** Sleep `seconds`, or less if `signal` aborts. The abort listener goes when the timer fires:
+ * left on the pool's long-lived signal, an idle pool added one per empty poll for good (node
+ * warned MaxListenersExceededWarning after 11). */
+export const sleep = (seconds: number, signal?: AbortSignal): Promise<void> =>
   new Promise((ok) => {
     if (signal?.aborted) return ok();
-    const timer = setTimeout(ok, seconds * 1000).unref();
-    signal?.addEventListener("abort", () => (clearTimeout(timer), ok()), { once: true });
+    const woken = (): void => (clearTimeout(timer), ok());
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", woken);
+      ok();
+    }, seconds * 1000).unref();
+    signal?.addEventListener("abort", woken, { once: true });
   });
 
 /** A handler pool over one client (see the module comment). */

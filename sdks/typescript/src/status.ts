@@ -102,7 +102,8 @@ export function errorOf(code: string, message: string): CoordinatorError {
 /**
  * The SDK error for a failed call. A transport code (and a keyed call's ABORTED) becomes
  * OutcomeUnknown (with `hint`, what to repeat) if a try `maybeSent` its request, else a
- * TransportError saying no try reached a coordinator.
+ * TransportError saying no try reached a coordinator (or, when a coordinator refused every try
+ * RESOURCE_EXHAUSTED, that it did).
  */
 export function translate(
   failure: StatusLike,
@@ -116,6 +117,10 @@ export function translate(
   }
   if (options.maybeSent) {
     return new OutcomeUnknown(`${message}; outcome unknown, not failed; ${options.hint}`, name);
+  }
+  if (failure.code === Status.RESOURCE_EXHAUSTED) {
+    // A coordinator answered every try: a bound refused it. Nothing to look for at the target.
+    return new TransportError(`${message}; refused on every try, nothing ran`, name);
   }
   return new TransportError(`${message}; no try reached a coordinator${NO_COORDINATOR_HINT}`, name);
 }

@@ -141,6 +141,10 @@ test("a status becomes the SDK's typed error; a try that may have landed is Outc
   const never = translate({ code: 14, details: "No connection established" }, { ...keyed, maybeSent: false });
   assert.ok(never instanceof TransportError && !(never instanceof OutcomeUnknown));
   assert.equal(neverSent({ code: 8, details: "principal_share" }), true); // RESOURCE_EXHAUSTED
+  // A coordinator refused every try (a bound): not "is one serving at the target?".
+  const refused = translate({ code: 8, details: "write budget spent" }, { ...keyed, maybeSent: false });
+  assert.ok(refused instanceof TransportError && !(refused instanceof OutcomeUnknown));
+  assert.equal(refused.message, "RESOURCE_EXHAUSTED: write budget spent; refused on every try, nothing ran");
   assert.equal(neverSent({ code: 4, details: "deadline" }), false);
   assert.ok(errorOf("INVALID_ARGUMENT", "bad fence") instanceof InvalidArgument);
   assert.equal(errorOf("DATA_LOSS", "?").code, "DATA_LOSS");

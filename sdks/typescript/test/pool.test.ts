@@ -5,12 +5,14 @@
  */
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
+import { getEventListeners } from "node:events";
 import { dirname, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import { Claim, type ClaimNextOptions, OutcomeUnknown, TaskState, WorkerClient, WorkerPool } from "../dist/index.js";
+import { sleep } from "../dist/pool.js";
 import { type Server, clientOf, eventually, metricOf, startServer, unique } from "./server.js";
 
 const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), "pool-worker.js");
@@ -297,4 +299,17 @@ test("a claim whose failure the coordinator did not take stops renewing, so its 
   } finally {
     unknown.close();
   }
+});
+
+test("the pool's sleep leaves no listener on the signal it could be woken by", async () => {
+  // Left on the pool's long-lived signal, an idle pool added one per empty poll for good and
+  // node warned MaxListenersExceededWarning after 11.
+  const polls = new AbortController();
+  for (let i = 0; i < 20; i++) await sleep(0.001, polls.signal);
+  assert.equal(getEventListeners(polls.signal, "abort").length, 0);
+  const woken = sleep(60, polls.signal);
+  assert.equal(getEventListeners(polls.signal, "abort").length, 1);
+  polls.abort();
+  await woken; // at once, not after 60 s
+  assert.equal(getEventListeners(polls.signal, "abort").length, 0);
 });
