@@ -150,10 +150,13 @@ def doctor(
         findings, revision = diagnose(
             kv, keys, reclaim_window=reclaim_window, retention=retention_s
         )
+        held = _held_for_a_person(findings)
         repaired = {
             id(f): apply_repair(kv, f.repair)
             for f in findings
-            if f.repair is not None and (repair_pruned if _deletes_data(f) else repair)
+            if f.repair is not None
+            and (repair_pruned if _deletes_data(f) else repair)
+            and f not in held
         }
     except CoordinatorError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -163,7 +166,7 @@ def doctor(
     if as_json:
         click.echo(json.dumps(_as_json(prefix, revision, findings, repaired, remaining)))
     else:
-        _print(prefix, revision, findings, repaired, (repair, repair_pruned))
+        _print(prefix, revision, findings, repaired, (repair, repair_pruned), held)
     raise SystemExit(1 if remaining else 0)
 
 
@@ -182,6 +185,17 @@ def _etcd_endpoints(etcd: str | None) -> tuple[str, str]:
     )
 
 
+def _held_for_a_person(findings: list[Finding]) -> list[Finding]:
+    """Repairs left undone because their task has a finding that needs a person: scheduling
+    its prune would let the pruner archive and delete it before anyone looked (a DONE task
+    whose result is gone was archived without it, and the next run called the keyspace
+    consistent)."""
+    waiting = {f.task_id for f in findings if f.repair is None and f.task_id}
+    return [
+        f for f in findings if f.problem is Problem.TERMINAL_NOT_SCHEDULED and f.task_id in waiting
+    ]
+
+
 def _deletes_data(finding: Finding) -> bool:
     """Repairs that delete records (of archived tasks) need their own flag."""
     return finding.problem is Problem.PRUNE_LEFTOVER
@@ -193,12 +207,18 @@ def _print(
     findings: list[Finding],
     repaired: dict[int, bool],
     repairing: tuple[bool, bool],
+    held: list[Finding],
 ) -> None:
     for finding in findings:
         click.echo(f"{finding.problem.value}: {finding.message}")
         deletes = _deletes_data(finding)
         if finding.repair is None:
             click.echo("  not repaired: ambiguous, needs a person")
+        elif finding in held:
+            click.echo(
+                f"  not repaired: task {finding.task_id} has a finding that needs a person "
+                "first (its prune would archive it as it is)"
+            )
         elif not repairing[1 if deletes else 0]:
             flag = "--repair-pruned" if deletes else "--repair"
             click.echo(f"  repairable ({flag}): {finding.repair.action}")

@@ -76,7 +76,11 @@ def _input_findings(parsed: Parsed) -> list[Finding]:
     out: list[Finding] = []
     for tid, (kv, task) in parsed.tasks.items():
         if task.input_in_key and tid not in parsed.inputs:
-            message = f"task {tid} keeps its input in a key of its own, which is gone"
+            message = (
+                f"task {tid} keeps its input in a key of its own, which is gone: its claims are "
+                "refused until a new input (the SDK's client.update_input) or `coordinator "
+                "tasks cancel` moves it on"
+            )
             out.append(Finding(Problem.INPUT_MISSING, tid, message, (kv.key,)))
     for tid, kv in parsed.inputs.items():
         record = parsed.tasks.get(tid)

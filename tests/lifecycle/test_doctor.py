@@ -493,3 +493,27 @@ def test_an_attempt_the_task_record_holds_is_checked_against_its_key_and_state(
     assert f"the record of t holds attempt {task.attempt_id} but the task is CANCELLED" in (
         found.output
     )
+
+
+def test_a_task_held_for_a_person_is_not_scheduled_for_its_prune(
+    doctor: Doctor, store: Store, etcd_client: Any
+) -> None:
+    """--repair used to schedule the prune of a DONE task whose result is gone (its prune-index
+    key gone too): the pruner archived it without its result and the next run said the
+    keyspace was consistent. The person goes first."""
+    create(store, "t")
+    finish(store, "t")
+    etcd_client.delete(store.ctx.keys.result("t", 1))
+    etcd_client.delete_prefix(store.ctx.keys.prune_due_prefix)
+    result = doctor.run("--repair")
+    assert result.exit_code == 1
+    assert "result-missing: task t is DONE but revision 1 has no canonical result" in result.output
+    assert (
+        "  not repaired: task t has a finding that needs a person first (its prune would "
+        "archive it as it is)"
+    ) in result.output
+    assert list(etcd_client.get_prefix(store.ctx.keys.prune_due_prefix)) == []
+    assert sorted(doctor.problems()) == [
+        (Problem.RESULT_MISSING.value, "t", False),
+        (Problem.TERMINAL_NOT_SCHEDULED.value, "t", True),
+    ]
