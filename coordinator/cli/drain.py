@@ -19,6 +19,7 @@ from rich.live import Live
 from rich.table import Table
 
 from coordinator.cli.remote import Remote, connect, remote_options, remote_settings
+from coordinator.cli.tasks import nothing_found
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2
 
 _LISTED = 20  # claimed tasks named on timeout; the counts say how many there are in all
@@ -91,8 +92,16 @@ def _counts(status: admin_pb2.DrainStatusResponse) -> list[tuple[str, int]]:
     default="",
     help="Pause and wait for this queue's tasks only; the other queues claim on.",
 )
+@click.option(
+    "--allow-empty",
+    is_flag=True,
+    help="Pause and drain --queue even if no task of it exists (a name set up ahead of its "
+    "tasks); without it such a queue is refused as a likely misspelling.",
+)
 @remote_options
-def drain(timeout: float, interval: float, reason: str, queue: str, **settings: Any) -> None:
+def drain(
+    timeout: float, interval: float, reason: str, queue: str, allow_empty: bool, **settings: Any
+) -> None:
     """Pause claims (of --queue only, if given), then wait until active leases, UNKNOWN effects
     and staged-but-uncommitted results (of that queue's tasks) are all zero (exit 0), or until
     --timeout (exit 1)."""
@@ -100,6 +109,8 @@ def drain(timeout: float, interval: float, reason: str, queue: str, **settings: 
     # in a log or a narrow terminal, never cut by a newline rich would insert.
     console = Console()
     with connect(**remote_settings(settings)) as remote:
+        if queue and not allow_empty:
+            _refuse_unknown(remote, queue)
         _pause(remote, console, reason, queue)
         started = time.monotonic()
         asked = admin_pb2.DrainStatusRequest(queue=queue)
@@ -128,6 +139,24 @@ def drain(timeout: float, interval: float, reason: str, queue: str, **settings: 
         if _paused(status):
             console.print(resume_hint(queue), soft_wrap=True)
     raise SystemExit(1)
+
+
+def _refuse_unknown(remote: Remote, queue: str) -> None:
+    """A usage error (exit 2, nothing paused) when no task of ``queue`` exists and it is not
+    paused: "drained, safe to switch" about a misspelt queue sent a rollback script on while
+    the real queue kept claiming."""
+    listed = remote.call(
+        remote.tasks.ListTasks, tasks_pb2.ListTasksRequest(queue=queue, page_size=1)
+    )
+    if listed.tasks:
+        return
+    epoch = remote.call(remote.admin.GetEpoch, admin_pb2.GetEpochRequest())
+    if queue in epoch.paused_queues:
+        return
+    raise click.UsageError(
+        f"{nothing_found(remote, queue)}: a misspelt --queue? Pass --allow-empty to pause and "
+        "drain it anyway"
+    )
 
 
 def _pause(remote: Remote, console: Console, reason: str, queue: str) -> None:

@@ -209,7 +209,7 @@ def list_tasks(queue: str, state: str | None, limit: int, as_json: bool, **setti
                 ),
             )
             more = bool(probe.tasks) or bool(probe.next_page_token)
-        nothing = "" if found else _nothing_found(remote, queue)
+        nothing = "" if found else nothing_found(remote, queue)
     if as_json:
         for task in found:
             click.echo(json.dumps(_list_json(task)))
@@ -223,7 +223,7 @@ def list_tasks(queue: str, state: str | None, limit: int, as_json: bool, **setti
         )
 
 
-def _nothing_found(remote: Remote, queue: str) -> str:
+def nothing_found(remote: Remote, queue: str) -> str:
     """What an empty list says: with ``--queue``, the queues that have work now (GetStats), so
     a misspelt name shows (said only to a caller allowed to read them)."""
     if not queue:

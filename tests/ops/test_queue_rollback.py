@@ -111,3 +111,27 @@ def test_a_bad_queue_name_is_refused_and_nothing_is_paused(
     assert (shown.claims_paused, list(shown.paused_queues)) == (False, [])
     denied = _cli(secured, ring.tokens["worker-a"], "claims", "pause", "--queue", "a")
     assert denied.exit_code == 1 and "PERMISSION_DENIED" in denied.output
+
+
+def test_draining_a_queue_no_task_has_is_refused_as_a_misspelling(
+    secured: str, ring: TokenRing, channel: grpc.Channel
+) -> None:
+    """`drain --queue emial` said "drained: safe to switch queue emial" and exited 0 while the
+    real queue kept claiming."""
+    tasks_pb2_grpc.TaskServiceStub(channel).CreateTask(
+        tasks_pb2.CreateTaskRequest(task_id="e-1", queue="email", input=b"in"),
+        metadata=ring.metadata("pm-1"),
+    )
+    admin_token = ring.tokens["admin-1"]
+    typo = _cli(secured, admin_token, "drain", "--queue", "emial", "--timeout", "1")
+    assert typo.exit_code == 2
+    assert (
+        "no tasks in queue 'emial'; queues with ready or claimed tasks now: email: a misspelt "
+        "--queue? Pass --allow-empty to pause and drain it anyway"
+    ) in " ".join(typo.output.split())
+    admin = admin_pb2_grpc.AdminServiceStub(channel)
+    shown = admin.GetEpoch(admin_pb2.GetEpochRequest(), metadata=ring.metadata("pm-1"))
+    assert list(shown.paused_queues) == []  # nothing paused
+    ahead = _cli(secured, admin_token, "drain", "--queue", "later", "--allow-empty")
+    assert ahead.exit_code == 0, ahead.output
+    assert "drained at epoch 1: safe to switch queue later" in ahead.output
