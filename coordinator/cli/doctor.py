@@ -141,7 +141,14 @@ def doctor(
             user=etcd_user,
             password=etcd_password,
         )
-        kv.get(keys.prefix + "/")  # a refused credential fails here, not in the middle
+        # A refused credential fails here, not in the middle; a prefix no coordinator ever
+        # served (a typo) has no version record: "consistent" about it would mislead.
+        if kv.get(keys.versions) is None:
+            kv.close()
+            raise click.ClickException(
+                f"no coordinator has served prefix {prefix!r} on {etcd} (it has no "
+                f"{keys.versions} record): is --prefix right?"
+            )
     except StoreUnavailable as exc:
         raise click.ClickException(f"{exc}{guessed}") from exc
     except CoordinatorError as exc:

@@ -517,3 +517,17 @@ def test_a_task_held_for_a_person_is_not_scheduled_for_its_prune(
         (Problem.RESULT_MISSING.value, "t", False),
         (Problem.TERMINAL_NOT_SCHEDULED.value, "t", True),
     ]
+
+
+def test_a_prefix_no_coordinator_ever_served_is_an_error_not_consistent(
+    doctor: Doctor, store: Store
+) -> None:
+    """`doctor --prefix /coordinatr` said "keyspace /coordinatr is consistent" and exited 0."""
+    typo = store.ctx.keys.prefix + "x"
+    argv = ["doctor", "--etcd", doctor.etcd.endpoint, "--prefix", typo, "--reclaim-window", "0"]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 1
+    assert (
+        f"Error: no coordinator has served prefix '{typo}' on {doctor.etcd.endpoint} (it has "
+        f"no {typo}/meta/versions record): is --prefix right?"
+    ) in " ".join(result.output.split())

@@ -16,8 +16,10 @@ from etcd3 import etcdrpc
 
 from coordinator.cli import main as cli
 from coordinator.config import Config
+from coordinator.domain.versions import VersionRecord
 from coordinator.errors import CoordinatorError
 from coordinator.store import EtcdKV, Keyspace, Store
+from coordinator.store.etcd.ops import put
 from tests.ops.tls_etcd import SecureEtcd, tls_etcd
 
 PASSWORD = "s3cret-pw"
@@ -97,6 +99,11 @@ def _doctor(etcd: SecureEtcd, *flags: str) -> Result:
 def test_doctor_reads_a_keyspace_over_tls_with_etcd_credentials(
     secure_etcd: SecureEtcd,
 ) -> None:
+    kv = _connect(secure_etcd)
+    try:  # a coordinator served the prefix (doctor refuses one no coordinator ever served)
+        kv.txn([], [put(Keyspace("/doctored").versions, VersionRecord().encode())])
+    finally:
+        kv.close()
     result = _doctor(
         secure_etcd,
         f"--etcd-ca-cert={secure_etcd.ca}",
