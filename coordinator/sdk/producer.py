@@ -5,7 +5,7 @@ offers next to its claims; an operator's calls are apart, behind ``client.admin`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -39,11 +39,13 @@ class ProducerCalls:
         retry_policy: TaskRetryPolicy | None = None,
         not_before: datetime | None = None,
         schedule_to_close: Duration | None = None,
+        depends_on: Sequence[str] = (),
     ) -> TaskInfo:
         """Create a READY task; an empty ``task_id`` lets the server generate one.
 
         ``retry_policy`` sets how often it is tried (unset fields: the queue's, else the
-        server's defaults); ``not_before`` keeps it DELAYED until then; past
+        server's defaults); ``not_before`` keeps it DELAYED until then; ``depends_on`` keeps it
+        WAITING until those tasks are DONE (a FAILED or CANCELLED one marks it blocked); past
         ``schedule_to_close`` from now it is FAILED (TIMED_OUT) whatever runs.
 
         Retried on transport errors only with an explicit id or an ``idempotency_key`` (a
@@ -62,6 +64,7 @@ class ProducerCalls:
             retry_policy=retry_policy,
             not_before=not_before,
             schedule_to_close=schedule_to_close,
+            depends_on=depends_on,
         )
         flow = Flow(create_or_existing(task_id, request, idempotency_key))
         while (step := flow.step) is not None:

@@ -141,9 +141,11 @@ def create_request(
     retry_policy: TaskRetryPolicy | None = None,
     not_before: datetime | None = None,
     schedule_to_close: Duration | None = None,
+    depends_on: Sequence[str] = (),
 ) -> tasks_pb2.CreateTaskRequest:
     """A create of a READY task (an empty ``task_id``: the server generates one), DELAYED
-    until ``not_before`` if set, with its own ``retry_policy`` and ``schedule_to_close``."""
+    until ``not_before`` if set, WAITING until its ``depends_on`` tasks are DONE, with its own
+    ``retry_policy`` and ``schedule_to_close``."""
     request = tasks_pb2.CreateTaskRequest(
         task_id=task_id,
         queue=queue,
@@ -154,6 +156,7 @@ def create_request(
         input_digest=digest_of(input),
         requires_review=requires_review,
         non_replayable=non_replayable,
+        depends_on=list(depends_on),
     )
     if retry_policy is not None:
         request.retry_policy.CopyFrom(retry_policy.to_proto())

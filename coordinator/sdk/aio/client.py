@@ -215,10 +215,11 @@ class AsyncWorkerClient:
         retry_policy: TaskRetryPolicy | None = None,
         not_before: datetime | None = None,
         schedule_to_close: Duration | None = None,
+        depends_on: Sequence[str] = (),
     ) -> TaskInfo:
         """Create a READY task; as ``WorkerClient.create_task`` (retried only with an explicit
         id or an ``idempotency_key``; with an id, the same task found existing is returned;
-        ``retry_policy``, ``not_before`` and ``schedule_to_close`` as there)."""
+        ``retry_policy``, ``not_before``, ``schedule_to_close`` and ``depends_on`` as there)."""
         request = create_request(
             task_id,
             input=input,
@@ -229,6 +230,7 @@ class AsyncWorkerClient:
             retry_policy=retry_policy,
             not_before=not_before,
             schedule_to_close=schedule_to_close,
+            depends_on=depends_on,
         )
         flow = Flow(create_or_existing(task_id, request, idempotency_key))
         while (step := flow.step) is not None:

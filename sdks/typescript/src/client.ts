@@ -70,6 +70,9 @@ export interface CreateTaskOptions {
   maxAttempts?: number;
   /** Makes a create without a taskId safe to retry. */
   idempotencyKey?: string;
+  /** Tasks that must be DONE first: the task is WAITING until then (a FAILED or CANCELLED one
+   * marks it blocked). */
+  dependsOn?: string[];
 }
 
 /**
@@ -165,6 +168,7 @@ export class WorkerClient {
       requiresReview: options.requiresReview ?? false,
       nonReplayable: options.nonReplayable ?? false,
       retryPolicy: options.maxAttempts === undefined ? undefined : { maxAttempts: options.maxAttempts },
+      dependsOn: options.dependsOn ?? [],
     };
     const retry = Boolean(taskId || options.idempotencyKey);
     try {

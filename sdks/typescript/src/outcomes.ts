@@ -111,6 +111,10 @@ export interface TaskInfo {
   readonly attemptsCounted: number;
   readonly lastError: string;
   readonly resultDigest: string;
+  /** The tasks it waits for (WAITING until each is DONE). */
+  readonly dependsOn: readonly string[];
+  /** Upstreams that ended FAILED or CANCELLED: a WAITING task blocked by them. */
+  readonly blockedBy: readonly string[];
 }
 
 /** The canonical result of a task revision. */
@@ -148,6 +152,8 @@ export function taskOf(task: Task | undefined): TaskInfo {
     attemptsCounted: task.attemptsCounted,
     lastError: task.lastError,
     resultDigest: task.resultDigest,
+    dependsOn: [...task.dependsOn],
+    blockedBy: [...task.blockedBy],
   };
 }
 

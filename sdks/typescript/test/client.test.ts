@@ -77,6 +77,21 @@ test("a create with a taskId is safe to repeat: the same task comes back", async
   assert.equal(second.revision, first.revision);
 });
 
+test("a task created with dependsOn waits for its upstream, then is READY", async () => {
+  const queue = unique("q");
+  const up = await client.createTask({ queue, input: "first" });
+  const down = await client.createTask({ queue, input: "then", dependsOn: [up.taskId] });
+  assert.equal(down.state, TaskState.WAITING);
+  assert.deepEqual(down.dependsOn, [up.taskId]);
+  const claim = await client.claim(up.taskId, { ttlSeconds: 10 });
+  assert.ok(claim instanceof Claim);
+  assert.ok((await claim.commit("done")).committed);
+  for (let tries = 0; (await client.getTask(down.taskId)).state !== TaskState.READY; tries++) {
+    assert.ok(tries < 200, "the dependent never became READY");
+    await new Promise((ok) => setTimeout(ok, 50));
+  }
+});
+
 test("bad input is refused INVALID_ARGUMENT / NOT_FOUND, as for the Python SDK", async () => {
   const oversized = new Uint8Array(2 * 1024 * 1024);
   await assert.rejects(client.createTask({ queue: unique("q"), input: oversized }), (e: unknown) => {
