@@ -12,8 +12,9 @@ from coordinator.domain.digests import digest_of
 from coordinator.domain.effect_ids import effect_id_of, legacy_effect_id
 from coordinator.domain.effects import EffectAction, EffectState
 from coordinator.domain.states import AttemptEnd, FenceReason, Op, Outcome, TaskState
-from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
+from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from coordinator.store import Store, TaskSpec
+from coordinator.store.effects import effect as effect_module
 from coordinator.store.effects.effect import PrepareResult, RecordResult
 from tests.helpers import eventually
 from tests.store.support import (
@@ -325,3 +326,23 @@ def test_approve_retry_needs_a_task_waiting_for_approval(store: Store) -> None:
         store.effects.approve_retry("t1", by="ops", resolution=EffectState.ABSENT, reason="")
     with pytest.raises(NotFound):
         store.effects.approve_retry("nope", by="ops", resolution=EffectState.ABSENT, reason="")
+
+
+def test_a_task_holds_a_bounded_number_of_effect_slots(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One claim bound 1,500 slots (12 MB of etcd, uncharged) in 16 s: a new slot past the
+    bound is refused, writing nothing; a slot already bound still answers."""
+    monkeypatch.setattr(effect_module, "MAX_EFFECTS_PER_TASK", 3)
+    new_task(store)
+    fence = claim(store, "t1")
+    for slot in ("a", "b", "c"):
+        assert prepare(store, fence, slot=slot).action is EffectAction.EXECUTE
+    with pytest.raises(ResourceExhausted) as refused:
+        prepare(store, fence, slot="d")
+    assert str(refused.value) == (
+        "task 't1' holds 3 effect slots, the limit: a new slot cannot be bound; reuse a slot "
+        "for a retry of the same effect"
+    )
+    assert len(store.effects.list_all(task_id="t1", page_size=10)[0]) == 3
+    assert prepare(store, fence, slot="a").action is EffectAction.EXECUTE  # still PREPARED

@@ -38,7 +38,7 @@ from coordinator.domain.effects import (
 from coordinator.domain.reconcile import Reconciliation, check_named_owner, open_on_unknown
 from coordinator.domain.records import TaskRecord, decode, encode, with_changes
 from coordinator.domain.states import Op, TaskState
-from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
+from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.attempts.acceptance import AcceptancePoints
@@ -65,6 +65,8 @@ from coordinator.store.transition import (
 # A prepare or record whose txn lost only to a concurrent change of the same effect retries.
 _TRIES = 3
 # etcd allows 128 operations per txn; an approval writes two per effect plus the transition.
+MAX_EFFECTS_PER_TASK = 1024
+"""Effect slots one task holds (all its revisions; they go with the task when it is pruned)."""
 MAX_APPROVE_EFFECTS = 50
 _READ_BATCH = 100
 
@@ -383,8 +385,22 @@ class EffectStore:
         raise FailedPrecondition(f"task {task_id!r} kept changing; approve again")
 
     def _read(self, request: PrepareRequest) -> EffectRecord | None:
-        kv = self._ctx.kv.get(self._ctx.keys.effect(request.effect_id))
-        return effect_from_kv(kv) if kv is not None else None
+        """The slot's effect, if bound; ResourceExhausted for a new slot of a task that holds
+        MAX_EFFECTS_PER_TASK (one claim bound 1,500 slots, 12 MB, in 16 s)."""
+        keys = self._ctx.keys
+        snap = self._ctx.kv.read(
+            get(keys.effect(request.effect_id)),
+            get_prefix(keys.task_effects_prefix(request.task_id), count_only=True),
+        )
+        kv = snap.range_one(0)
+        if kv is not None:
+            return effect_from_kv(kv)
+        if snap.range_count(1) >= MAX_EFFECTS_PER_TASK:
+            raise ResourceExhausted(
+                f"task {request.task_id!r} holds {MAX_EFFECTS_PER_TASK} effect slots, the "
+                "limit: a new slot cannot be bound; reuse a slot for a retry of the same effect"
+            )
+        return None
 
 
 def _at(effect: EffectRecord, revision: int) -> EffectRecord:
