@@ -39,6 +39,7 @@ from coordinator.sdk._flag import Flag
 from coordinator.sdk._jobstart import run_managed
 from coordinator.sdk._renewer import Renewer
 from coordinator.sdk._rpc import Rpc
+from coordinator.sdk._status import ATTEMPT_HINT
 from coordinator.sdk.effects import Downstream, EffectOutcome, run_effect
 from coordinator.sdk.managed import DEFAULT_GRACE, ManagedProcess
 from coordinator.sdk.types import (
@@ -120,11 +121,16 @@ class Claim(AcceptingClaim):
         ``result_digest`` is computed from ``result`` unless given (for a ``result_ref``).
         ``evidence`` (managed job ids and log refs, e.g. ``ManagedProcess.evidence``) is kept
         in the canonical result record.
-        Transport failures are retried until the retry budget or the lease runs out. Then
-        OutcomeUnknown means a try may have landed: call ``commit`` again with the same result
-        to learn it (COMMITTED if it landed); TransportError means none reached the server.
+        Transport failures are retried until the retry budget runs out, past the lease by the
+        local clock too: the fence decides (a commit after a takeover is FENCED), and an etcd
+        or coordinator outage longer than what was left of the lease no longer throws away a
+        finished result (etcd keeps a lease across its own restart). Then OutcomeUnknown means
+        a try may have landed: call ``commit`` again with the same result to learn it
+        (COMMITTED if it landed); TransportError means none reached the server.
         """
-        return self._at(self._commit_point(result, result_ref, result_digest, evidence))
+        point = self._commit_point(result, result_ref, result_digest, evidence)
+        response = self._rpc.call(self._rpc.worker.Commit, point.request, hint=ATTEMPT_HINT)
+        return point.answer(response)
 
     def commit_and_next(
         self,
@@ -156,12 +162,13 @@ class Claim(AcceptingClaim):
                 self._rpc.worker.Commit,
                 point.request,
                 idempotency_key=claim_key(),
-                lease_left=self.remaining(),
+                hint=ATTEMPT_HINT,
             )
         except TransportError:
             # Commit alone: a next claim the lost answer carried expires with its lease.
-            alone = self._commit_point(result, result_ref, result_digest, evidence)
-            return self._at(alone), []
+            return self.commit(
+                result, result_ref=result_ref, result_digest=result_digest, evidence=evidence
+            ), []
         return point.answer(response), claims_of(
             self._rpc, response.next, sent_at=sent, on_lost=on_lost, renewer=self._renewer
         )

@@ -96,6 +96,29 @@ def test_a_commit_survives_a_coordinator_restart_on_the_same_port(
     assert counter.calls["Commit"] > 1
 
 
+def test_a_commit_is_retried_past_what_the_local_clock_says_is_left_of_the_lease(
+    etcd: EtcdProcess, prefix: str, stack: ExitStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit stopped retrying when the lease by the local clock ran out: in an etcd or
+    coordinator outage longer than what was left, finished work was thrown away and ran again,
+    although etcd still held the lease (it keeps leases across its own restart). The fence
+    decides: a commit after a takeover is FENCED."""
+    first = ExitStack()
+    stack.callback(first.close)
+    running = first.enter_context(served(etcd.endpoint, prefix))
+    port = int(running.target.rsplit(":", 1)[1])
+    with client_for(running.target, CallCounter()) as client:
+        client.create_task("t1", input=b"x", queue=QUEUE)
+        claim = client.claim("t1", ttl=timedelta(seconds=30))
+        assert isinstance(claim, Claim)
+        monkeypatch.setattr(claim, "remaining", lambda: timedelta(seconds=0.2))
+        first.close()  # the coordinator is away longer than the local clock gives the lease
+        timer = serve_later(stack, etcd, prefix, port)
+        outcome = claim.commit(b"result")
+        timer.join()
+    assert outcome.committed
+
+
 class LoseFirstResponse(CallCounter):
     """Lets the first try of ``method`` reach the server, then reports UNAVAILABLE instead."""
 

@@ -304,7 +304,10 @@ def _claim(rpc: Rpc, clock: Clock, ttl: int) -> Claim:
     return Claim(rpc, response, sent_at=clock.now, clock=clock)
 
 
-def test_a_jobs_commit_retries_no_longer_than_its_lease_lasts(clock: Clock) -> None:
+def test_a_commit_is_retried_for_its_whole_budget_past_its_lease(clock: Clock) -> None:
+    """The fence decides a late commit (FENCED after a takeover), so the local lease view does
+    not cut its retries short: an outage longer than what was left of the lease threw finished
+    work away although etcd still held the lease (it keeps leases across its own restart)."""
     rpc = windowed(clock, budget=timedelta(seconds=60))
     commit = Scripted(*[UNAVAILABLE] * 1000, clock=clock)
     claim = _claim(rpc, clock, ttl=10)
@@ -315,24 +318,9 @@ def test_a_jobs_commit_retries_no_longer_than_its_lease_lasts(clock: Clock) -> N
             claim.commit(b"result")
     finally:
         rpc.close()
-    assert len(commit.tries) > 2
-    assert 8.5 <= commit.started[-1] < 10.0
+    assert commit.started[0] == 8.5 and commit.started[-1] > 10.0  # on past the lease ...
+    assert commit.started[-1] < 8.5 + 60  # ... until the budget
     assert not claim.committed and claim.lost_reason is None
-
-
-def test_a_jobs_commit_still_tries_once_after_its_lease_ran_out(clock: Clock) -> None:
-    rpc = windowed(clock, budget=timedelta(seconds=60))
-    commit = Scripted(UNAVAILABLE, clock=clock)
-    claim = _claim(rpc, clock, ttl=10)
-    clock.now = 12.0
-    rpc.worker = SimpleNamespace(Commit=commit)  # type: ignore[assignment]
-    try:
-        with pytest.raises(OutcomeUnknown):
-            claim.commit(b"result")
-    finally:
-        rpc.close()
-    # The server is the authority on the fence: it is asked, but not retried past the lease.
-    assert commit.started == [12.0]
 
 
 def test_a_replica_at_its_concurrency_bound_is_retried_and_never_an_unknown_outcome(

@@ -29,6 +29,7 @@ from coordinator.sdk._core.requests import (
     claims_won,
 )
 from coordinator.sdk._duration import Duration, timeout_seconds
+from coordinator.sdk._status import ATTEMPT_HINT
 from coordinator.sdk.aio._events import wait_for
 from coordinator.sdk.aio._renewer import AsyncRenewer
 from coordinator.sdk.aio._rpc import AsyncRpc, AsyncWorkerMethod
@@ -107,9 +108,12 @@ class AsyncClaim(AcceptingClaim):
     ) -> CommitOutcome:
         """Make ``result`` canonical for the task revision, behind this claim's fence; as
         ``Claim.commit``: always asks the server, COMMITTED ends the claim, FENCED / STALE_INPUT /
-        CANCELLED mark it lost, OutcomeUnknown means commit the same result again to learn it.
+        CANCELLED mark it lost, OutcomeUnknown means commit the same result again to learn it;
+        retried for the whole retry budget, past the local lease too (the fence decides).
         """
-        return await self._at(self._commit_point(result, result_ref, result_digest, evidence))
+        point = self._commit_point(result, result_ref, result_digest, evidence)
+        call = self._rpc.call(self._rpc.worker.Commit, point.request, hint=ATTEMPT_HINT)
+        return point.answer(await call)
 
     async def commit_and_next(
         self,
@@ -137,12 +141,13 @@ class AsyncClaim(AcceptingClaim):
                 self._rpc.worker.Commit,
                 point.request,
                 idempotency_key=claim_key(),
-                lease_left=self.remaining(),
+                hint=ATTEMPT_HINT,
             )
         except TransportError:
             # Commit alone: a next claim the lost answer carried expires with its lease.
-            alone = self._commit_point(result, result_ref, result_digest, evidence)
-            return await self._at(alone), []
+            return await self.commit(
+                result, result_ref=result_ref, result_digest=result_digest, evidence=evidence
+            ), []
         return point.answer(response), async_claims_of(
             self._rpc, response.next, sent_at=sent, on_lost=on_lost, renewer=self._renewer
         )

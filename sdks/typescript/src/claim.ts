@@ -37,6 +37,7 @@ import {
 } from "./outcomes.js";
 import type { Fence } from "./gen/coordinator/v1/types_pb.js";
 import { type FailOptions, failRequest, maxTasksOf, ttlSecondsOf } from "./requests.js";
+import { ATTEMPT_HINT } from "./status.js";
 import { type CallOptions, type RetryPolicy, type Transport, newKey } from "./transport.js";
 
 /** Called once when a claim is lost, with the reason. */
@@ -206,8 +207,9 @@ export class Claim {
    * the claim; FENCED / STALE_INPUT / CANCELLED mark it lost. With `next`, claims up to
    * `next.maxTasks` ready tasks of `next.queue` in the same call (under an idempotency key of
    * its own, so a retry whose first try landed gets the same claims). Transport failures are
-   * retried until the retry budget or the lease runs out; then OutcomeUnknown means a try may
-   * have landed: commit again with the same result to learn it.
+   * retried until the retry budget runs out (past the local lease too: the fence decides);
+   * then OutcomeUnknown means a try may have landed: commit again with the same result to
+   * learn it.
    */
   async commit(result: Payload, options: CommitOptions = {}): Promise<CommitOutcome<Claim>> {
     const bytes = limitedBytes("result", result, MAX_RESULT_BYTES);
@@ -216,7 +218,14 @@ export class Claim {
     let response: CommitResponse;
     try {
       const keyed = next ? { idempotencyKey: newKey() } : {};
-      response = await this.call(WorkerService.method.commit, this.commitRequest(bytes, options), keyed);
+      // Retried for the whole budget, past the lease by the local clock too: the fence decides
+      // (a commit after a takeover is FENCED), and an outage longer than what was left of the
+      // lease no longer throws a finished result away (etcd keeps leases across a restart).
+      const untilBudget = { leaseLeftSeconds: undefined, hint: ATTEMPT_HINT };
+      response = await this.call(WorkerService.method.commit, this.commitRequest(bytes, options), {
+        ...keyed,
+        ...untilBudget,
+      });
     } catch (error) {
       // Given up with next: commit alone (a claim the lost answer carried expires unheld).
       if (!(next && error instanceof TransportError)) throw error;

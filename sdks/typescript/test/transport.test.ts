@@ -15,8 +15,8 @@ import * as grpc from "@grpc/grpc-js";
 import { AdminService, GetEpochResponseSchema } from "../dist/gen/coordinator/v1/admin_pb.js";
 import { CreateTaskResponseSchema, TaskService } from "../dist/gen/coordinator/v1/tasks_pb.js";
 import { Outcome } from "../dist/gen/coordinator/v1/types_pb.js";
-import { ClaimResponseSchema, WorkerService } from "../dist/gen/coordinator/v1/worker_pb.js";
-import { ClaimRefused, OutcomeUnknown, WorkerClient } from "../dist/index.js";
+import { ClaimResponseSchema, CommitResponseSchema, WorkerService } from "../dist/gen/coordinator/v1/worker_pb.js";
+import { Claim, ClaimRefused, OutcomeUnknown, WorkerClient } from "../dist/index.js";
 
 /** Each call's metadata, by method name; `failNext` fails that many next calls of a method. */
 const seen = new Map<string, grpc.Metadata[]>();
@@ -56,6 +56,18 @@ before(async () => {
     [AdminService.method.getEpoch, () => create(GetEpochResponseSchema, { epoch: 1n })],
     [WorkerService.method.claimNext, () => create(ClaimResponseSchema, { outcome: Outcome.NO_READY_TASK })],
     [TaskService.method.createTask, () => create(CreateTaskResponseSchema, { task: { taskId: "t-1" } })],
+    [
+      WorkerService.method.claim,
+      () =>
+        create(ClaimResponseSchema, {
+          outcome: Outcome.CLAIMED,
+          fence: { taskId: "t-1", attemptId: "a1-x", claimGeneration: 7n, schedulerEpoch: 1n },
+          attempt: 1,
+          ttlSeconds: 30n,
+          leaseRemaining: { seconds: 30n },
+        }),
+    ],
+    [WorkerService.method.commit, () => create(CommitResponseSchema, { outcome: Outcome.COMMITTED })],
   ] as const;
   for (const [method, answer] of methods) {
     server.addService({ [method.name]: definition(method as never) } as grpc.ServiceDefinition, {
@@ -132,6 +144,24 @@ test("a create is retried only with a task id or an idempotency key", async () =
     const keyed = (seen.get("CreateTask") ?? []).slice(1).map((m) => m.get("idempotency-key")[0]);
     assert.deepEqual(keyed, ["k-1", "k-1"]);
   } finally {
+    client.close();
+  }
+});
+
+test("a commit is retried past what the local clock says is left of the lease", async () => {
+  // It stopped when the local lease view ran out: an outage longer than what was left threw a
+  // finished result away although etcd still held the lease. The fence decides.
+  const client = clientOf();
+  try {
+    const claim = await client.claim("t-1", { ttlSeconds: 30 });
+    assert.ok(claim instanceof Claim, String(claim));
+    Object.defineProperty(claim, "remainingSeconds", { value: () => 0.02 });
+    failNext.set("Commit", 5);
+    const outcome = await claim.commit("done");
+    assert.ok(outcome.committed);
+    assert.equal(failNext.get("Commit"), 0);
+  } finally {
+    failNext.set("Commit", 0);
     client.close();
   }
 });
