@@ -42,3 +42,6 @@ class ConsoleSettings:
     # Live event streams open at once across every user (each holds one thread and one gRPC
     # stream); past it the stream endpoint answers 503 and the browser retries later.
     max_streams: int = 8
+    # Of them, open by one signed-in person at once: one user holding every stream unread locked
+    # everyone else's live view out (503), reopening each as it timed out.
+    max_streams_per_user: int = 2

@@ -241,3 +241,26 @@ def test_the_task_page_and_lists_mark_a_dependent_blocked_by_a_cancelled_upstrea
     assert '<span class="state s-WAITING">WAITING</span> <span class="state s-blocked">blocked' in (
         listed
     )
+
+
+def test_one_person_holds_at_most_two_live_streams_and_another_still_gets_one(
+    stack: Stack,
+) -> None:
+    """A worker holding all 8 of the console's live streams unread (and reopening each as it
+    timed out) locked every other user's live view out with 503."""
+    hog = signed_in(stack.url, stack.token("worker-a"))
+    with (
+        hog.stream("GET", "/events/stream", timeout=15.0) as first,
+        hog.stream("GET", "/events/stream", timeout=15.0) as second,
+    ):
+        assert (first.status_code, second.status_code) == (200, 200)
+        third = hog.get("/events/stream", timeout=15.0)
+        assert third.status_code == 503
+        token = stack.token("worker-a")
+        assert third.text == (
+            f"token …{token[-4:]} has 2 live streams open, the most one person may: close "
+            "another tab's live view; retrying shortly"
+        )
+        other = signed_in(stack.url, stack.token("pm-1"))
+        with other.stream("GET", "/events/stream", timeout=15.0) as theirs:
+            assert theirs.status_code == 200

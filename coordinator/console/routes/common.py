@@ -4,6 +4,7 @@ CSRF check and bounded form parsing on every POST, the outcome shown after the r
 from __future__ import annotations
 
 import secrets
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,8 +48,9 @@ class Console:
     templates: Jinja2Templates
     # Sessions ended by sign-out (console/signed_out.py).
     signed_out: SignedOut
-    # Live event streams open now (touched on the event loop only).
+    # Live event streams open now, and by person: token, else principal (event loop only).
     streams: int = field(default=0)
+    streams_of: Counter[str] = field(default_factory=Counter)
 
 
 def console_of(request: Request) -> Console:

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
 from coordinator.console import session, views
-from coordinator.console.routes.common import Context, console_of
+from coordinator.console.routes.common import Console, Context, console_of
 from coordinator.console.settings import ConsoleSettings
 from coordinator.errors import CoordinatorError
 from coordinator.sdk._rpc import Rpc
@@ -78,6 +78,19 @@ def event_data(event: tasks_pb2.TaskEvent) -> str:
     )
 
 
+def _no_room(console: Console, who: str, label: str) -> Response | None:
+    """The 503 of a stream past the console's bound, or past one person's share of it."""
+    if console.streams >= console.settings.max_streams:
+        return PlainTextResponse("too many live streams open; retrying shortly", 503)
+    if console.streams_of[who] >= console.settings.max_streams_per_user:
+        return PlainTextResponse(
+            f"{label} has {console.streams_of[who]} live streams open, the most one person may: "
+            "close another tab's live view; retrying shortly",
+            503,
+        )
+    return None
+
+
 async def stream(request: Request) -> Response:
     """``text/event-stream`` of new events (resumes after Last-Event-ID or ``after``)."""
     credentials = session.current(request, console_of(request).signed_out)
@@ -89,9 +102,13 @@ async def stream(request: Request) -> Response:
         watch = _request(request, follow=True, after=after)
     except CoordinatorError as exc:
         return PlainTextResponse(str(exc), 400)
-    if console.streams >= console.settings.max_streams:
-        return PlainTextResponse("too many live streams open; retrying shortly", 503)
+    # One person: their token (a token's principal is the server's to know), else their name.
+    who = credentials.token or credentials.principal
+    full = _no_room(console, who, credentials.label)
+    if full is not None:
+        return full
     console.streams += 1
+    console.streams_of[who] += 1
 
     async def messages() -> AsyncIterator[str]:
         try:
@@ -117,6 +134,9 @@ async def stream(request: Request) -> Response:
                     yield f"id: {position}\nevent: task\ndata: {event_data(event)}\n\n"
         finally:
             console.streams -= 1
+            console.streams_of[who] -= 1
+            if not console.streams_of[who]:
+                del console.streams_of[who]
 
     return StreamingResponse(messages(), media_type="text/event-stream")
 
