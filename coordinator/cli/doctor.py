@@ -132,27 +132,16 @@ def doctor(
         retention_s = parse_setting_duration("retention", retention)
     except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="'--retention'") from exc
-    try:
-        kv = EtcdKV.connect(
-            list(parse_endpoints(etcd)),
-            ca_cert=etcd_ca_cert,
-            cert_cert=etcd_cert,
-            cert_key=etcd_key,
-            user=etcd_user,
-            password=etcd_password,
-        )
-        # A refused credential fails here, not in the middle; a prefix no coordinator ever
-        # served (a typo) has no version record: "consistent" about it would mislead.
-        if kv.get(keys.versions) is None:
-            kv.close()
-            raise click.ClickException(
-                f"no coordinator has served prefix {prefix!r} on {etcd} (it has no "
-                f"{keys.versions} record): is --prefix right?"
-            )
-    except StoreUnavailable as exc:
-        raise click.ClickException(f"{exc}{guessed}") from exc
-    except CoordinatorError as exc:
-        raise click.ClickException(str(exc)) from exc
+    kv = _connected(
+        keys,
+        etcd,
+        guessed,
+        ca_cert=etcd_ca_cert,
+        cert_cert=etcd_cert,
+        cert_key=etcd_key,
+        user=etcd_user,
+        password=etcd_password,
+    )
     try:
         findings, revision = diagnose(
             kv, keys, reclaim_window=reclaim_window, retention=retention_s
@@ -175,6 +164,43 @@ def doctor(
     else:
         _print(prefix, revision, findings, repaired, (repair, repair_pruned), held)
     raise SystemExit(1 if remaining else 0)
+
+
+def _connected(
+    keys: Keyspace,
+    etcd: str,
+    guessed: str,
+    *,
+    ca_cert: str | None,
+    cert_cert: str | None,
+    cert_key: str | None,
+    user: str | None,
+    password: str | None,
+) -> EtcdKV:
+    """A connection to ``etcd`` that has read the keyspace's version record. A refused
+    credential fails here, not in the middle; a prefix no coordinator ever served (a typo) has
+    no version record: "consistent" about it would mislead."""
+    try:
+        kv = EtcdKV.connect(
+            list(parse_endpoints(etcd)),
+            ca_cert=ca_cert,
+            cert_cert=cert_cert,
+            cert_key=cert_key,
+            user=user,
+            password=password,
+        )
+        found = kv.get(keys.versions)
+    except StoreUnavailable as exc:
+        raise click.ClickException(f"{exc}{guessed}") from exc
+    except CoordinatorError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if found is None:
+        kv.close()
+        raise click.ClickException(
+            f"no coordinator has served prefix {keys.prefix!r} on {etcd} (it has no "
+            f"{keys.versions} record): is --prefix right?"
+        )
+    return kv
 
 
 def _etcd_endpoints(etcd: str | None) -> tuple[str, str]:

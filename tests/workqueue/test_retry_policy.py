@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from coordinator.clock import ManualClock
 from coordinator.domain.failures import KEPT_MESSAGE, FailureReport
@@ -15,6 +16,7 @@ from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.retry import attempts_counted
 from coordinator.domain.space import SpaceState
 from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, Outcome, TaskState
+from coordinator.errors import StoreUnavailable
 from coordinator.store import Store, TaskSpec
 from coordinator.store.etcd.ops import KV
 from tests.helpers import eventually
@@ -262,3 +264,36 @@ def test_a_failure_above_etcds_high_water_mark_lands_without_its_details(store: 
     fence = claim(store, "t")
     store.failures.fail(fence, principal="w1", report=report)
     assert store.tasks.attempts("t")[-1].error_details == b"d" * 16384  # below it, kept whole
+
+
+def test_an_etcd_outage_logs_one_failed_due_work_pass_per_kind_not_four_a_second(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both passes ran every quarter second and each failure was a warning: about 470 lines a
+    replica in a 10 s etcd outage. One line per kind per FAILED_EVERY, the rest counted."""
+    promoter = store.promoter
+    promoter.close()
+    failing = {"promote_due": 0, "time_out_due": 0}
+
+    def fail(name: str) -> Any:
+        def work() -> int:
+            failing[name] += 1
+            raise StoreUnavailable("etcd txn failed: UNAVAILABLE")
+
+        work.__name__ = name
+        return work
+
+    monkeypatch.setattr(promoter, "promote_due", fail("promote_due"))
+    monkeypatch.setattr(promoter._deadlines, "time_out_due", fail("time_out_due"))
+    monkeypatch.setattr(promoter, "_interval", 0.001)
+    promoter._stop.clear()
+    with capture_logs() as logs:
+        thread = threading.Thread(target=promoter._loop)
+        thread.start()
+        eventually(lambda: min(failing.values()) >= 20, timeout=10)
+        promoter._stop.set()
+        thread.join()
+    lines = [
+        (log["work"], log["held_back"]) for log in logs if log["event"] == "due-work pass failed"
+    ]
+    assert sorted(lines) == [("promote_due", 0), ("time_out_due", 0)]
