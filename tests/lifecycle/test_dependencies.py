@@ -14,9 +14,10 @@ import grpc
 import pytest
 
 from coordinator.domain.states import Op, Outcome, TaskState
-from coordinator.errors import FailedPrecondition, NotFound
+from coordinator.errors import FailedPrecondition, NotFound, ResourceExhausted
 from coordinator.server import build_server
 from coordinator.store import Store
+from coordinator.store.lifecycle import dependencies
 from coordinator.v1 import tasks_pb2, tasks_pb2_grpc
 from tests.helpers import eventually
 from tests.lifecycle.conftest import StoreFactory
@@ -333,3 +334,25 @@ def test_a_cycle_through_a_long_chain_is_refused_briefly_over_grpc(store: Store)
         "(a cycle of 600 tasks)"
     )
     assert store.tasks.get("c0").depends_on == ()
+
+
+def test_one_whole_graph_cycle_check_at_a_time_the_next_told_to_retry(store: Store) -> None:
+    """64 SetDependencies over a deep graph at once each read the whole deps range: 116 MB more
+    of the replica's memory and every other caller's reads slowed. One at a time per replica;
+    another meanwhile is RESOURCE_EXHAUSTED, which the SDK retries."""
+    create(store, "d0")
+    for n in range(1, 80):  # past the level-by-level walk: the whole range is read
+        create(store, f"d{n}", depends_on=(f"d{n - 1}",))
+    create(store, "side")
+    # Another check of the whole graph runs:
+    with dependencies._WHOLE_GRAPH_READ, pytest.raises(ResourceExhausted) as busy:
+        store.dependencies.set_dependencies("side", ("d79",), expected_state_version=0, by="pm")
+    assert str(busy.value) == (
+        "the dependency graph is deep and another check of the whole graph for cycles runs on "
+        "this replica; retry shortly"
+    )
+    assert store.tasks.get("side").depends_on == ()  # nothing written
+    linked = store.dependencies.set_dependencies(
+        "side", ("d79",), expected_state_version=0, by="pm"
+    )
+    assert linked.depends_on == ("d79",)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -25,7 +26,7 @@ from coordinator.domain.graph import (
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import Op, TaskState
 from coordinator.domain.waiting import blocking
-from coordinator.errors import FailedPrecondition, NotFound
+from coordinator.errors import FailedPrecondition, NotFound, ResourceExhausted
 from coordinator.store.context import StoreContext, task_from_kv
 from coordinator.store.etcd.ops import (
     KV,
@@ -59,6 +60,7 @@ _DEPS_PAGE = 300
 # goes on level by level up to MAX_GRAPH_NODES.
 _WHOLE_GRAPH_KEYS = 20_000
 _CAS_TRIES = 8
+_WHOLE_GRAPH_READ = threading.Lock()
 
 
 @dataclass
@@ -181,7 +183,21 @@ class DependencyStore:
 
     def _whole_graph(self, depends_on: Sequence[str]) -> Subgraph | None:
         """The part reachable from ``depends_on`` of every ``deps`` key, read a page at a time
-        at one revision; None when the range holds more than ``_WHOLE_GRAPH_KEYS`` keys."""
+        at one revision; None when the range holds more than ``_WHOLE_GRAPH_KEYS`` keys.
+        One at a time per replica (ResourceExhausted for another meanwhile: the SDK retries
+        it): 64 at once held the whole graph 64 times over, 116 MB more of the replica's
+        memory, and slowed every other caller's reads."""
+        if not _WHOLE_GRAPH_READ.acquire(blocking=False):
+            raise ResourceExhausted(
+                "the dependency graph is deep and another check of the whole graph for cycles "
+                "runs on this replica; retry shortly"
+            )
+        try:
+            return self._read_whole_graph(depends_on)
+        finally:
+            _WHOLE_GRAPH_READ.release()
+
+    def _read_whole_graph(self, depends_on: Sequence[str]) -> Subgraph | None:
         kv, prefix = self._ctx.kv, self._ctx.keys.deps_prefix
         end = kv.prefix_end(prefix)
         if kv.read(get_prefix(prefix, count_only=True)).range_count(0) > _WHOLE_GRAPH_KEYS:
