@@ -25,12 +25,7 @@ __all__ = ["processes"]  # the fixture, used by name
 def test_a_second_signal_cancels_the_calls_still_open(
     etcd: EtcdProcess, prefix: str, tmp_path: Path, processes: list[Process]
 ) -> None:
-    env = {"COORDINATOR_ETCD": etcd.endpoint, "COORDINATOR_PREFIX": prefix}
-    env["COORDINATOR_METRICS_LISTEN"] = "127.0.0.1:0"
-    args = ["serve", "--listen", "127.0.0.1:0", "--insecure", "--shutdown-grace", "3600"]
-    serve = Process(args, tmp_path / "serve.log", env)
-    processes.append(serve)
-    address = _wait_for_log(serve, "serving", "listen")
+    serve, address = _serving(etcd, prefix, tmp_path, processes)
     with grpc.insecure_channel(address, options=GRPC_OPTIONS) as channel:
         tasks = tasks_pb2_grpc.TaskServiceStub(channel)
         tasks.CreateTask(tasks_pb2.CreateTaskRequest(task_id="t"))
@@ -51,12 +46,7 @@ def test_a_second_signal_cancels_the_calls_still_open(
 def test_a_waiting_long_poll_answers_without_a_task_as_the_shutdown_starts(
     etcd: EtcdProcess, prefix: str, tmp_path: Path, processes: list[Process]
 ) -> None:
-    env = {"COORDINATOR_ETCD": etcd.endpoint, "COORDINATOR_PREFIX": prefix}
-    env["COORDINATOR_METRICS_LISTEN"] = "127.0.0.1:0"
-    args = ["serve", "--listen", "127.0.0.1:0", "--insecure", "--shutdown-grace", "3600"]
-    serve = Process(args, tmp_path / "serve.log", env)
-    processes.append(serve)
-    address = _wait_for_log(serve, "serving", "listen")
+    serve, address = _serving(etcd, prefix, tmp_path, processes)
     with grpc.insecure_channel(address, options=GRPC_OPTIONS) as channel:
         worker = worker_pb2_grpc.WorkerServiceStub(channel)
         request = worker_pb2.ClaimNextRequest(
@@ -78,6 +68,18 @@ def _waiting(metrics: str) -> bool:
     """Whether the replica's metrics count a long poll waiting."""
     with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as page:
         return "coordinator_claim_waiters 1.0" in page.read().decode()
+
+
+def _serving(
+    etcd: EtcdProcess, prefix: str, tmp_path: Path, processes: list[Process]
+) -> tuple[Process, str]:
+    """`coordinator serve` with an hour of shutdown grace, and the address it serves on."""
+    env = {"COORDINATOR_ETCD": etcd.endpoint, "COORDINATOR_PREFIX": prefix}
+    env["COORDINATOR_METRICS_LISTEN"] = "127.0.0.1:0"
+    args = ["serve", "--listen", "127.0.0.1:0", "--insecure", "--shutdown-grace", "3600"]
+    serve = Process(args, tmp_path / "serve.log", env)
+    processes.append(serve)
+    return serve, _wait_for_log(serve, "serving", "listen")
 
 
 def _ended(stream: Iterable[tasks_pb2.TaskEvent]) -> grpc.StatusCode:
