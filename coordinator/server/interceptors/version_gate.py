@@ -25,7 +25,12 @@ from typing import Any
 import grpc
 
 import coordinator
-from coordinator.domain.versions import SCHEMA_VERSION, coordinator_refusal, sdk_refusal
+from coordinator.domain.versions import (
+    SCHEMA_VERSION,
+    VersionRecord,
+    coordinator_refusal,
+    sdk_refusal,
+)
 from coordinator.errors import ConfigError
 from coordinator.server.interceptors.auth import OPEN_SERVICES
 from coordinator.server.interceptors.handlers import Behavior, Handler, metadata_value, rebuilt
@@ -69,43 +74,34 @@ class VersionGateInterceptor:
 
         def gated(behavior: Behavior) -> Behavior:
             def run(request: Any, context: grpc.ServicerContext) -> Any:
-                replica = self._replica_refusal(method, request)
-                if replica is not None:
-                    context.abort(grpc.StatusCode.UNAVAILABLE, f"{replica}{_ELSEWHERE}")
-                reason = self._sdk_refusal(context) if sdk_checked else None
-                if reason is not None:
-                    context.abort(grpc.StatusCode.FAILED_PRECONDITION, reason)
+                record, refusal = self._standing.current()  # None: unreadable, fails on its own
+                if record is not None:
+                    if refusal is not None and not _undoes_a_raise(method, request, record):
+                        context.abort(grpc.StatusCode.UNAVAILABLE, f"{refusal}{_ELSEWHERE}")
+                    reason = _sdk_refusal(record, context) if sdk_checked else None
+                    if reason is not None:
+                        context.abort(grpc.StatusCode.FAILED_PRECONDITION, reason)
                 return behavior(request, context)
 
             return run
 
         return rebuilt(handler, lambda kind, behavior: gated(behavior))
 
-    def _replica_refusal(self, method: str, request: Any) -> str | None:
-        """Why the record refuses this replica the call, None if it admits it (an unreadable
-        record admits it: the call then fails on its own)."""
-        record, reason = self._standing.current()
-        if reason is None or record is None:
-            return None
-        if method == _SET_MINIMUMS and _undoes_a_raise(request, record.schema_version):
-            return None
-        return reason
-
-    def _sdk_refusal(self, context: grpc.ServicerContext) -> str | None:
-        record, _ = self._standing.current()
-        if record is None:
-            return None
-        metadata = context.invocation_metadata()
-        return sdk_refusal(record, metadata_value(metadata, SDK_VERSION_METADATA_KEY))
-
 
 _ELSEWHERE = " (this replica serves nothing until then; another replica may serve the call)"
 
 
-def _undoes_a_raise(request: Any, schema: int) -> bool:
-    """Whether a SetMinimumVersions lowers the minimum coordinator version on a keyspace whose
-    schema this binary knows: the one write a refused replica takes (the store still refuses
-    a minimum above this binary's own version)."""
-    return bool(request.allow_lower and request.min_coordinator_version) and (
-        schema <= SCHEMA_VERSION
+def _sdk_refusal(record: VersionRecord, context: grpc.ServicerContext) -> str | None:
+    metadata = context.invocation_metadata()
+    return sdk_refusal(record, metadata_value(metadata, SDK_VERSION_METADATA_KEY))
+
+
+def _undoes_a_raise(method: str, request: Any, record: VersionRecord) -> bool:
+    """Whether the call is a SetMinimumVersions lowering the minimum coordinator version on a
+    keyspace whose schema this binary knows: the one write a refused replica takes (the store
+    still refuses a minimum above this binary's own version)."""
+    return (
+        method == _SET_MINIMUMS
+        and bool(request.allow_lower and request.min_coordinator_version)
+        and record.schema_version <= SCHEMA_VERSION
     )
