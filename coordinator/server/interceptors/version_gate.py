@@ -66,8 +66,9 @@ class VersionGateInterceptor:
         self._standing = standing
 
     def build(self, method: str, handler: Handler) -> Handler:
-        """The method's handler, refusing a call FAILED_PRECONDITION when the version record
-        says so (read per call, from a cache); open services pass through."""
+        """The method's handler, refusing a call when the version record says so (read per
+        call, from a cache): UNAVAILABLE when it refuses this replica, FAILED_PRECONDITION when
+        it refuses the caller's SDK; open services and the reads an operator needs pass."""
         if method.startswith(OPEN_SERVICES) or method in _ANSWERED_WHEN_REFUSED:
             return handler
         sdk_checked = not method.startswith(_ADMIN_SERVICE)
