@@ -39,7 +39,6 @@ from coordinator.sdk._flag import Flag
 from coordinator.sdk._jobstart import run_managed
 from coordinator.sdk._renewer import Renewer
 from coordinator.sdk._rpc import Rpc
-from coordinator.sdk._status import ATTEMPT_HINT
 from coordinator.sdk.effects import Downstream, EffectOutcome, run_effect
 from coordinator.sdk.managed import DEFAULT_GRACE, ManagedProcess
 from coordinator.sdk.types import (
@@ -103,8 +102,10 @@ class Claim(AcceptingClaim):
         return self._rpc.call(method(self._rpc.worker), request, lease_left=self.remaining())
 
     def _at(self, point: Point[AnswerT]) -> AnswerT:
-        """Send one acceptance point behind the fence (``call``) and apply its answer."""
-        return point.answer(self.call(point.method, point.request))
+        """Send one acceptance point behind the fence (in its retry window) and apply its
+        answer."""
+        window = point.window(self.remaining())
+        return point.answer(self._rpc.call(point.method(self._rpc.worker), point.request, **window))
 
     def commit(
         self,
@@ -128,9 +129,7 @@ class Claim(AcceptingClaim):
         a try may have landed: call ``commit`` again with the same result to learn it
         (COMMITTED if it landed); TransportError means none reached the server.
         """
-        point = self._commit_point(result, result_ref, result_digest, evidence)
-        response = self._rpc.call(self._rpc.worker.Commit, point.request, hint=ATTEMPT_HINT)
-        return point.answer(response)
+        return self._at(self._commit_point(result, result_ref, result_digest, evidence))
 
     def commit_and_next(
         self,
@@ -162,13 +161,12 @@ class Claim(AcceptingClaim):
                 self._rpc.worker.Commit,
                 point.request,
                 idempotency_key=claim_key(),
-                hint=ATTEMPT_HINT,
+                **point.window(self.remaining()),
             )
         except TransportError:
             # Commit alone: a next claim the lost answer carried expires with its lease.
-            return self.commit(
-                result, result_ref=result_ref, result_digest=result_digest, evidence=evidence
-            ), []
+            alone = self._commit_point(result, result_ref, result_digest, evidence)
+            return self._at(alone), []
         return point.answer(response), claims_of(
             self._rpc, response.next, sent_at=sent, on_lost=on_lost, renewer=self._renewer
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from coordinator.sdk._core.held import HeldClaim
@@ -23,6 +24,7 @@ from coordinator.sdk._core.requests import (
     stage_request,
 )
 from coordinator.sdk._duration import Duration
+from coordinator.sdk._status import ATTEMPT_HINT
 from coordinator.sdk.types import (
     CommitOutcome,
     FailOutcome,
@@ -43,6 +45,17 @@ class Point(Generic[AnswerT]):
     method: Callable[[Any], Any]
     request: Any
     answer: Callable[[Any], AnswerT]
+    # Retried no longer than the lease by the local clock. Not a commit's: the fence decides it
+    # (FENCED after a takeover), and an outage longer than what was left of the lease threw a
+    # finished result away although etcd still held the lease (it keeps one across a restart).
+    within_lease: bool = True
+
+    def window(self, lease_left: timedelta) -> dict[str, Any]:
+        """The retry window of the call (``Rpc.call``'s keywords): ``lease_left``, or the
+        whole retry budget, saying what to repeat as a fenced call does."""
+        if self.within_lease:
+            return {"lease_left": lease_left}
+        return {"hint": ATTEMPT_HINT}
 
 
 class AcceptingClaim(HeldClaim):
@@ -73,7 +86,7 @@ class AcceptingClaim(HeldClaim):
             request.next.CopyFrom(
                 claim_next_request(queue, ttl=ttl, epoch=epoch, max_tasks=max_tasks)
             )
-        return Point(lambda worker: worker.Commit, request, self._committed)
+        return Point(lambda worker: worker.Commit, request, self._committed, within_lease=False)
 
     def _stage_point(
         self, result: bytes, result_ref: str, result_digest: str | None

@@ -29,7 +29,6 @@ from coordinator.sdk._core.requests import (
     claims_won,
 )
 from coordinator.sdk._duration import Duration, timeout_seconds
-from coordinator.sdk._status import ATTEMPT_HINT
 from coordinator.sdk.aio._events import wait_for
 from coordinator.sdk.aio._renewer import AsyncRenewer
 from coordinator.sdk.aio._rpc import AsyncRpc, AsyncWorkerMethod
@@ -95,8 +94,11 @@ class AsyncClaim(AcceptingClaim):
         return await self._rpc.call(method(self._rpc.worker), request, lease_left=self.remaining())
 
     async def _at(self, point: Point[AnswerT]) -> AnswerT:
-        """Send one acceptance point behind the fence (``call``) and apply its answer."""
-        return point.answer(await self.call(point.method, point.request))
+        """Send one acceptance point behind the fence (in its retry window) and apply its
+        answer."""
+        window = point.window(self.remaining())
+        call = self._rpc.call(point.method(self._rpc.worker), point.request, **window)
+        return point.answer(await call)
 
     async def commit(
         self,
@@ -111,9 +113,7 @@ class AsyncClaim(AcceptingClaim):
         CANCELLED mark it lost, OutcomeUnknown means commit the same result again to learn it;
         retried for the whole retry budget, past the local lease too (the fence decides).
         """
-        point = self._commit_point(result, result_ref, result_digest, evidence)
-        call = self._rpc.call(self._rpc.worker.Commit, point.request, hint=ATTEMPT_HINT)
-        return point.answer(await call)
+        return await self._at(self._commit_point(result, result_ref, result_digest, evidence))
 
     async def commit_and_next(
         self,
@@ -141,13 +141,12 @@ class AsyncClaim(AcceptingClaim):
                 self._rpc.worker.Commit,
                 point.request,
                 idempotency_key=claim_key(),
-                hint=ATTEMPT_HINT,
+                **point.window(self.remaining()),
             )
         except TransportError:
             # Commit alone: a next claim the lost answer carried expires with its lease.
-            return await self.commit(
-                result, result_ref=result_ref, result_digest=result_digest, evidence=evidence
-            ), []
+            alone = self._commit_point(result, result_ref, result_digest, evidence)
+            return await self._at(alone), []
         return point.answer(response), async_claims_of(
             self._rpc, response.next, sent_at=sent, on_lost=on_lost, renewer=self._renewer
         )
