@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from enum import Enum
@@ -40,20 +39,22 @@ def printable_text(data: bytes) -> str | None:
     return None
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
 def shown(text: str) -> str:
-    """``text`` safe to print on a terminal: control characters but tabs (an escape sequence in
-    a cancel reason or an error message a caller sent, a line break that would print a fake
-    event line) as ``\\xNN``, and the bidirectional formatting characters (a right-to-left
-    override that reverses what follows) as ``\\uNNNN``."""
-    return _CONTROL.sub(_escaped, text)
+    """``text`` safe to print on a terminal: every character Python does not call printable
+    but tabs (control characters: an escape sequence in a cancel reason or an error message a
+    caller sent; line and paragraph separators that would print a fake event or field line;
+    format characters: a right-to-left override that reverses what follows, a zero-width
+    space) as ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``."""
+    if text.isprintable():
+        return text
+    return "".join(c if c == "\t" or c.isprintable() else _escaped(c) for c in text)
 
 
-def _escaped(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def to_json(value: Any) -> Any:

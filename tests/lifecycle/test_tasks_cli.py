@@ -543,3 +543,7 @@ def test_shown_escapes_control_characters_but_tabs_and_bidirectional_overrides()
     # events`; a right-to-left override reversed the rest of the line on the operator's screen.
     assert shown("a\x1bb\tc\nd\x9be\x7f\x00\r") == "a\\x1bb\tc\\x0ad\\x9be\\x7f\\x00\\x0d"
     assert shown("ok \u202edab\u2066 \u00e9\u4e2d") == "ok \\u202edab\\u2066 \u00e9\u4e2d"
+    # Line and paragraph separators (a terminal table printed them as line breaks: forged
+    # field lines), zero-width and byte-order characters; accents, CJK and emoji stay.
+    forged = "disk full\u2028owner  adm\u2029\u200b\ufeff e\u0301 \U0001f600"
+    assert shown(forged) == "disk full\\u2028owner  adm\\u2029\\u200b\\ufeff e\u0301 \U0001f600"
