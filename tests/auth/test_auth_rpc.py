@@ -152,6 +152,12 @@ def test_each_role_reaches_only_its_methods(
     )
     drain = admin.DrainStatus(admin_pb2.DrainStatusRequest(), metadata=ring.metadata("pm-1"))
     assert drain.active_leases == 1
+    # One effect by its id is a read, as a line of ListEffects (open to every role) is: a pm
+    # was refused `coordinator effects show` for what `effects list` showed it.
+    missing = worker_pb2.GetEffectRequest(effect_id="eff-" + "0" * 64)
+    for who in ("pm-1", "admin-1"):
+        read = partial(worker.GetEffect, missing, metadata=ring.metadata(who))
+        assert status_of(read) == grpc.StatusCode.NOT_FOUND, who
     bumped = admin.BumpEpoch(admin_pb2.BumpEpochRequest(), metadata=ring.metadata("admin-1"))
     assert bumped.epoch == 2
 

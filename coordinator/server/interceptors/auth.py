@@ -65,7 +65,6 @@ ROLE_TABLE: Mapping[str, frozenset[Role]] = {
     _WORKER + "Fail": frozenset({_W}),
     _WORKER + "PrepareEffect": frozenset({_W}),
     _WORKER + "RecordEffect": frozenset({_W}),
-    _WORKER + "GetEffect": frozenset({_W}),
     # The owner of an open reconciliation (a worker) or an admin resolves an uncertain effect
     # without a claim; the store checks which one the caller is.
     _WORKER + "ResolveEffect": frozenset({_W, _A}),
@@ -73,6 +72,9 @@ ROLE_TABLE: Mapping[str, frozenset[Role]] = {
     # admins who resolve them, and the pms whose tasks they hold up.
     _WORKER + "ListOpenEffects": _ANY,
     _WORKER + "ListEffects": _ANY,
+    # One effect by its id: the same read as a line of ListEffects (`coordinator effects show`
+    # was refused to the pms and admins `effects list` answers).
+    _WORKER + "GetEffect": _ANY,
     # Managed jobs: a worker records and lists its own (the store checks the owner); an admin
     # may list any worker's jobs.
     _WORKER + "StartJob": frozenset({_W}),
