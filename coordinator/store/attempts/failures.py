@@ -15,9 +15,7 @@ from coordinator.domain.decisions import Fence, check_fence, check_owner
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.records import with_changes
 from coordinator.domain.retry import AttemptEnded
-from coordinator.domain.space import WriteKind
 from coordinator.domain.states import AttemptEnd, Op, TaskState
-from coordinator.errors import SpaceRefused
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.attempts.acceptance import AcceptancePoints
@@ -51,7 +49,9 @@ class Failures:
         if not verdict.accepted:
             return FailResult(verdict)
         task, now = view.task, ctx.clock.now()
-        if report.bulky and not self._room_for_details():
+        if report.bulky and ctx.kv.space.growth_refusal():
+            # Details only add data: above etcd's high-water mark, unless the caller's share
+            # admits them, the failure lands trimmed.
             report = report.trimmed()
         ended = AttemptEnded(
             AttemptEnd.FAILED,
@@ -79,12 +79,3 @@ class Failures:
         settled(ctx, self._ready, after, ended)
         eligible = {TaskState.READY: now, TaskState.DELAYED: after.not_before}
         return FailResult(verdict, after.state, eligible.get(after.state, 0.0))
-
-    def _room_for_details(self) -> bool:
-        """Whether etcd's space guard lets a failure's details in (they only add data): above
-        its high-water mark, unless the caller's share admits them, the failure lands trimmed."""
-        try:
-            self._ctx.kv.space.admit(WriteKind.GROWTH)
-        except SpaceRefused:
-            return False
-        return True

@@ -43,9 +43,8 @@ from coordinator.domain.decisions import (
     decide_renew,
 )
 from coordinator.domain.records import ClaimRecord, encode, with_changes
-from coordinator.domain.space import WriteKind
 from coordinator.domain.states import Outcome
-from coordinator.errors import CoordinatorError, InvalidArgument, NotFound, SpaceRefused
+from coordinator.errors import CoordinatorError, InvalidArgument, NotFound
 from coordinator.metrics import AcceptancePoint
 from coordinator.store import coverage
 from coordinator.store.attempts.renew_plans import (
@@ -232,16 +231,6 @@ class Renewals:
                 answers[i] = RenewResult(verdict)
         return plans
 
-    def _checkpoint_refusal(self) -> str:
-        """The space guard's refusal of a new checkpoint (it only adds data), "" if allowed.
-        Only the checkpoint is refused: the renewal goes on, or the claim would be lost to a
-        filling etcd, and the answer says the checkpoint was not kept (checkpoint_refused)."""
-        try:
-            self._ctx.kv.space.admit(WriteKind.GROWTH)
-        except SpaceRefused as exc:
-            return str(exc)
-        return ""
-
     def _plan(self, index: int, k: Known, renewal: Renewal, updated: ClaimRecord | None) -> Plan:
         """The claim's txn: the fence, the claim key as viewed (so the view is current when it
         lands), and the writes a changed marker or checkpoint needs."""
@@ -259,7 +248,9 @@ class Renewals:
             attempt_key = keys.attempt(fence.task_id, fence.attempt_id)
             plan.pins.append(mod_revision_is(attempt_key, k.attempt_revision))
             if renewal.checkpoint != k.view.attempt.checkpoint:
-                plan.checkpoint_refused = self._checkpoint_refusal()
+                # Only the checkpoint is refused: the renewal goes on, or the claim would be
+                # lost to a filling etcd; the answer says it was not kept (checkpoint_refused).
+                plan.checkpoint_refused = self._ctx.kv.space.growth_refusal()
             if renewal.checkpoint != k.view.attempt.checkpoint and not plan.checkpoint_refused:
                 kept = with_changes(k.view.attempt, checkpoint=renewal.checkpoint)
                 plan.ops.append(put(attempt_key, encode(kept)))

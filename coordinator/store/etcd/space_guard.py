@@ -107,6 +107,16 @@ class SpaceGuard:
         if verdict is not SpaceVerdict.ALLOW:
             raise self._refusal(verdict)
 
+    def growth_refusal(self) -> str:
+        """Why a write that only adds data may not go to etcd now, "" if it may: for the data a
+        call carries beside what it must do (a renewal's checkpoint, a failure's details),
+        which is left out instead of refusing the call."""
+        try:
+            self.admit(WriteKind.GROWTH)
+        except SpaceRefused as exc:
+            return str(exc)
+        return ""
+
     def tripped(self) -> SpaceRefused:
         """etcd itself refused a write for NOSPACE: the state from now on, and the refusal
         to raise in place of etcd's error."""
