@@ -109,9 +109,10 @@ def drain(
     # in a log or a narrow terminal, never cut by a newline rich would insert.
     console = Console()
     with connect(**remote_settings(settings)) as remote:
+        epoch = remote.call(remote.admin.GetEpoch, admin_pb2.GetEpochRequest())
         if queue and not allow_empty:
-            _refuse_unknown(remote, queue)
-        _pause(remote, console, reason, queue)
+            _refuse_unknown(remote, queue, epoch)
+        _pause(remote, console, reason, queue, epoch)
         started = time.monotonic()
         asked = admin_pb2.DrainStatusRequest(queue=queue)
         status = remote.call(remote.admin.DrainStatus, asked)
@@ -141,17 +142,14 @@ def drain(
     raise SystemExit(1)
 
 
-def _refuse_unknown(remote: Remote, queue: str) -> None:
+def _refuse_unknown(remote: Remote, queue: str, epoch: admin_pb2.GetEpochResponse) -> None:
     """A usage error (exit 2, nothing paused) when no task of ``queue`` exists and it is not
     paused: "drained, safe to switch" about a misspelt queue sent a rollback script on while
     the real queue kept claiming."""
     listed = remote.call(
         remote.tasks.ListTasks, tasks_pb2.ListTasksRequest(queue=queue, page_size=1)
     )
-    if listed.tasks:
-        return
-    epoch = remote.call(remote.admin.GetEpoch, admin_pb2.GetEpochRequest())
-    if queue in epoch.paused_queues:
+    if listed.tasks or queue in epoch.paused_queues:
         return
     raise click.UsageError(
         f"{nothing_found(remote, queue)}: a misspelt --queue? Pass --allow-empty to pause and "
@@ -159,9 +157,11 @@ def _refuse_unknown(remote: Remote, queue: str) -> None:
     )
 
 
-def _pause(remote: Remote, console: Console, reason: str, queue: str) -> None:
-    """Pause claims (of ``queue``), keeping a pause already there and its reason."""
-    epoch = remote.call(remote.admin.GetEpoch, admin_pb2.GetEpochRequest())
+def _pause(
+    remote: Remote, console: Console, reason: str, queue: str, epoch: admin_pb2.GetEpochResponse
+) -> None:
+    """Pause claims (of ``queue``), keeping a pause already there (as ``epoch`` read it) and
+    its reason."""
     if epoch.claims_paused:
         console.print(
             "claims were already paused: their pause and its reason are kept", soft_wrap=True
