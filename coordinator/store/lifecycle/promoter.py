@@ -11,6 +11,7 @@ they write nothing.
 from __future__ import annotations
 
 import threading
+from collections import defaultdict
 
 import structlog
 
@@ -33,7 +34,6 @@ _PAGE = 64
 
 FAILED_EVERY = 10.0
 """Seconds between two logged failures of one kind of due-work pass (the others are counted)."""
-_PASSES = ("time_out_due", "promote_due")
 
 
 class Promoter:
@@ -52,7 +52,7 @@ class Promoter:
         # An etcd outage failed both passes every interval (a quarter second): about 470
         # warnings a replica in 10 s. One line per kind of pass per FAILED_EVERY seconds,
         # carrying how many it held back.
-        self._failed = {name: Throttle(FAILED_EVERY) for name in _PASSES}
+        self._failed: defaultdict[str, Throttle] = defaultdict(lambda: Throttle(FAILED_EVERY))
 
     def start(self) -> None:
         """Start the loop."""
