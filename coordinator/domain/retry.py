@@ -227,6 +227,7 @@ SHUTDOWN_ALLOWANCE_UNLIMITED = 100
 LEASE_EXPIRED = AttemptEnded(AttemptEnd.EXPIRED, "lease expired")
 """The end of an attempt whose lease expired (stalled and renew-limited claims end so too)."""
 UNDELIVERED = AttemptEnded(AttemptEnd.UNDELIVERED, "the claim's answer could not be delivered")
+"""The end of an attempt whose claim answer could not reach its caller (it had left)."""
 
 
 def expired(claim_epoch: int, epoch: int) -> AttemptEnded:
@@ -238,9 +239,6 @@ def expired(claim_epoch: int, epoch: int) -> AttemptEnded:
         return LEASE_EXPIRED
     why = f"fenced by the epoch bump to {epoch} (the claim carried {claim_epoch})"
     return AttemptEnded(AttemptEnd.EXPIRED, why, operator=True)
-
-
-"""The end of an attempt whose claim answer could not reach its caller (it had left)."""
 
 
 @dataclass(frozen=True)
@@ -363,10 +361,31 @@ def decide_after(task: TaskRecord, ended: AttemptEnded, now: float, *, at_once: 
     return retry_move(decision, ended, at_once=at_once, now=now)
 
 
-def refuse_takeover(task: TaskRecord, now: float) -> str:
-    """Why a claim may not take over the expired attempt of CLAIMED ``task`` at ``now`` ("" when
-    it may): the policy delays the next attempt or allows none, which the reclaimer writes."""
-    move = decide_after(task, LEASE_EXPIRED, now, at_once=Op.RECLAIM)
-    if move.op is Op.RECLAIM:
-        return ""
-    return f"the expired attempt's retry policy does not allow a new attempt now ({move.detail})"
+@dataclass(frozen=True)
+class Takeover:
+    """A claim that takes over the expired attempt of a CLAIMED task (its claim key gone before
+    the reclaimer got there): how that attempt ended and the retry decision on it, as the
+    reclaimer would have made it. The claim writes the decision's record changes, so an attempt
+    an operator's epoch bump fenced costs the task no attempt by either path."""
+
+    ended: AttemptEnded
+    move: RetryMove
+
+    @property
+    def refusal(self) -> str:
+        """Why the claim may not take over ("" when it may): the policy delays the next
+        attempt or allows none, which the reclaimer writes."""
+        if self.move.op is Op.RECLAIM:
+            return ""
+        detail = self.move.detail
+        return f"the expired attempt's retry policy does not allow a new attempt now ({detail})"
+
+    def changes(self, task: TaskRecord) -> dict[str, Any]:
+        """The fields of ``task`` the claim sets for the attempt it closes."""
+        return self.move.changes(task, self.ended)
+
+
+def takeover(task: TaskRecord, epoch: int, now: float) -> Takeover:
+    """A takeover at ``now`` of CLAIMED ``task``'s expired attempt, the scheduler at ``epoch``."""
+    ended = expired(task.scheduler_epoch, epoch)
+    return Takeover(ended, decide_after(task, ended, now, at_once=Op.RECLAIM))

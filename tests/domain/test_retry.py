@@ -29,9 +29,9 @@ from coordinator.domain.retry import (
     expired,
     jitter_fraction,
     policy_fields,
-    refuse_takeover,
     retried_deadline,
     retry_move,
+    takeover,
 )
 from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, TaskState
 from coordinator.errors import FailedPrecondition, InvalidArgument
@@ -270,13 +270,29 @@ def test_a_task_counts_its_attempts_since_its_budget_began() -> None:
 
 
 def test_a_takeover_is_refused_while_the_policy_delays_or_ends_the_task() -> None:
-    assert refuse_takeover(_task(RetryPolicy(initial_backoff=0), attempt=1), NOW) == ""
-    delayed = refuse_takeover(
-        _task(RetryPolicy(initial_backoff=5, backoff_jitter=0), attempt=1), NOW
-    )
+    def refusal(task: TaskRecord) -> str:
+        return takeover(task, task.scheduler_epoch, NOW).refusal
+
+    assert refusal(_task(RetryPolicy(initial_backoff=0), attempt=1)) == ""
+    delayed = refusal(_task(RetryPolicy(initial_backoff=5, backoff_jitter=0), attempt=1))
     assert "next attempt in 5 s" in delayed
-    used_up = refuse_takeover(_task(RetryPolicy(max_attempts=1), attempt=1), NOW)
+    used_up = refusal(_task(RetryPolicy(max_attempts=1), attempt=1))
     assert "all 1 attempts used" in used_up
+
+
+def test_a_takeover_of_an_attempt_an_epoch_bump_fenced_costs_the_task_no_attempt() -> None:
+    """The claim that gets to an expired claim before the reclaimer decides as it would: an
+    attempt an operator's epoch bump fenced is not counted, even the last of the budget."""
+    task = _task(RetryPolicy(max_attempts=1), attempt=1)
+    own = takeover(task, task.scheduler_epoch, NOW)
+    assert own.ended is LEASE_EXPIRED and "all 1 attempts used" in own.refusal
+    fenced = takeover(task, task.scheduler_epoch + 1, NOW)
+    assert (fenced.ended, fenced.refusal) == (
+        expired(task.scheduler_epoch, task.scheduler_epoch + 1),
+        "",
+    )
+    assert fenced.changes(task)["attempts_base"] == task.attempts_base + 1
+    assert "last_error" not in fenced.changes(task)  # the last real error stays
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from coordinator.clock import ManualClock
 from coordinator.domain.decisions import Verdict
 from coordinator.domain.keys import Keyspace
 from coordinator.domain.records import AttemptRecord, ClaimRecord, decode
+from coordinator.domain.retry import takeover
 from coordinator.domain.states import AttemptEnd, Outcome, TaskState
 from coordinator.store.claims.claim_txn import claim_write
 from coordinator.store.claims.gates import ClaimRead
@@ -36,8 +37,10 @@ def _write(read: ClaimRead) -> dict[str, Any]:
     return {"write": write, "puts": puts, "compared": [c.key.decode() for c in write.compares]}
 
 
-def _read(task: Any, attempt: AttemptRecord | None) -> ClaimRead:
-    return ClaimRead(task, Verdict(Outcome.CLAIMED), (), attempt)
+def _read(task: Any, attempt: AttemptRecord | None, *, epoch: int = 1) -> ClaimRead:
+    """What the claim read: for a CLAIMED task, a takeover with the scheduler at ``epoch``."""
+    took = takeover(task, epoch, NOW) if task.state is TaskState.CLAIMED else None
+    return ClaimRead(task, Verdict(Outcome.CLAIMED), (), attempt, takeover=took)
 
 
 def test_a_takeover_closes_the_attempt_it_read_as_expired() -> None:
@@ -46,6 +49,16 @@ def test_a_takeover_closes_the_attempt_it_read_as_expired() -> None:
     assert closed == replace(ATTEMPT, end=AttemptEnd.EXPIRED, ended_at=NOW)
     started = decode(AttemptRecord, built["puts"]["/p/attempts/t1/a2-x"].value)
     assert (started.attempt, started.owner_id, started.end) == (2, "w2", AttemptEnd.RUNNING)
+
+
+def test_a_takeover_writes_the_retry_decision_on_the_attempt_it_closes() -> None:
+    """Its own lease's end: counted, its error the task's last. Fenced by an epoch bump before
+    it expired: not counted (the budget begins one attempt later), the last error kept."""
+    expired_task = replace(EXPIRED_TASK, last_error="earlier")
+    own = _write(_read(expired_task, ATTEMPT))["write"].after
+    assert (own.attempts_base, own.last_error) == (expired_task.attempts_base, "lease expired")
+    fenced = _write(_read(expired_task, ATTEMPT, epoch=2))["write"].after
+    assert (fenced.attempts_base, fenced.last_error) == (expired_task.attempts_base + 1, "earlier")
 
 
 @pytest.mark.parametrize(

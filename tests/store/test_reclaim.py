@@ -9,10 +9,12 @@ from coordinator.domain.retry import attempts_counted
 from coordinator.domain.states import AttemptEnd, Op, Outcome, TaskState
 from coordinator.store import Store
 from coordinator.store.attempts.reclaimer import RECLAIMER
+from coordinator.store.types import TaskSpec
 from tests.helpers import eventually
 from tests.store.support import (
     StoreFactory,
     claim,
+    claim_result,
     commit,
     create,
     events,
@@ -182,3 +184,27 @@ def test_a_claim_an_epoch_bump_revoked_costs_its_task_no_attempt(
         Op.RECLAIM,
         f"fenced by the epoch bump to {epoch} (the claim carried {fence.scheduler_epoch})",
     )
+
+
+def test_a_claim_taking_over_a_claim_an_epoch_bump_revoked_costs_its_task_no_attempt(
+    make_store: StoreFactory,
+) -> None:
+    """The same revoked claim when a worker's claim gets there before the reclaimer: the
+    takeover decides as the reclaimer would. It counted the fenced attempt: five rollback
+    drills dead-lettered a task with max_attempts 5 whenever a worker was the first."""
+    store = make_store(reclaim=False)  # nobody moves the task to READY: the claim takes it over
+    store.tasks.create(
+        TaskSpec(task_id="t1", queue="q", input=b"x", retry=(("max_attempts", 1),)), by="pm"
+    )
+    first = claim(store, "t1", principal="A")
+    epoch, revoked = store.admin.bump_epoch_revoking()
+    assert revoked == 1
+    second = claim(store, "t1", principal="B", epoch=epoch)
+    task = store.tasks.get("t1")
+    assert (task.attempt, attempts_counted(task), task.last_error) == (2, 1, "")
+    assert second.attempt_id != first.attempt_id
+    # The attempt it took over was its own lease's end: counted, and the budget of 1 is spent.
+    store.admin.revoke_leases(before_revision=second.claim_generation + 1)
+    refused = claim_result(store, "t1", principal="C", epoch=epoch)
+    assert refused.verdict.outcome is Outcome.NOT_CLAIMABLE
+    assert "all 1 attempts used" in refused.verdict.message

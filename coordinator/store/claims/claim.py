@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from coordinator.domain.decisions import Fence, FenceView, Verdict, clamp_ttl, decide_claim
 from coordinator.domain.keys import task_id_from_ready_key
 from coordinator.domain.records import AttemptRecord, TaskRecord, as_stored, with_changes
-from coordinator.domain.retry import LEASE_EXPIRED, refuse_takeover
+from coordinator.domain.retry import takeover
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.errors import LeaseGone, NotFound
 from coordinator.metrics import AcceptancePoint
@@ -190,10 +190,10 @@ class ClaimStore:
         if task.state is TaskState.READY:
             # Our own replica drops the hint at once; the watch does it for the others.
             self._ready.discard(keys.ready(task.queue, task.priority, task.ready_seq, task.task_id))
-        elif task.state is TaskState.CLAIMED:
+        elif read.takeover is not None:
             # A takeover ended the expired attempt and starts the next at once: a retry, as the
-            # reclaimer counts one when it gets there first (refuse_takeover allowed it now).
-            expired = LEASE_EXPIRED.end.name.lower()
+            # reclaimer counts one when it gets there first (its decision allowed it now).
+            expired = read.takeover.ended.end.name.lower()
             self._ctx.metrics.count_attempt_end(task.queue, expired)
             self._ctx.metrics.count_retry(task.queue, expired, wait=0.0)
         fence = Fence(
@@ -313,14 +313,19 @@ class ClaimStore:
             raise NotFound(f"task {task_id!r} does not exist")
         task = joined(task_from_kv(task_kv), snap.range_one(6))
         input_lost = task.input_in_key and snap.range_one(6) is None
+        current_epoch = epoch_from_kv(snap.range_one(2))
         verdict = decide_claim(
             task,
             claim_alive=snap.range_one(1) is not None,
             expected_state_version=expected_state_version,
             caller_epoch=epoch,
-            current_epoch=epoch_from_kv(snap.range_one(2)),
+            current_epoch=current_epoch,
             paused=snap.range_one(3) is not None,
         )
+        # Claiming a CLAIMED task takes over its expired attempt: the retry policy decides.
+        took = None
+        if task.state is TaskState.CLAIMED:
+            took = takeover(task, current_epoch, self._ctx.clock.now())
         if verdict.accepted and input_lost:
             # Written with the record and deleted only with it: gone means someone deleted it
             # by hand. Handing out an empty input with the task's digest would run wrong work.
@@ -337,14 +342,12 @@ class ClaimStore:
             verdict = Verdict(
                 Outcome.NOT_CLAIMABLE, message="the task's schedule_to_close deadline passed"
             )
-        elif verdict.accepted and task.state is TaskState.CLAIMED:
-            # A takeover ends the expired attempt: the retry policy must allow the next now.
-            why = refuse_takeover(task, self._ctx.clock.now())
-            if why:
-                verdict = Verdict(Outcome.NOT_CLAIMABLE, message=why)
+        elif verdict.accepted and took is not None and took.refusal:
+            verdict = Verdict(Outcome.NOT_CLAIMABLE, message=took.refusal)
         attempt = await self._attempt_named(io, task, snap.revision)
         paused = (kv.key.removeprefix(keys.queue_paused_prefix) for kv in snap.range_kvs(5))
-        return ClaimRead(task, verdict, tuple(snap.range_kvs(4)), attempt, frozenset(paused))
+        reconciling = tuple(snap.range_kvs(4))
+        return ClaimRead(task, verdict, reconciling, attempt, frozenset(paused), took)
 
     async def _attempt_named(
         self, io: StepIO, task: TaskRecord, revision: int

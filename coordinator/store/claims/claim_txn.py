@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from coordinator.domain.checkpoints import resumable_checkpoint
 from coordinator.domain.idempotency import Grant
 from coordinator.domain.records import AttemptRecord, ClaimRecord, TaskRecord, encode, with_changes
-from coordinator.domain.retry import LEASE_EXPIRED
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.domain.versions import ATTEMPT_IN_RECORD_SCHEMA
 from coordinator.store.claims.claim_keys import ClaimKey
@@ -58,7 +57,7 @@ def claim_write(
     claim, attempt = _new_records(
         ctx, read, principal=principal, epoch=epoch, lease=lease, attempt_id=attempt_id, now=now
     )
-    after = _claimed(ctx, task, attempt, lease)
+    after = _claimed(ctx, read, attempt, lease)
     # The task key's mod_revision compare (what this claim read is still current) comes from
     # transition_ops, as for every move of a task.
     compares, ops = transition_ops(
@@ -83,12 +82,14 @@ def claim_write(
 
 
 def _claimed(
-    ctx: StoreContext, task: TaskRecord, attempt: AttemptRecord, lease: ClaimLease
+    ctx: StoreContext, read: ClaimRead, attempt: AttemptRecord, lease: ClaimLease
 ) -> TaskRecord:
-    """``task`` CLAIMED for ``attempt`` on ``lease``. At schema 3 the record describes the
+    """The read task CLAIMED for ``attempt`` on ``lease``. At schema 3 the record describes the
     attempt, which then gets no key of its own unless it starts from a checkpoint (the record
-    holds none)."""
-    takeover = task.state is TaskState.CLAIMED
+    holds none). A takeover writes the retry decision on the attempt it closes, as the
+    reclaimer would: its error, or an uncounted attempt (an epoch bump fenced it)."""
+    task = read.task
+    closing = read.takeover.changes(task) if read.takeover is not None else {}
     return transition(
         task,
         Op.CLAIM,
@@ -99,8 +100,9 @@ def _claimed(
         attempt_id=attempt.attempt_id,
         owner_id=attempt.owner_id,
         lease_id=lease.lease_id,
-        last_error=LEASE_EXPIRED.error if takeover else task.last_error,
-        last_error_code="" if takeover else task.last_error_code,
+        last_error=closing.get("last_error", task.last_error),
+        last_error_code=closing.get("last_error_code", task.last_error_code),
+        attempts_base=closing.get("attempts_base", task.attempts_base),
         attempt_in_record=ctx.writes_schema(ATTEMPT_IN_RECORD_SCHEMA) and not attempt.checkpoint,
         attempt_ttl=lease.ttl,
         attempt_started_at=attempt.started_at,

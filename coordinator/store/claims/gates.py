@@ -13,6 +13,7 @@ from typing import Protocol
 
 from coordinator.domain.decisions import Verdict
 from coordinator.domain.records import AttemptRecord, TaskRecord
+from coordinator.domain.retry import Takeover
 from coordinator.domain.states import Outcome, TaskState
 from coordinator.store.context import StoreContext
 from coordinator.store.effects.effect import hold_for_approval
@@ -33,6 +34,8 @@ class ClaimRead:
     attempt: AttemptRecord | None
     # The queues paused one by one (``{p}/control/queue_paused/``): almost always none.
     paused_queues: frozenset[str] = frozenset()
+    # A CLAIMED task's expired attempt and the retry decision on it; None unless a takeover.
+    takeover: Takeover | None = None
 
 
 class ClaimGate(Protocol):
