@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from types import TracebackType
 from typing import Self
 
@@ -103,7 +104,10 @@ class Claim(AcceptingClaim):
 
     def _at(self, point: Point[AnswerT]) -> AnswerT:
         """Send one acceptance point behind the fence (in its retry window) and apply its
-        answer."""
+        answer; its ``first`` call before it, whose failure only leaves what it carried."""
+        if point.first is not None:
+            with suppress(CoordinatorError):
+                self._at(point.first)
         window = point.window(self.remaining())
         return point.answer(self._rpc.call(point.method(self._rpc.worker), point.request, **window))
 

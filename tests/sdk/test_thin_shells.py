@@ -26,7 +26,7 @@ SDK = Path(__file__).resolve().parents[2] / "coordinator" / "sdk"
 CEILINGS = {
     "pool": 169,
     "client": 134,
-    "claim": 173,
+    "claim": 177,
     "effects": 33,
     "_rpc": 81,
     "_renewer": 42,

@@ -229,8 +229,9 @@ class HeldClaim:
 
     def checkpoint(self, data: bytes) -> None:
         """Record where the work stands (at most 64 KiB); the next renewal stores it with the
-        attempt, and a later attempt of the task revision starts with it as its
-        ``previous_checkpoint``. Never blocks; only the latest one is sent."""
+        attempt (a release or a failure sends one renewal with it first), and a later attempt
+        of the task revision starts with it as its ``previous_checkpoint``. Never blocks; only
+        the latest one is sent."""
         self._lease.record(checkpoint=data)
 
     # --- acceptance points: the requests and what their answers do --------------------------
@@ -322,6 +323,16 @@ class HeldClaim:
         if checkpoint is not None:
             request.checkpoint = checkpoint
         return request, min(policy.timeout.total_seconds(), budget)
+
+    def _flush_request(self) -> tuple[worker_pb2.RenewRequest | None, float]:
+        """A renewal that carries the pending checkpoint, and when it is sent (now); None when
+        no checkpoint is pending or the claim is lost."""
+        progress, checkpoint = self._lease.payload()
+        if checkpoint is None or self.is_lost():
+            return None, 0.0
+        fence = fence_to_proto(self.fence)
+        request = worker_pb2.RenewRequest(fence=fence, progress=progress, checkpoint=checkpoint)
+        return request, self._clock()
 
     def renewal_failed(self, exc: CoordinatorError) -> None:
         """A renewal raised ``exc``: a transport failure loses the claim once the lease ran out

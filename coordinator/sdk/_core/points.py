@@ -32,6 +32,7 @@ from coordinator.sdk.types import (
     StageOutcome,
     ToolAuthorization,
 )
+from coordinator.v1 import types_pb2, worker_pb2
 
 AnswerT = TypeVar("AnswerT")
 
@@ -49,10 +50,16 @@ class Point(Generic[AnswerT]):
     # (FENCED after a takeover), and an outage longer than what was left of the lease threw a
     # finished result away although etcd still held the lease (it keeps one across a restart).
     within_lease: bool = True
+    # Sent first, once, its failure ignored: the renewal that carries a checkpoint no renewal
+    # kept yet, before a release or a failure ends the attempt (they carry none).
+    first: Point[bool] | None = None
+    retried: bool = True
 
     def window(self, lease_left: timedelta) -> dict[str, Any]:
         """The retry window of the call (``Rpc.call``'s keywords): ``lease_left``, or the
         whole retry budget, saying what to repeat as a fenced call does."""
+        if not self.retried:
+            return {"lease_left": lease_left, "retry": False}
         if self.within_lease:
             return {"lease_left": lease_left}
         return {"hint": ATTEMPT_HINT}
@@ -101,9 +108,8 @@ class AcceptingClaim(HeldClaim):
         return Point(lambda worker: worker.AuthorizeTool, request, self._authorized)
 
     def _release_point(self, reason: str) -> Point[ReleaseOutcome]:
-        return Point(
-            lambda worker: worker.Release, release_request(self.fence, reason), self._released
-        )
+        request = release_request(self.fence, reason)
+        return Point(lambda worker: worker.Release, request, self._released, first=self._flush())
 
     def _fail_point(
         self,
@@ -123,4 +129,20 @@ class AcceptingClaim(HeldClaim):
             details=details,
             shutdown=shutdown,
         )
-        return Point(lambda worker: worker.Fail, request, self._failed)
+        return Point(lambda worker: worker.Fail, request, self._failed, first=self._flush())
+
+    def _flush(self) -> Point[bool] | None:
+        """One renewal, one try, that carries the checkpoint no renewal kept yet, for a release
+        or a failure to send first: the next attempt resumes from it. None when nothing is
+        pending. Only an accepted answer is applied: the ending call's answer is the truth
+        about the claim."""
+        request, sent = self._flush_request()
+        if request is None:
+            return None
+
+        def kept(response: worker_pb2.RenewResponse) -> bool:
+            return response.outcome == types_pb2.OUTCOME_OK and self.renewed(
+                sent, response, request
+            )
+
+        return Point(lambda worker: worker.Renew, request, kept, retried=False)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from types import TracebackType
 from typing import Self
 
@@ -95,7 +96,10 @@ class AsyncClaim(AcceptingClaim):
 
     async def _at(self, point: Point[AnswerT]) -> AnswerT:
         """Send one acceptance point behind the fence (in its retry window) and apply its
-        answer."""
+        answer; its ``first`` call before it, whose failure only leaves what it carried."""
+        if point.first is not None:
+            with suppress(CoordinatorError):
+                await self._at(point.first)
         window = point.window(self.remaining())
         call = self._rpc.call(point.method(self._rpc.worker), point.request, **window)
         return point.answer(await call)

@@ -189,9 +189,15 @@ export class Claim {
   }
 
   /** Record where the work stands (at most 64 KiB); the next renewal stores it with the attempt
-   * and a later attempt of this task revision starts with it as `previousCheckpoint`. */
+   * (a release or a failure sends one renewal with it first) and a later attempt of this task
+   * revision starts with it as `previousCheckpoint`. */
   checkpoint(data: Payload): void {
     this.lease.checkpoint(bytesOf(data));
+  }
+
+  /** Whether a checkpoint is recorded that no renewal has kept yet. */
+  get checkpointPending(): boolean {
+    return this.lease.checkpointPending;
   }
 
   /** Stop renewing the claim without ending it: a task it did not settle is claimed again
@@ -276,6 +282,7 @@ export class Claim {
    * FENCED / CANCELLED / STALE_INPUT mark it lost unless this attempt had already ended itself.
    */
   async fail(error: Error | string, options: FailOptions = {}): Promise<FailOutcome> {
+    await this.flushCheckpoint();
     const response = await this.call(WorkerService.method.fail, failRequest(this.fence, error, options));
     const recorded = response.outcome === Outcome.OK;
     if (recorded) this.finish("failed");
@@ -295,6 +302,7 @@ export class Claim {
   /** Give the task back (READY again). Ends the claim; FENCED / CANCELLED mark it lost, except
    * when this attempt's own commit or release had landed (an answer lost earlier). */
   async release(reason = ""): Promise<ReleaseOutcome> {
+    await this.flushCheckpoint();
     const response = await this.call(WorkerService.method.release, { fence: this.fence, reason });
     const released = response.outcome === Outcome.OK;
     if (released) this.finish("released");
@@ -302,6 +310,22 @@ export class Claim {
       this.markLost(response.outcome, response.reason, response.message, "release");
     }
     return { outcome: response.outcome, reason: response.reason, message: response.message, released };
+  }
+
+  /** One renewal, one try, carrying the checkpoint no renewal kept yet, sent before a release
+   * or a failure ends the attempt (they carry none): the next attempt resumes from it. Only an
+   * accepted answer is applied; the ending call's answer is the truth about the claim. */
+  private async flushCheckpoint(): Promise<void> {
+    if (!this.lease.checkpointPending || !this.isHeld()) return;
+    const sent = monotonic();
+    const { request, timeout } = this.lease.request(this.fence, this.ctx.transport.policy.timeoutSeconds);
+    try {
+      const once = { retry: false, timeoutSeconds: timeout };
+      const response = await this.call(WorkerService.method.renew, request, once);
+      if (response.outcome === Outcome.OK) this.lease.renewed(sent, response, request);
+    } catch {
+      // Not sent: the release or the failure goes on; the next attempt resumes from the last kept.
+    }
   }
 
   /** Stage `result` in this attempt's own area (never canonical by itself). A refusal (the

@@ -51,6 +51,11 @@ export class Lease {
     this.pending = data.slice();
   }
 
+  /** Whether a checkpoint is recorded that no renewal has kept yet. */
+  get checkpointPending(): boolean {
+    return this.pending !== undefined;
+  }
+
   /** The next renewal of `fence` and its deadline: never past the lease by the local clock,
    * never below MIN_RENEW_TIMEOUT, never above `perTry`. */
   request(fence: Fence, perTry: number): { request: Renewal; timeout: number } {

@@ -145,6 +145,25 @@ test("a checkpoint the keepalive carried is handed to the next attempt", async (
   await next.commit("done");
 });
 
+for (const ending of ["release", "fail"] as const) {
+  test(`a checkpoint no renewal carried yet is sent before a ${ending} ends the attempt`, async () => {
+    // Before, one recorded in the last TTL/3 of an attempt was lost: the next began afresh.
+    const claim = await claimOne(client, 60); // no keepalive renewal is due during the test
+    const renewsBefore = await callsOf(server, "Renew");
+    claim.checkpoint("step 7 of 9");
+    assert.equal(claim.checkpointPending, true);
+    const ended = ending === "release" ? (await claim.release("stopping")).released : (await claim.fail("Flaky")).recorded;
+    assert.equal(ended, true);
+    assert.equal(claim.checkpointPending, false);
+    assert.equal((await callsOf(server, "Renew")) - renewsBefore, 1);
+    const next = await client.claim(claim.taskId, { ttlSeconds: 60 });
+    assert.ok(next instanceof Claim);
+    assert.equal(new TextDecoder().decode(next.previousCheckpoint), "step 7 of 9");
+    assert.equal((await next.release("done")).released, true); // nothing pending: no renewal
+    assert.equal((await callsOf(server, "Renew")) - renewsBefore, 1);
+  });
+}
+
 test("fail is retried until the attempts are used up, then the task is dead-lettered", async () => {
   const queue = unique("q");
   const task = await client.createTask({ queue, maxAttempts: 2 });

@@ -1,0 +1,48 @@
+"""A checkpoint recorded after the last renewal is sent before the attempt ends: a release or
+a failure (the pools' give-back at shutdown too) first sends one renewal carrying it, so the
+next attempt resumes from it. Before, one recorded in the last TTL/3 of an attempt was lost."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from coordinator.etcd_process import EtcdProcess
+from coordinator.sdk import ClaimRefused
+from tests.sdk.both import Held, Sdk, Sent
+from tests.sdk.support import served_with_task
+
+# Long enough that no keepalive renewal runs during the test (the first is due at TTL/3).
+TTL = timedelta(seconds=60)
+CHECKPOINT = b"step 7 of 9"
+
+
+@pytest.mark.parametrize("ending", ["release", "fail"])
+def test_a_checkpoint_no_renewal_carried_yet_goes_before_the_attempt_ends(
+    sdk: Sdk, etcd: EtcdProcess, prefix: str, ending: str
+) -> None:
+    with served_with_task(etcd.endpoint, prefix) as coordinator:
+        sent = Sent()
+        worker = sdk.client(coordinator.target, "worker-a", sent=sent)
+        claim = worker.claim("t1", ttl=TTL)
+        assert not isinstance(claim, ClaimRefused), claim
+        with claim:
+            claim.checkpoint(CHECKPOINT)
+            assert claim.checkpoint_pending
+            _end(claim, ending)
+            assert not claim.checkpoint_pending
+        assert [r.checkpoint for r in sent.renewals()] == [CHECKPOINT]  # one, and only then
+        again = worker.claim("t1", ttl=TTL)
+        assert not isinstance(again, ClaimRefused), again
+        with again:
+            assert again.previous_checkpoint == CHECKPOINT
+            _end(again, ending)  # nothing pending: no renewal first
+        assert len(sent.renewals()) == 1
+
+
+def _end(claim: Held, ending: str) -> None:
+    if ending == "release":
+        assert claim.release("stopping").released
+    else:
+        assert claim.fail("Flaky").recorded
