@@ -455,14 +455,22 @@ def _wait_for_log(process: Process, event: str, field: str, timeout: float = 30.
     return str(eventually(found, timeout=timeout, message=f"no {event!r} log line"))
 
 
-def test_serve_refuses_a_taken_port(etcd: EtcdProcess, prefix: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("flag", "setting"), [("--listen", "listen"), ("--metrics-listen", "metrics_listen")]
+)
+def test_serve_refuses_a_taken_port_before_it_touches_etcd(
+    etcd: EtcdProcess, etcd_client: Any, prefix: str, flag: str, setting: str
+) -> None:
+    """Exit 2 naming the setting, and nothing written under the prefix: a taken metrics port
+    was found only after the store had started (its watches, a prune pass) and written."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         args = ["serve", "--etcd", etcd.endpoint, "--prefix", prefix, "--insecure"]
+        free = ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
         result = subprocess.run(
-            [*COMMAND, *args, "--listen", f"127.0.0.1:{port}"],
+            [*COMMAND, *args, *free, flag, f"127.0.0.1:{port}"],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -470,9 +478,10 @@ def test_serve_refuses_a_taken_port(etcd: EtcdProcess, prefix: str, tmp_path: Pa
             check=False,
         )
     assert result.returncode == 2, result.stderr  # an invalid setting, like any other
-    assert f"listen: cannot bind '127.0.0.1:{port}'" in result.stderr
+    assert f"{setting}: cannot bind '127.0.0.1:{port}'" in result.stderr
     assert "is another process listening there?" in result.stderr
     assert "Traceback" not in result.stderr
+    assert list(etcd_client.get_prefix(prefix + "/", keys_only=True)) == []
 
 
 def _health(address: str, service: str) -> int:

@@ -63,7 +63,7 @@ from coordinator.server.renew_budget import RENEW_RATE
 from coordinator.server.services.admin_service import AdminService
 from coordinator.server.services.task_service import TaskService
 from coordinator.server.services.worker_service import WorkerService
-from coordinator.server.startup import bind_error, wait_for_store
+from coordinator.server.startup import bind_error, ensure_free, wait_for_store
 from coordinator.server.streams import OpenStreams
 from coordinator.server.tls import ServerTLS
 from coordinator.store import EtcdKV, Keyspace, Store
@@ -289,6 +289,11 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
     configure_logging(config.log_level)
     lengthen_wait_slices()  # idle etcd watches of follow streams must not spin (grpc_waits.py)
     auth, tls = authenticator_for(config), tls_for(config)  # bad auth files fail before etcd
+    ensure_free(  # and a taken port: nothing starts or writes for a replica that cannot serve
+        ("listen", config.listen),
+        ("health_listen", config.health_listen),
+        ("metrics_listen", config.metrics_listen),
+    )
     stop, now = threading.Event(), threading.Event()
     with _signals_set(stop, now), _store_for(config, stop, tls) as store:
         if store is None:  # told to stop while waiting for etcd

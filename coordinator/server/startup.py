@@ -13,6 +13,8 @@ wrong etcd credentials) will not get better by waiting: that is a bad setting, r
 
 from __future__ import annotations
 
+import errno
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -118,7 +120,43 @@ def _health_only(
     return server
 
 
-def bind_error(listen: str, exc: RuntimeError) -> str:
+def ensure_free(*addresses: tuple[str, str | None]) -> None:
+    """ConfigError naming the setting of the first (setting, ``host:port``) another process
+    listens on; an address of None or port 0 is skipped. Checked before etcd is touched: a
+    replica that cannot serve exited 2 only after it had started its store (its watches, a
+    prune pass) and written to etcd."""
+    for setting, listen in addresses:
+        host, _, port = (listen or "").rpartition(":")
+        if not port.isdigit() or int(port) == 0:
+            continue  # nothing to bind, a free port, or a form the real bind reports on
+        try:
+            (family, kind, proto, _, address), *_ = socket.getaddrinfo(
+                host.strip("[]") or None,
+                int(port),
+                type=socket.SOCK_STREAM,
+                flags=socket.AI_PASSIVE,
+            )
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+                probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ConfigError(_taken(setting, listen or "", exc)) from exc
+            # Anything else (an unknown host, an address not on this machine): the real bind
+            # says so in its own words.
+
+
+def _taken(setting: str, listen: str, exc: OSError) -> str:
+    if setting == "listen":
+        return bind_error(listen, exc)
+    env = f"COORDINATOR_{setting.upper()}"
+    return (
+        f"{setting}: cannot bind {listen!r} ({exc.strerror}): is another process listening "
+        f"there? Stop it or choose another address (--{setting.replace('_', '-')} / {env})"
+    )
+
+
+def bind_error(listen: str, exc: Exception) -> str:
     """What to say when gRPC cannot bind ``listen`` (it raises a bare RuntimeError)."""
     return (
         f"listen: cannot bind {listen!r} ({exc}): is another process listening there? Stop it "

@@ -1,0 +1,37 @@
+"""coordinator.server.startup.ensure_free: a taken port is a setting to change, found before
+the replica touches etcd; what is not a host:port to check is left to the real bind."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from coordinator.errors import ConfigError
+from coordinator.server.startup import ensure_free
+
+
+def test_the_first_taken_address_is_named_with_its_setting_and_flag() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError) as refused:
+            ensure_free(("listen", "127.0.0.1:0"), ("health_listen", f"127.0.0.1:{port}"))
+    assert str(refused.value).startswith(f"health_listen: cannot bind '127.0.0.1:{port}'")
+    assert "(--health-listen / COORDINATOR_HEALTH_LISTEN)" in str(refused.value)
+
+
+def test_a_free_port_port_zero_none_and_other_forms_pass() -> None:
+    with socket.socket() as held:  # bound, not listening: a closed probe leaves it free
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+    ensure_free(
+        ("listen", f"127.0.0.1:{port}"),
+        ("listen", "127.0.0.1:0"),
+        ("health_listen", None),
+        ("listen", "unix:/tmp/coordinator.sock"),
+        ("metrics_listen", "192.0.2.1:9090"),  # not on this machine: EADDRNOTAVAIL
+    )
+    with socket.create_server(("127.0.0.1", port)):  # the probe left it bindable
+        pass
