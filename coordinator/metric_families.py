@@ -274,7 +274,8 @@ class MetricFamilies:
         self.space_refusals = Counter(
             "coordinator_space_refusals_total",
             "Writes the space guard refused before sending them to etcd, by state "
-            "(high_water, full, nospace).",
+            "(high_water, full, nospace; retry: a claim of a task past its attempts allowed "
+            "above the high-water mark).",
             ["state"],
             registry=registry,
         )

@@ -14,6 +14,10 @@ sent:
   caller's write budget, decided at the door: coordinator/server/interceptors/high_water.py)
   still goes, so the principals that filled etcd are refused and a pool creating small tasks is
   not;
+* above it, a task that has had RETRIES_ABOVE_HIGH_WATER attempts is not claimed again: each
+  retry writes an attempt and its events whatever its calls carry, so a worker failing or
+  releasing its claims as fast as it can (a retry policy without a bound or a backoff) grew
+  etcd past the mark with nothing else refused (``retry_refusal``);
 * above the full mark (between the high-water mark and the quota) no growth goes at all, shares
   included: the room left is for the pool to drain;
 * at an active NOSPACE alarm no txn that puts a key goes to etcd, nested or not; txns that only
@@ -111,6 +115,25 @@ def refusal_message(verdict: SpaceVerdict, *, retry_after: float) -> str:
         "staged results, idempotency keys) are refused while claims, commits and releases "
         "drain the pool; "
         f"retry after {retry_after:g} s"
+    )
+
+
+RETRIES_ABOVE_HIGH_WATER = 8
+"""Attempts a task may have had and still be claimed while etcd is above its high-water mark:
+its first attempt and a few retries run (the pool drains); past them it waits for the guard to
+clear, READY and untouched (no attempt is counted or written)."""
+
+
+def retry_refusal(state: SpaceState, attempts: int, *, retry_after: float) -> str:
+    """Why a claim that would start attempt ``attempts + 1`` of a task may not go in ``state``
+    ("" when it may)."""
+    if state is SpaceState.CLEAR or attempts < RETRIES_ABOVE_HIGH_WATER:
+        return ""
+    return (
+        f"space guard: etcd's database is above its high-water mark and this task has had "
+        f"{attempts} attempts; each retry writes an attempt and its events, so a task past "
+        f"{RETRIES_ABOVE_HIGH_WATER} attempts is not claimed until the guard clears (the pool "
+        f"drains meanwhile); retry after {retry_after:g} s"
     )
 
 

@@ -29,7 +29,7 @@ from coordinator.store.attempts.renewals import Renewals, RenewViews
 from coordinator.store.attempts.views import HeldClaims
 from coordinator.store.claims.claim import ClaimStore
 from coordinator.store.claims.claim_keys import KeyedClaimStore
-from coordinator.store.claims.gates import ApprovalGate, QueuePauseGate, ReconcileGate
+from coordinator.store.claims.gates import ApprovalGate, QueuePauseGate, ReconcileGate, SpaceGate
 from coordinator.store.claims.live_claims import LiveClaims
 from coordinator.store.claims.long_poll import LongPoll, ReadyWaiters
 from coordinator.store.context import StoreContext
@@ -289,9 +289,14 @@ class _Parts:
         held = HeldClaims()
         acceptance = AcceptancePoints(ctx, ready, held)
         reconcile = ReconcileStore(ctx, ready)
-        # In this order: a paused queue answers before anything may write; an open
-        # reconciliation decides before a hold for approval.
-        gates = (QueuePauseGate(), ReconcileGate(reconcile), ApprovalGate(ctx, ready))
+        # In this order: a paused queue and a full etcd answer before anything may write; an
+        # open reconciliation decides before a hold for approval.
+        gates = (
+            QueuePauseGate(),
+            SpaceGate(ctx),
+            ReconcileGate(reconcile),
+            ApprovalGate(ctx, ready),
+        )
         claims = ClaimStore(ctx, ready, held, gates)
         give_backs = GiveBacks(ctx, ready, held, acceptance)
         return cls(

@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from coordinator.domain.space import (
+    RETRIES_ABOVE_HIGH_WATER,
     SpaceState,
     SpaceVerdict,
     WriteKind,
@@ -14,6 +15,7 @@ from coordinator.domain.space import (
     decide_write,
     refusal_message,
     refuses_every_txn_at_nospace,
+    retry_refusal,
     space_state,
 )
 
@@ -142,3 +144,15 @@ def test_compaction_target(now: float, compacted: int, target: int | None) -> No
 )
 def test_the_etcd_versions_that_refuse_every_txn_at_nospace(version: str, refuses: bool) -> None:
     assert refuses_every_txn_at_nospace(version) is refuses
+
+
+def test_above_the_high_water_mark_a_task_past_its_allowed_attempts_is_not_claimed() -> None:
+    allowed = RETRIES_ABOVE_HIGH_WATER
+    for state in SpaceState:
+        assert retry_refusal(state, allowed - 1, retry_after=5) == ""  # the first few run
+        assert retry_refusal(SpaceState.CLEAR, allowed * 100, retry_after=5) == ""
+    for state in (SpaceState.HIGH_WATER, SpaceState.FULL, SpaceState.NOSPACE):
+        why = retry_refusal(state, allowed, retry_after=5)
+        assert why.startswith("space guard: etcd's database is above its high-water mark")
+        assert f"this task has had {allowed} attempts" in why
+        assert why.endswith("retry after 5 s")

@@ -14,9 +14,10 @@ from coordinator.clock import ManualClock
 from coordinator.domain.failures import KEPT_MESSAGE, FailureReport
 from coordinator.domain.records import EventRecord, decode
 from coordinator.domain.retry import attempts_counted
-from coordinator.domain.space import SpaceState
+from coordinator.domain.space import RETRIES_ABOVE_HIGH_WATER, SpaceState
 from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, Outcome, TaskState
 from coordinator.errors import StoreUnavailable
+from coordinator.metrics import METRICS
 from coordinator.store import Store, TaskSpec
 from coordinator.store.etcd.ops import KV
 from tests.helpers import eventually
@@ -297,3 +298,33 @@ def test_an_etcd_outage_logs_one_failed_due_work_pass_per_kind_not_four_a_second
         (log["work"], log["held_back"]) for log in logs if log["event"] == "due-work pass failed"
     ]
     assert sorted(lines) == [("promote_due", 0), ("time_out_due", 0)]
+
+
+def test_above_the_high_water_mark_a_task_past_its_allowed_attempts_waits_untouched(
+    store: Store,
+) -> None:
+    """Each retry writes an attempt and its events whatever its calls carry: a worker failing
+    an unlimited task as fast as it could grew etcd ~1 MiB/s past the mark. There a task with
+    RETRIES_ABOVE_HIGH_WATER attempts is NOT_CLAIMABLE, by id and by ClaimNext, and nothing
+    is written; a fresh task is still claimed, and the task again once the guard clears."""
+    _create(store, "churned", ("max_attempts", 0), ("initial_backoff", 0.0))
+    report = FailureReport(retryable=True, code="E", message="boom")
+    for _ in range(RETRIES_ABOVE_HIGH_WATER):
+        store.failures.fail(claim(store, "churned"), principal="w1", report=report)
+    _create(store, "fresh")
+    store.ctx.kv.space.observe(SpaceState.HIGH_WATER)
+    before, counted = store.tasks.get("churned"), _retry_refusals()
+    refused = claim_result(store, "churned")
+    assert refused.verdict.outcome is Outcome.NOT_CLAIMABLE
+    assert f"this task has had {RETRIES_ABOVE_HIGH_WATER} attempts" in refused.verdict.message
+    assert store.tasks.get("churned").state_version == before.state_version  # nothing written
+    picked = store.claims.claim_next("default", principal="w1", epoch=1, ttl=30)
+    assert picked.fence is not None and picked.fence.task_id == "fresh", picked.verdict
+    assert _retry_refusals() >= counted + 1  # (the guard counts in the process's registry)
+    store.ctx.kv.space.observe(SpaceState.CLEAR)
+    assert claim_result(store, "churned").verdict.outcome is Outcome.CLAIMED
+
+
+def _retry_refusals() -> float:
+    labels = {"state": "retry"}
+    return METRICS.registry.get_sample_value("coordinator_space_refusals_total", labels) or 0

@@ -62,6 +62,21 @@ class QueuePauseGate:
         )
 
 
+class SpaceGate:
+    """Above etcd's high-water mark a task that has had RETRIES_ABOVE_HIGH_WATER attempts is
+    NOT_CLAIMABLE until the space guard clears (domain/space.py ``retry_refusal``): a retry
+    writes an attempt and its events, the one growth the guard let through whatever its caller
+    sent. Reads and writes nothing; ClaimNext passes the task by and claims others."""
+
+    def __init__(self, ctx: StoreContext) -> None:
+        self._ctx = ctx
+
+    def check(self, read: ClaimRead, *, by: str, epoch: int) -> Verdict | None:
+        """NOT_CLAIMABLE with the guard's reason, or None."""
+        why = self._ctx.kv.space.retry_refusal(read.task.attempt)
+        return Verdict(Outcome.NOT_CLAIMABLE, message=why) if why else None
+
+
 class ReconcileGate:
     """An UNKNOWN effect's open reconciliation: wait for its owner (RECONCILING), or escalate
     at its deadline (NEEDS_APPROVAL, written); see store/effects/reconcile.py."""

@@ -27,6 +27,7 @@ from coordinator.domain.space import (
     WriteKind,
     decide_write,
     refusal_message,
+    retry_refusal,
 )
 from coordinator.errors import SpaceRefused
 from coordinator.metrics import METRICS, Metrics
@@ -85,8 +86,9 @@ class SpaceGuard:
                 "space guard state changed",
                 before=before.value,
                 after=state.value,
-                hint="above high water only claims, renewals, commits, releases, prunes and "
-                "growth within each caller's high-water share write; above the full mark no "
+                hint="above high water only claims (of tasks with few attempts), renewals, "
+                "commits, releases, prunes and growth within each caller's high-water share "
+                "write; above the full mark no "
                 "growth; at NOSPACE compact, defragment and disarm etcd (docs/retention.md)",
             )
 
@@ -116,6 +118,14 @@ class SpaceGuard:
         except SpaceRefused as exc:
             return str(exc)
         return ""
+
+    def retry_refusal(self, attempts: int) -> str:
+        """Why a claim that would start attempt ``attempts + 1`` of a task may not go now, ""
+        if it may (domain/space.py ``retry_refusal``); a refusal is counted as ``retry``."""
+        why = retry_refusal(self._state, attempts, retry_after=self._retry_after)
+        if why:
+            self._metrics.space_refusals.labels("retry").inc()
+        return why
 
     def tripped(self) -> SpaceRefused:
         """etcd itself refused a write for NOSPACE: the state from now on, and the refusal
