@@ -289,11 +289,7 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
     configure_logging(config.log_level)
     lengthen_wait_slices()  # idle etcd watches of follow streams must not spin (grpc_waits.py)
     auth, tls = authenticator_for(config), tls_for(config)  # bad auth files fail before etcd
-    ensure_free(  # and a taken port: nothing starts or writes for a replica that cannot serve
-        ("listen", config.listen),
-        ("health_listen", config.health_listen),
-        ("metrics_listen", config.metrics_listen),
-    )
+    ensure_free(config.listen, config.health_listen, config.metrics_listen)  # taken: exit 2
     stop, now = threading.Event(), threading.Event()
     with _signals_set(stop, now), _store_for(config, stop, tls) as store:
         if store is None:  # told to stop while waiting for etcd
@@ -317,10 +313,7 @@ def serve(config: Config, *, ready: Callable[[str], None] | None = None) -> int:
             metrics = start_metrics(
                 store,
                 config.metrics_listen,
-                limits=HttpLimits(
-                    read_timeout=config.metrics_read_timeout,
-                    max_connections=config.metrics_max_connections,
-                ),
+                limits=HttpLimits(config.metrics_read_timeout, config.metrics_max_connections),
                 tls=tls if config.metrics_tls else None,
             )
         except ConfigError:

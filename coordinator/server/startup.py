@@ -120,38 +120,42 @@ def _health_only(
     return server
 
 
-def ensure_free(*addresses: tuple[str, str | None]) -> None:
-    """ConfigError naming the setting of the first (setting, ``host:port``) another process
-    listens on; an address of None or port 0 is skipped. Checked before etcd is touched: a
+def ensure_free(listen: str, health_listen: str | None, metrics_listen: str) -> None:
+    """ConfigError naming the setting of the first of a replica's addresses (``host:port``)
+    another process listens on; None or port 0 is skipped. Checked before etcd is touched: a
     replica that cannot serve exited 2 only after it had started its store (its watches, a
     prune pass) and written to etcd."""
-    for setting, listen in addresses:
-        host, _, port = (listen or "").rpartition(":")
-        if not port.isdigit() or int(port) == 0:
-            continue  # nothing to bind, a free port, or a form the real bind reports on
-        try:
-            (family, kind, proto, _, address), *_ = socket.getaddrinfo(
-                host.strip("[]") or None,
-                int(port),
-                type=socket.SOCK_STREAM,
-                flags=socket.AI_PASSIVE,
-            )
-            with socket.socket(family, kind, proto) as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
-                probe.bind(address)
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise ConfigError(_taken(setting, listen or "", exc)) from exc
-            # Anything else (an unknown host, an address not on this machine): the real bind
-            # says so in its own words.
+    named = {"listen": listen, "health_listen": health_listen, "metrics_listen": metrics_listen}
+    for setting, address in named.items():
+        if address is not None and _in_use(address):
+            raise ConfigError(_taken(setting, address))
 
 
-def _taken(setting: str, listen: str, exc: OSError) -> str:
+def _in_use(listen: str) -> bool:
+    """Whether another process listens on ``listen`` (a bind as gRPC's, SO_REUSEADDR, fails
+    EADDRINUSE). Anything else (port 0, a unix socket, an unknown host, an address not on this
+    machine) is the real bind's to report, in its own words."""
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        return False
+    try:
+        (family, kind, proto, _, address), *_ = socket.getaddrinfo(
+            host.strip("[]") or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        return exc.errno == errno.EADDRINUSE
+    return False
+
+
+def _taken(setting: str, listen: str) -> str:
     if setting == "listen":
-        return bind_error(listen, exc)
+        return bind_error(listen, OSError(errno.EADDRINUSE, "address already in use"))
     env = f"COORDINATOR_{setting.upper()}"
     return (
-        f"{setting}: cannot bind {listen!r} ({exc.strerror}): is another process listening "
+        f"{setting}: cannot bind {listen!r} (address already in use): is another process listening "
         f"there? Stop it or choose another address (--{setting.replace('_', '-')} / {env})"
     )
 

@@ -17,21 +17,20 @@ def test_the_first_taken_address_is_named_with_its_setting_and_flag() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(ConfigError) as refused:
-            ensure_free(("listen", "127.0.0.1:0"), ("health_listen", f"127.0.0.1:{port}"))
+            ensure_free("127.0.0.1:0", f"127.0.0.1:{port}", f"127.0.0.1:{port}")
     assert str(refused.value).startswith(f"health_listen: cannot bind '127.0.0.1:{port}'")
     assert "(--health-listen / COORDINATOR_HEALTH_LISTEN)" in str(refused.value)
 
 
-def test_a_free_port_port_zero_none_and_other_forms_pass() -> None:
+@pytest.mark.parametrize(
+    "other",
+    ["127.0.0.1:0", "unix:/tmp/coordinator.sock", "192.0.2.1:9090"],  # the last: not ours
+    ids=["port-0", "unix-socket", "address-not-on-this-machine"],
+)
+def test_a_free_port_port_zero_none_and_other_forms_pass(other: str) -> None:
     with socket.socket() as held:  # bound, not listening: a closed probe leaves it free
         held.bind(("127.0.0.1", 0))
         port = held.getsockname()[1]
-    ensure_free(
-        ("listen", f"127.0.0.1:{port}"),
-        ("listen", "127.0.0.1:0"),
-        ("health_listen", None),
-        ("listen", "unix:/tmp/coordinator.sock"),
-        ("metrics_listen", "192.0.2.1:9090"),  # not on this machine: EADDRNOTAVAIL
-    )
+    ensure_free(f"127.0.0.1:{port}", None, other)
     with socket.create_server(("127.0.0.1", port)):  # the probe left it bindable
         pass

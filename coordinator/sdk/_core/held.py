@@ -324,16 +324,6 @@ class HeldClaim:
             request.checkpoint = checkpoint
         return request, min(policy.timeout.total_seconds(), budget)
 
-    def _flush_request(self) -> tuple[worker_pb2.RenewRequest | None, float]:
-        """A renewal that carries the pending checkpoint, and when it is sent (now); None when
-        no checkpoint is pending or the claim is lost."""
-        progress, checkpoint = self._lease.payload()
-        if checkpoint is None or self.is_lost():
-            return None, 0.0
-        fence = fence_to_proto(self.fence)
-        request = worker_pb2.RenewRequest(fence=fence, progress=progress, checkpoint=checkpoint)
-        return request, self._clock()
-
     def renewal_failed(self, exc: CoordinatorError) -> None:
         """A renewal raised ``exc``: a transport failure loses the claim once the lease ran out
         locally; any other error loses it now."""

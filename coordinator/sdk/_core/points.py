@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
+from coordinator.fence_wire import fence_to_proto
 from coordinator.sdk._core.held import HeldClaim
 from coordinator.sdk._core.requests import (
     authorize_request,
@@ -136,9 +137,12 @@ class AcceptingClaim(HeldClaim):
         or a failure to send first: the next attempt resumes from it. None when nothing is
         pending. Only an accepted answer is applied: the ending call's answer is the truth
         about the claim."""
-        request, sent = self._flush_request()
-        if request is None:
+        progress, checkpoint = self._lease.payload()
+        if checkpoint is None or self.is_lost():
             return None
+        fence = fence_to_proto(self.fence)
+        request = worker_pb2.RenewRequest(fence=fence, progress=progress, checkpoint=checkpoint)
+        sent = self._clock()
 
         def kept(response: worker_pb2.RenewResponse) -> bool:
             return response.outcome == types_pb2.OUTCOME_OK and self.renewed(
