@@ -8,6 +8,7 @@ from coordinator.errors import InvalidArgument
 
 MAX_INPUT_BYTES = 256 * 1024
 MAX_RESULT_BYTES = 512 * 1024
+MAX_CHECKPOINT_BYTES = 64 * 1024  # kept with its attempt and handed to the next
 MAX_REF_CHARS = 2048
 MAX_TEXT_CHARS = 1024
 

@@ -8,6 +8,8 @@ from datetime import timedelta
 
 import pytest
 
+from coordinator.domain.validation import MAX_CHECKPOINT_BYTES
+from coordinator.errors import InvalidArgument
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import ClaimRefused
 from tests.sdk.both import Held, Sdk, Sent
@@ -39,6 +41,32 @@ def test_a_checkpoint_no_renewal_carried_yet_goes_before_the_attempt_ends(
             assert again.previous_checkpoint == CHECKPOINT
             _end(again, ending)  # nothing pending: no renewal first
         assert len(sent.renewals()) == 1
+
+
+def test_a_checkpoint_or_marker_past_its_bound_is_refused_where_it_is_recorded(
+    sdk: Sdk, etcd: EtcdProcess, prefix: str
+) -> None:
+    """The server refuses a renewal carrying a checkpoint over 64 KiB or a marker over 1,024
+    characters (INVALID_ARGUMENT), and the SDK then took the claim for lost although nothing
+    fenced it (its worker stopped; the lease ran out and the attempt was counted). Refused
+    when recorded instead: the claim and what it had recorded stay as they were."""
+    with served_with_task(etcd.endpoint, prefix) as coordinator:
+        worker = sdk.client(coordinator.target, "worker-a")
+        claim = worker.claim("t1", ttl=TTL)
+        assert not isinstance(claim, ClaimRefused), claim
+        with claim:
+            claim.checkpoint(b"c" * MAX_CHECKPOINT_BYTES)  # at the bound: fine
+            with pytest.raises(InvalidArgument, match="checkpoint is 65537 bytes, the limit is"):
+                claim.checkpoint(b"c" * (MAX_CHECKPOINT_BYTES + 1))
+            with pytest.raises(InvalidArgument, match="progress is 1025 characters"):
+                claim.progress("p" * 1025)
+            assert claim.release("done").released  # the kept checkpoint went first
+            assert not claim.is_lost()
+        again = worker.claim("t1", ttl=TTL)
+        assert not isinstance(again, ClaimRefused), again
+        with again:
+            assert again.previous_checkpoint == b"c" * MAX_CHECKPOINT_BYTES
+            again.release("done")
 
 
 def _end(claim: Held, ending: str) -> None:

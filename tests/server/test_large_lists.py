@@ -12,8 +12,8 @@ from dataclasses import replace
 import pytest
 
 from coordinator.domain.records import AttemptRecord, encode
-from coordinator.domain.validation import MAX_INPUT_BYTES
-from coordinator.server.wire.worker_wire import MAX_CHECKPOINT_BYTES, MAX_ERROR_DETAILS
+from coordinator.domain.validation import MAX_CHECKPOINT_BYTES, MAX_INPUT_BYTES
+from coordinator.server.wire.worker_wire import MAX_ERROR_DETAILS
 from coordinator.store import Store
 from coordinator.store.etcd.ops import put
 from coordinator.store.lifecycle import task_list

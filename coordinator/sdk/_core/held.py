@@ -18,6 +18,7 @@ from typing import Any
 
 import structlog
 
+from coordinator.domain import validation
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError
 from coordinator.fence_wire import fence_from_proto, fence_to_proto
@@ -224,15 +225,19 @@ class HeldClaim:
             )
 
     def progress(self, marker: str) -> None:
-        """Record a progress marker; the next renewal sends the latest one. Never blocks."""
-        self._lease.record(progress=marker)
+        """Record a progress marker (at most 1,024 characters); the next renewal sends the
+        latest one. Never blocks. InvalidArgument past the bound, here: the server would refuse
+        the renewal that carried it, and the claim with it."""
+        self._lease.record(progress=validation.text("progress", marker))
 
     def checkpoint(self, data: bytes) -> None:
         """Record where the work stands (at most 64 KiB); the next renewal stores it with the
         attempt (a release or a failure sends one renewal with it first), and a later attempt
         of the task revision starts with it as its ``previous_checkpoint``. Never blocks; only
-        the latest one is sent."""
-        self._lease.record(checkpoint=data)
+        the latest one is sent. InvalidArgument past the bound, here: the server would refuse
+        the renewal that carried it, and the claim with it."""
+        limit = validation.MAX_CHECKPOINT_BYTES
+        self._lease.record(checkpoint=validation.max_bytes("checkpoint", bytes(data), limit))
 
     # --- acceptance points: the requests and what their answers do --------------------------
 

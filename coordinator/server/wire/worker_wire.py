@@ -37,9 +37,6 @@ from coordinator.store.types import (
 )
 from coordinator.v1 import types_pb2, worker_pb2
 
-MAX_CHECKPOINT_BYTES = 64 * 1024
-"""A checkpoint is kept with its attempt and handed to the next: bounded like any record."""
-
 MAX_ERROR_DETAILS = 16 * 1024
 MAX_REQUEUE_DELAY = 86400.0
 
@@ -126,7 +123,7 @@ def parse_checkpoint(request: worker_pb2.RenewRequest) -> bytes | None:
     """A renewal's checkpoint (bounded); None when the request sets none."""
     if not request.HasField("checkpoint"):
         return None
-    return validation.max_bytes("checkpoint", request.checkpoint, MAX_CHECKPOINT_BYTES)
+    return validation.max_bytes("checkpoint", request.checkpoint, validation.MAX_CHECKPOINT_BYTES)
 
 
 def parse_result_payload(result: bytes, result_digest: str, result_ref: str) -> str:

@@ -16,7 +16,15 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 
 import { type Downstream, type EffectOutcome, runEffect } from "./effects.js";
-import { MAX_RESULT_BYTES, type Payload, bytesOf, digestOf, limitedBytes } from "./payload.js";
+import {
+  MAX_CHECKPOINT_BYTES,
+  MAX_RESULT_BYTES,
+  MAX_TEXT_CHARS,
+  type Payload,
+  digestOf,
+  limitedBytes,
+  limitedText,
+} from "./payload.js";
 import { ClaimLost, TransportError } from "./errors.js";
 import type { ClaimResponse, CommitResponse, RenewResponse } from "./gen/coordinator/v1/worker_pb.js";
 import { type CommitRequestSchema, WorkerService } from "./gen/coordinator/v1/worker_pb.js";
@@ -183,16 +191,18 @@ export class Claim {
     }
   }
 
-  /** Record a progress marker; the next renewal sends the latest one. Never blocks. */
+  /** Record a progress marker (at most 1,024 characters; InvalidArgument past it, here: the
+   * coordinator would refuse the renewal carrying it, and the claim with it); the next renewal
+   * sends the latest one. Never blocks. */
   progress(marker: string): void {
-    this.lease.progress(marker);
+    this.lease.progress(limitedText("progress", marker, MAX_TEXT_CHARS));
   }
 
-  /** Record where the work stands (at most 64 KiB); the next renewal stores it with the attempt
-   * (a release or a failure sends one renewal with it first) and a later attempt of this task
-   * revision starts with it as `previousCheckpoint`. */
+  /** Record where the work stands (at most 64 KiB; InvalidArgument past it, here); the next
+   * renewal stores it with the attempt (a release or a failure sends one renewal with it first)
+   * and a later attempt of this task revision starts with it as `previousCheckpoint`. */
   checkpoint(data: Payload): void {
-    this.lease.checkpoint(bytesOf(data));
+    this.lease.checkpoint(limitedBytes("checkpoint", data, MAX_CHECKPOINT_BYTES));
   }
 
   /** Whether a checkpoint is recorded that no renewal has kept yet. */

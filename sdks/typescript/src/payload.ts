@@ -17,6 +17,17 @@ export function bytesOf(payload: Payload): Uint8Array {
  * and is retried for the whole retry budget). */
 export const MAX_INPUT_BYTES = 256 * 1024;
 export const MAX_RESULT_BYTES = 512 * 1024;
+/** The largest checkpoint and progress marker (characters) a renewal may carry: past them the
+ * coordinator refuses the renewal, and the claim with it, so they are refused when recorded. */
+export const MAX_CHECKPOINT_BYTES = 64 * 1024;
+export const MAX_TEXT_CHARS = 1024;
+
+/** A text field of at most `limit` characters (code points, as the coordinator counts). */
+export function limitedText(field: string, text: string, limit: number): string {
+  const chars = [...text].length;
+  if (chars > limit) throw new InvalidArgument(`${field} is ${chars} characters, the limit is ${limit}`);
+  return text;
+}
 
 /** The bytes of a payload, refused as the coordinator would if past `limit`. */
 export function limitedBytes(field: string, payload: Payload, limit: number): Uint8Array {

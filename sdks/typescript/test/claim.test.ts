@@ -13,6 +13,7 @@ import {
   Claim,
   ClaimLost,
   FenceReason,
+  InvalidArgument,
   Outcome,
   TaskState,
   type WorkerClient,
@@ -163,6 +164,17 @@ for (const ending of ["release", "fail"] as const) {
     assert.equal((await callsOf(server, "Renew")) - renewsBefore, 1);
   });
 }
+
+test("a checkpoint or marker past its bound is refused where it is recorded, the claim kept", async () => {
+  // The coordinator refuses a renewal carrying one (INVALID_ARGUMENT), and the claim was lost.
+  const claim = await claimOne(client, 60);
+  assert.throws(() => claim.checkpoint(new Uint8Array(64 * 1024 + 1)), (e: Error) => e instanceof InvalidArgument && /checkpoint is 65537 bytes/.test(e.message));
+  assert.throws(() => claim.progress("p".repeat(1025)), (e: Error) => e instanceof InvalidArgument && /progress is 1025 characters/.test(e.message));
+  claim.progress("😀".repeat(1024)); // characters (code points), not UTF-16 units or bytes
+  assert.equal(claim.checkpointPending, false);
+  assert.equal((await claim.release("done")).released, true);
+  assert.equal(claim.isLost(), false);
+});
 
 test("fail is retried until the attempts are used up, then the task is dead-lettered", async () => {
   const queue = unique("q");
