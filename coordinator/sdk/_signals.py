@@ -7,12 +7,13 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import structlog
 
-from coordinator.sdk._core.pool import HURRIED, STOPPING
+from coordinator.sdk._core.pool import HURRIED, REPEATED, STOPPING
 
 log = structlog.get_logger(__name__)
 
@@ -27,12 +28,38 @@ class Stoppable(Protocol):
         """Stop, and cut the grace short."""
 
 
-def answer_signal(pool: Stoppable, seen: int, signum: signal.Signals) -> None:
-    """Both pools' answer to the ``seen``-th signal (counted from one): stop, and from the
-    second on cut the grace short. Stop first: the log line after it must never decide whether
-    the pool stops."""
-    (pool.hurry if seen > 1 else pool.stop)()
-    log.info(HURRIED if seen > 1 else STOPPING, signal=signum.name)
+DUPLICATE_WINDOW = 1.0
+"""Seconds after the first signal in which another is the same stop delivered twice, not a
+second one: GNU ``timeout`` and some supervisors send SIGTERM to the process and then to its
+process group, which hurried the pool at once (its grace skipped) in a third of the tries."""
+
+
+class SignalCount:
+    """Which signal this is, as the pools answer it: the first, a repeat of it (within
+    DUPLICATE_WINDOW), or a later one. Called from one thread (or the loop) only."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._first: float | None = None
+
+    def hurries(self) -> bool | None:
+        """None for the first signal, True for a later one, False for a repeat of the first."""
+        now = self._clock()
+        if self._first is None:
+            self._first = now
+            return None
+        return now - self._first >= DUPLICATE_WINDOW
+
+
+def answer_signal(pool: Stoppable, hurries: bool | None, signum: signal.Signals) -> None:
+    """Both pools' answer to a signal (``SignalCount.hurries``): the first stops, a later one
+    cuts the grace short, a repeat of the first is only logged. Stop first: the log line after
+    it must never decide whether the pool stops."""
+    if hurries is False:
+        log.info(REPEATED, signal=signum.name)
+        return
+    (pool.hurry if hurries else pool.stop)()
+    log.info(HURRIED if hurries else STOPPING, signal=signum.name)
 
 
 def stop_on_signals(
@@ -53,11 +80,10 @@ def stop_on_signals(
             os.write(write_fd, bytes([signum]))
 
     def watch() -> None:
-        seen = 0
+        count = SignalCount()
         while data := os.read(read_fd, 16):
             for signum in data:
-                seen += 1
-                answer_signal(pool, seen, signal.Signals(signum))
+                answer_signal(pool, count.hurries(), signal.Signals(signum))
         os.close(read_fd)
 
     previous = {signum: signal.signal(signum, on_signal) for signum in signals}

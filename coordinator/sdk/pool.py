@@ -353,7 +353,7 @@ class WorkerPool:
     def _cut_off(self, left_over: list[_Running]) -> None:
         """Cancel the handlers still running and give their claims back, in parallel, for at
         most GIVE_BACK_TIMEOUT (a claim not settled by then expires with its lease)."""
-        why = cut_off_reason(self._settings.grace)
+        why = cut_off_reason(self._settings.grace, self._hurried.is_set())
         for running in left_over:
             running.cancel.cancel(CancelReason.SHUTDOWN, why)
         threads = [

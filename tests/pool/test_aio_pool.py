@@ -308,7 +308,11 @@ class _Recorded:
         self.calls.append("hurry")
 
 
-def test_stop_on_signals_stops_at_the_first_signal_and_hurries_at_the_next() -> None:
+def test_stop_on_signals_stops_at_the_first_signal_and_hurries_at_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each signal here comes at once after the last: none is a repeat (tests/pool/test_signals.py).
+    monkeypatch.setattr("coordinator.sdk._signals.DUPLICATE_WINDOW", 0.0)
     pool = _Recorded()
 
     async def signalled() -> None:

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from coordinator.domain.states import AttemptEnd, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import WorkerClient
 from coordinator.sdk._core.pool import HURRIED
+from coordinator.sdk._signals import DUPLICATE_WINDOW
 from coordinator.sdk.pool import GIVE_BACK_TIMEOUT
 from tests.helpers import eventually
 from tests.sdk.support import QUEUE, Served, served
@@ -153,23 +155,27 @@ def test_sigterm_stops_claiming_commits_the_finished_and_releases_the_rest(
 def test_a_second_sigterm_cuts_the_grace_short(
     coordinator: Served, producer: WorkerClient, tmp_path: Path
 ) -> None:
-    # A repeated SIGTERM once changed nothing: a 20 s grace was waited out in full.
+    # A repeated SIGTERM once changed nothing: a 20 s grace was waited out in full. (One sent
+    # twice at once is the same stop: tests/pool/test_signals.py.)
     producer.create_task("slow", queue=QUEUE, input=f"gate {tmp_path / 'never'}".encode())
     proc = start_worker(coordinator.target, tmp_path, max_concurrent=1, grace=3600.0)
+    log = tmp_path / "worker.log"
     try:
         eventually(lambda: claimed(producer) == {"slow"}, timeout=30)
         eventually((tmp_path / "slow.started").exists, message="not running yet")
         proc.send_signal(signal.SIGTERM)
         eventually(lambda: not (tmp_path / "ready").exists(), message="readiness file still there")
         assert proc.poll() is None  # an hour of grace
+        time.sleep(DUPLICATE_WINDOW)
         proc.send_signal(signal.SIGTERM)
         assert exit_code(proc, tmp_path, grace=0.0) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
     assert ends(producer, "slow") == [AttemptEnd.FAILED]  # cancelled and given back at once
-    log = (tmp_path / "worker.log").read_text()
-    assert HURRIED in log
+    assert HURRIED in log.read_text()
+    (attempt,) = producer.attempts("slow")
+    assert attempt.error_message == "a second signal cut the shutdown grace short"
 
 
 def test_a_handler_deaf_to_cancellation_is_cut_off_at_the_grace(

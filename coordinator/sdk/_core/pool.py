@@ -188,8 +188,11 @@ class Tally:
         return report
 
 
-def cut_off_reason(grace: timedelta) -> str:
-    """What a claim given back at the end of the grace says."""
+def cut_off_reason(grace: timedelta, hurried: bool) -> str:
+    """What a claim given back at the end of the grace says (``hurried``: a second signal
+    ended it early)."""
+    if hurried:
+        return "a second signal cut the shutdown grace short"
     return f"the shutdown grace of {grace.total_seconds():g}s ran out"
 
 
@@ -262,7 +265,9 @@ def released(committed: bool) -> Ending:
 
 STOPPING = "signal received: stopping"
 HURRIED = "signal received again: the grace cut short"
-"""What a pool's signal handlers log on a first signal and on a later one."""
+REPEATED = "signal received again within a second: the same stop, the grace kept"
+"""What a pool's signal handlers log on a first signal, a later one, and a repeat of the first
+(``sdk/_signals.py``)."""
 
 SLOT_FAULT = "claim not settled (a fault past its handler): slot freed, claim left to its lease"
 """What a pool logs when settling a claim raised something unexpected (a bug, not the handler's

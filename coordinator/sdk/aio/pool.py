@@ -62,7 +62,7 @@ from coordinator.sdk._core.pool import (
 from coordinator.sdk._core.settling import ClaimCall, NextTask, cut_off_claim, settle
 from coordinator.sdk._core.slots import HandOver, Routes, Slots
 from coordinator.sdk._duration import Duration
-from coordinator.sdk._signals import answer_signal
+from coordinator.sdk._signals import SignalCount, answer_signal
 from coordinator.sdk.aio._events import wait_for
 from coordinator.sdk.aio.claim import AsyncClaim
 from coordinator.sdk.aio.client import AsyncWorkerClient
@@ -313,7 +313,7 @@ class AsyncWorkerPool:
         most GIVE_BACK_TIMEOUT (a claim not settled by then expires with its lease)."""
         if not left_over:
             return
-        why = cut_off_reason(self._settings.grace)
+        why = cut_off_reason(self._settings.grace, self._hurried.is_set())
         for running in left_over:
             if running.handler is not None:
                 running.handler.cancel(why)
@@ -377,12 +377,10 @@ def stop_on_signals(
     running loop of the main thread (asyncio runs its signal handlers there, as loop
     callbacks, so they may call ``stop()`` directly)."""
     loop = asyncio.get_running_loop()
-    seen = 0
+    count = SignalCount()
 
     def on_signal(signum: signal.Signals) -> None:
-        nonlocal seen
-        seen += 1
-        answer_signal(pool, seen, signum)
+        answer_signal(pool, count.hurries(), signum)
 
     for signum in signals:
         loop.add_signal_handler(signum, on_signal, signum)
