@@ -30,6 +30,7 @@ import type { Claim } from "./claim.js";
 import type { WorkerClient } from "./client.js";
 import { CallAborted, CoordinatorError, InvalidArgument, TransportError } from "./errors.js";
 import type { Payload } from "./payload.js";
+import { monotonic } from "./lease.js";
 import { ClaimRefused, Outcome } from "./outcomes.js";
 
 /** Runs one claim: resolves with the result to commit (or undefined: ended or to release). It
@@ -310,7 +311,9 @@ export class WorkerPool {
     const left = [...this.running.keys()];
     if (left.length === 0) return;
     for (const claim of left) this.abandoned.add(claim);
-    const why = `the shutdown grace of ${this.options.graceSeconds}s ran out`;
+    const why = this.hurried.signal.aborted
+      ? "a second signal cut the shutdown grace short"
+      : `the shutdown grace of ${this.options.graceSeconds}s ran out`;
     this.cutOff.abort(new CoordinatorError(why));
     await Promise.race([Promise.all(left.map((claim) => this.giveBack(claim, why))), sleep(GIVE_BACK_TIMEOUT)]);
   }
@@ -340,14 +343,23 @@ function resultError(result: unknown): TypeError | undefined {
   );
 }
 
+/** Seconds after the first signal in which another is the same stop delivered twice (GNU
+ * `timeout` and some supervisors signal the process, then its group), not a second one. */
+export const DUPLICATE_WINDOW_SECONDS = 1;
+
 /** Stop `pool` on SIGTERM and SIGINT (a pod's shutdown, Ctrl-C), and from the second signal on
- * cut its grace short (`hurry()`), as the Python SDK does; returns what removes them. */
+ * cut its grace short (`hurry()`), as the Python SDK does: a signal within
+ * DUPLICATE_WINDOW_SECONDS of the first is taken as the first again. Returns what removes them. */
 export function stopOnSignals(pool: WorkerPool, signals: NodeJS.Signals[] = ["SIGTERM", "SIGINT"]): () => void {
-  let seen = 0;
+  let first: number | undefined;
   const answer = (): void => {
-    seen += 1;
-    if (seen > 1) pool.hurry();
-    else pool.stop();
+    const now = monotonic();
+    if (first === undefined) {
+      first = now;
+      pool.stop();
+    } else if (now - first >= DUPLICATE_WINDOW_SECONDS) {
+      pool.hurry();
+    }
   };
   for (const signal of signals) process.on(signal, answer);
   return () => {

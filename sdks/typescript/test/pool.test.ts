@@ -12,7 +12,7 @@ import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import { Claim, type ClaimNextOptions, OutcomeUnknown, TaskState, WorkerClient, WorkerPool } from "../dist/index.js";
-import { sleep } from "../dist/pool.js";
+import { DUPLICATE_WINDOW_SECONDS, sleep, stopOnSignals } from "../dist/pool.js";
 import { type Server, clientOf, eventually, metricOf, startServer, unique } from "./server.js";
 
 const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), "pool-worker.js");
@@ -120,6 +120,7 @@ test("a second signal cuts the grace short: the claims still running are given b
     await eventually(() => lines.filter((l) => l.startsWith("running ")).length === 2, 30, "both handlers running");
     worker.kill("SIGTERM");
     await eventually(() => lines.includes("SIGTERM"), 30, "the first signal taken");
+    await new Promise((done) => setTimeout(done, DUPLICATE_WINDOW_SECONDS * 1000));
     worker.kill("SIGINT"); // Ctrl-C after a SIGTERM: the grace's 600 s are not waited out
     const given = async (): Promise<boolean> => {
       const states = await Promise.all(tasks.map((t) => client.getTask(t.taskId)));
@@ -131,6 +132,20 @@ test("a second signal cuts the grace short: the claims still running are given b
   } finally {
     worker.kill("SIGKILL"); // a no-op once it exited
   }
+});
+
+test("a signal within a second of the first is the same stop delivered twice, not a hurry", () => {
+  // GNU timeout signals the process, then its group: the pool was hurried, its grace skipped.
+  const calls: string[] = [];
+  const pool = { stop: () => calls.push("stop"), hurry: () => calls.push("hurry") };
+  const restore = stopOnSignals(pool as unknown as WorkerPool, ["SIGUSR2"]);
+  try {
+    process.emit("SIGUSR2", "SIGUSR2");
+    process.emit("SIGUSR2", "SIGUSR2");
+  } finally {
+    restore();
+  }
+  assert.deepEqual(calls, ["stop"]);
 });
 
 test("a pool stopped while it long-polls an empty queue claims nothing afterwards", async () => {
