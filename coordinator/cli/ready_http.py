@@ -1,7 +1,8 @@
 """``coordinator worker --ready-listen``: a tiny HTTP readiness endpoint for a worker pool.
 
-Any GET answers ``200 claiming`` while the pool claims and ``503 stopping`` from the moment it
-stops (an httpGet readiness probe). It is served by the bounded server the metrics use
+Any GET answers ``200 claiming`` while the pool claims and ``503 not claiming`` from the moment
+it stops, or while every slot is held by a handler that outlived its lost claim (an httpGet
+readiness probe). It is served by the bounded server the metrics use
 (server/bounded_http.py): one loop thread and one worker thread whatever the probes do.
 """
 
@@ -46,6 +47,6 @@ class ReadyEndpoint:
         if self._ready:
             status, body = "200 OK", b"claiming\n"
         else:
-            status, body = "503 Service Unavailable", b"stopping\n"
+            status, body = "503 Service Unavailable", b"not claiming\n"
         start_response(status, [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
         return [body]

@@ -107,13 +107,15 @@ def load_handler(spec: str) -> Handler:
     show_envvar=True,
     default=None,
     metavar="PATH",
-    help="A file that exists exactly while the worker claims (removed on SIGTERM).",
+    help="A file that exists exactly while the worker claims (removed on SIGTERM, and while "
+    "every slot is held by a handler that outlived its lost claim).",
 )
 @click.option(
     "--ready-listen",
     default=None,
     metavar="HOST:PORT",
-    help="Also answer HTTP GETs here: 200 while claiming, 503 once stopping.",
+    help="Also answer HTTP GETs here: 200 while claiming, 503 once stopping (or while every "
+    "slot is held by a handler that outlived its lost claim).",
 )
 @click.option(
     "--claim-batch",

@@ -75,7 +75,7 @@ from coordinator.sdk._core.pool import (
     poll_call,
 )
 from coordinator.sdk._core.settling import ClaimCall, NextTask, cut_off_claim, settle
-from coordinator.sdk._core.slots import HandOver, Routes, Slots
+from coordinator.sdk._core.slots import OUTLIVED_CHECK, HandOver, Routes, Slots
 from coordinator.sdk._duration import Duration
 from coordinator.sdk._flag import Flag
 from coordinator.sdk._signals import stop_on_signals
@@ -201,7 +201,11 @@ class WorkerPool:
             loop.start()
         set_all(self._readiness, True)
         log.info("pool claiming", **self._settings.logged())
-        self._stopping.wait()
+        while not self._stopping.wait(OUTLIVED_CHECK):
+            with self._cond:
+                held = self._slots.outlived(time.monotonic(), self._settings.grace.total_seconds())
+            if held is not None:  # every slot held by a handler past its lost claim, or not
+                set_all(self._readiness, not held)
         set_all(self._readiness, False)
         # (abandoned mid-way, a claim answered as the stop came would wait out its lease)
         deadline, end = self._settings.stop_deadlines(time.monotonic())

@@ -331,3 +331,36 @@ def test_stop_on_signals_stops_at_the_first_signal_and_hurries_at_the_next(
     assert pool.calls == ["stop", "hurry", "hurry"]
     # The handlers are gone again: the default SIGTERM handler is back.
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_handler_that_outlives_its_lost_claim_makes_a_pool_so_held_unready(
+    pools: Pools, producer: WorkerClient, tmp_path: Path
+) -> None:
+    """As with the thread pool (tests/pool/test_pool.py): a handler that swallows its
+    cancellation holds its slot past its lost claim; with every slot so held the pool is
+    unready until one is free again."""
+    producer.create_task("t1", queue="q", input=b"in")
+    finish = asyncio.Event()
+
+    async def deaf(claim: AsyncClaim) -> bytes:
+        while not finish.is_set():
+            try:
+                await finish.wait()
+            except asyncio.CancelledError:
+                continue  # swallowed, on purpose
+        return b"too late"
+
+    ready = ReadyFile(tmp_path / "ready")
+    pool, running = pools.start(deaf, grace=timedelta(seconds=1), readiness=[ready])
+    try:
+        eventually(lambda: states(producer) == {"t1": TaskState.CLAIMED})
+        eventually(ready.path.exists)
+        producer.cancel_task("t1", reason="not needed")  # the claim is lost
+        eventually(lambda: not ready.path.exists(), message="still ready, every slot held")
+        assert not running.done()
+        pools.call(finish.set)  # the handler returns at last: its slot is free again
+        eventually(ready.path.exists, message="not ready again")
+    finally:
+        pools.call(finish.set)
+        report = stopped(pools, pool, running)
+    assert report.endings == {Ending.LOST: 1}

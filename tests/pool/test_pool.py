@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from coordinator.cli.ready_http import ReadyEndpoint
 from coordinator.domain.states import AttemptEnd, TaskState
@@ -36,6 +37,7 @@ from coordinator.sdk import (
 )
 from coordinator.sdk import pool as pool_module
 from coordinator.sdk._core import settling
+from coordinator.sdk._core.slots import ALL_HELD, NOT_ALL_HELD, OUTLIVED
 from coordinator.sdk.abort import Abort
 from coordinator.sdk.pool import SHUTDOWN_ERROR
 from tests.helpers import eventually
@@ -420,3 +422,41 @@ def test_bad_options_are_refused(
     handler: Callable[[Claim, Cancellation], bytes] = done
     with coordinator.client("pool-1") as client, pytest.raises(InvalidArgument, match=message):
         WorkerPool(client, handler, **options)
+
+
+def test_a_handler_that_outlives_its_lost_claim_is_said_and_a_pool_so_held_goes_unready(
+    coordinator: Served,
+    producer: WorkerClient,
+    background: ThreadPoolExecutor,
+    tmp_path: Path,
+) -> None:
+    """A handler deaf to its cancellation held its slot for good after its claim was lost: the
+    pool claimed nothing more, stayed ready and said nothing. Past the grace it is logged,
+    and with every slot so held the pool is unready until one is free again."""
+    producer.create_task("t1", queue="q", input=b"in")
+    finish = threading.Event()
+
+    def deaf(claim: Claim, cancel: Cancellation) -> bytes:
+        finish.wait(60)  # never looks at its cancellation
+        return b"too late"
+
+    ready = ReadyFile(tmp_path / "ready")
+    with coordinator.client("pool-1") as client, capture_logs() as logs:
+        pool = WorkerPool(
+            client, deaf, queues=["q"], ttl=TTL, grace=timedelta(seconds=1), readiness=[ready]
+        )
+        running = background.submit(pool.run)
+        try:
+            eventually(lambda: states(producer) == {"t1": TaskState.CLAIMED})
+            assert ready.path.exists()
+            producer.cancel_task("t1", reason="not needed")  # the claim is lost
+            eventually(lambda: not ready.path.exists(), message="still ready, every slot held")
+            assert not running.done() and pool.held() == 1
+            finish.set()  # the handler returns at last: its slot is free again
+            eventually(ready.path.exists, message="not ready again")
+        finally:
+            finish.set()
+            report = stop(pool, running)
+    assert report.endings == {Ending.LOST: 1}
+    said = [e["event"] for e in logs if e["event"] in (OUTLIVED, ALL_HELD, NOT_ALL_HELD)]
+    assert said == [OUTLIVED, ALL_HELD, NOT_ALL_HELD]

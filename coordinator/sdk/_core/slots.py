@@ -13,8 +13,16 @@ import enum
 from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
+import structlog
+
+from coordinator.sdk._core.held import HeldClaim
 from coordinator.sdk._core.pool import Ending, Tally
 from coordinator.sdk.types import LostReason
+
+log = structlog.get_logger(__name__)
+
+OUTLIVED_CHECK = 1.0
+"""Seconds between two looks of a running pool for handlers that outlive their lost claims."""
 
 
 class PoolClaim(Protocol):
@@ -22,6 +30,11 @@ class PoolClaim(Protocol):
     took it over."""
 
     abandoned: bool
+
+    @property
+    def claim(self) -> HeldClaim | None:
+        """The claim it runs (None while a successor is being won)."""
+        ...
 
     def lost(self, reason: LostReason) -> None:
         """The claim's on_lost: stop its handler."""
@@ -59,6 +72,11 @@ class Slots(Generic[RunningT]):
         self._claim_batch = claim_batch
         self._wake = wake
         self._running: set[RunningT] = set()
+        self._total = free
+        # Running claims seen lost, and when; those reported outliving it; all slots held so.
+        self._lost_at: dict[RunningT, float] = {}
+        self._outlived: set[RunningT] = set()
+        self._all_held = False
 
     def held(self) -> int:
         """How many claims run now."""
@@ -108,7 +126,7 @@ class Slots(Generic[RunningT]):
         the shell's to give back."""
         if running not in self._running:
             return HandOver.TAKEN
-        self._running.discard(running)
+        self._forget(running)
         self.tally.count(ending)
         if successor is not None and not stopping:
             self._running.add(successor)
@@ -116,14 +134,48 @@ class Slots(Generic[RunningT]):
         self.give()
         return HandOver.FREED
 
+    def outlived(self, now: float, after: float) -> bool | None:
+        """Look for handlers still running ``after`` seconds (the grace) past their claim's
+        loss: each is logged once, its slot stays taken (a thread cannot be killed). True when
+        they now hold every slot (the pool claims nothing more: set it unready), False when
+        that is over, None when neither changed. A handler must return once its claim is
+        lost; one that never did held its slot for good, the pool ready and silent."""
+        for running in self._running:
+            claim = running.claim
+            if claim is None or not claim.is_lost():
+                continue
+            since = self._lost_at.setdefault(running, now)
+            if now - since >= after and running not in self._outlived:
+                self._outlived.add(running)
+                log.warning(OUTLIVED, task_id=claim.task_id, seconds=round(now - since, 1))
+        held = len(self._outlived) >= self._total
+        if held == self._all_held:
+            return None
+        self._all_held = held
+        (log.error if held else log.info)(ALL_HELD if held else NOT_ALL_HELD, slots=self._total)
+        return held
+
+    def _forget(self, running: RunningT) -> None:
+        self._running.discard(running)
+        self._lost_at.pop(running, None)
+        self._outlived.discard(running)
+
     def abandon(self) -> list[RunningT]:
         """The claims still running when the grace ran out, now the cut-off's: their slots are
         never handed over, and a handler's late answer is dropped (``abandoned``)."""
         left_over = list(self._running)
         for running in left_over:
             running.abandoned = True
-        self._running.clear()
+            self._forget(running)
         return left_over
+
+
+OUTLIVED = "handler still running past its lost claim's grace: its slot stays taken"
+ALL_HELD = (
+    "every slot is held by a handler that outlived its lost claim: the pool claims nothing "
+    "more (readiness off); a handler must return once its claim is lost; restart the process"
+)
+NOT_ALL_HELD = "a slot is free again: the pool claims (readiness on)"
 
 
 class Routes(Generic[RunningT, ClaimT]):

@@ -60,7 +60,7 @@ from coordinator.sdk._core.pool import (
     poll_call,
 )
 from coordinator.sdk._core.settling import ClaimCall, NextTask, cut_off_claim, settle
-from coordinator.sdk._core.slots import HandOver, Routes, Slots
+from coordinator.sdk._core.slots import OUTLIVED_CHECK, HandOver, Routes, Slots
 from coordinator.sdk._duration import Duration
 from coordinator.sdk._signals import SignalCount, answer_signal
 from coordinator.sdk.aio._events import wait_for
@@ -169,7 +169,10 @@ class AsyncWorkerPool:
         try:
             set_all(self._readiness, True)
             log.info("pool claiming", **self._settings.logged())
-            await self._stopping.wait()
+            while not await wait_for(self._stopping, OUTLIVED_CHECK):
+                held = self._slots.outlived(loop.time(), self._settings.grace.total_seconds())
+                if held is not None:  # every slot held by a handler past its lost claim, or not
+                    set_all(self._readiness, not held)
             set_all(self._readiness, False)
             # (cancelled mid-way, a claim answered as the stop came would wait out its lease)
             deadline, end = self._settings.stop_deadlines(loop.time())

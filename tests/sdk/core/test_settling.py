@@ -26,7 +26,7 @@ from coordinator.sdk._core.settling import (
     cut_off_claim,
     settle,
 )
-from coordinator.sdk._core.slots import HandOver, Routes, Slots
+from coordinator.sdk._core.slots import ALL_HELD, NOT_ALL_HELD, OUTLIVED, HandOver, Routes, Slots
 from coordinator.sdk.types import LossSource, LostReason
 from coordinator.v1 import types_pb2, worker_pb2
 
@@ -205,9 +205,20 @@ def test_a_cut_off_that_cannot_reach_the_coordinator_is_unsettled() -> None:
 # --- the slots --------------------------------------------------------------------------------
 
 
+class _Lost:
+    """A claim as the outlived check reads it."""
+
+    def __init__(self, task_id: str, lost: bool) -> None:
+        self.task_id, self.lost = task_id, lost
+
+    def is_lost(self) -> bool:
+        return self.lost
+
+
 class _Running:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, claim: Any = None) -> None:
         self.name = name
+        self.claim = claim
         self.abandoned = False
         self.losses: list[str] = []
 
@@ -260,3 +271,31 @@ def test_a_loss_reaches_the_claim_that_was_lost_only() -> None:
     routes.lost(LostReason(Outcome.FENCED, FenceReason.SUPERSEDED, "", LossSource.RENEW, "t2"))
     routes.lost(LostReason(Outcome.FENCED, FenceReason.SUPERSEDED, "", LossSource.RENEW, "t9"))
     assert [r.losses for r in runnings] == [[], ["t2"]]
+
+
+def test_handlers_that_outlive_their_lost_claims_are_said_once_and_all_slots_so_held_unready() -> (
+    None
+):
+    """A handler that ignores its cancellation held its slot for good, the pool ready and
+    silent: two such in a pool of two claimed nothing more, and nobody was told."""
+    slots, _ = _slots(2, 1)
+    hung, alive = _Running("1", _Lost("hung", True)), _Running("2", _Lost("alive", False))
+    assert slots.start(hung, stopping=False) and slots.start(alive, stopping=False)
+    with capture_logs() as logs:
+        assert slots.outlived(100.0, after=30) is None  # lost now: the grace starts
+        assert slots.outlived(129.0, after=30) is None
+        assert slots.outlived(130.0, after=30) is None  # one of two slots: said, still ready
+        assert slots.outlived(131.0, after=30) is None  # said once
+        alive.claim.lost = True
+        assert slots.outlived(131.0, after=30) is None
+        assert slots.outlived(161.0, after=30) is True  # every slot held: unready
+        assert slots.outlived(162.0, after=30) is None
+        assert slots.hand_over(alive, Ending.LOST, None, stopping=False) is HandOver.FREED
+        assert slots.outlived(163.0, after=30) is False  # a slot free again: ready
+    said = [(e["event"], e.get("task_id")) for e in logs]
+    assert said == [
+        (OUTLIVED, "hung"),
+        (OUTLIVED, "alive"),
+        (ALL_HELD, None),
+        (NOT_ALL_HELD, None),
+    ]
