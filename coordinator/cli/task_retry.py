@@ -123,7 +123,7 @@ def _retry_one(remote: Remote, task_id: str, reason: str, schedule_to_close: flo
     task = remote.call(remote.tasks.RetryTask, request).task
     state = types_pb2.TaskState.Name(task.state).removeprefix("TASK_STATE_")
     click.echo(
-        f"{task.task_id} {state} (attempt {task.attempt}, fresh budget of "
+        f"{task.task_id} {state} (next attempt #{task.attempt + 1}, a fresh budget of "
         f"{task.retry_policy.max_attempts or 'unlimited'} attempts)"
     )
 
@@ -150,6 +150,7 @@ def _retry_pages(
         token = reply.next_page_token
         if not token or (limit is not None and retried + skipped >= limit):
             break
-    click.echo(f"{verb} {retried}, skipped {skipped}, scanned {scanned} tasks of {request.queue}")
+    # Scanned: every task record read in id order to find them, of any queue.
+    click.echo(f"{verb} {retried}, skipped {skipped} of {request.queue} ({scanned} tasks read)")
     if token:
         click.echo(f"more may match: resume with --page-token {token}")

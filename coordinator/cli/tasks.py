@@ -177,22 +177,48 @@ def _list_json(task: TaskInfo) -> dict[str, Any]:
     show_default=True,
     help="Print at most this many (a note on stderr says when more match).",
 )
+@click.option(
+    "--blocked",
+    is_flag=True,
+    help="Only WAITING tasks blocked by a FAILED or CANCELLED upstream (a dead letter's "
+    "dependents: `tasks retry` the upstream, or cancel them).",
+)
+@click.option(
+    "--overdue",
+    is_flag=True,
+    help="Only tasks marked overdue: their schedule_to_close passed while they were WAITING.",
+)
 @json_option
 @remote_options
-def list_tasks(queue: str, state: str | None, limit: int, as_json: bool, **settings: Any) -> None:
+def list_tasks(
+    queue: str,
+    state: str | None,
+    limit: int,
+    blocked: bool,
+    overdue: bool,
+    as_json: bool,
+    **settings: Any,
+) -> None:
     """List tasks in id order (without their inputs: `tasks get` shows one)."""
     wanted = types_pb2.TaskState.ValueType(TaskState[state.upper()] if state else 0)
+
+    def page(size: int, token: str) -> tasks_pb2.ListTasksRequest:
+        return tasks_pb2.ListTasksRequest(
+            queue=queue,
+            state=wanted,
+            blocked=blocked,
+            overdue=overdue,
+            page_size=size,
+            page_token=token,
+        )
+
     found: list[TaskInfo] = []
     token = ""
     with connect(**remote_settings(settings)) as remote:
         while True:
-            request = tasks_pb2.ListTasksRequest(
-                queue=queue,
-                state=wanted,
-                page_size=min(LIST_PAGE, limit - len(found)),
-                page_token=token,
+            reply = remote.call(
+                remote.tasks.ListTasks, page(min(LIST_PAGE, limit - len(found)), token)
             )
-            reply = remote.call(remote.tasks.ListTasks, request)
             found.extend(TaskInfo.from_proto(t) for t in reply.tasks)
             token = reply.next_page_token
             if not token or len(found) >= limit:
@@ -202,12 +228,7 @@ def list_tasks(queue: str, state: str | None, limit: int, as_json: bool, **setti
         # filter after a bound): then more may follow.
         more = False
         if token:
-            probe = remote.call(
-                remote.tasks.ListTasks,
-                tasks_pb2.ListTasksRequest(
-                    queue=queue, state=wanted, page_size=1, page_token=token
-                ),
-            )
+            probe = remote.call(remote.tasks.ListTasks, page(1, token))
             more = bool(probe.tasks) or bool(probe.next_page_token)
         nothing = "" if found else nothing_found(remote, queue)
     if as_json:

@@ -118,15 +118,25 @@ class ProducerCalls:
                 return
 
     def list_tasks(
-        self, *, queue: str = "", state: TaskState | None = None, page_size: int = 100
+        self,
+        *,
+        queue: str = "",
+        state: TaskState | None = None,
+        blocked: bool = False,
+        overdue: bool = False,
+        page_size: int = 100,
     ) -> list[TaskInfo]:
-        """Every task of ``queue`` (all queues if empty) in ``state`` (any if None), by id."""
+        """Every task of ``queue`` (all queues if empty) in ``state`` (any if None), by id;
+        ``blocked``: only WAITING tasks blocked by a FAILED or CANCELLED upstream (a dead
+        letter's dependents); ``overdue``: only tasks marked overdue (ListTasksRequest)."""
         tasks: list[TaskInfo] = []
         token = ""
         while True:
             request = tasks_pb2.ListTasksRequest(
                 queue=queue,
                 state=types_pb2.TaskState.ValueType(state or 0),
+                blocked=blocked,
+                overdue=overdue,
                 page_size=page_size,
                 page_token=token,
             )

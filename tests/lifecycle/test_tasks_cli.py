@@ -230,6 +230,22 @@ def test_list_filters_and_pages_up_to_the_limit(
     assert cli("list", "--state", "cancelled").stderr == "no tasks\n"
 
 
+def test_list_blocked_shows_a_dead_letters_dependents(store: Store, cli: Cli) -> None:
+    """A dead letter's dependents stay WAITING, blocked: the CLI could only find them one task
+    at a time (`tasks get`), though ListTasks filters them (``blocked``)."""
+    create(store, "up")
+    create(store, "down", depends_on=("up",))
+    create(store, "other", depends_on=("down",))  # waits on a WAITING task: not blocked
+    report = FailureReport(retryable=False, code="bad-row", message="row 7")
+    store.failures.fail(claim(store, "up", "w1"), principal="w1", report=report)
+    eventually(lambda: store.tasks.get("down").blocked_by == ("up",), message="not blocked")
+    blocked = cli("list", "--blocked")
+    assert [line.split()[:3] for line in blocked.stdout.splitlines()[1:]] == [
+        ["down", "default", "WAITING"]
+    ]
+    assert cli("list", "--overdue").stderr == "no tasks\n"
+
+
 # --- get ---------------------------------------------------------------------------------------
 
 

@@ -24,18 +24,18 @@ def test_the_cli_retries_a_queue_page_by_page_and_reports_each_task(
         "would retry o0",
         "would retry o1",
         "would retry o2",
-        "would retry 3, skipped 0, scanned 4 tasks of orders",
+        "would retry 3, skipped 0 of orders (4 tasks read)",
     ]
     some = CliRunner().invoke(main, [*base, "--queue", "orders", "--limit", "2"])
     assert some.exit_code == 0, some.output
     *report, resume = _lines(some.output)
-    assert report == ["retried o0", "retried o1", "retried 2, skipped 0, scanned 3 tasks of orders"]
+    assert report == ["retried o0", "retried o1", "retried 2, skipped 0 of orders (3 tasks read)"]
     assert resume.startswith("more may match: resume with --page-token o1~")
     token = resume.rpartition(" ")[2]
     rest = CliRunner().invoke(main, [*base, "--queue", "orders", "--page-token", token])
     assert _lines(rest.output)[-2:] == [
         "retried o2",
-        "retried 1, skipped 0, scanned 1 tasks of orders",
+        "retried 1, skipped 0 of orders (1 tasks read)",
     ]
     assert tasks.GetTask(tasks_pb2.GetTaskRequest(task_id="e0")).task.state == (
         types_pb2.TASK_STATE_FAILED

@@ -38,7 +38,10 @@ def test_tasks_retry_sends_a_dead_letter_back_with_a_fresh_budget(
         out = CliRunner().invoke(main, [*base, "t1", "--reason", "fixed row 7"])
         assert out.exit_code == 0, out.output
         # (The in-process server's log lines land in the same captured output.)
-        assert out.output.splitlines()[-1] == "t1 READY (attempt 2, fresh budget of 2 attempts)"
+        assert (
+            out.output.splitlines()[-1]
+            == "t1 READY (next attempt #3, a fresh budget of 2 attempts)"
+        )
         task = client.get_task("t1")
         assert (task.state, task.attempts_counted) == (TaskState.READY, 0)
         gone = CliRunner().invoke(main, [*base, "ghost"])
