@@ -86,6 +86,55 @@ export const sleep = (seconds: number, signal?: AbortSignal): Promise<void> =>
     signal?.addEventListener("abort", woken, { once: true });
   });
 
+/** Seconds between two looks for handlers that outlive their lost claims. */
+const OUTLIVED_CHECK = 1;
+
+/** Handlers still running a grace past their claim's loss: each is said once (its slot stays
+ * taken: a promise cannot be stopped), and once they hold every slot the pool claims nothing
+ * more, said too. A handler must settle once its signal aborts; one that never did held its slot
+ * for good, the pool silent. As the Python pools do (sdk/_core/slots.py), without readiness. */
+export class Outlived {
+  private readonly lostAt = new Map<Claim, number>();
+  private readonly said = new Set<Claim>();
+  private allHeld = false;
+
+  constructor(
+    private readonly slots: number,
+    private readonly graceSeconds: number,
+  ) {}
+
+  /** Look at the claims running now (`running`) at `now` (seconds, monotonic). */
+  look(running: Iterable<Claim>, now = monotonic()): void {
+    const current = new Set(running);
+    for (const claim of [...this.lostAt.keys()]) {
+      if (!current.has(claim)) {
+        this.lostAt.delete(claim);
+        this.said.delete(claim);
+      }
+    }
+    for (const claim of current) {
+      if (!claim.isLost()) continue;
+      const since = this.lostAt.get(claim) ?? now;
+      this.lostAt.set(claim, since);
+      if (now - since >= this.graceSeconds && !this.said.has(claim)) {
+        this.said.add(claim);
+        console.warn(`coordinator: ${OUTLIVED}: ${claim}`);
+      }
+    }
+    const held = this.said.size >= this.slots;
+    if (held !== this.allHeld) {
+      this.allHeld = held;
+      if (held) console.error(`coordinator: ${ALL_HELD}`);
+      else console.warn(`coordinator: ${NOT_ALL_HELD}`);
+    }
+  }
+}
+
+export const OUTLIVED = "handler still running past its lost claim's grace: its slot stays taken";
+export const ALL_HELD =
+  "every slot is held by a handler that outlived its lost claim: the pool claims nothing more; a handler must settle once its signal aborts; restart the process";
+export const NOT_ALL_HELD = "a slot is free again: the pool claims";
+
 /** A handler pool over one client (see the module comment). */
 export class WorkerPool {
   private readonly options: Required<PoolOptions>;
@@ -151,6 +200,8 @@ export class WorkerPool {
     // handlers awaiting only the claim's signal and the unref'd keepalive hold no handle, and
     // node would exit under them (13: an unsettled top-level await) before any SIGTERM came.
     const alive = setInterval(() => undefined, 1 << 30);
+    const outlived = new Outlived(this.options.concurrency, this.options.graceSeconds);
+    const looking = setInterval(() => outlived.look(this.running.keys()), OUTLIVED_CHECK * 1000);
     try {
       const loops = this.options.queues.map((queue) => this.claimLoop(queue));
       await new Promise<void>((ok) => {
@@ -164,6 +215,7 @@ export class WorkerPool {
       await Promise.race([Promise.all(this.givingBack), sleep(GIVE_BACK_TIMEOUT)]);
     } finally {
       clearInterval(alive);
+      clearInterval(looking);
     }
     if (this.fatal) throw this.fatal;
     return { ...this.endings };

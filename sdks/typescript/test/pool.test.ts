@@ -12,7 +12,7 @@ import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import { Claim, type ClaimNextOptions, OutcomeUnknown, TaskState, WorkerClient, WorkerPool } from "../dist/index.js";
-import { DUPLICATE_WINDOW_SECONDS, sleep, stopOnSignals } from "../dist/pool.js";
+import { ALL_HELD, DUPLICATE_WINDOW_SECONDS, NOT_ALL_HELD, OUTLIVED, Outlived, sleep, stopOnSignals } from "../dist/pool.js";
 import { type Server, clientOf, eventually, metricOf, startServer, unique } from "./server.js";
 
 const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), "pool-worker.js");
@@ -146,6 +146,53 @@ test("a signal within a second of the first is the same stop delivered twice, no
     restore();
   }
   assert.deepEqual(calls, ["stop"]);
+});
+
+test("handlers that outlive their lost claims are said once, and so is a pool whose every slot they hold", (t) => {
+  // A handler deaf to its signal held its slot for good after its claim was lost, the pool silent.
+  const said: string[] = [];
+  t.mock.method(console, "warn", (line: string) => said.push(line));
+  t.mock.method(console, "error", (line: string) => said.push(line));
+  const claim = (name: string, lost: boolean) => ({ lost, isLost() { return this.lost; }, toString: () => name });
+  const hung = claim("hung", true);
+  const alive = claim("alive", false);
+  const outlived = new Outlived(2, 30);
+  const look = (running: object[], now: number) => outlived.look(running as unknown as Claim[], now);
+  look([hung, alive], 100); // lost now: the grace starts
+  look([hung, alive], 130); // one of two slots: said
+  look([hung, alive], 131); // said once
+  alive.lost = true;
+  look([hung, alive], 131);
+  look([hung, alive], 161); // every slot held
+  look([hung], 162); // alive's handler returned: a slot is free again
+  assert.deepEqual(said, [
+    `coordinator: ${OUTLIVED}: hung`,
+    `coordinator: ${OUTLIVED}: alive`,
+    `coordinator: ${ALL_HELD}`,
+    `coordinator: ${NOT_ALL_HELD}`,
+  ]);
+});
+
+test("a running pool says so when a handler deaf to its signal holds its only slot past the grace", async (t) => {
+  const said: string[] = [];
+  t.mock.method(console, "error", (line: string) => said.push(String(line)));
+  t.mock.method(console, "warn", (line: string) => said.push(String(line)));
+  const queue = unique("q");
+  const task = await client.createTask({ queue });
+  let finish: () => void = () => undefined;
+  const finished = new Promise<void>((ok) => (finish = ok));
+  const pool = new WorkerPool(client, () => finished.then(() => "too late"), { queues: [queue], graceSeconds: 1, ttlSeconds: 2 });
+  const running = pool.run();
+  try {
+    await eventually(async () => (await client.getTask(task.taskId)).state === TaskState.CLAIMED, 30, "claimed");
+    await client.cancelTask(task.taskId, "not needed"); // the claim is lost; the handler goes on
+    await eventually(() => said.includes(`coordinator: ${ALL_HELD}`), 30, "never said");
+  } finally {
+    finish();
+    pool.stop();
+    await running;
+  }
+  assert.ok(said.some((line) => line.startsWith(`coordinator: ${OUTLIVED}: `)), said.join("\n"));
 });
 
 test("a pool stopped while it long-polls an empty queue claims nothing afterwards", async () => {
