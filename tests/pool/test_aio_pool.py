@@ -25,6 +25,7 @@ from coordinator.sdk.aio.pool import stop_on_signals
 from coordinator.sdk.pool import SHUTDOWN_ERROR
 from tests.conftest import GRPC_OPTIONS
 from tests.helpers import eventually
+from tests.pool.support import RecordedPool
 from tests.sdk.both import LoopThread
 from tests.sdk.support import Served, served
 
@@ -295,25 +296,12 @@ def test_bad_options_are_refused(pools: Pools, options: dict[str, Any], message:
         AsyncWorkerPool(pools.client, handle, **options)
 
 
-class _Recorded:
-    """What ``stop_on_signals`` calls on a pool, in order."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def stop(self) -> None:
-        self.calls.append("stop")
-
-    def hurry(self) -> None:
-        self.calls.append("hurry")
-
-
 def test_stop_on_signals_stops_at_the_first_signal_and_hurries_at_the_next(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Each signal here comes at once after the last: none is a repeat (tests/pool/test_signals.py).
     monkeypatch.setattr("coordinator.sdk._signals.DUPLICATE_WINDOW", 0.0)
-    pool = _Recorded()
+    pool = RecordedPool()
 
     async def signalled() -> None:
         restore = stop_on_signals(cast(AsyncWorkerPool, pool))

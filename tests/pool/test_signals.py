@@ -12,21 +12,11 @@ from structlog.testing import capture_logs
 from coordinator.clock import ManualClock
 from coordinator.sdk._core.pool import HURRIED, REPEATED, STOPPING
 from coordinator.sdk._signals import DUPLICATE_WINDOW, SignalCount, answer_signal
-
-
-class _Pool:
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def stop(self) -> None:
-        self.calls.append("stop")
-
-    def hurry(self) -> None:
-        self.calls.append("hurry")
+from tests.pool.support import RecordedPool
 
 
 def test_a_repeat_of_the_first_signal_keeps_the_grace_and_a_later_one_hurries() -> None:
-    clock, pool = ManualClock(), _Pool()
+    clock, pool = ManualClock(), RecordedPool()
     count = SignalCount(clock=clock.now)
     with capture_logs() as logs:
         answer_signal(pool, count.hurries(), signal.SIGTERM)
