@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector
 from coordinator.domain.queue_stats import MAX_REPORTED_QUEUES
 from coordinator.errors import ConfigError
 from coordinator.server.bounded_http import BoundedHttpServer, HttpLimits
+from coordinator.server.startup import bind_error
 from coordinator.server.tls import ServerTLS
 from coordinator.store import Store
 from coordinator.store.etcd.ops import get_prefix
@@ -177,5 +178,5 @@ def start_metrics(
     try:
         sock = socket.create_server((host, int(port)), family=family)
     except OSError as exc:
-        raise ConfigError(f"metrics_listen: cannot bind {listen!r}: {exc}") from exc
+        raise ConfigError(bind_error(listen, exc, "metrics_listen")) from exc
     return BoundedHttpServer(make_wsgi_app(registry), sock, limits, tls=contexts)

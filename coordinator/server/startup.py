@@ -128,7 +128,7 @@ def ensure_free(listen: str, health_listen: str | None, metrics_listen: str) -> 
     named = {"listen": listen, "health_listen": health_listen, "metrics_listen": metrics_listen}
     for setting, address in named.items():
         if address is not None and _in_use(address):
-            raise ConfigError(_taken(setting, address))
+            raise ConfigError(bind_error(address, "address already in use", setting))
 
 
 def _in_use(listen: str) -> bool:
@@ -150,19 +150,11 @@ def _in_use(listen: str) -> bool:
     return False
 
 
-def _taken(setting: str, listen: str) -> str:
-    if setting == "listen":
-        return bind_error(listen, OSError(errno.EADDRINUSE, "address already in use"))
-    env = f"COORDINATOR_{setting.upper()}"
+def bind_error(listen: str, why: object, setting: str = "listen") -> str:
+    """What to say when the address ``listen`` of ``setting`` cannot be bound, for ``why``
+    (gRPC raises a bare RuntimeError; the probe before etcd finds it in use)."""
+    flag = f"--{setting.replace('_', '-')} / COORDINATOR_{setting.upper()}"
     return (
-        f"{setting}: cannot bind {listen!r} (address already in use): is another process listening "
-        f"there? Stop it or choose another address (--{setting.replace('_', '-')} / {env})"
-    )
-
-
-def bind_error(listen: str, exc: Exception) -> str:
-    """What to say when gRPC cannot bind ``listen`` (it raises a bare RuntimeError)."""
-    return (
-        f"listen: cannot bind {listen!r} ({exc}): is another process listening there? Stop it "
-        "or choose another address (--listen / COORDINATOR_LISTEN; port 0 picks a free one)"
+        f"{setting}: cannot bind {listen!r} ({why}): is another process listening there? Stop "
+        f"it or choose another address ({flag}; port 0 picks a free one)"
     )
