@@ -324,7 +324,7 @@ class ClaimStore:
         )
         # Claiming a CLAIMED task takes over its expired attempt: the retry policy decides.
         took = None
-        if task.state is TaskState.CLAIMED:
+        if verdict.accepted and task.state is TaskState.CLAIMED:
             took = takeover(task, current_epoch, self._ctx.clock.now())
         if verdict.accepted and input_lost:
             # Written with the record and deleted only with it: gone means someone deleted it
