@@ -23,7 +23,7 @@ from typing import Any
 import click
 
 from coordinator.cli.remote import Remote, connect, remote_options, remote_settings
-from coordinator.domain.bulk_retry import parse_since
+from coordinator.domain.when import parse_since
 from coordinator.errors import InvalidArgument
 from coordinator.v1 import tasks_pb2, types_pb2
 

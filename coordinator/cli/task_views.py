@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from coordinator.sdk import AttemptInfo, ResultInfo, TaskInfo
+from coordinator.sdk import AttemptInfo, ResultInfo, TaskInfo, TaskRetryPolicy
 
 _PREVIEW_CHARS = 80  # of an input shown in `tasks get`
 _UNBOUNDED_WIDTH = 100_000  # no column is folded or cut
@@ -135,7 +135,7 @@ def task_row(task: TaskInfo) -> tuple[str, ...]:
         task.state.name,
         str(task.revision),
         str(task.priority),
-        str(task.attempt),
+        _budget(task),
         task.owner_id or "-",
         when(task.updated_at),
     )
@@ -166,9 +166,11 @@ def task_fields(task: TaskInfo) -> list[tuple[str, str]]:
         ("thread", task.thread_key or "-"),
         ("attempt", f"{task.attempt} {task.attempt_id}".rstrip()),
         ("attempts_counted", _counted(task)),
+        ("retry_policy", _policy(task.retry_policy)),
         ("last_error", task.last_error or "-"),
         ("dead_letter", task.dead_letter_reason.name if task.dead_letter_reason else "-"),
         ("next_eligible", when(task.next_eligible_at)),
+        ("deadline", when(task.deadline)),
         ("blocked_by", ", ".join(task.blocked_by) or "-"),
         ("owner", task.owner_id or "-"),
         ("generation / epoch", f"{task.claim_generation} / {task.scheduler_epoch}"),
@@ -220,6 +222,31 @@ def _counted(task: TaskInfo) -> str:
         if most is not None
         else str(task.attempts_counted)
     )
+
+
+def _budget(task: TaskInfo) -> str:
+    """The ATTEMPTS column: counted of the policy's most ("2/5"; "2/unlimited"); the total
+    when the answer carries no policy."""
+    most = task.retry_policy.max_attempts
+    if most is None:
+        return str(task.attempts_counted)
+    return f"{task.attempts_counted}/{most or 'unlimited'}"
+
+
+def _policy(policy: TaskRetryPolicy) -> str:
+    """A resolved retry policy on one line: the waits, then the codes never retried."""
+    if policy.max_attempts is None:
+        return "-"
+    waits = (
+        f"backoff {_seconds(policy.initial_backoff)} x{policy.backoff_multiplier:g} up to "
+        f"{_seconds(policy.max_backoff)}, jitter {policy.backoff_jitter or 0:g}"
+    )
+    never = ", ".join(policy.non_retryable_errors)
+    return f"{waits}; never retried: {never}" if never else waits
+
+
+def _seconds(span: timedelta | None) -> str:
+    return f"{span.total_seconds():g}s" if span is not None else "-"
 
 
 def _size(checkpoint_size: int | None) -> str:

@@ -24,17 +24,14 @@ import click
 from coordinator.cli import task_views as views
 from coordinator.cli.remote import Remote, connect, remote_options, remote_settings
 from coordinator.cli.task_changes import accept, cancel, deps, reject
+from coordinator.cli.task_create import create
 from coordinator.cli.task_options import (
     checked,
-    fresh_key,
     json_option,
     task_id_argument,
-    task_id_values,
 )
 from coordinator.cli.task_retry import retry
 from coordinator.domain import validation
-from coordinator.domain.digests import digest_of
-from coordinator.domain.idempotency import idempotency_key as check_idempotency_key
 from coordinator.domain.states import TaskState
 from coordinator.errors import CoordinatorError
 from coordinator.sdk import AttemptInfo, ResultInfo, TaskInfo
@@ -48,108 +45,6 @@ MAX_LIMIT = 10_000  # tasks `list` prints at most (they are held to lay out the 
 @click.group()
 def tasks() -> None:
     """Create, inspect, review and cancel tasks (pm / admin roles)."""
-
-
-# --- create ------------------------------------------------------------------------------------
-
-
-def _read_input(text: str | None, file: IO[bytes] | None) -> bytes:
-    """The input bytes from --input or --input-file, bounded by the server's limit."""
-    if text is not None and file is not None:
-        raise click.UsageError("give --input or --input-file, not both")
-    limit = validation.MAX_INPUT_BYTES
-    if file is not None:
-        data, hint = file.read(limit + 1), "--input-file"
-    else:
-        data, hint = (text or "").encode(), "--input"
-    if text is None and file is None:  # allowed (a task may need no input), but said
-        click.echo("note: no --input or --input-file: the task's input is empty", err=True)
-    if len(data) > limit:
-        raise click.BadParameter(
-            f"the input is over the server's limit of {limit} bytes", param_hint=hint
-        )
-    return data
-
-
-@tasks.command()
-@click.option(
-    "--queue",
-    default="default",
-    show_default=True,
-    callback=checked(validation.queue),
-    help="The queue the task waits in.",
-)
-@click.option(
-    "--priority", type=click.IntRange(0, 999), default=0, show_default=True, help="Higher first."
-)
-@click.option("--input", "input_text", default=None, metavar="TEXT", help="The input (UTF-8).")
-@click.option(
-    "--input-file",
-    type=click.File("rb"),
-    default=None,
-    metavar="FILE",
-    help="Read the input from FILE ('-': standard input).",
-)
-@click.option(
-    "--id", "task_id", default="", callback=task_id_values, help="The task id (default: generated)."
-)
-@click.option(
-    "--depends-on",
-    multiple=True,
-    metavar="TASK_ID",
-    callback=task_id_values,
-    help="An upstream task (repeatable): the task WAITs until every one is DONE.",
-)
-@click.option(
-    "--requires-review", is_flag=True, help="A commit goes to REVIEW; `tasks accept` makes it DONE."
-)
-@click.option(
-    "--non-replayable",
-    is_flag=True,
-    help="After an attempt left an uncertain side effect, a human approves any retry.",
-)
-@click.option(
-    "--idempotency-key",
-    default="",
-    callback=checked(check_idempotency_key),
-    help="Repeating the command with the same key returns the first task, never a second one.",
-)
-@json_option
-@remote_options
-def create(
-    queue: str,
-    priority: int,
-    input_text: str | None,
-    input_file: IO[bytes] | None,
-    task_id: str,
-    depends_on: tuple[str, ...],
-    requires_review: bool,
-    non_replayable: bool,
-    idempotency_key: str,
-    as_json: bool,
-    **settings: Any,
-) -> None:
-    """Create a task (READY, or WAITING on --depends-on) and print its id."""
-    data = _read_input(input_text, input_file)
-    request = tasks_pb2.CreateTaskRequest(
-        task_id=task_id,
-        queue=queue,
-        priority=priority,
-        input=data,
-        input_digest=digest_of(data),
-        requires_review=requires_review,
-        non_replayable=non_replayable,
-        depends_on=list(depends_on),
-    )
-    with connect(**remote_settings(settings)) as remote:
-        reply = remote.call(
-            remote.tasks.CreateTask, request, idempotency_key=idempotency_key or fresh_key()
-        )
-    task = TaskInfo.from_proto(reply.task)
-    if as_json:
-        views.echo_json(task)
-    else:
-        click.echo(task.task_id)
 
 
 # --- list / get --------------------------------------------------------------------------------
@@ -371,5 +266,5 @@ def result(
         click.echo(payload, nl=on_terminal and not payload.endswith(b"\n"))
 
 
-for command in (cancel, accept, reject, deps, retry):
+for command in (create, cancel, accept, reject, deps, retry):
     tasks.add_command(command)

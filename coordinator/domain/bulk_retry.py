@@ -9,21 +9,16 @@ token is the last task id it read, so the next call resumes after it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import TaskState
-from coordinator.errors import InvalidArgument
 
 MAX_SCAN = 5000
 """Task records one RetryTasks call reads at most, matching or not."""
 MAX_LIMIT = 1000
 """Tasks one RetryTasks call retries at most."""
 DEFAULT_LIMIT = 100
-_AGO = re.compile(r"^(\d{1,9}(?:\.\d{1,6})?)([smhd])$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 @dataclass(frozen=True)
@@ -64,20 +59,3 @@ class BulkRetryPage:
     skipped: tuple[Skipped, ...]
     next_page_token: str
     scanned: int
-
-
-def parse_since(text: str, now: datetime) -> datetime:
-    """A "failed since" as people write it: an ISO 8601 time (UTC when it names no zone) or a
-    span back from ``now`` ("30m", "2h", "1d"); InvalidArgument naming both forms otherwise.
-    The CLI's ``--since`` and the console's dead-letter form both read it."""
-    found = _AGO.match(text.strip())
-    if found:
-        return now - timedelta(seconds=float(found[1]) * _UNIT[found[2]])
-    try:
-        at = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise InvalidArgument(
-            f"since {text[:40]!r} is neither an ISO 8601 time (2026-12-02T05:00:00Z) nor a span "
-            "back from now (30m, 2h, 1d)"
-        ) from None
-    return at if at.tzinfo else at.replace(tzinfo=UTC)

@@ -60,6 +60,8 @@ class TaskRetryPolicy:
     backoff_multiplier: float | None = None
     max_backoff: DurationField[timedelta | None] = DurationField(None)
     non_retryable_errors: tuple[str, ...] = ()
+    # Each retry's wait lengthened by up to this fraction of itself (0 to 1).
+    backoff_jitter: float | None = None
 
     def to_proto(self) -> types_pb2.RetryPolicy:
         """The wire message, with only the fields set here."""
@@ -72,6 +74,8 @@ class TaskRetryPolicy:
             message.initial_backoff.FromTimedelta(self.initial_backoff)
         if self.max_backoff is not None:
             message.max_backoff.FromTimedelta(self.max_backoff)
+        if self.backoff_jitter is not None:
+            message.backoff_jitter = self.backoff_jitter
         return message
 
     @classmethod
@@ -83,6 +87,7 @@ class TaskRetryPolicy:
             backoff_multiplier=msg.backoff_multiplier,
             max_backoff=msg.max_backoff.ToTimedelta(),
             non_retryable_errors=tuple(msg.non_retryable_errors),
+            backoff_jitter=msg.backoff_jitter,
         )
 
 

@@ -1,17 +1,15 @@
-"""coordinator.domain.bulk_retry: which dead letters a bulk RetryTasks picks, and "since"."""
+"""coordinator.domain.bulk_retry: which dead letters a bulk RetryTasks picks."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.domain.bulk_retry import DeadLetterFilter, parse_since
+from coordinator.domain.bulk_retry import DeadLetterFilter
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.states import TaskState
-from coordinator.errors import InvalidArgument
 
 NOW = datetime(2026, 12, 2, 5, 0, tzinfo=UTC)
 
@@ -51,25 +49,3 @@ def test_a_filter_picks_exactly_the_failed_tasks_of_its_queue_code_and_time(
         and updated_at >= since
     )
     assert picked.matches(_task(state, queue, code, updated_at)) is expected
-
-
-@pytest.mark.parametrize(
-    ("text", "at"),
-    [
-        ("30m", NOW - timedelta(minutes=30)),
-        ("2h", NOW - timedelta(hours=2)),
-        ("1.5d", NOW - timedelta(hours=36)),
-        ("45s", NOW - timedelta(seconds=45)),
-        ("2026-12-01T22:00:00Z", datetime(2026, 12, 1, 22, tzinfo=UTC)),
-        ("2026-12-01T22:00:00", datetime(2026, 12, 1, 22, tzinfo=UTC)),  # no zone: UTC
-        ("2026-12-01T23:00:00+01:00", datetime(2026, 12, 1, 22, tzinfo=UTC)),
-    ],
-)
-def test_since_takes_a_span_back_or_an_iso_time(text: str, at: datetime) -> None:
-    assert parse_since(text, NOW) == at
-
-
-@pytest.mark.parametrize("text", ["yesterday", "2h ago", "-5m", "5w", "", "1" * 20 + "h"])
-def test_anything_else_is_refused_naming_both_forms(text: str) -> None:
-    with pytest.raises(InvalidArgument, match=r"neither an ISO 8601 time .* nor a span back"):
-        parse_since(text, NOW)

@@ -23,6 +23,7 @@ from coordinator.cli import main
 from coordinator.cli.task_views import shown
 from coordinator.domain.digests import digest_of
 from coordinator.domain.failures import FailureReport
+from coordinator.domain.retry import attempts_counted
 from coordinator.domain.states import TaskState
 from coordinator.domain.validation import MAX_INPUT_BYTES
 from coordinator.store import Store, TaskSpec
@@ -83,6 +84,70 @@ def test_create_prints_the_id_and_stores_every_option(store: Store, cli: Cli) ->
     assert (task.depends_on, task.requires_review, task.non_replayable) == (("up",), True, True)
 
 
+def test_create_sets_the_tasks_retry_policy_and_times(store: Store, cli: Cli) -> None:
+    before = datetime.now(UTC).timestamp()
+    made = cli(
+        "create",
+        "--id",
+        "later",
+        "--max-attempts",
+        "0",
+        "--initial-backoff",
+        "0",
+        "--backoff-multiplier",
+        "3",
+        "--max-backoff",
+        "90",
+        "--backoff-jitter",
+        "0.5",
+        "--non-retryable-errors",
+        "bad-input, quota",
+        "--not-before",
+        "2h",
+        "--schedule-to-close",
+        "86400",
+    )
+    assert (made.exit_code, made.stdout) == (0, "later\n"), made.output
+    task = store.tasks.get("later")
+    policy = (task.max_attempts, task.initial_backoff, task.backoff_multiplier, task.max_backoff)
+    assert policy == (0, 0.0, 3.0, 90.0)
+    assert (task.backoff_jitter, task.non_retryable_errors) == (0.5, ("bad-input", "quota"))
+    assert task.state is TaskState.DELAYED
+    assert before + 7200 <= task.not_before <= datetime.now(UTC).timestamp() + 7200
+    assert task.deadline == pytest.approx(task.created_at + 86400)
+
+    fields = dict(line.split(None, 1) for line in cli("get", "later").stdout.splitlines() if line)
+    assert fields["attempts_counted"] == "0 of unlimited"
+    assert fields["retry_policy"] == (
+        "backoff 0s x3 up to 90s, jitter 0.5; never retried: bad-input, quota"
+    )
+    assert fields["deadline"] == _when(task.deadline)
+    assert fields["next_eligible"] == _when(task.not_before)
+
+    plain = cli("create", "--id", "plain", "--input", "")  # no option: the server's defaults
+    assert plain.exit_code == 0, plain.output
+    defaults = store.tasks.get("plain")
+    assert (defaults.max_attempts, defaults.deadline, defaults.non_retryable_errors) == (5, 0, ())
+    shown = dict(line.split(None, 1) for line in cli("get", "plain").stdout.splitlines() if line)
+    assert shown["retry_policy"] == (  # the test server's defaults: no wait
+        f"backoff {defaults.initial_backoff:g}s x2 up to 300s, jitter {defaults.backoff_jitter:g}"
+    )
+    assert shown["deadline"] == "-"
+
+
+def test_a_policy_the_server_refuses_exits_1_with_its_message(
+    store: Store, cli: Cli, etcd_client: Any
+) -> None:
+    before = snapshot(store, etcd_client)
+    refused = cli("create", "--input", "", "--initial-backoff", "60", "--max-backoff", "10")
+    assert refused.exit_code == 1
+    assert (
+        "retry_policy.initial_backoff (60 s) must not exceed retry_policy.max_backoff (10 s)"
+        in (refused.stderr)
+    )
+    assert snapshot(store, etcd_client) == before
+
+
 def test_create_reads_the_input_from_stdin_or_a_file(
     store: Store, cli: Cli, tmp_path: Path
 ) -> None:
@@ -130,6 +195,12 @@ def test_the_same_idempotency_key_creates_one_task(store: Store, cli: Cli) -> No
         (["create", "--idempotency-key", "a b"], "Invalid value for '--idempotency-key'"),
         (["create", "--input", "x", "--input-file", "-"], "give --input or --input-file"),
         (["create", "--input-file", "/nonexistent/spec"], "Invalid value for '--input-file'"),
+        (["create", "--max-attempts", "-1"], "Invalid value for '--max-attempts'"),
+        (["create", "--backoff-multiplier", "0.5"], "Invalid value for '--backoff-multiplier'"),
+        (["create", "--backoff-jitter", "2"], "Invalid value for '--backoff-jitter'"),
+        (["create", "--schedule-to-close", "0"], "Invalid value for '--schedule-to-close'"),
+        (["create", "--not-before", "tomorrow"], "'tomorrow' is neither an ISO 8601 time"),
+        (["create", "--non-retryable-errors", ",".join("c" * 40)], "at most 32 codes, got 40"),
         (["list", "--limit", "0"], "Invalid value for '--limit'"),
         (["list", "--state", "DONEISH"], "Invalid value for '--state'"),
         (["get", "a b"], "Invalid value for 'TASK_ID'"),
@@ -179,7 +250,7 @@ def _row(store: Store, task_id: str) -> list[str]:
         task.state.name,
         str(task.revision),
         str(task.priority),
-        str(task.attempt),
+        f"{attempts_counted(task)}/{task.max_attempts or 'unlimited'}",
         task.owner_id or "-",
         _when(task.updated_at),
     ]
@@ -208,7 +279,7 @@ def test_list_filters_and_pages_up_to_the_limit(
         "UPDATED",
     ]
     assert [line.split() for line in lines[1:]] == [_row(store, f"a{n}") for n in range(5)]
-    assert lines[2].split()[2:7] == ["CLAIMED", "1", "0", "1", "w1"]
+    assert lines[2].split()[2:7] == ["CLAIMED", "1", "0", "1/5", "w1"]
 
     # Exactly --limit tasks match: no note. One more than --limit: the note says so.
     assert cli("list", "--queue", "q1", "--limit", "5").stderr == ""

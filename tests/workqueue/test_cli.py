@@ -19,7 +19,7 @@ def test_tasks_retry_sends_a_dead_letter_back_with_a_fresh_budget(
     etcd: EtcdProcess, prefix: str
 ) -> None:
     with served(etcd.endpoint, prefix) as running, running.client("w1") as client:
-        policy = TaskRetryPolicy(max_attempts=2, initial_backoff=timedelta(0))
+        policy = TaskRetryPolicy(max_attempts=2, initial_backoff=timedelta(0), backoff_jitter=0.4)
         client.create_task("t1", input=b"in", queue=QUEUE, retry_policy=policy)
         for _ in range(2):
             claim = client.claim("t1", ttl=timedelta(seconds=30))
@@ -32,7 +32,7 @@ def test_tasks_retry_sends_a_dead_letter_back_with_a_fresh_budget(
             2,
         )
         assert dead.last_error == "ValueError: bad row 7"
-        assert dead.retry_policy.max_attempts == 2
+        assert (dead.retry_policy.max_attempts, dead.retry_policy.backoff_jitter) == (2, 0.4)
 
         base = ["tasks", "retry", "--target", running.target, "--insecure"]
         out = CliRunner().invoke(main, [*base, "t1", "--reason", "fixed row 7"])

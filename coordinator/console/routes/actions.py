@@ -15,7 +15,7 @@ from starlette.requests import Request
 
 from coordinator.console.session import Flash
 from coordinator.console.views import name
-from coordinator.domain.bulk_retry import parse_since
+from coordinator.domain.when import parse_since
 from coordinator.errors import InvalidArgument
 from coordinator.sdk._rpc import Rpc
 from coordinator.v1 import admin_pb2, tasks_pb2, types_pb2, worker_pb2
