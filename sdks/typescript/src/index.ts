@@ -10,11 +10,11 @@
  */
 export { Claim, type CommitOptions, type LostCallback } from "./claim.js";
 export type { FailOptions } from "./requests.js";
+export { type CreateTaskOptions, type ListTasksOptions, type TaskRetryPolicy } from "./tasks.js";
 export { MAX_INPUT_BYTES, MAX_RESULT_BYTES, type Payload, digestOf } from "./payload.js";
 export {
   type ClaimNextOptions,
   type ClaimOptions,
-  type CreateTaskOptions,
   WorkerClient,
   type WorkerClientOptions,
 } from "./client.js";
@@ -49,6 +49,7 @@ export {
   type Answer,
   ClaimRefused,
   type CommitOutcome,
+  DeadLetterReason,
   EffectAction,
   EffectState,
   type FailOutcome,

@@ -6,9 +6,17 @@
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 
 import type { TaskResult } from "./gen/coordinator/v1/tasks_pb.js";
-import { FenceReason, Outcome, type Task, type TaskState } from "./gen/coordinator/v1/types_pb.js";
+import { type DeadLetterReason, FenceReason, Outcome, type Task, type TaskState } from "./gen/coordinator/v1/types_pb.js";
+import { type TaskRetryPolicy, policyOf } from "./tasks.js";
 
-export { EffectAction, EffectState, FenceReason, Outcome, TaskState } from "./gen/coordinator/v1/types_pb.js";
+export {
+  DeadLetterReason,
+  EffectAction,
+  EffectState,
+  FenceReason,
+  Outcome,
+  TaskState,
+} from "./gen/coordinator/v1/types_pb.js";
 
 /** Which call learned that a claim was lost. */
 export type LossSource =
@@ -115,6 +123,23 @@ export interface TaskInfo {
   readonly dependsOn: readonly string[];
   /** Upstreams that ended FAILED or CANCELLED: a WAITING task blocked by them. */
   readonly blockedBy: readonly string[];
+  readonly priority: number;
+  /** The holder's principal while CLAIMED. */
+  readonly ownerId: string;
+  /** Its retry policy as resolved at its creation (its own, else its queue's or the server's). */
+  readonly retryPolicy: Required<TaskRetryPolicy> | undefined;
+  /** While DELAYED: when it becomes READY. */
+  readonly nextEligibleAt: Date | undefined;
+  /** Creation + schedule_to_close, if it has one. */
+  readonly deadline: Date | undefined;
+  /** Why a FAILED task is (EXHAUSTED, NON_RETRYABLE, TIMED_OUT). */
+  readonly deadLetterReason: DeadLetterReason;
+  /** The error code of the failure that ended its latest attempt ("" for any other end). */
+  readonly lastErrorCode: string;
+  /** When its deadline passed while it was WAITING. */
+  readonly overdueAt: Date | undefined;
+  readonly createdAt: Date | undefined;
+  readonly updatedAt: Date | undefined;
 }
 
 /** The canonical result of a task revision. */
@@ -154,6 +179,16 @@ export function taskOf(task: Task | undefined): TaskInfo {
     resultDigest: task.resultDigest,
     dependsOn: [...task.dependsOn],
     blockedBy: [...task.blockedBy],
+    priority: task.priority,
+    ownerId: task.ownerId,
+    retryPolicy: policyOf(task.retryPolicy),
+    nextEligibleAt: dateOf(task.nextEligibleAt),
+    deadline: dateOf(task.deadline),
+    deadLetterReason: task.deadLetterReason,
+    lastErrorCode: task.lastErrorCode,
+    overdueAt: dateOf(task.overdueAt),
+    createdAt: dateOf(task.createdAt),
+    updatedAt: dateOf(task.updatedAt),
   };
 }
 

@@ -6,6 +6,7 @@ import type { Fence } from "./gen/coordinator/v1/types_pb.js";
 import type { ClaimResponse, FailRequestSchema } from "./gen/coordinator/v1/worker_pb.js";
 import { Outcome } from "./outcomes.js";
 import { type Payload, bytesOf } from "./payload.js";
+import { durationOf } from "./tasks.js";
 
 // Bounds of what Fail carries (the coordinator refuses more: INVALID_ARGUMENT).
 const MAX_ERROR_MESSAGE = 1024;
@@ -81,10 +82,4 @@ export function maxTasksOf(maxTasks: number): number {
     throw new InvalidArgument(`maxTasks must be 1 to ${MAX_TASKS}, got ${maxTasks}`);
   }
   return maxTasks > 1 ? maxTasks : 0;
-}
-
-/** A wire Duration of `seconds`. */
-export function durationOf(seconds: number): { seconds: bigint; nanos: number } {
-  const whole = Math.floor(seconds);
-  return { seconds: BigInt(whole), nanos: Math.round((seconds - whole) * 1e9) };
 }

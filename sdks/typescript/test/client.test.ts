@@ -1,6 +1,7 @@
 /**
- * The client against a real coordinator: producer calls, claim and commit, typed refusals, and
- * bad input refused with the same typed gRPC errors as the Python SDK gets.
+ * The client against a real coordinator: producer calls (a task's own retry policy and times,
+ * listTasks and its filters), claim and commit, typed refusals, and bad input refused with the
+ * same typed gRPC errors as the Python SDK gets.
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -9,6 +10,7 @@ import {
   Claim,
   ClaimRefused,
   CoordinatorError,
+  DeadLetterReason,
   InvalidArgument,
   NotFound,
   Outcome,
@@ -18,7 +20,7 @@ import {
   WorkerClient,
   digestOf,
 } from "../dist/index.js";
-import { type Server, clientOf, startServer, unique } from "./server.js";
+import { type Server, clientOf, eventually, startServer, unique } from "./server.js";
 
 let server: Server;
 let client: WorkerClient;
@@ -150,4 +152,94 @@ test("a call on a closed client throws a CoordinatorError saying so, not an RpcE
       return true;
     });
   }
+});
+
+// --- the producer's task calls: a task's own policy and times, listTasks ---
+
+async function listed(options: Parameters<WorkerClient["listTasks"]>[0]): Promise<string[]> {
+  const ids: string[] = [];
+  for await (const task of client.listTasks(options)) ids.push(task.taskId);
+  return ids;
+}
+
+test("createTask gives the task its own retry policy, start and deadline; getTask reads them back", async () => {
+  const queue = unique("q");
+  const notBefore = new Date(Date.now() + 3_600_000);
+  const policy = {
+    maxAttempts: 0,
+    initialBackoffSeconds: 2.5,
+    backoffMultiplier: 3,
+    maxBackoffSeconds: 90,
+    backoffJitter: 0.5,
+    nonRetryableErrors: ["BadInput"],
+  };
+  const created = await client.createTask({
+    queue,
+    priority: 7,
+    retryPolicy: policy,
+    notBefore,
+    scheduleToCloseSeconds: 86_400,
+  });
+  const task = await client.getTask(created.taskId);
+  assert.equal(task.state, TaskState.DELAYED);
+  assert.equal(task.priority, 7);
+  assert.deepEqual(task.retryPolicy, policy); // every field set: nothing left to a default
+  assert.equal(task.nextEligibleAt?.getTime(), notBefore.getTime());
+  assert.ok(task.createdAt && task.deadline);
+  assert.ok(Math.abs(task.deadline.getTime() - task.createdAt.getTime() - 86_400_000) < 2);
+
+  // The shorthand, the rest from the server (this one retries at once, no jitter).
+  const short = await client.createTask({ queue, maxAttempts: 2 });
+  assert.equal(short.state, TaskState.READY);
+  assert.deepEqual(
+    [short.retryPolicy?.maxAttempts, short.retryPolicy?.initialBackoffSeconds, short.deadline],
+    [2, 0, undefined],
+  );
+});
+
+test("maxAttempts given twice is refused before sending, nothing created", async () => {
+  const queue = unique("q");
+  await assert.rejects(client.createTask({ queue, maxAttempts: 2, retryPolicy: { maxAttempts: 3 } }), (e: unknown) => {
+    assert.ok(e instanceof InvalidArgument, String(e));
+    assert.equal(e.message, "give maxAttempts or retryPolicy.maxAttempts, not both");
+    return true;
+  });
+  assert.deepEqual(await listed({ queue }), []);
+});
+
+test("listTasks yields a queue's tasks by id a page at a time; blocked picks a dead letter's dependents", async () => {
+  const queue = unique("q");
+  const up = await client.createTask({ taskId: unique("up"), queue, maxAttempts: 1 });
+  const downs = [];
+  for (let i = 0; i < 3; i++) {
+    downs.push((await client.createTask({ taskId: unique("down"), queue, dependsOn: [up.taskId] })).taskId);
+  }
+  const other = await client.createTask({ taskId: unique("other"), queue });
+  const every = [up.taskId, ...downs, other.taskId].sort();
+  assert.deepEqual(await listed({ queue, pageSize: 2 }), every);
+  assert.deepEqual(await listed({ queue, blocked: true }), []);
+
+  const claim = await client.claim(up.taskId, { ttlSeconds: 10 });
+  assert.ok(claim instanceof Claim, String(claim));
+  assert.equal((await claim.fail("BadInput", { retryable: false })).state, TaskState.FAILED);
+  const blocked = await eventually(async () => {
+    const ids = await listed({ queue, blocked: true, pageSize: 1 });
+    return ids.length === 3 ? ids : undefined;
+  });
+  assert.deepEqual(blocked, [...downs].sort());
+  const failed = [];
+  for await (const task of client.listTasks({ queue, state: TaskState.FAILED })) failed.push(task);
+  assert.deepEqual(
+    failed.map((t) => [t.taskId, t.deadLetterReason, t.lastErrorCode]),
+    [[up.taskId, DeadLetterReason.NON_RETRYABLE, "BadInput"]],
+  );
+  assert.deepEqual((await client.getTask(downs[0])).blockedBy, [up.taskId]);
+});
+
+test("a bad listTasks is refused INVALID_ARGUMENT naming the field", async () => {
+  await assert.rejects(listed({ pageSize: 5000 }), (e: unknown) => {
+    assert.ok(e instanceof InvalidArgument, String(e));
+    assert.match(e.message, /page_size/);
+    return true;
+  });
 });
