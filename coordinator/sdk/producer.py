@@ -128,8 +128,25 @@ class ProducerCalls:
     ) -> list[TaskInfo]:
         """Every task of ``queue`` (all queues if empty) in ``state`` (any if None), by id;
         ``blocked``: only WAITING tasks blocked by a FAILED or CANCELLED upstream (a dead
-        letter's dependents); ``overdue``: only tasks marked overdue (ListTasksRequest)."""
-        tasks: list[TaskInfo] = []
+        letter's dependents); ``overdue``: only tasks marked overdue (ListTasksRequest). Holds
+        them all: ``iter_tasks`` reads the same a page at a time."""
+        return list(
+            self.iter_tasks(
+                queue=queue, state=state, blocked=blocked, overdue=overdue, page_size=page_size
+            )
+        )
+
+    def iter_tasks(
+        self,
+        *,
+        queue: str = "",
+        state: TaskState | None = None,
+        blocked: bool = False,
+        overdue: bool = False,
+        page_size: int = 100,
+    ) -> Iterator[TaskInfo]:
+        """``list_tasks``'s tasks, read ``page_size`` (at most 1000) at a time as they are
+        consumed: a queue of any size without holding it."""
         token = ""
         while True:
             request = tasks_pb2.ListTasksRequest(
@@ -141,10 +158,10 @@ class ProducerCalls:
                 page_token=token,
             )
             response = self._rpc.call(self._rpc.tasks.ListTasks, request)
-            tasks.extend(TaskInfo.from_proto(t) for t in response.tasks)
+            yield from (TaskInfo.from_proto(t) for t in response.tasks)
             token = response.next_page_token
             if not token:
-                return tasks
+                return
 
     def cancel_task(self, task_id: str, *, reason: str = "") -> TaskInfo:
         """Cancel a task: a live claim's next renew, authorize or commit gets CANCELLED."""

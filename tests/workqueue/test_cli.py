@@ -68,3 +68,23 @@ def test_the_sdk_long_polls_for_a_task(etcd: EtcdProcess, prefix: str) -> None:
         # The lease clock starts at the answer, not at the call: the wait is not taken off.
         assert claim.remaining() > timedelta(seconds=20)
         claim.release("done with the test")
+
+
+def test_iter_tasks_reads_a_page_at_a_time_as_it_is_consumed(
+    etcd: EtcdProcess, prefix: str
+) -> None:
+    with served(etcd.endpoint, prefix) as running, running.client("pm") as client:
+        for n in range(5):
+            client.create_task(f"t{n}", queue=QUEUE)
+        tasks = client.iter_tasks(queue=QUEUE, page_size=2)
+        assert [next(tasks).task_id for _ in range(2)] == ["t0", "t1"]  # the first page
+        client.create_task("t9", queue=QUEUE)  # after it was read: a later page has it
+        assert [t.task_id for t in tasks] == ["t2", "t3", "t4", "t9"]
+        assert [t.task_id for t in client.list_tasks(queue=QUEUE, page_size=2)] == [
+            "t0",
+            "t1",
+            "t2",
+            "t3",
+            "t4",
+            "t9",
+        ]
