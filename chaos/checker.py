@@ -43,7 +43,6 @@ from chaos.linearizability import (
 from chaos.model import CLAIMED, COMMITTED, FENCED, TaskModel, allows, step
 from chaos.violation import SETTLED, FinalTask, Rule, Violation, commit_id
 from coordinator.domain.states import FenceReason, TaskState
-from coordinator.domain.states import Op as Transition
 
 __all__ = [  # FinalTask and Violation live in chaos/violation.py; the checker re-exports them
     "CheckReport",
@@ -221,7 +220,7 @@ def check(evidence: Evidence) -> CheckReport:
         dead_lettered=sum(t.dead_lettered for t in evidence.final.values()),
         abandoned_polls=abandoned_polls(evidence.ops),
         lost_in_flight=in_flight,
-        given_back=sum(w.op is Transition.GIVE_BACK for w in evidence.writes or ()),
+        given_back=sum(w.given_back for w in evidence.writes or ()),
     )
 
 

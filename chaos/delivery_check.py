@@ -2,7 +2,8 @@
 
 Per claim in etcd's log:
 
-* a claim the server gave back (``give_back``: its answer could not be delivered) must not have
+* a claim the server gave back (its answer could not be delivered: a ``give_back``, or past the
+  allowance the counted move that says so, ``EtcdWrite.given_back``) must not have
   reached anyone: a caller that heard CLAIMED for it holds a fence the server took back
   (``delivered-claim-given-back``);
 * a claim made for a poll its caller abandoned, and not given back, is counted against the
@@ -42,12 +43,12 @@ def undelivered_claims(
         for o in ops
         if o.op is OpKind.CLAIM and o.indefinite and o.reason == ABANDONED and o.request_id
     }
-    given_back = {w.attempt_id for w in writes if w.op is Transition.GIVE_BACK}
+    given_back = {w.attempt_id for w in writes if w.given_back}
     violations: list[Violation] = []
     in_flight = 0
     for write in writes:
         label = f"{write.op}@{write.revision}({write.attempt_id or '-'})"
-        if write.op is Transition.GIVE_BACK and write.attempt_id in heard:
+        if write.given_back and write.attempt_id in heard:
             detail = "the server gave back a claim whose caller heard CLAIMED"
             violations.append(
                 Violation(Rule.DELIVERED_CLAIM_GIVEN_BACK, write.task, (label,), detail)

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from chaos.history import EffectWrite, EtcdWrite
 from coordinator.domain.effects import EffectRecord
 from coordinator.domain.records import EventRecord, decode
+from coordinator.domain.retry import UNDELIVERED_COUNTED
 from coordinator.domain.states import Op, TaskState
 from coordinator.store.etcd.watch import PrefixWatch, WatchEvent
 from coordinator.store.lifecycle.event_hub import position_of_key
@@ -47,7 +48,13 @@ def parse(key: str, value: bytes, revision: int) -> EtcdWrite:
         generation=generation,
         at=record.at,
         prev_state_version=position_of_key(key, revision).prev_state_version,
+        given_back=given_back(record.op, record.detail),
     )
+
+
+def given_back(op: Op, detail: str) -> bool:
+    """Whether an event gave back an undelivered claim (counted or not)."""
+    return op is Op.GIVE_BACK or detail.endswith(UNDELIVERED_COUNTED)
 
 
 def collect(client: Any, prefix: str, *, timeout: float = 30.0) -> list[EtcdWrite]:
@@ -138,6 +145,7 @@ def from_watch_event(e: tasks_pb2.TaskEvent) -> EtcdWrite:
         generation=e.claim_generation or (e.revision if op is Op.CLAIM else 0),
         at=e.at.ToNanoseconds() / 1e9,
         prev_state_version=e.prev_state_version,
+        given_back=given_back(op, e.detail),
     )
 
 

@@ -154,6 +154,9 @@ class EtcdWrite:
     generation: int = 0  # a claim's generation is its own revision
     at: float = 0.0  # the writing replica's wall clock (EventRecord.at)
     prev_state_version: int = 0  # the task's state_version before it (the event key's end)
+    # An undelivered claim given back: a ``give_back``, or, past the allowance, the counted
+    # move whose detail says so (domain/retry.py UNDELIVERED_COUNTED).
+    given_back: bool = False
 
     @property
     def position(self) -> EventPosition:

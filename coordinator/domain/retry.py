@@ -195,8 +195,11 @@ COUNTED_ENDS = frozenset({AttemptEnd.EXPIRED, AttemptEnd.RELEASED, AttemptEnd.FA
 """Attempt ends that ask for another attempt. A commit, a cancel and an input change end an
 attempt too, but the task does not go back to the queue by the retry policy after them."""
 UNCOUNTED_ENDS = frozenset({AttemptEnd.UNDELIVERED})
-"""Attempt ends that send the task back without counting the attempt: no worker ever held it
-(its claim answer could not be delivered), so it is no try of the task."""
+"""Attempt ends that send the task back without counting the attempt, within SHUTDOWN_ALLOWANCE:
+no worker ever held it (its claim answer could not be delivered), so it is no try of the task.
+Past the allowance it counts: a caller that leaves after every claim it makes (a deadline that
+always runs out just then, a crash between claim and answer, or on purpose) would otherwise
+cycle one task for ever, at once and without backoff, an attempt and its events each time."""
 
 
 @dataclass(frozen=True)
@@ -218,9 +221,10 @@ class AttemptEnded:
 
 
 SHUTDOWN_ALLOWANCE = 4
-"""A shutdown give-back is not counted while the task has had fewer than this many times its
-max_attempts attempts in all (counted or not): a rolling deploy of a pool costs a long task no
-attempt, and a worker that says "shutting down" on every claim cannot keep one alive for ever."""
+"""A shutdown give-back (or an undelivered claim, or a claim an epoch bump fenced) is not counted
+while the task has had fewer than this many times its max_attempts attempts in all (counted or
+not): a rolling deploy of a pool costs a long task no attempt, and a worker that says "shutting
+down" on every claim cannot keep one alive for ever."""
 SHUTDOWN_ALLOWANCE_UNLIMITED = 100
 """The same bound for a task whose max_attempts is 0 (unlimited)."""
 
@@ -228,6 +232,9 @@ LEASE_EXPIRED = AttemptEnded(AttemptEnd.EXPIRED, "lease expired")
 """The end of an attempt whose lease expired (stalled and renew-limited claims end so too)."""
 UNDELIVERED = AttemptEnded(AttemptEnd.UNDELIVERED, "the claim's answer could not be delivered")
 """The end of an attempt whose claim answer could not reach its caller (it had left)."""
+UNDELIVERED_COUNTED = "(undelivered past the allowance: counted)"
+"""Ends the detail of the event that gives back an undelivered claim past SHUTDOWN_ALLOWANCE (a
+retry, a backoff or the dead letter, not a ``give_back``), so a reader of the log knows it."""
 
 
 def expired(claim_epoch: int, epoch: int) -> AttemptEnded:
@@ -277,12 +284,12 @@ def decide_retry(
     """What follows an attempt that ended without a result at ``now``, the task having had
     ``attempts`` attempts (this one included) counted against ``policy`` and ``total`` in all;
     ``key`` (the task id) draws the backoff's jitter."""
-    if ended.end in UNCOUNTED_ENDS or _forgiven(policy, ended, total):
+    if _forgiven(policy, ended, total):
         # Before any budget or non-retryable check: an attempt nobody ran (or that its worker
         # gave back as it stopped, or an operator fenced) can exhaust nothing, even the last
         # one of its budget.
         return Uncounted()
-    if ended.end not in COUNTED_ENDS:
+    if ended.end not in COUNTED_ENDS | UNCOUNTED_ENDS:
         raise ValueError(f"an attempt ended {ended.end.name} is not retried by the policy")
     plural = "attempt" if attempts == 1 else "attempts"
     if not ended.retryable or ended.code in policy.non_retryable_errors:
@@ -299,10 +306,11 @@ def decide_retry(
 
 
 def _forgiven(policy: RetryPolicy, ended: AttemptEnded, total: int) -> bool:
-    """Whether ``ended`` is a shutdown give-back or an attempt an operator's epoch bump fenced,
-    within the allowance (SHUTDOWN_ALLOWANCE)."""
+    """Whether ``ended`` is an undelivered claim, a shutdown give-back or an attempt an
+    operator's epoch bump fenced, within the allowance (SHUTDOWN_ALLOWANCE)."""
     shutdown = ended.shutdown and ended.retryable and ended.end is AttemptEnd.FAILED
-    if not (shutdown or (ended.operator and ended.end is AttemptEnd.EXPIRED)):
+    operator = ended.operator and ended.end is AttemptEnd.EXPIRED
+    if not (shutdown or operator or ended.end in UNCOUNTED_ENDS):
         return False
     most = policy.max_attempts * SHUTDOWN_ALLOWANCE or SHUTDOWN_ALLOWANCE_UNLIMITED
     return total < most

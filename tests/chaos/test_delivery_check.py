@@ -7,7 +7,9 @@ from __future__ import annotations
 from chaos.budget import budget_replay
 from chaos.checker import Evidence, FinalTask, check
 from chaos.delivery_check import SLACK, abandoned_polls, undelivered_claims
+from chaos.etcd_history import given_back
 from chaos.history import ABANDONED, INFO, EtcdWrite, Observed, Operation, OpKind
+from coordinator.domain.retry import UNDELIVERED, UNDELIVERED_COUNTED
 from coordinator.domain.states import Op as Transition
 from coordinator.domain.states import TaskState
 
@@ -61,7 +63,9 @@ def claim(revision: int, attempt: str, at: float, request_id: str = "poll-1") ->
 
 
 def give_back(revision: int, attempt: str, request_id: str = "poll-1") -> EtcdWrite:
-    return EtcdWrite("t1", revision, Transition.GIVE_BACK, TaskState.READY, request_id, attempt)
+    return EtcdWrite(
+        "t1", revision, Transition.GIVE_BACK, TaskState.READY, request_id, attempt, given_back=True
+    )
 
 
 def rules(ops: list[Operation], writes: list[EtcdWrite]) -> list[str]:
@@ -80,6 +84,19 @@ def test_a_claim_made_after_its_caller_left_and_kept_is_reported() -> None:
 def test_the_same_claim_given_back_breaks_nothing() -> None:
     log = [claim(10, "a1", at=LEFT_AT + 2), give_back(11, "a1")]
     assert undelivered_claims([abandoned()], log) == ([], 0)
+
+
+def test_an_undelivered_claim_counted_past_the_allowance_is_given_back_too() -> None:
+    """Past the allowance the give-back is the counted move (here the dead letter), which the
+    event's detail names; the budget model counts it, and delivery holds."""
+    detail = f"all 1 attempts used; last error: {UNDELIVERED.error} {UNDELIVERED_COUNTED}"
+    assert given_back(Transition.DEAD_LETTER, detail)
+    assert not given_back(Transition.DEAD_LETTER, "all 1 attempts used; last error: lease expired")
+    assert given_back(Transition.GIVE_BACK, "")
+    counted = EtcdWrite(
+        "t1", 11, Transition.DEAD_LETTER, TaskState.FAILED, "poll-1", "a1", given_back=True
+    )
+    assert undelivered_claims([abandoned()], [claim(10, "a1", at=LEFT_AT + 2), counted]) == ([], 0)
 
 
 def test_a_claim_made_before_its_caller_left_is_lost_in_flight_not_a_violation() -> None:

@@ -14,6 +14,7 @@ from coordinator.domain.retry import (
     COUNTED_ENDS,
     LEASE_EXPIRED,
     MAX_BACKOFF,
+    SHUTDOWN_ALLOWANCE,
     UNCOUNTED_ENDS,
     UNDELIVERED,
     AttemptEnded,
@@ -170,12 +171,13 @@ def test_the_move_follows_the_decision(
 
 
 @given(policies, st.integers(1, 10_000), st.integers(0, 10_000), st.text(max_size=20))
-def test_an_undelivered_attempt_is_never_counted_whatever_the_policy_and_budget(
+def test_an_undelivered_attempt_is_not_counted_within_the_allowance_whatever_the_budget(
     policy: RetryPolicy, attempt: int, base: int, last_error: str
 ) -> None:
     # Even the last attempt of a budget, and a task whose policy would back off or dead-letter:
     # nobody ran it, so it spends nothing, starts no backoff and fails nothing.
-    assert decide_retry(policy, attempt, UNDELIVERED, NOW) == Uncounted()
+    attempt = min(attempt, (policy.max_attempts * SHUTDOWN_ALLOWANCE or 100) - 1)
+    assert decide_retry(policy, attempt, UNDELIVERED, NOW, total=attempt) == Uncounted()
     task = replace(
         _task(policy, attempt=attempt, base=min(base, attempt - 1)), last_error=last_error
     )
@@ -194,6 +196,7 @@ def test_an_undelivered_attempt_is_never_counted_whatever_the_policy_and_budget(
 SHUTDOWN = AttemptEnded(AttemptEnd.FAILED, "WorkerShutdown: grace ran out", shutdown=True)
 
 
+@pytest.mark.parametrize("ended", [SHUTDOWN, UNDELIVERED], ids=["shutdown", "undelivered"])
 @pytest.mark.parametrize(
     ("max_attempts", "total", "forgiven"),
     [
@@ -206,20 +209,26 @@ SHUTDOWN = AttemptEnded(AttemptEnd.FAILED, "WorkerShutdown: grace ran out", shut
         (0, 100, False),
     ],
 )
-def test_a_shutdown_give_back_is_not_counted_within_its_allowance(
-    max_attempts: int, total: int, forgiven: bool
+def test_a_give_back_nobody_chose_is_not_counted_within_its_allowance(
+    ended: AttemptEnded, max_attempts: int, total: int, forgiven: bool
 ) -> None:
+    """A shutdown give-back, and an undelivered claim: a caller that leaves after every claim
+    would otherwise cycle one task for ever, at once, an attempt and its events each time."""
     policy = RetryPolicy(max_attempts=max_attempts)
     counted = min(total, max_attempts) if max_attempts else total
-    decision = decide_retry(policy, counted, SHUTDOWN, NOW, key="t", total=total)
+    decision = decide_retry(policy, counted, ended, NOW, key="t", total=total)
     if forgiven:
         assert decision == Uncounted()
     else:
+        # Past the allowance: decided as the retryable failure or expiry it then is.
+        plain = replace(ended, shutdown=False, end=AttemptEnd.EXPIRED)
+        assert decision == decide_retry(policy, counted, plain, NOW, key="t", total=total)
         assert not isinstance(decision, Uncounted)
-        assert decision == decide_retry(
-            policy, counted, replace(SHUTDOWN, shutdown=False), NOW, key="t", total=total
-        )
-    # Only a retryable failure is forgiven: anything else says the task, not the worker, failed.
+
+
+def test_only_a_retryable_shutdown_failure_is_forgiven() -> None:
+    # Anything else says the task, not the worker, failed.
+    policy = RetryPolicy(max_attempts=5)
     for other in (replace(SHUTDOWN, retryable=False), replace(SHUTDOWN, end=AttemptEnd.RELEASED)):
         assert not isinstance(decide_retry(policy, 1, other, NOW, total=1), Uncounted)
 

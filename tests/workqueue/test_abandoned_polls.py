@@ -276,3 +276,38 @@ def test_a_delivered_claim_is_not_given_back_when_its_call_ends(
     store.give_backs.close()  # every give-back found after a call's end has run
     assert store.tasks.get("t").state is TaskState.CLAIMED
     assert sample(metrics, UNDELIVERED, queue="default") == 0
+
+
+def test_undelivered_claims_count_past_the_allowance_so_a_vanishing_caller_cannot_cycle_a_task(
+    store: Store, metrics: Metrics
+) -> None:
+    """A caller that leaves after every claim it makes (a deadline that always runs out just
+    then, a crash between claim and answer) gets its claims given back uncounted only while the
+    task has had fewer than 4 x max_attempts attempts in all; past that they count, so the
+    task backs off and, its budget spent, is the dead letter, saying why."""
+    store.tasks.create(TaskSpec(task_id="t", retry=(("max_attempts", 1),)), by="pm")
+    for n in range(1, 5):
+        granted = store.claims.claim("t", principal="left", epoch=1, ttl=30)
+        assert granted.fence is not None and granted.attempt == n
+        assert store.give_backs.give_back(granted, by="left")
+    task = store.tasks.get("t")
+    assert (task.state, task.dead_letter_reason.name) == (TaskState.FAILED, "EXHAUSTED")
+    assert task.last_error == "the claim's answer could not be delivered"
+    assert task.attempt - task.attempts_base == 1  # the 4th in all, the only one counted
+    assert _attempts(store, "t") == [(n, AttemptEnd.UNDELIVERED) for n in range(1, 5)]
+    events = [e.record for e in store.events.history(EventFilter(task_id="t"))]
+    assert [(e.op, e.detail) for e in events if e.op in (Op.GIVE_BACK, Op.DEAD_LETTER)] == [
+        *[(Op.GIVE_BACK, "the claim's answer could not be delivered; the attempt is not counted")]
+        * 3,
+        (
+            Op.DEAD_LETTER,
+            "all 1 attempts used; last error: the claim's answer could not be delivered "
+            "(undelivered past the allowance: counted)",
+        ),
+    ]
+    assert sample(metrics, UNDELIVERED, queue="default") == 4
+    dead = sample(
+        metrics, "coordinator_tasks_dead_lettered_total", queue="default", reason="exhausted"
+    )
+    assert dead == 1
+    assert store.ctx.kv.get(store.ctx.keys.claim("t")) is None

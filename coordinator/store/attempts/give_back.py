@@ -9,8 +9,11 @@ module: `attempts_counted 1`, attempt EXPIRED, after a 1 s client deadline on a 
 So the server gives it back at once, in one txn behind the claim's own fence: the task READY
 again at the place in line it had (it was never served), the claim key deleted, the attempt
 closed UNDELIVERED, and, as ``domain/retry.py`` decides for that end, the attempt not counted
-(``attempts_base`` moves up with it) and no backoff. The fence compares make it a no-op should
-anything have touched the task since the claim.
+(``attempts_base`` moves up with it) and no backoff, while the task has had fewer than
+SHUTDOWN_ALLOWANCE times its max_attempts attempts in all; past that it counts like an expiry
+(a backoff, or the dead letter), so a caller that leaves after every claim cannot cycle a task
+for ever. The fence compares make it a no-op should anything have touched the task since the
+claim.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import structlog
 
 from coordinator.domain.decisions import Fence, FenceView
 from coordinator.domain.records import AttemptRecord, TaskRecord, with_changes
-from coordinator.domain.retry import UNDELIVERED, decide_after
+from coordinator.domain.retry import UNDELIVERED, UNDELIVERED_COUNTED, RetryMove, decide_after
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.errors import CoordinatorError, Undelivered
 from coordinator.store.attempts.acceptance import AcceptancePoints
+from coordinator.store.attempts.requeue import settled
 from coordinator.store.attempts.views import HeldClaims
 from coordinator.store.context import StoreContext
 from coordinator.store.etcd.ops import delete
@@ -90,8 +94,8 @@ class GiveBacks:
         given = self.give_back_all(results, by=by)
         raise Undelivered(
             "the call ended before its claim could be answered (the caller cancelled, its "
-            f"deadline passed, or the server is ending the call); {given} task(s) given back "
-            "READY, the attempt not counted: claim again"
+            f"deadline passed, or the server is ending the call); {given} task(s) given back, "
+            "the attempt not counted (within the task's allowance): claim again"
         )
 
     def give_back(self, claimed: ClaimResult, *, by: str) -> bool:
@@ -104,15 +108,10 @@ class GiveBacks:
         # What the claim txn wrote, as this replica remembered it; read only if it was evicted.
         view = self._held.take(fence) or self._acceptance.view(fence)
         now = ctx.clock.now()
-        after, closed = self._returned(view, fence, claimed.ready_seq, now)
+        move = decide_after(view.task, UNDELIVERED, now, at_once=Op.GIVE_BACK)
+        after, closed = self._returned(view, fence, move, claimed.ready_seq, now)
         compares, ops = held_transition_ops(
-            ctx,
-            view.task,
-            after,
-            Op.GIVE_BACK,
-            fence,
-            by=by,
-            detail=UNDELIVERED.error + "; the attempt is not counted",
+            ctx, view.task, after, move.op, fence, by=by, detail=_detail(move)
         )
         put_attempt(ctx, ops, closed)
         ops.append(delete(keys.claim(fence.task_id)))
@@ -121,7 +120,10 @@ class GiveBacks:
             return False
         ctx.leases.release(view.task.lease_id)  # the txn deleted the lease's only key
         ctx.metrics.count_undelivered(after.queue)
-        self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, after.task_id))
+        if move.uncounted:
+            self._ready.add(keys.ready(after.queue, after.priority, after.ready_seq, after.task_id))
+        else:  # counted past the allowance: a retry, a backoff or the dead letter like any
+            settled(ctx, self._ready, after, UNDELIVERED)
         return True
 
     def give_back_all(self, results: list[ClaimResult], *, by: str) -> int:
@@ -138,12 +140,11 @@ class GiveBacks:
         return given
 
     def _returned(
-        self, view: FenceView, fence: Fence, ready_seq: int, now: float
+        self, view: FenceView, fence: Fence, move: RetryMove, ready_seq: int, now: float
     ) -> tuple[TaskRecord, AttemptRecord]:
-        """The task READY again as ``domain/retry.py`` decides for an undelivered attempt, and
-        the attempt closed."""
+        """The task moved as ``domain/retry.py`` decided for an undelivered attempt (READY
+        again, uncounted, within the allowance), and the attempt closed."""
         task = view.task
-        move = decide_after(task, UNDELIVERED, now, at_once=Op.GIVE_BACK)
         after = transition(
             task,
             move.op,
@@ -155,3 +156,10 @@ class GiveBacks:
         if after.state is TaskState.READY and ready_seq:
             after = with_changes(after, ready_seq=ready_seq)  # its old place: it was never served
         return after, with_changes(view.attempt, end=AttemptEnd.UNDELIVERED, ended_at=now)
+
+
+def _detail(move: RetryMove) -> str:
+    """The give-back event's detail: uncounted, or, past the allowance, the retry decision's."""
+    if move.uncounted:
+        return UNDELIVERED.error + "; the attempt is not counted"
+    return f"{move.detail} {UNDELIVERED_COUNTED}"
