@@ -98,6 +98,7 @@ class Rpc(Caller):
         when none did, the mapped exception for any other status.
         """
         plan = self._plan(
+            request,
             retry=retry,
             timeout=timeout,
             idempotency_key=idempotency_key,

@@ -43,6 +43,20 @@ ATTEMPT_HINT = "retry the same call on the same attempt to learn it"
 """What OutcomeUnknown tells the caller of a call behind a claim's fence."""
 REPEAT_HINT = "repeat the same call to learn it (a create: with the same task id or key)"
 """What OutcomeUnknown tells the caller of any other call."""
+RENEW_HINT = "the next renewal learns it"
+"""What OutcomeUnknown tells of a renewal (the keepalive renews again by itself)."""
+READ_HINT = "a read, nothing changed: repeat it"
+"""What a read that failed says instead of an unknown outcome: a read has none."""
+_READS = ("Get", "List", "DrainStatus")
+
+
+def hint_for(request_name: str, *, behind_fence: bool) -> str:
+    """What an unknown outcome of a ``request_name`` call (a message name) tells its caller."""
+    if request_name in ("RenewRequest", "RenewManyRequest"):
+        return RENEW_HINT
+    if request_name.startswith(_READS):
+        return READ_HINT
+    return ATTEMPT_HINT if behind_fence else REPEAT_HINT
 
 _ERRORS: dict[grpc.StatusCode, type[CoordinatorError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
@@ -106,6 +120,8 @@ def translate(
         return _ERRORS.get(code, CoordinatorError)(message)
     if maybe_sent is None:
         return TransportError(message, code=name)
+    if maybe_sent and hint == READ_HINT:
+        return TransportError(f"{message}; {hint}", code=name)
     if maybe_sent:
         return OutcomeUnknown(f"{message}; outcome unknown, not failed; {hint}", code=name)
     if code is grpc.StatusCode.RESOURCE_EXHAUSTED:  # a coordinator answered: a bound refused it

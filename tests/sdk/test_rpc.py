@@ -25,7 +25,7 @@ from coordinator.sdk._budget import MIN_TRY_TIMEOUT
 from coordinator.sdk._core.calls import SDK_VERSION_METADATA, Tries
 from coordinator.sdk._rpc import Rpc
 from coordinator.sdk._status import ATTEMPT_HINT, NO_COORDINATOR_HINT, REPEAT_HINT
-from coordinator.v1 import types_pb2, worker_pb2
+from coordinator.v1 import tasks_pb2, types_pb2, worker_pb2
 from tests.helpers import as_unary
 
 POLICY = CallRetry(
@@ -342,3 +342,21 @@ def test_a_replica_at_its_concurrency_bound_is_retried_and_never_an_unknown_outc
     # answer every one, so the error does not send the user looking for a missing coordinator.
     assert type(refused.value) is TransportError
     assert str(refused.value).endswith("; refused on every try, nothing ran")
+
+
+def test_a_read_that_may_have_reached_a_coordinator_has_no_unknown_outcome(
+    rpc: Rpc, sleeps: list[float]
+) -> None:
+    """A read changes nothing: a failure that reached a coordinator (its store unavailable)
+    says so and to repeat it, not "outcome unknown ... (a create: ...)"; a renewal's says the
+    keepalive's next renewal learns it."""
+    method = Scripted(UNAVAILABLE, UNAVAILABLE)
+    for request in (tasks_pb2.GetTaskRequest(task_id="t"), tasks_pb2.ListTasksRequest()):
+        with pytest.raises(TransportError) as raised:
+            rpc.call(as_unary(method), request, retry=False)
+        assert type(raised.value) is TransportError
+        assert str(raised.value) == "UNAVAILABLE: scripted; a read, nothing changed: repeat it"
+    renewal = Scripted(UNAVAILABLE)
+    with pytest.raises(OutcomeUnknown) as unknown:
+        rpc.call(as_unary(renewal), worker_pb2.RenewManyRequest(), retry=False)
+    assert str(unknown.value).endswith("outcome unknown, not failed; the next renewal learns it")

@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 
 from coordinator.etcd_process import EtcdProcess, find_etcd_binary
+from coordinator.sdk import CallRetry, TransportError, WorkerClient
 from coordinator.server import SERVICE_NAMES, build_server
 from coordinator.store import EtcdKV, Keyspace, Store
 from tests.conftest import GRPC_OPTIONS
@@ -86,6 +87,13 @@ def test_health_follows_etcd(own_etcd: EtcdProcess, prefix: str) -> None:
             own_etcd.stop()
             eventually(lambda: _status(stub) == NOT_SERVING, timeout=15)
             assert _status(stub, "coordinator.v1.WorkerService") == NOT_SERVING
+            # A read while etcd is down says what is down, and that nothing changed.
+            refused = eventually(lambda: _read_refusal(port), timeout=15)
+            assert refused.startswith("UNAVAILABLE: etcd ")
+            assert refused.endswith(
+                "no etcd endpoint is reachable (etcd is down, or not reachable from this "
+                "replica); a read, nothing changed: repeat it"
+            ), refused
 
             own_etcd.start()
             eventually(lambda: _status(stub) == SERVING, timeout=15)
@@ -93,3 +101,16 @@ def test_health_follows_etcd(own_etcd: EtcdProcess, prefix: str) -> None:
         server.stop(grace=None).wait()
         store.close()
         kv.close()
+
+
+NO_RETRY = CallRetry(attempts=1)
+
+
+def _read_refusal(port: int) -> str | None:
+    """The message of a GetTask through the SDK, once it names etcd's unreachable endpoints."""
+    with WorkerClient(f"127.0.0.1:{port}", principal="pm", retry=NO_RETRY) as client:
+        try:
+            client.get_task("t")
+        except TransportError as exc:
+            return str(exc) if "no etcd endpoint" in str(exc) else None
+    return None

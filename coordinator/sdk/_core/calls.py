@@ -29,8 +29,7 @@ from coordinator.errors import CoordinatorError, InvalidArgument
 from coordinator.sdk import _budget
 from coordinator.sdk._duration import DurationField
 from coordinator.sdk._status import (
-    ATTEMPT_HINT,
-    REPEAT_HINT,
+    hint_for,
     is_retried,
     is_transport,
     never_sent,
@@ -164,6 +163,7 @@ class CallPlan:
         idempotency_key: str,
         lease_left: timedelta | None,
         hint: str,
+        request_name: str = "",
         tries: Tries | None = None,
     ) -> None:
         self.policy, self._clock, self.retry = policy, clock, retry
@@ -171,7 +171,7 @@ class CallPlan:
         self.tries.count = 1
         self.start = clock()
         self.per_try = timeout if timeout is not None else policy.timeout.total_seconds()
-        self.hint = hint or (REPEAT_HINT if lease_left is None else ATTEMPT_HINT)
+        self.hint = hint or hint_for(request_name, behind_fence=lease_left is not None)
         self.lease_left = lease_left.total_seconds() if lease_left is not None else None
         # One request id per logical call, the same on every retry (coordinator.request_ids).
         self.metadata = (
@@ -273,6 +273,7 @@ class Caller:
 
     def _plan(
         self,
+        request: Any,
         *,
         retry: bool,
         timeout: float | None,
@@ -290,5 +291,6 @@ class Caller:
             idempotency_key=idempotency_key,
             lease_left=lease_left,
             hint=hint,
+            request_name=type(request).__name__,
             tries=tries,
         )

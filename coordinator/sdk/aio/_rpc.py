@@ -92,6 +92,7 @@ class AsyncRpc(Caller):
         """Call ``method`` as the sync ``Rpc.call`` does (same deadlines, retries, request id,
         idempotency key, errors and ``tries``), awaiting every try and backoff."""
         plan = self._plan(
+            request,
             retry=retry,
             timeout=timeout,
             idempotency_key=idempotency_key,

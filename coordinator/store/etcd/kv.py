@@ -362,6 +362,13 @@ class EtcdKV:
                     self.space.observe(SpaceState.NOSPACE)
                     return answer
             self._translate(what, exc)
+        except etcd3.exceptions.NoServerAvailableError as exc:
+            # The client's own words ("No endpoint available and not failed") read as if all
+            # were well: every endpoint it knows is marked failed after an error.
+            raise StoreUnavailable(
+                f"etcd {what} failed: no etcd endpoint is reachable (etcd is down, or not "
+                "reachable from this replica)"
+            ) from exc
         except etcd3.exceptions.Etcd3Exception as exc:
             raise StoreUnavailable(f"etcd {what} failed: {type(exc).__name__}: {exc}") from exc
 

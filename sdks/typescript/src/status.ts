@@ -43,6 +43,17 @@ export const ATTEMPT_HINT = "retry the same call on the same attempt to learn it
 /** What OutcomeUnknown tells the caller of any other call. */
 export const REPEAT_HINT =
   "repeat the same call to learn it (a create: with the same task id or key)";
+/** What OutcomeUnknown tells of a renewal (the keepalive renews again by itself). */
+export const RENEW_HINT = "the next renewal learns it";
+/** What a read that failed says instead of an unknown outcome: a read has none. */
+export const READ_HINT = "a read, nothing changed: repeat it";
+
+/** What an unknown outcome of the RPC `method` (its proto name: "GetTask") tells its caller. */
+export function hintFor(method: string, behindFence: boolean): string {
+  if (method === "Renew" || method === "RenewMany") return RENEW_HINT;
+  if (method.startsWith("Get") || method.startsWith("List") || method === "DrainStatus") return READ_HINT;
+  return behindFence ? ATTEMPT_HINT : REPEAT_HINT;
+}
 
 const ERRORS: ReadonlyMap<number, new (message: string, code: string) => RpcError> = new Map<
   number,
@@ -115,6 +126,7 @@ export function translate(
     const kind = ERRORS.get(failure.code);
     return kind ? new kind(message, name) : new RpcError(message, name);
   }
+  if (options.maybeSent && options.hint === READ_HINT) return new TransportError(`${message}; ${READ_HINT}`, name);
   if (options.maybeSent) {
     return new OutcomeUnknown(`${message}; outcome unknown, not failed; ${options.hint}`, name);
   }

@@ -22,7 +22,7 @@ import * as grpc from "@grpc/grpc-js";
 
 import { MIN_TRY_TIMEOUT, backoff, outOfTime, retryDeadline, tryTimeout } from "./budget.js";
 import { CallAborted, CoordinatorError, InvalidArgument } from "./errors.js";
-import { ATTEMPT_HINT, REPEAT_HINT, type StatusLike, isRetried, isTransport, neverSent, translate } from "./status.js";
+import { type StatusLike, hintFor, isRetried, isTransport, neverSent, translate } from "./status.js";
 import { SDK_VERSION } from "./version.js";
 
 /** Deadlines and transport retries of every call (seconds). */
@@ -144,7 +144,7 @@ export class Transport {
     const message = create(method.input, request);
     const metadata = this.metadata(options.idempotencyKey);
     const keyed = Boolean(options.idempotencyKey);
-    const hint = options.hint ?? (options.leaseLeftSeconds === undefined ? REPEAT_HINT : ATTEMPT_HINT);
+    const hint = options.hint ?? hintFor(method.name, options.leaseLeftSeconds !== undefined);
     const perTry = options.timeoutSeconds ?? this.policy.timeoutSeconds;
     const start = now();
     const tries = options.tries ?? { count: 0 };

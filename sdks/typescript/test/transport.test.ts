@@ -13,10 +13,10 @@ import type { DescMessage, DescMethodUnary } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 
 import { AdminService, GetEpochResponseSchema } from "../dist/gen/coordinator/v1/admin_pb.js";
-import { CreateTaskResponseSchema, TaskService } from "../dist/gen/coordinator/v1/tasks_pb.js";
+import { CreateTaskResponseSchema, GetTaskResponseSchema, TaskService } from "../dist/gen/coordinator/v1/tasks_pb.js";
 import { Outcome } from "../dist/gen/coordinator/v1/types_pb.js";
 import { ClaimResponseSchema, CommitResponseSchema, WorkerService } from "../dist/gen/coordinator/v1/worker_pb.js";
-import { Claim, ClaimRefused, OutcomeUnknown, WorkerClient } from "../dist/index.js";
+import { Claim, ClaimRefused, OutcomeUnknown, TransportError, WorkerClient } from "../dist/index.js";
 
 /** Each call's metadata, by method name; `failNext` fails that many next calls of a method. */
 const seen = new Map<string, grpc.Metadata[]>();
@@ -56,6 +56,7 @@ before(async () => {
     [AdminService.method.getEpoch, () => create(GetEpochResponseSchema, { epoch: 1n })],
     [WorkerService.method.claimNext, () => create(ClaimResponseSchema, { outcome: Outcome.NO_READY_TASK })],
     [TaskService.method.createTask, () => create(CreateTaskResponseSchema, { task: { taskId: "t-1" } })],
+    [TaskService.method.getTask, () => create(GetTaskResponseSchema, { task: { taskId: "t-1" } })],
     [
       WorkerService.method.claim,
       () =>
@@ -124,6 +125,21 @@ test("a call whose every try may have landed is OutcomeUnknown, naming what to r
     });
   } finally {
     failNext.set("ClaimNext", 0);
+    client.close();
+  }
+});
+
+test("a read whose tries reached a coordinator has no unknown outcome: it changed nothing", async () => {
+  const client = clientOf(0.3);
+  try {
+    failNext.set("GetTask", 1000);
+    await assert.rejects(client.getTask("t-1"), (e: unknown) => {
+      assert.ok(e instanceof TransportError && !(e instanceof OutcomeUnknown), String(e));
+      assert.equal(e.message, "UNAVAILABLE: the replica restarts; a read, nothing changed: repeat it");
+      return true;
+    });
+  } finally {
+    failNext.set("GetTask", 0);
     client.close();
   }
 });
