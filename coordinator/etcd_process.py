@@ -229,6 +229,16 @@ class EtcdProcess:
         return self._proc is not None and self._proc.poll() is None
 
     @property
+    def exit_code(self) -> int | None:
+        """The code etcd exited with (negative: the signal), None while it runs or before a
+        start. Reading it reaps the process."""
+        return self._proc.poll() if self._proc is not None else None
+
+    def log_tail(self, lines: int = 10) -> str:
+        """The last ``lines`` lines of etcd's log (why it stopped, usually)."""
+        return _log_tail(self.log_path, lines)
+
+    @property
     def data_dir(self) -> Path:
         """The etcd data directory (the temporary one is created by ``start()``)."""
         if self._given_data_dir is not None:

@@ -9,6 +9,7 @@ temporary data directory goes (coordinator/lifeline.py), and its record is dropp
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -100,6 +101,23 @@ def test_a_sigkilled_up_leaves_no_etcd_no_data_and_no_record(
     gone = CliRunner().invoke(main, ["up", "--print-env"])
     assert gone.exit_code == 1 and "no `coordinator up` is running" in gone.stderr
     assert not record_file(up.proc.pid).exists()
+
+
+def test_an_up_whose_etcd_dies_under_it_says_so_and_exits(
+    tmp_path: Path, processes: list[Process]
+) -> None:
+    """Its etcd killed (out of memory, by hand), an ``up`` used to serve on for ever, NOT_SERVING
+    and logging reconnects, the dead etcd unreaped. Now it says why and stops, exit 1."""
+    up, _, etcd_endpoint = _start_up(tmp_path, "up", processes)
+    ((etcd_pid, _),) = [
+        (pid, args)
+        for pid, args in _children(up.proc.pid).items()
+        if f"--listen-client-urls=http://{etcd_endpoint}" in args
+    ]
+    os.kill(etcd_pid, signal.SIGKILL)
+    assert up.proc.wait(timeout=60) == 1, up.logs()
+    assert "coordinator: its etcd exited (code -9) under it: stopping." in up.logs()
+    assert not record_file(up.proc.pid).exists()  # withdrawn as on any stop
 
 
 def _children(pid: int) -> dict[int, list[str]]:

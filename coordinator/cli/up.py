@@ -11,7 +11,8 @@ programs by the environment it prints, writes to ``<data-dir>/env`` and, for
 each with a record of its own; with several, ``--print-env --target ADDR`` picks one. On exit
 it removes its own record and the env file, so neither points at a server that is gone; if it is
 SIGKILLed, its etcd and temporary data directory still go (coordinator/lifeline.py), and the
-next reader drops its record.
+next reader drops its record. If its etcd exits under it (killed, its disk full), ``up`` says so
+with the end of etcd's log and stops too, exit 1, rather than serve on over no store.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import functools
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,7 +97,8 @@ def up(
     stall_timeout: float,
     log_level: str,
 ) -> None:
-    """Start a local etcd and a coordinator server in this process; Ctrl-C stops both."""
+    """Start a local etcd and a coordinator server in this process; Ctrl-C stops both (and
+    if etcd exits by itself, the server stops too, exit 1)."""
     if print_env:
         _print_env(target)
         return
@@ -129,7 +132,7 @@ def up(
             etcd.start()
         except CoordinatorError as exc:
             raise click.ClickException(str(exc)) from exc
-        with etcd:
+        with etcd, _EtcdWatch(etcd) as watch:
             config = build_config(etcd=(etcd.endpoint,), **settings)
             where = str(etcd.data_dir) if data_dir is not None else "temporary"
             env_file = etcd.data_dir / "env"
@@ -139,7 +142,48 @@ def up(
             finally:
                 withdraw(os.getpid())
                 env_file.unlink(missing_ok=True)
-    raise SystemExit(code)
+    raise SystemExit(1 if watch.exited is not None else code)
+
+
+ETCD_CHECK = 0.5
+"""Seconds between two looks at whether ``up``'s own etcd still runs."""
+
+
+class _EtcdWatch:
+    """Stops ``up`` when its own etcd exits under it (killed, out of disk, its data removed).
+
+    Without it the server kept running over an etcd nobody would start again: NOT_SERVING,
+    logging a reconnect of each watch every half second, the dead etcd left unreaped. It says
+    why on stderr, with the end of etcd's log, and stops the server as a SIGTERM would
+    (gracefully); ``up`` then exits 1. Closed before ``up`` stops etcd itself."""
+
+    def __init__(self, etcd: EtcdProcess) -> None:
+        self._etcd = etcd
+        self._closed = threading.Event()
+        self.exited: int | None = None
+        self._thread = threading.Thread(target=self._watch, name="etcd-watch", daemon=True)
+
+    def __enter__(self) -> _EtcdWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._closed.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._closed.wait(ETCD_CHECK):
+            code = self._etcd.exit_code
+            if code is None:
+                continue
+            self.exited = code
+            click.echo(
+                f"coordinator: its etcd exited (code {code}) under it: stopping. The end of "
+                f"etcd's log ({self._etcd.log_path}):\n{self._etcd.log_tail()}",
+                err=True,
+            )
+            os.kill(os.getpid(), signal.SIGTERM)  # serve's own graceful stop
+            return
 
 
 def _refuse_a_second_up(listen: str) -> None:
