@@ -322,6 +322,19 @@ export class Claim {
     return { outcome: response.outcome, reason: response.reason, message: response.message, released };
   }
 
+  /** `await using claim = ...`: a claim still held when its scope ends (a throw, a return
+   * without commit) is released (counted: nothing was finished), so it is not renewed on until
+   * the stall timeout. A release that fails is logged: the lease then runs out by itself. To
+   * fail the task with the error instead, catch it and `await claim.fail(error)` in scope. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    if (!this.isHeld()) return;
+    try {
+      await this.release("left its scope without commit");
+    } catch (error) {
+      console.warn(`coordinator: could not release ${this} on leaving its scope; its lease runs out:`, error);
+    }
+  }
+
   /** One renewal, one try, carrying the checkpoint no renewal kept yet, sent before a release
    * or a failure ends the attempt (they carry none): the next attempt resumes from it. Only an
    * accepted answer is applied; the ending call's answer is the truth about the claim. */

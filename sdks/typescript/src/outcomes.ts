@@ -39,9 +39,10 @@ export interface LostReason {
   readonly taskId: string;
 }
 
-/** "FENCED/SUPERSEDED via renew: ..." */
+/** "FENCED/SUPERSEDED via renew: ...", "CANCELLED via renew: ..." (no reason: none given). */
 export function describeLoss(lost: LostReason): string {
-  return `${Outcome[lost.outcome]}/${FenceReason[lost.reason]} via ${lost.source}: ${lost.message}`;
+  const reason = lost.reason ? `/${FenceReason[lost.reason]}` : "";
+  return `${Outcome[lost.outcome]}${reason} via ${lost.source}: ${lost.message}`;
 }
 
 /** A claim the coordinator did not grant (NO_READY_TASK, ALREADY_CLAIMED, CLAIMS_PAUSED, ...). */

@@ -139,6 +139,8 @@ export const NOT_ALL_HELD = "a slot is free again: the pool claims";
 export class WorkerPool {
   private readonly options: Required<PoolOptions>;
   private readonly polls = new AbortController();
+  /** Per queue: why its last poll reached no coordinator ("" while one answers). */
+  private readonly unreachable = new Map<string, string>();
   private readonly cutOff = new AbortController();
   private readonly hurried = new AbortController(); // the grace cut short
   private readonly running = new Map<Claim, Promise<void>>();
@@ -236,6 +238,7 @@ export class WorkerPool {
         this.stop();
         return;
       }
+      this.sayWhy(queue, typeof won === "string" ? won : "");
       if (typeof won !== "string") {
         delay = POLL_INITIAL;
         this.giveSlots(slots - won.length);
@@ -251,6 +254,17 @@ export class WorkerPool {
       await sleep(Math.max(delay - (performance.now() / 1000 - sent), 0), this.polls.signal);
       delay = Math.min(delay * 2, POLL_MAX);
     }
+  }
+
+  /** Say on stderr when `queue`'s polls start failing to reach a coordinator, and when they
+   * reach one again (once per change: a pool pointed at nothing is not silent, nor noisy). */
+  private sayWhy(queue: string, why: string): void {
+    const before = this.unreachable.get(queue) ?? "";
+    const now = why.startsWith("unreachable") ? why : "";
+    if (now === before) return;
+    this.unreachable.set(queue, now);
+    if (now) console.warn(`coordinator: nothing claimed from ${queue}: ${now}`);
+    else console.warn(`coordinator: ${queue}: a coordinator answers again`);
   }
 
   /** One claim call for up to `slots` tasks: the claims, or why nothing was claimed. */

@@ -17,6 +17,7 @@ import {
   Outcome,
   TaskState,
   type WorkerClient,
+  describeLoss,
 } from "../dist/index.js";
 import { type Server, callsOf, clientOf, eventually, metricOf, startServer, unique } from "./server.js";
 
@@ -94,6 +95,8 @@ test("a lost claim aborts its signal with the reason, and the work listening to 
       assert.ok(e instanceof ClaimLost, String(e));
       assert.equal(Outcome[e.reason?.outcome ?? 0], "CANCELLED");
       assert.equal(e.reason?.source, "renew");
+      // No fence reason goes with a cancel: none is named ("CANCELLED/UNSPECIFIED" was).
+      assert.ok(e.reason && describeLoss(e.reason).startsWith("CANCELLED via renew: "), e.message);
       return true;
     });
     assert.deepEqual(reported, ["CANCELLED"]);
@@ -103,6 +106,29 @@ test("a lost claim aborts its signal with the reason, and the work listening to 
     hanging.closeAllConnections();
     hanging.close();
   }
+});
+
+test("a claim left held when its scope ends (await using) is released, not renewed on", async () => {
+  const queue = unique("q");
+  const task = await client.createTask({ queue });
+  let held: Claim | undefined;
+  await assert.rejects(
+    (async () => {
+      await using claim = (await client.claimNext(queue, { ttlSeconds: 30 })) as Claim;
+      held = claim;
+      assert.ok(claim instanceof Claim);
+      throw new Error("the agent crashed before fail or release");
+    })(),
+    /the agent crashed/,
+  );
+  assert.equal(held?.ended, "released");
+  const after = await client.getTask(task.taskId);
+  assert.deepEqual([after.state, after.lastError], [TaskState.READY, "released: left its scope without commit"]);
+  // A claim that ended in scope is left alone.
+  const again = (await client.claimNext(queue, { ttlSeconds: 30 })) as Claim;
+  assert.ok((await again.commit("done")).committed);
+  await again[Symbol.asyncDispose]();
+  assert.equal(again.ended, "committed");
 });
 
 test("one client keeps many claims alive in few RenewMany calls", async (t) => {

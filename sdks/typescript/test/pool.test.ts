@@ -11,7 +11,17 @@ import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { Claim, type ClaimNextOptions, OutcomeUnknown, TaskState, WorkerClient, WorkerPool } from "../dist/index.js";
+import {
+  Claim,
+  type ClaimNextOptions,
+  ClaimRefused,
+  Outcome,
+  OutcomeUnknown,
+  TaskState,
+  TransportError,
+  WorkerClient,
+  WorkerPool,
+} from "../dist/index.js";
 import { ALL_HELD, DUPLICATE_WINDOW_SECONDS, NOT_ALL_HELD, OUTLIVED, Outlived, sleep, stopOnSignals } from "../dist/pool.js";
 import { type Server, clientOf, eventually, metricOf, startServer, unique } from "./server.js";
 
@@ -193,6 +203,34 @@ test("a running pool says so when a handler deaf to its signal holds its only sl
     await running;
   }
   assert.ok(said.some((line) => line.startsWith(`coordinator: ${OUTLIVED}: `)), said.join("\n"));
+});
+
+test("a pool says once when its polls reach no coordinator, and once when one answers again", async (t) => {
+  // A TypeScript pool pointed at nothing used to be silent; the Python pool logs it.
+  const said: string[] = [];
+  t.mock.method(console, "warn", (line: string) => said.push(String(line)));
+  const queue = unique("q");
+  const answers = [
+    () => Promise.reject(new TransportError("UNAVAILABLE: no try reached a coordinator", "UNAVAILABLE")),
+    () => Promise.reject(new TransportError("UNAVAILABLE: no try reached a coordinator", "UNAVAILABLE")),
+    () => Promise.resolve(new ClaimRefused(Outcome.NO_READY_TASK, 0, "nothing ready")),
+  ];
+  const polled = new WorkerClient({ target: server.target, principal: "w", env: {} });
+  let polls = 0;
+  t.mock.method(polled, "claimNext", () => answers[Math.min(polls++, answers.length - 1)]());
+  const pool = new WorkerPool(polled, async () => "never", { queues: [queue], longPollSeconds: 1 });
+  const running = pool.run();
+  try {
+    await eventually(() => polls >= 4, 30, "the pool did not poll again");
+  } finally {
+    pool.stop();
+    await running;
+    polled.close();
+  }
+  assert.deepEqual(said, [
+    `coordinator: nothing claimed from ${queue}: unreachable: UNAVAILABLE: no try reached a coordinator`,
+    `coordinator: ${queue}: a coordinator answers again`,
+  ]);
 });
 
 test("a pool stopped while it long-polls an empty queue claims nothing afterwards", async () => {
