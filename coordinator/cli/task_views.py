@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from coordinator.domain.states import TaskState
 from coordinator.sdk import AttemptInfo, ResultInfo, TaskInfo, TaskRetryPolicy
 
 _PREVIEW_CHARS = 80  # of an input shown in `tasks get`
@@ -136,7 +137,7 @@ def task_row(task: TaskInfo) -> tuple[str, ...]:
         str(task.revision),
         str(task.priority),
         _budget(task),
-        task.owner_id or "-",
+        _holder(task),
         when(task.updated_at),
     )
 
@@ -172,7 +173,7 @@ def task_fields(task: TaskInfo) -> list[tuple[str, str]]:
         ("next_eligible", when(task.next_eligible_at)),
         ("deadline", when(task.deadline)),
         ("blocked_by", ", ".join(task.blocked_by) or "-"),
-        ("owner", task.owner_id or "-"),
+        ("owner", _holder(task) if task.state is TaskState.CLAIMED else _last_owner(task)),
         ("generation / epoch", f"{task.claim_generation} / {task.scheduler_epoch}"),
         ("cancel_generation", str(task.cancel_generation)),
         ("result", f"{task.result_commit_id} {task.result_digest}" if task.result_digest else "-"),
@@ -222,6 +223,16 @@ def _counted(task: TaskInfo) -> str:
         if most is not None
         else str(task.attempts_counted)
     )
+
+
+def _holder(task: TaskInfo) -> str:
+    """Who holds the task: its owner while CLAIMED, else nobody (the record keeps the last
+    attempt's owner, which in a READY task's row read like a holder)."""
+    return task.owner_id or "-" if task.state is TaskState.CLAIMED else "-"
+
+
+def _last_owner(task: TaskInfo) -> str:
+    return f"- (the last attempt's: {task.owner_id})" if task.owner_id else "-"
 
 
 def _budget(task: TaskInfo) -> str:

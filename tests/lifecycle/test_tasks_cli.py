@@ -251,7 +251,7 @@ def _row(store: Store, task_id: str) -> list[str]:
         str(task.revision),
         str(task.priority),
         f"{attempts_counted(task)}/{task.max_attempts or 'unlimited'}",
-        task.owner_id or "-",
+        task.owner_id if task.state is TaskState.CLAIMED else "-",
         _when(task.updated_at),
     ]
 
@@ -325,6 +325,19 @@ def _cycle(store: Store, task_id: str, times: int) -> None:
     for _ in range(times):
         fence = claim(store, task_id, "w1")
         store.acceptance.release(fence, principal="w1", reason="again")
+
+
+def test_only_a_claimed_task_shows_an_owner_a_released_one_its_last(
+    store: Store, cli: Cli
+) -> None:
+    create(store, "held")
+    create(store, "back")
+    claim(store, "held", "w1")
+    _cycle(store, "back", 1)  # claimed by w1, then released: READY, held by nobody
+    rows = {line.split()[0]: line.split() for line in cli("list").stdout.splitlines()[1:]}
+    assert (rows["held"][6], rows["back"][6]) == ("w1", "-")
+    shown = dict(line.split(None, 1) for line in cli("get", "back").stdout.splitlines() if line)
+    assert shown["owner"] == "- (the last attempt's: w1)"
 
 
 def test_get_shows_the_task_and_its_latest_attempts(

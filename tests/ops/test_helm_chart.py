@@ -47,7 +47,7 @@ from coordinator.config import Config
 from coordinator.config_file import SETTINGS
 from coordinator.errors import CoordinatorError
 from coordinator.metrics import REGISTRY
-from coordinator.sdk.pool import GIVE_BACK_TIMEOUT
+from coordinator.sdk.pool import GIVE_BACK_TIMEOUT, SHUTDOWN_ERROR
 from coordinator.server import metrics_http
 from coordinator.server.app import LIVENESS_SERVICE
 from coordinator.server.tokens import TokenFile, token_hash
@@ -1118,6 +1118,8 @@ def test_alerts_follow_the_service_monitor_and_read_only_exported_metrics() -> N
             used = _metric_names(alert["expr"])
             assert used and used <= exported, (name, used - exported)
             assert f"{{{selector}}}" in alert["expr"], name
+        # A rolling restart's give-backs (failed, code WorkerShutdown) are not a failing queue.
+        assert f'end="failed",code!="{SHUTDOWN_ERROR}"' in rules["CoordinatorQueueFailing"]["expr"]
         coverage = rules["CoordinatorFenceCoverageBelow100"]["expr"]
         assert "coordinator_fence_validated_total" in coverage
         assert "coordinator_fence_accepted_total" in coverage
