@@ -66,12 +66,14 @@ def run(
     names = list(FAULTS) if scenario == "all" else [scenario]
     results: list[Result] = []
     for name in names:
+        done = len(results)
         results.append(
             run_scenario(name, duration=duration, seed=seed, target=target, token=token, tls=tls)
         )
         if name == "worker-pause":
             results.append(run_naive())
-        click.echo(table(results[-1:]), err=True)
+        if len(names) > 1:  # progress while "all" runs; one scenario's rows are the summary
+            click.echo(table(results[done:]), err=True)
     click.echo(table(results))
     if report is not None:
         report.write_text(as_json(results))

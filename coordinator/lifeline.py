@@ -79,7 +79,13 @@ for pid, fd in kids.items():
     except OSError:
         pass
 for path in dirs:
-    shutil.rmtree(path, ignore_errors=True)
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 """
 
 
@@ -204,11 +210,11 @@ def spare(pid: int) -> None:
 
 
 def remove_with_parent(path: Path) -> None:
-    """Remove directory ``path`` once this process is gone (after its children were killed),
-    unless ``keep(path)`` came first."""
+    """Remove directory (or file) ``path`` once this process is gone (after its children were
+    killed), unless ``keep(path)`` came first."""
     _REAPER_OF_THIS_PROCESS.tell("remove", str(path))
 
 
 def keep(path: Path) -> None:
-    """Forget directory ``path`` (it was removed already, or is to stay)."""
+    """Forget directory (or file) ``path`` (it was removed already, or is to stay)."""
     _REAPER_OF_THIS_PROCESS.tell("keep", str(path))

@@ -569,3 +569,17 @@ def test_serve_against_a_plain_tcp_port_waits_as_for_an_absent_etcd(
         assert serve.proc.poll() is None
         assert serve.terminate() == 0, serve.logs()
     assert "Traceback" not in serve.logs()
+
+
+def test_a_sigkilled_up_with_a_data_dir_leaves_its_data_but_no_env_file(
+    tmp_path: Path, processes: list[Process]
+) -> None:
+    data = tmp_path / "data"
+    up = Process(["up", "--listen", "127.0.0.1:0", "--data-dir", str(data)], tmp_path / "up.log")
+    processes.append(up)
+    up.expect(r"press Ctrl-C")
+    assert (data / "env").exists()
+    up.proc.kill()  # no cleanup of its own: the reaper's
+    up.proc.wait()
+    eventually(lambda: not (data / "env").exists(), timeout=30, message="a stale env file stayed")
+    assert (data / "member").is_dir()  # the kept data is kept

@@ -10,9 +10,10 @@ programs by the environment it prints, writes to ``<data-dir>/env`` and, for
 ``eval "$(coordinator up --print-env)"``, hands to anyone who asks. Any number may run at once,
 each with a record of its own; with several, ``--print-env --target ADDR`` picks one. On exit
 it removes its own record and the env file, so neither points at a server that is gone; if it is
-SIGKILLed, its etcd and temporary data directory still go (coordinator/lifeline.py), and the
-next reader drops its record. If its etcd exits under it (killed, its disk full), ``up`` says so
-with the end of etcd's log and stops too, exit 1, rather than serve on over no store.
+SIGKILLed, its etcd, its temporary data directory and the env file still go
+(coordinator/lifeline.py), and the next reader drops its record. If its etcd exits under it
+(killed, its disk full), ``up`` says so with the end of etcd's log and stops too, exit 1,
+rather than serve on over no store.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from types import FrameType
 
 import click
 
+from coordinator import lifeline
 from coordinator.cli.local_up import LocalUp, discover, publish, running, state_dir, withdraw
 from coordinator.cli.options import limit_options
 from coordinator.cli.serve import build_config, run
@@ -137,11 +139,13 @@ def up(
             where = str(etcd.data_dir) if data_dir is not None else "temporary"
             env_file = etcd.data_dir / "env"
             ready = functools.partial(_announce, etcd=etcd.endpoint, where=where, env_file=env_file)
+            lifeline.remove_with_parent(env_file)  # also after a SIGKILL: no stale env file
             try:
                 code = run(config, ready=ready)
             finally:
                 withdraw(os.getpid())
                 env_file.unlink(missing_ok=True)
+                lifeline.keep(env_file)
     raise SystemExit(1 if watch.exited is not None else code)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from chaos.__main__ import exit_code
 from chaos.checker import CheckReport
@@ -90,3 +91,24 @@ def test_the_checker_catches_the_naive_baseline_on_the_pause_scenario(tmp_path: 
     assert exit_code([result]) == 0  # caught, as it must be
     missed = Result("worker-pause", "naive", CheckReport(4, 2, {}, 0, 0, ()))
     assert exit_code([missed]) == 1  # a checker that misses it fails the run
+
+
+def test_one_scenarios_rows_are_printed_once_all_of_them_with_progress(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`chaos run --scenario X` printed its table twice on a terminal (progress on stderr,
+    then the summary on stdout): progress is only for `all`."""
+    import chaos.__main__ as cli
+
+    passed = CheckReport(4, 4, {}, 0, 0, ())
+    monkeypatch.setattr(cli, "run_scenario", lambda name, **_: Result(name, "coordinator", passed))
+    monkeypatch.setattr(cli, "FAULTS", {"worker-pause": None, "etcd-member-restart": None})
+    monkeypatch.setattr(
+        cli, "run_naive", lambda: Result("worker-pause", "naive", CheckReport(4, 2, {}, 0, 0, ()))
+    )
+    one = CliRunner().invoke(cli.main, ["run", "--scenario", "etcd-member-restart"])
+    assert (one.exit_code, one.stderr) == (0, "")
+    assert one.stdout.count("etcd-member-restart") == 1
+    every = CliRunner().invoke(cli.main, ["run", "--scenario", "all"])
+    assert every.stderr.count("etcd-member-restart") == 1  # its progress row
+    assert every.stdout.count("etcd-member-restart") == 1  # and the summary's
