@@ -195,7 +195,7 @@ def attempt_row(attempt: AttemptInfo) -> tuple[str, ...]:
         str(attempt.scheduler_epoch),
         when(attempt.started_at),
         when(attempt.ended_at),
-        attempt.end.name,
+        f"{attempt.end.name}:{attempt.error_code}" if attempt.error_code else attempt.end.name,
         _size(attempt.checkpoint_size),
     )
 

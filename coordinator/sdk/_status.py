@@ -58,6 +58,7 @@ def hint_for(request_name: str, *, behind_fence: bool) -> str:
         return READ_HINT
     return ATTEMPT_HINT if behind_fence else REPEAT_HINT
 
+
 _ERRORS: dict[grpc.StatusCode, type[CoordinatorError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.NOT_FOUND: NotFound,

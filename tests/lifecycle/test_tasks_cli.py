@@ -327,9 +327,7 @@ def _cycle(store: Store, task_id: str, times: int) -> None:
         store.acceptance.release(fence, principal="w1", reason="again")
 
 
-def test_only_a_claimed_task_shows_an_owner_a_released_one_its_last(
-    store: Store, cli: Cli
-) -> None:
+def test_only_a_claimed_task_shows_an_owner_a_released_one_its_last(store: Store, cli: Cli) -> None:
     create(store, "held")
     create(store, "back")
     claim(store, "held", "w1")
@@ -393,8 +391,10 @@ def test_get_shows_why_a_task_failed(store: Store, cli: Cli) -> None:
     store.tasks.create(TaskSpec(task_id="t", input=b""), by="pm")
     report = FailureReport(retryable=False, code="empty-input", message="nothing to say")
     store.failures.fail(claim(store, "t", "w1"), principal="w1", report=report)
-    head = cli("get", "t").stdout.split("\n\n")[0]
+    head, attempts = cli("get", "t").stdout.split("\n\n")
     fields = dict(line.split(None, 1) for line in head.splitlines() if " / " not in line)
+    # Each attempt's END names the code it failed with (a shutdown give-back: WorkerShutdown).
+    assert attempts.splitlines()[2].split()[-2] == "FAILED:empty-input"
     assert fields["state"] == "FAILED"
     assert fields["dead_letter"] == "NON_RETRYABLE"
     assert fields["last_error"] == store.tasks.get("t").last_error
