@@ -1,6 +1,6 @@
 /**
- * WorkerClient: claims tasks and hands back Claims; also the producer calls a service that
- * submits work needs (createTask, getTask, getResult).
+ * WorkerClient: claims tasks and hands back Claims; also the producer's calls (createTask,
+ * getTask, listTasks, getResult, attempts, updateInput, retryTask, cancelTask).
  *
  * A client pins the scheduler epoch it first sees. A new epoch is the operator's decision and
  * a worker must follow it: a claim refused FENCED/EPOCH_CHANGED re-reads the epoch and, if it
@@ -19,8 +19,19 @@ import type { ClaimResponse } from "./gen/coordinator/v1/worker_pb.js";
 import { WorkerService } from "./gen/coordinator/v1/worker_pb.js";
 import { Keepalive } from "./keepalive.js";
 import { grantedOf, maxTasksOf, ttlSecondsOf } from "./requests.js";
-import { type CreateTaskOptions, type ListTasksOptions, createRequest, listRequest } from "./tasks.js";
-import { ClaimRefused, FenceReason, Outcome, type ResultInfo, type TaskInfo, resultOf, taskOf } from "./outcomes.js";
+import { MAX_INPUT_BYTES, type Payload, digestOf, limitedBytes } from "./payload.js";
+import { type CreateTaskOptions, type ListTasksOptions, createRequest, durationOf, listRequest } from "./tasks.js";
+import {
+  type AttemptInfo,
+  ClaimRefused,
+  FenceReason,
+  Outcome,
+  type ResultInfo,
+  type TaskInfo,
+  attemptOf,
+  resultOf,
+  taskOf,
+} from "./outcomes.js";
 import { type CallOptions, DEFAULT_RETRY, type RetryPolicy, Transport, newKey } from "./transport.js";
 
 /** What a claim refused by a client's claim says when its answer was lost. */
@@ -180,6 +191,37 @@ export class WorkerClient {
   async getResult(taskId: string, revision = 0n): Promise<ResultInfo> {
     const response = await this.transport.call(TaskService.method.getResult, { taskId, revision });
     return resultOf(response.result);
+  }
+
+  /** Every attempt of the task, oldest first, read a page (`pageSize`, at most 1000) at a time. */
+  async *attempts(taskId: string, pageSize = 100): AsyncGenerator<AttemptInfo> {
+    let pageToken = "";
+    do {
+      const response = await this.transport.call(TaskService.method.listAttempts, { taskId, pageSize, pageToken });
+      for (const attempt of response.attempts) yield attemptOf(attempt);
+      pageToken = response.nextPageToken;
+    } while (pageToken);
+  }
+
+  /** Replace the task's input (revision + 1, READY again; a live claim's commit then gets
+   * STALE_INPUT). `expectedRevision` (non-zero) makes it conditional. */
+  async updateInput(taskId: string, input: Payload, expectedRevision = 0n): Promise<TaskInfo> {
+    const bytes = limitedBytes("input", input, MAX_INPUT_BYTES);
+    const request = { taskId, input: bytes, inputDigest: digestOf(bytes), expectedRevision };
+    return taskOf((await this.transport.call(TaskService.method.updateInput, request)).task);
+  }
+
+  /** Send a FAILED task (a dead letter) back to READY with a fresh attempt budget (pm or
+   * admin); `scheduleToCloseSeconds` gives it a new deadline from now (one whose own deadline
+   * passed needs it: FailedPrecondition without). A repeat is harmless. */
+  async retryTask(taskId: string, options: { reason?: string; scheduleToCloseSeconds?: number } = {}): Promise<TaskInfo> {
+    const close = options.scheduleToCloseSeconds;
+    const request = {
+      taskId,
+      reason: options.reason ?? "",
+      scheduleToClose: close === undefined ? undefined : durationOf(close),
+    };
+    return taskOf((await this.transport.call(TaskService.method.retryTask, request)).task);
   }
 
   /** Cancel the task: its holder's next call is answered CANCELLED (its claim is lost). */

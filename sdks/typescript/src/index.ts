@@ -47,6 +47,8 @@ export {
 } from "./errors.js";
 export {
   type Answer,
+  AttemptEnd,
+  type AttemptInfo,
   ClaimRefused,
   type CommitOutcome,
   DeadLetterReason,

@@ -6,10 +6,19 @@
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 
 import type { TaskResult } from "./gen/coordinator/v1/tasks_pb.js";
-import { type DeadLetterReason, FenceReason, Outcome, type Task, type TaskState } from "./gen/coordinator/v1/types_pb.js";
+import {
+  type Attempt,
+  type AttemptEnd,
+  type DeadLetterReason,
+  FenceReason,
+  Outcome,
+  type Task,
+  type TaskState,
+} from "./gen/coordinator/v1/types_pb.js";
 import { type TaskRetryPolicy, policyOf } from "./tasks.js";
 
 export {
+  AttemptEnd,
   DeadLetterReason,
   EffectAction,
   EffectState,
@@ -141,6 +150,42 @@ export interface TaskInfo {
   readonly overdueAt: Date | undefined;
   readonly createdAt: Date | undefined;
   readonly updatedAt: Date | undefined;
+}
+
+/** One attempt of a task, as the coordinator recorded it. */
+export interface AttemptInfo {
+  readonly attemptId: string;
+  /** Its number among the task's attempts (1 for the first). */
+  readonly attempt: number;
+  readonly ownerId: string;
+  readonly claimGeneration: bigint;
+  readonly schedulerEpoch: bigint;
+  readonly startedAt: Date | undefined;
+  readonly endedAt: Date | undefined;
+  /** How it ended (UNSPECIFIED while it runs). */
+  readonly end: AttemptEnd;
+  /** What its holder reported when it failed (Fail). */
+  readonly errorCode: string;
+  readonly errorMessage: string;
+  /** Bytes of the checkpoint it left. */
+  readonly checkpointSize: number;
+}
+
+/** An AttemptInfo from the wire. */
+export function attemptOf(attempt: Attempt): AttemptInfo {
+  return {
+    attemptId: attempt.attemptId,
+    attempt: attempt.attempt,
+    ownerId: attempt.ownerId,
+    claimGeneration: attempt.claimGeneration,
+    schedulerEpoch: attempt.schedulerEpoch,
+    startedAt: dateOf(attempt.startedAt),
+    endedAt: dateOf(attempt.endedAt),
+    end: attempt.end,
+    errorCode: attempt.errorCode,
+    errorMessage: attempt.errorMessage,
+    checkpointSize: attempt.checkpointSize,
+  };
 }
 
 /** The canonical result of a task revision. */

@@ -7,10 +7,12 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
 import {
+  AttemptEnd,
   Claim,
   ClaimRefused,
   CoordinatorError,
   DeadLetterReason,
+  FailedPrecondition,
   InvalidArgument,
   NotFound,
   Outcome,
@@ -240,6 +242,35 @@ test("a bad listTasks is refused INVALID_ARGUMENT naming the field", async () =>
   await assert.rejects(listed({ pageSize: 5000 }), (e: unknown) => {
     assert.ok(e instanceof InvalidArgument, String(e));
     assert.match(e.message, /page_size/);
+    return true;
+  });
+});
+
+test("a dead letter's attempts are read, and it is retried with a fresh budget; an input is replaced", async () => {
+  const queue = unique("q");
+  const task = await client.createTask({ queue, maxAttempts: 1, input: "v1" });
+  const claim = await client.claim(task.taskId, { ttlSeconds: 10 });
+  assert.ok(claim instanceof Claim, String(claim));
+  assert.equal((await claim.fail("BadInput", { retryable: false, message: "no rows" })).state, TaskState.FAILED);
+  const attempts = [];
+  for await (const attempt of client.attempts(task.taskId, 1)) attempts.push(attempt);
+  assert.deepEqual(
+    attempts.map((a) => [a.attempt, AttemptEnd[a.end], a.errorCode, a.errorMessage, a.ownerId]),
+    [[1, "FAILED", "BadInput", "no rows", client.principal]],
+  );
+
+  const retried = await client.retryTask(task.taskId, { reason: "rows fixed", scheduleToCloseSeconds: 3600 });
+  assert.deepEqual([retried.state, retried.attemptsCounted], [TaskState.READY, 0]);
+  assert.ok(retried.deadline && retried.deadline.getTime() > Date.now() + 3_500_000);
+  const again = await client.retryTask(task.taskId);
+  assert.equal(again.stateVersion, retried.stateVersion); // a repeat writes nothing
+
+  const changed = await client.updateInput(task.taskId, "v2", retried.revision);
+  assert.deepEqual([changed.revision, changed.state], [retried.revision + 1n, TaskState.READY]);
+  assert.equal(new TextDecoder().decode((await client.getTask(task.taskId)).input), "v2");
+  await assert.rejects(client.updateInput(task.taskId, "v3", retried.revision), (e: unknown) => {
+    assert.ok(e instanceof FailedPrecondition, String(e));
+    assert.match(e.message, /is at revision 2, expected 1/);
     return true;
   });
 });
