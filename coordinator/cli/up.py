@@ -139,7 +139,6 @@ def up(
             where = str(etcd.data_dir) if data_dir is not None else "temporary"
             env_file = etcd.data_dir / "env"
             ready = functools.partial(_announce, etcd=etcd.endpoint, where=where, env_file=env_file)
-            lifeline.remove_with_parent(env_file)  # also after a SIGKILL: no stale env file
             try:
                 code = run(config, ready=ready)
             finally:
@@ -262,6 +261,7 @@ def _announce(address: str, *, etcd: str, where: str, env_file: Path) -> None:
     local = LocalUp(target=address, etcd=etcd, pid=os.getpid(), home=sys.prefix)
     published = publish(local)
     env_file.write_text(local.exports() + "\n")
+    lifeline.remove_with_parent(env_file)  # also after a SIGKILL: no stale env file
     click.echo(f"coordinator: listening on {address}")
     click.echo(
         "coordinator: INSECURE mode: no authentication, callers name their own "

@@ -9,15 +9,19 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from coordinator.domain.digests import digest_of
 from coordinator.domain.states import TaskState
 from coordinator.errors import AlreadyExists, NotFound
 from coordinator.sdk._core.flows import CreateCall, Flow, ReadTask, create_or_existing
-from coordinator.sdk._core.requests import create_request
-from coordinator.sdk._duration import Duration, as_timedelta
+from coordinator.sdk._core.requests import (
+    create_request,
+    list_tasks_request,
+    retry_task_request,
+    update_input_request,
+)
+from coordinator.sdk._duration import Duration
 from coordinator.sdk._rpc import Rpc
 from coordinator.sdk.tasks import AttemptInfo, ResultInfo, TaskInfo, TaskRetryPolicy
-from coordinator.v1 import tasks_pb2, types_pb2
+from coordinator.v1 import tasks_pb2
 
 
 class ProducerCalls:
@@ -149,13 +153,13 @@ class ProducerCalls:
         consumed: a queue of any size without holding it."""
         token = ""
         while True:
-            request = tasks_pb2.ListTasksRequest(
+            request = list_tasks_request(
                 queue=queue,
-                state=types_pb2.TaskState.ValueType(state or 0),
+                state=state,
                 blocked=blocked,
                 overdue=overdue,
                 page_size=page_size,
-                page_token=token,
+                token=token,
             )
             response = self._rpc.call(self._rpc.tasks.ListTasks, request)
             yield from (TaskInfo.from_proto(t) for t in response.tasks)
@@ -171,12 +175,7 @@ class ProducerCalls:
     def update_input(self, task_id: str, *, input: bytes, expected_revision: int = 0) -> TaskInfo:
         """Replace a task's input (producer): revision + 1, READY; a live claim's commit then
         gets STALE_INPUT. ``expected_revision`` (non-zero) makes it conditional."""
-        request = tasks_pb2.UpdateInputRequest(
-            task_id=task_id,
-            input=input,
-            input_digest=digest_of(input),
-            expected_revision=expected_revision,
-        )
+        request = update_input_request(task_id, input, expected_revision)
         return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.UpdateInput, request).task)
 
     def retry_task(
@@ -186,9 +185,5 @@ class ProducerCalls:
 
         ``schedule_to_close`` gives it a new deadline, that long from now; a task whose own
         deadline passed (TIMED_OUT) needs one (FailedPrecondition without)."""
-        request = tasks_pb2.RetryTaskRequest(task_id=task_id, reason=reason)
-        if schedule_to_close is not None:
-            request.schedule_to_close.FromTimedelta(
-                as_timedelta(schedule_to_close, "schedule_to_close")
-            )
+        request = retry_task_request(task_id, reason, schedule_to_close)
         return TaskInfo.from_proto(self._rpc.call(self._rpc.tasks.RetryTask, request).task)

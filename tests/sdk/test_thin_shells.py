@@ -8,7 +8,9 @@ and leaving a replica moved to the core, 750 of the aio modules' 1,012 code line
 (pool 213, client 169, claim 205, effects 33, _rpc 86, _renewer 44); the ceilings below hold
 what is left. Most of it is what two shells of one API cannot help sharing: the public
 signatures (the same names, parameters and defaults, sync and async), imports, the calls into
-the core, and lines such as ``)`` or ``try:``.
+the core, and lines such as ``)`` or ``try:``. The producer's calls (aio/producer.py, added
+after) build their requests in the core; what they mirror is their signatures and the paging
+loop, one call per page.
 
 A ceiling is a bound, not a target: one more than a few lines above its count fails too, so
 each ceiling follows the count down.
@@ -25,11 +27,12 @@ SDK = Path(__file__).resolve().parents[2] / "coordinator" / "sdk"
 
 CEILINGS = {
     "pool": 169,
-    "client": 134,
+    "client": 135,
     "claim": 177,
     "effects": 33,
-    "_rpc": 81,
+    "_rpc": 82,
     "_renewer": 42,
+    "producer": 54,
 }
 """The most mirrored code lines each aio module may have (sdk/aio/<name>.py vs sdk/<name>.py)."""
 

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from coordinator.domain import validation
 from coordinator.domain.decisions import Fence
 from coordinator.domain.digests import digest_of
+from coordinator.domain.states import TaskState
 from coordinator.errors import InvalidArgument
 from coordinator.fence_wire import fence_to_proto
 from coordinator.sdk._duration import Duration, as_timedelta
@@ -277,4 +278,42 @@ def fail_request(
     )
     if delay is not None:
         request.requeue_delay.FromTimedelta(as_timedelta(delay, "delay"))
+    return request
+
+
+def list_tasks_request(
+    *, queue: str, state: TaskState | None, blocked: bool, overdue: bool, page_size: int, token: str
+) -> tasks_pb2.ListTasksRequest:
+    """One page of ``list_tasks`` / ``iter_tasks``."""
+    return tasks_pb2.ListTasksRequest(
+        queue=queue,
+        state=types_pb2.TaskState.ValueType(state or 0),
+        blocked=blocked,
+        overdue=overdue,
+        page_size=page_size,
+        page_token=token,
+    )
+
+
+def update_input_request(
+    task_id: str, input: bytes, expected_revision: int
+) -> tasks_pb2.UpdateInputRequest:
+    """``update_input``'s request (the input bounded here as the server would)."""
+    return tasks_pb2.UpdateInputRequest(
+        task_id=task_id,
+        input=validation.max_bytes("input", input, validation.MAX_INPUT_BYTES),
+        input_digest=digest_of(input),
+        expected_revision=expected_revision,
+    )
+
+
+def retry_task_request(
+    task_id: str, reason: str, schedule_to_close: Duration | None
+) -> tasks_pb2.RetryTaskRequest:
+    """``retry_task``'s request; ``schedule_to_close``: a new deadline, that long from now."""
+    request = tasks_pb2.RetryTaskRequest(task_id=task_id, reason=reason)
+    if schedule_to_close is not None:
+        request.schedule_to_close.FromTimedelta(
+            as_timedelta(schedule_to_close, "schedule_to_close")
+        )
     return request

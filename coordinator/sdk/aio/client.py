@@ -45,13 +45,14 @@ from coordinator.sdk._duration import Duration
 from coordinator.sdk.aio._renewer import AsyncRenewer
 from coordinator.sdk.aio._rpc import AsyncRpc
 from coordinator.sdk.aio.claim import AsyncClaim, async_claims_of
+from coordinator.sdk.aio.producer import AsyncProducerCalls
 from coordinator.sdk.environment import connection
 from coordinator.sdk.tasks import TaskInfo, TaskRetryPolicy
 from coordinator.sdk.types import ClaimRefused, outcome_of
 from coordinator.v1 import admin_pb2, tasks_pb2, worker_pb2
 
 
-class AsyncWorkerClient:
+class AsyncWorkerClient(AsyncProducerCalls):
     """A ``grpc.aio`` connection to a coordinator, acting as one principal.
 
     ``target``, ``credentials``, ``token``, ``retry`` and ``interceptors`` (``grpc.aio`` ones
