@@ -369,6 +369,18 @@ def decide_after(task: TaskRecord, ended: AttemptEnded, now: float, *, at_once: 
     return retry_move(decision, ended, at_once=at_once, now=now)
 
 
+def undelivered_move(task: TaskRecord, now: float) -> RetryMove:
+    """The move that gives back ``task``'s undelivered claim: GIVE_BACK, uncounted, within the
+    allowance; past it the move an expired attempt makes (RECLAIM at once, a backoff or the
+    dead letter), counted. So a ``give_back`` in the log is never a counted attempt."""
+    ended = UNDELIVERED
+    decision = decide_retry(
+        policy_of(task), attempts_counted(task), ended, now, key=task.task_id, total=task.attempt
+    )
+    at_once = Op.GIVE_BACK if isinstance(decision, Uncounted) else Op.RECLAIM
+    return retry_move(decision, ended, at_once=at_once, now=now)
+
+
 @dataclass(frozen=True)
 class Takeover:
     """A claim that takes over the expired attempt of a CLAIMED task (its claim key gone before

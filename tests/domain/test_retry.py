@@ -33,6 +33,7 @@ from coordinator.domain.retry import (
     retried_deadline,
     retry_move,
     takeover,
+    undelivered_move,
 )
 from coordinator.domain.states import AttemptEnd, DeadLetterReason, Op, TaskState
 from coordinator.errors import FailedPrecondition, InvalidArgument
@@ -373,3 +374,22 @@ def test_a_retried_task_gets_a_new_deadline_keeps_a_live_one_and_never_a_passed_
             retried_deadline(task, NOW, schedule_to_close)
     else:
         assert retried_deadline(task, NOW, schedule_to_close) == deadline
+
+
+@pytest.mark.parametrize(
+    ("policy", "attempt", "op", "counted"),
+    [
+        (RetryPolicy(max_attempts=2, initial_backoff=0), 7, Op.GIVE_BACK, False),  # 7 < 4 x 2
+        (RetryPolicy(max_attempts=2, initial_backoff=0), 8, Op.RECLAIM, True),  # at once
+        (RetryPolicy(max_attempts=2, initial_backoff=5), 8, Op.BACKOFF, True),
+        (RetryPolicy(max_attempts=1, initial_backoff=0), 4, Op.DEAD_LETTER, True),
+    ],
+)
+def test_an_undelivered_claim_past_the_allowance_moves_as_an_expiry_never_as_a_give_back(
+    policy: RetryPolicy, attempt: int, op: Op, counted: bool
+) -> None:
+    """A ``give_back`` in the log is never a counted attempt (the chaos budget model reads it
+    so); past the allowance the move is the one an expired attempt makes. (Every earlier
+    attempt was given back uncounted: the budget began with this one.)"""
+    move = undelivered_move(_task(policy, attempt=attempt, base=attempt - 1), NOW)
+    assert (move.op, move.uncounted) == (op, not counted)

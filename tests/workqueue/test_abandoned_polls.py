@@ -15,6 +15,8 @@ from typing import Any
 import grpc
 import pytest
 
+from chaos.budget import budget_replay
+from chaos.history import EtcdWrite
 from coordinator.domain.idempotency import IDEMPOTENCY_METADATA_KEY
 from coordinator.domain.states import AttemptEnd, Op, TaskState
 from coordinator.domain.stream_limits import StreamLimits
@@ -306,6 +308,13 @@ def test_undelivered_claims_count_past_the_allowance_so_a_vanishing_caller_canno
         ),
     ]
     assert sample(metrics, UNDELIVERED, queue="default") == 4
+    # The chaos checker's budget model reads this log as the server decided it: the three
+    # give-backs uncounted, the fourth claim the one attempt of the budget.
+    log = [
+        EtcdWrite("t", n, e.op, e.to_state, attempt_id=e.attempt_id)
+        for n, e in enumerate(events, start=1)
+    ]
+    assert budget_replay("t", log, budget=1) == []
     dead = sample(
         metrics, "coordinator_tasks_dead_lettered_total", queue="default", reason="exhausted"
     )

@@ -11,9 +11,9 @@ again at the place in line it had (it was never served), the claim key deleted, 
 closed UNDELIVERED, and, as ``domain/retry.py`` decides for that end, the attempt not counted
 (``attempts_base`` moves up with it) and no backoff, while the task has had fewer than
 SHUTDOWN_ALLOWANCE times its max_attempts attempts in all; past that it counts like an expiry
-(a backoff, or the dead letter), so a caller that leaves after every claim cannot cycle a task
-for ever. The fence compares make it a no-op should anything have touched the task since the
-claim.
+(``reclaim``, a backoff or the dead letter: ``domain/retry.py::undelivered_move``), so a caller
+that leaves after every claim cannot cycle a task for ever. The fence compares make it a no-op
+should anything have touched the task since the claim.
 """
 
 from __future__ import annotations
@@ -25,8 +25,13 @@ import structlog
 
 from coordinator.domain.decisions import Fence, FenceView
 from coordinator.domain.records import AttemptRecord, TaskRecord, with_changes
-from coordinator.domain.retry import UNDELIVERED, UNDELIVERED_COUNTED, RetryMove, decide_after
-from coordinator.domain.states import AttemptEnd, Op, TaskState
+from coordinator.domain.retry import (
+    UNDELIVERED,
+    UNDELIVERED_COUNTED,
+    RetryMove,
+    undelivered_move,
+)
+from coordinator.domain.states import AttemptEnd, TaskState
 from coordinator.errors import CoordinatorError, Undelivered
 from coordinator.store.attempts.acceptance import AcceptancePoints
 from coordinator.store.attempts.requeue import settled
@@ -108,7 +113,7 @@ class GiveBacks:
         # What the claim txn wrote, as this replica remembered it; read only if it was evicted.
         view = self._held.take(fence) or self._acceptance.view(fence)
         now = ctx.clock.now()
-        move = decide_after(view.task, UNDELIVERED, now, at_once=Op.GIVE_BACK)
+        move = undelivered_move(view.task, now)
         after, closed = self._returned(view, fence, move, claimed.ready_seq, now)
         compares, ops = held_transition_ops(
             ctx, view.task, after, move.op, fence, by=by, detail=_detail(move)
