@@ -228,7 +228,7 @@ def _counted(task: TaskInfo) -> str:
 def _holder(task: TaskInfo) -> str:
     """Who holds the task: its owner while CLAIMED, else nobody (the record keeps the last
     attempt's owner, which in a READY task's row read like a holder)."""
-    return task.owner_id or "-" if task.state is TaskState.CLAIMED else "-"
+    return (task.owner_id or "-") if task.state is TaskState.CLAIMED else "-"
 
 
 def _last_owner(task: TaskInfo) -> str:
@@ -236,8 +236,8 @@ def _last_owner(task: TaskInfo) -> str:
 
 
 def _budget(task: TaskInfo) -> str:
-    """The ATTEMPTS column: counted of the policy's most ("2/5"; "2/unlimited"); the total
-    when the answer carries no policy."""
+    """The ATTEMPTS column: counted of the policy's most ("2/5"; "2/unlimited"); the count
+    alone when the answer carries no policy."""
     most = task.retry_policy.max_attempts
     if most is None:
         return str(task.attempts_counted)
