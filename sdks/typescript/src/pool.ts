@@ -29,6 +29,7 @@
 import type { Claim } from "./claim.js";
 import type { WorkerClient } from "./client.js";
 import { CallAborted, CoordinatorError, InvalidArgument, TransportError } from "./errors.js";
+import { ReadyFile, readyFileOf } from "./readiness.js";
 import type { Payload } from "./payload.js";
 import { monotonic } from "./lease.js";
 import { ClaimRefused, Outcome } from "./outcomes.js";
@@ -57,6 +58,10 @@ export interface PoolOptions {
   longPollSeconds?: number;
   /** Tasks one claim call may win when several slots are free (1 to 64; default 1). */
   claimBatch?: number;
+  /** A file that exists exactly while the pool claims, for a probe (`test -f`): created once it
+   * claims, removed first thing on stop and while handlers that outlived their lost claims hold
+   * every slot. Default: `COORDINATOR_READY_FILE` (the Helm chart sets it); "" for none. */
+  readyFile?: string;
 }
 
 /** How long the cut-off at the end of the grace waits for its give-backs. */
@@ -91,8 +96,9 @@ const OUTLIVED_CHECK = 1;
 
 /** Handlers still running a grace past their claim's loss: each is said once (its slot stays
  * taken: a promise cannot be stopped), and once they hold every slot the pool claims nothing
- * more, said too. A handler must settle once its signal aborts; one that never did held its slot
- * for good, the pool silent. As the Python pools do (sdk/_core/slots.py), without readiness. */
+ * more, said too (and the pool's ready file removed until a slot is free). A handler must
+ * settle once its signal aborts; one that never did held its slot for good, the pool silent. As
+ * the Python pools do (sdk/_core/slots.py). */
 export class Outlived {
   private readonly lostAt = new Map<Claim, number>();
   private readonly said = new Set<Claim>();
@@ -101,6 +107,8 @@ export class Outlived {
   constructor(
     private readonly slots: number,
     private readonly graceSeconds: number,
+    /** Told when every slot comes to be held by such handlers (true) and when one is free again. */
+    private readonly onHeld: (held: boolean) => void = () => undefined,
   ) {}
 
   /** Look at the claims running now (`running`) at `now` (seconds, monotonic). */
@@ -126,6 +134,7 @@ export class Outlived {
       this.allHeld = held;
       if (held) console.error(`coordinator: ${ALL_HELD}`);
       else console.warn(`coordinator: ${NOT_ALL_HELD}`);
+      this.onHeld(held);
     }
   }
 }
@@ -151,13 +160,23 @@ export class WorkerPool {
   private readonly slotWaiters: (() => void)[] = [];
   private free: number;
   private fatal: Error | undefined;
+  private readonly ready: ReadyFile | undefined;
 
   constructor(
     private readonly client: WorkerClient,
     private readonly handler: Handler,
     options: PoolOptions,
   ) {
-    this.options = { concurrency: 1, ttlSeconds: 30, graceSeconds: 30, longPollSeconds: 10, claimBatch: 1, ...options };
+    this.options = {
+      concurrency: 1,
+      ttlSeconds: 30,
+      graceSeconds: 30,
+      longPollSeconds: 10,
+      claimBatch: 1,
+      readyFile: "",
+      ...options,
+    };
+    this.ready = readyFileOf(options.readyFile, process.env);
     const { queues, concurrency, claimBatch, graceSeconds } = this.options;
     if (queues.length < 1 || queues.length > 32 || new Set(queues).size !== queues.length) {
       throw new InvalidArgument(`give 1 to 32 distinct queues, got ${JSON.stringify(queues)}`);
@@ -202,20 +221,24 @@ export class WorkerPool {
     // handlers awaiting only the claim's signal and the unref'd keepalive hold no handle, and
     // node would exit under them (13: an unsettled top-level await) before any SIGTERM came.
     const alive = setInterval(() => undefined, 1 << 30);
-    const outlived = new Outlived(this.options.concurrency, this.options.graceSeconds);
+    const ready = (claiming: boolean): void => this.ready?.set(claiming && !this.stopping);
+    const outlived = new Outlived(this.options.concurrency, this.options.graceSeconds, (held) => ready(!held));
     const looking = setInterval(() => outlived.look(this.running.keys()), OUTLIVED_CHECK * 1000);
     try {
       const loops = this.options.queues.map((queue) => this.claimLoop(queue));
+      ready(true);
       await new Promise<void>((ok) => {
         if (this.stopping) ok();
         else this.polls.signal.addEventListener("abort", () => ok(), { once: true });
       });
+      ready(false); // out of rotation first, then the grace
       const grace = sleep(this.options.graceSeconds, this.hurried.signal); // hurry() ends it at once
       await Promise.race([Promise.all(this.running.values()), grace]);
       await this.cutOffRunning();
       await Promise.race([Promise.all(loops), sleep(GIVE_BACK_TIMEOUT)]);
       await Promise.race([Promise.all(this.givingBack), sleep(GIVE_BACK_TIMEOUT)]);
     } finally {
+      this.ready?.set(false);
       clearInterval(alive);
       clearInterval(looking);
     }

@@ -6,7 +6,9 @@
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
 import { getEventListeners } from "node:events";
-import { dirname, resolve } from "node:path";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -23,6 +25,7 @@ import {
   WorkerPool,
 } from "../dist/index.js";
 import { ALL_HELD, DUPLICATE_WINDOW_SECONDS, NOT_ALL_HELD, OUTLIVED, Outlived, sleep, stopOnSignals } from "../dist/pool.js";
+import { readyFileOf } from "../dist/readiness.js";
 import { type Server, clientOf, eventually, metricOf, startServer, unique } from "./server.js";
 
 const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), "pool-worker.js");
@@ -191,18 +194,23 @@ test("a running pool says so when a handler deaf to its signal holds its only sl
   const task = await client.createTask({ queue });
   let finish: () => void = () => undefined;
   const finished = new Promise<void>((ok) => (finish = ok));
-  const pool = new WorkerPool(client, () => finished.then(() => "too late"), { queues: [queue], graceSeconds: 1, ttlSeconds: 2 });
+  const readyFile = join(mkdtempSync(join(tmpdir(), "ts-ready-")), "ready");
+  const options = { queues: [queue], graceSeconds: 1, ttlSeconds: 2, readyFile };
+  const pool = new WorkerPool(client, () => finished.then(() => "too late"), options);
   const running = pool.run();
   try {
     await eventually(async () => (await client.getTask(task.taskId)).state === TaskState.CLAIMED, 30, "claimed");
+    assert.ok(existsSync(readyFile), "a claiming pool is ready");
     await client.cancelTask(task.taskId, "not needed"); // the claim is lost; the handler goes on
     await eventually(() => said.includes(`coordinator: ${ALL_HELD}`), 30, "never said");
+    assert.ok(!existsSync(readyFile), "a pool that claims nothing more is not ready");
   } finally {
     finish();
     pool.stop();
     await running;
   }
   assert.ok(said.some((line) => line.startsWith(`coordinator: ${OUTLIVED}: `)), said.join("\n"));
+  rmSync(dirname(readyFile), { recursive: true, force: true });
 });
 
 test("a pool says once when its polls reach no coordinator, and once when one answers again", async (t) => {
@@ -231,6 +239,34 @@ test("a pool says once when its polls reach no coordinator, and once when one an
     `coordinator: nothing claimed from ${queue}: unreachable: UNAVAILABLE: no try reached a coordinator`,
     `coordinator: ${queue}: a coordinator answers again`,
   ]);
+});
+
+test("a pool's ready file exists while it claims, gone first thing on stop; by default COORDINATOR_READY_FILE", async () => {
+  assert.equal(readyFileOf(undefined, { COORDINATOR_READY_FILE: "/tmp/r" })?.path, "/tmp/r");
+  assert.equal(readyFileOf("", { COORDINATOR_READY_FILE: "/tmp/r" }), undefined);
+  assert.equal(readyFileOf(undefined, {}), undefined);
+  const queue = unique("q");
+  await client.createTask({ queue });
+  const readyFile = join(mkdtempSync(join(tmpdir(), "ts-ready-")), "ready");
+  let finish: () => void = () => undefined;
+  const finished = new Promise<void>((ok) => (finish = ok));
+  let started = false;
+  const handler = async (): Promise<string> => ((started = true), await finished, "done");
+  const pool = new WorkerPool(client, handler, { queues: [queue], readyFile, graceSeconds: 30 });
+  const running = pool.run();
+  try {
+    await eventually(() => started, 30, "never claimed");
+    assert.match(readFileSync(readyFile, "utf8"), /^claiming pid=\d+\n$/);
+    pool.stop();
+    await eventually(() => !existsSync(readyFile), 5, "still ready after stop()");
+    assert.equal(pool.held, 1); // out of rotation while its handler still runs in the grace
+  } finally {
+    finish();
+    pool.stop();
+    await running;
+  }
+  assert.ok(!existsSync(readyFile));
+  rmSync(dirname(readyFile), { recursive: true, force: true });
 });
 
 test("a pool stopped while it long-polls an empty queue claims nothing afterwards", async () => {
