@@ -185,6 +185,14 @@ class Claim(AcceptingClaim):
         """Ask the tool acceptance point before a side effect; falsy means do not run it."""
         return self._at(self._authorize_point(tool, action))
 
+    def save_checkpoint(self, data: bytes) -> bool:
+        """Record ``data`` as the checkpoint and store it now, before an expensive or
+        irreversible step, instead of with the next renewal: True once the server kept it
+        (False: the claim is lost, or the server did not keep it, ``last_checkpoint_refusal``
+        says why; it stays pending and the next renewal sends it again)."""
+        point = self._save_point(data)
+        return self._at(point) if point is not None else False
+
     def release(self, reason: str = "") -> ReleaseOutcome:
         """Give the task back (READY again). Ends the claim; FENCED / CANCELLED mark it lost,
         except FENCED / ALREADY_COMMITTED or RELEASED: this attempt's own commit or release had

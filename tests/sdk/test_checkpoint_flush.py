@@ -11,7 +11,7 @@ import pytest
 from coordinator.domain.validation import MAX_CHECKPOINT_BYTES
 from coordinator.errors import InvalidArgument
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import ClaimRefused
+from coordinator.sdk import ClaimRefused, Outcome
 from tests.sdk.both import Held, Sdk, Sent
 from tests.sdk.support import served_with_task
 
@@ -41,6 +41,31 @@ def test_a_checkpoint_no_renewal_carried_yet_goes_before_the_attempt_ends(
             assert again.previous_checkpoint == CHECKPOINT
             _end(again, ending)  # nothing pending: no renewal first
         assert len(sent.renewals()) == 1
+
+
+def test_a_saved_checkpoint_is_stored_at_once_and_a_fenced_one_says_so(
+    sdk: Sdk, etcd: EtcdProcess, prefix: str
+) -> None:
+    """``save_checkpoint`` stores it now (before an expensive step), not with the renewal due
+    at TTL/3: a worker that dies right after it loses nothing. On a claim the server fences it
+    answers False and the claim is lost; on a lost claim it sends nothing."""
+    with served_with_task(etcd.endpoint, prefix) as coordinator:
+        sent = Sent()
+        worker = sdk.client(coordinator.target, "worker-a", sent=sent)
+        claim = worker.claim("t1", ttl=TTL)
+        assert not isinstance(claim, ClaimRefused), claim
+        assert claim.save_checkpoint(CHECKPOINT) is True
+        assert not claim.checkpoint_pending
+        assert [r.checkpoint for r in sent.renewals()] == [CHECKPOINT]
+        assert worker.get_task("t1").checkpoint_size == len(CHECKPOINT)  # stored, not pending
+
+        coordinator.store.tasks.cancel("t1", by="pm", reason="not needed")
+        assert claim.save_checkpoint(b"step 8 of 9") is False
+        assert claim.is_lost() and claim.lost_reason is not None
+        assert claim.lost_reason.outcome is Outcome.CANCELLED
+        assert claim.save_checkpoint(b"step 9 of 9") is False
+        assert len(sent.renewals()) == 2  # nothing sent for a claim known lost
+        worker.close()
 
 
 def test_a_checkpoint_or_marker_past_its_bound_is_refused_where_it_is_recorded(

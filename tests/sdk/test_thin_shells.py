@@ -28,7 +28,7 @@ SDK = Path(__file__).resolve().parents[2] / "coordinator" / "sdk"
 CEILINGS = {
     "pool": 169,
     "client": 135,
-    "claim": 177,
+    "claim": 180,
     "effects": 33,
     "_rpc": 82,
     "_renewer": 42,

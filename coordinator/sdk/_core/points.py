@@ -137,6 +137,18 @@ class AcceptingClaim(HeldClaim):
         or a failure to send first: the next attempt resumes from it. None when nothing is
         pending. Only an accepted answer is applied: the ending call's answer is the truth
         about the claim."""
+        return self._renewal_point(before_ending=True)
+
+    def _save_point(self, data: bytes) -> Point[bool] | None:
+        """``data`` recorded as the checkpoint and a renewal that carries it now, retried within
+        the lease: True once the server kept it; a refusal (FENCED, CANCELLED) marks the claim
+        lost. None when it is lost already."""
+        self.checkpoint(data)
+        return self._renewal_point(before_ending=False)
+
+    def _renewal_point(self, *, before_ending: bool) -> Point[bool] | None:
+        """A renewal that carries the pending checkpoint (None: none, or the claim is lost);
+        its answer: whether the server accepted it and kept the checkpoint."""
         progress, checkpoint = self._lease.payload()
         if checkpoint is None or self.is_lost():
             return None
@@ -145,8 +157,10 @@ class AcceptingClaim(HeldClaim):
         sent = self._clock()
 
         def kept(response: worker_pb2.RenewResponse) -> bool:
-            return response.outcome == types_pb2.OUTCOME_OK and self.renewed(
-                sent, response, request
-            )
+            if response.outcome != types_pb2.OUTCOME_OK and before_ending:
+                return False  # the ending call's own answer says what became of the claim
+            refusals = self._lease.refusals[0]
+            accepted = self.renewed(sent, response, request)
+            return accepted and self._lease.refusals[0] == refusals
 
-        return Point(lambda worker: worker.Renew, request, kept, retried=False)
+        return Point(lambda worker: worker.Renew, request, kept, retried=not before_ending)

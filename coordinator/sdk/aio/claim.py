@@ -165,6 +165,11 @@ class AsyncClaim(AcceptingClaim):
         """Ask the tool acceptance point before a side effect; falsy means do not run it."""
         return await self._at(self._authorize_point(tool, action))
 
+    async def save_checkpoint(self, data: bytes) -> bool:
+        """``Claim.save_checkpoint``: the checkpoint stored now; True once the server kept it."""
+        point = self._save_point(data)
+        return await self._at(point) if point is not None else False
+
     async def release(self, reason: str = "") -> ReleaseOutcome:
         """Give the task back (READY again); as ``Claim.release``."""
         return await self._at(self._release_point(reason))

@@ -322,6 +322,26 @@ export class Claim {
     return { outcome: response.outcome, reason: response.reason, message: response.message, released };
   }
 
+  /** Record `data` as the checkpoint and store it now, before an expensive or irreversible
+   * step, rather than with the renewal due at TTL/3: true once the server kept it. False when
+   * the claim is lost (a refusal marks it so) or the server did not keep it (its write budget;
+   * it stays pending and the next renewal sends it again). Retried within the lease. */
+  async saveCheckpoint(data: Payload): Promise<boolean> {
+    this.checkpoint(data);
+    if (!this.isHeld()) return false;
+    const sent = monotonic();
+    const { request } = this.lease.request(this.fence, this.ctx.transport.policy.timeoutSeconds);
+    const response = await this.call(WorkerService.method.renew, request);
+    if (response.outcome !== Outcome.OK) {
+      if (!this.endedByThisAttempt(response.outcome, response.reason)) {
+        this.markLost(response.outcome, response.reason, response.message, "renew");
+      }
+      return false;
+    }
+    this.lease.renewed(sent, response, request);
+    return !response.checkpointRefused;
+  }
+
   /** `await using claim = ...`: a claim still held when its scope ends (a throw, a return
    * without commit) is released (counted: nothing was finished), so it is not renewed on until
    * the stall timeout. A release that fails is logged: the lease then runs out by itself. To

@@ -150,6 +150,9 @@ export interface TaskInfo {
   readonly overdueAt: Date | undefined;
   readonly createdAt: Date | undefined;
   readonly updatedAt: Date | undefined;
+  /** Bytes of the checkpoint its next attempt resumes from (getTask; undefined where the
+   * answer did not say, as in listTasks). */
+  readonly checkpointSize: number | undefined;
 }
 
 /** One attempt of a task, as the coordinator recorded it. */
@@ -235,6 +238,7 @@ export function taskOf(task: Task | undefined): TaskInfo {
     overdueAt: dateOf(task.overdueAt),
     createdAt: dateOf(task.createdAt),
     updatedAt: dateOf(task.updatedAt),
+    checkpointSize: task.checkpointSize,
   };
 }
 

@@ -131,6 +131,21 @@ test("a claim left held when its scope ends (await using) is released, not renew
   assert.equal(again.ended, "committed");
 });
 
+test("saveCheckpoint stores the checkpoint now, not at the next renewal; on a fenced claim it answers false", async () => {
+  const queue = unique("q");
+  const task = await client.createTask({ queue });
+  const claim = (await client.claim(task.taskId, { ttlSeconds: 60 })) as Claim; // no renewal for 20 s
+  assert.ok(claim instanceof Claim);
+  assert.equal(await claim.saveCheckpoint("step 7"), true);
+  assert.equal(claim.checkpointPending, false);
+  assert.equal((await client.getTask(task.taskId)).checkpointSize, 6); // stored already
+  await client.cancelTask(task.taskId, "not needed");
+  assert.equal(await claim.saveCheckpoint("step 8"), false);
+  assert.ok(claim.isLost());
+  assert.equal(Outcome[claim.lostReason?.outcome ?? 0], "CANCELLED");
+  assert.equal(await claim.saveCheckpoint("step 9"), false); // lost: nothing sent
+});
+
 test("one client keeps many claims alive in few RenewMany calls", async (t) => {
   const queue = unique("q");
   const many = clientOf(server, "many");
