@@ -6,6 +6,8 @@ from __future__ import annotations
 class RecordedPool:
     """What ``stop_on_signals`` calls on a pool, in order."""
 
+    stopped = False  # its run() has not returned
+
     def __init__(self) -> None:
         self.calls: list[str] = []
 

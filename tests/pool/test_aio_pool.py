@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from datetime import timedelta
@@ -16,6 +18,7 @@ from typing import Any, cast
 
 import pytest
 
+from coordinator import lifeline
 from coordinator.domain.states import AttemptEnd, TaskState
 from coordinator.errors import InvalidArgument
 from coordinator.etcd_process import EtcdProcess
@@ -352,3 +355,53 @@ def test_a_handler_that_outlives_its_lost_claim_makes_a_pool_so_held_unready(
         pools.call(finish.set)
         report = stopped(pools, pool, running)
     assert report.endings == {Ending.LOST: 1}
+
+
+HUNG_AFTER_STOP = """
+import asyncio, sys
+from coordinator.sdk.aio.pool import stop_on_signals
+
+class Stopped:  # a pool whose run() has returned
+    stopped = True
+    def stop(self): print("stop", flush=True)
+    def hurry(self): print("hurry", flush=True)
+
+async def deaf():
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            continue  # swallowed: asyncio.run() waits for it for ever at the loop's end
+
+async def main():
+    stop_on_signals(Stopped())
+    asyncio.get_running_loop().create_task(deaf())
+    await asyncio.sleep(0)
+    print("hung", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_signal_after_the_pool_stopped_ends_a_process_a_deaf_handler_holds(
+    tmp_path: Path,
+) -> None:
+    """A handler that swallows CancelledError keeps asyncio.run() waiting at the loop's end;
+    the pool's signal handlers used to stay and only log "the grace cut short", so nothing but
+    SIGKILL ended the process. Once the pool has stopped, a signal ends it."""
+    script = tmp_path / "hung.py"
+    script.write_text(HUNG_AFTER_STOP)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    lifeline.kill_with_parent(proc.pid)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "hung\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == -signal.SIGTERM
+        out, err = proc.communicate()
+        lines = (out + err).splitlines()
+        assert "stop" not in lines and "hurry" not in lines  # nothing left to stop
+        assert any("pool already stopped: the signal ends the process" in line for line in lines)
+    finally:
+        proc.kill()

@@ -30,7 +30,7 @@ CEILINGS = {
     "client": 135,
     "claim": 180,
     "effects": 33,
-    "_rpc": 82,
+    "_rpc": 85,
     "_renewer": 42,
     "producer": 54,
 }

@@ -9,9 +9,11 @@ never blocks the event loop.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from datetime import timedelta
 from typing import Any, TypeAlias, cast
 
@@ -88,9 +90,11 @@ class AsyncRpc(Caller):
         lease_left: timedelta | None = None,
         hint: str = "",
         tries: Tries | None = None,
+        heard: Callable[[Any], None] | None = None,
     ) -> Resp:
         """Call ``method`` as the sync ``Rpc.call`` does (same deadlines, retries, request id,
-        idempotency key, errors and ``tries``), awaiting every try and backoff."""
+        idempotency key, errors and ``tries``), awaiting every try and backoff. ``heard`` gets
+        an answer that came as the caller was cancelled (``_answer``)."""
         plan = self._plan(
             request,
             retry=retry,
@@ -102,12 +106,13 @@ class AsyncRpc(Caller):
         )
         at = self.endpoints.current
         try:
-            return await method(request, timeout=plan.per_try, metadata=plan.metadata)
+            call = method(request, timeout=plan.per_try, metadata=plan.metadata)
+            return cast(Resp, await _answer(call, heard))
         except grpc.RpcError as exc:
             plan.first_failed(exc, self.endpoints, at)
         try:
             answer: Resp = await AsyncRetrying(**plan.controls())(
-                _retry_once, plan, self.endpoints, method, request
+                _retry_once, plan, self.endpoints, method, request, heard
             )
         except grpc.RpcError as exc:
             raise plan.given_up(exc) from exc
@@ -119,17 +124,32 @@ class AsyncRpc(Caller):
             await channel.close(None)
 
 
+async def _answer(call: Any, heard: Callable[[Any], None] | None) -> Any:
+    """``await call``. A caller cancelled as the answer came (it was in, the caller had not
+    resumed yet) drops it; ``heard`` gets it instead (a claim's: to give back what it won)."""
+    try:
+        return await call
+    except asyncio.CancelledError:
+        if heard is not None and call.done() and not call.cancelled():
+            with suppress(grpc.RpcError):
+                heard(await call)  # done: the answer at once, no wait
+        raise
+
+
 async def _retry_once(
     plan: CallPlan,
     endpoints: Endpoints,
     method: aio.UnaryUnaryMultiCallable[Req, Resp],
     request: Req,
+    heard: Callable[[Any], None] | None = None,
 ) -> Resp:
     """One retry of an asyncio call (tenacity awaits it); a failed one moves the client on."""
     timeout = plan.next_timeout()
     at = endpoints.current
     try:
-        return await method(request, timeout=timeout, metadata=plan.metadata)
+        return cast(
+            Resp, await _answer(method(request, timeout=timeout, metadata=plan.metadata), heard)
+        )
     except grpc.RpcError as exc:
         plan.failed(exc, endpoints, at)
         raise

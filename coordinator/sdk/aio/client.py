@@ -46,6 +46,7 @@ from coordinator.sdk.aio._renewer import AsyncRenewer
 from coordinator.sdk.aio._rpc import AsyncRpc
 from coordinator.sdk.aio.claim import AsyncClaim, async_claims_of
 from coordinator.sdk.aio.producer import AsyncProducerCalls
+from coordinator.sdk.aio.unheard import Unheard
 from coordinator.sdk.environment import connection
 from coordinator.sdk.tasks import TaskInfo, TaskRetryPolicy
 from coordinator.sdk.types import ClaimRefused, outcome_of
@@ -90,6 +91,7 @@ class AsyncWorkerClient(AsyncProducerCalls):
         self._epoch: int | None = None
         # One keepalive task renews every claim of this client (sdk/aio/_renewer.py).
         self._renewer = AsyncRenewer(self._rpc)
+        self._unheard = Unheard(self._rpc)
 
     @property
     def principal(self) -> str:
@@ -198,6 +200,7 @@ class AsyncWorkerClient(AsyncProducerCalls):
             timeout=timeout,
             idempotency_key=claim_key(),
             tries=tries,
+            heard=self._unheard.give_back,  # an answer that came as this caller was cancelled
         )
         return response, lease_clock_start(sent_at, time.monotonic(), timeout, tries=tries.count)
 
@@ -269,6 +272,7 @@ class AsyncWorkerClient(AsyncProducerCalls):
     async def close(self) -> None:
         """Stop the keepalive task and close the channel. Claims of this client still held
         stop renewing and will be lost."""
+        await self._unheard.close()
         await self._renewer.close()
         await self._rpc.close()
 

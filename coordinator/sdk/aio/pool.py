@@ -132,6 +132,9 @@ class AsyncWorkerPool:
             settings.max_concurrent, claim_batch, self._changed.set
         )
 
+    stopped = False
+    """Whether ``run()`` has returned: the pool is done (a signal then ends the process)."""
+
     @property
     def stopping(self) -> bool:
         """Whether the pool stopped claiming: a handler has until the grace runs out."""
@@ -182,6 +185,7 @@ class AsyncWorkerPool:
         finally:
             for task in loops:
                 task.cancel()
+            self.stopped = True
         return self._slots.tally.report()
 
     # --- claiming ---------------------------------------------------------------------------
@@ -383,6 +387,14 @@ def stop_on_signals(
     count = SignalCount()
 
     def on_signal(signum: signal.Signals) -> None:
+        if pool.stopped:
+            # Nothing left to stop: a handler that swallowed its CancelledError keeps
+            # asyncio.run() waiting for it at the loop's end. The signal does what it would
+            # have done without us: the process ends.
+            log.warning("pool already stopped: the signal ends the process", signal=signum.name)
+            restore()
+            signal.raise_signal(signum)
+            return
         answer_signal(pool, count.hurries(), signum)
 
     for signum in signals:
