@@ -36,8 +36,13 @@ task_id_values = checked(validation.task_id)
 """Checks each value of a task-id option (empty: left out)."""
 task_id_argument = checked(validation.task_id, empty_ok=False)
 """Checks a TASK_ID argument."""
-json_option = click.option("--json", "as_json", is_flag=True, help="JSON for scripts.")
-"""``--json``: one JSON document for scripts instead of text."""
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="JSON for scripts (a list: one JSON object per line).",
+)
+"""``--json``: JSON for scripts instead of text (a list prints one object per line)."""
 
 
 def fresh_key() -> str:

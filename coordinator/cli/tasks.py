@@ -125,7 +125,7 @@ def list_tasks(
         if token:
             probe = remote.call(remote.tasks.ListTasks, page(1, token))
             more = bool(probe.tasks) or bool(probe.next_page_token)
-        nothing = "" if found else nothing_found(remote, queue)
+        nothing = "" if found else nothing_found(remote, queue, _matching(state, blocked, overdue))
     if as_json:
         for task in found:
             click.echo(json.dumps(_list_json(task)))
@@ -134,16 +134,26 @@ def list_tasks(
     else:
         click.echo(nothing, err=True)
     if more:
-        click.echo(
-            f"more tasks than --limit {limit}: raise it or filter by --queue/--state", err=True
-        )
+        narrower = [f for f, given in (("--queue", queue), ("--state", state)) if not given]
+        how = f" or filter by {'/'.join(narrower)}" if narrower else ""
+        said = f"more tasks than --limit {limit} (at most {MAX_LIMIT}): raise it{how}"
+        click.echo(said, err=True)
 
 
-def nothing_found(remote: Remote, queue: str) -> str:
-    """What an empty list says: with ``--queue``, the queues that have work now (GetStats), so
-    a misspelt name shows (said only to a caller allowed to read them)."""
+def _matching(state: str | None, blocked: bool, overdue: bool) -> str:
+    """What the filters ask for, as an empty answer names it ("READY tasks", "blocked tasks")."""
+    kinds = [k for k, given in (("blocked", blocked), ("overdue", overdue)) if given]
+    return " ".join([*kinds, state.upper() if state else "", "tasks"]).replace("  ", " ").strip()
+
+
+def nothing_found(remote: Remote, queue: str, matching: str = "tasks") -> str:
+    """What an empty list says (``matching``: "READY tasks", ...): with ``--queue`` and no
+    other filter, the queues that have work now (GetStats), so a misspelt name shows (said only
+    to a caller allowed to read them)."""
     if not queue:
-        return "no tasks"
+        return f"no {matching}"
+    if matching != "tasks":  # the queue may well exist: nothing matches the filter in it
+        return f"no {matching} in queue {queue!r}"
     try:
         stats = remote.rpc.call(remote.admin.GetStats, admin_pb2.GetStatsRequest())
     except CoordinatorError:

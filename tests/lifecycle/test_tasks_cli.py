@@ -285,7 +285,15 @@ def test_list_filters_and_pages_up_to_the_limit(
     assert cli("list", "--queue", "q1", "--limit", "5").stderr == ""
     cut = cli("list", "--limit", "5")
     assert [line.split()[0] for line in cut.stdout.splitlines()[1:]] == [f"a{n}" for n in range(5)]
-    assert cut.stderr == "more tasks than --limit 5: raise it or filter by --queue/--state\n"
+    assert cut.stderr == (
+        "more tasks than --limit 5 (at most 10000): raise it or filter by --queue/--state\n"
+    )
+    # A filter already given is not suggested again.
+    cut_queue = cli("list", "--queue", "q1", "--limit", "4")
+    assert (
+        cut_queue.stderr
+        == "more tasks than --limit 4 (at most 10000): raise it or filter by --state\n"
+    )
 
     waiting = cli("list", "--state", "waiting", "--json")
     assert waiting.exit_code == 0
@@ -298,7 +306,11 @@ def test_list_filters_and_pages_up_to_the_limit(
     eventually(lambda: cli("list", "--queue", "empty").stderr == hint, message="no hint")
     none = cli("list", "--queue", "empty")
     assert (none.exit_code, none.stdout, none.stderr) == (0, "", hint)
-    assert cli("list", "--state", "cancelled").stderr == "no tasks\n"
+    # With a state, a queue that exists says so: no ready tasks in it, not "no tasks".
+    done = cli("list", "--queue", "q1", "--state", "done")
+    assert (done.exit_code, done.stderr) == (0, "no DONE tasks in queue 'q1'\n")
+    assert cli("list", "--state", "review", "--blocked").stderr == "no blocked REVIEW tasks\n"
+    assert cli("list", "--state", "cancelled").stderr == "no CANCELLED tasks\n"
 
 
 def test_list_blocked_shows_a_dead_letters_dependents(store: Store, cli: Cli) -> None:
@@ -314,7 +326,7 @@ def test_list_blocked_shows_a_dead_letters_dependents(store: Store, cli: Cli) ->
     assert [line.split()[:3] for line in blocked.stdout.splitlines()[1:]] == [
         ["down", "default", "WAITING"]
     ]
-    assert cli("list", "--overdue").stderr == "no tasks\n"
+    assert cli("list", "--overdue").stderr == "no overdue tasks\n"
 
 
 # --- get ---------------------------------------------------------------------------------------

@@ -35,6 +35,8 @@ terminationGracePeriodSeconds must exceed the grace plus this (the chart checks 
 
 SHUTDOWN_ERROR = "WorkerShutdown"
 """The error code of a claim given back because the shutdown grace ran out."""
+UNREACHABLE = "unreachable"
+"""How a poll that reached no coordinator says why it claimed nothing."""
 
 UNFINISHED = "the handler returned no result"
 """Why a claim whose handler returned None without ending it is released."""
@@ -226,8 +228,9 @@ class Polling:
         """``empty``, logging ``why`` of ``queue`` once per change: the wait before the next
         poll."""
         log_it, wait = self.empty(why, waited)
-        if log_it:
-            log.info("nothing claimed", queue=queue, why=why)
+        if log_it:  # a coordinator out of reach is a warning: an empty queue is not
+            say = log.warning if why.startswith(UNREACHABLE) else log.info
+            say("nothing claimed", queue=queue, why=why)
         return wait
 
 
@@ -305,5 +308,5 @@ def poll_answer(answer: object) -> list[Any] | str:
     if isinstance(answer, ClaimRefused):
         return answer.outcome.name
     if isinstance(answer, TransportError):
-        return f"unreachable: {answer}"
+        return f"{UNREACHABLE}: {answer}"
     return answer if isinstance(answer, list) else [answer]

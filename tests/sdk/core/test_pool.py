@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import InvalidArgument, NotFound, PermissionDenied
@@ -37,6 +38,20 @@ def test_empty_polls_double_the_wait_and_log_each_reason_once() -> None:
     assert polling.empty("unreachable: down", 0.0) == (True, 4.0)  # a new reason is logged
     polling.claimed()
     assert polling.empty("unreachable: down", 0.0) == (False, 1.0)  # back to the initial wait
+
+
+def test_a_poll_that_reached_no_coordinator_is_logged_as_a_warning_an_empty_queue_not() -> None:
+    # A worker pointed at nothing said so at info level only, easy to miss.
+    polling = Polling(PollBackoff(initial=timedelta(seconds=1), maximum=timedelta(seconds=4)))
+    with capture_logs() as logs:
+        polling.nothing("q", "NO_READY_TASK", 0.0)
+        why = poll_answer(TransportError("down", code="UNAVAILABLE"))
+        assert isinstance(why, str)
+        polling.nothing("q", why, 0.0)
+    assert [(e["log_level"], e["why"]) for e in logs] == [
+        ("info", "NO_READY_TASK"),
+        ("warning", "unreachable: down"),
+    ]
 
 
 def test_a_long_poll_that_waited_on_the_server_counts_towards_the_wait() -> None:
