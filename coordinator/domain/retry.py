@@ -363,22 +363,23 @@ def retry_move(
 
 def decide_after(task: TaskRecord, ended: AttemptEnded, now: float, *, at_once: Op) -> RetryMove:
     """``decide_retry`` on ``task``'s own policy and attempt count, as the move to write."""
-    decision = decide_retry(
-        policy_of(task), attempts_counted(task), ended, now, key=task.task_id, total=task.attempt
-    )
-    return retry_move(decision, ended, at_once=at_once, now=now)
+    return retry_move(_decision(task, ended, now), ended, at_once=at_once, now=now)
 
 
 def undelivered_move(task: TaskRecord, now: float) -> RetryMove:
     """The move that gives back ``task``'s undelivered claim: GIVE_BACK, uncounted, within the
     allowance; past it the move an expired attempt makes (RECLAIM at once, a backoff or the
     dead letter), counted. So a ``give_back`` in the log is never a counted attempt."""
-    ended = UNDELIVERED
-    decision = decide_retry(
+    decision = _decision(task, UNDELIVERED, now)
+    at_once = Op.GIVE_BACK if isinstance(decision, Uncounted) else Op.RECLAIM
+    return retry_move(decision, UNDELIVERED, at_once=at_once, now=now)
+
+
+def _decision(task: TaskRecord, ended: AttemptEnded, now: float) -> RetryDecision:
+    """``decide_retry`` on ``task``'s own policy, counted attempts and attempts in all."""
+    return decide_retry(
         policy_of(task), attempts_counted(task), ended, now, key=task.task_id, total=task.attempt
     )
-    at_once = Op.GIVE_BACK if isinstance(decision, Uncounted) else Op.RECLAIM
-    return retry_move(decision, ended, at_once=at_once, now=now)
 
 
 @dataclass(frozen=True)
