@@ -146,7 +146,8 @@ export const NOT_ALL_HELD = "a slot is free again: the pool claims";
 
 /** A handler pool over one client (see the module comment). */
 export class WorkerPool {
-  private readonly options: Required<PoolOptions>;
+  // readyFile is read once, into `ready` (its default is the environment's).
+  private readonly options: Required<Omit<PoolOptions, "readyFile">>;
   private readonly polls = new AbortController();
   /** Per queue: why its last poll reached no coordinator ("" while one answers). */
   private readonly unreachable = new Map<string, string>();
@@ -173,7 +174,6 @@ export class WorkerPool {
       graceSeconds: 30,
       longPollSeconds: 10,
       claimBatch: 1,
-      readyFile: "",
       ...options,
     };
     this.ready = readyFileOf(options.readyFile, process.env);
