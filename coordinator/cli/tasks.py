@@ -143,7 +143,7 @@ def list_tasks(
 def _matching(state: str | None, blocked: bool, overdue: bool) -> str:
     """What the filters ask for, as an empty answer names it ("READY tasks", "blocked tasks")."""
     kinds = [k for k, given in (("blocked", blocked), ("overdue", overdue)) if given]
-    return " ".join([*kinds, state.upper() if state else "", "tasks"]).replace("  ", " ").strip()
+    return " ".join([*kinds, *([state.upper()] if state else []), "tasks"])
 
 
 def nothing_found(remote: Remote, queue: str, matching: str = "tasks") -> str:
