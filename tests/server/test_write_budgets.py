@@ -197,3 +197,51 @@ def test_a_worker_past_its_budget_prepares_no_effect_and_fails_without_the_detai
         for what in ("effect", "failure_details")
     ]
     assert refusals == [1, 1]
+
+
+def test_a_worker_past_its_budget_records_no_long_reference_and_another_worker_records_on(
+    worker: worker_pb2_grpc.WorkerServiceStub, keyspace: Probe, store: Store
+) -> None:
+    """RecordEffect is charged its text: a worker that spent its budget on slots is refused
+    recording a 2 KB reference (typed, the effect still PREPARED: the SDK retries it once the
+    budget refills, within the lease), while another worker's record of the same size lands."""
+    other = (("x-coordinator-principal", "worker-b"), ("x-coordinator-roles", "worker"))
+    effects = []
+    for task_id, caller in (("w-1", WORKER), ("w-2", other)):
+        store.tasks.create(TaskSpec(task_id=task_id, input=b"x"), by="pm")
+        claim = worker_pb2.ClaimRequest(task_id=task_id, scheduler_epoch=1, ttl_seconds=30)
+        fence = worker.Claim(claim, metadata=caller).fence
+        prepare = worker_pb2.PrepareEffectRequest(
+            fence=fence, node_id="notify", effect_slot="email", payload_digest=digest_of(b"p")
+        )
+        prepared = worker.PrepareEffect(prepare, metadata=caller)
+        effects.append((fence, prepared.effect_id, caller))
+    ref = "https://mail.example/messages/" + "m" * 2000
+
+    def record(n: int) -> worker_pb2.RecordEffectRequest:
+        fence, effect_id, _ = effects[n]
+        return worker_pb2.RecordEffectRequest(
+            fence=fence, effect_id=effect_id, state=types_pb2.EFFECT_STATE_COMMITTED,
+            external_ref=ref,
+        )  # fmt: skip
+
+    for n in range(3):  # worker-a's budget goes on slots it never records
+        worker.PrepareEffect(
+            worker_pb2.PrepareEffectRequest(
+                fence=effects[0][0], node_id="notify", effect_slot=f"sms-{n}",
+                payload_digest=digest_of(b"p"),
+            ),
+            metadata=WORKER,
+        )  # fmt: skip
+    refused(
+        worker.RecordEffect, record(0), EXHAUSTED, "write budget of 'worker-a'", keyspace,
+        metadata=WORKER,
+    )  # fmt: skip
+    assert store.effects.get(effects[0][1]).state.name == "PREPARED"
+    recorded = worker.RecordEffect(record(1), metadata=other)
+    assert (recorded.outcome, recorded.effect.external_ref) == (types_pb2.OUTCOME_OK, ref)
+    registry: CollectorRegistry = store.ctx.metrics.registry
+    assert (
+        registry.get_sample_value("coordinator_write_budget_refusals_total", {"what": "effect"})
+        == 1
+    )

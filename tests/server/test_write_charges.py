@@ -12,6 +12,7 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.domain.digests import digest_of
+from coordinator.domain.effects import MAX_ETAG_CHARS, MAX_REF_CHARS
 from coordinator.domain.retry import MAX_NON_RETRYABLE
 from coordinator.server.interceptors.write_budgets import charged_bytes
 from coordinator.store import Store
@@ -86,7 +87,7 @@ def test_an_input_change_writes_no_more_than_it_is_charged(
     assert 0 < written <= _charged("TaskService/UpdateInput", change)
 
 
-def test_a_failure_and_an_effect_write_no_more_than_they_are_charged(
+def test_a_failure_writes_no_more_than_it_is_charged(
     tasks: tasks_pb2_grpc.TaskServiceStub,
     worker: worker_pb2_grpc.WorkerServiceStub,
     store: Store,
@@ -94,11 +95,6 @@ def test_a_failure_and_an_effect_write_no_more_than_they_are_charged(
 ) -> None:
     tasks.CreateTask(_create(_id(0), queue="q" * 64))
     fence = _claim(worker, "q" * 64)
-    prepare = worker_pb2.PrepareEffectRequest(
-        fence=fence, node_id="n" * LONG, effect_slot="e" * LONG, payload_digest=digest_of(b"p")
-    )
-    written = _written(store, keyspace, lambda: worker.PrepareEffect(prepare))
-    assert 0 < written <= _charged("WorkerService/PrepareEffect", prepare)
     fail = worker_pb2.FailRequest(
         fence=fence,
         retryable=True,
@@ -109,6 +105,68 @@ def test_a_failure_and_an_effect_write_no_more_than_they_are_charged(
     written = _written(store, keyspace, lambda: worker.Fail(fail))
     assert written > 16384
     assert written <= _charged("WorkerService/Fail", fail)
+
+
+def test_every_write_of_an_effect_is_charged_at_least_what_it_writes(
+    tasks: tasks_pb2_grpc.TaskServiceStub,
+    worker: worker_pb2_grpc.WorkerServiceStub,
+    store: Store,
+    keyspace: Probe,
+) -> None:
+    """An effect's slot, its record (UNKNOWN opens a reconciliation; COMMITTED keeps the
+    downstream's reference and etag) and a resolution: the longest text each allows, in the
+    characters a stored record writes longest. RecordEffect and ResolveEffect were charged
+    nothing, so a slot charged 3 KB wrote 19 KB."""
+    tasks.CreateTask(_create(_id(0), queue="q" * 64))
+    fence = _claim(worker, "q" * 64)
+    longest = {"external_ref": "\x01" * MAX_REF_CHARS, "etag": "\x01" * MAX_ETAG_CHARS}
+
+    def prepared(slot: str) -> str:
+        prepare = worker_pb2.PrepareEffectRequest(
+            fence=fence, node_id="n" * LONG, effect_slot=slot, payload_digest=digest_of(b"p")
+        )
+        _, answer = _within_charge(store, keyspace, "PrepareEffect", worker.PrepareEffect, prepare)
+        unknown = worker_pb2.RecordEffectRequest(
+            fence=fence,
+            effect_id=answer.effect_id,
+            state=types_pb2.EFFECT_STATE_UNKNOWN,
+            reconcile_principal="" if slot == "recorded" else "anonymous",
+        )
+        _within_charge(store, keyspace, "RecordEffect", worker.RecordEffect, unknown)
+        return unknown.effect_id
+
+    record = worker_pb2.RecordEffectRequest(
+        fence=fence,
+        effect_id=prepared("recorded"),
+        state=types_pb2.EFFECT_STATE_COMMITTED,
+        **longest,
+    )
+    written, _ = _within_charge(store, keyspace, "RecordEffect", worker.RecordEffect, record)
+    assert written > 12_000  # the reference and etag were kept, escaped
+    resolve = worker_pb2.ResolveEffectRequest(
+        effect_id=prepared("resolved"),
+        resolution=types_pb2.EFFECT_STATE_COMMITTED,
+        reason="\x01" * 1024,
+        **longest,
+    )
+    worker.Release(worker_pb2.ReleaseRequest(fence=fence))
+    written, answer = _within_charge(
+        store, keyspace, "ResolveEffect", worker.ResolveEffect, resolve
+    )
+    assert answer.effect.state == types_pb2.EFFECT_STATE_COMMITTED
+    assert written > 18_000  # and the reason
+
+
+def _within_charge(
+    store: Store, keyspace: Probe, method: str, call: Any, request: Any
+) -> tuple[int, Any]:
+    """The bytes one call wrote, asserted to be at most what its caller was charged, and its
+    answer."""
+    answers: list[Any] = []
+    written = _written(store, keyspace, lambda: answers.append(call(request)))
+    charged = _charged(f"WorkerService/{method}", request)
+    assert 0 < written <= charged, (method, written, charged, answers)
+    return written, answers[0]
 
 
 def _far() -> Timestamp:

@@ -2,8 +2,9 @@
 caller before the handler runs (domain/write_budget.py holds the rule).
 
 CreateTask and UpdateInput (the whole request and the keys it writes: a create with no input
-is not free), StageResult (the result), StartJob (the job record) and PrepareEffect (the slot)
-past the budget are refused ``RESOURCE_EXHAUSTED`` naming the budget and when to retry; nothing
+is not free), StageResult (the result), StartJob (the job record), PrepareEffect (the slot) and
+RecordEffect and ResolveEffect (the slot written again with the downstream's reference) past
+the budget are refused ``RESOURCE_EXHAUSTED`` naming the budget and when to retry; nothing
 runs, so nothing is written. A renewal's checkpoint past the budget is taken out of the request
 instead and the renewal runs without it: refusing the renewal would cost the claim (the SDK
 treats a refused item as lost), so the answer's ``checkpoint_refused`` says the checkpoint was
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 import grpc
+import orjson
 
 from coordinator.domain.failures import KEPT_MESSAGE
 from coordinator.domain.roles import Identity, Role
@@ -67,14 +69,36 @@ _MEASURED: dict[str, tuple[str, Callable[[Any], int]]] = {
     "/coordinator.v1.TaskService/UpdateInput": ("input", lambda r: _changed_bytes(r, 4)),
     "/coordinator.v1.WorkerService/StageResult": ("staged_result", lambda r: len(r.result)),
 }
+EFFECT_REWRITE = 6 * KEY_BYTES
+"""What recording or resolving an effect is charged beyond its text: the slot's record written
+again with the reconciliation it opens or closes (about 2.1 KB at the longest ids)."""
+
+
+def _effect_text_bytes(request: Any, *texts: str) -> int:
+    """A RecordEffect's or ResolveEffect's charge: the slot's rewrite and its text as the
+    stored record spells it (a control character takes six bytes there: a reference of 2,048
+    of them and its etag came to 14 KB)."""
+    return EFFECT_REWRITE + sum(len(orjson.dumps(getattr(request, t))) for t in texts)
+
+
 _ALSO_CHARGED: dict[str, tuple[str, Callable[[Any], int]]] = {
-    # A job record (argv up to 16 Ki characters) and an effect slot (its record and the
-    # task's index entry): data too, but part of running a claim, so not growth the space
-    # guard refuses above high water; only their caller's budget bounds them.
+    # A job record (argv up to 16 Ki characters), an effect slot (its record and the task's
+    # index entry) and what an effect's record and resolution add to it (the downstream's
+    # reference and etag, the reconcile owner, the reason): data too, but part of running a
+    # claim, so not growth the space guard refuses above high water; only their caller's
+    # budget bounds them.
     "/coordinator.v1.WorkerService/StartJob": ("job", lambda r: r.ByteSize()),
     "/coordinator.v1.WorkerService/PrepareEffect": (
         "effect",
         lambda r: COPIES * r.ByteSize() + 2 * KEY_BYTES,
+    ),
+    "/coordinator.v1.WorkerService/RecordEffect": (
+        "effect",
+        lambda r: _effect_text_bytes(r, "external_ref", "etag", "reconcile_principal"),
+    ),
+    "/coordinator.v1.WorkerService/ResolveEffect": (
+        "effect",
+        lambda r: _effect_text_bytes(r, "external_ref", "etag", "reason"),
     ),
 }
 _RENEW = "/coordinator.v1.WorkerService/Renew"
