@@ -45,7 +45,7 @@ from coordinator.sdk.auth import BearerToken
 from coordinator.sdk.claim import Claim, LostCallback, claims_of
 from coordinator.sdk.effects import EffectInfo
 from coordinator.sdk.environment import connection
-from coordinator.sdk.managed import DEFAULT_GRACE
+from coordinator.sdk.managed import DEFAULT_GRACE, settle
 from coordinator.sdk.producer import ProducerCalls
 from coordinator.sdk.rediscover import ListedJob, Rediscovered, list_jobs, rediscover, resume_claim
 from coordinator.sdk.types import ClaimRefused
@@ -293,7 +293,9 @@ class WorkerClient(ProducerCalls):
 
     def close(self) -> None:
         """Stop the keepalive loop and close the channel. Claims of this client still held stop
-        renewing and will be lost."""
+        renewing and will be lost. Managed jobs whose claims ended are killed and recorded
+        first."""
+        settle(self._rpc)
         self._renewer.close()
         self._rpc.close()
 

@@ -9,7 +9,9 @@
    the leader exits without running anything, the Claim is marked lost and ClaimLost is raised;
 3. a watcher thread follows the process and the claim: when the Claim is lost (fenced, expired,
    cancelled, stalled) or ends (commit, release), or on ``kill()``, the WHOLE group gets SIGTERM,
-   then SIGKILL after the grace period, so no command outlives its authority;
+   then SIGKILL after the grace period, so no command outlives its authority; a client that
+   closes, and a process that exits (a script that committed, a pool that gave its claims back
+   on SIGTERM), first wait for the watchers that have such a kill to make (``settle``);
 4. the end is recorded with FinishJob: EXITED with the command's status, or KILLED.
 
 Steps 1 and 2 are sdk/_jobstart.py's (``run_managed``), the watcher and the end this module's.
@@ -22,6 +24,7 @@ recoverable after a restart.
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import tempfile
@@ -59,6 +62,14 @@ LOG_DIR_ENV = "COORDINATOR_JOB_LOG_DIR"
 """Where job logs go by default (else ``$TMPDIR/coordinator-jobs``)."""
 
 _POLL = 0.05
+
+_EXIT_MARGIN = 2.0
+"""Seconds past its grace that an exiting process waits for a watcher's kill (its SIGKILL is
+sent at the grace's end)."""
+
+_watching: set[ManagedProcess] = set()
+"""The handles whose watcher runs (what an exiting process looks through)."""
+_watching_lock = threading.Lock()
 
 
 def default_log_dir() -> Path:
@@ -211,8 +222,23 @@ class ManagedProcess:
         return self._result
 
     def _start(self) -> ManagedProcess:
+        with _watching_lock:
+            _watching.add(self)
         self._thread.start()
         return self
+
+    def _must_end(self) -> bool:
+        """Whether the job has to be killed: asked to, or its Claim is lost or ended."""
+        if self._kill_reason is not None:
+            return True
+        claim = self._claim
+        if claim is None:
+            return False
+        try:
+            claim.check(margin=timedelta(0))
+        except ClaimLost:
+            return True
+        return False
 
     # --- the watcher ----------------------------------------------------------------------
 
@@ -224,6 +250,8 @@ class ManagedProcess:
             self._result = JobResult(JobState.LOST, 0, f"watcher failed: {exc!r}", None, False)
         finally:
             self._done.set()
+            with _watching_lock:
+                _watching.discard(self)
 
     def _run_to_end(self) -> JobResult:
         try:
@@ -290,6 +318,26 @@ class ManagedProcess:
     def __repr__(self) -> str:
         state = self._result.state.name if self._result else "RUNNING"
         return f"ManagedProcess({self.job_id}, pid={self.pid}, {state})"
+
+
+def settle(rpc: Rpc | None = None) -> None:
+    """Wait for every watcher (of ``rpc``'s jobs, or all) that has a job to kill: its Claim
+    ended or was lost, or ``kill()`` was called; each at most its grace and _EXIT_MARGIN, the
+    kill's SIGKILL being sent at the grace's end. A client calls it before it closes its
+    channel (the watcher's FinishJob goes over it), and the interpreter at its exit: the
+    watchers are daemon threads, and a worker that gave its claims back on SIGTERM, or a
+    script that committed, used to exit first and leave the job running and RUNNING. A job
+    whose Claim is still held is left to run, as after a crash (``rediscover`` re-attaches
+    it)."""
+    with _watching_lock:
+        ending = [p for p in _watching if (rpc is None or p._rpc is rpc) and p._must_end()]
+    for process in ending:
+        process._wake.set()
+        if not process._done.wait(process.grace.total_seconds() + _EXIT_MARGIN):
+            log.warning("going on before a managed job's kill was recorded", job_id=process.job_id)
+
+
+atexit.register(settle)
 
 
 def _straggler_note(leftovers: list[int]) -> str:

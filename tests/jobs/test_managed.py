@@ -5,6 +5,8 @@ records how it ended."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -160,6 +162,38 @@ def test_a_job_still_running_when_its_attempt_commits_is_killed(
     assert "committed" in result.detail
     assert group_members(proc.pid) == []
     assert [r.state for r in stored_jobs(etcd_client, prefix)] == [JobState.KILLED]
+
+
+_COMMIT_AND_EXIT = """
+import sys
+from datetime import timedelta
+from coordinator.sdk import WorkerClient
+client = WorkerClient(sys.argv[1], principal="w1")
+job = client.claim("t1", ttl=timedelta(seconds=30))
+with job:
+    proc = job.run(["sleep", "300"], grace=timedelta(seconds=1), log_dir=sys.argv[2])
+    print(proc.pid, flush=True)
+    job.commit(b"done without waiting")
+"""
+
+
+def test_a_script_that_commits_and_exits_leaves_no_job_running(
+    coordinator: Served, tmp_path: Path, etcd_client: Any, prefix: str
+) -> None:
+    """The script exits right after its commit, its client never closed: the interpreter's exit
+    waits for the watcher's kill and its record (the watcher is a daemon thread: the job used
+    to run on, recorded RUNNING)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _COMMIT_AND_EXIT, coordinator.target, str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pgid = int(done.stdout)
+    lingering = group_members(pgid)
+    signal_group(pgid, signal.SIGKILL)
+    assert lingering == []
+    [record] = stored_jobs(etcd_client, prefix)
+    assert record.state is JobState.KILLED and "committed" in record.detail, record
 
 
 def test_kill_on_request(client: WorkerClient, tmp_path: Path) -> None:

@@ -15,14 +15,18 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from coordinator import lifeline
+from coordinator.domain.jobs import JobRecord, JobState
+from coordinator.domain.records import decode
 from coordinator.domain.states import AttemptEnd, TaskState
 from coordinator.etcd_process import EtcdProcess
 from coordinator.sdk import WorkerClient
 from coordinator.sdk._core.pool import HURRIED
+from coordinator.sdk._proc import group_members, signal_group
 from coordinator.sdk._signals import DUPLICATE_WINDOW
 from coordinator.sdk.pool import GIVE_BACK_TIMEOUT
 from tests.helpers import eventually
@@ -202,6 +206,33 @@ def test_a_handler_deaf_to_cancellation_is_cut_off_at_the_grace(
     log = (tmp_path / "worker.log").read_text()
     lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
     assert [line.get("cut_off") for line in lines if line["event"] == "pool stopped"] == [1], log
+
+
+def test_a_managed_job_dies_with_the_claim_its_stopping_worker_gave_back(
+    coordinator: Served, producer: WorkerClient, tmp_path: Path, etcd_client: Any, prefix: str
+) -> None:
+    """The claim given back at the grace's end ends the job: its group is killed and recorded
+    KILLED before the process exits. The watcher is a daemon thread, so the worker used to
+    exit first, leaving the job running (a second copy would run beside it) and RUNNING."""
+    producer.create_task("build", queue=QUEUE, input=f"job {tmp_path / 'never'}".encode())
+    grace = 1.0
+    proc = start_worker(coordinator.target, tmp_path, max_concurrent=1, grace=grace)
+    try:
+        eventually((tmp_path / "build.job").exists, timeout=30)
+        pgid = int((tmp_path / "build.job").read_text())
+        eventually(lambda: len(group_members(pgid)) == 3, timeout=30)  # leader, shell, sleep
+        proc.send_signal(signal.SIGTERM)
+        assert exit_code(proc, tmp_path, grace) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        lingering = group_members(pgid)
+        signal_group(pgid, signal.SIGKILL)
+    assert lingering == []
+    [record] = [decode(JobRecord, v) for v, _ in etcd_client.get_prefix(f"{prefix}/jobs/")]
+    assert (record.state, record.detail) == (JobState.KILLED, "claim lost: " + record.detail[12:])
+    assert "nothing left to work on" in record.detail, record.detail
+    assert producer.get_task("build").state is TaskState.READY
 
 
 def _stops_with_dead_output(
