@@ -180,3 +180,26 @@ def test_the_edges_of_the_bounds_are_accepted(
     )
     assert failed.outcome == types_pb2.OUTCOME_OK, failed.message
     assert failed.next_eligible_at.seconds - claimed.lease_expires_at.seconds > 86000
+
+
+@pytest.mark.parametrize("deadline", [1, 3599], ids=["ends-long-before", "ends-as-it-opens"])
+def test_a_deadline_that_ends_before_not_before_is_refused(
+    deadline: int, tasks: tasks_pb2_grpc.TaskServiceStub, keyspace: Probe
+) -> None:
+    """Such a task was created and FAILED (TIMED_OUT) with 0 attempts: a dead letter made by
+    one mistyped flag (``--not-before 1h --schedule-to-close 3``)."""
+    start = Timestamp()
+    start.GetCurrentTime()
+    start.seconds += 3600
+    request = tasks_pb2.CreateTaskRequest(
+        task_id="doomed", not_before=start, schedule_to_close=Duration(seconds=deadline)
+    )
+    helpers.refused(
+        tasks.CreateTask,
+        request,
+        INVALID,
+        f"schedule_to_close ({deadline} s from creation) ends before not_before",
+        keyspace,
+    )
+    request.schedule_to_close.seconds = 3700  # a window of about 100 s to run in: created
+    assert tasks.CreateTask(request).task.state == types_pb2.TASK_STATE_DELAYED

@@ -101,6 +101,19 @@ def parse_schedule_to_close(value: Duration, *, present: bool) -> float:
     )
 
 
+def check_runnable_window(not_before: float, schedule_to_close: float, *, now: float) -> None:
+    """A new task's deadline (``schedule_to_close`` from now) must end after its ``not_before``:
+    else it would be FAILED (TIMED_OUT) before any worker could claim it, a dead letter made by
+    one mistyped flag."""
+    if not_before and schedule_to_close and now + schedule_to_close <= not_before:
+        ahead = not_before - now
+        raise InvalidArgument(
+            f"schedule_to_close ({schedule_to_close:.0f} s from creation) ends before not_before "
+            f"({ahead:.0f} s from now): the task would fail TIMED_OUT without ever running; give "
+            f"a schedule_to_close longer than {ahead:.0f} s, or an earlier not_before"
+        )
+
+
 def policy_to_proto(task: TaskRecord) -> types_pb2.RetryPolicy:
     """The task's resolved retry policy on the wire (every field set)."""
     policy = policy_of(task)

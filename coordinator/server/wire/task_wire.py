@@ -21,6 +21,7 @@ from coordinator.server.wire.common_wire import (
     timestamp_to_proto,
 )
 from coordinator.server.wire.queue_wire import (
+    check_runnable_window,
     parse_not_before,
     parse_retry_overrides,
     parse_schedule_to_close,
@@ -52,6 +53,7 @@ def parse_task_spec(request: tasks_pb2.CreateTaskRequest, *, now: float) -> Task
     deadline = parse_schedule_to_close(
         request.schedule_to_close, present=request.HasField("schedule_to_close")
     )
+    check_runnable_window(not_before, deadline, now=now)
     return TaskSpec(
         task_id=task_id,
         queue=queue,
