@@ -43,7 +43,7 @@ class ProducerCalls:
         retry_policy: TaskRetryPolicy | None = None,
         not_before: datetime | None = None,
         schedule_to_close: Duration | None = None,
-        depends_on: Sequence[str] = (),
+        depends_on: Sequence[str] | None = (),
     ) -> TaskInfo:
         """Create a READY task; an empty ``task_id`` lets the server generate one.
 

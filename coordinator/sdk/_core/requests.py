@@ -142,7 +142,7 @@ def create_request(
     retry_policy: TaskRetryPolicy | None = None,
     not_before: datetime | None = None,
     schedule_to_close: Duration | None = None,
-    depends_on: Sequence[str] = (),
+    depends_on: Sequence[str] | None = (),
 ) -> tasks_pb2.CreateTaskRequest:
     """A create of a READY task (an empty ``task_id``: the server generates one), DELAYED
     until ``not_before`` if set, WAITING until its ``depends_on`` tasks are DONE, with its own
@@ -157,7 +157,7 @@ def create_request(
         input_digest=digest_of(input),
         requires_review=requires_review,
         non_replayable=non_replayable,
-        depends_on=list(depends_on),
+        depends_on=_task_ids("depends_on", depends_on),
     )
     if retry_policy is not None:
         request.retry_policy.CopyFrom(retry_policy.to_proto())
@@ -167,6 +167,13 @@ def create_request(
         deadline = as_timedelta(schedule_to_close, "schedule_to_close")
         request.schedule_to_close.FromTimedelta(deadline)
     return request
+
+
+def _task_ids(name: str, ids: Sequence[str] | None) -> list[str]:
+    """A list of task ids (None: none); a lone string is refused, not split into letters."""
+    if isinstance(ids, str | bytes):
+        raise TypeError(f"{name} takes a list of task ids, got a {type(ids).__name__}: {ids!r}")
+    return list(ids or ())
 
 
 def create_is_retried(task_id: str, idempotency_key: str) -> bool:

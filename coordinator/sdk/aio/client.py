@@ -219,7 +219,7 @@ class AsyncWorkerClient(AsyncProducerCalls):
         retry_policy: TaskRetryPolicy | None = None,
         not_before: datetime | None = None,
         schedule_to_close: Duration | None = None,
-        depends_on: Sequence[str] = (),
+        depends_on: Sequence[str] | None = (),
     ) -> TaskInfo:
         """Create a READY task; as ``WorkerClient.create_task`` (retried only with an explicit
         id or an ``idempotency_key``; with an id, the same task found existing is returned;
