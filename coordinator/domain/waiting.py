@@ -78,7 +78,15 @@ def describe_blocked(task_id: str, upstreams: Sequence[TaskRecord], blocked: Seq
         return "no upstream is FAILED or CANCELLED any more: waiting for upstreams to be DONE"
     states = {u.task_id: u.state.name for u in upstreams}
     named = ", ".join(f"{u} ({states.get(u, '?')})" for u in blocked)
-    return f"blocked by {named}: {task_id} stays WAITING until they are retried and DONE"
+    ways = []
+    if any(states.get(u) != TaskState.CANCELLED.name for u in blocked):
+        ways.append("retry a FAILED one (`tasks retry`)")
+    if any(states.get(u) == TaskState.CANCELLED.name for u in blocked):
+        ways.append(
+            f"a CANCELLED one never runs again: change {task_id}'s upstreams "
+            f"(`tasks deps {task_id} --set`/`--clear`) or cancel {task_id}"
+        )
+    return f"blocked by {named}: {task_id} stays WAITING until each is DONE; " + "; ".join(ways)
 
 
 def is_overdue(task: TaskRecord, now: float) -> bool:

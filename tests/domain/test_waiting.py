@@ -81,7 +81,17 @@ def test_the_waiting_reason_follows_state_and_mark() -> None:
 def test_the_blocked_detail_names_each_upstream_and_its_state() -> None:
     ups = [_task("a", TaskState.FAILED), _task("b", TaskState.CANCELLED)]
     assert describe_blocked("down", ups, ("a", "b")) == (
-        "blocked by a (FAILED), b (CANCELLED): down stays WAITING until they are retried and DONE"
+        "blocked by a (FAILED), b (CANCELLED): down stays WAITING until each is DONE; retry a "
+        "FAILED one (`tasks retry`); a CANCELLED one never runs again: change down's upstreams "
+        "(`tasks deps down --set`/`--clear`) or cancel down"
+    )
+    # A CANCELLED upstream cannot be retried (FAILED_PRECONDITION): the detail said it could.
+    assert describe_blocked("down", ups[1:], ("b",)).endswith(
+        "until each is DONE; a CANCELLED one never runs again: change down's upstreams "
+        "(`tasks deps down --set`/`--clear`) or cancel down"
+    )
+    assert describe_blocked("down", ups[:1], ("a",)).endswith(
+        "until each is DONE; retry a FAILED one (`tasks retry`)"
     )
     assert describe_blocked("down", ups, ()).startswith("no upstream is FAILED or CANCELLED")
 

@@ -47,7 +47,9 @@ def test_cancelling_an_upstream_blocks_its_dependents_and_cancels_none(
         RELEASER,
         TaskState.WAITING,
         TaskState.WAITING,
-        "blocked by build (CANCELLED): test stays WAITING until they are retried and DONE",
+        "blocked by build (CANCELLED): test stays WAITING until each is DONE; a CANCELLED one "
+        "never runs again: change test's upstreams (`tasks deps test --set`/`--clear`) or "
+        "cancel test",
     )
     assert test.cancel_generation == 0
     keys = store.ctx.keys
