@@ -1088,6 +1088,8 @@ ALERTS = {
     "CoordinatorTasksDeadLettered",
     "CoordinatorQueueFailing",
     "CoordinatorQueueStuck",
+    "CoordinatorTasksBlocked",
+    "CoordinatorTasksOverdue",
     "CoordinatorArchiveFailing",
     "CoordinatorPruneBehind",
     "CoordinatorRpcServerErrors",
