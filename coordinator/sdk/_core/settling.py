@@ -68,6 +68,10 @@ Settling = Generator[ClaimCall, Any, Ending]
 
 RELEASED_UNFINISHED = "handler returned None: claim released, the task will be claimed again"
 STOPPED = "the handler returned no result as the worker was stopping"
+RESULT_DISCARDED = (
+    "the handler's result was discarded: the claim was lost before its commit landed (the "
+    "attempt counts as the loss says; another attempt may run the task)"
+)
 
 
 def settle(
@@ -98,6 +102,12 @@ def settle(
                 log.error("the commit was refused", task_id=claim.task_id, error=str(exc))
                 return Settled((yield from give_back(claim, exc)))
         ending = after_handler(claim.finished_as, claim.is_lost())
+        if ending is Ending.LOST and result is not None and error is None:
+            # Said per claim: finished work thrown away (an outage past the lease, a pause)
+            # otherwise shows only as the loss, and as the task running again.
+            lost = claim.lost_reason
+            log.warning(RESULT_DISCARDED, task_id=claim.task_id, result_bytes=len(result),
+                        lost=str(lost) if lost else "")  # fmt: skip
         if ending is not None:
             return Settled(ending, won)
         if error is not None:

@@ -20,6 +20,7 @@ from coordinator.sdk._core.pool import SHUTDOWN_ERROR, UNFINISHED, Ending
 from coordinator.sdk._core.requests import commit_request, stage_request
 from coordinator.sdk._core.settling import (
     RELEASED_UNFINISHED,
+    RESULT_DISCARDED,
     ClaimCall,
     NextTask,
     Settled,
@@ -117,10 +118,18 @@ def test_a_stopping_pool_commits_without_claiming_the_next_task() -> None:
     assert claim.calls == ["commit r"]
 
 
-def test_a_commit_that_finds_the_claim_lost_ends_it_lost() -> None:
+def test_a_commit_that_finds_the_claim_lost_ends_it_lost_and_says_the_result_was_discarded() -> (
+    None
+):
     claim = _Claim()
     claim.fenced.add("commit r")
-    assert _run(claim, settle(claim, b"r", None, None)) == Settled(Ending.LOST)
+    with capture_logs() as logs:
+        assert _run(claim, settle(claim, b"r", None, None)) == Settled(Ending.LOST)
+    [said] = [e for e in logs if e["event"] != "claim lost"]  # the loss is said as well
+    assert (said["event"], said["log_level"], said["result_bytes"]) == (
+        RESULT_DISCARDED, "warning", 1,
+    )  # fmt: skip
+    assert said["lost"].startswith("FENCED/SUPERSEDED (commit)"), said
 
 
 def test_an_error_gives_the_task_back_retryable_after_stopping_the_renewals() -> None:
@@ -177,8 +186,15 @@ def test_no_result_releases_the_claim_and_says_so() -> None:
 def test_a_lost_claim_is_neither_committed_nor_given_back() -> None:
     claim = _Claim()
     claim.mark_lost(Outcome.FENCED, FenceReason.SUPERSEDED, "", LossSource.RENEW)
-    assert _run(claim, settle(claim, b"r", None, None)) == Settled(Ending.LOST)
+    with capture_logs() as logs:
+        assert _run(claim, settle(claim, b"r", None, None)) == Settled(Ending.LOST)
     assert claim.calls == []
+    assert [e["event"] for e in logs] == [RESULT_DISCARDED]  # marked lost before: said then
+    claim = _Claim()  # a handler that ended with nothing to keep: no result discarded
+    claim.mark_lost(Outcome.FENCED, FenceReason.SUPERSEDED, "", LossSource.RENEW)
+    with capture_logs() as logs:
+        assert _run(claim, settle(claim, None, ValueError("x"), None)) == Settled(Ending.LOST)
+    assert logs == []
 
 
 def test_a_commit_the_coordinator_could_not_take_leaves_the_claim_to_its_lease() -> None:
