@@ -32,7 +32,7 @@ import { CallAborted, CoordinatorError, InvalidArgument, TransportError } from "
 import { ReadyFile, readyFileOf } from "./readiness.js";
 import type { Payload } from "./payload.js";
 import { monotonic } from "./lease.js";
-import { ClaimRefused, Outcome } from "./outcomes.js";
+import { ClaimRefused, Outcome, describeLoss } from "./outcomes.js";
 
 /** Runs one claim: resolves with the result to commit (or undefined: ended or to release). It
  * shares the event loop with every claim's keepalive: CPU-bound work belongs on worker_threads. */
@@ -139,6 +139,8 @@ export class Outlived {
   }
 }
 
+export const RESULT_DISCARDED =
+  "the handler's result was discarded: the claim was lost before its commit landed (the attempt counts as the loss says; another attempt may run the task)";
 export const OUTLIVED = "handler still running past its lost claim's grace: its slot stays taken";
 export const ALL_HELD =
   "every slot is held by a handler that outlived its lost claim: the pool claims nothing more; a handler must settle once its signal aborts; restart the process";
@@ -372,7 +374,15 @@ export class WorkerPool {
         }
       }
       if (claim.committed) return "committed";
-      if (claim.isLost()) return "lost";
+      if (claim.isLost()) {
+        // Finished work thrown away (an outage past the lease, a pause) otherwise shows only
+        // as the loss, and as the task running again.
+        if (result !== undefined && failure === undefined) {
+          const lost = claim.lostReason;
+          console.warn(`coordinator: ${RESULT_DISCARDED}: ${claim}${lost ? ` (${describeLoss(lost)})` : ""}`);
+        }
+        return "lost";
+      }
       if (failure !== undefined) {
         const error = failure instanceof Error ? failure : new Error(String(failure));
         await claim.fail(error, { retryable: true });

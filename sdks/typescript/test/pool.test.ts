@@ -24,7 +24,16 @@ import {
   WorkerClient,
   WorkerPool,
 } from "../dist/index.js";
-import { ALL_HELD, DUPLICATE_WINDOW_SECONDS, NOT_ALL_HELD, OUTLIVED, Outlived, sleep, stopOnSignals } from "../dist/pool.js";
+import {
+  ALL_HELD,
+  DUPLICATE_WINDOW_SECONDS,
+  NOT_ALL_HELD,
+  OUTLIVED,
+  Outlived,
+  RESULT_DISCARDED,
+  sleep,
+  stopOnSignals,
+} from "../dist/pool.js";
 import { readyFileOf } from "../dist/readiness.js";
 import { type Server, clientOf, eventually, metricOf, startServer, unique } from "./server.js";
 
@@ -210,6 +219,10 @@ test("a running pool says so when a handler deaf to its signal holds its only sl
     await running;
   }
   assert.ok(said.some((line) => line.startsWith(`coordinator: ${OUTLIVED}: `)), said.join("\n"));
+  // The handler's "too late" came after the cancel lost its claim: thrown away, and said so.
+  const discarded = said.filter((line) => line.startsWith(`coordinator: ${RESULT_DISCARDED}: `));
+  assert.equal(discarded.length, 1, said.join("\n"));
+  assert.match(discarded[0] ?? "", /\(CANCELLED via renew: /);
   rmSync(dirname(readyFile), { recursive: true, force: true });
 });
 
