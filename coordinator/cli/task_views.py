@@ -133,13 +133,20 @@ def task_row(task: TaskInfo) -> tuple[str, ...]:
     return (
         task.task_id,
         task.queue,
-        task.state.name,
+        _state(task),
         str(task.revision),
         str(task.priority),
         _budget(task),
         _holder(task),
         when(task.updated_at),
     )
+
+
+def _state(task: TaskInfo) -> str:
+    """The state, and for a WAITING task what `tasks get` would say of it: blocked by a FAILED
+    or CANCELLED upstream, past its deadline."""
+    marks = [m for m, on in (("blocked", task.blocked_by), ("overdue", task.overdue_at)) if on]
+    return f"{task.state.name}({','.join(marks)})" if marks else task.state.name
 
 
 def task_fields(task: TaskInfo) -> list[tuple[str, str]]:
@@ -173,6 +180,7 @@ def task_fields(task: TaskInfo) -> list[tuple[str, str]]:
         ("next_eligible", when(task.next_eligible_at)),
         ("deadline", when(task.deadline)),
         ("blocked_by", ", ".join(task.blocked_by) or "-"),
+        ("overdue", f"{when(task.overdue_at)} (deadline waived)" if task.overdue_at else "-"),
         ("owner", _holder(task) if task.state is TaskState.CLAIMED else _last_owner(task)),
         ("generation / epoch", f"{task.claim_generation} / {task.scheduler_epoch}"),
         ("cancel_generation", str(task.cancel_generation)),

@@ -94,7 +94,10 @@ def list_tasks(
     as_json: bool,
     **settings: Any,
 ) -> None:
-    """List tasks in id order (without their inputs: `tasks get` shows one)."""
+    """List tasks in id order (without their inputs: `tasks get` shows one).
+
+    STATE marks a WAITING task blocked by a FAILED or CANCELLED upstream, or past its
+    deadline: WAITING(blocked), WAITING(overdue)."""
     wanted = types_pb2.TaskState.ValueType(TaskState[state.upper()] if state else 0)
 
     def page(size: int, token: str) -> tasks_pb2.ListTasksRequest:

@@ -324,8 +324,11 @@ def test_list_blocked_shows_a_dead_letters_dependents(store: Store, cli: Cli) ->
     eventually(lambda: store.tasks.get("down").blocked_by == ("up",), message="not blocked")
     blocked = cli("list", "--blocked")
     assert [line.split()[:3] for line in blocked.stdout.splitlines()[1:]] == [
-        ["down", "default", "WAITING"]
+        ["down", "default", "WAITING(blocked)"]
     ]
+    # The whole list marks it too; a task waiting on a WAITING one is not blocked.
+    states = {line.split()[0]: line.split()[2] for line in cli("list").stdout.splitlines()[1:]}
+    assert states == {"up": "FAILED", "down": "WAITING(blocked)", "other": "WAITING"}
     assert cli("list", "--overdue").stderr == "no overdue tasks\n"
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.cli.task_views import task_fields, task_row
 from coordinator.clock import ManualClock
 from coordinator.domain.failures import FailureReport
 from coordinator.domain.states import DeadLetterReason, Op, Outcome, TaskState
@@ -185,3 +186,20 @@ def test_the_sdk_shows_the_blocked_and_overdue_marks() -> None:
     )
     wire.ClearField("overdue_at")
     assert TaskInfo.from_proto(wire).overdue_at is None
+
+
+def test_the_cli_shows_the_blocked_and_overdue_marks() -> None:
+    """`tasks get` had no overdue line (only `--json` said it), and `tasks list` showed a
+    blocked or overdue task as plain WAITING."""
+    wire = types_pb2.Task(task_id="t", state=types_pb2.TASK_STATE_WAITING, blocked_by=["a"])
+    wire.overdue_at.FromSeconds(1_700_000_000)
+    info = TaskInfo.from_proto(wire)
+    fields = dict(task_fields(info))
+    assert (fields["blocked_by"], fields["overdue"]) == (
+        "a",
+        "2023-11-14T22:13:20+00:00 (deadline waived)",
+    )
+    assert task_row(info)[2] == "WAITING(blocked,overdue)"
+    wire.ClearField("overdue_at")
+    assert task_row(TaskInfo.from_proto(wire))[2] == "WAITING(blocked)"
+    assert dict(task_fields(TaskInfo.from_proto(wire)))["overdue"] == "-"
