@@ -30,7 +30,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 import grpc
-from tenacity import Retrying
+from tenacity import Retrying, nap
 
 from coordinator.sdk._core.calls import Caller, CallPlan, CallRetry, Req, Resp, Tries
 from coordinator.sdk._target import Endpoints
@@ -112,7 +112,8 @@ class Rpc(Caller):
         except grpc.RpcError as exc:
             plan.first_failed(exc, self.endpoints, at)
         try:
-            answer: Resp = Retrying(**plan.controls())(
+            sleep = abort.sleep if abort is not None else nap.sleep
+            answer: Resp = Retrying(sleep=sleep, **plan.controls())(
                 _retry_once, plan, self.endpoints, method, request, abort
             )
         except grpc.RpcError as exc:

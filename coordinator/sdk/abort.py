@@ -36,6 +36,7 @@ class Abort:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._aborted = False
+        self._woken = threading.Event()
         self._calls: set[grpc.Future[Any]] = set()
 
     def aborted(self) -> bool:
@@ -47,8 +48,14 @@ class Abort:
         with self._lock:
             self._aborted = True
             calls = list(self._calls)
+        self._woken.set()
         for call in calls:
             call.cancel()
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep between a call's tries, woken by ``abort()``: the next try is then refused
+        unsent. A stopping pool whose poll met no coordinator slept out its retry backoff."""
+        self._woken.wait(seconds)
 
     @contextmanager
     def watching(self, call: grpc.Future[Any]) -> Iterator[None]:

@@ -117,10 +117,11 @@ class WorkerClient(ProducerCalls):
 
     # --- epoch ------------------------------------------------------------------------------
 
-    def epoch(self) -> int:
+    def epoch(self, *, abort: Abort | None = None) -> int:
         """Read the scheduler epoch and pin it for this client's later claims (a claim refused
-        FENCED/EPOCH_CHANGED does this by itself)."""
-        response = self._rpc.call(self._rpc.admin.GetEpoch, admin_pb2.GetEpochRequest())
+        FENCED/EPOCH_CHANGED does this by itself); ``abort`` ends the read at once."""
+        request = admin_pb2.GetEpochRequest()
+        response = self._rpc.call(self._rpc.admin.GetEpoch, request, abort=abort)
         with self._epoch_lock:
             self._epoch = response.epoch
         return response.epoch
@@ -198,8 +199,8 @@ class WorkerClient(ProducerCalls):
             pinned = self._epoch
         flow = Flow(claiming(point, pinned))
         while (step := flow.step) is not None:
-            if isinstance(step, ReadEpoch):
-                flow.answer(self.epoch())
+            if isinstance(step, ReadEpoch):  # a claim's abort ends this read too
+                flow.answer(self.epoch(abort=abort))
             else:
                 method = point.method(self._rpc.worker)
                 flow.answer(self._send_claim(method, step.request, point.timeout, abort))

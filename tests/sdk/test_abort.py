@@ -3,6 +3,7 @@ coordinator claims nothing for it; an abort before the call refuses it unsent.""
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -10,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 from coordinator.etcd_process import EtcdProcess
-from coordinator.sdk import TaskState
+from coordinator.sdk import CallRetry, TaskState, WorkerClient
 from coordinator.sdk.abort import Abort, CallAborted
 from tests.helpers import eventually
 from tests.sdk.support import QUEUE, Served, served
@@ -49,3 +50,29 @@ def test_an_aborted_long_poll_ends_at_once_and_claims_nothing(coordinator: Serve
         with pytest.raises(CallAborted):  # aborted before: refused unsent
             producer.claim_next(QUEUE, ttl=TTL, abort=abort)
         assert producer.get_task("t").state is TaskState.READY
+
+
+def test_an_abort_ends_a_call_that_meets_no_coordinator_between_its_tries() -> None:
+    """A stopping pool whose poll met no coordinator slept out the retry backoff, in the epoch
+    read before the claim too (the read took no abort): `coordinator worker` stopped 2 to 8 s
+    after SIGTERM with nothing running. With a backoff of 60 s, only the abort can end it."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        target = f"127.0.0.1:{probe.getsockname()[1]}"
+    slow = CallRetry(initial_backoff=60, max_backoff=60, budget=300)
+    abort, raised = Abort(), []
+
+    def poll() -> None:
+        with WorkerClient(target, principal="w", retry=slow) as worker:
+            try:
+                worker.claim_next(QUEUE, ttl=TTL, abort=abort)
+            except CallAborted as exc:
+                raised.append(exc)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    thread.join(1)  # the first try has failed by now: the call sleeps before its second
+    assert thread.is_alive()
+    abort.abort()
+    thread.join(30)
+    assert not thread.is_alive() and len(raised) == 1
