@@ -168,7 +168,7 @@ def test_a_worker_past_its_budget_prepares_no_effect_and_fails_without_the_detai
     store.tasks.create(TaskSpec(task_id="w-1", input=b"x"), by="pm")
     claim = worker_pb2.ClaimRequest(task_id="w-1", scheduler_epoch=1, ttl_seconds=30)
     fence = worker.Claim(claim, metadata=WORKER).fence
-    result = b"r" * 9_500  # all but 500 bytes of the worker's budget
+    result = b"r" * 6_300  # stored base64 with its key: all but 576 bytes of the budget
     stage = worker_pb2.StageResultRequest(
         fence=fence, result_digest=digest_of(result), result=result
     )
@@ -243,5 +243,42 @@ def test_a_worker_past_its_budget_records_no_long_reference_and_another_worker_r
     registry: CollectorRegistry = store.ctx.metrics.registry
     assert (
         registry.get_sample_value("coordinator_write_budget_refusals_total", {"what": "effect"})
+        == 1
+    )
+
+
+def test_a_worker_past_its_budget_commits_no_result_and_another_worker_commits_on(
+    worker: worker_pb2_grpc.WorkerServiceStub, keyspace: Probe, store: Store
+) -> None:
+    """A commit's inline result is charged (one token committing 512 KiB results filled etcd to
+    NOSPACE in seconds); refused typed, it writes nothing and the claim stays held, so the SDK
+    retries it once the budget refilled. A commit with no result still lands: draining is
+    free."""
+    other = (("x-coordinator-principal", "worker-b"), ("x-coordinator-roles", "worker"))
+    result = b"r" * 5_000  # stored base64: about 7.2 KB of a 10 KB budget
+    fences = {}
+    for task_id, caller in (("w-1", WORKER), ("w-2", WORKER), ("w-3", other), ("w-4", WORKER)):
+        store.tasks.create(TaskSpec(task_id=task_id, input=b"x"), by="pm")
+        claim = worker_pb2.ClaimRequest(task_id=task_id, scheduler_epoch=1, ttl_seconds=30)
+        fences[task_id] = (worker.Claim(claim, metadata=caller).fence, caller)
+
+    def commit(task_id: str, payload: bytes) -> worker_pb2.CommitRequest:
+        return worker_pb2.CommitRequest(
+            fence=fences[task_id][0], input_digest=digest_of(b"x"),
+            result_digest=digest_of(payload), result=payload,
+        )  # fmt: skip
+
+    committed = types_pb2.OUTCOME_COMMITTED
+    assert worker.Commit(commit("w-1", result), metadata=WORKER).outcome == committed
+    refused(
+        worker.Commit, commit("w-2", result), EXHAUSTED, "write budget of 'worker-a'", keyspace,
+        metadata=WORKER,
+    )  # fmt: skip
+    assert store.tasks.get("w-2").state.name == "CLAIMED"
+    assert worker.Commit(commit("w-3", result), metadata=other).outcome == committed
+    assert worker.Commit(commit("w-4", b""), metadata=WORKER).outcome == committed
+    registry: CollectorRegistry = store.ctx.metrics.registry
+    assert (
+        registry.get_sample_value("coordinator_write_budget_refusals_total", {"what": "result"})
         == 1
     )

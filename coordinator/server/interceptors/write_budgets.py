@@ -2,13 +2,14 @@
 caller before the handler runs (domain/write_budget.py holds the rule).
 
 CreateTask and UpdateInput (the whole request and the keys it writes: a create with no input
-is not free), StageResult (the result), StartJob (the job record), PrepareEffect (the slot) and
-RecordEffect and ResolveEffect (the slot written again with the downstream's reference) past
-the budget are refused ``RESOURCE_EXHAUSTED`` naming the budget and when to retry; nothing
-runs, so nothing is written. A renewal's checkpoint past the budget is taken out of the request
-instead and the renewal runs without it: refusing the renewal would cost the claim (the SDK
-treats a refused item as lost), so the answer's ``checkpoint_refused`` says the checkpoint was
-not kept. A failure past it lands without its details, its message cut.
+is not free), StageResult (the result), Commit (its inline result and evidence), StartJob (the
+job record), PrepareEffect (the slot), and RecordEffect and ResolveEffect (the slot written
+again with the downstream's reference) past the budget are refused ``RESOURCE_EXHAUSTED``
+naming the budget and when to retry; nothing runs, so nothing is written. A renewal's
+checkpoint past the budget is taken out of the request instead and the renewal runs without
+it: refusing the renewal would cost the claim (the SDK treats a refused item as lost), so the
+answer's ``checkpoint_refused`` says the checkpoint was not kept. A failure past it lands
+without its details, its message cut.
 """
 
 from __future__ import annotations
@@ -60,6 +61,26 @@ def _changed_bytes(request: Any, keys: int) -> int:
     return int(len(request.input) + COPIES * rest + KEY_BYTES * keys)
 
 
+def _base64(nbytes: int) -> int:
+    """The length of ``nbytes`` of payload as a record stores them (base64)."""
+    return 4 * ((nbytes + 2) // 3)
+
+
+def _text_bytes(request: Any, field: str) -> int:
+    """A text field as the stored record spells it (a control character takes six bytes)."""
+    return len(orjson.dumps(getattr(request, field)))
+
+
+def _commit_bytes(request: Any) -> int:
+    """A commit's charge: what its canonical result record holds beyond a commit with no
+    result, which is free (its inline result, its reference and its evidence: up to 64
+    references of 2,048 characters)."""
+    texts = [request.result_ref, *request.evidence]
+    payload = _base64(len(request.result)) + sum(len(orjson.dumps(t)) + 1 for t in texts if t)
+    # The record's ids and revisions may be a few digits longer than a bare commit's.
+    return payload + 64 if payload else 0
+
+
 _MEASURED: dict[str, tuple[str, Callable[[Any], int]]] = {
     # A create writes six keys, and one more per upstream; an input change four at most.
     "/coordinator.v1.TaskService/CreateTask": (
@@ -67,7 +88,10 @@ _MEASURED: dict[str, tuple[str, Callable[[Any], int]]] = {
         lambda r: _changed_bytes(r, 6 + len(r.depends_on)),
     ),
     "/coordinator.v1.TaskService/UpdateInput": ("input", lambda r: _changed_bytes(r, 4)),
-    "/coordinator.v1.WorkerService/StageResult": ("staged_result", lambda r: len(r.result)),
+    "/coordinator.v1.WorkerService/StageResult": (
+        "staged_result",
+        lambda r: _base64(len(r.result)) + 2 * KEY_BYTES,
+    ),
 }
 EFFECT_REWRITE = 6 * KEY_BYTES
 """What recording or resolving an effect is charged beyond its text: the slot's record written
@@ -78,7 +102,7 @@ def _effect_text_bytes(request: Any, *texts: str) -> int:
     """A RecordEffect's or ResolveEffect's charge: the slot's rewrite and its text as the
     stored record spells it (a control character takes six bytes there: a reference of 2,048
     of them and its etag came to 14 KB)."""
-    return EFFECT_REWRITE + sum(len(orjson.dumps(getattr(request, t))) for t in texts)
+    return EFFECT_REWRITE + sum(_text_bytes(request, t) for t in texts)
 
 
 _ALSO_CHARGED: dict[str, tuple[str, Callable[[Any], int]]] = {
@@ -88,6 +112,11 @@ _ALSO_CHARGED: dict[str, tuple[str, Callable[[Any], int]]] = {
     # claim, so not growth the space guard refuses above high water; only their caller's
     # budget bounds them.
     "/coordinator.v1.WorkerService/StartJob": ("job", lambda r: r.ByteSize()),
+    # A commit's result: it finishes work, so the space guard lets it through above high
+    # water (a pool must drain), but one token committing 512 KiB results filled etcd to
+    # NOSPACE in seconds when nothing charged them. The claim -> commit cycle's own keys
+    # (about 3.4 KB) stay free: they are what draining costs.
+    "/coordinator.v1.WorkerService/Commit": ("result", _commit_bytes),
     "/coordinator.v1.WorkerService/PrepareEffect": (
         "effect",
         lambda r: COPIES * r.ByteSize() + 2 * KEY_BYTES,
