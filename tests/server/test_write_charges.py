@@ -78,6 +78,20 @@ def test_a_create_writes_no_more_than_it_is_charged(
     assert written <= _charged("TaskService/CreateTask", largest)
 
 
+def test_new_dependencies_write_no_more_than_they_are_charged(
+    tasks: tasks_pb2_grpc.TaskServiceStub, store: Store, keyspace: Probe
+) -> None:
+    for n in range(2 * UPSTREAMS):
+        tasks.CreateTask(_create(_id(n, "u"), not_before=_far()))
+    tasks.CreateTask(_create(_id(0), depends_on=[_id(n, "u") for n in range(UPSTREAMS)]))
+    swap = tasks_pb2.SetDependenciesRequest(
+        task_id=_id(0), depends_on=[_id(n, "u") for n in range(UPSTREAMS, 2 * UPSTREAMS)]
+    )
+    written = _written(store, keyspace, lambda: tasks.SetDependencies(swap))
+    assert written > 20_000  # the case is the large one
+    assert written <= _charged("TaskService/SetDependencies", swap)
+
+
 def test_an_input_change_writes_no_more_than_it_is_charged(
     tasks: tasks_pb2_grpc.TaskServiceStub, store: Store, keyspace: Probe
 ) -> None:
