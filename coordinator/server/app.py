@@ -238,12 +238,17 @@ def _interceptors(
             store.ctx.kv.space, WriteBudgets(chain.high_water_shares, metrics=metrics)
         ),
         # Charges a stored answer's bytes to the same budgets as the requests' below.
-        IdempotencyInterceptor(store.idempotency, budgets),
+        IdempotencyInterceptor(store.idempotency, budgets, _input_of(store)),
         # Inside idempotency: a replay of a keyed create is answered, not charged again.
         WriteBudgetInterceptor(budgets),
         RequestIdInterceptor(),  # innermost: the handler's thread, for the event it writes
     ]
     return [Pipeline(stages)]
+
+
+def _input_of(store: Store) -> Callable[[str], bytes]:
+    """A task's input (a Claim's replay hands it out again)."""
+    return lambda task_id: store.tasks.get(task_id).input
 
 
 def _add_services(

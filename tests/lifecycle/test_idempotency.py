@@ -207,6 +207,30 @@ def test_a_keyed_batch_of_large_inputs_is_replayed_from_its_claims_not_a_stored_
     assert snapshot(store, etcd_client) == before
 
 
+def test_a_keyed_claim_keeps_its_answer_without_the_input_and_replays_it_whole(
+    tasks: tasks_pb2_grpc.TaskServiceStub,
+    worker: worker_pb2_grpc.WorkerServiceStub,
+    store: Store,
+    etcd_client: Any,
+) -> None:
+    """Kept whole, each keyed Claim stored its task's input again (250 kB here), uncharged: one
+    worker minting a key per claim stored 244 MiB of answers in 15 s. A replay reads the input
+    back; once the task's input changed, it answers without one rather than the wrong one."""
+    data = b"x" * 250_000
+    tasks.CreateTask(tasks_pb2.CreateTaskRequest(task_id="big", input=data), metadata=who("pm-1"))
+    claim = worker_pb2.ClaimRequest(task_id="big", scheduler_epoch=1, ttl_seconds=30)
+    won = worker.Claim(claim, metadata=who("w1", key="claim-big"))
+    assert (won.outcome, won.input) == (types_pb2.OUTCOME_CLAIMED, data)
+    [(kept, _)] = etcd_client.get_prefix(store.ctx.keys.idem("w1", "", claims=True))
+    assert len(kept) < 2_000
+    before = snapshot(store, etcd_client)
+    assert worker.Claim(claim, metadata=who("w1", key="claim-big")) == won
+    assert snapshot(store, etcd_client) == before
+    etcd_client.put(store.ctx.keys.input("big"), b"changed by hand")  # digest no longer matches
+    replay = worker.Claim(claim, metadata=who("w1", key="claim-big"))
+    assert (replay.fence, replay.input_digest, replay.input) == (won.fence, won.input_digest, b"")
+
+
 def test_concurrent_duplicates_execute_once(
     tasks: tasks_pb2_grpc.TaskServiceStub, store: Store
 ) -> None:
