@@ -11,6 +11,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 MAX_CODES_PER_QUEUE = 20
 """Distinct error codes coordinator_attempt_ends_total labels per queue (the rest: OTHER_CODE)."""
 OTHER_CODE = "other"
+MAX_LABELLED_QUEUES = 500
+"""Distinct queues the queue-labelled counters name (the later ones: OTHER_QUEUE). Queues are
+a producer's to make up: a token creating a task in a new queue each time once made 8,220
+queues four series each (33,000 lines a scrape, 32 MiB of a replica's memory)."""
+OTHER_QUEUE = "(other)"
+"""The queue label of the queues past MAX_LABELLED_QUEUES (no queue is named so: queue names are
+[A-Za-z0-9._-])."""
 
 
 class MetricFamilies:

@@ -39,7 +39,13 @@ from enum import IntEnum
 from prometheus_client import CollectorRegistry
 
 from coordinator.domain.states import FenceReason, Outcome
-from coordinator.metric_families import MAX_CODES_PER_QUEUE, OTHER_CODE, MetricFamilies
+from coordinator.metric_families import (
+    MAX_CODES_PER_QUEUE,
+    MAX_LABELLED_QUEUES,
+    OTHER_CODE,
+    OTHER_QUEUE,
+    MetricFamilies,
+)
 
 
 class AcceptancePoint(IntEnum):
@@ -85,31 +91,46 @@ class Metrics(MetricFamilies):
 
     def __init__(self, registry: CollectorRegistry) -> None:
         """Create every metric on ``registry`` (a registry holds one set: names are unique)."""
-        # Error codes labelled per queue so far (count_attempt_end's bound).
+        # Error codes labelled per queue so far (count_attempt_end's bound), and the queues
+        # labelled so far (_queue's).
         self._codes: dict[str, set[str]] = {}
-        self._codes_lock = threading.Lock()
+        self._queues: set[str] = set()
+        self._labels_lock = threading.Lock()
         super().__init__(registry)
+
+    def _queue(self, queue: str) -> str:
+        """``queue`` as a counter's label: OTHER_QUEUE once MAX_LABELLED_QUEUES others were
+        labelled (each queue kept is a few series for as long as the replica runs)."""
+        with self._labels_lock:
+            if queue in self._queues:
+                return queue
+            if len(self._queues) >= MAX_LABELLED_QUEUES:
+                return OTHER_QUEUE
+            self._queues.add(queue)
+            return queue
 
     def count_retry(self, queue: str, end: str, *, wait: float) -> None:
         """Count one attempt end followed by another attempt, READY after ``wait`` seconds
         (0: at once), and observe the wait."""
+        queue = self._queue(queue)
         self.retries.labels(queue=queue, end=end, delayed=str(wait > 0).lower()).inc()
         self.backoff_wait.labels(queue=queue).observe(max(wait, 0.0))
 
     def count_undelivered(self, queue: str) -> None:
         """Count one claim given back because its answer could not be delivered."""
-        self.claims_undelivered.labels(queue=queue).inc()
+        self.claims_undelivered.labels(queue=self._queue(queue)).inc()
 
     def count_overdue(self, queue: str) -> None:
         """Count one WAITING task marked overdue (its schedule_to_close passed)."""
-        self.overdue.labels(queue=queue).inc()
+        self.overdue.labels(queue=self._queue(queue)).inc()
 
     def count_attempt_end(self, queue: str, end: str, code: str = "") -> None:
         """Count one attempt end; ``code`` (a failed attempt's error code) is folded into
         "other" once its queue has MAX_CODES_PER_QUEUE others: codes come from workers, and
         each one kept is a series for as long as the replica runs."""
+        queue = self._queue(queue)
         if code:
-            with self._codes_lock:
+            with self._labels_lock:
                 seen = self._codes.setdefault(queue, set())
                 if code not in seen:
                     if len(seen) >= MAX_CODES_PER_QUEUE:
@@ -120,7 +141,7 @@ class Metrics(MetricFamilies):
 
     def count_dead_letter(self, queue: str, reason: str) -> None:
         """Count one task moved to FAILED."""
-        self.dead_lettered.labels(queue=queue, reason=reason).inc()
+        self.dead_lettered.labels(queue=self._queue(queue), reason=reason).inc()
 
     def count_stream_refused(self, reason: str) -> None:
         """Count one long-lived call refused by a bound."""
