@@ -146,3 +146,23 @@ def test_the_asyncio_twin_claims_many_and_commits_with_next_alike(coordinator: S
     assert first_call == 2  # one call, two claims
     assert sorted(done) == [f"t{n}" for n in range(6)]  # the other four came with commits
     assert isinstance(after, ClaimRefused) and after.outcome is Outcome.NO_READY_TASK
+
+
+def test_a_batch_of_large_inputs_stops_where_its_answer_still_fits_a_message(
+    coordinator: Served,
+) -> None:
+    """30 tasks of 256 KiB: the answer came to 7.9 MB, past gRPC's 4 MiB a message, so the
+    (keyed) call failed on every try while its 30 claims stayed CLAIMED by nobody, each attempt
+    counted when its lease ran out. The batch now stops at 3 MiB of inputs."""
+    data = b"i" * 256 * 1024
+    with coordinator.client("pm") as producer, coordinator.client("w") as worker:
+        for n in range(30):
+            producer.create_task(f"big-{n}", input=data, queue="big")
+        claims = worker.claim_many("big", ttl=timedelta(seconds=30), max_tasks=30)
+        assert isinstance(claims, list) and len(claims) == 11
+        assert all(c.input == data for c in claims)
+        for claim in claims:
+            claim.release("done looking")
+        states = [t.state for t in producer.list_tasks(queue="big")]
+        assert states == [TaskState.READY] * 30
+        assert sum(t.attempt for t in producer.list_tasks(queue="big")) == 11

@@ -32,6 +32,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from coordinator.domain import validation
 from coordinator.domain.decisions import Verdict
 from coordinator.domain.states import Outcome
 from coordinator.errors import CoordinatorError, ReplicaRefused, ResourceExhausted
@@ -267,7 +268,11 @@ class LongPoll:
             queue, principal=principal, epoch=epoch, ttl=ttl, wait=wait, caller=caller, key=key
         )
         results = [first]
-        while len(results) < max_tasks and results[-1].verdict.outcome is Outcome.CLAIMED:
+        while (
+            len(results) < max_tasks
+            and results[-1].verdict.outcome is Outcome.CLAIMED
+            and answer_has_room(results)
+        ):
             try:
                 more = self._claims.claim_next(
                     queue, principal=principal, epoch=epoch, ttl=ttl, key=key
@@ -334,3 +339,18 @@ def _none(queue: str, wait: float, *, stopping: bool) -> ClaimResult:
     else:
         why = f"queue {queue!r} had no ready task for {wait:g} s"
     return ClaimResult(Verdict(Outcome.NO_READY_TASK, message=why))
+
+
+MAX_ANSWER_BYTES = 3 * 1024 * 1024
+"""The inputs and checkpoints one ClaimNext answer carries at most, below gRPC's default 4 MiB
+a message a client takes: 64 tasks of 256 KiB inputs made a 16.8 MB answer that no client could
+read, so a keyed call's tasks stayed CLAIMED by nobody until their leases ran out, counted."""
+
+
+def answer_has_room(results: list[ClaimResult]) -> bool:
+    """Whether one more claim, whatever its input and checkpoint, keeps the answer within
+    MAX_ANSWER_BYTES."""
+    carried = sum(len(r.task.input) + len(r.checkpoint) for r in results if r.task is not None)
+    largest = validation.MAX_INPUT_BYTES + validation.MAX_CHECKPOINT_BYTES
+    return carried + largest <= MAX_ANSWER_BYTES
+
