@@ -29,6 +29,7 @@ __all__ = [
     "Spent",
     "high_water_shares",
     "policy_for",
+    "refund",
     "refusal_message",
     "spend",
 ]
@@ -82,6 +83,14 @@ def spend(bucket: Bucket | None, policy: BudgetPolicy, nbytes: int, now: float) 
     if nbytes > capacity:
         return Refused(retry_after=0.0, never=True)
     return Refused(retry_after=(nbytes - left) / policy.rate)
+
+
+def refund(bucket: Bucket | None, policy: BudgetPolicy, nbytes: int, now: float) -> Bucket:
+    """``bucket`` with ``nbytes`` given back (a call charged, then refused for its input,
+    wrote nothing), never past a full bucket."""
+    budget = Budget(policy.rate, policy.capacity)
+    left = budget.refill(bucket or budget.full(now), now).tokens
+    return Bucket(min(policy.capacity, left + nbytes), now)
 
 
 def policy_for(roles: Iterable[Role], policies: Mapping[Role, BudgetPolicy]) -> BudgetPolicy:

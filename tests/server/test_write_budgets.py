@@ -282,3 +282,17 @@ def test_a_worker_past_its_budget_commits_no_result_and_another_worker_commits_o
         registry.get_sample_value("coordinator_write_budget_refusals_total", {"what": "result"})
         == 1
     )
+
+
+def test_a_call_refused_for_its_input_is_given_its_charge_back(
+    tasks: tasks_pb2_grpc.TaskServiceStub, keyspace: Probe
+) -> None:
+    """Charged at the door, then refused INVALID_ARGUMENT, a call wrote nothing but its bytes
+    stayed spent: eight creates with a 3 MB id used up a producer's budget, and its next, valid
+    calls were told to retry later."""
+    bad = tasks_pb2.CreateTaskRequest(task_id="a" * 300, input=b"x" * 1_000)
+    for _ in range(5):  # each charged about 5 KB of the 10 KB budget, and given it back
+        invalid = grpc.StatusCode.INVALID_ARGUMENT
+        refused(tasks.CreateTask, bad, invalid, "task_id must be", keyspace, metadata=PM_A)
+    made = tasks.CreateTask(_create("a-1", 6000), metadata=PM_A)
+    assert made.task.task_id == "a-1"

@@ -353,4 +353,3 @@ def answer_has_room(results: list[ClaimResult]) -> bool:
     carried = sum(len(r.task.input) + len(r.checkpoint) for r in results if r.task is not None)
     largest = validation.MAX_INPUT_BYTES + validation.MAX_CHECKPOINT_BYTES
     return carried + largest <= MAX_ANSWER_BYTES
-
