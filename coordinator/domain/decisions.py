@@ -313,12 +313,29 @@ def decide_commit(
     return CommitWrite()
 
 
+PROGRESS_WRITE_INTERVAL = 5.0
+"""Seconds a claim's progress marker is kept at least before a new one is written (a quarter
+of the stall timeout if that is shorter): a worker's renewals each carrying a new 1,000
+character marker for 1,000 claims wrote 4.2 MiB/s into etcd, uncharged."""
+
+
+def progress_interval(claim: ClaimRecord) -> float:
+    """How long ``claim``'s marker is kept before a new one is written: short enough that a
+    worker whose marker moves is never taken for stalled."""
+    if claim.stall_timeout > 0:
+        return min(PROGRESS_WRITE_INTERVAL, claim.stall_timeout / 4)
+    return PROGRESS_WRITE_INTERVAL
+
+
 def decide_renew(
     claim: ClaimRecord, *, now: float, progress: str
 ) -> tuple[Verdict, ClaimRecord | None]:
     """Bounded renewal: never past the claim deadline, never for a stalled claim.
 
-    Returns the verdict and, when the progress marker moved, the claim record to write back.
+    Returns the verdict and, when the progress marker moved, the claim record to write back;
+    a marker that moved sooner than ``progress_interval`` after the last one written is not
+    written (the claim is not stalled: its marker moved), and a later renewal, which carries
+    the latest marker, writes it.
     """
     if now + claim.ttl > claim.deadline:
         return (
@@ -329,6 +346,8 @@ def decide_renew(
             ),
             None,
         )
+    if progress != claim.progress and now - claim.progress_at < progress_interval(claim):
+        return Verdict(Outcome.OK), None
     if progress != claim.progress:
         updated = ClaimRecord(
             attempt_id=claim.attempt_id,

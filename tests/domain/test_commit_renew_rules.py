@@ -15,10 +15,12 @@ from coordinator.domain.decisions import (
     CommitReplay,
     CommitWrite,
     FenceView,
+    Verdict,
     check_fence,
     decide_commit,
     decide_renew,
     decide_stage,
+    progress_interval,
 )
 from coordinator.domain.records import ClaimRecord
 from coordinator.domain.states import AttemptEnd, FenceReason, Outcome, TaskState
@@ -188,6 +190,23 @@ def test_new_progress_renews_and_returns_the_record_to_write() -> None:
     assert (update.generation, update.mod_revision) == (CLAIM.generation, CLAIM.mod_revision)
 
 
+def test_a_marker_moving_sooner_than_the_interval_is_not_written_and_never_stalls() -> None:
+    """Each renewal carrying a new marker wrote the claim record: 1,000 claims with 1,000
+    character markers grew etcd 4.2 MiB/s. A marker is now written at most once per interval
+    (5 s, or a quarter of the stall timeout), and one that moved sooner is not a stall."""
+    written = replace(RENEWABLE, progress="step-1", progress_at=50.0)
+    assert progress_interval(written) == 5.0
+    assert decide_renew(written, now=54.9, progress="step-2") == (Verdict(Outcome.OK), None)
+    assert decide_renew(written, now=55.0, progress="step-2")[1] == replace(
+        written, progress="step-2", progress_at=55.0
+    )
+    short = replace(written, stall_timeout=4.0)  # a quarter of it: 1 s
+    assert progress_interval(short) == 1.0
+    assert decide_renew(short, now=50.5, progress="step-2") == (Verdict(Outcome.OK), None)
+    assert decide_renew(short, now=51.0, progress="step-2")[1] is not None
+    assert decide_renew(short, now=54.5, progress="step-1")[0].outcome is Outcome.STALLED
+
+
 def test_stall_timeout_zero_never_stalls() -> None:
     claim = replace(RENEWABLE, stall_timeout=0.0)
     assert decide_renew(claim, now=89.0, progress="")[0].outcome is Outcome.OK
@@ -229,6 +248,8 @@ def test_renew_is_bounded(
     verdict, update = decide_renew(claim, now=now, progress=progress)
     if now + ttl > claim.deadline:
         assert (verdict.outcome, update) == (Outcome.RENEW_LIMIT, None)
+    elif progress != marker and now - claim.progress_at < progress_interval(claim):
+        assert (verdict.outcome, update) == (Outcome.OK, None)  # moved: written later
     elif progress != marker:
         assert verdict.outcome is Outcome.OK
         assert update == replace(claim, progress=progress, progress_at=now)

@@ -14,9 +14,10 @@ from tests.helpers import eventually
 from tests.sdk.both import Sdk, Sent
 from tests.sdk.support import served_with_task
 
-# A worker's budget of 1,000 bytes refilling 200 bytes/s: a staged result of 1,000 bytes spends
-# it, and a 900-byte checkpoint fits again only 4.5 s later, several 1 s renewals on.
-BUDGETS = {Role.WORKER: BudgetPolicy(rate=200.0, window=5.0)}
+# A worker's budget of 2,000 bytes refilling 200 bytes/s: a staged result of 500 bytes (1,692
+# charged: stored base64, with its key) spends most of it, and a 900-byte checkpoint fits again
+# only 3 s later, several 1 s renewals on.
+BUDGETS = {Role.WORKER: BudgetPolicy(rate=200.0, window=10.0)}
 CHECKPOINT = b"c" * 900
 TTL = timedelta(seconds=3)
 
@@ -30,7 +31,7 @@ def test_a_refused_checkpoint_is_sent_again_until_it_is_kept(
         claim = worker.claim("t1", ttl=TTL)
         assert not isinstance(claim, ClaimRefused), claim
         with claim:
-            assert claim.stage(b"r" * 1000).staged  # the whole budget
+            assert claim.stage(b"r" * 500).staged  # most of the budget
             claim.checkpoint(CHECKPOINT)
             eventually(lambda: claim.checkpoint_refusals >= 1, message="no refusal")
             assert "write budget of 'worker-a'" in claim.last_checkpoint_refusal

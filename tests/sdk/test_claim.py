@@ -104,7 +104,8 @@ def test_progress_markers_coalesce_to_the_latest(
             value, _ = etcd_client.get(f"{prefix}/claims/t1")
             return str(json.loads(value)["progress"])
 
-        eventually(lambda: stored_progress() == "step-4", timeout=5)
+        # The server keeps a marker at least 5 s (PROGRESS_WRITE_INTERVAL) before the next.
+        eventually(lambda: stored_progress() == "step-4", timeout=20)
         claim.commit(b"done")
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from coordinator.clock import ManualClock
-from coordinator.domain.decisions import ClaimLimits, Fence
+from coordinator.domain.decisions import PROGRESS_WRITE_INTERVAL, ClaimLimits, Fence
 from coordinator.domain.digests import digest_of
 from coordinator.domain.records import ClaimRecord, decode
 from coordinator.domain.states import FenceReason, Outcome
@@ -104,16 +104,26 @@ def test_renew_with_unchanged_progress_past_stall_timeout_is_stalled(
     assert _renew(store, fence, progress="step-2").verdict.outcome is Outcome.OK
 
 
-def test_progress_update_keeps_the_claim_key_on_its_lease(store: Store, etcd_client: Any) -> None:
+def test_progress_update_keeps_the_claim_key_on_its_lease(
+    store: Store, etcd_client: Any, clock: ManualClock
+) -> None:
     create(store, "t1")
     fence = claim(store, "t1")
     before = raw(etcd_client, store.ctx.keys.claim("t1"))
+    clock.advance(PROGRESS_WRITE_INTERVAL)
     assert _renew(store, fence, progress="p1").verdict.outcome is Outcome.OK
     after = raw(etcd_client, store.ctx.keys.claim("t1"))
     assert after.create_revision == before.create_revision == fence.claim_generation
     assert after.lease_id == before.lease_id
     assert after.mod_revision > before.mod_revision
     assert _renew(store, fence, progress="p1").verdict.outcome is Outcome.OK
+    # A marker that moves again within the interval is not written; a renewal after it is.
+    clock.advance(PROGRESS_WRITE_INTERVAL - 1)
+    assert _renew(store, fence, progress="p2").verdict.outcome is Outcome.OK
+    assert raw(etcd_client, store.ctx.keys.claim("t1")).mod_revision == after.mod_revision
+    clock.advance(1)
+    assert _renew(store, fence, progress="p2").verdict.outcome is Outcome.OK
+    assert _claim_record(store, etcd_client, "t1").progress == "p2"
 
 
 def test_renew_by_another_principal_is_denied_and_nothing_changes(

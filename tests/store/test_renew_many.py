@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from coordinator.clock import ManualClock
-from coordinator.domain.decisions import ClaimLimits, Fence
+from coordinator.domain.decisions import PROGRESS_WRITE_INTERVAL, ClaimLimits, Fence
 from coordinator.domain.records import AttemptRecord, ClaimRecord, decode
 from coordinator.domain.states import FenceReason, Outcome
 from coordinator.errors import CoordinatorError, InvalidArgument, PermissionDenied
@@ -151,14 +151,20 @@ def test_a_batch_of_200_claims_costs_five_round_trips_and_no_reads_once_known(
 
 
 def test_a_view_another_replica_moved_is_read_again_and_the_renewal_lands(
-    make_store: StoreFactory, etcd_client: Any, monkeypatch: pytest.MonkeyPatch
+    make_store: StoreFactory,
+    etcd_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    clock: ManualClock,
 ) -> None:
     store, other = make_store(), make_store()
     for task_id in ("a", "b"):
         create(store, task_id)
     a, b = claim(store, "a"), claim(store, "b")
+    clock.advance(PROGRESS_WRITE_INTERVAL)  # each marker below is written
     store.renewals.renew_many([Renewal(a, "1"), Renewal(b, "1")], principal="w1")
+    clock.advance(PROGRESS_WRITE_INTERVAL)
     other.renewals.renew(b, principal="w1", progress="2")  # moves b's claim record
+    clock.advance(PROGRESS_WRITE_INTERVAL)
     reads: list[int] = []
     read = store.ctx.kv.read
 
