@@ -25,8 +25,18 @@ Batch = list[WatchEvent]
 """One watch response's events."""
 
 
+INBOX_BYTES = 1024 * 1024
+"""The bytes of events (keys and values) one follower's inbox holds at most, besides its count of
+events: 10,000 events of 2 KB (a 1 KB reason each) held 19 MB a follow, and 50 follows that
+did not read took a replica from 124 MiB to over 1 GiB."""
+
+
+def _size(batch: Batch) -> int:
+    return sum(len(e.key) + len(e.value) for e in batch)
+
+
 class Inbox:
-    """Watch batches waiting for a follower's thread, bounded by events.
+    """Watch batches waiting for a follower's thread, bounded by events and by bytes.
 
     A full inbox makes the watch's thread wait (so the watch stops reading and etcd holds the
     rest back): a reader that is slow but moving loses nothing. One that stays full for
@@ -34,8 +44,17 @@ class Inbox:
     and the reader gets ``StreamBehind`` when it next asks.
     """
 
-    def __init__(self, capacity: int, patience: float, on_behind: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        patience: float,
+        on_behind: Callable[[], None],
+        *,
+        byte_capacity: int = INBOX_BYTES,
+    ) -> None:
         self._capacity = capacity
+        self._byte_capacity = byte_capacity
+        self._bytes = 0
         self._patience = patience
         self._on_behind = on_behind
         self._cond = threading.Condition()
@@ -49,7 +68,7 @@ class Inbox:
         """Add a watch batch (on the watch's thread); waits while the inbox is full."""
         deadline = time.monotonic() + self._patience
         with self._cond:
-            while self._count >= self._capacity and not (self._closed or self._behind):
+            while self._full() and not (self._closed or self._behind):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     self._behind = True
@@ -61,9 +80,14 @@ class Inbox:
             if not (self._closed or self._behind):
                 self._batches.append(batch)
                 self._count += len(batch)
+                self._bytes += _size(batch)
                 self._cond.notify_all()
         if newly_behind:
             self._on_behind()
+
+    def _full(self) -> bool:
+        """Whether the inbox holds its count of events or its bytes (under the lock)."""
+        return self._count >= self._capacity or self._bytes >= self._byte_capacity
 
     def compacted(self) -> None:
         """The watch ended: etcd compacted the history it needed."""
@@ -84,6 +108,7 @@ class Inbox:
             batch = self._batches.popleft()
             if not isinstance(batch, Compacted):
                 self._count -= len(batch)
+                self._bytes -= _size(batch)
                 self._cond.notify_all()
             return batch
 
