@@ -96,7 +96,7 @@ def refusal_message(decision: Admission, limits: StreamLimits, principal: str) -
                 "(max_streams_per_principal); close one, or raise max_streams_per_principal"
             )
         return (
-            f"{who} more than its {limits.max_per_principal} open streams "
+            f"{who} its share of {limits.max_per_principal} open streams or more "
             "(max_streams_per_principal) and the replica's last "
             f"{limits.max_streams - _borrowable(limits.max_streams, reserve)} of "
             f"{limits.max_streams} slots are kept "

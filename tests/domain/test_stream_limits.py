@@ -87,7 +87,7 @@ def test_refusals_name_the_bound_and_its_setting() -> None:
     assert anonymous.startswith("unauthenticated callers (who share one count) already hold 2")
     borrower = refusal_message(Admission.PRINCIPAL_FULL, SHARED, "pool")
     assert borrower == (
-        "principal 'pool' already holds more than its 2 open streams "
+        "principal 'pool' already holds its share of 2 open streams or more "
         "(max_streams_per_principal) and the replica's last 2 of 8 slots are kept for other "
         "principals; retry later or on another replica, close one, or raise max_streams"
     )

@@ -219,7 +219,7 @@ def test_past_its_share_a_principal_is_refused_typed_and_logged_once_per_interva
         assert isinstance(error, grpc.RpcError)
         assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert (error.details() or "").startswith(
-            "principal 'pool' already holds more than its 2 open streams "
+            "principal 'pool' already holds its share of 2 open streams or more "
             "(max_streams_per_principal) and the replica's last 10 of 40 slots are kept for "
             "other principals"
         )
