@@ -181,6 +181,9 @@ def worker(
             token=remote["token"],
             channel_options=[("grpc.enable_http_proxy", 0)],
         ) as client:
+            # A worker killed while its managed jobs ran left them running: their attempts
+            # are superseded by now (or soon: the next start kills them then).
+            client.kill_orphans()
             pool = WorkerPool(
                 client,
                 function,

@@ -47,7 +47,14 @@ from coordinator.sdk.effects import EffectInfo
 from coordinator.sdk.environment import connection
 from coordinator.sdk.managed import DEFAULT_GRACE, settle
 from coordinator.sdk.producer import ProducerCalls
-from coordinator.sdk.rediscover import ListedJob, Rediscovered, list_jobs, rediscover, resume_claim
+from coordinator.sdk.rediscover import (
+    ListedJob,
+    Rediscovered,
+    kill_orphans,
+    list_jobs,
+    rediscover,
+    resume_claim,
+)
 from coordinator.sdk.types import ClaimRefused
 from coordinator.v1 import admin_pb2, types_pb2, worker_pb2
 
@@ -249,6 +256,11 @@ class WorkerClient(ProducerCalls):
         """After a restart: re-attach this worker's running jobs of current attempts, kill those
         of superseded attempts (pid and start time checked), record the ones that ended."""
         return rediscover(self._rpc, worker_id, grace=grace)
+
+    def kill_orphans(self, worker_id: str = "", *, grace: Duration = DEFAULT_GRACE) -> int:
+        """Kill this worker's jobs on this host whose attempts were superseded, and only
+        those (``rediscover`` also re-attaches, and records the ended ones); how many."""
+        return len(kill_orphans(self._rpc, worker_id, grace=grace))
 
     def resume(
         self, record: JobRecord, *, ttl: Duration, on_lost: LostCallback | None = None

@@ -141,10 +141,7 @@ def rediscover(
         if action is RediscoverAction.REATTACH:
             process = ManagedProcess(rpc, record, grace=grace)._start()
         elif action is RediscoverAction.KILL:
-            gone = kill_unowned(record, as_timedelta(grace, "grace"))
-            detail = f"its attempt (generation {record.claim_generation}) no longer holds the claim"
-            result = finish(rpc, record, JobState.KILLED, 0, detail + ("" if gone else "; stuck"))
-            after = result.record or record
+            after = _kill_superseded(rpc, record, grace)
         elif action is RediscoverAction.RECORD_EXIT:
             assert code is not None
             result = finish(rpc, record, JobState.EXITED, code, "ended while its worker was down")
@@ -162,3 +159,32 @@ def rediscover(
         )
         found.append(Rediscovered(after, action, current, process))
     return found
+
+
+def _kill_superseded(rpc: Rpc, record: JobRecord, grace: Duration) -> JobRecord:
+    """Terminate the group of a job whose attempt was superseded (pid and start time checked)
+    and record it KILLED; the record after."""
+    gone = kill_unowned(record, as_timedelta(grace, "grace"))
+    detail = f"its attempt (generation {record.claim_generation}) no longer holds the claim"
+    result = finish(rpc, record, JobState.KILLED, 0, detail + ("" if gone else "; stuck"))
+    return result.record or record
+
+
+def kill_orphans(
+    rpc: Rpc, worker_id: str = "", *, grace: Duration = DEFAULT_GRACE, host: str | None = None
+) -> list[JobRecord]:
+    """Kill the worker's jobs running on this host whose attempts no longer hold their claims
+    (a worker process killed while its jobs ran leaves them running), and only those: jobs of
+    current attempts may be another process's of the same principal (a pool's pods share a
+    token). What ``coordinator worker`` does as it starts. The records after, killed ones."""
+    here = host if host is not None else socket.gethostname()
+    killed = []
+    for listed in list_jobs(rpc, worker_id):
+        record = listed.job
+        if listed.current or record.terminal or record.host != here:
+            continue
+        if not _proc.is_running(record.pid, record.start_ticks):
+            continue
+        killed.append(_kill_superseded(rpc, record, grace))
+        log.warning("killed an orphaned job", job_id=record.job_id, task_id=record.task_id)
+    return killed

@@ -235,6 +235,38 @@ def test_a_managed_job_dies_with_the_claim_its_stopping_worker_gave_back(
     assert producer.get_task("build").state is TaskState.READY
 
 
+def test_a_restarted_worker_kills_the_jobs_its_killed_predecessor_left_running(
+    coordinator: Served, producer: WorkerClient, tmp_path: Path, etcd_client: Any, prefix: str
+) -> None:
+    """SIGKILL leaves a worker's managed jobs running (their own sessions), and nothing killed
+    them once their attempts were superseded: the task ran again beside its old job. The next
+    `coordinator worker` of the principal on the host kills them as it starts."""
+    producer.create_task("build", queue=QUEUE, input=f"job {tmp_path / 'never'}".encode())
+    first = start_worker(coordinator.target, tmp_path, max_concurrent=1, grace=1.0, ttl=2)
+    try:
+        eventually((tmp_path / "build.job").exists, timeout=30)
+        pgid = int((tmp_path / "build.job").read_text())
+        (tmp_path / "build.job").unlink()
+        first.kill()
+        first.wait(timeout=30)
+        assert len(group_members(pgid)) == 3  # the job outlived its worker
+        eventually(lambda: producer.get_task("build").state is TaskState.READY, timeout=30)
+        second = start_worker(coordinator.target, tmp_path, max_concurrent=1, grace=1.0, ttl=2)
+        try:
+            eventually(lambda: group_members(pgid) == [], timeout=30)
+            eventually((tmp_path / "build.job").exists, timeout=30)  # the task runs again
+        finally:
+            second.send_signal(signal.SIGTERM)
+            exit_code(second, tmp_path, 1.0)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        signal_group(pgid, signal.SIGKILL)
+    records = [decode(JobRecord, v) for v, _ in etcd_client.get_prefix(f"{prefix}/jobs/")]
+    old = next(r for r in records if r.pid == pgid)
+    assert old.state is JobState.KILLED and "no longer holds the claim" in old.detail, old
+
+
 def _stops_with_dead_output(
     coordinator: Served, producer: WorkerClient, tmp_path: Path, output: int, close: bool
 ) -> None:
