@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 import grpc
+import structlog
 
 from coordinator.cli.ready_http import ReadyEndpoint
 from coordinator.cli.remote import channel_credentials, remote_options_as, remote_settings
@@ -37,6 +38,8 @@ from coordinator.sdk.pool import (
     stop_on_signals,
 )
 from coordinator.sdk.readiness import Readiness, ReadyFile
+
+log = structlog.get_logger(__name__)
 
 
 def load_handler(spec: str) -> Handler:
@@ -181,9 +184,7 @@ def worker(
             token=remote["token"],
             channel_options=[("grpc.enable_http_proxy", 0)],
         ) as client:
-            # A worker killed while its managed jobs ran left them running: their attempts
-            # are superseded by now (or soon: the next start kills them then).
-            client.kill_orphans()
+            _kill_orphans(client)
             pool = WorkerPool(
                 client,
                 function,
@@ -205,6 +206,16 @@ def worker(
     finally:
         if endpoint is not None:
             endpoint.close()
+
+
+def _kill_orphans(client: WorkerClient) -> None:
+    """Kill what a predecessor killed while its managed jobs ran left running, once their
+    attempts are superseded (a later start kills the rest). A coordinator not reachable yet
+    does not stop the worker: its pool waits for one as it always did."""
+    try:
+        client.kill_orphans()
+    except CoordinatorError as exc:
+        log.warning("orphaned jobs not looked for", error=str(exc))
 
 
 def _slot_options(slots: int | None, given: MultiSlot) -> MultiSlot:

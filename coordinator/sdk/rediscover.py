@@ -111,12 +111,13 @@ def resume_claim(
     return Claim(rpc, claim, sent_at=time.monotonic(), on_lost=on_lost, renewer=renewer)
 
 
-def list_jobs(rpc: Rpc, worker_id: str = "") -> list[ListedJob]:
-    """A worker's job records (the caller's own when ``worker_id`` is empty), every page."""
+def list_jobs(rpc: Rpc, worker_id: str = "", *, retry: bool = True) -> list[ListedJob]:
+    """A worker's job records (the caller's own when ``worker_id`` is empty), every page;
+    without ``retry``, one try a page."""
     found: list[ListedJob] = []
     request = worker_pb2.ListJobsRequest(worker_id=worker_id, page_size=MAX_PAGE)
     while True:
-        response = rpc.call(rpc.worker.ListJobs, request)
+        response = rpc.call(rpc.worker.ListJobs, request, retry=retry)
         found += [ListedJob(job_from_proto(s.job), s.current) for s in response.jobs]
         if not response.next_page_token:
             return found
@@ -176,10 +177,11 @@ def kill_orphans(
     """Kill the worker's jobs running on this host whose attempts no longer hold their claims
     (a worker process killed while its jobs ran leaves them running), and only those: jobs of
     current attempts may be another process's of the same principal (a pool's pods share a
-    token). What ``coordinator worker`` does as it starts. The records after, killed ones."""
+    token). What ``coordinator worker`` does as it starts: one try, so that a coordinator not
+    reachable yet does not hold the worker's start up. The records after, killed ones."""
     here = host if host is not None else socket.gethostname()
     killed = []
-    for listed in list_jobs(rpc, worker_id):
+    for listed in list_jobs(rpc, worker_id, retry=False):
         record = listed.job
         if listed.current or record.terminal or record.host != here:
             continue

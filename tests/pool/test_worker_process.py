@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -265,6 +266,27 @@ def test_a_restarted_worker_kills_the_jobs_its_killed_predecessor_left_running(
     records = [decode(JobRecord, v) for v, _ in etcd_client.get_prefix(f"{prefix}/jobs/")]
     old = next(r for r in records if r.pid == pgid)
     assert old.state is JobState.KILLED and "no longer holds the claim" in old.detail, old
+
+
+def test_a_worker_starts_without_a_coordinator_and_says_it_did_not_look_for_orphans(
+    tmp_path: Path,
+) -> None:
+    """Looking for orphaned jobs is one try: a coordinator not up yet neither stops the worker
+    (a crash loop) nor holds its start up for a retry budget."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        target = f"127.0.0.1:{probe.getsockname()[1]}"
+    proc = start_worker(target, tmp_path, max_concurrent=1, grace=1.0)
+    try:
+        eventually((tmp_path / "ready").exists, timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        assert exit_code(proc, tmp_path, 1.0) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = (tmp_path / "worker.log").read_text()
+    events = [json.loads(line)["event"] for line in log.splitlines() if line.startswith("{")]
+    assert events[:2] == ["orphaned jobs not looked for", "pool claiming"], log
 
 
 def _stops_with_dead_output(
