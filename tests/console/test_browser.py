@@ -361,15 +361,17 @@ def test_the_claims_page_counts_the_lease_down_and_shows_progress_and_renewals(
 
         eventually(counted)
 
-        # A renewal with a progress marker: the marker shows, and (etcd counts whole seconds)
-        # a refresh after the claim shows as "renewed N s ago".
+        # A renewal with a progress marker: the marker shows (the server writes one at most
+        # every 5 s, so from 5 s after the claim), and (etcd counts whole seconds) a refresh
+        # after the claim shows as "renewed N s ago".
         def renewed() -> bool:
             request = worker_pb2.RenewRequest(fence=claim.fence, progress="step-2 of 5")
             assert worker.worker.Renew(request, metadata=worker.metadata).outcome == S.OUTCOME_OK
             text = browser.find_element(By.CSS_SELECTOR, f"{row} .renewed").text
-            return text.endswith(" s ago")
+            marker = browser.find_element(By.CSS_SELECTOR, f"{row} .progress").text
+            return text.endswith(" s ago") and marker.startswith("step-2 of 5 (")
 
-        eventually(renewed, timeout=15, interval=0.5)
+        eventually(renewed, timeout=25, interval=0.5)
         marker = browser.find_element(By.CSS_SELECTOR, f"{row} .progress")
         assert marker.text.startswith("step-2 of 5 (") and marker.text.endswith(" s ago)")
         assert expires() >= first - 1  # the renewal restored the lease
