@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 import pytest
 
+from coordinator.domain.decisions import PROGRESS_WRITE_INTERVAL
 from coordinator.server import PRINCIPAL_METADATA_KEY
 from coordinator.store.claims import live_claims
 from coordinator.v1 import (
@@ -100,10 +101,15 @@ def test_a_renewal_shows_as_a_later_refresh_and_its_progress_marker_as_moved(
     tasks: tasks_pb2_grpc.TaskServiceStub,
     worker: worker_pb2_grpc.WorkerServiceStub,
 ) -> None:
-    _renew(worker, claimed, "step-1")
-    (live,) = _list(tasks).claims
-    assert live.progress == "step-1"
-    assert _seconds(live.progress_at) >= _seconds(live.claimed_at)
+    # The server writes a marker at most every 5 s (PROGRESS_WRITE_INTERVAL): from then on
+    # after the claim, a renewal carrying one shows it.
+    def moved() -> tasks_pb2.LiveClaim | None:
+        _renew(worker, claimed, "step-1")
+        (now,) = _list(tasks).claims
+        return now if now.progress == "step-1" else None
+
+    live = eventually(moved, timeout=20)
+    assert _seconds(live.progress_at) >= _seconds(live.claimed_at) + PROGRESS_WRITE_INTERVAL - 1
 
     # etcd counts whole seconds: renew until a refresh lands a second past the claim.
     def renewed() -> tasks_pb2.LiveClaim | None:
