@@ -29,6 +29,7 @@ import os
 import subprocess
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -227,18 +228,18 @@ class ManagedProcess:
         self._thread.start()
         return self
 
-    def _must_end(self) -> bool:
-        """Whether the job has to be killed: asked to, or its Claim is lost or ended."""
+    def _why_kill(self) -> str | None:
+        """Why the job has to be killed now (``kill()`` was called, or its Claim is lost or
+        ended), or None."""
         if self._kill_reason is not None:
-            return True
+            return self._kill_reason
         claim = self._claim
-        if claim is None:
-            return False
-        try:
-            claim.check(margin=timedelta(0))
-        except ClaimLost:
-            return True
-        return False
+        if claim is not None:
+            try:
+                claim.check(margin=timedelta(0))
+            except ClaimLost as exc:
+                return f"claim lost: {exc}"
+        return None
 
     # --- the watcher ----------------------------------------------------------------------
 
@@ -270,14 +271,9 @@ class ManagedProcess:
         while True:
             if self._leader_exited():
                 return None
-            if self._kill_reason is not None:
-                return self._kill_reason
-            claim = self._claim
-            if claim is not None:
-                try:
-                    claim.check(margin=timedelta(0))
-                except ClaimLost as exc:
-                    return f"claim lost: {exc}"
+            reason = self._why_kill()
+            if reason is not None:
+                return reason
             self._wake.wait(_POLL)
 
     def _leader_exited(self) -> bool:
@@ -322,18 +318,25 @@ class ManagedProcess:
 
 def settle(rpc: Rpc | None = None) -> None:
     """Wait for every watcher (of ``rpc``'s jobs, or all) that has a job to kill: its Claim
-    ended or was lost, or ``kill()`` was called; each at most its grace and _EXIT_MARGIN, the
-    kill's SIGKILL being sent at the grace's end. A client calls it before it closes its
-    channel (the watcher's FinishJob goes over it), and the interpreter at its exit: the
-    watchers are daemon threads, and a worker that gave its claims back on SIGTERM, or a
-    script that committed, used to exit first and leave the job running and RUNNING. A job
-    whose Claim is still held is left to run, as after a crash (``rediscover`` re-attaches
-    it)."""
+    ended or was lost, or ``kill()`` was called; all of them together at most the longest grace
+    and _EXIT_MARGIN, each kill's SIGKILL being sent at its grace's end. A client calls it
+    before it closes its channel (the watcher's FinishJob goes over it), and the interpreter at
+    its exit: the watchers are daemon threads, and a worker that gave its claims back on
+    SIGTERM, or a script that committed, used to exit first and leave the job running and
+    RUNNING. A job whose Claim is still held is left to run, as after a crash (``rediscover``
+    re-attaches it)."""
     with _watching_lock:
-        ending = [p for p in _watching if (rpc is None or p._rpc is rpc) and p._must_end()]
+        ending = [
+            p for p in _watching if (rpc is None or p._rpc is rpc) and p._why_kill() is not None
+        ]
     for process in ending:
         process._wake.set()
-        if not process._done.wait(process.grace.total_seconds() + _EXIT_MARGIN):
+    # The kills run at once, each on its own watcher: one deadline for them all, not one each
+    # in turn (500 stuck jobs would have held an exit for hours).
+    longest = max((p.grace.total_seconds() for p in ending), default=0.0)
+    deadline = time.monotonic() + longest + _EXIT_MARGIN
+    for process in ending:
+        if not process._done.wait(max(deadline - time.monotonic(), 0.0)):
             log.warning("going on before a managed job's kill was recorded", job_id=process.job_id)
 
 
