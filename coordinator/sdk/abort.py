@@ -35,34 +35,32 @@ class Abort:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._aborted = False
-        self._woken = threading.Event()
+        self._aborted = threading.Event()  # set under the lock: ``watching`` reads it there
         self._calls: set[grpc.Future[Any]] = set()
 
     def aborted(self) -> bool:
         """Whether ``abort()`` was called."""
-        return self._aborted
+        return self._aborted.is_set()
 
     def abort(self) -> None:
         """Cancel the calls in flight; later calls made with this Abort raise CallAborted."""
         with self._lock:
-            self._aborted = True
+            self._aborted.set()
             calls = list(self._calls)
-        self._woken.set()
         for call in calls:
             call.cancel()
 
     def sleep(self, seconds: float) -> None:
         """Sleep between a call's tries, woken by ``abort()``: the next try is then refused
         unsent. A stopping pool whose poll met no coordinator slept out its retry backoff."""
-        self._woken.wait(seconds)
+        self._aborted.wait(seconds)
 
     @contextmanager
     def watching(self, call: grpc.Future[Any]) -> Iterator[None]:
         """Cancel ``call`` if ``abort()`` is (or was already) called while in the block."""
         with self._lock:
             self._calls.add(call)
-            aborted = self._aborted
+            aborted = self._aborted.is_set()
         if aborted:
             call.cancel()
         try:
