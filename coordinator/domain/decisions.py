@@ -346,9 +346,9 @@ def decide_renew(
             ),
             None,
         )
-    if progress != claim.progress and now - claim.progress_at < progress_interval(claim):
-        return Verdict(Outcome.OK), None
     if progress != claim.progress:
+        if now - claim.progress_at < progress_interval(claim):
+            return Verdict(Outcome.OK), None
         updated = ClaimRecord(
             attempt_id=claim.attempt_id,
             owner_id=claim.owner_id,

@@ -75,9 +75,7 @@ def spend(bucket: Bucket | None, policy: BudgetPolicy, nbytes: int, now: float) 
     if policy.unbounded:
         return Spent(Bucket(0.0, now))
     capacity = policy.capacity
-    # The token bucket's own refill rule (a clock that went back refills nothing).
-    budget = Budget(policy.rate, capacity)
-    left = budget.refill(bucket or budget.full(now), now).tokens
+    left = _left(bucket, policy, now)
     if nbytes <= left:
         return Spent(Bucket(left - nbytes, now))
     if nbytes > capacity:
@@ -88,9 +86,14 @@ def spend(bucket: Bucket | None, policy: BudgetPolicy, nbytes: int, now: float) 
 def refund(bucket: Bucket | None, policy: BudgetPolicy, nbytes: int, now: float) -> Bucket:
     """``bucket`` with ``nbytes`` given back (a call charged, then refused for its input,
     wrote nothing), never past a full bucket."""
+    return Bucket(min(policy.capacity, _left(bucket, policy, now) + nbytes), now)
+
+
+def _left(bucket: Bucket | None, policy: BudgetPolicy, now: float) -> float:
+    """The bytes ``bucket`` (None: full) holds at ``now``, by the token bucket's own refill
+    rule (a clock that went back refills nothing)."""
     budget = Budget(policy.rate, policy.capacity)
-    left = budget.refill(bucket or budget.full(now), now).tokens
-    return Bucket(min(policy.capacity, left + nbytes), now)
+    return budget.refill(bucket or budget.full(now), now).tokens
 
 
 def policy_for(roles: Iterable[Role], policies: Mapping[Role, BudgetPolicy]) -> BudgetPolicy:

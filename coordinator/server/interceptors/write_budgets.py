@@ -233,7 +233,8 @@ class WriteBudgets:
             return
         with self._lock:
             bucket = self._buckets.get(identity.principal)
-            self._buckets[identity.principal] = refund(bucket, policy, nbytes, self._clock())
+            if bucket is not None:  # a forgotten bucket is a full one already
+                self._buckets[identity.principal] = refund(bucket, policy, nbytes, self._clock())
 
     def fits(self, identity: Identity, nbytes: int) -> bool:
         """Take ``nbytes`` from a caller's bounded budget if they fit (True); a caller without
